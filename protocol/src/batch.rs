@@ -1,0 +1,366 @@
+//! A zero-copy view of Kafka v2 record batches.
+//!
+//! floe never decompresses a batch it only stores and forwards: it reads the
+//! fixed 61-byte header, checks the CRC32C over everything after the CRC field,
+//! and later rewrites the base offset, which lies outside the CRC.
+//!
+//! ```text
+//! offset  size  field
+//!  0      8     baseOffset
+//!  8      4     batchLength (bytes after this field)
+//! 12      4     partitionLeaderEpoch
+//! 16      1     magic (= 2)
+//! 17      4     crc (CRC32C of bytes 21..end)
+//! 21      2     attributes
+//! 23      4     lastOffsetDelta
+//! 27      8     baseTimestamp
+//! 35      8     maxTimestamp
+//! 43      8     producerId
+//! 51      2     producerEpoch
+//! 53      4     baseSequence
+//! 57      4     recordCount
+//! 61      ...   records (possibly compressed)
+//! ```
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+/// Size of the fixed v2 batch header.
+pub const HEADER_LEN: usize = 61;
+/// Bytes before `batchLength` counts: baseOffset and batchLength itself.
+pub const LOG_OVERHEAD: usize = 12;
+const CRC_START: usize = 21;
+
+/// Why a batch was refused, with the Kafka error a broker sends for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("corrupt record batch: {0}")]
+    Corrupt(&'static str),
+    #[error("invalid record batch: {0}")]
+    Invalid(&'static str),
+    #[error("unsupported compression codec {0}")]
+    UnsupportedCompression(u8),
+    #[error("record batch magic {0} is not supported (only v2)")]
+    UnsupportedMagic(i8),
+}
+
+impl BatchError {
+    /// The Kafka error code a real broker answers with.
+    pub fn kafka_error(&self) -> ResponseError {
+        match self {
+            BatchError::Corrupt(_) => ResponseError::CorruptMessage,
+            BatchError::Invalid(_) => ResponseError::InvalidRecord,
+            BatchError::UnsupportedCompression(_) => ResponseError::UnsupportedCompressionType,
+            BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+        }
+    }
+}
+
+/// Compression codec, bits 0-2 of the attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+/// A validated v2 record batch: the raw bytes plus the header fields floe uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordBatch {
+    bytes: Bytes,
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl RecordBatch {
+    /// Validates the batch at the start of `bytes` and returns it with the rest.
+    ///
+    /// Checks sizes, magic, CRC32C, codec and offset/count consistency; the
+    /// records themselves are not decoded.
+    pub fn parse_one(bytes: &Bytes) -> Result<(RecordBatch, Bytes), BatchError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(BatchError::Corrupt("shorter than a batch header"));
+        }
+        let batch_length = be_i32(bytes, 8);
+        if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+            return Err(BatchError::Corrupt("batch length smaller than its header"));
+        }
+        let total = LOG_OVERHEAD + batch_length as usize;
+        if total > bytes.len() {
+            return Err(BatchError::Corrupt("batch length past the end of the data"));
+        }
+        let magic = bytes[16] as i8;
+        if magic != 2 {
+            return Err(BatchError::UnsupportedMagic(magic));
+        }
+        let stored_crc = be_i32(bytes, 17) as u32;
+        if crc32c::crc32c(&bytes[CRC_START..total]) != stored_crc {
+            return Err(BatchError::Corrupt("CRC32C mismatch"));
+        }
+        let batch = RecordBatch {
+            bytes: bytes.slice(..total),
+        };
+        let codec_bits = (batch.attributes() & 0x07) as u8;
+        if codec_bits > 4 {
+            return Err(BatchError::UnsupportedCompression(codec_bits));
+        }
+        if batch.record_count() <= 0 {
+            return Err(BatchError::Invalid("batch holds no records"));
+        }
+        if batch.last_offset_delta() != batch.record_count() - 1 {
+            return Err(BatchError::Invalid("lastOffsetDelta does not match record count"));
+        }
+        Ok((batch, bytes.slice(total..)))
+    }
+
+    /// Validates that `bytes` is a whole number of batches and returns them.
+    pub fn parse_all(bytes: &Bytes) -> Result<Vec<RecordBatch>, BatchError> {
+        let mut rest = bytes.clone();
+        let mut batches = Vec::new();
+        while !rest.is_empty() {
+            let (batch, tail) = Self::parse_one(&rest)?;
+            batches.push(batch);
+            rest = tail;
+        }
+        Ok(batches)
+    }
+
+    /// The raw bytes of the batch, exactly as the producer sent them.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    pub fn base_offset(&self) -> i64 {
+        be_i64(&self.bytes, 0)
+    }
+    pub fn attributes(&self) -> i16 {
+        be_i16(&self.bytes, 21)
+    }
+    pub fn codec(&self) -> Codec {
+        match self.attributes() & 0x07 {
+            1 => Codec::Gzip,
+            2 => Codec::Snappy,
+            3 => Codec::Lz4,
+            4 => Codec::Zstd,
+            _ => Codec::None,
+        }
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes() & 0x10 != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes() & 0x20 != 0
+    }
+    /// Whether timestamps are log-append time (attribute bit 3).
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes() & 0x08 != 0
+    }
+    pub fn last_offset_delta(&self) -> i32 {
+        be_i32(&self.bytes, 23)
+    }
+    pub fn base_timestamp(&self) -> i64 {
+        be_i64(&self.bytes, 27)
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        be_i64(&self.bytes, 35)
+    }
+    pub fn producer_id(&self) -> i64 {
+        be_i64(&self.bytes, 43)
+    }
+    pub fn producer_epoch(&self) -> i16 {
+        be_i16(&self.bytes, 51)
+    }
+    pub fn base_sequence(&self) -> i32 {
+        be_i32(&self.bytes, 53)
+    }
+    pub fn record_count(&self) -> i32 {
+        be_i32(&self.bytes, 57)
+    }
+}
+
+/// Walks a run of stored batches and rewrites each base offset so the first
+/// starts at `base_offset` and each next one follows the previous one's last
+/// offset. The base offset lies outside the CRC, so the batches stay valid.
+///
+/// Stops at the first incomplete batch and returns how many bytes were whole
+/// batches, so a caller can cut a read that ended mid-batch.
+pub fn patch_base_offsets(buf: &mut [u8], mut base_offset: i64) -> usize {
+    let mut at = 0;
+    while buf.len() - at >= HEADER_LEN {
+        let batch_length = be_i32(buf, at + 8);
+        if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+            break;
+        }
+        let total = LOG_OVERHEAD + batch_length as usize;
+        if buf.len() - at < total {
+            break;
+        }
+        buf[at..at + 8].copy_from_slice(&base_offset.to_be_bytes());
+        base_offset += be_i32(buf, at + 23) as i64 + 1;
+        at += total;
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType,
+    };
+    use proptest::prelude::*;
+
+    fn records(values: &[Vec<u8>], base_ts: i64) -> Vec<Record> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32,
+                timestamp: base_ts + i as i64,
+                delete_horizon: false,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(v.clone())),
+                headers: [(StrBytes::from_static_str("h"), Some(Bytes::from_static(b"v")))]
+                    .into_iter()
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn encode(values: &[Vec<u8>], compression: Compression) -> Bytes {
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records(values, 1_000), &options).unwrap();
+        buf.freeze()
+    }
+
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    #[test]
+    fn header_fields_match_the_encoder() {
+        let values: Vec<Vec<u8>> = (0..10).map(|i| vec![i as u8; 100]).collect();
+        for compression in CODECS {
+            let bytes = encode(&values, compression);
+            let batches = RecordBatch::parse_all(&bytes).unwrap();
+            assert_eq!(batches.len(), 1);
+            let b = &batches[0];
+            assert_eq!(b.record_count(), 10);
+            assert_eq!(b.last_offset_delta(), 9);
+            assert_eq!(b.base_timestamp(), 1_000);
+            assert_eq!(b.max_timestamp(), 1_009);
+            assert_eq!(b.producer_id(), -1);
+            assert_eq!(b.len(), bytes.len());
+            let expected = match compression {
+                Compression::None => Codec::None,
+                Compression::Gzip => Codec::Gzip,
+                Compression::Snappy => Codec::Snappy,
+                Compression::Lz4 => Codec::Lz4,
+                Compression::Zstd => Codec::Zstd,
+            };
+            assert_eq!(b.codec(), expected);
+        }
+    }
+
+    #[test]
+    fn any_flipped_byte_after_the_crc_is_corrupt() {
+        let bytes = encode(&[b"hello".to_vec(), b"world".to_vec()], Compression::None);
+        for at in CRC_START..bytes.len() {
+            let mut copy = BytesMut::from(&bytes[..]);
+            copy[at] ^= 0x40;
+            let err = RecordBatch::parse_all(&copy.freeze()).unwrap_err();
+            assert_eq!(err.kafka_error(), ResponseError::CorruptMessage, "byte {at}");
+        }
+    }
+
+    #[test]
+    fn truncated_and_wrong_magic_are_refused() {
+        let bytes = encode(&[b"x".to_vec()], Compression::None);
+        let err = RecordBatch::parse_all(&bytes.slice(..bytes.len() - 1)).unwrap_err();
+        assert_eq!(err, BatchError::Corrupt("batch length past the end of the data"));
+        let mut copy = BytesMut::from(&bytes[..]);
+        copy[16] = 1;
+        assert_eq!(
+            RecordBatch::parse_all(&copy.freeze()).unwrap_err(),
+            BatchError::UnsupportedMagic(1)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn patched_batches_decode_with_new_offsets(
+            sizes in proptest::collection::vec(1usize..20, 1..6),
+            base in 0i64..1_000_000_000,
+            codec in 0usize..5,
+        ) {
+            let mut all = BytesMut::new();
+            for (n, size) in sizes.iter().enumerate() {
+                let values: Vec<Vec<u8>> = (0..*size).map(|i| vec![(n + i) as u8; 8]).collect();
+                all.extend_from_slice(&encode(&values, CODECS[codec]));
+            }
+            let whole = all.len();
+            prop_assert_eq!(patch_base_offsets(&mut all, base), whole);
+            let patched = all.freeze();
+            // Still valid (CRC untouched) and offsets are contiguous from `base`.
+            let batches = RecordBatch::parse_all(&patched).unwrap();
+            let mut expected = base;
+            for b in &batches {
+                prop_assert_eq!(b.base_offset(), expected);
+                expected += b.record_count() as i64;
+            }
+            let mut cursor = patched.clone();
+            let sets = RecordBatchDecoder::decode_all(&mut cursor).unwrap();
+            let offsets: Vec<i64> = sets.iter().flat_map(|s| s.records.iter().map(|r| r.offset)).collect();
+            let want: Vec<i64> = (base..base + sizes.iter().sum::<usize>() as i64).collect();
+            prop_assert_eq!(offsets, want);
+        }
+
+        #[test]
+        fn patch_stops_at_a_partial_batch(cut in 1usize..60) {
+            let one = encode(&[b"abc".to_vec()], Compression::None);
+            let mut two = BytesMut::from(&one[..]);
+            two.extend_from_slice(&one[..one.len() - cut.min(one.len() - 1)]);
+            prop_assert_eq!(patch_base_offsets(&mut two, 5), one.len());
+        }
+
+        #[test]
+        fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = RecordBatch::parse_all(&Bytes::from(data.clone()));
+            let mut copy = data;
+            let _ = patch_base_offsets(&mut copy, 0);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! The APIs floe serves and the version ranges it answers for each.
+//!
+//! A range is never wider than what the `kafka-protocol` crate can encode and
+//! decode; it is narrower where floe does not (yet) implement a later version's
+//! semantics (e.g. Produce v13 addresses topics by id only).
+
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::VersionRange;
+
+/// (api, lowest version, highest version) served by floe.
+const SERVED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 16),
+    (ApiKey::ListOffsets, 1, 9),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+];
+
+/// The versions of `api` floe serves, or `None` if it does not serve `api`.
+pub fn served(api: ApiKey) -> Option<VersionRange> {
+    SERVED
+        .iter()
+        .find(|(key, _, _)| *key == api)
+        .map(|&(_, min, max)| VersionRange { min, max }.intersect(&api.valid_versions()))
+}
+
+/// Every served API with its range, for the ApiVersions response.
+pub fn all() -> impl Iterator<Item = (ApiKey, VersionRange)> {
+    SERVED
+        .iter()
+        .filter_map(|&(api, _, _)| served(api).map(|range| (api, range)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_range_is_within_the_codec() {
+        for (api, range) in all() {
+            let codec = api.valid_versions();
+            assert!(!range.is_empty(), "{api:?}");
+            assert!(range.min >= codec.min && range.max <= codec.max, "{api:?}");
+        }
+    }
+
+    #[test]
+    fn unserved_api_has_no_range() {
+        assert!(served(ApiKey::JoinGroup).is_none());
+    }
+}
