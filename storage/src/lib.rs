@@ -1,1 +1,12 @@
-//! wip
+//! floe's object layer.
+//!
+//! - [`store`]: an `object_store` from a URL (`file://`, `memory://`).
+//! - [`keys`]: where each kind of object lives in the bucket.
+//! - [`ingest`]: the ingest-file format shared by ingest and segment objects
+//!   (see `docs/ingest-format.md`).
+
+pub mod ingest;
+pub mod keys;
+pub mod store;
+
+pub use object_store::{ObjectStore, path::Path as ObjectPath};
