@@ -1,1 +1,46 @@
-//! wip
+//! floe's metastore: the one place where offsets are decided.
+//!
+//! [`state`] is the deterministic state machine; [`log`] makes it durable in an
+//! embedded `redb` file; [`LocalMetastore`] is the in-process implementation of
+//! the [`Metastore`] trait that agents use.
+
+pub mod local;
+pub mod log;
+pub mod state;
+pub mod types;
+
+#[cfg(test)]
+mod conformance;
+
+use async_trait::async_trait;
+
+pub use local::LocalMetastore;
+pub use types::*;
+
+/// Everything an agent or compactor asks of the metastore.
+#[async_trait]
+pub trait Metastore: Send + Sync + 'static {
+    async fn create_topic(&self, topic: NewTopic) -> Result<TopicInfo, MetaError>;
+    async fn delete_topic(&self, name: &str) -> Result<(), MetaError>;
+    async fn topics(&self) -> Result<Vec<TopicInfo>, MetaError>;
+    async fn topic(&self, name: &str) -> Result<Option<TopicInfo>, MetaError>;
+    /// Sequences the batches of an uploaded object. The outer error means
+    /// nothing was committed; the inner ones are per batch.
+    async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError>;
+    async fn offsets(&self, topic: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError>;
+    async fn read_plan(
+        &self,
+        topic: TopicId,
+        partition: i32,
+        from: i64,
+        max_bytes: u64,
+    ) -> Result<ReadPlan, MetaError>;
+    async fn list_offsets(
+        &self,
+        topic: TopicId,
+        partition: i32,
+        query: OffsetQuery,
+    ) -> Result<OffsetAnswer, MetaError>;
+    /// Keys of objects that nothing refers to any more.
+    async fn garbage(&self) -> Result<Vec<String>, MetaError>;
+}

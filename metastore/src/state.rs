@@ -1,0 +1,504 @@
+//! The deterministic state machine: the only place where offsets are decided.
+//!
+//! `apply(command)` must give the same result and leave the same state on every
+//! replica for the same sequence of commands, so it never reads clocks, random
+//! numbers or anything outside its arguments: ids and times come inside commands.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::*;
+
+/// A mutation of the metastore, as logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    CreateTopic { id: TopicId, topic: NewTopic },
+    DeleteTopic { name: String },
+    Commit(Commit),
+}
+
+/// What applying a [`Command`] returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Created(Result<TopicInfo, MetaError>),
+    Deleted(Result<(), MetaError>),
+    /// Per batch, in commit order: its base offset, or why it was refused.
+    Committed(Vec<Result<i64, MetaError>>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Extent {
+    base_offset: i64,
+    last_offset: i64,
+    max_timestamp: i64,
+    object: u64,
+    position: u64,
+    length: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Partition {
+    log_start_offset: i64,
+    high_watermark: i64,
+    /// By base offset; contiguous and non-overlapping.
+    extents: BTreeMap<i64, Extent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Topic {
+    info: TopicInfo,
+    partitions: Vec<Partition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Object {
+    key: String,
+    size: u64,
+    /// Extents that still point into this object; at zero it is garbage.
+    live_extents: u64,
+}
+
+/// The whole metastore state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    topics: BTreeMap<String, Topic>,
+    names_by_id: BTreeMap<TopicId, String>,
+    objects: BTreeMap<u64, Object>,
+    next_object: u64,
+    /// Keys of objects nothing points to any more, oldest first, for GC.
+    garbage: Vec<String>,
+}
+
+/// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
+    let invalid = |why: &str| Err(MetaError::InvalidTopicName(name.to_string(), why.to_string()));
+    if name.is_empty() {
+        return invalid("it is empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("`.` and `..` are not allowed");
+    }
+    if name.len() > 249 {
+        return invalid("it is longer than 249 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+/// Most partitions one topic may have; bounds the memory a request can claim.
+pub const MAX_PARTITIONS: i32 = 10_000;
+
+impl State {
+    pub fn apply(&mut self, command: Command) -> Reply {
+        match command {
+            Command::CreateTopic { id, topic } => Reply::Created(self.create_topic(id, topic)),
+            Command::DeleteTopic { name } => Reply::Deleted(self.delete_topic(&name)),
+            Command::Commit(commit) => Reply::Committed(self.commit(commit)),
+        }
+    }
+
+    fn create_topic(&mut self, id: TopicId, topic: NewTopic) -> Result<TopicInfo, MetaError> {
+        validate_topic_name(&topic.name)?;
+        if topic.partitions < 1 || topic.partitions > MAX_PARTITIONS {
+            return Err(MetaError::InvalidPartitions(topic.partitions));
+        }
+        if self.topics.contains_key(&topic.name) {
+            return Err(MetaError::TopicExists(topic.name));
+        }
+        let info = TopicInfo {
+            id,
+            name: topic.name.clone(),
+            partitions: topic.partitions,
+            configs: topic.configs,
+        };
+        self.names_by_id.insert(id, topic.name.clone());
+        self.topics.insert(
+            topic.name,
+            Topic {
+                info: info.clone(),
+                partitions: vec![Partition::default(); info.partitions as usize],
+            },
+        );
+        Ok(info)
+    }
+
+    fn delete_topic(&mut self, name: &str) -> Result<(), MetaError> {
+        let topic = self
+            .topics
+            .remove(name)
+            .ok_or(MetaError::UnknownTopicOrPartition)?;
+        self.names_by_id.remove(&topic.info.id);
+        for partition in topic.partitions {
+            for extent in partition.extents.into_values() {
+                self.release(extent.object);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops one extent's hold on an object; the last one makes it garbage.
+    fn release(&mut self, object: u64) {
+        let Some(entry) = self.objects.get_mut(&object) else {
+            return;
+        };
+        entry.live_extents -= 1;
+        if entry.live_extents == 0 {
+            let gone = self.objects.remove(&object).expect("just seen");
+            self.garbage.push(gone.key);
+        }
+    }
+
+    fn commit(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
+        let object = self.next_object;
+        self.next_object += 1;
+        let mut live_extents = 0;
+        let mut results = Vec::with_capacity(commit.batches.len());
+        for batch in &commit.batches {
+            let Some(partition) = self.partition_by_id_mut(batch.topic_id, batch.partition) else {
+                results.push(Err(MetaError::UnknownTopicOrPartition));
+                continue;
+            };
+            let base_offset = partition.high_watermark;
+            let last_offset = base_offset + batch.record_count as i64 - 1;
+            partition.high_watermark = last_offset + 1;
+            let extends_last = partition.extents.values_mut().next_back().filter(|e| {
+                e.object == object
+                    && e.position + e.length == batch.position
+                    && e.last_offset + 1 == base_offset
+            });
+            match extends_last {
+                Some(extent) => {
+                    extent.last_offset = last_offset;
+                    extent.length += batch.length as u64;
+                    extent.max_timestamp = extent.max_timestamp.max(batch.max_timestamp);
+                }
+                None => {
+                    partition.extents.insert(
+                        base_offset,
+                        Extent {
+                            base_offset,
+                            last_offset,
+                            max_timestamp: batch.max_timestamp,
+                            object,
+                            position: batch.position,
+                            length: batch.length as u64,
+                        },
+                    );
+                    live_extents += 1;
+                }
+            }
+            results.push(Ok(base_offset));
+        }
+        if live_extents == 0 {
+            self.garbage.push(commit.object_key);
+        } else {
+            self.objects.insert(
+                object,
+                Object {
+                    key: commit.object_key,
+                    size: commit.object_size,
+                    live_extents,
+                },
+            );
+        }
+        results
+    }
+
+    fn partition_by_id_mut(&mut self, id: TopicId, partition: i32) -> Option<&mut Partition> {
+        let name = self.names_by_id.get(&id)?;
+        let topic = self.topics.get_mut(name)?;
+        topic.partitions.get_mut(usize::try_from(partition).ok()?)
+    }
+
+    fn partition(&self, id: TopicId, partition: i32) -> Result<&Partition, MetaError> {
+        self.names_by_id
+            .get(&id)
+            .and_then(|name| self.topics.get(name))
+            .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?))
+            .ok_or(MetaError::UnknownTopicOrPartition)
+    }
+
+    fn extent_ref(&self, e: &Extent) -> ExtentRef {
+        let object = &self.objects[&e.object];
+        ExtentRef {
+            base_offset: e.base_offset,
+            last_offset: e.last_offset,
+            max_timestamp: e.max_timestamp,
+            object_key: object.key.clone(),
+            object_size: object.size,
+            position: e.position,
+            length: e.length,
+        }
+    }
+
+    // ---- queries ----
+
+    pub fn topics(&self) -> Vec<TopicInfo> {
+        self.topics.values().map(|t| t.info.clone()).collect()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicInfo> {
+        self.topics.get(name).map(|t| t.info.clone())
+    }
+
+    pub fn offsets(&self, id: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError> {
+        let p = self.partition(id, partition)?;
+        Ok(PartitionOffsets {
+            log_start_offset: p.log_start_offset,
+            high_watermark: p.high_watermark,
+        })
+    }
+
+    /// Extents holding `[from, ...)`, adding extents until `max_bytes` is reached
+    /// (always at least one if there is data at `from`).
+    pub fn read_plan(
+        &self,
+        id: TopicId,
+        partition: i32,
+        from: i64,
+        max_bytes: u64,
+    ) -> Result<ReadPlan, MetaError> {
+        let p = self.partition(id, partition)?;
+        if from < p.log_start_offset || from > p.high_watermark {
+            return Err(MetaError::OffsetOutOfRange {
+                offset: from,
+                log_start_offset: p.log_start_offset,
+                high_watermark: p.high_watermark,
+            });
+        }
+        let mut extents = Vec::new();
+        let mut bytes = 0u64;
+        let first = p
+            .extents
+            .range(..=from)
+            .next_back()
+            .map(|(base, _)| *base)
+            .unwrap_or(from);
+        for extent in p.extents.range(first..).map(|(_, e)| e) {
+            if extent.last_offset < from {
+                continue;
+            }
+            if !extents.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            bytes += extent.length;
+            extents.push(self.extent_ref(extent));
+        }
+        Ok(ReadPlan {
+            log_start_offset: p.log_start_offset,
+            high_watermark: p.high_watermark,
+            extents,
+        })
+    }
+
+    pub fn list_offsets(
+        &self,
+        id: TopicId,
+        partition: i32,
+        query: OffsetQuery,
+    ) -> Result<OffsetAnswer, MetaError> {
+        let p = self.partition(id, partition)?;
+        Ok(match query {
+            OffsetQuery::Earliest => OffsetAnswer::Offset(p.log_start_offset),
+            OffsetQuery::Latest => OffsetAnswer::Offset(p.high_watermark),
+            OffsetQuery::Timestamp(ts) => p
+                .extents
+                .values()
+                .find(|e| e.max_timestamp >= ts)
+                .map(|e| OffsetAnswer::InExtent(self.extent_ref(e)))
+                .unwrap_or(OffsetAnswer::NotFound),
+        })
+    }
+
+    /// A topic's name from its id.
+    pub fn topic_name(&self, id: TopicId) -> Option<&str> {
+        self.names_by_id.get(&id).map(String::as_str)
+    }
+
+    /// Object keys no extent points to any more.
+    pub fn garbage(&self) -> &[String] {
+        &self.garbage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use uuid::Uuid;
+
+    fn create(state: &mut State, name: &str, partitions: i32) -> TopicId {
+        let id = Uuid::from_u128(state.topics.len() as u128 + 1);
+        let reply = state.apply(Command::CreateTopic {
+            id,
+            topic: NewTopic {
+                name: name.into(),
+                partitions,
+                configs: Default::default(),
+            },
+        });
+        assert!(matches!(reply, Reply::Created(Ok(_))), "{reply:?}");
+        id
+    }
+
+    fn batch(topic_id: TopicId, partition: i32, position: u64, count: i32) -> CommitBatch {
+        CommitBatch {
+            topic_id,
+            partition,
+            position,
+            length: 100,
+            record_count: count,
+            max_timestamp: 1_000 + position as i64,
+        }
+    }
+
+    fn commit(state: &mut State, key: &str, batches: Vec<CommitBatch>) -> Vec<Result<i64, MetaError>> {
+        match state.apply(Command::Commit(Commit {
+            object_key: key.into(),
+            object_size: 1_000,
+            batches,
+        })) {
+            Reply::Committed(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn offsets_are_contiguous_per_partition() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 2);
+        let r = commit(&mut s, "o1", vec![batch(t, 0, 0, 3), batch(t, 1, 100, 5), batch(t, 0, 200, 2)]);
+        assert_eq!(r, vec![Ok(0), Ok(0), Ok(3)]);
+        let r = commit(&mut s, "o2", vec![batch(t, 0, 0, 1)]);
+        assert_eq!(r, vec![Ok(5)]);
+        assert_eq!(s.offsets(t, 0).unwrap().high_watermark, 6);
+        assert_eq!(s.offsets(t, 1).unwrap().high_watermark, 5);
+    }
+
+    #[test]
+    fn adjacent_batches_merge_into_one_extent() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        commit(&mut s, "o1", vec![batch(t, 0, 0, 3), batch(t, 0, 100, 2)]);
+        let plan = s.read_plan(t, 0, 0, u64::MAX).unwrap();
+        assert_eq!(plan.extents.len(), 1);
+        assert_eq!(plan.extents[0].last_offset, 4);
+        assert_eq!(plan.extents[0].length, 200);
+        let plan = s.read_plan(t, 0, 4, u64::MAX).unwrap();
+        assert_eq!(plan.extents.len(), 1);
+        assert!(s.read_plan(t, 0, 5, u64::MAX).unwrap().extents.is_empty());
+        assert!(matches!(
+            s.read_plan(t, 0, 6, u64::MAX),
+            Err(MetaError::OffsetOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_partition_is_refused_per_batch() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        let r = commit(&mut s, "o1", vec![batch(t, 1, 0, 1), batch(Uuid::nil(), 0, 100, 1), batch(t, 0, 200, 1)]);
+        assert_eq!(
+            r,
+            vec![
+                Err(MetaError::UnknownTopicOrPartition),
+                Err(MetaError::UnknownTopicOrPartition),
+                Ok(0)
+            ]
+        );
+        // An object none of whose batches landed is garbage at once.
+        commit(&mut s, "o2", vec![batch(t, 9, 0, 1)]);
+        assert_eq!(s.garbage(), ["o2".to_string()]);
+    }
+
+    #[test]
+    fn deleting_a_topic_frees_its_objects() {
+        let mut s = State::default();
+        let a = create(&mut s, "a", 1);
+        let b = create(&mut s, "b", 1);
+        commit(&mut s, "shared", vec![batch(a, 0, 0, 1), batch(b, 0, 100, 1)]);
+        commit(&mut s, "only-a", vec![batch(a, 0, 0, 1)]);
+        assert_eq!(s.apply(Command::DeleteTopic { name: "a".into() }), Reply::Deleted(Ok(())));
+        assert_eq!(s.garbage(), ["only-a".to_string()]);
+        assert_eq!(s.apply(Command::DeleteTopic { name: "b".into() }), Reply::Deleted(Ok(())));
+        assert_eq!(s.garbage(), ["only-a".to_string(), "shared".to_string()]);
+        assert_eq!(
+            s.apply(Command::DeleteTopic { name: "b".into() }),
+            Reply::Deleted(Err(MetaError::UnknownTopicOrPartition))
+        );
+    }
+
+    #[test]
+    fn topic_validation() {
+        let mut s = State::default();
+        create(&mut s, "ok.name_1-x", 1);
+        for (name, partitions) in [("", 1), ("..", 1), ("bad/name", 1), ("fine", 0), ("fine", MAX_PARTITIONS + 1)] {
+            let reply = s.apply(Command::CreateTopic {
+                id: Uuid::from_u128(99),
+                topic: NewTopic { name: name.into(), partitions, configs: Default::default() },
+            });
+            assert!(matches!(reply, Reply::Created(Err(_))), "{name} {partitions}");
+        }
+        let dup = s.apply(Command::CreateTopic {
+            id: Uuid::from_u128(98),
+            topic: NewTopic { name: "ok.name_1-x".into(), partitions: 1, configs: Default::default() },
+        });
+        assert_eq!(dup, Reply::Created(Err(MetaError::TopicExists("ok.name_1-x".into()))));
+    }
+
+    #[test]
+    fn timestamp_lookup_finds_first_extent_reaching_target() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        commit(&mut s, "o1", vec![batch(t, 0, 0, 2)]); // max ts 1000
+        commit(&mut s, "o2", vec![batch(t, 0, 500, 2)]); // max ts 1500
+        let at = |ts| s.list_offsets(t, 0, OffsetQuery::Timestamp(ts)).unwrap();
+        assert!(matches!(at(900), OffsetAnswer::InExtent(e) if e.base_offset == 0));
+        assert!(matches!(at(1200), OffsetAnswer::InExtent(e) if e.base_offset == 2));
+        assert_eq!(at(2000), OffsetAnswer::NotFound);
+        assert_eq!(s.list_offsets(t, 0, OffsetQuery::Latest).unwrap(), OffsetAnswer::Offset(4));
+    }
+
+    proptest! {
+        /// Whatever the interleaving of commits, every partition's offsets are
+        /// handed out exactly once, contiguously from 0, and the extents tile them.
+        #[test]
+        fn offsets_are_unique_and_contiguous(
+            commits in proptest::collection::vec(
+                proptest::collection::vec((0i32..4, 1i32..50), 1..10), 1..30)
+        ) {
+            let mut s = State::default();
+            let t = create(&mut s, "t", 4);
+            let mut seen: Vec<Vec<(i64, i32)>> = vec![Vec::new(); 4];
+            for (n, batches) in commits.iter().enumerate() {
+                let list: Vec<CommitBatch> = batches.iter().enumerate()
+                    .map(|(i, &(p, c))| batch(t, p, i as u64 * 100, c)).collect();
+                let results = commit(&mut s, &format!("o{n}"), list);
+                for (&(p, c), r) in batches.iter().zip(results) {
+                    seen[p as usize].push((r.unwrap(), c));
+                }
+            }
+            for (p, got) in seen.iter().enumerate() {
+                let mut next = 0i64;
+                for &(base, count) in got {
+                    prop_assert_eq!(base, next);
+                    next += count as i64;
+                }
+                prop_assert_eq!(s.offsets(t, p as i32).unwrap().high_watermark, next);
+                let plan = s.read_plan(t, p as i32, 0, u64::MAX).unwrap();
+                let mut expect = 0i64;
+                for e in &plan.extents {
+                    prop_assert_eq!(e.base_offset, expect);
+                    expect = e.last_offset + 1;
+                }
+                prop_assert_eq!(expect, next);
+            }
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Plain types the metastore speaks in. It knows nothing of the Kafka wire.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub type TopicId = Uuid;
+
+/// A topic as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicInfo {
+    pub id: TopicId,
+    pub name: String,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A request to create a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One Kafka record batch, uploaded inside an object, to be given offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitBatch {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    /// First byte of the batch in the object.
+    pub position: u64,
+    pub length: u32,
+    pub record_count: i32,
+    pub max_timestamp: i64,
+}
+
+/// "This object is uploaded; sequence these batches in it." Batches of one
+/// partition are given offsets in the order listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Commit {
+    pub object_key: String,
+    pub object_size: u64,
+    pub batches: Vec<CommitBatch>,
+}
+
+/// A run of batches of one partition stored contiguously in one object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtentRef {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub object_key: String,
+    pub object_size: u64,
+    pub position: u64,
+    pub length: u64,
+}
+
+/// What a reader needs to serve a fetch from some offset on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadPlan {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// Extents covering `[from, ...)` in offset order, the first one containing `from`.
+    pub extents: Vec<ExtentRef>,
+}
+
+/// Which offset a ListOffsets asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OffsetQuery {
+    Earliest,
+    Latest,
+    /// The first record whose timestamp is at least this.
+    Timestamp(i64),
+}
+
+/// The answer to an [`OffsetQuery`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OffsetAnswer {
+    /// An exact offset (earliest, latest).
+    Offset(i64),
+    /// The first extent whose max timestamp reaches the target; the exact record
+    /// is inside it, which only a reader of the batches can tell.
+    InExtent(ExtentRef),
+    /// No record has a timestamp that late.
+    NotFound,
+}
+
+/// A partition's offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionOffsets {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+}
+
+/// Errors of metastore operations. Each maps onto one Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum MetaError {
+    #[error("topic `{0}` already exists")]
+    TopicExists(String),
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error("invalid topic name `{0}`: {1}")]
+    InvalidTopicName(String, String),
+    #[error("invalid partition count {0}")]
+    InvalidPartitions(i32),
+    #[error("offset {offset} is outside [{log_start_offset}, {high_watermark}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        high_watermark: i64,
+    },
+    #[error("metastore storage failed: {0}")]
+    Storage(String),
+}
