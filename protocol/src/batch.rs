@@ -217,6 +217,22 @@ pub fn patch_base_offsets(buf: &mut [u8], mut base_offset: i64) -> usize {
     at
 }
 
+/// Byte position of the first whole batch in `buf` whose last offset is at
+/// least `offset` (or `buf.len()` if none is). Used after [`patch_base_offsets`]
+/// to drop batches a fetch starts past.
+pub fn skip_batches_before(buf: &[u8], offset: i64) -> usize {
+    let mut at = 0;
+    while buf.len() - at >= HEADER_LEN {
+        let total = LOG_OVERHEAD + be_i32(buf, at + 8).max(0) as usize;
+        let last_offset = be_i64(buf, at) + be_i32(buf, at + 23) as i64;
+        if last_offset >= offset || buf.len() - at < total {
+            return at;
+        }
+        at += total;
+    }
+    buf.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +362,29 @@ mod tests {
             let offsets: Vec<i64> = sets.iter().flat_map(|s| s.records.iter().map(|r| r.offset)).collect();
             let want: Vec<i64> = (base..base + sizes.iter().sum::<usize>() as i64).collect();
             prop_assert_eq!(offsets, want);
+        }
+
+        #[test]
+        fn skipping_lands_on_the_batch_holding_the_offset(sizes in proptest::collection::vec(1usize..10, 1..6), target in 0i64..60) {
+            let mut all = BytesMut::new();
+            let mut starts = Vec::new();
+            for size in &sizes {
+                starts.push(all.len());
+                let values: Vec<Vec<u8>> = (0..*size).map(|i| vec![i as u8; 4]).collect();
+                all.extend_from_slice(&encode(&values, Compression::None));
+            }
+            patch_base_offsets(&mut all, 0);
+            let at = skip_batches_before(&all, target);
+            let mut first = 0i64;
+            let mut expected = all.len();
+            for (n, size) in sizes.iter().enumerate() {
+                if first + *size as i64 - 1 >= target {
+                    expected = starts[n];
+                    break;
+                }
+                first += *size as i64;
+            }
+            prop_assert_eq!(at, expected);
         }
 
         #[test]

@@ -1,0 +1,260 @@
+//! The produce path: batches from every partition and connection go into one
+//! ingest file per flush; the file is uploaded, then committed to the
+//! metastore, which assigns offsets; only then are producers answered.
+//!
+//! Uploads of successive files may overlap (`max_inflight_uploads`), but their
+//! commits are applied strictly in file order, so a partition's batches get
+//! offsets in the order this agent accepted them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use floe_cache::BlockCache;
+use floe_metastore::{Commit, CommitBatch, MetaError, Metastore, TopicId};
+use floe_protocol::batch::RecordBatch;
+use floe_storage::ingest::IngestWriter;
+use floe_storage::{ObjectStore, keys};
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+/// Why an append was not committed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AppendError {
+    /// The upload or the commit failed; nothing was sequenced. Retriable.
+    #[error("storage unavailable: {0}")]
+    Storage(String),
+    /// The metastore refused this batch (e.g. its topic was deleted meanwhile).
+    #[error(transparent)]
+    Refused(MetaError),
+}
+
+struct Append {
+    topic_id: TopicId,
+    partition: i32,
+    batch: RecordBatch,
+    reply: oneshot::Sender<Result<i64, AppendError>>,
+    /// Memory budget held until the batch is answered.
+    _budget: OwnedSemaphorePermit,
+}
+
+/// Handle to the batcher task; cheap to clone.
+#[derive(Clone)]
+pub struct Batcher {
+    appends: mpsc::Sender<Append>,
+    budget: Arc<Semaphore>,
+    budget_bytes: u32,
+}
+
+pub struct BatcherConfig {
+    pub flush_interval: Duration,
+    pub flush_bytes: u64,
+    pub max_buffered_bytes: u64,
+    pub max_inflight_uploads: usize,
+}
+
+impl Batcher {
+    /// Starts the batcher and uploader tasks. `commits` is bumped after every
+    /// successful commit so that long-polling fetches wake up.
+    pub fn start(
+        config: BatcherConfig,
+        store: Arc<dyn ObjectStore>,
+        meta: Arc<dyn Metastore>,
+        cache: Arc<BlockCache>,
+        commits: watch::Sender<u64>,
+    ) -> Batcher {
+        let budget_bytes = config.max_buffered_bytes.min(u32::MAX as u64) as u32;
+        let (appends, appends_rx) = mpsc::channel(4096);
+        let (files, files_rx) = mpsc::channel(config.max_inflight_uploads);
+        tokio::spawn(collect(appends_rx, files, config.flush_interval, config.flush_bytes));
+        tokio::spawn(upload_and_commit(
+            files_rx,
+            config.max_inflight_uploads,
+            store,
+            meta,
+            cache,
+            commits,
+        ));
+        Batcher {
+            appends,
+            budget: Arc::new(Semaphore::new(budget_bytes as usize)),
+            budget_bytes,
+        }
+    }
+
+    /// Adds one validated batch to the next ingest file and waits until it is
+    /// committed. Returns the batch's base offset.
+    pub async fn append(
+        &self,
+        topic_id: TopicId,
+        partition: i32,
+        batch: RecordBatch,
+    ) -> Result<i64, AppendError> {
+        let cost = (batch.len() as u64).clamp(1, self.budget_bytes as u64) as u32;
+        let budget = self
+            .budget
+            .clone()
+            .acquire_many_owned(cost)
+            .await
+            .map_err(|_| AppendError::Storage("agent is shutting down".into()))?;
+        let (reply, answer) = oneshot::channel();
+        let append = Append {
+            topic_id,
+            partition,
+            batch,
+            reply,
+            _budget: budget,
+        };
+        let gone = || AppendError::Storage("agent is shutting down".into());
+        self.appends.send(append).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+/// The appends of one future ingest file, grouped by partition in arrival order.
+#[derive(Default)]
+struct PendingFile {
+    partitions: Vec<((TopicId, i32), Vec<Append>)>,
+    index: HashMap<(TopicId, i32), usize>,
+    bytes: u64,
+}
+
+impl PendingFile {
+    fn push(&mut self, append: Append) {
+        self.bytes += append.batch.len() as u64;
+        let key = (append.topic_id, append.partition);
+        let slot = *self.index.entry(key).or_insert_with(|| {
+            self.partitions.push((key, Vec::new()));
+            self.partitions.len() - 1
+        });
+        self.partitions[slot].1.push(append);
+    }
+
+    /// Lays the batches out as an ingest file and lists them for the commit.
+    fn build(self) -> (Bytes, Commit, Vec<Append>) {
+        let key = keys::new_ingest_key();
+        let mut writer = IngestWriter::new();
+        let mut batches = Vec::new();
+        let mut appends = Vec::new();
+        for ((topic_id, partition), group) in self.partitions {
+            let raw: Vec<Bytes> = group.iter().map(|a| a.batch.bytes().clone()).collect();
+            let entry = writer.add_chunk(topic_id, partition, &raw);
+            let mut position = entry.position;
+            for append in group {
+                batches.push(CommitBatch {
+                    topic_id,
+                    partition,
+                    position,
+                    length: append.batch.len() as u32,
+                    record_count: append.batch.record_count(),
+                    max_timestamp: append.batch.max_timestamp(),
+                });
+                position += append.batch.len() as u64;
+                appends.push(append);
+            }
+        }
+        let bytes = writer.finish();
+        let commit = Commit {
+            object_key: key.to_string(),
+            object_size: bytes.len() as u64,
+            batches,
+        };
+        (bytes, commit, appends)
+    }
+}
+
+/// Gathers appends until `flush_bytes` or `flush_interval` after the first one.
+async fn collect(
+    mut appends: mpsc::Receiver<Append>,
+    files: mpsc::Sender<PendingFile>,
+    flush_interval: Duration,
+    flush_bytes: u64,
+) {
+    while let Some(first) = appends.recv().await {
+        let deadline = Instant::now() + flush_interval;
+        let mut file = PendingFile::default();
+        file.push(first);
+        while file.bytes < flush_bytes {
+            tokio::select! {
+                next = appends.recv() => match next {
+                    Some(append) => file.push(append),
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        if files.send(file).await.is_err() {
+            return;
+        }
+    }
+}
+
+struct Uploaded {
+    bytes: Bytes,
+    commit: Commit,
+    appends: Vec<Append>,
+    result: Result<(), object_store::Error>,
+}
+
+async fn upload_and_commit(
+    files: mpsc::Receiver<PendingFile>,
+    max_inflight: usize,
+    store: Arc<dyn ObjectStore>,
+    meta: Arc<dyn Metastore>,
+    cache: Arc<BlockCache>,
+    commits: watch::Sender<u64>,
+) {
+    let uploads = futures::stream::unfold(files, |mut rx| async move {
+        rx.recv().await.map(|file| (file, rx))
+    })
+    .map(|file| {
+        let store = store.clone();
+        async move {
+            let (bytes, commit, appends) = file.build();
+            let path = object_store::path::Path::from(commit.object_key.as_str());
+            let result = store.put(&path, bytes.clone().into()).await.map(|_| ());
+            Uploaded {
+                bytes,
+                commit,
+                appends,
+                result,
+            }
+        }
+    })
+    // `buffered` yields in submission order: uploads overlap, commits do not reorder.
+    .buffered(max_inflight);
+    futures::pin_mut!(uploads);
+    while let Some(up) = uploads.next().await {
+        let key = up.commit.object_key.clone();
+        if let Err(e) = up.result {
+            tracing::warn!(object = %key, error = %e, "ingest upload failed; producers get a retriable error");
+            reply_all(up.appends, AppendError::Storage(e.to_string()));
+            continue;
+        }
+        cache.insert_object(&key, &up.bytes);
+        let batches = up.commit.batches.len();
+        match meta.commit(up.commit).await {
+            Ok(results) => {
+                for (append, result) in up.appends.into_iter().zip(results) {
+                    let _ = append.reply.send(result.map_err(AppendError::Refused));
+                }
+                commits.send_modify(|n| *n += 1);
+                tracing::debug!(object = %key, bytes = up.bytes.len(), batches, "ingest file committed");
+            }
+            Err(e) => {
+                // The object is uploaded but sequenced nowhere: an orphan for GC.
+                tracing::warn!(object = %key, error = %e, "commit failed; uploaded object is orphaned");
+                reply_all(up.appends, AppendError::Storage(e.to_string()));
+            }
+        }
+    }
+}
+
+fn reply_all(appends: Vec<Append>, error: AppendError) {
+    for append in appends {
+        let _ = append.reply.send(Err(error.clone()));
+    }
+}

@@ -1,0 +1,112 @@
+//! What every request handler shares: configuration, metastore, object store,
+//! cache, the produce batcher and the commit signal that wakes fetches.
+
+use std::sync::Arc;
+
+use floe_cache::BlockCache;
+use floe_metastore::{MetaError, Metastore, NewTopic, TopicInfo};
+use floe_protocol::ResponseError;
+use floe_storage::ObjectStore;
+use tokio::sync::watch;
+
+use crate::batcher::{Batcher, BatcherConfig};
+use crate::config::Config;
+
+pub struct Broker {
+    pub config: Config,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub meta: Arc<dyn Metastore>,
+    pub store: Arc<dyn ObjectStore>,
+    pub cache: Arc<BlockCache>,
+    pub batcher: Batcher,
+    /// Bumped after every commit of this agent; fetches long-poll on it.
+    pub commits: watch::Receiver<u64>,
+}
+
+impl Broker {
+    pub fn new(
+        config: Config,
+        meta: Arc<dyn Metastore>,
+        store: Arc<dyn ObjectStore>,
+    ) -> anyhow::Result<Broker> {
+        config.validate()?;
+        let (advertised_host, advertised_port) = config.advertised()?;
+        let cache = Arc::new(BlockCache::new(
+            store.clone(),
+            config.cache_bytes.as_u64() as usize,
+            config.cache_block_bytes.as_u64(),
+        ));
+        let (commit_tx, commits) = watch::channel(0);
+        let batcher = Batcher::start(
+            BatcherConfig {
+                flush_interval: config.flush_interval,
+                flush_bytes: config.flush_bytes.as_u64(),
+                max_buffered_bytes: config.max_buffered_bytes.as_u64(),
+                max_inflight_uploads: config.max_inflight_uploads,
+            },
+            store.clone(),
+            meta.clone(),
+            cache.clone(),
+            commit_tx,
+        );
+        Ok(Broker {
+            config,
+            advertised_host,
+            advertised_port,
+            meta,
+            store,
+            cache,
+            batcher,
+            commits,
+        })
+    }
+
+    /// Looks a topic up, creating it with the default partition count when
+    /// `auto_create` allows (Kafka's `auto.create.topics.enable`).
+    pub async fn topic_or_create(
+        &self,
+        name: &str,
+        auto_create: bool,
+    ) -> Result<TopicInfo, MetaError> {
+        if let Some(topic) = self.meta.topic(name).await? {
+            return Ok(topic);
+        }
+        if !(auto_create && self.config.auto_create_topics) {
+            return Err(MetaError::UnknownTopicOrPartition);
+        }
+        let created = self
+            .meta
+            .create_topic(NewTopic {
+                name: name.to_string(),
+                partitions: self.config.default_partitions,
+                configs: Default::default(),
+            })
+            .await;
+        match created {
+            Ok(topic) => {
+                tracing::info!(topic = name, partitions = topic.partitions, "auto-created topic");
+                Ok(topic)
+            }
+            // Another request created it first.
+            Err(MetaError::TopicExists(_)) => self
+                .meta
+                .topic(name)
+                .await?
+                .ok_or(MetaError::UnknownTopicOrPartition),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The Kafka error a broker sends for a metastore error.
+pub fn kafka_error(e: &MetaError) -> ResponseError {
+    match e {
+        MetaError::TopicExists(_) => ResponseError::TopicAlreadyExists,
+        MetaError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        MetaError::InvalidTopicName(..) => ResponseError::InvalidTopicException,
+        MetaError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        MetaError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        MetaError::Storage(_) => ResponseError::KafkaStorageError,
+    }
+}

@@ -1,0 +1,133 @@
+//! Agent configuration: `floe.toml`, overridden by flags and `FLOE_*` env vars.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the Kafka listener binds.
+    pub listen: SocketAddr,
+    /// `host:port` clients are told to connect to; defaults to `listen`.
+    pub advertise: Option<String>,
+    /// This agent's broker id in Metadata.
+    pub node_id: i32,
+    /// Folder for local state (the embedded metastore's log).
+    pub data_dir: PathBuf,
+    /// Where objects go: `file://PATH` or `memory://`.
+    pub object_store: String,
+    /// The embedded metastore's redb file; defaults to `<data_dir>/metastore.redb`.
+    pub metastore_path: Option<PathBuf>,
+    /// Longest a produced batch waits before its ingest file is uploaded.
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
+    /// An ingest file is uploaded as soon as it holds this much.
+    pub flush_bytes: ByteSize,
+    /// Produced bytes held in memory awaiting upload; producers wait beyond it.
+    pub max_buffered_bytes: ByteSize,
+    /// Ingest files being uploaded at once (commits still go in file order).
+    pub max_inflight_uploads: usize,
+    /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
+    pub max_frame_bytes: ByteSize,
+    /// Memory for cached object blocks.
+    pub cache_bytes: ByteSize,
+    /// Size of one cached block; reads fetch whole aligned blocks.
+    pub cache_block_bytes: ByteSize,
+    /// Create unknown topics on Metadata/Produce, as `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// Partitions of auto-created topics and of CreateTopics with -1.
+    pub default_partitions: i32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:9092".parse().expect("valid address"),
+            advertise: None,
+            node_id: 0,
+            data_dir: PathBuf::from("./floe-data"),
+            object_store: "file://./floe-data/objects".to_string(),
+            metastore_path: None,
+            flush_interval: Duration::from_millis(250),
+            flush_bytes: ByteSize::mib(8),
+            max_buffered_bytes: ByteSize::mib(256),
+            max_inflight_uploads: 4,
+            max_frame_bytes: ByteSize::mib(100),
+            cache_bytes: ByteSize::mib(512),
+            cache_block_bytes: ByteSize::mib(4),
+            auto_create_topics: true,
+            default_partitions: 1,
+        }
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))
+    }
+
+    pub fn metastore_path(&self) -> PathBuf {
+        self.metastore_path
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("metastore.redb"))
+    }
+
+    /// The host and port clients are sent to.
+    pub fn advertised(&self) -> anyhow::Result<(String, i32)> {
+        let Some(advertise) = &self.advertise else {
+            return Ok((self.listen.ip().to_string(), self.listen.port() as i32));
+        };
+        let (host, port) = advertise
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow::anyhow!("advertise `{advertise}` is not host:port"))?;
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| anyhow::anyhow!("advertise `{advertise}` has a bad port"))?;
+        Ok((host.to_string(), port as i32))
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.flush_bytes.as_u64() > 0, "flush_bytes must be positive");
+        anyhow::ensure!(
+            self.max_buffered_bytes >= self.flush_bytes,
+            "max_buffered_bytes must be at least flush_bytes"
+        );
+        anyhow::ensure!(self.max_inflight_uploads > 0, "max_inflight_uploads must be positive");
+        anyhow::ensure!(
+            (1..=floe_metastore::state::MAX_PARTITIONS).contains(&self.default_partitions),
+            "default_partitions must be in 1..={}",
+            floe_metastore::state::MAX_PARTITIONS
+        );
+        anyhow::ensure!(self.cache_block_bytes.as_u64() > 0, "cache_block_bytes must be positive");
+        self.advertised()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_readable_sizes_and_durations() {
+        let c: Config = toml::from_str(
+            "flush_interval = \"50ms\"\nflush_bytes = \"2 MiB\"\nlisten = \"127.0.0.1:19092\"",
+        )
+        .unwrap();
+        assert_eq!(c.flush_interval, Duration::from_millis(50));
+        assert_eq!(c.flush_bytes.as_u64(), 2 * 1024 * 1024);
+        assert_eq!(c.advertised().unwrap(), ("127.0.0.1".to_string(), 19092));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(toml::from_str::<Config>("flush_intervall = \"1s\"").is_err());
+    }
+}

@@ -1,0 +1,135 @@
+//! Fetch: find the extents holding each requested offset, read them through the
+//! cache, patch base offsets and return the raw batches. An empty fetch waits
+//! for new commits until `min_bytes` arrive or `max_wait_ms` passes.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use floe_metastore::{MetaError, TopicInfo};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use floe_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use tokio::time::Instant;
+
+use crate::broker::{Broker, kafka_error};
+use crate::read::read_extents;
+
+/// Longest a fetch may wait, whatever the client asks.
+const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
+
+struct Wanted {
+    topic: Option<TopicInfo>,
+    /// As the client named the topic (name before v13, id from v13).
+    name: TopicName,
+    id: uuid::Uuid,
+    partitions: Vec<(i32, i64, i32)>,
+}
+
+pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
+    let by_id = version >= 13;
+    let all_topics = if by_id { broker.meta.topics().await.unwrap_or_default() } else { Vec::new() };
+    let mut wanted = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let topic = if by_id {
+            all_topics.iter().find(|i| i.id == t.topic_id).cloned()
+        } else {
+            broker.meta.topic(&t.topic.0).await.ok().flatten()
+        };
+        wanted.push(Wanted {
+            topic,
+            name: t.topic,
+            id: t.topic_id,
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| (p.partition, p.fetch_offset, p.partition_max_bytes))
+                .collect(),
+        });
+    }
+
+    let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
+    let deadline = Instant::now() + wait;
+    let min_bytes = req.min_bytes.max(0) as usize;
+    let max_bytes = if req.max_bytes <= 0 { i32::MAX } else { req.max_bytes } as usize;
+    let mut commits = broker.commits.clone();
+    loop {
+        // Mark the current commit count seen *before* reading, so a commit that
+        // lands during the read still wakes the wait below.
+        commits.borrow_and_update();
+        let (responses, bytes) = read_all(broker, &wanted, max_bytes, by_id).await;
+        if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
+            return FetchResponse::default().with_responses(responses);
+        }
+        if tokio::time::timeout_at(deadline, commits.changed()).await.is_err() {
+            let (responses, _) = read_all(broker, &wanted, max_bytes, by_id).await;
+            return FetchResponse::default().with_responses(responses);
+        }
+    }
+}
+
+async fn read_all(
+    broker: &Broker,
+    wanted: &[Wanted],
+    max_bytes: usize,
+    by_id: bool,
+) -> (Vec<FetchableTopicResponse>, usize) {
+    let mut total = 0usize;
+    let mut responses = Vec::with_capacity(wanted.len());
+    for w in wanted {
+        let mut partitions = Vec::with_capacity(w.partitions.len());
+        for &(partition, offset, partition_max) in &w.partitions {
+            let budget = (partition_max.max(0) as usize).min(max_bytes.saturating_sub(total));
+            let data = match &w.topic {
+                None if by_id => Err(ResponseError::UnknownTopicId),
+                None => Err(ResponseError::UnknownTopicOrPartition),
+                // KIP-74: the first batch is returned even if larger than the limits.
+                Some(topic) => read_partition(broker, topic, partition, offset, budget.max(1)).await,
+            };
+            let response = PartitionData::default().with_partition_index(partition);
+            partitions.push(match data {
+                Ok((hw, log_start, records)) => {
+                    total += records.len();
+                    response
+                        .with_high_watermark(hw)
+                        .with_last_stable_offset(hw)
+                        .with_log_start_offset(log_start)
+                        .with_records(Some(records))
+                }
+                Err(error) => response.with_error_code(error.code()).with_records(Some(Bytes::new())),
+            });
+        }
+        let topic = FetchableTopicResponse::default().with_partitions(partitions);
+        responses.push(if by_id {
+            topic.with_topic_id(w.id)
+        } else {
+            topic.with_topic(w.name.clone())
+        });
+    }
+    (responses, total)
+}
+
+/// `(high watermark, log start offset, batches)` of one partition from `offset`.
+async fn read_partition(
+    broker: &Broker,
+    topic: &TopicInfo,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<(i64, i64, Bytes), ResponseError> {
+    let plan = broker
+        .meta
+        .read_plan(topic.id, partition, offset, max_bytes as u64)
+        .await
+        .map_err(|e| {
+            if !matches!(e, MetaError::OffsetOutOfRange { .. } | MetaError::UnknownTopicOrPartition) {
+                tracing::warn!(topic = %topic.name, partition, error = %e, "fetch: read plan failed");
+            }
+            kafka_error(&e)
+        })?;
+    let records = read_extents(broker, &plan.extents, offset).await.map_err(|e| {
+        tracing::warn!(topic = %topic.name, partition, error = %e, "fetch: reading objects failed");
+        ResponseError::KafkaStorageError
+    })?;
+    Ok((plan.high_watermark, plan.log_start_offset, records))
+}
+

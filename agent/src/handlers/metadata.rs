@@ -1,0 +1,80 @@
+//! Metadata: this agent is the one broker and leads every partition.
+
+use floe_metastore::TopicInfo;
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use floe_protocol::kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+
+use super::str_bytes;
+use crate::broker::{Broker, kafka_error};
+
+pub async fn handle(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+    let node = BrokerId(broker.config.node_id);
+    let brokers = vec![
+        MetadataResponseBroker::default()
+            .with_node_id(node)
+            .with_host(str_bytes(&broker.advertised_host))
+            .with_port(broker.advertised_port),
+    ];
+    // v0 asks for all topics with an empty list, later versions with null.
+    let requested = match req.topics {
+        Some(topics) if !(version == 0 && topics.is_empty()) => Some(topics),
+        _ => None,
+    };
+    // Before v4 there is no flag and brokers auto-create as configured.
+    let auto_create = version < 4 || req.allow_auto_topic_creation;
+    let topics = match requested {
+        None => match broker.meta.topics().await {
+            Ok(all) => all.iter().map(|t| topic_metadata(t, node)).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata: listing topics failed");
+                Vec::new()
+            }
+        },
+        Some(wanted) => {
+            let mut out = Vec::with_capacity(wanted.len());
+            for t in wanted {
+                let Some(name) = t.name else {
+                    // Lookup by topic id alone (v10+) is not served yet.
+                    out.push(
+                        MetadataResponseTopic::default()
+                            .with_topic_id(t.topic_id)
+                            .with_error_code(ResponseError::UnknownTopicId.code()),
+                    );
+                    continue;
+                };
+                out.push(match broker.topic_or_create(&name, auto_create).await {
+                    Ok(info) => topic_metadata(&info, node),
+                    Err(e) => MetadataResponseTopic::default()
+                        .with_name(Some(name))
+                        .with_error_code(kafka_error(&e).code()),
+                });
+            }
+            out
+        }
+    };
+    MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_cluster_id(Some(str_bytes("floe")))
+        .with_controller_id(node)
+        .with_topics(topics)
+}
+
+fn topic_metadata(topic: &TopicInfo, node: BrokerId) -> MetadataResponseTopic {
+    let partitions = (0..topic.partitions)
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_leader_id(node)
+                .with_leader_epoch(0)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str_bytes(&topic.name))))
+        .with_topic_id(topic.id)
+        .with_partitions(partitions)
+}

@@ -1,0 +1,138 @@
+//! CreateTopics and DeleteTopics.
+
+use std::collections::{BTreeMap, HashSet};
+
+use floe_metastore::state::{MAX_PARTITIONS, validate_topic_name};
+use floe_metastore::{MetaError, NewTopic};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
+use floe_protocol::kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use floe_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use floe_protocol::kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+};
+
+use super::str_bytes;
+use crate::broker::{Broker, kafka_error};
+
+pub async fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+    let mut seen = HashSet::new();
+    let duplicates: HashSet<TopicName> = req
+        .topics
+        .iter()
+        .filter(|t| !seen.insert(t.name.clone()))
+        .map(|t| t.name.clone())
+        .collect();
+    let mut results = Vec::with_capacity(req.topics.len());
+    for topic in req.topics {
+        let name = topic.name.clone();
+        let result = if duplicates.contains(&name) {
+            Err((ResponseError::InvalidRequest, "topic named more than once in the request".to_string()))
+        } else {
+            create_one(broker, topic, req.validate_only).await
+        };
+        results.push(match result {
+            Ok(info) => CreatableTopicResult::default()
+                .with_name(name)
+                .with_topic_id(if version >= 7 { info.id } else { Default::default() })
+                .with_num_partitions(info.partitions)
+                .with_replication_factor(1)
+                .with_configs(Some(Vec::new())),
+            Err((error, message)) => {
+                tracing::info!(topic = %name.0, ?error, %message, "create topic refused");
+                CreatableTopicResult::default()
+                    .with_name(name)
+                    .with_error_code(error.code())
+                    .with_error_message(Some(str_bytes(&message)))
+            }
+        });
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+async fn create_one(
+    broker: &Broker,
+    topic: CreatableTopic,
+    validate_only: bool,
+) -> Result<floe_metastore::TopicInfo, (ResponseError, String)> {
+    let refuse = |e: MetaError| (kafka_error(&e), e.to_string());
+    let partitions = match (topic.num_partitions, topic.assignments.len()) {
+        (-1, 0) => broker.config.default_partitions,
+        (-1, n) => n as i32,
+        (n, 0) => n,
+        _ => {
+            return Err((
+                ResponseError::InvalidRequest,
+                "give either num_partitions or assignments, not both".into(),
+            ));
+        }
+    };
+    if topic.replication_factor == 0 || topic.replication_factor < -1 {
+        return Err((
+            ResponseError::InvalidReplicationFactor,
+            format!("replication factor {} is not valid", topic.replication_factor),
+        ));
+    }
+    let mut configs = BTreeMap::new();
+    for config in topic.configs {
+        if let Some(value) = config.value {
+            configs.insert(config.name.to_string(), value.to_string());
+        }
+    }
+    let new = NewTopic {
+        name: topic.name.0.to_string(),
+        partitions,
+        configs,
+    };
+    if validate_only {
+        validate_topic_name(&new.name).map_err(refuse)?;
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
+            return Err(refuse(MetaError::InvalidPartitions(partitions)));
+        }
+        if broker.meta.topic(&new.name).await.map_err(refuse)?.is_some() {
+            return Err(refuse(MetaError::TopicExists(new.name)));
+        }
+        return Ok(floe_metastore::TopicInfo {
+            id: Default::default(),
+            name: new.name,
+            partitions,
+            configs: new.configs,
+        });
+    }
+    let info = broker.meta.create_topic(new).await.map_err(refuse)?;
+    tracing::info!(topic = %info.name, partitions = info.partitions, "created topic");
+    Ok(info)
+}
+
+pub async fn delete(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+    // v0-5 name topics in `topic_names`; v6 in `topics` (by name or by id).
+    let mut wanted: Vec<(Option<String>, uuid::Uuid)> = req
+        .topic_names
+        .iter()
+        .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
+        .collect();
+    wanted.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
+    let mut responses = Vec::with_capacity(wanted.len());
+    for (name, id) in wanted {
+        let name = match name {
+            Some(name) => Some(name),
+            None => match broker.meta.topics().await {
+                Ok(all) => all.into_iter().find(|t| t.id == id).map(|t| t.name),
+                Err(_) => None,
+            },
+        };
+        let result = match &name {
+            Some(name) => broker.meta.delete_topic(name).await.map_err(|e| kafka_error(&e)),
+            None => Err(ResponseError::UnknownTopicId),
+        };
+        let mut response = DeletableTopicResult::default()
+            .with_name(name.as_deref().map(|n| TopicName(str_bytes(n))))
+            .with_topic_id(if version >= 6 { id } else { Default::default() });
+        match result {
+            Ok(()) => tracing::info!(topic = ?name, "deleted topic"),
+            Err(e) => response = response.with_error_code(e.code()),
+        }
+        responses.push(response);
+    }
+    DeleteTopicsResponse::default().with_responses(responses)
+}

@@ -1,0 +1,8 @@
+//! The floe agent: a stateless Kafka-compatible broker.
+
+pub mod batcher;
+pub mod broker;
+pub mod config;
+pub mod handlers;
+pub mod read;
+pub mod server;
