@@ -1,0 +1,102 @@
+"""Shared fixtures: a real `floe agent` process on a free loopback port."""
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FLOE = os.environ.get("FLOE_BIN", str(ROOT / "target" / "debug" / "floe"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Agent:
+    """One `floe agent` with its own data folder; can be killed and restarted."""
+
+    def __init__(self, workdir, *extra_args):
+        self.workdir = pathlib.Path(workdir)
+        self.port = free_port()
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.log_path = self.workdir / "agent.log"
+
+    @property
+    def bootstrap(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        args = [
+            FLOE, "agent",
+            "--listen", self.bootstrap,
+            "--data-dir", str(self.workdir / "data"),
+            "--object-store", f"file://{self.workdir / 'objects'}",
+            *self.extra_args,
+        ]
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"agent did not listen within 30s:\n{self.log()}")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.alive():
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def kill(self):
+        """kill -9: no shutdown path runs."""
+        self.stop(signal.SIGKILL)
+
+    def restart(self):
+        self.kill()
+        return self.start()
+
+    def rss_kib(self):
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def log(self):
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def agent(tmp_path):
+    a = Agent(tmp_path).start()
+    yield a
+    a.stop()
+
+
+@pytest.fixture
+def make_agent(tmp_path):
+    """An agent with extra flags: make_agent("--max-frame-bytes", "1MiB")."""
+    started = []
+
+    def make(*extra):
+        a = Agent(tmp_path, *extra).start()
+        started.append(a)
+        return a
+
+    yield make
+    for a in started:
+        a.stop()
