@@ -69,7 +69,12 @@ impl Batcher {
         let budget_bytes = config.max_buffered_bytes.min(u32::MAX as u64) as u32;
         let (appends, appends_rx) = mpsc::channel(4096);
         let (files, files_rx) = mpsc::channel(config.max_inflight_uploads);
-        tokio::spawn(collect(appends_rx, files, config.flush_interval, config.flush_bytes));
+        tokio::spawn(collect(
+            appends_rx,
+            files,
+            config.flush_interval,
+            config.flush_bytes,
+        ));
         tokio::spawn(upload_and_commit(
             files_rx,
             config.max_inflight_uploads,

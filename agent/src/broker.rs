@@ -85,7 +85,11 @@ impl Broker {
             .await;
         match created {
             Ok(topic) => {
-                tracing::info!(topic = name, partitions = topic.partitions, "auto-created topic");
+                tracing::info!(
+                    topic = name,
+                    partitions = topic.partitions,
+                    "auto-created topic"
+                );
                 Ok(topic)
             }
             // Another request created it first.

@@ -93,18 +93,27 @@ impl Config {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.flush_bytes.as_u64() > 0, "flush_bytes must be positive");
+        anyhow::ensure!(
+            self.flush_bytes.as_u64() > 0,
+            "flush_bytes must be positive"
+        );
         anyhow::ensure!(
             self.max_buffered_bytes >= self.flush_bytes,
             "max_buffered_bytes must be at least flush_bytes"
         );
-        anyhow::ensure!(self.max_inflight_uploads > 0, "max_inflight_uploads must be positive");
+        anyhow::ensure!(
+            self.max_inflight_uploads > 0,
+            "max_inflight_uploads must be positive"
+        );
         anyhow::ensure!(
             (1..=floe_metastore::state::MAX_PARTITIONS).contains(&self.default_partitions),
             "default_partitions must be in 1..={}",
             floe_metastore::state::MAX_PARTITIONS
         );
-        anyhow::ensure!(self.cache_block_bytes.as_u64() > 0, "cache_block_bytes must be positive");
+        anyhow::ensure!(
+            self.cache_block_bytes.as_u64() > 0,
+            "cache_block_bytes must be positive"
+        );
         self.advertised()?;
         Ok(())
     }

@@ -12,7 +12,11 @@ use floe_agent::config::Config;
 use floe_metastore::{LocalMetastore, Metastore};
 
 #[derive(Parser)]
-#[command(name = "floe", version, about = "A diskless, Kafka-compatible streaming broker")]
+#[command(
+    name = "floe",
+    version,
+    about = "A diskless, Kafka-compatible streaming broker"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -75,9 +79,21 @@ impl AgentArgs {
         macro_rules! set {
             ($($field:ident),*) => { $( if let Some(v) = self.$field { c.$field = v; } )* };
         }
-        set!(listen, node_id, data_dir, object_store, flush_interval, flush_bytes, max_buffered_bytes,
-             max_inflight_uploads, max_frame_bytes, cache_bytes, cache_block_bytes, auto_create_topics,
-             default_partitions);
+        set!(
+            listen,
+            node_id,
+            data_dir,
+            object_store,
+            flush_interval,
+            flush_bytes,
+            max_buffered_bytes,
+            max_inflight_uploads,
+            max_frame_bytes,
+            cache_bytes,
+            cache_block_bytes,
+            auto_create_topics,
+            default_partitions
+        );
         if self.advertise.is_some() {
             c.advertise = self.advertise;
         }
@@ -110,7 +126,9 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run_agent(config: Config) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let store = floe_storage::store::open(&config.object_store)?;
         let meta_path = config.metastore_path();

@@ -36,7 +36,11 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Resul
     }
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) -> std::io::Result<()> {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (read, mut write) = stream.into_split();
     let max_frame = broker.config.max_frame_bytes.as_u64() as usize;
@@ -92,7 +96,7 @@ async fn respond(broker: Arc<Broker>, decoded: Decoded) -> Result<Option<Bytes>,
         Decoded::Request { header, body } => {
             let api = ApiKey::try_from(header.request_api_key).map_err(|_| ())?;
             let version = header.request_api_version;
-            let Some(response) = handlers::handle(&broker, &header, body).await else {
+            let Some(response) = handlers::handle(&broker, &header, *body).await else {
                 return Ok(None);
             };
             (api, version, header.correlation_id, response)

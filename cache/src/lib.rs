@@ -65,8 +65,10 @@ impl BlockCache {
         let size = object.len() as u64;
         for block in 0..size.div_ceil(self.block_bytes) {
             let r = self.block_range(block, size);
-            self.blocks
-                .insert((key.clone(), block), object.slice(r.start as usize..r.end as usize));
+            self.blocks.insert(
+                (key.clone(), block),
+                object.slice(r.start as usize..r.end as usize),
+            );
         }
     }
 
@@ -145,10 +147,25 @@ mod tests {
         let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
         let store = store_with("obj", &data).await;
         let cache = BlockCache::new(store, 1 << 20, 64);
-        for (start, end) in [(0, 1000), (10, 20), (60, 70), (63, 64), (64, 128), (999, 1000), (5, 5)] {
+        for (start, end) in [
+            (0, 1000),
+            (10, 20),
+            (60, 70),
+            (63, 64),
+            (64, 128),
+            (999, 1000),
+            (5, 5),
+        ] {
             let mut out = BytesMut::new();
-            cache.read_into("obj", 1000, start..end, &mut out).await.unwrap();
-            assert_eq!(&out[..], &data[start as usize..end as usize], "{start}..{end}");
+            cache
+                .read_into("obj", 1000, start..end, &mut out)
+                .await
+                .unwrap();
+            assert_eq!(
+                &out[..],
+                &data[start as usize..end as usize],
+                "{start}..{end}"
+            );
         }
         let mut out = BytesMut::new();
         assert!(matches!(
@@ -164,7 +181,10 @@ mod tests {
         let data = Bytes::from((0..100u8).collect::<Vec<_>>());
         cache.insert_object("never-uploaded", &data);
         let mut out = BytesMut::new();
-        cache.read_into("never-uploaded", 100, 10..90, &mut out).await.unwrap();
+        cache
+            .read_into("never-uploaded", 100, 10..90, &mut out)
+            .await
+            .unwrap();
         assert_eq!(&out[..], &data[10..90]);
     }
 

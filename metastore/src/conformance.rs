@@ -23,7 +23,11 @@ fn batch(t: &TopicInfo, partition: i32, position: u64, records: i32) -> CommitBa
     }
 }
 
-async fn commit(m: &dyn Metastore, key: &str, batches: Vec<CommitBatch>) -> Vec<Result<i64, MetaError>> {
+async fn commit(
+    m: &dyn Metastore,
+    key: &str,
+    batches: Vec<CommitBatch>,
+) -> Vec<Result<i64, MetaError>> {
     m.commit(Commit {
         object_key: key.into(),
         object_size: 100,
@@ -37,7 +41,11 @@ pub async fn suite(m: &dyn Metastore) {
     let t = topic(m, "events", 3).await;
     assert_eq!(m.topics().await.unwrap(), vec![t.clone()]);
     let dup = m
-        .create_topic(NewTopic { name: "events".into(), partitions: 1, configs: Default::default() })
+        .create_topic(NewTopic {
+            name: "events".into(),
+            partitions: 1,
+            configs: Default::default(),
+        })
         .await;
     assert_eq!(dup, Err(MetaError::TopicExists("events".into())));
 
@@ -85,7 +93,10 @@ async fn durable_conforms_and_survives_reopen() {
 
     let reopened = LocalMetastore::open_with(&path, 3).unwrap();
     assert_eq!(reopened.topics().await.unwrap(), vec![t.clone()]);
-    assert_eq!(reopened.read_plan(t.id, 0, 0, u64::MAX).await.unwrap(), before);
+    assert_eq!(
+        reopened.read_plan(t.id, 0, 0, u64::MAX).await.unwrap(),
+        before
+    );
     let r = commit(&reopened, "after", vec![batch(&t, 0, 0, 1)]).await;
     assert_eq!(r, vec![Ok(14)]);
 }

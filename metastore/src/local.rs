@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use crate::Metastore;
 use crate::log::CommandLog;
 use crate::state::{Command, Reply, State};
 use crate::types::*;
-use crate::Metastore;
 
 /// Commands between snapshots of the durable log.
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
@@ -59,7 +59,11 @@ impl LocalMetastore {
     }
 
     fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
-        f(&self.inner.state.read().expect("metastore state lock poisoned"))
+        f(&self
+            .inner
+            .state
+            .read()
+            .expect("metastore state lock poisoned"))
     }
 
     /// Commands in the durable log after the last snapshot (0 when in memory).
@@ -106,7 +110,12 @@ impl Metastore for LocalMetastore {
     }
 
     async fn delete_topic(&self, name: &str) -> Result<(), MetaError> {
-        match self.apply(Command::DeleteTopic { name: name.to_string() }).await? {
+        match self
+            .apply(Command::DeleteTopic {
+                name: name.to_string(),
+            })
+            .await?
+        {
             Reply::Deleted(result) => result,
             other => Err(unexpected(other)),
         }

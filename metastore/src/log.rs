@@ -98,14 +98,23 @@ impl CommandLog {
         let txn = self.db.begin_write().map_err(storage)?;
         {
             let mut snapshots = txn.open_table(SNAPSHOT).map_err(storage)?;
-            snapshots.insert(SNAPSHOT_STATE, bytes.as_slice()).map_err(storage)?;
-            snapshots.insert(SNAPSHOT_INDEX, index.as_slice()).map_err(storage)?;
+            snapshots
+                .insert(SNAPSHOT_STATE, bytes.as_slice())
+                .map_err(storage)?;
+            snapshots
+                .insert(SNAPSHOT_INDEX, index.as_slice())
+                .map_err(storage)?;
             let mut log = txn.open_table(LOG).map_err(storage)?;
-            log.retain_in(..self.next_index, |_, _| false).map_err(storage)?;
+            log.retain_in(..self.next_index, |_, _| false)
+                .map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         self.snapshot_index = self.next_index;
-        tracing::debug!(index = self.next_index, bytes = bytes.len(), "metastore snapshot written");
+        tracing::debug!(
+            index = self.next_index,
+            bytes = bytes.len(),
+            "metastore snapshot written"
+        );
         Ok(())
     }
 

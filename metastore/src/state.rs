@@ -72,7 +72,12 @@ pub struct State {
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
-    let invalid = |why: &str| Err(MetaError::InvalidTopicName(name.to_string(), why.to_string()));
+    let invalid = |why: &str| {
+        Err(MetaError::InvalidTopicName(
+            name.to_string(),
+            why.to_string(),
+        ))
+    };
     if name.is_empty() {
         return invalid("it is empty");
     }
@@ -358,7 +363,11 @@ mod tests {
         }
     }
 
-    fn commit(state: &mut State, key: &str, batches: Vec<CommitBatch>) -> Vec<Result<i64, MetaError>> {
+    fn commit(
+        state: &mut State,
+        key: &str,
+        batches: Vec<CommitBatch>,
+    ) -> Vec<Result<i64, MetaError>> {
         match state.apply(Command::Commit(Commit {
             object_key: key.into(),
             object_size: 1_000,
@@ -373,7 +382,11 @@ mod tests {
     fn offsets_are_contiguous_per_partition() {
         let mut s = State::default();
         let t = create(&mut s, "t", 2);
-        let r = commit(&mut s, "o1", vec![batch(t, 0, 0, 3), batch(t, 1, 100, 5), batch(t, 0, 200, 2)]);
+        let r = commit(
+            &mut s,
+            "o1",
+            vec![batch(t, 0, 0, 3), batch(t, 1, 100, 5), batch(t, 0, 200, 2)],
+        );
         assert_eq!(r, vec![Ok(0), Ok(0), Ok(3)]);
         let r = commit(&mut s, "o2", vec![batch(t, 0, 0, 1)]);
         assert_eq!(r, vec![Ok(5)]);
@@ -403,7 +416,15 @@ mod tests {
     fn unknown_partition_is_refused_per_batch() {
         let mut s = State::default();
         let t = create(&mut s, "t", 1);
-        let r = commit(&mut s, "o1", vec![batch(t, 1, 0, 1), batch(Uuid::nil(), 0, 100, 1), batch(t, 0, 200, 1)]);
+        let r = commit(
+            &mut s,
+            "o1",
+            vec![
+                batch(t, 1, 0, 1),
+                batch(Uuid::nil(), 0, 100, 1),
+                batch(t, 0, 200, 1),
+            ],
+        );
         assert_eq!(
             r,
             vec![
@@ -422,11 +443,21 @@ mod tests {
         let mut s = State::default();
         let a = create(&mut s, "a", 1);
         let b = create(&mut s, "b", 1);
-        commit(&mut s, "shared", vec![batch(a, 0, 0, 1), batch(b, 0, 100, 1)]);
+        commit(
+            &mut s,
+            "shared",
+            vec![batch(a, 0, 0, 1), batch(b, 0, 100, 1)],
+        );
         commit(&mut s, "only-a", vec![batch(a, 0, 0, 1)]);
-        assert_eq!(s.apply(Command::DeleteTopic { name: "a".into() }), Reply::Deleted(Ok(())));
+        assert_eq!(
+            s.apply(Command::DeleteTopic { name: "a".into() }),
+            Reply::Deleted(Ok(()))
+        );
         assert_eq!(s.garbage(), ["only-a".to_string()]);
-        assert_eq!(s.apply(Command::DeleteTopic { name: "b".into() }), Reply::Deleted(Ok(())));
+        assert_eq!(
+            s.apply(Command::DeleteTopic { name: "b".into() }),
+            Reply::Deleted(Ok(()))
+        );
         assert_eq!(s.garbage(), ["only-a".to_string(), "shared".to_string()]);
         assert_eq!(
             s.apply(Command::DeleteTopic { name: "b".into() }),
@@ -438,18 +469,38 @@ mod tests {
     fn topic_validation() {
         let mut s = State::default();
         create(&mut s, "ok.name_1-x", 1);
-        for (name, partitions) in [("", 1), ("..", 1), ("bad/name", 1), ("fine", 0), ("fine", MAX_PARTITIONS + 1)] {
+        for (name, partitions) in [
+            ("", 1),
+            ("..", 1),
+            ("bad/name", 1),
+            ("fine", 0),
+            ("fine", MAX_PARTITIONS + 1),
+        ] {
             let reply = s.apply(Command::CreateTopic {
                 id: Uuid::from_u128(99),
-                topic: NewTopic { name: name.into(), partitions, configs: Default::default() },
+                topic: NewTopic {
+                    name: name.into(),
+                    partitions,
+                    configs: Default::default(),
+                },
             });
-            assert!(matches!(reply, Reply::Created(Err(_))), "{name} {partitions}");
+            assert!(
+                matches!(reply, Reply::Created(Err(_))),
+                "{name} {partitions}"
+            );
         }
         let dup = s.apply(Command::CreateTopic {
             id: Uuid::from_u128(98),
-            topic: NewTopic { name: "ok.name_1-x".into(), partitions: 1, configs: Default::default() },
+            topic: NewTopic {
+                name: "ok.name_1-x".into(),
+                partitions: 1,
+                configs: Default::default(),
+            },
         });
-        assert_eq!(dup, Reply::Created(Err(MetaError::TopicExists("ok.name_1-x".into()))));
+        assert_eq!(
+            dup,
+            Reply::Created(Err(MetaError::TopicExists("ok.name_1-x".into())))
+        );
     }
 
     #[test]
@@ -462,7 +513,10 @@ mod tests {
         assert!(matches!(at(900), OffsetAnswer::InExtent(e) if e.base_offset == 0));
         assert!(matches!(at(1200), OffsetAnswer::InExtent(e) if e.base_offset == 2));
         assert_eq!(at(2000), OffsetAnswer::NotFound);
-        assert_eq!(s.list_offsets(t, 0, OffsetQuery::Latest).unwrap(), OffsetAnswer::Offset(4));
+        assert_eq!(
+            s.list_offsets(t, 0, OffsetQuery::Latest).unwrap(),
+            OffsetAnswer::Offset(4)
+        );
     }
 
     proptest! {

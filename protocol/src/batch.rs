@@ -118,7 +118,9 @@ impl RecordBatch {
             return Err(BatchError::Invalid("batch holds no records"));
         }
         if batch.last_offset_delta() != batch.record_count() - 1 {
-            return Err(BatchError::Invalid("lastOffsetDelta does not match record count"));
+            return Err(BatchError::Invalid(
+                "lastOffsetDelta does not match record count",
+            ));
         }
         Ok((batch, bytes.slice(total..)))
     }
@@ -261,9 +263,12 @@ mod tests {
                 delete_horizon: false,
                 key: Some(Bytes::from(format!("k{i}"))),
                 value: Some(Bytes::from(v.clone())),
-                headers: [(StrBytes::from_static_str("h"), Some(Bytes::from_static(b"v")))]
-                    .into_iter()
-                    .collect(),
+                headers: [(
+                    StrBytes::from_static_str("h"),
+                    Some(Bytes::from_static(b"v")),
+                )]
+                .into_iter()
+                .collect(),
             })
             .collect()
     }
@@ -318,7 +323,11 @@ mod tests {
             let mut copy = BytesMut::from(&bytes[..]);
             copy[at] ^= 0x40;
             let err = RecordBatch::parse_all(&copy.freeze()).unwrap_err();
-            assert_eq!(err.kafka_error(), ResponseError::CorruptMessage, "byte {at}");
+            assert_eq!(
+                err.kafka_error(),
+                ResponseError::CorruptMessage,
+                "byte {at}"
+            );
         }
     }
 
@@ -326,7 +335,10 @@ mod tests {
     fn truncated_and_wrong_magic_are_refused() {
         let bytes = encode(&[b"x".to_vec()], Compression::None);
         let err = RecordBatch::parse_all(&bytes.slice(..bytes.len() - 1)).unwrap_err();
-        assert_eq!(err, BatchError::Corrupt("batch length past the end of the data"));
+        assert_eq!(
+            err,
+            BatchError::Corrupt("batch length past the end of the data")
+        );
         let mut copy = BytesMut::from(&bytes[..]);
         copy[16] = 1;
         assert_eq!(
@@ -378,7 +390,7 @@ mod tests {
             let mut first = 0i64;
             let mut expected = all.len();
             for (n, size) in sizes.iter().enumerate() {
-                if first + *size as i64 - 1 >= target {
+                if first + *size as i64 > target {
                     expected = starts[n];
                     break;
                 }

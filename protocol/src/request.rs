@@ -12,7 +12,7 @@ pub enum Decoded {
     /// A request of an API and version floe serves.
     Request {
         header: RequestHeader,
-        body: RequestKind,
+        body: Box<RequestKind>,
     },
     /// An ApiVersions request of a version newer than floe knows. Kafka answers
     /// these with a v0 response carrying UNSUPPORTED_VERSION and the supported
@@ -80,7 +80,10 @@ pub fn decode(mut frame: Bytes) -> Result<Decoded, DecodeError> {
     };
     let header = decode_request_header_from_buffer(&mut frame).map_err(malformed)?;
     let body = RequestKind::decode(api, &mut frame, version).map_err(malformed)?;
-    Ok(Decoded::Request { header, body })
+    Ok(Decoded::Request {
+        header,
+        body: Box::new(body),
+    })
 }
 
 #[cfg(test)]
@@ -112,7 +115,7 @@ mod tests {
             match decode(encode_metadata(version)).unwrap() {
                 Decoded::Request { header, body } => {
                     assert_eq!(header.correlation_id, 7);
-                    assert!(matches!(body, RequestKind::Metadata(_)));
+                    assert!(matches!(*body, RequestKind::Metadata(_)));
                 }
                 other => panic!("unexpected {other:?}"),
             }

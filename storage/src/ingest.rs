@@ -208,7 +208,8 @@ impl IngestFile {
             if end.is_none_or(|end| end > footer.index_offset) {
                 return Err(FormatError::BadChunkBounds(n));
             }
-            let data = &bytes[entry.position as usize..(entry.position + entry.length as u64) as usize];
+            let data =
+                &bytes[entry.position as usize..(entry.position + entry.length as u64) as usize];
             if crc32c::crc32c(data) != entry.crc {
                 return Err(FormatError::ChunkCrc(n));
             }
@@ -236,7 +237,11 @@ mod tests {
     fn sample() -> (Bytes, Vec<ChunkEntry>) {
         let mut w = IngestWriter::new();
         let t = Uuid::from_u128(7);
-        w.add_chunk(t, 0, &[Bytes::from_static(b"aaaa"), Bytes::from_static(b"bb")]);
+        w.add_chunk(
+            t,
+            0,
+            &[Bytes::from_static(b"aaaa"), Bytes::from_static(b"bb")],
+        );
         w.add_chunk(t, 1, &[Bytes::from_static(b"cccccc")]);
         let entries = w.entries().to_vec();
         (w.finish(), entries)
@@ -259,7 +264,10 @@ mod tests {
         for at in 0..bytes.len() {
             let mut copy = BytesMut::from(&bytes[..]);
             copy[at] ^= 0x01;
-            assert!(IngestFile::parse(copy.freeze()).is_err(), "flip at {at} undetected");
+            assert!(
+                IngestFile::parse(copy.freeze()).is_err(),
+                "flip at {at} undetected"
+            );
         }
     }
 

@@ -58,7 +58,10 @@ mod tests {
         let url = format!("file://{}/objects", dir.path().display());
         let store = open(&url).unwrap();
         let path = Path::from("a/b");
-        store.put(&path, PutPayload::from_static(b"hello")).await.unwrap();
+        store
+            .put(&path, PutPayload::from_static(b"hello"))
+            .await
+            .unwrap();
         let got = store.get(&path).await.unwrap().bytes().await.unwrap();
         assert_eq!(&got[..], b"hello");
         assert!(dir.path().join("objects/a/b").exists());

@@ -7,7 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use floe_metastore::{MetaError, TopicInfo};
 use floe_protocol::ResponseError;
-use floe_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use floe_protocol::kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, PartitionData,
+};
 use floe_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use tokio::time::Instant;
 
@@ -27,7 +29,11 @@ struct Wanted {
 
 pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
     let by_id = version >= 13;
-    let all_topics = if by_id { broker.meta.topics().await.unwrap_or_default() } else { Vec::new() };
+    let all_topics = if by_id {
+        broker.meta.topics().await.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let topic = if by_id {
@@ -50,7 +56,11 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + wait;
     let min_bytes = req.min_bytes.max(0) as usize;
-    let max_bytes = if req.max_bytes <= 0 { i32::MAX } else { req.max_bytes } as usize;
+    let max_bytes = if req.max_bytes <= 0 {
+        i32::MAX
+    } else {
+        req.max_bytes
+    } as usize;
     let mut commits = broker.commits.clone();
     loop {
         // Mark the current commit count seen *before* reading, so a commit that
@@ -60,7 +70,10 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
             return FetchResponse::default().with_responses(responses);
         }
-        if tokio::time::timeout_at(deadline, commits.changed()).await.is_err() {
+        if tokio::time::timeout_at(deadline, commits.changed())
+            .await
+            .is_err()
+        {
             let (responses, _) = read_all(broker, &wanted, max_bytes, by_id).await;
             return FetchResponse::default().with_responses(responses);
         }
@@ -83,7 +96,9 @@ async fn read_all(
                 None if by_id => Err(ResponseError::UnknownTopicId),
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 // KIP-74: the first batch is returned even if larger than the limits.
-                Some(topic) => read_partition(broker, topic, partition, offset, budget.max(1)).await,
+                Some(topic) => {
+                    read_partition(broker, topic, partition, offset, budget.max(1)).await
+                }
             };
             let response = PartitionData::default().with_partition_index(partition);
             partitions.push(match data {
@@ -95,7 +110,9 @@ async fn read_all(
                         .with_log_start_offset(log_start)
                         .with_records(Some(records))
                 }
-                Err(error) => response.with_error_code(error.code()).with_records(Some(Bytes::new())),
+                Err(error) => response
+                    .with_error_code(error.code())
+                    .with_records(Some(Bytes::new())),
             });
         }
         let topic = FetchableTopicResponse::default().with_partitions(partitions);
@@ -132,4 +149,3 @@ async fn read_partition(
     })?;
     Ok((plan.high_watermark, plan.log_start_offset, records))
 }
-

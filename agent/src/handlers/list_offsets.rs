@@ -25,7 +25,8 @@ pub async fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> L
         let info = broker.meta.topic(&topic.name.0).await.ok().flatten();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
-            let response = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            let response =
+                ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             let answer = match &info {
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(info) => lookup(broker, info.id, p.partition_index, p.timestamp).await,

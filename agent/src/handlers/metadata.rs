@@ -5,7 +5,9 @@ use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use floe_protocol::kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use floe_protocol::kafka_protocol::messages::{
+    BrokerId, MetadataRequest, MetadataResponse, TopicName,
+};
 
 use super::str_bytes;
 use crate::broker::{Broker, kafka_error};

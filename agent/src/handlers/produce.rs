@@ -3,7 +3,9 @@
 
 use floe_protocol::ResponseError;
 use floe_protocol::batch::RecordBatch;
-use floe_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use floe_protocol::kafka_protocol::messages::produce_request::{
+    PartitionProduceData, TopicProduceData,
+};
 use floe_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
@@ -15,13 +17,23 @@ use crate::batcher::AppendError;
 use crate::broker::{Broker, kafka_error};
 
 /// Handles a Produce request; `None` for `acks=0`, which gets no response.
-pub async fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<ProduceResponse> {
+pub async fn handle(
+    broker: &Broker,
+    req: ProduceRequest,
+    _version: i16,
+) -> Option<ProduceResponse> {
     let acks = req.acks;
     if !matches!(acks, -1..=1) {
         let responses = req
             .topic_data
             .into_iter()
-            .map(|t| refuse_topic(t, ResponseError::InvalidRequiredAcks, "acks must be -1, 0 or 1"))
+            .map(|t| {
+                refuse_topic(
+                    t,
+                    ResponseError::InvalidRequiredAcks,
+                    "acks must be -1, 0 or 1",
+                )
+            })
             .collect();
         return Some(ProduceResponse::default().with_responses(responses));
     }
@@ -30,7 +42,11 @@ pub async fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Opti
             .topic_data
             .into_iter()
             .map(|t| {
-                refuse_topic(t, ResponseError::TransactionalIdAuthorizationFailed, "transactions are not supported yet")
+                refuse_topic(
+                    t,
+                    ResponseError::TransactionalIdAuthorizationFailed,
+                    "transactions are not supported yet",
+                )
             })
             .collect();
         return Some(ProduceResponse::default().with_responses(responses));
@@ -93,7 +109,10 @@ async fn produce_partition(
     data: PartitionProduceData,
 ) -> Result<i64, (ResponseError, String)> {
     if data.index < 0 || data.index >= topic.partitions {
-        return Err((ResponseError::UnknownTopicOrPartition, format!("no partition {}", data.index)));
+        return Err((
+            ResponseError::UnknownTopicOrPartition,
+            format!("no partition {}", data.index),
+        ));
     }
     let records = data.records.unwrap_or_default();
     let mut batches =
@@ -107,10 +126,16 @@ async fn produce_partition(
     }
     let batch = batches.remove(0);
     if batch.is_control() {
-        return Err((ResponseError::InvalidRecord, "clients may not produce control batches".into()));
+        return Err((
+            ResponseError::InvalidRecord,
+            "clients may not produce control batches".into(),
+        ));
     }
     if batch.is_transactional() {
-        return Err((ResponseError::InvalidTxnState, "transactions are not supported yet".into()));
+        return Err((
+            ResponseError::InvalidTxnState,
+            "transactions are not supported yet".into(),
+        ));
     }
     if batch.producer_id() >= 0 {
         return Err((

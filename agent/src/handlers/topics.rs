@@ -15,7 +15,11 @@ use floe_protocol::kafka_protocol::messages::{
 use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
 
-pub async fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+pub async fn create(
+    broker: &Broker,
+    req: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
     let mut seen = HashSet::new();
     let duplicates: HashSet<TopicName> = req
         .topics
@@ -27,14 +31,21 @@ pub async fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> 
     for topic in req.topics {
         let name = topic.name.clone();
         let result = if duplicates.contains(&name) {
-            Err((ResponseError::InvalidRequest, "topic named more than once in the request".to_string()))
+            Err((
+                ResponseError::InvalidRequest,
+                "topic named more than once in the request".to_string(),
+            ))
         } else {
             create_one(broker, topic, req.validate_only).await
         };
         results.push(match result {
             Ok(info) => CreatableTopicResult::default()
                 .with_name(name)
-                .with_topic_id(if version >= 7 { info.id } else { Default::default() })
+                .with_topic_id(if version >= 7 {
+                    info.id
+                } else {
+                    Default::default()
+                })
                 .with_num_partitions(info.partitions)
                 .with_replication_factor(1)
                 .with_configs(Some(Vec::new())),
@@ -70,7 +81,10 @@ async fn create_one(
     if topic.replication_factor == 0 || topic.replication_factor < -1 {
         return Err((
             ResponseError::InvalidReplicationFactor,
-            format!("replication factor {} is not valid", topic.replication_factor),
+            format!(
+                "replication factor {} is not valid",
+                topic.replication_factor
+            ),
         ));
     }
     let mut configs = BTreeMap::new();
@@ -89,7 +103,13 @@ async fn create_one(
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err(refuse(MetaError::InvalidPartitions(partitions)));
         }
-        if broker.meta.topic(&new.name).await.map_err(refuse)?.is_some() {
+        if broker
+            .meta
+            .topic(&new.name)
+            .await
+            .map_err(refuse)?
+            .is_some()
+        {
             return Err(refuse(MetaError::TopicExists(new.name)));
         }
         return Ok(floe_metastore::TopicInfo {
@@ -104,14 +124,22 @@ async fn create_one(
     Ok(info)
 }
 
-pub async fn delete(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+pub async fn delete(
+    broker: &Broker,
+    req: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
     // v0-5 name topics in `topic_names`; v6 in `topics` (by name or by id).
     let mut wanted: Vec<(Option<String>, uuid::Uuid)> = req
         .topic_names
         .iter()
         .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
         .collect();
-    wanted.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
+    wanted.extend(
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)),
+    );
     let mut responses = Vec::with_capacity(wanted.len());
     for (name, id) in wanted {
         let name = match name {
@@ -122,7 +150,11 @@ pub async fn delete(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> 
             },
         };
         let result = match &name {
-            Some(name) => broker.meta.delete_topic(name).await.map_err(|e| kafka_error(&e)),
+            Some(name) => broker
+                .meta
+                .delete_topic(name)
+                .await
+                .map_err(|e| kafka_error(&e)),
             None => Err(ResponseError::UnknownTopicId),
         };
         let mut response = DeletableTopicResult::default()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs everything the tests need, from the package registries only, then
+# runs the whole suite: formatting, lints, unit and property tests, and the
+# integration tests with real Kafka clients (kcat, kafka-python, kafkajs)
+# against real `floe agent` processes.
+#
+#   ./scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+step "system packages (kcat)"
+if ! command -v kcat >/dev/null; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat
+fi
+
+step "python clients"
+python3 -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+
+step "node clients"
+(cd tests/node && npm install --no-audit --no-fund --silent)
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "unit and property tests"
+cargo build --workspace --quiet
+cargo test --workspace --quiet
+
+step "integration tests with real clients"
+python3 -m pytest -p no:cacheprovider -W ignore::DeprecationWarning tests

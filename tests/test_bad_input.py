@@ -1,0 +1,160 @@
+"""Bad input: oversized, truncated and garbage frames close only that
+connection; a corrupt batch gets CORRUPT_MESSAGE; the agent and its data stay intact."""
+
+import socket
+import struct
+import time
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from clients import create_topic, kcat, kcat_consume
+
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUIRED_ACKS = 21
+
+
+def connect(agent):
+    s = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+    return s
+
+
+def closed_by_peer(s, timeout=10):
+    """True when the agent closes the connection (EOF or reset) within `timeout`."""
+    s.settimeout(timeout)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def string(s):
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def produce_v3(topic, partition, records, acks=-1, correlation_id=1):
+    """A Produce v3 request frame, encoded by hand so the batch can be anything."""
+    body = struct.pack(">hhi", 0, 3, correlation_id) + string("raw-test")
+    body += struct.pack(">h", -1)  # no transactional id
+    body += struct.pack(">hi", acks, 30_000)
+    body += struct.pack(">i", 1) + string(topic)
+    body += struct.pack(">i", 1) + struct.pack(">i", partition)
+    body += struct.pack(">i", len(records)) + records
+    return struct.pack(">i", len(body)) + body
+
+
+def read_produce_v3_response(s):
+    """-> (correlation id, partition error code, base offset)."""
+    s.settimeout(30)
+    size = struct.unpack(">i", recv_exact(s, 4))[0]
+    data = recv_exact(s, size)
+    correlation_id = struct.unpack(">i", data[:4])[0]
+    at = 4
+    (topics,) = struct.unpack(">i", data[at:at + 4]); at += 4
+    assert topics == 1
+    (name_len,) = struct.unpack(">h", data[at:at + 2]); at += 2 + name_len
+    (parts,) = struct.unpack(">i", data[at:at + 4]); at += 4
+    assert parts == 1
+    _partition, error, base_offset = struct.unpack(">ihq", data[at:at + 14])
+    return correlation_id, error, base_offset
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        assert chunk, "connection closed early"
+        buf += chunk
+    return buf
+
+
+def batch(values):
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for n, v in enumerate(values):
+        builder.append(n, timestamp=1_000 + n, key=None, value=v, headers=[])
+    return bytes(builder.build())
+
+
+def agent_still_serves(agent, topic="still-alive"):
+    kcat("-P", "-b", agent.bootstrap, "-t", topic, input="after-0\n")
+    return [v for _, _, v in kcat_consume(agent.bootstrap, topic)] == ["after-0"]
+
+
+def test_corrupt_batch_gets_corrupt_message(agent):
+    create_topic(agent.bootstrap, "raw", 1)
+    good = batch([b"one", b"two"])
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # inside the CRC-covered records
+    s = connect(agent)
+    s.sendall(produce_v3("raw", 0, bytes(bad), correlation_id=7))
+    assert read_produce_v3_response(s) == (7, CORRUPT_MESSAGE, -1)
+    truncated = good[:-3]
+    s.sendall(produce_v3("raw", 0, truncated, correlation_id=8))
+    assert read_produce_v3_response(s) == (8, CORRUPT_MESSAGE, -1)
+    # The same connection still works, and only the good batch is stored.
+    s.sendall(produce_v3("raw", 0, good, correlation_id=9))
+    assert read_produce_v3_response(s) == (9, 0, 0)
+    s.sendall(produce_v3("raw", 5, good, correlation_id=10))
+    assert read_produce_v3_response(s) == (10, UNKNOWN_TOPIC_OR_PARTITION, -1)
+    s.sendall(produce_v3("raw", 0, good, acks=2, correlation_id=11))
+    assert read_produce_v3_response(s) == (11, INVALID_REQUIRED_ACKS, -1)
+    s.close()
+    assert [(o, v) for _, o, v in kcat_consume(agent.bootstrap, "raw")] == [(0, "one"), (1, "two")]
+
+
+def test_oversized_frame_is_refused_before_allocation(make_agent):
+    agent = make_agent("--max-frame-bytes", "1MiB")
+    rss_before = agent.rss_kib()
+    s = connect(agent)
+    # Announce a 512 MiB frame and send nothing more: the agent must not wait
+    # for (or allocate) the body; it closes at once.
+    s.sendall(struct.pack(">i", 512 * 1024 * 1024))
+    assert closed_by_peer(s)
+    s.close()
+    assert agent.alive()
+    assert agent.rss_kib() - rss_before < 64 * 1024, "agent grew by the announced size"
+    assert "bad frame" in agent.log()
+    assert agent_still_serves(agent)
+
+
+def test_garbage_and_truncated_frames_close_only_that_connection(agent):
+    kcat("-P", "-b", agent.bootstrap, "-t", "kept", input="before-0\n")
+    bystander = connect(agent)  # an idle connection that must survive the others
+
+    garbage = connect(agent)
+    garbage.sendall(struct.pack(">i", 16) + bytes(range(200, 216)))
+    assert closed_by_peer(garbage)
+
+    tiny = connect(agent)
+    tiny.sendall(struct.pack(">i", 2) + b"\x00\x12")
+    assert closed_by_peer(tiny)
+
+    # A header announcing a huge array in a tiny body.
+    huge_array = connect(agent)
+    body = struct.pack(">hhi", 3, 1, 1) + struct.pack(">h", -1) + struct.pack(">i", 0x7FFFFFFF)
+    huge_array.sendall(struct.pack(">i", len(body)) + body)
+    assert closed_by_peer(huge_array)
+
+    # A frame cut off mid-body, then the client goes away.
+    truncated = connect(agent)
+    truncated.sendall(struct.pack(">i", 100) + b"\x00" * 20)
+    truncated.close()
+    time.sleep(0.2)
+
+    assert agent.alive()
+    log = agent.log()
+    assert "undecodable request" in log
+    # The idle connection still gets answers: ApiVersions v0.
+    request = struct.pack(">hhi", 18, 0, 42) + string("bystander")
+    bystander.sendall(struct.pack(">i", len(request)) + request)
+    size = struct.unpack(">i", recv_exact(bystander, 4))[0]
+    correlation_id, error = struct.unpack(">ih", recv_exact(bystander, size)[:6])
+    assert (correlation_id, error) == (42, 0)
+    bystander.close()
+    assert [v for _, _, v in kcat_consume(agent.bootstrap, "kept")] == ["before-0"]
+    assert agent_still_serves(agent)
