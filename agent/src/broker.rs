@@ -112,5 +112,6 @@ pub fn kafka_error(e: &MetaError) -> ResponseError {
         MetaError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         MetaError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         MetaError::Storage(_) => ResponseError::KafkaStorageError,
+        MetaError::ExtentsChanged => ResponseError::UnknownServerError,
     }
 }

@@ -41,6 +41,18 @@ pub struct Config {
     pub auto_create_topics: bool,
     /// Partitions of auto-created topics and of CreateTopics with -1.
     pub default_partitions: i32,
+    /// How often this agent compacts ingest extents into segments and collects
+    /// garbage; `0s` turns the compactor off.
+    #[serde(with = "humantime_serde")]
+    pub compaction_interval: Duration,
+    /// Ingest extents of a partition in a row before they are compacted.
+    pub compaction_min_extents: usize,
+    /// Largest segment the compactor writes.
+    pub segment_bytes: ByteSize,
+    /// How long an unreferenced object is kept before deletion, so reads that
+    /// planned with it can finish.
+    #[serde(with = "humantime_serde")]
+    pub gc_grace: Duration,
 }
 
 impl Default for Config {
@@ -61,6 +73,10 @@ impl Default for Config {
             cache_block_bytes: ByteSize::mib(4),
             auto_create_topics: true,
             default_partitions: 1,
+            compaction_interval: Duration::from_secs(30),
+            compaction_min_extents: 8,
+            segment_bytes: ByteSize::mib(256),
+            gc_grace: Duration::from_secs(60),
         }
     }
 }

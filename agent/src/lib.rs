@@ -2,6 +2,7 @@
 
 pub mod batcher;
 pub mod broker;
+pub mod compaction;
 pub mod config;
 pub mod handlers;
 pub mod read;

@@ -68,6 +68,15 @@ struct AgentArgs {
     auto_create_topics: Option<bool>,
     #[arg(long, env = "FLOE_DEFAULT_PARTITIONS")]
     default_partitions: Option<i32>,
+    /// e.g. 30s; 0s turns compaction off
+    #[arg(long, env = "FLOE_COMPACTION_INTERVAL", value_parser = humantime::parse_duration)]
+    compaction_interval: Option<Duration>,
+    #[arg(long, env = "FLOE_COMPACTION_MIN_EXTENTS")]
+    compaction_min_extents: Option<usize>,
+    #[arg(long, env = "FLOE_SEGMENT_BYTES")]
+    segment_bytes: Option<ByteSize>,
+    #[arg(long, env = "FLOE_GC_GRACE", value_parser = humantime::parse_duration)]
+    gc_grace: Option<Duration>,
 }
 
 impl AgentArgs {
@@ -92,7 +101,11 @@ impl AgentArgs {
             cache_bytes,
             cache_block_bytes,
             auto_create_topics,
-            default_partitions
+            default_partitions,
+            compaction_interval,
+            compaction_min_extents,
+            segment_bytes,
+            gc_grace
         );
         if self.advertise.is_some() {
             c.advertise = self.advertise;
@@ -138,7 +151,11 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         );
         let listen = config.listen;
         let object_store = config.object_store.clone();
-        let broker = Arc::new(Broker::new(config, meta, store)?);
+        let compaction = floe_agent::compaction::Background::from_config(&config);
+        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone())?);
+        if let Some(compaction) = compaction {
+            tokio::spawn(compaction.run(store, meta));
+        }
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
@@ -158,5 +175,90 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_overrides_its_key() {
+        let cli = Cli::try_parse_from([
+            "floe",
+            "agent",
+            "--listen",
+            "127.0.0.1:1",
+            "--advertise",
+            "lb:2",
+            "--node-id",
+            "3",
+            "--data-dir",
+            "/d",
+            "--object-store",
+            "memory://",
+            "--metastore-path",
+            "/m",
+            "--flush-interval",
+            "5ms",
+            "--flush-bytes",
+            "1MiB",
+            "--max-buffered-bytes",
+            "2MiB",
+            "--max-inflight-uploads",
+            "6",
+            "--max-frame-bytes",
+            "7MiB",
+            "--cache-bytes",
+            "8MiB",
+            "--cache-block-bytes",
+            "9KiB",
+            "--auto-create-topics",
+            "false",
+            "--default-partitions",
+            "10",
+            "--compaction-interval",
+            "11s",
+            "--compaction-min-extents",
+            "12",
+            "--segment-bytes",
+            "13MiB",
+            "--gc-grace",
+            "14s",
+        ])
+        .unwrap();
+        let Command::Agent(args) = cli.command;
+        let c = args.into_config().unwrap();
+        let debug = format!("{c:?}");
+        let defaults = format!("{:?}", Config::default());
+        assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+        assert_eq!(c.advertise.as_deref(), Some("lb:2"));
+        assert_eq!(c.node_id, 3);
+        assert_eq!(c.data_dir, PathBuf::from("/d"));
+        assert_eq!(c.object_store, "memory://");
+        assert_eq!(c.metastore_path, Some(PathBuf::from("/m")));
+        assert_eq!(c.flush_interval, Duration::from_millis(5));
+        assert_eq!(c.flush_bytes, ByteSize::mib(1));
+        assert_eq!(c.max_buffered_bytes, ByteSize::mib(2));
+        assert_eq!(c.max_inflight_uploads, 6);
+        assert_eq!(c.max_frame_bytes, ByteSize::mib(7));
+        assert_eq!(c.cache_bytes, ByteSize::mib(8));
+        assert_eq!(c.cache_block_bytes, ByteSize::kib(9));
+        assert!(!c.auto_create_topics);
+        assert_eq!(c.default_partitions, 10);
+        assert_eq!(c.compaction_interval, Duration::from_secs(11));
+        assert_eq!(c.compaction_min_extents, 12);
+        assert_eq!(c.segment_bytes, ByteSize::mib(13));
+        assert_eq!(c.gc_grace, Duration::from_secs(14));
+        assert_ne!(debug, defaults);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_a_reason() {
+        let cli = Cli::try_parse_from(["floe", "agent", "--flush-bytes", "0"]).unwrap();
+        let Command::Agent(args) = cli.command;
+        let err = args.into_config().unwrap_err().to_string();
+        assert!(err.contains("flush_bytes"), "{err}");
+        assert!(Cli::try_parse_from(["floe", "agent", "--flush-interval", "soon"]).is_err());
     }
 }

@@ -1,1 +1,241 @@
-//! wip
+//! Compaction and garbage collection.
+//!
+//! Ingest files hold many partitions in small pieces. [`compact_partition`]
+//! rewrites a run of a partition's ingest extents into one *segment* object
+//! (same file format, one chunk, base offsets set to the real ones), then swaps
+//! the extents in the metastore with a compare-and-set, so a reader sees either
+//! the old extents or the new one, never a gap. [`Gc`] deletes objects nothing
+//! refers to any more, after a grace period for reads still in flight.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use floe_metastore::{ExtentRef, MetaError, Metastore, ReplaceExtents, TopicId};
+use floe_protocol::batch::{RecordBatch, patch_base_offsets};
+use floe_storage::ingest::IngestWriter;
+use floe_storage::{ObjectPath, ObjectStore, keys};
+use object_store::ObjectStoreExt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("extent at offset {offset} of `{key}` does not hold valid batches: {reason}")]
+    Corrupt {
+        key: String,
+        offset: i64,
+        reason: String,
+    },
+}
+
+/// When a partition is worth compacting.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionPolicy {
+    /// At least this many ingest extents in a row.
+    pub min_extents: usize,
+    /// A segment stops growing past this size.
+    pub max_segment_bytes: u64,
+}
+
+impl Default for CompactionPolicy {
+    fn default() -> Self {
+        CompactionPolicy {
+            min_extents: 8,
+            max_segment_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// What one compaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compacted {
+    pub segment_key: String,
+    pub extents: usize,
+    pub bytes: u64,
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+fn is_ingest(extent: &ExtentRef) -> bool {
+    extent.object_key.starts_with("ingest/")
+}
+
+/// Picks the first run of consecutive ingest extents the policy allows.
+pub fn plan(extents: &[ExtentRef], policy: &CompactionPolicy) -> Option<Vec<ExtentRef>> {
+    let mut start = 0;
+    while start < extents.len() {
+        if !is_ingest(&extents[start]) {
+            start += 1;
+            continue;
+        }
+        let mut run = Vec::new();
+        let mut bytes = 0;
+        for extent in extents[start..].iter().take_while(|e| is_ingest(e)) {
+            if !run.is_empty() && bytes + extent.length > policy.max_segment_bytes {
+                break;
+            }
+            bytes += extent.length;
+            run.push(extent.clone());
+        }
+        if run.len() >= policy.min_extents.max(2) {
+            return Some(run);
+        }
+        start += run.len().max(1);
+    }
+    None
+}
+
+/// Compacts one run of a partition's ingest extents into a segment, if the
+/// policy finds one. `Ok(None)`: nothing to do, or the extents changed under us.
+pub async fn compact_partition(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    topic_id: TopicId,
+    partition: i32,
+    policy: &CompactionPolicy,
+) -> Result<Option<Compacted>, CompactError> {
+    let offsets = meta.offsets(topic_id, partition).await?;
+    let plan_all = meta
+        .read_plan(topic_id, partition, offsets.log_start_offset, u64::MAX)
+        .await?;
+    let Some(run) = plan(&plan_all.extents, policy) else {
+        return Ok(None);
+    };
+
+    // Read the extents, set their real offsets and check every batch.
+    let mut data = BytesMut::with_capacity(run.iter().map(|e| e.length as usize).sum());
+    for extent in &run {
+        let start = data.len();
+        let path = ObjectPath::from(extent.object_key.as_str());
+        let bytes = store
+            .get_range(&path, extent.position..extent.position + extent.length)
+            .await?;
+        data.extend_from_slice(&bytes);
+        let whole = patch_base_offsets(&mut data[start..], extent.base_offset);
+        if whole != data.len() - start {
+            return Err(CompactError::Corrupt {
+                key: extent.object_key.clone(),
+                offset: extent.base_offset,
+                reason: "extent does not end on a batch boundary".into(),
+            });
+        }
+    }
+    let data = data.freeze();
+    let batches = RecordBatch::parse_all(&data).map_err(|e| CompactError::Corrupt {
+        key: run[0].object_key.clone(),
+        offset: run[0].base_offset,
+        reason: e.to_string(),
+    })?;
+    let raw: Vec<_> = batches.iter().map(|b| b.bytes().clone()).collect();
+
+    let base_offset = run[0].base_offset;
+    let last_offset = run[run.len() - 1].last_offset;
+    let key = keys::new_segment_key(topic_id, partition, base_offset);
+    let mut writer = IngestWriter::new();
+    let chunk = writer.add_chunk(topic_id, partition, &raw);
+    let file = writer.finish();
+    store.put(&key, file.clone().into()).await?;
+
+    let swap = ReplaceExtents {
+        topic_id,
+        partition,
+        replaced: run.clone(),
+        object_key: key.to_string(),
+        object_size: file.len() as u64,
+        position: chunk.position,
+        length: chunk.length as u64,
+    };
+    match meta.replace_extents(swap).await {
+        Ok(()) => Ok(Some(Compacted {
+            segment_key: key.to_string(),
+            extents: run.len(),
+            bytes: chunk.length as u64,
+            base_offset,
+            last_offset,
+        })),
+        Err(MetaError::ExtentsChanged) | Err(MetaError::UnknownTopicOrPartition) => {
+            // Someone else compacted, or the topic went away: our segment is unused.
+            if let Err(e) = store.delete(&key).await {
+                tracing::warn!(segment = %key, error = %e, "could not delete unused segment");
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs [`compact_partition`] over every partition once.
+pub async fn compact_all(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    policy: &CompactionPolicy,
+) -> Result<Vec<Compacted>, CompactError> {
+    let mut done = Vec::new();
+    for (topic_id, partition) in meta.partitions().await? {
+        match compact_partition(store, meta, topic_id, partition, policy).await {
+            Ok(Some(c)) => done.push(c),
+            Ok(None) => {}
+            // A deleted topic is not an error of the whole pass.
+            Err(CompactError::Meta(MetaError::UnknownTopicOrPartition)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Deletes garbage objects once they have been garbage for `grace`, so reads
+/// that planned with the old extents can finish.
+pub struct Gc {
+    grace: Duration,
+    first_seen: HashMap<String, Instant>,
+}
+
+impl Gc {
+    pub fn new(grace: Duration) -> Self {
+        Gc {
+            grace,
+            first_seen: HashMap::new(),
+        }
+    }
+
+    /// One pass; returns the keys deleted.
+    pub async fn run_once(
+        &mut self,
+        store: &Arc<dyn ObjectStore>,
+        meta: &Arc<dyn Metastore>,
+    ) -> Result<Vec<String>, CompactError> {
+        let now = Instant::now();
+        let garbage = meta.garbage().await?;
+        self.first_seen.retain(|k, _| garbage.contains(k));
+        let mut due = Vec::new();
+        for key in garbage {
+            let seen = *self.first_seen.entry(key.clone()).or_insert(now);
+            if now.duration_since(seen) >= self.grace {
+                due.push(key);
+            }
+        }
+        let mut deleted = Vec::with_capacity(due.len());
+        for key in due {
+            match store.delete(&ObjectPath::from(key.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(key),
+                Err(e) => {
+                    tracing::warn!(object = %key, error = %e, "gc: delete failed; will retry")
+                }
+            }
+        }
+        if !deleted.is_empty() {
+            meta.forget_garbage(deleted.clone()).await?;
+            for key in &deleted {
+                self.first_seen.remove(key);
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests;

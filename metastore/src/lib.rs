@@ -41,6 +41,12 @@ pub trait Metastore: Send + Sync + 'static {
         partition: i32,
         query: OffsetQuery,
     ) -> Result<OffsetAnswer, MetaError>;
+    /// Compaction's compare-and-set swap of extents for a new object.
+    async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError>;
+    /// Every partition of every topic.
+    async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError>;
     /// Keys of objects that nothing refers to any more.
     async fn garbage(&self) -> Result<Vec<String>, MetaError>;
+    /// Drops deleted objects from the garbage list.
+    async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError>;
 }

@@ -159,7 +159,25 @@ impl Metastore for LocalMetastore {
         self.read(|s| s.list_offsets(topic, partition, query))
     }
 
+    async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {
+        match self.apply(Command::ReplaceExtents(replace)).await? {
+            Reply::Replaced(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError> {
+        Ok(self.read(|s| s.partitions()))
+    }
+
     async fn garbage(&self) -> Result<Vec<String>, MetaError> {
         Ok(self.read(|s| s.garbage().to_vec()))
+    }
+
+    async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
+        match self.apply(Command::ForgetGarbage { keys }).await? {
+            Reply::Forgotten => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 }

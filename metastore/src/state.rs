@@ -13,9 +13,19 @@ use crate::types::*;
 /// A mutation of the metastore, as logged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    CreateTopic { id: TopicId, topic: NewTopic },
-    DeleteTopic { name: String },
+    CreateTopic {
+        id: TopicId,
+        topic: NewTopic,
+    },
+    DeleteTopic {
+        name: String,
+    },
     Commit(Commit),
+    ReplaceExtents(ReplaceExtents),
+    /// These garbage objects are deleted from the store; forget them.
+    ForgetGarbage {
+        keys: Vec<String>,
+    },
 }
 
 /// What applying a [`Command`] returned.
@@ -25,6 +35,8 @@ pub enum Reply {
     Deleted(Result<(), MetaError>),
     /// Per batch, in commit order: its base offset, or why it was refused.
     Committed(Vec<Result<i64, MetaError>>),
+    Replaced(Result<(), MetaError>),
+    Forgotten,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +117,12 @@ impl State {
             Command::CreateTopic { id, topic } => Reply::Created(self.create_topic(id, topic)),
             Command::DeleteTopic { name } => Reply::Deleted(self.delete_topic(&name)),
             Command::Commit(commit) => Reply::Committed(self.commit(commit)),
+            Command::ReplaceExtents(replace) => Reply::Replaced(self.replace_extents(replace)),
+            Command::ForgetGarbage { keys } => {
+                let keys: std::collections::HashSet<String> = keys.into_iter().collect();
+                self.garbage.retain(|k| !keys.contains(k));
+                Reply::Forgotten
+            }
         }
     }
 
@@ -215,6 +233,75 @@ impl State {
         results
     }
 
+    fn replace_extents(&mut self, r: ReplaceExtents) -> Result<(), MetaError> {
+        let (Some(first), Some(last)) = (r.replaced.first(), r.replaced.last()) else {
+            return Err(MetaError::ExtentsChanged);
+        };
+        let (base_offset, last_offset) = (first.base_offset, last.last_offset);
+        let max_timestamp = r
+            .replaced
+            .iter()
+            .map(|e| e.max_timestamp)
+            .max()
+            .unwrap_or(-1);
+        let partition = self.partition(r.topic_id, r.partition)?;
+        // Compare: the partition must hold exactly these extents over this range.
+        let current: Vec<&Extent> = partition
+            .extents
+            .range(base_offset..=last_offset)
+            .map(|(_, e)| e)
+            .collect();
+        let unchanged = current.len() == r.replaced.len()
+            && current.iter().zip(&r.replaced).all(|(have, want)| {
+                have.base_offset == want.base_offset
+                    && have.last_offset == want.last_offset
+                    && have.position == want.position
+                    && have.length == want.length
+                    && self
+                        .objects
+                        .get(&have.object)
+                        .is_some_and(|o| o.key == want.object_key)
+            });
+        if !unchanged {
+            return Err(MetaError::ExtentsChanged);
+        }
+        // Swap.
+        let object = self.next_object;
+        self.next_object += 1;
+        self.objects.insert(
+            object,
+            Object {
+                key: r.object_key,
+                size: r.object_size,
+                live_extents: 1,
+            },
+        );
+        let partition = self
+            .partition_by_id_mut(r.topic_id, r.partition)
+            .expect("checked above");
+        let old: Vec<u64> = r
+            .replaced
+            .iter()
+            .filter_map(|e| partition.extents.remove(&e.base_offset))
+            .map(|e| e.object)
+            .collect();
+        partition.extents.insert(
+            base_offset,
+            Extent {
+                base_offset,
+                last_offset,
+                max_timestamp,
+                object,
+                position: r.position,
+                length: r.length,
+            },
+        );
+        for object in old {
+            self.release(object);
+        }
+        Ok(())
+    }
+
     fn partition_by_id_mut(&mut self, id: TopicId, partition: i32) -> Option<&mut Partition> {
         let name = self.names_by_id.get(&id)?;
         let topic = self.topics.get_mut(name)?;
@@ -319,6 +406,14 @@ impl State {
                 .map(|e| OffsetAnswer::InExtent(self.extent_ref(e)))
                 .unwrap_or(OffsetAnswer::NotFound),
         })
+    }
+
+    /// Every partition of every topic, for planning compaction.
+    pub fn partitions(&self) -> Vec<(TopicId, i32)> {
+        self.topics
+            .values()
+            .flat_map(|t| (0..t.info.partitions).map(move |p| (t.info.id, p)))
+            .collect()
     }
 
     /// A topic's name from its id.
@@ -517,6 +612,75 @@ mod tests {
             s.list_offsets(t, 0, OffsetQuery::Latest).unwrap(),
             OffsetAnswer::Offset(4)
         );
+    }
+
+    fn replace(
+        s: &mut State,
+        t: TopicId,
+        replaced: Vec<ExtentRef>,
+        key: &str,
+    ) -> Result<(), MetaError> {
+        let length = replaced.iter().map(|e| e.length).sum();
+        match s.apply(Command::ReplaceExtents(ReplaceExtents {
+            topic_id: t,
+            partition: 0,
+            replaced,
+            object_key: key.into(),
+            object_size: length + 68,
+            position: 0,
+            length,
+        })) {
+            Reply::Replaced(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn replacing_extents_is_a_compare_and_set() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        let other = create(&mut s, "other", 1);
+        commit(
+            &mut s,
+            "i1",
+            vec![batch(t, 0, 0, 2), batch(other, 0, 100, 1)],
+        );
+        commit(&mut s, "i2", vec![batch(t, 0, 0, 3)]);
+        commit(&mut s, "i3", vec![batch(t, 0, 0, 1)]);
+        let plan = s.read_plan(t, 0, 0, u64::MAX).unwrap();
+        assert_eq!(plan.extents.len(), 3);
+        let first_two = plan.extents[..2].to_vec();
+
+        // A stale view (an extent that is not there) is refused and changes nothing.
+        let mut stale = first_two.clone();
+        stale[1].object_key = "elsewhere".into();
+        assert_eq!(
+            replace(&mut s, t, stale, "seg0"),
+            Err(MetaError::ExtentsChanged)
+        );
+        assert_eq!(s.read_plan(t, 0, 0, u64::MAX).unwrap(), plan);
+
+        replace(&mut s, t, first_two.clone(), "seg1").unwrap();
+        let after = s.read_plan(t, 0, 0, u64::MAX).unwrap();
+        assert_eq!(after.extents.len(), 2);
+        assert_eq!(
+            (after.extents[0].base_offset, after.extents[0].last_offset),
+            (0, 4)
+        );
+        assert_eq!(after.extents[0].object_key, "seg1");
+        assert_eq!(after.extents[0].max_timestamp, 1_000);
+        // i1 is still used by `other`; i2 is garbage now.
+        assert_eq!(s.garbage(), ["i2".to_string()]);
+        // Replaying the same swap fails: the extents are gone.
+        assert_eq!(
+            replace(&mut s, t, first_two, "seg2"),
+            Err(MetaError::ExtentsChanged)
+        );
+
+        s.apply(Command::ForgetGarbage {
+            keys: vec!["i2".into()],
+        });
+        assert!(s.garbage().is_empty());
     }
 
     proptest! {

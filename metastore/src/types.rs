@@ -111,6 +111,22 @@ pub enum MetaError {
         log_start_offset: i64,
         high_watermark: i64,
     },
+    #[error("extents changed since they were read; compaction result discarded")]
+    ExtentsChanged,
     #[error("metastore storage failed: {0}")]
     Storage(String),
+}
+
+/// "These extents are now stored here": compaction's compare-and-set. Applied
+/// only if the partition still holds exactly `replaced`, contiguous.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceExtents {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub replaced: Vec<ExtentRef>,
+    /// Where the same batches, with the same offsets, now lie.
+    pub object_key: String,
+    pub object_size: u64,
+    pub position: u64,
+    pub length: u64,
 }

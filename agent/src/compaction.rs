@@ -1,0 +1,54 @@
+//! The agent's background compactor and garbage collector.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floe_compactor::{CompactionPolicy, Gc, compact_all};
+use floe_metastore::Metastore;
+use floe_storage::ObjectStore;
+
+use crate::config::Config;
+
+pub struct Background {
+    interval: Duration,
+    policy: CompactionPolicy,
+    gc: Gc,
+}
+
+impl Background {
+    /// `None` when compaction is turned off (`compaction_interval = "0s"`).
+    pub fn from_config(config: &Config) -> Option<Background> {
+        (!config.compaction_interval.is_zero()).then(|| Background {
+            interval: config.compaction_interval,
+            policy: CompactionPolicy {
+                min_extents: config.compaction_min_extents,
+                max_segment_bytes: config.segment_bytes.as_u64(),
+            },
+            gc: Gc::new(config.gc_grace),
+        })
+    }
+
+    pub async fn run(mut self, store: Arc<dyn ObjectStore>, meta: Arc<dyn Metastore>) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match compact_all(&store, &meta, &self.policy).await {
+                Ok(done) => {
+                    for c in done {
+                        tracing::info!(segment = %c.segment_key, extents = c.extents, bytes = c.bytes,
+                            base_offset = c.base_offset, last_offset = c.last_offset, "compacted");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "compaction pass failed"),
+            }
+            match self.gc.run_once(&store, &meta).await {
+                Ok(deleted) if !deleted.is_empty() => {
+                    tracing::info!(objects = deleted.len(), "gc deleted unreferenced objects")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "gc pass failed"),
+            }
+        }
+    }
+}
