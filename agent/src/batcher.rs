@@ -90,21 +90,24 @@ impl Batcher {
         }
     }
 
-    /// Adds one validated batch to the next ingest file and waits until it is
-    /// committed. Returns the batch's base offset.
-    pub async fn append(
+    /// Adds one validated batch to the next ingest file. Batches enqueued one
+    /// after the other get offsets in that order. Waits only while the memory
+    /// budget is spent (backpressure); the returned [`Committed`] resolves to the
+    /// batch's base offset once its ingest file is committed.
+    pub async fn enqueue(
         &self,
         topic_id: TopicId,
         partition: i32,
         batch: RecordBatch,
-    ) -> Result<i64, AppendError> {
+    ) -> Result<Committed, AppendError> {
+        let gone = || AppendError::Storage("agent is shutting down".into());
         let cost = (batch.len() as u64).clamp(1, self.budget_bytes as u64) as u32;
         let budget = self
             .budget
             .clone()
             .acquire_many_owned(cost)
             .await
-            .map_err(|_| AppendError::Storage("agent is shutting down".into()))?;
+            .map_err(|_| gone())?;
         let (reply, answer) = oneshot::channel();
         let append = Append {
             topic_id,
@@ -113,9 +116,20 @@ impl Batcher {
             reply,
             _budget: budget,
         };
-        let gone = || AppendError::Storage("agent is shutting down".into());
         self.appends.send(append).await.map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+        Ok(Committed(answer))
+    }
+}
+
+/// A batch on its way into an ingest file.
+pub struct Committed(oneshot::Receiver<Result<i64, AppendError>>);
+
+impl Committed {
+    /// The batch's base offset, once committed.
+    pub async fn offset(self) -> Result<i64, AppendError> {
+        self.0
+            .await
+            .map_err(|_| AppendError::Storage("agent is shutting down".into()))?
     }
 }
 

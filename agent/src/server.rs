@@ -13,6 +13,7 @@ use floe_protocol::kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKi
 use floe_protocol::kafka_protocol::protocol::Encodable;
 use floe_protocol::request::{self, Decoded};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -52,7 +53,9 @@ async fn connection(
             next = frames.next(), if reading && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION => {
                 match next {
                     Some(Ok(frame)) => match request::decode(frame.freeze()) {
-                        Ok(decoded) => in_flight.push_back(respond(broker.clone(), decoded)),
+                        // Admission runs before the next request is read, so
+                        // produced batches are enqueued in request order.
+                        Ok(decoded) => in_flight.push_back(admit(broker.clone(), decoded).await),
                         Err(e) => {
                             tracing::warn!(%peer, error = %e, "closing connection: undecodable request");
                             reading = false;
@@ -83,24 +86,37 @@ async fn connection(
     write.shutdown().await
 }
 
-/// Handles one request and encodes its response frame (`None`: no response,
-/// as for `acks=0` produces; `Err`: the response could not be encoded).
-async fn respond(broker: Arc<Broker>, decoded: Decoded) -> Result<Option<Bytes>, ()> {
-    let (api, version, correlation_id, response) = match decoded {
-        Decoded::ApiVersionsTooNew { correlation_id } => (
-            ApiKey::ApiVersions,
-            0,
-            correlation_id,
-            ResponseKind::ApiVersions(handlers::api_versions::unsupported()),
-        ),
-        Decoded::Request { header, body } => {
-            let api = ApiKey::try_from(header.request_api_key).map_err(|_| ())?;
-            let version = header.request_api_version;
-            let Some(response) = handlers::handle(&broker, &header, *body).await else {
-                return Ok(None);
-            };
-            (api, version, header.correlation_id, response)
+/// A response frame being prepared: `Ok(None)` means no response (as for
+/// `acks=0` produces), `Err` that the response could not be encoded.
+type Responding = BoxFuture<'static, Result<Option<Bytes>, ()>>;
+
+/// Starts handling one request (see [`handlers::admit`]) and returns the future
+/// that finishes it and encodes its response frame.
+async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
+    match decoded {
+        Decoded::ApiVersionsTooNew { correlation_id } => {
+            let response = ResponseKind::ApiVersions(handlers::api_versions::unsupported());
+            Box::pin(async move { encode(ApiKey::ApiVersions, 0, correlation_id, Some(response)) })
         }
+        Decoded::Request { header, body } => {
+            let Ok(api) = ApiKey::try_from(header.request_api_key) else {
+                return Box::pin(async { Err(()) });
+            };
+            let pending = handlers::admit(broker, &header, *body).await;
+            let (version, correlation_id) = (header.request_api_version, header.correlation_id);
+            Box::pin(async move { encode(api, version, correlation_id, pending.await) })
+        }
+    }
+}
+
+fn encode(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    response: Option<ResponseKind>,
+) -> Result<Option<Bytes>, ()> {
+    let Some(response) = response else {
+        return Ok(None);
     };
     let mut out = BytesMut::new();
     let header = ResponseHeader::default().with_correlation_id(correlation_id);

@@ -9,16 +9,27 @@ pub mod topics;
 
 use floe_protocol::kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind};
 use floe_protocol::kafka_protocol::protocol::StrBytes;
+use futures::future::BoxFuture;
+use std::sync::Arc;
 
 use crate::broker::Broker;
 
-/// Dispatches a decoded request. `None` means the client expects no response.
-pub async fn handle(
-    broker: &Broker,
-    header: &RequestHeader,
-    body: RequestKind,
-) -> Option<ResponseKind> {
+/// The rest of a request's handling, run concurrently with later requests.
+pub type Pending = BoxFuture<'static, Option<ResponseKind>>;
+
+/// Starts handling a request. What must happen in request order (enqueueing
+/// produced batches) is done before this returns; the rest is left in the
+/// returned future. It resolves to `None` when the client expects no response.
+pub async fn admit(broker: Arc<Broker>, header: &RequestHeader, body: RequestKind) -> Pending {
     let version = header.request_api_version;
+    if let RequestKind::Produce(req) = body {
+        let admitted = produce::admit(&broker, req).await;
+        return Box::pin(async move { admitted.respond().await.map(ResponseKind::Produce) });
+    }
+    Box::pin(async move { handle(&broker, body, version).await })
+}
+
+async fn handle(broker: &Broker, body: RequestKind, version: i16) -> Option<ResponseKind> {
     Some(match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
         RequestKind::Metadata(req) => {
@@ -29,9 +40,6 @@ pub async fn handle(
         }
         RequestKind::DeleteTopics(req) => {
             ResponseKind::DeleteTopics(topics::delete(broker, req, version).await)
-        }
-        RequestKind::Produce(req) => {
-            ResponseKind::Produce(produce::handle(broker, req, version).await?)
         }
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch::handle(broker, req, version).await),
         RequestKind::ListOffsets(req) => {

@@ -1,71 +1,124 @@
 //! Produce: validate each partition's batch without decompressing it, hand it
 //! to the batcher, and answer once the ingest file holding it is committed.
+//!
+//! Handling is split in two. [`admit`] validates and enqueues the batches; the
+//! connection runs it to completion before it reads the next request, so the
+//! batches of pipelined requests get offsets in request order, as in Kafka.
+//! The future it returns waits for the commit, concurrently with later requests.
 
 use floe_protocol::ResponseError;
 use floe_protocol::batch::RecordBatch;
-use floe_protocol::kafka_protocol::messages::produce_request::{
-    PartitionProduceData, TopicProduceData,
-};
+use floe_protocol::kafka_protocol::messages::produce_request::PartitionProduceData;
 use floe_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
-use floe_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use floe_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use futures::future::join_all;
 
 use super::str_bytes;
-use crate::batcher::AppendError;
+use crate::batcher::{AppendError, Committed};
 use crate::broker::{Broker, kafka_error};
 
-/// Handles a Produce request; `None` for `acks=0`, which gets no response.
-pub async fn handle(
-    broker: &Broker,
-    req: ProduceRequest,
-    _version: i16,
-) -> Option<ProduceResponse> {
-    let acks = req.acks;
-    if !matches!(acks, -1..=1) {
-        let responses = req
-            .topic_data
-            .into_iter()
-            .map(|t| {
-                refuse_topic(
-                    t,
-                    ResponseError::InvalidRequiredAcks,
-                    "acks must be -1, 0 or 1",
-                )
-            })
-            .collect();
-        return Some(ProduceResponse::default().with_responses(responses));
-    }
-    if req.transactional_id.is_some() {
-        let responses = req
-            .topic_data
-            .into_iter()
-            .map(|t| {
-                refuse_topic(
-                    t,
-                    ResponseError::TransactionalIdAuthorizationFailed,
-                    "transactions are not supported yet",
-                )
-            })
-            .collect();
-        return Some(ProduceResponse::default().with_responses(responses));
-    }
-    let topics = join_all(req.topic_data.into_iter().map(|t| produce_topic(broker, t))).await;
-    // acks=0 and acks=1 are answered, like acks=all, only after the commit:
-    // the object store's replication is what makes a record durable.
-    (acks != 0).then(|| ProduceResponse::default().with_responses(topics))
+/// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
+pub struct Admitted {
+    acks: i16,
+    topics: Vec<(TopicName, Vec<(i32, Admission)>)>,
 }
 
-fn refuse_topic(topic: TopicProduceData, error: ResponseError, why: &str) -> TopicProduceResponse {
-    let partitions = topic
-        .partition_data
-        .iter()
-        .map(|p| refuse(p.index, error, why))
-        .collect();
-    TopicProduceResponse::default()
-        .with_name(topic.name)
-        .with_partition_responses(partitions)
+enum Admission {
+    Enqueued(Committed),
+    Refused(ResponseError, String),
+}
+
+/// Validates every partition's batch and enqueues the good ones, in request order.
+pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
+    let refusal = if !matches!(req.acks, -1..=1) {
+        Some((
+            ResponseError::InvalidRequiredAcks,
+            "acks must be -1, 0 or 1",
+        ))
+    } else if req.transactional_id.is_some() {
+        Some((
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "transactions are not supported yet",
+        ))
+    } else {
+        None
+    };
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for topic in req.topic_data {
+        let info = match refusal {
+            Some((error, why)) => Err((error, why.to_string())),
+            None => broker
+                .topic_or_create(&topic.name.0, true)
+                .await
+                .map_err(|e| (kafka_error(&e), e.to_string())),
+        };
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for data in topic.partition_data {
+            let index = data.index;
+            let admission = match &info {
+                Err((error, why)) => Admission::Refused(*error, why.clone()),
+                Ok(info) => match admit_partition(broker, info, data).await {
+                    Ok(committed) => Admission::Enqueued(committed),
+                    Err((error, why)) => {
+                        tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
+                        Admission::Refused(error, why)
+                    }
+                },
+            };
+            partitions.push((index, admission));
+        }
+        topics.push((topic.name, partitions));
+    }
+    Admitted {
+        acks: req.acks,
+        topics,
+    }
+}
+
+impl Admitted {
+    /// Waits for every commit; `None` for `acks=0`, which gets no response.
+    ///
+    /// acks=1 and acks=all are both answered only after the commit: the object
+    /// store's replication is what makes a record durable.
+    pub async fn respond(self) -> Option<ProduceResponse> {
+        let acks = self.acks;
+        let topics = join_all(
+            self.topics
+                .into_iter()
+                .map(|(name, partitions)| async move {
+                    let partitions =
+                        join_all(partitions.into_iter().map(|(index, admission)| async move {
+                            let result = match admission {
+                                Admission::Enqueued(committed) => {
+                                    committed.offset().await.map_err(|e| match e {
+                                        AppendError::Storage(why) => {
+                                            (ResponseError::KafkaStorageError, why)
+                                        }
+                                        AppendError::Refused(meta) => {
+                                            (kafka_error(&meta), meta.to_string())
+                                        }
+                                    })
+                                }
+                                Admission::Refused(error, why) => Err((error, why)),
+                            };
+                            match result {
+                                Ok(base_offset) => PartitionProduceResponse::default()
+                                    .with_index(index)
+                                    .with_base_offset(base_offset),
+                                Err((error, why)) => refuse(index, error, &why),
+                            }
+                        }))
+                        .await;
+                    TopicProduceResponse::default()
+                        .with_name(name)
+                        .with_partition_responses(partitions)
+                }),
+        )
+        .await;
+        (acks != 0).then(|| ProduceResponse::default().with_responses(topics))
+    }
 }
 
 fn refuse(partition: i32, error: ResponseError, why: &str) -> PartitionProduceResponse {
@@ -76,38 +129,11 @@ fn refuse(partition: i32, error: ResponseError, why: &str) -> PartitionProduceRe
         .with_error_message(Some(str_bytes(why)))
 }
 
-async fn produce_topic(broker: &Broker, topic: TopicProduceData) -> TopicProduceResponse {
-    let name = topic.name.clone();
-    let info = match broker.topic_or_create(&name.0, true).await {
-        Ok(info) => info,
-        Err(e) => return refuse_topic(topic, kafka_error(&e), &e.to_string()),
-    };
-    let partitions = join_all(topic.partition_data.into_iter().map(|p| {
-        let info = &info;
-        async move {
-            let index = p.index;
-            match produce_partition(broker, info, p).await {
-                Ok(base_offset) => PartitionProduceResponse::default()
-                    .with_index(index)
-                    .with_base_offset(base_offset),
-                Err((error, why)) => {
-                    tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
-                    refuse(index, error, &why)
-                }
-            }
-        }
-    }))
-    .await;
-    TopicProduceResponse::default()
-        .with_name(name)
-        .with_partition_responses(partitions)
-}
-
-async fn produce_partition(
+async fn admit_partition(
     broker: &Broker,
     topic: &floe_metastore::TopicInfo,
     data: PartitionProduceData,
-) -> Result<i64, (ResponseError, String)> {
+) -> Result<Committed, (ResponseError, String)> {
     if data.index < 0 || data.index >= topic.partitions {
         return Err((
             ResponseError::UnknownTopicOrPartition,
@@ -145,10 +171,7 @@ async fn produce_partition(
     }
     broker
         .batcher
-        .append(topic.id, data.index, batch)
+        .enqueue(topic.id, data.index, batch)
         .await
-        .map_err(|e| match e {
-            AppendError::Storage(why) => (ResponseError::KafkaStorageError, why),
-            AppendError::Refused(meta) => (kafka_error(&meta), meta.to_string()),
-        })
+        .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))
 }
