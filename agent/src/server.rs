@@ -102,6 +102,8 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
             let Ok(api) = ApiKey::try_from(header.request_api_key) else {
                 return Box::pin(async { Err(()) });
             };
+            tracing::trace!(?api, version = header.request_api_version,
+                correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
             let pending = handlers::admit(broker, &header, *body).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move { encode(api, version, correlation_id, pending.await) })
