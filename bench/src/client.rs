@@ -1,0 +1,126 @@
+//! A minimal pipelining Kafka client over the `kafka-protocol` message types.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::{Buf, BytesMut};
+use floe_protocol::frame;
+use floe_protocol::kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use floe_protocol::kafka_protocol::protocol::{
+    Decodable, Encodable, StrBytes, encode_request_header_into_buffer,
+};
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+pub struct Connection {
+    framed: Framed<TcpStream, LengthDelimitedCodec>,
+    next_correlation: i32,
+}
+
+impl Connection {
+    pub async fn connect(address: &str) -> anyhow::Result<Connection> {
+        let stream = TcpStream::connect(address)
+            .await
+            .with_context(|| format!("connecting to {address}"))?;
+        stream.set_nodelay(true)?;
+        Ok(Connection {
+            framed: Framed::new(stream, frame::codec(frame::DEFAULT_MAX_FRAME_BYTES)),
+            next_correlation: 1,
+        })
+    }
+
+    async fn send<Req: Encodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> anyhow::Result<i32> {
+        let correlation_id = self.next_correlation;
+        self.next_correlation += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("floe-bench")));
+        let mut buf = BytesMut::new();
+        encode_request_header_into_buffer(&mut buf, &header)?;
+        request.encode(&mut buf, version)?;
+        self.framed.send(buf.freeze()).await?;
+        Ok(correlation_id)
+    }
+
+    async fn receive<Resp: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        expected: i32,
+    ) -> anyhow::Result<Resp> {
+        let frame = self.framed.next().await.context("connection closed")??;
+        let mut bytes = frame.freeze();
+        let header = ResponseHeader::decode(&mut bytes, api.response_header_version(version))?;
+        if header.correlation_id != expected {
+            bail!(
+                "response {} arrived for request {expected}",
+                header.correlation_id
+            );
+        }
+        Resp::decode(&mut bytes, version)
+    }
+
+    pub async fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> anyhow::Result<Resp> {
+        let id = self.send(api, version, request).await?;
+        self.receive(api, version, id).await
+    }
+
+    /// Sends `request` `count` times keeping `in_flight` outstanding; checks each
+    /// response and returns every request's latency.
+    pub async fn pipeline<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        request: &Req,
+        count: usize,
+        in_flight: usize,
+        check: impl Fn(&Resp) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<Duration>> {
+        let mut outstanding = VecDeque::new();
+        let mut latencies = Vec::with_capacity(count);
+        let mut sent = 0;
+        while latencies.len() < count {
+            while sent < count && outstanding.len() < in_flight.max(1) {
+                let id = self.send(api, version, request).await?;
+                outstanding.push_back((id, Instant::now()));
+                sent += 1;
+            }
+            let (id, at) = outstanding.pop_front().expect("one is outstanding");
+            let response: Resp = self.receive(api, version, id).await?;
+            latencies.push(at.elapsed());
+            check(&response)?;
+        }
+        Ok(latencies)
+    }
+}
+
+/// The offset after the last whole batch in `records`.
+pub fn next_offset(records: &[u8]) -> Option<i64> {
+    let mut buf = records;
+    let mut next = None;
+    while buf.len() >= floe_protocol::batch::HEADER_LEN {
+        let base = (&buf[0..8]).get_i64();
+        let length = (&buf[8..12]).get_i32() as usize;
+        let last_delta = (&buf[23..27]).get_i32() as i64;
+        if buf.len() < 12 + length {
+            break;
+        }
+        next = Some(base + last_delta + 1);
+        buf = &buf[12 + length..];
+    }
+    next
+}
