@@ -71,13 +71,25 @@ def recv_exact(s, n):
     return buf
 
 
-def batch(values):
+def batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1):
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 20)
+                                        producer_id=producer_id, producer_epoch=producer_epoch,
+                                        base_sequence=base_sequence, batch_size=1 << 20)
     for n, v in enumerate(values):
         builder.append(n, timestamp=1_000 + n, key=None, value=v, headers=[])
     return bytes(builder.build())
+
+
+def init_producer_id_v0(s, correlation_id, producer=None):
+    """InitProducerId v0 by hand -> (error code, producer id, epoch)."""
+    body = struct.pack(">hhi", 22, 0, correlation_id) + string("raw-test")
+    body += struct.pack(">hi", -1, 60_000)  # no transactional id, timeout
+    s.sendall(struct.pack(">i", len(body)) + body)
+    size = struct.unpack(">i", recv_exact(s, 4))[0]
+    data = recv_exact(s, size)
+    corr, _throttle, error, producer_id, epoch = struct.unpack(">iihqh", data[:20])
+    assert corr == correlation_id
+    return error, producer_id, epoch
 
 
 def agent_still_serves(agent, topic="still-alive"):
@@ -158,3 +170,39 @@ def test_garbage_and_truncated_frames_close_only_that_connection(agent):
     bystander.close()
     assert [v for _, _, v in kcat_consume(agent.bootstrap, "kept")] == ["before-0"]
     assert agent_still_serves(agent)
+
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+UNKNOWN_PRODUCER_ID = 59
+
+
+def test_idempotent_sequences_like_kafka(agent):
+    create_topic(agent.bootstrap, "idem-raw", 1)
+    s = connect(agent)
+    error, pid, epoch = init_producer_id_v0(s, 1)
+    assert error == 0 and pid >= 0 and epoch == 0
+
+    first = batch([b"a", b"b"], pid, epoch, 0)
+    s.sendall(produce_v3("idem-raw", 0, first, correlation_id=2))
+    assert read_produce_v3_response(s) == (2, 0, 0)
+    # The producer retries after a lost answer: same offset, nothing stored twice.
+    s.sendall(produce_v3("idem-raw", 0, first, correlation_id=3))
+    assert read_produce_v3_response(s) == (3, 0, 0)
+    # A gap in the sequence is refused.
+    s.sendall(produce_v3("idem-raw", 0, batch([b"x"], pid, epoch, 5), correlation_id=4))
+    assert read_produce_v3_response(s) == (4, OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+    s.sendall(produce_v3("idem-raw", 0, batch([b"c"], pid, epoch, 2), correlation_id=5))
+    assert read_produce_v3_response(s) == (5, 0, 2)
+    # A producer id nobody issued.
+    s.sendall(produce_v3("idem-raw", 0, batch([b"z"], pid + 1000, 0, 0), correlation_id=6))
+    assert read_produce_v3_response(s) == (6, UNKNOWN_PRODUCER_ID, -1)
+    s.close()
+
+    # Sequence state lives in the metastore: it survives a kill -9.
+    agent.restart()
+    s = connect(agent)
+    s.sendall(produce_v3("idem-raw", 0, batch([b"c"], pid, epoch, 2), correlation_id=7))
+    assert read_produce_v3_response(s) == (7, 0, 2)
+    s.close()
+    assert [(o, v) for _, o, v in kcat_consume(agent.bootstrap, "idem-raw")] == [
+        (0, "a"), (1, "b"), (2, "c")]

@@ -17,8 +17,8 @@ PARTITIONS = 3
 
 
 def producer(bootstrap, **kw):
-    # Idempotence (kafka-python 3's default) needs InitProducerId, not served yet.
-    return KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, linger_ms=5, **kw)
+    # kafka-python 3 is idempotent by default: InitProducerId and sequence checks.
+    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **kw)
 
 
 def test_all_codecs_round_trip(agent):
@@ -39,6 +39,13 @@ def test_all_codecs_round_trip(agent):
         check_partitions(python_consume(agent.bootstrap, topic, PARTITIONS), values)
         # And librdkafka reads what kafka-python wrote.
         check_partitions(kcat_consume(agent.bootstrap, topic), values)
+
+
+def test_non_idempotent_producer(agent):
+    p = producer(agent.bootstrap, enable_idempotence=False, acks=1)
+    metas = [p.send("plain", value=f"p-{i}".encode()).get(timeout=30) for i in range(3)]
+    p.close()
+    assert [m.offset for m in metas] == [0, 1, 2]
 
 
 def test_offsets_for_times(agent):

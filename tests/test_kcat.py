@@ -37,3 +37,11 @@ def test_metadata_lists_topics_and_this_agent(agent):
     out = kcat("-L", "-b", agent.bootstrap, "-t", "listed")
     assert f"broker 0 at 127.0.0.1:{agent.port}" in out
     assert 'topic "listed" with 3 partitions' in out
+
+
+def test_idempotent_producer(agent):
+    create_topic(agent.bootstrap, "idem", 2)
+    values = [f"idem-{i}" for i in range(20_000)]
+    kcat("-P", "-b", agent.bootstrap, "-t", "idem", "-K", ":", "-X", "enable.idempotence=true",
+         "-X", "max.in.flight=5", input="".join(f"k{i % 13}:{v}\n" for i, v in enumerate(values)))
+    check_partitions(kcat_consume(agent.bootstrap, "idem"), values)

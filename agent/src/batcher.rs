@@ -170,6 +170,9 @@ impl PendingFile {
                     length: append.batch.len() as u32,
                     record_count: append.batch.record_count(),
                     max_timestamp: append.batch.max_timestamp(),
+                    producer_id: append.batch.producer_id(),
+                    producer_epoch: append.batch.producer_epoch(),
+                    base_sequence: append.batch.base_sequence(),
                 });
                 position += append.batch.len() as u64;
                 appends.push(append);

@@ -113,5 +113,8 @@ pub fn kafka_error(e: &MetaError) -> ResponseError {
         MetaError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         MetaError::Storage(_) => ResponseError::KafkaStorageError,
         MetaError::ExtentsChanged => ResponseError::UnknownServerError,
+        MetaError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        MetaError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        MetaError::UnknownProducerId(_) => ResponseError::UnknownProducerId,
     }
 }

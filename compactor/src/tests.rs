@@ -88,6 +88,9 @@ async fn setup(files: usize) -> Setup {
                 length: entry.length,
                 record_count: 3,
                 max_timestamp: 1_000,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
             });
         }
         let key = floe_storage::keys::new_ingest_key();

@@ -20,6 +20,9 @@ fn batch(t: &TopicInfo, partition: i32, position: u64, records: i32) -> CommitBa
         length: 10,
         record_count: records,
         max_timestamp: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
     }
 }
 
@@ -64,11 +67,27 @@ pub async fn suite(m: &dyn Metastore) {
         OffsetAnswer::Offset(7)
     );
 
+    let p = m.init_producer(None).await.unwrap();
+    let idempotent = CommitBatch {
+        producer_id: p.producer_id,
+        producer_epoch: p.epoch,
+        base_sequence: 0,
+        ..batch(&t, 1, 0, 2)
+    };
+    assert_eq!(
+        commit(m, "c", vec![idempotent, idempotent]).await,
+        vec![Ok(0), Ok(0)]
+    );
+    assert_eq!(m.init_producer(Some(p)).await.unwrap().epoch, p.epoch + 1);
+
     m.delete_topic("events").await.unwrap();
     assert!(m.topics().await.unwrap().is_empty());
     let mut garbage = m.garbage().await.unwrap();
     garbage.sort();
-    assert_eq!(garbage, vec!["a".to_string(), "b".to_string()]);
+    assert_eq!(
+        garbage,
+        vec!["a".to_string(), "b".to_string(), "c".to_string()]
+    );
 }
 
 #[tokio::test]

@@ -41,6 +41,11 @@ pub trait Metastore: Send + Sync + 'static {
         partition: i32,
         query: OffsetQuery,
     ) -> Result<OffsetAnswer, MetaError>;
+    /// Issues an idempotent producer id, or bumps `existing`'s epoch if current.
+    async fn init_producer(
+        &self,
+        existing: Option<ProducerIdentity>,
+    ) -> Result<ProducerIdentity, MetaError>;
     /// Compaction's compare-and-set swap of extents for a new object.
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError>;
     /// Every partition of every topic.

@@ -159,6 +159,16 @@ impl Metastore for LocalMetastore {
         self.read(|s| s.list_offsets(topic, partition, query))
     }
 
+    async fn init_producer(
+        &self,
+        existing: Option<ProducerIdentity>,
+    ) -> Result<ProducerIdentity, MetaError> {
+        match self.apply(Command::InitProducer { existing }).await? {
+            Reply::Producer(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {
         match self.apply(Command::ReplaceExtents(replace)).await? {
             Reply::Replaced(result) => result,

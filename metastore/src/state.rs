@@ -22,6 +22,10 @@ pub enum Command {
     },
     Commit(Commit),
     ReplaceExtents(ReplaceExtents),
+    /// Issue a producer id, or bump the epoch of `existing` if it is current.
+    InitProducer {
+        existing: Option<ProducerIdentity>,
+    },
     /// These garbage objects are deleted from the store; forget them.
     ForgetGarbage {
         keys: Vec<String>,
@@ -36,6 +40,7 @@ pub enum Reply {
     /// Per batch, in commit order: its base offset, or why it was refused.
     Committed(Vec<Result<i64, MetaError>>),
     Replaced(Result<(), MetaError>),
+    Producer(ProducerIdentity),
     Forgotten,
 }
 
@@ -55,6 +60,85 @@ struct Partition {
     high_watermark: i64,
     /// By base offset; contiguous and non-overlapping.
     extents: BTreeMap<i64, Extent>,
+    /// Idempotent producers that wrote here, by producer id.
+    producers: BTreeMap<i64, ProducerPartition>,
+}
+
+/// Batches Kafka remembers per producer and partition to recognise retries.
+pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
+
+/// One producer's recent batches in one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct ProducerPartition {
+    epoch: i16,
+    /// (first sequence, last sequence, base offset), oldest first.
+    batches: std::collections::VecDeque<(i32, i32, i64)>,
+}
+
+/// What the sequence check decided for one idempotent batch.
+enum SequenceCheck {
+    Append,
+    /// A retry of a batch already sequenced at this base offset.
+    Duplicate(i64),
+}
+
+impl ProducerPartition {
+    fn check(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        first: i32,
+        last: i32,
+    ) -> Result<SequenceCheck, MetaError> {
+        if epoch < self.epoch {
+            return Err(MetaError::InvalidProducerEpoch {
+                producer_id,
+                got: epoch,
+                current: self.epoch,
+            });
+        }
+        if epoch > self.epoch {
+            // A new epoch starts its sequences again at 0.
+            return if first == 0 {
+                Ok(SequenceCheck::Append)
+            } else {
+                Err(MetaError::OutOfOrderSequence {
+                    producer_id,
+                    last: -1,
+                    got: first,
+                })
+            };
+        }
+        if let Some(&(_, _, base)) = self
+            .batches
+            .iter()
+            .find(|(f, l, _)| *f == first && *l == last)
+        {
+            return Ok(SequenceCheck::Duplicate(base));
+        }
+        let last_seq = self.batches.back().map_or(-1, |&(_, l, _)| l);
+        let follows = first == last_seq.wrapping_add(1) || (first == 0 && last_seq == i32::MAX);
+        if follows {
+            Ok(SequenceCheck::Append)
+        } else {
+            Err(MetaError::OutOfOrderSequence {
+                producer_id,
+                last: last_seq,
+                got: first,
+            })
+        }
+    }
+
+    fn record(&mut self, epoch: i16, first: i32, last: i32, base_offset: i64) {
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.batches.clear();
+        }
+        if self.batches.len() == PRODUCER_BATCHES_REMEMBERED {
+            self.batches.pop_front();
+        }
+        self.batches.push_back((first, last, base_offset));
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +162,9 @@ pub struct State {
     names_by_id: BTreeMap<TopicId, String>,
     objects: BTreeMap<u64, Object>,
     next_object: u64,
+    /// Issued producer ids and their current epoch.
+    producers: BTreeMap<i64, i16>,
+    next_producer_id: i64,
     /// Keys of objects nothing points to any more, oldest first, for GC.
     garbage: Vec<String>,
 }
@@ -118,6 +205,7 @@ impl State {
             Command::DeleteTopic { name } => Reply::Deleted(self.delete_topic(&name)),
             Command::Commit(commit) => Reply::Committed(self.commit(commit)),
             Command::ReplaceExtents(replace) => Reply::Replaced(self.replace_extents(replace)),
+            Command::InitProducer { existing } => Reply::Producer(self.init_producer(existing)),
             Command::ForgetGarbage { keys } => {
                 let keys: std::collections::HashSet<String> = keys.into_iter().collect();
                 self.garbage.retain(|k| !keys.contains(k));
@@ -177,17 +265,85 @@ impl State {
         }
     }
 
+    fn init_producer(&mut self, existing: Option<ProducerIdentity>) -> ProducerIdentity {
+        if let Some(known) = existing {
+            let current = self.producers.get(&known.producer_id).copied();
+            if current == Some(known.epoch) && known.epoch < i16::MAX {
+                self.producers.insert(known.producer_id, known.epoch + 1);
+                return ProducerIdentity {
+                    producer_id: known.producer_id,
+                    epoch: known.epoch + 1,
+                };
+            }
+        }
+        let producer_id = self.next_producer_id;
+        self.next_producer_id += 1;
+        self.producers.insert(producer_id, 0);
+        ProducerIdentity {
+            producer_id,
+            epoch: 0,
+        }
+    }
+
     fn commit(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
         let object = self.next_object;
         self.next_object += 1;
         let mut live_extents = 0;
         let mut results = Vec::with_capacity(commit.batches.len());
         for batch in &commit.batches {
+            let issued_epoch = self.producers.get(&batch.producer_id).copied();
             let Some(partition) = self.partition_by_id_mut(batch.topic_id, batch.partition) else {
                 results.push(Err(MetaError::UnknownTopicOrPartition));
                 continue;
             };
             let base_offset = partition.high_watermark;
+            if batch.producer_id >= 0 {
+                let last_sequence = batch.base_sequence.wrapping_add(batch.record_count - 1);
+                let check = match issued_epoch {
+                    None => Err(MetaError::UnknownProducerId(batch.producer_id)),
+                    Some(current) if batch.producer_epoch < current => {
+                        Err(MetaError::InvalidProducerEpoch {
+                            producer_id: batch.producer_id,
+                            got: batch.producer_epoch,
+                            current,
+                        })
+                    }
+                    Some(_) => {
+                        let state = partition.producers.entry(batch.producer_id).or_insert(
+                            ProducerPartition {
+                                epoch: -1,
+                                batches: Default::default(),
+                            },
+                        );
+                        state.check(
+                            batch.producer_id,
+                            batch.producer_epoch,
+                            batch.base_sequence,
+                            last_sequence,
+                        )
+                    }
+                };
+                match check {
+                    Ok(SequenceCheck::Append) => partition
+                        .producers
+                        .get_mut(&batch.producer_id)
+                        .expect("inserted above")
+                        .record(
+                            batch.producer_epoch,
+                            batch.base_sequence,
+                            last_sequence,
+                            base_offset,
+                        ),
+                    Ok(SequenceCheck::Duplicate(original)) => {
+                        results.push(Ok(original));
+                        continue;
+                    }
+                    Err(e) => {
+                        results.push(Err(e));
+                        continue;
+                    }
+                }
+            }
             let last_offset = base_offset + batch.record_count as i64 - 1;
             partition.high_watermark = last_offset + 1;
             let extends_last = partition.extents.values_mut().next_back().filter(|e| {
@@ -455,7 +611,119 @@ mod tests {
             length: 100,
             record_count: count,
             max_timestamp: 1_000 + position as i64,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
         }
+    }
+
+    fn idempotent(
+        t: TopicId,
+        producer: ProducerIdentity,
+        sequence: i32,
+        count: i32,
+    ) -> CommitBatch {
+        CommitBatch {
+            producer_id: producer.producer_id,
+            producer_epoch: producer.epoch,
+            base_sequence: sequence,
+            ..batch(t, 0, 0, count)
+        }
+    }
+
+    fn init(s: &mut State, existing: Option<ProducerIdentity>) -> ProducerIdentity {
+        match s.apply(Command::InitProducer { existing }) {
+            Reply::Producer(p) => p,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn idempotent_producers_follow_kafka_sequence_rules() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        let p = init(&mut s, None);
+        assert_eq!(
+            p,
+            ProducerIdentity {
+                producer_id: 0,
+                epoch: 0
+            }
+        );
+        assert_eq!(
+            commit(&mut s, "o1", vec![idempotent(t, p, 0, 3)]),
+            vec![Ok(0)]
+        );
+        // A retry of the same batch, even in a later file, returns the original offset.
+        assert_eq!(
+            commit(&mut s, "o2", vec![idempotent(t, p, 0, 3)]),
+            vec![Ok(0)]
+        );
+        assert_eq!(
+            commit(
+                &mut s,
+                "o3",
+                vec![idempotent(t, p, 3, 2), idempotent(t, p, 3, 2)]
+            ),
+            vec![Ok(3), Ok(3)]
+        );
+        assert_eq!(s.offsets(t, 0).unwrap().high_watermark, 5);
+        // A gap is refused.
+        assert!(matches!(
+            commit(&mut s, "o4", vec![idempotent(t, p, 9, 1)])[0],
+            Err(MetaError::OutOfOrderSequence {
+                last: 4,
+                got: 9,
+                ..
+            })
+        ));
+        // A bumped epoch restarts at 0; the old epoch is fenced.
+        let bumped = init(&mut s, Some(p));
+        assert_eq!(
+            bumped,
+            ProducerIdentity {
+                producer_id: 0,
+                epoch: 1
+            }
+        );
+        assert!(matches!(
+            commit(&mut s, "o5", vec![idempotent(t, p, 5, 1)])[0],
+            Err(MetaError::InvalidProducerEpoch {
+                got: 0,
+                current: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            commit(&mut s, "o6", vec![idempotent(t, bumped, 5, 1)])[0],
+            Err(MetaError::OutOfOrderSequence { .. })
+        ));
+        assert_eq!(
+            commit(&mut s, "o7", vec![idempotent(t, bumped, 0, 1)]),
+            vec![Ok(5)]
+        );
+        // A stale identity gets a fresh producer id; an unissued one is refused.
+        assert_eq!(init(&mut s, Some(p)).producer_id, 1);
+        let stranger = ProducerIdentity {
+            producer_id: 77,
+            epoch: 0,
+        };
+        assert_eq!(
+            commit(&mut s, "o8", vec![idempotent(t, stranger, 0, 1)]),
+            vec![Err(MetaError::UnknownProducerId(77))]
+        );
+        // Only five batches are remembered for duplicates.
+        for n in 0..6 {
+            commit(&mut s, "o9", vec![idempotent(t, bumped, 1 + n, 1)]);
+        }
+        assert!(matches!(
+            commit(&mut s, "o10", vec![idempotent(t, bumped, 1, 1)])[0],
+            Err(MetaError::OutOfOrderSequence { .. })
+        ));
+        assert_eq!(
+            commit(&mut s, "o11", vec![idempotent(t, bumped, 6, 1)]),
+            vec![Ok(11)]
+        );
     }
 
     fn commit(

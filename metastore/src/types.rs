@@ -34,6 +34,10 @@ pub struct CommitBatch {
     pub length: u32,
     pub record_count: i32,
     pub max_timestamp: i64,
+    /// Idempotent producer fields from the batch header (-1 when not idempotent).
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
 }
 
 /// "This object is uploaded; sequence these batches in it." Batches of one
@@ -111,6 +115,20 @@ pub enum MetaError {
         log_start_offset: i64,
         high_watermark: i64,
     },
+    #[error("sequence {got} of producer {producer_id} does not follow {last}")]
+    OutOfOrderSequence {
+        producer_id: i64,
+        last: i32,
+        got: i32,
+    },
+    #[error("producer {producer_id} epoch {got} is older than {current}")]
+    InvalidProducerEpoch {
+        producer_id: i64,
+        got: i16,
+        current: i16,
+    },
+    #[error("producer id {0} was never issued")]
+    UnknownProducerId(i64),
     #[error("extents changed since they were read; compaction result discarded")]
     ExtentsChanged,
     #[error("metastore storage failed: {0}")]
@@ -129,4 +147,11 @@ pub struct ReplaceExtents {
     pub object_size: u64,
     pub position: u64,
     pub length: u64,
+}
+
+/// An idempotent producer's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerIdentity {
+    pub producer_id: i64,
+    pub epoch: i16,
 }

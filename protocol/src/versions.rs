@@ -16,6 +16,7 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// The versions of `api` floe serves, or `None` if it does not serve `api`.

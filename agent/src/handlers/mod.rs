@@ -2,6 +2,7 @@
 
 pub mod api_versions;
 pub mod fetch;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -40,6 +41,9 @@ async fn handle(broker: &Broker, body: RequestKind, version: i16) -> Option<Resp
         }
         RequestKind::DeleteTopics(req) => {
             ResponseKind::DeleteTopics(topics::delete(broker, req, version).await)
+        }
+        RequestKind::InitProducerId(req) => {
+            ResponseKind::InitProducerId(init_producer_id::handle(broker, req).await)
         }
         RequestKind::Fetch(req) => ResponseKind::Fetch(fetch::handle(broker, req, version).await),
         RequestKind::ListOffsets(req) => {

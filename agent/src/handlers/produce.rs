@@ -163,12 +163,6 @@ async fn admit_partition(
             "transactions are not supported yet".into(),
         ));
     }
-    if batch.producer_id() >= 0 {
-        return Err((
-            ResponseError::UnknownProducerId,
-            "idempotent producers are not supported yet".into(),
-        ));
-    }
     broker
         .batcher
         .enqueue(topic.id, data.index, batch)

@@ -1,0 +1,39 @@
+//! InitProducerId for idempotent (non-transactional) producers.
+//!
+//! Producer ids, epochs and the per-partition sequence state all live in the
+//! metastore, so a producer may move between agents and survive restarts.
+
+use floe_metastore::ProducerIdentity;
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+};
+
+use crate::broker::{Broker, kafka_error};
+
+pub async fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
+    let refused = |error: ResponseError| {
+        InitProducerIdResponse::default()
+            .with_error_code(error.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    };
+    if req.transactional_id.is_some() {
+        tracing::info!(transactional_id = ?req.transactional_id, "transactions are not supported yet");
+        return refused(ResponseError::TransactionalIdAuthorizationFailed);
+    }
+    // v3+: a producer that already has an id asks for an epoch bump (KIP-360).
+    let existing = (req.producer_id.0 >= 0).then_some(ProducerIdentity {
+        producer_id: req.producer_id.0,
+        epoch: req.producer_epoch,
+    });
+    match broker.meta.init_producer(existing).await {
+        Ok(p) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(p.producer_id))
+            .with_producer_epoch(p.epoch),
+        Err(e) => {
+            tracing::warn!(error = %e, "init producer id failed");
+            refused(kafka_error(&e))
+        }
+    }
+}
