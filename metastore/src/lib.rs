@@ -4,6 +4,7 @@
 //! embedded `redb` file; [`LocalMetastore`] is the in-process implementation of
 //! the [`Metastore`] trait that agents use.
 
+pub mod groups;
 pub mod local;
 pub mod log;
 pub mod state;
@@ -14,6 +15,7 @@ mod conformance;
 
 use async_trait::async_trait;
 
+pub use groups::{Group, GroupCommand, GroupError, GroupReply, Phase};
 pub use local::LocalMetastore;
 pub use types::*;
 
@@ -46,6 +48,10 @@ pub trait Metastore: Send + Sync + 'static {
         &self,
         existing: Option<ProducerIdentity>,
     ) -> Result<ProducerIdentity, MetaError>;
+    /// Applies a consumer-group operation.
+    async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError>;
+    /// A consumer group's current state.
+    async fn group(&self, name: &str) -> Result<Option<Group>, MetaError>;
     /// Compaction's compare-and-set swap of extents for a new object.
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError>;
     /// Every partition of every topic.

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::Metastore;
+use crate::groups::{Group, GroupCommand, GroupReply};
 use crate::log::CommandLog;
 use crate::state::{Command, Reply, State};
 use crate::types::*;
@@ -167,6 +168,17 @@ impl Metastore for LocalMetastore {
             Reply::Producer(p) => Ok(p),
             other => Err(unexpected(other)),
         }
+    }
+
+    async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError> {
+        match self.apply(Command::Group(command)).await? {
+            Reply::Group(reply) => Ok(reply),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn group(&self, name: &str) -> Result<Option<Group>, MetaError> {
+        Ok(self.read(|s| s.group(name)))
     }
 
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {

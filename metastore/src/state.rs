@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::groups::{Group, GroupCommand, GroupReply, Groups};
 use crate::types::*;
 
 /// A mutation of the metastore, as logged.
@@ -30,6 +31,7 @@ pub enum Command {
     ForgetGarbage {
         keys: Vec<String>,
     },
+    Group(GroupCommand),
 }
 
 /// What applying a [`Command`] returned.
@@ -41,6 +43,7 @@ pub enum Reply {
     Committed(Vec<Result<i64, MetaError>>),
     Replaced(Result<(), MetaError>),
     Producer(ProducerIdentity),
+    Group(GroupReply),
     Forgotten,
 }
 
@@ -167,6 +170,7 @@ pub struct State {
     next_producer_id: i64,
     /// Keys of objects nothing points to any more, oldest first, for GC.
     garbage: Vec<String>,
+    groups: Groups,
 }
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -206,6 +210,7 @@ impl State {
             Command::Commit(commit) => Reply::Committed(self.commit(commit)),
             Command::ReplaceExtents(replace) => Reply::Replaced(self.replace_extents(replace)),
             Command::InitProducer { existing } => Reply::Producer(self.init_producer(existing)),
+            Command::Group(command) => Reply::Group(self.groups.apply(command)),
             Command::ForgetGarbage { keys } => {
                 let keys: std::collections::HashSet<String> = keys.into_iter().collect();
                 self.garbage.retain(|k| !keys.contains(k));
@@ -570,6 +575,10 @@ impl State {
             .values()
             .flat_map(|t| (0..t.info.partitions).map(move |p| (t.info.id, p)))
             .collect()
+    }
+
+    pub fn group(&self, name: &str) -> Option<Group> {
+        self.groups.get(name).cloned()
     }
 
     /// A topic's name from its id.

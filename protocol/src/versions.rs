@@ -17,6 +17,13 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
 ];
 
 /// The versions of `api` floe serves, or `None` if it does not serve `api`.
@@ -49,6 +56,6 @@ mod tests {
 
     #[test]
     fn unserved_api_has_no_range() {
-        assert!(served(ApiKey::JoinGroup).is_none());
+        assert!(served(ApiKey::AddPartitionsToTxn).is_none());
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod api_versions;
 pub mod fetch;
+pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
@@ -27,10 +28,20 @@ pub async fn admit(broker: Arc<Broker>, header: &RequestHeader, body: RequestKin
         let admitted = produce::admit(&broker, req).await;
         return Box::pin(async move { admitted.respond().await.map(ResponseKind::Produce) });
     }
-    Box::pin(async move { handle(&broker, body, version).await })
+    let client_id = header
+        .client_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    Box::pin(async move { handle(&broker, body, version, client_id).await })
 }
 
-async fn handle(broker: &Broker, body: RequestKind, version: i16) -> Option<ResponseKind> {
+async fn handle(
+    broker: &Broker,
+    body: RequestKind,
+    version: i16,
+    client_id: String,
+) -> Option<ResponseKind> {
     Some(match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
         RequestKind::Metadata(req) => {
@@ -41,6 +52,25 @@ async fn handle(broker: &Broker, body: RequestKind, version: i16) -> Option<Resp
         }
         RequestKind::DeleteTopics(req) => {
             ResponseKind::DeleteTopics(topics::delete(broker, req, version).await)
+        }
+        RequestKind::FindCoordinator(req) => {
+            ResponseKind::FindCoordinator(groups::find_coordinator(broker, req, version).await)
+        }
+        RequestKind::JoinGroup(req) => {
+            ResponseKind::JoinGroup(groups::join(broker, req, version, client_id).await)
+        }
+        RequestKind::SyncGroup(req) => ResponseKind::SyncGroup(groups::sync(broker, req).await),
+        RequestKind::Heartbeat(req) => {
+            ResponseKind::Heartbeat(groups::heartbeat(broker, req).await)
+        }
+        RequestKind::LeaveGroup(req) => {
+            ResponseKind::LeaveGroup(groups::leave(broker, req, version).await)
+        }
+        RequestKind::OffsetCommit(req) => {
+            ResponseKind::OffsetCommit(groups::commit_offsets(broker, req).await)
+        }
+        RequestKind::OffsetFetch(req) => {
+            ResponseKind::OffsetFetch(groups::fetch_offsets(broker, req, version).await)
         }
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req).await)

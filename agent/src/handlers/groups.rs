@@ -1,0 +1,491 @@
+//! Consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup, OffsetCommit and OffsetFetch.
+//!
+//! Every decision is a command of the metastore's group state machine; this
+//! agent only waits. A JoinGroup or SyncGroup answer is due when the group
+//! reaches the next phase, which another member's request (on any agent) may
+//! cause, so the waiting handler polls the group, and ticks the state machine
+//! when a deadline it can see has passed.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use floe_metastore::{Group, GroupCommand, GroupError, GroupReply, MetaError, Phase};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
+use floe_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use floe_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
+use floe_protocol::kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use floe_protocol::kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use floe_protocol::kafka_protocol::messages::{
+    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use tokio::time::Instant;
+
+use super::str_bytes;
+use crate::broker::{Broker, kafka_error};
+
+/// How often a waiting JoinGroup/SyncGroup looks at its group again.
+const POLL: Duration = Duration::from_millis(20);
+/// Slack past the group's own deadlines before a waiting request gives up.
+const SLACK: Duration = Duration::from_secs(5);
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn group_error(e: GroupError) -> ResponseError {
+    match e {
+        GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
+        GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
+        GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
+        GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+        GroupError::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
+    }
+}
+
+fn meta_error(e: MetaError) -> ResponseError {
+    tracing::warn!(error = %e, "group operation failed in the metastore");
+    kafka_error(&e)
+}
+
+async fn command(broker: &Broker, command: GroupCommand) -> Result<GroupReply, ResponseError> {
+    broker.meta.group_command(command).await.map_err(meta_error)
+}
+
+async fn done(broker: &Broker, c: GroupCommand) -> Result<(), ResponseError> {
+    match command(broker, c).await? {
+        GroupReply::Done(result) => result.map_err(group_error),
+        other => {
+            tracing::error!(?other, "unexpected group reply");
+            Err(ResponseError::UnknownServerError)
+        }
+    }
+}
+
+/// Reads the group, first ticking it if one of its deadlines has passed.
+async fn observe(broker: &Broker, group: &str) -> Result<Option<Group>, ResponseError> {
+    let mut seen = broker.meta.group(group).await.map_err(meta_error)?;
+    if let Some(g) = &seen
+        && g.next_deadline_ms().is_some_and(|d| d <= now_ms())
+    {
+        done(
+            broker,
+            GroupCommand::Tick {
+                group: group.to_string(),
+                now_ms: now_ms(),
+            },
+        )
+        .await?;
+        seen = broker.meta.group(group).await.map_err(meta_error)?;
+    }
+    Ok(seen)
+}
+
+pub async fn find_coordinator(
+    broker: &Broker,
+    req: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    // All group state is in the metastore: any agent coordinates any group. Ours is nearest.
+    let node = BrokerId(broker.config.node_id);
+    let host = str_bytes(&broker.advertised_host);
+    if version >= 4 {
+        let coordinators = req
+            .coordinator_keys
+            .into_iter()
+            .map(|key| {
+                Coordinator::default()
+                    .with_key(key)
+                    .with_node_id(node)
+                    .with_host(host.clone())
+                    .with_port(broker.advertised_port)
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    FindCoordinatorResponse::default()
+        .with_node_id(node)
+        .with_host(host)
+        .with_port(broker.advertised_port)
+}
+
+pub async fn join(
+    broker: &Broker,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: String,
+) -> JoinGroupResponse {
+    let failed = |e: ResponseError, member: &str| {
+        JoinGroupResponse::default()
+            .with_error_code(e.code())
+            .with_generation_id(-1)
+            .with_member_id(str_bytes(member))
+    };
+    let group = req.group_id.0.to_string();
+    let join = |member_id: String| GroupCommand::Join {
+        group: group.clone(),
+        member_id,
+        client_id: client_id.clone(),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 has no rebalance timeout; Kafka uses the session timeout.
+        rebalance_timeout_ms: if version >= 1 {
+            req.rebalance_timeout_ms
+        } else {
+            req.session_timeout_ms
+        },
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .iter()
+            .map(|p| (p.name.to_string(), p.metadata.to_vec()))
+            .collect(),
+        now_ms: now_ms(),
+    };
+    let mut member_id = req.member_id.to_string();
+    let give_up = Instant::now()
+        + Duration::from_millis(req.rebalance_timeout_ms.max(req.session_timeout_ms).max(0) as u64)
+        + SLACK;
+    let mut must_join = true;
+    loop {
+        if must_join {
+            match command(broker, join(member_id.clone())).await {
+                Ok(GroupReply::Joined(Ok(id))) => member_id = id,
+                Ok(GroupReply::Joined(Err(e))) => return failed(group_error(e), &member_id),
+                Ok(_) => return failed(ResponseError::UnknownServerError, &member_id),
+                Err(e) => return failed(e, &member_id),
+            }
+            must_join = false;
+        }
+        let g = match observe(broker, &group).await {
+            Ok(Some(g)) => g,
+            Ok(None) => return failed(ResponseError::UnknownMemberId, &member_id),
+            Err(e) => return failed(e, &member_id),
+        };
+        let Some(me) = g.members.get(&member_id) else {
+            return failed(ResponseError::UnknownMemberId, &member_id);
+        };
+        match g.phase {
+            Phase::Syncing | Phase::Stable => return joined(&g, &member_id),
+            // A new rebalance began while we waited: this request joins it too.
+            Phase::Joining { .. } if !me.joined => must_join = true,
+            _ => {}
+        }
+        if Instant::now() >= give_up {
+            return failed(ResponseError::RebalanceInProgress, &member_id);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn joined(g: &Group, member_id: &str) -> JoinGroupResponse {
+    let leader = g.leader.clone().unwrap_or_default();
+    let members = if leader == member_id {
+        g.member_metadata()
+            .into_iter()
+            .map(|(id, metadata)| {
+                JoinGroupResponseMember::default()
+                    .with_member_id(str_bytes(&id))
+                    .with_metadata(Bytes::from(metadata))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    JoinGroupResponse::default()
+        .with_generation_id(g.generation)
+        .with_protocol_type(g.protocol_type.as_deref().map(str_bytes))
+        .with_protocol_name(g.protocol.as_deref().map(str_bytes))
+        .with_leader(str_bytes(&leader))
+        .with_member_id(str_bytes(member_id))
+        .with_members(members)
+}
+
+pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
+    let failed = |e: ResponseError| SyncGroupResponse::default().with_error_code(e.code());
+    let group = req.group_id.0.to_string();
+    let member_id = req.member_id.to_string();
+    let sync = GroupCommand::Sync {
+        group: group.clone(),
+        generation: req.generation_id,
+        member_id: member_id.clone(),
+        assignments: req
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
+            .collect(),
+        now_ms: now_ms(),
+    };
+    if let Err(e) = done(broker, sync).await {
+        return failed(e);
+    }
+    let mut give_up = None;
+    loop {
+        let g = match observe(broker, &group).await {
+            Ok(Some(g)) => g,
+            Ok(None) => return failed(ResponseError::UnknownMemberId),
+            Err(e) => return failed(e),
+        };
+        let Some(me) = g.members.get(&member_id) else {
+            return failed(ResponseError::UnknownMemberId);
+        };
+        if g.generation != req.generation_id
+            || matches!(g.phase, Phase::Joining { .. } | Phase::Empty)
+        {
+            return failed(ResponseError::RebalanceInProgress);
+        }
+        if g.phase == Phase::Stable {
+            let assignment = g.assignments.get(&member_id).cloned().unwrap_or_default();
+            return SyncGroupResponse::default()
+                .with_protocol_type(g.protocol_type.as_deref().map(str_bytes))
+                .with_protocol_name(g.protocol.as_deref().map(str_bytes))
+                .with_assignment(Bytes::from(assignment));
+        }
+        // Waiting for the leader's assignments.
+        let give_up = *give_up.get_or_insert_with(|| {
+            Instant::now() + Duration::from_millis(me.rebalance_timeout_ms.max(0) as u64) + SLACK
+        });
+        if Instant::now() >= give_up {
+            return failed(ResponseError::RebalanceInProgress);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    let beat = GroupCommand::Heartbeat {
+        group: req.group_id.0.to_string(),
+        generation: req.generation_id,
+        member_id: req.member_id.to_string(),
+        now_ms: now_ms(),
+    };
+    match done(broker, beat).await {
+        Ok(()) => HeartbeatResponse::default(),
+        Err(e) => HeartbeatResponse::default().with_error_code(e.code()),
+    }
+}
+
+pub async fn leave(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    // v0-2 name one member; v3+ a list.
+    let member_ids: Vec<String> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| m.member_id.to_string())
+            .collect()
+    } else {
+        vec![req.member_id.to_string()]
+    };
+    let leave = GroupCommand::Leave {
+        group: req.group_id.0.to_string(),
+        member_ids: member_ids.clone(),
+        now_ms: now_ms(),
+    };
+    let results = match command(broker, leave).await {
+        Ok(GroupReply::Left(results)) => results,
+        Ok(_) => {
+            return LeaveGroupResponse::default()
+                .with_error_code(ResponseError::UnknownServerError.code());
+        }
+        Err(e) => return LeaveGroupResponse::default().with_error_code(e.code()),
+    };
+    if version < 3 {
+        let error = results
+            .first()
+            .copied()
+            .unwrap_or(Ok(()))
+            .err()
+            .map(group_error);
+        return LeaveGroupResponse::default().with_error_code(error.map_or(0, |e| e.code()));
+    }
+    let members = member_ids
+        .into_iter()
+        .zip(results)
+        .map(|(id, result)| {
+            MemberResponse::default()
+                .with_member_id(str_bytes(&id))
+                .with_error_code(result.err().map_or(0, |e| group_error(e).code()))
+        })
+        .collect();
+    LeaveGroupResponse::default().with_members(members)
+}
+
+pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    // Partitions of unknown topics are refused one by one, the rest committed together.
+    let mut offsets = Vec::new();
+    let mut refused = std::collections::HashSet::new();
+    for topic in &req.topics {
+        let partitions = broker
+            .meta
+            .topic(&topic.name.0)
+            .await
+            .ok()
+            .flatten()
+            .map(|t| t.partitions);
+        for p in &topic.partitions {
+            if partitions.is_some_and(|n| (0..n).contains(&p.partition_index)) {
+                offsets.push((
+                    topic.name.0.to_string(),
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_metadata.as_ref().map(|m| m.to_string()),
+                ));
+            } else {
+                refused.insert((topic.name.clone(), p.partition_index));
+            }
+        }
+    }
+    let commit = GroupCommand::CommitOffsets {
+        group: req.group_id.0.to_string(),
+        generation: req.generation_id_or_member_epoch,
+        member_id: req.member_id.to_string(),
+        offsets,
+        now_ms: now_ms(),
+    };
+    let result = done(broker, commit).await;
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let error = if refused.contains(&(t.name.clone(), p.partition_index)) {
+                        ResponseError::UnknownTopicOrPartition.code()
+                    } else {
+                        result.err().map_or(0, |e| e.code())
+                    };
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// `(topic, [(partition, offset, metadata)])` committed by a group, for the
+/// topics asked (all committed topics when `None`).
+async fn committed(
+    broker: &Broker,
+    group: &str,
+    wanted: Option<Vec<(TopicName, Vec<i32>)>>,
+) -> Result<Vec<(TopicName, Vec<(i32, i64, Option<String>)>)>, ResponseError> {
+    let g = broker
+        .meta
+        .group(group)
+        .await
+        .map_err(meta_error)?
+        .unwrap_or_default();
+    let wanted = wanted.unwrap_or_else(|| {
+        let mut by_topic: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+        for (topic, partition) in g.offsets.keys() {
+            by_topic.entry(topic.clone()).or_default().push(*partition);
+        }
+        by_topic
+            .into_iter()
+            .map(|(t, ps)| (TopicName(str_bytes(&t)), ps))
+            .collect()
+    });
+    Ok(wanted
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let rows = partitions
+                .into_iter()
+                .map(|p| match g.offsets.get(&(topic.0.to_string(), p)) {
+                    Some(c) => (p, c.offset, c.metadata.clone()),
+                    None => (p, -1, None),
+                })
+                .collect();
+            (topic, rows)
+        })
+        .collect())
+}
+
+pub async fn fetch_offsets(
+    broker: &Broker,
+    req: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(req.groups.len());
+        for group in req.groups {
+            let wanted = group.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name, t.partition_indexes))
+                    .collect()
+            });
+            let response =
+                OffsetFetchResponseGroup::default().with_group_id(group.group_id.clone());
+            groups.push(match committed(broker, &group.group_id.0, wanted).await {
+                Ok(topics) => response.with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(name, rows)| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(name)
+                                .with_partitions(
+                                    rows.into_iter()
+                                        .map(|(p, offset, metadata)| {
+                                            OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(offset)
+                                                .with_metadata(Some(str_bytes(
+                                                    metadata.as_deref().unwrap_or(""),
+                                                )))
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+                Err(e) => response.with_error_code(e.code()),
+            });
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let wanted = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name, t.partition_indexes))
+            .collect()
+    });
+    match committed(broker, &req.group_id.0, wanted).await {
+        Ok(topics) => OffsetFetchResponse::default().with_topics(
+            topics
+                .into_iter()
+                .map(|(name, rows)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(name)
+                        .with_partitions(
+                            rows.into_iter()
+                                .map(|(p, offset, metadata)| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(offset)
+                                        .with_metadata(Some(str_bytes(
+                                            metadata.as_deref().unwrap_or(""),
+                                        )))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+        Err(e) => OffsetFetchResponse::default().with_error_code(e.code()),
+    }
+}
