@@ -13,7 +13,9 @@ def object_files(agent, kind):
 
 def test_compaction_and_gc_keep_every_record(make_agent):
     # Produce with the compactor off, so every ingest file is still there...
-    agent = make_agent("--compaction-interval", "0s")
+    # A tiny fetch cap makes consumers page through many small responses, each
+    # still holding at least one whole extent (KIP-74).
+    agent = make_agent("--compaction-interval", "0s", "--max-fetch-bytes", "1KiB")
     create_topic(agent.bootstrap, "compacted", 2)
     values = []
     for flush in range(12):  # one kcat run per ingest file
@@ -27,7 +29,7 @@ def test_compaction_and_gc_keep_every_record(make_agent):
 
     # ...then restart with it on: one pass compacts each partition's 12 extents.
     agent.extra_args = ["--compaction-interval", "1s", "--compaction-min-extents", "4",
-                        "--gc-grace", "0s"]
+                        "--gc-grace", "0s", "--max-fetch-bytes", "1KiB"]
     agent.restart()
     deadline = time.time() + 60
     while time.time() < deadline and object_files(agent, "ingest"):

@@ -23,6 +23,7 @@ impl Background {
             policy: CompactionPolicy {
                 min_extents: config.compaction_min_extents,
                 max_segment_bytes: config.segment_bytes.as_u64(),
+                ..CompactionPolicy::default()
             },
             gc: Gc::new(config.gc_grace),
         })

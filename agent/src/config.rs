@@ -33,6 +33,9 @@ pub struct Config {
     pub max_inflight_uploads: usize,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     pub max_frame_bytes: ByteSize,
+    /// Most bytes one Fetch response carries, whatever the client asks
+    /// (Kafka's `fetch.max.bytes`); one batch is returned even if larger.
+    pub max_fetch_bytes: ByteSize,
     /// Memory for cached object blocks.
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
@@ -69,6 +72,7 @@ impl Default for Config {
             max_buffered_bytes: ByteSize::mib(256),
             max_inflight_uploads: 4,
             max_frame_bytes: ByteSize::mib(100),
+            max_fetch_bytes: ByteSize::mib(55),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
             auto_create_topics: true,

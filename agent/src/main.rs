@@ -60,6 +60,8 @@ struct AgentArgs {
     max_inflight_uploads: Option<usize>,
     #[arg(long, env = "FLOE_MAX_FRAME_BYTES")]
     max_frame_bytes: Option<ByteSize>,
+    #[arg(long, env = "FLOE_MAX_FETCH_BYTES")]
+    max_fetch_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BYTES")]
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
@@ -98,6 +100,7 @@ impl AgentArgs {
             max_buffered_bytes,
             max_inflight_uploads,
             max_frame_bytes,
+            max_fetch_bytes,
             cache_bytes,
             cache_block_bytes,
             auto_create_topics,
@@ -209,6 +212,8 @@ mod tests {
             "6",
             "--max-frame-bytes",
             "7MiB",
+            "--max-fetch-bytes",
+            "15MiB",
             "--cache-bytes",
             "8MiB",
             "--cache-block-bytes",
@@ -242,6 +247,7 @@ mod tests {
         assert_eq!(c.max_buffered_bytes, ByteSize::mib(2));
         assert_eq!(c.max_inflight_uploads, 6);
         assert_eq!(c.max_frame_bytes, ByteSize::mib(7));
+        assert_eq!(c.max_fetch_bytes, ByteSize::mib(15));
         assert_eq!(c.cache_bytes, ByteSize::mib(8));
         assert_eq!(c.cache_block_bytes, ByteSize::kib(9));
         assert!(!c.auto_create_topics);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use floe_metastore::{ExtentRef, MetaError, Metastore, ReplaceExtents, TopicId};
+use floe_metastore::{ExtentPiece, ExtentRef, MetaError, Metastore, ReplaceExtents, TopicId};
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ingest::IngestWriter;
 use floe_storage::{ObjectPath, ObjectStore, keys};
@@ -39,6 +39,9 @@ pub struct CompactionPolicy {
     pub min_extents: usize,
     /// A segment stops growing past this size.
     pub max_segment_bytes: u64,
+    /// A segment is described to the metastore as extents of about this size,
+    /// so a fetch from its middle reads little more than it returns.
+    pub extent_bytes: u64,
 }
 
 impl Default for CompactionPolicy {
@@ -46,6 +49,7 @@ impl Default for CompactionPolicy {
         CompactionPolicy {
             min_extents: 8,
             max_segment_bytes: 256 * 1024 * 1024,
+            extent_bytes: 1024 * 1024,
         }
     }
 }
@@ -87,6 +91,31 @@ pub fn plan(extents: &[ExtentRef], policy: &CompactionPolicy) -> Option<Vec<Exte
         start += run.len().max(1);
     }
     None
+}
+
+/// Cuts a segment's batches (laid out from `position` on) into extents of
+/// about `extent_bytes`, at batch boundaries.
+fn pieces(batches: &[RecordBatch], mut position: u64, extent_bytes: u64) -> Vec<ExtentPiece> {
+    let mut pieces: Vec<ExtentPiece> = Vec::new();
+    for batch in batches {
+        let last_offset = batch.base_offset() + batch.last_offset_delta() as i64;
+        match pieces.last_mut().filter(|p| p.length < extent_bytes) {
+            Some(piece) => {
+                piece.last_offset = last_offset;
+                piece.max_timestamp = piece.max_timestamp.max(batch.max_timestamp());
+                piece.length += batch.len() as u64;
+            }
+            None => pieces.push(ExtentPiece {
+                base_offset: batch.base_offset(),
+                last_offset,
+                max_timestamp: batch.max_timestamp(),
+                position,
+                length: batch.len() as u64,
+            }),
+        }
+        position += batch.len() as u64;
+    }
+    pieces
 }
 
 /// Compacts one run of a partition's ingest extents into a segment, if the
@@ -146,8 +175,7 @@ pub async fn compact_partition(
         replaced: run.clone(),
         object_key: key.to_string(),
         object_size: file.len() as u64,
-        position: chunk.position,
-        length: chunk.length as u64,
+        pieces: pieces(&batches, chunk.position, policy.extent_bytes),
     };
     match meta.replace_extents(swap).await {
         Ok(()) => Ok(Some(Compacted {

@@ -142,6 +142,7 @@ async fn compaction_keeps_every_record_at_its_offset() {
     let policy = CompactionPolicy {
         min_extents: 4,
         max_segment_bytes: u64::MAX,
+        extent_bytes: u64::MAX,
     };
     let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy)
         .await
@@ -183,11 +184,40 @@ async fn compaction_keeps_every_record_at_its_offset() {
 }
 
 #[tokio::test]
+async fn large_segments_are_cut_into_small_extents() {
+    let s = setup(10).await;
+    let before = read_values(&s, &s.a).await;
+    // Each batch is well over 1 byte: every batch becomes its own extent.
+    let policy = CompactionPolicy {
+        min_extents: 4,
+        max_segment_bytes: u64::MAX,
+        extent_bytes: 1,
+    };
+    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy)
+        .await
+        .unwrap()
+        .unwrap();
+    let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
+    assert_eq!(plan.extents.len(), 10);
+    assert!(
+        plan.extents
+            .iter()
+            .all(|e| e.object_key == done.segment_key)
+    );
+    assert_eq!(read_values(&s, &s.a).await, before);
+    // A read from the middle starts at the extent holding the offset.
+    let from_middle = s.meta.read_plan(s.a.id, 0, 16, 1).await.unwrap();
+    assert_eq!(from_middle.extents.len(), 1);
+    assert_eq!(from_middle.extents[0].base_offset, 15);
+}
+
+#[tokio::test]
 async fn gc_deletes_ingest_files_once_no_partition_needs_them() {
     let s = setup(6).await;
     let policy = CompactionPolicy {
         min_extents: 2,
         max_segment_bytes: u64::MAX,
+        extent_bytes: u64::MAX,
     };
     let mut gc = Gc::new(Duration::ZERO);
     compact_partition(&s.store, &s.meta, s.a.id, 0, &policy)
@@ -214,6 +244,7 @@ async fn gc_waits_for_the_grace_period() {
     let policy = CompactionPolicy {
         min_extents: 2,
         max_segment_bytes: u64::MAX,
+        extent_bytes: u64::MAX,
     };
     compact_all(&s.store, &s.meta, &policy).await.unwrap();
     let mut gc = Gc::new(Duration::from_secs(3600));
@@ -243,6 +274,7 @@ fn plan_takes_runs_of_ingest_extents_within_the_size_limit() {
     let policy = CompactionPolicy {
         min_extents: 2,
         max_segment_bytes: 25,
+        extent_bytes: u64::MAX,
     };
     let run = plan(&extents, &policy).unwrap();
     assert_eq!(
@@ -252,6 +284,7 @@ fn plan_takes_runs_of_ingest_extents_within_the_size_limit() {
     let strict = CompactionPolicy {
         min_extents: 4,
         max_segment_bytes: 1000,
+        extent_bytes: u64::MAX,
     };
     assert_eq!(plan(&extents, &strict), None);
 }

@@ -399,12 +399,17 @@ impl State {
             return Err(MetaError::ExtentsChanged);
         };
         let (base_offset, last_offset) = (first.base_offset, last.last_offset);
-        let max_timestamp = r
-            .replaced
-            .iter()
-            .map(|e| e.max_timestamp)
-            .max()
-            .unwrap_or(-1);
+        // The pieces must tile exactly the offsets they replace.
+        let mut next = base_offset;
+        for piece in &r.pieces {
+            if piece.base_offset != next || piece.last_offset < piece.base_offset {
+                return Err(MetaError::ExtentsChanged);
+            }
+            next = piece.last_offset + 1;
+        }
+        if r.pieces.is_empty() || next != last_offset + 1 {
+            return Err(MetaError::ExtentsChanged);
+        }
         let partition = self.partition(r.topic_id, r.partition)?;
         // Compare: the partition must hold exactly these extents over this range.
         let current: Vec<&Extent> = partition
@@ -434,7 +439,7 @@ impl State {
             Object {
                 key: r.object_key,
                 size: r.object_size,
-                live_extents: 1,
+                live_extents: r.pieces.len() as u64,
             },
         );
         let partition = self
@@ -446,17 +451,19 @@ impl State {
             .filter_map(|e| partition.extents.remove(&e.base_offset))
             .map(|e| e.object)
             .collect();
-        partition.extents.insert(
-            base_offset,
-            Extent {
-                base_offset,
-                last_offset,
-                max_timestamp,
-                object,
-                position: r.position,
-                length: r.length,
-            },
-        );
+        for piece in r.pieces {
+            partition.extents.insert(
+                piece.base_offset,
+                Extent {
+                    base_offset: piece.base_offset,
+                    last_offset: piece.last_offset,
+                    max_timestamp: piece.max_timestamp,
+                    object,
+                    position: piece.position,
+                    length: piece.length,
+                },
+            );
+        }
         for object in old {
             self.release(object);
         }
@@ -897,15 +904,21 @@ mod tests {
         replaced: Vec<ExtentRef>,
         key: &str,
     ) -> Result<(), MetaError> {
-        let length = replaced.iter().map(|e| e.length).sum();
+        let length: u64 = replaced.iter().map(|e| e.length).sum();
+        let piece = ExtentPiece {
+            base_offset: replaced.first().map_or(0, |e| e.base_offset),
+            last_offset: replaced.last().map_or(0, |e| e.last_offset),
+            max_timestamp: replaced.iter().map(|e| e.max_timestamp).max().unwrap_or(-1),
+            position: 0,
+            length,
+        };
         match s.apply(Command::ReplaceExtents(ReplaceExtents {
             topic_id: t,
             partition: 0,
             replaced,
             object_key: key.into(),
             object_size: length + 68,
-            position: 0,
-            length,
+            pieces: vec![piece],
         })) {
             Reply::Replaced(r) => r,
             other => panic!("{other:?}"),
@@ -958,6 +971,51 @@ mod tests {
             keys: vec!["i2".into()],
         });
         assert!(s.garbage().is_empty());
+    }
+
+    #[test]
+    fn replacement_pieces_must_tile_the_replaced_offsets() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        commit(&mut s, "i1", vec![batch(t, 0, 0, 4)]);
+        commit(&mut s, "i2", vec![batch(t, 0, 0, 4)]);
+        let replaced = s.read_plan(t, 0, 0, u64::MAX).unwrap().extents;
+        let piece = |base, last, position| ExtentPiece {
+            base_offset: base,
+            last_offset: last,
+            max_timestamp: 7,
+            position,
+            length: 100,
+        };
+        let swap = |pieces| {
+            Command::ReplaceExtents(ReplaceExtents {
+                topic_id: t,
+                partition: 0,
+                replaced: replaced.clone(),
+                object_key: "seg".into(),
+                object_size: 300,
+                pieces,
+            })
+        };
+        for bad in [
+            vec![piece(0, 2, 0), piece(4, 7, 100)],
+            vec![piece(0, 6, 0)],
+            vec![],
+        ] {
+            assert_eq!(
+                s.apply(swap(bad)),
+                Reply::Replaced(Err(MetaError::ExtentsChanged))
+            );
+        }
+        let good = vec![piece(0, 2, 0), piece(3, 5, 100), piece(6, 7, 200)];
+        assert_eq!(s.apply(swap(good)), Reply::Replaced(Ok(())));
+        let plan = s.read_plan(t, 0, 4, u64::MAX).unwrap();
+        assert_eq!(plan.extents.len(), 2);
+        assert_eq!(
+            (plan.extents[0].base_offset, plan.extents[0].position),
+            (3, 100)
+        );
+        assert_eq!(s.garbage(), ["i1".to_string(), "i2".to_string()]);
     }
 
     proptest! {

@@ -142,9 +142,21 @@ pub struct ReplaceExtents {
     pub topic_id: TopicId,
     pub partition: i32,
     pub replaced: Vec<ExtentRef>,
-    /// Where the same batches, with the same offsets, now lie.
+    /// The object now holding the same batches, with the same offsets.
     pub object_key: String,
     pub object_size: u64,
+    /// How the new object is cut into extents; they must tile the replaced
+    /// offsets exactly. Small pieces keep a fetch from the middle of a large
+    /// segment from reading the segment's start.
+    pub pieces: Vec<ExtentPiece>,
+}
+
+/// One extent of a [`ReplaceExtents`]' new object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtentPiece {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
     pub position: u64,
     pub length: u64,
 }

@@ -56,10 +56,11 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + wait;
     let min_bytes = req.min_bytes.max(0) as usize;
+    let cap = broker.config.max_fetch_bytes.as_u64().min(i32::MAX as u64) as i32;
     let max_bytes = if req.max_bytes <= 0 {
-        i32::MAX
+        cap
     } else {
-        req.max_bytes
+        req.max_bytes.min(cap)
     } as usize;
     let mut commits = broker.commits.clone();
     loop {
