@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the tests need, from the package registries only, then
 # runs the whole suite: formatting, lints, unit and property tests, and the
-# integration tests with real Kafka clients (kcat, kafka-python, kafkajs)
-# against real `floe agent` processes.
+# integration tests with real Kafka clients (kcat, kafka-python,
+# confluent-kafka, kafkajs) against real `floe agent` processes, on a local
+# folder and on a local S3-compatible server.
 #
 #   ./scripts/test.sh
 set -euo pipefail
@@ -20,6 +21,9 @@ fi
 
 step "python clients"
 python3 -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+
+step "local S3-compatible server (moto)"
+./localstack/install.sh
 
 step "node clients"
 (cd tests/node && npm install --no-audit --no-fund --silent)

@@ -22,8 +22,9 @@ def free_port():
 class Agent:
     """One `floe agent` with its own data folder; can be killed and restarted."""
 
-    def __init__(self, workdir, *extra_args):
+    def __init__(self, workdir, *extra_args, env=None):
         self.workdir = pathlib.Path(workdir)
+        self.env = {**os.environ, **(env or {})}
         self.port = free_port()
         self.extra_args = list(extra_args)
         self.proc = None
@@ -39,10 +40,11 @@ class Agent:
             "--listen", self.bootstrap,
             "--data-dir", str(self.workdir / "data"),
             "--object-store", f"file://{self.workdir / 'objects'}",
-            *self.extra_args,
+            *self.extra_args,  # later flags win
         ]
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                     env=self.env)
         deadline = time.time() + 30
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -80,6 +82,20 @@ class Agent:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory):
+    """A local S3-compatible server (localstack/start.sh) with bucket `floe-test`."""
+    state = tmp_path_factory.mktemp("s3")
+    port = free_port()
+    started = subprocess.run(
+        [str(ROOT / "localstack" / "start.sh"), str(port), "floe-test", str(state)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+    yield started.stdout.strip()
+    subprocess.run([str(ROOT / "localstack" / "stop.sh"), str(state)], check=False)
+
+
 @pytest.fixture
 def agent(tmp_path):
     a = Agent(tmp_path).start()
@@ -92,8 +108,8 @@ def make_agent(tmp_path):
     """An agent with extra flags: make_agent("--max-frame-bytes", "1MiB")."""
     started = []
 
-    def make(*extra):
-        a = Agent(tmp_path, *extra).start()
+    def make(*extra, env=None):
+        a = Agent(tmp_path, *extra, env=env).start()
         started.append(a)
         return a
 

@@ -29,7 +29,9 @@ enum Command {
 }
 
 /// Every flag overrides the same key of the config file; `FLOE_<KEY>` env vars too.
+/// A flag given twice takes its last value.
 #[derive(Args)]
+#[command(args_override_self = true)]
 struct AgentArgs {
     /// A floe.toml to read settings from.
     #[arg(long, env = "FLOE_CONFIG")]
@@ -257,6 +259,14 @@ mod tests {
         assert_eq!(c.segment_bytes, ByteSize::mib(13));
         assert_eq!(c.gc_grace, Duration::from_secs(14));
         assert_ne!(debug, defaults);
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value() {
+        let cli =
+            Cli::try_parse_from(["floe", "agent", "--node-id", "1", "--node-id", "2"]).unwrap();
+        let Command::Agent(args) = cli.command;
+        assert_eq!(args.into_config().unwrap().node_id, 2);
     }
 
     #[test]
