@@ -254,6 +254,8 @@ async fn upload_and_commit(
         if let Err(e) = up.result {
             tracing::warn!(object = %key, error = %e, "ingest upload failed; producers get a retriable error");
             reply_all(up.appends, AppendError::Storage(e.to_string()));
+            // A failed PUT may still have stored the object (a lost reply).
+            record_orphan(meta.as_ref(), key).await;
             continue;
         }
         cache.insert_object(&key, &up.bytes);
@@ -270,8 +272,16 @@ async fn upload_and_commit(
                 // The object is uploaded but sequenced nowhere: an orphan for GC.
                 tracing::warn!(object = %key, error = %e, "commit failed; uploaded object is orphaned");
                 reply_all(up.appends, AppendError::Storage(e.to_string()));
+                record_orphan(meta.as_ref(), key).await;
             }
         }
+    }
+}
+
+async fn record_orphan(meta: &dyn Metastore, key: String) {
+    if let Err(e) = meta.record_orphans(vec![key.clone()]).await {
+        // Left in the bucket; a bucket-listing sweep is the backstop for this.
+        tracing::warn!(object = %key, error = %e, "could not record orphaned object for gc");
     }
 }
 

@@ -52,6 +52,9 @@ pub struct Config {
     pub compaction_min_extents: usize,
     /// Largest segment the compactor writes.
     pub segment_bytes: ByteSize,
+    /// For tests: errors and latency to inject into object-store requests,
+    /// e.g. `put_error_rate=0.3,get_error_rate=0.1,latency=20ms`.
+    pub inject_faults: Option<String>,
     /// How long an unreferenced object is kept before deletion, so reads that
     /// planned with it can finish.
     #[serde(with = "humantime_serde")]
@@ -81,6 +84,7 @@ impl Default for Config {
             compaction_min_extents: 8,
             segment_bytes: ByteSize::mib(256),
             gc_grace: Duration::from_secs(60),
+            inject_faults: None,
         }
     }
 }
@@ -135,6 +139,9 @@ impl Config {
             "cache_block_bytes must be positive"
         );
         self.advertised()?;
+        if let Some(spec) = &self.inject_faults {
+            spec.parse::<floe_storage::faults::Faults>()?;
+        }
         Ok(())
     }
 }

@@ -81,6 +81,9 @@ struct AgentArgs {
     segment_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_GC_GRACE", value_parser = humantime::parse_duration)]
     gc_grace: Option<Duration>,
+    /// For tests: inject object-store faults, e.g. put_error_rate=0.3,latency=20ms
+    #[arg(long, env = "FLOE_INJECT_FAULTS")]
+    inject_faults: Option<String>,
 }
 
 impl AgentArgs {
@@ -118,6 +121,9 @@ impl AgentArgs {
         if self.metastore_path.is_some() {
             c.metastore_path = self.metastore_path;
         }
+        if self.inject_faults.is_some() {
+            c.inject_faults = self.inject_faults;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -148,7 +154,12 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let store = floe_storage::store::open(&config.object_store)?;
+        let mut store = floe_storage::store::open(&config.object_store)?;
+        if let Some(spec) = &config.inject_faults {
+            let faults: floe_storage::faults::Faults = spec.parse()?;
+            tracing::warn!(?faults, "injecting object-store faults (a testing aid)");
+            store = Arc::new(floe_storage::faults::FaultyStore::new(store, faults));
+        }
         let meta_path = config.metastore_path();
         let meta: Arc<dyn Metastore> = Arc::new(
             LocalMetastore::open(&meta_path)
@@ -232,6 +243,8 @@ mod tests {
             "13MiB",
             "--gc-grace",
             "14s",
+            "--inject-faults",
+            "latency=1ms",
         ])
         .unwrap();
         let Command::Agent(args) = cli.command;
@@ -258,6 +271,7 @@ mod tests {
         assert_eq!(c.compaction_min_extents, 12);
         assert_eq!(c.segment_bytes, ByteSize::mib(13));
         assert_eq!(c.gc_grace, Duration::from_secs(14));
+        assert_eq!(c.inject_faults.as_deref(), Some("latency=1ms"));
         assert_ne!(debug, defaults);
     }
 

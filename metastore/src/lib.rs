@@ -58,6 +58,8 @@ pub trait Metastore: Send + Sync + 'static {
     async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError>;
     /// Keys of objects that nothing refers to any more.
     async fn garbage(&self) -> Result<Vec<String>, MetaError>;
+    /// Adds objects that were (perhaps) uploaded but never committed to the garbage list.
+    async fn record_orphans(&self, keys: Vec<String>) -> Result<(), MetaError>;
     /// Drops deleted objects from the garbage list.
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError>;
 }

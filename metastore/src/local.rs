@@ -196,6 +196,13 @@ impl Metastore for LocalMetastore {
         Ok(self.read(|s| s.garbage().to_vec()))
     }
 
+    async fn record_orphans(&self, keys: Vec<String>) -> Result<(), MetaError> {
+        match self.apply(Command::RecordOrphans { keys }).await? {
+            Reply::Forgotten => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
         match self.apply(Command::ForgetGarbage { keys }).await? {
             Reply::Forgotten => Ok(()),

@@ -31,6 +31,10 @@ pub enum Command {
     ForgetGarbage {
         keys: Vec<String>,
     },
+    /// Objects that may have been uploaded but were never committed.
+    RecordOrphans {
+        keys: Vec<String>,
+    },
     Group(GroupCommand),
 }
 
@@ -211,6 +215,10 @@ impl State {
             Command::ReplaceExtents(replace) => Reply::Replaced(self.replace_extents(replace)),
             Command::InitProducer { existing } => Reply::Producer(self.init_producer(existing)),
             Command::Group(command) => Reply::Group(self.groups.apply(command)),
+            Command::RecordOrphans { keys } => {
+                self.garbage.extend(keys);
+                Reply::Forgotten
+            }
             Command::ForgetGarbage { keys } => {
                 let keys: std::collections::HashSet<String> = keys.into_iter().collect();
                 self.garbage.retain(|k| !keys.contains(k));

@@ -2,9 +2,11 @@
 //!
 //! - [`store`]: an `object_store` from a URL (`file://`, `memory://`).
 //! - [`keys`]: where each kind of object lives in the bucket.
+//! - [`faults`]: a wrapper injecting errors and latency, for tests.
 //! - [`ingest`]: the ingest-file format shared by ingest and segment objects
 //!   (see `docs/ingest-format.md`).
 
+pub mod faults;
 pub mod ingest;
 pub mod keys;
 pub mod store;

@@ -111,8 +111,13 @@ async fn read_all(
                         .with_log_start_offset(log_start)
                         .with_records(Some(records))
                 }
+                // As Kafka: invalid offsets with an error, so no client takes
+                // the defaults (0) for a real high watermark and stops at "end".
                 Err(error) => response
                     .with_error_code(error.code())
+                    .with_high_watermark(-1)
+                    .with_last_stable_offset(-1)
+                    .with_log_start_offset(-1)
                     .with_records(Some(Bytes::new())),
             });
         }
