@@ -269,10 +269,12 @@ async fn upload_and_commit(
                 tracing::debug!(object = %key, bytes = up.bytes.len(), batches, "ingest file committed");
             }
             Err(e) => {
-                // The object is uploaded but sequenced nowhere: an orphan for GC.
-                tracing::warn!(object = %key, error = %e, "commit failed; uploaded object is orphaned");
+                // Whether the commit applied is unknown (a lost reply): the
+                // object must not be handed to GC, and a retry of the produce
+                // is answered by sequence checks (idempotent producers) or
+                // stored again (others, as with Kafka's at-least-once retries).
+                tracing::warn!(object = %key, error = %e, "commit failed; producers get a retriable error");
                 reply_all(up.appends, AppendError::Storage(e.to_string()));
-                record_orphan(meta.as_ref(), key).await;
             }
         }
     }

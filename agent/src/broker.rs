@@ -111,7 +111,7 @@ pub fn kafka_error(e: &MetaError) -> ResponseError {
         MetaError::InvalidTopicName(..) => ResponseError::InvalidTopicException,
         MetaError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         MetaError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        MetaError::Storage(_) => ResponseError::KafkaStorageError,
+        MetaError::Storage(_) | MetaError::Unavailable(_) => ResponseError::KafkaStorageError,
         MetaError::ExtentsChanged => ResponseError::UnknownServerError,
         MetaError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         MetaError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,

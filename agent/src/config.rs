@@ -22,6 +22,9 @@ pub struct Config {
     pub object_store: String,
     /// The embedded metastore's redb file; defaults to `<data_dir>/metastore.redb`.
     pub metastore_path: Option<PathBuf>,
+    /// `host:port` of a `floe metastore` shared with other agents; unset, the
+    /// agent runs its own metastore in-process.
+    pub metastore: Option<String>,
     /// Longest a produced batch waits before its ingest file is uploaded.
     #[serde(with = "humantime_serde")]
     pub flush_interval: Duration,
@@ -70,6 +73,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./floe-data"),
             object_store: "file://./floe-data/objects".to_string(),
             metastore_path: None,
+            metastore: None,
             flush_interval: Duration::from_millis(250),
             flush_bytes: ByteSize::mib(8),
             max_buffered_bytes: ByteSize::mib(256),

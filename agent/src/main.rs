@@ -9,7 +9,7 @@ use bytesize::ByteSize;
 use clap::{Args, Parser, Subcommand};
 use floe_agent::broker::Broker;
 use floe_agent::config::Config;
-use floe_metastore::{LocalMetastore, Metastore};
+use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
 #[derive(Parser)]
 #[command(
@@ -25,7 +25,23 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run an agent: a Kafka broker that keeps its data in object storage.
-    Agent(AgentArgs),
+    Agent(Box<AgentArgs>),
+    /// Run a metastore that several agents share (`floe agent --metastore HOST:PORT`).
+    Metastore(MetastoreArgs),
+}
+
+#[derive(Args)]
+struct MetastoreArgs {
+    /// Address agents connect to.
+    #[arg(long, env = "FLOE_METASTORE_LISTEN", default_value = "127.0.0.1:9093")]
+    listen: SocketAddr,
+    /// The metastore's durable log (redb).
+    #[arg(
+        long,
+        env = "FLOE_METASTORE_PATH",
+        default_value = "./floe-meta/metastore.redb"
+    )]
+    path: PathBuf,
 }
 
 /// Every flag overrides the same key of the config file; `FLOE_<KEY>` env vars too.
@@ -50,6 +66,9 @@ struct AgentArgs {
     object_store: Option<String>,
     #[arg(long, env = "FLOE_METASTORE_PATH")]
     metastore_path: Option<PathBuf>,
+    /// host:port of a shared `floe metastore` (default: one in-process)
+    #[arg(long, env = "FLOE_METASTORE")]
+    metastore: Option<String>,
     /// e.g. 250ms
     #[arg(long, env = "FLOE_FLUSH_INTERVAL", value_parser = humantime::parse_duration)]
     flush_interval: Option<Duration>,
@@ -124,6 +143,9 @@ impl AgentArgs {
         if self.inject_faults.is_some() {
             c.inject_faults = self.inject_faults;
         }
+        if self.metastore.is_some() {
+            c.metastore = self.metastore;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -139,6 +161,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Agent(args) => args.into_config().and_then(run_agent),
+        Command::Metastore(args) => run_metastore(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -161,10 +184,16 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
             store = Arc::new(floe_storage::faults::FaultyStore::new(store, faults));
         }
         let meta_path = config.metastore_path();
-        let meta: Arc<dyn Metastore> = Arc::new(
-            LocalMetastore::open(&meta_path)
-                .map_err(|e| anyhow::anyhow!("opening metastore {}: {e}", meta_path.display()))?,
-        );
+        let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
+            Some(address) => (Arc::new(RemoteMetastore::new(address.clone())), address.clone()),
+            None => (
+                Arc::new(
+                    LocalMetastore::open(&meta_path)
+                        .map_err(|e| anyhow::anyhow!("opening metastore {}: {e}", meta_path.display()))?,
+                ),
+                meta_path.display().to_string(),
+            ),
+        };
         let listen = config.listen;
         let object_store = config.object_store.clone();
         let compaction = floe_agent::compaction::Background::from_config(&config);
@@ -176,9 +205,30 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
         tracing::info!(%listen, advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
-            %object_store, metastore = %meta_path.display(), "floe agent ready");
+            %object_store, metastore = %meta_name, "floe agent ready");
         tokio::select! {
             served = floe_agent::server::serve(listener, broker) => served?,
+            _ = shutdown_signal() => tracing::info!("shutting down"),
+        }
+        anyhow::Ok(())
+    })
+}
+
+fn run_metastore(args: MetastoreArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let meta: Arc<dyn Metastore> = Arc::new(
+            LocalMetastore::open(&args.path)
+                .map_err(|e| anyhow::anyhow!("opening metastore {}: {e}", args.path.display()))?,
+        );
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        tracing::info!(listen = %args.listen, path = %args.path.display(), "floe metastore ready");
+        tokio::select! {
+            served = floe_metastore::rpc::serve(listener, meta) => served?,
             _ = shutdown_signal() => tracing::info!("shutting down"),
         }
         anyhow::Ok(())
@@ -245,9 +295,13 @@ mod tests {
             "14s",
             "--inject-faults",
             "latency=1ms",
+            "--metastore",
+            "meta:1",
         ])
         .unwrap();
-        let Command::Agent(args) = cli.command;
+        let Command::Agent(args) = cli.command else {
+            panic!("parsed as agent")
+        };
         let c = args.into_config().unwrap();
         let debug = format!("{c:?}");
         let defaults = format!("{:?}", Config::default());
@@ -272,6 +326,7 @@ mod tests {
         assert_eq!(c.segment_bytes, ByteSize::mib(13));
         assert_eq!(c.gc_grace, Duration::from_secs(14));
         assert_eq!(c.inject_faults.as_deref(), Some("latency=1ms"));
+        assert_eq!(c.metastore.as_deref(), Some("meta:1"));
         assert_ne!(debug, defaults);
     }
 
@@ -279,14 +334,18 @@ mod tests {
     fn a_repeated_flag_takes_its_last_value() {
         let cli =
             Cli::try_parse_from(["floe", "agent", "--node-id", "1", "--node-id", "2"]).unwrap();
-        let Command::Agent(args) = cli.command;
+        let Command::Agent(args) = cli.command else {
+            panic!("parsed as agent")
+        };
         assert_eq!(args.into_config().unwrap().node_id, 2);
     }
 
     #[test]
     fn bad_settings_are_refused_with_a_reason() {
         let cli = Cli::try_parse_from(["floe", "agent", "--flush-bytes", "0"]).unwrap();
-        let Command::Agent(args) = cli.command;
+        let Command::Agent(args) = cli.command else {
+            panic!("parsed as agent")
+        };
         let err = args.into_config().unwrap_err().to_string();
         assert!(err.contains("flush_bytes"), "{err}");
         assert!(Cli::try_parse_from(["floe", "agent", "--flush-interval", "soon"]).is_err());

@@ -119,3 +119,21 @@ async fn durable_conforms_and_survives_reopen() {
     let r = commit(&reopened, "after", vec![batch(&t, 0, 0, 1)]).await;
     assert_eq!(r, vec![Ok(14)]);
 }
+
+#[tokio::test]
+async fn remote_conforms() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let served: std::sync::Arc<dyn Metastore> = std::sync::Arc::new(LocalMetastore::in_memory());
+    tokio::spawn(crate::rpc::serve(listener, served));
+    suite(&RemoteMetastore::new(address)).await;
+}
+
+#[tokio::test]
+async fn remote_reports_an_unreachable_metastore() {
+    // Nothing listens on port 9 of loopback here.
+    let m =
+        RemoteMetastore::new("127.0.0.1:9").with_retry_for(std::time::Duration::from_millis(200));
+    let err = m.topics().await.unwrap_err();
+    assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
+}

@@ -7,6 +7,7 @@
 pub mod groups;
 pub mod local;
 pub mod log;
+pub mod rpc;
 pub mod state;
 pub mod types;
 
@@ -17,6 +18,7 @@ use async_trait::async_trait;
 
 pub use groups::{Group, GroupCommand, GroupError, GroupReply, Phase};
 pub use local::LocalMetastore;
+pub use rpc::RemoteMetastore;
 pub use types::*;
 
 /// Everything an agent or compactor asks of the metastore.

@@ -175,7 +175,14 @@ pub struct State {
     /// Keys of objects nothing points to any more, oldest first, for GC.
     garbage: Vec<String>,
     groups: Groups,
+    /// Results of the latest commits by object key, so a commit retried after
+    /// a lost reply is answered again instead of sequenced twice.
+    recent_commits: BTreeMap<String, Vec<Result<i64, MetaError>>>,
+    recent_commit_order: std::collections::VecDeque<String>,
 }
+
+/// Commits remembered for answering retries.
+pub const RECENT_COMMITS_REMEMBERED: usize = 4096;
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
@@ -299,6 +306,22 @@ impl State {
     }
 
     fn commit(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
+        if let Some(results) = self.recent_commits.get(&commit.object_key) {
+            return results.clone();
+        }
+        let key = commit.object_key.clone();
+        let results = self.sequence(commit);
+        if self.recent_commit_order.len() == RECENT_COMMITS_REMEMBERED
+            && let Some(oldest) = self.recent_commit_order.pop_front()
+        {
+            self.recent_commits.remove(&oldest);
+        }
+        self.recent_commit_order.push_back(key.clone());
+        self.recent_commits.insert(key, results.clone());
+        results
+    }
+
+    fn sequence(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
         let object = self.next_object;
         self.next_object += 1;
         let mut live_extents = 0;
@@ -738,7 +761,11 @@ mod tests {
         );
         // Only five batches are remembered for duplicates.
         for n in 0..6 {
-            commit(&mut s, "o9", vec![idempotent(t, bumped, 1 + n, 1)]);
+            commit(
+                &mut s,
+                &format!("o9-{n}"),
+                vec![idempotent(t, bumped, 1 + n, 1)],
+            );
         }
         assert!(matches!(
             commit(&mut s, "o10", vec![idempotent(t, bumped, 1, 1)])[0],
@@ -779,6 +806,17 @@ mod tests {
         assert_eq!(r, vec![Ok(5)]);
         assert_eq!(s.offsets(t, 0).unwrap().high_watermark, 6);
         assert_eq!(s.offsets(t, 1).unwrap().high_watermark, 5);
+    }
+
+    #[test]
+    fn a_retried_commit_is_answered_not_sequenced_again() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        let first = commit(&mut s, "o1", vec![batch(t, 0, 0, 3)]);
+        let before = s.clone();
+        assert_eq!(commit(&mut s, "o1", vec![batch(t, 0, 0, 3)]), first);
+        assert_eq!(s, before);
+        assert_eq!(commit(&mut s, "o2", vec![batch(t, 0, 0, 1)]), vec![Ok(3)]);
     }
 
     #[test]

@@ -131,6 +131,8 @@ pub enum MetaError {
     UnknownProducerId(i64),
     #[error("extents changed since they were read; compaction result discarded")]
     ExtentsChanged,
+    #[error("metastore unavailable: {0}")]
+    Unavailable(String),
     #[error("metastore storage failed: {0}")]
     Storage(String),
 }

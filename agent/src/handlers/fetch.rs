@@ -16,6 +16,9 @@ use tokio::time::Instant;
 use crate::broker::{Broker, kafka_error};
 use crate::read::read_extents;
 
+/// How often a waiting fetch looks for commits made through other agents.
+const COMMIT_POLL: Duration = Duration::from_millis(100);
+
 /// Longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
 
@@ -71,13 +74,10 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
             return FetchResponse::default().with_responses(responses);
         }
-        if tokio::time::timeout_at(deadline, commits.changed())
-            .await
-            .is_err()
-        {
-            let (responses, _) = read_all(broker, &wanted, max_bytes, by_id).await;
-            return FetchResponse::default().with_responses(responses);
-        }
+        // This agent's own commits wake the wait at once; other agents'
+        // commits are seen by looking again every COMMIT_POLL.
+        let poll_until = deadline.min(Instant::now() + COMMIT_POLL);
+        let _ = tokio::time::timeout_at(poll_until, commits.changed()).await;
     }
 }
 

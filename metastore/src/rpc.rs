@@ -1,0 +1,371 @@
+//! The metastore over the network, so several agents share one.
+//!
+//! `floe metastore` serves any [`Metastore`] with [`serve`]; agents use
+//! [`RemoteMetastore`], which implements the same trait. Messages are postcard
+//! in length-prefixed frames; each connection carries one request at a time
+//! and the client keeps a pool of them.
+//!
+//! Retries: a request that never left the client is retried freely. One that
+//! was sent but got no answer may have been applied, so only requests that are
+//! safe to repeat are resent: reads, and commits (the state machine answers a
+//! repeated commit of the same object key from memory instead of sequencing it
+//! twice). Anything else then fails with [`MetaError::Unavailable`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use crate::Metastore;
+use crate::groups::{Group, GroupCommand, GroupReply};
+use crate::types::*;
+
+/// Largest message either side accepts.
+const MAX_FRAME: usize = 256 * 1024 * 1024;
+/// How long a safe request keeps being retried while the metastore is away.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Request {
+    CreateTopic(NewTopic),
+    DeleteTopic(String),
+    Topics,
+    Topic(String),
+    Commit(Commit),
+    Offsets(TopicId, i32),
+    ReadPlan(TopicId, i32, i64, u64),
+    ListOffsets(TopicId, i32, OffsetQuery),
+    InitProducer(Option<ProducerIdentity>),
+    GroupCommand(GroupCommand),
+    Group(String),
+    ReplaceExtents(ReplaceExtents),
+    Partitions,
+    Garbage,
+    RecordOrphans(Vec<String>),
+    ForgetGarbage(Vec<String>),
+}
+
+impl Request {
+    /// Whether sending it twice has the effect of sending it once.
+    fn repeatable(&self) -> bool {
+        match self {
+            Request::Topics
+            | Request::Topic(_)
+            | Request::Commit(_)
+            | Request::Offsets(..)
+            | Request::ReadPlan(..)
+            | Request::ListOffsets(..)
+            | Request::Group(_)
+            | Request::Partitions
+            | Request::Garbage
+            | Request::ForgetGarbage(_) => true,
+            Request::GroupCommand(c) => matches!(
+                c,
+                GroupCommand::Tick { .. }
+                    | GroupCommand::Heartbeat { .. }
+                    | GroupCommand::CommitOffsets { .. }
+            ),
+            Request::CreateTopic(_)
+            | Request::DeleteTopic(_)
+            | Request::InitProducer(_)
+            | Request::ReplaceExtents(_)
+            | Request::RecordOrphans(_) => false,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Response {
+    Unit,
+    Topic(TopicInfo),
+    Topics(Vec<TopicInfo>),
+    MaybeTopic(Option<TopicInfo>),
+    Committed(Vec<Result<i64, MetaError>>),
+    Offsets(PartitionOffsets),
+    ReadPlan(ReadPlan),
+    OffsetAnswer(OffsetAnswer),
+    Producer(ProducerIdentity),
+    GroupReply(GroupReply),
+    MaybeGroup(Option<Group>),
+    Partitions(Vec<(TopicId, i32)>),
+    Keys(Vec<String>),
+}
+
+async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, MetaError> {
+    Ok(match request {
+        Request::CreateTopic(t) => Response::Topic(meta.create_topic(t).await?),
+        Request::DeleteTopic(name) => meta.delete_topic(&name).await.map(|_| Response::Unit)?,
+        Request::Topics => Response::Topics(meta.topics().await?),
+        Request::Topic(name) => Response::MaybeTopic(meta.topic(&name).await?),
+        Request::Commit(c) => Response::Committed(meta.commit(c).await?),
+        Request::Offsets(t, p) => Response::Offsets(meta.offsets(t, p).await?),
+        Request::ReadPlan(t, p, from, max) => {
+            Response::ReadPlan(meta.read_plan(t, p, from, max).await?)
+        }
+        Request::ListOffsets(t, p, q) => Response::OffsetAnswer(meta.list_offsets(t, p, q).await?),
+        Request::InitProducer(existing) => Response::Producer(meta.init_producer(existing).await?),
+        Request::GroupCommand(c) => Response::GroupReply(meta.group_command(c).await?),
+        Request::Group(name) => Response::MaybeGroup(meta.group(&name).await?),
+        Request::ReplaceExtents(r) => meta.replace_extents(r).await.map(|_| Response::Unit)?,
+        Request::Partitions => Response::Partitions(meta.partitions().await?),
+        Request::Garbage => Response::Keys(meta.garbage().await?),
+        Request::RecordOrphans(keys) => meta.record_orphans(keys).await.map(|_| Response::Unit)?,
+        Request::ForgetGarbage(keys) => meta.forget_garbage(keys).await.map(|_| Response::Unit)?,
+    })
+}
+
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+/// Serves `meta` to agents on `listener` until the listener fails.
+pub async fn serve(listener: TcpListener, meta: Arc<dyn Metastore>) -> std::io::Result<()> {
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let meta = meta.clone();
+        tokio::spawn(async move {
+            stream.set_nodelay(true).ok();
+            let mut framed = Framed::new(stream, codec());
+            while let Some(frame) = framed.next().await {
+                let reply: Result<Response, MetaError> = match frame {
+                    Ok(bytes) => match postcard::from_bytes::<Request>(&bytes) {
+                        Ok(request) => dispatch(meta.as_ref(), request).await,
+                        Err(e) => {
+                            tracing::warn!(%peer, error = %e, "undecodable metastore request; closing");
+                            break;
+                        }
+                    },
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "bad metastore frame; closing");
+                        break;
+                    }
+                };
+                let Ok(bytes) = postcard::to_stdvec(&reply) else {
+                    tracing::error!(%peer, "could not encode a metastore reply");
+                    break;
+                };
+                if framed.send(Bytes::from(bytes)).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+type Connection = Framed<TcpStream, LengthDelimitedCodec>;
+
+/// Why one attempt failed: before anything was sent, or after.
+enum Attempt {
+    NotSent(String),
+    Unanswered(String),
+}
+
+/// A [`Metastore`] reached over the network.
+pub struct RemoteMetastore {
+    address: String,
+    idle: Mutex<Vec<Connection>>,
+    retry_for: Duration,
+}
+
+impl RemoteMetastore {
+    pub fn new(address: impl Into<String>) -> Self {
+        RemoteMetastore {
+            address: address.into(),
+            idle: Mutex::new(Vec::new()),
+            retry_for: DEFAULT_RETRY_FOR,
+        }
+    }
+
+    /// How long requests that are safe to repeat are retried while the
+    /// metastore cannot be reached.
+    pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
+        self.retry_for = retry_for;
+        self
+    }
+
+    async fn once(&self, frame: &Bytes) -> Result<Result<Response, MetaError>, Attempt> {
+        let pooled = self.idle.lock().expect("pool lock").pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => {
+                let stream = TcpStream::connect(&self.address).await.map_err(|e| {
+                    Attempt::NotSent(format!("connecting to {}: {e}", self.address))
+                })?;
+                stream.set_nodelay(true).ok();
+                Framed::new(stream, codec())
+            }
+        };
+        if let Err(e) = conn.send(frame.clone()).await {
+            // A pooled connection the server closed fails here; nothing was applied.
+            return Err(Attempt::NotSent(e.to_string()));
+        }
+        let reply = match conn.next().await {
+            Some(Ok(bytes)) => {
+                postcard::from_bytes(&bytes).map_err(|e| Attempt::Unanswered(e.to_string()))?
+            }
+            Some(Err(e)) => return Err(Attempt::Unanswered(e.to_string())),
+            None => return Err(Attempt::Unanswered("connection closed".into())),
+        };
+        self.idle.lock().expect("pool lock").push(conn);
+        Ok(reply)
+    }
+
+    async fn call(&self, request: Request) -> Result<Response, MetaError> {
+        let frame = Bytes::from(
+            postcard::to_stdvec(&request).map_err(|e| MetaError::Storage(e.to_string()))?,
+        );
+        let repeatable = request.repeatable();
+        let deadline = tokio::time::Instant::now() + self.retry_for;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let why = match self.once(&frame).await {
+                Ok(reply) => return reply,
+                Err(Attempt::NotSent(why)) => why,
+                Err(Attempt::Unanswered(why)) if repeatable => why,
+                Err(Attempt::Unanswered(why)) => {
+                    return Err(MetaError::Unavailable(format!(
+                        "{why}; the request may have been applied"
+                    )));
+                }
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MetaError::Unavailable(why));
+            }
+            tracing::debug!(address = %self.address, %why, "metastore call failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+}
+
+fn unexpected(r: Response) -> MetaError {
+    MetaError::Storage(format!("unexpected metastore response {r:?}"))
+}
+
+#[async_trait]
+impl Metastore for RemoteMetastore {
+    async fn create_topic(&self, topic: NewTopic) -> Result<TopicInfo, MetaError> {
+        match self.call(Request::CreateTopic(topic)).await? {
+            Response::Topic(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn delete_topic(&self, name: &str) -> Result<(), MetaError> {
+        match self.call(Request::DeleteTopic(name.to_string())).await? {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn topics(&self) -> Result<Vec<TopicInfo>, MetaError> {
+        match self.call(Request::Topics).await? {
+            Response::Topics(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn topic(&self, name: &str) -> Result<Option<TopicInfo>, MetaError> {
+        match self.call(Request::Topic(name.to_string())).await? {
+            Response::MaybeTopic(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError> {
+        match self.call(Request::Commit(commit)).await? {
+            Response::Committed(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn offsets(&self, topic: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError> {
+        match self.call(Request::Offsets(topic, partition)).await? {
+            Response::Offsets(o) => Ok(o),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn read_plan(
+        &self,
+        topic: TopicId,
+        partition: i32,
+        from: i64,
+        max_bytes: u64,
+    ) -> Result<ReadPlan, MetaError> {
+        match self
+            .call(Request::ReadPlan(topic, partition, from, max_bytes))
+            .await?
+        {
+            Response::ReadPlan(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn list_offsets(
+        &self,
+        topic: TopicId,
+        partition: i32,
+        query: OffsetQuery,
+    ) -> Result<OffsetAnswer, MetaError> {
+        match self
+            .call(Request::ListOffsets(topic, partition, query))
+            .await?
+        {
+            Response::OffsetAnswer(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn init_producer(
+        &self,
+        existing: Option<ProducerIdentity>,
+    ) -> Result<ProducerIdentity, MetaError> {
+        match self.call(Request::InitProducer(existing)).await? {
+            Response::Producer(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError> {
+        match self.call(Request::GroupCommand(command)).await? {
+            Response::GroupReply(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn group(&self, name: &str) -> Result<Option<Group>, MetaError> {
+        match self.call(Request::Group(name.to_string())).await? {
+            Response::MaybeGroup(g) => Ok(g),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {
+        match self.call(Request::ReplaceExtents(replace)).await? {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError> {
+        match self.call(Request::Partitions).await? {
+            Response::Partitions(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn garbage(&self) -> Result<Vec<String>, MetaError> {
+        match self.call(Request::Garbage).await? {
+            Response::Keys(k) => Ok(k),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn record_orphans(&self, keys: Vec<String>) -> Result<(), MetaError> {
+        match self.call(Request::RecordOrphans(keys)).await? {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
+        match self.call(Request::ForgetGarbage(keys)).await? {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}
