@@ -3,7 +3,8 @@
 # runs the whole suite: formatting, lints, unit and property tests, and the
 # integration tests with real Kafka clients (kcat, kafka-python,
 # confluent-kafka, kafkajs) against real `floe agent` processes, on a local
-# folder and on a local S3-compatible server.
+# folder and on a local S3-compatible server, alone and as a cluster behind
+# HAProxy.
 #
 #   ./scripts/test.sh
 set -euo pipefail
@@ -13,10 +14,10 @@ step() { printf '\n==> %s\n' "$*"; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-step "system packages (kcat)"
-if ! command -v kcat >/dev/null; then
+step "system packages (kcat, haproxy)"
+if ! command -v kcat >/dev/null || ! command -v haproxy >/dev/null; then
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy
 fi
 
 step "python clients"
