@@ -26,6 +26,7 @@ class Agent:
         self.workdir = pathlib.Path(workdir)
         self.env = {**os.environ, **(env or {})}
         self.port = free_port()
+        self.admin_port = free_port()
         self.extra_args = list(extra_args)
         self.proc = None
         self.log_path = self.workdir / "agent.log"
@@ -38,6 +39,7 @@ class Agent:
         args = [
             FLOE, "agent",
             "--listen", self.bootstrap,
+            "--admin-listen", f"127.0.0.1:{self.admin_port}",
             "--data-dir", str(self.workdir / "data"),
             "--object-store", f"file://{self.workdir / 'objects'}",
             *self.extra_args,  # later flags win
@@ -71,6 +73,16 @@ class Agent:
     def restart(self):
         self.kill()
         return self.start()
+
+    def admin(self, path):
+        """(status, body) of a GET on the agent's admin port."""
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
 
     def rss_kib(self):
         for line in open(f"/proc/{self.proc.pid}/status"):

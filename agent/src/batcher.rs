@@ -21,6 +21,8 @@ use object_store::ObjectStoreExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use crate::metrics::Metrics;
+
 /// Why an append was not committed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AppendError {
@@ -65,6 +67,7 @@ impl Batcher {
         meta: Arc<dyn Metastore>,
         cache: Arc<BlockCache>,
         commits: watch::Sender<u64>,
+        metrics: Arc<Metrics>,
     ) -> Batcher {
         let budget_bytes = config.max_buffered_bytes.min(u32::MAX as u64) as u32;
         let (appends, appends_rx) = mpsc::channel(4096);
@@ -82,6 +85,7 @@ impl Batcher {
             meta,
             cache,
             commits,
+            metrics,
         ));
         Batcher {
             appends,
@@ -228,6 +232,7 @@ async fn upload_and_commit(
     meta: Arc<dyn Metastore>,
     cache: Arc<BlockCache>,
     commits: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
 ) {
     let uploads = futures::stream::unfold(files, |mut rx| async move {
         rx.recv().await.map(|file| (file, rx))
@@ -260,6 +265,7 @@ async fn upload_and_commit(
         }
         cache.insert_object(&key, &up.bytes);
         let batches = up.commit.batches.len();
+        metrics.flush(up.bytes.len(), batches);
         match meta.commit(up.commit).await {
             Ok(results) => {
                 for (append, result) in up.appends.into_iter().zip(results) {

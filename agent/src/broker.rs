@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::batcher::{Batcher, BatcherConfig};
 use crate::config::Config;
+use crate::metrics::Metrics;
 
 pub struct Broker {
     pub config: Config,
@@ -22,13 +23,17 @@ pub struct Broker {
     pub batcher: Batcher,
     /// Bumped after every commit of this agent; fetches long-poll on it.
     pub commits: watch::Receiver<u64>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Broker {
+    /// `store` should already count its requests in `metrics` (see
+    /// [`crate::metrics::MeteredStore`]).
     pub fn new(
         config: Config,
         meta: Arc<dyn Metastore>,
         store: Arc<dyn ObjectStore>,
+        metrics: Arc<Metrics>,
     ) -> anyhow::Result<Broker> {
         config.validate()?;
         let (advertised_host, advertised_port) = config.advertised()?;
@@ -49,6 +54,7 @@ impl Broker {
             meta.clone(),
             cache.clone(),
             commit_tx,
+            metrics.clone(),
         );
         Ok(Broker {
             config,
@@ -59,6 +65,7 @@ impl Broker {
             cache,
             batcher,
             commits,
+            metrics,
         })
     }
 

@@ -12,6 +12,8 @@ use serde::Deserialize;
 pub struct Config {
     /// Address the Kafka listener binds.
     pub listen: SocketAddr,
+    /// Address of the admin HTTP port (`/metrics`, `/healthz`, `/readyz`).
+    pub admin_listen: SocketAddr,
     /// `host:port` clients are told to connect to; defaults to `listen`.
     pub advertise: Option<String>,
     /// This agent's broker id in Metadata.
@@ -68,6 +70,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:9092".parse().expect("valid address"),
+            admin_listen: "127.0.0.1:9644".parse().expect("valid address"),
             advertise: None,
             node_id: 0,
             data_dir: PathBuf::from("./floe-data"),

@@ -1,9 +1,11 @@
 //! The floe agent: a stateless Kafka-compatible broker.
 
+pub mod admin;
 pub mod batcher;
 pub mod broker;
 pub mod compaction;
 pub mod config;
 pub mod handlers;
+pub mod metrics;
 pub mod read;
 pub mod server;

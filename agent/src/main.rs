@@ -9,6 +9,7 @@ use bytesize::ByteSize;
 use clap::{Args, Parser, Subcommand};
 use floe_agent::broker::Broker;
 use floe_agent::config::Config;
+use floe_agent::metrics::{MeteredStore, Metrics};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
 #[derive(Parser)]
@@ -54,6 +55,9 @@ struct AgentArgs {
     config: Option<PathBuf>,
     #[arg(long, env = "FLOE_LISTEN")]
     listen: Option<SocketAddr>,
+    /// Admin HTTP address: /metrics, /healthz, /readyz
+    #[arg(long, env = "FLOE_ADMIN_LISTEN")]
+    admin_listen: Option<SocketAddr>,
     /// host:port clients should connect to (default: the listen address).
     #[arg(long, env = "FLOE_ADVERTISE")]
     advertise: Option<String>,
@@ -116,6 +120,7 @@ impl AgentArgs {
         }
         set!(
             listen,
+            admin_listen,
             node_id,
             data_dir,
             object_store,
@@ -177,6 +182,7 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        let metrics = Arc::new(Metrics::new());
         let mut store = floe_storage::store::open(&config.object_store)?;
         if let Some(spec) = &config.inject_faults {
             let faults: floe_storage::faults::Faults = spec.parse()?;
@@ -196,8 +202,10 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         };
         let listen = config.listen;
         let object_store = config.object_store.clone();
+        let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(MeteredStore::new(store, metrics.clone()));
         let compaction = floe_agent::compaction::Background::from_config(&config);
-        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone())?);
+        let admin_listen = config.admin_listen;
+        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics)?);
         if let Some(compaction) = compaction {
             tokio::spawn(compaction.run(store, meta));
         }
@@ -206,8 +214,13 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
         tracing::info!(%listen, advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
             %object_store, metastore = %meta_name, "floe agent ready");
+        let admin = tokio::net::TcpListener::bind(admin_listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
+        tracing::info!(admin = %admin_listen, "admin endpoint ready: /metrics /healthz /readyz");
         tokio::select! {
-            served = floe_agent::server::serve(listener, broker) => served?,
+            served = floe_agent::server::serve(listener, broker.clone()) => served?,
+            served = floe_agent::admin::serve(admin, broker) => served?,
             _ = shutdown_signal() => tracing::info!("shutting down"),
         }
         anyhow::Ok(())
@@ -255,6 +268,8 @@ mod tests {
             "agent",
             "--listen",
             "127.0.0.1:1",
+            "--admin-listen",
+            "127.0.0.1:3",
             "--advertise",
             "lb:2",
             "--node-id",
@@ -306,6 +321,7 @@ mod tests {
         let debug = format!("{c:?}");
         let defaults = format!("{:?}", Config::default());
         assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+        assert_eq!(c.admin_listen.to_string(), "127.0.0.1:3");
         assert_eq!(c.advertise.as_deref(), Some("lb:2"));
         assert_eq!(c.node_id, 3);
         assert_eq!(c.data_dir, PathBuf::from("/d"));

@@ -104,9 +104,15 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
             };
             tracing::trace!(?api, version = header.request_api_version,
                 correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
+            let started = std::time::Instant::now();
+            let metrics = broker.metrics.clone();
             let pending = handlers::admit(broker, &header, *body).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
-            Box::pin(async move { encode(api, version, correlation_id, pending.await) })
+            Box::pin(async move {
+                let response = pending.await;
+                metrics.request(&format!("{api:?}"), started.elapsed());
+                encode(api, version, correlation_id, response)
+            })
         }
     }
 }

@@ -1,0 +1,39 @@
+//! The admin HTTP port: `/metrics` (Prometheus), `/healthz`, `/readyz`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+use crate::broker::Broker;
+
+pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(broker);
+    axum::serve(listener, app).await
+}
+
+async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        broker.metrics.render(),
+    )
+}
+
+/// Ready when the metastore answers: without it nothing can be produced or fetched.
+async fn ready(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    match broker.meta.topic("__floe_readiness_probe").await {
+        Ok(_) => (StatusCode::OK, "ready\n".to_string()),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("metastore: {e}\n")),
+    }
+}

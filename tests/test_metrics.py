@@ -1,0 +1,46 @@
+"""The admin port: Prometheus metrics of object-store requests and bytes by
+operation, Kafka requests and latencies by API, flush sizes; health checks."""
+
+import re
+
+from clients import kcat, kcat_consume
+
+
+def metric(text, name, **labels):
+    """The value of one sample, 0 if absent."""
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = rf"^{re.escape(name)}(?:\{{{re.escape(want)}\}})? (\S+)$" if want else rf"^{re.escape(name)} (\S+)$"
+    for line in text.splitlines():
+        m = re.match(pattern, line)
+        if m:
+            return float(m.group(1))
+    return 0.0
+
+
+def test_metrics_count_what_happened(agent):
+    assert agent.admin("/healthz") == (200, "ok\n")
+    assert agent.admin("/readyz")[0] == 200
+    status, before = agent.admin("/metrics")
+    assert status == 200
+    assert metric(before, "floe_object_store_requests_total", op="put") == 0
+
+    for n in range(3):  # three produce runs, three ingest files
+        kcat("-P", "-b", agent.bootstrap, "-t", "metered", input="".join(f"m-{i}\n" for i in range(1000)))
+    assert len(kcat_consume(agent.bootstrap, "metered")) == 3000
+
+    _, text = agent.admin("/metrics")
+    puts = metric(text, "floe_object_store_requests_total", op="put")
+    assert puts >= 3
+    assert metric(text, "floe_object_store_bytes_total", op="put") > 3 * 1000 * 4
+    assert metric(text, "floe_kafka_requests_total", api="Produce") >= 3
+    assert metric(text, "floe_kafka_requests_total", api="Fetch") >= 1
+    assert metric(text, "floe_kafka_request_duration_seconds_count", api="Produce") >= 3
+    assert metric(text, "floe_ingest_flush_bytes_count") == puts
+    assert "# TYPE floe_kafka_request_duration_seconds histogram" in text
+
+    # After a restart the cache is cold: reads are ranged GETs, counted too.
+    agent.restart()
+    assert len(kcat_consume(agent.bootstrap, "metered")) == 3000
+    _, text = agent.admin("/metrics")
+    assert metric(text, "floe_object_store_requests_total", op="get") >= 1
+    assert metric(text, "floe_object_store_bytes_total", op="get") > 0
