@@ -52,7 +52,8 @@ def cluster(tmp_path, s3_endpoint):
         workdir = tmp_path / f"agent{n}"
         workdir.mkdir()
         agents.append(Agent(workdir, "--object-store", bucket, "--metastore", f"127.0.0.1:{meta_port}",
-                            "--advertise", f"127.0.0.1:{lb_port}", "--flush-interval", "100ms",
+                            "--advertise", f"127.0.0.1:{lb_port}", "--discovery", "load-balancer",
+                            "--flush-interval", "100ms",
                             env={**CREDENTIALS, "FLOE_LOG": "info,floe_agent::batcher=debug"}).start())
     servers = "\n".join(f"    server agent{n} {a.bootstrap} check inter 300ms fall 1 rise 2"
                         for n, a in enumerate(agents))

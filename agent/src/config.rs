@@ -7,6 +7,8 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::Deserialize;
 
+use crate::discovery::Discovery;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -16,7 +18,16 @@ pub struct Config {
     pub admin_listen: SocketAddr,
     /// `host:port` clients are told to connect to; defaults to `listen`.
     pub advertise: Option<String>,
-    /// This agent's broker id in Metadata.
+    /// How clients find agents: `self` (each agent a broker in Metadata) or
+    /// `load-balancer` (every agent advertises the balancer's one address).
+    pub discovery: Discovery,
+    /// This agent's zone, matched against `floe_az=<zone>` in client ids.
+    pub zone: Option<String>,
+    /// An agent not heard from for this long is left out of Metadata.
+    #[serde(with = "humantime_serde")]
+    pub agent_ttl: Duration,
+    /// This agent's broker id in Metadata in `load-balancer` mode; in `self`
+    /// mode the metastore assigns one per advertised address.
     pub node_id: i32,
     /// Folder for local state (the embedded metastore's log).
     pub data_dir: PathBuf,
@@ -72,6 +83,9 @@ impl Default for Config {
             listen: "127.0.0.1:9092".parse().expect("valid address"),
             admin_listen: "127.0.0.1:9644".parse().expect("valid address"),
             advertise: None,
+            discovery: Discovery::SelfAdvertise,
+            zone: None,
+            agent_ttl: Duration::from_secs(10),
             node_id: 0,
             data_dir: PathBuf::from("./floe-data"),
             object_store: "file://./floe-data/objects".to_string(),

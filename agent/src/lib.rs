@@ -5,6 +5,7 @@ pub mod batcher;
 pub mod broker;
 pub mod compaction;
 pub mod config;
+pub mod discovery;
 pub mod handlers;
 pub mod metrics;
 pub mod read;

@@ -9,6 +9,7 @@ use bytesize::ByteSize;
 use clap::{Args, Parser, Subcommand};
 use floe_agent::broker::Broker;
 use floe_agent::config::Config;
+use floe_agent::discovery::{self, Discovery};
 use floe_agent::metrics::{MeteredStore, Metrics};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
@@ -61,6 +62,16 @@ struct AgentArgs {
     /// host:port clients should connect to (default: the listen address).
     #[arg(long, env = "FLOE_ADVERTISE")]
     advertise: Option<String>,
+    /// How clients find agents: self (each agent a broker) or load-balancer
+    #[arg(long, env = "FLOE_DISCOVERY", value_enum)]
+    discovery: Option<Discovery>,
+    /// This agent's zone, matched against floe_az=<zone> in client ids
+    #[arg(long, env = "FLOE_ZONE")]
+    zone: Option<String>,
+    /// e.g. 10s: agents silent for longer are left out of Metadata
+    #[arg(long, env = "FLOE_AGENT_TTL", value_parser = humantime::parse_duration)]
+    agent_ttl: Option<Duration>,
+    /// Broker id in load-balancer mode
     #[arg(long, env = "FLOE_NODE_ID")]
     node_id: Option<i32>,
     #[arg(long, env = "FLOE_DATA_DIR")]
@@ -121,6 +132,8 @@ impl AgentArgs {
         set!(
             listen,
             admin_listen,
+            discovery,
+            agent_ttl,
             node_id,
             data_dir,
             object_store,
@@ -151,6 +164,9 @@ impl AgentArgs {
         if self.metastore.is_some() {
             c.metastore = self.metastore;
         }
+        if self.zone.is_some() {
+            c.zone = self.zone;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -177,7 +193,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run_agent(config: Config) -> anyhow::Result<()> {
+fn run_agent(mut config: Config) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -203,6 +219,11 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         let listen = config.listen;
         let object_store = config.object_store.clone();
         let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(MeteredStore::new(store, metrics.clone()));
+        if config.discovery == Discovery::SelfAdvertise {
+            let (host, port) = config.advertised()?;
+            config.node_id = discovery::register(meta.as_ref(), &host, port, config.zone.clone()).await?;
+            tokio::spawn(discovery::heartbeat(meta.clone(), config.node_id, host, port, config.zone.clone(), config.agent_ttl));
+        }
         let compaction = floe_agent::compaction::Background::from_config(&config);
         let admin_listen = config.admin_listen;
         let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics)?);
@@ -274,6 +295,12 @@ mod tests {
             "lb:2",
             "--node-id",
             "3",
+            "--discovery",
+            "load-balancer",
+            "--zone",
+            "z9",
+            "--agent-ttl",
+            "16s",
             "--data-dir",
             "/d",
             "--object-store",
@@ -324,6 +351,9 @@ mod tests {
         assert_eq!(c.admin_listen.to_string(), "127.0.0.1:3");
         assert_eq!(c.advertise.as_deref(), Some("lb:2"));
         assert_eq!(c.node_id, 3);
+        assert_eq!(c.discovery, Discovery::LoadBalancer);
+        assert_eq!(c.zone.as_deref(), Some("z9"));
+        assert_eq!(c.agent_ttl, Duration::from_secs(16));
         assert_eq!(c.data_dir, PathBuf::from("/d"));
         assert_eq!(c.object_store, "memory://");
         assert_eq!(c.metastore_path, Some(PathBuf::from("/m")));

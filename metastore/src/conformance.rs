@@ -80,6 +80,19 @@ pub async fn suite(m: &dyn Metastore) {
     );
     assert_eq!(m.init_producer(Some(p)).await.unwrap().epoch, p.epoch + 1);
 
+    let a = m
+        .register_agent("h".into(), 1, Some("z".into()), 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.register_agent("h".into(), 1, Some("z".into()), 6)
+            .await
+            .unwrap(),
+        a
+    );
+    assert!(m.agent_heartbeat(a, 7).await.unwrap());
+    assert_eq!(m.agents().await.unwrap()[0].last_seen_ms, 7);
+
     m.delete_topic("events").await.unwrap();
     assert!(m.topics().await.unwrap().is_empty());
     let mut garbage = m.garbage().await.unwrap();

@@ -4,6 +4,7 @@
 //! embedded `redb` file; [`LocalMetastore`] is the in-process implementation of
 //! the [`Metastore`] trait that agents use.
 
+pub mod agents;
 pub mod groups;
 pub mod local;
 pub mod log;
@@ -16,6 +17,7 @@ mod conformance;
 
 use async_trait::async_trait;
 
+pub use agents::AgentInfo;
 pub use groups::{Group, GroupCommand, GroupError, GroupReply, Phase};
 pub use local::LocalMetastore;
 pub use rpc::RemoteMetastore;
@@ -50,6 +52,18 @@ pub trait Metastore: Send + Sync + 'static {
         &self,
         existing: Option<ProducerIdentity>,
     ) -> Result<ProducerIdentity, MetaError>;
+    /// Registers a self-advertising agent at `host:port`; returns its node id.
+    async fn register_agent(
+        &self,
+        host: String,
+        port: i32,
+        zone: Option<String>,
+        now_ms: i64,
+    ) -> Result<i32, MetaError>;
+    /// Records that an agent is alive; false if it is not registered.
+    async fn agent_heartbeat(&self, node_id: i32, now_ms: i64) -> Result<bool, MetaError>;
+    /// Every registered agent with when it was last heard from.
+    async fn agents(&self) -> Result<Vec<AgentInfo>, MetaError>;
     /// Applies a consumer-group operation.
     async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError>;
     /// A consumer group's current state.

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::Metastore;
+use crate::agents::AgentInfo;
 use crate::groups::{Group, GroupCommand, GroupReply};
 use crate::log::CommandLog;
 use crate::state::{Command, Reply, State};
@@ -168,6 +169,41 @@ impl Metastore for LocalMetastore {
             Reply::Producer(p) => Ok(p),
             other => Err(unexpected(other)),
         }
+    }
+
+    async fn register_agent(
+        &self,
+        host: String,
+        port: i32,
+        zone: Option<String>,
+        now_ms: i64,
+    ) -> Result<i32, MetaError> {
+        match self
+            .apply(Command::RegisterAgent {
+                host,
+                port,
+                zone,
+                now_ms,
+            })
+            .await?
+        {
+            Reply::Registered(id) => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn agent_heartbeat(&self, node_id: i32, now_ms: i64) -> Result<bool, MetaError> {
+        match self
+            .apply(Command::AgentHeartbeat { node_id, now_ms })
+            .await?
+        {
+            Reply::Alive(alive) => Ok(alive),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn agents(&self) -> Result<Vec<AgentInfo>, MetaError> {
+        Ok(self.read(|s| s.agents()))
     }
 
     async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError> {

@@ -22,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::Metastore;
+use crate::agents::AgentInfo;
 use crate::groups::{Group, GroupCommand, GroupReply};
 use crate::types::*;
 
@@ -48,6 +49,9 @@ enum Request {
     Garbage,
     RecordOrphans(Vec<String>),
     ForgetGarbage(Vec<String>),
+    RegisterAgent(String, i32, Option<String>, i64),
+    AgentHeartbeat(i32, i64),
+    Agents,
 }
 
 impl Request {
@@ -63,7 +67,10 @@ impl Request {
             | Request::Group(_)
             | Request::Partitions
             | Request::Garbage
-            | Request::ForgetGarbage(_) => true,
+            | Request::ForgetGarbage(_)
+            | Request::RegisterAgent(..)
+            | Request::AgentHeartbeat(..)
+            | Request::Agents => true,
             Request::GroupCommand(c) => matches!(
                 c,
                 GroupCommand::Tick { .. }
@@ -94,6 +101,9 @@ enum Response {
     MaybeGroup(Option<Group>),
     Partitions(Vec<(TopicId, i32)>),
     Keys(Vec<String>),
+    NodeId(i32),
+    Alive(bool),
+    Agents(Vec<AgentInfo>),
 }
 
 async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, MetaError> {
@@ -116,6 +126,13 @@ async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, Me
         Request::Garbage => Response::Keys(meta.garbage().await?),
         Request::RecordOrphans(keys) => meta.record_orphans(keys).await.map(|_| Response::Unit)?,
         Request::ForgetGarbage(keys) => meta.forget_garbage(keys).await.map(|_| Response::Unit)?,
+        Request::RegisterAgent(host, port, zone, now) => {
+            Response::NodeId(meta.register_agent(host, port, zone, now).await?)
+        }
+        Request::AgentHeartbeat(node, now) => {
+            Response::Alive(meta.agent_heartbeat(node, now).await?)
+        }
+        Request::Agents => Response::Agents(meta.agents().await?),
     })
 }
 
@@ -365,6 +382,33 @@ impl Metastore for RemoteMetastore {
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
         match self.call(Request::ForgetGarbage(keys)).await? {
             Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn register_agent(
+        &self,
+        host: String,
+        port: i32,
+        zone: Option<String>,
+        now_ms: i64,
+    ) -> Result<i32, MetaError> {
+        match self
+            .call(Request::RegisterAgent(host, port, zone, now_ms))
+            .await?
+        {
+            Response::NodeId(id) => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn agent_heartbeat(&self, node_id: i32, now_ms: i64) -> Result<bool, MetaError> {
+        match self.call(Request::AgentHeartbeat(node_id, now_ms)).await? {
+            Response::Alive(alive) => Ok(alive),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn agents(&self) -> Result<Vec<AgentInfo>, MetaError> {
+        match self.call(Request::Agents).await? {
+            Response::Agents(a) => Ok(a),
             other => Err(unexpected(other)),
         }
     }

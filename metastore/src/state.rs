@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agents::{AgentInfo, Agents};
 use crate::groups::{Group, GroupCommand, GroupReply, Groups};
 use crate::types::*;
 
@@ -31,6 +32,16 @@ pub enum Command {
     ForgetGarbage {
         keys: Vec<String>,
     },
+    RegisterAgent {
+        host: String,
+        port: i32,
+        zone: Option<String>,
+        now_ms: i64,
+    },
+    AgentHeartbeat {
+        node_id: i32,
+        now_ms: i64,
+    },
     /// Objects that may have been uploaded but were never committed.
     RecordOrphans {
         keys: Vec<String>,
@@ -48,6 +59,8 @@ pub enum Reply {
     Replaced(Result<(), MetaError>),
     Producer(ProducerIdentity),
     Group(GroupReply),
+    Registered(i32),
+    Alive(bool),
     Forgotten,
 }
 
@@ -175,6 +188,7 @@ pub struct State {
     /// Keys of objects nothing points to any more, oldest first, for GC.
     garbage: Vec<String>,
     groups: Groups,
+    agents: Agents,
     /// Results of the latest commits by object key, so a commit retried after
     /// a lost reply is answered again instead of sequenced twice.
     recent_commits: BTreeMap<String, Vec<Result<i64, MetaError>>>,
@@ -222,6 +236,15 @@ impl State {
             Command::ReplaceExtents(replace) => Reply::Replaced(self.replace_extents(replace)),
             Command::InitProducer { existing } => Reply::Producer(self.init_producer(existing)),
             Command::Group(command) => Reply::Group(self.groups.apply(command)),
+            Command::RegisterAgent {
+                host,
+                port,
+                zone,
+                now_ms,
+            } => Reply::Registered(self.agents.register(host, port, zone, now_ms)),
+            Command::AgentHeartbeat { node_id, now_ms } => {
+                Reply::Alive(self.agents.heartbeat(node_id, now_ms))
+            }
             Command::RecordOrphans { keys } => {
                 self.garbage.extend(keys);
                 Reply::Forgotten
@@ -613,6 +636,10 @@ impl State {
             .values()
             .flat_map(|t| (0..t.info.partitions).map(move |p| (t.info.id, p)))
             .collect()
+    }
+
+    pub fn agents(&self) -> Vec<AgentInfo> {
+        self.agents.list()
     }
 
     pub fn group(&self, name: &str) -> Option<Group> {

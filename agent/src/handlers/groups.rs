@@ -7,7 +7,7 @@
 //! cause, so the waiting handler polls the group, and ticks the state machine
 //! when a deadline it can see has passed.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use floe_metastore::{Group, GroupCommand, GroupError, GroupReply, MetaError, Phase};
@@ -32,18 +32,12 @@ use tokio::time::Instant;
 
 use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use crate::discovery::{self, now_ms};
 
 /// How often a waiting JoinGroup/SyncGroup looks at its group again.
 const POLL: Duration = Duration::from_millis(20);
 /// Slack past the group's own deadlines before a waiting request gives up.
 const SLACK: Duration = Duration::from_secs(5);
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 fn group_error(e: GroupError) -> ResponseError {
     match e {
@@ -97,28 +91,32 @@ pub async fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    client_id: &str,
 ) -> FindCoordinatorResponse {
-    // All group state is in the metastore: any agent coordinates any group. Ours is nearest.
-    let node = BrokerId(broker.config.node_id);
-    let host = str_bytes(&broker.advertised_host);
+    // All group state is in the metastore, so any agent can coordinate any
+    // group; hashing the key onto the client's visible agents spreads the work.
+    let agents = discovery::visible(broker, client_id).await;
+    let for_key = |key: &str| &agents[discovery::pick(key, agents.len())];
     if version >= 4 {
         let coordinators = req
             .coordinator_keys
             .into_iter()
             .map(|key| {
+                let a = for_key(&key);
                 Coordinator::default()
                     .with_key(key)
-                    .with_node_id(node)
-                    .with_host(host.clone())
-                    .with_port(broker.advertised_port)
+                    .with_node_id(BrokerId(a.node_id))
+                    .with_host(str_bytes(&a.host))
+                    .with_port(a.port)
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
+    let a = for_key(&req.key);
     FindCoordinatorResponse::default()
-        .with_node_id(node)
-        .with_host(host)
-        .with_port(broker.advertised_port)
+        .with_node_id(BrokerId(a.node_id))
+        .with_host(str_bytes(&a.host))
+        .with_port(a.port)
 }
 
 pub async fn join(

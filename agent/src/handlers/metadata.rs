@@ -11,15 +11,27 @@ use floe_protocol::kafka_protocol::messages::{
 
 use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use crate::discovery;
 
-pub async fn handle(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
-    let node = BrokerId(broker.config.node_id);
-    let brokers = vec![
-        MetadataResponseBroker::default()
-            .with_node_id(node)
-            .with_host(str_bytes(&broker.advertised_host))
-            .with_port(broker.advertised_port),
-    ];
+pub async fn handle(
+    broker: &Broker,
+    req: MetadataRequest,
+    version: i16,
+    client_id: &str,
+) -> MetadataResponse {
+    let agents = discovery::visible(broker, client_id).await;
+    // One agent leads every partition for this client: its Produce requests
+    // carry all partitions at once, and every agent gives the same answer.
+    let node = BrokerId(agents[discovery::pick(client_id, agents.len())].node_id);
+    let brokers = agents
+        .iter()
+        .map(|a| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(a.node_id))
+                .with_host(str_bytes(&a.host))
+                .with_port(a.port)
+        })
+        .collect();
     // v0 asks for all topics with an empty list, later versions with null.
     let requested = match req.topics {
         Some(topics) if !(version == 0 && topics.is_empty()) => Some(topics),

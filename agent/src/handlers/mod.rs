@@ -45,7 +45,7 @@ async fn handle(
     Some(match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
         RequestKind::Metadata(req) => {
-            ResponseKind::Metadata(metadata::handle(broker, req, version).await)
+            ResponseKind::Metadata(metadata::handle(broker, req, version, &client_id).await)
         }
         RequestKind::CreateTopics(req) => {
             ResponseKind::CreateTopics(topics::create(broker, req, version).await)
@@ -53,9 +53,9 @@ async fn handle(
         RequestKind::DeleteTopics(req) => {
             ResponseKind::DeleteTopics(topics::delete(broker, req, version).await)
         }
-        RequestKind::FindCoordinator(req) => {
-            ResponseKind::FindCoordinator(groups::find_coordinator(broker, req, version).await)
-        }
+        RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(
+            groups::find_coordinator(broker, req, version, &client_id).await,
+        ),
         RequestKind::JoinGroup(req) => {
             ResponseKind::JoinGroup(groups::join(broker, req, version, client_id).await)
         }

@@ -1,0 +1,166 @@
+//! How clients find agents.
+//!
+//! - `self` (default): every agent registers its address and zone in the
+//!   metastore and heartbeats. Metadata lists the live agents — only those in
+//!   the client's zone when its `client.id` contains `floe_az=<zone>` — and
+//!   names one of them, picked by hashing the client id, leader of every
+//!   partition, so a client's Produce carries all its partitions in one request.
+//! - `load-balancer`: every agent advertises the one address of a load
+//!   balancer in front of them all, as a single broker.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use floe_metastore::{AgentInfo, Metastore};
+use serde::Deserialize;
+
+use crate::broker::Broker;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Discovery {
+    #[serde(rename = "self")]
+    #[value(name = "self")]
+    SelfAdvertise,
+    LoadBalancer,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The zone a client names with `floe_az=<zone>` anywhere in its client id.
+pub fn client_zone(client_id: &str) -> Option<&str> {
+    let start = client_id.find("floe_az=")? + "floe_az=".len();
+    let rest = &client_id[start..];
+    let end = rest.find([',', ';', ' ', '&']).unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|z| !z.is_empty())
+}
+
+/// A stable choice of one of `n` for `key`: every agent picks the same.
+pub fn pick(key: &str, n: usize) -> usize {
+    // DefaultHasher::new() uses fixed keys, so all agents (one binary) agree.
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % n.max(1) as u64) as usize
+}
+
+/// A broker as Metadata and FindCoordinator describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+/// The agents a client should see, ordered by node id (never empty).
+pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
+    let me = Endpoint {
+        node_id: broker.config.node_id,
+        host: broker.advertised_host.clone(),
+        port: broker.advertised_port,
+    };
+    if broker.config.discovery == Discovery::LoadBalancer {
+        return vec![me];
+    }
+    let agents = match broker.meta.agents().await {
+        Ok(agents) => agents,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing agents failed; advertising only this one");
+            return vec![me];
+        }
+    };
+    let ttl = broker.config.agent_ttl.as_millis() as i64;
+    let now = now_ms();
+    let live: Vec<&AgentInfo> = agents
+        .iter()
+        .filter(|a| a.node_id == me.node_id || now - a.last_seen_ms <= ttl)
+        .collect();
+    let in_zone: Vec<&AgentInfo> = match client_zone(client_id) {
+        Some(zone) => live
+            .iter()
+            .copied()
+            .filter(|a| a.zone.as_deref() == Some(zone))
+            .collect(),
+        None => Vec::new(),
+    };
+    let chosen = if in_zone.is_empty() { live } else { in_zone };
+    let mut endpoints: Vec<Endpoint> = chosen
+        .into_iter()
+        .map(|a| Endpoint {
+            node_id: a.node_id,
+            host: a.host.clone(),
+            port: a.port,
+        })
+        .collect();
+    if endpoints.is_empty() {
+        endpoints.push(me);
+    }
+    endpoints
+}
+
+/// Registers this agent (self mode) and returns its node id.
+pub async fn register(
+    meta: &dyn Metastore,
+    host: &str,
+    port: i32,
+    zone: Option<String>,
+) -> anyhow::Result<i32> {
+    meta.register_agent(host.to_string(), port, zone, now_ms())
+        .await
+        .map_err(|e| anyhow::anyhow!("registering with the metastore: {e}"))
+}
+
+/// Heartbeats every `ttl / 4`, re-registering if the metastore forgot us.
+pub async fn heartbeat(
+    meta: Arc<dyn Metastore>,
+    node_id: i32,
+    host: String,
+    port: i32,
+    zone: Option<String>,
+    ttl: Duration,
+) {
+    let mut tick = tokio::time::interval((ttl / 4).max(Duration::from_millis(100)));
+    loop {
+        tick.tick().await;
+        match meta.agent_heartbeat(node_id, now_ms()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                if let Err(e) = meta
+                    .register_agent(host.clone(), port, zone.clone(), now_ms())
+                    .await
+                {
+                    tracing::warn!(error = %e, "re-registering failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "agent heartbeat failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zones_are_read_from_client_ids() {
+        assert_eq!(client_zone("app,floe_az=us-east-1a"), Some("us-east-1a"));
+        assert_eq!(client_zone("floe_az=b;other"), Some("b"));
+        assert_eq!(client_zone("floe_az="), None);
+        assert_eq!(client_zone("rdkafka"), None);
+    }
+
+    #[test]
+    fn picks_are_stable_and_spread() {
+        assert_eq!(pick("client-1", 3), pick("client-1", 3));
+        let spread: std::collections::HashSet<usize> =
+            (0..100).map(|i| pick(&format!("c{i}"), 3)).collect();
+        assert_eq!(spread.len(), 3);
+        assert_eq!(pick("x", 0), 0);
+    }
+}

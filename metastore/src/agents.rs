@@ -1,0 +1,98 @@
+//! The agents that advertise themselves: who they are, where, in which zone,
+//! and when they last said they were alive. Liveness is judged by readers
+//! against their own clock; the state machine only records times it is given.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// An agent as clients are told about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub zone: Option<String>,
+    pub last_seen_ms: i64,
+}
+
+/// Agents not heard from for this long are forgotten on the next registration.
+const FORGET_AFTER_MS: i64 = 3_600_000;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agents {
+    by_node: BTreeMap<i32, AgentInfo>,
+    next_node_id: i32,
+}
+
+impl Agents {
+    /// Registers (or re-registers) the agent at `host:port`; the same address
+    /// keeps its node id across restarts. Returns the node id.
+    pub fn register(&mut self, host: String, port: i32, zone: Option<String>, now_ms: i64) -> i32 {
+        self.by_node.retain(|_, a| {
+            now_ms - a.last_seen_ms < FORGET_AFTER_MS || (a.host == host && a.port == port)
+        });
+        let node_id = match self
+            .by_node
+            .values()
+            .find(|a| a.host == host && a.port == port)
+        {
+            Some(a) => a.node_id,
+            None => {
+                let id = self.next_node_id;
+                self.next_node_id += 1;
+                id
+            }
+        };
+        self.by_node.insert(
+            node_id,
+            AgentInfo {
+                node_id,
+                host,
+                port,
+                zone,
+                last_seen_ms: now_ms,
+            },
+        );
+        node_id
+    }
+
+    /// Records that `node_id` is alive; false if it is not registered.
+    pub fn heartbeat(&mut self, node_id: i32, now_ms: i64) -> bool {
+        match self.by_node.get_mut(&node_id) {
+            Some(a) => {
+                a.last_seen_ms = a.last_seen_ms.max(now_ms);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn list(&self) -> Vec<AgentInfo> {
+        self.by_node.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_keeps_its_node_id() {
+        let mut agents = Agents::default();
+        let a = agents.register("h".into(), 1, Some("z1".into()), 0);
+        let b = agents.register("h".into(), 2, None, 0);
+        assert_ne!(a, b);
+        assert_eq!(agents.register("h".into(), 1, Some("z2".into()), 10), a);
+        assert_eq!(agents.list().len(), 2);
+        assert_eq!(agents.list()[0].zone.as_deref(), Some("z2"));
+        assert!(agents.heartbeat(b, 20));
+        assert!(!agents.heartbeat(99, 20));
+        // Long-silent agents are forgotten when another registers.
+        agents.register("h".into(), 3, None, FORGET_AFTER_MS + 10);
+        assert_eq!(
+            agents.list().iter().map(|a| a.port).collect::<Vec<_>>(),
+            vec![3]
+        );
+    }
+}
