@@ -89,7 +89,7 @@ mod tests {
         assert!(agents.heartbeat(b, 20));
         assert!(!agents.heartbeat(99, 20));
         // Long-silent agents are forgotten when another registers.
-        agents.register("h".into(), 3, None, FORGET_AFTER_MS + 10);
+        agents.register("h".into(), 3, None, FORGET_AFTER_MS + 100);
         assert_eq!(
             agents.list().iter().map(|a| a.port).collect::<Vec<_>>(),
             vec![3]
