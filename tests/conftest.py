@@ -24,7 +24,9 @@ class Agent:
 
     def __init__(self, workdir, *extra_args, env=None):
         self.workdir = pathlib.Path(workdir)
-        self.env = {**os.environ, **(env or {})}
+        # env entries set to None are removed from the agent's environment.
+        merged = {**os.environ, **(env or {})}
+        self.env = {k: v for k, v in merged.items() if v is not None}
         self.port = free_port()
         self.admin_port = free_port()
         self.extra_args = list(extra_args)

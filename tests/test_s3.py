@@ -9,7 +9,6 @@ import boto3
 from check import check_partitions
 from clients import CODECS, create_topic, kcat, kcat_consume
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
 RECORDS = 20_000
 
 
@@ -20,10 +19,16 @@ def bucket_keys(endpoint, prefix):
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
-def test_s3_round_trip_restart_and_compaction(make_agent, s3_endpoint):
+def test_s3_round_trip_restart_and_compaction(make_agent, s3_endpoint, tmp_path):
     url = f"s3://floe-test/run-{time.time_ns()}?endpoint={s3_endpoint}&region=us-east-1&path_style=true"
     prefix = url.split("/")[3].split("?")[0] + "/"
-    agent = make_agent("--object-store", url, "--compaction-interval", "0s", env=CREDENTIALS)
+    # Keys from a shared-credentials profile, as the AWS tools keep them.
+    credentials = tmp_path / "aws-credentials"
+    credentials.write_text("[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n"
+                           "[floe-ci]\naws_access_key_id = test\naws_secret_access_key = test\n")
+    profile = {"AWS_SHARED_CREDENTIALS_FILE": str(credentials), "AWS_PROFILE": "floe-ci",
+               "AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}
+    agent = make_agent("--object-store", url, "--compaction-interval", "0s", env=profile)
     produced = {}
     for codec in CODECS:
         topic = f"s3-{codec}"

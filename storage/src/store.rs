@@ -75,6 +75,17 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
         other => Err(StoreUrlError::NotABool(key.to_string(), other.to_string())),
     };
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+        && let Some(keys) =
+            shared_credentials_file().and_then(|(file, profile)| profile_keys(&file, &profile))
+    {
+        builder = builder
+            .with_access_key_id(keys.access_key_id)
+            .with_secret_access_key(keys.secret_access_key);
+        if let Some(token) = keys.session_token {
+            builder = builder.with_token(token);
+        }
+    }
     for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
         builder = match key.as_ref() {
             "endpoint" => {
@@ -95,6 +106,51 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
         Arc::new(store)
     } else {
         Arc::new(PrefixStore::new(store, prefix))
+    })
+}
+
+/// Static keys of one profile of an AWS shared credentials file.
+#[derive(Debug, PartialEq, Eq)]
+struct ProfileKeys {
+    access_key_id: String,
+    secret_access_key: String,
+    session_token: Option<String>,
+}
+
+/// The shared credentials file and profile the AWS tools would use:
+/// `AWS_SHARED_CREDENTIALS_FILE` or `~/.aws/credentials`, `AWS_PROFILE` or `default`.
+fn shared_credentials_file() -> Option<(std::path::PathBuf, String)> {
+    let file = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".aws/credentials"))
+        })?;
+    let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".to_string());
+    Some((file, profile))
+}
+
+/// Reads `[profile]`'s keys from an INI-style credentials file, if present.
+fn profile_keys(file: &std::path::Path, profile: &str) -> Option<ProfileKeys> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let mut in_profile = false;
+    let (mut id, mut secret, mut token) = (None, None, None);
+    for line in text.lines().map(str::trim) {
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            in_profile = section.trim() == profile;
+        } else if in_profile && let Some((key, value)) = line.split_once('=') {
+            let value = Some(value.trim().to_string());
+            match key.trim() {
+                "aws_access_key_id" => id = value,
+                "aws_secret_access_key" => secret = value,
+                "aws_session_token" => token = value,
+                _ => {}
+            }
+        }
+    }
+    Some(ProfileKeys {
+        access_key_id: id?,
+        secret_access_key: secret?,
+        session_token: token,
     })
 }
 
@@ -133,6 +189,28 @@ mod tests {
             open("s3://bucket?path_style=yes"),
             Err(StoreUrlError::NotABool(..))
         ));
+    }
+
+    #[test]
+    fn profiles_are_read_from_a_shared_credentials_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = AK1\naws_secret_access_key = S1\n\n\
+             [ci]\naws_access_key_id=AK2\naws_secret_access_key=S2\naws_session_token=T2\n[half]\naws_access_key_id=X\n",
+        )
+        .unwrap();
+        let keys = |p| profile_keys(&file, p);
+        assert_eq!(keys("default").unwrap().access_key_id, "AK1");
+        let ci = keys("ci").unwrap();
+        assert_eq!(
+            (ci.secret_access_key.as_str(), ci.session_token.as_deref()),
+            ("S2", Some("T2"))
+        );
+        assert_eq!(keys("half"), None);
+        assert_eq!(keys("missing"), None);
+        assert_eq!(profile_keys(&dir.path().join("nope"), "default"), None);
     }
 
     #[test]
