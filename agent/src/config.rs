@@ -184,6 +184,19 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_example_is_a_valid_config() {
+        let readme = include_str!("../../README.md");
+        let example = readme
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("README has a toml example");
+        let c: Config = toml::from_str(example).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.zone.as_deref(), Some("eu-west-1a"));
+    }
+
+    #[test]
     fn unknown_keys_are_refused() {
         assert!(toml::from_str::<Config>("flush_intervall = \"1s\"").is_err());
     }

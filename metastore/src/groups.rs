@@ -252,13 +252,26 @@ impl Group {
         self.phase = Phase::Syncing;
     }
 
-    fn member(&mut self, member_id: &str, now_ms: i64) -> Result<&mut Member, GroupError> {
+    /// Checks that `member_id` is in the current, formed `generation`, and
+    /// records that it was seen. The order of the checks is Kafka's.
+    fn check_member(
+        &mut self,
+        member_id: &str,
+        generation: i32,
+        now_ms: i64,
+    ) -> Result<(), GroupError> {
         let member = self
             .members
             .get_mut(member_id)
             .ok_or(GroupError::UnknownMemberId)?;
         member.last_seen_ms = now_ms;
-        Ok(member)
+        if matches!(self.phase, Phase::Joining { .. }) {
+            return Err(GroupError::RebalanceInProgress);
+        }
+        if generation != self.generation {
+            return Err(GroupError::IllegalGeneration);
+        }
+        Ok(())
     }
 }
 
@@ -349,24 +362,17 @@ impl Groups {
             } => {
                 let g = self.groups.entry(group).or_default();
                 g.expire(now_ms);
-                let result = (|| {
-                    g.member(&member_id, now_ms)?;
-                    if matches!(g.phase, Phase::Joining { .. }) {
-                        return Err(GroupError::RebalanceInProgress);
-                    }
-                    if generation != g.generation {
-                        return Err(GroupError::IllegalGeneration);
-                    }
-                    if g.phase == Phase::Syncing && g.leader.as_deref() == Some(member_id.as_str())
-                    {
-                        g.assignments = assignments
-                            .into_iter()
-                            .filter(|(m, _)| g.members.contains_key(m))
-                            .collect();
-                        g.phase = Phase::Stable;
-                    }
-                    Ok(())
-                })();
+                let result = g.check_member(&member_id, generation, now_ms);
+                if result.is_ok()
+                    && g.phase == Phase::Syncing
+                    && g.leader.as_deref() == Some(member_id.as_str())
+                {
+                    g.assignments = assignments
+                        .into_iter()
+                        .filter(|(m, _)| g.members.contains_key(m))
+                        .collect();
+                    g.phase = Phase::Stable;
+                }
                 GroupReply::Done(result)
             }
             GroupCommand::Heartbeat {
@@ -377,16 +383,7 @@ impl Groups {
             } => {
                 let g = self.groups.entry(group).or_default();
                 g.expire(now_ms);
-                let result = (|| {
-                    g.member(&member_id, now_ms)?;
-                    if matches!(g.phase, Phase::Joining { .. }) {
-                        return Err(GroupError::RebalanceInProgress);
-                    }
-                    if generation != g.generation {
-                        return Err(GroupError::IllegalGeneration);
-                    }
-                    Ok(())
-                })();
+                let result = g.check_member(&member_id, generation, now_ms);
                 g.try_complete(now_ms);
                 GroupReply::Done(result)
             }
@@ -431,16 +428,7 @@ impl Groups {
                 let result = if simple && g.members.is_empty() {
                     Ok(())
                 } else {
-                    (|| {
-                        g.member(&member_id, now_ms)?;
-                        if matches!(g.phase, Phase::Joining { .. }) {
-                            return Err(GroupError::RebalanceInProgress);
-                        }
-                        if generation != g.generation {
-                            return Err(GroupError::IllegalGeneration);
-                        }
-                        Ok(())
-                    })()
+                    g.check_member(&member_id, generation, now_ms)
                 };
                 if result.is_ok() {
                     for (topic, partition, offset, metadata) in offsets {

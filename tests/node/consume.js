@@ -4,25 +4,13 @@
 // record: "partition offset value". Driven by tests/test_kafkajs.py.
 //
 // usage: node consume.js BROKER TOPIC GROUP COUNT
-const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs');
-const SnappyCodec = require('kafkajs-snappy');
-const lz4 = require('lz4js');
-const zstd = require('@bokuweb/zstd-wasm');
-
-CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec;
-CompressionCodecs[CompressionTypes.LZ4] = () => ({
-  async compress(encoder) { return Buffer.from(lz4.compress(encoder.buffer)); },
-  async decompress(buffer) { return Buffer.from(lz4.decompress(buffer)); },
-});
-CompressionCodecs[CompressionTypes.ZSTD] = () => ({
-  async compress(encoder) { return Buffer.from(zstd.compress(encoder.buffer, 3)); },
-  async decompress(buffer) { return Buffer.from(zstd.decompress(buffer)); },
-});
+const { Kafka, logLevel } = require('kafkajs');
+const { ready } = require('./codecs');
 
 async function main() {
   const [broker, topic, groupId, countArg] = process.argv.slice(2);
   const count = Number(countArg);
-  await zstd.init();
+  await ready;
   const kafka = new Kafka({ clientId: 'floe-test', brokers: [broker], logLevel: logLevel.ERROR });
   const consumer = kafka.consumer({ groupId, sessionTimeout: 10000, heartbeatInterval: 1000 });
   await consumer.connect();

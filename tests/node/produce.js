@@ -3,37 +3,14 @@
 // one JSON line with what it saw. Driven by tests/test_kafkajs.py.
 //
 // usage: node produce.js BROKER TOPIC PARTITIONS COUNT CODEC
-const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs');
-const SnappyCodec = require('kafkajs-snappy');
-const lz4 = require('lz4js');
-const zstd = require('@bokuweb/zstd-wasm');
-
-// kafkajs ships gzip only; these register pure-JS/wasm codecs for the rest.
-CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec;
-CompressionCodecs[CompressionTypes.LZ4] = () => ({
-  async compress(encoder) { return Buffer.from(lz4.compress(encoder.buffer)); },
-  async decompress(buffer) { return Buffer.from(lz4.decompress(buffer)); },
-});
-CompressionCodecs[CompressionTypes.ZSTD] = () => ({
-  // zstd.init() must have completed once before (see main); calling it again
-  // re-instantiates the wasm module under a concurrent caller.
-  async compress(encoder) { return Buffer.from(zstd.compress(encoder.buffer, 3)); },
-  async decompress(buffer) { return Buffer.from(zstd.decompress(buffer)); },
-});
-
-const CODECS = {
-  none: CompressionTypes.None,
-  gzip: CompressionTypes.GZIP,
-  snappy: CompressionTypes.Snappy,
-  lz4: CompressionTypes.LZ4,
-  zstd: CompressionTypes.ZSTD,
-};
+const { Kafka, logLevel } = require('kafkajs');
+const { ready, CODECS } = require('./codecs');
 
 async function main() {
   const [broker, topic, partitionsArg, countArg, codecName] = process.argv.slice(2);
   const partitions = Number(partitionsArg);
   const count = Number(countArg);
-  await zstd.init();
+  await ready;
   const kafka = new Kafka({ clientId: 'floe-test', brokers: [broker], logLevel: logLevel.ERROR });
   const admin = kafka.admin();
   await admin.connect();
