@@ -193,10 +193,14 @@ pub struct State {
     /// a lost reply is answered again instead of sequenced twice.
     recent_commits: BTreeMap<String, Vec<Result<i64, MetaError>>>,
     recent_commit_order: std::collections::VecDeque<String>,
+    /// Batch results held in `recent_commits`.
+    recent_results: usize,
 }
 
-/// Commits remembered for answering retries.
+/// Commits remembered for answering retries...
 pub const RECENT_COMMITS_REMEMBERED: usize = 4096;
+/// ...as long as their per-batch results stay within this many, bounding memory.
+pub const RECENT_RESULTS_REMEMBERED: usize = 200_000;
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
@@ -334,13 +338,18 @@ impl State {
         }
         let key = commit.object_key.clone();
         let results = self.sequence(commit);
-        if self.recent_commit_order.len() == RECENT_COMMITS_REMEMBERED
-            && let Some(oldest) = self.recent_commit_order.pop_front()
-        {
-            self.recent_commits.remove(&oldest);
-        }
+        self.recent_results += results.len();
         self.recent_commit_order.push_back(key.clone());
         self.recent_commits.insert(key, results.clone());
+        while self.recent_commit_order.len() > RECENT_COMMITS_REMEMBERED
+            || (self.recent_results > RECENT_RESULTS_REMEMBERED
+                && self.recent_commit_order.len() > 1)
+        {
+            let oldest = self.recent_commit_order.pop_front().expect("not empty");
+            if let Some(gone) = self.recent_commits.remove(&oldest) {
+                self.recent_results -= gone.len();
+            }
+        }
         results
     }
 
