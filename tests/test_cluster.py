@@ -95,10 +95,14 @@ def test_agents_behind_a_load_balancer_survive_kill_9(cluster):
 
     feeder = threading.Thread(target=produce)
     feeder.start()
-    time.sleep(1.0)
-    # Kill -9 the agent the producer is writing through, mid-run.
-    serving = [a for a in agents if "ingest file committed" in a.log()]
-    assert serving, "no agent has committed anything after a second"
+    # Kill -9 the agent the producer is writing through, as soon as it has
+    # committed something (the producer is then still mid-run: it paces itself).
+    deadline = time.time() + 30
+    serving = []
+    while not serving and time.time() < deadline:
+        time.sleep(0.1)
+        serving = [a for a in agents if "ingest file committed" in a.log()]
+    assert serving, "no agent committed anything"
     victim = serving[0]
     victim.kill()
     feeder.join()
@@ -110,3 +114,48 @@ def test_agents_behind_a_load_balancer_survive_kill_9(cluster):
     assert len(by_partition) == PARTITIONS
     # The producer carried on through another agent.
     assert any("ingest file committed" in a.log() for a in agents if a is not victim)
+
+
+def test_metastore_kill_9_mid_produce(tmp_path):
+    """The shared metastore dies (kill -9) and comes back mid-run: agents retry
+    their commits (idempotent by object key), the idempotent producer retries
+    its requests, and every acknowledged record is stored exactly once."""
+    meta_port = free_port()
+    meta_args = [FLOE, "metastore", "--listen", f"127.0.0.1:{meta_port}", "--path", str(tmp_path / "meta.redb")]
+    meta_log = open(tmp_path / "metastore.log", "a")
+    meta = subprocess.Popen(meta_args, stdout=meta_log, stderr=subprocess.STDOUT)
+    workdir = tmp_path / "agent"
+    workdir.mkdir()
+    agent = Agent(workdir, "--metastore", f"127.0.0.1:{meta_port}", "--flush-interval", "50ms").start()
+    try:
+        create_topic(agent.bootstrap, "meta-crash", PARTITIONS)
+        values = [f"mc-{i}" for i in range(20_000)]
+        acked, failed = [], []
+        producer = Producer({"bootstrap.servers": agent.bootstrap, "enable.idempotence": True,
+                             "linger.ms": 10, "message.timeout.ms": 120_000})
+
+        def produce():
+            for start in range(0, len(values), 500):
+                for i in range(start, start + 500):
+                    producer.produce("meta-crash", value=values[i], partition=i % PARTITIONS,
+                                     on_delivery=lambda err, msg: (failed if err else acked).append(
+                                         err or msg.value().decode()))
+                producer.poll(0.05)
+            assert producer.flush(150) == 0
+
+        feeder = threading.Thread(target=produce)
+        feeder.start()
+        time.sleep(1.0)
+        meta.kill()
+        meta.wait()
+        assert 0 < len(acked) < len(values), "the metastore must die mid-run"
+        time.sleep(1.0)  # commits pile up and are retried meanwhile
+        meta = subprocess.Popen(meta_args, stdout=meta_log, stderr=subprocess.STDOUT)
+        feeder.join()
+        assert not failed, failed[:3]
+        assert sorted(acked) == sorted(values)
+        check_partitions(kcat_consume(agent.bootstrap, "meta-crash"), values)
+    finally:
+        agent.stop()
+        meta.terminate()
+        meta.wait(timeout=10)
