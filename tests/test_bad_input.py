@@ -206,3 +206,17 @@ def test_idempotent_sequences_like_kafka(agent):
     s.close()
     assert [(o, v) for _, o, v in kcat_consume(agent.bootstrap, "idem-raw")] == [
         (0, "a"), (1, "b"), (2, "c")]
+
+
+def test_sigterm_finishes_accepted_produce_requests(make_agent):
+    agent = make_agent("--flush-interval", "2s")
+    create_topic(agent.bootstrap, "drain", 1)
+    s = connect(agent)
+    s.sendall(produce_v3("drain", 0, batch([b"last-words"]), correlation_id=77))
+    time.sleep(0.3)  # accepted, waiting for its flush
+    agent.proc.terminate()  # SIGTERM
+    assert read_produce_v3_response(s) == (77, 0, 0)
+    agent.proc.wait(timeout=30)
+    s.close()
+    agent.start()
+    assert [(o, v) for _, o, v in kcat_consume(agent.bootstrap, "drain")] == [(0, "last-words")]

@@ -125,6 +125,21 @@ impl Batcher {
     }
 }
 
+impl Batcher {
+    /// Waits until every enqueued batch has been answered, or `timeout`.
+    /// Returns whether it got there.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.budget.available_permits() < self.budget_bytes as usize {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+}
+
 /// A batch on its way into an ingest file.
 pub struct Committed(oneshot::Receiver<Result<i64, AppendError>>);
 

@@ -241,8 +241,18 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         tracing::info!(admin = %admin_listen, "admin endpoint ready: /metrics /healthz /readyz");
         tokio::select! {
             served = floe_agent::server::serve(listener, broker.clone()) => served?,
-            served = floe_agent::admin::serve(admin, broker) => served?,
-            _ = shutdown_signal() => tracing::info!("shutting down"),
+            served = floe_agent::admin::serve(admin, broker.clone()) => served?,
+            _ = shutdown_signal() => {
+                // New connections are refused from here on; batches already
+                // accepted are uploaded, committed and answered before exit.
+                let drain = broker.config.flush_interval * 2 + Duration::from_secs(5);
+                tracing::info!(?drain, "shutting down: finishing accepted produce requests");
+                if !broker.batcher.wait_idle(drain).await {
+                    tracing::warn!("shutdown: some produce requests were not finished; their producers will retry");
+                }
+                // Let the answers reach the sockets.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         anyhow::Ok(())
     })
