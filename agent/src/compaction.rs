@@ -1,4 +1,4 @@
-//! The agent's background compactor and garbage collector.
+//! The agent's background retention, compaction and garbage collection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +34,11 @@ impl Background {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            if let Err(e) =
+                floe_compactor::retention::enforce(&meta, crate::discovery::now_ms()).await
+            {
+                tracing::warn!(error = %e, "retention pass failed");
+            }
             match compact_all(&store, &meta, &self.policy).await {
                 Ok(done) => {
                     for c in done {

@@ -6,6 +6,7 @@
 //! the extents in the metastore with a compare-and-set, so a reader sees either
 //! the old extents or the new one, never a gap. [`Gc`] deletes objects nothing
 //! refers to any more, after a grace period for reads still in flight.
+//! [`retention`] moves log starts past expired data.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -264,6 +265,8 @@ impl Gc {
         Ok(deleted)
     }
 }
+
+pub mod retention;
 
 #[cfg(test)]
 mod tests;

@@ -67,6 +67,9 @@ pub async fn suite(m: &dyn Metastore) {
         OffsetAnswer::Offset(7)
     );
 
+    assert_eq!(m.trim(t.id, 2, 1).await, Ok(1));
+    assert_eq!(m.offsets(t.id, 2).await.unwrap().log_start_offset, 1);
+
     let p = m.init_producer(None).await.unwrap();
     let idempotent = CommitBatch {
         producer_id: p.producer_id,

@@ -68,6 +68,8 @@ pub trait Metastore: Send + Sync + 'static {
     async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError>;
     /// A consumer group's current state.
     async fn group(&self, name: &str) -> Result<Option<Group>, MetaError>;
+    /// Moves a partition's log start up to `offset`; returns the log start.
+    async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError>;
     /// Compaction's compare-and-set swap of extents for a new object.
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError>;
     /// Every partition of every topic.

@@ -217,6 +217,20 @@ impl Metastore for LocalMetastore {
         Ok(self.read(|s| s.group(name)))
     }
 
+    async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
+        match self
+            .apply(Command::Trim {
+                topic_id: topic,
+                partition,
+                offset,
+            })
+            .await?
+        {
+            Reply::Trimmed(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {
         match self.apply(Command::ReplaceExtents(replace)).await? {
             Reply::Replaced(result) => result,

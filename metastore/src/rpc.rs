@@ -49,6 +49,7 @@ enum Request {
     Garbage,
     RecordOrphans(Vec<String>),
     ForgetGarbage(Vec<String>),
+    Trim(TopicId, i32, i64),
     RegisterAgent(String, i32, Option<String>, i64),
     AgentHeartbeat(i32, i64),
     Agents,
@@ -68,6 +69,7 @@ impl Request {
             | Request::Partitions
             | Request::Garbage
             | Request::ForgetGarbage(_)
+            | Request::Trim(..)
             | Request::RegisterAgent(..)
             | Request::AgentHeartbeat(..)
             | Request::Agents => true,
@@ -102,6 +104,7 @@ enum Response {
     Partitions(Vec<(TopicId, i32)>),
     Keys(Vec<String>),
     NodeId(i32),
+    Offset(i64),
     Alive(bool),
     Agents(Vec<AgentInfo>),
 }
@@ -126,6 +129,7 @@ async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, Me
         Request::Garbage => Response::Keys(meta.garbage().await?),
         Request::RecordOrphans(keys) => meta.record_orphans(keys).await.map(|_| Response::Unit)?,
         Request::ForgetGarbage(keys) => meta.forget_garbage(keys).await.map(|_| Response::Unit)?,
+        Request::Trim(t, p, offset) => Response::Offset(meta.trim(t, p, offset).await?),
         Request::RegisterAgent(host, port, zone, now) => {
             Response::NodeId(meta.register_agent(host, port, zone, now).await?)
         }
@@ -382,6 +386,12 @@ impl Metastore for RemoteMetastore {
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
         match self.call(Request::ForgetGarbage(keys)).await? {
             Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
+        match self.call(Request::Trim(topic, partition, offset)).await? {
+            Response::Offset(o) => Ok(o),
             other => Err(unexpected(other)),
         }
     }

@@ -42,6 +42,13 @@ pub enum Command {
         node_id: i32,
         now_ms: i64,
     },
+    /// Moves a partition's log start up to `offset` (retention, DeleteRecords),
+    /// dropping the extents wholly below it.
+    Trim {
+        topic_id: TopicId,
+        partition: i32,
+        offset: i64,
+    },
     /// Objects that may have been uploaded but were never committed.
     RecordOrphans {
         keys: Vec<String>,
@@ -60,6 +67,8 @@ pub enum Reply {
     Producer(ProducerIdentity),
     Group(GroupReply),
     Registered(i32),
+    /// The partition's log start offset after a trim.
+    Trimmed(Result<i64, MetaError>),
     Alive(bool),
     Forgotten,
 }
@@ -249,6 +258,11 @@ impl State {
             Command::AgentHeartbeat { node_id, now_ms } => {
                 Reply::Alive(self.agents.heartbeat(node_id, now_ms))
             }
+            Command::Trim {
+                topic_id,
+                partition,
+                offset,
+            } => Reply::Trimmed(self.trim(topic_id, partition, offset)),
             Command::RecordOrphans { keys } => {
                 self.garbage.extend(keys);
                 Reply::Forgotten
@@ -531,6 +545,38 @@ impl State {
             self.release(object);
         }
         Ok(())
+    }
+
+    fn trim(&mut self, topic_id: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
+        let p = self
+            .partition_by_id_mut(topic_id, partition)
+            .ok_or(MetaError::UnknownTopicOrPartition)?;
+        if offset > p.high_watermark || offset < 0 {
+            return Err(MetaError::OffsetOutOfRange {
+                offset,
+                log_start_offset: p.log_start_offset,
+                high_watermark: p.high_watermark,
+            });
+        }
+        if offset <= p.log_start_offset {
+            return Ok(p.log_start_offset);
+        }
+        p.log_start_offset = offset;
+        let below: Vec<i64> = p
+            .extents
+            .values()
+            .take_while(|e| e.last_offset < offset)
+            .map(|e| e.base_offset)
+            .collect();
+        let objects: Vec<u64> = below
+            .iter()
+            .filter_map(|base| p.extents.remove(base))
+            .map(|e| e.object)
+            .collect();
+        for object in objects {
+            self.release(object);
+        }
+        Ok(offset)
     }
 
     fn partition_by_id_mut(&mut self, id: TopicId, partition: i32) -> Option<&mut Partition> {
@@ -853,6 +899,45 @@ mod tests {
         assert_eq!(commit(&mut s, "o1", vec![batch(t, 0, 0, 3)]), first);
         assert_eq!(s, before);
         assert_eq!(commit(&mut s, "o2", vec![batch(t, 0, 0, 1)]), vec![Ok(3)]);
+    }
+
+    #[test]
+    fn trimming_moves_the_log_start_and_frees_whole_extents() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        commit(&mut s, "o1", vec![batch(t, 0, 0, 5)]);
+        commit(&mut s, "o2", vec![batch(t, 0, 0, 5)]);
+        let trim = |s: &mut State, offset| match s.apply(Command::Trim {
+            topic_id: t,
+            partition: 0,
+            offset,
+        }) {
+            Reply::Trimmed(r) => r,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(trim(&mut s, 3), Ok(3));
+        assert!(s.garbage().is_empty(), "o1 still holds offsets 3 and 4");
+        assert!(matches!(
+            s.read_plan(t, 0, 2, u64::MAX),
+            Err(MetaError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(
+            s.read_plan(t, 0, 3, u64::MAX).unwrap().extents[0].object_key,
+            "o1"
+        );
+        assert_eq!(trim(&mut s, 2), Ok(3), "never moves back");
+        assert_eq!(trim(&mut s, 6), Ok(6));
+        assert_eq!(s.garbage(), ["o1".to_string()]);
+        assert!(matches!(
+            trim(&mut s, 11),
+            Err(MetaError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(trim(&mut s, 10), Ok(10));
+        assert_eq!(s.garbage(), ["o1".to_string(), "o2".to_string()]);
+        assert_eq!(
+            s.list_offsets(t, 0, OffsetQuery::Earliest).unwrap(),
+            OffsetAnswer::Offset(10)
+        );
     }
 
     #[test]

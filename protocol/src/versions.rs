@@ -17,6 +17,7 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 7),
     (ApiKey::SyncGroup, 0, 5),

@@ -1,6 +1,7 @@
 //! One module per Kafka API.
 
 pub mod api_versions;
+pub mod delete_records;
 pub mod fetch;
 pub mod groups;
 pub mod init_producer_id;
@@ -71,6 +72,9 @@ async fn handle(
         }
         RequestKind::OffsetFetch(req) => {
             ResponseKind::OffsetFetch(groups::fetch_offsets(broker, req, version).await)
+        }
+        RequestKind::DeleteRecords(req) => {
+            ResponseKind::DeleteRecords(delete_records::handle(broker, req).await)
         }
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req).await)

@@ -93,6 +93,17 @@ async fn create_one(
             configs.insert(config.name.to_string(), value.to_string());
         }
     }
+    // The configs floe acts on must be valid; others are kept as given.
+    for key in ["retention.ms", "retention.bytes"] {
+        if let Some(value) = configs.get(key)
+            && value.parse::<i64>().map_or(true, |v| v < -1)
+        {
+            return Err((
+                ResponseError::InvalidConfig,
+                format!("{key} must be an integer >= -1, not `{value}`"),
+            ));
+        }
+    }
     let new = NewTopic {
         name: topic.name.0.to_string(),
         partitions,
