@@ -68,6 +68,20 @@ pub async fn suite(m: &dyn Metastore) {
     );
 
     assert_eq!(m.trim(t.id, 2, 1).await, Ok(1));
+    m.create_partitions("events", 4).await.unwrap();
+    m.alter_topic_configs(
+        "events",
+        [("retention.ms".to_string(), "9".to_string())].into(),
+        vec![],
+    )
+    .await
+    .unwrap();
+    let events = m.topic("events").await.unwrap().unwrap();
+    assert_eq!(
+        (events.partitions, events.configs["retention.ms"].as_str()),
+        (4, "9")
+    );
+    let t = events;
     assert_eq!(m.offsets(t.id, 2).await.unwrap().log_start_offset, 1);
 
     let p = m.init_producer(None).await.unwrap();
@@ -96,6 +110,7 @@ pub async fn suite(m: &dyn Metastore) {
     assert!(m.agent_heartbeat(a, 7).await.unwrap());
     assert_eq!(m.agents().await.unwrap()[0].last_seen_ms, 7);
 
+    assert!(m.groups().await.unwrap().is_empty());
     m.delete_topic("events").await.unwrap();
     assert!(m.topics().await.unwrap().is_empty());
     let mut garbage = m.garbage().await.unwrap();

@@ -286,6 +286,13 @@ impl Groups {
         self.groups.get(group)
     }
 
+    pub fn all(&self) -> Vec<(String, Group)> {
+        self.groups
+            .iter()
+            .map(|(n, g)| (n.clone(), g.clone()))
+            .collect()
+    }
+
     pub fn apply(&mut self, command: GroupCommand) -> GroupReply {
         match command {
             GroupCommand::Join {

@@ -68,6 +68,17 @@ pub trait Metastore: Send + Sync + 'static {
     async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError>;
     /// A consumer group's current state.
     async fn group(&self, name: &str) -> Result<Option<Group>, MetaError>;
+    /// Sets and removes a topic's configs.
+    async fn alter_topic_configs(
+        &self,
+        name: &str,
+        set: std::collections::BTreeMap<String, String>,
+        delete: Vec<String>,
+    ) -> Result<(), MetaError>;
+    /// Grows a topic to `count` partitions.
+    async fn create_partitions(&self, name: &str, count: i32) -> Result<(), MetaError>;
+    /// Every consumer group.
+    async fn groups(&self) -> Result<Vec<(String, Group)>, MetaError>;
     /// Moves a partition's log start up to `offset`; returns the log start.
     async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError>;
     /// Compaction's compare-and-set swap of extents for a new object.

@@ -217,6 +217,40 @@ impl Metastore for LocalMetastore {
         Ok(self.read(|s| s.group(name)))
     }
 
+    async fn alter_topic_configs(
+        &self,
+        name: &str,
+        set: std::collections::BTreeMap<String, String>,
+        delete: Vec<String>,
+    ) -> Result<(), MetaError> {
+        let command = Command::AlterTopicConfigs {
+            name: name.to_string(),
+            set,
+            delete,
+        };
+        match self.apply(command).await? {
+            Reply::Altered(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn create_partitions(&self, name: &str, count: i32) -> Result<(), MetaError> {
+        match self
+            .apply(Command::CreatePartitions {
+                name: name.to_string(),
+                count,
+            })
+            .await?
+        {
+            Reply::Altered(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn groups(&self) -> Result<Vec<(String, Group)>, MetaError> {
+        Ok(self.read(|s| s.groups()))
+    }
+
     async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
         match self
             .apply(Command::Trim {

@@ -50,6 +50,13 @@ enum Request {
     RecordOrphans(Vec<String>),
     ForgetGarbage(Vec<String>),
     Trim(TopicId, i32, i64),
+    AlterTopicConfigs(
+        String,
+        std::collections::BTreeMap<String, String>,
+        Vec<String>,
+    ),
+    CreatePartitions(String, i32),
+    Groups,
     RegisterAgent(String, i32, Option<String>, i64),
     AgentHeartbeat(i32, i64),
     Agents,
@@ -70,6 +77,8 @@ impl Request {
             | Request::Garbage
             | Request::ForgetGarbage(_)
             | Request::Trim(..)
+            | Request::AlterTopicConfigs(..)
+            | Request::Groups
             | Request::RegisterAgent(..)
             | Request::AgentHeartbeat(..)
             | Request::Agents => true,
@@ -83,7 +92,8 @@ impl Request {
             | Request::DeleteTopic(_)
             | Request::InitProducer(_)
             | Request::ReplaceExtents(_)
-            | Request::RecordOrphans(_) => false,
+            | Request::RecordOrphans(_)
+            | Request::CreatePartitions(..) => false,
         }
     }
 }
@@ -105,6 +115,7 @@ enum Response {
     Keys(Vec<String>),
     NodeId(i32),
     Offset(i64),
+    Groups(Vec<(String, Group)>),
     Alive(bool),
     Agents(Vec<AgentInfo>),
 }
@@ -129,6 +140,15 @@ async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, Me
         Request::Garbage => Response::Keys(meta.garbage().await?),
         Request::RecordOrphans(keys) => meta.record_orphans(keys).await.map(|_| Response::Unit)?,
         Request::ForgetGarbage(keys) => meta.forget_garbage(keys).await.map(|_| Response::Unit)?,
+        Request::AlterTopicConfigs(name, set, delete) => meta
+            .alter_topic_configs(&name, set, delete)
+            .await
+            .map(|_| Response::Unit)?,
+        Request::CreatePartitions(name, count) => meta
+            .create_partitions(&name, count)
+            .await
+            .map(|_| Response::Unit)?,
+        Request::Groups => Response::Groups(meta.groups().await?),
         Request::Trim(t, p, offset) => Response::Offset(meta.trim(t, p, offset).await?),
         Request::RegisterAgent(host, port, zone, now) => {
             Response::NodeId(meta.register_agent(host, port, zone, now).await?)
@@ -386,6 +406,35 @@ impl Metastore for RemoteMetastore {
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
         match self.call(Request::ForgetGarbage(keys)).await? {
             Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn alter_topic_configs(
+        &self,
+        name: &str,
+        set: std::collections::BTreeMap<String, String>,
+        delete: Vec<String>,
+    ) -> Result<(), MetaError> {
+        match self
+            .call(Request::AlterTopicConfigs(name.to_string(), set, delete))
+            .await?
+        {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn create_partitions(&self, name: &str, count: i32) -> Result<(), MetaError> {
+        match self
+            .call(Request::CreatePartitions(name.to_string(), count))
+            .await?
+        {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn groups(&self) -> Result<Vec<(String, Group)>, MetaError> {
+        match self.call(Request::Groups).await? {
+            Response::Groups(g) => Ok(g),
             other => Err(unexpected(other)),
         }
     }

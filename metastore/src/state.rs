@@ -42,6 +42,17 @@ pub enum Command {
         node_id: i32,
         now_ms: i64,
     },
+    /// Sets and removes topic configs.
+    AlterTopicConfigs {
+        name: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    },
+    /// Grows a topic to `count` partitions.
+    CreatePartitions {
+        name: String,
+        count: i32,
+    },
     /// Moves a partition's log start up to `offset` (retention, DeleteRecords),
     /// dropping the extents wholly below it.
     Trim {
@@ -67,6 +78,7 @@ pub enum Reply {
     Producer(ProducerIdentity),
     Group(GroupReply),
     Registered(i32),
+    Altered(Result<(), MetaError>),
     /// The partition's log start offset after a trim.
     Trimmed(Result<i64, MetaError>),
     Alive(bool),
@@ -257,6 +269,20 @@ impl State {
             } => Reply::Registered(self.agents.register(host, port, zone, now_ms)),
             Command::AgentHeartbeat { node_id, now_ms } => {
                 Reply::Alive(self.agents.heartbeat(node_id, now_ms))
+            }
+            Command::AlterTopicConfigs { name, set, delete } => Reply::Altered(
+                self.topics
+                    .get_mut(&name)
+                    .map(|t| {
+                        for key in delete {
+                            t.info.configs.remove(&key);
+                        }
+                        t.info.configs.extend(set);
+                    })
+                    .ok_or(MetaError::UnknownTopicOrPartition),
+            ),
+            Command::CreatePartitions { name, count } => {
+                Reply::Altered(self.create_partitions(&name, count))
             }
             Command::Trim {
                 topic_id,
@@ -547,6 +573,21 @@ impl State {
         Ok(())
     }
 
+    fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), MetaError> {
+        let topic = self
+            .topics
+            .get_mut(name)
+            .ok_or(MetaError::UnknownTopicOrPartition)?;
+        if count <= topic.info.partitions || count > MAX_PARTITIONS {
+            return Err(MetaError::InvalidPartitions(count));
+        }
+        topic.info.partitions = count;
+        topic
+            .partitions
+            .resize(count as usize, Partition::default());
+        Ok(())
+    }
+
     fn trim(&mut self, topic_id: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
         let p = self
             .partition_by_id_mut(topic_id, partition)
@@ -695,6 +736,10 @@ impl State {
 
     pub fn agents(&self) -> Vec<AgentInfo> {
         self.agents.list()
+    }
+
+    pub fn groups(&self) -> Vec<(String, Group)> {
+        self.groups.all()
     }
 
     pub fn group(&self, name: &str) -> Option<Group> {
@@ -938,6 +983,32 @@ mod tests {
             s.list_offsets(t, 0, OffsetQuery::Earliest).unwrap(),
             OffsetAnswer::Offset(10)
         );
+    }
+
+    #[test]
+    fn topics_grow_partitions_and_change_configs() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 2);
+        let grow = |s: &mut State, count| {
+            s.apply(Command::CreatePartitions {
+                name: "t".into(),
+                count,
+            })
+        };
+        assert_eq!(
+            grow(&mut s, 2),
+            Reply::Altered(Err(MetaError::InvalidPartitions(2)))
+        );
+        assert_eq!(grow(&mut s, 5), Reply::Altered(Ok(())));
+        assert_eq!(s.topic("t").unwrap().partitions, 5);
+        assert_eq!(commit(&mut s, "o", vec![batch(t, 4, 0, 1)]), vec![Ok(0)]);
+        let alter = Command::AlterTopicConfigs {
+            name: "t".into(),
+            set: [("retention.ms".to_string(), "5".to_string())].into(),
+            delete: vec!["nothing".into()],
+        };
+        assert_eq!(s.apply(alter), Reply::Altered(Ok(())));
+        assert_eq!(s.topic("t").unwrap().configs["retention.ms"], "5");
     }
 
     #[test]

@@ -12,9 +12,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use floe_metastore::{Group, GroupCommand, GroupError, GroupReply, MetaError, Phase};
 use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::describe_groups_response::{
+    DescribedGroup, DescribedGroupMember,
+};
 use floe_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use floe_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use floe_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
+use floe_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
 use floe_protocol::kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -23,10 +27,11 @@ use floe_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use floe_protocol::kafka_protocol::messages::{
-    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
-    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    SyncGroupRequest, SyncGroupResponse, TopicName,
+    BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
+    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use tokio::time::Instant;
 
@@ -486,4 +491,76 @@ pub async fn fetch_offsets(
         ),
         Err(e) => OffsetFetchResponse::default().with_error_code(e.code()),
     }
+}
+
+/// Kafka's name for a group's state.
+fn state_name(g: &Group) -> &'static str {
+    match g.phase {
+        Phase::Empty => "Empty",
+        Phase::Joining { .. } => "PreparingRebalance",
+        Phase::Syncing => "CompletingRebalance",
+        Phase::Stable => "Stable",
+    }
+}
+
+pub async fn list(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let groups = match broker.meta.groups().await {
+        Ok(groups) => groups,
+        Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
+    };
+    let wanted: Vec<String> = req.states_filter.iter().map(|s| s.to_string()).collect();
+    let listed = groups
+        .iter()
+        .filter(|(_, g)| {
+            wanted.is_empty() || wanted.iter().any(|w| w.eq_ignore_ascii_case(state_name(g)))
+        })
+        .map(|(name, g)| {
+            let listed = ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(name)))
+                .with_protocol_type(str_bytes(g.protocol_type.as_deref().unwrap_or("consumer")));
+            if version >= 4 {
+                listed.with_group_state(str_bytes(state_name(g)))
+            } else {
+                listed
+            }
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(listed)
+}
+
+pub async fn describe(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut described = Vec::with_capacity(req.groups.len());
+    for id in req.groups {
+        let response = DescribedGroup::default().with_group_id(id.clone());
+        described.push(match broker.meta.group(&id.0).await {
+            // Kafka describes a group it does not know as Dead, without an error.
+            Ok(None) => response.with_group_state(str_bytes("Dead")),
+            Ok(Some(g)) => {
+                let members = g
+                    .member_metadata()
+                    .into_iter()
+                    .map(|(member_id, metadata)| {
+                        let client_id = g
+                            .members
+                            .get(&member_id)
+                            .map(|m| m.client_id.clone())
+                            .unwrap_or_default();
+                        let assignment = g.assignments.get(&member_id).cloned().unwrap_or_default();
+                        DescribedGroupMember::default()
+                            .with_member_id(str_bytes(&member_id))
+                            .with_client_id(str_bytes(&client_id))
+                            .with_member_metadata(Bytes::from(metadata))
+                            .with_member_assignment(Bytes::from(assignment))
+                    })
+                    .collect();
+                response
+                    .with_group_state(str_bytes(state_name(&g)))
+                    .with_protocol_type(str_bytes(g.protocol_type.as_deref().unwrap_or("")))
+                    .with_protocol_data(str_bytes(g.protocol.as_deref().unwrap_or("")))
+                    .with_members(members)
+            }
+            Err(e) => response.with_error_code(meta_error(e).code()),
+        });
+    }
+    DescribeGroupsResponse::default().with_groups(described)
 }

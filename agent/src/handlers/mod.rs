@@ -1,6 +1,7 @@
 //! One module per Kafka API.
 
 pub mod api_versions;
+pub mod configs;
 pub mod delete_records;
 pub mod fetch;
 pub mod groups;
@@ -72,6 +73,24 @@ async fn handle(
         }
         RequestKind::OffsetFetch(req) => {
             ResponseKind::OffsetFetch(groups::fetch_offsets(broker, req, version).await)
+        }
+        RequestKind::CreatePartitions(req) => {
+            ResponseKind::CreatePartitions(topics::create_partitions(broker, req).await)
+        }
+        RequestKind::DescribeConfigs(req) => {
+            ResponseKind::DescribeConfigs(configs::describe(broker, req).await)
+        }
+        RequestKind::AlterConfigs(req) => {
+            ResponseKind::AlterConfigs(configs::alter_configs(broker, req).await)
+        }
+        RequestKind::IncrementalAlterConfigs(req) => ResponseKind::IncrementalAlterConfigs(
+            configs::incremental_alter_configs(broker, req).await,
+        ),
+        RequestKind::ListGroups(req) => {
+            ResponseKind::ListGroups(groups::list(broker, req, version).await)
+        }
+        RequestKind::DescribeGroups(req) => {
+            ResponseKind::DescribeGroups(groups::describe(broker, req).await)
         }
         RequestKind::DeleteRecords(req) => {
             ResponseKind::DeleteRecords(delete_records::handle(broker, req).await)

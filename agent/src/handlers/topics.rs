@@ -5,11 +5,13 @@ use std::collections::{BTreeMap, HashSet};
 use floe_metastore::state::{MAX_PARTITIONS, validate_topic_name};
 use floe_metastore::{MetaError, NewTopic};
 use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use floe_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use floe_protocol::kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use floe_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use floe_protocol::kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 
 use super::str_bytes;
@@ -93,17 +95,7 @@ async fn create_one(
             configs.insert(config.name.to_string(), value.to_string());
         }
     }
-    // The configs floe acts on must be valid; others are kept as given.
-    for key in ["retention.ms", "retention.bytes"] {
-        if let Some(value) = configs.get(key)
-            && value.parse::<i64>().map_or(true, |v| v < -1)
-        {
-            return Err((
-                ResponseError::InvalidConfig,
-                format!("{key} must be an integer >= -1, not `{value}`"),
-            ));
-        }
-    }
+    super::configs::validate(&configs)?;
     let new = NewTopic {
         name: topic.name.0.to_string(),
         partitions,
@@ -178,4 +170,34 @@ pub async fn delete(
         responses.push(response);
     }
     DeleteTopicsResponse::default().with_responses(responses)
+}
+
+pub async fn create_partitions(
+    broker: &Broker,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let result = if req.validate_only {
+            match broker.meta.topic(&t.name.0).await {
+                Ok(Some(info)) if t.count > info.partitions && t.count <= MAX_PARTITIONS => Ok(()),
+                Ok(Some(_)) => Err(MetaError::InvalidPartitions(t.count)),
+                Ok(None) => Err(MetaError::UnknownTopicOrPartition),
+                Err(e) => Err(e),
+            }
+        } else {
+            broker.meta.create_partitions(&t.name.0, t.count).await
+        };
+        let response = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        results.push(match result {
+            Ok(()) => {
+                tracing::info!(topic = %t.name.0, partitions = t.count, "grew topic");
+                response
+            }
+            Err(e) => response
+                .with_error_code(kafka_error(&e).code())
+                .with_error_message(Some(str_bytes(&e.to_string()))),
+        });
+    }
+    CreatePartitionsResponse::default().with_results(results)
 }

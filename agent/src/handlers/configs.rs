@@ -1,0 +1,226 @@
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics.
+//!
+//! Topic configs live in the metastore. floe acts on `retention.ms` and
+//! `retention.bytes`; other keys are stored and described as given.
+
+use std::collections::BTreeMap;
+
+use floe_compactor::retention::DEFAULT_RETENTION_MS;
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as AlterResult;
+use floe_protocol::kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use floe_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncrementalResult;
+use floe_protocol::kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+
+use super::str_bytes;
+use crate::broker::{Broker, kafka_error};
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+/// `config_source` values.
+const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+const DEFAULT_CONFIG: i8 = 5;
+
+/// Keys every topic has, with their defaults.
+fn defaults() -> [(&'static str, String); 3] {
+    [
+        ("cleanup.policy", "delete".to_string()),
+        ("retention.bytes", "-1".to_string()),
+        ("retention.ms", DEFAULT_RETENTION_MS.to_string()),
+    ]
+}
+
+/// Refuses values floe would not be able to act on.
+pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), (ResponseError, String)> {
+    for key in ["retention.ms", "retention.bytes"] {
+        if let Some(value) = configs.get(key)
+            && value.parse::<i64>().map_or(true, |v| v < -1)
+        {
+            return Err((
+                ResponseError::InvalidConfig,
+                format!("{key} must be an integer >= -1, not `{value}`"),
+            ));
+        }
+    }
+    if let Some(policy) = configs.get("cleanup.policy")
+        && policy != "delete"
+    {
+        return Err((
+            ResponseError::InvalidConfig,
+            format!("cleanup.policy `{policy}` is not supported yet"),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let mut results = Vec::with_capacity(req.resources.len());
+    for resource in req.resources {
+        let result = DescribeConfigsResult::default()
+            .with_resource_type(resource.resource_type)
+            .with_resource_name(resource.resource_name.clone());
+        results.push(match resource.resource_type {
+            TOPIC => match broker.meta.topic(&resource.resource_name).await {
+                Ok(Some(topic)) => {
+                    let wanted = resource
+                        .configuration_keys
+                        .map(|keys| keys.iter().map(|k| k.to_string()).collect::<Vec<_>>());
+                    let mut entries: BTreeMap<String, (String, i8)> = defaults()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), (v, DEFAULT_CONFIG)))
+                        .collect();
+                    for (k, v) in &topic.configs {
+                        entries.insert(k.clone(), (v.clone(), DYNAMIC_TOPIC_CONFIG));
+                    }
+                    let configs = entries
+                        .into_iter()
+                        .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w.contains(k)))
+                        .map(|(name, (value, source))| {
+                            DescribeConfigsResourceResult::default()
+                                .with_name(str_bytes(&name))
+                                .with_value(Some(str_bytes(&value)))
+                                .with_config_source(source)
+                        })
+                        .collect();
+                    result.with_configs(configs)
+                }
+                Ok(None) => result.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                Err(e) => result.with_error_code(kafka_error(&e).code()),
+            },
+            // Agents have no per-broker configs to show.
+            BROKER => result,
+            _ => result.with_error_code(ResponseError::InvalidRequest.code()),
+        });
+    }
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+/// Applies one resource's change; `replace` drops keys not in `set` (AlterConfigs).
+async fn alter(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    set: BTreeMap<String, String>,
+    mut delete: Vec<String>,
+    replace: bool,
+    validate_only: bool,
+) -> Result<(), (ResponseError, String)> {
+    if resource_type != TOPIC {
+        return Err((
+            ResponseError::InvalidRequest,
+            "only topic configs can be altered".into(),
+        ));
+    }
+    validate(&set)?;
+    let topic = broker
+        .meta
+        .topic(name)
+        .await
+        .map_err(|e| (kafka_error(&e), e.to_string()))?
+        .ok_or((
+            ResponseError::UnknownTopicOrPartition,
+            format!("no topic `{name}`"),
+        ))?;
+    if replace {
+        delete.extend(
+            topic
+                .configs
+                .keys()
+                .filter(|k| !set.contains_key(*k))
+                .cloned(),
+        );
+    }
+    if validate_only {
+        return Ok(());
+    }
+    broker
+        .meta
+        .alter_topic_configs(name, set, delete)
+        .await
+        .map_err(|e| (kafka_error(&e), e.to_string()))
+}
+
+pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let set = r
+            .configs
+            .iter()
+            .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+            .collect();
+        let result = alter(
+            broker,
+            r.resource_type,
+            &r.resource_name,
+            set,
+            Vec::new(),
+            true,
+            req.validate_only,
+        )
+        .await;
+        let response = AlterResult::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name);
+        responses.push(match result {
+            Ok(()) => response,
+            Err((e, why)) => response
+                .with_error_code(e.code())
+                .with_error_message(Some(str_bytes(&why))),
+        });
+    }
+    AlterConfigsResponse::default().with_responses(responses)
+}
+
+pub async fn incremental_alter_configs(
+    broker: &Broker,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let mut set = BTreeMap::new();
+        let mut delete = Vec::new();
+        let mut unsupported = None;
+        for c in &r.configs {
+            match (c.config_operation, &c.value) {
+                (0, Some(value)) => {
+                    set.insert(c.name.to_string(), value.to_string());
+                }
+                (1, _) => delete.push(c.name.to_string()),
+                _ => unsupported = Some(c.name.to_string()),
+            }
+        }
+        let result = match unsupported {
+            Some(name) => Err((
+                ResponseError::InvalidRequest,
+                format!("only SET and DELETE are supported ({name})"),
+            )),
+            None => {
+                alter(
+                    broker,
+                    r.resource_type,
+                    &r.resource_name,
+                    set,
+                    delete,
+                    false,
+                    req.validate_only,
+                )
+                .await
+            }
+        };
+        let response = IncrementalResult::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name);
+        responses.push(match result {
+            Ok(()) => response,
+            Err((e, why)) => response
+                .with_error_code(e.code())
+                .with_error_message(Some(str_bytes(&why))),
+        });
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}

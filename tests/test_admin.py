@@ -1,0 +1,69 @@
+"""Admin operations through kafka-python's admin client: topic configs
+(DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), CreatePartitions,
+ListGroups and DescribeGroups."""
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
+from kafka.errors import InvalidPartitionsError
+
+
+def topic_configs(admin, name):
+    """{config: value} as DescribeConfigs reports them for a topic."""
+    result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="all")
+    return {k: v["value"] for k, v in result["topic"][name].items()}
+
+
+def test_topic_configs_and_partitions(agent):
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    admin.create_topics([NewTopic("conf", 2, 1, topic_configs={"retention.ms": "3600000"})])
+    configs = topic_configs(admin, "conf")
+    assert configs["retention.ms"] == "3600000"
+    assert configs["cleanup.policy"] == "delete"
+    assert configs["retention.bytes"] == "-1"
+
+    # IncrementalAlterConfigs (kafka-python's choice when the broker has it): SET one key.
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "conf", configs={"retention.bytes": "1048576"})])
+    configs = topic_configs(admin, "conf")
+    assert (configs["retention.bytes"], configs["retention.ms"]) == ("1048576", "3600000")
+    # AlterConfigs replaces the whole set; kafka-python sends the other modified
+    # keys along (as it must with Kafka), so retention.ms survives.
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "conf", configs={"retention.bytes": "2048"})],
+                        incremental=False)
+    configs = topic_configs(admin, "conf")
+    assert (configs["retention.bytes"], configs["retention.ms"]) == ("2048", "3600000")
+    # Deleting a key brings its default back.
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "conf", configs={"retention.ms": ("DELETE", None)})])
+    assert topic_configs(admin, "conf")["retention.ms"] == str(7 * 24 * 3600 * 1000)
+    refused = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "conf", configs={"retention.ms": "x"})])
+    error = refused["topic"]["conf"]
+    assert "[Error 40] InvalidConfigurationError" in str(error)  # Kafka's INVALID_CONFIG
+    assert topic_configs(admin, "conf")["retention.ms"] == str(7 * 24 * 3600 * 1000)
+
+    admin.create_partitions({"conf": NewPartitions(5)})
+    assert len(admin.describe_topics(["conf"])[0]["partitions"]) == 5
+    with pytest.raises(InvalidPartitionsError):
+        admin.create_partitions({"conf": NewPartitions(3)})
+    # The new partitions take records.
+    p = KafkaProducer(bootstrap_servers=agent.bootstrap)
+    assert p.send("conf", value=b"x", partition=4).get(timeout=30).offset == 0
+    p.close()
+    admin.close()
+
+
+def test_list_and_describe_groups(agent):
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    admin.create_topics([NewTopic("grouped", 2, 1)])
+    c = KafkaConsumer("grouped", bootstrap_servers=agent.bootstrap, group_id="watched",
+                      client_id="watcher", session_timeout_ms=10_000)
+    for _ in range(20):
+        c.poll(timeout_ms=200)
+        if c.assignment():
+            break
+    assert c.assignment()
+    assert {"group_id": "watched", "protocol_type": "consumer", "group_state": "Stable"} in admin.list_groups()
+    described = admin.describe_groups(["watched"])["watched"]
+    assert described["group_state"] == "Stable"
+    assert [m["client_id"] for m in described["members"]] == ["watcher"]
+    c.close()
+    admin.close()
