@@ -27,7 +27,16 @@ const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
 
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {
     loop {
-        let (stream, peer) = listener.accept().await?;
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // E.g. out of file descriptors: keep serving the connections we
+            // have and try again shortly, rather than stopping the agent.
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         let broker = broker.clone();
         tokio::spawn(async move {
             if let Err(e) = connection(stream, peer, broker).await {
