@@ -26,7 +26,7 @@ def zoned_agents(tmp_path):
         workdir = tmp_path / f"agent{n}"
         workdir.mkdir()
         agents.append(Agent(workdir, "--metastore", f"127.0.0.1:{meta_port}", "--zone", zone,
-                            "--agent-ttl", "2s", "--object-store", f"file://{tmp_path / 'shared-bucket'}").start())
+                            "--agent-ttl", "4s", "--object-store", f"file://{tmp_path / 'shared-bucket'}").start())
     yield agents
     for a in agents:
         a.stop()
