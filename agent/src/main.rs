@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use floe_agent::broker::Broker;
 use floe_agent::config::Config;
 use floe_agent::discovery::{self, Discovery};
-use floe_agent::metrics::{MeteredStore, Metrics};
+use floe_agent::metrics::{Metrics, metered};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
 #[derive(Parser)]
@@ -203,7 +203,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         if let Some(spec) = &config.inject_faults {
             let faults: floe_storage::faults::Faults = spec.parse()?;
             tracing::warn!(?faults, "injecting object-store faults (a testing aid)");
-            store = Arc::new(floe_storage::faults::FaultyStore::new(store, faults));
+            store = Arc::new(floe_storage::faults::faulty(store, faults));
         }
         let meta_path = config.metastore_path();
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
@@ -218,7 +218,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         };
         let listen = config.listen;
         let object_store = config.object_store.clone();
-        let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(MeteredStore::new(store, metrics.clone()));
+        let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(metered(store, metrics.clone()));
         if config.discovery == Discovery::SelfAdvertise {
             let (host, port) = config.advertised()?;
             config.node_id = discovery::register(meta.as_ref(), &host, port, config.zone.clone()).await?;

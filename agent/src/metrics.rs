@@ -1,19 +1,11 @@
-//! Prometheus metrics, and the object-store wrapper that counts requests and
+//! Prometheus metrics, and the object-store hooks that count requests and
 //! bytes by operation (what the cost model multiplies by S3's prices).
 
-use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::BoxStream;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
-};
+use floe_storage::ObjectStore;
+use floe_storage::hooked::{HookedStore, Hooks, Op};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -139,111 +131,19 @@ impl Metrics {
     }
 }
 
-/// An object store that counts each request and its bytes in [`Metrics`].
-pub struct MeteredStore {
-    inner: Arc<dyn ObjectStore>,
-    metrics: Arc<Metrics>,
-}
+/// Counts each object-store request and its bytes in [`Metrics`].
+pub struct ObjectStoreMetrics(Arc<Metrics>);
 
-impl MeteredStore {
-    pub fn new(inner: Arc<dyn ObjectStore>, metrics: Arc<Metrics>) -> Self {
-        MeteredStore { inner, metrics }
+impl Hooks for ObjectStoreMetrics {
+    fn after(&self, op: Op, bytes: u64, ok: bool) -> object_store::Result<()> {
+        self.0.object(op.name(), bytes, ok);
+        Ok(())
     }
 }
 
-impl fmt::Display for MeteredStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Metered({})", self.inner)
-    }
-}
+/// An object store whose requests are counted in `metrics`.
+pub type MeteredStore = HookedStore<ObjectStoreMetrics>;
 
-impl fmt::Debug for MeteredStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for MeteredStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        let bytes = payload.content_length() as u64;
-        let result = self.inner.put_opts(location, payload, opts).await;
-        self.metrics.object("put", bytes, result.is_ok());
-        result
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        let result = self.inner.put_multipart_opts(location, opts).await;
-        self.metrics.object("put_multipart", 0, result.is_ok());
-        result
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let result = self.inner.get_opts(location, options).await;
-        let bytes = result.as_ref().map_or(0, |r| r.range.end - r.range.start);
-        self.metrics.object("get", bytes, result.is_ok());
-        result
-    }
-
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let result = self.inner.get_ranges(location, ranges).await;
-        let bytes = result
-            .as_ref()
-            .map_or(0, |r| r.iter().map(|b| b.len() as u64).sum());
-        self.metrics.object("get", bytes, result.is_ok());
-        result
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        use futures::StreamExt;
-        let metrics = self.metrics.clone();
-        self.inner
-            .delete_stream(locations)
-            .inspect(move |r| metrics.object("delete", 0, r.is_ok()))
-            .boxed()
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.metrics.object("list", 0, true);
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.metrics.object("list", 0, true);
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        let result = self.inner.list_with_delimiter(prefix).await;
-        self.metrics.object("list", 0, result.is_ok());
-        result
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        let result = self.inner.copy_opts(from, to, options).await;
-        self.metrics.object("copy", 0, result.is_ok());
-        result
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        let result = self.inner.rename_opts(from, to, options).await;
-        self.metrics.object("rename", 0, result.is_ok());
-        result
-    }
+pub fn metered(inner: Arc<dyn ObjectStore>, metrics: Arc<Metrics>) -> MeteredStore {
+    HookedStore::new(inner, ObjectStoreMetrics(metrics))
 }

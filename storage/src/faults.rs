@@ -1,20 +1,14 @@
 //! An object store wrapper that injects errors and latency, for tests of what
 //! floe does when the object store misbehaves.
 
-use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::BoxStream;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
-};
+use object_store::{ObjectStore, Result};
+
+use crate::hooked::{HookedStore, Hooks, Op};
 
 /// What to inject. Parsed from `put_error_rate=0.3,get_error_rate=0.1,latency=20ms`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -73,22 +67,28 @@ impl std::str::FromStr for Faults {
     }
 }
 
-pub struct FaultyStore {
-    inner: Arc<dyn ObjectStore>,
+/// Injects [`Faults`] as [`Hooks`] of a [`HookedStore`].
+pub struct FaultInjector {
     faults: Faults,
     state: AtomicU64,
 }
 
-impl FaultyStore {
-    pub fn new(inner: Arc<dyn ObjectStore>, faults: Faults) -> Self {
-        FaultyStore {
-            inner,
+/// An object store that misbehaves as `faults` says.
+pub type FaultyStore = HookedStore<FaultInjector>;
+
+/// Wraps `inner` so that it misbehaves as `faults` says.
+pub fn faulty(inner: Arc<dyn ObjectStore>, faults: Faults) -> FaultyStore {
+    HookedStore::new(
+        inner,
+        FaultInjector {
             faults,
             state: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
-        }
-    }
+        },
+    )
+}
 
-    /// A fair coin weighted `rate` (xorshift; good enough to spread faults).
+impl FaultInjector {
+    /// A coin weighted `rate` (xorshift; good enough to spread faults).
     fn roll(&self, rate: f64) -> bool {
         if rate <= 0.0 {
             return false;
@@ -101,12 +101,6 @@ impl FaultyStore {
         ((x >> 11) as f64 / ((1u64 << 53) as f64)) < rate
     }
 
-    async fn delay(&self) {
-        if !self.faults.latency.is_zero() {
-            tokio::time::sleep(self.faults.latency).await;
-        }
-    }
-
     fn injected(what: &str) -> object_store::Error {
         object_store::Error::Generic {
             store: "faults",
@@ -115,102 +109,38 @@ impl FaultyStore {
     }
 }
 
-impl fmt::Display for FaultyStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FaultyStore({}, {:?})", self.inner, self.faults)
-    }
-}
-
-impl fmt::Debug for FaultyStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
 #[async_trait]
-impl ObjectStore for FaultyStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.delay().await;
-        if self.roll(self.faults.put_error_rate) {
-            return Err(Self::injected("PUT"));
+impl Hooks for FaultInjector {
+    async fn before(&self, op: Op) -> Result<()> {
+        if !self.faults.latency.is_zero() {
+            tokio::time::sleep(self.faults.latency).await;
         }
-        let result = self.inner.put_opts(location, payload, opts).await?;
-        if self.roll(self.faults.put_lost_reply_rate) {
+        let rate = match op {
+            Op::Put | Op::PutMultipart => self.faults.put_error_rate,
+            Op::Get => self.faults.get_error_rate,
+            _ => 0.0,
+        };
+        if self.roll(rate) {
+            return Err(Self::injected(op.name()));
+        }
+        Ok(())
+    }
+
+    fn after(&self, op: Op, _bytes: u64, ok: bool) -> Result<()> {
+        // The object is stored, but the caller is told it failed.
+        if ok && op == Op::Put && self.roll(self.faults.put_lost_reply_rate) {
             return Err(Self::injected("PUT reply"));
         }
-        Ok(result)
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.delay().await;
-        if self.roll(self.faults.put_error_rate) {
-            return Err(Self::injected("multipart PUT"));
-        }
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.delay().await;
-        if self.roll(self.faults.get_error_rate) {
-            return Err(Self::injected("GET"));
-        }
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.delay().await;
-        if self.roll(self.faults.get_error_rate) {
-            return Err(Self::injected("GET"));
-        }
-        self.inner.get_ranges(location, ranges).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use object_store::{ObjectStoreExt, PutPayload};
 
     #[test]
     fn specs_parse_or_explain() {
@@ -234,7 +164,7 @@ mod tests {
     #[tokio::test]
     async fn injects_at_about_the_rate_asked() {
         let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let store = FaultyStore::new(inner.clone(), "put_error_rate=0.3".parse().unwrap());
+        let store = faulty(inner.clone(), "put_error_rate=0.3".parse().unwrap());
         let mut failed = 0;
         for n in 0..1000 {
             let path = Path::from(format!("k{n}"));
@@ -256,7 +186,7 @@ mod tests {
     #[tokio::test]
     async fn lost_replies_store_the_object() {
         let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let store = FaultyStore::new(inner.clone(), "put_lost_reply_rate=1".parse().unwrap());
+        let store = faulty(inner.clone(), "put_lost_reply_rate=1".parse().unwrap());
         let path = Path::from("k");
         assert!(
             store

@@ -2,11 +2,13 @@
 //!
 //! - [`store`]: an `object_store` from a URL (`file://`, `memory://`).
 //! - [`keys`]: where each kind of object lives in the bucket.
-//! - [`faults`]: a wrapper injecting errors and latency, for tests.
+//! - [`hooked`]: an object-store wrapper with hooks around each request.
+//! - [`faults`]: hooks injecting errors and latency, for tests.
 //! - [`ingest`]: the ingest-file format shared by ingest and segment objects
 //!   (see `docs/ingest-format.md`).
 
 pub mod faults;
+pub mod hooked;
 pub mod ingest;
 pub mod keys;
 pub mod store;

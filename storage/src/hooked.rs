@@ -1,0 +1,187 @@
+//! An object store wrapper that calls hooks around every request: the one
+//! place that knows how to delegate `ObjectStore`, shared by fault injection
+//! ([`crate::faults`]) and metrics.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+};
+
+/// The kinds of object-store request (what S3 bills by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Put,
+    PutMultipart,
+    Get,
+    Delete,
+    List,
+    Copy,
+    Rename,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::PutMultipart => "put_multipart",
+            Op::Get => "get",
+            Op::Delete => "delete",
+            Op::List => "list",
+            Op::Copy => "copy",
+            Op::Rename => "rename",
+        }
+    }
+}
+
+/// What to do around each request. Streams (list, delete) get no `before`.
+#[async_trait]
+pub trait Hooks: Send + Sync + 'static {
+    /// Before the request; an error fails it without reaching the store.
+    async fn before(&self, _op: Op) -> Result<()> {
+        Ok(())
+    }
+    /// After the request, with the bytes it moved; an error replaces a success.
+    fn after(&self, _op: Op, _bytes: u64, _ok: bool) -> Result<()> {
+        Ok(())
+    }
+}
+
+pub struct HookedStore<H> {
+    inner: Arc<dyn ObjectStore>,
+    hooks: Arc<H>,
+}
+
+impl<H: Hooks> HookedStore<H> {
+    pub fn new(inner: Arc<dyn ObjectStore>, hooks: H) -> Self {
+        HookedStore {
+            inner,
+            hooks: Arc::new(hooks),
+        }
+    }
+
+    async fn around<T>(
+        &self,
+        op: Op,
+        bytes: impl FnOnce(&T) -> u64,
+        request: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.hooks.before(op).await?;
+        let result = request.await;
+        let moved = result.as_ref().map_or(0, bytes);
+        self.hooks.after(op, moved, result.is_ok())?;
+        result
+    }
+}
+
+impl<H> fmt::Display for HookedStore<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hooked({})", self.inner)
+    }
+}
+
+impl<H> fmt::Debug for HookedStore<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[async_trait]
+impl<H: Hooks> ObjectStore for HookedStore<H> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let size = payload.content_length() as u64;
+        self.around(
+            Op::Put,
+            |_| size,
+            self.inner.put_opts(location, payload, opts),
+        )
+        .await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.around(
+            Op::PutMultipart,
+            |_| 0,
+            self.inner.put_multipart_opts(location, opts),
+        )
+        .await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.around(
+            Op::Get,
+            |r: &GetResult| r.range.end - r.range.start,
+            self.inner.get_opts(location, options),
+        )
+        .await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.around(
+            Op::Get,
+            |r: &Vec<Bytes>| r.iter().map(|b| b.len() as u64).sum(),
+            self.inner.get_ranges(location, ranges),
+        )
+        .await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let hooks = self.hooks.clone();
+        self.inner
+            .delete_stream(locations)
+            .map(move |r| {
+                hooks.after(Op::Delete, 0, r.is_ok())?;
+                r
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        let _ = self.hooks.after(Op::List, 0, true);
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let _ = self.hooks.after(Op::List, 0, true);
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.around(Op::List, |_| 0, self.inner.list_with_delimiter(prefix))
+            .await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.around(Op::Copy, |_| 0, self.inner.copy_opts(from, to, options))
+            .await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.around(Op::Rename, |_| 0, self.inner.rename_opts(from, to, options))
+            .await
+    }
+}
