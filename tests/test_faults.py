@@ -60,3 +60,18 @@ def test_get_failures_are_retried_by_consumers(make_agent):
     check_partitions(kcat_consume(agent.bootstrap, "flaky-reads"), values)
     check_partitions(python_consume(agent.bootstrap, "flaky-reads", 1), values)
     assert "reading objects failed" in agent.log()
+
+
+def test_objects_the_metastore_never_heard_of_are_swept(make_agent):
+    agent = make_agent("--compaction-interval", "500ms", "--gc-grace", "0s", "--orphan-age", "1s")
+    kcat("-P", "-b", agent.bootstrap, "-t", "swept", input="".join(f"s-{i}\n" for i in range(100)))
+    # An upload whose commit never happened (the agent died in between).
+    stray = agent.workdir / "objects" / "ingest" / "ff" / "stray-upload"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"never committed")
+    deadline = time.time() + 30
+    while time.time() < deadline and stray.exists():
+        time.sleep(0.3)
+    assert not stray.exists()
+    assert "found orphaned objects" in agent.log()
+    check_partitions(kcat_consume(agent.bootstrap, "swept"), [f"s-{i}" for i in range(100)])

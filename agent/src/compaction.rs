@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use floe_compactor::sweep::sweep_orphans;
 use floe_compactor::{CompactionPolicy, Gc, compact_all};
 use floe_metastore::Metastore;
 use floe_storage::ObjectStore;
@@ -13,6 +14,7 @@ pub struct Background {
     interval: Duration,
     policy: CompactionPolicy,
     gc: Gc,
+    orphan_age: Duration,
 }
 
 impl Background {
@@ -26,11 +28,14 @@ impl Background {
                 ..CompactionPolicy::default()
             },
             gc: Gc::new(config.gc_grace),
+            orphan_age: config.orphan_age,
         })
     }
 
     pub async fn run(mut self, store: Arc<dyn ObjectStore>, meta: Arc<dyn Metastore>) {
         let mut tick = tokio::time::interval(self.interval);
+        // Listing the bucket costs requests: sweep for orphans a few times per orphan age.
+        let mut next_sweep = tokio::time::Instant::now();
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
@@ -47,6 +52,12 @@ impl Background {
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "compaction pass failed"),
+            }
+            if tokio::time::Instant::now() >= next_sweep {
+                next_sweep = tokio::time::Instant::now() + (self.orphan_age / 4).max(self.interval);
+                if let Err(e) = sweep_orphans(&store, &meta, self.orphan_age).await {
+                    tracing::warn!(error = %e, "orphan sweep failed");
+                }
             }
             match self.gc.run_once(&store, &meta).await {
                 Ok(deleted) if !deleted.is_empty() => {

@@ -68,6 +68,10 @@ pub struct Config {
     pub compaction_min_extents: usize,
     /// Largest segment the compactor writes.
     pub segment_bytes: ByteSize,
+    /// Objects in the bucket the metastore does not know are deleted once
+    /// older than this (uploads whose commit never happened).
+    #[serde(with = "humantime_serde")]
+    pub orphan_age: Duration,
     /// For tests: errors and latency to inject into object-store requests,
     /// e.g. `put_error_rate=0.3,get_error_rate=0.1,latency=20ms`.
     pub inject_faults: Option<String>,
@@ -106,6 +110,7 @@ impl Default for Config {
             segment_bytes: ByteSize::mib(256),
             gc_grace: Duration::from_secs(60),
             inject_faults: None,
+            orphan_age: Duration::from_secs(3600),
         }
     }
 }

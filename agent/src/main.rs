@@ -115,6 +115,9 @@ struct AgentArgs {
     segment_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_GC_GRACE", value_parser = humantime::parse_duration)]
     gc_grace: Option<Duration>,
+    /// e.g. 1h: unknown objects older than this are deleted
+    #[arg(long, env = "FLOE_ORPHAN_AGE", value_parser = humantime::parse_duration)]
+    orphan_age: Option<Duration>,
     /// For tests: inject object-store faults, e.g. put_error_rate=0.3,latency=20ms
     #[arg(long, env = "FLOE_INJECT_FAULTS")]
     inject_faults: Option<String>,
@@ -150,7 +153,8 @@ impl AgentArgs {
             compaction_interval,
             compaction_min_extents,
             segment_bytes,
-            gc_grace
+            gc_grace,
+            orphan_age
         );
         if self.advertise.is_some() {
             c.advertise = self.advertise;
@@ -345,6 +349,8 @@ mod tests {
             "13MiB",
             "--gc-grace",
             "14s",
+            "--orphan-age",
+            "17s",
             "--inject-faults",
             "latency=1ms",
             "--metastore",
@@ -381,6 +387,7 @@ mod tests {
         assert_eq!(c.compaction_min_extents, 12);
         assert_eq!(c.segment_bytes, ByteSize::mib(13));
         assert_eq!(c.gc_grace, Duration::from_secs(14));
+        assert_eq!(c.orphan_age, Duration::from_secs(17));
         assert_eq!(c.inject_faults.as_deref(), Some("latency=1ms"));
         assert_eq!(c.metastore.as_deref(), Some("meta:1"));
         assert_ne!(debug, defaults);

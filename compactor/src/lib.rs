@@ -6,7 +6,8 @@
 //! the extents in the metastore with a compare-and-set, so a reader sees either
 //! the old extents or the new one, never a gap. [`Gc`] deletes objects nothing
 //! refers to any more, after a grace period for reads still in flight.
-//! [`retention`] moves log starts past expired data.
+//! [`retention`] moves log starts past expired data; [`sweep`] finds objects
+//! the metastore never heard of.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -267,6 +268,7 @@ impl Gc {
 }
 
 pub mod retention;
+pub mod sweep;
 
 #[cfg(test)]
 mod tests;

@@ -288,3 +288,34 @@ fn plan_takes_runs_of_ingest_extents_within_the_size_limit() {
     };
     assert_eq!(plan(&extents, &strict), None);
 }
+
+#[tokio::test]
+async fn sweep_hands_old_unknown_objects_to_gc() {
+    let s = setup(2).await;
+    let stray = floe_storage::keys::new_ingest_key();
+    s.store
+        .put(&stray, Bytes::from_static(b"never committed").into())
+        .await
+        .unwrap();
+    // Too young: left alone (its commit may still be on its way).
+    assert_eq!(
+        sweep::sweep_orphans(&s.store, &s.meta, Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        sweep::sweep_orphans(&s.store, &s.meta, Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(s.meta.garbage().await.unwrap(), vec![stray.to_string()]);
+    let deleted = Gc::new(Duration::ZERO)
+        .run_once(&s.store, &s.meta)
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![stray.to_string()]);
+    // Committed objects are untouched.
+    assert_eq!(read_values(&s, &s.a).await.len(), 6);
+}

@@ -111,6 +111,12 @@ pub async fn suite(m: &dyn Metastore) {
     assert_eq!(m.agents().await.unwrap()[0].last_seen_ms, 7);
 
     assert!(m.groups().await.unwrap().is_empty());
+    assert_eq!(
+        m.unknown_objects(vec!["a".into(), "stray".into()])
+            .await
+            .unwrap(),
+        vec!["stray".to_string()]
+    );
     m.delete_topic("events").await.unwrap();
     assert!(m.topics().await.unwrap().is_empty());
     let mut garbage = m.garbage().await.unwrap();

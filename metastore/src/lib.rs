@@ -89,6 +89,8 @@ pub trait Metastore: Send + Sync + 'static {
     async fn garbage(&self) -> Result<Vec<String>, MetaError>;
     /// Adds objects that were (perhaps) uploaded but never committed to the garbage list.
     async fn record_orphans(&self, keys: Vec<String>) -> Result<(), MetaError>;
+    /// Those of `keys` the metastore does not know: neither referenced nor garbage.
+    async fn unknown_objects(&self, keys: Vec<String>) -> Result<Vec<String>, MetaError>;
     /// Drops deleted objects from the garbage list.
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError>;
 }

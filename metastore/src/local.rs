@@ -287,6 +287,10 @@ impl Metastore for LocalMetastore {
         }
     }
 
+    async fn unknown_objects(&self, keys: Vec<String>) -> Result<Vec<String>, MetaError> {
+        Ok(self.read(|s| s.unknown_objects(&keys)))
+    }
+
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
         match self.apply(Command::ForgetGarbage { keys }).await? {
             Reply::Forgotten => Ok(()),

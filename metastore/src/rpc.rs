@@ -50,6 +50,7 @@ enum Request {
     RecordOrphans(Vec<String>),
     ForgetGarbage(Vec<String>),
     Trim(TopicId, i32, i64),
+    UnknownObjects(Vec<String>),
     AlterTopicConfigs(
         String,
         std::collections::BTreeMap<String, String>,
@@ -77,6 +78,7 @@ impl Request {
             | Request::Garbage
             | Request::ForgetGarbage(_)
             | Request::Trim(..)
+            | Request::UnknownObjects(_)
             | Request::AlterTopicConfigs(..)
             | Request::Groups
             | Request::RegisterAgent(..)
@@ -149,6 +151,7 @@ async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, Me
             .await
             .map(|_| Response::Unit)?,
         Request::Groups => Response::Groups(meta.groups().await?),
+        Request::UnknownObjects(keys) => Response::Keys(meta.unknown_objects(keys).await?),
         Request::Trim(t, p, offset) => Response::Offset(meta.trim(t, p, offset).await?),
         Request::RegisterAgent(host, port, zone, now) => {
             Response::NodeId(meta.register_agent(host, port, zone, now).await?)
@@ -435,6 +438,12 @@ impl Metastore for RemoteMetastore {
     async fn groups(&self) -> Result<Vec<(String, Group)>, MetaError> {
         match self.call(Request::Groups).await? {
             Response::Groups(g) => Ok(g),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn unknown_objects(&self, keys: Vec<String>) -> Result<Vec<String>, MetaError> {
+        match self.call(Request::UnknownObjects(keys)).await? {
+            Response::Keys(k) => Ok(k),
             other => Err(unexpected(other)),
         }
     }

@@ -755,6 +755,21 @@ impl State {
     pub fn garbage(&self) -> &[String] {
         &self.garbage
     }
+
+    /// Those of `keys` that no extent points to and that are not awaiting GC:
+    /// objects the metastore has never heard of (or has forgotten).
+    pub fn unknown_objects(&self, keys: &[String]) -> Vec<String> {
+        let known: std::collections::HashSet<&str> = self
+            .objects
+            .values()
+            .map(|o| o.key.as_str())
+            .chain(self.garbage.iter().map(String::as_str))
+            .collect();
+        keys.iter()
+            .filter(|k| !known.contains(k.as_str()))
+            .cloned()
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -1009,6 +1024,16 @@ mod tests {
         };
         assert_eq!(s.apply(alter), Reply::Altered(Ok(())));
         assert_eq!(s.topic("t").unwrap().configs["retention.ms"], "5");
+    }
+
+    #[test]
+    fn unknown_objects_are_neither_referenced_nor_garbage() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        commit(&mut s, "live", vec![batch(t, 0, 0, 1)]);
+        commit(&mut s, "refused", vec![batch(t, 7, 0, 1)]);
+        let keys = ["live", "refused", "stray"].map(String::from);
+        assert_eq!(s.unknown_objects(&keys), vec!["stray".to_string()]);
     }
 
     #[test]

@@ -1,0 +1,48 @@
+//! The backstop of garbage collection: objects in the bucket that the
+//! metastore has never heard of — uploads whose commit never happened, or
+//! whose outcome the agent could not learn, and segments whose swap failed —
+//! are handed to GC once they are older than any commit could take.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use floe_metastore::Metastore;
+use floe_storage::{ObjectPath, ObjectStore};
+use futures::TryStreamExt;
+
+use crate::CompactError;
+
+/// Keys asked about in one metastore call.
+const CHUNK: usize = 1000;
+
+/// Lists `ingest/` and `segment/` and records unknown objects older than
+/// `min_age` as orphans for [`crate::Gc`]. Returns how many it found.
+pub async fn sweep_orphans(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    min_age: Duration,
+) -> Result<usize, CompactError> {
+    let cutoff = SystemTime::now() - min_age;
+    let mut found = 0;
+    for prefix in ["ingest", "segment"] {
+        let mut old = Vec::new();
+        let mut listing = store.list(Some(&ObjectPath::from(prefix)));
+        while let Some(meta_entry) = listing.try_next().await? {
+            if SystemTime::from(meta_entry.last_modified) < cutoff {
+                old.push(meta_entry.location.to_string());
+            }
+        }
+        for chunk in old.chunks(CHUNK) {
+            let orphans = meta.unknown_objects(chunk.to_vec()).await?;
+            if !orphans.is_empty() {
+                found += orphans.len();
+                tracing::info!(
+                    count = orphans.len(),
+                    "found orphaned objects; handing them to gc"
+                );
+                meta.record_orphans(orphans).await?;
+            }
+        }
+    }
+    Ok(found)
+}
