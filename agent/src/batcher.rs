@@ -202,6 +202,7 @@ impl PendingFile {
             object_key: key.to_string(),
             object_size: bytes.len() as u64,
             batches,
+            appended_ms: crate::discovery::now_ms(),
         };
         (bytes, commit, appends)
     }

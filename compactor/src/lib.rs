@@ -96,8 +96,14 @@ pub fn plan(extents: &[ExtentRef], policy: &CompactionPolicy) -> Option<Vec<Exte
 }
 
 /// Cuts a segment's batches (laid out from `position` on) into extents of
-/// about `extent_bytes`, at batch boundaries.
-fn pieces(batches: &[RecordBatch], mut position: u64, extent_bytes: u64) -> Vec<ExtentPiece> {
+/// about `extent_bytes`, at batch boundaries. Each piece keeps the latest
+/// append time of the run it replaces (conservative for retention).
+fn pieces(
+    batches: &[RecordBatch],
+    mut position: u64,
+    extent_bytes: u64,
+    appended_ms: i64,
+) -> Vec<ExtentPiece> {
     let mut pieces: Vec<ExtentPiece> = Vec::new();
     for batch in batches {
         let last_offset = batch.base_offset() + batch.last_offset_delta() as i64;
@@ -113,6 +119,7 @@ fn pieces(batches: &[RecordBatch], mut position: u64, extent_bytes: u64) -> Vec<
                 max_timestamp: batch.max_timestamp(),
                 position,
                 length: batch.len() as u64,
+                appended_ms,
             }),
         }
         position += batch.len() as u64;
@@ -177,7 +184,12 @@ pub async fn compact_partition(
         replaced: run.clone(),
         object_key: key.to_string(),
         object_size: file.len() as u64,
-        pieces: pieces(&batches, chunk.position, policy.extent_bytes),
+        pieces: pieces(
+            &batches,
+            chunk.position,
+            policy.extent_bytes,
+            run.iter().map(|e| e.appended_ms).max().unwrap_or(0),
+        ),
     };
     match meta.replace_extents(swap).await {
         Ok(()) => Ok(Some(Compacted {

@@ -35,13 +35,16 @@ impl Retention {
     }
 
     /// The offset the log should start at, given its extents (oldest first)
-    /// and high watermark: past every extent wholly older than `ms`, and past
-    /// the oldest extents that make the partition larger than `bytes`.
+    /// and high watermark: past every extent whose records are all older than
+    /// `ms` and that was also appended longer than `ms` ago, and past the
+    /// oldest extents that make the partition larger than `bytes`.
     pub fn cut(&self, extents: &[ExtentRef], high_watermark: i64, now_ms: i64) -> Option<i64> {
         let mut cut = None;
         if self.ms >= 0 {
             let horizon = now_ms.saturating_sub(self.ms);
-            let kept = extents.iter().find(|e| e.max_timestamp >= horizon);
+            let kept = extents
+                .iter()
+                .find(|e| e.max_timestamp >= horizon || e.appended_ms >= horizon);
             cut = Some(kept.map_or(high_watermark, |e| e.base_offset));
         }
         if self.bytes >= 0 {
@@ -91,6 +94,7 @@ mod tests {
 
     fn extent(base: i64, last: i64, ts: i64, length: u64) -> ExtentRef {
         ExtentRef {
+            appended_ms: 0,
             base_offset: base,
             last_offset: last,
             max_timestamp: ts,
@@ -126,6 +130,10 @@ mod tests {
             "the later of the two cuts"
         );
         assert_eq!(Retention { ms: -1, bytes: -1 }.cut(&extents, 30, 400), None);
+        // Old timestamps appended recently are kept, as in Kafka's active segment.
+        let mut replayed = extents.clone();
+        replayed[1].appended_ms = 390;
+        assert_eq!(by_time.cut(&replayed, 30, 400), Some(10));
     }
 
     #[test]

@@ -100,6 +100,7 @@ async fn setup(files: usize) -> Setup {
             object_key: key.to_string(),
             object_size: file.len() as u64,
             batches,
+            appended_ms: 0,
         })
         .await
         .unwrap();
@@ -255,6 +256,7 @@ async fn gc_waits_for_the_grace_period() {
 #[test]
 fn plan_takes_runs_of_ingest_extents_within_the_size_limit() {
     let extent = |base: i64, key: &str| ExtentRef {
+        appended_ms: 0,
         base_offset: base,
         last_offset: base,
         max_timestamp: 0,

@@ -35,6 +35,7 @@ async fn commit(
         object_key: key.into(),
         object_size: 100,
         batches,
+        appended_ms: 0,
     })
     .await
     .unwrap()

@@ -93,6 +93,7 @@ struct Extent {
     object: u64,
     position: u64,
     length: u64,
+    appended_ms: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -464,6 +465,7 @@ impl State {
                     extent.last_offset = last_offset;
                     extent.length += batch.length as u64;
                     extent.max_timestamp = extent.max_timestamp.max(batch.max_timestamp);
+                    extent.appended_ms = extent.appended_ms.max(commit.appended_ms);
                 }
                 None => {
                     partition.extents.insert(
@@ -475,6 +477,7 @@ impl State {
                             object,
                             position: batch.position,
                             length: batch.length as u64,
+                            appended_ms: commit.appended_ms,
                         },
                     );
                     live_extents += 1;
@@ -564,6 +567,7 @@ impl State {
                     object,
                     position: piece.position,
                     length: piece.length,
+                    appended_ms: piece.appended_ms,
                 },
             );
         }
@@ -644,6 +648,7 @@ impl State {
             object_size: object.size,
             position: e.position,
             length: e.length,
+            appended_ms: e.appended_ms,
         }
     }
 
@@ -928,6 +933,7 @@ mod tests {
             object_key: key.into(),
             object_size: 1_000,
             batches,
+            appended_ms: 0,
         })) {
             Reply::Committed(r) => r,
             other => panic!("{other:?}"),
@@ -1174,6 +1180,7 @@ mod tests {
             max_timestamp: replaced.iter().map(|e| e.max_timestamp).max().unwrap_or(-1),
             position: 0,
             length,
+            appended_ms: 0,
         };
         match s.apply(Command::ReplaceExtents(ReplaceExtents {
             topic_id: t,
@@ -1249,6 +1256,7 @@ mod tests {
             max_timestamp: 7,
             position,
             length: 100,
+            appended_ms: 0,
         };
         let swap = |pieces| {
             Command::ReplaceExtents(ReplaceExtents {

@@ -47,6 +47,10 @@ pub struct Commit {
     pub object_key: String,
     pub object_size: u64,
     pub batches: Vec<CommitBatch>,
+    /// When the agent committed (its clock): time retention never removes
+    /// data appended less than `retention.ms` ago, whatever its timestamps,
+    /// as Kafka never deletes the segment it is still appending to.
+    pub appended_ms: i64,
 }
 
 /// A run of batches of one partition stored contiguously in one object.
@@ -59,6 +63,8 @@ pub struct ExtentRef {
     pub object_size: u64,
     pub position: u64,
     pub length: u64,
+    /// Latest commit time of the batches in the extent.
+    pub appended_ms: i64,
 }
 
 /// What a reader needs to serve a fetch from some offset on.
@@ -161,6 +167,7 @@ pub struct ExtentPiece {
     pub max_timestamp: i64,
     pub position: u64,
     pub length: u64,
+    pub appended_ms: i64,
 }
 
 /// An idempotent producer's identity.

@@ -92,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
                                 base_sequence: -1,
                             })
                             .collect(),
+                        appended_ms: 0,
                     };
                     let t = Instant::now();
                     meta.commit(commit)
