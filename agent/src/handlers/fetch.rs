@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_metastore::{MetaError, TopicInfo};
+use floe_metastore::{MetaError, ReadPlan, TopicInfo};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
 };
 use floe_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
@@ -81,65 +82,99 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
     }
 }
 
+/// Plans every partition in request order (the byte budget is shared, so
+/// this is sequential but touches only the metastore), then reads all the
+/// planned extents concurrently: a cold fetch of many partitions costs one
+/// object-store round trip, not one per partition.
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
     by_id: bool,
 ) -> (Vec<FetchableTopicResponse>, usize) {
-    let mut total = 0usize;
-    let mut responses = Vec::with_capacity(wanted.len());
+    let mut planned = 0usize;
+    let mut plans = Vec::with_capacity(wanted.len());
     for w in wanted {
         let mut partitions = Vec::with_capacity(w.partitions.len());
         for &(partition, offset, partition_max) in &w.partitions {
-            let budget = (partition_max.max(0) as usize).min(max_bytes.saturating_sub(total));
-            let data = match &w.topic {
+            let budget = (partition_max.max(0) as usize).min(max_bytes.saturating_sub(planned));
+            let plan = match &w.topic {
                 None if by_id => Err(ResponseError::UnknownTopicId),
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 // KIP-74: the first batch is returned even if larger than the limits.
                 Some(topic) => {
-                    read_partition(broker, topic, partition, offset, budget.max(1)).await
+                    plan_partition(broker, topic, partition, offset, budget.max(1)).await
                 }
             };
-            let response = PartitionData::default().with_partition_index(partition);
-            partitions.push(match data {
-                Ok((hw, log_start, records)) => {
-                    total += records.len();
-                    response
+            if let Ok(plan) = &plan {
+                planned += plan
+                    .extents
+                    .iter()
+                    .map(|e| e.length as usize)
+                    .sum::<usize>();
+            }
+            partitions.push((partition, offset, plan));
+        }
+        plans.push((w, partitions));
+    }
+
+    let responses = join_all(plans.into_iter().map(|(w, partitions)| async move {
+        let partitions = join_all(partitions.into_iter().map(
+            |(partition, offset, plan)| async move {
+                let data = match plan {
+                    Ok(plan) => read_extents(broker, &plan.extents, offset)
+                        .await
+                        .map(|records| (plan.high_watermark, plan.log_start_offset, records))
+                        .map_err(|e| {
+                            tracing::warn!(partition, error = %e, "fetch: reading objects failed");
+                            ResponseError::KafkaStorageError
+                        }),
+                    Err(e) => Err(e),
+                };
+                let response = PartitionData::default().with_partition_index(partition);
+                match data {
+                    Ok((hw, log_start, records)) => response
                         .with_high_watermark(hw)
                         .with_last_stable_offset(hw)
                         .with_log_start_offset(log_start)
-                        .with_records(Some(records))
+                        .with_records(Some(records)),
+                    // As Kafka: invalid offsets with an error, so no client takes
+                    // the defaults (0) for a real high watermark and stops at "end".
+                    Err(error) => response
+                        .with_error_code(error.code())
+                        .with_high_watermark(-1)
+                        .with_last_stable_offset(-1)
+                        .with_log_start_offset(-1)
+                        .with_records(Some(Bytes::new())),
                 }
-                // As Kafka: invalid offsets with an error, so no client takes
-                // the defaults (0) for a real high watermark and stops at "end".
-                Err(error) => response
-                    .with_error_code(error.code())
-                    .with_high_watermark(-1)
-                    .with_last_stable_offset(-1)
-                    .with_log_start_offset(-1)
-                    .with_records(Some(Bytes::new())),
-            });
-        }
+            },
+        ))
+        .await;
         let topic = FetchableTopicResponse::default().with_partitions(partitions);
-        responses.push(if by_id {
+        if by_id {
             topic.with_topic_id(w.id)
         } else {
             topic.with_topic(w.name.clone())
-        });
-    }
+        }
+    }))
+    .await;
+    let total = responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
     (responses, total)
 }
 
-/// `(high watermark, log start offset, batches)` of one partition from `offset`.
-async fn read_partition(
+/// Which extents hold one partition's data from `offset`, within `max_bytes`.
+async fn plan_partition(
     broker: &Broker,
     topic: &TopicInfo,
     partition: i32,
     offset: i64,
     max_bytes: usize,
-) -> Result<(i64, i64, Bytes), ResponseError> {
-    let plan = broker
+) -> Result<ReadPlan, ResponseError> {
+    broker
         .meta
         .read_plan(topic.id, partition, offset, max_bytes as u64)
         .await
@@ -148,10 +183,5 @@ async fn read_partition(
                 tracing::warn!(topic = %topic.name, partition, error = %e, "fetch: read plan failed");
             }
             kafka_error(&e)
-        })?;
-    let records = read_extents(broker, &plan.extents, offset).await.map_err(|e| {
-        tracing::warn!(topic = %topic.name, partition, error = %e, "fetch: reading objects failed");
-        ResponseError::KafkaStorageError
-    })?;
-    Ok((plan.high_watermark, plan.log_start_offset, records))
+        })
 }
