@@ -44,6 +44,8 @@ async fn commit(
 pub async fn suite(m: &dyn Metastore) {
     let t = topic(m, "events", 3).await;
     assert_eq!(m.topics().await.unwrap(), vec![t.clone()]);
+    assert_eq!(m.topic_by_id(t.id).await.unwrap(), Some(t.clone()));
+    assert_eq!(m.topic_by_id(uuid::Uuid::nil()).await.unwrap(), None);
     let dup = m
         .create_topic(NewTopic {
             name: "events".into(),

@@ -30,6 +30,7 @@ pub trait Metastore: Send + Sync + 'static {
     async fn delete_topic(&self, name: &str) -> Result<(), MetaError>;
     async fn topics(&self) -> Result<Vec<TopicInfo>, MetaError>;
     async fn topic(&self, name: &str) -> Result<Option<TopicInfo>, MetaError>;
+    async fn topic_by_id(&self, id: TopicId) -> Result<Option<TopicInfo>, MetaError>;
     /// Sequences the batches of an uploaded object. The outer error means
     /// nothing was committed; the inner ones are per batch.
     async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError>;

@@ -131,6 +131,10 @@ impl Metastore for LocalMetastore {
         Ok(self.read(|s| s.topic(name)))
     }
 
+    async fn topic_by_id(&self, id: TopicId) -> Result<Option<TopicInfo>, MetaError> {
+        Ok(self.read(|s| s.topic_by_id(id)))
+    }
+
     async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError> {
         match self.apply(Command::Commit(commit)).await? {
             Reply::Committed(results) => Ok(results),

@@ -37,6 +37,7 @@ enum Request {
     DeleteTopic(String),
     Topics,
     Topic(String),
+    TopicById(TopicId),
     Commit(Commit),
     Offsets(TopicId, i32),
     ReadPlan(TopicId, i32, i64, u64),
@@ -69,6 +70,7 @@ impl Request {
         match self {
             Request::Topics
             | Request::Topic(_)
+            | Request::TopicById(_)
             | Request::Commit(_)
             | Request::Offsets(..)
             | Request::ReadPlan(..)
@@ -128,6 +130,7 @@ async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, Me
         Request::DeleteTopic(name) => meta.delete_topic(&name).await.map(|_| Response::Unit)?,
         Request::Topics => Response::Topics(meta.topics().await?),
         Request::Topic(name) => Response::MaybeTopic(meta.topic(&name).await?),
+        Request::TopicById(id) => Response::MaybeTopic(meta.topic_by_id(id).await?),
         Request::Commit(c) => Response::Committed(meta.commit(c).await?),
         Request::Offsets(t, p) => Response::Offsets(meta.offsets(t, p).await?),
         Request::ReadPlan(t, p, from, max) => {
@@ -316,6 +319,12 @@ impl Metastore for RemoteMetastore {
     }
     async fn topic(&self, name: &str) -> Result<Option<TopicInfo>, MetaError> {
         match self.call(Request::Topic(name.to_string())).await? {
+            Response::MaybeTopic(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn topic_by_id(&self, id: TopicId) -> Result<Option<TopicInfo>, MetaError> {
+        match self.call(Request::TopicById(id)).await? {
             Response::MaybeTopic(t) => Ok(t),
             other => Err(unexpected(other)),
         }

@@ -751,9 +751,9 @@ impl State {
         self.groups.get(name).cloned()
     }
 
-    /// A topic's name from its id.
-    pub fn topic_name(&self, id: TopicId) -> Option<&str> {
-        self.names_by_id.get(&id).map(String::as_str)
+    /// A topic from its id.
+    pub fn topic_by_id(&self, id: TopicId) -> Option<TopicInfo> {
+        self.names_by_id.get(&id).and_then(|name| self.topic(name))
     }
 
     /// Object keys no extent points to any more.

@@ -33,15 +33,10 @@ struct Wanted {
 
 pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
     let by_id = version >= 13;
-    let all_topics = if by_id {
-        broker.meta.topics().await.unwrap_or_default()
-    } else {
-        Vec::new()
-    };
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let topic = if by_id {
-            all_topics.iter().find(|i| i.id == t.topic_id).cloned()
+            broker.meta.topic_by_id(t.topic_id).await.ok().flatten()
         } else {
             broker.meta.topic(&t.topic.0).await.ok().flatten()
         };

@@ -147,10 +147,13 @@ pub async fn delete(
     for (name, id) in wanted {
         let name = match name {
             Some(name) => Some(name),
-            None => match broker.meta.topics().await {
-                Ok(all) => all.into_iter().find(|t| t.id == id).map(|t| t.name),
-                Err(_) => None,
-            },
+            None => broker
+                .meta
+                .topic_by_id(id)
+                .await
+                .ok()
+                .flatten()
+                .map(|t| t.name),
         };
         let result = match &name {
             Some(name) => broker
