@@ -118,7 +118,9 @@ pub fn kafka_error(e: &MetaError) -> ResponseError {
         MetaError::InvalidTopicName(..) => ResponseError::InvalidTopicException,
         MetaError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         MetaError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        MetaError::Storage(_) | MetaError::Unavailable(_) => ResponseError::KafkaStorageError,
+        MetaError::Storage(_) | MetaError::Unavailable(_) | MetaError::NotLeader(_) => {
+            ResponseError::KafkaStorageError
+        }
         MetaError::ExtentsChanged => ResponseError::UnknownServerError,
         MetaError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         MetaError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,

@@ -66,7 +66,7 @@ async fn topic(meta: &Arc<dyn Metastore>, name: &str) -> TopicInfo {
 /// Like the agent: each ingest file holds one batch of topic `a` and one of `b`.
 async fn setup(files: usize) -> Setup {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory());
+    let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
     let a = topic(&meta, "a").await;
     let b = topic(&meta, "b").await;
     for n in 0..files {

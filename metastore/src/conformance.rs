@@ -132,7 +132,7 @@ pub async fn suite(m: &dyn Metastore) {
 
 #[tokio::test]
 async fn in_memory_conforms() {
-    suite(&LocalMetastore::in_memory()).await;
+    suite(&LocalMetastore::in_memory().await.unwrap()).await;
 }
 
 #[tokio::test]
@@ -140,17 +140,35 @@ async fn durable_conforms_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("meta.redb");
     // A tiny snapshot interval so both the snapshot and the log replay are exercised.
-    let m = LocalMetastore::open_with(&path, 3).unwrap();
+    let m = LocalMetastore::open_with(&path, 3).await.unwrap();
     suite(&m).await;
     let t = topic(&m, "kept", 1).await;
     for n in 0..7 {
         commit(&m, &format!("k{n}"), vec![batch(&t, 0, 0, 2)]).await;
     }
     let before = m.read_plan(t.id, 0, 0, u64::MAX).await.unwrap();
-    assert!(m.log_len() < 3, "snapshots should bound the log");
+    let status = m.status();
+    assert!(status.snapshot_index.is_some(), "{status:?}");
+    assert!(
+        status.log_entries < 10,
+        "snapshots should bound the log: {status:?}"
+    );
+    m.shutdown().await;
     drop(m);
 
-    let reopened = LocalMetastore::open_with(&path, 3).unwrap();
+    // openraft's storage tasks let go of the file shortly after shutdown.
+    let mut attempts = 0;
+    let reopened = loop {
+        match LocalMetastore::open_with(&path, 3).await {
+            Ok(m) => break m,
+            Err(e) if attempts < 50 => {
+                attempts += 1;
+                tracing::debug!(error = %e, "metastore file still open");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("reopening: {e}"),
+        }
+    };
     assert_eq!(reopened.topics().await.unwrap(), vec![t.clone()]);
     assert_eq!(
         reopened.read_plan(t.id, 0, 0, u64::MAX).await.unwrap(),
@@ -164,9 +182,120 @@ async fn durable_conforms_and_survives_reopen() {
 async fn remote_conforms() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let served: std::sync::Arc<dyn Metastore> = std::sync::Arc::new(LocalMetastore::in_memory());
+    let served = std::sync::Arc::new(LocalMetastore::in_memory().await.unwrap());
     tokio::spawn(crate::rpc::serve(listener, served));
     suite(&RemoteMetastore::new(address)).await;
+}
+
+/// Three served nodes bootstrapped together, each with its own storage.
+async fn three_nodes(
+    dir: &std::path::Path,
+) -> (
+    Vec<std::sync::Arc<RaftMetastore>>,
+    Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    String,
+) {
+    let mut listeners = Vec::new();
+    let mut peers = std::collections::BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        peers.insert(id, listener.local_addr().unwrap().to_string());
+        listeners.push((id, listener));
+    }
+    let mut nodes = Vec::new();
+    let mut servers = Vec::new();
+    for (id, listener) in listeners {
+        let mut options = NodeOptions::new(id, peers[&id].clone());
+        options.path = Some(dir.join(format!("node{id}.redb")));
+        options.bootstrap = crate::raft::node::Bootstrap::Cluster(peers.clone());
+        options.heartbeat_ms = 50;
+        options.snapshot_every = 50;
+        let node = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
+        servers.push(tokio::spawn(crate::rpc::serve(listener, node.clone())));
+        nodes.push(node);
+    }
+    let addresses = peers.values().cloned().collect::<Vec<_>>().join(",");
+    (nodes, servers, addresses)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_node_group_conforms_and_survives_losing_its_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, servers, addresses) = three_nodes(dir.path()).await;
+    let client = RemoteMetastore::new(&addresses);
+    suite(&client).await;
+
+    // Enough commits for snapshots and log purging to happen on every node.
+    let t = topic(&client, "replicated", 2).await;
+    for n in 0..120 {
+        commit(&client, &format!("r{n}"), vec![batch(&t, n % 2, 0, 1)]).await;
+    }
+    let leader = nodes
+        .iter()
+        .position(|n| n.status().role == "Leader")
+        .unwrap();
+    nodes[leader].shutdown().await;
+    servers[leader].abort();
+
+    // The other two elect a leader; commits go on where they left off, and a
+    // commit retried after its reply was lost is not sequenced twice.
+    let r = commit(&client, "after-failover", vec![batch(&t, 0, 0, 1)]).await;
+    assert_eq!(r, vec![Ok(60)]);
+    let again = commit(&client, "after-failover", vec![batch(&t, 0, 0, 1)]).await;
+    assert_eq!(again, vec![Ok(60)]);
+    assert_eq!(client.offsets(t.id, 1).await.unwrap().high_watermark, 60);
+    for (n, node) in nodes.iter().enumerate().filter(|(n, _)| *n != leader) {
+        let status = node.status();
+        assert!(status.snapshot_index.is_some(), "node {n}: {status:?}");
+        assert!(
+            status.log_entries < 120,
+            "node {n} kept its whole log: {status:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_add_and_remove_a_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, _servers, addresses) = three_nodes(dir.path()).await;
+    let client = RemoteMetastore::new(&addresses);
+    let t = topic(&client, "grown", 1).await;
+    for n in 0..80 {
+        commit(&client, &format!("g{n}"), vec![batch(&t, 0, 0, 1)]).await;
+    }
+
+    // A fourth node that waits to be added, then catches up (from a snapshot:
+    // the others have purged the log's start).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let mut options = NodeOptions::new(4, address.clone());
+    options.bootstrap = crate::raft::node::Bootstrap::Join;
+    options.heartbeat_ms = 50;
+    let fourth = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
+    tokio::spawn(crate::rpc::serve(listener, fourth.clone()));
+    client.add_node(4, address.clone()).await.unwrap();
+    let status = client.status_of(&address).await.unwrap();
+    assert_eq!(status.voters.len(), 4, "{status:?}");
+    assert!(status.voters.contains_key(&4), "{status:?}");
+
+    client.remove_node(1).await.unwrap();
+    let status = nodes[1].status();
+    assert_eq!(
+        status.voters.keys().copied().collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+    // The new member has every commit.
+    let r = commit(&client, "after-change", vec![batch(&t, 0, 0, 1)]).await;
+    assert_eq!(r, vec![Ok(80)]);
+    fourth
+        .raft()
+        .wait(Some(std::time::Duration::from_secs(10)))
+        .applied_index_at_least(
+            status.last_applied_index.map(|i| i + 1),
+            "fourth catches up",
+        )
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

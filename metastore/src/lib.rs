@@ -1,13 +1,15 @@
 //! floe's metastore: the one place where offsets are decided.
 //!
-//! [`state`] is the deterministic state machine; [`log`] makes it durable in an
-//! embedded `redb` file; [`LocalMetastore`] is the in-process implementation of
-//! the [`Metastore`] trait that agents use.
+//! [`state`] is the deterministic state machine; [`raft`] replicates it with
+//! openraft and keeps its log in an embedded `redb` file. [`RaftMetastore`] (a
+//! node; [`LocalMetastore`] is the single-voter group an agent embeds) and
+//! [`RemoteMetastore`] (a client of a served group) implement the
+//! [`Metastore`] trait that agents use.
 
 pub mod agents;
 pub mod groups;
 pub mod local;
-pub mod log;
+pub mod raft;
 pub mod rpc;
 pub mod state;
 pub mod types;
@@ -20,6 +22,7 @@ use async_trait::async_trait;
 pub use agents::AgentInfo;
 pub use groups::{Group, GroupCommand, GroupError, GroupReply, Phase};
 pub use local::LocalMetastore;
+pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use rpc::RemoteMetastore;
 pub use types::*;
 

@@ -1,9 +1,15 @@
 //! The metastore over the network, so several agents share one.
 //!
-//! `floe metastore` serves any [`Metastore`] with [`serve`]; agents use
+//! `floe metastore` serves a [`RaftMetastore`] node with [`serve`]; agents use
 //! [`RemoteMetastore`], which implements the same trait. Messages are postcard
 //! in length-prefixed frames; each connection carries one request at a time
-//! and the client keeps a pool of them.
+//! and the client keeps a pool of them. Raft messages between nodes
+//! ([`PeerRequest`]) and membership changes share the port.
+//!
+//! Leader finding: the client is given every node's address. A follower
+//! answers [`MetaError::NotLeader`] with the leader's address (nothing was
+//! applied), and the client moves there; an unreachable node sends it on to
+//! the next address.
 //!
 //! Retries: a request that never left the client is retried freely. One that
 //! was sent but got no answer may have been applied, so only requests that are
@@ -24,6 +30,8 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use crate::Metastore;
 use crate::agents::AgentInfo;
 use crate::groups::{Group, GroupCommand, GroupReply};
+use crate::raft::network::{self, PeerRequest, PeerResponse};
+use crate::raft::{ClusterStatus, NodeId, RaftMetastore};
 use crate::types::*;
 
 /// Largest message either side accepts.
@@ -32,7 +40,7 @@ const MAX_FRAME: usize = 256 * 1024 * 1024;
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Request {
+pub(crate) enum Request {
     CreateTopic(NewTopic),
     DeleteTopic(String),
     Topics,
@@ -62,6 +70,12 @@ enum Request {
     RegisterAgent(String, i32, Option<String>, i64),
     AgentHeartbeat(i32, i64),
     Agents,
+    /// From another metastore node.
+    Peer(PeerRequest),
+    AddNode(NodeId, String),
+    RemoveNode(NodeId),
+    /// What the receiving node knows of its group (answered by any node).
+    Status,
 }
 
 impl Request {
@@ -85,7 +99,12 @@ impl Request {
             | Request::Groups
             | Request::RegisterAgent(..)
             | Request::AgentHeartbeat(..)
-            | Request::Agents => true,
+            | Request::Agents
+            | Request::Status
+            | Request::Peer(_) => true,
+            // A second InitProducerId only costs a producer id (or an epoch):
+            // the producer uses whichever answer reaches it.
+            Request::InitProducer(_) => true,
             Request::GroupCommand(c) => matches!(
                 c,
                 GroupCommand::Tick { .. }
@@ -94,7 +113,8 @@ impl Request {
             ),
             Request::CreateTopic(_)
             | Request::DeleteTopic(_)
-            | Request::InitProducer(_)
+            | Request::AddNode(..)
+            | Request::RemoveNode(_)
             | Request::ReplaceExtents(_)
             | Request::RecordOrphans(_)
             | Request::CreatePartitions(..) => false,
@@ -103,7 +123,7 @@ impl Request {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Response {
+pub(crate) enum Response {
     Unit,
     Topic(TopicInfo),
     Topics(Vec<TopicInfo>),
@@ -122,10 +142,18 @@ enum Response {
     Groups(Vec<(String, Group)>),
     Alive(bool),
     Agents(Vec<AgentInfo>),
+    Peer(PeerResponse),
+    Status(ClusterStatus),
 }
 
-async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, MetaError> {
+async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, MetaError> {
     Ok(match request {
+        Request::Peer(p) => Response::Peer(network::handle(meta.raft(), p).await),
+        Request::AddNode(id, address) => {
+            meta.add_node(id, address).await.map(|_| Response::Unit)?
+        }
+        Request::RemoveNode(id) => meta.remove_node(id).await.map(|_| Response::Unit)?,
+        Request::Status => Response::Status(meta.status()),
         Request::CreateTopic(t) => Response::Topic(meta.create_topic(t).await?),
         Request::DeleteTopic(name) => meta.delete_topic(&name).await.map(|_| Response::Unit)?,
         Request::Topics => Response::Topics(meta.topics().await?),
@@ -166,15 +194,15 @@ async fn dispatch(meta: &dyn Metastore, request: Request) -> Result<Response, Me
     })
 }
 
-fn codec() -> LengthDelimitedCodec {
+pub(crate) fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .length_field_length(4)
         .max_frame_length(MAX_FRAME)
         .new_codec()
 }
 
-/// Serves `meta` to agents on `listener` until the listener fails.
-pub async fn serve(listener: TcpListener, meta: Arc<dyn Metastore>) -> std::io::Result<()> {
+/// Serves the node `meta` to agents and its peers on `listener` until the listener fails.
+pub async fn serve(listener: TcpListener, meta: Arc<RaftMetastore>) -> std::io::Result<()> {
     loop {
         let (stream, peer) = listener.accept().await?;
         let meta = meta.clone();
@@ -184,7 +212,7 @@ pub async fn serve(listener: TcpListener, meta: Arc<dyn Metastore>) -> std::io::
             while let Some(frame) = framed.next().await {
                 let reply: Result<Response, MetaError> = match frame {
                     Ok(bytes) => match postcard::from_bytes::<Request>(&bytes) {
-                        Ok(request) => dispatch(meta.as_ref(), request).await,
+                        Ok(request) => dispatch(&meta, request).await,
                         Err(e) => {
                             tracing::warn!(%peer, error = %e, "undecodable metastore request; closing");
                             break;
@@ -215,37 +243,75 @@ enum Attempt {
     Unanswered(String),
 }
 
-/// A [`Metastore`] reached over the network.
+/// A [`Metastore`] reached over the network: one node, or a Raft group.
 pub struct RemoteMetastore {
-    address: String,
-    idle: Mutex<Vec<Connection>>,
+    /// Every node's address; requests go to the one believed to lead.
+    addresses: Vec<String>,
+    leader: Mutex<String>,
+    /// Idle connections, with the address each goes to.
+    idle: Mutex<Vec<(String, Connection)>>,
     retry_for: Duration,
 }
 
 impl RemoteMetastore {
-    pub fn new(address: impl Into<String>) -> Self {
+    /// `addresses`: `host:port` of one node, or of several separated by commas.
+    pub fn new(addresses: impl AsRef<str>) -> Self {
+        let addresses: Vec<String> = addresses
+            .as_ref()
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
         RemoteMetastore {
-            address: address.into(),
+            leader: Mutex::new(addresses.first().cloned().unwrap_or_default()),
+            addresses,
             idle: Mutex::new(Vec::new()),
             retry_for: DEFAULT_RETRY_FOR,
         }
     }
 
     /// How long requests that are safe to repeat are retried while the
-    /// metastore cannot be reached.
+    /// metastore cannot be reached or has no leader.
     pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
         self.retry_for = retry_for;
         self
     }
 
-    async fn once(&self, frame: &Bytes) -> Result<Result<Response, MetaError>, Attempt> {
-        let pooled = self.idle.lock().expect("pool lock").pop();
+    fn leader(&self) -> String {
+        self.leader.lock().expect("leader lock").clone()
+    }
+
+    /// Sends later requests to `hint`, or else to the address after `failed`.
+    fn move_on(&self, failed: &str, hint: Option<String>) {
+        let next = hint.unwrap_or_else(|| {
+            let at = self.addresses.iter().position(|a| a == failed).unwrap_or(0);
+            self.addresses[(at + 1) % self.addresses.len().max(1)].clone()
+        });
+        let mut leader = self.leader.lock().expect("leader lock");
+        if *leader == failed && next != failed {
+            tracing::debug!(from = failed, to = %next, "metastore client moves to another node");
+            *leader = next;
+        }
+    }
+
+    async fn once(
+        &self,
+        address: &str,
+        frame: &Bytes,
+    ) -> Result<Result<Response, MetaError>, Attempt> {
+        let pooled = {
+            let mut idle = self.idle.lock().expect("pool lock");
+            idle.iter()
+                .rposition(|(a, _)| a == address)
+                .map(|at| idle.swap_remove(at).1)
+        };
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
-                let stream = TcpStream::connect(&self.address).await.map_err(|e| {
-                    Attempt::NotSent(format!("connecting to {}: {e}", self.address))
-                })?;
+                let stream = TcpStream::connect(address)
+                    .await
+                    .map_err(|e| Attempt::NotSent(format!("connecting to {address}: {e}")))?;
                 stream.set_nodelay(true).ok();
                 Framed::new(stream, codec())
             }
@@ -261,7 +327,10 @@ impl RemoteMetastore {
             Some(Err(e)) => return Err(Attempt::Unanswered(e.to_string())),
             None => return Err(Attempt::Unanswered("connection closed".into())),
         };
-        self.idle.lock().expect("pool lock").push(conn);
+        self.idle
+            .lock()
+            .expect("pool lock")
+            .push((address.to_string(), conn));
         Ok(reply)
     }
 
@@ -273,23 +342,75 @@ impl RemoteMetastore {
         let deadline = tokio::time::Instant::now() + self.retry_for;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let why = match self.once(&frame).await {
+            let address = self.leader();
+            let why = match self.once(&address, &frame).await {
+                // Not applied: the node does not lead. Go where it points.
+                Ok(Err(MetaError::NotLeader(hint))) => {
+                    let known = hint.is_some();
+                    self.move_on(&address, hint);
+                    if known {
+                        continue;
+                    }
+                    format!("{address} knows no leader yet")
+                }
+                // The node could not confirm it leads or could not reach a
+                // quorum; another node may be able to.
+                Ok(Err(MetaError::Unavailable(why))) if repeatable => format!("{address}: {why}"),
                 Ok(reply) => return reply,
                 Err(Attempt::NotSent(why)) => why,
                 Err(Attempt::Unanswered(why)) if repeatable => why,
                 Err(Attempt::Unanswered(why)) => {
+                    self.move_on(&address, None);
                     return Err(MetaError::Unavailable(format!(
-                        "{why}; the request may have been applied"
+                        "{address}: {why}; the request may have been applied"
                     )));
                 }
             };
+            self.move_on(&address, None);
             if tokio::time::Instant::now() >= deadline {
                 return Err(MetaError::Unavailable(why));
             }
-            tracing::debug!(address = %self.address, %why, "metastore call failed; retrying");
+            tracing::debug!(%address, %why, "metastore call failed; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
+    }
+
+    /// Adds node `id` at `address` to the group (as a learner until it has
+    /// caught up, then as a voter).
+    pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
+        match self.call(Request::AddNode(id, address)).await? {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes node `id` from the group.
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), MetaError> {
+        match self.call(Request::RemoveNode(id)).await? {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// What the node at `address` knows of its group.
+    pub async fn status_of(&self, address: &str) -> Result<ClusterStatus, MetaError> {
+        let frame = Bytes::from(
+            postcard::to_stdvec(&Request::Status).map_err(|e| MetaError::Storage(e.to_string()))?,
+        );
+        match self.once(address, &frame).await {
+            Ok(Ok(Response::Status(status))) => Ok(status),
+            Ok(Ok(other)) => Err(unexpected(other)),
+            Ok(Err(e)) => Err(e),
+            Err(Attempt::NotSent(why) | Attempt::Unanswered(why)) => {
+                Err(MetaError::Unavailable(format!("{address}: {why}")))
+            }
+        }
+    }
+
+    /// Every address this client was given.
+    pub fn addresses(&self) -> &[String] {
+        &self.addresses
     }
 }
 

@@ -141,6 +141,11 @@ pub enum MetaError {
     Unavailable(String),
     #[error("metastore storage failed: {0}")]
     Storage(String),
+    // Appended last: variant indices are part of the stored and wire encodings.
+    /// Asked of a metastore node that does not lead its group; the leader's
+    /// address if it knows one. Nothing was applied.
+    #[error("this metastore node is not the leader (leader: {})", .0.as_deref().unwrap_or("unknown"))]
+    NotLeader(Option<String>),
 }
 
 /// "These extents are now stored here": compaction's compare-and-set. Applied

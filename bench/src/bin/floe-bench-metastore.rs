@@ -52,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         None => (
             Arc::new(
                 LocalMetastore::open(&dir.join("metastore.redb"))
+                    .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
             ),
             "in-process, durable".to_string(),

@@ -1,0 +1,71 @@
+//! The metastore replicated with Raft (`openraft`).
+//!
+//! Every mutation is a [`Command`] appended to the Raft log; once a quorum has
+//! it, every node applies it to its [`State`](crate::state::State) in the same
+//! order. The embedded default is a single-voter group of the same code.
+//!
+//! - [`log_store`]: the Raft log, vote and commit index in `redb`.
+//! - [`state_machine`]: applies committed commands, snapshots the state (kept
+//!   in the same `redb` file) so the log can be purged.
+//! - [`network`]: Raft messages between nodes, over the metastore's own port.
+//! - [`node`]: [`RaftMetastore`], the [`Metastore`](crate::Metastore) of a node.
+
+pub mod log_store;
+pub mod network;
+pub mod node;
+pub mod state_machine;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{Command, Reply};
+
+pub use node::{ClusterStatus, NodeOptions, RaftMetastore};
+
+/// A metastore node's id in its Raft group.
+pub type NodeId = u64;
+
+/// How other nodes and clients reach a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAddress {
+    pub address: String,
+}
+
+impl fmt::Display for NodeAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.address)
+    }
+}
+
+openraft::declare_raft_types!(
+    /// The metastore's Raft types: commands in, replies out (blank and
+    /// membership entries reply nothing); snapshots are the encoded state.
+    pub TypeConfig:
+        D = Command,
+        R = Option<Reply>,
+        NodeId = NodeId,
+        Node = NodeAddress,
+        SnapshotData = Vec<u8>,
+);
+
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type LogId = openraft::LogId<NodeId>;
+pub type Entry = openraft::Entry<TypeConfig>;
+pub type StorageError = openraft::StorageError<NodeId>;
+pub type StoredMembership = openraft::StoredMembership<NodeId, NodeAddress>;
+pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, NodeAddress>;
+pub type Vote = openraft::Vote<NodeId>;
+
+/// Runs blocking `redb` work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, openraft::AnyError> + Send + 'static,
+) -> Result<T, openraft::AnyError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(any(e)))
+}
+
+fn any<E: std::error::Error + 'static>(e: E) -> openraft::AnyError {
+    openraft::AnyError::new(&e)
+}

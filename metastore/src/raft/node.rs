@@ -1,0 +1,581 @@
+//! [`RaftMetastore`]: one metastore node. Writes go through the Raft log;
+//! reads are answered by the leader from its applied state after confirming
+//! it still leads (so a deposed leader never answers from stale state).
+//! Followers answer everything with [`MetaError::NotLeader`] and the leader's
+//! address, which [`RemoteMetastore`](crate::RemoteMetastore) follows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use openraft::error::{
+    CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError, RaftError,
+};
+use openraft::{ChangeMembers, Config, SnapshotPolicy};
+use redb::{Database, ReadableDatabase, TableHandle};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::log_store::{LOG, LogStore, META};
+use super::network::Network;
+use super::state_machine::{SNAPSHOT, StateMachine};
+use super::{NodeAddress, NodeId, Raft};
+use crate::Metastore;
+use crate::agents::AgentInfo;
+use crate::groups::{Group, GroupCommand, GroupReply};
+use crate::state::{Command, Reply, State};
+use crate::types::*;
+
+/// How long a write may wait for a quorum before the caller is told it is
+/// unknown whether it was applied.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a read may wait for the leader to confirm it still leads.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a node starts when its log is empty.
+#[derive(Debug, Clone)]
+pub enum Bootstrap {
+    /// A group of one voter: itself.
+    Single,
+    /// A group of these voters (this node among them). Every node given the
+    /// same list may bootstrap it; Raft makes them agree.
+    Cluster(BTreeMap<NodeId, String>),
+    /// Nothing: wait to be added to an existing group (`floe metastore add-node`).
+    Join,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    pub id: NodeId,
+    /// Where other nodes and clients reach this node.
+    pub address: String,
+    /// The redb file for the log, vote and snapshot; `None` keeps them in memory.
+    pub path: Option<PathBuf>,
+    /// Log entries between snapshots.
+    pub snapshot_every: u64,
+    pub bootstrap: Bootstrap,
+    /// Milliseconds between leader heartbeats; elections start after 3-6 of them.
+    pub heartbeat_ms: u64,
+}
+
+impl NodeOptions {
+    pub fn new(id: NodeId, address: impl Into<String>) -> Self {
+        NodeOptions {
+            id,
+            address: address.into(),
+            path: None,
+            snapshot_every: crate::local::DEFAULT_SNAPSHOT_EVERY,
+            bootstrap: Bootstrap::Single,
+            heartbeat_ms: 100,
+        }
+    }
+}
+
+/// What a node knows of its group, for `floe metastore status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub id: NodeId,
+    /// Leader, Follower, Candidate or Learner.
+    pub role: String,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_log_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    /// Index of the last entry covered by the node's snapshot.
+    pub snapshot_index: Option<u64>,
+    /// Entries still in the node's log (purged ones excluded).
+    pub log_entries: u64,
+    pub voters: BTreeMap<NodeId, String>,
+    pub learners: BTreeMap<NodeId, String>,
+}
+
+/// One line of `key=value` words, easy to read and to parse.
+impl std::fmt::Display for ClusterStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        let list = |m: &BTreeMap<NodeId, String>| {
+            m.iter()
+                .map(|(id, a)| format!("{id}@{a}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        write!(
+            f,
+            "id={} role={} term={} leader={} last_log={} applied={} snapshot={} log_entries={} voters={} learners={}",
+            self.id,
+            self.role,
+            self.term,
+            show(self.leader),
+            show(self.last_log_index),
+            show(self.last_applied_index),
+            show(self.snapshot_index),
+            self.log_entries,
+            list(&self.voters),
+            list(&self.learners),
+        )
+    }
+}
+
+pub struct RaftMetastore {
+    id: NodeId,
+    raft: Raft,
+    /// Applied state; the state machine writes it, reads take a read lock
+    /// only for in-memory work.
+    state: Arc<RwLock<State>>,
+    db: Arc<Database>,
+}
+
+fn storage<E: std::fmt::Display>(e: E) -> MetaError {
+    MetaError::Storage(e.to_string())
+}
+
+fn open_database(path: Option<&PathBuf>) -> Result<Database, MetaError> {
+    let db = match path {
+        Some(path) => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(storage)?;
+            }
+            Database::create(path).map_err(|e| storage(format!("{}: {e}", path.display())))?
+        }
+        None => Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(storage)?,
+    };
+    // The command log of floe before Raft kept tables named "log" and
+    // "snapshot"; starting empty over one would silently lose its topics.
+    let read = db.begin_read().map_err(storage)?;
+    let legacy = read
+        .list_tables()
+        .map_err(storage)?
+        .any(|t| t.name() == "log" || t.name() == "snapshot");
+    drop(read);
+    if legacy {
+        return Err(MetaError::Storage(format!(
+            "{} holds a pre-Raft metastore log, which this floe cannot read; \
+             move it away to start a new metastore",
+            path.map(|p| p.display().to_string()).unwrap_or_default()
+        )));
+    }
+    let txn = db.begin_write().map_err(storage)?;
+    txn.open_table(LOG).map_err(storage)?;
+    txn.open_table(META).map_err(storage)?;
+    txn.open_table(SNAPSHOT).map_err(storage)?;
+    txn.commit().map_err(storage)?;
+    Ok(db)
+}
+
+fn not_leader(forward: ForwardToLeader<NodeId, NodeAddress>) -> MetaError {
+    MetaError::NotLeader(forward.leader_node.map(|n| n.address))
+}
+
+impl RaftMetastore {
+    /// Opens (or creates) a node's storage and starts its Raft.
+    pub async fn start(options: NodeOptions) -> Result<RaftMetastore, MetaError> {
+        let db = Arc::new(open_database(options.path.as_ref())?);
+        let log_store = LogStore::new(db.clone());
+        let (state_machine, state) = StateMachine::open(db.clone()).await.map_err(storage)?;
+        let heartbeat = options.heartbeat_ms.max(10);
+        let config = Config {
+            cluster_name: "floe-metastore".into(),
+            heartbeat_interval: heartbeat,
+            election_timeout_min: heartbeat * 3,
+            election_timeout_max: heartbeat * 6,
+            // A snapshot is the whole state in one message; give it time.
+            install_snapshot_timeout: 30_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(options.snapshot_every.max(1)),
+            // Keep a little log behind the snapshot so a briefly lagging
+            // follower catches up from the log rather than a whole snapshot.
+            max_in_snapshot_log_to_keep: (options.snapshot_every / 10).min(1000),
+            ..Config::default()
+        }
+        .validate()
+        .map_err(storage)?;
+        let raft = Raft::new(
+            options.id,
+            Arc::new(config),
+            Network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(storage)?;
+
+        if !raft.is_initialized().await.map_err(storage)? {
+            let voters = match &options.bootstrap {
+                Bootstrap::Single => Some(BTreeMap::from([(options.id, options.address.clone())])),
+                Bootstrap::Cluster(peers) => Some(peers.clone()),
+                Bootstrap::Join => None,
+            };
+            if let Some(voters) = voters {
+                let nodes: BTreeMap<NodeId, NodeAddress> = voters
+                    .into_iter()
+                    .map(|(id, address)| (id, NodeAddress { address }))
+                    .collect();
+                match raft.initialize(nodes).await {
+                    Ok(()) => tracing::info!(id = options.id, "metastore group bootstrapped"),
+                    // Another node bootstrapped the same group first and reached us.
+                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                    Err(e) => return Err(storage(e)),
+                }
+            }
+        }
+        Ok(RaftMetastore {
+            id: options.id,
+            raft,
+            state,
+            db,
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub(crate) fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Waits until this node leads (a single-voter group elects itself at once).
+    pub async fn wait_until_leader(&self, timeout: Duration) -> Result<(), MetaError> {
+        self.raft
+            .wait(Some(timeout))
+            .current_leader(self.id, "waiting to lead")
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                MetaError::Unavailable(format!(
+                    "metastore node {} did not become leader: {e}",
+                    self.id
+                ))
+            })
+    }
+
+    /// Stops this node's Raft (its storage stays as it is).
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "metastore raft did not stop cleanly");
+        }
+    }
+
+    async fn write(&self, command: Command) -> Result<Reply, MetaError> {
+        match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command)).await {
+            Ok(Ok(written)) => written
+                .data
+                .ok_or_else(|| MetaError::Storage("a command applied without a reply".into())),
+            // Refused before it entered the log, or removed from it: not applied.
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+                Err(not_leader(forward))
+            }
+            Ok(Err(e)) => Err(MetaError::Unavailable(e.to_string())),
+            Err(_) => Err(MetaError::Unavailable(format!(
+                "no quorum confirmed the write within {WRITE_TIMEOUT:?}; it may still be applied"
+            ))),
+        }
+    }
+
+    /// Runs `f` on the state once this node has confirmed it leads and has
+    /// applied everything committed before the read began.
+    async fn read<T>(&self, f: impl FnOnce(&State) -> T) -> Result<T, MetaError> {
+        match tokio::time::timeout(READ_TIMEOUT, self.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
+                return Err(not_leader(forward));
+            }
+            Ok(Err(e)) => return Err(MetaError::Unavailable(e.to_string())),
+            Err(_) => {
+                return Err(MetaError::Unavailable(format!(
+                    "no quorum confirmed the leader within {READ_TIMEOUT:?}"
+                )));
+            }
+        }
+        Ok(f(&self
+            .state
+            .read()
+            .expect("metastore state lock poisoned")))
+    }
+
+    /// Adds a node to the group: first as a learner that copies the log, then
+    /// as a voter. Must be asked of the leader.
+    pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
+        let membership = |e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
+            other => MetaError::Unavailable(other.to_string()),
+        };
+        self.raft
+            .add_learner(id, NodeAddress { address }, true)
+            .await
+            .map_err(membership)?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(membership)?;
+        tracing::info!(node = id, "metastore node added");
+        Ok(())
+    }
+
+    /// Removes a node from the group (it stops receiving the log). Must be
+    /// asked of the leader.
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), MetaError> {
+        let voters: BTreeSet<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        let change = if voters.contains(&id) {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        self.raft
+            .change_membership(change, false)
+            .await
+            .map_err(|e| match e {
+                RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
+                other => MetaError::Unavailable(other.to_string()),
+            })?;
+        tracing::info!(node = id, "metastore node removed");
+        Ok(())
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let mut voters = BTreeMap::new();
+        let mut learners = BTreeMap::new();
+        for (id, node) in membership.nodes() {
+            let list = if voter_ids.contains(id) {
+                &mut voters
+            } else {
+                &mut learners
+            };
+            list.insert(*id, node.address.clone());
+        }
+        ClusterStatus {
+            id: self.id,
+            role: format!("{:?}", metrics.state),
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            last_log_index: metrics.last_log_index,
+            last_applied_index: metrics.last_applied.map(|l| l.index),
+            snapshot_index: metrics.snapshot.map(|l| l.index),
+            log_entries: super::log_store::log_entries(&self.db).unwrap_or(0),
+            voters,
+            learners,
+        }
+    }
+}
+
+fn unexpected(reply: Reply) -> MetaError {
+    MetaError::Storage(format!("unexpected reply {reply:?}"))
+}
+
+#[async_trait]
+impl Metastore for RaftMetastore {
+    async fn create_topic(&self, topic: NewTopic) -> Result<TopicInfo, MetaError> {
+        // The id is drawn here, not in the state machine, which must be deterministic.
+        let id = Uuid::new_v4();
+        match self.write(Command::CreateTopic { id, topic }).await? {
+            Reply::Created(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<(), MetaError> {
+        match self
+            .write(Command::DeleteTopic {
+                name: name.to_string(),
+            })
+            .await?
+        {
+            Reply::Deleted(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicInfo>, MetaError> {
+        self.read(|s| s.topics()).await
+    }
+
+    async fn topic(&self, name: &str) -> Result<Option<TopicInfo>, MetaError> {
+        self.read(|s| s.topic(name)).await
+    }
+
+    async fn topic_by_id(&self, id: TopicId) -> Result<Option<TopicInfo>, MetaError> {
+        self.read(|s| s.topic_by_id(id)).await
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError> {
+        match self.write(Command::Commit(commit)).await? {
+            Reply::Committed(results) => Ok(results),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn offsets(&self, topic: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError> {
+        self.read(|s| s.offsets(topic, partition)).await?
+    }
+
+    async fn read_plan(
+        &self,
+        topic: TopicId,
+        partition: i32,
+        from: i64,
+        max_bytes: u64,
+    ) -> Result<ReadPlan, MetaError> {
+        self.read(|s| s.read_plan(topic, partition, from, max_bytes))
+            .await?
+    }
+
+    async fn list_offsets(
+        &self,
+        topic: TopicId,
+        partition: i32,
+        query: OffsetQuery,
+    ) -> Result<OffsetAnswer, MetaError> {
+        self.read(|s| s.list_offsets(topic, partition, query))
+            .await?
+    }
+
+    async fn init_producer(
+        &self,
+        existing: Option<ProducerIdentity>,
+    ) -> Result<ProducerIdentity, MetaError> {
+        match self.write(Command::InitProducer { existing }).await? {
+            Reply::Producer(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn register_agent(
+        &self,
+        host: String,
+        port: i32,
+        zone: Option<String>,
+        now_ms: i64,
+    ) -> Result<i32, MetaError> {
+        match self
+            .write(Command::RegisterAgent {
+                host,
+                port,
+                zone,
+                now_ms,
+            })
+            .await?
+        {
+            Reply::Registered(id) => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn agent_heartbeat(&self, node_id: i32, now_ms: i64) -> Result<bool, MetaError> {
+        match self
+            .write(Command::AgentHeartbeat { node_id, now_ms })
+            .await?
+        {
+            Reply::Alive(alive) => Ok(alive),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn agents(&self) -> Result<Vec<AgentInfo>, MetaError> {
+        self.read(|s| s.agents()).await
+    }
+
+    async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError> {
+        match self.write(Command::Group(command)).await? {
+            Reply::Group(reply) => Ok(reply),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn group(&self, name: &str) -> Result<Option<Group>, MetaError> {
+        self.read(|s| s.group(name)).await
+    }
+
+    async fn alter_topic_configs(
+        &self,
+        name: &str,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    ) -> Result<(), MetaError> {
+        let command = Command::AlterTopicConfigs {
+            name: name.to_string(),
+            set,
+            delete,
+        };
+        match self.write(command).await? {
+            Reply::Altered(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn create_partitions(&self, name: &str, count: i32) -> Result<(), MetaError> {
+        match self
+            .write(Command::CreatePartitions {
+                name: name.to_string(),
+                count,
+            })
+            .await?
+        {
+            Reply::Altered(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn groups(&self) -> Result<Vec<(String, Group)>, MetaError> {
+        self.read(|s| s.groups()).await
+    }
+
+    async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
+        match self
+            .write(Command::Trim {
+                topic_id: topic,
+                partition,
+                offset,
+            })
+            .await?
+        {
+            Reply::Trimmed(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {
+        match self.write(Command::ReplaceExtents(replace)).await? {
+            Reply::Replaced(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError> {
+        self.read(|s| s.partitions()).await
+    }
+
+    async fn garbage(&self) -> Result<Vec<String>, MetaError> {
+        self.read(|s| s.garbage().to_vec()).await
+    }
+
+    async fn record_orphans(&self, keys: Vec<String>) -> Result<(), MetaError> {
+        match self.write(Command::RecordOrphans { keys }).await? {
+            Reply::Forgotten => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn unknown_objects(&self, keys: Vec<String>) -> Result<Vec<String>, MetaError> {
+        self.read(|s| s.unknown_objects(&keys)).await
+    }
+
+    async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
+        match self.write(Command::ForgetGarbage { keys }).await? {
+            Reply::Forgotten => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Applies committed entries to the metastore [`State`], and snapshots it.
+//!
+//! The state lives in memory (shared with the node, which reads it); the
+//! latest snapshot is kept in the `redb` file next to the log, so a restart
+//! loads the snapshot and re-applies the committed log after it.
+
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
+use redb::{Database, ReadableDatabase, TableDefinition};
+
+use super::{
+    Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig, any, blocking,
+};
+use crate::state::{Reply, State};
+
+pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
+const SNAPSHOT_META: &str = "meta";
+const SNAPSHOT_DATA: &str = "data";
+
+pub struct StateMachine {
+    state: Arc<RwLock<State>>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    db: Arc<Database>,
+    /// Distinguishes snapshots taken at the same log index.
+    snapshots_built: u64,
+}
+
+fn load_snapshot(db: &Database) -> Result<Option<(SnapshotMeta, Vec<u8>)>, openraft::AnyError> {
+    let txn = db.begin_read().map_err(any)?;
+    let table = txn.open_table(SNAPSHOT).map_err(any)?;
+    let (Some(meta), Some(data)) = (
+        table.get(SNAPSHOT_META).map_err(any)?,
+        table.get(SNAPSHOT_DATA).map_err(any)?,
+    ) else {
+        return Ok(None);
+    };
+    let meta = postcard::from_bytes(meta.value()).map_err(any)?;
+    Ok(Some((meta, data.value().to_vec())))
+}
+
+fn save_snapshot(
+    db: &Database,
+    meta: &SnapshotMeta,
+    data: &[u8],
+) -> Result<(), openraft::AnyError> {
+    let meta = postcard::to_stdvec(meta).map_err(any)?;
+    let txn = db.begin_write().map_err(any)?;
+    {
+        let mut table = txn.open_table(SNAPSHOT).map_err(any)?;
+        table.insert(SNAPSHOT_META, meta.as_slice()).map_err(any)?;
+        table.insert(SNAPSHOT_DATA, data).map_err(any)?;
+    }
+    txn.commit().map_err(any)
+}
+
+impl StateMachine {
+    /// Restores the state from the file's snapshot, if it has one.
+    pub async fn open(
+        db: Arc<Database>,
+    ) -> Result<(StateMachine, Arc<RwLock<State>>), StorageError> {
+        let loaded = {
+            let db = db.clone();
+            blocking(move || load_snapshot(&db))
+                .await
+                .map_err(|e| StorageIOError::read_snapshot(None, e))?
+        };
+        let (state, last_applied, membership) = match loaded {
+            Some((meta, data)) => {
+                let state: State = postcard::from_bytes(&data)
+                    .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), any(e)))?;
+                (state, meta.last_log_id, meta.last_membership)
+            }
+            None => (State::default(), None, StoredMembership::default()),
+        };
+        let state = Arc::new(RwLock::new(state));
+        let machine = StateMachine {
+            state: state.clone(),
+            last_applied,
+            membership,
+            db,
+            snapshots_built: 0,
+        };
+        Ok((machine, state))
+    }
+
+    fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().expect("metastore state lock poisoned")
+    }
+}
+
+/// A snapshot already encoded when it was asked for (so it matches
+/// `last_applied` exactly), waiting to be stored.
+pub struct SnapshotBuilder {
+    db: Arc<Database>,
+    meta: SnapshotMeta,
+    data: Result<Vec<u8>, String>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let signature = Some(self.meta.signature());
+        let data = self.data.clone().map_err(|e| {
+            StorageIOError::write_snapshot(signature.clone(), openraft::AnyError::error(e))
+        })?;
+        let (db, meta, stored) = (self.db.clone(), self.meta.clone(), data.clone());
+        blocking(move || save_snapshot(&db, &meta, &stored))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(signature, e))?;
+        tracing::info!(snapshot = %self.meta, bytes = data.len(), "metastore snapshot stored");
+        Ok(Snapshot {
+            meta: self.meta.clone(),
+            snapshot: Box::new(data),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Option<Reply>>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut replies = Vec::new();
+        let mut state = self.state.write().expect("metastore state lock poisoned");
+        for entry in entries {
+            self.last_applied = Some(entry.log_id);
+            replies.push(match entry.payload {
+                EntryPayload::Blank => None,
+                EntryPayload::Normal(command) => Some(state.apply(command)),
+                EntryPayload::Membership(membership) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), membership);
+                    None
+                }
+            });
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshots_built += 1;
+        let data = postcard::to_stdvec(&*self.state.read().expect("metastore state lock poisoned"))
+            .map_err(|e| e.to_string());
+        let snapshot_id = match self.last_applied {
+            Some(log_id) => format!(
+                "{}-{}-{}",
+                log_id.leader_id, log_id.index, self.snapshots_built
+            ),
+            None => format!("empty-{}", self.snapshots_built),
+        };
+        SnapshotBuilder {
+            db: self.db.clone(),
+            meta: SnapshotMeta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+                snapshot_id,
+            },
+            data,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Vec<u8>>, StorageError> {
+        Ok(Box::default())
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Vec<u8>>,
+    ) -> Result<(), StorageError> {
+        let state: State = postcard::from_bytes(&snapshot)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), any(e)))?;
+        let (db, stored_meta) = (self.db.clone(), meta.clone());
+        blocking(move || save_snapshot(&db, &stored_meta, &snapshot))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), e))?;
+        *self.write_state() = state;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        tracing::info!(snapshot = %meta, "metastore snapshot installed from the leader");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let db = self.db.clone();
+        let loaded = blocking(move || load_snapshot(&db))
+            .await
+            .map_err(|e| StorageIOError::read_snapshot(None, e))?;
+        Ok(loaded.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(data),
+        }))
+    }
+}
