@@ -1,7 +1,10 @@
 //! `floe-bench-metastore`: commits per second and commit latency of the
-//! metastore, in-process (with its durable log) or over the network.
+//! metastore: in-process (a single-voter Raft group with its durable log), a
+//! Raft group of N nodes started here on loopback, or a running group.
 //!
 //!     cargo run --release -p floe-bench --bin floe-bench-metastore
+//!     cargo run --release -p floe-bench --bin floe-bench-metastore -- --nodes 1 --served
+//!     cargo run --release -p floe-bench --bin floe-bench-metastore -- --nodes 3
 //!     cargo run --release -p floe-bench --bin floe-bench-metastore -- --remote 127.0.0.1:9093
 //!
 //! Each commit is what an agent sends after one ingest-file upload: one object
@@ -11,14 +14,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use floe_metastore::{Commit, CommitBatch, LocalMetastore, Metastore, NewTopic, RemoteMetastore};
+use floe_metastore::raft::node::Bootstrap;
+use floe_metastore::{
+    Commit, CommitBatch, LocalMetastore, Metastore, NewTopic, NodeOptions, RaftMetastore,
+    RemoteMetastore,
+};
 
 #[derive(Parser)]
 struct Args {
-    /// Benchmark a running `floe metastore` at this address instead of an
-    /// in-process one (whose log goes to a temporary folder).
+    /// Benchmark a running `floe metastore` group (any of its nodes'
+    /// host:port, comma-separated) instead of starting one here.
     #[arg(long)]
     remote: Option<String>,
+    /// Voters of the group started here, each with its own log in a
+    /// temporary folder. More than one are served on loopback TCP.
+    #[arg(long, default_value_t = 1)]
+    nodes: u64,
+    /// Serve even a single node over loopback TCP (as `floe metastore` does).
+    #[arg(long)]
+    served: bool,
     /// Commits per run.
     #[arg(long, default_value_t = 500)]
     commits: usize,
@@ -46,17 +60,24 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile_dir()?;
     let (meta, kind): (Arc<dyn Metastore>, String) = match &args.remote {
         Some(address) => (
-            Arc::new(RemoteMetastore::new(address.clone())),
+            Arc::new(RemoteMetastore::new(address)),
             format!("remote {address}"),
         ),
-        None => (
+        None if args.nodes <= 1 && !args.served => (
             Arc::new(
                 LocalMetastore::open(&dir.join("metastore.redb"))
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
             ),
-            "in-process, durable".to_string(),
+            "1 node, in-process, durable".to_string(),
         ),
+        None => {
+            let addresses = serve_group(&dir, args.nodes.max(1)).await?;
+            (
+                Arc::new(RemoteMetastore::new(&addresses)),
+                format!("{} node(s) over loopback TCP, durable", args.nodes.max(1)),
+            )
+        }
     };
     let topic = meta
         .create_topic(NewTopic {
@@ -122,6 +143,29 @@ async fn main() -> anyhow::Result<()> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Starts a Raft group of `nodes` voters on loopback; returns their addresses.
+async fn serve_group(dir: &std::path::Path, nodes: u64) -> anyhow::Result<String> {
+    let mut listeners = Vec::new();
+    let mut peers = std::collections::BTreeMap::new();
+    for id in 1..=nodes {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        peers.insert(id, listener.local_addr()?.to_string());
+        listeners.push((id, listener));
+    }
+    for (id, listener) in listeners {
+        let mut options = NodeOptions::new(id, peers[&id].clone());
+        options.path = Some(dir.join(format!("node{id}.redb")));
+        options.bootstrap = Bootstrap::Cluster(peers.clone());
+        let node = Arc::new(
+            RaftMetastore::start(options)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
+        tokio::spawn(floe_metastore::rpc::serve(listener, node));
+    }
+    Ok(peers.into_values().collect::<Vec<_>>().join(","))
 }
 
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
