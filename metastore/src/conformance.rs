@@ -298,6 +298,56 @@ async fn membership_changes_add_and_remove_a_node() {
         .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_never_answers_reads_from_stale_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, servers, addresses) = three_nodes(dir.path()).await;
+    let client = RemoteMetastore::new(&addresses);
+    let t = topic(&client, "leases", 1).await;
+    commit(&client, "before", vec![batch(&t, 0, 0, 1)]).await;
+    let at = nodes
+        .iter()
+        .position(|n| n.status().role == "Leader")
+        .unwrap();
+    let old = &nodes[at];
+    assert_eq!(old.offsets(t.id, 0).await.unwrap().high_watermark, 1);
+
+    // The leader is cut off (nothing reaches it, it sends nothing unasked):
+    // the others elect a new one and commit more.
+    servers[at].abort();
+    old.raft().runtime_config().heartbeat(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let new = loop {
+        let leader = nodes
+            .iter()
+            .find(|n| n.id() != old.id() && n.status().role == "Leader");
+        if let Some(leader) = leader {
+            break leader;
+        }
+        assert!(std::time::Instant::now() < deadline, "no new leader");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let r = new
+        .commit(Commit {
+            object_key: "after".into(),
+            object_size: 10,
+            batches: vec![batch(&t, 0, 0, 1)],
+            appended_ms: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(r, vec![Ok(1)]);
+
+    // Its lease has run out, so it checks with a quorum, learns it was
+    // deposed, and points at the new leader instead of answering 1.
+    match old.offsets(t.id, 0).await {
+        Err(MetaError::NotLeader(_)) | Err(MetaError::Unavailable(_)) => {}
+        Ok(answer) => assert_eq!(answer.high_watermark, 2, "stale read from a deposed leader"),
+        Err(e) => panic!("{e:?}"),
+    }
+    assert_eq!(client.offsets(t.id, 0).await.unwrap().high_watermark, 2);
+}
+
 #[tokio::test]
 async fn remote_reports_an_unreachable_metastore() {
     // Nothing listens on port 9 of loopback here.

@@ -201,12 +201,15 @@ pub(crate) fn codec() -> LengthDelimitedCodec {
         .new_codec()
 }
 
-/// Serves the node `meta` to agents and its peers on `listener` until the listener fails.
+/// Serves the node `meta` to agents and its peers on `listener` until the
+/// listener fails. Dropping the future closes every connection it accepted.
 pub async fn serve(listener: TcpListener, meta: Arc<RaftMetastore>) -> std::io::Result<()> {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let (stream, peer) = listener.accept().await?;
+        while connections.try_join_next().is_some() {}
         let meta = meta.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             stream.set_nodelay(true).ok();
             let mut framed = Framed::new(stream, codec());
             while let Some(frame) = framed.next().await {

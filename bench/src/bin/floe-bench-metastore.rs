@@ -45,6 +45,10 @@ struct Args {
     concurrency: usize,
     #[arg(long, default_value_t = 64)]
     partitions: i32,
+    /// Then this many read-plan lookups (what a fetch asks per partition),
+    /// `--concurrency` at a time; 0 skips them.
+    #[arg(long, default_value_t = 2000)]
+    reads: usize,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -136,6 +140,40 @@ async fn main() -> anyhow::Result<()> {
             batches,
             latencies.len() as f64 / elapsed.as_secs_f64(),
             (latencies.len() * batches) as f64 / elapsed.as_secs_f64(),
+            percentile(&latencies, 0.5).as_secs_f64() * 1e3,
+            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+            args.concurrency,
+        );
+    }
+    if args.reads > 0 {
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for worker in 0..args.concurrency {
+            let meta = meta.clone();
+            let count = args.reads / args.concurrency;
+            let (partitions, topic_id) = (args.partitions, topic.id);
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(count);
+                for n in 0..count {
+                    let partition = (n + worker) as i32 % partitions;
+                    let t = Instant::now();
+                    meta.read_plan(topic_id, partition, 0, 1 << 20)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    latencies.push(t.elapsed());
+                }
+                anyhow::Ok(latencies)
+            }));
+        }
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await??);
+        }
+        let elapsed = started.elapsed();
+        latencies.sort();
+        println!(
+            "metastore ({kind}): read plans: {:>7.0} reads/s, latency p50 {:.2} ms, p99 {:.2} ms, concurrency {}",
+            latencies.len() as f64 / elapsed.as_secs_f64(),
             percentile(&latencies, 0.5).as_secs_f64() * 1e3,
             percentile(&latencies, 0.99).as_secs_f64() * 1e3,
             args.concurrency,

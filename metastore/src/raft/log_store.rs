@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{RaftLogReader, StorageIOError};
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -39,9 +41,15 @@ fn read_meta<T: DeserializeOwned>(
     }
 }
 
-fn write_meta<T: Serialize>(db: &Database, key: &str, value: &T) -> Result<(), openraft::AnyError> {
+fn write_meta<T: Serialize>(
+    db: &Database,
+    key: &str,
+    value: &T,
+    durability: Durability,
+) -> Result<(), openraft::AnyError> {
     let bytes = postcard::to_stdvec(value).map_err(any)?;
-    let txn = db.begin_write().map_err(any)?;
+    let mut txn = db.begin_write().map_err(any)?;
+    txn.set_durability(durability).map_err(any)?;
     txn.open_table(META)
         .map_err(any)?
         .insert(key, bytes.as_slice())
@@ -118,7 +126,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let db = self.db.clone();
         let vote = *vote;
-        blocking(move || write_meta(&db, VOTE, &vote))
+        blocking(move || write_meta(&db, VOTE, &vote, Durability::Immediate))
             .await
             .map_err(|e| StorageIOError::write_vote(e).into())
     }
@@ -131,10 +139,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     // Saving the commit index lets a restarted node apply its committed log
-    // at once, instead of waiting to hear it from a leader.
+    // at once, instead of waiting to hear it from a leader. It need not be
+    // fsynced (the next append's commit carries it to disk): a stale one only
+    // means re-learning the rest from the leader, and an fsync here would
+    // double the cost of every write.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         let db = self.db.clone();
-        blocking(move || write_meta(&db, COMMITTED, &committed))
+        blocking(move || write_meta(&db, COMMITTED, &committed, Durability::None))
             .await
             .map_err(|e| StorageIOError::write(e).into())
     }

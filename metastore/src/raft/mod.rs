@@ -9,7 +9,9 @@
 //!   in the same `redb` file) so the log can be purged.
 //! - [`network`]: Raft messages between nodes, over the metastore's own port.
 //! - [`node`]: [`RaftMetastore`], the [`Metastore`](crate::Metastore) of a node.
+//! - [`lease`]: lets the leader answer reads without a quorum round each.
 
+pub mod lease;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -1,6 +1,7 @@
 //! [`RaftMetastore`]: one metastore node. Writes go through the Raft log;
-//! reads are answered by the leader from its applied state after confirming
-//! it still leads (so a deposed leader never answers from stale state).
+//! reads are answered by the leader from its applied state while it holds a
+//! [`Lease`], or after confirming with a quorum that it still leads (so a
+//! deposed leader never answers from stale state).
 //! Followers answer everything with [`MetaError::NotLeader`] and the leader's
 //! address, which [`RemoteMetastore`](crate::RemoteMetastore) follows.
 
@@ -18,6 +19,7 @@ use redb::{Database, ReadableDatabase, TableHandle};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::lease::Lease;
 use super::log_store::{LOG, LogStore, META};
 use super::network::Network;
 use super::state_machine::{SNAPSHOT, StateMachine};
@@ -125,6 +127,7 @@ pub struct RaftMetastore {
     /// only for in-memory work.
     state: Arc<RwLock<State>>,
     db: Arc<Database>,
+    lease: Lease,
 }
 
 fn storage<E: std::fmt::Display>(e: E) -> MetaError {
@@ -188,10 +191,15 @@ impl RaftMetastore {
             // Keep a little log behind the snapshot so a briefly lagging
             // follower catches up from the log rather than a whole snapshot.
             max_in_snapshot_log_to_keep: (options.snapshot_every / 10).min(1000),
+            // An append must be answered within one heartbeat interval, or it
+            // is cancelled and resent; keep each one small enough (commits of
+            // many batches are tens of KiB each) to make that easy.
+            max_payload_entries: 64,
             ..Config::default()
         }
         .validate()
         .map_err(storage)?;
+        let follower_lease = Duration::from_millis(config.election_timeout_max);
         let raft = Raft::new(
             options.id,
             Arc::new(config),
@@ -201,6 +209,7 @@ impl RaftMetastore {
         )
         .await
         .map_err(storage)?;
+        let lease = Lease::follow(&raft, follower_lease);
 
         if !raft.is_initialized().await.map_err(storage)? {
             let voters = match &options.bootstrap {
@@ -226,6 +235,7 @@ impl RaftMetastore {
             raft,
             state,
             db,
+            lease,
         })
     }
 
@@ -278,6 +288,12 @@ impl RaftMetastore {
     /// Runs `f` on the state once this node has confirmed it leads and has
     /// applied everything committed before the read began.
     async fn read<T>(&self, f: impl FnOnce(&State) -> T) -> Result<T, MetaError> {
+        if self.lease.is_valid() {
+            return Ok(f(&self
+                .state
+                .read()
+                .expect("metastore state lock poisoned")));
+        }
         match tokio::time::timeout(READ_TIMEOUT, self.raft.ensure_linearizable()).await {
             Ok(Ok(_)) => {}
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
