@@ -212,6 +212,8 @@ def test_frozen_node_catches_up_and_membership_changes(tmp_path, metastore_group
         # Bad membership requests get a clear error and a non-zero exit.
         bad = floe_metastore("add-node", "--cluster", fourth.address, "--id", "x", "--address", "a", check=False)
         assert bad.returncode != 0 and "invalid value" in bad.stderr
+        bad = floe_metastore("remove-node", "--cluster", fourth.address, "--id", "9", check=False)
+        assert bad.returncode != 0 and "node 9 is not a member" in bad.stderr, bad.stderr
         bad = floe_metastore("status", "--cluster", f"127.0.0.1:{free_port()}", check=False)
         assert bad.returncode != 0 and "no metastore node" in bad.stderr
     finally:

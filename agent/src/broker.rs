@@ -121,7 +121,9 @@ pub fn kafka_error(e: &MetaError) -> ResponseError {
         MetaError::Storage(_) | MetaError::Unavailable(_) | MetaError::NotLeader(_) => {
             ResponseError::KafkaStorageError
         }
-        MetaError::ExtentsChanged => ResponseError::UnknownServerError,
+        MetaError::ExtentsChanged | MetaError::InvalidMembership(_) => {
+            ResponseError::UnknownServerError
+        }
         MetaError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         MetaError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         MetaError::UnknownProducerId(_) => ResponseError::UnknownProducerId,

@@ -148,7 +148,7 @@ struct AgentArgs {
     object_store: Option<String>,
     #[arg(long, env = "FLOE_METASTORE_PATH")]
     metastore_path: Option<PathBuf>,
-    /// host:port of a shared `floe metastore` (default: one in-process)
+    /// `floe metastore` nodes, host:port comma-separated; the leader is found (default: one in-process)
     #[arg(long, env = "FLOE_METASTORE")]
     metastore: Option<String>,
     /// e.g. 250ms
@@ -247,7 +247,8 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // openraft narrates every election and membership step at info.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
         )
         .init();
     let cli = Cli::parse();

@@ -146,6 +146,9 @@ pub enum MetaError {
     /// address if it knows one. Nothing was applied.
     #[error("this metastore node is not the leader (leader: {})", .0.as_deref().unwrap_or("unknown"))]
     NotLeader(Option<String>),
+    /// A membership change that cannot be made as asked.
+    #[error("invalid membership change: {0}")]
+    InvalidMembership(String),
 }
 
 /// "These extents are now stored here": compaction's compare-and-set. Applied

@@ -33,6 +33,8 @@ use crate::types::*;
 /// How long a write may wait for a quorum before the caller is told it is
 /// unknown whether it was applied.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new node may take to copy the log before it would become a voter.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a read may wait for the leader to confirm it still leads.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -317,12 +319,27 @@ impl RaftMetastore {
     pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
         let membership = |e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>| match e {
             RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                MetaError::InvalidMembership(e.to_string())
+            }
             other => MetaError::Unavailable(other.to_string()),
         };
-        self.raft
-            .add_learner(id, NodeAddress { address }, true)
-            .await
-            .map_err(membership)?;
+        let learning = self.raft.add_learner(
+            id,
+            NodeAddress {
+                address: address.clone(),
+            },
+            true,
+        );
+        match tokio::time::timeout(CATCH_UP_TIMEOUT, learning).await {
+            Ok(added) => added.map_err(membership)?,
+            Err(_) => {
+                return Err(MetaError::Unavailable(format!(
+                    "node {id} at {address} did not catch up within {CATCH_UP_TIMEOUT:?}; \
+                     it stays a learner until it does or is removed (remove-node)"
+                )));
+            }
+        };
         self.raft
             .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
             .await
@@ -334,14 +351,32 @@ impl RaftMetastore {
     /// Removes a node from the group (it stops receiving the log). Must be
     /// asked of the leader.
     pub async fn remove_node(&self, id: NodeId) -> Result<(), MetaError> {
-        let voters: BTreeSet<NodeId> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .collect();
+        let (leading, voters, members) = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            (
+                metrics.current_leader == Some(self.id),
+                membership.voter_ids().collect::<BTreeSet<NodeId>>(),
+                membership
+                    .nodes()
+                    .map(|(id, _)| *id)
+                    .collect::<BTreeSet<NodeId>>(),
+            )
+        };
+        // Only the leader's view is current; a follower passes the request on.
+        if leading {
+            if !members.contains(&id) {
+                return Err(MetaError::InvalidMembership(format!(
+                    "node {id} is not a member (members: {members:?})"
+                )));
+            }
+            if voters.len() == 1 && voters.contains(&id) {
+                return Err(MetaError::InvalidMembership(format!(
+                    "node {id} is the group's last voter"
+                )));
+            }
+        }
         let change = if voters.contains(&id) {
             ChangeMembers::RemoveVoters(BTreeSet::from([id]))
         } else {
@@ -352,6 +387,9 @@ impl RaftMetastore {
             .await
             .map_err(|e| match e {
                 RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
+                RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                    MetaError::InvalidMembership(e.to_string())
+                }
                 other => MetaError::Unavailable(other.to_string()),
             })?;
         tracing::info!(node = id, "metastore node removed");
