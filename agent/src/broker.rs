@@ -12,6 +12,10 @@ use tokio::sync::watch;
 use crate::batcher::{Batcher, BatcherConfig};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::topic_cache::TopicCache;
+
+/// How long the produce path trusts a topic it looked up (see [`TopicCache`]).
+const PRODUCE_TOPIC_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct Broker {
     pub config: Config,
@@ -24,6 +28,8 @@ pub struct Broker {
     /// Bumped after every commit of this agent; fetches long-poll on it.
     pub commits: watch::Receiver<u64>,
     pub metrics: Arc<Metrics>,
+    /// Topics the produce path looked up recently.
+    pub produce_topics: Arc<TopicCache>,
 }
 
 impl Broker {
@@ -66,7 +72,23 @@ impl Broker {
             batcher,
             commits,
             metrics,
+            produce_topics: Arc::new(TopicCache::new(PRODUCE_TOPIC_TTL)),
         })
+    }
+
+    /// The topic a produce request writes to, from the cache when it is
+    /// known to have partition `max_partition`.
+    pub async fn produce_topic(
+        &self,
+        name: &str,
+        max_partition: i32,
+    ) -> Result<TopicInfo, MetaError> {
+        if let Some(topic) = self.produce_topics.get(name, max_partition) {
+            return Ok(topic);
+        }
+        let topic = self.topic_or_create(name, true).await?;
+        self.produce_topics.insert(&topic);
+        Ok(topic)
     }
 
     /// Looks a topic up, creating it with the default partition count when

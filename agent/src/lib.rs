@@ -10,3 +10,4 @@ pub mod handlers;
 pub mod metrics;
 pub mod read;
 pub mod server;
+pub mod topic_cache;

@@ -6,6 +6,9 @@
 //! batches of pipelined requests get offsets in request order, as in Kafka.
 //! The future it returns waits for the commit, concurrently with later requests.
 
+use std::sync::Arc;
+
+use floe_metastore::MetaError;
 use floe_protocol::ResponseError;
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::messages::produce_request::PartitionProduceData;
@@ -18,11 +21,14 @@ use futures::future::join_all;
 use super::str_bytes;
 use crate::batcher::{AppendError, Committed};
 use crate::broker::{Broker, kafka_error};
+use crate::topic_cache::TopicCache;
 
 /// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
 pub struct Admitted {
     acks: i16,
     topics: Vec<(TopicName, Vec<(i32, Admission)>)>,
+    /// To forget a topic the metastore no longer knows by the id we used.
+    topic_cache: Arc<TopicCache>,
 }
 
 enum Admission {
@@ -50,7 +56,15 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
         let info = match refusal {
             Some((error, why)) => Err((error, why.to_string())),
             None => broker
-                .topic_or_create(&topic.name.0, true)
+                .produce_topic(
+                    &topic.name.0,
+                    topic
+                        .partition_data
+                        .iter()
+                        .map(|p| p.index)
+                        .max()
+                        .unwrap_or(0),
+                )
                 .await
                 .map_err(|e| (kafka_error(&e), e.to_string())),
         };
@@ -74,6 +88,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
     Admitted {
         acks: req.acks,
         topics,
+        topic_cache: broker.produce_topics.clone(),
     }
 }
 
@@ -84,10 +99,12 @@ impl Admitted {
     /// store's replication is what makes a record durable.
     pub async fn respond(self) -> Option<ProduceResponse> {
         let acks = self.acks;
+        let cache = &self.topic_cache;
         let topics = join_all(
             self.topics
                 .into_iter()
                 .map(|(name, partitions)| async move {
+                    let topic = &name.0;
                     let partitions =
                         join_all(partitions.into_iter().map(|(index, admission)| async move {
                             let result = match admission {
@@ -97,6 +114,11 @@ impl Admitted {
                                             (ResponseError::KafkaStorageError, why)
                                         }
                                         AppendError::Refused(meta) => {
+                                            if meta == MetaError::UnknownTopicOrPartition {
+                                                // Deleted, maybe recreated under a new id.
+                                                cache.invalidate(topic);
+                                                tracing::debug!(%topic, "forgot topic {topic}: the metastore refused its id");
+                                            }
                                             (kafka_error(&meta), meta.to_string())
                                         }
                                     })
