@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use floe_metastore::raft::node::Bootstrap;
 use floe_metastore::{
-    Commit, CommitBatch, LocalMetastore, Metastore, NewTopic, NodeOptions, RaftMetastore,
-    RemoteMetastore,
+    Commit, CommitBatch, LocalMetastore, MetaError, Metastore, NewTopic, NodeOptions,
+    RaftMetastore, RemoteMetastore,
 };
 
 #[derive(Parser)]
@@ -92,95 +92,111 @@ async fn main() -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for &batches in &args.batches {
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for worker in 0..args.concurrency {
+        let (partitions, topic_id) = (args.partitions, topic.id);
+        let meta = meta.clone();
+        let run = timed(args.concurrency, args.commits, move |worker, n| {
             let meta = meta.clone();
-            let count = args.commits / args.concurrency;
-            let partitions = args.partitions;
-            let topic_id = topic.id;
-            tasks.push(tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(count);
-                for n in 0..count {
-                    let commit = Commit {
-                        object_key: format!("bench/{batches}/{worker}/{n}"),
-                        object_size: batches as u64 * 1024,
-                        batches: (0..batches)
-                            .map(|b| CommitBatch {
-                                topic_id,
-                                partition: b as i32 % partitions,
-                                position: b as u64 * 1024,
-                                length: 1024,
-                                record_count: 10,
-                                max_timestamp: 0,
-                                producer_id: -1,
-                                producer_epoch: -1,
-                                base_sequence: -1,
-                            })
-                            .collect(),
-                        appended_ms: 0,
-                    };
-                    let t = Instant::now();
-                    meta.commit(commit)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("{e}"))?;
-                    latencies.push(t.elapsed());
-                }
-                anyhow::Ok(latencies)
-            }));
-        }
-        let mut latencies = Vec::new();
-        for task in tasks {
-            latencies.extend(task.await??);
-        }
-        let elapsed = started.elapsed();
-        latencies.sort();
+            let commit = Commit {
+                object_key: format!("bench/{batches}/{worker}/{n}"),
+                object_size: batches as u64 * 1024,
+                batches: (0..batches)
+                    .map(|b| CommitBatch {
+                        topic_id,
+                        partition: b as i32 % partitions,
+                        position: b as u64 * 1024,
+                        length: 1024,
+                        record_count: 10,
+                        max_timestamp: 0,
+                        producer_id: -1,
+                        producer_epoch: -1,
+                        base_sequence: -1,
+                    })
+                    .collect(),
+                appended_ms: 0,
+            };
+            async move { meta.commit(commit).await.map(|_| ()) }
+        })
+        .await?;
         println!(
-            "metastore ({kind}): {:>4} batches/commit: {:>7.0} commits/s ({:>9.0} batches/s), latency p50 {:.2} ms, p99 {:.2} ms, concurrency {}",
+            "metastore ({kind}): {:>4} batches/commit: {:>7.0} commits/s ({:>9.0} batches/s), {}",
             batches,
-            latencies.len() as f64 / elapsed.as_secs_f64(),
-            (latencies.len() * batches) as f64 / elapsed.as_secs_f64(),
-            percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-            args.concurrency,
+            run.per_second(),
+            run.per_second() * batches as f64,
+            run.latency(args.concurrency),
         );
     }
     if args.reads > 0 {
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for worker in 0..args.concurrency {
+        let (partitions, topic_id) = (args.partitions, topic.id);
+        let meta = meta.clone();
+        let run = timed(args.concurrency, args.reads, move |worker, n| {
             let meta = meta.clone();
-            let count = args.reads / args.concurrency;
-            let (partitions, topic_id) = (args.partitions, topic.id);
-            tasks.push(tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(count);
-                for n in 0..count {
-                    let partition = (n + worker) as i32 % partitions;
-                    let t = Instant::now();
-                    meta.read_plan(topic_id, partition, 0, 1 << 20)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("{e}"))?;
-                    latencies.push(t.elapsed());
-                }
-                anyhow::Ok(latencies)
-            }));
-        }
-        let mut latencies = Vec::new();
-        for task in tasks {
-            latencies.extend(task.await??);
-        }
-        let elapsed = started.elapsed();
-        latencies.sort();
+            let partition = (n + worker) as i32 % partitions;
+            async move {
+                meta.read_plan(topic_id, partition, 0, 1 << 20)
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await?;
         println!(
-            "metastore ({kind}): read plans: {:>7.0} reads/s, latency p50 {:.2} ms, p99 {:.2} ms, concurrency {}",
-            latencies.len() as f64 / elapsed.as_secs_f64(),
-            percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-            args.concurrency,
+            "metastore ({kind}): read plans: {:>7.0} reads/s, {}",
+            run.per_second(),
+            run.latency(args.concurrency),
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Latencies of one timed run, sorted, and how long it took.
+struct Run {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Run {
+    fn per_second(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn latency(&self, concurrency: usize) -> String {
+        format!(
+            "latency p50 {:.2} ms, p99 {:.2} ms, concurrency {concurrency}",
+            percentile(&self.latencies, 0.5).as_secs_f64() * 1e3,
+            percentile(&self.latencies, 0.99).as_secs_f64() * 1e3,
+        )
+    }
+}
+
+/// Runs `op(worker, n)` `total` times, spread over `concurrency` workers that
+/// each wait for one before starting the next.
+async fn timed<F, Fut>(concurrency: usize, total: usize, op: F) -> anyhow::Result<Run>
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), MetaError>> + Send,
+{
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..concurrency {
+        let op = op.clone();
+        let count = total / concurrency;
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(count);
+            for n in 0..count {
+                let t = Instant::now();
+                op(worker, n).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                latencies.push(t.elapsed());
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Ok(Run { latencies, elapsed })
 }
 
 /// Starts a Raft group of `nodes` voters on loopback; returns their addresses.
