@@ -13,6 +13,7 @@ use crate::batcher::{Batcher, BatcherConfig};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::topic_cache::TopicCache;
+use crate::watermarks::Watermarks;
 
 /// How long the produce path trusts a topic it looked up (see [`TopicCache`]).
 const PRODUCE_TOPIC_TTL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -30,7 +31,13 @@ pub struct Broker {
     pub metrics: Arc<Metrics>,
     /// Topics the produce path looked up recently.
     pub produce_topics: Arc<TopicCache>,
+    /// What waiting fetches wait on, polled from the metastore for them all.
+    pub watermarks: Arc<Watermarks>,
 }
+
+/// How often waiting fetches' partitions are checked for commits made
+/// through other agents.
+pub const WATERMARK_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Broker {
     /// `store` should already count its requests in `metrics` (see
@@ -49,6 +56,7 @@ impl Broker {
             config.cache_block_bytes.as_u64(),
         ));
         let (commit_tx, commits) = watch::channel(0);
+        let watermarks = Watermarks::start(meta.clone(), WATERMARK_POLL);
         let batcher = Batcher::start(
             BatcherConfig {
                 flush_interval: config.flush_interval,
@@ -73,6 +81,7 @@ impl Broker {
             commits,
             metrics,
             produce_topics: Arc::new(TopicCache::new(PRODUCE_TOPIC_TTL)),
+            watermarks,
         })
     }
 

@@ -11,3 +11,4 @@ pub mod metrics;
 pub mod read;
 pub mod server;
 pub mod topic_cache;
+pub mod watermarks;

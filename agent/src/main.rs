@@ -279,7 +279,13 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         }
         let meta_path = config.metastore_path();
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
-            Some(address) => (Arc::new(RemoteMetastore::new(address.clone())), address.clone()),
+            Some(address) => {
+                let requests = metrics.metastore_requests.clone();
+                let client = RemoteMetastore::new(address).with_request_hook(Arc::new(move || {
+                    requests.inc();
+                }));
+                (Arc::new(client), address.clone())
+            }
             None => (
                 Arc::new(
                     LocalMetastore::open(&meta_path)

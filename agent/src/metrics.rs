@@ -31,6 +31,8 @@ pub struct Metrics {
     request_seconds: Family<ApiLabel, Histogram>,
     flush_bytes: Histogram,
     flush_batches: Histogram,
+    /// Requests to a remote metastore (none when it is in-process).
+    pub metastore_requests: Counter,
 }
 
 impl Default for Metrics {
@@ -86,7 +88,14 @@ impl Metrics {
             "Record batches in each ingest file",
             flush_batches.clone(),
         );
+        let metastore_requests = Counter::default();
+        registry.register(
+            "metastore_requests",
+            "Requests sent to a remote metastore, retries included",
+            metastore_requests.clone(),
+        );
         Metrics {
+            metastore_requests,
             registry,
             object_requests,
             object_bytes,

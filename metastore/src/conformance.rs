@@ -62,6 +62,18 @@ pub async fn suite(m: &dyn Metastore) {
 
     let offsets = m.offsets(t.id, 0).await.unwrap();
     assert_eq!((offsets.log_start_offset, offsets.high_watermark), (0, 7));
+    assert_eq!(
+        m.high_watermarks(vec![
+            (t.id, 0),
+            (t.id, 1),
+            (t.id, 2),
+            (t.id, 3),
+            (uuid::Uuid::nil(), 0)
+        ])
+        .await
+        .unwrap(),
+        vec![Some(7), Some(0), Some(1), None, None]
+    );
     let plan = m.read_plan(t.id, 0, 6, 1 << 20).await.unwrap();
     assert_eq!(plan.extents.len(), 1);
     assert_eq!(plan.extents[0].object_key, "b");

@@ -38,6 +38,12 @@ pub trait Metastore: Send + Sync + 'static {
     /// nothing was committed; the inner ones are per batch.
     async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError>;
     async fn offsets(&self, topic: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError>;
+    /// Many partitions' high watermarks in one request (`None`: no such
+    /// partition), for agents watching what their waiting fetches wait on.
+    async fn high_watermarks(
+        &self,
+        partitions: Vec<(TopicId, i32)>,
+    ) -> Result<Vec<Option<i64>>, MetaError>;
     async fn read_plan(
         &self,
         topic: TopicId,

@@ -48,6 +48,7 @@ pub(crate) enum Request {
     TopicById(TopicId),
     Commit(Commit),
     Offsets(TopicId, i32),
+    HighWatermarks(Vec<(TopicId, i32)>),
     ReadPlan(TopicId, i32, i64, u64),
     ListOffsets(TopicId, i32, OffsetQuery),
     InitProducer(Option<ProducerIdentity>),
@@ -87,6 +88,7 @@ impl Request {
             | Request::TopicById(_)
             | Request::Commit(_)
             | Request::Offsets(..)
+            | Request::HighWatermarks(_)
             | Request::ReadPlan(..)
             | Request::ListOffsets(..)
             | Request::Group(_)
@@ -143,6 +145,7 @@ pub(crate) enum Response {
     Alive(bool),
     Agents(Vec<AgentInfo>),
     Peer(PeerResponse),
+    HighWatermarks(Vec<Option<i64>>),
     Status(ClusterStatus),
 }
 
@@ -161,6 +164,9 @@ async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, Me
         Request::TopicById(id) => Response::MaybeTopic(meta.topic_by_id(id).await?),
         Request::Commit(c) => Response::Committed(meta.commit(c).await?),
         Request::Offsets(t, p) => Response::Offsets(meta.offsets(t, p).await?),
+        Request::HighWatermarks(partitions) => {
+            Response::HighWatermarks(meta.high_watermarks(partitions).await?)
+        }
         Request::ReadPlan(t, p, from, max) => {
             Response::ReadPlan(meta.read_plan(t, p, from, max).await?)
         }
@@ -254,6 +260,8 @@ pub struct RemoteMetastore {
     /// Idle connections, with the address each goes to.
     idle: Mutex<Vec<(String, Connection)>>,
     retry_for: Duration,
+    /// Called once per request sent (for the agent's metrics).
+    on_request: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl RemoteMetastore {
@@ -271,7 +279,14 @@ impl RemoteMetastore {
             addresses,
             idle: Mutex::new(Vec::new()),
             retry_for: DEFAULT_RETRY_FOR,
+            on_request: None,
         }
+    }
+
+    /// Calls `hook` once for every request sent to a node (retries included).
+    pub fn with_request_hook(mut self, hook: Arc<dyn Fn() + Send + Sync>) -> Self {
+        self.on_request = Some(hook);
+        self
     }
 
     /// How long requests that are safe to repeat are retried while the
@@ -319,6 +334,9 @@ impl RemoteMetastore {
                 Framed::new(stream, codec())
             }
         };
+        if let Some(hook) = &self.on_request {
+            hook();
+        }
         if let Err(e) = conn.send(frame.clone()).await {
             // A pooled connection the server closed fails here; nothing was applied.
             return Err(Attempt::NotSent(e.to_string()));
@@ -462,6 +480,15 @@ impl Metastore for RemoteMetastore {
     async fn offsets(&self, topic: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError> {
         match self.call(Request::Offsets(topic, partition)).await? {
             Response::Offsets(o) => Ok(o),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn high_watermarks(
+        &self,
+        partitions: Vec<(TopicId, i32)>,
+    ) -> Result<Vec<Option<i64>>, MetaError> {
+        match self.call(Request::HighWatermarks(partitions)).await? {
+            Response::HighWatermarks(hw) => Ok(hw),
             other => Err(unexpected(other)),
         }
     }

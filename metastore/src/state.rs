@@ -670,6 +670,14 @@ impl State {
         })
     }
 
+    /// Each partition's high watermark; `None` for one that does not exist.
+    pub fn high_watermarks(&self, partitions: &[(TopicId, i32)]) -> Vec<Option<i64>> {
+        partitions
+            .iter()
+            .map(|&(id, partition)| self.partition(id, partition).ok().map(|p| p.high_watermark))
+            .collect()
+    }
+
     /// Extents holding `[from, ...)`, adding extents until `max_bytes` is reached
     /// (always at least one if there is data at `from`).
     pub fn read_plan(

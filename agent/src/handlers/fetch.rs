@@ -1,11 +1,12 @@
 //! Fetch: find the extents holding each requested offset, read them through the
 //! cache, patch base offsets and return the raw batches. An empty fetch waits
-//! for new commits until `min_bytes` arrive or `max_wait_ms` passes.
+//! for new commits until `min_bytes` arrive or `max_wait_ms` passes (see
+//! [`crate::watermarks`]).
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_metastore::{MetaError, ReadPlan, TopicInfo};
+use floe_metastore::{MetaError, ReadPlan, TopicId, TopicInfo};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
@@ -16,9 +17,6 @@ use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
 use crate::read::read_extents;
-
-/// How often a waiting fetch looks for commits made through other agents.
-const COMMIT_POLL: Duration = Duration::from_millis(100);
 
 /// Longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
@@ -66,14 +64,25 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
         // Mark the current commit count seen *before* reading, so a commit that
         // lands during the read still wakes the wait below.
         commits.borrow_and_update();
-        let (responses, bytes) = read_all(broker, &wanted, max_bytes, by_id).await;
+        let (responses, bytes, seen) = read_all(broker, &wanted, max_bytes, by_id).await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
             return FetchResponse::default().with_responses(responses);
         }
         // This agent's own commits wake the wait at once; other agents'
-        // commits are seen by looking again every COMMIT_POLL.
-        let poll_until = deadline.min(Instant::now() + COMMIT_POLL);
-        let _ = tokio::time::timeout_at(poll_until, commits.changed()).await;
+        // commits when the agent's shared poll sees a partition grow. At the
+        // deadline with nothing new, the empty answer just read stands.
+        let woken = tokio::select! {
+            changed = commits.changed() => match changed {
+                Ok(()) => true,
+                // No more commits from this agent (it is stopping): other
+                // agents' still count.
+                Err(_) => broker.watermarks.wait_for_growth(&seen, deadline).await,
+            },
+            grew = broker.watermarks.wait_for_growth(&seen, deadline) => grew,
+        };
+        if !woken {
+            return FetchResponse::default().with_responses(responses);
+        }
     }
 }
 
@@ -86,8 +95,9 @@ async fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
     by_id: bool,
-) -> (Vec<FetchableTopicResponse>, usize) {
+) -> (Vec<FetchableTopicResponse>, usize, Vec<(TopicId, i32, i64)>) {
     let mut planned = 0usize;
+    let mut seen = Vec::new();
     let mut plans = Vec::with_capacity(wanted.len());
     for w in wanted {
         let mut partitions = Vec::with_capacity(w.partitions.len());
@@ -101,7 +111,8 @@ async fn read_all(
                     plan_partition(broker, topic, partition, offset, budget.max(1)).await
                 }
             };
-            if let Ok(plan) = &plan {
+            if let (Ok(plan), Some(topic)) = (&plan, &w.topic) {
+                seen.push((topic.id, partition, plan.high_watermark));
                 planned += plan
                     .extents
                     .iter()
@@ -158,7 +169,7 @@ async fn read_all(
         .flat_map(|t| &t.partitions)
         .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
         .sum();
-    (responses, total)
+    (responses, total, seen)
 }
 
 /// Which extents hold one partition's data from `offset`, within `max_bytes`.

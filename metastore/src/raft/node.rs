@@ -475,6 +475,13 @@ impl Metastore for RaftMetastore {
         self.read(|s| s.offsets(topic, partition)).await?
     }
 
+    async fn high_watermarks(
+        &self,
+        partitions: Vec<(TopicId, i32)>,
+    ) -> Result<Vec<Option<i64>>, MetaError> {
+        self.read(|s| s.high_watermarks(&partitions)).await
+    }
+
     async fn read_plan(
         &self,
         topic: TopicId,

@@ -1,0 +1,236 @@
+//! The high watermarks that this agent's waiting fetches wait on, watched
+//! with one metastore request per poll for all of them.
+//!
+//! A fetch that found nothing new waits for its partitions to grow. Commits
+//! made through this agent wake it at once (see `Broker::commits`); commits
+//! made through other agents are only seen in the metastore. Asking it from
+//! every waiting fetch would cost one read per partition per consumer per
+//! poll; here the agent asks once per poll for every partition anyone waits
+//! on, however many consumers wait.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use floe_metastore::{Metastore, TopicId};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+type Key = (TopicId, i32);
+
+struct Watched {
+    /// The highest high watermark known (seen by a fetch or polled).
+    high_watermark: i64,
+    waiters: usize,
+}
+
+pub struct Watermarks {
+    watched: Mutex<HashMap<Key, Watched>>,
+    /// Bumped whenever a watched high watermark grows.
+    grew: watch::Sender<u64>,
+}
+
+impl Watermarks {
+    /// Starts polling `meta` every `poll` while anything is watched.
+    pub fn start(meta: Arc<dyn Metastore>, poll: Duration) -> Arc<Watermarks> {
+        let watermarks = Arc::new(Watermarks {
+            watched: Mutex::new(HashMap::new()),
+            grew: watch::Sender::new(0),
+        });
+        tokio::spawn(poll_loop(Arc::downgrade(&watermarks), meta, poll));
+        watermarks
+    }
+
+    /// Waits until one of `partitions` (topic, partition, high watermark the
+    /// caller saw) has grown past what the caller saw (true), or until
+    /// `deadline` (false).
+    pub async fn wait_for_growth(
+        &self,
+        partitions: &[(TopicId, i32, i64)],
+        deadline: Instant,
+    ) -> bool {
+        let _watching = Watching::new(self, partitions);
+        let mut grew = self.grew.subscribe();
+        loop {
+            if self.any_grew(partitions) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, grew.changed())
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+    }
+
+    fn any_grew(&self, partitions: &[(TopicId, i32, i64)]) -> bool {
+        let watched = self.watched.lock().expect("watermarks lock poisoned");
+        partitions.iter().any(|&(topic, partition, seen)| {
+            watched
+                .get(&(topic, partition))
+                .is_some_and(|w| w.high_watermark > seen)
+        })
+    }
+
+    fn watched_keys(&self) -> Vec<Key> {
+        let watched = self.watched.lock().expect("watermarks lock poisoned");
+        watched.keys().copied().collect()
+    }
+
+    fn update(&self, keys: &[Key], high_watermarks: &[Option<i64>]) {
+        let mut grew = false;
+        {
+            let mut watched = self.watched.lock().expect("watermarks lock poisoned");
+            for (key, polled) in keys.iter().zip(high_watermarks) {
+                if let (Some(w), Some(hw)) = (watched.get_mut(key), polled)
+                    && *hw > w.high_watermark
+                {
+                    w.high_watermark = *hw;
+                    grew = true;
+                }
+            }
+        }
+        if grew {
+            self.grew.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// Registers a waiting fetch's partitions for as long as it lives.
+struct Watching<'a> {
+    watermarks: &'a Watermarks,
+    keys: Vec<Key>,
+}
+
+impl<'a> Watching<'a> {
+    fn new(watermarks: &'a Watermarks, partitions: &[(TopicId, i32, i64)]) -> Self {
+        let mut watched = watermarks.watched.lock().expect("watermarks lock poisoned");
+        for &(topic, partition, seen) in partitions {
+            let w = watched.entry((topic, partition)).or_insert(Watched {
+                high_watermark: seen,
+                waiters: 0,
+            });
+            w.high_watermark = w.high_watermark.max(seen);
+            w.waiters += 1;
+        }
+        Watching {
+            watermarks,
+            keys: partitions.iter().map(|&(t, p, _)| (t, p)).collect(),
+        }
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        let mut watched = self
+            .watermarks
+            .watched
+            .lock()
+            .expect("watermarks lock poisoned");
+        for key in &self.keys {
+            if let Some(w) = watched.get_mut(key) {
+                w.waiters -= 1;
+                if w.waiters == 0 {
+                    watched.remove(key);
+                }
+            }
+        }
+    }
+}
+
+async fn poll_loop(watermarks: Weak<Watermarks>, meta: Arc<dyn Metastore>, poll: Duration) {
+    let mut ticks = tokio::time::interval(poll);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(keys) = watermarks.upgrade().map(|w| w.watched_keys()) else {
+            return;
+        };
+        if keys.is_empty() {
+            continue;
+        }
+        match meta.high_watermarks(keys.clone()).await {
+            Ok(polled) => match watermarks.upgrade() {
+                Some(w) => w.update(&keys, &polled),
+                None => return,
+            },
+            Err(e) => tracing::debug!(error = %e, "polling high watermarks failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_metastore::{Commit, CommitBatch, LocalMetastore, NewTopic};
+
+    #[tokio::test]
+    async fn waiters_wake_when_another_agent_commits_and_share_one_poll() {
+        let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
+        let topic = meta
+            .create_topic(NewTopic {
+                name: "w".into(),
+                partitions: 2,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let watermarks = Watermarks::start(meta.clone(), Duration::from_millis(10));
+
+        // Nothing grows: the wait ends at its deadline.
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(100);
+        assert!(
+            !watermarks
+                .wait_for_growth(&[(topic.id, 0, 0)], deadline)
+                .await
+        );
+        assert!(Instant::now() >= deadline);
+        assert!(
+            watermarks.watched_keys().is_empty(),
+            "a finished wait unregisters"
+        );
+
+        // Ten waiters on the same partitions, woken by one commit.
+        let waiters: Vec<_> = (0..10)
+            .map(|_| {
+                let w = watermarks.clone();
+                let id = topic.id;
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    w.wait_for_growth(&[(id, 0, 0), (id, 1, 0)], deadline).await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(watermarks.watched_keys().len(), 2);
+        let commit = Commit {
+            object_key: "elsewhere".into(),
+            object_size: 10,
+            batches: vec![CommitBatch {
+                topic_id: topic.id,
+                partition: 1,
+                position: 0,
+                length: 10,
+                record_count: 3,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            appended_ms: 0,
+        };
+        meta.commit(commit).await.unwrap();
+        for waiter in waiters {
+            assert!(waiter.await.unwrap(), "woken before the deadline");
+        }
+        // A caller that already saw the new high watermark keeps waiting.
+        let deadline = Instant::now() + Duration::from_millis(50);
+        assert!(
+            !watermarks
+                .wait_for_growth(&[(topic.id, 1, 3)], deadline)
+                .await
+        );
+    }
+}
