@@ -135,6 +135,7 @@ pub async fn compact_partition(
     topic_id: TopicId,
     partition: i32,
     policy: &CompactionPolicy,
+    worker: Option<&Worker>,
 ) -> Result<Option<Compacted>, CompactError> {
     let offsets = meta.offsets(topic_id, partition).await?;
     let plan_all = meta
@@ -143,7 +144,31 @@ pub async fn compact_partition(
     let Some(run) = plan(&plan_all.extents, policy) else {
         return Ok(None);
     };
+    let Some(worker) = worker else {
+        return compact_run(store, meta, topic_id, partition, policy, run).await;
+    };
+    let job = format!("compact/{topic_id}/{partition}");
+    if !worker.lease(meta, &job).await? {
+        tracing::debug!(%job, "another compactor holds this job");
+        return Ok(None);
+    }
+    let compacted = compact_run(store, meta, topic_id, partition, policy, run).await;
+    if let Err(e) = meta.release_lease(job, worker.holder.clone()).await {
+        tracing::debug!(error = %e, "releasing a compaction lease failed; it expires");
+    }
+    compacted
+}
 
+/// Rewrites `run` (contiguous extents of one partition) into one segment and
+/// swaps it in.
+async fn compact_run(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    topic_id: TopicId,
+    partition: i32,
+    policy: &CompactionPolicy,
+    run: Vec<ExtentRef>,
+) -> Result<Option<Compacted>, CompactError> {
     // Read the extents, set their real offsets and check every batch.
     let mut data = BytesMut::with_capacity(run.iter().map(|e| e.length as usize).sum());
     for extent in &run {
@@ -201,6 +226,7 @@ pub async fn compact_partition(
         })),
         Err(MetaError::ExtentsChanged) | Err(MetaError::UnknownTopicOrPartition) => {
             // Someone else compacted, or the topic went away: our segment is unused.
+            tracing::info!(segment = %key, "compaction lost its compare-and-set; deleting its segment");
             if let Err(e) = store.delete(&key).await {
                 tracing::warn!(segment = %key, error = %e, "could not delete unused segment");
             }
@@ -210,15 +236,45 @@ pub async fn compact_partition(
     }
 }
 
-/// Runs [`compact_partition`] over every partition once.
+/// One of several compactors (agents): it takes a partition's job only with
+/// its lease in the metastore, so each run is compacted once, not uploaded by
+/// every agent with all but one losing the compare-and-set.
+pub struct Worker {
+    /// Unique to this process.
+    pub holder: String,
+    /// How long a lease lasts if its holder dies mid-job.
+    pub lease: Duration,
+}
+
+impl Worker {
+    async fn lease(&self, meta: &Arc<dyn Metastore>, job: &str) -> Result<bool, MetaError> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let ttl_ms = self.lease.as_millis().min(i64::MAX as u128) as i64;
+        meta.acquire_lease(job.to_string(), self.holder.clone(), now_ms, ttl_ms)
+            .await
+    }
+}
+
+/// Runs [`compact_partition`] over every partition once, starting at
+/// partition `start` (modulo their number) so that workers starting together
+/// do not all queue for the same leases.
 pub async fn compact_all(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
     policy: &CompactionPolicy,
+    worker: Option<&Worker>,
+    start: usize,
 ) -> Result<Vec<Compacted>, CompactError> {
+    let mut partitions = meta.partitions().await?;
+    if !partitions.is_empty() {
+        let at = start % partitions.len();
+        partitions.rotate_left(at);
+    }
     let mut done = Vec::new();
-    for (topic_id, partition) in meta.partitions().await? {
-        match compact_partition(store, meta, topic_id, partition, policy).await {
+    for (topic_id, partition) in partitions {
+        match compact_partition(store, meta, topic_id, partition, policy, worker).await {
             Ok(Some(c)) => done.push(c),
             Ok(None) => {}
             // A deleted topic is not an error of the whole pass.

@@ -145,7 +145,7 @@ async fn compaction_keeps_every_record_at_its_offset() {
         max_segment_bytes: u64::MAX,
         extent_bytes: u64::MAX,
     };
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy)
+    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
         .await
         .unwrap()
         .unwrap();
@@ -176,7 +176,7 @@ async fn compaction_keeps_every_record_at_its_offset() {
 
     // Nothing left to do for `a`; `b` still reads from the shared ingest files.
     assert_eq!(
-        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy)
+        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
             .await
             .unwrap(),
         None
@@ -194,7 +194,7 @@ async fn large_segments_are_cut_into_small_extents() {
         max_segment_bytes: u64::MAX,
         extent_bytes: 1,
     };
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy)
+    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
         .await
         .unwrap()
         .unwrap();
@@ -221,13 +221,15 @@ async fn gc_deletes_ingest_files_once_no_partition_needs_them() {
         extent_bytes: u64::MAX,
     };
     let mut gc = Gc::new(Duration::ZERO);
-    compact_partition(&s.store, &s.meta, s.a.id, 0, &policy)
+    compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
         .await
         .unwrap()
         .unwrap();
     // `b` still points into every ingest file.
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
-    let all = compact_all(&s.store, &s.meta, &policy).await.unwrap();
+    let all = compact_all(&s.store, &s.meta, &policy, None, 0)
+        .await
+        .unwrap();
     assert_eq!(all.len(), 1);
     let deleted = gc.run_once(&s.store, &s.meta).await.unwrap();
     assert_eq!(deleted.len(), 6);
@@ -247,7 +249,9 @@ async fn gc_waits_for_the_grace_period() {
         max_segment_bytes: u64::MAX,
         extent_bytes: u64::MAX,
     };
-    compact_all(&s.store, &s.meta, &policy).await.unwrap();
+    compact_all(&s.store, &s.meta, &policy, None, 0)
+        .await
+        .unwrap();
     let mut gc = Gc::new(Duration::from_secs(3600));
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
     assert_eq!(s.meta.garbage().await.unwrap().len(), 3);
@@ -320,4 +324,54 @@ async fn sweep_hands_old_unknown_objects_to_gc() {
     assert_eq!(deleted, vec![stray.to_string()]);
     // Committed objects are untouched.
     assert_eq!(read_values(&s, &s.a).await.len(), 6);
+}
+
+#[tokio::test]
+async fn a_leased_job_is_left_to_its_holder() {
+    let s = setup(10).await;
+    let policy = CompactionPolicy {
+        min_extents: 4,
+        max_segment_bytes: u64::MAX,
+        extent_bytes: u64::MAX,
+    };
+    let worker = |holder: &str| Worker {
+        holder: holder.into(),
+        lease: std::time::Duration::from_secs(60),
+    };
+    let (a, b) = (worker("agent-a"), worker("agent-b"));
+    let job = format!("compact/{}/0", s.a.id);
+    // Agent a is busy with partition 0 of topic a.
+    assert!(a.lease(&s.meta, &job).await.unwrap());
+    let puts_before = futures::StreamExt::count(s.store.list(None)).await;
+    assert_eq!(
+        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b))
+            .await
+            .unwrap(),
+        None,
+        "b must not compact a's job"
+    );
+    assert_eq!(
+        futures::StreamExt::count(s.store.list(None)).await,
+        puts_before,
+        "b uploaded nothing"
+    );
+    // b still does the jobs nobody holds.
+    assert!(
+        compact_partition(&s.store, &s.meta, s.b.id, 0, &policy, Some(&b))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Once a is done (its lease released), b may take the job.
+    s.meta.release_lease(job, "agent-a".into()).await.unwrap();
+    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b))
+        .await
+        .unwrap();
+    assert!(done.is_some());
+    // ...and it released its own lease: a can lease the job again.
+    assert!(
+        a.lease(&s.meta, &format!("compact/{}/0", s.a.id))
+            .await
+            .unwrap()
+    );
 }

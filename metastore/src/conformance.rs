@@ -132,6 +132,14 @@ pub async fn suite(m: &dyn Metastore) {
             .unwrap(),
         vec!["stray".to_string()]
     );
+    let lease =
+        |holder: &str, now: i64| m.acquire_lease("compact/x/0".into(), holder.into(), now, 100);
+    assert!(lease("agent-a", 1_000).await.unwrap());
+    assert!(!lease("agent-b", 1_050).await.unwrap());
+    m.release_lease("compact/x/0".into(), "agent-a".into())
+        .await
+        .unwrap();
+    assert!(lease("agent-b", 1_060).await.unwrap());
     m.delete_topic("events").await.unwrap();
     assert!(m.topics().await.unwrap().is_empty());
     let mut garbage = m.garbage().await.unwrap();

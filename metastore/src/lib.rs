@@ -8,6 +8,7 @@
 
 pub mod agents;
 pub mod groups;
+pub mod leases;
 pub mod local;
 pub mod raft;
 pub mod rpc;
@@ -103,4 +104,15 @@ pub trait Metastore: Send + Sync + 'static {
     async fn unknown_objects(&self, keys: Vec<String>) -> Result<Vec<String>, MetaError>;
     /// Drops deleted objects from the garbage list.
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError>;
+    /// Takes (or renews) the lease on background `job` for `holder` until
+    /// `now_ms + ttl_ms`; false while someone else holds it.
+    async fn acquire_lease(
+        &self,
+        job: String,
+        holder: String,
+        now_ms: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, MetaError>;
+    /// Gives up `holder`'s lease on `job`.
+    async fn release_lease(&self, job: String, holder: String) -> Result<(), MetaError>;
 }

@@ -77,6 +77,8 @@ pub(crate) enum Request {
     RemoveNode(NodeId),
     /// What the receiving node knows of its group (answered by any node).
     Status,
+    AcquireLease(String, String, i64, i64),
+    ReleaseLease(String, String),
 }
 
 impl Request {
@@ -103,7 +105,11 @@ impl Request {
             | Request::AgentHeartbeat(..)
             | Request::Agents
             | Request::Status
-            | Request::Peer(_) => true,
+            | Request::Peer(_)
+            // A holder re-acquiring its own lease renews it; releasing twice
+            // is releasing once.
+            | Request::AcquireLease(..)
+            | Request::ReleaseLease(..) => true,
             // A second InitProducerId only costs a producer id (or an epoch):
             // the producer uses whichever answer reaches it.
             Request::InitProducer(_) => true,
@@ -147,6 +153,7 @@ pub(crate) enum Response {
     Peer(PeerResponse),
     HighWatermarks(Vec<Option<i64>>),
     Status(ClusterStatus),
+    Leased(bool),
 }
 
 async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, MetaError> {
@@ -157,6 +164,13 @@ async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, Me
         }
         Request::RemoveNode(id) => meta.remove_node(id).await.map(|_| Response::Unit)?,
         Request::Status => Response::Status(meta.status()),
+        Request::AcquireLease(job, holder, now, ttl) => {
+            Response::Leased(meta.acquire_lease(job, holder, now, ttl).await?)
+        }
+        Request::ReleaseLease(job, holder) => meta
+            .release_lease(job, holder)
+            .await
+            .map(|_| Response::Unit)?,
         Request::CreateTopic(t) => Response::Topic(meta.create_topic(t).await?),
         Request::DeleteTopic(name) => meta.delete_topic(&name).await.map(|_| Response::Unit)?,
         Request::Topics => Response::Topics(meta.topics().await?),
@@ -562,6 +576,27 @@ impl Metastore for RemoteMetastore {
     }
     async fn record_orphans(&self, keys: Vec<String>) -> Result<(), MetaError> {
         match self.call(Request::RecordOrphans(keys)).await? {
+            Response::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn acquire_lease(
+        &self,
+        job: String,
+        holder: String,
+        now_ms: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, MetaError> {
+        match self
+            .call(Request::AcquireLease(job, holder, now_ms, ttl_ms))
+            .await?
+        {
+            Response::Leased(granted) => Ok(granted),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn release_lease(&self, job: String, holder: String) -> Result<(), MetaError> {
+        match self.call(Request::ReleaseLease(job, holder)).await? {
             Response::Unit => Ok(()),
             other => Err(unexpected(other)),
         }

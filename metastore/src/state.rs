@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agents::{AgentInfo, Agents};
 use crate::groups::{Group, GroupCommand, GroupReply, Groups};
+use crate::leases::Leases;
 use crate::types::*;
 
 /// A mutation of the metastore, as logged.
@@ -65,6 +66,18 @@ pub enum Command {
         keys: Vec<String>,
     },
     Group(GroupCommand),
+    /// Take or renew a background job's lease (appended: variant indices are
+    /// part of the log's encoding).
+    AcquireLease {
+        job: String,
+        holder: String,
+        now_ms: i64,
+        ttl_ms: i64,
+    },
+    ReleaseLease {
+        job: String,
+        holder: String,
+    },
 }
 
 /// What applying a [`Command`] returned.
@@ -83,6 +96,7 @@ pub enum Reply {
     Trimmed(Result<i64, MetaError>),
     Alive(bool),
     Forgotten,
+    Leased(bool),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,6 +231,7 @@ pub struct State {
     recent_commit_order: std::collections::VecDeque<String>,
     /// Batch results held in `recent_commits`.
     recent_results: usize,
+    leases: Leases,
 }
 
 /// Commits remembered for answering retries...
@@ -297,6 +312,16 @@ impl State {
             Command::ForgetGarbage { keys } => {
                 let keys: std::collections::HashSet<String> = keys.into_iter().collect();
                 self.garbage.retain(|k| !keys.contains(k));
+                Reply::Forgotten
+            }
+            Command::AcquireLease {
+                job,
+                holder,
+                now_ms,
+                ttl_ms,
+            } => Reply::Leased(self.leases.acquire(job, holder, now_ms, ttl_ms)),
+            Command::ReleaseLease { job, holder } => {
+                self.leases.release(&job, &holder);
                 Reply::Forgotten
             }
         }

@@ -633,6 +633,32 @@ impl Metastore for RaftMetastore {
         self.read(|s| s.unknown_objects(&keys)).await
     }
 
+    async fn acquire_lease(
+        &self,
+        job: String,
+        holder: String,
+        now_ms: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, MetaError> {
+        let command = Command::AcquireLease {
+            job,
+            holder,
+            now_ms,
+            ttl_ms,
+        };
+        match self.write(command).await? {
+            Reply::Leased(granted) => Ok(granted),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn release_lease(&self, job: String, holder: String) -> Result<(), MetaError> {
+        match self.write(Command::ReleaseLease { job, holder }).await? {
+            Reply::Forgotten => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
         match self.write(Command::ForgetGarbage { keys }).await? {
             Reply::Forgotten => Ok(()),
