@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use floe_metastore::{ExtentPiece, ExtentRef, MetaError, Metastore, ReplaceExtents, TopicId};
+use floe_metastore::{
+    ExtentPiece, ExtentRef, MetaError, Metastore, ReplaceExtents, TopicId, TopicInfo,
+};
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ingest::IngestWriter;
 use floe_storage::{ObjectPath, ObjectStore, keys};
@@ -98,7 +100,7 @@ pub fn plan(extents: &[ExtentRef], policy: &CompactionPolicy) -> Option<Vec<Exte
 /// Cuts a segment's batches (laid out from `position` on) into extents of
 /// about `extent_bytes`, at batch boundaries. Each piece keeps the latest
 /// append time of the run it replaces (conservative for retention).
-fn pieces(
+pub(crate) fn pieces(
     batches: &[RecordBatch],
     mut position: u64,
     extent_bytes: u64,
@@ -188,7 +190,7 @@ async fn compact_run(
         }
     }
     let data = data.freeze();
-    let batches = RecordBatch::parse_all(&data).map_err(|e| CompactError::Corrupt {
+    let batches = RecordBatch::parse_all_stored(&data).map_err(|e| CompactError::Corrupt {
         key: run[0].object_key.clone(),
         offset: run[0].base_offset,
         reason: e.to_string(),
@@ -247,7 +249,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    async fn lease(&self, meta: &Arc<dyn Metastore>, job: &str) -> Result<bool, MetaError> {
+    pub(crate) async fn lease(
+        &self,
+        meta: &Arc<dyn Metastore>,
+        job: &str,
+    ) -> Result<bool, MetaError> {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -272,9 +278,26 @@ pub async fn compact_all(
         let at = start % partitions.len();
         partitions.rotate_left(at);
     }
+    // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
+    let compacted: HashMap<TopicId, TopicInfo> = meta
+        .topics()
+        .await?
+        .into_iter()
+        .filter(keyed::is_compacted)
+        .map(|t| (t.id, t))
+        .collect();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let mut done = Vec::new();
     for (topic_id, partition) in partitions {
-        match compact_partition(store, meta, topic_id, partition, policy, worker).await {
+        let result = match compacted.get(&topic_id) {
+            Some(topic) => {
+                keyed::compact_keys(store, meta, topic, partition, policy, worker, now_ms).await
+            }
+            None => compact_partition(store, meta, topic_id, partition, policy, worker).await,
+        };
+        match result {
             Ok(Some(c)) => done.push(c),
             Ok(None) => {}
             // A deleted topic is not an error of the whole pass.
@@ -335,6 +358,7 @@ impl Gc {
     }
 }
 
+pub mod keyed;
 pub mod retention;
 pub mod sweep;
 

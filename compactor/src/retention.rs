@@ -67,7 +67,8 @@ pub async fn enforce(meta: &Arc<dyn Metastore>, now_ms: i64) -> Result<usize, Co
     let mut moved = 0;
     for topic in meta.topics().await? {
         let retention = Retention::of(&topic);
-        if retention.ms < 0 && retention.bytes < 0 {
+        // `cleanup.policy=compact` alone: nothing expires, keys are compacted.
+        if (retention.ms < 0 && retention.bytes < 0) || !crate::keyed::deletes(&topic) {
             continue;
         }
         for partition in 0..topic.partitions {

@@ -88,6 +88,33 @@ impl RecordBatch {
     /// Checks sizes, magic, CRC32C, codec and offset/count consistency; the
     /// records themselves are not decoded.
     pub fn parse_one(bytes: &Bytes) -> Result<(RecordBatch, Bytes), BatchError> {
+        let (batch, rest) = Self::parse_stored_one(bytes)?;
+        if batch.record_count() <= 0 {
+            return Err(BatchError::Invalid("batch holds no records"));
+        }
+        if batch.last_offset_delta() != batch.record_count() - 1 {
+            return Err(BatchError::Invalid(
+                "lastOffsetDelta does not match record count",
+            ));
+        }
+        Ok((batch, rest))
+    }
+
+    pub fn parse_all(bytes: &Bytes) -> Result<Vec<RecordBatch>, BatchError> {
+        let mut rest = bytes.clone();
+        let mut batches = Vec::new();
+        while !rest.is_empty() {
+            let (batch, tail) = Self::parse_one(&rest)?;
+            batches.push(batch);
+            rest = tail;
+        }
+        Ok(batches)
+    }
+
+    /// Like [`Self::parse_one`], for batches floe stored itself: key compaction
+    /// leaves batches with fewer records than their offset range (as Kafka's
+    /// cleaner does), or none, so only structure, CRC and codec are checked.
+    pub fn parse_stored_one(bytes: &Bytes) -> Result<(RecordBatch, Bytes), BatchError> {
         if bytes.len() < HEADER_LEN {
             return Err(BatchError::Corrupt("shorter than a batch header"));
         }
@@ -114,30 +141,60 @@ impl RecordBatch {
         if codec_bits > 4 {
             return Err(BatchError::UnsupportedCompression(codec_bits));
         }
-        if batch.record_count() <= 0 {
-            return Err(BatchError::Invalid("batch holds no records"));
-        }
-        if batch.last_offset_delta() != batch.record_count() - 1 {
+        if batch.last_offset_delta() < 0 || batch.record_count() < 0 {
             return Err(BatchError::Invalid(
-                "lastOffsetDelta does not match record count",
+                "negative lastOffsetDelta or record count",
             ));
         }
         Ok((batch, bytes.slice(total..)))
     }
 
-    /// Validates that `bytes` is a whole number of batches and returns them.
-    pub fn parse_all(bytes: &Bytes) -> Result<Vec<RecordBatch>, BatchError> {
+    pub fn parse_all_stored(bytes: &Bytes) -> Result<Vec<RecordBatch>, BatchError> {
         let mut rest = bytes.clone();
         let mut batches = Vec::new();
         while !rest.is_empty() {
-            let (batch, tail) = Self::parse_one(&rest)?;
+            let (batch, tail) = Self::parse_stored_one(&rest)?;
             batches.push(batch);
             rest = tail;
         }
         Ok(batches)
     }
 
-    /// The raw bytes of the batch, exactly as the producer sent them.
+    /// Sets the batch's lastOffsetDelta and base offset, then its CRC (which
+    /// covers the former): used by key compaction to make rewritten batches
+    /// cover the whole offset range of the ones they replace.
+    pub fn with_offsets(&self, base_offset: i64, last_offset_delta: i32) -> RecordBatch {
+        let mut bytes = bytes::BytesMut::from(&self.bytes[..]);
+        bytes[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        bytes[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[CRC_START..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch {
+            bytes: bytes.freeze(),
+        }
+    }
+
+    /// A batch of no records covering `[base_offset, last_offset]`: what key
+    /// compaction leaves where it removed every record of a range.
+    pub fn empty(base_offset: i64, last_offset: i64) -> RecordBatch {
+        let mut b = bytes::BytesMut::zeroed(HEADER_LEN);
+        b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        b[8..12].copy_from_slice(&((HEADER_LEN - LOG_OVERHEAD) as i32).to_be_bytes());
+        b[12..16].copy_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+        b[16] = 2; // magic
+        let delta = (last_offset - base_offset).clamp(0, i32::MAX as i64) as i32;
+        b[23..27].copy_from_slice(&delta.to_be_bytes());
+        b[27..35].copy_from_slice(&(-1i64).to_be_bytes()); // base timestamp: none
+        b[35..43].copy_from_slice(&(-1i64).to_be_bytes()); // max timestamp: none
+        b[43..51].copy_from_slice(&(-1i64).to_be_bytes()); // producer id
+        b[51..53].copy_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+        b[53..57].copy_from_slice(&(-1i32).to_be_bytes()); // base sequence
+        // record count 0 (already zero)
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch { bytes: b.freeze() }
+    }
+
     pub fn bytes(&self) -> &Bytes {
         &self.bytes
     }
@@ -245,6 +302,22 @@ mod tests {
         TimestampType,
     };
     use proptest::prelude::*;
+
+    #[test]
+    fn stored_batches_may_cover_more_offsets_than_records() {
+        let empty = RecordBatch::empty(10, 14);
+        assert_eq!((empty.base_offset(), empty.last_offset_delta()), (10, 4));
+        assert_eq!(empty.record_count(), 0);
+        // Clients may not produce such a batch; floe may store one.
+        assert!(RecordBatch::parse_all(empty.bytes()).is_err());
+        assert_eq!(RecordBatch::parse_all_stored(empty.bytes()).unwrap(), vec![empty.clone()]);
+        let moved = empty.with_offsets(20, 9);
+        assert_eq!((moved.base_offset(), moved.last_offset_delta()), (20, 9));
+        assert!(RecordBatch::parse_all_stored(moved.bytes()).is_ok(), "CRC recomputed");
+        let mut broken = BytesMut::from(&moved.bytes()[..]);
+        broken[25] ^= 1;
+        assert!(RecordBatch::parse_all_stored(&broken.freeze()).is_err());
+    }
 
     fn records(values: &[Vec<u8>], base_ts: i64) -> Vec<Record> {
         values

@@ -20,9 +20,26 @@ pub fn new_ingest_key() -> Path {
 /// digits come from the topic and partition, so one partition's segments share a
 /// prefix while different partitions spread out.
 pub fn new_segment_key(topic_id: Uuid, partition: i32, base_offset: i64) -> Path {
+    segment_key(topic_id, partition, base_offset, "")
+}
+
+/// A fresh key for a key-compacted segment (`cleanup.policy=compact`): a
+/// segment whose name says it holds only the latest record of each key.
+pub fn new_keyed_segment_key(topic_id: Uuid, partition: i32, base_offset: i64) -> Path {
+    segment_key(topic_id, partition, base_offset, KEYED_MARK)
+}
+
+const KEYED_MARK: &str = "keyed-";
+
+/// Whether `key` names a key-compacted segment.
+pub fn is_keyed_segment(key: &str) -> bool {
+    key.starts_with("segment/") && key.contains(KEYED_MARK)
+}
+
+fn segment_key(topic_id: Uuid, partition: i32, base_offset: i64, mark: &str) -> Path {
     let spread = topic_id.as_bytes()[0] ^ (partition as u8);
     Path::from(format!(
-        "segment/{spread:02x}/{}/{partition}/{base_offset:020}-{}",
+        "segment/{spread:02x}/{}/{partition}/{base_offset:020}-{mark}{}",
         topic_id.simple(),
         Uuid::new_v4().simple()
     ))

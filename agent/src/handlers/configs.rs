@@ -27,9 +27,13 @@ const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const DEFAULT_CONFIG: i8 = 5;
 
 /// Keys every topic has, with their defaults.
-fn defaults() -> [(&'static str, String); 3] {
+fn defaults() -> [(&'static str, String); 4] {
     [
         ("cleanup.policy", "delete".to_string()),
+        (
+            "delete.retention.ms",
+            floe_compactor::keyed::DEFAULT_DELETE_RETENTION_MS.to_string(),
+        ),
         ("retention.bytes", "-1".to_string()),
         ("retention.ms", DEFAULT_RETENTION_MS.to_string()),
     ]
@@ -37,7 +41,7 @@ fn defaults() -> [(&'static str, String); 3] {
 
 /// Refuses values floe would not be able to act on.
 pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), (ResponseError, String)> {
-    for key in ["retention.ms", "retention.bytes"] {
+    for key in ["retention.ms", "retention.bytes", "delete.retention.ms"] {
         if let Some(value) = configs.get(key)
             && value.parse::<i64>().map_or(true, |v| v < -1)
         {
@@ -48,11 +52,13 @@ pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), (ResponseError
         }
     }
     if let Some(policy) = configs.get("cleanup.policy")
-        && policy != "delete"
+        && !policy
+            .split(',')
+            .all(|p| matches!(p.trim(), "delete" | "compact"))
     {
         return Err((
             ResponseError::InvalidConfig,
-            format!("cleanup.policy `{policy}` is not supported yet"),
+            format!("cleanup.policy must be `delete`, `compact` or both, not `{policy}`"),
         ));
     }
     Ok(())

@@ -1,0 +1,430 @@
+//! Key compaction, for topics with `cleanup.policy=compact`: the partition is
+//! rewritten keeping only the latest record of each key, as Kafka's log
+//! cleaner does, and tombstones (records with a null value) are dropped once
+//! older than `delete.retention.ms`.
+//!
+//! Offsets never change. Each rewritten batch keeps its base offset where it
+//! can and its range is stretched (lastOffsetDelta) to reach the next one, so
+//! the batches still tile the partition's offsets: consumers step over the
+//! gaps as they do on a compacted Kafka topic, and floe's read path, which
+//! lays batches end to end, needs no change. A range left with no record at
+//! all becomes an empty batch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use floe_metastore::{ExtentRef, Metastore, ReplaceExtents, TopicInfo};
+use floe_protocol::batch::{RecordBatch, patch_base_offsets};
+use floe_protocol::kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+};
+use floe_storage::ingest::IngestWriter;
+use floe_storage::{ObjectPath, ObjectStore, keys};
+use object_store::ObjectStoreExt;
+
+use crate::{CompactError, Compacted, CompactionPolicy, Worker, pieces};
+
+/// Kafka's default `delete.retention.ms`: one day.
+pub const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
+
+/// Largest partition rewritten at once; a larger one is left as it is (and
+/// said so in the log) rather than held in memory whole.
+pub const MAX_KEYED_BYTES: u64 = 512 * 1024 * 1024;
+
+fn policies(topic: &TopicInfo) -> Vec<&str> {
+    topic
+        .configs
+        .get("cleanup.policy")
+        .map_or(vec!["delete"], |p| p.split(',').map(str::trim).collect())
+}
+
+/// Whether the topic's `cleanup.policy` includes `compact`.
+pub fn is_compacted(topic: &TopicInfo) -> bool {
+    policies(topic).contains(&"compact")
+}
+
+/// Whether the topic's `cleanup.policy` includes `delete` (the default):
+/// only then does time and size retention apply.
+pub fn deletes(topic: &TopicInfo) -> bool {
+    policies(topic).contains(&"delete")
+}
+
+fn delete_retention_ms(topic: &TopicInfo) -> i64 {
+    topic
+        .configs
+        .get("delete.retention.ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_DELETE_RETENTION_MS)
+}
+
+fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
+    CompactError::Corrupt {
+        key: extent.object_key.clone(),
+        offset: extent.base_offset,
+        reason: reason.to_string(),
+    }
+}
+
+/// Key-compacts one partition of a compacted topic when at least
+/// `policy.min_extents` of its extents were written since its last key
+/// compaction. `Ok(None)`: nothing to do, or another compactor got there first.
+pub async fn compact_keys(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    topic: &TopicInfo,
+    partition: i32,
+    policy: &CompactionPolicy,
+    worker: Option<&Worker>,
+    now_ms: i64,
+) -> Result<Option<Compacted>, CompactError> {
+    let offsets = meta.offsets(topic.id, partition).await?;
+    let all = meta
+        .read_plan(topic.id, partition, offsets.log_start_offset, u64::MAX)
+        .await?
+        .extents;
+    let dirty = all
+        .iter()
+        .filter(|e| !keys::is_keyed_segment(&e.object_key))
+        .count();
+    if dirty < policy.min_extents.max(1) {
+        return Ok(None);
+    }
+    let total: u64 = all.iter().map(|e| e.length).sum();
+    if total > MAX_KEYED_BYTES {
+        tracing::warn!(topic = %topic.name, partition, bytes = total,
+            "partition too large to key-compact at once; left as it is");
+        return Ok(None);
+    }
+    let job = format!("compact/{}/{partition}", topic.id);
+    if let Some(worker) = worker
+        && !worker.lease(meta, &job).await?
+    {
+        return Ok(None);
+    }
+    let result = rewrite(store, meta, topic, partition, policy, all, now_ms).await;
+    if let Some(worker) = worker
+        && let Err(e) = meta.release_lease(job, worker.holder.clone()).await
+    {
+        tracing::debug!(error = %e, "releasing a compaction lease failed; it expires");
+    }
+    result
+}
+
+async fn rewrite(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    topic: &TopicInfo,
+    partition: i32,
+    policy: &CompactionPolicy,
+    run: Vec<ExtentRef>,
+    now_ms: i64,
+) -> Result<Option<Compacted>, CompactError> {
+    let mut batches = Vec::new();
+    for extent in &run {
+        let path = ObjectPath::from(extent.object_key.as_str());
+        let mut data = BytesMut::from(
+            &store
+                .get_range(&path, extent.position..extent.position + extent.length)
+                .await?[..],
+        );
+        if patch_base_offsets(&mut data, extent.base_offset) != data.len() {
+            return Err(corrupt(extent, "extent does not end on a batch boundary"));
+        }
+        batches
+            .extend(RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| corrupt(extent, e))?);
+    }
+    let base_offset = run[0].base_offset;
+    let last_offset = run[run.len() - 1].last_offset;
+    let kept = keep_latest(&batches, delete_retention_ms(topic), now_ms, last_offset)
+        .map_err(|e| corrupt(&run[0], e))?;
+    let raw: Vec<Bytes> = kept.iter().map(|b| b.bytes().clone()).collect();
+
+    let key = keys::new_keyed_segment_key(topic.id, partition, base_offset);
+    let mut writer = IngestWriter::new();
+    let chunk = writer.add_chunk(topic.id, partition, &raw);
+    let file = writer.finish();
+    store.put(&key, file.clone().into()).await?;
+    let swap = ReplaceExtents {
+        topic_id: topic.id,
+        partition,
+        replaced: run.clone(),
+        object_key: key.to_string(),
+        object_size: file.len() as u64,
+        pieces: pieces(
+            &kept,
+            chunk.position,
+            policy.extent_bytes,
+            run.iter().map(|e| e.appended_ms).max().unwrap_or(0),
+        ),
+    };
+    match meta.replace_extents(swap).await {
+        Ok(()) => Ok(Some(Compacted {
+            segment_key: key.to_string(),
+            extents: run.len(),
+            bytes: chunk.length as u64,
+            base_offset,
+            last_offset,
+        })),
+        Err(floe_metastore::MetaError::ExtentsChanged)
+        | Err(floe_metastore::MetaError::UnknownTopicOrPartition) => {
+            // New data, a trim or another compactor: try again next pass.
+            if let Err(e) = store.delete(&key).await {
+                tracing::warn!(segment = %key, error = %e, "could not delete unused segment");
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn compression(batch: &RecordBatch) -> Compression {
+    match batch.codec() {
+        floe_protocol::batch::Codec::None => Compression::None,
+        floe_protocol::batch::Codec::Gzip => Compression::Gzip,
+        floe_protocol::batch::Codec::Snappy => Compression::Snappy,
+        floe_protocol::batch::Codec::Lz4 => Compression::Lz4,
+        floe_protocol::batch::Codec::Zstd => Compression::Zstd,
+    }
+}
+
+/// The batches (tiling `[first base offset, last_offset]`, real offsets)
+/// rewritten to hold only each key's latest record, still tiling the same
+/// offsets. Records without a key are kept; tombstones older than
+/// `delete_retention_ms` are dropped.
+pub fn keep_latest(
+    batches: &[RecordBatch],
+    delete_retention_ms: i64,
+    now_ms: i64,
+    last_offset: i64,
+) -> Result<Vec<RecordBatch>, String> {
+    let Some(first) = batches.first() else {
+        return Ok(Vec::new());
+    };
+    let mut decoded = Vec::with_capacity(batches.len());
+    let mut latest: HashMap<Bytes, i64> = HashMap::new();
+    for batch in batches {
+        // Control batches (transaction markers) pass through untouched.
+        let records = if batch.is_control() || batch.record_count() == 0 {
+            None
+        } else {
+            let set = RecordBatchDecoder::decode(&mut batch.bytes().clone())
+                .map_err(|e| format!("batch at offset {}: {e}", batch.base_offset()))?;
+            for r in &set.records {
+                if let Some(key) = &r.key {
+                    latest.insert(key.clone(), r.offset);
+                }
+            }
+            Some(set.records)
+        };
+        decoded.push((batch, records));
+    }
+
+    let mut out: Vec<RecordBatch> = Vec::new();
+    // The first offset the next output batch must start at.
+    let mut next = first.base_offset();
+    for (batch, records) in decoded {
+        let rewritten = match records {
+            None => Some(batch.clone()),
+            Some(records) => {
+                let kept: Vec<Record> = records
+                    .into_iter()
+                    .filter(|r| match &r.key {
+                        None => true,
+                        Some(key) => {
+                            latest.get(key) == Some(&r.offset)
+                                && !(r.value.is_none()
+                                    && now_ms.saturating_sub(r.timestamp) > delete_retention_ms)
+                        }
+                    })
+                    .collect();
+                if kept.is_empty() {
+                    None
+                } else {
+                    let mut buf = BytesMut::new();
+                    let options = RecordEncodeOptions {
+                        version: 2,
+                        compression: compression(batch),
+                    };
+                    RecordBatchEncoder::encode(&mut buf, kept.iter(), &options).map_err(|e| {
+                        format!("re-encoding batch at {}: {e}", batch.base_offset())
+                    })?;
+                    let encoded =
+                        RecordBatch::parse_all_stored(&buf.freeze()).map_err(|e| e.to_string())?;
+                    // One batch in, one out: its records share producer and epoch.
+                    let [encoded] = <[RecordBatch; 1]>::try_from(encoded)
+                        .map_err(|v| format!("re-encoding split a batch into {}", v.len()))?;
+                    Some(encoded)
+                }
+            }
+        };
+        let Some(rewritten) = rewritten else { continue };
+        let start = rewritten.base_offset();
+        if start > next {
+            // The records before this batch's first are gone: the previous
+            // batch stretches over them, or an empty one stands in.
+            match out.last_mut() {
+                Some(previous) => stretch(previous, start - 1)?,
+                None => out.push(RecordBatch::empty(next, start - 1)),
+            }
+        }
+        next = start + rewritten.last_offset_delta() as i64 + 1;
+        out.push(rewritten);
+    }
+    match out.last_mut() {
+        Some(previous) if next <= last_offset => stretch(previous, last_offset)?,
+        Some(_) => {}
+        None => out.push(RecordBatch::empty(first.base_offset(), last_offset)),
+    }
+    Ok(out)
+}
+
+/// Makes `batch` end at `last_offset`.
+fn stretch(batch: &mut RecordBatch, last_offset: i64) -> Result<(), String> {
+    let delta = last_offset - batch.base_offset();
+    let delta =
+        i32::try_from(delta).map_err(|_| format!("offset range {delta} too long for one batch"))?;
+    *batch = batch.with_offsets(batch.base_offset(), delta);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_protocol::kafka_protocol::indexmap::IndexMap;
+    use floe_protocol::kafka_protocol::records::TimestampType;
+
+    /// One batch of (key, value) records from `base`, compressed with `codec`.
+    fn batch(
+        base: i64,
+        records: &[(Option<&str>, Option<&str>)],
+        codec: Compression,
+    ) -> RecordBatch {
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (k, v))| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: base + i as i64,
+                // As decoded from a batch without a producer: -1 + offset delta.
+                sequence: -1 + i as i32,
+                timestamp: 1_000 + base + i as i64,
+                key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+                value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+                headers: IndexMap::new(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
+        RecordBatch::parse_all(&buf.freeze()).unwrap().remove(0)
+    }
+
+    /// (offset, key, value) of one record.
+    type Row = (i64, Option<String>, Option<String>);
+
+    /// Every record, and each batch's offset range.
+    fn contents(batches: &[RecordBatch]) -> (Vec<Row>, Vec<(i64, i64)>) {
+        let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8(b.to_vec()).unwrap());
+        let mut records = Vec::new();
+        let mut ranges = Vec::new();
+        for b in batches {
+            ranges.push((
+                b.base_offset(),
+                b.base_offset() + b.last_offset_delta() as i64,
+            ));
+            if b.record_count() > 0 {
+                let set = RecordBatchDecoder::decode(&mut b.bytes().clone()).unwrap();
+                records.extend(
+                    set.records
+                        .iter()
+                        .map(|r| (r.offset, text(&r.key), text(&r.value))),
+                );
+            }
+        }
+        (records, ranges)
+    }
+
+    #[test]
+    fn keeps_each_keys_latest_record_and_tiles_the_offsets() {
+        let batches = vec![
+            batch(
+                0,
+                &[
+                    (Some("a"), Some("1")),
+                    (Some("b"), Some("1")),
+                    (None, Some("x")),
+                ],
+                Compression::Zstd,
+            ),
+            batch(
+                3,
+                &[(Some("a"), Some("2")), (Some("c"), Some("1"))],
+                Compression::None,
+            ),
+            batch(
+                5,
+                &[(Some("c"), Some("2")), (Some("b"), None)],
+                Compression::Lz4,
+            ),
+            batch(7, &[(Some("c"), Some("3"))], Compression::Gzip),
+        ];
+        // The tombstone for b is young: it stays.
+        let out = keep_latest(&batches, 60_000, 1_010, 7).unwrap();
+        let (records, ranges) = contents(&out);
+        assert_eq!(
+            records,
+            vec![
+                (2, None, Some("x".into())),
+                (3, Some("a".into()), Some("2".into())),
+                (6, Some("b".into()), None),
+                (7, Some("c".into()), Some("3".into())),
+            ]
+        );
+        // Every offset 0..=7 is covered once, in order: an empty batch stands
+        // where nothing of the first batch's range is left before offset 2.
+        assert_eq!(ranges, vec![(0, 1), (2, 2), (3, 5), (6, 6), (7, 7)]);
+        for b in &out {
+            RecordBatch::parse_stored_one(b.bytes()).unwrap();
+        }
+        // Codecs are kept: the rewritten first batch of records was zstd.
+        assert_eq!(out[1].codec(), floe_protocol::batch::Codec::Zstd);
+
+        // Old tombstones go: b disappears altogether.
+        let out = keep_latest(&batches, 0, 1_000_000, 7).unwrap();
+        let (records, ranges) = contents(&out);
+        assert!(records.iter().all(|(_, k, _)| k.as_deref() != Some("b")));
+        assert_eq!(ranges.first().unwrap().0, 0);
+        assert_eq!(ranges.last().unwrap().1, 7);
+        for pair in ranges.windows(2) {
+            assert_eq!(pair[0].1 + 1, pair[1].0, "batches must tile: {ranges:?}");
+        }
+    }
+
+    #[test]
+    fn a_range_with_nothing_left_becomes_one_empty_batch() {
+        let batches = vec![batch(10, &[(Some("k"), None)], Compression::None)];
+        let out = keep_latest(&batches, 0, 1_000_000, 10).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (
+                out[0].base_offset(),
+                out[0].last_offset_delta(),
+                out[0].record_count()
+            ),
+            (10, 0, 0)
+        );
+        // Compacting again is stable.
+        let again = keep_latest(&out, 0, 1_000_000, 10).unwrap();
+        assert_eq!(again, out);
+    }
+}
