@@ -145,7 +145,11 @@ def test_metastore_kill_9_mid_produce(tmp_path):
 
         feeder = threading.Thread(target=produce)
         feeder.start()
-        time.sleep(1.0)
+        # Kill it once the producer is well under way (not after a fixed time:
+        # a loaded machine may take a while to get the first batch acknowledged).
+        deadline = time.time() + 30
+        while len(acked) < 1000 and time.time() < deadline:
+            time.sleep(0.05)
         meta.kill()
         meta.wait()
         assert 0 < len(acked) < len(values), "the metastore must die mid-run"
