@@ -96,6 +96,44 @@ class Agent:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+class MetaNode:
+    """One `floe metastore` process (a Raft node) with its own redb file."""
+
+    def __init__(self, workdir, node_id, port, *args):
+        self.id, self.port = node_id, port
+        self.address = f"127.0.0.1:{port}"
+        self.workdir = workdir
+        self.args = [FLOE, "metastore", "--id", str(node_id), "--listen", self.address,
+                     "--path", str(workdir / f"node{node_id}" / "meta.redb"),
+                     "--snapshot-every", "300", *args]
+        self.log_path = workdir / f"node{node_id}.log"
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args, stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT)
+        return self
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # in case a test froze it
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+
+@pytest.fixture
+def metastore(tmp_path):
+    """A single-node `floe metastore` that agents share (`--metastore metastore.address`)."""
+    node = MetaNode(tmp_path, 1, free_port()).start()
+    yield node
+    node.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory):
     """A local S3-compatible server (localstack/start.sh) with bucket `floe-test`."""

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from check import check_partitions
-from conftest import FLOE, Agent, free_port
+from conftest import Agent, free_port
 from clients import create_topic, kcat_consume
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
@@ -39,19 +39,16 @@ backend agents
 
 
 @pytest.fixture
-def cluster(tmp_path, s3_endpoint):
+def cluster(tmp_path, s3_endpoint, metastore):
     haproxy = shutil.which("haproxy")
     assert haproxy, "haproxy is not installed (scripts/test.sh installs it)"
-    meta_port, lb_port = free_port(), free_port()
-    meta = subprocess.Popen(
-        [FLOE, "metastore", "--listen", f"127.0.0.1:{meta_port}", "--path", str(tmp_path / "meta.redb")],
-        stdout=open(tmp_path / "metastore.log", "w"), stderr=subprocess.STDOUT)
+    lb_port = free_port()
     bucket = f"s3://floe-test/cluster-{time.time_ns()}?endpoint={s3_endpoint}&region=us-east-1&path_style=true"
     agents = []
     for n in range(AGENTS):
         workdir = tmp_path / f"agent{n}"
         workdir.mkdir()
-        agents.append(Agent(workdir, "--object-store", bucket, "--metastore", f"127.0.0.1:{meta_port}",
+        agents.append(Agent(workdir, "--object-store", bucket, "--metastore", metastore.address,
                             "--advertise", f"127.0.0.1:{lb_port}", "--discovery", "load-balancer",
                             "--flush-interval", "100ms",
                             env={**CREDENTIALS, "FLOE_LOG": "info,floe_agent::batcher=debug"}).start())
@@ -66,9 +63,7 @@ def cluster(tmp_path, s3_endpoint):
     lb.terminate()
     for a in agents:
         a.stop()
-    meta.terminate()
     lb.wait(timeout=10)
-    meta.wait(timeout=10)
 
 
 def test_agents_behind_a_load_balancer_survive_kill_9(cluster):
@@ -116,17 +111,13 @@ def test_agents_behind_a_load_balancer_survive_kill_9(cluster):
     assert any("ingest file committed" in a.log() for a in agents if a is not victim)
 
 
-def test_metastore_kill_9_mid_produce(tmp_path):
+def test_metastore_kill_9_mid_produce(tmp_path, metastore):
     """The shared metastore dies (kill -9) and comes back mid-run: agents retry
     their commits (idempotent by object key), the idempotent producer retries
     its requests, and every acknowledged record is stored exactly once."""
-    meta_port = free_port()
-    meta_args = [FLOE, "metastore", "--listen", f"127.0.0.1:{meta_port}", "--path", str(tmp_path / "meta.redb")]
-    meta_log = open(tmp_path / "metastore.log", "a")
-    meta = subprocess.Popen(meta_args, stdout=meta_log, stderr=subprocess.STDOUT)
     workdir = tmp_path / "agent"
     workdir.mkdir()
-    agent = Agent(workdir, "--metastore", f"127.0.0.1:{meta_port}", "--flush-interval", "50ms").start()
+    agent = Agent(workdir, "--metastore", metastore.address, "--flush-interval", "50ms").start()
     try:
         create_topic(agent.bootstrap, "meta-crash", PARTITIONS)
         values = [f"mc-{i}" for i in range(20_000)]
@@ -150,16 +141,13 @@ def test_metastore_kill_9_mid_produce(tmp_path):
         deadline = time.time() + 30
         while len(acked) < 1000 and time.time() < deadline:
             time.sleep(0.05)
-        meta.kill()
-        meta.wait()
+        metastore.kill()
         assert 0 < len(acked) < len(values), "the metastore must die mid-run"
         time.sleep(1.0)  # commits pile up and are retried meanwhile
-        meta = subprocess.Popen(meta_args, stdout=meta_log, stderr=subprocess.STDOUT)
+        metastore.start()
         feeder.join()
         assert not failed, failed[:3]
         assert sorted(acked) == sorted(values)
         check_partitions(kcat_consume(agent.bootstrap, "meta-crash"), values)
     finally:
         agent.stop()
-        meta.terminate()
-        meta.wait(timeout=10)

@@ -49,19 +49,14 @@ def test_compaction_and_gc_keep_every_record(make_agent):
     assert (0, last + 1, "after-1") in rows
 
 
-def test_agents_share_compaction_through_leases(tmp_path):
+def test_agents_share_compaction_through_leases(tmp_path, metastore):
     """Three agents on one bucket and metastore, all compacting every 300ms:
     each partition's run is compacted by one of them (no agent uploads a
     segment that loses the compare-and-set), one agent at a time collects
     garbage, and every record is still read back once."""
-    import subprocess
-    from conftest import FLOE, Agent, free_port
+    from conftest import Agent
 
-    meta_port = free_port()
-    meta = subprocess.Popen([FLOE, "metastore", "--listen", f"127.0.0.1:{meta_port}",
-                             "--path", str(tmp_path / "meta.redb")],
-                            stdout=open(tmp_path / "metastore.log", "w"), stderr=subprocess.STDOUT)
-    common = ["--metastore", f"127.0.0.1:{meta_port}", "--object-store", f"file://{tmp_path / 'objects'}",
+    common = ["--metastore", metastore.address, "--object-store", f"file://{tmp_path / 'objects'}",
               "--discovery", "load-balancer", "--compaction-min-extents", "2", "--gc-grace", "0s"]
     agents = []
     try:
@@ -105,5 +100,3 @@ def test_agents_share_compaction_through_leases(tmp_path):
     finally:
         for a in agents:
             a.stop()
-        meta.terminate()
-        meta.wait(timeout=10)

@@ -2,14 +2,13 @@
 poll per agent, not a read per partition per consumer per poll; and a record
 produced through another agent still reaches them within that poll."""
 
-import subprocess
 import threading
 import time
 
 from confluent_kafka import Consumer, TopicPartition, OFFSET_END
 
 from clients import create_topic, kcat
-from conftest import FLOE, Agent, free_port
+from conftest import Agent
 from test_metrics import metric
 
 PARTITIONS = 4
@@ -17,18 +16,14 @@ CONSUMERS = 10
 WINDOW = 3.0
 
 
-def test_waiting_consumers_share_one_metastore_poll(tmp_path):
-    meta_port = free_port()
-    meta = subprocess.Popen([FLOE, "metastore", "--listen", f"127.0.0.1:{meta_port}",
-                             "--path", str(tmp_path / "meta.redb")],
-                            stdout=open(tmp_path / "metastore.log", "w"), stderr=subprocess.STDOUT)
+def test_waiting_consumers_share_one_metastore_poll(tmp_path, metastore):
     agents = []
     try:
         for n in range(2):
             workdir = tmp_path / f"agent{n}"
             workdir.mkdir()
             # No heartbeats or compaction: every metastore request is the fetches'.
-            agent = Agent(workdir, "--metastore", f"127.0.0.1:{meta_port}",
+            agent = Agent(workdir, "--metastore", metastore.address,
                           "--object-store", f"file://{tmp_path / 'objects'}",
                           "--discovery", "load-balancer", "--compaction-interval", "0s")
             agent.extra_args += ["--advertise", agent.bootstrap]
@@ -83,5 +78,3 @@ def test_waiting_consumers_share_one_metastore_poll(tmp_path):
     finally:
         for a in agents:
             a.stop()
-        meta.terminate()
-        meta.wait(timeout=10)

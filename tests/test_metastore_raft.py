@@ -12,39 +12,10 @@ import pytest
 from confluent_kafka import Producer
 
 from check import check_partitions
-from conftest import FLOE, Agent, free_port
+from conftest import FLOE, Agent, MetaNode, free_port
 from clients import create_topic, kcat_consume
 
 PARTITIONS = 4
-
-
-class MetaNode:
-    """One `floe metastore` process with its own redb file."""
-
-    def __init__(self, workdir, node_id, port, *args):
-        self.id, self.port = node_id, port
-        self.address = f"127.0.0.1:{port}"
-        self.workdir = workdir
-        self.args = [FLOE, "metastore", "--id", str(node_id), "--listen", self.address,
-                     "--path", str(workdir / f"node{node_id}" / "meta.redb"),
-                     "--snapshot-every", "300", *args]
-        self.log_path = workdir / f"node{node_id}.log"
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(self.args, stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT)
-        return self
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # in case a test froze it
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
 
 
 def floe_metastore(*args, check=True):

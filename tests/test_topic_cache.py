@@ -3,21 +3,16 @@ metastore read). A topic deleted and recreated through another agent must
 still get every record into the new topic: the stale agent's first commit is
 refused for the old topic id, the producer retries, and the agent looks again."""
 
-import subprocess
 
 from confluent_kafka import Producer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from check import check_partitions
-from conftest import FLOE, Agent, free_port
+from conftest import Agent
 from clients import create_topic, kcat, kcat_consume
 
 
-def test_a_topic_recreated_elsewhere_is_noticed(tmp_path):
-    meta_port = free_port()
-    meta = subprocess.Popen([FLOE, "metastore", "--listen", f"127.0.0.1:{meta_port}",
-                             "--path", str(tmp_path / "meta.redb")],
-                            stdout=open(tmp_path / "metastore.log", "w"), stderr=subprocess.STDOUT)
+def test_a_topic_recreated_elsewhere_is_noticed(tmp_path, metastore):
     agents = []
     try:
         for n in range(2):
@@ -25,7 +20,7 @@ def test_a_topic_recreated_elsewhere_is_noticed(tmp_path):
             workdir.mkdir()
             # Each agent tells clients only of itself, so the admin requests
             # stay on one agent and the produce requests on the other.
-            agent = Agent(workdir, "--metastore", f"127.0.0.1:{meta_port}",
+            agent = Agent(workdir, "--metastore", metastore.address,
                           "--object-store", f"file://{tmp_path / 'objects'}",
                           "--flush-interval", "20ms", "--discovery", "load-balancer",
                           env={"FLOE_LOG": "info,floe_agent::handlers::produce=debug"})
@@ -61,5 +56,3 @@ def test_a_topic_recreated_elsewhere_is_noticed(tmp_path):
     finally:
         for a in agents:
             a.stop()
-        meta.terminate()
-        meta.wait(timeout=10)

@@ -14,16 +14,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use floe_metastore::{ExtentRef, Metastore, ReplaceExtents, TopicInfo};
-use floe_protocol::batch::{RecordBatch, patch_base_offsets};
+use floe_metastore::{ExtentRef, Metastore, TopicInfo};
+use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
 };
-use floe_storage::ingest::IngestWriter;
-use floe_storage::{ObjectPath, ObjectStore, keys};
-use object_store::ObjectStoreExt;
+use floe_storage::{ObjectStore, keys};
 
-use crate::{CompactError, Compacted, CompactionPolicy, Worker, pieces};
+use crate::{CompactError, Compacted, CompactionPolicy, Worker, read_run, swap_in};
 
 /// Kafka's default `delete.retention.ms`: one day.
 pub const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
@@ -120,62 +118,12 @@ async fn rewrite(
     run: Vec<ExtentRef>,
     now_ms: i64,
 ) -> Result<Option<Compacted>, CompactError> {
-    let mut batches = Vec::new();
-    for extent in &run {
-        let path = ObjectPath::from(extent.object_key.as_str());
-        let mut data = BytesMut::from(
-            &store
-                .get_range(&path, extent.position..extent.position + extent.length)
-                .await?[..],
-        );
-        if patch_base_offsets(&mut data, extent.base_offset) != data.len() {
-            return Err(corrupt(extent, "extent does not end on a batch boundary"));
-        }
-        batches
-            .extend(RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| corrupt(extent, e))?);
-    }
-    let base_offset = run[0].base_offset;
+    let batches = read_run(store, &run).await?;
     let last_offset = run[run.len() - 1].last_offset;
     let kept = keep_latest(&batches, delete_retention_ms(topic), now_ms, last_offset)
         .map_err(|e| corrupt(&run[0], e))?;
-    let raw: Vec<Bytes> = kept.iter().map(|b| b.bytes().clone()).collect();
-
-    let key = keys::new_keyed_segment_key(topic.id, partition, base_offset);
-    let mut writer = IngestWriter::new();
-    let chunk = writer.add_chunk(topic.id, partition, &raw);
-    let file = writer.finish();
-    store.put(&key, file.clone().into()).await?;
-    let swap = ReplaceExtents {
-        topic_id: topic.id,
-        partition,
-        replaced: run.clone(),
-        object_key: key.to_string(),
-        object_size: file.len() as u64,
-        pieces: pieces(
-            &kept,
-            chunk.position,
-            policy.extent_bytes,
-            run.iter().map(|e| e.appended_ms).max().unwrap_or(0),
-        ),
-    };
-    match meta.replace_extents(swap).await {
-        Ok(()) => Ok(Some(Compacted {
-            segment_key: key.to_string(),
-            extents: run.len(),
-            bytes: chunk.length as u64,
-            base_offset,
-            last_offset,
-        })),
-        Err(floe_metastore::MetaError::ExtentsChanged)
-        | Err(floe_metastore::MetaError::UnknownTopicOrPartition) => {
-            // New data, a trim or another compactor: try again next pass.
-            if let Err(e) = store.delete(&key).await {
-                tracing::warn!(segment = %key, error = %e, "could not delete unused segment");
-            }
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
+    let key = keys::new_keyed_segment_key(topic.id, partition, run[0].base_offset);
+    swap_in(store, meta, (topic.id, partition), policy, run, &kept, key).await
 }
 
 fn compression(batch: &RecordBatch) -> Compression {

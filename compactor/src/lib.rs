@@ -171,9 +171,28 @@ async fn compact_run(
     policy: &CompactionPolicy,
     run: Vec<ExtentRef>,
 ) -> Result<Option<Compacted>, CompactError> {
-    // Read the extents, set their real offsets and check every batch.
+    let batches = read_run(store, &run).await?;
+    let key = keys::new_segment_key(topic_id, partition, run[0].base_offset);
+    swap_in(
+        store,
+        meta,
+        (topic_id, partition),
+        policy,
+        run,
+        &batches,
+        key,
+    )
+    .await
+}
+
+/// The batches of `run`, read from the store with their real offsets set and
+/// each checked.
+pub(crate) async fn read_run(
+    store: &Arc<dyn ObjectStore>,
+    run: &[ExtentRef],
+) -> Result<Vec<RecordBatch>, CompactError> {
     let mut data = BytesMut::with_capacity(run.iter().map(|e| e.length as usize).sum());
-    for extent in &run {
+    for extent in run {
         let start = data.len();
         let path = ObjectPath::from(extent.object_key.as_str());
         let bytes = store
@@ -189,39 +208,52 @@ async fn compact_run(
             });
         }
     }
-    let data = data.freeze();
-    let batches = RecordBatch::parse_all_stored(&data).map_err(|e| CompactError::Corrupt {
+    RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
         key: run[0].object_key.clone(),
         offset: run[0].base_offset,
         reason: e.to_string(),
-    })?;
-    let raw: Vec<_> = batches.iter().map(|b| b.bytes().clone()).collect();
+    })
+}
 
-    let base_offset = run[0].base_offset;
-    let last_offset = run[run.len() - 1].last_offset;
-    let key = keys::new_segment_key(topic_id, partition, base_offset);
+/// Uploads `batches` (tiling `run`'s offsets) as the segment `key` and swaps
+/// it in for `run` with a compare-and-set. `Ok(None)` when the swap lost:
+/// the partition changed meanwhile (new compaction, trim, deleted topic),
+/// and the segment is deleted again.
+pub(crate) async fn swap_in(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    (topic_id, partition): (TopicId, i32),
+    policy: &CompactionPolicy,
+    run: Vec<ExtentRef>,
+    batches: &[RecordBatch],
+    key: ObjectPath,
+) -> Result<Option<Compacted>, CompactError> {
+    let raw: Vec<_> = batches.iter().map(|b| b.bytes().clone()).collect();
     let mut writer = IngestWriter::new();
     let chunk = writer.add_chunk(topic_id, partition, &raw);
     let file = writer.finish();
     store.put(&key, file.clone().into()).await?;
 
+    let base_offset = run[0].base_offset;
+    let last_offset = run[run.len() - 1].last_offset;
     let swap = ReplaceExtents {
         topic_id,
         partition,
-        replaced: run.clone(),
         object_key: key.to_string(),
         object_size: file.len() as u64,
         pieces: pieces(
-            &batches,
+            batches,
             chunk.position,
             policy.extent_bytes,
             run.iter().map(|e| e.appended_ms).max().unwrap_or(0),
         ),
+        replaced: run,
     };
+    let extents = swap.replaced.len();
     match meta.replace_extents(swap).await {
         Ok(()) => Ok(Some(Compacted {
             segment_key: key.to_string(),
-            extents: run.len(),
+            extents,
             bytes: chunk.length as u64,
             base_offset,
             last_offset,

@@ -310,10 +310,16 @@ mod tests {
         assert_eq!(empty.record_count(), 0);
         // Clients may not produce such a batch; floe may store one.
         assert!(RecordBatch::parse_all(empty.bytes()).is_err());
-        assert_eq!(RecordBatch::parse_all_stored(empty.bytes()).unwrap(), vec![empty.clone()]);
+        assert_eq!(
+            RecordBatch::parse_all_stored(empty.bytes()).unwrap(),
+            vec![empty.clone()]
+        );
         let moved = empty.with_offsets(20, 9);
         assert_eq!((moved.base_offset(), moved.last_offset_delta()), (20, 9));
-        assert!(RecordBatch::parse_all_stored(moved.bytes()).is_ok(), "CRC recomputed");
+        assert!(
+            RecordBatch::parse_all_stored(moved.bytes()).is_ok(),
+            "CRC recomputed"
+        );
         let mut broken = BytesMut::from(&moved.bytes()[..]);
         broken[25] ^= 1;
         assert!(RecordBatch::parse_all_stored(&broken.freeze()).is_err());
