@@ -369,6 +369,40 @@ async fn a_deposed_leader_never_answers_reads_from_stale_state() {
 }
 
 #[tokio::test]
+async fn a_client_sent_round_in_circles_gives_up() {
+    use futures::{SinkExt, StreamExt};
+    // A node that always says "not me, ask me".
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let hint = address.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let hint = hint.clone();
+            tokio::spawn(async move {
+                let mut framed = tokio_util::codec::Framed::new(stream, crate::rpc::codec());
+                while let Some(Ok(_)) = framed.next().await {
+                    let reply: Result<(), MetaError> =
+                        Err(MetaError::NotLeader(Some(hint.clone())));
+                    let bytes = postcard::to_stdvec(&reply).unwrap();
+                    if framed.send(bytes::Bytes::from(bytes)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let m = RemoteMetastore::new(&address).with_retry_for(std::time::Duration::from_millis(300));
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), m.topics())
+        .await
+        .expect("the client must stop following hints that lead nowhere");
+    assert!(
+        matches!(answer, Err(MetaError::Unavailable(_))),
+        "{answer:?}"
+    );
+}
+
+#[tokio::test]
 async fn remote_reports_an_unreachable_metastore() {
     // Nothing listens on port 9 of loopback here.
     let m =

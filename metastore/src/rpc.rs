@@ -376,6 +376,7 @@ impl RemoteMetastore {
         let repeatable = request.repeatable();
         let deadline = tokio::time::Instant::now() + self.retry_for;
         let mut backoff = Duration::from_millis(20);
+        let mut redirects = 0;
         loop {
             let address = self.leader();
             let why = match self.once(&address, &frame).await {
@@ -383,7 +384,10 @@ impl RemoteMetastore {
                 Ok(Err(MetaError::NotLeader(hint))) => {
                     let known = hint.is_some();
                     self.move_on(&address, hint);
-                    if known {
+                    redirects += 1;
+                    // Follow a hint at once, but not round in circles: during
+                    // an election two nodes may point at each other.
+                    if known && redirects <= self.addresses.len() + 1 {
                         continue;
                     }
                     format!("{address} knows no leader yet")
