@@ -57,3 +57,37 @@ def test_all_codecs_round_trip(agent):
         assert {low for low, _ in marks} == {0}
         assert sum(high for _, high in marks) == RECORDS
     c.close()
+
+
+def test_list_offsets_by_spec(agent):
+    """AdminClient.list_offsets: earliest, latest, by timestamp and max
+    timestamp (KIP-734), the last found inside a compressed batch."""
+    import time
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    admin.create_topics([NewTopic("when", 1, 1)])["when"].result(timeout=30)
+    now = int(time.time() * 1000)
+    # Offsets 0..5; the largest timestamp is at offset 3, inside the second
+    # (zstd) batch, and offset 5 has an equal one: the first wins.
+    stamps = [now - 5000, now - 4000, now - 3000, now - 500, now - 2000, now - 500]
+    for batch, codec in (((0, 3), "none"), ((3, 6), "zstd")):
+        p = Producer({"bootstrap.servers": agent.bootstrap, "compression.codec": codec, "linger.ms": 50})
+        for i in range(*batch):
+            p.produce("when", value=f"w-{i}", partition=0, timestamp=stamps[i])
+        assert p.flush(30) == 0
+
+    tp = TopicPartition("when", 0)
+
+    def ask(spec):
+        result = admin.list_offsets({tp: spec})[tp].result(timeout=30)
+        return result.offset, result.timestamp
+
+    assert ask(OffsetSpec.earliest())[0] == 0
+    assert ask(OffsetSpec.latest())[0] == 6
+    assert ask(OffsetSpec.for_timestamp(now - 3500)) == (2, now - 3000)
+    assert ask(OffsetSpec.max_timestamp()) == (3, now - 500)
+    # An empty partition has no record with a largest timestamp.
+    admin.create_topics([NewTopic("when-empty", 1, 1)])["when-empty"].result(timeout=30)
+    empty = TopicPartition("when-empty", 0)
+    assert admin.list_offsets({empty: OffsetSpec.max_timestamp()})[empty].result(timeout=30).offset == -1

@@ -761,6 +761,18 @@ impl State {
                 .find(|e| e.max_timestamp >= ts)
                 .map(|e| OffsetAnswer::InExtent(self.extent_ref(e)))
                 .unwrap_or(OffsetAnswer::NotFound),
+            // The first extent holding the largest timestamp (a later equal
+            // one does not replace it, as Kafka keeps the first such record).
+            OffsetQuery::MaxTimestamp => p
+                .extents
+                .values()
+                .filter(|e| e.max_timestamp >= 0)
+                .fold(None::<&Extent>, |best, e| match best {
+                    Some(b) if b.max_timestamp >= e.max_timestamp => Some(b),
+                    _ => Some(e),
+                })
+                .map(|e| OffsetAnswer::InExtent(self.extent_ref(e)))
+                .unwrap_or(OffsetAnswer::NotFound),
         })
     }
 
@@ -1197,6 +1209,17 @@ mod tests {
         assert_eq!(
             s.list_offsets(t, 0, OffsetQuery::Latest).unwrap(),
             OffsetAnswer::Offset(4)
+        );
+        // The largest timestamp: the first extent holding it, even if a later
+        // one ties.
+        let max = |s: &State| s.list_offsets(t, 0, OffsetQuery::MaxTimestamp).unwrap();
+        assert!(matches!(max(&s), OffsetAnswer::InExtent(e) if e.base_offset == 2));
+        commit(&mut s, "o3", vec![batch(t, 0, 500, 2)]); // max ts 1500 again
+        assert!(matches!(max(&s), OffsetAnswer::InExtent(e) if e.base_offset == 2));
+        let empty = create(&mut s, "empty", 1);
+        assert_eq!(
+            s.list_offsets(empty, 0, OffsetQuery::MaxTimestamp).unwrap(),
+            OffsetAnswer::NotFound
         );
     }
 

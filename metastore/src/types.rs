@@ -83,6 +83,8 @@ pub enum OffsetQuery {
     Latest,
     /// The first record whose timestamp is at least this.
     Timestamp(i64),
+    /// The (first) record with the largest timestamp (KIP-734).
+    MaxTimestamp,
 }
 
 /// The answer to an [`OffsetQuery`].

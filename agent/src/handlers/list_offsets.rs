@@ -1,4 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1) and by timestamp.
+//! ListOffsets: earliest (-2), latest (-1), max timestamp (-3, KIP-734) and by
+//! timestamp.
 //!
 //! For a timestamp the metastore names the first extent whose max timestamp
 //! reaches it; the exact record is found by decoding that extent's batches.
@@ -17,6 +18,7 @@ use crate::read::read_extents;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
 pub async fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
@@ -62,8 +64,9 @@ async fn lookup(
     let query = match timestamp {
         LATEST => OffsetQuery::Latest,
         EARLIEST | EARLIEST_LOCAL => OffsetQuery::Earliest,
+        MAX_TIMESTAMP => OffsetQuery::MaxTimestamp,
         t if t >= 0 => OffsetQuery::Timestamp(t),
-        // -3 (max timestamp) and -5 (latest tiered) are not served yet.
+        // -5 (latest tiered) means nothing here: floe has no tiers.
         _ => return Err(ResponseError::UnsupportedVersion),
     };
     let answer = broker
@@ -74,6 +77,11 @@ async fn lookup(
     match answer {
         OffsetAnswer::Offset(offset) => Ok((-1, offset)),
         OffsetAnswer::NotFound => Ok((-1, -1)),
+        // The first record reaching the extent's largest timestamp is the
+        // first one with it.
+        OffsetAnswer::InExtent(extent) if timestamp == MAX_TIMESTAMP => {
+            first_record_at(broker, &extent, extent.max_timestamp).await
+        }
         OffsetAnswer::InExtent(extent) => first_record_at(broker, &extent, timestamp).await,
     }
 }
