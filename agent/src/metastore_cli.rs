@@ -1,0 +1,180 @@
+//! `floe metastore`: runs one metastore node (alone, bootstrapping a group
+//! with `--peers`, or waiting to be added with `--join`), and the membership
+//! commands `add-node`, `remove-node` and `status`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use floe_metastore::raft::node::Bootstrap;
+use floe_metastore::{NodeOptions, RaftMetastore, RemoteMetastore};
+
+use crate::shutdown_signal;
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MetastoreArgs {
+    #[command(subcommand)]
+    admin: Option<MetastoreAdmin>,
+    #[command(flatten)]
+    node: MetastoreNodeArgs,
+}
+
+/// Runs one metastore node. Alone (no `--peers`) it is a group of one;
+/// `--peers` bootstraps a replicated group; `--join` waits for `add-node`.
+#[derive(Args)]
+struct MetastoreNodeArgs {
+    /// Address agents and the other nodes connect to.
+    #[arg(long, env = "FLOE_METASTORE_LISTEN", default_value = "127.0.0.1:9093")]
+    listen: SocketAddr,
+    /// The node's Raft log, vote and snapshot (redb).
+    #[arg(
+        long,
+        env = "FLOE_METASTORE_PATH",
+        default_value = "./floe-meta/metastore.redb"
+    )]
+    path: PathBuf,
+    /// This node's id in its group.
+    #[arg(long, env = "FLOE_METASTORE_ID", default_value_t = 1)]
+    id: u64,
+    /// Every voter of a new group, this node included: `1=host:port,2=host:port,3=host:port`.
+    /// Used only when the node's log is empty; start every node with the same list.
+    #[arg(long, env = "FLOE_METASTORE_PEERS", value_delimiter = ',', value_parser = parse_peer, conflicts_with = "join")]
+    peers: Vec<(u64, String)>,
+    /// Start empty and wait to be added with `floe metastore add-node`.
+    #[arg(long)]
+    join: bool,
+    /// Address the other nodes and agents reach this node at (default: --listen,
+    /// or this node's entry in --peers).
+    #[arg(long, env = "FLOE_METASTORE_ADVERTISE")]
+    advertise: Option<String>,
+    /// Log entries between snapshots (the log before a snapshot is purged).
+    #[arg(long, default_value_t = floe_metastore::local::DEFAULT_SNAPSHOT_EVERY)]
+    snapshot_every: u64,
+}
+
+#[derive(Subcommand)]
+enum MetastoreAdmin {
+    /// Adds a started `--join` node to the group, as a voter once it has caught up.
+    AddNode {
+        /// Any nodes of the group (host:port, comma-separated); the leader is found.
+        #[arg(long)]
+        cluster: String,
+        #[arg(long)]
+        id: u64,
+        /// Where the new node listens.
+        #[arg(long)]
+        address: String,
+    },
+    /// Removes a node from the group.
+    RemoveNode {
+        #[arg(long)]
+        cluster: String,
+        #[arg(long)]
+        id: u64,
+    },
+    /// Prints what each node knows of the group.
+    Status {
+        #[arg(long)]
+        cluster: String,
+    },
+}
+
+fn parse_peer(s: &str) -> Result<(u64, String), String> {
+    let (id, address) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not ID=HOST:PORT"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|e| format!("node id `{id}` in `{s}`: {e}"))?;
+    Ok((id, address.trim().to_string()))
+}
+
+pub fn run_metastore(args: MetastoreArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match args.admin {
+        Some(admin) => runtime.block_on(metastore_admin(admin)),
+        None => runtime.block_on(run_metastore_node(args.node)),
+    }
+}
+
+async fn run_metastore_node(args: MetastoreNodeArgs) -> anyhow::Result<()> {
+    let peers: std::collections::BTreeMap<u64, String> = args.peers.iter().cloned().collect();
+    if !peers.is_empty() && !peers.contains_key(&args.id) {
+        anyhow::bail!("--peers must list this node's own id {}", args.id);
+    }
+    let address = args
+        .advertise
+        .clone()
+        .or_else(|| peers.get(&args.id).cloned())
+        .unwrap_or_else(|| args.listen.to_string());
+    let mut options = NodeOptions::new(args.id, address.clone());
+    options.path = Some(args.path.clone());
+    options.snapshot_every = args.snapshot_every;
+    options.bootstrap = if args.join {
+        Bootstrap::Join
+    } else if peers.is_empty() {
+        Bootstrap::Single
+    } else {
+        Bootstrap::Cluster(peers)
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let node = Arc::new(
+        RaftMetastore::start(options)
+            .await
+            .map_err(|e| anyhow::anyhow!("opening metastore {}: {e}", args.path.display()))?,
+    );
+    tracing::info!(id = args.id, listen = %args.listen, %address, path = %args.path.display(), "floe metastore ready");
+    tokio::select! {
+        served = floe_metastore::rpc::serve(listener, node.clone()) => served?,
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    node.shutdown().await;
+    anyhow::Ok(())
+}
+
+async fn metastore_admin(admin: MetastoreAdmin) -> anyhow::Result<()> {
+    match admin {
+        MetastoreAdmin::AddNode {
+            cluster,
+            id,
+            address,
+        } => {
+            RemoteMetastore::new(&cluster)
+                .add_node(id, address.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!("adding node {id} at {address}: {e}"))?;
+            println!("node {id} at {address} is a voter");
+        }
+        MetastoreAdmin::RemoveNode { cluster, id } => {
+            RemoteMetastore::new(&cluster)
+                .remove_node(id)
+                .await
+                .map_err(|e| anyhow::anyhow!("removing node {id}: {e}"))?;
+            println!("node {id} removed");
+        }
+        MetastoreAdmin::Status { cluster } => {
+            let client = RemoteMetastore::new(&cluster);
+            let mut reached = 0;
+            for address in client.addresses() {
+                match client.status_of(address).await {
+                    Ok(status) => {
+                        reached += 1;
+                        println!("{address} {status}");
+                    }
+                    Err(e) => println!("{address} unreachable: {e}"),
+                }
+            }
+            if reached == 0 {
+                anyhow::bail!("no metastore node in `{cluster}` answered");
+            }
+        }
+    }
+    Ok(())
+}
