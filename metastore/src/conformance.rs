@@ -207,6 +207,18 @@ async fn remote_conforms() {
     suite(&RemoteMetastore::new(address)).await;
 }
 
+/// Waits (up to 10 s) until `condition` holds.
+async fn eventually(condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "condition not met within 10s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Three served nodes bootstrapped together, each with its own storage.
 async fn three_nodes(
     dir: &std::path::Path,
@@ -294,16 +306,15 @@ async fn membership_changes_add_and_remove_a_node() {
     let fourth = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
     tokio::spawn(crate::rpc::serve(listener, fourth.clone()));
     client.add_node(4, address.clone()).await.unwrap();
-    let status = client.status_of(&address).await.unwrap();
-    assert_eq!(status.voters.len(), 4, "{status:?}");
-    assert!(status.voters.contains_key(&4), "{status:?}");
+    // Committed on the leader; each member learns of it with its next append.
+    let voters_seen_by =
+        |node: &RaftMetastore| node.status().voters.keys().copied().collect::<Vec<_>>();
+    eventually(|| voters_seen_by(&fourth) == vec![1, 2, 3, 4]).await;
+    assert!(fourth.status().learners.is_empty());
 
     client.remove_node(1).await.unwrap();
+    eventually(|| voters_seen_by(&nodes[1]) == vec![2, 3, 4]).await;
     let status = nodes[1].status();
-    assert_eq!(
-        status.voters.keys().copied().collect::<Vec<_>>(),
-        vec![2, 3, 4]
-    );
     // The new member has every commit.
     let r = commit(&client, "after-change", vec![batch(&t, 0, 0, 1)]).await;
     assert_eq!(r, vec![Ok(80)]);
