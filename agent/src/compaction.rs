@@ -5,6 +5,7 @@
 //! the orphan sweep and GC, which are cheap metastore work plus deletes), and
 //! each partition's compaction job goes to whichever agent leases it first.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,9 @@ use crate::config::Config;
 
 /// The lease on retention, the orphan sweep and GC.
 const MAINTENANCE: &str = "maintenance";
+/// The shortest maintenance lease, so that a slow pass does not hand the job
+/// to another agent while the holder is still at it.
+const MIN_MAINTENANCE_LEASE: Duration = Duration::from_secs(30);
 /// How long a partition's compaction job stays leased if its agent dies
 /// mid-job (a finished job releases it at once).
 const COMPACTION_LEASE: Duration = Duration::from_secs(600);
@@ -26,6 +30,26 @@ pub struct Background {
     policy: CompactionPolicy,
     gc: Gc,
     orphan_age: Duration,
+    /// Names this agent in the leases it holds.
+    holder: String,
+}
+
+/// This agent's name in leases: kept in `data_dir` so a restarted agent
+/// takes up the leases it held at once instead of waiting for them to expire.
+/// Without a writable data dir, a fresh name each start.
+fn lease_holder(data_dir: &Path) -> String {
+    let file = data_dir.join("agent-id");
+    if let Ok(id) = std::fs::read_to_string(&file)
+        && !id.trim().is_empty()
+    {
+        return id.trim().to_string();
+    }
+    let id = format!("agent-{}", uuid::Uuid::new_v4());
+    let written = std::fs::create_dir_all(data_dir).and_then(|()| std::fs::write(&file, &id));
+    if let Err(e) = written {
+        tracing::warn!(file = %file.display(), error = %e, "could not keep this agent's lease name");
+    }
+    id
 }
 
 impl Background {
@@ -40,17 +64,30 @@ impl Background {
             },
             gc: Gc::new(config.gc_grace),
             orphan_age: config.orphan_age,
+            holder: lease_holder(&config.data_dir),
         })
     }
 
     pub async fn run(mut self, store: Arc<dyn ObjectStore>, meta: Arc<dyn Metastore>) {
-        let holder = format!("agent-{}", uuid::Uuid::new_v4());
+        let holder = self.holder.clone();
         let worker = Worker {
             holder: holder.clone(),
             lease: COMPACTION_LEASE,
         };
-        // Held across passes by renewing it; lost if this agent misses a few.
-        let maintenance_ttl_ms = (self.interval * 3).as_millis().min(i64::MAX as u128) as i64;
+        // Held across passes by renewing it; another agent takes over only
+        // after the holder has missed a few passes (or at least half a minute).
+        let maintenance_ttl_ms = (self.interval * 3)
+            .max(MIN_MAINTENANCE_LEASE)
+            .as_millis()
+            .min(i64::MAX as u128) as i64;
+        let lease_maintenance = |now_ms: i64| {
+            meta.acquire_lease(
+                MAINTENANCE.into(),
+                holder.clone(),
+                now_ms,
+                maintenance_ttl_ms,
+            )
+        };
         let mut tick = tokio::time::interval(self.interval);
         // Listing the bucket costs requests: sweep for orphans a few times per orphan age.
         let mut next_sweep = tokio::time::Instant::now();
@@ -58,15 +95,7 @@ impl Background {
         loop {
             tick.tick().await;
             let now_ms = crate::discovery::now_ms();
-            let maintaining = match meta
-                .acquire_lease(
-                    MAINTENANCE.into(),
-                    holder.clone(),
-                    now_ms,
-                    maintenance_ttl_ms,
-                )
-                .await
-            {
+            let maintaining = match lease_maintenance(now_ms).await {
                 Ok(granted) => granted,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not lease the maintenance job");
@@ -88,6 +117,12 @@ impl Background {
                 }
                 Err(e) => tracing::warn!(error = %e, "compaction pass failed"),
             }
+            // Compaction may have taken long: renew (or learn we lost) the
+            // lease before the sweep and GC.
+            let maintaining = maintaining
+                && lease_maintenance(crate::discovery::now_ms())
+                    .await
+                    .unwrap_or(false);
             if !maintaining {
                 continue;
             }
