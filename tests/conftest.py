@@ -134,6 +134,30 @@ def metastore(tmp_path):
     node.stop()
 
 
+@pytest.fixture
+def peer_agents(tmp_path, metastore):
+    """Agents sharing `metastore` and one object-store folder, each telling
+    clients only of itself: `peer_agents(2, "--flush-interval", "20ms")`."""
+    started = []
+
+    def make(count, *extra, env=None):
+        agents = []
+        for _ in range(count):
+            workdir = tmp_path / f"agent{len(started)}"
+            workdir.mkdir()
+            agent = Agent(workdir, "--metastore", metastore.address,
+                          "--object-store", f"file://{tmp_path / 'objects'}",
+                          "--discovery", "load-balancer", *extra, env=env)
+            agent.extra_args += ["--advertise", agent.bootstrap]
+            started.append(agent)
+            agents.append(agent.start())
+        return agents
+
+    yield make
+    for a in started:
+        a.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory):
     """A local S3-compatible server (localstack/start.sh) with bucket `floe-test`."""

@@ -49,54 +49,41 @@ def test_compaction_and_gc_keep_every_record(make_agent):
     assert (0, last + 1, "after-1") in rows
 
 
-def test_agents_share_compaction_through_leases(tmp_path, metastore):
+def test_agents_share_compaction_through_leases(tmp_path, peer_agents):
     """Three agents on one bucket and metastore, all compacting every 300ms:
     each partition's run is compacted by one of them (no agent uploads a
     segment that loses the compare-and-set), one agent at a time collects
     garbage, and every record is still read back once."""
-    from conftest import Agent
+    agents = peer_agents(3, "--compaction-min-extents", "2", "--gc-grace", "0s",
+                         "--compaction-interval", "0s")
+    create_topic(agents[0].bootstrap, "shared", 6)
+    values = []
+    for flush in range(8):  # one ingest file per kcat run, spread over the agents
+        batch = [f"s-{flush * 60 + i}" for i in range(60)]
+        kcat("-P", "-b", agents[flush % 3].bootstrap, "-t", "shared", "-K", ":",
+             input="".join(f"k{i}:{v}\n" for i, v in enumerate(batch)))
+        values.extend(batch)
+    before = sorted(kcat_consume(agents[0].bootstrap, "shared"))
+    check_partitions(before, values)
 
-    common = ["--metastore", metastore.address, "--object-store", f"file://{tmp_path / 'objects'}",
-              "--discovery", "load-balancer", "--compaction-min-extents", "2", "--gc-grace", "0s"]
-    agents = []
-    try:
-        for n in range(3):
-            workdir = tmp_path / f"agent{n}"
-            workdir.mkdir()
-            agent = Agent(workdir, *common, "--compaction-interval", "0s")
-            agent.extra_args += ["--advertise", agent.bootstrap]
-            agents.append(agent.start())
-        create_topic(agents[0].bootstrap, "shared", 6)
-        values = []
-        for flush in range(8):  # one ingest file per kcat run, spread over the agents
-            batch = [f"s-{flush * 60 + i}" for i in range(60)]
-            kcat("-P", "-b", agents[flush % 3].bootstrap, "-t", "shared", "-K", ":",
-                 input="".join(f"k{i}:{v}\n" for i, v in enumerate(batch)))
-            values.extend(batch)
-        before = sorted(kcat_consume(agents[0].bootstrap, "shared"))
-        check_partitions(before, values)
+    # All three compact every 300ms; slow object-store requests (100ms
+    # each) make their passes overlap.
+    for a in agents:
+        a.extra_args += ["--compaction-interval", "300ms", "--inject-faults", "latency=100ms"]
+        a.restart()
+    ingest = tmp_path / "objects" / "ingest"
+    deadline = time.time() + 60
+    while time.time() < deadline and any(p.is_file() for p in ingest.rglob("*")):
+        time.sleep(0.3)
+    assert not any(p.is_file() for p in ingest.rglob("*")), "ingest files left behind"
 
-        # All three compact every 300ms; slow object-store requests (100ms
-        # each) make their passes overlap.
-        for a in agents:
-            a.extra_args += ["--compaction-interval", "300ms", "--inject-faults", "latency=100ms"]
-            a.restart()
-        ingest = tmp_path / "objects" / "ingest"
-        deadline = time.time() + 60
-        while time.time() < deadline and any(p.is_file() for p in ingest.rglob("*")):
-            time.sleep(0.3)
-        assert not any(p.is_file() for p in ingest.rglob("*")), "ingest files left behind"
-
-        logs = [a.log() for a in agents]
-        compactions = sum(log.count(" compacted ") + log.count("compacted\x1b") for log in logs)
-        assert compactions >= 6, compactions  # every partition, by someone
-        lost = sum(log.count("compaction lost its compare-and-set") for log in logs)
-        assert lost == 0, f"{lost} segments were uploaded in vain"
-        segments = [p for p in (tmp_path / "objects" / "segment").rglob("*") if p.is_file()]
-        assert len(segments) == 6, len(segments)
-        collectors = [n for n, log in enumerate(logs) if "gc deleted unreferenced objects" in log]
-        assert len(collectors) == 1, collectors
-        assert sorted(kcat_consume(agents[1].bootstrap, "shared")) == before
-    finally:
-        for a in agents:
-            a.stop()
+    logs = [a.log() for a in agents]
+    compactions = sum(log.count(" compacted ") + log.count("compacted\x1b") for log in logs)
+    assert compactions >= 6, compactions  # every partition, by someone
+    lost = sum(log.count("compaction lost its compare-and-set") for log in logs)
+    assert lost == 0, f"{lost} segments were uploaded in vain"
+    segments = [p for p in (tmp_path / "objects" / "segment").rglob("*") if p.is_file()]
+    assert len(segments) == 6, len(segments)
+    collectors = [n for n, log in enumerate(logs) if "gc deleted unreferenced objects" in log]
+    assert len(collectors) == 1, collectors
+    assert sorted(kcat_consume(agents[1].bootstrap, "shared")) == before
