@@ -11,7 +11,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use floe_metastore::{AgentInfo, Metastore};
 use serde::Deserialize;
@@ -27,12 +27,7 @@ pub enum Discovery {
     LoadBalancer,
 }
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use floe_metastore::now_ms;
 
 /// The zone a client names with `floe_az=<zone>` anywhere in its client id.
 pub fn client_zone(client_id: &str) -> Option<&str> {

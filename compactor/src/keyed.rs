@@ -21,7 +21,9 @@ use floe_protocol::kafka_protocol::records::{
 };
 use floe_storage::{ObjectStore, keys};
 
-use crate::{CompactError, Compacted, CompactionPolicy, Worker, read_run, swap_in};
+use crate::{
+    CompactError, Compacted, CompactionPolicy, Worker, leased, read_run, swap_in, whole_partition,
+};
 
 /// Kafka's default `delete.retention.ms`: one day.
 pub const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
@@ -76,11 +78,7 @@ pub async fn compact_keys(
     worker: Option<&Worker>,
     now_ms: i64,
 ) -> Result<Option<Compacted>, CompactError> {
-    let offsets = meta.offsets(topic.id, partition).await?;
-    let all = meta
-        .read_plan(topic.id, partition, offsets.log_start_offset, u64::MAX)
-        .await?
-        .extents;
+    let all = whole_partition(meta, topic.id, partition).await?.extents;
     let dirty = all
         .iter()
         .filter(|e| !keys::is_keyed_segment(&e.object_key))
@@ -95,18 +93,13 @@ pub async fn compact_keys(
         return Ok(None);
     }
     let job = format!("compact/{}/{partition}", topic.id);
-    if let Some(worker) = worker
-        && !worker.lease(meta, &job).await?
-    {
-        return Ok(None);
-    }
-    let result = rewrite(store, meta, topic, partition, policy, all, now_ms).await;
-    if let Some(worker) = worker
-        && let Err(e) = meta.release_lease(job, worker.holder.clone()).await
-    {
-        tracing::debug!(error = %e, "releasing a compaction lease failed; it expires");
-    }
-    result
+    leased(
+        worker,
+        meta,
+        job,
+        rewrite(store, meta, topic, partition, policy, all, now_ms),
+    )
+    .await
 }
 
 async fn rewrite(
@@ -239,42 +232,14 @@ fn stretch(batch: &mut RecordBatch, last_offset: i64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use floe_protocol::kafka_protocol::indexmap::IndexMap;
-    use floe_protocol::kafka_protocol::records::TimestampType;
 
-    /// One batch of (key, value) records from `base`, compressed with `codec`.
     fn batch(
         base: i64,
         records: &[(Option<&str>, Option<&str>)],
         codec: Compression,
     ) -> RecordBatch {
-        let records: Vec<Record> = records
-            .iter()
-            .enumerate()
-            .map(|(i, (k, v))| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: base + i as i64,
-                // As decoded from a batch without a producer: -1 + offset delta.
-                sequence: -1 + i as i32,
-                timestamp: 1_000 + base + i as i64,
-                key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
-                value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
-                headers: IndexMap::new(),
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: codec,
-        };
-        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
-        RecordBatch::parse_all(&buf.freeze()).unwrap().remove(0)
+        let bytes = crate::tests::encode_batch(base, records, codec);
+        RecordBatch::parse_all(&bytes).unwrap().remove(0)
     }
 
     /// (offset, key, value) of one record.

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use floe_metastore::{
-    ExtentPiece, ExtentRef, MetaError, Metastore, ReplaceExtents, TopicId, TopicInfo,
+    ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, ReplaceExtents, TopicId, TopicInfo,
+    now_ms,
 };
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ingest::IngestWriter;
@@ -139,26 +140,51 @@ pub async fn compact_partition(
     policy: &CompactionPolicy,
     worker: Option<&Worker>,
 ) -> Result<Option<Compacted>, CompactError> {
-    let offsets = meta.offsets(topic_id, partition).await?;
-    let plan_all = meta
-        .read_plan(topic_id, partition, offsets.log_start_offset, u64::MAX)
-        .await?;
-    let Some(run) = plan(&plan_all.extents, policy) else {
+    let all = whole_partition(meta, topic_id, partition).await?;
+    let Some(run) = plan(&all.extents, policy) else {
         return Ok(None);
     };
-    let Some(worker) = worker else {
-        return compact_run(store, meta, topic_id, partition, policy, run).await;
-    };
     let job = format!("compact/{topic_id}/{partition}");
+    leased(
+        worker,
+        meta,
+        job,
+        compact_run(store, meta, topic_id, partition, policy, run),
+    )
+    .await
+}
+
+/// Every extent of a partition, from its log start to its high watermark.
+pub(crate) async fn whole_partition(
+    meta: &Arc<dyn Metastore>,
+    topic_id: TopicId,
+    partition: i32,
+) -> Result<ReadPlan, MetaError> {
+    let offsets = meta.offsets(topic_id, partition).await?;
+    meta.read_plan(topic_id, partition, offsets.log_start_offset, u64::MAX)
+        .await
+}
+
+/// Runs `work` holding the lease on `job` when several workers share the
+/// jobs (a lone compactor needs none); `Ok(None)` while another holds it.
+pub(crate) async fn leased(
+    worker: Option<&Worker>,
+    meta: &Arc<dyn Metastore>,
+    job: String,
+    work: impl std::future::Future<Output = Result<Option<Compacted>, CompactError>>,
+) -> Result<Option<Compacted>, CompactError> {
+    let Some(worker) = worker else {
+        return work.await;
+    };
     if !worker.lease(meta, &job).await? {
         tracing::debug!(%job, "another compactor holds this job");
         return Ok(None);
     }
-    let compacted = compact_run(store, meta, topic_id, partition, policy, run).await;
+    let done = work.await;
     if let Err(e) = meta.release_lease(job, worker.holder.clone()).await {
         tracing::debug!(error = %e, "releasing a compaction lease failed; it expires");
     }
-    compacted
+    done
 }
 
 /// Rewrites `run` (contiguous extents of one partition) into one segment and
@@ -286,11 +312,8 @@ impl Worker {
         meta: &Arc<dyn Metastore>,
         job: &str,
     ) -> Result<bool, MetaError> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         let ttl_ms = self.lease.as_millis().min(i64::MAX as u128) as i64;
-        meta.acquire_lease(job.to_string(), self.holder.clone(), now_ms, ttl_ms)
+        meta.acquire_lease(job.to_string(), self.holder.clone(), now_ms(), ttl_ms)
             .await
     }
 }
@@ -305,29 +328,23 @@ pub async fn compact_all(
     worker: Option<&Worker>,
     start: usize,
 ) -> Result<Vec<Compacted>, CompactError> {
-    let mut partitions = meta.partitions().await?;
+    let topics = meta.topics().await?;
+    let mut partitions: Vec<(&TopicInfo, i32)> = topics
+        .iter()
+        .flat_map(|t| (0..t.partitions).map(move |p| (t, p)))
+        .collect();
     if !partitions.is_empty() {
         let at = start % partitions.len();
         partitions.rotate_left(at);
     }
-    // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
-    let compacted: HashMap<TopicId, TopicInfo> = meta
-        .topics()
-        .await?
-        .into_iter()
-        .filter(keyed::is_compacted)
-        .map(|t| (t.id, t))
-        .collect();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = now_ms();
     let mut done = Vec::new();
-    for (topic_id, partition) in partitions {
-        let result = match compacted.get(&topic_id) {
-            Some(topic) => {
-                keyed::compact_keys(store, meta, topic, partition, policy, worker, now_ms).await
-            }
-            None => compact_partition(store, meta, topic_id, partition, policy, worker).await,
+    for (topic, partition) in partitions {
+        // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
+        let result = if keyed::is_compacted(topic) {
+            keyed::compact_keys(store, meta, topic, partition, policy, worker, now_ms).await
+        } else {
+            compact_partition(store, meta, topic.id, partition, policy, worker).await
         };
         match result {
             Ok(Some(c)) => done.push(c),

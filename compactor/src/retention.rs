@@ -72,14 +72,11 @@ pub async fn enforce(meta: &Arc<dyn Metastore>, now_ms: i64) -> Result<usize, Co
             continue;
         }
         for partition in 0..topic.partitions {
-            let offsets = meta.offsets(topic.id, partition).await?;
-            let plan = meta
-                .read_plan(topic.id, partition, offsets.log_start_offset, u64::MAX)
-                .await?;
+            let plan = crate::whole_partition(meta, topic.id, partition).await?;
             let Some(cut) = retention.cut(&plan.extents, plan.high_watermark, now_ms) else {
                 continue;
             };
-            if cut > offsets.log_start_offset {
+            if cut > plan.log_start_offset {
                 meta.trim(topic.id, partition, cut).await?;
                 tracing::info!(topic = %topic.name, partition, log_start_offset = cut, "retention moved the log start");
                 moved += 1;

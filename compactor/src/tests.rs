@@ -14,10 +14,21 @@ use object_store::memory::InMemory;
 use crate::*;
 
 fn encode(values: &[String], compression: Compression) -> Bytes {
-    let records: Vec<Record> = values
+    let records: Vec<_> = values.iter().map(|v| (None, Some(v.as_str()))).collect();
+    encode_batch(0, &records, compression)
+}
+
+/// One batch of (key, value) records at offsets from `base`, all stamped
+/// 1,000, with no producer (sequences as a decoder reports them: -1 + delta).
+pub(crate) fn encode_batch(
+    base: i64,
+    records: &[(Option<&str>, Option<&str>)],
+    compression: Compression,
+) -> Bytes {
+    let records: Vec<Record> = records
         .iter()
         .enumerate()
-        .map(|(i, v)| Record {
+        .map(|(i, (k, v))| Record {
             transactional: false,
             control: false,
             delete_horizon: false,
@@ -25,11 +36,11 @@ fn encode(values: &[String], compression: Compression) -> Bytes {
             producer_id: -1,
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
+            offset: base + i as i64,
+            sequence: -1 + i as i32,
             timestamp: 1_000,
-            key: None,
-            value: Some(Bytes::from(v.clone())),
+            key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+            value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
             headers: Default::default(),
         })
         .collect();

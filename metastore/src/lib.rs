@@ -27,6 +27,14 @@ pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use rpc::RemoteMetastore;
 pub use types::*;
 
+/// Wall-clock milliseconds since the Unix epoch: how callers date the
+/// commands that carry a time (the state machine never reads a clock).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Everything an agent or compactor asks of the metastore.
 #[async_trait]
 pub trait Metastore: Send + Sync + 'static {
@@ -94,8 +102,6 @@ pub trait Metastore: Send + Sync + 'static {
     async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError>;
     /// Compaction's compare-and-set swap of extents for a new object.
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError>;
-    /// Every partition of every topic.
-    async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError>;
     /// Keys of objects that nothing refers to any more.
     async fn garbage(&self) -> Result<Vec<String>, MetaError>;
     /// Adds objects that were (perhaps) uploaded but never committed to the garbage list.

@@ -55,7 +55,6 @@ pub(crate) enum Request {
     GroupCommand(GroupCommand),
     Group(String),
     ReplaceExtents(ReplaceExtents),
-    Partitions,
     Garbage,
     RecordOrphans(Vec<String>),
     ForgetGarbage(Vec<String>),
@@ -82,6 +81,13 @@ pub(crate) enum Request {
 }
 
 impl Request {
+    /// The request as one frame's payload.
+    fn frame(&self) -> Result<Bytes, MetaError> {
+        postcard::to_stdvec(self)
+            .map(Bytes::from)
+            .map_err(|e| MetaError::Storage(e.to_string()))
+    }
+
     /// Whether sending it twice has the effect of sending it once.
     fn repeatable(&self) -> bool {
         match self {
@@ -94,7 +100,6 @@ impl Request {
             | Request::ReadPlan(..)
             | Request::ListOffsets(..)
             | Request::Group(_)
-            | Request::Partitions
             | Request::Garbage
             | Request::ForgetGarbage(_)
             | Request::Trim(..)
@@ -143,7 +148,6 @@ pub(crate) enum Response {
     Producer(ProducerIdentity),
     GroupReply(GroupReply),
     MaybeGroup(Option<Group>),
-    Partitions(Vec<(TopicId, i32)>),
     Keys(Vec<String>),
     NodeId(i32),
     Offset(i64),
@@ -189,7 +193,6 @@ async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, Me
         Request::GroupCommand(c) => Response::GroupReply(meta.group_command(c).await?),
         Request::Group(name) => Response::MaybeGroup(meta.group(&name).await?),
         Request::ReplaceExtents(r) => meta.replace_extents(r).await.map(|_| Response::Unit)?,
-        Request::Partitions => Response::Partitions(meta.partitions().await?),
         Request::Garbage => Response::Keys(meta.garbage().await?),
         Request::RecordOrphans(keys) => meta.record_orphans(keys).await.map(|_| Response::Unit)?,
         Request::ForgetGarbage(keys) => meta.forget_garbage(keys).await.map(|_| Response::Unit)?,
@@ -370,9 +373,7 @@ impl RemoteMetastore {
     }
 
     async fn call(&self, request: Request) -> Result<Response, MetaError> {
-        let frame = Bytes::from(
-            postcard::to_stdvec(&request).map_err(|e| MetaError::Storage(e.to_string()))?,
-        );
+        let frame = request.frame()?;
         let repeatable = request.repeatable();
         let deadline = tokio::time::Instant::now() + self.retry_for;
         let mut backoff = Duration::from_millis(20);
@@ -434,9 +435,7 @@ impl RemoteMetastore {
 
     /// What the node at `address` knows of its group.
     pub async fn status_of(&self, address: &str) -> Result<ClusterStatus, MetaError> {
-        let frame = Bytes::from(
-            postcard::to_stdvec(&Request::Status).map_err(|e| MetaError::Storage(e.to_string()))?,
-        );
+        let frame = Request::Status.frame()?;
         match self.once(address, &frame).await {
             Ok(Ok(Response::Status(status))) => Ok(status),
             Ok(Ok(other)) => Err(unexpected(other)),
@@ -563,12 +562,6 @@ impl Metastore for RemoteMetastore {
     async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {
         match self.call(Request::ReplaceExtents(replace)).await? {
             Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError> {
-        match self.call(Request::Partitions).await? {
-            Response::Partitions(p) => Ok(p),
             other => Err(unexpected(other)),
         }
     }

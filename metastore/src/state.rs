@@ -776,14 +776,6 @@ impl State {
         })
     }
 
-    /// Every partition of every topic, for planning compaction.
-    pub fn partitions(&self) -> Vec<(TopicId, i32)> {
-        self.topics
-            .values()
-            .flat_map(|t| (0..t.info.partitions).map(move |p| (t.info.id, p)))
-            .collect()
-    }
-
     pub fn agents(&self) -> Vec<AgentInfo> {
         self.agents.list()
     }

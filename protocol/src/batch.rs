@@ -101,14 +101,7 @@ impl RecordBatch {
     }
 
     pub fn parse_all(bytes: &Bytes) -> Result<Vec<RecordBatch>, BatchError> {
-        let mut rest = bytes.clone();
-        let mut batches = Vec::new();
-        while !rest.is_empty() {
-            let (batch, tail) = Self::parse_one(&rest)?;
-            batches.push(batch);
-            rest = tail;
-        }
-        Ok(batches)
+        Self::parse_each(bytes, Self::parse_one)
     }
 
     /// Like [`Self::parse_one`], for batches floe stored itself: key compaction
@@ -150,10 +143,17 @@ impl RecordBatch {
     }
 
     pub fn parse_all_stored(bytes: &Bytes) -> Result<Vec<RecordBatch>, BatchError> {
+        Self::parse_each(bytes, Self::parse_stored_one)
+    }
+
+    fn parse_each(
+        bytes: &Bytes,
+        parse_one: fn(&Bytes) -> Result<(RecordBatch, Bytes), BatchError>,
+    ) -> Result<Vec<RecordBatch>, BatchError> {
         let mut rest = bytes.clone();
         let mut batches = Vec::new();
         while !rest.is_empty() {
-            let (batch, tail) = Self::parse_stored_one(&rest)?;
+            let (batch, tail) = parse_one(&rest)?;
             batches.push(batch);
             rest = tail;
         }

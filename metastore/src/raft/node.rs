@@ -175,6 +175,18 @@ fn not_leader(forward: ForwardToLeader<NodeId, NodeAddress>) -> MetaError {
     MetaError::NotLeader(forward.leader_node.map(|n| n.address))
 }
 
+/// What a refused write (a command or a membership change) means to a client.
+fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>) -> MetaError {
+    match e {
+        // Refused before it entered the log, or removed from it: not applied.
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => not_leader(forward),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            MetaError::InvalidMembership(e.to_string())
+        }
+        other => MetaError::Unavailable(other.to_string()),
+    }
+}
+
 impl RaftMetastore {
     /// Opens (or creates) a node's storage and starts its Raft.
     pub async fn start(options: NodeOptions) -> Result<RaftMetastore, MetaError> {
@@ -276,11 +288,7 @@ impl RaftMetastore {
             Ok(Ok(written)) => written
                 .data
                 .ok_or_else(|| MetaError::Storage("a command applied without a reply".into())),
-            // Refused before it entered the log, or removed from it: not applied.
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
-                Err(not_leader(forward))
-            }
-            Ok(Err(e)) => Err(MetaError::Unavailable(e.to_string())),
+            Ok(Err(e)) => Err(write_error(e)),
             Err(_) => Err(MetaError::Unavailable(format!(
                 "no quorum confirmed the write within {WRITE_TIMEOUT:?}; it may still be applied"
             ))),
@@ -317,13 +325,6 @@ impl RaftMetastore {
     /// Adds a node to the group: first as a learner that copies the log, then
     /// as a voter. Must be asked of the leader.
     pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
-        let membership = |e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>| match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-                MetaError::InvalidMembership(e.to_string())
-            }
-            other => MetaError::Unavailable(other.to_string()),
-        };
         let learning = self.raft.add_learner(
             id,
             NodeAddress {
@@ -332,7 +333,7 @@ impl RaftMetastore {
             true,
         );
         match tokio::time::timeout(CATCH_UP_TIMEOUT, learning).await {
-            Ok(added) => added.map_err(membership)?,
+            Ok(added) => added.map_err(write_error)?,
             Err(_) => {
                 return Err(MetaError::Unavailable(format!(
                     "node {id} at {address} did not catch up within {CATCH_UP_TIMEOUT:?}; \
@@ -343,7 +344,7 @@ impl RaftMetastore {
         self.raft
             .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
             .await
-            .map_err(membership)?;
+            .map_err(write_error)?;
         tracing::info!(node = id, "metastore node added");
         Ok(())
     }
@@ -385,13 +386,7 @@ impl RaftMetastore {
         self.raft
             .change_membership(change, false)
             .await
-            .map_err(|e| match e {
-                RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f),
-                RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-                    MetaError::InvalidMembership(e.to_string())
-                }
-                other => MetaError::Unavailable(other.to_string()),
-            })?;
+            .map_err(write_error)?;
         tracing::info!(node = id, "metastore node removed");
         Ok(())
     }
@@ -612,10 +607,6 @@ impl Metastore for RaftMetastore {
             Reply::Replaced(result) => result,
             other => Err(unexpected(other)),
         }
-    }
-
-    async fn partitions(&self) -> Result<Vec<(TopicId, i32)>, MetaError> {
-        self.read(|s| s.partitions()).await
     }
 
     async fn garbage(&self) -> Result<Vec<String>, MetaError> {
