@@ -119,6 +119,45 @@ def test_corrupt_batch_gets_corrupt_message(agent):
     assert [(o, v) for _, o, v in kcat_consume(agent.bootstrap, "raw")] == [(0, "one"), (1, "two")]
 
 
+def lying_batch(good, count, codec=0):
+    """`good` (one record) with a header claiming `count` records and a CRC to match."""
+    from kafka.record.util import calc_crc32c
+    b = bytearray(good)
+    struct.pack_into(">h", b, 21, codec)
+    struct.pack_into(">i", b, 23, count - 1)  # lastOffsetDelta
+    struct.pack_into(">i", b, 57, count)  # recordCount
+    struct.pack_into(">I", b, 17, calc_crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def test_a_batch_claiming_more_records_than_it_holds_is_corrupt(agent):
+    """The review's 61-byte Produce: a header-only batch claiming 2^31-1 records
+    was acknowledged, moved the high watermark by 2^31, and the next decode of
+    it (ListOffsets by timestamp, key compaction) aborted the agent."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    create_topic(agent.bootstrap, "liar", 1)
+    good = batch([b"honest"])
+    header_only = lying_batch(good[:61], 2**31 - 1)
+    assert len(header_only) == 61
+    s = connect(agent)
+    for n, records in enumerate([header_only, lying_batch(good, 2**31 - 1),
+                                 lying_batch(good, 2**31 - 1, codec=4), lying_batch(good, 1_000)]):
+        s.sendall(produce_v3("liar", 0, records, correlation_id=20 + n))
+        assert read_produce_v3_response(s) == (20 + n, CORRUPT_MESSAGE, -1), n
+    s.sendall(produce_v3("liar", 0, good, correlation_id=30))
+    assert read_produce_v3_response(s) == (30, 0, 0)
+    s.close()
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    tp = TopicPartition("liar", 0)
+    for spec, want in [(OffsetSpec.latest(), 1), (OffsetSpec.for_timestamp(0), 0),
+                       (OffsetSpec.max_timestamp(), 0)]:
+        got = admin.list_offsets({tp: spec})[tp].result(timeout=30)
+        assert got.offset == want, (spec, got)
+    assert agent.alive()
+    assert [(o, v) for _, o, v in kcat_consume(agent.bootstrap, "liar")] == [(0, "honest")]
+
+
 def test_oversized_frame_is_refused_before_allocation(make_agent):
     agent = make_agent("--max-frame-bytes", "1MiB")
     rss_before = agent.rss_kib()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floe_compactor::sweep::sweep_orphans;
-use floe_compactor::{CompactionPolicy, Gc, Worker, compact_all};
+use floe_compactor::{CompactionPolicy, Counters, Gc, Worker, compact_all};
 use floe_metastore::Metastore;
 use floe_storage::ObjectStore;
 
@@ -32,6 +32,8 @@ pub struct Background {
     orphan_age: Duration,
     /// Names this agent in the leases it holds.
     holder: String,
+    /// Failures a pass counts and steps over (exported as metrics).
+    counters: Counters,
 }
 
 /// This agent's name in leases: kept in `data_dir` so a restarted agent
@@ -54,7 +56,7 @@ fn lease_holder(data_dir: &Path) -> String {
 
 impl Background {
     /// `None` when compaction is turned off (`compaction_interval = "0s"`).
-    pub fn from_config(config: &Config) -> Option<Background> {
+    pub fn from_config(config: &Config, counters: Counters) -> Option<Background> {
         (!config.compaction_interval.is_zero()).then(|| Background {
             interval: config.compaction_interval,
             policy: CompactionPolicy {
@@ -65,6 +67,7 @@ impl Background {
             gc: Gc::new(config.gc_grace),
             orphan_age: config.orphan_age,
             holder: lease_holder(&config.data_dir),
+            counters,
         })
     }
 
@@ -102,13 +105,25 @@ impl Background {
                     false
                 }
             };
-            if maintaining && let Err(e) = floe_compactor::retention::enforce(&meta, now_ms).await {
+            if maintaining
+                && let Err(e) =
+                    floe_compactor::retention::enforce(&meta, now_ms, &self.counters).await
+            {
                 tracing::warn!(error = %e, "retention pass failed");
             }
             // A random first partition each pass, so agents do not queue for
             // the same leases in the same order.
             let start = uuid::Uuid::new_v4().as_u128() as usize;
-            match compact_all(&store, &meta, &self.policy, Some(&worker), start).await {
+            match compact_all(
+                &store,
+                &meta,
+                &self.policy,
+                Some(&worker),
+                start,
+                &self.counters,
+            )
+            .await
+            {
                 Ok(done) => {
                     for c in done {
                         tracing::info!(segment = %c.segment_key, extents = c.extents, bytes = c.bytes,

@@ -226,7 +226,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
             config.node_id = discovery::register(meta.as_ref(), &host, port, config.zone.clone()).await?;
             tokio::spawn(discovery::heartbeat(meta.clone(), config.node_id, host, port, config.zone.clone(), config.agent_ttl));
         }
-        let compaction = floe_agent::compaction::Background::from_config(&config);
+        let compaction = floe_agent::compaction::Background::from_config(&config, metrics.background.clone());
         let admin_listen = config.admin_listen;
         let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics)?);
         if let Some(compaction) = compaction {

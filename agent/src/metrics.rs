@@ -33,6 +33,8 @@ pub struct Metrics {
     flush_batches: Histogram,
     /// Requests to a remote metastore (none when it is in-process).
     pub metastore_requests: Counter,
+    /// What background passes step over (failed partitions, bad batches).
+    pub background: floe_compactor::Counters,
 }
 
 impl Default for Metrics {
@@ -94,8 +96,11 @@ impl Metrics {
             "Requests sent to a remote metastore, retries included",
             metastore_requests.clone(),
         );
+        let background = floe_compactor::Counters::default();
+        background.register(&mut registry);
         Metrics {
             metastore_requests,
+            background,
             registry,
             object_requests,
             object_bytes,

@@ -17,12 +17,13 @@ use bytes::{Bytes, BytesMut};
 use floe_metastore::{ExtentRef, Metastore, TopicInfo};
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions,
 };
 use floe_storage::{ObjectStore, keys};
 
 use crate::{
-    CompactError, Compacted, CompactionPolicy, Worker, leased, read_run, swap_in, whole_partition,
+    CompactError, Compacted, CompactionPolicy, Counters, Worker, leased, read_run, swap_in,
+    whole_partition,
 };
 
 /// Kafka's default `delete.retention.ms`: one day.
@@ -69,6 +70,7 @@ fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
 /// Key-compacts one partition of a compacted topic when at least
 /// `policy.min_extents` of its extents were written since its last key
 /// compaction. `Ok(None)`: nothing to do, or another compactor got there first.
+#[allow(clippy::too_many_arguments)]
 pub async fn compact_keys(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
@@ -77,6 +79,7 @@ pub async fn compact_keys(
     policy: &CompactionPolicy,
     worker: Option<&Worker>,
     now_ms: i64,
+    counters: &Counters,
 ) -> Result<Option<Compacted>, CompactError> {
     let all = whole_partition(meta, topic.id, partition).await?.extents;
     let dirty = all
@@ -97,11 +100,12 @@ pub async fn compact_keys(
         worker,
         meta,
         job,
-        rewrite(store, meta, topic, partition, policy, all, now_ms),
+        rewrite(store, meta, topic, partition, policy, all, now_ms, counters),
     )
     .await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn rewrite(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
@@ -110,11 +114,18 @@ async fn rewrite(
     policy: &CompactionPolicy,
     run: Vec<ExtentRef>,
     now_ms: i64,
+    counters: &Counters,
 ) -> Result<Option<Compacted>, CompactError> {
     let batches = read_run(store, &run).await?;
     let last_offset = run[run.len() - 1].last_offset;
     let kept = keep_latest(&batches, delete_retention_ms(topic), now_ms, last_offset)
         .map_err(|e| corrupt(&run[0], e))?;
+    if kept.undecodable > 0 {
+        counters.undecodable_batches.inc_by(kept.undecodable as u64);
+        tracing::warn!(topic = %topic.name, partition, batches = kept.undecodable,
+            "key compaction kept batches it could not decode as they were");
+    }
+    let kept = kept.batches;
     let key = keys::new_keyed_segment_key(topic.id, partition, run[0].base_offset);
     swap_in(store, meta, (topic.id, partition), policy, run, &kept, key).await
 }
@@ -129,6 +140,16 @@ fn compression(batch: &RecordBatch) -> Compression {
     }
 }
 
+/// What [`keep_latest`] made of a run of batches.
+#[derive(Debug)]
+pub struct Kept {
+    /// Still tiling the same offsets.
+    pub batches: Vec<RecordBatch>,
+    /// Batches that did not decode and were kept as they were: the cleaner
+    /// must never stop (and retry forever) on one bad batch, nor drop data.
+    pub undecodable: usize,
+}
+
 /// The batches (tiling `[first base offset, last_offset]`, real offsets)
 /// rewritten to hold only each key's latest record, still tiling the same
 /// offsets. Records without a key are kept; tombstones older than
@@ -138,25 +159,37 @@ pub fn keep_latest(
     delete_retention_ms: i64,
     now_ms: i64,
     last_offset: i64,
-) -> Result<Vec<RecordBatch>, String> {
+) -> Result<Kept, String> {
     let Some(first) = batches.first() else {
-        return Ok(Vec::new());
+        return Ok(Kept {
+            batches: Vec::new(),
+            undecodable: 0,
+        });
     };
     let mut decoded = Vec::with_capacity(batches.len());
     let mut latest: HashMap<Bytes, i64> = HashMap::new();
+    let mut undecodable = 0;
     for batch in batches {
-        // Control batches (transaction markers) pass through untouched.
+        // Control batches (transaction markers) pass through untouched, and
+        // so do batches that do not decode (their keys take no part).
         let records = if batch.is_control() || batch.record_count() == 0 {
             None
         } else {
-            let set = RecordBatchDecoder::decode(&mut batch.bytes().clone())
-                .map_err(|e| format!("batch at offset {}: {e}", batch.base_offset()))?;
-            for r in &set.records {
-                if let Some(key) = &r.key {
-                    latest.insert(key.clone(), r.offset);
+            match floe_protocol::records::decode(batch) {
+                Ok(records) => {
+                    for r in &records {
+                        if let Some(key) = &r.key {
+                            latest.insert(key.clone(), r.offset);
+                        }
+                    }
+                    Some(records)
+                }
+                Err(e) => {
+                    tracing::debug!(offset = batch.base_offset(), error = %e, "undecodable stored batch");
+                    undecodable += 1;
+                    None
                 }
             }
-            Some(set.records)
         };
         decoded.push((batch, records));
     }
@@ -217,7 +250,10 @@ pub fn keep_latest(
         Some(_) => {}
         None => out.push(RecordBatch::empty(first.base_offset(), last_offset)),
     }
-    Ok(out)
+    Ok(Kept {
+        batches: out,
+        undecodable,
+    })
 }
 
 /// Makes `batch` end at `last_offset`.
@@ -256,9 +292,9 @@ mod tests {
                 b.base_offset() + b.last_offset_delta() as i64,
             ));
             if b.record_count() > 0 {
-                let set = RecordBatchDecoder::decode(&mut b.bytes().clone()).unwrap();
+                let decoded = floe_protocol::records::decode(b).unwrap();
                 records.extend(
-                    set.records
+                    decoded
                         .iter()
                         .map(|r| (r.offset, text(&r.key), text(&r.value))),
                 );
@@ -292,7 +328,7 @@ mod tests {
             batch(7, &[(Some("c"), Some("3"))], Compression::Gzip),
         ];
         // The tombstone for b is young: it stays.
-        let out = keep_latest(&batches, 60_000, 1_010, 7).unwrap();
+        let out = keep_latest(&batches, 60_000, 1_010, 7).unwrap().batches;
         let (records, ranges) = contents(&out);
         assert_eq!(
             records,
@@ -313,7 +349,7 @@ mod tests {
         assert_eq!(out[1].codec(), floe_protocol::batch::Codec::Zstd);
 
         // Old tombstones go: b disappears altogether.
-        let out = keep_latest(&batches, 0, 1_000_000, 7).unwrap();
+        let out = keep_latest(&batches, 0, 1_000_000, 7).unwrap().batches;
         let (records, ranges) = contents(&out);
         assert!(records.iter().all(|(_, k, _)| k.as_deref() != Some("b")));
         assert_eq!(ranges.first().unwrap().0, 0);
@@ -326,7 +362,7 @@ mod tests {
     #[test]
     fn a_range_with_nothing_left_becomes_one_empty_batch() {
         let batches = vec![batch(10, &[(Some("k"), None)], Compression::None)];
-        let out = keep_latest(&batches, 0, 1_000_000, 10).unwrap();
+        let out = keep_latest(&batches, 0, 1_000_000, 10).unwrap().batches;
         assert_eq!(out.len(), 1);
         assert_eq!(
             (
@@ -337,7 +373,34 @@ mod tests {
             (10, 0, 0)
         );
         // Compacting again is stable.
-        let again = keep_latest(&out, 0, 1_000_000, 10).unwrap();
+        let again = keep_latest(&out, 0, 1_000_000, 10).unwrap().batches;
         assert_eq!(again, out);
+    }
+
+    /// A stored batch whose header claims 2^31-1 records made the decoder
+    /// abort the process, and every agent crash-looped on the compacted
+    /// topic. It is now kept as it was and counted, and the rest compacts.
+    #[test]
+    fn an_undecodable_batch_is_kept_and_counted_not_fatal() {
+        let lying = floe_protocol::testing::lying_batch(i32::MAX, Compression::None);
+        let mut b = bytes::BytesMut::from(&lying[..]);
+        b[0..8].copy_from_slice(&2i64.to_be_bytes());
+        let lying = RecordBatch::parse_all_stored(&b.freeze())
+            .unwrap()
+            .remove(0);
+        let end = 2 + lying.last_offset_delta() as i64;
+        let batches = vec![
+            batch(
+                0,
+                &[(Some("a"), Some("1")), (Some("a"), Some("2"))],
+                Compression::None,
+            ),
+            lying.clone(),
+        ];
+        let kept = keep_latest(&batches, 0, 1_000_000, end).unwrap();
+        assert_eq!(kept.undecodable, 1);
+        assert_eq!(kept.batches.last(), Some(&lying), "kept byte for byte");
+        let (records, _) = contents(&kept.batches[..kept.batches.len() - 1]);
+        assert_eq!(records, vec![(1, Some("a".into()), Some("2".into()))]);
     }
 }

@@ -320,13 +320,15 @@ impl Worker {
 
 /// Runs [`compact_partition`] over every partition once, starting at
 /// partition `start` (modulo their number) so that workers starting together
-/// do not all queue for the same leases.
+/// do not all queue for the same leases. A partition that fails is logged and
+/// counted, and the pass goes on to the next.
 pub async fn compact_all(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
     policy: &CompactionPolicy,
     worker: Option<&Worker>,
     start: usize,
+    counters: &Counters,
 ) -> Result<Vec<Compacted>, CompactError> {
     let topics = meta.topics().await?;
     let mut partitions: Vec<(&TopicInfo, i32)> = topics
@@ -342,7 +344,10 @@ pub async fn compact_all(
     for (topic, partition) in partitions {
         // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
         let result = if keyed::is_compacted(topic) {
-            keyed::compact_keys(store, meta, topic, partition, policy, worker, now_ms).await
+            keyed::compact_keys(
+                store, meta, topic, partition, policy, worker, now_ms, counters,
+            )
+            .await
         } else {
             compact_partition(store, meta, topic.id, partition, policy, worker).await
         };
@@ -351,7 +356,11 @@ pub async fn compact_all(
             Ok(None) => {}
             // A deleted topic is not an error of the whole pass.
             Err(CompactError::Meta(MetaError::UnknownTopicOrPartition)) => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                counters.compaction_failures.inc();
+                tracing::warn!(topic = %topic.name, partition, error = %e,
+                    "compacting a partition failed; going on with the others");
+            }
         }
     }
     Ok(done)
@@ -407,8 +416,11 @@ impl Gc {
     }
 }
 
+mod counters;
 pub mod keyed;
 pub mod retention;
+
+pub use counters::Counters;
 pub mod sweep;
 
 #[cfg(test)]

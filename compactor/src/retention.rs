@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use floe_metastore::{ExtentRef, Metastore, TopicInfo};
+use floe_metastore::{ExtentRef, MetaError, Metastore, TopicInfo};
 
-use crate::CompactError;
+use crate::{CompactError, Counters};
 
 /// Kafka's default `retention.ms`: seven days.
 pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -63,7 +63,12 @@ impl Retention {
 }
 
 /// One retention pass over every partition; returns how many partitions moved.
-pub async fn enforce(meta: &Arc<dyn Metastore>, now_ms: i64) -> Result<usize, CompactError> {
+/// A partition that fails is logged and counted, and the pass goes on.
+pub async fn enforce(
+    meta: &Arc<dyn Metastore>,
+    now_ms: i64,
+    counters: &Counters,
+) -> Result<usize, CompactError> {
     let mut moved = 0;
     for topic in meta.topics().await? {
         let retention = Retention::of(&topic);
@@ -72,18 +77,37 @@ pub async fn enforce(meta: &Arc<dyn Metastore>, now_ms: i64) -> Result<usize, Co
             continue;
         }
         for partition in 0..topic.partitions {
-            let plan = crate::whole_partition(meta, topic.id, partition).await?;
-            let Some(cut) = retention.cut(&plan.extents, plan.high_watermark, now_ms) else {
-                continue;
-            };
-            if cut > plan.log_start_offset {
-                meta.trim(topic.id, partition, cut).await?;
-                tracing::info!(topic = %topic.name, partition, log_start_offset = cut, "retention moved the log start");
-                moved += 1;
+            match enforce_partition(meta, &topic, partition, retention, now_ms).await {
+                Ok(true) => moved += 1,
+                Ok(false) | Err(MetaError::UnknownTopicOrPartition) => {}
+                Err(e) => {
+                    counters.retention_failures.inc();
+                    tracing::warn!(topic = %topic.name, partition, error = %e,
+                        "retention failed for a partition; going on with the others");
+                }
             }
         }
     }
     Ok(moved)
+}
+
+async fn enforce_partition(
+    meta: &Arc<dyn Metastore>,
+    topic: &TopicInfo,
+    partition: i32,
+    retention: Retention,
+    now_ms: i64,
+) -> Result<bool, MetaError> {
+    let plan = crate::whole_partition(meta, topic.id, partition).await?;
+    let Some(cut) = retention.cut(&plan.extents, plan.high_watermark, now_ms) else {
+        return Ok(false);
+    };
+    if cut <= plan.log_start_offset {
+        return Ok(false);
+    }
+    meta.trim(topic.id, partition, cut).await?;
+    tracing::info!(topic = %topic.name, partition, log_start_offset = cut, "retention moved the log start");
+    Ok(true)
 }
 
 #[cfg(test)]

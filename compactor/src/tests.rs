@@ -238,7 +238,7 @@ async fn gc_deletes_ingest_files_once_no_partition_needs_them() {
         .unwrap();
     // `b` still points into every ingest file.
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
-    let all = compact_all(&s.store, &s.meta, &policy, None, 0)
+    let all = compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default())
         .await
         .unwrap();
     assert_eq!(all.len(), 1);
@@ -260,12 +260,71 @@ async fn gc_waits_for_the_grace_period() {
         max_segment_bytes: u64::MAX,
         extent_bytes: u64::MAX,
     };
-    compact_all(&s.store, &s.meta, &policy, None, 0)
+    compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default())
         .await
         .unwrap();
     let mut gc = Gc::new(Duration::from_secs(3600));
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
     assert_eq!(s.meta.garbage().await.unwrap().len(), 3);
+}
+
+/// Commits `files` ingest files holding one batch of `topic` each, and
+/// returns their keys.
+async fn commit_alone(s: &Setup, topic: &TopicInfo, files: usize) -> Vec<ObjectPath> {
+    let mut keys = Vec::new();
+    for n in 0..files {
+        let mut writer = IngestWriter::new();
+        let batch = encode(&[format!("{}-{n}", topic.name)], Compression::None);
+        let entry = writer.add_chunk(topic.id, 0, std::slice::from_ref(&batch));
+        let key = floe_storage::keys::new_ingest_key();
+        let file = writer.finish();
+        s.store.put(&key, file.clone().into()).await.unwrap();
+        s.meta
+            .commit(Commit {
+                object_key: key.to_string(),
+                object_size: file.len() as u64,
+                batches: vec![CommitBatch {
+                    topic_id: topic.id,
+                    partition: 0,
+                    position: entry.position,
+                    length: entry.length,
+                    record_count: 1,
+                    max_timestamp: 1_000,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    base_sequence: -1,
+                }],
+                appended_ms: 0,
+            })
+            .await
+            .unwrap();
+        keys.push(key);
+    }
+    keys
+}
+
+/// One partition whose objects cannot be read used to end the whole pass
+/// (`compact_all` returned at the first error), so every partition after it
+/// was never compacted again.
+#[tokio::test]
+async fn a_failing_partition_does_not_stop_the_pass() {
+    let s = setup(3).await;
+    let broken = topic(&s.meta, "c").await;
+    for key in commit_alone(&s, &broken, 3).await {
+        s.store.delete(&key).await.unwrap();
+    }
+    let policy = CompactionPolicy {
+        min_extents: 2,
+        max_segment_bytes: u64::MAX,
+        extent_bytes: u64::MAX,
+    };
+    let counters = Counters::default();
+    // Partitions a, b, c rotated to start with the broken one.
+    let done = compact_all(&s.store, &s.meta, &policy, None, 2, &counters)
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 2, "a and b compacted after c failed");
+    assert_eq!(counters.compaction_failures.get(), 1);
 }
 
 #[test]

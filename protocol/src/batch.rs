@@ -30,6 +30,9 @@ pub const HEADER_LEN: usize = 61;
 /// Bytes before `batchLength` counts: baseOffset and batchLength itself.
 pub const LOG_OVERHEAD: usize = 12;
 const CRC_START: usize = 21;
+/// The smallest a record can be: length, attributes, timestamp delta, offset
+/// delta, key length, value length and header count, one byte each.
+pub const MIN_RECORD_BYTES: usize = 7;
 
 /// Why a batch was refused, with the Kafka error a broker sends for it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +98,16 @@ impl RecordBatch {
         if batch.last_offset_delta() != batch.record_count() - 1 {
             return Err(BatchError::Invalid(
                 "lastOffsetDelta does not match record count",
+            ));
+        }
+        // The count must fit in the bytes: a record takes at least
+        // MIN_RECORD_BYTES, and compressed ones at most the codec's ceiling
+        // less. Otherwise a 61-byte batch could claim 2^31 offsets.
+        let payload = batch.len() - HEADER_LEN;
+        let room = crate::compression::decompressed_limit(batch.codec(), payload);
+        if batch.record_count() as usize > room / MIN_RECORD_BYTES {
+            return Err(BatchError::Corrupt(
+                "record count exceeds what the batch can hold",
             ));
         }
         Ok((batch, rest))
@@ -276,6 +289,26 @@ pub fn patch_base_offsets(buf: &mut [u8], mut base_offset: i64) -> usize {
     at
 }
 
+/// How many bytes of `buf` (whole batches end to end) to keep so that no more
+/// than `limit` bytes are kept, cutting only at batch boundaries. With
+/// `at_least_one`, the first batch is kept even when it alone exceeds `limit`
+/// (KIP-74: a fetch must make progress past a batch larger than the limits).
+pub fn whole_batches_within(buf: &[u8], limit: usize, at_least_one: bool) -> usize {
+    let mut at = 0;
+    while buf.len() - at >= HEADER_LEN {
+        let total = LOG_OVERHEAD + be_i32(buf, at + 8).max(0) as usize;
+        if buf.len() - at < total {
+            break;
+        }
+        let first = at == 0 && at_least_one;
+        if at + total > limit && !first {
+            break;
+        }
+        at += total;
+    }
+    at
+}
+
 /// Byte position of the first whole batch in `buf` whose last offset is at
 /// least `offset` (or `buf.len()` if none is). Used after [`patch_base_offsets`]
 /// to drop batches a fetch starts past.
@@ -295,6 +328,7 @@ pub fn skip_batches_before(buf: &[u8], offset: i64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{CODECS, encode, lying_batch};
     use bytes::BytesMut;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{
@@ -325,50 +359,28 @@ mod tests {
         assert!(RecordBatch::parse_all_stored(&broken.freeze()).is_err());
     }
 
-    fn records(values: &[Vec<u8>], base_ts: i64) -> Vec<Record> {
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: i as i32,
-                timestamp: base_ts + i as i64,
-                delete_horizon: false,
-                key: Some(Bytes::from(format!("k{i}"))),
-                value: Some(Bytes::from(v.clone())),
-                headers: [(
-                    StrBytes::from_static_str("h"),
-                    Some(Bytes::from_static(b"v")),
-                )]
-                .into_iter()
-                .collect(),
-            })
-            .collect()
+    /// The review's 61-byte produce: a valid CRC over a header claiming
+    /// 2^31-1 records. It was acknowledged and moved the high watermark by 2^31.
+    #[test]
+    fn a_record_count_the_bytes_cannot_hold_is_corrupt() {
+        for compression in CODECS {
+            let err = RecordBatch::parse_all(&lying_batch(i32::MAX, compression)).unwrap_err();
+            assert_eq!(
+                err.kafka_error(),
+                ResponseError::CorruptMessage,
+                "{compression:?}"
+            );
+        }
+        // Uncompressed, a record takes at least 7 bytes: the 14 bytes of one
+        // record (key, value, a header) could hold 2, never 3.
+        let one = encode(&[b"x".to_vec()], Compression::None);
+        assert_eq!(one.len() - HEADER_LEN, 14);
+        assert!(RecordBatch::parse_all(&lying_batch(3, Compression::None)).is_err());
+        assert!(RecordBatch::parse_all(&lying_batch(2, Compression::None)).is_ok());
+        // Compressed, the codec's ceiling bounds it: zstd can hold many more.
+        let zstd = lying_batch(1_000, Compression::Zstd);
+        assert!(RecordBatch::parse_all(&zstd).is_ok());
     }
-
-    fn encode(values: &[Vec<u8>], compression: Compression) -> Bytes {
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression,
-        };
-        RecordBatchEncoder::encode(&mut buf, &records(values, 1_000), &options).unwrap();
-        buf.freeze()
-    }
-
-    const CODECS: [Compression; 5] = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
 
     #[test]
     fn header_fields_match_the_encoder() {
@@ -530,6 +542,25 @@ mod tests {
                 prop_assert_eq!(&d.value, &r.value);
                 prop_assert_eq!(d.timestamp, r.timestamp);
                 prop_assert_eq!(&d.headers, &r.headers);
+            }
+        }
+
+        #[test]
+        fn cuts_keep_whole_batches_within_the_limit(sizes in proptest::collection::vec(1usize..10, 1..6), limit in 0usize..2_000, at_least_one: bool) {
+            let mut all = BytesMut::new();
+            let mut ends = vec![0];
+            for size in &sizes {
+                let values: Vec<Vec<u8>> = (0..*size).map(|i| vec![i as u8; 40]).collect();
+                all.extend_from_slice(&encode(&values, Compression::None));
+                ends.push(all.len());
+            }
+            let keep = whole_batches_within(&all, limit, at_least_one);
+            prop_assert!(ends.contains(&keep), "cut inside a batch");
+            let first_alone = at_least_one && keep == ends[1];
+            prop_assert!(keep <= limit || first_alone);
+            // The longest such prefix: one more batch would not fit.
+            if let Some(next) = ends.iter().find(|&&e| e > keep) {
+                prop_assert!(*next > limit && !(at_least_one && keep == 0));
             }
         }
 

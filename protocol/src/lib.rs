@@ -8,8 +8,12 @@
 //! decompressed.
 
 pub mod batch;
+pub mod compression;
 pub mod frame;
+pub mod records;
 pub mod request;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod versions;
 
 pub use kafka_protocol;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
 use crate::read::read_extents;
+use floe_protocol::batch::whole_batches_within;
 
 /// Longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
@@ -89,13 +90,23 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
 /// Plans every partition in request order (the byte budget is shared, so
 /// this is sequential but touches only the metastore), then reads all the
 /// planned extents concurrently: a cold fetch of many partitions costs one
-/// object-store round trip, not one per partition.
+/// object-store round trip, not one per partition. Last, in request order
+/// again, each partition's batches are cut at a batch boundary to what is
+/// left of `max_bytes` and to its own `partition_max_bytes`.
+///
+/// KIP-74: only the first batch of the first non-empty partition may exceed
+/// the limits (so a batch larger than them still makes progress). A client
+/// such as librdkafka refuses a response larger than it asked for and
+/// retries the same fetch forever.
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
     by_id: bool,
 ) -> (Vec<FetchableTopicResponse>, usize, Vec<(TopicId, i32, i64)>) {
+    // Planning sees extent sizes, which bound the bytes read from above (an
+    // extent may start before the fetch offset), so a partition the budget
+    // cannot reach is not read at all.
     let mut planned = 0usize;
     let mut seen = Vec::new();
     let mut plans = Vec::with_capacity(wanted.len());
@@ -106,11 +117,18 @@ async fn read_all(
             let plan = match &w.topic {
                 None if by_id => Err(ResponseError::UnknownTopicId),
                 None => Err(ResponseError::UnknownTopicOrPartition),
-                // KIP-74: the first batch is returned even if larger than the limits.
                 Some(topic) => {
                     plan_partition(broker, topic, partition, offset, budget.max(1)).await
                 }
             };
+            let plan = plan.map(|mut plan| {
+                // Nothing fits, and an earlier partition already has data:
+                // answer this one's offsets only.
+                if budget == 0 && planned > 0 {
+                    plan.extents.clear();
+                }
+                plan
+            });
             if let (Ok(plan), Some(topic)) = (&plan, &w.topic) {
                 seen.push((topic.id, partition, plan.high_watermark));
                 planned += plan
@@ -119,14 +137,14 @@ async fn read_all(
                     .map(|e| e.length as usize)
                     .sum::<usize>();
             }
-            partitions.push((partition, offset, plan));
+            partitions.push((partition, offset, partition_max, plan));
         }
         plans.push((w, partitions));
     }
 
-    let responses = join_all(plans.into_iter().map(|(w, partitions)| async move {
+    let read = join_all(plans.into_iter().map(|(w, partitions)| async move {
         let partitions = join_all(partitions.into_iter().map(
-            |(partition, offset, plan)| async move {
+            |(partition, offset, partition_max, plan)| async move {
                 let data = match plan {
                     Ok(plan) => read_extents(broker, &plan.extents, offset)
                         .await
@@ -137,38 +155,50 @@ async fn read_all(
                         }),
                     Err(e) => Err(e),
                 };
-                let response = PartitionData::default().with_partition_index(partition);
-                match data {
-                    Ok((hw, log_start, records)) => response
-                        .with_high_watermark(hw)
-                        .with_last_stable_offset(hw)
-                        .with_log_start_offset(log_start)
-                        .with_records(Some(records)),
-                    // As Kafka: invalid offsets with an error, so no client takes
-                    // the defaults (0) for a real high watermark and stops at "end".
-                    Err(error) => response
-                        .with_error_code(error.code())
-                        .with_high_watermark(-1)
-                        .with_last_stable_offset(-1)
-                        .with_log_start_offset(-1)
-                        .with_records(Some(Bytes::new())),
-                }
+                (partition, partition_max, data)
             },
         ))
         .await;
-        let topic = FetchableTopicResponse::default().with_partitions(partitions);
-        if by_id {
+        (w, partitions)
+    }))
+    .await;
+
+    let mut total = 0usize;
+    let mut responses = Vec::with_capacity(read.len());
+    for (w, partitions) in read {
+        let mut out = Vec::with_capacity(partitions.len());
+        for (partition, partition_max, data) in partitions {
+            let response = PartitionData::default().with_partition_index(partition);
+            out.push(match data {
+                Ok((hw, log_start, mut records)) => {
+                    let limit =
+                        (partition_max.max(0) as usize).min(max_bytes.saturating_sub(total));
+                    let keep = whole_batches_within(&records, limit, total == 0);
+                    records.truncate(keep);
+                    total += keep;
+                    response
+                        .with_high_watermark(hw)
+                        .with_last_stable_offset(hw)
+                        .with_log_start_offset(log_start)
+                        .with_records(Some(records))
+                }
+                // As Kafka: invalid offsets with an error, so no client takes
+                // the defaults (0) for a real high watermark and stops at "end".
+                Err(error) => response
+                    .with_error_code(error.code())
+                    .with_high_watermark(-1)
+                    .with_last_stable_offset(-1)
+                    .with_log_start_offset(-1)
+                    .with_records(Some(Bytes::new())),
+            });
+        }
+        let topic = FetchableTopicResponse::default().with_partitions(out);
+        responses.push(if by_id {
             topic.with_topic_id(w.id)
         } else {
             topic.with_topic(w.name.clone())
-        }
-    }))
-    .await;
-    let total = responses
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
-        .sum();
+        });
+    }
     (responses, total, seen)
 }
 

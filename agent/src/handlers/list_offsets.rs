@@ -7,11 +7,13 @@
 
 use floe_metastore::{ExtentRef, OffsetAnswer, OffsetQuery};
 use floe_protocol::ResponseError;
+use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use floe_protocol::kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use floe_protocol::kafka_protocol::records::RecordBatchDecoder;
+use floe_protocol::kafka_protocol::records::Record;
+use floe_protocol::records;
 
 use crate::broker::{Broker, kafka_error};
 use crate::read::read_extents;
@@ -74,37 +76,98 @@ async fn lookup(
         .list_offsets(topic, partition, query)
         .await
         .map_err(|e| kafka_error(&e))?;
-    match answer {
-        OffsetAnswer::Offset(offset) => Ok((-1, offset)),
-        OffsetAnswer::NotFound => Ok((-1, -1)),
+    let (extent, target) = match answer {
+        OffsetAnswer::Offset(offset) => return Ok((-1, offset)),
+        OffsetAnswer::NotFound => return Ok((-1, -1)),
         // The first record reaching the extent's largest timestamp is the
         // first one with it.
         OffsetAnswer::InExtent(extent) if timestamp == MAX_TIMESTAMP => {
-            first_record_at(broker, &extent, extent.max_timestamp).await
+            let target = extent.max_timestamp;
+            (extent, target)
         }
-        OffsetAnswer::InExtent(extent) => first_record_at(broker, &extent, timestamp).await,
+        OffsetAnswer::InExtent(extent) => (extent, timestamp),
+    };
+    // DeleteRecords and retention may have moved the log start into the
+    // middle of this extent: records below it are gone for clients.
+    let log_start = broker
+        .meta
+        .offsets(topic, partition)
+        .await
+        .map_err(|e| kafka_error(&e))?
+        .log_start_offset;
+    if let Some(found) = first_record_at(broker, &extent, target, log_start).await? {
+        return Ok(found);
     }
+    if timestamp == MAX_TIMESTAMP {
+        // The largest timestamp lies only below the log start: answer the
+        // largest among the records still there.
+        return max_timestamp_from(broker, topic, partition, log_start).await;
+    }
+    // Every record reaching the timestamp in that extent lies below the log
+    // start: the answer is in a later extent.
+    let later = broker
+        .meta
+        .read_plan(topic, partition, extent.last_offset + 1, u64::MAX)
+        .await
+        .map_err(|e| kafka_error(&e))?;
+    for next in later.extents.iter().filter(|e| e.max_timestamp >= target) {
+        if let Some(found) = first_record_at(broker, next, target, log_start).await? {
+            return Ok(found);
+        }
+    }
+    Ok((-1, -1))
 }
 
+/// KIP-734 over the records from `log_start` on, when the partition's
+/// largest timestamp was cut away with the records below the log start.
+async fn max_timestamp_from(
+    broker: &Broker,
+    topic: uuid::Uuid,
+    partition: i32,
+    log_start: i64,
+) -> Result<(i64, i64), ResponseError> {
+    let plan = broker
+        .meta
+        .read_plan(topic, partition, log_start, u64::MAX)
+        .await
+        .map_err(|e| kafka_error(&e))?;
+    let mut best: Option<(i64, i64)> = None;
+    for extent in &plan.extents {
+        for r in records_of(broker, extent).await? {
+            if r.offset >= log_start && best.is_none_or(|(ts, _)| r.timestamp > ts) {
+                best = Some((r.timestamp, r.offset));
+            }
+        }
+    }
+    Ok(best.unwrap_or((-1, -1)))
+}
+
+/// The first record of `extent` at or past `log_start` whose timestamp reaches `timestamp`.
 async fn first_record_at(
     broker: &Broker,
     extent: &ExtentRef,
     timestamp: i64,
-) -> Result<(i64, i64), ResponseError> {
-    let mut bytes = read_extents(broker, std::slice::from_ref(extent), extent.base_offset)
+    log_start: i64,
+) -> Result<Option<(i64, i64)>, ResponseError> {
+    Ok(records_of(broker, extent)
+        .await?
+        .into_iter()
+        .find(|r| r.offset >= log_start && r.timestamp >= timestamp)
+        .map(|r| (r.timestamp, r.offset)))
+}
+
+/// The records of one extent, decoded within floe's decompression bounds.
+async fn records_of(broker: &Broker, extent: &ExtentRef) -> Result<Vec<Record>, ResponseError> {
+    let bytes = read_extents(broker, std::slice::from_ref(extent), extent.base_offset)
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "list offsets: reading objects failed");
             ResponseError::KafkaStorageError
         })?;
-    let sets = RecordBatchDecoder::decode_all(&mut bytes).map_err(|e| {
-        tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
-        ResponseError::CorruptMessage
-    })?;
-    sets.iter()
-        .flat_map(|set| set.records.iter())
-        .find(|r| r.timestamp >= timestamp)
-        .map(|r| (r.timestamp, r.offset))
-        // The extent's max timestamp reached the target, so a record must.
-        .ok_or(ResponseError::UnknownServerError)
+    RecordBatch::parse_all_stored(&bytes)
+        .and_then(|batches| records::decode_all(&batches))
+        .map_err(|e| {
+            tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
+            ResponseError::CorruptMessage
+        })
 }

@@ -514,7 +514,9 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
+        // floe patch: the record count comes from the wire; each record takes
+        // at least 7 bytes, so the bytes present bound the capacity.
+        records.reserve((batch_decode_info.record_count as usize).min(buf.remaining() / 7));
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -893,7 +895,8 @@ impl Record {
         }
         let num_headers = num_headers as usize;
 
-        let mut headers = IndexMap::with_capacity(num_headers);
+        // floe patch: each header takes at least 2 bytes (two varint lengths).
+        let mut headers = IndexMap::with_capacity(num_headers.min(bytes::Buf::remaining(buf) / 2));
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;

@@ -81,6 +81,11 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
         {
             let compressed = compressed.copy_to_bytes(compressed.remaining());
             let actual_len = decompress_len(&compressed).context("failed to read snappy header")?;
+            // floe patch: a block announces its own size; bound it by the
+            // format's ceiling (about 21 : 1) before allocating.
+            if actual_len > compressed.len().saturating_mul(32) {
+                anyhow::bail!("snappy block announces more than it can hold");
+            }
             let mut tmp = BytesMut::zeroed(actual_len);
             Decoder::new()
                 .decompress(&compressed, &mut tmp)
@@ -104,6 +109,10 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
 
             let uncompressed_block_length = decompress_len(&compressed_block)
                 .context("failed to get snappy uncompressed length")?;
+            // floe patch: as above, bound the announced size before allocating.
+            if uncompressed_block_length > compressed_block.len().saturating_mul(32) {
+                anyhow::bail!("snappy block announces more than it can hold");
+            }
             let uncompressed_block_start = uncompressed.len();
             uncompressed.resize(
                 uncompressed_block_start.saturating_add(uncompressed_block_length),

@@ -1,0 +1,191 @@
+//! Bounded decompression of record batch payloads.
+//!
+//! floe forwards compressed batches as they came, but a few background jobs
+//! (ListOffsets by timestamp, key compaction) must read the records inside.
+//! The codecs in `kafka-protocol` grow their output as long as the input says,
+//! so a few hostile bytes could ask for gigabytes. Here every codec writes
+//! into a buffer that stops at a limit, and the limit is never more than what
+//! the compressed bytes could honestly expand to ([`max_expansion`]).
+
+use std::io::Read;
+
+use bytes::Bytes;
+
+use crate::batch::{BatchError, Codec};
+
+/// The largest payload floe decompresses for one batch, whatever the codec
+/// could produce. Producers build batches of kilobytes to a few megabytes
+/// (`batch.size`, `message.max.bytes`), so this only refuses the absurd.
+pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 64 * 1024 * 1024;
+
+/// How many times larger than its compressed form a payload can be, at most,
+/// for each codec: the format's own ceiling, so no honest batch exceeds it.
+///
+/// - zstd: an RLE block of 4 bytes stands for up to 128 KiB (32,768 : 1).
+/// - gzip (deflate): at most 258 bytes per 2 bits, about 1,032 : 1.
+/// - lz4 frames: each extra 255 bytes of a match cost one length byte.
+/// - snappy: a copy of 64 bytes takes 3 bytes (about 21 : 1).
+pub fn max_expansion(codec: Codec) -> usize {
+    match codec {
+        Codec::None => 1,
+        Codec::Gzip => 1_100,
+        Codec::Snappy => 32,
+        Codec::Lz4 => 256,
+        Codec::Zstd => 33_000,
+    }
+}
+
+/// The bytes a compressed payload of `compressed_len` bytes may decompress to.
+pub fn decompressed_limit(codec: Codec, compressed_len: usize) -> usize {
+    compressed_len
+        .saturating_mul(max_expansion(codec))
+        .min(MAX_DECOMPRESSED_BATCH_BYTES)
+}
+
+/// Decompresses a batch's records payload, refusing output past `limit` bytes.
+pub fn decompress(codec: Codec, input: &[u8], limit: usize) -> Result<Bytes, BatchError> {
+    let out = match codec {
+        Codec::None => {
+            if input.len() > limit {
+                return Err(too_large());
+            }
+            return Ok(Bytes::copy_from_slice(input));
+        }
+        Codec::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(input), limit)?,
+        Codec::Zstd => {
+            let decoder = zstd::stream::read::Decoder::new(input).map_err(|_| corrupt())?;
+            read_bounded(decoder, limit)?
+        }
+        Codec::Lz4 => {
+            let decoder = lz4::Decoder::new(input).map_err(|_| corrupt())?;
+            read_bounded(decoder, limit)?
+        }
+        Codec::Snappy => snappy(input, limit)?,
+    };
+    Ok(Bytes::from(out))
+}
+
+fn corrupt() -> BatchError {
+    BatchError::Corrupt("compressed records do not decompress")
+}
+
+fn too_large() -> BatchError {
+    BatchError::Corrupt("compressed records decompress past the limit")
+}
+
+/// Reads a decoder to its end, but never more than `limit` bytes. The buffer
+/// grows as bytes come out, not from any size the input announces.
+fn read_bounded(decoder: impl Read, limit: usize) -> Result<Vec<u8>, BatchError> {
+    let mut out = Vec::new();
+    decoder
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|_| corrupt())?;
+    if out.len() > limit {
+        return Err(too_large());
+    }
+    Ok(out)
+}
+
+/// The xerial framing Kafka clients use: an 8-byte magic and two version
+/// ints, then blocks of `[u32 length][raw snappy]`. Without the magic the
+/// payload is one raw snappy block (as the Java client accepts).
+fn snappy(input: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
+    const MAGIC: &[u8] = b"\x82SNAPPY\x00";
+    const HEADER: usize = 16;
+    let mut out = Vec::new();
+    if !input.starts_with(MAGIC) {
+        snappy_block(input, &mut out, limit)?;
+        return Ok(out);
+    }
+    let mut rest = input.get(HEADER..).ok_or_else(corrupt)?;
+    while !rest.is_empty() {
+        let len_bytes: [u8; 4] = rest.get(..4).ok_or_else(corrupt)?.try_into().unwrap();
+        let len = u32::from_be_bytes(len_bytes) as usize;
+        let block = rest.get(4..4 + len).ok_or_else(corrupt)?;
+        snappy_block(block, &mut out, limit)?;
+        rest = &rest[4 + len..];
+    }
+    Ok(out)
+}
+
+fn snappy_block(block: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), BatchError> {
+    // The block announces its decompressed size: check it before allocating.
+    let len = snap::raw::decompress_len(block).map_err(|_| corrupt())?;
+    if out.len().saturating_add(len) > limit {
+        return Err(too_large());
+    }
+    let start = out.len();
+    out.resize(start + len, 0);
+    let written = snap::raw::Decoder::new()
+        .decompress(block, &mut out[start..])
+        .map_err(|_| corrupt())?;
+    out.truncate(start + written);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn zstd_of(data: &[u8]) -> Vec<u8> {
+        zstd::encode_all(data, 3).unwrap()
+    }
+
+    #[test]
+    fn every_codec_round_trips_within_its_expansion() {
+        let data = vec![7u8; 1 << 20];
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&data).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut lz = lz4::EncoderBuilder::new().build(Vec::new()).unwrap();
+        lz.write_all(&data).unwrap();
+        let (lz, _) = lz.finish();
+        let raw_snappy = snap::raw::Encoder::new().compress_vec(&data).unwrap();
+        for (codec, compressed) in [
+            (Codec::Gzip, gz),
+            (Codec::Zstd, zstd_of(&data)),
+            (Codec::Lz4, lz),
+            (Codec::Snappy, raw_snappy),
+        ] {
+            let limit = decompressed_limit(codec, compressed.len());
+            assert!(
+                limit >= data.len(),
+                "{codec:?}: limit {limit} below honest output"
+            );
+            let out = decompress(codec, &compressed, limit).unwrap();
+            assert_eq!(out.len(), data.len(), "{codec:?}");
+            // One byte less than the output is refused, never truncated.
+            assert!(decompress(codec, &compressed, data.len() - 1).is_err());
+        }
+    }
+
+    #[test]
+    fn a_snappy_block_announcing_gigabytes_is_refused_before_allocating() {
+        // Varint 0xFFFFFFFF as the block's decompressed length, then nothing.
+        let block = [0xff, 0xff, 0xff, 0xff, 0x0f];
+        assert!(decompress(Codec::Snappy, &block, 1 << 20).is_err());
+        let mut framed = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
+        framed.extend_from_slice(&(block.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&block);
+        assert!(decompress(Codec::Snappy, &framed, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn a_zstd_bomb_stops_at_the_limit() {
+        let bomb = zstd_of(&vec![0u8; 32 << 20]);
+        assert!(bomb.len() < 4096);
+        assert_eq!(
+            decompress(Codec::Zstd, &bomb, 1 << 20).unwrap_err(),
+            too_large()
+        );
+    }
+
+    #[test]
+    fn garbage_is_corrupt_for_every_codec() {
+        for codec in [Codec::Gzip, Codec::Zstd, Codec::Lz4, Codec::Snappy] {
+            assert!(decompress(codec, b"definitely not compressed", 1 << 20).is_err());
+        }
+    }
+}

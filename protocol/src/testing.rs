@@ -1,0 +1,79 @@
+//! Record batches for tests, in this crate and (with the `testing` feature)
+//! in the others: well-formed ones built by `kafka-protocol`'s encoder, and
+//! hostile ones built by hand.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use crate::batch::RecordBatch;
+
+pub const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
+/// Records `k{i}` -> `values[i]`, each with one header, timestamps from `base_ts`.
+pub fn records(values: &[Vec<u8>], base_ts: i64) -> Vec<Record> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32,
+            timestamp: base_ts + i as i64,
+            delete_horizon: false,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(v.clone())),
+            headers: [(
+                StrBytes::from_static_str("h"),
+                Some(Bytes::from_static(b"v")),
+            )]
+            .into_iter()
+            .collect(),
+        })
+        .collect()
+}
+
+/// One batch of `values` (timestamps from 1,000), as a producer sends it.
+pub fn encode(values: &[Vec<u8>], compression: Compression) -> Bytes {
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records(values, 1_000), &options).unwrap();
+    buf.freeze()
+}
+
+/// A batch of one small record whose header then claims `count` records
+/// (lastOffsetDelta and CRC made to agree): the review's 61-byte attack, with
+/// a payload so it also reaches the decompressor.
+pub fn lying_batch(count: i32, compression: Compression) -> Bytes {
+    let honest = encode(&[b"x".to_vec()], compression);
+    let mut b = BytesMut::from(&honest[..]);
+    b[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+    b[57..61].copy_from_slice(&count.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
+/// [`lying_batch`] as a stored batch (stored parsing does not bound counts,
+/// so this is what an agent from before the bound may have written).
+pub fn batch_claiming(count: i32, compression: Compression) -> RecordBatch {
+    RecordBatch::parse_all_stored(&lying_batch(count, compression))
+        .unwrap()
+        .remove(0)
+}
