@@ -60,3 +60,29 @@ def test_retention_by_time_and_delete_records(make_agent):
     assert earliest(agent.bootstrap, "manual") == (4, 10)
     assert [v for _, _, v in kcat_consume(agent.bootstrap, "manual")] == [f"m-{i}" for i in range(4, 10)]
     admin.close()
+
+
+def test_list_offsets_by_timestamp_never_answers_below_the_log_start(agent):
+    """DeleteRecords can move the log start into the middle of a stored
+    extent; ListOffsets by timestamp used to answer the cut-off records."""
+    from confluent_kafka import Producer
+    from confluent_kafka import TopicPartition as Tp
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 100})
+    # One batch, one extent: timestamps 1000..1009, the largest at offset 2.
+    for n in range(10):
+        p.produce("cut", value=str(n).encode(), partition=0,
+                  timestamp=5_000 if n == 2 else 1_000 + n)
+    assert p.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    tp = Tp("cut", 0)
+    admin.delete_records([Tp("cut", 0, 4)])[tp].result(timeout=30)
+    answers = {}
+    for name, spec in [("ts0", OffsetSpec.for_timestamp(0)), ("ts1002", OffsetSpec.for_timestamp(1_002)),
+                       ("ts1007", OffsetSpec.for_timestamp(1_007)), ("max", OffsetSpec.max_timestamp()),
+                       ("late", OffsetSpec.for_timestamp(6_000))]:
+        answers[name] = admin.list_offsets({tp: spec})[tp].result(timeout=30).offset
+    # Offset 2 carries timestamp 5000 but lies below the log start (4): the
+    # first record still readable reaching 1002 is offset 4; the largest
+    # timestamp still readable is 1009 at offset 9.
+    assert answers == {"ts0": 4, "ts1002": 4, "ts1007": 7, "max": 9, "late": -1}, answers
