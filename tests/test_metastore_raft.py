@@ -142,6 +142,56 @@ def test_leader_kill_9_under_load_from_several_agents(tmp_path, metastore_group)
             a.stop()
 
 
+def test_a_frozen_leader_stalls_produce_only_seconds(tmp_path, metastore_group):
+    """SIGSTOP of the metastore *leader*: the other two elect a new one within
+    seconds, and the agent must follow. Before attempts had deadlines, a
+    record produced during the freeze failed only after its whole 25 s
+    message timeout, and went through 0.1 s after SIGCONT."""
+    nodes = metastore_group
+    cluster = ",".join(n.address for n in nodes)
+    workdir = tmp_path / "agent"
+    workdir.mkdir()
+    agent = Agent(workdir, "--metastore", cluster, "--flush-interval", "20ms",
+                  "--compaction-interval", "0s").start()
+    leader = None
+    try:
+        create_topic(agent.bootstrap, "frozen-leader", 1)
+        latencies, failed = [], []
+
+        def delivered(err, msg):
+            if err:
+                failed.append(err)
+            else:
+                latencies.append(time.time() - float(msg.value().decode()))
+
+        producer = Producer({"bootstrap.servers": agent.bootstrap, "enable.idempotence": True,
+                             "linger.ms": 5, "message.timeout.ms": 25_000})
+        def send_for(seconds):
+            end = time.time() + seconds
+            while time.time() < end:
+                producer.produce("frozen-leader", value=str(time.time()), on_delivery=delivered)
+                producer.poll(0.1)
+
+        send_for(1.0)
+        leader = by_id(nodes, wait_for_leader(nodes))
+        leader.proc.send_signal(signal.SIGSTOP)
+        frozen_at = time.time()
+        sent_before = len(latencies)
+        send_for(12.0)
+        assert producer.flush(30) == 0
+        assert not failed, failed[:3]
+        worst = max(latencies[sent_before:])
+        print(f"frozen leader: worst produce latency {worst:.1f}s over {len(latencies)} records")
+        # Election (about 3 s) + one attempt timeout (3 s) + retries.
+        assert worst < 10, f"produce stalled {worst:.1f}s behind a frozen leader"
+        assert time.time() - frozen_at < 60
+        assert len(kcat_consume(agent.bootstrap, "frozen-leader")) == len(latencies)
+    finally:
+        if leader is not None:
+            leader.proc.send_signal(signal.SIGCONT)
+        agent.stop()
+
+
 def test_frozen_node_catches_up_and_membership_changes(tmp_path, metastore_group):
     nodes = metastore_group
     cluster = ",".join(n.address for n in nodes)

@@ -421,3 +421,54 @@ async fn remote_reports_an_unreachable_metastore() {
     let err = m.topics().await.unwrap_err();
     assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
 }
+
+/// A frozen node (SIGSTOP): it accepts connections and reads requests into
+/// its socket but never answers. The client used to wait on it forever;
+/// now each attempt has a deadline, a safe request moves on to the next node,
+/// and an unsafe one fails as "may have been applied".
+#[tokio::test]
+async fn a_frozen_node_costs_one_attempt_timeout_not_forever() {
+    use std::time::Duration;
+    let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let frozen_address = frozen.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (stream, _) = frozen.accept().await.unwrap();
+            held.push(stream); // never read, never answered, never closed
+        }
+    });
+    // A live node behind it, served over TCP.
+    let live = std::sync::Arc::new(crate::LocalMetastore::in_memory().await.unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let live_address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(crate::rpc::serve(listener, live.clone()));
+    live.create_topic(NewTopic {
+        name: "t".into(),
+        partitions: 1,
+        configs: Default::default(),
+    })
+    .await
+    .unwrap();
+
+    let m = RemoteMetastore::new(format!("{frozen_address},{live_address}"))
+        .with_attempt_timeout(Duration::from_millis(300))
+        .with_retry_for(Duration::from_secs(5));
+    let started = tokio::time::Instant::now();
+    let topics = tokio::time::timeout(Duration::from_secs(10), m.topics())
+        .await
+        .expect("a frozen node must not hold the client");
+    assert_eq!(topics.unwrap().len(), 1, "answered by the live node");
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    // Alone with the frozen node, an unsafe request gives up after one attempt.
+    let m = RemoteMetastore::new(&frozen_address).with_attempt_timeout(Duration::from_millis(300));
+    let err = tokio::time::timeout(Duration::from_secs(10), m.delete_topic("t"))
+        .await
+        .expect("bounded")
+        .unwrap_err();
+    assert!(
+        matches!(err, MetaError::Unavailable(ref why) if why.contains("may have been applied")),
+        "{err:?}"
+    );
+}

@@ -38,6 +38,32 @@ use crate::types::*;
 const MAX_FRAME: usize = 256 * 1024 * 1024;
 /// How long a safe request keeps being retried while the metastore is away.
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(15);
+/// How long one attempt (connect, send, answer) may take before the client
+/// gives up on that node. A node that is frozen (SIGSTOP, a stalled VM, a
+/// partition without RST) accepts bytes into its socket and never answers;
+/// without this, every agent would wait on it while the others have long
+/// elected a new leader (about 3 s).
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Connecting takes one round trip; a node that does not answer in this is down.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// TCP keepalive on every connection, so a dead peer is found on idle ones.
+const KEEPALIVE: Duration = Duration::from_secs(10);
+
+/// Connects to `address` within [`CONNECT_TIMEOUT`], with keepalive and no delay.
+pub(crate) async fn connect(address: &str) -> Result<TcpStream, String> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address))
+        .await
+        .map_err(|_| format!("connecting to {address}: no answer within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|e| format!("connecting to {address}: {e}"))?;
+    stream.set_nodelay(true).ok();
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE)
+        .with_interval(KEEPALIVE);
+    if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
+        tracing::debug!(%address, error = %e, "could not turn on TCP keepalive");
+    }
+    Ok(stream)
+}
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum Request {
@@ -277,6 +303,7 @@ pub struct RemoteMetastore {
     /// Idle connections, with the address each goes to.
     idle: Mutex<Vec<(String, Connection)>>,
     retry_for: Duration,
+    attempt_timeout: Duration,
     /// Called once per request sent (for the agent's metrics).
     on_request: Option<Arc<dyn Fn() + Send + Sync>>,
 }
@@ -296,6 +323,7 @@ impl RemoteMetastore {
             addresses,
             idle: Mutex::new(Vec::new()),
             retry_for: DEFAULT_RETRY_FOR,
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
             on_request: None,
         }
     }
@@ -310,6 +338,12 @@ impl RemoteMetastore {
     /// metastore cannot be reached or has no leader.
     pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
         self.retry_for = retry_for;
+        self
+    }
+
+    /// How long one attempt at one node may take (see [`DEFAULT_ATTEMPT_TIMEOUT`]).
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
         self
     }
 
@@ -330,7 +364,25 @@ impl RemoteMetastore {
         }
     }
 
+    /// One attempt at one node, within the attempt timeout. A timed-out
+    /// attempt counts as unanswered: the request may have been applied.
     async fn once(
+        &self,
+        address: &str,
+        frame: &Bytes,
+    ) -> Result<Result<Response, MetaError>, Attempt> {
+        match tokio::time::timeout(self.attempt_timeout, self.attempt(address, frame)).await {
+            Ok(result) => result,
+            // The connection is dropped with the future: a late answer can
+            // never be read as the next request's.
+            Err(_) => Err(Attempt::Unanswered(format!(
+                "{address} did not answer within {:?}",
+                self.attempt_timeout
+            ))),
+        }
+    }
+
+    async fn attempt(
         &self,
         address: &str,
         frame: &Bytes,
@@ -343,13 +395,7 @@ impl RemoteMetastore {
         };
         let mut conn = match pooled {
             Some(conn) => conn,
-            None => {
-                let stream = TcpStream::connect(address)
-                    .await
-                    .map_err(|e| Attempt::NotSent(format!("connecting to {address}: {e}")))?;
-                stream.set_nodelay(true).ok();
-                Framed::new(stream, codec())
-            }
+            None => Framed::new(connect(address).await.map_err(Attempt::NotSent)?, codec()),
         };
         if let Some(hook) = &self.on_request {
             hook();

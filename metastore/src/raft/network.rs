@@ -127,10 +127,7 @@ impl Peer {
 
     async fn exchange(&mut self, frame: bytes::Bytes) -> Result<PeerResponse, String> {
         if self.connection.is_none() {
-            let stream = TcpStream::connect(&self.address)
-                .await
-                .map_err(|e| format!("connecting: {e}"))?;
-            stream.set_nodelay(true).ok();
+            let stream = rpc::connect(&self.address).await?;
             self.connection = Some(Framed::new(stream, rpc::codec()));
         }
         let connection = self.connection.as_mut().expect("connected above");
