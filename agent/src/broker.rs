@@ -10,6 +10,7 @@ use floe_storage::ObjectStore;
 use tokio::sync::watch;
 
 use crate::batcher::{Batcher, BatcherConfig};
+use crate::budget::ResponseBudget;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::topic_cache::TopicCache;
@@ -33,6 +34,8 @@ pub struct Broker {
     pub produce_topics: Arc<TopicCache>,
     /// What waiting fetches wait on, polled from the metastore for them all.
     pub watermarks: Arc<Watermarks>,
+    /// Memory for responses in flight, across every connection.
+    pub responses: ResponseBudget,
 }
 
 /// How often waiting fetches' partitions are checked for commits made
@@ -70,6 +73,7 @@ impl Broker {
             commit_tx,
             metrics.clone(),
         );
+        let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         Ok(Broker {
             config,
             advertised_host,
@@ -82,6 +86,7 @@ impl Broker {
             metrics,
             produce_topics: Arc::new(TopicCache::new(PRODUCE_TOPIC_TTL)),
             watermarks,
+            responses,
         })
     }
 

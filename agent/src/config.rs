@@ -52,6 +52,20 @@ pub struct Config {
     /// Most bytes one Fetch response carries, whatever the client asks
     /// (Kafka's `fetch.max.bytes`); one batch is returned even if larger.
     pub max_fetch_bytes: ByteSize,
+    /// Memory for responses being prepared or waiting for their client to
+    /// read them, across all connections; fetches wait beyond it.
+    pub max_response_bytes: ByteSize,
+    /// Connections open at once (Kafka's `max.connections`); more are closed
+    /// as they arrive.
+    pub max_connections: usize,
+    /// Connections open at once from one address (`max.connections.per.ip`).
+    /// Behind a load balancer every client shares its address: keep it high.
+    pub max_connections_per_ip: usize,
+    /// A connection with no request in flight and none arriving for this
+    /// long is closed (Kafka's `connections.max.idle.ms`); also the longest
+    /// a response may wait for its client to read it.
+    #[serde(with = "humantime_serde")]
+    pub connections_max_idle: Duration,
     /// Memory for cached object blocks.
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
@@ -101,6 +115,10 @@ impl Default for Config {
             max_inflight_uploads: 4,
             max_frame_bytes: ByteSize::mib(100),
             max_fetch_bytes: ByteSize::mib(55),
+            max_response_bytes: ByteSize::mib(256),
+            max_connections: 4096,
+            max_connections_per_ip: 4096,
+            connections_max_idle: Duration::from_secs(600),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
             auto_create_topics: true,
@@ -163,6 +181,22 @@ impl Config {
         anyhow::ensure!(
             self.cache_block_bytes.as_u64() > 0,
             "cache_block_bytes must be positive"
+        );
+        anyhow::ensure!(
+            self.max_response_bytes >= self.max_fetch_bytes,
+            "max_response_bytes must be at least max_fetch_bytes"
+        );
+        anyhow::ensure!(
+            self.max_response_bytes.as_u64() <= u32::MAX as u64,
+            "max_response_bytes must be below 4 GiB"
+        );
+        anyhow::ensure!(
+            self.max_connections > 0 && self.max_connections_per_ip > 0,
+            "max_connections and max_connections_per_ip must be positive"
+        );
+        anyhow::ensure!(
+            !self.connections_max_idle.is_zero(),
+            "connections_max_idle must be positive"
         );
         self.advertised()?;
         if let Some(spec) = &self.inject_faults {

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod batcher;
 pub mod broker;
+pub mod budget;
 pub mod compaction;
 pub mod config;
 pub mod discovery;

@@ -88,6 +88,16 @@ struct AgentArgs {
     max_frame_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_MAX_FETCH_BYTES")]
     max_fetch_bytes: Option<ByteSize>,
+    /// Memory for responses in flight across all connections
+    #[arg(long, env = "FLOE_MAX_RESPONSE_BYTES")]
+    max_response_bytes: Option<ByteSize>,
+    #[arg(long, env = "FLOE_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    #[arg(long, env = "FLOE_MAX_CONNECTIONS_PER_IP")]
+    max_connections_per_ip: Option<usize>,
+    /// e.g. 10m: connections idle this long are closed
+    #[arg(long, env = "FLOE_CONNECTIONS_MAX_IDLE", value_parser = humantime::parse_duration)]
+    connections_max_idle: Option<Duration>,
     #[arg(long, env = "FLOE_CACHE_BYTES")]
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
@@ -136,6 +146,10 @@ impl AgentArgs {
             max_inflight_uploads,
             max_frame_bytes,
             max_fetch_bytes,
+            max_response_bytes,
+            max_connections,
+            max_connections_per_ip,
+            connections_max_idle,
             cache_bytes,
             cache_block_bytes,
             auto_create_topics,

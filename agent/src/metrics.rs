@@ -9,6 +9,7 @@ use floe_storage::hooked::{HookedStore, Hooks, Op};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -35,6 +36,10 @@ pub struct Metrics {
     pub metastore_requests: Counter,
     /// What background passes step over (failed partitions, bad batches).
     pub background: floe_compactor::Counters,
+    /// Kafka connections open now.
+    pub connections: Gauge,
+    /// Connections closed on arrival by max_connections(_per_ip).
+    pub connections_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -96,11 +101,25 @@ impl Metrics {
             "Requests sent to a remote metastore, retries included",
             metastore_requests.clone(),
         );
+        let connections = Gauge::default();
+        registry.register(
+            "connections",
+            "Kafka connections open now",
+            connections.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed on arrival by max_connections or max_connections_per_ip",
+            connections_refused.clone(),
+        );
         let background = floe_compactor::Counters::default();
         background.register(&mut registry);
         Metrics {
             metastore_requests,
             background,
+            connections,
+            connections_refused,
             registry,
             object_requests,
             object_bytes,

@@ -3,9 +3,19 @@
 //! Clients pipeline requests (librdkafka keeps up to 5 in flight), and a
 //! produce waits for the next flush, so requests of one connection are handled
 //! concurrently while their responses are written strictly in request order.
+//!
+//! What one connection can hold is bounded: its read buffer grows only with
+//! the bytes it was sent ([`frame::FrameCodec`]); at most
+//! [`MAX_IN_FLIGHT_PER_CONNECTION`] requests are handled at once, of which at
+//! most [`MAX_OTHER_IN_FLIGHT_PER_CONNECTION`] are not produces; fetched bytes
+//! come from the agent-wide response budget ([`crate::budget`]) until written;
+//! a connection idle for `connections_max_idle`, or whose client does not
+//! read a response within it, is closed; and `max_connections` /
+//! `max_connections_per_ip` cap how many there are.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use floe_protocol::frame;
@@ -17,15 +27,68 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
 use crate::broker::Broker;
+use crate::budget::Held;
 use crate::handlers;
 
-/// Requests of one connection handled at once before reading pauses.
-const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
+/// Requests of one connection handled at once before reading pauses: enough
+/// for producers that pipeline behind a flush.
+pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
+/// Of those, requests other than Produce (Kafka handles one request per
+/// connection at a time; a few let a consumer's heartbeat pass its fetch).
+pub const MAX_OTHER_IN_FLIGHT_PER_CONNECTION: usize = 4;
+
+/// Open connections, in total and by client address.
+#[derive(Default)]
+struct Open {
+    by_ip: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One admitted connection; counted out when dropped.
+struct Slot {
+    open: Arc<Open>,
+    ip: IpAddr,
+    broker: Arc<Broker>,
+}
+
+impl Open {
+    /// Counts a new connection in, unless a limit is reached.
+    fn admit(self: &Arc<Self>, ip: IpAddr, broker: &Arc<Broker>) -> Option<Slot> {
+        let mut by_ip = self.by_ip.lock().expect("connections lock");
+        let total: usize = by_ip.values().sum();
+        let from_ip = by_ip.get(&ip).copied().unwrap_or(0);
+        if total >= broker.config.max_connections || from_ip >= broker.config.max_connections_per_ip
+        {
+            return None;
+        }
+        by_ip.insert(ip, from_ip + 1);
+        broker.metrics.connections.inc();
+        Some(Slot {
+            open: self.clone(),
+            ip,
+            broker: broker.clone(),
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut by_ip = self.open.by_ip.lock().expect("connections lock");
+        if let Some(n) = by_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                by_ip.remove(&self.ip);
+            }
+        }
+        self.broker.metrics.connections.dec();
+    }
+}
 
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {
+    let open = Arc::new(Open::default());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -37,11 +100,19 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Resul
                 continue;
             }
         };
+        let Some(slot) = open.admit(peer.ip(), &broker) else {
+            // As Kafka does past max.connections(.per.ip): close at once.
+            broker.metrics.connections_refused.inc();
+            tracing::debug!(%peer, "connection limit reached; closing");
+            drop(stream);
+            continue;
+        };
         let broker = broker.clone();
         tokio::spawn(async move {
             if let Err(e) = connection(stream, peer, broker).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an I/O error");
             }
+            drop(slot);
         });
     }
 }
@@ -54,17 +125,29 @@ async fn connection(
     stream.set_nodelay(true)?;
     let (read, mut write) = stream.into_split();
     let max_frame = broker.config.max_frame_bytes.as_u64() as usize;
+    let idle_for = broker.config.connections_max_idle;
     let mut frames = FramedRead::new(read, frame::codec(max_frame));
     let mut in_flight = FuturesOrdered::new();
+    let mut others = 0usize;
     let mut reading = true;
+    let mut last_active = Instant::now();
     loop {
+        let can_read = reading
+            && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION
+            && others < MAX_OTHER_IN_FLIGHT_PER_CONNECTION;
         tokio::select! {
-            next = frames.next(), if reading && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION => {
+            next = frames.next(), if can_read => {
+                last_active = Instant::now();
                 match next {
                     Some(Ok(frame)) => match request::decode(frame.freeze()) {
                         // Admission runs before the next request is read, so
                         // produced batches are enqueued in request order.
-                        Ok(decoded) => in_flight.push_back(admit(broker.clone(), decoded).await),
+                        Ok(decoded) => {
+                            let produce = is_produce(&decoded);
+                            others += usize::from(!produce);
+                            let pending = admit(broker.clone(), decoded).await;
+                            in_flight.push_back(async move { (produce, pending.await) });
+                        }
                         Err(e) => {
                             tracing::warn!(%peer, error = %e, "closing connection: undecodable request");
                             reading = false;
@@ -77,14 +160,35 @@ async fn connection(
                     None => reading = false,
                 }
             }
-            Some(response) = in_flight.next() => match response {
-                Ok(Some(bytes)) => write.write_all(&bytes).await?,
-                Ok(None) => {}
-                // A response that cannot be encoded would leave the client
-                // waiting forever; closing makes it retry elsewhere.
-                Err(()) => break,
-            },
-            else => break,
+            Some((produce, response)) = in_flight.next() => {
+                others -= usize::from(!produce);
+                match response {
+                    Ok(Some((bytes, held))) => {
+                        // A client that does not read its responses holds
+                        // their memory (and budget) only this long.
+                        let written = tokio::time::timeout(idle_for, write.write_all(&bytes)).await;
+                        drop(held);
+                        match written {
+                            Ok(result) => result?,
+                            Err(_) => {
+                                tracing::warn!(%peer, "closing connection: the client did not read its response");
+                                break;
+                            }
+                        }
+                        last_active = Instant::now();
+                    }
+                    Ok(None) => {}
+                    // A response that cannot be encoded would leave the client
+                    // waiting forever; closing makes it retry elsewhere.
+                    Err(()) => break,
+                }
+            }
+            // Nothing in flight and no whole request for this long (a
+            // client gone quiet, or one trickling half a frame): close.
+            _ = tokio::time::sleep_until(last_active + idle_for), if in_flight.is_empty() => {
+                tracing::debug!(%peer, "closing idle connection");
+                break;
+            }
         }
         if !reading && in_flight.is_empty() {
             break;
@@ -95,9 +199,14 @@ async fn connection(
     write.shutdown().await
 }
 
+fn is_produce(decoded: &Decoded) -> bool {
+    matches!(decoded, Decoded::Request { header, .. } if header.request_api_key == ApiKey::Produce as i16)
+}
+
 /// A response frame being prepared: `Ok(None)` means no response (as for
-/// `acks=0` produces), `Err` that the response could not be encoded.
-type Responding = BoxFuture<'static, Result<Option<Bytes>, ()>>;
+/// `acks=0` produces), `Err` that the response could not be encoded. The
+/// frame comes with the response budget it holds until written.
+type Responding = BoxFuture<'static, Result<Option<(Bytes, Option<Held>)>, ()>>;
 
 /// Starts handling one request (see [`handlers::admit`]) and returns the future
 /// that finishes it and encodes its response frame.
@@ -105,7 +214,10 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
     match decoded {
         Decoded::ApiVersionsTooNew { correlation_id } => {
             let response = ResponseKind::ApiVersions(handlers::api_versions::unsupported());
-            Box::pin(async move { encode(ApiKey::ApiVersions, 0, correlation_id, Some(response)) })
+            Box::pin(async move {
+                encode(ApiKey::ApiVersions, 0, correlation_id, Some(response))
+                    .map(|frame| frame.map(|b| (b, None)))
+            })
         }
         Decoded::Request { header, body } => {
             let Ok(api) = ApiKey::try_from(header.request_api_key) else {
@@ -118,9 +230,13 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
             let pending = handlers::admit(broker, &header, *body).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move {
-                let response = pending.await;
+                let reply = pending.await;
                 metrics.request(&format!("{api:?}"), started.elapsed());
-                encode(api, version, correlation_id, response)
+                let (response, held) = match reply {
+                    Some(r) => (Some(r.response), r.held),
+                    None => (None, None),
+                };
+                encode(api, version, correlation_id, response).map(|frame| frame.map(|b| (b, held)))
             })
         }
     }

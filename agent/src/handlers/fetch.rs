@@ -16,6 +16,7 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
+use crate::budget::Held;
 use crate::read::read_extents;
 use floe_protocol::batch::whole_batches_within;
 
@@ -30,7 +31,13 @@ struct Wanted {
     partitions: Vec<(i32, i64, i32)>,
 }
 
-pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
+/// The response, and the bytes of the response budget it holds until the
+/// connection has written it.
+pub async fn handle(
+    broker: &Broker,
+    req: FetchRequest,
+    version: i16,
+) -> (FetchResponse, Option<Held>) {
     let by_id = version >= 13;
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -65,9 +72,10 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
         // Mark the current commit count seen *before* reading, so a commit that
         // lands during the read still wakes the wait below.
         commits.borrow_and_update();
-        let (responses, bytes, seen) = read_all(broker, &wanted, max_bytes, by_id).await;
+        let (responses, bytes, seen, held) =
+            read_all(broker, &wanted, max_bytes, by_id, deadline).await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
-            return FetchResponse::default().with_responses(responses);
+            return (FetchResponse::default().with_responses(responses), held);
         }
         // This agent's own commits wake the wait at once; other agents'
         // commits when the agent's shared poll sees a partition grow. At the
@@ -82,7 +90,7 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
             grew = broker.watermarks.wait_for_growth(&seen, deadline) => grew,
         };
         if !woken {
-            return FetchResponse::default().with_responses(responses);
+            return (FetchResponse::default().with_responses(responses), held);
         }
     }
 }
@@ -98,12 +106,22 @@ pub async fn handle(broker: &Broker, req: FetchRequest, version: i16) -> FetchRe
 /// the limits (so a batch larger than them still makes progress). A client
 /// such as librdkafka refuses a response larger than it asked for and
 /// retries the same fetch forever.
+///
+/// The planned bytes are taken from the agent's response budget before any
+/// is read, waiting for them until `deadline`; without them by then, the
+/// partitions are answered with their offsets and no records.
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
     by_id: bool,
-) -> (Vec<FetchableTopicResponse>, usize, Vec<(TopicId, i32, i64)>) {
+    deadline: Instant,
+) -> (
+    Vec<FetchableTopicResponse>,
+    usize,
+    Vec<(TopicId, i32, i64)>,
+    Option<Held>,
+) {
     // Planning sees extent sizes, which bound the bytes read from above (an
     // extent may start before the fetch offset), so a partition the budget
     // cannot reach is not read at all.
@@ -141,6 +159,29 @@ async fn read_all(
         }
         plans.push((w, partitions));
     }
+    let held = match planned {
+        0 => None,
+        planned => {
+            // Waiting for budget must not outlast the fetch, but a fetch
+            // with no wait (max_wait_ms = 0) still gets a moment.
+            let wait_until = deadline.max(Instant::now() + Duration::from_millis(100));
+            let held = broker.responses.take(planned, wait_until).await;
+            if held.is_none() {
+                tracing::debug!(
+                    planned,
+                    "fetch: response budget spent; answering without records"
+                );
+                for (_, partitions) in &mut plans {
+                    for (_, _, _, plan) in partitions.iter_mut() {
+                        if let Ok(plan) = plan {
+                            plan.extents.clear();
+                        }
+                    }
+                }
+            }
+            held
+        }
+    };
 
     let read = join_all(plans.into_iter().map(|(w, partitions)| async move {
         let partitions = join_all(partitions.into_iter().map(
@@ -199,7 +240,7 @@ async fn read_all(
             topic.with_topic(w.name.clone())
         });
     }
-    (responses, total, seen)
+    (responses, total, seen, held)
 }
 
 /// Which extents hold one partition's data from `offset`, within `max_bytes`.

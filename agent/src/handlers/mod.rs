@@ -17,9 +17,25 @@ use futures::future::BoxFuture;
 use std::sync::Arc;
 
 use crate::broker::Broker;
+use crate::budget::Held;
+
+/// A response, with the response budget it holds until written (fetches).
+pub struct Reply {
+    pub response: ResponseKind,
+    pub held: Option<Held>,
+}
+
+impl From<ResponseKind> for Reply {
+    fn from(response: ResponseKind) -> Self {
+        Reply {
+            response,
+            held: None,
+        }
+    }
+}
 
 /// The rest of a request's handling, run concurrently with later requests.
-pub type Pending = BoxFuture<'static, Option<ResponseKind>>;
+pub type Pending = BoxFuture<'static, Option<Reply>>;
 
 /// Starts handling a request. What must happen in request order (enqueueing
 /// produced batches) is done before this returns; the rest is left in the
@@ -28,14 +44,32 @@ pub async fn admit(broker: Arc<Broker>, header: &RequestHeader, body: RequestKin
     let version = header.request_api_version;
     if let RequestKind::Produce(req) = body {
         let admitted = produce::admit(&broker, req).await;
-        return Box::pin(async move { admitted.respond().await.map(ResponseKind::Produce) });
+        return Box::pin(async move {
+            admitted
+                .respond()
+                .await
+                .map(|r| Reply::from(ResponseKind::Produce(r)))
+        });
+    }
+    if let RequestKind::Fetch(req) = body {
+        return Box::pin(async move {
+            let (response, held) = fetch::handle(&broker, req, version).await;
+            Some(Reply {
+                response: ResponseKind::Fetch(response),
+                held,
+            })
+        });
     }
     let client_id = header
         .client_id
         .as_ref()
         .map(|c| c.to_string())
         .unwrap_or_default();
-    Box::pin(async move { handle(&broker, body, version, client_id).await })
+    Box::pin(async move {
+        handle(&broker, body, version, client_id)
+            .await
+            .map(Reply::from)
+    })
 }
 
 async fn handle(
@@ -98,7 +132,6 @@ async fn handle(
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req).await)
         }
-        RequestKind::Fetch(req) => ResponseKind::Fetch(fetch::handle(broker, req, version).await),
         RequestKind::ListOffsets(req) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
         }
