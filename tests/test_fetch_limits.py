@@ -48,8 +48,9 @@ def test_a_fetch_never_answers_more_than_it_was_asked(agent):
     assert "Invalid response size" not in agent.log()
 
 
-def test_a_batch_larger_than_the_limits_still_makes_progress(agent):
+def test_a_batch_larger_than_the_limits_still_makes_progress(make_agent):
     """KIP-74: the first batch comes back even when it alone exceeds them."""
+    agent = make_agent("--message-max-bytes", "4MiB")
     create_topic(agent.bootstrap, "huge", 1)
     p = Producer({"bootstrap.servers": agent.bootstrap, "message.max.bytes": 4 * MIB})
     for n in range(3):

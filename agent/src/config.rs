@@ -49,6 +49,9 @@ pub struct Config {
     pub max_inflight_uploads: usize,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     pub max_frame_bytes: ByteSize,
+    /// Largest record batch a producer may send (Kafka's `message.max.bytes`;
+    /// a topic's `max.message.bytes` overrides it).
+    pub message_max_bytes: ByteSize,
     /// Most bytes one Fetch response carries, whatever the client asks
     /// (Kafka's `fetch.max.bytes`); one batch is returned even if larger.
     pub max_fetch_bytes: ByteSize,
@@ -115,6 +118,9 @@ impl Default for Config {
             max_inflight_uploads: 4,
             max_frame_bytes: ByteSize::mib(100),
             max_fetch_bytes: ByteSize::mib(55),
+            message_max_bytes: ByteSize::b(
+                crate::handlers::produce_rules::DEFAULT_MESSAGE_MAX_BYTES,
+            ),
             max_response_bytes: ByteSize::mib(256),
             max_connections: 4096,
             max_connections_per_ip: 4096,

@@ -88,6 +88,9 @@ struct AgentArgs {
     max_frame_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_MAX_FETCH_BYTES")]
     max_fetch_bytes: Option<ByteSize>,
+    /// Largest batch a producer may send (Kafka's message.max.bytes)
+    #[arg(long, env = "FLOE_MESSAGE_MAX_BYTES")]
+    message_max_bytes: Option<ByteSize>,
     /// Memory for responses in flight across all connections
     #[arg(long, env = "FLOE_MAX_RESPONSE_BYTES")]
     max_response_bytes: Option<ByteSize>,
@@ -146,6 +149,7 @@ impl AgentArgs {
             max_inflight_uploads,
             max_frame_bytes,
             max_fetch_bytes,
+            message_max_bytes,
             max_response_bytes,
             max_connections,
             max_connections_per_ip,

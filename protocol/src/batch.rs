@@ -187,6 +187,22 @@ impl RecordBatch {
         }
     }
 
+    /// The batch with log-append time: the timestamp-type attribute set and
+    /// `maxTimestamp` = `now_ms`, CRC recomputed (what a Kafka broker does for
+    /// `message.timestamp.type=LogAppendTime`; consumers then read every
+    /// record's timestamp as the batch's max timestamp).
+    pub fn with_log_append_time(&self, now_ms: i64) -> RecordBatch {
+        let mut bytes = bytes::BytesMut::from(&self.bytes[..]);
+        let attributes = self.attributes() | 0x08;
+        bytes[21..23].copy_from_slice(&attributes.to_be_bytes());
+        bytes[35..43].copy_from_slice(&now_ms.to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[CRC_START..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch {
+            bytes: bytes.freeze(),
+        }
+    }
+
     /// A batch of no records covering `[base_offset, last_offset]`: what key
     /// compaction leaves where it removed every record of a range.
     pub fn empty(base_offset: i64, last_offset: i64) -> RecordBatch {
@@ -435,6 +451,25 @@ mod tests {
         assert_eq!(
             RecordBatch::parse_all(&copy.freeze()).unwrap_err(),
             BatchError::UnsupportedMagic(1)
+        );
+    }
+
+    #[test]
+    fn log_append_time_stamps_the_batch_and_every_record() {
+        let bytes = encode(&[b"a".to_vec(), b"b".to_vec()], Compression::Zstd);
+        let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
+        let stamped = batch.with_log_append_time(77_000);
+        assert!(stamped.is_log_append_time());
+        assert_eq!(stamped.max_timestamp(), 77_000);
+        assert_eq!(stamped.codec(), Codec::Zstd);
+        let reparsed = RecordBatch::parse_all(stamped.bytes()).unwrap();
+        assert_eq!(reparsed, vec![stamped.clone()], "CRC recomputed");
+        let mut cursor = stamped.bytes().clone();
+        let set = RecordBatchDecoder::decode(&mut cursor).unwrap();
+        assert!(
+            set.records
+                .iter()
+                .all(|r| r.timestamp_type == TimestampType::LogAppend)
         );
     }
 

@@ -26,14 +26,20 @@ const BROKER: i8 = 4;
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const DEFAULT_CONFIG: i8 = 5;
 
-/// Keys every topic has, with their defaults.
-fn defaults() -> [(&'static str, String); 4] {
+/// Keys every topic has, with their defaults (`message_max_bytes`: the
+/// broker's, which `max.message.bytes` defaults to).
+fn defaults(message_max_bytes: u64) -> [(&'static str, String); 8] {
+    use super::produce_rules::*;
     [
         ("cleanup.policy", "delete".to_string()),
         (
             "delete.retention.ms",
             floe_compactor::keyed::DEFAULT_DELETE_RETENTION_MS.to_string(),
         ),
+        (MAX_MESSAGE_BYTES, message_max_bytes.to_string()),
+        (AFTER_MAX_MS, i64::MAX.to_string()),
+        (BEFORE_MAX_MS, i64::MAX.to_string()),
+        (TIMESTAMP_TYPE, "CreateTime".to_string()),
         ("retention.bytes", "-1".to_string()),
         ("retention.ms", DEFAULT_RETENTION_MS.to_string()),
     ]
@@ -51,6 +57,7 @@ pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), (ResponseError
             ));
         }
     }
+    super::produce_rules::validate(configs).map_err(|why| (ResponseError::InvalidConfig, why))?;
     if let Some(policy) = configs.get("cleanup.policy")
         && !policy
             .split(',')
@@ -76,10 +83,11 @@ pub async fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeC
                     let wanted = resource
                         .configuration_keys
                         .map(|keys| keys.iter().map(|k| k.to_string()).collect::<Vec<_>>());
-                    let mut entries: BTreeMap<String, (String, i8)> = defaults()
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), (v, DEFAULT_CONFIG)))
-                        .collect();
+                    let mut entries: BTreeMap<String, (String, i8)> =
+                        defaults(broker.config.message_max_bytes.as_u64())
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), (v, DEFAULT_CONFIG)))
+                            .collect();
                     for (k, v) in &topic.configs {
                         entries.insert(k.clone(), (v.clone(), DYNAMIC_TOPIC_CONFIG));
                     }

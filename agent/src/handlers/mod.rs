@@ -9,6 +9,7 @@ pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod produce_rules;
 pub mod topics;
 
 use floe_protocol::kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind};

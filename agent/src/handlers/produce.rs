@@ -18,6 +18,7 @@ use floe_protocol::kafka_protocol::messages::produce_response::{
 use floe_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use futures::future::join_all;
 
+use super::produce_rules::ProduceRules;
 use super::str_bytes;
 use crate::batcher::{AppendError, Committed};
 use crate::broker::{Broker, kafka_error};
@@ -32,7 +33,8 @@ pub struct Admitted {
 }
 
 enum Admission {
-    Enqueued(Committed),
+    /// With the log-append time stamped on the batch, if the topic uses it.
+    Enqueued(Committed, Option<i64>),
     Refused(ResponseError, String),
 }
 
@@ -74,7 +76,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
             let admission = match &info {
                 Err((error, why)) => Admission::Refused(*error, why.clone()),
                 Ok(info) => match admit_partition(broker, info, data).await {
-                    Ok(committed) => Admission::Enqueued(committed),
+                    Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
                     Err((error, why)) => {
                         tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
                         Admission::Refused(error, why)
@@ -107,8 +109,10 @@ impl Admitted {
                     let topic = &name.0;
                     let partitions =
                         join_all(partitions.into_iter().map(|(index, admission)| async move {
+                            let mut append_time = None;
                             let result = match admission {
-                                Admission::Enqueued(committed) => {
+                                Admission::Enqueued(committed, stamped) => {
+                                    append_time = stamped;
                                     committed.offset().await.map_err(|e| match e {
                                         AppendError::Storage(why) => {
                                             (ResponseError::KafkaStorageError, why)
@@ -128,7 +132,8 @@ impl Admitted {
                             match result {
                                 Ok(base_offset) => PartitionProduceResponse::default()
                                     .with_index(index)
-                                    .with_base_offset(base_offset),
+                                    .with_base_offset(base_offset)
+                                    .with_log_append_time_ms(append_time.unwrap_or(-1)),
                                 Err((error, why)) => refuse(index, error, &why),
                             }
                         }))
@@ -155,7 +160,7 @@ async fn admit_partition(
     broker: &Broker,
     topic: &floe_metastore::TopicInfo,
     data: PartitionProduceData,
-) -> Result<Committed, (ResponseError, String)> {
+) -> Result<(Committed, Option<i64>), (ResponseError, String)> {
     if data.index < 0 || data.index >= topic.partitions {
         return Err((
             ResponseError::UnknownTopicOrPartition,
@@ -185,9 +190,15 @@ async fn admit_partition(
             "transactions are not supported yet".into(),
         ));
     }
-    broker
+    let rules = ProduceRules::of(&topic.configs, broker.config.message_max_bytes.as_u64());
+    // The agent's clock, as a Kafka leader uses its own: this stamps data,
+    // it decides nothing.
+    let now_ms = crate::discovery::now_ms();
+    let batch = rules.apply(batch, now_ms)?;
+    let committed = broker
         .batcher
         .enqueue(topic.id, data.index, batch)
         .await
-        .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))
+        .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))?;
+    Ok((committed, rules.log_append_time.then_some(now_ms)))
 }

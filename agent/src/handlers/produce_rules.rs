@@ -1,0 +1,203 @@
+//! The per-topic checks a Kafka broker makes on a produced batch beyond its
+//! structure: size limits, timestamps, and log-append time.
+//!
+//! All of them read only the batch header: floe does not decompress what it
+//! forwards, so timestamp bounds are checked on the batch's first and largest
+//! timestamps (Kafka checks every record; a record between them can only be
+//! inside the bounds when both ends are).
+
+use std::collections::BTreeMap;
+
+use floe_protocol::ResponseError;
+use floe_protocol::batch::RecordBatch;
+
+/// Kafka's default `message.max.bytes` (1 MiB plus the batch overhead).
+pub const DEFAULT_MESSAGE_MAX_BYTES: u64 = 1_048_588;
+
+/// What a topic's configs ask of produced batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceRules {
+    /// `max.message.bytes` (else the broker's `message.max.bytes`).
+    pub max_message_bytes: u64,
+    /// `message.timestamp.type=LogAppendTime`.
+    pub log_append_time: bool,
+    /// `message.timestamp.before.max.ms` (or `difference.max.ms`): how far in
+    /// the past a CreateTime timestamp may be.
+    pub before_max_ms: i64,
+    /// `message.timestamp.after.max.ms` (or `difference.max.ms`): how far in
+    /// the future.
+    pub after_max_ms: i64,
+}
+
+/// The keys [`ProduceRules::of`] reads and [`validate`] checks.
+pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+pub const TIMESTAMP_TYPE: &str = "message.timestamp.type";
+pub const DIFFERENCE_MAX_MS: &str = "message.timestamp.difference.max.ms";
+pub const BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
+pub const AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
+
+impl ProduceRules {
+    pub fn of(configs: &BTreeMap<String, String>, message_max_bytes: u64) -> ProduceRules {
+        let int = |key: &str| configs.get(key).and_then(|v| v.parse::<i64>().ok());
+        // KIP-937: before/after replace difference, which still bounds both
+        // when they are not set.
+        let difference = int(DIFFERENCE_MAX_MS).unwrap_or(i64::MAX);
+        ProduceRules {
+            max_message_bytes: int(MAX_MESSAGE_BYTES)
+                .and_then(|v| u64::try_from(v).ok())
+                .unwrap_or(message_max_bytes),
+            log_append_time: configs.get(TIMESTAMP_TYPE).map(String::as_str)
+                == Some("LogAppendTime"),
+            before_max_ms: int(BEFORE_MAX_MS).unwrap_or(difference),
+            after_max_ms: int(AFTER_MAX_MS).unwrap_or(difference),
+        }
+    }
+
+    /// The batch as it is to be stored, or the error Kafka answers with.
+    pub fn apply(
+        &self,
+        batch: RecordBatch,
+        now_ms: i64,
+    ) -> Result<RecordBatch, (ResponseError, String)> {
+        if batch.len() as u64 > self.max_message_bytes {
+            return Err((
+                ResponseError::MessageTooLarge,
+                format!(
+                    "batch of {} bytes exceeds max.message.bytes {}",
+                    batch.len(),
+                    self.max_message_bytes
+                ),
+            ));
+        }
+        if self.log_append_time {
+            return Ok(batch.with_log_append_time(now_ms));
+        }
+        for timestamp in [batch.base_timestamp(), batch.max_timestamp()] {
+            // -1: a record without a timestamp (older clients); Kafka lets it be.
+            if timestamp < 0 {
+                continue;
+            }
+            let too_old = now_ms.saturating_sub(timestamp) > self.before_max_ms;
+            let too_new = timestamp.saturating_sub(now_ms) > self.after_max_ms;
+            if too_old || too_new {
+                return Err((
+                    ResponseError::InvalidTimestamp,
+                    format!(
+                        "timestamp {timestamp} is outside [{}, {}] of the broker's time {now_ms}",
+                        now_ms.saturating_sub(self.before_max_ms),
+                        now_ms.saturating_add(self.after_max_ms)
+                    ),
+                ));
+            }
+        }
+        Ok(batch)
+    }
+}
+
+/// Refuses values of these keys that floe could not act on.
+pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), String> {
+    if let Some(v) = configs.get(MAX_MESSAGE_BYTES)
+        && v.parse::<i64>().map_or(true, |v| v < 0)
+    {
+        return Err(format!(
+            "{MAX_MESSAGE_BYTES} must be a non-negative integer, not `{v}`"
+        ));
+    }
+    for key in [DIFFERENCE_MAX_MS, BEFORE_MAX_MS, AFTER_MAX_MS] {
+        if let Some(v) = configs.get(key)
+            && v.parse::<i64>().map_or(true, |v| v < 0)
+        {
+            return Err(format!("{key} must be a non-negative integer, not `{v}`"));
+        }
+    }
+    if let Some(v) = configs.get(TIMESTAMP_TYPE)
+        && !matches!(v.as_str(), "CreateTime" | "LogAppendTime")
+    {
+        return Err(format!(
+            "{TIMESTAMP_TYPE} must be CreateTime or LogAppendTime, not `{v}`"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_protocol::kafka_protocol::records::Compression;
+    use floe_protocol::testing::encode;
+
+    fn batch() -> RecordBatch {
+        // Timestamps 1000 and 1001.
+        RecordBatch::parse_all(&encode(&[b"a".to_vec(), b"b".to_vec()], Compression::None))
+            .unwrap()
+            .remove(0)
+    }
+
+    fn rules(pairs: &[(&str, &str)]) -> ProduceRules {
+        let configs = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ProduceRules::of(&configs, DEFAULT_MESSAGE_MAX_BYTES)
+    }
+
+    #[test]
+    fn size_limits_come_from_the_topic_or_the_broker() {
+        let b = batch();
+        assert!(rules(&[]).apply(b.clone(), 1_000).is_ok());
+        let small = rules(&[(MAX_MESSAGE_BYTES, "50")]);
+        assert_eq!(
+            small.apply(b.clone(), 1_000).unwrap_err().0,
+            ResponseError::MessageTooLarge
+        );
+        let configs = BTreeMap::new();
+        let broker_small = ProduceRules::of(&configs, 10);
+        assert_eq!(
+            broker_small.apply(b, 1_000).unwrap_err().0,
+            ResponseError::MessageTooLarge
+        );
+    }
+
+    #[test]
+    fn timestamps_outside_the_window_are_invalid() {
+        let b = batch();
+        let diff = rules(&[(DIFFERENCE_MAX_MS, "100")]);
+        assert!(diff.apply(b.clone(), 1_050).is_ok());
+        assert_eq!(
+            diff.apply(b.clone(), 5_000).unwrap_err().0,
+            ResponseError::InvalidTimestamp
+        );
+        assert_eq!(
+            diff.apply(b.clone(), 0).unwrap_err().0,
+            ResponseError::InvalidTimestamp,
+            "from the future"
+        );
+        let after_only = rules(&[(AFTER_MAX_MS, "0")]);
+        assert!(
+            after_only.apply(b.clone(), 1_000_000).is_ok(),
+            "the past is unbounded"
+        );
+        assert!(
+            after_only.apply(b, 1_000).is_err(),
+            "1001 is in the future at 1000"
+        );
+    }
+
+    #[test]
+    fn log_append_time_replaces_the_producers_timestamps() {
+        let stamped = rules(&[(TIMESTAMP_TYPE, "LogAppendTime"), (DIFFERENCE_MAX_MS, "1")])
+            .apply(batch(), 9_999_999)
+            .unwrap();
+        assert!(stamped.is_log_append_time());
+        assert_eq!(stamped.max_timestamp(), 9_999_999);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let one = |k: &str, v: &str| [(k.to_string(), v.to_string())].into();
+        assert!(validate(&one(TIMESTAMP_TYPE, "WallClock")).is_err());
+        assert!(validate(&one(MAX_MESSAGE_BYTES, "-5")).is_err());
+        assert!(validate(&one(BEFORE_MAX_MS, "x")).is_err());
+        assert!(validate(&one(TIMESTAMP_TYPE, "LogAppendTime")).is_ok());
+    }
+}

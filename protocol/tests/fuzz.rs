@@ -1,0 +1,395 @@
+//! A fuzz harness, as property tests, for everything an agent decodes from
+//! the network: frames, every request of every served API and version,
+//! produced record batches, and (for the background jobs that read records)
+//! compressed payloads.
+//!
+//! Inputs are valid requests mutated with structure in mind (bytes flipped,
+//! cut short, lengths and counts overwritten with huge or negative values,
+//! pieces spliced) plus arbitrary bytes. No input may panic, and none may
+//! allocate more than a fixed multiple of its own size: a counting allocator
+//! measures the peak of each decode.
+//!
+//! CI runs a few thousand cases of each; for a long run:
+//! `PROPTEST_CASES=200000 cargo test --release -p floe-protocol --test fuzz`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use floe_protocol::batch::{Codec, RecordBatch};
+use floe_protocol::kafka_protocol::messages::*;
+use floe_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
+use floe_protocol::kafka_protocol::records::Compression;
+use floe_protocol::{compression, frame, records, request, testing, versions};
+use proptest::prelude::*;
+use tokio_util::codec::Decoder;
+
+/// Counts this thread's live heap bytes and their peak.
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<usize> = const { Cell::new(0) };
+    static PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = LIVE.try_with(|live| {
+            let now = live.get() + layout.size();
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(layout.size())));
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = LIVE.try_with(|live| {
+            let now = live.get().saturating_sub(layout.size()) + new_size;
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The most heap `f` had live at once beyond what was live before it.
+fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(base));
+    let out = f();
+    (out, PEAK.with(Cell::get) - base)
+}
+
+/// Decoded messages are structs of vectors and strings, several times the
+/// size of their wire form for small fields; never more than this.
+const MAX_EXPANSION: usize = 64;
+const SLACK: usize = 64 * 1024;
+
+fn frame_of(api: ApiKey, version: i16, body: &RequestKind) -> Bytes {
+    let mut buf = BytesMut::new();
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("fuzz")));
+    let header_version = api.request_header_version(version);
+    header.encode(&mut buf, header_version).unwrap();
+    body.encode(&mut buf, version).unwrap();
+    buf.freeze()
+}
+
+/// A request of `api` with some content, so that mutations reach nested
+/// arrays, strings and record batches, not only empty defaults.
+fn seed(api: ApiKey) -> RequestKind {
+    let topic = || TopicName(StrBytes::from_static_str("fuzz-topic"));
+    let batch = testing::encode(&[b"v".to_vec(), b"w".to_vec()], Compression::None);
+    match api {
+        ApiKey::Produce => RequestKind::Produce(
+            ProduceRequest::default()
+                .with_acks(-1)
+                .with_topic_data(vec![
+                    produce_request::TopicProduceData::default()
+                        .with_name(topic())
+                        .with_partition_data(vec![
+                            produce_request::PartitionProduceData::default()
+                                .with_records(Some(batch)),
+                        ]),
+                ]),
+        ),
+        ApiKey::Fetch => RequestKind::Fetch(
+            FetchRequest::default()
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![
+                    fetch_request::FetchTopic::default()
+                        .with_topic(topic())
+                        .with_partitions(vec![fetch_request::FetchPartition::default()]),
+                ]),
+        ),
+        ApiKey::Metadata => {
+            RequestKind::Metadata(MetadataRequest::default().with_topics(Some(vec![
+                metadata_request::MetadataRequestTopic::default().with_name(Some(topic())),
+            ])))
+        }
+        ApiKey::JoinGroup => RequestKind::JoinGroup(
+            JoinGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocols(vec![
+                    join_group_request::JoinGroupRequestProtocol::default()
+                        .with_name(StrBytes::from_static_str("range"))
+                        .with_metadata(Bytes::from_static(b"\x00\x01metadata")),
+                ]),
+        ),
+        ApiKey::CreateTopics => {
+            RequestKind::CreateTopics(CreateTopicsRequest::default().with_topics(vec![
+            create_topics_request::CreatableTopic::default()
+                .with_name(topic())
+                .with_num_partitions(3)
+                .with_configs(vec![
+                    create_topics_request::CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_static_str("retention.ms"))
+                        .with_value(Some(StrBytes::from_static_str("1000"))),
+                ]),
+        ]))
+        }
+        ApiKey::OffsetCommit => RequestKind::OffsetCommit(
+            OffsetCommitRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                .with_topics(vec![
+                    offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![Default::default()]),
+                ]),
+        ),
+        other => default_request(other),
+    }
+}
+
+fn default_request(api: ApiKey) -> RequestKind {
+    match api {
+        ApiKey::ListOffsets => RequestKind::ListOffsets(Default::default()),
+        ApiKey::ApiVersions => RequestKind::ApiVersions(Default::default()),
+        ApiKey::DeleteTopics => RequestKind::DeleteTopics(Default::default()),
+        ApiKey::InitProducerId => RequestKind::InitProducerId(Default::default()),
+        ApiKey::DeleteRecords => RequestKind::DeleteRecords(Default::default()),
+        ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
+        ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),
+        ApiKey::AlterConfigs => RequestKind::AlterConfigs(Default::default()),
+        ApiKey::IncrementalAlterConfigs => RequestKind::IncrementalAlterConfigs(Default::default()),
+        ApiKey::ListGroups => RequestKind::ListGroups(Default::default()),
+        ApiKey::DescribeGroups => RequestKind::DescribeGroups(Default::default()),
+        ApiKey::FindCoordinator => RequestKind::FindCoordinator(Default::default()),
+        ApiKey::SyncGroup => RequestKind::SyncGroup(Default::default()),
+        ApiKey::Heartbeat => RequestKind::Heartbeat(Default::default()),
+        ApiKey::LeaveGroup => RequestKind::LeaveGroup(Default::default()),
+        ApiKey::OffsetFetch => RequestKind::OffsetFetch(Default::default()),
+        other => panic!("no seed for {other:?}"),
+    }
+}
+
+/// Every (api, version) floe serves, with a valid frame of it.
+fn seeds() -> Vec<(ApiKey, i16, Bytes)> {
+    let mut all = Vec::new();
+    for (api, range) in versions::all() {
+        for version in range.min..=range.max {
+            // Some defaults are not encodable at some versions (a field a
+            // version lacks holds a non-default value); those seeds are skipped.
+            let body = seed(api);
+            if let Ok(frame) = std::panic::catch_unwind(|| frame_of(api, version, &body)) {
+                all.push((api, version, frame));
+            }
+        }
+    }
+    all
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip {
+        at: usize,
+        bits: u8,
+    },
+    Truncate {
+        at: usize,
+    },
+    /// Overwrite 4 bytes with a length or count a liar would send.
+    Count {
+        at: usize,
+        value: i32,
+    },
+    /// An unsigned varint (compact arrays, strings) claiming a huge size.
+    Varint {
+        at: usize,
+    },
+    Splice {
+        at: usize,
+        bytes: Vec<u8>,
+    },
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 1u8..=255).prop_map(|(at, bits)| Mutation::Flip { at, bits }),
+        any::<usize>().prop_map(|at| Mutation::Truncate { at }),
+        (
+            any::<usize>(),
+            prop_oneof![
+                Just(i32::MAX),
+                Just(-1),
+                Just(-2),
+                Just(0x0100_0000),
+                any::<i32>()
+            ]
+        )
+            .prop_map(|(at, value)| Mutation::Count { at, value }),
+        any::<usize>().prop_map(|at| Mutation::Varint { at }),
+        (
+            any::<usize>(),
+            proptest::collection::vec(any::<u8>(), 0..16)
+        )
+            .prop_map(|(at, bytes)| Mutation::Splice { at, bytes }),
+    ]
+}
+
+fn mutate(frame: &[u8], mutations: &[Mutation]) -> Bytes {
+    let mut b = frame.to_vec();
+    for m in mutations {
+        // Leave the 4-byte api key and version mostly alone, so the mutated
+        // frame reaches the body decoder of its API.
+        let pos = |at: usize, len: usize| 4 + at % (len.saturating_sub(4).max(1));
+        match m {
+            Mutation::Flip { at, bits } if b.len() > 4 => {
+                let p = pos(*at, b.len()).min(b.len() - 1);
+                b[p] ^= bits;
+            }
+            Mutation::Truncate { at } => b.truncate(pos(*at, b.len())),
+            Mutation::Count { at, value } if b.len() >= 8 => {
+                let p = pos(*at, b.len() - 4);
+                b[p..p + 4].copy_from_slice(&value.to_be_bytes());
+            }
+            Mutation::Varint { at } if b.len() >= 9 => {
+                let p = pos(*at, b.len() - 5);
+                b[p..p + 5].copy_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x07]);
+            }
+            Mutation::Splice { at, bytes } => {
+                let p = pos(*at, b.len()).min(b.len());
+                b.splice(p..p, bytes.iter().copied());
+            }
+            _ => {}
+        }
+    }
+    Bytes::from(b)
+}
+
+/// Decodes a request frame as the agent does, and every produced batch in it.
+fn decode_like_the_agent(frame: Bytes) {
+    if let Ok(request::Decoded::Request { body, .. }) = request::decode(frame)
+        && let RequestKind::Produce(produce) = *body
+    {
+        for topic in produce.topic_data {
+            for partition in topic.partition_data {
+                if let Some(records) = partition.records {
+                    let _ = RecordBatch::parse_all(&records);
+                }
+            }
+        }
+    }
+}
+
+fn check_bounded(input_len: usize, peak: usize, what: &str) -> Result<(), TestCaseError> {
+    prop_assert!(
+        peak <= MAX_EXPANSION * input_len + SLACK,
+        "{what}: {peak} bytes allocated for {input_len} bytes of input"
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_requests_never_panic_or_balloon(
+        pick in any::<prop::sample::Index>(),
+        mutations in proptest::collection::vec(mutation(), 1..6),
+    ) {
+        let seeds = seeds();
+        let (api, version, frame) = &seeds[pick.index(seeds.len())];
+        let input = mutate(frame, &mutations);
+        let len = input.len();
+        let ((), peak) = peak_of(|| decode_like_the_agent(input));
+        check_bounded(len, peak, &format!("{api:?} v{version}"))?;
+    }
+
+    #[test]
+    fn arbitrary_frames_never_panic_or_balloon(
+        key in 0i16..80,
+        version in -1i16..20,
+        body in proptest::collection::vec(any::<u8>(), 0..512),
+    ) {
+        let mut buf = BytesMut::new();
+        buf.put_i16(key);
+        buf.put_i16(version);
+        buf.put_i32(1);
+        buf.put_slice(&body);
+        let input = buf.freeze();
+        let len = input.len();
+        let ((), peak) = peak_of(|| decode_like_the_agent(input));
+        check_bounded(len, peak, "arbitrary")?;
+    }
+
+    /// The frame splitter, fed a stream in arbitrary pieces.
+    #[test]
+    fn the_frame_codec_holds_only_what_arrived(
+        stream in proptest::collection::vec(any::<u8>(), 0..2048),
+        cuts in proptest::collection::vec(1usize..300, 1..20),
+    ) {
+        let mut codec = frame::codec(frame::DEFAULT_MAX_FRAME_BYTES);
+        let mut buf = BytesMut::new();
+        let mut rest = &stream[..];
+        let ((), peak) = peak_of(|| {
+            for cut in cuts.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let n = (*cut).min(rest.len());
+                buf.extend_from_slice(&rest[..n]);
+                rest = &rest[n..];
+                loop {
+                    match codec.decode(&mut buf) {
+                        Ok(Some(_)) => continue,
+                        Ok(None) => break,
+                        Err(_) => return,
+                    }
+                }
+            }
+        });
+        check_bounded(stream.len(), peak, "frames")?;
+    }
+
+    /// Produced batches, mutated: validation never panics nor allocates,
+    /// and whatever passes it decodes (in the background jobs) within the
+    /// decompression bound.
+    #[test]
+    fn mutated_batches_validate_and_decode_within_bounds(
+        codec in 0usize..5,
+        values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 1..20),
+        mutations in proptest::collection::vec(mutation(), 0..4),
+        fix_crc: bool,
+    ) {
+        let honest = testing::encode(&values, testing::CODECS[codec]);
+        let mut b = mutate(&honest, &mutations).to_vec();
+        if fix_crc && b.len() >= 61 {
+            let crc = crc32c::crc32c(&b[21..]);
+            b[17..21].copy_from_slice(&crc.to_be_bytes());
+        }
+        let input = Bytes::from(b);
+        let len = input.len();
+        let (parsed, peak) = peak_of(|| RecordBatch::parse_all(&input));
+        check_bounded(len, peak, "batch validation")?;
+        for batch in parsed.into_iter().flatten().chain(RecordBatch::parse_all_stored(&input).into_iter().flatten()) {
+            let limit = compression::decompressed_limit(batch.codec(), batch.len());
+            let (_, peak) = peak_of(|| records::decode(&batch));
+            prop_assert!(peak <= 8 * limit.max(batch.len()) + SLACK, "decode: {peak} bytes for {len}");
+        }
+    }
+
+    #[test]
+    fn arbitrary_compressed_payloads_stop_at_the_limit(
+        codec in 1usize..5,
+        data in proptest::collection::vec(any::<u8>(), 0..512),
+    ) {
+        let codec = [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd][codec];
+        let limit = 1 << 16;
+        let (out, peak) = peak_of(|| compression::decompress(codec, &data, limit));
+        if let Ok(out) = out {
+            prop_assert!(out.len() <= limit);
+        }
+        prop_assert!(peak <= 4 * limit + SLACK, "{codec:?}: {peak} bytes");
+    }
+}
