@@ -70,11 +70,11 @@ pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
             return vec![me];
         }
     };
+    // Ages come from the metastore's clock: this agent's own clock may differ.
     let ttl = broker.config.agent_ttl.as_millis() as i64;
-    let now = now_ms();
     let live: Vec<&AgentInfo> = agents
         .iter()
-        .filter(|a| a.node_id == me.node_id || now - a.last_seen_ms <= ttl)
+        .filter(|a| a.node_id == me.node_id || a.age_ms <= ttl)
         .collect();
     let in_zone: Vec<&AgentInfo> = match client_zone(client_id) {
         Some(zone) => live

@@ -1,6 +1,7 @@
 //! The agents that advertise themselves: who they are, where, in which zone,
-//! and when they last said they were alive. Liveness is judged by readers
-//! against their own clock; the state machine only records times it is given.
+//! and when they last said they were alive. Times are the metastore's (leader
+//! stamps); readers are told each agent's age on that clock, so liveness is
+//! never judged by comparing two machines' clocks.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,11 @@ pub struct AgentInfo {
     pub host: String,
     pub port: i32,
     pub zone: Option<String>,
+    /// The metastore's time of its latest registration or heartbeat.
     pub last_seen_ms: i64,
+    /// How long ago that was on the metastore's clock, as of the read that
+    /// returned it (0 inside the state).
+    pub age_ms: i64,
 }
 
 /// Agents not heard from for this long are forgotten on the next registration.
@@ -52,6 +57,7 @@ impl Agents {
                 port,
                 zone,
                 last_seen_ms: now_ms,
+                age_ms: 0,
             },
         );
         node_id
@@ -68,8 +74,15 @@ impl Agents {
         }
     }
 
-    pub fn list(&self) -> Vec<AgentInfo> {
-        self.by_node.values().cloned().collect()
+    /// Every agent, with its age as of `now_ms` (the metastore's time).
+    pub fn list(&self, now_ms: i64) -> Vec<AgentInfo> {
+        self.by_node
+            .values()
+            .map(|a| AgentInfo {
+                age_ms: now_ms.saturating_sub(a.last_seen_ms).max(0),
+                ..a.clone()
+            })
+            .collect()
     }
 }
 
@@ -84,14 +97,14 @@ mod tests {
         let b = agents.register("h".into(), 2, None, 0);
         assert_ne!(a, b);
         assert_eq!(agents.register("h".into(), 1, Some("z2".into()), 10), a);
-        assert_eq!(agents.list().len(), 2);
-        assert_eq!(agents.list()[0].zone.as_deref(), Some("z2"));
+        assert_eq!(agents.list(0).len(), 2);
+        assert_eq!(agents.list(0)[0].zone.as_deref(), Some("z2"));
         assert!(agents.heartbeat(b, 20));
         assert!(!agents.heartbeat(99, 20));
         // Long-silent agents are forgotten when another registers.
         agents.register("h".into(), 3, None, FORGET_AFTER_MS + 100);
         assert_eq!(
-            agents.list().iter().map(|a| a.port).collect::<Vec<_>>(),
+            agents.list(0).iter().map(|a| a.port).collect::<Vec<_>>(),
             vec![3]
         );
     }

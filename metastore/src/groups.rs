@@ -73,6 +73,20 @@ pub enum GroupCommand {
     },
 }
 
+impl GroupCommand {
+    /// Replaces the sender's time with the metastore's.
+    pub(crate) fn restamp(&mut self, now: i64) {
+        match self {
+            GroupCommand::Join { now_ms, .. }
+            | GroupCommand::Sync { now_ms, .. }
+            | GroupCommand::Heartbeat { now_ms, .. }
+            | GroupCommand::Leave { now_ms, .. }
+            | GroupCommand::Tick { now_ms, .. }
+            | GroupCommand::CommitOffsets { now_ms, .. } => *now_ms = now,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GroupReply {
     /// The member id the joiner now has.

@@ -80,6 +80,39 @@ pub enum Command {
     },
 }
 
+/// One entry of the replicated log: a command and the time the leader that
+/// proposed it read from its clock. Every decision about time (sessions,
+/// liveness, leases, expiry) is made on these stamps, through the state's
+/// monotonic [`State::clock_ms`], never on a sender's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub at_ms: i64,
+    pub command: Command,
+}
+
+impl Command {
+    /// Replaces every time the sender put in the command with `now_ms`.
+    fn restamp(&mut self, now_ms: i64) {
+        match self {
+            Command::Commit(commit) => commit.appended_ms = now_ms,
+            Command::RegisterAgent { now_ms: t, .. }
+            | Command::AgentHeartbeat { now_ms: t, .. }
+            | Command::AcquireLease { now_ms: t, .. } => *t = now_ms,
+            Command::Group(group) => group.restamp(now_ms),
+            Command::CreateTopic { .. }
+            | Command::DeleteTopic { .. }
+            | Command::ReplaceExtents(_)
+            | Command::InitProducer { .. }
+            | Command::ForgetGarbage { .. }
+            | Command::AlterTopicConfigs { .. }
+            | Command::CreatePartitions { .. }
+            | Command::Trim { .. }
+            | Command::RecordOrphans { .. }
+            | Command::ReleaseLease { .. } => {}
+        }
+    }
+}
+
 /// What applying a [`Command`] returned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
@@ -232,6 +265,9 @@ pub struct State {
     /// Batch results held in `recent_commits`.
     recent_results: usize,
     leases: Leases,
+    /// The latest proposal stamp applied: the leaders' clock, never moving back
+    /// (a new leader whose clock is behind does not rewind it).
+    clock_ms: i64,
 }
 
 /// Commits remembered for answering retries...
@@ -269,6 +305,22 @@ pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
 pub const MAX_PARTITIONS: i32 = 10_000;
 
 impl State {
+    /// Applies one replicated entry: the clock advances to its stamp, and
+    /// the command is applied at that time, whatever time its sender wrote.
+    pub fn apply_proposal(&mut self, proposal: Proposal) -> Reply {
+        self.clock_ms = self.clock_ms.max(proposal.at_ms);
+        let mut command = proposal.command;
+        command.restamp(self.clock_ms);
+        self.apply(command)
+    }
+
+    /// The metastore's time: the latest leader stamp applied.
+    pub fn clock_ms(&self) -> i64 {
+        self.clock_ms
+    }
+
+    /// Applies a command with the times it carries (tests drive time this
+    /// way; replicated entries go through [`State::apply_proposal`]).
     pub fn apply(&mut self, command: Command) -> Reply {
         match command {
             Command::CreateTopic { id, topic } => Reply::Created(self.create_topic(id, topic)),
@@ -776,8 +828,10 @@ impl State {
         })
     }
 
-    pub fn agents(&self) -> Vec<AgentInfo> {
-        self.agents.list()
+    /// Every agent with its age as of `now_ms`, which must be the
+    /// metastore's time (a leader's clock, at least [`State::clock_ms`]).
+    pub fn agents(&self, now_ms: i64) -> Vec<AgentInfo> {
+        self.agents.list(now_ms.max(self.clock_ms))
     }
 
     pub fn groups(&self) -> Vec<(String, Group)> {
@@ -1372,5 +1426,56 @@ mod tests {
                 prop_assert_eq!(expect, next);
             }
         }
+    }
+
+    /// Two agents whose clocks differ by an hour used to expire each other's
+    /// group members on every heartbeat (each stamped `last_seen` with its
+    /// own clock). Replicated entries now carry the leader's time only.
+    #[test]
+    fn senders_clocks_do_not_decide_anything() {
+        use crate::groups::{GroupCommand, GroupReply};
+        let mut s = State::default();
+        let at = |ms: i64, command: Command| Proposal { at_ms: ms, command };
+        let join = |member: &str, sender_ms: i64| {
+            Command::Group(GroupCommand::Join {
+                group: "g".into(),
+                member_id: member.into(),
+                client_id: "c".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), vec![])],
+                now_ms: sender_ms,
+            })
+        };
+        let hour = 3_600_000;
+        // Joined through an agent whose clock is an hour behind the leader's.
+        let member = match s.apply_proposal(at(1_000_000, join("", 1_000_000 - hour))) {
+            Reply::Group(GroupReply::Joined(Ok(id))) => id,
+            other => panic!("{other:?}"),
+        };
+        // A tick through an agent an hour ahead: the member must stay.
+        s.apply_proposal(at(
+            1_001_000,
+            Command::Group(GroupCommand::Tick {
+                group: "g".into(),
+                now_ms: 1_001_000 + hour,
+            }),
+        ));
+        let g = s.group("g").unwrap();
+        assert_eq!(g.members.len(), 1, "expired by a sender's clock");
+        assert!(g.members.contains_key(&member));
+        // The leader's clock never runs backwards, whatever a new leader reads.
+        s.apply_proposal(at(5, Command::ForgetGarbage { keys: vec![] }));
+        assert_eq!(s.clock_ms(), 1_001_000);
+        // And its time is what expires the member.
+        s.apply_proposal(at(
+            1_001_000 + 20_000,
+            Command::Group(GroupCommand::Tick {
+                group: "g".into(),
+                now_ms: 0,
+            }),
+        ));
+        assert!(s.group("g").unwrap().members.is_empty());
     }
 }

@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{Command, Reply};
+use crate::state::{Proposal, Reply};
 
 pub use node::{ClusterStatus, NodeOptions, RaftMetastore};
 
@@ -41,10 +41,10 @@ impl fmt::Display for NodeAddress {
 }
 
 openraft::declare_raft_types!(
-    /// The metastore's Raft types: commands in, replies out (blank and
+    /// The metastore's Raft types: leader-stamped commands in, replies out (blank and
     /// membership entries reply nothing); snapshots are the encoded state.
     pub TypeConfig:
-        D = Command,
+        D = Proposal,
         R = Option<Reply>,
         NodeId = NodeId,
         Node = NodeAddress,

@@ -15,7 +15,7 @@ use openraft::error::{
     CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError, RaftError,
 };
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
-use redb::{Database, ReadableDatabase, TableHandle};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -27,7 +27,7 @@ use super::{NodeAddress, NodeId, Raft};
 use crate::Metastore;
 use crate::agents::AgentInfo;
 use crate::groups::{Group, GroupCommand, GroupReply};
-use crate::state::{Command, Reply, State};
+use crate::state::{Command, Proposal, Reply, State};
 use crate::types::*;
 
 /// How long a write may wait for a quorum before the caller is told it is
@@ -165,11 +165,47 @@ fn open_database(path: Option<&PathBuf>) -> Result<Database, MetaError> {
     }
     let txn = db.begin_write().map_err(storage)?;
     txn.open_table(LOG).map_err(storage)?;
-    txn.open_table(META).map_err(storage)?;
+    {
+        let mut meta = txn.open_table(META).map_err(storage)?;
+        let found = meta
+            .get(FORMAT_KEY)
+            .map_err(storage)?
+            .map(|v| v.value().to_vec());
+        match found.as_deref() {
+            Some([FORMAT_VERSION]) => {}
+            // A log written before formats were versioned (or by another
+            // version) would be decoded as something else: refuse it.
+            Some(other) => {
+                return Err(MetaError::Storage(format!(
+                    "{} holds metastore format {other:?}; this floe reads format {FORMAT_VERSION}",
+                    path.map(|p| p.display().to_string()).unwrap_or_default()
+                )));
+            }
+            None if !meta.is_empty().map_err(storage)? => {
+                return Err(MetaError::Storage(format!(
+                    "{} holds a metastore log from before format versions (0); this floe \
+                     reads format {FORMAT_VERSION}: move it away to start a new metastore",
+                    path.map(|p| p.display().to_string()).unwrap_or_default()
+                )));
+            }
+            None => {
+                meta.insert(FORMAT_KEY, [FORMAT_VERSION].as_slice())
+                    .map_err(storage)?;
+            }
+        }
+    }
     txn.open_table(SNAPSHOT).map_err(storage)?;
     txn.commit().map_err(storage)?;
     Ok(db)
 }
+
+/// Where the format of the log entries and snapshots in a metastore file is kept.
+const FORMAT_KEY: &str = "format";
+/// The format of log entries ([`Proposal`]) and snapshots ([`State`]) this
+/// floe reads and writes. Bump it whenever their encoding changes: postcard
+/// is not self-describing, so old bytes read as the new types are garbage.
+/// 1: commands stamped with the leader's clock.
+pub const FORMAT_VERSION: u8 = 1;
 
 fn not_leader(forward: ForwardToLeader<NodeId, NodeAddress>) -> MetaError {
     MetaError::NotLeader(forward.leader_node.map(|n| n.address))
@@ -283,8 +319,14 @@ impl RaftMetastore {
         }
     }
 
+    /// Proposes `command`, stamped with this node's clock: only a leader's
+    /// proposal is accepted, so stamps are always a leader's time.
     async fn write(&self, command: Command) -> Result<Reply, MetaError> {
-        match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command)).await {
+        let proposal = Proposal {
+            at_ms: crate::now_ms(),
+            command,
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(proposal)).await {
             Ok(Ok(written)) => written
                 .data
                 .ok_or_else(|| MetaError::Storage("a command applied without a reply".into())),
@@ -540,7 +582,10 @@ impl Metastore for RaftMetastore {
     }
 
     async fn agents(&self) -> Result<Vec<AgentInfo>, MetaError> {
-        self.read(|s| s.agents()).await
+        // Reads are served by the leader: ages are on its clock, the one
+        // that stamped the heartbeats.
+        let now = crate::now_ms();
+        self.read(move |s| s.agents(now)).await
     }
 
     async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError> {
@@ -655,5 +700,45 @@ impl Metastore for RaftMetastore {
             Reply::Forgotten => Ok(()),
             other => Err(unexpected(other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file written before log formats were versioned holds entries that
+    /// would now decode as something else: it is refused, never replayed.
+    #[tokio::test]
+    async fn a_metastore_file_of_another_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .insert("vote", b"old".as_slice())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let err = crate::LocalMetastore::open(&path)
+            .await
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("before format versions"), "{err}");
+
+        // A new file is stamped with this format (reopening one is the
+        // durable conformance test's part).
+        let fresh = dir.path().join("fresh.redb");
+        let m = crate::LocalMetastore::open(&fresh).await.unwrap();
+        let format =
+            m.db.begin_read()
+                .unwrap()
+                .open_table(META)
+                .unwrap()
+                .get(FORMAT_KEY)
+                .unwrap();
+        assert_eq!(format.unwrap().value(), [FORMAT_VERSION].as_slice());
     }
 }

@@ -135,7 +135,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.last_applied = Some(entry.log_id);
             replies.push(match entry.payload {
                 EntryPayload::Blank => None,
-                EntryPayload::Normal(command) => Some(state.apply(command)),
+                EntryPayload::Normal(proposal) => Some(state.apply_proposal(proposal)),
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     None
