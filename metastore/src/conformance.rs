@@ -332,6 +332,51 @@ async fn membership_changes_add_and_remove_a_node() {
         .unwrap();
 }
 
+/// The snapshot used to travel as one message, capped at the frame limit:
+/// once the state outgrew a frame, no node could ever be added or catch up.
+/// It now goes in pieces (the frame limit is 4 MiB in tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_a_group_whose_state_is_larger_than_a_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, _servers, addresses) = three_nodes(dir.path()).await;
+    let client = RemoteMetastore::new(&addresses);
+    let big = "x".repeat(200 * 1024);
+    for n in 0..30 {
+        client
+            .create_topic(NewTopic {
+                name: format!("big-{n}"),
+                partitions: 1,
+                configs: [("note".to_string(), big.clone())].into(),
+            })
+            .await
+            .unwrap();
+    }
+    let t = topic(&client, "small", 1).await;
+    for n in 0..80 {
+        commit(&client, &format!("s{n}"), vec![batch(&t, 0, 0, 1)]).await;
+    }
+    let size = nodes[0].local_state(|s| postcard::to_stdvec(s).unwrap().len());
+    assert!(
+        size > crate::rpc::MAX_FRAME_FOR_TESTS,
+        "state of {size} bytes"
+    );
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let mut options = NodeOptions::new(4, address.clone());
+    options.bootstrap = crate::raft::node::Bootstrap::Join;
+    options.heartbeat_ms = 50;
+    let fourth = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
+    tokio::spawn(crate::rpc::serve(listener, fourth.clone()));
+    client.add_node(4, address).await.unwrap();
+    eventually(|| {
+        fourth.local_state(|s| s.topic("big-29").is_some() && s.topic("small").is_some())
+    })
+    .await;
+    let theirs = nodes[0].local_state(|s| s.topic("big-7"));
+    assert_eq!(fourth.local_state(|s| s.topic("big-7")), theirs);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leader_never_answers_reads_from_stale_state() {
     let dir = tempfile::tempdir().unwrap();

@@ -123,7 +123,17 @@ pub struct Member {
 pub struct CommittedOffset {
     pub offset: i64,
     pub metadata: Option<String>,
+    /// The metastore's time of the commit.
+    pub commit_ms: i64,
 }
+
+/// Kafka's `offsets.retention.minutes` default (7 days): committed offsets
+/// of a group that has had no members for this long (and that were not
+/// committed since) are forgotten, and the group with them.
+pub const OFFSETS_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+/// Kafka's `offset.metadata.max.bytes` default: longer commit metadata is
+/// refused (OFFSET_METADATA_TOO_LARGE).
+pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
 /// One group, as stored and as agents see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,6 +148,9 @@ pub struct Group {
     /// The leader's assignments for the current generation.
     pub assignments: BTreeMap<String, Vec<u8>>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// When (metastore time) the group last had no members; offsets expire
+    /// [`OFFSETS_RETENTION_MS`] after this or their commit, whichever is later.
+    pub empty_since_ms: i64,
 }
 
 impl Default for Group {
@@ -151,6 +164,7 @@ impl Default for Group {
             members: BTreeMap::new(),
             assignments: BTreeMap::new(),
             offsets: BTreeMap::new(),
+            empty_since_ms: 0,
         }
     }
 }
@@ -216,13 +230,14 @@ impl Group {
 
     fn after_membership_change(&mut self, now_ms: i64) {
         if self.members.is_empty() {
-            self.become_empty();
+            self.become_empty(now_ms);
         } else if !matches!(self.phase, Phase::Joining { .. }) {
             self.start_rebalance(now_ms);
         }
     }
 
-    fn become_empty(&mut self) {
+    fn become_empty(&mut self, now_ms: i64) {
+        self.empty_since_ms = now_ms;
         self.phase = Phase::Empty;
         self.leader = None;
         self.protocol = None;
@@ -242,7 +257,7 @@ impl Group {
         self.members.retain(|_, m| m.joined);
         self.generation += 1;
         if self.members.is_empty() {
-            self.become_empty();
+            self.become_empty(now_ms);
             return;
         }
         if !self
@@ -296,6 +311,21 @@ pub struct Groups {
 }
 
 impl Groups {
+    /// Forgets offsets past retention in groups without members, and then
+    /// groups left with neither members nor offsets.
+    pub fn expire_offsets(&mut self, now_ms: i64) {
+        let horizon = now_ms.saturating_sub(OFFSETS_RETENTION_MS);
+        self.groups.retain(|_, g| {
+            if !g.members.is_empty() {
+                return true;
+            }
+            let empty_since = g.empty_since_ms;
+            g.offsets
+                .retain(|_, o| o.commit_ms.max(empty_since) > horizon);
+            !g.offsets.is_empty() || matches!(g.phase, Phase::Joining { .. })
+        });
+    }
+
     pub fn get(&self, group: &str) -> Option<&Group> {
         self.groups.get(group)
     }
@@ -381,7 +411,12 @@ impl Groups {
                 assignments,
                 now_ms,
             } => {
-                let g = self.groups.entry(group).or_default();
+                // Only JoinGroup and standalone offset commits create groups:
+                // any name in a Sync, Heartbeat or Leave would otherwise
+                // leave a group behind.
+                let Some(g) = self.groups.get_mut(&group) else {
+                    return GroupReply::Done(Err(GroupError::UnknownMemberId));
+                };
                 g.expire(now_ms);
                 let result = g.check_member(&member_id, generation, now_ms);
                 if result.is_ok()
@@ -402,7 +437,9 @@ impl Groups {
                 member_id,
                 now_ms,
             } => {
-                let g = self.groups.entry(group).or_default();
+                let Some(g) = self.groups.get_mut(&group) else {
+                    return GroupReply::Done(Err(GroupError::UnknownMemberId));
+                };
                 g.expire(now_ms);
                 let result = g.check_member(&member_id, generation, now_ms);
                 g.try_complete(now_ms);
@@ -413,7 +450,14 @@ impl Groups {
                 member_ids,
                 now_ms,
             } => {
-                let g = self.groups.entry(group).or_default();
+                let Some(g) = self.groups.get_mut(&group) else {
+                    return GroupReply::Left(
+                        member_ids
+                            .iter()
+                            .map(|_| Err(GroupError::UnknownMemberId))
+                            .collect(),
+                    );
+                };
                 let results = member_ids
                     .iter()
                     .map(|id| {
@@ -443,9 +487,19 @@ impl Groups {
                 offsets,
                 now_ms,
             } => {
-                let g = self.groups.entry(group).or_default();
-                g.expire(now_ms);
                 let simple = generation < 0 && member_id.is_empty();
+                // As Kafka: a standalone commit (no generation) creates the
+                // group to hold its offsets; any other names a generation
+                // that cannot exist.
+                let g = match self.groups.get_mut(&group) {
+                    Some(g) => g,
+                    None if simple => self.groups.entry(group).or_insert_with(|| Group {
+                        empty_since_ms: now_ms,
+                        ..Group::default()
+                    }),
+                    None => return GroupReply::Done(Err(GroupError::IllegalGeneration)),
+                };
+                g.expire(now_ms);
                 let result = if simple && g.members.is_empty() {
                     Ok(())
                 } else {
@@ -453,8 +507,22 @@ impl Groups {
                 };
                 if result.is_ok() {
                     for (topic, partition, offset, metadata) in offsets {
-                        g.offsets
-                            .insert((topic, partition), CommittedOffset { offset, metadata });
+                        // The agent answers these OFFSET_METADATA_TOO_LARGE;
+                        // the state never stores them.
+                        if metadata
+                            .as_ref()
+                            .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
+                        {
+                            continue;
+                        }
+                        g.offsets.insert(
+                            (topic, partition),
+                            CommittedOffset {
+                                offset,
+                                metadata,
+                                commit_ms: now_ms,
+                            },
+                        );
                     }
                 }
                 GroupReply::Done(result)

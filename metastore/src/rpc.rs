@@ -34,8 +34,15 @@ use crate::raft::network::{self, PeerRequest, PeerResponse};
 use crate::raft::{ClusterStatus, NodeId, RaftMetastore};
 use crate::types::*;
 
-/// Largest message either side accepts.
+/// Largest message either side accepts (snapshots travel in pieces, see
+/// [`network::SNAPSHOT_CHUNK_BYTES`]). Small in tests, so a state larger
+/// than one frame is easy to build.
+#[cfg(not(test))]
 const MAX_FRAME: usize = 256 * 1024 * 1024;
+#[cfg(test)]
+const MAX_FRAME: usize = 4 * 1024 * 1024;
+#[cfg(test)]
+pub(crate) const MAX_FRAME_FOR_TESTS: usize = MAX_FRAME;
 /// How long a safe request keeps being retried while the metastore is away.
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(15);
 /// How long one attempt (connect, send, answer) may take before the client
@@ -188,7 +195,7 @@ pub(crate) enum Response {
 
 async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, MetaError> {
     Ok(match request {
-        Request::Peer(p) => Response::Peer(network::handle(meta.raft(), p).await),
+        Request::Peer(p) => Response::Peer(network::handle(meta.raft(), meta.incoming(), p).await),
         Request::AddNode(id, address) => {
             meta.add_node(id, address).await.map(|_| Response::Unit)?
         }

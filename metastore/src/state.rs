@@ -162,7 +162,23 @@ struct ProducerPartition {
     epoch: i16,
     /// (first sequence, last sequence, base offset), oldest first.
     batches: std::collections::VecDeque<(i32, i32, i64)>,
+    /// The metastore's time of its latest append here: the state expires
+    /// after [`PRODUCER_ID_EXPIRATION_MS`] without one.
+    last_ms: i64,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct IssuedProducer {
+    epoch: i16,
+    last_ms: i64,
+}
+
+/// Kafka's `producer.id.expiration.ms` default: a producer id (and its
+/// sequence state in each partition) unused this long is forgotten. The
+/// producer then gets UNKNOWN_PRODUCER_ID and starts over, as on Kafka.
+pub const PRODUCER_ID_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
+/// How often (on the metastore's clock) expired state is swept.
+pub const EXPIRY_SWEEP_EVERY_MS: i64 = 60_000;
 
 /// What the sequence check decided for one idempotent batch.
 enum SequenceCheck {
@@ -185,6 +201,11 @@ impl ProducerPartition {
                 got: epoch,
                 current: self.epoch,
             });
+        }
+        if self.epoch < 0 {
+            // No state here (new, or expired): any sequence starts it, as in
+            // Kafka since KIP-360.
+            return Ok(SequenceCheck::Append);
         }
         if epoch > self.epoch {
             // A new epoch starts its sequences again at 0.
@@ -218,7 +239,8 @@ impl ProducerPartition {
         }
     }
 
-    fn record(&mut self, epoch: i16, first: i32, last: i32, base_offset: i64) {
+    fn record(&mut self, epoch: i16, first: i32, last: i32, base_offset: i64, now_ms: i64) {
+        self.last_ms = now_ms;
         if epoch != self.epoch {
             self.epoch = epoch;
             self.batches.clear();
@@ -251,8 +273,9 @@ pub struct State {
     names_by_id: BTreeMap<TopicId, String>,
     objects: BTreeMap<u64, Object>,
     next_object: u64,
-    /// Issued producer ids and their current epoch.
-    producers: BTreeMap<i64, i16>,
+    /// Issued producer ids: their current epoch and when they were last
+    /// issued or used (expired after [`PRODUCER_ID_EXPIRATION_MS`]).
+    producers: BTreeMap<i64, IssuedProducer>,
     next_producer_id: i64,
     /// Keys of objects nothing points to any more, oldest first, for GC.
     garbage: Vec<String>,
@@ -268,6 +291,8 @@ pub struct State {
     /// The latest proposal stamp applied: the leaders' clock, never moving back
     /// (a new leader whose clock is behind does not rewind it).
     clock_ms: i64,
+    /// When (on `clock_ms`) expired state is next swept.
+    next_expiry_ms: i64,
 }
 
 /// Commits remembered for answering retries...
@@ -309,9 +334,27 @@ impl State {
     /// the command is applied at that time, whatever time its sender wrote.
     pub fn apply_proposal(&mut self, proposal: Proposal) -> Reply {
         self.clock_ms = self.clock_ms.max(proposal.at_ms);
+        if self.clock_ms >= self.next_expiry_ms {
+            self.next_expiry_ms = self.clock_ms.saturating_add(EXPIRY_SWEEP_EVERY_MS);
+            self.expire(self.clock_ms);
+        }
         let mut command = proposal.command;
         command.restamp(self.clock_ms);
         self.apply(command)
+    }
+
+    /// Forgets what has gone unused too long on the metastore's clock:
+    /// producer ids and their sequence state (`producer.id.expiration.ms`),
+    /// and committed offsets of groups long empty (`offsets.retention.minutes`).
+    fn expire(&mut self, now_ms: i64) {
+        let horizon = now_ms.saturating_sub(PRODUCER_ID_EXPIRATION_MS);
+        self.producers.retain(|_, p| p.last_ms > horizon);
+        for topic in self.topics.values_mut() {
+            for partition in &mut topic.partitions {
+                partition.producers.retain(|_, p| p.last_ms > horizon);
+            }
+        }
+        self.groups.expire_offsets(now_ms);
     }
 
     /// The metastore's time: the latest leader stamp applied.
@@ -431,19 +474,23 @@ impl State {
     }
 
     fn init_producer(&mut self, existing: Option<ProducerIdentity>) -> ProducerIdentity {
+        let last_ms = self.clock_ms;
         if let Some(known) = existing {
-            let current = self.producers.get(&known.producer_id).copied();
+            let current = self.producers.get(&known.producer_id).map(|p| p.epoch);
             if current == Some(known.epoch) && known.epoch < i16::MAX {
-                self.producers.insert(known.producer_id, known.epoch + 1);
+                let epoch = known.epoch + 1;
+                self.producers
+                    .insert(known.producer_id, IssuedProducer { epoch, last_ms });
                 return ProducerIdentity {
                     producer_id: known.producer_id,
-                    epoch: known.epoch + 1,
+                    epoch,
                 };
             }
         }
         let producer_id = self.next_producer_id;
         self.next_producer_id += 1;
-        self.producers.insert(producer_id, 0);
+        self.producers
+            .insert(producer_id, IssuedProducer { epoch: 0, last_ms });
         ProducerIdentity {
             producer_id,
             epoch: 0,
@@ -477,7 +524,10 @@ impl State {
         let mut live_extents = 0;
         let mut results = Vec::with_capacity(commit.batches.len());
         for batch in &commit.batches {
-            let issued_epoch = self.producers.get(&batch.producer_id).copied();
+            let issued_epoch = self.producers.get_mut(&batch.producer_id).map(|p| {
+                p.last_ms = commit.appended_ms;
+                p.epoch
+            });
             let Some(partition) = self.partition_by_id_mut(batch.topic_id, batch.partition) else {
                 results.push(Err(MetaError::UnknownTopicOrPartition));
                 continue;
@@ -499,6 +549,7 @@ impl State {
                             ProducerPartition {
                                 epoch: -1,
                                 batches: Default::default(),
+                                last_ms: commit.appended_ms,
                             },
                         );
                         state.check(
@@ -519,6 +570,7 @@ impl State {
                             batch.base_sequence,
                             last_sequence,
                             base_offset,
+                            commit.appended_ms,
                         ),
                     Ok(SequenceCheck::Duplicate(original)) => {
                         results.push(Ok(original));
@@ -1477,5 +1529,195 @@ mod tests {
             }),
         ));
         assert!(s.group("g").unwrap().members.is_empty());
+    }
+
+    /// Applies `command` as a leader would propose it at `at_ms`.
+    fn at(s: &mut State, at_ms: i64, command: Command) -> Reply {
+        s.apply_proposal(Proposal { at_ms, command })
+    }
+
+    fn commit_at(
+        s: &mut State,
+        at_ms: i64,
+        key: &str,
+        batches: Vec<CommitBatch>,
+    ) -> Vec<Result<i64, MetaError>> {
+        match at(
+            s,
+            at_ms,
+            Command::Commit(Commit {
+                object_key: key.into(),
+                object_size: 1_000,
+                batches,
+                appended_ms: 0,
+            }),
+        ) {
+            Reply::Committed(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Producer ids and their per-partition state never expired: each
+    /// InitProducerId grew the state for good (Kafka: producer.id.expiration.ms).
+    #[test]
+    fn unused_producer_ids_expire_and_may_start_over() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        let day = PRODUCER_ID_EXPIRATION_MS;
+        let p = match at(&mut s, 1_000, Command::InitProducer { existing: None }) {
+            Reply::Producer(p) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            commit_at(&mut s, 2_000, "a", vec![idempotent(t, p, 0, 5)]),
+            vec![Ok(0)]
+        );
+        // Still used within the day: kept.
+        assert_eq!(
+            commit_at(&mut s, 2_000 + day - 1, "b", vec![idempotent(t, p, 5, 5)]),
+            vec![Ok(5)]
+        );
+        let other = match at(&mut s, 3_000, Command::InitProducer { existing: None }) {
+            Reply::Producer(p) => p,
+            other => panic!("{other:?}"),
+        };
+        // A day later (the sweep runs with the next proposal), both are gone.
+        at(
+            &mut s,
+            4_000 + 2 * day,
+            Command::ForgetGarbage { keys: vec![] },
+        );
+        assert!(s.producers.is_empty(), "{:?}", s.producers);
+        assert!(s.topics["t"].partitions[0].producers.is_empty());
+        assert_eq!(
+            commit_at(
+                &mut s,
+                5_000 + 2 * day,
+                "c",
+                vec![idempotent(t, other, 0, 1)]
+            ),
+            vec![Err(MetaError::UnknownProducerId(other.producer_id))]
+        );
+        // Re-initialised, a producer with no state in a partition may start
+        // at any sequence (KIP-360): its retries after an expiry succeed.
+        let again = match at(
+            &mut s,
+            6_000 + 2 * day,
+            Command::InitProducer { existing: None },
+        ) {
+            Reply::Producer(p) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            commit_at(
+                &mut s,
+                7_000 + 2 * day,
+                "d",
+                vec![idempotent(t, again, 42, 1)]
+            ),
+            vec![Ok(10)]
+        );
+        assert_eq!(
+            commit_at(
+                &mut s,
+                7_001 + 2 * day,
+                "e",
+                vec![idempotent(t, again, 44, 1)]
+            ),
+            vec![Err(MetaError::OutOfOrderSequence {
+                producer_id: again.producer_id,
+                last: 42,
+                got: 44
+            })],
+            "once started, sequences must follow"
+        );
+    }
+
+    /// Any group name in a Heartbeat, SyncGroup or LeaveGroup created a group
+    /// (1,000 junk heartbeats left 1,000 groups); offsets never expired.
+    #[test]
+    fn groups_are_created_only_by_joins_and_standalone_commits_and_expire() {
+        use crate::groups::{GroupCommand, GroupError, GroupReply, OFFSETS_RETENTION_MS};
+        let mut s = State::default();
+        for n in 0..100 {
+            let group = format!("junk-{n}");
+            at(
+                &mut s,
+                1_000,
+                Command::Group(GroupCommand::Heartbeat {
+                    group: group.clone(),
+                    generation: 1,
+                    member_id: "m".into(),
+                    now_ms: 0,
+                }),
+            );
+            at(
+                &mut s,
+                1_000,
+                Command::Group(GroupCommand::Sync {
+                    group: group.clone(),
+                    generation: 1,
+                    member_id: "m".into(),
+                    assignments: vec![],
+                    now_ms: 0,
+                }),
+            );
+            at(
+                &mut s,
+                1_000,
+                Command::Group(GroupCommand::Leave {
+                    group: group.clone(),
+                    member_ids: vec!["m".into()],
+                    now_ms: 0,
+                }),
+            );
+            let reply = at(
+                &mut s,
+                1_000,
+                Command::Group(GroupCommand::CommitOffsets {
+                    group,
+                    generation: 3,
+                    member_id: "m".into(),
+                    offsets: vec![("t".into(), 0, 1, None)],
+                    now_ms: 0,
+                }),
+            );
+            assert_eq!(
+                reply,
+                Reply::Group(GroupReply::Done(Err(GroupError::IllegalGeneration)))
+            );
+        }
+        assert!(s.groups().is_empty(), "junk requests left groups behind");
+
+        // A standalone commit keeps its group; metadata over the limit is not stored.
+        let commit = |offset: i64, metadata: Option<String>| {
+            Command::Group(GroupCommand::CommitOffsets {
+                group: "standalone".into(),
+                generation: -1,
+                member_id: String::new(),
+                offsets: vec![("t".into(), 0, offset, metadata)],
+                now_ms: 0,
+            })
+        };
+        at(&mut s, 2_000, commit(7, Some("x".repeat(5_000))));
+        assert!(s.group("standalone").unwrap().offsets.is_empty());
+        at(&mut s, 3_000, commit(7, Some("fine".into())));
+        assert_eq!(
+            s.group("standalone").unwrap().offsets[&("t".to_string(), 0)].offset,
+            7
+        );
+        // Offsets live for the retention after their commit, then go with the group.
+        at(
+            &mut s,
+            3_000 + OFFSETS_RETENTION_MS - 1,
+            Command::ForgetGarbage { keys: vec![] },
+        );
+        assert!(s.group("standalone").is_some());
+        at(
+            &mut s,
+            3_000 + OFFSETS_RETENTION_MS + 120_000,
+            Command::ForgetGarbage { keys: vec![] },
+        );
+        assert!(s.group("standalone").is_none());
     }
 }

@@ -324,9 +324,11 @@ pub async fn leave(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
 }
 
 pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitResponse {
-    // Partitions of unknown topics are refused one by one, the rest committed together.
+    // Partitions of unknown topics, or with metadata over Kafka's
+    // offset.metadata.max.bytes, are refused one by one; the rest are
+    // committed together.
     let mut offsets = Vec::new();
-    let mut refused = std::collections::HashSet::new();
+    let mut refused = std::collections::HashMap::new();
     for topic in &req.topics {
         let partitions = broker
             .meta
@@ -336,15 +338,24 @@ pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> Offset
             .flatten()
             .map(|t| t.partitions);
         for p in &topic.partitions {
-            if partitions.is_some_and(|n| (0..n).contains(&p.partition_index)) {
+            let metadata_len = p.committed_metadata.as_ref().map_or(0, |m| m.len());
+            if !partitions.is_some_and(|n| (0..n).contains(&p.partition_index)) {
+                refused.insert(
+                    (topic.name.clone(), p.partition_index),
+                    ResponseError::UnknownTopicOrPartition,
+                );
+            } else if metadata_len > floe_metastore::groups::OFFSET_METADATA_MAX_BYTES {
+                refused.insert(
+                    (topic.name.clone(), p.partition_index),
+                    ResponseError::OffsetMetadataTooLarge,
+                );
+            } else {
                 offsets.push((
                     topic.name.0.to_string(),
                     p.partition_index,
                     p.committed_offset,
                     p.committed_metadata.as_ref().map(|m| m.to_string()),
                 ));
-            } else {
-                refused.insert((topic.name.clone(), p.partition_index));
             }
         }
     }
@@ -364,10 +375,9 @@ pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> Offset
                 .partitions
                 .iter()
                 .map(|p| {
-                    let error = if refused.contains(&(t.name.clone(), p.partition_index)) {
-                        ResponseError::UnknownTopicOrPartition.code()
-                    } else {
-                        result.err().map_or(0, |e| e.code())
+                    let error = match refused.get(&(t.name.clone(), p.partition_index)) {
+                        Some(refusal) => refusal.code(),
+                        None => result.err().map_or(0, |e| e.code()),
                     };
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)

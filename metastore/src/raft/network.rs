@@ -20,16 +20,31 @@ use tokio_util::codec::Framed;
 use super::{NodeAddress, NodeId, Raft, SnapshotMeta, TypeConfig, Vote};
 use crate::rpc::{self, Request, Response};
 
+/// Snapshots travel in pieces of this size, so a state of any size fits the
+/// frame limit and no message holds the whole state twice.
+#[cfg(not(test))]
+pub const SNAPSHOT_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+#[cfg(test)]
+pub const SNAPSHOT_CHUNK_BYTES: usize = 64 * 1024;
+/// The largest snapshot a node accepts from a leader.
+const MAX_SNAPSHOT_BYTES: usize = 16 * 1024 * 1024 * 1024;
+
 /// A Raft message from one node to another.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum PeerRequest {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
-    /// A whole snapshot, in one message.
+    /// One piece of snapshot `snapshot_id`, starting at byte `offset`;
+    /// pieces come in order, and a piece at 0 starts the snapshot afresh.
+    SnapshotChunk {
+        snapshot_id: String,
+        offset: u64,
+        bytes: Vec<u8>,
+    },
+    /// Install the snapshot whose pieces came before.
     Snapshot {
         vote: Vote,
         meta: SnapshotMeta,
-        data: Vec<u8>,
     },
 }
 
@@ -38,11 +53,60 @@ pub enum PeerRequest {
 pub enum PeerResponse {
     Append(Result<AppendEntriesResponse<NodeId>, String>),
     Vote(Result<VoteResponse<NodeId>, String>),
+    SnapshotChunk(Result<(), String>),
     Snapshot(Result<SnapshotResponse<NodeId>, String>),
 }
 
-/// Hands a peer's message to this node's Raft.
-pub async fn handle(raft: &Raft, request: PeerRequest) -> PeerResponse {
+/// The snapshot a node is receiving, piece by piece.
+#[derive(Default)]
+pub struct Incoming {
+    snapshot: std::sync::Mutex<Option<(String, Vec<u8>)>>,
+}
+
+impl Incoming {
+    fn chunk(&self, snapshot_id: String, offset: u64, bytes: Vec<u8>) -> Result<(), String> {
+        let mut incoming = self.snapshot.lock().expect("snapshot lock");
+        if offset == 0 {
+            *incoming = Some((snapshot_id.clone(), Vec::new()));
+        }
+        let Some((id, data)) = incoming.as_mut() else {
+            return Err(format!(
+                "piece at {offset} of snapshot {snapshot_id} without its start"
+            ));
+        };
+        if *id != snapshot_id || data.len() as u64 != offset {
+            let had = (id.clone(), data.len());
+            *incoming = None;
+            return Err(format!(
+                "piece at {offset} of snapshot {snapshot_id}, expected {} of {}",
+                had.1, had.0
+            ));
+        }
+        if data.len() + bytes.len() > MAX_SNAPSHOT_BYTES {
+            *incoming = None;
+            return Err(format!(
+                "snapshot {snapshot_id} exceeds {MAX_SNAPSHOT_BYTES} bytes"
+            ));
+        }
+        data.extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn take(&self, snapshot_id: &str) -> Option<Vec<u8>> {
+        let mut incoming = self.snapshot.lock().expect("snapshot lock");
+        match incoming.take() {
+            Some((id, data)) if id == snapshot_id => Some(data),
+            other => {
+                *incoming = other;
+                None
+            }
+        }
+    }
+}
+
+/// Hands a peer's message to this node's Raft (`incoming` collects
+/// snapshot pieces until the whole snapshot is there).
+pub async fn handle(raft: &Raft, incoming: &Incoming, request: PeerRequest) -> PeerResponse {
     match request {
         PeerRequest::Append(rpc) => {
             PeerResponse::Append(raft.append_entries(rpc).await.map_err(|e| e.to_string()))
@@ -50,7 +114,18 @@ pub async fn handle(raft: &Raft, request: PeerRequest) -> PeerResponse {
         PeerRequest::Vote(rpc) => {
             PeerResponse::Vote(raft.vote(rpc).await.map_err(|e| e.to_string()))
         }
-        PeerRequest::Snapshot { vote, meta, data } => {
+        PeerRequest::SnapshotChunk {
+            snapshot_id,
+            offset,
+            bytes,
+        } => PeerResponse::SnapshotChunk(incoming.chunk(snapshot_id, offset, bytes)),
+        PeerRequest::Snapshot { vote, meta } => {
+            let Some(data) = incoming.take(&meta.snapshot_id) else {
+                return PeerResponse::Snapshot(Err(format!(
+                    "no pieces of snapshot {} arrived",
+                    meta.snapshot_id
+                )));
+            };
             let snapshot = openraft::Snapshot {
                 meta,
                 snapshot: Box::new(data),
@@ -204,19 +279,57 @@ impl RaftNetwork<TypeConfig> for Peer {
         cancel: impl std::future::Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            sent = self.send_snapshot(vote, snapshot, option.hard_ttl()) => sent,
+        }
+    }
+}
+
+impl Peer {
+    /// Sends the snapshot in [`SNAPSHOT_CHUNK_BYTES`] pieces, each with its
+    /// own deadline, then asks the peer to install it.
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: openraft::Snapshot<TypeConfig>,
+        ttl: Duration,
+    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        let network =
+            |peer: &Peer, why: String| StreamingError::Network(NetworkError::new(&peer.error(why)));
+        let data = snapshot.snapshot;
+        let id = snapshot.meta.snapshot_id.clone();
+        // An empty snapshot still sends one (empty) piece to start it.
+        let pieces = data.chunks(SNAPSHOT_CHUNK_BYTES).map(<[u8]>::to_vec);
+        let pieces: Box<dyn Iterator<Item = Vec<u8>> + Send> = if data.is_empty() {
+            Box::new(std::iter::once(Vec::new()))
+        } else {
+            Box::new(pieces)
+        };
+        let mut offset = 0u64;
+        for bytes in pieces {
+            let len = bytes.len() as u64;
+            let request = PeerRequest::SnapshotChunk {
+                snapshot_id: id.clone(),
+                offset,
+                bytes,
+            };
+            match self.send(request, ttl).await {
+                Ok(PeerResponse::SnapshotChunk(Ok(()))) => offset += len,
+                Ok(PeerResponse::SnapshotChunk(Err(why))) => return Err(network(self, why)),
+                Ok(other) => return Err(network(self, format!("unexpected answer {other:?}"))),
+                Err(e) => return Err(StreamingError::Unreachable(Unreachable::new(&e))),
+            }
+        }
         let request = PeerRequest::Snapshot {
             vote,
             meta: snapshot.meta,
-            data: *snapshot.snapshot,
         };
-        tokio::select! {
-            closed = cancel => Err(StreamingError::Closed(closed)),
-            sent = self.send(request, option.hard_ttl()) => match sent {
-                Ok(PeerResponse::Snapshot(Ok(response))) => Ok(response),
-                Ok(PeerResponse::Snapshot(Err(why))) => Err(StreamingError::Network(NetworkError::new(&self.error(why)))),
-                Ok(other) => Err(StreamingError::Network(NetworkError::new(&self.error(format!("unexpected answer {other:?}"))))),
-                Err(e) => Err(StreamingError::Unreachable(Unreachable::new(&e))),
-            }
+        match self.send(request, ttl).await {
+            Ok(PeerResponse::Snapshot(Ok(response))) => Ok(response),
+            Ok(PeerResponse::Snapshot(Err(why))) => Err(network(self, why)),
+            Ok(other) => Err(network(self, format!("unexpected answer {other:?}"))),
+            Err(e) => Err(StreamingError::Unreachable(Unreachable::new(&e))),
         }
     }
 }

@@ -130,6 +130,7 @@ pub struct RaftMetastore {
     state: Arc<RwLock<State>>,
     db: Arc<Database>,
     lease: Lease,
+    incoming: super::network::Incoming,
 }
 
 fn storage<E: std::fmt::Display>(e: E) -> MetaError {
@@ -286,6 +287,7 @@ impl RaftMetastore {
             state,
             db,
             lease,
+            incoming: Default::default(),
         })
     }
 
@@ -295,6 +297,17 @@ impl RaftMetastore {
 
     pub(crate) fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// Reads this node's applied state as it is, leader or not (tests).
+    #[cfg(test)]
+    pub(crate) fn local_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.state.read().expect("metastore state lock poisoned"))
+    }
+
+    /// The snapshot this node is receiving from a leader, piece by piece.
+    pub(crate) fn incoming(&self) -> &super::network::Incoming {
+        &self.incoming
     }
 
     /// Waits until this node leads (a single-voter group elects itself at once).

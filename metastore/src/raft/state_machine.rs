@@ -91,24 +91,32 @@ impl StateMachine {
     }
 }
 
-/// A snapshot already encoded when it was asked for (so it matches
-/// `last_applied` exactly), waiting to be stored.
+/// A copy of the state taken when a snapshot was asked for (so it matches
+/// `last_applied` exactly), to be encoded and stored off the async workers.
 pub struct SnapshotBuilder {
     db: Arc<Database>,
     meta: SnapshotMeta,
-    data: Result<Vec<u8>, String>,
+    state: Option<State>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let signature = Some(self.meta.signature());
-        let data = self.data.clone().map_err(|e| {
-            StorageIOError::write_snapshot(signature.clone(), openraft::AnyError::error(e))
+        let state = self.state.take().ok_or_else(|| {
+            StorageIOError::write_snapshot(
+                signature.clone(),
+                openraft::AnyError::error("snapshot builder used twice"),
+            )
         })?;
-        let (db, meta, stored) = (self.db.clone(), self.meta.clone(), data.clone());
-        blocking(move || save_snapshot(&db, &meta, &stored))
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(signature, e))?;
+        let (db, meta) = (self.db.clone(), self.meta.clone());
+        // Encoding a large state takes a while: never on an async worker.
+        let data = blocking(move || {
+            let data = postcard::to_stdvec(&state).map_err(any)?;
+            save_snapshot(&db, &meta, &data)?;
+            Ok(data)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(signature, e))?;
         tracing::info!(snapshot = %self.meta, bytes = data.len(), "metastore snapshot stored");
         Ok(Snapshot {
             meta: self.meta.clone(),
@@ -147,8 +155,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.snapshots_built += 1;
-        let data = postcard::to_stdvec(&*self.state.read().expect("metastore state lock poisoned"))
-            .map_err(|e| e.to_string());
+        // A copy under the read lock (no encoding there); the builder
+        // encodes it on a blocking thread.
+        let state = self
+            .state
+            .read()
+            .expect("metastore state lock poisoned")
+            .clone();
         let snapshot_id = match self.last_applied {
             Some(log_id) => format!(
                 "{}-{}-{}",
@@ -163,7 +176,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 last_membership: self.membership.clone(),
                 snapshot_id,
             },
-            data,
+            state: Some(state),
         }
     }
 
@@ -176,12 +189,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: Box<Vec<u8>>,
     ) -> Result<(), StorageError> {
-        let state: State = postcard::from_bytes(&snapshot)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), any(e)))?;
+        // Decoding and storing a large state: on a blocking thread.
         let (db, stored_meta) = (self.db.clone(), meta.clone());
-        blocking(move || save_snapshot(&db, &stored_meta, &snapshot))
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), e))?;
+        let state = blocking(move || {
+            let state: State = postcard::from_bytes(&snapshot).map_err(any)?;
+            save_snapshot(&db, &stored_meta, &snapshot)?;
+            Ok(state)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), e))?;
         *self.write_state() = state;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
