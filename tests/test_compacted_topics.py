@@ -1,6 +1,7 @@
 """Topics with cleanup.policy=compact: the compactor keeps each key's latest
-record (and drops tombstones after delete.retention.ms), offsets never move,
-and real consumers read across the gaps compaction leaves."""
+record (and drops tombstones delete.retention.ms after it first kept them,
+KIP-534), offsets never move, real consumers read across the gaps compaction
+leaves, and records without a key are refused (INVALID_RECORD)."""
 
 import time
 
@@ -57,10 +58,17 @@ def test_compacted_topic_keeps_the_latest_value_of_each_key(make_agent):
         time.sleep(0.3)
     assert keyed_segments(agent), "no key compaction happened"
 
+    # The first pass keeps k9's tombstone and stamps its delete horizon
+    # (delete.retention.ms = 0: now); the pass after drops it.
     expected = {f"k{i}": f"v2-{i}" for i in range(5)}
     expected.update({"k5": "v3-5", "k6": "v1-6", "k7": "v1-7", "k8": "v1-8"})
-    rows = kcat("-C", "-b", agent.bootstrap, "-t", "keyed", "-o", "beginning", "-e", "-q",
-                "-f", "%o %k %s\n").splitlines()
+    def read():
+        return kcat("-C", "-b", agent.bootstrap, "-t", "keyed", "-o", "beginning", "-e", "-q",
+                    "-f", "%o %k %s\n").splitlines()
+    rows = read()
+    while time.time() < deadline and len(rows) != len(expected):
+        time.sleep(0.3)
+        rows = read()
     seen = {}
     offsets = []
     for line in rows:
@@ -76,6 +84,14 @@ def test_compacted_topic_keeps_the_latest_value_of_each_key(make_agent):
     assert {k: v for _, k, v in by_confluent} == expected
     by_python = python_consume(agent.bootstrap, "keyed", 1)
     assert sorted(o for _, o, _ in by_python) == offsets
+
+    # A record without a key is refused on a compacted topic, as by Kafka.
+    from confluent_kafka import KafkaError, Producer
+    outcome = {}
+    p = Producer({"bootstrap.servers": agent.bootstrap, "message.send.max.retries": 0})
+    p.produce("keyed", value=b"no key", on_delivery=lambda err, msg: outcome.update(err=err))
+    p.flush(30)
+    assert outcome["err"] is not None and outcome["err"].code() == KafkaError.INVALID_RECORD
 
     # New records continue after the high watermark, and survive a restart.
     kcat("-P", "-b", agent.bootstrap, "-t", "keyed", "-K", ":", input="k0:v4-0\n")

@@ -1,7 +1,15 @@
 //! Key compaction, for topics with `cleanup.policy=compact`: the partition is
 //! rewritten keeping only the latest record of each key, as Kafka's log
-//! cleaner does, and tombstones (records with a null value) are dropped once
-//! older than `delete.retention.ms`.
+//! cleaner does. Tombstones (records with a null value) are kept for
+//! `delete.retention.ms` after the cleaner first keeps them, as KIP-534 has
+//! it: that pass stamps their batch with a delete horizon, and a pass after
+//! the horizon drops them. A producer's timestamp never decides it, so a
+//! tombstone stamped in the past still reaches lagging consumers.
+//!
+//! Memory stays bounded by the partition's stored (compressed) bytes plus one
+//! decoded batch: a first pass records each key's latest offset (by a 128-bit
+//! hash of the key, as Kafka's offset map keeps a digest), a second decodes
+//! and rewrites one batch at a time.
 //!
 //! Offsets never change. Each rewritten batch keeps its base offset where it
 //! can and its range is stretched (lastOffsetDelta) to reach the next one, so
@@ -13,12 +21,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
 use floe_metastore::{ExtentRef, Metastore, TopicInfo};
 use floe_protocol::batch::RecordBatch;
-use floe_protocol::kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions,
-};
+use floe_protocol::kafka_protocol::records::Record;
+use floe_protocol::records;
 use floe_storage::{ObjectStore, keys};
 
 use crate::{
@@ -86,7 +92,13 @@ pub async fn compact_keys(
         .iter()
         .filter(|e| !keys::is_keyed_segment(&e.object_key))
         .count();
-    if dirty < policy.min_extents.max(1) {
+    // Tombstones past their delete horizon make a partition worth cleaning
+    // even with nothing new (KIP-534).
+    let expired_tombstones = all
+        .iter()
+        .filter_map(|e| keys::keyed_segment_horizon(&e.object_key))
+        .any(|horizon| horizon <= now_ms);
+    if dirty < policy.min_extents.max(1) && !expired_tombstones {
         return Ok(None);
     }
     let total: u64 = all.iter().map(|e| e.length).sum();
@@ -125,19 +137,26 @@ async fn rewrite(
         tracing::warn!(topic = %topic.name, partition, batches = kept.undecodable,
             "key compaction kept batches it could not decode as they were");
     }
+    let horizon = kept
+        .batches
+        .iter()
+        .filter_map(records::delete_horizon)
+        .min();
     let kept = kept.batches;
-    let key = keys::new_keyed_segment_key(topic.id, partition, run[0].base_offset);
+    let key = keys::new_keyed_segment_key(topic.id, partition, run[0].base_offset, horizon);
     swap_in(store, meta, (topic.id, partition), policy, run, &kept, key).await
 }
 
-fn compression(batch: &RecordBatch) -> Compression {
-    match batch.codec() {
-        floe_protocol::batch::Codec::None => Compression::None,
-        floe_protocol::batch::Codec::Gzip => Compression::Gzip,
-        floe_protocol::batch::Codec::Snappy => Compression::Snappy,
-        floe_protocol::batch::Codec::Lz4 => Compression::Lz4,
-        floe_protocol::batch::Codec::Zstd => Compression::Zstd,
-    }
+/// A 128-bit digest of a key: the cleaner's map holds this, not the key.
+fn digest(key: &[u8]) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
+        key.hash(&mut h);
+        h.finish() as u128
+    };
+    (half(0) << 64) | half(1)
 }
 
 /// What [`keep_latest`] made of a run of batches.
@@ -152,8 +171,9 @@ pub struct Kept {
 
 /// The batches (tiling `[first base offset, last_offset]`, real offsets)
 /// rewritten to hold only each key's latest record, still tiling the same
-/// offsets. Records without a key are kept; tombstones older than
-/// `delete_retention_ms` are dropped.
+/// offsets. Records without a key are kept. A batch keeping tombstones gets a
+/// delete horizon of `now_ms + delete_retention_ms` the first time; its
+/// tombstones are dropped by a pass at or after that horizon.
 pub fn keep_latest(
     batches: &[RecordBatch],
     delete_retention_ms: i64,
@@ -166,72 +186,73 @@ pub fn keep_latest(
             undecodable: 0,
         });
     };
-    let mut decoded = Vec::with_capacity(batches.len());
-    let mut latest: HashMap<Bytes, i64> = HashMap::new();
-    let mut undecodable = 0;
-    for batch in batches {
-        // Control batches (transaction markers) pass through untouched, and
-        // so do batches that do not decode (their keys take no part).
-        let records = if batch.is_control() || batch.record_count() == 0 {
-            None
-        } else {
-            match floe_protocol::records::decode(batch) {
-                Ok(records) => {
-                    for r in &records {
-                        if let Some(key) = &r.key {
-                            latest.insert(key.clone(), r.offset);
-                        }
+    // Pass 1: each key's latest offset. Control batches (transaction
+    // markers) pass through untouched, and so do batches that do not decode
+    // (their keys take no part).
+    let mut latest: HashMap<u128, i64> = HashMap::new();
+    let mut undecodable = std::collections::HashSet::new();
+    for (n, batch) in batches.iter().enumerate() {
+        if batch.is_control() || batch.record_count() == 0 {
+            continue;
+        }
+        match records::decode(batch) {
+            Ok(decoded) => {
+                for r in &decoded {
+                    if let Some(key) = &r.key {
+                        latest.insert(digest(key), r.offset);
                     }
-                    Some(records)
-                }
-                Err(e) => {
-                    tracing::debug!(offset = batch.base_offset(), error = %e, "undecodable stored batch");
-                    undecodable += 1;
-                    None
                 }
             }
-        };
-        decoded.push((batch, records));
+            Err(e) => {
+                tracing::debug!(offset = batch.base_offset(), error = %e, "undecodable stored batch");
+                undecodable.insert(n);
+            }
+        }
+    }
+
+    // Pass 2: rewrite one batch at a time.
+    let mut rewritten_batches = Vec::with_capacity(batches.len());
+    for (n, batch) in batches.iter().enumerate() {
+        if batch.is_control() || batch.record_count() == 0 || undecodable.contains(&n) {
+            rewritten_batches.push(Some(batch.clone()));
+            continue;
+        }
+        let decoded =
+            records::decode(batch).map_err(|e| format!("batch at {}: {e}", batch.base_offset()))?;
+        let horizon = records::delete_horizon(batch);
+        let tombstones_expire = horizon.is_some_and(|h| now_ms >= h);
+        let total = decoded.len();
+        let kept: Vec<Record> = decoded
+            .into_iter()
+            .filter(|r| match &r.key {
+                None => true,
+                Some(key) => {
+                    latest.get(&digest(key)) == Some(&r.offset)
+                        && !(r.value.is_none() && tombstones_expire)
+                }
+            })
+            .collect();
+        let has_tombstones = kept.iter().any(|r| r.value.is_none());
+        rewritten_batches.push(if kept.is_empty() {
+            None
+        } else if kept.len() == total && (horizon.is_some() || !has_tombstones) {
+            // Nothing to drop and nothing to stamp: the bytes as they were.
+            Some(batch.clone())
+        } else {
+            let stamp = has_tombstones
+                .then(|| horizon.unwrap_or(now_ms.saturating_add(delete_retention_ms)));
+            Some(
+                records::encode(&kept, batch, stamp)
+                    .map_err(|e| format!("re-encoding batch at {}: {e}", batch.base_offset()))?,
+            )
+        });
     }
 
     let mut out: Vec<RecordBatch> = Vec::new();
     // The first offset the next output batch must start at.
     let mut next = first.base_offset();
-    for (batch, records) in decoded {
-        let rewritten = match records {
-            None => Some(batch.clone()),
-            Some(records) => {
-                let kept: Vec<Record> = records
-                    .into_iter()
-                    .filter(|r| match &r.key {
-                        None => true,
-                        Some(key) => {
-                            latest.get(key) == Some(&r.offset)
-                                && !(r.value.is_none()
-                                    && now_ms.saturating_sub(r.timestamp) > delete_retention_ms)
-                        }
-                    })
-                    .collect();
-                if kept.is_empty() {
-                    None
-                } else {
-                    let mut buf = BytesMut::new();
-                    let options = RecordEncodeOptions {
-                        version: 2,
-                        compression: compression(batch),
-                    };
-                    RecordBatchEncoder::encode(&mut buf, kept.iter(), &options).map_err(|e| {
-                        format!("re-encoding batch at {}: {e}", batch.base_offset())
-                    })?;
-                    let encoded =
-                        RecordBatch::parse_all_stored(&buf.freeze()).map_err(|e| e.to_string())?;
-                    // One batch in, one out: its records share producer and epoch.
-                    let [encoded] = <[RecordBatch; 1]>::try_from(encoded)
-                        .map_err(|v| format!("re-encoding split a batch into {}", v.len()))?;
-                    Some(encoded)
-                }
-            }
-        };
+    let undecodable = undecodable.len();
+    for rewritten in rewritten_batches {
         let Some(rewritten) = rewritten else { continue };
         let start = rewritten.base_offset();
         if start > next {
@@ -268,6 +289,8 @@ fn stretch(batch: &mut RecordBatch, last_offset: i64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use floe_protocol::kafka_protocol::records::Compression;
 
     fn batch(
         base: i64,
@@ -348,8 +371,17 @@ mod tests {
         // Codecs are kept: the rewritten first batch of records was zstd.
         assert_eq!(out[1].codec(), floe_protocol::batch::Codec::Zstd);
 
-        // Old tombstones go: b disappears altogether.
-        let out = keep_latest(&batches, 0, 1_000_000, 7).unwrap().batches;
+        // A tombstone is kept by the pass that first sees it, however old its
+        // timestamp (KIP-534): that pass stamps its batch with a delete horizon.
+        let first = keep_latest(&batches, 5_000, 1_000_000, 7).unwrap().batches;
+        let (records, _) = contents(&first);
+        assert!(records.contains(&(6, Some("b".into()), None)));
+        let stamped: Vec<i64> = first.iter().filter_map(records::delete_horizon).collect();
+        assert_eq!(stamped, vec![1_005_000]);
+        // Before the horizon it stays; from it on, b disappears altogether.
+        let early = keep_latest(&first, 5_000, 1_004_999, 7).unwrap().batches;
+        assert_eq!(contents(&early).0, records);
+        let out = keep_latest(&first, 5_000, 1_005_000, 7).unwrap().batches;
         let (records, ranges) = contents(&out);
         assert!(records.iter().all(|(_, k, _)| k.as_deref() != Some("b")));
         assert_eq!(ranges.first().unwrap().0, 0);
@@ -362,7 +394,8 @@ mod tests {
     #[test]
     fn a_range_with_nothing_left_becomes_one_empty_batch() {
         let batches = vec![batch(10, &[(Some("k"), None)], Compression::None)];
-        let out = keep_latest(&batches, 0, 1_000_000, 10).unwrap().batches;
+        let stamped = keep_latest(&batches, 0, 1_000_000, 10).unwrap().batches;
+        let out = keep_latest(&stamped, 0, 1_000_000, 10).unwrap().batches;
         assert_eq!(out.len(), 1);
         assert_eq!(
             (

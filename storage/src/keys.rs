@@ -24,9 +24,20 @@ pub fn new_segment_key(topic_id: Uuid, partition: i32, base_offset: i64) -> Path
 }
 
 /// A fresh key for a key-compacted segment (`cleanup.policy=compact`): a
-/// segment whose name says it holds only the latest record of each key.
-pub fn new_keyed_segment_key(topic_id: Uuid, partition: i32, base_offset: i64) -> Path {
-    segment_key(topic_id, partition, base_offset, KEYED_MARK)
+/// segment whose name says it holds only the latest record of each key, and
+/// the earliest delete horizon of the tombstones it keeps (KIP-534), so the
+/// cleaner knows when to run again without reading it.
+pub fn new_keyed_segment_key(
+    topic_id: Uuid,
+    partition: i32,
+    base_offset: i64,
+    delete_horizon: Option<i64>,
+) -> Path {
+    let mark = match delete_horizon {
+        Some(h) => format!("{KEYED_MARK}h{h}-"),
+        None => KEYED_MARK.to_string(),
+    };
+    segment_key(topic_id, partition, base_offset, &mark)
 }
 
 const KEYED_MARK: &str = "keyed-";
@@ -34,6 +45,13 @@ const KEYED_MARK: &str = "keyed-";
 /// Whether `key` names a key-compacted segment.
 pub fn is_keyed_segment(key: &str) -> bool {
     key.starts_with("segment/") && key.contains(KEYED_MARK)
+}
+
+/// The earliest delete horizon of the tombstones in a key-compacted segment.
+pub fn keyed_segment_horizon(key: &str) -> Option<i64> {
+    let (_, rest) = key.split_once(KEYED_MARK)?;
+    let (horizon, _) = rest.strip_prefix('h')?.split_once('-')?;
+    horizon.parse().ok()
 }
 
 fn segment_key(topic_id: Uuid, partition: i32, base_offset: i64, mark: &str) -> Path {
@@ -61,5 +79,15 @@ mod tests {
         assert!(prefixes.len() > 50, "only {} prefixes", prefixes.len());
         let s = new_segment_key(Uuid::new_v4(), 3, 42);
         assert!(s.as_ref().contains("/3/00000000000000000042-"));
+        let keyed = new_keyed_segment_key(Uuid::new_v4(), 3, 42, Some(1_700_000_000_123));
+        assert!(is_keyed_segment(keyed.as_ref()));
+        assert_eq!(
+            keyed_segment_horizon(keyed.as_ref()),
+            Some(1_700_000_000_123)
+        );
+        let plain = new_keyed_segment_key(Uuid::new_v4(), 3, 42, None);
+        assert!(is_keyed_segment(plain.as_ref()));
+        assert_eq!(keyed_segment_horizon(plain.as_ref()), None);
+        assert_eq!(keyed_segment_horizon(s.as_ref()), None);
     }
 }

@@ -1,10 +1,12 @@
 //! The per-topic checks a Kafka broker makes on a produced batch beyond its
 //! structure: size limits, timestamps, and log-append time.
 //!
-//! All of them read only the batch header: floe does not decompress what it
+//! All but one read only the batch header: floe does not decompress what it
 //! forwards, so timestamp bounds are checked on the batch's first and largest
 //! timestamps (Kafka checks every record; a record between them can only be
-//! inside the bounds when both ends are).
+//! inside the bounds when both ends are). The exception is a compacted topic,
+//! whose records must all have keys: there, as Kafka does, the batch is
+//! decoded (within floe's decompression bounds) to check them.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +29,8 @@ pub struct ProduceRules {
     /// `message.timestamp.after.max.ms` (or `difference.max.ms`): how far in
     /// the future.
     pub after_max_ms: i64,
+    /// `cleanup.policy` includes `compact`: every record needs a key.
+    pub keys_required: bool,
 }
 
 /// The keys [`ProduceRules::of`] reads and [`validate`] checks.
@@ -50,6 +54,9 @@ impl ProduceRules {
                 == Some("LogAppendTime"),
             before_max_ms: int(BEFORE_MAX_MS).unwrap_or(difference),
             after_max_ms: int(AFTER_MAX_MS).unwrap_or(difference),
+            keys_required: configs
+                .get("cleanup.policy")
+                .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact")),
         }
     }
 
@@ -68,6 +75,16 @@ impl ProduceRules {
                     self.max_message_bytes
                 ),
             ));
+        }
+        if self.keys_required {
+            let records = floe_protocol::records::decode(&batch)
+                .map_err(|e| (e.kafka_error(), e.to_string()))?;
+            if records.iter().any(|r| r.key.is_none()) {
+                return Err((
+                    ResponseError::InvalidRecord,
+                    "compacted topic cannot accept a record without a key".into(),
+                ));
+            }
         }
         if self.log_append_time {
             return Ok(batch.with_log_append_time(now_ms));
@@ -190,6 +207,38 @@ mod tests {
             .unwrap();
         assert!(stamped.is_log_append_time());
         assert_eq!(stamped.max_timestamp(), 9_999_999);
+    }
+
+    #[test]
+    fn compacted_topics_refuse_records_without_keys() {
+        let compacted = rules(&[("cleanup.policy", "compact,delete")]);
+        assert!(
+            compacted.apply(batch(), 1_000).is_ok(),
+            "keyed records pass"
+        );
+        let keyless = floe_protocol::testing::records(&[b"v".to_vec()], 1_000)
+            .into_iter()
+            .map(|mut r| {
+                r.key = None;
+                r
+            })
+            .collect::<Vec<_>>();
+        let mut buf = bytes::BytesMut::new();
+        floe_protocol::kafka_protocol::records::RecordBatchEncoder::encode(
+            &mut buf,
+            &keyless,
+            &floe_protocol::kafka_protocol::records::RecordEncodeOptions {
+                version: 2,
+                compression: Compression::Lz4,
+            },
+        )
+        .unwrap();
+        let keyless = RecordBatch::parse_all(&buf.freeze()).unwrap().remove(0);
+        assert_eq!(
+            compacted.apply(keyless.clone(), 1_000).unwrap_err().0,
+            ResponseError::InvalidRecord
+        );
+        assert!(rules(&[]).apply(keyless, 1_000).is_ok(), "fine elsewhere");
     }
 
     #[test]
