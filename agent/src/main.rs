@@ -184,7 +184,21 @@ impl AgentArgs {
     }
 }
 
+/// glibc gives each thread that allocates under contention an arena of its
+/// own (up to 8 per core) and keeps what is freed in each: with tokio's
+/// blocking pool doing every local-file read and write, an agent whose
+/// budgets add up to about 1.1 GiB held 1.66 GiB under `floe-bench`, and
+/// 0.92 GiB with two arenas (and no slower). Set before any thread starts.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only tunes the allocator; called before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 fn main() -> std::process::ExitCode {
+    limit_malloc_arenas();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")

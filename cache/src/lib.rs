@@ -59,7 +59,12 @@ impl BlockCache {
         start..(start + self.block_bytes).min(object_size)
     }
 
-    /// Puts a whole object, just written, into the cache as its blocks (no copy).
+    /// Puts a whole object, just written, into the cache as its blocks.
+    ///
+    /// Each block is copied out of the object: a slice would keep the whole
+    /// object's buffer alive while any one of its blocks stays cached, so the
+    /// cache could hold several times `capacity_bytes` while counting less.
+    /// One copy per upload is cheap next to the upload.
     pub fn insert_object(&self, key: &str, object: &Bytes) {
         let key: Arc<str> = Arc::from(key);
         let size = object.len() as u64;
@@ -67,7 +72,7 @@ impl BlockCache {
             let r = self.block_range(block, size);
             self.blocks.insert(
                 (key.clone(), block),
-                object.slice(r.start as usize..r.end as usize),
+                Bytes::copy_from_slice(&object[r.start as usize..r.end as usize]),
             );
         }
     }

@@ -53,6 +53,11 @@ pub trait Hooks: Send + Sync + 'static {
     fn after(&self, _op: Op, _bytes: u64, _ok: bool) -> Result<()> {
         Ok(())
     }
+    /// After a successful put of `location`, before it is reported done; an
+    /// error fails the put (e.g. the object could not be made durable).
+    async fn after_put(&self, _location: &Path) -> Result<()> {
+        Ok(())
+    }
 }
 
 pub struct HookedStore<H> {
@@ -103,12 +108,15 @@ impl<H: Hooks> ObjectStore for HookedStore<H> {
         opts: PutOptions,
     ) -> Result<PutResult> {
         let size = payload.content_length() as u64;
-        self.around(
-            Op::Put,
-            |_| size,
-            self.inner.put_opts(location, payload, opts),
-        )
-        .await
+        let put = self
+            .around(
+                Op::Put,
+                |_| size,
+                self.inner.put_opts(location, payload, opts),
+            )
+            .await?;
+        self.hooks.after_put(location).await?;
+        Ok(put)
     }
 
     async fn put_multipart_opts(

@@ -4,6 +4,7 @@
 //! - [`keys`]: where each kind of object lives in the bucket.
 //! - [`hooked`]: an object-store wrapper with hooks around each request.
 //! - [`faults`]: hooks injecting errors and latency, for tests.
+//! - [`synced`]: a hook making local-folder puts durable (fsync) before they return.
 //! - [`ingest`]: the ingest-file format shared by ingest and segment objects
 //!   (see `docs/ingest-format.md`).
 
@@ -12,5 +13,6 @@ pub mod hooked;
 pub mod ingest;
 pub mod keys;
 pub mod store;
+pub mod synced;
 
 pub use object_store::{ObjectStore, path::Path as ObjectPath};

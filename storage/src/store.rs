@@ -55,8 +55,10 @@ pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError> {
             std::fs::create_dir_all(rest).map_err(folder)?;
             let absolute = std::fs::canonicalize(rest).map_err(folder)?;
             // Atomic puts (write to a temp file, then rename) are what makes a
-            // crashed upload invisible rather than a torn object.
-            Ok(Arc::new(LocalFileSystem::new_with_prefix(absolute)?))
+            // crashed upload invisible rather than a torn object; the fsync
+            // hook makes a finished one durable before it is acknowledged.
+            let local = Arc::new(LocalFileSystem::new_with_prefix(&absolute)?);
+            Ok(Arc::new(crate::synced::synced(local, absolute)))
         }
         "s3" => open_s3(url, rest),
         other => Err(StoreUrlError::UnsupportedScheme(other.to_string())),
