@@ -291,12 +291,16 @@ async fn upload_and_commit(
                 tracing::debug!(object = %key, bytes = up.bytes.len(), batches, "ingest file committed");
             }
             Err(e) => {
-                // Whether the commit applied is unknown (a lost reply): the
-                // object must not be handed to GC, and a retry of the produce
-                // is answered by sequence checks (idempotent producers) or
-                // stored again (others, as with Kafka's at-least-once retries).
+                // Whether the commit applied is unknown (a lost reply). The
+                // producers get a retriable error; a retry is answered by
+                // sequence checks (idempotent producers) or stored again
+                // (others, as with Kafka's at-least-once retries). Declaring
+                // the key an orphan is safe either way: the metastore skips a
+                // key it sequenced, and otherwise refuses its commit from now
+                // on, so the file is never both acknowledged and collected.
                 tracing::warn!(object = %key, error = %e, "commit failed; producers get a retriable error");
                 reply_all(up.appends, AppendError::Storage(e.to_string()));
+                record_orphan(meta.as_ref(), key).await;
             }
         }
     }

@@ -154,9 +154,10 @@ pub fn kafka_error(e: &MetaError) -> ResponseError {
         MetaError::InvalidTopicName(..) => ResponseError::InvalidTopicException,
         MetaError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         MetaError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        MetaError::Storage(_) | MetaError::Unavailable(_) | MetaError::NotLeader(_) => {
-            ResponseError::KafkaStorageError
-        }
+        MetaError::Storage(_)
+        | MetaError::Unavailable(_)
+        | MetaError::NotLeader(_)
+        | MetaError::ObjectKeyUsed(_) => ResponseError::KafkaStorageError,
         MetaError::ExtentsChanged | MetaError::InvalidMembership(_) => {
             ResponseError::UnknownServerError
         }

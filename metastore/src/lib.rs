@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod groups;
 pub mod leases;
+pub mod ledger;
 pub mod local;
 pub mod raft;
 pub mod rpc;

@@ -151,18 +151,18 @@ impl Request {
             // A second InitProducerId only costs a producer id (or an epoch):
             // the producer uses whichever answer reaches it.
             Request::InitProducer(_) => true,
-            Request::GroupCommand(c) => matches!(
-                c,
-                GroupCommand::Tick { .. }
-                    | GroupCommand::Heartbeat { .. }
-                    | GroupCommand::CommitOffsets { .. }
-            ),
+            // Not CommitOffsets: a blind retry landing after a later commit
+            // of the same group would move its offset backwards.
+            Request::GroupCommand(c) => {
+                matches!(c, GroupCommand::Tick { .. } | GroupCommand::Heartbeat { .. })
+            }
+            // The state skips keys it knows, so a second time changes nothing.
+            Request::RecordOrphans(_) => true,
             Request::CreateTopic(_)
             | Request::DeleteTopic(_)
             | Request::AddNode(..)
             | Request::RemoveNode(_)
             | Request::ReplaceExtents(_)
-            | Request::RecordOrphans(_)
             | Request::CreatePartitions(..) => false,
         }
     }

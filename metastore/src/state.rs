@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::agents::{AgentInfo, Agents};
 use crate::groups::{Group, GroupCommand, GroupReply, Groups};
 use crate::leases::Leases;
+use crate::ledger::{Ledger, Seen};
 use crate::types::*;
 
 /// A mutation of the metastore, as logged.
@@ -281,12 +282,9 @@ pub struct State {
     garbage: Vec<String>,
     groups: Groups,
     agents: Agents,
-    /// Results of the latest commits by object key, so a commit retried after
-    /// a lost reply is answered again instead of sequenced twice.
-    recent_commits: BTreeMap<String, Vec<Result<i64, MetaError>>>,
-    recent_commit_order: std::collections::VecDeque<String>,
-    /// Batch results held in `recent_commits`.
-    recent_results: usize,
+    /// Every object key heard of: live, retired, recent answers. Commits are
+    /// exact and GC fenced through it (see [`crate::ledger`]).
+    ledger: Ledger,
     leases: Leases,
     /// The latest proposal stamp applied: the leaders' clock, never moving back
     /// (a new leader whose clock is behind does not rewind it).
@@ -294,11 +292,6 @@ pub struct State {
     /// When (on `clock_ms`) expired state is next swept.
     next_expiry_ms: i64,
 }
-
-/// Commits remembered for answering retries...
-pub const RECENT_COMMITS_REMEMBERED: usize = 4096;
-/// ...as long as their per-batch results stay within this many, bounding memory.
-pub const RECENT_RESULTS_REMEMBERED: usize = 200_000;
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
@@ -355,6 +348,7 @@ impl State {
             }
         }
         self.groups.expire_offsets(now_ms);
+        self.ledger.expire(now_ms);
     }
 
     /// The metastore's time: the latest leader stamp applied.
@@ -365,6 +359,110 @@ impl State {
     /// Applies a command with the times it carries (tests drive time this
     /// way; replicated entries go through [`State::apply_proposal`]).
     pub fn apply(&mut self, command: Command) -> Reply {
+        let reply = self.apply_command(command);
+        #[cfg(debug_assertions)]
+        if let Err(broken) = self.check_invariants() {
+            panic!("metastore invariant broken: {broken}");
+        }
+        reply
+    }
+
+    /// What must hold after every command; checked after each one in debug
+    /// builds and tests (a violation is a bug that could lose data).
+    ///
+    /// - A partition's extents are contiguous, end at its high watermark, and
+    ///   the first holds its log start (or there are none and the log is empty).
+    /// - Each object's live count is the number of extents pointing into it.
+    /// - Live objects and the ledger's live keys are the same, one key each.
+    /// - No live key is on the GC list; every key on it awaits collection.
+    /// - Idempotent producers' windows stay bounded.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut pointing: BTreeMap<u64, u64> = BTreeMap::new();
+        for topic in self.topics.values() {
+            for (n, p) in topic.partitions.iter().enumerate() {
+                let at = format!("{}/{n}", topic.info.name);
+                if p.log_start_offset > p.high_watermark {
+                    return Err(format!(
+                        "{at}: log start {} past the high watermark {}",
+                        p.log_start_offset, p.high_watermark
+                    ));
+                }
+                let mut next: Option<i64> = None;
+                for (base, e) in &p.extents {
+                    if *base != e.base_offset || e.last_offset < e.base_offset {
+                        return Err(format!("{at}: malformed extent at {base}"));
+                    }
+                    if next.is_some_and(|n| n != e.base_offset) {
+                        return Err(format!("{at}: gap or overlap before {}", e.base_offset));
+                    }
+                    next = Some(e.last_offset + 1);
+                    *pointing.entry(e.object).or_default() += 1;
+                    if !self.objects.contains_key(&e.object) {
+                        return Err(format!("{at}: extent at {base} points at no object"));
+                    }
+                }
+                match (p.extents.values().next(), next) {
+                    (Some(first), Some(end)) => {
+                        if end != p.high_watermark {
+                            return Err(format!(
+                                "{at}: extents end at {end}, high watermark {}",
+                                p.high_watermark
+                            ));
+                        }
+                        if first.base_offset > p.log_start_offset
+                            || first.last_offset < p.log_start_offset
+                        {
+                            return Err(format!(
+                                "{at}: log start {} outside the first extent",
+                                p.log_start_offset
+                            ));
+                        }
+                    }
+                    _ if p.log_start_offset != p.high_watermark => {
+                        return Err(format!(
+                            "{at}: no extents for [{}, {})",
+                            p.log_start_offset, p.high_watermark
+                        ));
+                    }
+                    _ => {}
+                }
+                for (id, producer) in &p.producers {
+                    if producer.batches.len() > PRODUCER_BATCHES_REMEMBERED {
+                        return Err(format!(
+                            "{at}: producer {id} remembers {} batches",
+                            producer.batches.len()
+                        ));
+                    }
+                }
+            }
+        }
+        for (id, object) in &self.objects {
+            let count = pointing.get(id).copied().unwrap_or(0);
+            if object.live_extents != count || count == 0 {
+                return Err(format!(
+                    "object {} counts {} extents, {count} point into it",
+                    object.key, object.live_extents
+                ));
+            }
+            if self.ledger.live().get(&object.key) != Some(id) {
+                return Err(format!("object {} is not live in the ledger", object.key));
+            }
+        }
+        if self.ledger.live().len() != self.objects.len() {
+            return Err("the ledger's live keys and the objects differ".into());
+        }
+        for key in &self.garbage {
+            if self.ledger.is_live(key) {
+                return Err(format!("live key {key} is on the GC list"));
+            }
+            if !self.ledger.awaiting_collection(key) {
+                return Err(format!("key {key} is on the GC list but not retired"));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_command(&mut self, command: Command) -> Reply {
         match command {
             Command::CreateTopic { id, topic } => Reply::Created(self.create_topic(id, topic)),
             Command::DeleteTopic { name } => Reply::Deleted(self.delete_topic(&name)),
@@ -401,12 +499,23 @@ impl State {
                 offset,
             } => Reply::Trimmed(self.trim(topic_id, partition, offset)),
             Command::RecordOrphans { keys } => {
-                self.garbage.extend(keys);
+                // Decided here, in log order: a key committed since the sweep
+                // looked is live (or remembered) and stays; the others are
+                // retired, so their commits are refused from now on.
+                for key in keys {
+                    if !self.ledger.is_known(&key) {
+                        self.ledger.retire(&key, self.clock_ms);
+                        self.garbage.push(key);
+                    }
+                }
                 Reply::Forgotten
             }
             Command::ForgetGarbage { keys } => {
                 let keys: std::collections::HashSet<String> = keys.into_iter().collect();
                 self.garbage.retain(|k| !keys.contains(k));
+                for key in &keys {
+                    self.ledger.collected(key, self.clock_ms);
+                }
                 Reply::Forgotten
             }
             Command::AcquireLease {
@@ -469,6 +578,7 @@ impl State {
         entry.live_extents -= 1;
         if entry.live_extents == 0 {
             let gone = self.objects.remove(&object).expect("just seen");
+            self.ledger.retire(&gone.key, self.clock_ms);
             self.garbage.push(gone.key);
         }
     }
@@ -497,25 +607,20 @@ impl State {
         }
     }
 
+    /// Sequences a commit exactly once per object key (see [`crate::ledger`]).
     fn commit(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
-        if let Some(results) = self.recent_commits.get(&commit.object_key) {
-            return results.clone();
-        }
-        let key = commit.object_key.clone();
-        let results = self.sequence(commit);
-        self.recent_results += results.len();
-        self.recent_commit_order.push_back(key.clone());
-        self.recent_commits.insert(key, results.clone());
-        while self.recent_commit_order.len() > RECENT_COMMITS_REMEMBERED
-            || (self.recent_results > RECENT_RESULTS_REMEMBERED
-                && self.recent_commit_order.len() > 1)
-        {
-            let oldest = self.recent_commit_order.pop_front().expect("not empty");
-            if let Some(gone) = self.recent_commits.remove(&oldest) {
-                self.recent_results -= gone.len();
+        match self.ledger.seen(&commit.object_key) {
+            Seen::Answered(answer) => answer,
+            Seen::Used => {
+                vec![Err(MetaError::ObjectKeyUsed(commit.object_key.clone())); commit.batches.len()]
+            }
+            Seen::New => {
+                let key = commit.object_key.clone();
+                let results = self.sequence(commit);
+                self.ledger.answered(&key, results.clone(), self.clock_ms);
+                results
             }
         }
-        results
     }
 
     fn sequence(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
@@ -615,8 +720,10 @@ impl State {
             results.push(Ok(base_offset));
         }
         if live_extents == 0 {
+            self.ledger.retire(&commit.object_key, self.clock_ms);
             self.garbage.push(commit.object_key);
         } else {
+            self.ledger.went_live(&commit.object_key, object);
             self.objects.insert(
                 object,
                 Object {
@@ -666,9 +773,13 @@ impl State {
         if !unchanged {
             return Err(MetaError::ExtentsChanged);
         }
+        if self.ledger.is_known(&r.object_key) {
+            return Err(MetaError::ObjectKeyUsed(r.object_key));
+        }
         // Swap.
         let object = self.next_object;
         self.next_object += 1;
+        self.ledger.went_live(&r.object_key, object);
         self.objects.insert(
             object,
             Object {
@@ -907,14 +1018,8 @@ impl State {
     /// Those of `keys` that no extent points to and that are not awaiting GC:
     /// objects the metastore has never heard of (or has forgotten).
     pub fn unknown_objects(&self, keys: &[String]) -> Vec<String> {
-        let known: std::collections::HashSet<&str> = self
-            .objects
-            .values()
-            .map(|o| o.key.as_str())
-            .chain(self.garbage.iter().map(String::as_str))
-            .collect();
         keys.iter()
-            .filter(|k| !known.contains(k.as_str()))
+            .filter(|k| !self.ledger.is_known(k))
             .cloned()
             .collect()
     }
@@ -1719,5 +1824,102 @@ mod tests {
             Command::ForgetGarbage { keys: vec![] },
         );
         assert!(s.group("standalone").is_none());
+    }
+
+    /// Defect: commit idempotency was a window (4,096 commits or 200,000
+    /// batch results). A retry arriving after its answer was evicted was
+    /// sequenced again: idempotent batches answered Duplicate, the new object
+    /// had no extent, and its key went to GC while the first copy's extents
+    /// still pointed into it; plain batches were stored twice under one key.
+    #[test]
+    fn a_commit_retried_after_its_answer_is_forgotten_is_never_sequenced_again() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        let p = match s.apply(Command::InitProducer { existing: None }) {
+            Reply::Producer(p) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            commit(&mut s, "idem", vec![idempotent(t, p, 0, 2)]),
+            vec![Ok(0)]
+        );
+        assert_eq!(
+            commit(&mut s, "plain", vec![batch(t, 0, 0, 3)]),
+            vec![Ok(2)]
+        );
+        // A retry while the answer is remembered gets the same answer.
+        assert_eq!(
+            commit(&mut s, "plain", vec![batch(t, 0, 0, 3)]),
+            vec![Ok(2)]
+        );
+        // Push both answers out of memory: by count...
+        for n in 0..=crate::ledger::ANSWERS_MAX_RESULTS / 1_000 {
+            let many = (0..1_000).map(|i| batch(t, 0, i * 100, 1)).collect();
+            commit(&mut s, &format!("filler-{n}"), many);
+        }
+        let hw = s.offsets(t, 0).unwrap().high_watermark;
+        for key in ["idem", "plain"] {
+            let again = commit(&mut s, key, vec![batch(t, 0, 0, 1)]);
+            assert_eq!(again, vec![Err(MetaError::ObjectKeyUsed(key.into()))]);
+        }
+        assert_eq!(
+            s.offsets(t, 0).unwrap().high_watermark,
+            hw,
+            "nothing sequenced twice"
+        );
+        assert!(
+            s.garbage().is_empty(),
+            "acknowledged objects handed to GC: {:?}",
+            s.garbage()
+        );
+        s.check_invariants().unwrap();
+    }
+
+    /// Defect: the orphan sweep listed old objects, asked which were unknown,
+    /// then recorded them in three steps; a commit landing in between was
+    /// acknowledged and then deleted.
+    #[test]
+    fn the_orphan_sweep_cannot_collect_a_key_committed_after_it_looked() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        // The sweep looks: nobody knows "late" yet.
+        assert_eq!(
+            s.unknown_objects(&["late".to_string()]),
+            vec!["late".to_string()]
+        );
+        // Its commit lands (and is acknowledged) before the sweep decides.
+        assert_eq!(commit(&mut s, "late", vec![batch(t, 0, 0, 2)]), vec![Ok(0)]);
+        s.apply(Command::RecordOrphans {
+            keys: vec!["late".into()],
+        });
+        assert!(s.garbage().is_empty(), "a committed key was collected");
+        assert_eq!(s.read_plan(t, 0, 0, u64::MAX).unwrap().extents.len(), 1);
+        // The other order: declared an orphan first, its commit is refused,
+        // so its producers get an error and never an acknowledgement.
+        s.apply(Command::RecordOrphans {
+            keys: vec!["later".into()],
+        });
+        assert_eq!(s.garbage(), ["later".to_string()]);
+        assert_eq!(
+            commit(&mut s, "later", vec![batch(t, 0, 0, 2)]),
+            vec![Err(MetaError::ObjectKeyUsed("later".into()))]
+        );
+        assert_eq!(s.offsets(t, 0).unwrap().high_watermark, 2);
+        // Collected keys stay retired long after GC deleted them.
+        s.apply_proposal(Proposal {
+            at_ms: 1_000,
+            command: Command::ForgetGarbage {
+                keys: vec!["later".into()],
+            },
+        });
+        s.apply_proposal(Proposal {
+            at_ms: 1_000 + crate::ledger::KEY_MEMORY_MS - 1,
+            command: Command::ForgetGarbage { keys: vec![] },
+        });
+        assert!(matches!(
+            commit(&mut s, "later", vec![batch(t, 0, 0, 1)])[0],
+            Err(MetaError::ObjectKeyUsed(_))
+        ));
+        s.check_invariants().unwrap();
     }
 }

@@ -151,6 +151,11 @@ pub enum MetaError {
     /// A membership change that cannot be made as asked.
     #[error("invalid membership change: {0}")]
     InvalidMembership(String),
+    /// A commit (or compaction) of an object key already sequenced, collected
+    /// or declared an orphan: never sequenced twice. Retriable for producers:
+    /// a new upload gets a new key.
+    #[error("object key `{0}` was already sequenced, collected or declared an orphan")]
+    ObjectKeyUsed(String),
 }
 
 /// "These extents are now stored here": compaction's compare-and-set. Applied
