@@ -282,7 +282,18 @@ async fn upload_and_commit(
         cache.insert_object(&key, &up.bytes);
         let batches = up.commit.batches.len();
         metrics.flush(up.bytes.len(), batches);
-        match meta.commit(up.commit).await {
+        // The metastore client bounds each call (attempt deadlines, 15 s of
+        // retries); this bounds the whole commit whatever the metastore is,
+        // so producers always hear back. A commit that timed out is declared
+        // an orphan below, which the metastore resolves safely either way.
+        let committed = tokio::time::timeout(COMMIT_DEADLINE, meta.commit(up.commit))
+            .await
+            .unwrap_or_else(|_| {
+                Err(floe_metastore::MetaError::Unavailable(format!(
+                    "no commit answer within {COMMIT_DEADLINE:?}"
+                )))
+            });
+        match committed {
             Ok(results) => {
                 for (append, result) in up.appends.into_iter().zip(results) {
                     let _ = append.reply.send(result.map_err(AppendError::Refused));
@@ -305,6 +316,10 @@ async fn upload_and_commit(
         }
     }
 }
+
+/// The longest an agent waits for a commit before answering its producers
+/// with a retriable error.
+pub const COMMIT_DEADLINE: Duration = Duration::from_secs(60);
 
 async fn record_orphan(meta: &dyn Metastore, key: String) {
     if let Err(e) = meta.record_orphans(vec![key.clone()]).await {

@@ -18,6 +18,8 @@ pub mod types;
 
 #[cfg(test)]
 mod conformance;
+#[cfg(test)]
+mod golden;
 
 use async_trait::async_trait;
 

@@ -1,0 +1,266 @@
+//! Golden tests of the persisted formats: one sample of every command as a
+//! Raft log entry ([`Proposal`]), and a snapshot ([`State`]) holding a bit of
+//! everything, encoded and compared byte for byte with `golden/format-N.txt`.
+//!
+//! postcard is not self-describing: a reordered enum variant or a field moved
+//! would make a node replay old log entries as something else during a rolling
+//! upgrade. When this test fails, the encoding changed: bump
+//! [`FORMAT_VERSION`] (an old file is then refused, not misread) and write the
+//! new golden file with `FLOE_BLESS=1 cargo test -p floe-metastore golden`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use uuid::Uuid;
+
+use crate::groups::GroupCommand;
+use crate::raft::node::FORMAT_VERSION;
+use crate::state::{Command, Proposal, State};
+use crate::types::*;
+
+/// Every command variant's name; exhaustive, so a new variant must get a sample.
+fn variant(command: &Command) -> &'static str {
+    match command {
+        Command::CreateTopic { .. } => "create_topic",
+        Command::DeleteTopic { .. } => "delete_topic",
+        Command::Commit(_) => "commit",
+        Command::ReplaceExtents(_) => "replace_extents",
+        Command::InitProducer { .. } => "init_producer",
+        Command::ForgetGarbage { .. } => "forget_garbage",
+        Command::RegisterAgent { .. } => "register_agent",
+        Command::AgentHeartbeat { .. } => "agent_heartbeat",
+        Command::AlterTopicConfigs { .. } => "alter_topic_configs",
+        Command::CreatePartitions { .. } => "create_partitions",
+        Command::Trim { .. } => "trim",
+        Command::RecordOrphans { .. } => "record_orphans",
+        Command::Group(g) => match g {
+            GroupCommand::Join { .. } => "group_join",
+            GroupCommand::Sync { .. } => "group_sync",
+            GroupCommand::Heartbeat { .. } => "group_heartbeat",
+            GroupCommand::Leave { .. } => "group_leave",
+            GroupCommand::Tick { .. } => "group_tick",
+            GroupCommand::CommitOffsets { .. } => "group_commit_offsets",
+        },
+        Command::AcquireLease { .. } => "acquire_lease",
+        Command::ReleaseLease { .. } => "release_lease",
+    }
+}
+
+const TOPIC: Uuid = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+
+fn batch(position: u64, producer_id: i64) -> CommitBatch {
+    CommitBatch {
+        topic_id: TOPIC,
+        partition: 0,
+        position,
+        length: 100,
+        record_count: 3,
+        max_timestamp: 1_700_000_000_000,
+        producer_id,
+        producer_epoch: if producer_id < 0 { -1 } else { 0 },
+        base_sequence: if producer_id < 0 { -1 } else { 0 },
+    }
+}
+
+/// One of every command, in an order that applies cleanly.
+fn samples() -> Vec<Command> {
+    let group = || "g".to_string();
+    vec![
+        Command::CreateTopic {
+            id: TOPIC,
+            topic: NewTopic {
+                name: "t".into(),
+                partitions: 2,
+                configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
+            },
+        },
+        Command::InitProducer { existing: None },
+        Command::Commit(Commit {
+            object_key: "ingest/01/a".into(),
+            object_size: 1_000,
+            batches: vec![batch(0, -1), batch(100, 0)],
+            appended_ms: 5,
+        }),
+        Command::Commit(Commit {
+            object_key: "ingest/02/b".into(),
+            object_size: 1_000,
+            batches: vec![batch(0, -1)],
+            appended_ms: 6,
+        }),
+        Command::ReplaceExtents(ReplaceExtents {
+            topic_id: TOPIC,
+            partition: 0,
+            replaced: vec![ExtentRef {
+                base_offset: 0,
+                last_offset: 5,
+                max_timestamp: 1_700_000_000_000,
+                object_key: "ingest/01/a".into(),
+                object_size: 1_000,
+                position: 0,
+                length: 200,
+                appended_ms: 5,
+            }],
+            object_key: "segment/01/s".into(),
+            object_size: 300,
+            pieces: vec![ExtentPiece {
+                base_offset: 0,
+                last_offset: 5,
+                max_timestamp: 1_700_000_000_000,
+                position: 0,
+                length: 200,
+                appended_ms: 5,
+            }],
+        }),
+        Command::RecordOrphans {
+            keys: vec!["ingest/03/orphan".into()],
+        },
+        Command::ForgetGarbage {
+            keys: vec!["ingest/03/orphan".into()],
+        },
+        Command::RegisterAgent {
+            host: "10.0.0.1".into(),
+            port: 9092,
+            zone: Some("a".into()),
+            now_ms: 7,
+        },
+        Command::AgentHeartbeat {
+            node_id: 0,
+            now_ms: 8,
+        },
+        Command::AlterTopicConfigs {
+            name: "t".into(),
+            set: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+            delete: vec!["retention.ms".into()],
+        },
+        Command::CreatePartitions {
+            name: "t".into(),
+            count: 3,
+        },
+        Command::Trim {
+            topic_id: TOPIC,
+            partition: 0,
+            offset: 2,
+        },
+        Command::Group(GroupCommand::Join {
+            group: group(),
+            member_id: String::new(),
+            client_id: "c".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 20_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), vec![1, 2, 3])],
+            now_ms: 9,
+        }),
+        Command::Group(GroupCommand::Sync {
+            group: group(),
+            generation: 1,
+            member_id: "m".into(),
+            assignments: vec![("m".into(), vec![4, 5])],
+            now_ms: 10,
+        }),
+        Command::Group(GroupCommand::Heartbeat {
+            group: group(),
+            generation: 1,
+            member_id: "m".into(),
+            now_ms: 11,
+        }),
+        Command::Group(GroupCommand::CommitOffsets {
+            group: "standalone".into(),
+            generation: -1,
+            member_id: String::new(),
+            offsets: vec![("t".into(), 0, 4, Some("meta".into()))],
+            now_ms: 12,
+        }),
+        Command::Group(GroupCommand::Tick {
+            group: group(),
+            now_ms: 13,
+        }),
+        Command::Group(GroupCommand::Leave {
+            group: group(),
+            member_ids: vec!["m".into()],
+            now_ms: 14,
+        }),
+        Command::AcquireLease {
+            job: "maintenance".into(),
+            holder: "agent-1".into(),
+            now_ms: 15,
+            ttl_ms: 30_000,
+        },
+        Command::ReleaseLease {
+            job: "maintenance".into(),
+            holder: "agent-1".into(),
+        },
+        Command::CreateTopic {
+            id: Uuid::from_u128(7),
+            topic: NewTopic {
+                name: "gone".into(),
+                partitions: 1,
+                configs: BTreeMap::new(),
+            },
+        },
+        Command::DeleteTopic {
+            name: "gone".into(),
+        },
+    ]
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// `name hex` lines: every sample as a log entry, then the state they build.
+fn encode_all() -> String {
+    let mut state = State::default();
+    let mut out = String::new();
+    for (n, command) in samples().into_iter().enumerate() {
+        let proposal = Proposal {
+            at_ms: 1_700_000_000_000 + n as i64 * 1_000,
+            command,
+        };
+        let bytes = postcard::to_stdvec(&proposal).unwrap();
+        let back: Proposal = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, proposal, "round trip");
+        let _ = writeln!(out, "{} {}", variant(&proposal.command), hex(&bytes));
+        state.apply_proposal(proposal);
+    }
+    let snapshot = postcard::to_stdvec(&state).unwrap();
+    let back: State = postcard::from_bytes(&snapshot).unwrap();
+    assert_eq!(back, state, "snapshot round trip");
+    let _ = writeln!(out, "snapshot {}", hex(&snapshot));
+    out
+}
+
+#[test]
+fn golden_log_entries_and_snapshot_are_unchanged() {
+    // Every variant has a sample.
+    let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
+    // 14 commands, one of them with 6 group commands: `variant` is exhaustive,
+    // so a new one must be named there, and counted here.
+    assert_eq!(
+        named.len(),
+        20,
+        "a command without a golden sample: {named:?}"
+    );
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(format!("format-{FORMAT_VERSION}.txt"));
+    let encoded = encode_all();
+    if std::env::var_os("FLOE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &encoded).unwrap();
+        return;
+    }
+    let golden = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; write it with FLOE_BLESS=1", path.display()));
+    for (want, got) in golden.lines().zip(encoded.lines()) {
+        assert_eq!(
+            got, want,
+            "the persisted encoding changed: bump FORMAT_VERSION (see this module's doc)"
+        );
+    }
+    assert_eq!(golden.lines().count(), encoded.lines().count());
+}
