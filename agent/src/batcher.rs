@@ -171,8 +171,9 @@ impl PendingFile {
         self.partitions[slot].1.push(append);
     }
 
-    /// Lays the batches out as an ingest file and lists them for the commit.
-    fn build(self) -> (Bytes, Commit, Vec<Append>) {
+    /// Lays the batches out as an ingest file and lists them for the commit,
+    /// stamped with the metastore's time read before the upload.
+    fn build(self, not_before_ms: i64) -> (Bytes, Commit, Vec<Append>) {
         let key = keys::new_ingest_key();
         let mut writer = IngestWriter::new();
         let mut batches = Vec::new();
@@ -202,7 +203,7 @@ impl PendingFile {
             object_key: key.to_string(),
             object_size: bytes.len() as u64,
             batches,
-            appended_ms: crate::discovery::now_ms(),
+            not_before_ms,
         };
         (bytes, commit, appends)
     }
@@ -250,13 +251,17 @@ async fn upload_and_commit(
     commits: watch::Sender<u64>,
     metrics: Arc<Metrics>,
 ) {
+    let clock = MetastoreClock::start(meta.clone()).await;
     let uploads = futures::stream::unfold(files, |mut rx| async move {
         rx.recv().await.map(|file| (file, rx))
     })
     .map(|file| {
         let store = store.clone();
+        // Read before the upload starts: the metastore refuses the commit if
+        // it arrives more than its commit window after this.
+        let not_before_ms = clock.get();
         async move {
-            let (bytes, commit, appends) = file.build();
+            let (bytes, commit, appends) = file.build(not_before_ms);
             let path = object_store::path::Path::from(commit.object_key.as_str());
             let result = store.put(&path, bytes.clone().into()).await.map(|_| ());
             Uploaded {
@@ -314,6 +319,49 @@ async fn upload_and_commit(
                 record_orphan(meta.as_ref(), key).await;
             }
         }
+    }
+}
+
+/// The metastore's time as this agent last read it, kept fresh every
+/// [`MetastoreClock::EVERY`]. Uploads are stamped with it; being a little old
+/// only shortens the time their commit has.
+struct MetastoreClock(std::sync::atomic::AtomicI64);
+
+impl MetastoreClock {
+    const EVERY: Duration = Duration::from_secs(2);
+
+    /// Reads the metastore's time (retrying until it answers: no upload is
+    /// worth starting before), then keeps it fresh in the background.
+    async fn start(meta: Arc<dyn Metastore>) -> Arc<MetastoreClock> {
+        let first = loop {
+            match meta.clock().await {
+                Ok(ms) => break ms,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the metastore's time failed; retrying");
+                    tokio::time::sleep(Self::EVERY).await;
+                }
+            }
+        };
+        let clock = Arc::new(MetastoreClock(first.into()));
+        let fresh = Arc::downgrade(&clock);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Self::EVERY).await;
+                let Some(clock) = fresh.upgrade() else { return };
+                match meta.clock().await {
+                    Ok(ms) => clock.0.fetch_max(ms, std::sync::atomic::Ordering::Relaxed),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "refreshing the metastore's time failed");
+                        continue;
+                    }
+                };
+            }
+        });
+        clock
+    }
+
+    fn get(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

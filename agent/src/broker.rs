@@ -157,7 +157,8 @@ pub fn kafka_error(e: &MetaError) -> ResponseError {
         MetaError::Storage(_)
         | MetaError::Unavailable(_)
         | MetaError::NotLeader(_)
-        | MetaError::ObjectKeyUsed(_) => ResponseError::KafkaStorageError,
+        | MetaError::ObjectKeyUsed(_)
+        | MetaError::CommitTooLate(_) => ResponseError::KafkaStorageError,
         MetaError::ExtentsChanged | MetaError::InvalidMembership(_) => {
             ResponseError::UnknownServerError
         }

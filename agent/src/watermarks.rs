@@ -219,7 +219,7 @@ mod tests {
                 producer_epoch: -1,
                 base_sequence: -1,
             }],
-            appended_ms: 0,
+            not_before_ms: meta.clock().await.unwrap(),
         };
         meta.commit(commit).await.unwrap();
         for waiter in waiters {

@@ -254,6 +254,9 @@ pub(crate) async fn swap_in(
     batches: &[RecordBatch],
     key: ObjectPath,
 ) -> Result<Option<Compacted>, CompactError> {
+    // The metastore's time before the upload: the swap is refused if it
+    // arrives after the commit window (this compactor paused for long).
+    let not_before_ms = meta.clock().await?;
     let raw: Vec<_> = batches.iter().map(|b| b.bytes().clone()).collect();
     let mut writer = IngestWriter::new();
     let chunk = writer.add_chunk(topic_id, partition, &raw);
@@ -274,6 +277,7 @@ pub(crate) async fn swap_in(
             run.iter().map(|e| e.appended_ms).max().unwrap_or(0),
         ),
         replaced: run,
+        not_before_ms,
     };
     let extents = swap.replaced.len();
     match meta.replace_extents(swap).await {
@@ -284,8 +288,13 @@ pub(crate) async fn swap_in(
             base_offset,
             last_offset,
         })),
-        Err(MetaError::ExtentsChanged) | Err(MetaError::UnknownTopicOrPartition) => {
-            // Someone else compacted, or the topic went away: our segment is unused.
+        Err(
+            MetaError::ExtentsChanged
+            | MetaError::UnknownTopicOrPartition
+            | MetaError::CommitTooLate(_),
+        ) => {
+            // Someone else compacted, the topic went away, or this swap came
+            // too late: our segment is unused.
             tracing::info!(segment = %key, "compaction lost its compare-and-set; deleting its segment");
             if let Err(e) = store.delete(&key).await {
                 tracing::warn!(segment = %key, error = %e, "could not delete unused segment");

@@ -111,7 +111,7 @@ async fn setup(files: usize) -> Setup {
             object_key: key.to_string(),
             object_size: file.len() as u64,
             batches,
-            appended_ms: 0,
+            not_before_ms: meta.clock().await.unwrap(),
         })
         .await
         .unwrap();
@@ -294,7 +294,7 @@ async fn commit_alone(s: &Setup, topic: &TopicInfo, files: usize) -> Vec<ObjectP
                     producer_epoch: -1,
                     base_sequence: -1,
                 }],
-                appended_ms: 0,
+                not_before_ms: s.meta.clock().await.unwrap(),
             })
             .await
             .unwrap();

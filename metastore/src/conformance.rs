@@ -35,7 +35,7 @@ async fn commit(
         object_key: key.into(),
         object_size: 100,
         batches,
-        appended_ms: 0,
+        not_before_ms: crate::now_ms(),
     })
     .await
     .unwrap()
@@ -411,7 +411,7 @@ async fn a_deposed_leader_never_answers_reads_from_stale_state() {
             object_key: "after".into(),
             object_size: 10,
             batches: vec![batch(&t, 0, 0, 1)],
-            appended_ms: 0,
+            not_before_ms: crate::now_ms(),
         })
         .await
         .unwrap();

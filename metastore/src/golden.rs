@@ -43,6 +43,7 @@ fn variant(command: &Command) -> &'static str {
         },
         Command::AcquireLease { .. } => "acquire_lease",
         Command::ReleaseLease { .. } => "release_lease",
+        Command::Tick => "tick",
     }
 }
 
@@ -79,13 +80,13 @@ fn samples() -> Vec<Command> {
             object_key: "ingest/01/a".into(),
             object_size: 1_000,
             batches: vec![batch(0, -1), batch(100, 0)],
-            appended_ms: 5,
+            not_before_ms: 1_700_000_000_000,
         }),
         Command::Commit(Commit {
             object_key: "ingest/02/b".into(),
             object_size: 1_000,
             batches: vec![batch(0, -1)],
-            appended_ms: 6,
+            not_before_ms: 1_700_000_001_000,
         }),
         Command::ReplaceExtents(ReplaceExtents {
             topic_id: TOPIC,
@@ -110,6 +111,7 @@ fn samples() -> Vec<Command> {
                 length: 200,
                 appended_ms: 5,
             }],
+            not_before_ms: 1_700_000_002_000,
         }),
         Command::RecordOrphans {
             keys: vec!["ingest/03/orphan".into()],
@@ -201,6 +203,7 @@ fn samples() -> Vec<Command> {
         Command::DeleteTopic {
             name: "gone".into(),
         },
+        Command::Tick,
     ]
 }
 
@@ -237,11 +240,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 14 commands, one of them with 6 group commands: `variant` is exhaustive,
+    // 15 commands, one of them with 6 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        20,
+        21,
         "a command without a golden sample: {named:?}"
     );
 

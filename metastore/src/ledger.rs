@@ -13,9 +13,11 @@
 //!   a later commit of it is refused, so GC can never delete an object whose
 //!   commit was acknowledged.
 //! - Retired keys are remembered while their object may still exist
-//!   (garbage not yet deleted), and [`KEY_MEMORY_MS`] after it was deleted:
-//!   far longer than any commit stays in flight (an agent gives up on a
-//!   commit after a minute, see the batcher).
+//!   (garbage not yet deleted), and [`KEY_MEMORY_MS`] after it was deleted.
+//!   Every commit carries the metastore's time read before its upload, and
+//!   is refused past [`COMMIT_WINDOW_MS`] of it, which is shorter: no
+//!   commit, however delayed (an agent paused for hours between upload and
+//!   commit), can reach a key the ledger has forgotten.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -25,6 +27,12 @@ use crate::MetaError;
 
 /// How long (on the metastore's clock) a deleted object's key stays retired.
 pub const KEY_MEMORY_MS: i64 = 3_600_000;
+/// A commit (or compaction swap) is refused when its upload began longer
+/// ago than this on the metastore's clock. Being shorter than
+/// [`KEY_MEMORY_MS`], no commit can outlive the memory of its key: a key
+/// retired at or after the upload began is forgotten only after every commit
+/// of it would be refused anyway.
+pub const COMMIT_WINDOW_MS: i64 = 600_000;
 /// How long a commit's answer is kept to answer its retries...
 pub const ANSWER_MEMORY_MS: i64 = 300_000;
 /// ...and at most this many batch results in all (a retry past either gets a

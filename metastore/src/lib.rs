@@ -46,6 +46,9 @@ pub trait Metastore: Send + Sync + 'static {
     async fn topics(&self) -> Result<Vec<TopicInfo>, MetaError>;
     async fn topic(&self, name: &str) -> Result<Option<TopicInfo>, MetaError>;
     async fn topic_by_id(&self, id: TopicId) -> Result<Option<TopicInfo>, MetaError>;
+    /// The metastore's time (a leader's stamp, never moving back): what an
+    /// upload carries as `not_before_ms`, read before it starts.
+    async fn clock(&self) -> Result<i64, MetaError>;
     /// Sequences the batches of an uploaded object. The outer error means
     /// nothing was committed; the inner ones are per batch.
     async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError>;

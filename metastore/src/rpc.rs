@@ -111,6 +111,7 @@ pub(crate) enum Request {
     Status,
     AcquireLease(String, String, i64, i64),
     ReleaseLease(String, String),
+    Clock,
 }
 
 impl Request {
@@ -147,7 +148,8 @@ impl Request {
             // A holder re-acquiring its own lease renews it; releasing twice
             // is releasing once.
             | Request::AcquireLease(..)
-            | Request::ReleaseLease(..) => true,
+            | Request::ReleaseLease(..)
+            | Request::Clock => true,
             // A second InitProducerId only costs a producer id (or an epoch):
             // the producer uses whichever answer reaches it.
             Request::InitProducer(_) => true,
@@ -191,6 +193,7 @@ pub(crate) enum Response {
     HighWatermarks(Vec<Option<i64>>),
     Status(ClusterStatus),
     Leased(bool),
+    Clock(i64),
 }
 
 async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, MetaError> {
@@ -204,6 +207,7 @@ async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, Me
         Request::AcquireLease(job, holder, now, ttl) => {
             Response::Leased(meta.acquire_lease(job, holder, now, ttl).await?)
         }
+        Request::Clock => Response::Clock(meta.clock().await?),
         Request::ReleaseLease(job, holder) => meta
             .release_lease(job, holder)
             .await
@@ -642,6 +646,12 @@ impl Metastore for RemoteMetastore {
             .await?
         {
             Response::Leased(granted) => Ok(granted),
+            other => Err(unexpected(other)),
+        }
+    }
+    async fn clock(&self) -> Result<i64, MetaError> {
+        match self.call(Request::Clock).await? {
+            Response::Clock(ms) => Ok(ms),
             other => Err(unexpected(other)),
         }
     }

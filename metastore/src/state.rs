@@ -79,6 +79,10 @@ pub enum Command {
         job: String,
         holder: String,
     },
+    /// Nothing but the leader's stamp: answers the metastore's time, which
+    /// uploads carry as `not_before_ms` (appended: variant indices are part
+    /// of the log's encoding).
+    Tick,
 }
 
 /// One entry of the replicated log: a command and the time the leader that
@@ -95,15 +99,16 @@ impl Command {
     /// Replaces every time the sender put in the command with `now_ms`.
     fn restamp(&mut self, now_ms: i64) {
         match self {
-            Command::Commit(commit) => commit.appended_ms = now_ms,
             Command::RegisterAgent { now_ms: t, .. }
             | Command::AgentHeartbeat { now_ms: t, .. }
             | Command::AcquireLease { now_ms: t, .. } => *t = now_ms,
             Command::Group(group) => group.restamp(now_ms),
             Command::CreateTopic { .. }
             | Command::DeleteTopic { .. }
+            | Command::Commit(_)
             | Command::ReplaceExtents(_)
             | Command::InitProducer { .. }
+            | Command::Tick
             | Command::ForgetGarbage { .. }
             | Command::AlterTopicConfigs { .. }
             | Command::CreatePartitions { .. }
@@ -131,6 +136,8 @@ pub enum Reply {
     Alive(bool),
     Forgotten,
     Leased(bool),
+    /// The metastore's time after a [`Command::Tick`].
+    Clock(i64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -356,6 +363,12 @@ impl State {
         self.clock_ms
     }
 
+    /// Whether an upload that began at `not_before_ms` (metastore time) is
+    /// past the commit window (see [`crate::ledger::COMMIT_WINDOW_MS`]).
+    fn too_late(&self, not_before_ms: i64) -> bool {
+        self.clock_ms.saturating_sub(not_before_ms) > crate::ledger::COMMIT_WINDOW_MS
+    }
+
     /// Applies a command with the times it carries (tests drive time this
     /// way; replicated entries go through [`State::apply_proposal`]).
     pub fn apply(&mut self, command: Command) -> Reply {
@@ -528,6 +541,7 @@ impl State {
                 self.leases.release(&job, &holder);
                 Reply::Forgotten
             }
+            Command::Tick => Reply::Clock(self.clock_ms),
         }
     }
 
@@ -609,10 +623,12 @@ impl State {
 
     /// Sequences a commit exactly once per object key (see [`crate::ledger`]).
     fn commit(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
+        let refuse = |e: MetaError| vec![Err(e); commit.batches.len()];
         match self.ledger.seen(&commit.object_key) {
             Seen::Answered(answer) => answer,
-            Seen::Used => {
-                vec![Err(MetaError::ObjectKeyUsed(commit.object_key.clone())); commit.batches.len()]
+            Seen::Used => refuse(MetaError::ObjectKeyUsed(commit.object_key.clone())),
+            Seen::New if self.too_late(commit.not_before_ms) => {
+                refuse(MetaError::CommitTooLate(commit.object_key.clone()))
             }
             Seen::New => {
                 let key = commit.object_key.clone();
@@ -624,13 +640,15 @@ impl State {
     }
 
     fn sequence(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
+        // Appends are dated by the metastore's clock, never the agent's.
+        let now_ms = self.clock_ms;
         let object = self.next_object;
         self.next_object += 1;
         let mut live_extents = 0;
         let mut results = Vec::with_capacity(commit.batches.len());
         for batch in &commit.batches {
             let issued_epoch = self.producers.get_mut(&batch.producer_id).map(|p| {
-                p.last_ms = commit.appended_ms;
+                p.last_ms = now_ms;
                 p.epoch
             });
             let Some(partition) = self.partition_by_id_mut(batch.topic_id, batch.partition) else {
@@ -654,7 +672,7 @@ impl State {
                             ProducerPartition {
                                 epoch: -1,
                                 batches: Default::default(),
-                                last_ms: commit.appended_ms,
+                                last_ms: now_ms,
                             },
                         );
                         state.check(
@@ -675,7 +693,7 @@ impl State {
                             batch.base_sequence,
                             last_sequence,
                             base_offset,
-                            commit.appended_ms,
+                            now_ms,
                         ),
                     Ok(SequenceCheck::Duplicate(original)) => {
                         results.push(Ok(original));
@@ -699,7 +717,7 @@ impl State {
                     extent.last_offset = last_offset;
                     extent.length += batch.length as u64;
                     extent.max_timestamp = extent.max_timestamp.max(batch.max_timestamp);
-                    extent.appended_ms = extent.appended_ms.max(commit.appended_ms);
+                    extent.appended_ms = extent.appended_ms.max(now_ms);
                 }
                 None => {
                     partition.extents.insert(
@@ -711,7 +729,7 @@ impl State {
                             object,
                             position: batch.position,
                             length: batch.length as u64,
-                            appended_ms: commit.appended_ms,
+                            appended_ms: now_ms,
                         },
                     );
                     live_extents += 1;
@@ -720,7 +738,7 @@ impl State {
             results.push(Ok(base_offset));
         }
         if live_extents == 0 {
-            self.ledger.retire(&commit.object_key, self.clock_ms);
+            self.ledger.retire(&commit.object_key, now_ms);
             self.garbage.push(commit.object_key);
         } else {
             self.ledger.went_live(&commit.object_key, object);
@@ -775,6 +793,9 @@ impl State {
         }
         if self.ledger.is_known(&r.object_key) {
             return Err(MetaError::ObjectKeyUsed(r.object_key));
+        }
+        if self.too_late(r.not_before_ms) {
+            return Err(MetaError::CommitTooLate(r.object_key));
         }
         // Swap.
         let object = self.next_object;
@@ -1181,7 +1202,7 @@ mod tests {
             object_key: key.into(),
             object_size: 1_000,
             batches,
-            appended_ms: 0,
+            not_before_ms: state.clock_ms,
         })) {
             Reply::Committed(r) => r,
             other => panic!("{other:?}"),
@@ -1448,6 +1469,7 @@ mod tests {
             object_key: key.into(),
             object_size: length + 68,
             pieces: vec![piece],
+            not_before_ms: 0,
         })) {
             Reply::Replaced(r) => r,
             other => panic!("{other:?}"),
@@ -1525,6 +1547,7 @@ mod tests {
                 object_key: "seg".into(),
                 object_size: 300,
                 pieces,
+                not_before_ms: 0,
             })
         };
         for bad in [
@@ -1654,7 +1677,7 @@ mod tests {
                 object_key: key.into(),
                 object_size: 1_000,
                 batches,
-                appended_ms: 0,
+                not_before_ms: at_ms,
             }),
         ) {
             Reply::Committed(r) => r,

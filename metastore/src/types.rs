@@ -47,10 +47,12 @@ pub struct Commit {
     pub object_key: String,
     pub object_size: u64,
     pub batches: Vec<CommitBatch>,
-    /// When the agent committed (its clock): time retention never removes
-    /// data appended less than `retention.ms` ago, whatever its timestamps,
-    /// as Kafka never deletes the segment it is still appending to.
-    pub appended_ms: i64,
+    /// The metastore's time (see [`crate::Metastore::clock`]) read before the
+    /// object was uploaded. The sequencer refuses a commit more than
+    /// [`crate::ledger::COMMIT_WINDOW_MS`] older than that on its clock, which
+    /// bounds how long a commit can be in flight: shorter than keys are
+    /// remembered, so a late commit can never land on a collected key.
+    pub not_before_ms: i64,
 }
 
 /// A run of batches of one partition stored contiguously in one object.
@@ -156,6 +158,10 @@ pub enum MetaError {
     /// a new upload gets a new key.
     #[error("object key `{0}` was already sequenced, collected or declared an orphan")]
     ObjectKeyUsed(String),
+    /// A commit or swap whose upload began longer ago (on the metastore's
+    /// clock) than commits may stay in flight. Retriable for producers.
+    #[error("commit of `{0}` arrived too late (uploaded more than the commit window ago)")]
+    CommitTooLate(String),
 }
 
 /// "These extents are now stored here": compaction's compare-and-set. Applied
@@ -172,6 +178,8 @@ pub struct ReplaceExtents {
     /// offsets exactly. Small pieces keep a fetch from the middle of a large
     /// segment from reading the segment's start.
     pub pieces: Vec<ExtentPiece>,
+    /// As [`Commit::not_before_ms`]: read before the segment was uploaded.
+    pub not_before_ms: i64,
 }
 
 /// One extent of a [`ReplaceExtents`]' new object.

@@ -112,7 +112,8 @@ async fn main() -> anyhow::Result<()> {
                         base_sequence: -1,
                     })
                     .collect(),
-                appended_ms: 0,
+                // A time to come: never too late (this measures sequencing).
+                not_before_ms: i64::MAX / 2,
             };
             async move { meta.commit(commit).await.map(|_| ()) }
         })

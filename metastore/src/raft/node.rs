@@ -701,6 +701,15 @@ impl Metastore for RaftMetastore {
         }
     }
 
+    /// A write, not a read: the state's clock moves only with proposals, so
+    /// a quiet group's applied time could lag; a Tick brings it to now.
+    async fn clock(&self) -> Result<i64, MetaError> {
+        match self.write(Command::Tick).await? {
+            Reply::Clock(ms) => Ok(ms),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn release_lease(&self, job: String, holder: String) -> Result<(), MetaError> {
         match self.write(Command::ReleaseLease { job, holder }).await? {
             Reply::Forgotten => Ok(()),
