@@ -289,6 +289,19 @@ async fn three_node_group_conforms_and_survives_losing_its_leader() {
     }
 }
 
+/// Starts node 4 served on a fresh port, waiting to join, and adds it.
+async fn add_fourth_node(client: &RemoteMetastore) -> std::sync::Arc<RaftMetastore> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let mut options = NodeOptions::new(4, address.clone());
+    options.bootstrap = crate::raft::node::Bootstrap::Join;
+    options.heartbeat_ms = 50;
+    let fourth = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
+    tokio::spawn(crate::rpc::serve(listener, fourth.clone()));
+    client.add_node(4, address).await.unwrap();
+    fourth
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_changes_add_and_remove_a_node() {
     let dir = tempfile::tempdir().unwrap();
@@ -301,14 +314,7 @@ async fn membership_changes_add_and_remove_a_node() {
 
     // A fourth node that waits to be added, then catches up (from a snapshot:
     // the others have purged the log's start).
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let mut options = NodeOptions::new(4, address.clone());
-    options.bootstrap = crate::raft::node::Bootstrap::Join;
-    options.heartbeat_ms = 50;
-    let fourth = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
-    tokio::spawn(crate::rpc::serve(listener, fourth.clone()));
-    client.add_node(4, address.clone()).await.unwrap();
+    let fourth = add_fourth_node(&client).await;
     // Committed on the leader; each member learns of it with its next append.
     let voters_seen_by =
         |node: &RaftMetastore| node.status().voters.keys().copied().collect::<Vec<_>>();
@@ -361,14 +367,7 @@ async fn a_node_joins_a_group_whose_state_is_larger_than_a_frame() {
         "state of {size} bytes"
     );
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let mut options = NodeOptions::new(4, address.clone());
-    options.bootstrap = crate::raft::node::Bootstrap::Join;
-    options.heartbeat_ms = 50;
-    let fourth = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
-    tokio::spawn(crate::rpc::serve(listener, fourth.clone()));
-    client.add_node(4, address).await.unwrap();
+    let fourth = add_fourth_node(&client).await;
     eventually(|| {
         fourth.local_state(|s| s.topic("big-29").is_some() && s.topic("small").is_some())
     })
