@@ -97,7 +97,15 @@ impl Background {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let now_ms = crate::discovery::now_ms();
+            // Retention and tombstones compare with times the metastore
+            // stamped: its clock decides, never this agent's.
+            let now_ms = match meta.clock().await {
+                Ok(ms) => ms,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the metastore's time failed; skipping this pass");
+                    continue;
+                }
+            };
             let maintaining = match lease_maintenance(now_ms).await {
                 Ok(granted) => granted,
                 Err(e) => {
@@ -121,6 +129,7 @@ impl Background {
                 Some(&worker),
                 start,
                 &self.counters,
+                now_ms,
             )
             .await
             {
@@ -134,10 +143,7 @@ impl Background {
             }
             // Compaction may have taken long: renew (or learn we lost) the
             // lease before the sweep and GC.
-            let maintaining = maintaining
-                && lease_maintenance(crate::discovery::now_ms())
-                    .await
-                    .unwrap_or(false);
+            let maintaining = maintaining && lease_maintenance(now_ms).await.unwrap_or(false);
             if !maintaining {
                 continue;
             }

@@ -330,7 +330,8 @@ impl Worker {
 /// Runs [`compact_partition`] over every partition once, starting at
 /// partition `start` (modulo their number) so that workers starting together
 /// do not all queue for the same leases. A partition that fails is logged and
-/// counted, and the pass goes on to the next.
+/// counted, and the pass goes on to the next. `now_ms` is the metastore's
+/// time (it decides when tombstones expire).
 pub async fn compact_all(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
@@ -338,6 +339,7 @@ pub async fn compact_all(
     worker: Option<&Worker>,
     start: usize,
     counters: &Counters,
+    now_ms: i64,
 ) -> Result<Vec<Compacted>, CompactError> {
     let topics = meta.topics().await?;
     let mut partitions: Vec<(&TopicInfo, i32)> = topics
@@ -348,7 +350,6 @@ pub async fn compact_all(
         let at = start % partitions.len();
         partitions.rotate_left(at);
     }
-    let now_ms = now_ms();
     let mut done = Vec::new();
     for (topic, partition) in partitions {
         // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
@@ -398,7 +399,10 @@ impl Gc {
     ) -> Result<Vec<String>, CompactError> {
         let now = Instant::now();
         let garbage = meta.garbage().await?;
-        self.first_seen.retain(|k, _| garbage.contains(k));
+        {
+            let listed: std::collections::HashSet<&String> = garbage.iter().collect();
+            self.first_seen.retain(|k, _| listed.contains(k));
+        }
         let mut due = Vec::new();
         for key in garbage {
             let seen = *self.first_seen.entry(key.clone()).or_insert(now);

@@ -238,7 +238,7 @@ async fn gc_deletes_ingest_files_once_no_partition_needs_them() {
         .unwrap();
     // `b` still points into every ingest file.
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
-    let all = compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default())
+    let all = compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default(), 0)
         .await
         .unwrap();
     assert_eq!(all.len(), 1);
@@ -260,7 +260,7 @@ async fn gc_waits_for_the_grace_period() {
         max_segment_bytes: u64::MAX,
         extent_bytes: u64::MAX,
     };
-    compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default())
+    compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default(), 0)
         .await
         .unwrap();
     let mut gc = Gc::new(Duration::from_secs(3600));
@@ -320,7 +320,7 @@ async fn a_failing_partition_does_not_stop_the_pass() {
     };
     let counters = Counters::default();
     // Partitions a, b, c rotated to start with the broken one.
-    let done = compact_all(&s.store, &s.meta, &policy, None, 2, &counters)
+    let done = compact_all(&s.store, &s.meta, &policy, None, 2, &counters, 0)
         .await
         .unwrap();
     assert_eq!(done.len(), 2, "a and b compacted after c failed");

@@ -36,8 +36,12 @@ pub const COMMIT_WINDOW_MS: i64 = 600_000;
 /// How long a commit's answer is kept to answer its retries...
 pub const ANSWER_MEMORY_MS: i64 = 300_000;
 /// ...and at most this many batch results in all (a retry past either gets a
-/// retriable error, never a second sequencing).
+/// retriable error, never a second sequencing)...
 pub const ANSWERS_MAX_RESULTS: usize = 200_000;
+/// ...but every answer is kept at least this long, longer than an agent
+/// retries a commit (60 s): a retry of an applied commit whose reply was lost
+/// gets its answer, not an error its producers would retry into a duplicate.
+pub const ANSWER_MIN_MS: i64 = 120_000;
 
 /// A key no object uses any more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,7 +95,12 @@ impl Ledger {
         self.answer_results += answer.len();
         self.answers.insert(key.to_string(), answer);
         self.answer_order.push_back((now_ms, key.to_string()));
-        while self.answer_results > ANSWERS_MAX_RESULTS && self.answer_order.len() > 1 {
+        while self.answer_results > ANSWERS_MAX_RESULTS
+            && self
+                .answer_order
+                .front()
+                .is_some_and(|(at, _)| now_ms.saturating_sub(*at) > ANSWER_MIN_MS)
+        {
             self.forget_oldest_answer();
         }
     }

@@ -365,8 +365,10 @@ impl State {
 
     /// Whether an upload that began at `not_before_ms` (metastore time) is
     /// past the commit window (see [`crate::ledger::COMMIT_WINDOW_MS`]).
+    /// A time ahead of the clock was never read from it: refused too.
     fn too_late(&self, not_before_ms: i64) -> bool {
-        self.clock_ms.saturating_sub(not_before_ms) > crate::ledger::COMMIT_WINDOW_MS
+        not_before_ms > self.clock_ms
+            || self.clock_ms.saturating_sub(not_before_ms) > crate::ledger::COMMIT_WINDOW_MS
     }
 
     /// Applies a command with the times it carries (tests drive time this
@@ -628,7 +630,12 @@ impl State {
             Seen::Answered(answer) => answer,
             Seen::Used => refuse(MetaError::ObjectKeyUsed(commit.object_key.clone())),
             Seen::New if self.too_late(commit.not_before_ms) => {
-                refuse(MetaError::CommitTooLate(commit.object_key.clone()))
+                // Its object will never be committed: to GC with it now
+                // rather than after the bucket sweep finds it.
+                let refused = refuse(MetaError::CommitTooLate(commit.object_key.clone()));
+                self.ledger.retire(&commit.object_key, self.clock_ms);
+                self.garbage.push(commit.object_key);
+                refused
             }
             Seen::New => {
                 let key = commit.object_key.clone();
@@ -754,7 +761,13 @@ impl State {
         results
     }
 
-    fn replace_extents(&mut self, r: ReplaceExtents) -> Result<(), MetaError> {
+    fn replace_extents(&mut self, mut r: ReplaceExtents) -> Result<(), MetaError> {
+        // First: a key seen before is never swapped in again (and a swap
+        // applied twice must not read as "changed", which would make its
+        // compactor delete the segment now live).
+        if self.ledger.is_known(&r.object_key) {
+            return Err(MetaError::ObjectKeyUsed(r.object_key));
+        }
         let (Some(first), Some(last)) = (r.replaced.first(), r.replaced.last()) else {
             return Err(MetaError::ExtentsChanged);
         };
@@ -791,12 +804,14 @@ impl State {
         if !unchanged {
             return Err(MetaError::ExtentsChanged);
         }
-        if self.ledger.is_known(&r.object_key) {
-            return Err(MetaError::ObjectKeyUsed(r.object_key));
-        }
         if self.too_late(r.not_before_ms) {
             return Err(MetaError::CommitTooLate(r.object_key));
         }
+        // Pieces wholly below the log start (DeleteRecords cut into the
+        // first replaced extent after the compactor read it) hold nothing
+        // readable: they are not swapped in.
+        let log_start = partition.log_start_offset;
+        r.pieces.retain(|p| p.last_offset >= log_start);
         // Swap.
         let object = self.next_object;
         self.next_object += 1;
@@ -1875,10 +1890,12 @@ mod tests {
             commit(&mut s, "plain", vec![batch(t, 0, 0, 3)]),
             vec![Ok(2)]
         );
-        // Push both answers out of memory: by count...
+        // Push both answers out of memory: by count, once they are older
+        // than the least time answers are kept...
+        let later = crate::ledger::ANSWER_MIN_MS + 1;
         for n in 0..=crate::ledger::ANSWERS_MAX_RESULTS / 1_000 {
             let many = (0..1_000).map(|i| batch(t, 0, i * 100, 1)).collect();
-            commit(&mut s, &format!("filler-{n}"), many);
+            commit_at(&mut s, later, &format!("filler-{n}"), many);
         }
         let hw = s.offsets(t, 0).unwrap().high_watermark;
         for key in ["idem", "plain"] {
@@ -1943,6 +1960,44 @@ mod tests {
             commit(&mut s, "later", vec![batch(t, 0, 0, 1)])[0],
             Err(MetaError::ObjectKeyUsed(_))
         ));
+        s.check_invariants().unwrap();
+    }
+
+    /// Review finding: DeleteRecords cut into an extent after a compactor
+    /// read it, and the compactor cut that extent into smaller pieces; the
+    /// first piece, wholly below the log start, was swapped in and broke the
+    /// invariant that the first extent holds the log start.
+    #[test]
+    fn pieces_below_the_log_start_are_not_swapped_in() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        commit(&mut s, "o1", vec![batch(t, 0, 0, 10)]);
+        let replaced = s.read_plan(t, 0, 0, u64::MAX).unwrap().extents;
+        s.apply(Command::Trim {
+            topic_id: t,
+            partition: 0,
+            offset: 5,
+        });
+        let piece = |base: i64, last: i64, position: u64| ExtentPiece {
+            base_offset: base,
+            last_offset: last,
+            max_timestamp: 1_000,
+            position,
+            length: 50,
+            appended_ms: 0,
+        };
+        let reply = s.apply(Command::ReplaceExtents(ReplaceExtents {
+            topic_id: t,
+            partition: 0,
+            replaced,
+            object_key: "seg".into(),
+            object_size: 100,
+            pieces: vec![piece(0, 4, 0), piece(5, 9, 50)],
+            not_before_ms: 0,
+        }));
+        assert_eq!(reply, Reply::Replaced(Ok(())));
+        let extents = s.read_plan(t, 0, 5, u64::MAX).unwrap().extents;
+        assert_eq!((extents.len(), extents[0].base_offset), (1, 5));
         s.check_invariants().unwrap();
     }
 }

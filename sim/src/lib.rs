@@ -113,6 +113,8 @@ struct World {
     acked: BTreeMap<u64, (Batch, i64)>,
     /// Anomalies seen when acknowledging (a batch acknowledged at two offsets).
     anomalies: Vec<String>,
+    /// Every proposal applied: replaying them must rebuild the same state.
+    log: Vec<Proposal>,
     trace: Vec<String>,
     summary: Summary,
 }
@@ -122,7 +124,12 @@ pub fn run(seed: u64, steps: usize) -> Result<(Summary, Vec<String>), Failure> {
     let mut w = World::new(seed);
     for step in 0..steps {
         w.step();
-        if let Err(why) = w.audit() {
+        let replay = if step % 500 == 499 || step + 1 == steps {
+            w.replay()
+        } else {
+            Ok(())
+        };
+        if let Err(why) = replay.and_then(|()| w.audit()) {
             return Err(Failure {
                 seed,
                 step,
@@ -152,6 +159,7 @@ impl World {
             retry: Vec::new(),
             acked: BTreeMap::new(),
             anomalies: Vec::new(),
+            log: Vec::new(),
             trace: Vec::new(),
             summary: Summary::default(),
         };
@@ -175,15 +183,36 @@ impl World {
     /// Applies a command as the leader would propose it now; sometimes the
     /// leader is a new one whose clock is behind.
     fn apply(&mut self, command: Command) -> Reply {
+        // Now and then a leader whose clock is off, behind or ahead.
         let skew = if self.rng.random_bool(0.05) {
-            self.rng.random_range(0..120_000)
+            self.rng.random_range(-120_000..120_000)
         } else {
             0
         };
-        self.state.apply_proposal(Proposal {
-            at_ms: self.clock - skew,
+        let proposal = Proposal {
+            at_ms: self.clock + skew,
             command,
-        })
+        };
+        self.log.push(proposal.clone());
+        self.state.apply_proposal(proposal)
+    }
+
+    /// Replays the log into a fresh state, as a restarted node would, and
+    /// round-trips the state as a snapshot: both must equal the live state.
+    fn replay(&self) -> Result<(), String> {
+        let mut replayed = State::default();
+        for p in &self.log {
+            replayed.apply_proposal(p.clone());
+        }
+        if replayed != self.state {
+            return Err("replaying the log gives another state (divergence)".into());
+        }
+        let bytes = postcard::to_stdvec(&self.state).map_err(|e| e.to_string())?;
+        let restored: State = postcard::from_bytes(&bytes).map_err(|e| e.to_string())?;
+        if restored != self.state {
+            return Err("the snapshot does not restore the state".into());
+        }
+        Ok(())
     }
 
     /// The metastore's time, as an agent reads it before an upload.
@@ -550,6 +579,7 @@ impl World {
         if let Some(anomaly) = self.anomalies.first() {
             return Err(anomaly.clone());
         }
+        self.stored_once()?;
         let mut owner: BTreeMap<(i32, i64), u64> = BTreeMap::new();
         let mut idempotent: BTreeSet<(usize, i32)> = BTreeSet::new();
         for (id, (batch, offset)) in &self.acked {
@@ -576,6 +606,47 @@ impl World {
             }
             self.readable(batch, (*offset).max(log_start))
                 .map_err(|why| format!("acknowledged batch {id} at {offset}: {why}"))?;
+        }
+        Ok(())
+    }
+
+    /// Every idempotent batch is stored at most once in the readable log,
+    /// acknowledged or not.
+    fn stored_once(&self) -> Result<(), String> {
+        for partition in 0..PARTITIONS {
+            let o = self
+                .state
+                .offsets(self.topic, partition)
+                .map_err(|e| e.to_string())?;
+            let plan = self
+                .state
+                .read_plan(self.topic, partition, o.log_start_offset, u64::MAX)
+                .map_err(|e| e.to_string())?;
+            let mut seen = BTreeSet::new();
+            for extent in &plan.extents {
+                let Some(object) = self.store.get(&extent.object_key) else {
+                    return Err(format!(
+                        "live extent on deleted object {}",
+                        extent.object_key
+                    ));
+                };
+                let mut at = extent.base_offset;
+                for (_, (batch, _)) in object
+                    .batches
+                    .range(extent.position..extent.position + extent.length)
+                {
+                    let end = at + batch.count as i64;
+                    if end > o.log_start_offset
+                        && let Some(key) = batch.idempotent
+                        && !seen.insert(key)
+                    {
+                        return Err(format!(
+                            "idempotent batch {key:?} stored twice in partition {partition}"
+                        ));
+                    }
+                    at = end;
+                }
+            }
         }
         Ok(())
     }

@@ -92,6 +92,9 @@ async fn main() -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for &batches in &args.batches {
+        // Read before the commits, as an agent does before its uploads (a
+        // run of each size lasts far less than the commit window).
+        let not_before_ms = meta.clock().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         let (partitions, topic_id) = (args.partitions, topic.id);
         let meta = meta.clone();
         let run = timed(args.concurrency, args.commits, move |worker, n| {
@@ -112,8 +115,7 @@ async fn main() -> anyhow::Result<()> {
                         base_sequence: -1,
                     })
                     .collect(),
-                // A time to come: never too late (this measures sequencing).
-                not_before_ms: i64::MAX / 2,
+                not_before_ms,
             };
             async move { meta.commit(commit).await.map(|_| ()) }
         })
