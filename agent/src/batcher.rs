@@ -39,6 +39,11 @@ struct Append {
     partition: i32,
     batch: RecordBatch,
     reply: oneshot::Sender<Result<i64, AppendError>>,
+    /// Whether to store the batch even if nobody waits for its answer any
+    /// more (acks=0). Otherwise a batch whose connection closed before its
+    /// file was sealed is dropped: its producer saw no answer and will retry,
+    /// maybe through another agent, and storing both would land as X Y X.
+    keep_if_abandoned: bool,
     /// Memory budget held until the batch is answered.
     _budget: OwnedSemaphorePermit,
 }
@@ -103,6 +108,7 @@ impl Batcher {
         topic_id: TopicId,
         partition: i32,
         batch: RecordBatch,
+        keep_if_abandoned: bool,
     ) -> Result<Committed, AppendError> {
         let gone = || AppendError::Storage("agent is shutting down".into());
         let cost = (batch.len() as u64).clamp(1, self.budget_bytes as u64) as u32;
@@ -118,6 +124,7 @@ impl Batcher {
             partition,
             batch,
             reply,
+            keep_if_abandoned,
             _budget: budget,
         };
         self.appends.send(append).await.map_err(|_| gone())?;
@@ -178,7 +185,12 @@ impl PendingFile {
         let mut writer = IngestWriter::new();
         let mut batches = Vec::new();
         let mut appends = Vec::new();
-        for ((topic_id, partition), group) in self.partitions {
+        for ((topic_id, partition), mut group) in self.partitions {
+            // Sealing the file: drop what nobody waits for (see `Append`).
+            group.retain(|a| a.keep_if_abandoned || !a.reply.is_closed());
+            if group.is_empty() {
+                continue;
+            }
             let raw: Vec<Bytes> = group.iter().map(|a| a.batch.bytes().clone()).collect();
             let entry = writer.add_chunk(topic_id, partition, &raw);
             let mut position = entry.position;
@@ -379,5 +391,59 @@ async fn record_orphan(meta: &dyn Metastore, key: String) {
 fn reply_all(appends: Vec<Append>, error: AppendError) {
     for append in appends {
         let _ = append.reply.send(Err(error.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_protocol::kafka_protocol::records::Compression;
+
+    fn append(
+        budget: &Arc<Semaphore>,
+        keep_if_abandoned: bool,
+    ) -> (Append, oneshot::Receiver<Result<i64, AppendError>>) {
+        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
+        let (reply, answer) = oneshot::channel();
+        let append = Append {
+            topic_id: TopicId::from_u128(1),
+            partition: 0,
+            batch: RecordBatch::parse_all(&bytes).unwrap().remove(0),
+            reply,
+            keep_if_abandoned,
+            _budget: budget.clone().try_acquire_owned().unwrap(),
+        };
+        (append, answer)
+    }
+
+    /// A producer whose connection closed before its batch's file was sealed
+    /// never hears of that batch; behind a load balancer it retries through
+    /// another agent, and storing both copies would read X Y X. Such batches
+    /// are dropped when the file is sealed, unless sent with acks=0.
+    #[test]
+    fn batches_nobody_waits_for_are_dropped_when_the_file_is_sealed() {
+        let budget = Arc::new(Semaphore::new(10));
+        let mut file = PendingFile::default();
+        let (waited, _kept_answer) = append(&budget, false);
+        let (abandoned, gone) = append(&budget, false);
+        let (fire_and_forget, also_gone) = append(&budget, true);
+        drop((gone, also_gone));
+        for a in [waited, abandoned, fire_and_forget] {
+            file.push(a);
+        }
+        let (_, commit, appends) = file.build(0);
+        assert_eq!(
+            commit.batches.len(),
+            2,
+            "the abandoned acks!=0 batch is dropped"
+        );
+        assert_eq!(appends.len(), 2);
+        assert!(appends[1].keep_if_abandoned);
+        drop(appends);
+        assert_eq!(
+            budget.available_permits(),
+            10,
+            "dropped batches give their budget back"
+        );
     }
 }

@@ -57,6 +57,13 @@ fn lease_holder(data_dir: &Path) -> String {
 impl Background {
     /// `None` when compaction is turned off (`compaction_interval = "0s"`).
     pub fn from_config(config: &Config, counters: Counters) -> Option<Background> {
+        let window = Duration::from_millis(floe_metastore::ledger::COMMIT_WINDOW_MS as u64);
+        if config.orphan_age < window {
+            // Safe (the metastore refuses the commit of a key it retired),
+            // but slow commits of young uploads will fail and be retried.
+            tracing::warn!(orphan_age = ?config.orphan_age, commit_window = ?window,
+                "orphan_age is shorter than the commit window: uploads whose commit is slow may be swept and their commits refused");
+        }
         (!config.compaction_interval.is_zero()).then(|| Background {
             interval: config.compaction_interval,
             policy: CompactionPolicy {

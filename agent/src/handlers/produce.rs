@@ -75,7 +75,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
             let index = data.index;
             let admission = match &info {
                 Err((error, why)) => Admission::Refused(*error, why.clone()),
-                Ok(info) => match admit_partition(broker, info, data).await {
+                Ok(info) => match admit_partition(broker, info, data, req.acks).await {
                     Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
                     Err((error, why)) => {
                         tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
@@ -160,6 +160,7 @@ async fn admit_partition(
     broker: &Broker,
     topic: &floe_metastore::TopicInfo,
     data: PartitionProduceData,
+    acks: i16,
 ) -> Result<(Committed, Option<i64>), (ResponseError, String)> {
     if data.index < 0 || data.index >= topic.partitions {
         return Err((
@@ -197,7 +198,7 @@ async fn admit_partition(
     let batch = rules.apply(batch, now_ms)?;
     let committed = broker
         .batcher
-        .enqueue(topic.id, data.index, batch)
+        .enqueue(topic.id, data.index, batch, acks == 0)
         .await
         .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))?;
     Ok((committed, rules.log_append_time.then_some(now_ms)))
