@@ -519,3 +519,38 @@ async fn a_frozen_node_costs_one_attempt_timeout_not_forever() {
         "{err:?}"
     );
 }
+
+/// A Raft message from a node of another log format is refused, never
+/// applied: a mixed-version group must stall, not replay entries as
+/// something else.
+#[tokio::test]
+async fn a_peer_of_another_format_is_refused() {
+    use crate::raft::network::PeerRequest;
+    use crate::rpc::Request;
+    use futures::{SinkExt, StreamExt};
+    let node = std::sync::Arc::new(crate::LocalMetastore::in_memory().await.unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(crate::rpc::serve(listener, node.clone()));
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let mut framed = tokio_util::codec::Framed::new(stream, crate::rpc::codec());
+    let vote = || {
+        PeerRequest::Vote(openraft::raft::VoteRequest::new(
+            openraft::Vote::new(9, 9),
+            None,
+        ))
+    };
+    for request in [Request::PeerOfFormat(99, vote()), Request::Peer(vote())] {
+        let frame = postcard::to_stdvec(&request).unwrap();
+        framed.send(bytes::Bytes::from(frame)).await.unwrap();
+        let answer = framed.next().await.unwrap().unwrap();
+        let answer: Result<crate::rpc::Response, MetaError> =
+            postcard::from_bytes(&answer).unwrap();
+        assert!(
+            matches!(&answer, Err(MetaError::Storage(why)) if why.contains("format")),
+            "{answer:?}"
+        );
+    }
+    // The node's term is untouched by the refused vote.
+    assert!(node.status().term < 9);
+}

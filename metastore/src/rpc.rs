@@ -103,7 +103,8 @@ pub(crate) enum Request {
     RegisterAgent(String, i32, Option<String>, i64),
     AgentHeartbeat(i32, i64),
     Agents,
-    /// From another metastore node.
+    /// From another metastore node of before format versions: refused (see
+    /// [`Request::PeerOfFormat`]).
     Peer(PeerRequest),
     AddNode(NodeId, String),
     RemoveNode(NodeId),
@@ -112,6 +113,11 @@ pub(crate) enum Request {
     AcquireLease(String, String, i64, i64),
     ReleaseLease(String, String),
     Clock,
+    /// From another metastore node, with the format of the log entries and
+    /// snapshots it carries. A node of another format refuses it rather than
+    /// replaying entries as something else; a node from before formats were
+    /// versioned cannot even decode this variant, and closes the connection.
+    PeerOfFormat(u8, PeerRequest),
 }
 
 impl Request {
@@ -145,6 +151,7 @@ impl Request {
             | Request::Agents
             | Request::Status
             | Request::Peer(_)
+            | Request::PeerOfFormat(..)
             // A holder re-acquiring its own lease renews it; releasing twice
             // is releasing once.
             | Request::AcquireLease(..)
@@ -198,7 +205,20 @@ pub(crate) enum Response {
 
 async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, MetaError> {
     Ok(match request {
-        Request::Peer(p) => Response::Peer(network::handle(meta.raft(), meta.incoming(), p).await),
+        Request::PeerOfFormat(format, p) if format == crate::raft::node::FORMAT_VERSION => {
+            Response::Peer(network::handle(meta.raft(), meta.incoming(), p).await)
+        }
+        Request::PeerOfFormat(format, _) => {
+            return Err(MetaError::Storage(format!(
+                "a peer of metastore format {format}; this node is of format {}",
+                crate::raft::node::FORMAT_VERSION
+            )));
+        }
+        Request::Peer(_) => {
+            return Err(MetaError::Storage(
+                "a peer from before metastore formats were versioned".into(),
+            ));
+        }
         Request::AddNode(id, address) => {
             meta.add_node(id, address).await.map(|_| Response::Unit)?
         }

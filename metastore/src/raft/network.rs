@@ -185,7 +185,9 @@ impl Peer {
         request: PeerRequest,
         ttl: Duration,
     ) -> Result<PeerResponse, PeerError> {
-        let frame = postcard::to_stdvec(&Request::Peer(request)).map_err(|e| self.error(e))?;
+        let frame =
+            postcard::to_stdvec(&Request::PeerOfFormat(super::node::FORMAT_VERSION, request))
+                .map_err(|e| self.error(e))?;
         match tokio::time::timeout(ttl, self.exchange(frame.into())).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(why)) => {
