@@ -43,8 +43,9 @@ struct Batch {
     id: u64,
     partition: i32,
     count: i32,
-    /// (producer, first sequence) for idempotent batches.
-    idempotent: Option<(usize, i32)>,
+    /// (producer, epoch, first sequence) for idempotent batches, fixed when
+    /// the batch is made, as a producer's record batch carries them.
+    idempotent: Option<(usize, i16, i32)>,
 }
 
 /// An object in the simulated bucket: its batches by position.
@@ -239,7 +240,8 @@ impl World {
             _ => self.rng.random_range(0..2_000),
         };
         match self.rng.random_range(0..100) {
-            0..=29 => self.produce(),
+            0 => self.bump_epoch(),
+            1..=29 => self.produce(),
             30..=59 => self.commit(),
             60..=69 => self.compact_start(),
             70..=76 => self.compact_finish(),
@@ -268,7 +270,7 @@ impl World {
                         let p = self.rng.random_range(0..PRODUCERS);
                         let seq = self.producers[p].2;
                         self.producers[p].2 += count;
-                        (p, seq)
+                        (p, self.producers[p].1, seq)
                     });
                     Batch {
                         id: self.id(),
@@ -367,7 +369,7 @@ impl World {
                 .iter()
                 .map(|(b, position)| {
                     let (producer_id, producer_epoch, base_sequence) = match b.idempotent {
-                        Some((p, seq)) => (self.producers[p].0, self.producers[p].1, seq),
+                        Some((p, epoch, seq)) => (self.producers[p].0, epoch, seq),
                         None => (-1, -1, -1),
                     };
                     CommitBatch {
@@ -484,10 +486,28 @@ impl World {
         });
     }
 
+    /// A producer restarts (InitProducerId with its id): a new epoch whose
+    /// sequences start at 0; its old batches still in flight are fenced.
+    fn bump_epoch(&mut self) {
+        let p = self.rng.random_range(0..PRODUCERS);
+        let (producer_id, epoch, _) = self.producers[p];
+        let existing = floe_metastore::ProducerIdentity { producer_id, epoch };
+        match self.apply(Command::InitProducer {
+            existing: Some(existing),
+        }) {
+            Reply::Producer(next) => {
+                self.log(format!("producer {p} now {next:?}"));
+                self.producers[p] = (next.producer_id, next.epoch, 0);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn compact_finish(&mut self) {
         let Some(c) = self.compactions.pop() else {
             return;
         };
+        let reply_lost = self.rng.random_bool(0.1);
         let reply = self.apply(Command::ReplaceExtents(ReplaceExtents {
             topic_id: self.topic,
             partition: c.partition,
@@ -498,6 +518,9 @@ impl World {
             not_before_ms: c.not_before_ms,
         }));
         match reply {
+            // The compactor cannot tell what happened: like the real one, it
+            // keeps its segment (the orphan sweep collects it if unused).
+            _ if reply_lost => self.log(format!("swap of {} sent, reply lost", c.key)),
             Reply::Replaced(Ok(())) => {
                 self.summary.compactions += 1;
                 self.log(format!("swapped in {}", c.key));
@@ -581,7 +604,7 @@ impl World {
         }
         self.stored_once()?;
         let mut owner: BTreeMap<(i32, i64), u64> = BTreeMap::new();
-        let mut idempotent: BTreeSet<(usize, i32)> = BTreeSet::new();
+        let mut idempotent: BTreeSet<(usize, i16, i32)> = BTreeSet::new();
         for (id, (batch, offset)) in &self.acked {
             if let Some(key) = batch.idempotent
                 && !idempotent.insert(key)
