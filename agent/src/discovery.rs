@@ -8,8 +8,6 @@
 //! - `load-balancer`: every agent advertises the one address of a load
 //!   balancer in front of them all, as a single broker.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,10 +37,9 @@ pub fn client_zone(client_id: &str) -> Option<&str> {
 
 /// A stable choice of one of `n` for `key`: every agent picks the same.
 pub fn pick(key: &str, n: usize) -> usize {
-    // DefaultHasher::new() uses fixed keys, so all agents (one binary) agree.
-    let mut h = DefaultHasher::new();
-    key.hash(&mut h);
-    (h.finish() % n.max(1) as u64) as usize
+    // A specified hash (CRC32C), so agents built by different toolchains
+    // agree during a rolling upgrade; std's DefaultHasher may change.
+    (crc32c::crc32c(key.as_bytes()) as u64 % n.max(1) as u64) as usize
 }
 
 /// A broker as Metadata and FindCoordinator describe it.
@@ -157,5 +154,8 @@ mod tests {
             (0..100).map(|i| pick(&format!("c{i}"), 3)).collect();
         assert_eq!(spread.len(), 3);
         assert_eq!(pick("x", 0), 0);
+        // Pinned: a different answer means agents of two builds would send
+        // one group to two coordinators.
+        assert_eq!((pick("group-a", 7), pick("group-a", 3)), (6, 0));
     }
 }
