@@ -18,7 +18,7 @@
 //! lays batches end to end, needs no change. A range left with no record at
 //! all becomes an empty batch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use floe_metastore::{ExtentRef, Metastore, TopicInfo};
@@ -39,22 +39,26 @@ pub const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
 /// said so in the log) rather than held in memory whole.
 pub const MAX_KEYED_BYTES: u64 = 512 * 1024 * 1024;
 
-fn policies(topic: &TopicInfo) -> Vec<&str> {
-    topic
-        .configs
+fn policies(configs: &BTreeMap<String, String>) -> Vec<&str> {
+    configs
         .get("cleanup.policy")
         .map_or(vec!["delete"], |p| p.split(',').map(str::trim).collect())
 }
 
+/// Whether topic configs' `cleanup.policy` includes `compact`.
+pub fn compacts(configs: &BTreeMap<String, String>) -> bool {
+    policies(configs).contains(&"compact")
+}
+
 /// Whether the topic's `cleanup.policy` includes `compact`.
 pub fn is_compacted(topic: &TopicInfo) -> bool {
-    policies(topic).contains(&"compact")
+    compacts(&topic.configs)
 }
 
 /// Whether the topic's `cleanup.policy` includes `delete` (the default):
 /// only then does time and size retention apply.
 pub fn deletes(topic: &TopicInfo) -> bool {
-    policies(topic).contains(&"delete")
+    policies(&topic.configs).contains(&"delete")
 }
 
 fn delete_retention_ms(topic: &TopicInfo) -> i64 {

@@ -160,8 +160,4 @@ impl Ledger {
     pub fn awaiting_collection(&self, key: &str) -> bool {
         self.retired.get(key).is_some_and(|r| !r.collected)
     }
-
-    pub fn retired_count(&self) -> usize {
-        self.retired.len()
-    }
 }

@@ -54,9 +54,7 @@ impl ProduceRules {
                 == Some("LogAppendTime"),
             before_max_ms: int(BEFORE_MAX_MS).unwrap_or(difference),
             after_max_ms: int(AFTER_MAX_MS).unwrap_or(difference),
-            keys_required: configs
-                .get("cleanup.policy")
-                .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact")),
+            keys_required: floe_compactor::keyed::compacts(configs),
         }
     }
 
