@@ -14,8 +14,9 @@ use bytes::Bytes;
 use floe_cache::BlockCache;
 use floe_metastore::{Commit, CommitBatch, MetaError, Metastore, TopicId};
 use floe_protocol::batch::RecordBatch;
+use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
-use floe_storage::{ObjectStore, keys};
+use floe_storage::{ObjectPath, ObjectStore, keys};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
@@ -54,6 +55,7 @@ pub struct Batcher {
     appends: mpsc::Sender<Append>,
     budget: Arc<Semaphore>,
     budget_bytes: u32,
+    tasks: Arc<[tokio::task::AbortHandle; 2]>,
 }
 
 pub struct BatcherConfig {
@@ -73,17 +75,19 @@ impl Batcher {
         cache: Arc<BlockCache>,
         commits: watch::Sender<u64>,
         metrics: Arc<Metrics>,
+        ids: Arc<dyn Ids>,
     ) -> Batcher {
         let budget_bytes = config.max_buffered_bytes.min(u32::MAX as u64) as u32;
         let (appends, appends_rx) = mpsc::channel(4096);
         let (files, files_rx) = mpsc::channel(config.max_inflight_uploads);
-        tokio::spawn(collect(
+        let collecting = tokio::spawn(collect(
             appends_rx,
             files,
             config.flush_interval,
             config.flush_bytes,
+            ids,
         ));
-        tokio::spawn(upload_and_commit(
+        let uploading = tokio::spawn(upload_and_commit(
             files_rx,
             config.max_inflight_uploads,
             store,
@@ -96,6 +100,16 @@ impl Batcher {
             appends,
             budget: Arc::new(Semaphore::new(budget_bytes as usize)),
             budget_bytes,
+            tasks: Arc::new([collecting.abort_handle(), uploading.abort_handle()]),
+        }
+    }
+
+    /// Stops the batcher at once, wherever it is (mid-upload, mid-commit),
+    /// as a crash would: waiting producers get a retriable error. The
+    /// simulation crashes agents with this.
+    pub fn abort(&self) {
+        for task in self.tasks.iter() {
+            task.abort();
         }
     }
 
@@ -160,14 +174,24 @@ impl Committed {
 }
 
 /// The appends of one future ingest file, grouped by partition in arrival order.
-#[derive(Default)]
 struct PendingFile {
+    /// Drawn when the file is started, so the run of ids follows the files.
+    key: ObjectPath,
     partitions: Vec<((TopicId, i32), Vec<Append>)>,
     index: HashMap<(TopicId, i32), usize>,
     bytes: u64,
 }
 
 impl PendingFile {
+    fn new(key: ObjectPath) -> PendingFile {
+        PendingFile {
+            key,
+            partitions: Vec::new(),
+            index: HashMap::new(),
+            bytes: 0,
+        }
+    }
+
     fn push(&mut self, append: Append) {
         self.bytes += append.batch.len() as u64;
         let key = (append.topic_id, append.partition);
@@ -181,7 +205,7 @@ impl PendingFile {
     /// Lays the batches out as an ingest file and lists them for the commit,
     /// stamped with the metastore's time read before the upload.
     fn build(self, not_before_ms: i64) -> (Bytes, Commit, Vec<Append>) {
-        let key = keys::new_ingest_key();
+        let key = self.key;
         let mut writer = IngestWriter::new();
         let mut batches = Vec::new();
         let mut appends = Vec::new();
@@ -227,18 +251,23 @@ async fn collect(
     files: mpsc::Sender<PendingFile>,
     flush_interval: Duration,
     flush_bytes: u64,
+    ids: Arc<dyn Ids>,
 ) {
     while let Some(first) = appends.recv().await {
         let deadline = Instant::now() + flush_interval;
-        let mut file = PendingFile::default();
+        let mut file = PendingFile::new(keys::new_ingest_key(ids.next_id()));
         file.push(first);
         while file.bytes < flush_bytes {
+            // Biased, deadline first: a steady stream of appends cannot hold
+            // a file open past its interval, and the choice does not depend
+            // on a random draw (the simulation replays it).
             tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(deadline) => break,
                 next = appends.recv() => match next {
                     Some(append) => file.push(append),
                     None => break,
                 },
-                _ = tokio::time::sleep_until(deadline) => break,
             }
         }
         if files.send(file).await.is_err() {
@@ -398,6 +427,7 @@ fn reply_all(appends: Vec<Append>, error: AppendError) {
 mod tests {
     use super::*;
     use floe_protocol::kafka_protocol::records::Compression;
+    use floe_storage::ids::RandomIds;
 
     fn append(
         budget: &Arc<Semaphore>,
@@ -423,7 +453,7 @@ mod tests {
     #[test]
     fn batches_nobody_waits_for_are_dropped_when_the_file_is_sealed() {
         let budget = Arc::new(Semaphore::new(10));
-        let mut file = PendingFile::default();
+        let mut file = PendingFile::new(keys::new_ingest_key(RandomIds.next_id()));
         let (waited, _kept_answer) = append(&budget, false);
         let (abandoned, gone) = append(&budget, false);
         let (fire_and_forget, also_gone) = append(&budget, true);

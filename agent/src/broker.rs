@@ -72,6 +72,7 @@ impl Broker {
             cache.clone(),
             commit_tx,
             metrics.clone(),
+            Arc::new(floe_storage::ids::RandomIds),
         );
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         Ok(Broker {

@@ -13,6 +13,7 @@ use floe_compactor::sweep::sweep_orphans;
 use floe_compactor::{CompactionPolicy, Counters, Gc, Worker, compact_all};
 use floe_metastore::Metastore;
 use floe_storage::ObjectStore;
+use floe_storage::ids::{Ids, RandomIds};
 
 use crate::config::Config;
 
@@ -25,15 +26,18 @@ const MIN_MAINTENANCE_LEASE: Duration = Duration::from_secs(30);
 /// mid-job (a finished job releases it at once).
 const COMPACTION_LEASE: Duration = Duration::from_secs(600);
 
+/// The loop's settings; built from the agent's config, or by the simulation.
 pub struct Background {
-    interval: Duration,
-    policy: CompactionPolicy,
-    gc: Gc,
-    orphan_age: Duration,
+    pub interval: Duration,
+    pub policy: CompactionPolicy,
+    pub gc: Gc,
+    pub orphan_age: Duration,
     /// Names this agent in the leases it holds.
-    holder: String,
+    pub holder: String,
     /// Failures a pass counts and steps over (exported as metrics).
-    counters: Counters,
+    pub counters: Counters,
+    /// Names new segments, and picks where each pass starts.
+    pub ids: Arc<dyn Ids>,
 }
 
 /// This agent's name in leases: kept in `data_dir` so a restarted agent
@@ -46,7 +50,7 @@ fn lease_holder(data_dir: &Path) -> String {
     {
         return id.trim().to_string();
     }
-    let id = format!("agent-{}", uuid::Uuid::new_v4());
+    let id = format!("agent-{}", floe_metastore::random_id());
     let written = std::fs::create_dir_all(data_dir).and_then(|()| std::fs::write(&file, &id));
     if let Err(e) = written {
         tracing::warn!(file = %file.display(), error = %e, "could not keep this agent's lease name");
@@ -75,6 +79,7 @@ impl Background {
             orphan_age: config.orphan_age,
             holder: lease_holder(&config.data_dir),
             counters,
+            ids: Arc::new(RandomIds),
         })
     }
 
@@ -128,7 +133,7 @@ impl Background {
             }
             // A random first partition each pass, so agents do not queue for
             // the same leases in the same order.
-            let start = uuid::Uuid::new_v4().as_u128() as usize;
+            let start = self.ids.next_id().as_u128() as usize;
             match compact_all(
                 &store,
                 &meta,
@@ -137,6 +142,7 @@ impl Background {
                 start,
                 &self.counters,
                 now_ms,
+                self.ids.as_ref(),
             )
             .await
             {
@@ -156,7 +162,7 @@ impl Background {
             }
             if tokio::time::Instant::now() >= next_sweep {
                 next_sweep = tokio::time::Instant::now() + (self.orphan_age / 4).max(self.interval);
-                if let Err(e) = sweep_orphans(&store, &meta, self.orphan_age).await {
+                if let Err(e) = sweep_orphans(&store, &meta, self.orphan_age, now_ms).await {
                     tracing::warn!(error = %e, "orphan sweep failed");
                 }
             }

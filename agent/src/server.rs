@@ -225,7 +225,7 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
             };
             tracing::trace!(?api, version = header.request_api_version,
                 correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             let metrics = broker.metrics.clone();
             let pending = handlers::admit(broker, &header, *body).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);

@@ -10,7 +10,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use floe_metastore::TopicInfo;
 
@@ -66,7 +68,7 @@ mod tests {
     fn topic(name: &str, partitions: i32) -> TopicInfo {
         TopicInfo {
             name: name.into(),
-            id: uuid::Uuid::new_v4(),
+            id: floe_metastore::random_id(),
             partitions,
             configs: Default::default(),
         }

@@ -77,9 +77,7 @@ fn batch(
     compression: Compression,
 ) -> anyhow::Result<Bytes> {
     let mut state = seed | 1;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as i64;
+    let now = floe_metastore::now_ms();
     let records: Vec<Record> = (0..records)
         .map(|i| {
             let value: Vec<u8> = (0..size)

@@ -25,6 +25,7 @@ use floe_metastore::{ExtentRef, Metastore, TopicInfo};
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::records::Record;
 use floe_protocol::records;
+use floe_storage::ids::Ids;
 use floe_storage::{ObjectStore, keys};
 
 use crate::{
@@ -90,6 +91,7 @@ pub async fn compact_keys(
     worker: Option<&Worker>,
     now_ms: i64,
     counters: &Counters,
+    ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let all = whole_partition(meta, topic.id, partition).await?.extents;
     let dirty = all
@@ -116,7 +118,9 @@ pub async fn compact_keys(
         worker,
         meta,
         job,
-        rewrite(store, meta, topic, partition, policy, all, now_ms, counters),
+        rewrite(
+            store, meta, topic, partition, policy, all, now_ms, counters, ids,
+        ),
     )
     .await
 }
@@ -131,6 +135,7 @@ async fn rewrite(
     run: Vec<ExtentRef>,
     now_ms: i64,
     counters: &Counters,
+    ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let batches = read_run(store, &run).await?;
     let last_offset = run[run.len() - 1].last_offset;
@@ -147,7 +152,13 @@ async fn rewrite(
         .filter_map(records::delete_horizon)
         .min();
     let kept = kept.batches;
-    let key = keys::new_keyed_segment_key(topic.id, partition, run[0].base_offset, horizon);
+    let key = keys::new_keyed_segment_key(
+        topic.id,
+        partition,
+        run[0].base_offset,
+        horizon,
+        ids.next_id(),
+    );
     swap_in(store, meta, (topic.id, partition), policy, run, &kept, key).await
 }
 

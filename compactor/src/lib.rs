@@ -11,7 +11,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::BytesMut;
 use floe_metastore::{
@@ -19,6 +21,7 @@ use floe_metastore::{
     now_ms,
 };
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
+use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
 use floe_storage::{ObjectPath, ObjectStore, keys};
 use object_store::ObjectStoreExt;
@@ -139,6 +142,7 @@ pub async fn compact_partition(
     partition: i32,
     policy: &CompactionPolicy,
     worker: Option<&Worker>,
+    ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let all = whole_partition(meta, topic_id, partition).await?;
     let Some(run) = plan(&all.extents, policy) else {
@@ -149,7 +153,7 @@ pub async fn compact_partition(
         worker,
         meta,
         job,
-        compact_run(store, meta, topic_id, partition, policy, run),
+        compact_run(store, meta, topic_id, partition, policy, run, ids),
     )
     .await
 }
@@ -189,6 +193,7 @@ pub(crate) async fn leased(
 
 /// Rewrites `run` (contiguous extents of one partition) into one segment and
 /// swaps it in.
+#[allow(clippy::too_many_arguments)]
 async fn compact_run(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
@@ -196,9 +201,10 @@ async fn compact_run(
     partition: i32,
     policy: &CompactionPolicy,
     run: Vec<ExtentRef>,
+    ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let batches = read_run(store, &run).await?;
-    let key = keys::new_segment_key(topic_id, partition, run[0].base_offset);
+    let key = keys::new_segment_key(topic_id, partition, run[0].base_offset, ids.next_id());
     swap_in(
         store,
         meta,
@@ -332,6 +338,7 @@ impl Worker {
 /// do not all queue for the same leases. A partition that fails is logged and
 /// counted, and the pass goes on to the next. `now_ms` is the metastore's
 /// time (it decides when tombstones expire).
+#[allow(clippy::too_many_arguments)]
 pub async fn compact_all(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
@@ -340,6 +347,7 @@ pub async fn compact_all(
     start: usize,
     counters: &Counters,
     now_ms: i64,
+    ids: &dyn Ids,
 ) -> Result<Vec<Compacted>, CompactError> {
     let topics = meta.topics().await?;
     let mut partitions: Vec<(&TopicInfo, i32)> = topics
@@ -355,11 +363,11 @@ pub async fn compact_all(
         // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
         let result = if keyed::is_compacted(topic) {
             keyed::compact_keys(
-                store, meta, topic, partition, policy, worker, now_ms, counters,
+                store, meta, topic, partition, policy, worker, now_ms, counters, ids,
             )
             .await
         } else {
-            compact_partition(store, meta, topic.id, partition, policy, worker).await
+            compact_partition(store, meta, topic.id, partition, policy, worker, ids).await
         };
         match result {
             Ok(Some(c)) => done.push(c),

@@ -4,7 +4,7 @@
 //! are handed to GC once they are older than any commit could take.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use floe_metastore::Metastore;
 use floe_storage::{ObjectPath, ObjectStore};
@@ -17,18 +17,25 @@ const CHUNK: usize = 1000;
 
 /// Lists `ingest/` and `segment/` and records unknown objects older than
 /// `min_age` as orphans for [`crate::Gc`]. Returns how many it found.
+///
+/// An object's age is the store's `last_modified` against `now_ms`, the
+/// metastore's time. Safety does not rest on either clock: the metastore
+/// refuses, from then on, the commit of any key declared an orphan, and skips
+/// a key it already sequenced. The age only keeps the sweep from making
+/// young uploads fail their commit.
 pub async fn sweep_orphans(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
     min_age: Duration,
+    now_ms: i64,
 ) -> Result<usize, CompactError> {
-    let cutoff = SystemTime::now() - min_age;
+    let cutoff_ms = now_ms.saturating_sub(min_age.as_millis().min(i64::MAX as u128) as i64);
     let mut found = 0;
     for prefix in ["ingest", "segment"] {
         let mut old = Vec::new();
         let mut listing = store.list(Some(&ObjectPath::from(prefix)));
         while let Some(meta_entry) = listing.try_next().await? {
-            if SystemTime::from(meta_entry.last_modified) < cutoff {
+            if meta_entry.last_modified.timestamp_millis() <= cutoff_ms {
                 old.push(meta_entry.location.to_string());
             }
         }

@@ -12,6 +12,7 @@ use object_store::ObjectStoreExt;
 use object_store::memory::InMemory;
 
 use crate::*;
+use floe_storage::ids::{Ids, RandomIds};
 
 fn encode(values: &[String], compression: Compression) -> Bytes {
     let records: Vec<_> = values.iter().map(|v| (None, Some(v.as_str()))).collect();
@@ -104,7 +105,7 @@ async fn setup(files: usize) -> Setup {
                 base_sequence: -1,
             });
         }
-        let key = floe_storage::keys::new_ingest_key();
+        let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
         let file = writer.finish();
         store.put(&key, file.clone().into()).await.unwrap();
         meta.commit(Commit {
@@ -156,7 +157,7 @@ async fn compaction_keeps_every_record_at_its_offset() {
         max_segment_bytes: u64::MAX,
         extent_bytes: u64::MAX,
     };
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
+    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
         .await
         .unwrap()
         .unwrap();
@@ -187,7 +188,7 @@ async fn compaction_keeps_every_record_at_its_offset() {
 
     // Nothing left to do for `a`; `b` still reads from the shared ingest files.
     assert_eq!(
-        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
+        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
             .await
             .unwrap(),
         None
@@ -205,7 +206,7 @@ async fn large_segments_are_cut_into_small_extents() {
         max_segment_bytes: u64::MAX,
         extent_bytes: 1,
     };
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
+    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
         .await
         .unwrap()
         .unwrap();
@@ -232,15 +233,24 @@ async fn gc_deletes_ingest_files_once_no_partition_needs_them() {
         extent_bytes: u64::MAX,
     };
     let mut gc = Gc::new(Duration::ZERO);
-    compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None)
+    compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
         .await
         .unwrap()
         .unwrap();
     // `b` still points into every ingest file.
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
-    let all = compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default(), 0)
-        .await
-        .unwrap();
+    let all = compact_all(
+        &s.store,
+        &s.meta,
+        &policy,
+        None,
+        0,
+        &Counters::default(),
+        0,
+        &RandomIds,
+    )
+    .await
+    .unwrap();
     assert_eq!(all.len(), 1);
     let deleted = gc.run_once(&s.store, &s.meta).await.unwrap();
     assert_eq!(deleted.len(), 6);
@@ -260,9 +270,18 @@ async fn gc_waits_for_the_grace_period() {
         max_segment_bytes: u64::MAX,
         extent_bytes: u64::MAX,
     };
-    compact_all(&s.store, &s.meta, &policy, None, 0, &Counters::default(), 0)
-        .await
-        .unwrap();
+    compact_all(
+        &s.store,
+        &s.meta,
+        &policy,
+        None,
+        0,
+        &Counters::default(),
+        0,
+        &RandomIds,
+    )
+    .await
+    .unwrap();
     let mut gc = Gc::new(Duration::from_secs(3600));
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
     assert_eq!(s.meta.garbage().await.unwrap().len(), 3);
@@ -276,7 +295,7 @@ async fn commit_alone(s: &Setup, topic: &TopicInfo, files: usize) -> Vec<ObjectP
         let mut writer = IngestWriter::new();
         let batch = encode(&[format!("{}-{n}", topic.name)], Compression::None);
         let entry = writer.add_chunk(topic.id, 0, std::slice::from_ref(&batch));
-        let key = floe_storage::keys::new_ingest_key();
+        let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
         let file = writer.finish();
         s.store.put(&key, file.clone().into()).await.unwrap();
         s.meta
@@ -320,9 +339,11 @@ async fn a_failing_partition_does_not_stop_the_pass() {
     };
     let counters = Counters::default();
     // Partitions a, b, c rotated to start with the broken one.
-    let done = compact_all(&s.store, &s.meta, &policy, None, 2, &counters, 0)
-        .await
-        .unwrap();
+    let done = compact_all(
+        &s.store, &s.meta, &policy, None, 2, &counters, 0, &RandomIds,
+    )
+    .await
+    .unwrap();
     assert_eq!(done.len(), 2, "a and b compacted after c failed");
     assert_eq!(counters.compaction_failures.get(), 1);
 }
@@ -368,20 +389,20 @@ fn plan_takes_runs_of_ingest_extents_within_the_size_limit() {
 #[tokio::test]
 async fn sweep_hands_old_unknown_objects_to_gc() {
     let s = setup(2).await;
-    let stray = floe_storage::keys::new_ingest_key();
+    let stray = floe_storage::keys::new_ingest_key(RandomIds.next_id());
     s.store
         .put(&stray, Bytes::from_static(b"never committed").into())
         .await
         .unwrap();
     // Too young: left alone (its commit may still be on its way).
     assert_eq!(
-        sweep::sweep_orphans(&s.store, &s.meta, Duration::from_secs(3600))
+        sweep::sweep_orphans(&s.store, &s.meta, Duration::from_secs(3600), now_ms())
             .await
             .unwrap(),
         0
     );
     assert_eq!(
-        sweep::sweep_orphans(&s.store, &s.meta, Duration::ZERO)
+        sweep::sweep_orphans(&s.store, &s.meta, Duration::ZERO, now_ms())
             .await
             .unwrap(),
         1
@@ -414,7 +435,7 @@ async fn a_leased_job_is_left_to_its_holder() {
     assert!(a.lease(&s.meta, &job).await.unwrap());
     let puts_before = futures::StreamExt::count(s.store.list(None)).await;
     assert_eq!(
-        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b))
+        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b), &RandomIds)
             .await
             .unwrap(),
         None,
@@ -427,14 +448,14 @@ async fn a_leased_job_is_left_to_its_holder() {
     );
     // b still does the jobs nobody holds.
     assert!(
-        compact_partition(&s.store, &s.meta, s.b.id, 0, &policy, Some(&b))
+        compact_partition(&s.store, &s.meta, s.b.id, 0, &policy, Some(&b), &RandomIds)
             .await
             .unwrap()
             .is_some()
     );
     // Once a is done (its lease released), b may take the job.
     s.meta.release_lease(job, "agent-a".into()).await.unwrap();
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b))
+    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b), &RandomIds)
         .await
         .unwrap();
     assert!(done.is_some());

@@ -212,10 +212,10 @@ async fn remote_conforms() {
 
 /// Waits (up to 10 s) until `condition` holds.
 async fn eventually(condition: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     while !condition() {
         assert!(
-            std::time::Instant::now() < deadline,
+            tokio::time::Instant::now() < deadline,
             "condition not met within 10s"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -394,7 +394,7 @@ async fn a_deposed_leader_never_answers_reads_from_stale_state() {
     // the others elect a new one and commit more.
     servers[at].abort();
     old.raft().runtime_config().heartbeat(false);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     let new = loop {
         let leader = nodes
             .iter()
@@ -402,7 +402,7 @@ async fn a_deposed_leader_never_answers_reads_from_stale_state() {
         if let Some(leader) = leader {
             break leader;
         }
-        assert!(std::time::Instant::now() < deadline, "no new leader");
+        assert!(tokio::time::Instant::now() < deadline, "no new leader");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
     let r = new

@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod local;
 pub mod raft;
 pub mod rpc;
+pub mod sequencer;
 pub mod state;
 pub mod types;
 
@@ -28,14 +29,23 @@ pub use groups::{Group, GroupCommand, GroupError, GroupReply, Phase};
 pub use local::LocalMetastore;
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use rpc::RemoteMetastore;
+pub use sequencer::Sequencer;
 pub use types::*;
 
 /// Wall-clock milliseconds since the Unix epoch: how callers date the
 /// commands that carry a time (the state machine never reads a clock).
+#[allow(clippy::disallowed_methods)]
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A fresh random id (topic ids, object names, lease holders). The one place
+/// that draws one: the simulation injects seeded ids instead (see `clippy.toml`).
+#[allow(clippy::disallowed_methods)]
+pub fn random_id() -> uuid::Uuid {
+    uuid::Uuid::new_v4()
 }
 
 /// Everything an agent or compactor asks of the metastore.

@@ -19,6 +19,8 @@
 //! - offsets unique: two acknowledged batches never share an offset;
 //! - the state machine's own invariants after every step.
 
+pub mod whole;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use floe_metastore::state::{Command, Proposal, Reply, State};

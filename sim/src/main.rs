@@ -1,5 +1,7 @@
-//! `cargo run --release -p floe-sim -- --seeds 10000`: runs seeds until one
-//! fails, and prints it with its trace (replay it with `--start SEED --seeds 1`).
+//! `cargo run --release -p floe-sim -- --seeds 10000`: runs seeds of the
+//! state-machine model until one fails, and prints it with its trace (replay
+//! it with `--start SEED --seeds 1`). `--whole` runs the whole write path
+//! (real batchers and background loops, faulty store and metastore) instead.
 
 use clap::Parser;
 
@@ -12,13 +14,22 @@ struct Args {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     start: u64,
-    /// Steps per seed.
+    /// Steps per seed (the model).
     #[arg(long, default_value_t = 3_000)]
     steps: usize,
+    /// Run the whole write path instead of the model.
+    #[arg(long)]
+    whole: bool,
+    /// Simulated minutes of producing per seed (the whole write path).
+    #[arg(long, default_value_t = 10)]
+    minutes: u64,
 }
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.whole {
+        return whole(&args);
+    }
     let mut total = floe_sim::Summary::default();
     for seed in args.start..args.start + args.seeds {
         match floe_sim::run(seed, args.steps) {
@@ -49,6 +60,49 @@ fn main() -> std::process::ExitCode {
         total.refused_retries,
         total.compactions,
         total.collected,
+        total.simulated_ms as f64 / 3_600_000.0
+    );
+    std::process::ExitCode::SUCCESS
+}
+
+fn whole(args: &Args) -> std::process::ExitCode {
+    use floe_sim::whole;
+    let settings = whole::Settings {
+        duration: std::time::Duration::from_secs(args.minutes * 60),
+        ..whole::Settings::default()
+    };
+    let mut total = whole::Summary::default();
+    for seed in args.start..args.start + args.seeds {
+        match whole::run(seed, settings) {
+            Ok((s, _)) => {
+                total.acked_batches += s.acked_batches;
+                total.failed_produces += s.failed_produces;
+                total.crashes += s.crashes;
+                total.retried_writes += s.retried_writes;
+                total.segments_live += s.segments_live;
+                total.polled_records += s.polled_records;
+                total.simulated_ms += s.simulated_ms;
+            }
+            Err(f) => {
+                for line in &f.trace {
+                    println!("{line}");
+                }
+                println!("seed {} failed: {}", f.seed, f.why);
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    println!(
+        "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
+         {} agent crashes, {} metastore writes retried, {} live segments at the end, {} records polled, \
+         {:.1} simulated hours",
+        args.seeds,
+        total.acked_batches,
+        total.failed_produces,
+        total.crashes,
+        total.retried_writes,
+        total.segments_live,
+        total.polled_records,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

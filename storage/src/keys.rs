@@ -6,11 +6,10 @@
 use object_store::path::Path;
 use uuid::Uuid;
 
-/// A fresh, never-reused key for an ingest file.
+/// A fresh, never-reused key for an ingest file, named by the fresh `id`.
 ///
 /// `ingest/<2 hex>/<uuid>`: the two hex digits spread writes over 256 prefixes.
-pub fn new_ingest_key() -> Path {
-    let id = Uuid::new_v4();
+pub fn new_ingest_key(id: Uuid) -> Path {
     Path::from(format!("ingest/{:02x}/{}", id.as_bytes()[0], id.simple()))
 }
 
@@ -19,8 +18,8 @@ pub fn new_ingest_key() -> Path {
 /// `segment/<2 hex>/<topic id>/<partition>/<base offset>-<uuid>`: the leading
 /// digits come from the topic and partition, so one partition's segments share a
 /// prefix while different partitions spread out.
-pub fn new_segment_key(topic_id: Uuid, partition: i32, base_offset: i64) -> Path {
-    segment_key(topic_id, partition, base_offset, "")
+pub fn new_segment_key(topic_id: Uuid, partition: i32, base_offset: i64, id: Uuid) -> Path {
+    segment_key(topic_id, partition, base_offset, "", id)
 }
 
 /// A fresh key for a key-compacted segment (`cleanup.policy=compact`): a
@@ -32,12 +31,13 @@ pub fn new_keyed_segment_key(
     partition: i32,
     base_offset: i64,
     delete_horizon: Option<i64>,
+    id: Uuid,
 ) -> Path {
     let mark = match delete_horizon {
         Some(h) => format!("{KEYED_MARK}h{h}-"),
         None => KEYED_MARK.to_string(),
     };
-    segment_key(topic_id, partition, base_offset, &mark)
+    segment_key(topic_id, partition, base_offset, &mark, id)
 }
 
 const KEYED_MARK: &str = "keyed-";
@@ -54,38 +54,43 @@ pub fn keyed_segment_horizon(key: &str) -> Option<i64> {
     horizon.parse().ok()
 }
 
-fn segment_key(topic_id: Uuid, partition: i32, base_offset: i64, mark: &str) -> Path {
+fn segment_key(topic_id: Uuid, partition: i32, base_offset: i64, mark: &str, id: Uuid) -> Path {
     let spread = topic_id.as_bytes()[0] ^ (partition as u8);
     Path::from(format!(
         "segment/{spread:02x}/{}/{partition}/{base_offset:020}-{mark}{}",
         topic_id.simple(),
-        Uuid::new_v4().simple()
+        id.simple()
     ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{Ids, RandomIds};
+
+    fn id() -> Uuid {
+        RandomIds.next_id()
+    }
 
     #[test]
     fn keys_are_unique_and_spread() {
-        let a = new_ingest_key();
-        let b = new_ingest_key();
+        let a = new_ingest_key(id());
+        let b = new_ingest_key(id());
         assert_ne!(a, b);
         assert!(a.as_ref().starts_with("ingest/"));
         let prefixes: std::collections::HashSet<String> = (0..200)
-            .map(|_| new_ingest_key().as_ref()[7..9].to_string())
+            .map(|_| new_ingest_key(id()).as_ref()[7..9].to_string())
             .collect();
         assert!(prefixes.len() > 50, "only {} prefixes", prefixes.len());
-        let s = new_segment_key(Uuid::new_v4(), 3, 42);
+        let s = new_segment_key(id(), 3, 42, id());
         assert!(s.as_ref().contains("/3/00000000000000000042-"));
-        let keyed = new_keyed_segment_key(Uuid::new_v4(), 3, 42, Some(1_700_000_000_123));
+        let keyed = new_keyed_segment_key(id(), 3, 42, Some(1_700_000_000_123), id());
         assert!(is_keyed_segment(keyed.as_ref()));
         assert_eq!(
             keyed_segment_horizon(keyed.as_ref()),
             Some(1_700_000_000_123)
         );
-        let plain = new_keyed_segment_key(Uuid::new_v4(), 3, 42, None);
+        let plain = new_keyed_segment_key(id(), 3, 42, None, id());
         assert!(is_keyed_segment(plain.as_ref()));
         assert_eq!(keyed_segment_horizon(plain.as_ref()), None);
         assert_eq!(keyed_segment_horizon(s.as_ref()), None);

@@ -1,6 +1,7 @@
 //! floe's object layer.
 //!
 //! - [`store`]: an `object_store` from a URL (`file://`, `memory://`).
+//! - [`ids`]: where fresh ids for keys come from (random, or seeded in the simulation).
 //! - [`keys`]: where each kind of object lives in the bucket.
 //! - [`hooked`]: an object-store wrapper with hooks around each request.
 //! - [`faults`]: hooks injecting errors and latency, for tests.
@@ -10,6 +11,7 @@
 
 pub mod faults;
 pub mod hooked;
+pub mod ids;
 pub mod ingest;
 pub mod keys;
 pub mod store;

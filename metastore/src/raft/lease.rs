@@ -9,9 +9,10 @@
 //! and for clock-rate differences between machines.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::ServerState;
+use tokio::time::Instant;
 
 use super::Raft;
 

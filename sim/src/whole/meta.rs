@@ -1,0 +1,186 @@
+//! The simulation's metastore: the real [`State`] behind the real mapping of
+//! the `Metastore` API ([`Sequencer`]), with the faults a replicated
+//! metastore shows its callers. Stage 2 of the simulation stops at this
+//! boundary; a Raft group over a simulated network is the next stage.
+//!
+//! - Writes wait a seeded latency, then apply; the caller may have given up
+//!   meanwhile (the batcher's commit deadline), and the write still applies,
+//!   as a proposal stuck behind a frozen leader does.
+//! - A write may fail before it applies (`Unavailable`, nothing applied) or
+//!   lose its reply after it applied (`Unavailable`, applied), and the
+//!   client retries a repeatable write as `RemoteMetastore` does.
+//! - Time is the simulation's: tokio's paused clock from a fixed epoch.
+
+use std::sync::{Arc, Mutex};
+
+use floe_metastore::state::{Command, Proposal, Reply, State};
+use floe_metastore::{MetaError, Sequencer};
+use tokio::sync::oneshot;
+use tokio::time::{Duration, Instant};
+use uuid::Uuid;
+
+use super::Shared;
+
+/// Simulated time starts here: far ahead of any real wall clock, so that every
+/// object the in-memory store stamped with the real time looks old to the
+/// orphan sweep (the most hostile sweep: everything unknown is an orphan).
+pub const EPOCH_MS: i64 = 4_000_000_000_000;
+
+/// How the metastore misbehaves right now (the chaos actor changes it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetaFaults {
+    /// Share of writes that fail before applying.
+    pub unavailable: f64,
+    /// Share of writes whose reply is lost after applying.
+    pub lost_reply: f64,
+    /// Each write waits up to this long before applying.
+    pub max_latency: Duration,
+    /// Until then, every write waits until then (a frozen leader).
+    pub frozen_until: Option<Instant>,
+}
+
+pub struct SimMetastore {
+    state: Arc<Mutex<State>>,
+    shared: Shared,
+    start: Instant,
+}
+
+impl SimMetastore {
+    pub fn new(shared: Shared) -> SimMetastore {
+        SimMetastore {
+            state: Arc::new(Mutex::new(State::default())),
+            shared,
+            start: Instant::now(),
+        }
+    }
+
+    /// The state as it is now (the auditor's view).
+    pub fn inspect<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    fn now(&self) -> i64 {
+        EPOCH_MS + self.start.elapsed().as_millis() as i64
+    }
+
+    /// Applies `command` after its latency, whether or not the caller still waits.
+    fn propose(&self, command: Command) -> oneshot::Receiver<Reply> {
+        let (faults, latency) = self.shared.with(|w| {
+            let f = w.meta_faults;
+            let ms = f.max_latency.as_millis() as u64;
+            let latency = Duration::from_millis(if ms == 0 { 0 } else { w.rng_below(ms + 1) });
+            (f, latency)
+        });
+        let (tx, rx) = oneshot::channel();
+        let state = self.state.clone();
+        let start = self.start;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            if let Some(until) = faults.frozen_until {
+                tokio::time::sleep_until(until).await;
+            }
+            tokio::time::sleep(latency).await;
+            let at_ms = EPOCH_MS + start.elapsed().as_millis() as i64;
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            // A broken invariant panics (debug builds check after every
+            // apply): an anomaly of the run, not a lost task.
+            if let Some(reply) = caught(&shared, "applying a command", || {
+                state.apply_proposal(Proposal { at_ms, command })
+            }) {
+                let _ = tx.send(reply);
+            }
+        });
+        rx
+    }
+}
+
+/// Runs `f`; a panic (a debug assertion of the state machine) becomes an
+/// anomaly of the run, which then stops, rather than a task that vanishes.
+fn caught<T>(shared: &Shared, doing: &str, f: impl FnOnce() -> T) -> Option<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(t) => Some(t),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            shared.with(|w| w.anomaly(format!("the state machine panicked {doing}: {why}")));
+            None
+        }
+    }
+}
+
+/// Whether a blind retry of `command` is safe, as `RemoteMetastore` decides
+/// (commits and swaps are answered from the ledger when repeated).
+fn repeatable(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Commit(_)
+            | Command::ReplaceExtents(_)
+            | Command::Tick
+            | Command::RecordOrphans { .. }
+            | Command::ForgetGarbage { .. }
+    )
+}
+
+impl Sequencer for SimMetastore {
+    async fn write(&self, command: Command) -> Result<Reply, MetaError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (refused, lost) = self.shared.with(|w| {
+                let f = w.meta_faults;
+                (w.chance(f.unavailable), w.chance(f.lost_reply))
+            });
+            if refused {
+                if repeatable(&command) && attempts < 3 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                return Err(MetaError::Unavailable("simulated: no leader".into()));
+            }
+            let reply = self.propose(command.clone());
+            let reply = reply
+                .await
+                .map_err(|_| MetaError::Unavailable("simulated: stopped".into()))?;
+            if lost {
+                if repeatable(&command) && attempts < 3 {
+                    self.shared.with(|w| w.summary.retried_writes += 1);
+                    continue;
+                }
+                return Err(MetaError::Unavailable(
+                    "simulated: reply lost; it may have been applied".into(),
+                ));
+            }
+            return Ok(reply);
+        }
+    }
+
+    async fn read<T: Send, F: FnOnce(&State) -> T + Send>(&self, f: F) -> Result<T, MetaError> {
+        let (refused, frozen) = self.shared.with(|w| {
+            let faults = w.meta_faults;
+            (w.chance(faults.unavailable), faults.frozen_until)
+        });
+        if let Some(until) = frozen {
+            tokio::time::sleep_until(until).await;
+        }
+        if refused {
+            return Err(MetaError::Unavailable("simulated: no leader".into()));
+        }
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        caught(&self.shared, "reading the state", || f(&state))
+            .ok_or_else(|| MetaError::Unavailable("simulated: the state machine panicked".into()))
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.now()
+    }
+
+    fn new_id(&self) -> Uuid {
+        self.shared.with(|w| w.next_uuid())
+    }
+}

@@ -1,0 +1,623 @@
+//! Stage 2 of the simulation: the real write path. Real batchers
+//! (`floe_agent::batcher`) and the real background loop
+//! (`floe_agent::compaction::Background`: retention, compaction with leases,
+//! the orphan sweep, GC) run on a single-threaded tokio runtime with paused
+//! time, over an in-memory object store with seeded faults ([`store`]) and
+//! the real state machine behind a faulty metastore ([`meta`]). Agents crash
+//! mid-upload and mid-commit and restart; producers, idempotent and plain,
+//! retry as Kafka clients do; a poller reads as a consumer does; then the
+//! [`audit`] checks Jepsen's Kafka anomalies.
+//!
+//! Everything random comes from one seeded generator (ChaCha8), ids too
+//! (`floe_storage::ids::Ids`), time is tokio's paused clock, and the tasks
+//! run on one thread, so a seed replays the same run.
+
+pub mod audit;
+pub mod meta;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use floe_agent::batcher::{AppendError, Batcher, BatcherConfig};
+use floe_agent::compaction::Background;
+use floe_agent::metrics::Metrics;
+use floe_cache::BlockCache;
+use floe_compactor::{CompactionPolicy, Counters, Gc};
+use floe_metastore::{MetaError, Metastore, NewTopic, ProducerIdentity, TopicInfo};
+use floe_protocol::batch::RecordBatch;
+use floe_protocol::kafka_protocol::protocol::StrBytes;
+use floe_protocol::kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use floe_storage::ObjectStore;
+use floe_storage::hooked::HookedStore;
+use floe_storage::ids::Ids;
+use object_store::memory::InMemory;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::task::JoinHandle;
+use tokio::time::{Duration, Instant};
+use uuid::Uuid;
+
+use meta::{MetaFaults, SimMetastore};
+use store::{SimStoreFaults, StoreFaults};
+
+/// What one whole-path run is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Simulated time producers run for (then everything settles and is audited).
+    pub duration: Duration,
+    pub agents: usize,
+    pub producers: usize,
+    pub partitions: i32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            duration: Duration::from_secs(600),
+            agents: 3,
+            producers: 4,
+            partitions: 3,
+        }
+    }
+}
+
+/// What a run did, for the summary line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub acked_batches: u64,
+    pub failed_produces: u64,
+    pub crashes: u64,
+    pub retried_writes: u64,
+    /// Segments (compaction's output) referenced at the end.
+    pub segments_live: u64,
+    /// Objects in the bucket at the end (referenced, or garbage within its grace).
+    pub objects_left: u64,
+    pub polled_records: u64,
+    pub simulated_ms: u64,
+}
+
+/// A failed run: the seed, what the auditor found, and the trace.
+#[derive(Debug)]
+pub struct Failure {
+    pub seed: u64,
+    pub why: String,
+    pub trace: Vec<String>,
+}
+
+/// An acknowledged produce: what the auditor holds the system to.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    pub partition: i32,
+    pub offset: i64,
+    pub batch: u64,
+    pub records: i32,
+    pub idempotent: bool,
+    /// Simulated time before the batch was handed to an agent (its commit,
+    /// hence its append time, came later).
+    pub sent_ms: i64,
+}
+
+/// Everything the actors share: one generator, the current faults, what was
+/// acknowledged, and the trace.
+pub struct World {
+    rng: ChaCha8Rng,
+    pub store_faults: StoreFaults,
+    pub meta_faults: MetaFaults,
+    pub acks: Vec<Ack>,
+    pub summary: Summary,
+    pub trace: Vec<String>,
+    pub anomalies: Vec<String>,
+    /// What the poller read, by (partition, offset).
+    pub polled: BTreeMap<(i32, i64), String>,
+    start: Instant,
+    /// Woken at the first anomaly.
+    failed: Arc<tokio::sync::Notify>,
+}
+
+impl World {
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.random::<f64>() < p
+    }
+
+    pub fn rng_below(&mut self, n: u64) -> u64 {
+        self.rng.random_range(0..n.max(1))
+    }
+
+    pub fn next_uuid(&mut self) -> Uuid {
+        uuid::Builder::from_random_bytes(self.rng.random()).into_uuid()
+    }
+
+    /// Records what the auditor found; the run stops at the first.
+    pub fn anomaly(&mut self, what: String) {
+        self.log(format!("ANOMALY {what}"));
+        self.anomalies.push(what);
+        self.failed.notify_one();
+    }
+
+    pub fn log(&mut self, line: String) {
+        let at = self.start.elapsed().as_millis();
+        self.trace.push(format!("{at:>9} {line}"));
+    }
+}
+
+/// The shared world, behind one lock (there is one thread; the lock only
+/// satisfies the `Send + Sync` bounds of the code under test).
+#[derive(Clone)]
+pub struct Shared(Arc<Mutex<World>>);
+
+impl Shared {
+    pub fn with<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
+        f(&mut self.0.lock().expect("sim world lock"))
+    }
+}
+
+/// Seeded ids for object keys and lease holders.
+struct SeededIds(Shared);
+
+impl Ids for SeededIds {
+    fn next_id(&self) -> Uuid {
+        self.0.with(|w| w.next_uuid())
+    }
+}
+
+/// Runs one seed; `Ok` with the summary and trace when the auditor finds nothing.
+pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a tokio runtime");
+    let shared = runtime.block_on(async {
+        let shared = Shared(Arc::new(Mutex::new(World {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            store_faults: StoreFaults::default(),
+            meta_faults: MetaFaults::default(),
+            acks: Vec::new(),
+            summary: Summary::default(),
+            trace: Vec::new(),
+            anomalies: Vec::new(),
+            polled: BTreeMap::new(),
+            start: Instant::now(),
+            failed: Arc::new(tokio::sync::Notify::new()),
+        })));
+        let failed = shared.with(|w| w.failed.clone());
+        tokio::select! {
+            biased;
+            () = failed.notified() => {}
+            () = simulate(&shared, settings) => {}
+        }
+        shared
+    });
+    // Tasks still parked (agents' loops, the metastore's delayed writes) end here.
+    drop(runtime);
+    let (summary, trace, anomalies) = shared.with(|w| {
+        (
+            w.summary.clone(),
+            std::mem::take(&mut w.trace),
+            std::mem::take(&mut w.anomalies),
+        )
+    });
+    match anomalies.first() {
+        None => Ok((summary, trace)),
+        Some(why) => Err(Failure {
+            seed,
+            why: format!("{why} ({} anomalies in all)", anomalies.len()),
+            trace,
+        }),
+    }
+}
+
+/// One agent: its batcher and background loop, which a crash stops mid-step.
+struct Agent {
+    batcher: Option<Batcher>,
+    background: Option<JoinHandle<()>>,
+}
+
+struct Cluster {
+    shared: Shared,
+    store: Arc<dyn ObjectStore>,
+    meta: Arc<dyn Metastore>,
+    agents: Vec<Agent>,
+    /// Per agent, fixed for the run (so a restarted agent takes up its leases).
+    gc_grace: Duration,
+    interval: Duration,
+    policy: CompactionPolicy,
+}
+
+impl Cluster {
+    fn start_agent(&mut self, i: usize) {
+        let shared = &self.shared;
+        let ids: Arc<dyn Ids> = Arc::new(SeededIds(shared.clone()));
+        let (flush_ms, inflight) = shared.with(|w| (5 + w.rng_below(100), 1 + w.rng_below(4)));
+        let cache = Arc::new(BlockCache::new(self.store.clone(), 1 << 20, 64 << 10));
+        let batcher = Batcher::start(
+            BatcherConfig {
+                flush_interval: Duration::from_millis(flush_ms),
+                flush_bytes: 16 << 10,
+                max_buffered_bytes: 8 << 20,
+                max_inflight_uploads: inflight as usize,
+            },
+            self.store.clone(),
+            self.meta.clone(),
+            cache,
+            tokio::sync::watch::channel(0).0,
+            Arc::new(Metrics::new()),
+            ids.clone(),
+        );
+        let background = Background {
+            interval: self.interval,
+            policy: self.policy,
+            gc: Gc::new(self.gc_grace),
+            // Unknown objects are orphans at once (see `meta::EPOCH_MS`).
+            orphan_age: Duration::ZERO,
+            holder: format!("agent-{i}"),
+            counters: Counters::default(),
+            ids,
+        };
+        let background = tokio::spawn(background.run(self.store.clone(), self.meta.clone()));
+        self.agents[i] = Agent {
+            batcher: Some(batcher),
+            background: Some(background),
+        };
+    }
+
+    fn crash(&mut self, i: usize) {
+        if let Some(b) = self.agents[i].batcher.take() {
+            b.abort();
+        }
+        if let Some(bg) = self.agents[i].background.take() {
+            bg.abort();
+        }
+    }
+
+    fn live_batcher(&self, pick: u64) -> Option<Batcher> {
+        let live: Vec<&Batcher> = self
+            .agents
+            .iter()
+            .filter_map(|a| a.batcher.as_ref())
+            .collect();
+        (!live.is_empty()).then(|| live[pick as usize % live.len()].clone())
+    }
+}
+
+async fn simulate(shared: &Shared, settings: Settings) {
+    let meta_impl = Arc::new(SimMetastore::new(shared.clone()));
+    let meta: Arc<dyn Metastore> = meta_impl.clone();
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store: Arc<dyn ObjectStore> = Arc::new(HookedStore::new(
+        inner.clone(),
+        SimStoreFaults(shared.clone()),
+    ));
+    let retention_ms = shared.with(|w| 60_000 * (20 + w.rng_below(100) as i64));
+    let topic = meta
+        .create_topic(NewTopic {
+            name: "events".into(),
+            partitions: settings.partitions,
+            configs: BTreeMap::from([("retention.ms".to_string(), retention_ms.to_string())]),
+        })
+        .await
+        .expect("the topic is created before faults begin");
+    let (interval, gc_grace, min_extents) = shared.with(|w| {
+        (
+            Duration::from_millis(500 + w.rng_below(5_000)),
+            Duration::from_millis(w.rng_below(30_000)),
+            2 + w.rng_below(6) as usize,
+        )
+    });
+    shared.with(|w| {
+        w.log(format!(
+            "retention {retention_ms} ms, passes every {interval:?}, gc grace {gc_grace:?}, compaction from {min_extents} extents"
+        ))
+    });
+    let cluster = Arc::new(tokio::sync::Mutex::new(Cluster {
+        shared: shared.clone(),
+        store: store.clone(),
+        meta: meta.clone(),
+        agents: (0..settings.agents)
+            .map(|_| Agent {
+                batcher: None,
+                background: None,
+            })
+            .collect(),
+        gc_grace,
+        interval,
+        policy: CompactionPolicy {
+            min_extents,
+            max_segment_bytes: 64 << 10,
+            extent_bytes: 4 << 10,
+        },
+    }));
+    for i in 0..settings.agents {
+        cluster.lock().await.start_agent(i);
+    }
+
+    let stop = Instant::now() + settings.duration;
+    let mut actors = Vec::new();
+    for p in 0..settings.producers {
+        let idempotent = p % 2 == 0;
+        actors.push(tokio::spawn(produce(
+            shared.clone(),
+            cluster.clone(),
+            meta.clone(),
+            topic.clone(),
+            p,
+            idempotent,
+            stop,
+        )));
+    }
+    actors.push(tokio::spawn(chaos(shared.clone(), cluster.clone(), stop)));
+    let poller = tokio::spawn(audit::poll(
+        shared.clone(),
+        meta.clone(),
+        store.clone(),
+        topic.clone(),
+        stop,
+    ));
+    for actor in actors {
+        actor.await.expect("actors do not panic");
+    }
+    poller.await.expect("the poller does not panic");
+
+    // Calm: no faults, every agent up. Commits in flight finish or time out
+    // (the batcher's deadline), leases expire, compaction and GC catch up.
+    shared.with(|w| {
+        w.store_faults = StoreFaults::default();
+        w.meta_faults = MetaFaults::default();
+        w.log("calm: faults off, every agent up".into());
+    });
+    {
+        let mut c = cluster.lock().await;
+        for i in 0..settings.agents {
+            if c.agents[i].batcher.is_none() {
+                c.start_agent(i);
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(15 * 60)).await;
+    {
+        let mut c = cluster.lock().await;
+        for i in 0..settings.agents {
+            c.crash(i);
+        }
+    }
+    audit::settle_and_check(shared, &meta_impl, &inner, &topic, retention_ms).await;
+}
+
+/// A Kafka producer: batches of a few records to a random partition through
+/// a random agent, retried on retriable errors. An idempotent one keeps its
+/// sequence and retries the same batch; a plain one resends the same bytes
+/// (a duplicate is allowed, a loss is not).
+async fn produce(
+    shared: Shared,
+    cluster: Arc<tokio::sync::Mutex<Cluster>>,
+    meta: Arc<dyn Metastore>,
+    topic: TopicInfo,
+    me: usize,
+    idempotent: bool,
+    stop: Instant,
+) {
+    let mut identity: Option<ProducerIdentity> = None;
+    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut n: u64 = 0;
+    while Instant::now() < stop {
+        let (pause, partition, records) = shared.with(|w| {
+            (
+                Duration::from_millis(w.rng_below(400)),
+                w.rng_below(topic.partitions as u64) as i32,
+                1 + w.rng_below(4) as i32,
+            )
+        });
+        tokio::time::sleep(pause).await;
+        if idempotent && identity.is_none() {
+            match meta.init_producer(None).await {
+                Ok(id) => {
+                    identity = Some(id);
+                    sequences.clear();
+                }
+                Err(_) => continue,
+            }
+        }
+        n += 1;
+        let batch_id = (me as u64) << 40 | n;
+        let sequence = if idempotent {
+            *sequences.get(&partition).unwrap_or(&0)
+        } else {
+            0
+        };
+        let sent_ms = meta::EPOCH_MS + shared.with(|w| w.start.elapsed().as_millis() as i64);
+        let bytes = encode(
+            batch_id,
+            records,
+            sent_ms,
+            identity.filter(|_| idempotent),
+            sequence,
+        );
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let pick = shared.with(|w| w.rng_below(1 << 20));
+            let Some(batcher) = cluster.lock().await.live_batcher(pick) else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            let mut batches = RecordBatch::parse_all(&bytes).expect("the producer's batch parses");
+            assert_eq!(batches.len(), 1, "one batch per produce");
+            let batch = batches.remove(0);
+            let answer = match batcher.enqueue(topic.id, partition, batch, false).await {
+                Ok(committed) => committed.offset().await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(offset) => {
+                    shared.with(|w| {
+                        w.summary.acked_batches += 1;
+                        w.log(format!(
+                            "ack b{batch_id:x} p{partition}@{offset} x{records}"
+                        ));
+                        w.acks.push(Ack {
+                            partition,
+                            offset,
+                            batch: batch_id,
+                            records,
+                            idempotent,
+                            sent_ms,
+                        });
+                    });
+                    if idempotent {
+                        sequences.insert(partition, sequence.wrapping_add(records));
+                    }
+                    break;
+                }
+                Err(AppendError::Storage(_)) if attempts < 30 && Instant::now() < stop => {
+                    let backoff = shared.with(|w| w.rng_below(1_000));
+                    tokio::time::sleep(Duration::from_millis(100 + backoff)).await;
+                }
+                Err(e) => {
+                    shared.with(|w| {
+                        w.summary.failed_produces += 1;
+                        w.log(format!("gave up b{batch_id:x} p{partition}: {e}"));
+                    });
+                    // An idempotent producer whose state is in doubt starts
+                    // over with a bumped epoch, as Kafka's does (KIP-360).
+                    if idempotent
+                        && let AppendError::Refused(
+                            MetaError::OutOfOrderSequence { .. }
+                            | MetaError::UnknownProducerId(_)
+                            | MetaError::InvalidProducerEpoch { .. },
+                        ) = e
+                    {
+                        identity = None;
+                    }
+                    if idempotent && matches!(e, AppendError::Storage(_)) {
+                        // Unknown whether it landed: the next batch cannot
+                        // follow it with certainty; start a new epoch.
+                        identity = None;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A batch of `records` records whose values name the batch and the record.
+fn encode(
+    batch: u64,
+    records: i32,
+    timestamp: i64,
+    identity: Option<ProducerIdentity>,
+    base_sequence: i32,
+) -> Bytes {
+    let (producer_id, producer_epoch) = identity.map_or((-1, -1), |p| (p.producer_id, p.epoch));
+    let records: Vec<Record> = (0..records)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id,
+            producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // Consecutive even without a producer id: kafka-protocol's
+            // encoder starts a new batch where sequences do not follow.
+            sequence: base_sequence.wrapping_add(i),
+            timestamp,
+            delete_horizon: false,
+            key: None,
+            value: Some(Bytes::from(value(batch, i))),
+            headers: [(StrBytes::from_static_str("sim"), None)]
+                .into_iter()
+                .collect(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("the batch encodes");
+    buf.freeze()
+}
+
+/// The value of record `i` of batch `batch`: what the auditor looks for.
+pub fn value(batch: u64, i: i32) -> String {
+    format!("b{batch:x}-{i}")
+}
+
+/// Changes the weather: store and metastore faults come and go, agents
+/// crash (mid-upload, mid-commit, mid-compaction) and restart, and the
+/// metastore freezes for longer than the batcher's commit deadline.
+async fn chaos(shared: Shared, cluster: Arc<tokio::sync::Mutex<Cluster>>, stop: Instant) {
+    while Instant::now() < stop {
+        let (pause, event) = shared.with(|w| (w.rng_below(20_000), w.rng_below(10)));
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        match event {
+            0..=2 => shared.with(|w| {
+                let stormy = w.chance(0.5);
+                w.store_faults = if stormy {
+                    StoreFaults {
+                        put_error: 0.2 * w.rng.random::<f64>(),
+                        put_lost_reply: 0.2 * w.rng.random::<f64>(),
+                        get_error: 0.2 * w.rng.random::<f64>(),
+                        max_latency: Duration::from_millis(w.rng_below(2_000)),
+                    }
+                } else {
+                    StoreFaults::default()
+                };
+                w.log(format!("store faults {:?}", w.store_faults));
+            }),
+            3..=5 => shared.with(|w| {
+                let stormy = w.chance(0.5);
+                w.meta_faults = if stormy {
+                    MetaFaults {
+                        unavailable: 0.2 * w.rng.random::<f64>(),
+                        lost_reply: 0.2 * w.rng.random::<f64>(),
+                        max_latency: Duration::from_millis(w.rng_below(3_000)),
+                        frozen_until: None,
+                    }
+                } else {
+                    MetaFaults::default()
+                };
+                w.log(format!("metastore faults {:?}", w.meta_faults));
+            }),
+            6 => shared.with(|w| {
+                // Longer than the batcher's 60 s commit deadline, sometimes.
+                let for_ms = 5_000 + w.rng_below(90_000);
+                w.meta_faults.frozen_until = Some(Instant::now() + Duration::from_millis(for_ms));
+                w.log(format!("metastore frozen for {for_ms} ms"));
+            }),
+            _ => {
+                let (i, down_ms) = {
+                    let c = cluster.lock().await;
+                    shared.with(|w| {
+                        (
+                            w.rng_below(c.agents.len() as u64) as usize,
+                            w.rng_below(10_000),
+                        )
+                    })
+                };
+                cluster.lock().await.crash(i);
+                shared.with(|w| {
+                    w.summary.crashes += 1;
+                    w.log(format!("agent {i} crashed; back in {down_ms} ms"));
+                });
+                let cluster = cluster.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                    let mut c = cluster.lock().await;
+                    if c.agents[i].batcher.is_none() {
+                        c.start_agent(i);
+                    }
+                });
+            }
+        }
+    }
+}
