@@ -3,18 +3,19 @@
 //! - lost write: an acknowledged batch at or past its partition's log start
 //!   is readable at its offsets with its own records; one before the log
 //!   start was sent longer than `retention.ms` before the end (retention, not
-//!   loss, removed it);
+//!   loss, removed it). On the key-compacted topic, each key's latest
+//!   acknowledged record is still there, or a later record of that key is;
 //! - duplicate: an idempotent batch is in the log once;
 //! - offsets unique and contiguous: a partition's extents tile
 //!   `[log start, high watermark)`, and two acknowledgements never share an
 //!   offset;
 //! - non-monotonic or inconsistent polls: a consumer reading along sees
-//!   offsets without gaps, and what the log holds at the end at each offset
-//!   it read;
+//!   offsets without gaps (but where key compaction removed records), and
+//!   what the log holds at the end at each offset it read;
 //! - a live extent pointing at a deleted object;
 //! - the state machine's own invariants.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -27,11 +28,24 @@ use tokio::time::{Duration, Instant};
 use super::Shared;
 use super::meta::SimMetastore;
 
-/// The records of an extent, as (offset, value), or why they cannot be read.
+/// One record as stored: its offset, key and value.
+struct Stored {
+    offset: i64,
+    key: Option<String>,
+    value: String,
+}
+
+fn text(bytes: &Option<bytes::Bytes>) -> Option<String> {
+    bytes
+        .as_ref()
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The records of an extent, or why they cannot be read.
 async fn read_extent(
     store: &Arc<dyn ObjectStore>,
     extent: &ExtentRef,
-) -> Result<Vec<(i64, String)>, String> {
+) -> Result<Vec<Stored>, String> {
     let path = ObjectPath::from(extent.object_key.as_str());
     let bytes = store
         .get_range(&path, extent.position..extent.position + extent.length)
@@ -51,14 +65,12 @@ async fn read_extent(
     let batches = RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| e.to_string())?;
     let mut records = Vec::new();
     for batch in &batches {
-        let decoded = floe_protocol::records::decode(batch).map_err(|e| e.to_string())?;
-        for (i, r) in decoded.iter().enumerate() {
-            let value = r
-                .value
-                .as_ref()
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_default();
-            records.push((batch.base_offset() + i as i64, value));
+        for r in floe_protocol::records::decode(batch).map_err(|e| e.to_string())? {
+            records.push(Stored {
+                offset: r.offset,
+                key: text(&r.key),
+                value: text(&r.value).unwrap_or_default(),
+            });
         }
     }
     Ok(records)
@@ -70,55 +82,136 @@ pub async fn poll(
     shared: Shared,
     meta: Arc<dyn Metastore>,
     store: Arc<dyn ObjectStore>,
-    topic: TopicInfo,
+    topics: Vec<TopicInfo>,
     stop: Instant,
 ) {
-    let mut positions = vec![0i64; topic.partitions as usize];
+    let mut positions: BTreeMap<(usize, i32), i64> = BTreeMap::new();
     while Instant::now() < stop {
         let pause = shared.with(|w| w.rng_below(3_000));
         tokio::time::sleep(Duration::from_millis(500 + pause)).await;
-        for p in 0..topic.partitions {
-            let pos = &mut positions[p as usize];
-            let plan = match meta.read_plan(topic.id, p, *pos, 64 << 10).await {
-                Ok(plan) => plan,
-                Err(MetaError::OffsetOutOfRange {
-                    log_start_offset, ..
-                }) if log_start_offset > *pos => {
-                    shared.with(|w| {
-                        w.log(format!("poll p{p}: {pos} expired, from {log_start_offset}"))
-                    });
-                    *pos = log_start_offset;
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            'extents: for extent in &plan.extents {
-                let records = match read_extent(&store, extent).await {
-                    Ok(r) => r,
-                    // Deleted after a swap and its grace, or a store fault:
-                    // a consumer plans again (the final audit checks that no
-                    // live extent points at a missing object).
-                    Err(_) => break 'extents,
-                };
-                for (offset, value) in records {
-                    if offset < *pos {
-                        continue;
-                    }
-                    if offset != *pos {
+        for (t, topic) in topics.iter().enumerate() {
+            let compacted = floe_compactor::keyed::is_compacted(topic);
+            for p in 0..topic.partitions {
+                let pos = positions.entry((t, p)).or_insert(0);
+                let plan = match meta.read_plan(topic.id, p, *pos, 64 << 10).await {
+                    Ok(plan) => plan,
+                    Err(MetaError::OffsetOutOfRange {
+                        log_start_offset, ..
+                    }) if log_start_offset > *pos => {
                         shared.with(|w| {
-                            w.anomaly(format!(
-                                "poll of p{p} skipped from {pos} to {offset} (non-contiguous read)"
+                            w.log(format!(
+                                "poll {}/{p}: {pos} expired, from {log_start_offset}",
+                                topic.name
                             ))
                         });
+                        *pos = log_start_offset;
+                        continue;
                     }
-                    shared.with(|w| {
-                        w.summary.polled_records += 1;
-                        w.polled.insert((p, offset), value);
-                    });
-                    *pos = offset + 1;
+                    Err(_) => continue,
+                };
+                'extents: for extent in &plan.extents {
+                    let records = match read_extent(&store, extent).await {
+                        Ok(r) => r,
+                        // Deleted after a swap and its grace, or a store
+                        // fault: a consumer plans again (the final audit
+                        // checks that no live extent points at a missing object).
+                        Err(_) => break 'extents,
+                    };
+                    for r in records {
+                        if r.offset < *pos {
+                            continue;
+                        }
+                        if r.offset != *pos && !compacted {
+                            shared.with(|w| {
+                                w.anomaly(format!(
+                                    "poll of {}/{p} skipped from {pos} to {} (non-contiguous read)",
+                                    topic.name, r.offset
+                                ))
+                            });
+                        }
+                        shared.with(|w| {
+                            w.summary.polled_records += 1;
+                            w.polled.insert((t, p, r.offset), r.value);
+                        });
+                        *pos = r.offset + 1;
+                    }
+                    // Key compaction may have dropped the extent's last records.
+                    *pos = (*pos).max(extent.last_offset + 1);
                 }
             }
         }
+    }
+}
+
+/// One partition's log at the end: its start and its records by offset.
+struct Log {
+    start: i64,
+    records: BTreeMap<i64, Stored>,
+}
+
+/// Reads a partition whole from the bucket as the state describes it,
+/// checking that its extents tile `[log start, high watermark)` and exist.
+async fn read_log(
+    meta: &SimMetastore,
+    bucket: &Arc<dyn ObjectStore>,
+    topic: &TopicInfo,
+    p: i32,
+    segments: &mut BTreeSet<String>,
+    anomalies: &mut Vec<String>,
+) -> Log {
+    let name = &topic.name;
+    let (offsets, plan) = meta.inspect(|s| {
+        let o = s.offsets(topic.id, p).expect("the partition exists");
+        let plan = s
+            .read_plan(topic.id, p, o.log_start_offset, u64::MAX)
+            .expect("a plan from the log start");
+        (o, plan)
+    });
+    let mut records = BTreeMap::new();
+    let mut next = offsets.log_start_offset;
+    for (i, e) in plan.extents.iter().enumerate() {
+        let fits = if i == 0 {
+            e.base_offset <= next && next <= e.last_offset
+        } else {
+            e.base_offset == next
+        };
+        if !fits {
+            anomalies.push(format!(
+                "{name}/{p}: extent {}..={} does not follow offset {next}",
+                e.base_offset, e.last_offset
+            ));
+        }
+        next = e.last_offset + 1;
+        if e.object_key.starts_with("segment/") {
+            segments.insert(e.object_key.clone());
+        }
+        match read_extent(bucket, e).await {
+            Ok(stored) => {
+                for r in stored {
+                    if r.offset < e.base_offset || r.offset > e.last_offset {
+                        anomalies.push(format!(
+                            "{name}/{p}: offset {} is outside its extent {}..={}",
+                            r.offset, e.base_offset, e.last_offset
+                        ));
+                    }
+                    let offset = r.offset;
+                    if offset >= offsets.log_start_offset && records.insert(offset, r).is_some() {
+                        anomalies.push(format!("{name}/{p}: offset {offset} is stored twice"));
+                    }
+                }
+            }
+            Err(why) => anomalies.push(format!("{name}/{p}: live extent unreadable: {why}")),
+        }
+    }
+    if offsets.high_watermark > offsets.log_start_offset && next != offsets.high_watermark {
+        anomalies.push(format!(
+            "{name}/{p}: extents end at {next}, the high watermark is {}",
+            offsets.high_watermark
+        ));
+    }
+    Log {
+        start: offsets.log_start_offset,
+        records,
     }
 }
 
@@ -127,7 +220,7 @@ pub async fn settle_and_check(
     shared: &Shared,
     meta: &SimMetastore,
     bucket: &Arc<dyn ObjectStore>,
-    topic: &TopicInfo,
+    topics: &[TopicInfo],
     retention_ms: i64,
 ) {
     let mut anomalies = Vec::new();
@@ -135,102 +228,99 @@ pub async fn settle_and_check(
         anomalies.push(format!("state invariant broken: {broken}"));
     }
     let end_ms = meta.inspect(|s| s.clock_ms());
-    let mut log: BTreeMap<(i32, i64), String> = BTreeMap::new();
-    let mut starts = BTreeMap::new();
-    let mut segments = std::collections::BTreeSet::new();
-    for p in 0..topic.partitions {
-        let (offsets, plan) = meta.inspect(|s| {
-            let o = s.offsets(topic.id, p).expect("the partition exists");
-            let plan = s
-                .read_plan(topic.id, p, o.log_start_offset, u64::MAX)
-                .expect("a plan from the log start");
-            (o, plan)
-        });
-        starts.insert(p, offsets.log_start_offset);
-        // The extents tile [log start, high watermark).
-        let mut next = offsets.log_start_offset;
-        for (i, e) in plan.extents.iter().enumerate() {
-            let fits = if i == 0 {
-                e.base_offset <= next && next <= e.last_offset
-            } else {
-                e.base_offset == next
-            };
-            if !fits {
-                anomalies.push(format!(
-                    "p{p}: extent {}..={} does not follow offset {next}",
-                    e.base_offset, e.last_offset
-                ));
-            }
-            next = e.last_offset + 1;
-            if e.object_key.starts_with("segment/") {
-                segments.insert(e.object_key.clone());
-            }
-            match read_extent(bucket, e).await {
-                Ok(records) => {
-                    for (offset, value) in records {
-                        if offset >= offsets.log_start_offset
-                            && log.insert((p, offset), value).is_some()
-                        {
-                            anomalies.push(format!("p{p}: offset {offset} is stored twice"));
-                        }
-                    }
-                }
-                Err(why) => anomalies.push(format!("p{p}: live extent unreadable: {why}")),
-            }
-        }
-        if offsets.high_watermark > offsets.log_start_offset && next != offsets.high_watermark {
-            anomalies.push(format!(
-                "p{p}: extents end at {next}, the high watermark is {}",
-                offsets.high_watermark
-            ));
+    let mut logs: BTreeMap<(usize, i32), Log> = BTreeMap::new();
+    let mut segments = BTreeSet::new();
+    for (t, topic) in topics.iter().enumerate() {
+        for p in 0..topic.partitions {
+            let log = read_log(meta, bucket, topic, p, &mut segments, &mut anomalies).await;
+            logs.insert((t, p), log);
         }
     }
 
     let (acks, polled) = shared.with(|w| (w.acks.clone(), std::mem::take(&mut w.polled)));
-    let mut claimed: BTreeMap<(i32, i64), u64> = BTreeMap::new();
+    let mut claimed: BTreeMap<(usize, i32, i64), u64> = BTreeMap::new();
+    // Compacted topic: per (partition, key), the latest acknowledged record.
+    let mut latest: BTreeMap<(i32, String), (i64, String)> = BTreeMap::new();
     for ack in &acks {
+        let name = &topics[ack.topic].name;
+        let compacted = floe_compactor::keyed::is_compacted(&topics[ack.topic]);
+        let log = &logs[&(ack.topic, ack.partition)];
         for i in 0..ack.records {
             let offset = ack.offset + i as i64;
-            if let Some(other) = claimed.insert((ack.partition, offset), ack.batch)
+            let want = super::value(ack.batch, i);
+            if let Some(other) = claimed.insert((ack.topic, ack.partition, offset), ack.batch)
                 && other != ack.batch
             {
                 anomalies.push(format!(
-                    "p{}@{offset} acknowledged to batches {other:x} and {:x}",
+                    "{name}/{}@{offset} acknowledged to batches {other:x} and {:x}",
                     ack.partition, ack.batch
                 ));
             }
-            if offset < starts[&ack.partition] {
+            if compacted {
+                let key = format!("k{}", ack.keys[i as usize].expect("keyed"));
+                let entry = latest
+                    .entry((ack.partition, key))
+                    .or_insert((offset, want.clone()));
+                if offset > entry.0 {
+                    *entry = (offset, want);
+                }
+                continue;
+            }
+            if offset < log.start {
                 if ack.sent_ms + retention_ms >= end_ms {
                     anomalies.push(format!(
-                        "lost write: b{:x} p{}@{offset} is before the log start {} but was sent at {} (retention {retention_ms} ms, now {end_ms})",
-                        ack.batch, ack.partition, starts[&ack.partition], ack.sent_ms
+                        "lost write: b{:x} {name}/{}@{offset} is before the log start {} but was sent at {} (retention {retention_ms} ms, now {end_ms})",
+                        ack.batch, ack.partition, log.start, ack.sent_ms
                     ));
                 }
                 continue;
             }
-            let want = super::value(ack.batch, i);
-            match log.get(&(ack.partition, offset)) {
-                Some(v) if *v == want => {}
+            match log.records.get(&offset) {
+                Some(r) if r.value == want => {}
                 found => anomalies.push(format!(
-                    "lost write: b{:x} acknowledged at p{}@{offset} but the log holds {found:?}",
-                    ack.batch, ack.partition
+                    "lost write: b{:x} acknowledged at {name}/{}@{offset} but the log holds {:?}",
+                    ack.batch,
+                    ack.partition,
+                    found.map(|r| &r.value)
                 )),
             }
         }
     }
-    // Idempotent batches are in the log once.
-    let idempotent: std::collections::BTreeSet<u64> = acks
+    // Key compaction keeps each key's latest record: the latest acknowledged
+    // one, or one after it (committed, its acknowledgement lost).
+    for (t, topic) in topics.iter().enumerate() {
+        if !floe_compactor::keyed::is_compacted(topic) {
+            continue;
+        }
+        for ((p, key), (offset, value)) in &latest {
+            let log = &logs[&(t, *p)];
+            let kept = log
+                .records
+                .range(offset..)
+                .any(|(o, r)| r.key.as_deref() == Some(key) && (o > offset || r.value == *value));
+            if !kept {
+                anomalies.push(format!(
+                    "lost write: key {key} of {}/{p} was last acknowledged at {offset} ({value}), and the log holds no record of it from there",
+                    topic.name
+                ));
+            }
+        }
+    }
+    // Idempotent batches are in the (uncompacted) log once.
+    let idempotent: BTreeSet<u64> = acks
         .iter()
         .filter(|a| a.idempotent)
         .map(|a| a.batch)
         .collect();
-    let mut copies: BTreeMap<String, u32> = BTreeMap::new();
-    for value in log.values() {
-        *copies.entry(value.clone()).or_default() += 1;
+    let mut copies: BTreeMap<&str, u32> = BTreeMap::new();
+    for log in logs.values() {
+        for r in log.records.values() {
+            *copies.entry(r.value.as_str()).or_default() += 1;
+        }
     }
     for batch in &idempotent {
         let first = super::value(*batch, 0);
-        if let Some(&n) = copies.get(&first)
+        if let Some(&n) = copies.get(first.as_str())
             && n > 1
         {
             anomalies.push(format!(
@@ -239,12 +329,13 @@ pub async fn settle_and_check(
         }
     }
     // What the poller read is what the log holds (where it still holds it).
-    for ((p, offset), value) in &polled {
-        if let Some(now) = log.get(&(*p, *offset))
-            && now != value
+    for ((t, p, offset), value) in &polled {
+        if let Some(now) = logs[&(*t, *p)].records.get(offset)
+            && now.value != *value
         {
             anomalies.push(format!(
-                "inconsistent read: p{p}@{offset} was polled as {value}, the log now holds {now}"
+                "inconsistent read: {}/{p}@{offset} was polled as {value}, the log now holds {}",
+                topics[*t].name, now.value
             ));
         }
     }
@@ -256,16 +347,15 @@ pub async fn settle_and_check(
             .await
             .map_or(0, |l| l.len() as u64)
     };
+    let records: usize = logs.values().map(|l| l.records.len()).sum();
     shared.with(|w| {
         w.summary.segments_live = segments.len() as u64;
         w.summary.objects_left = objects_left;
         w.summary.simulated_ms = w.start.elapsed().as_millis() as u64;
         w.log(format!(
-            "audit: {} acks, {} records in the log, {} segments, {} objects left",
+            "audit: {} acks, {records} records in the logs, {} segments, {objects_left} objects left",
             acks.len(),
-            log.len(),
             segments.len(),
-            objects_left
         ));
         w.anomalies.extend(anomalies);
     });

@@ -91,10 +91,15 @@ pub struct Failure {
 /// An acknowledged produce: what the auditor holds the system to.
 #[derive(Debug, Clone)]
 pub struct Ack {
+    /// Index into the run's topics: 0 is retained (`cleanup.policy=delete`),
+    /// 1 key-compacted (`cleanup.policy=compact`).
+    pub topic: usize,
     pub partition: i32,
     pub offset: i64,
     pub batch: u64,
     pub records: i32,
+    /// Each record's key (compacted topic only).
+    pub keys: Vec<Option<u8>>,
     pub idempotent: bool,
     /// Simulated time before the batch was handed to an agent (its commit,
     /// hence its append time, came later).
@@ -111,8 +116,8 @@ pub struct World {
     pub summary: Summary,
     pub trace: Vec<String>,
     pub anomalies: Vec<String>,
-    /// What the poller read, by (partition, offset).
-    pub polled: BTreeMap<(i32, i64), String>,
+    /// What the poller read, by (topic, partition, offset).
+    pub polled: BTreeMap<(usize, i32, i64), String>,
     start: Instant,
     /// Woken at the first anomaly.
     failed: Arc<tokio::sync::Notify>,
@@ -293,14 +298,22 @@ async fn simulate(shared: &Shared, settings: Settings) {
         SimStoreFaults(shared.clone()),
     ));
     let retention_ms = shared.with(|w| 60_000 * (20 + w.rng_below(100) as i64));
-    let topic = meta
-        .create_topic(NewTopic {
-            name: "events".into(),
-            partitions: settings.partitions,
-            configs: BTreeMap::from([("retention.ms".to_string(), retention_ms.to_string())]),
-        })
-        .await
-        .expect("the topic is created before faults begin");
+    let mut topics = Vec::new();
+    for (name, policy) in [("events", "delete"), ("table", "compact")] {
+        let configs = BTreeMap::from([
+            ("retention.ms".to_string(), retention_ms.to_string()),
+            ("cleanup.policy".to_string(), policy.to_string()),
+        ]);
+        let topic = meta
+            .create_topic(NewTopic {
+                name: name.into(),
+                partitions: settings.partitions,
+                configs,
+            })
+            .await
+            .expect("topics are created before faults begin");
+        topics.push(topic);
+    }
     let (interval, gc_grace, min_extents) = shared.with(|w| {
         (
             Duration::from_millis(500 + w.rng_below(5_000)),
@@ -343,7 +356,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
             shared.clone(),
             cluster.clone(),
             meta.clone(),
-            topic.clone(),
+            topics.clone(),
             p,
             idempotent,
             stop,
@@ -354,7 +367,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
         shared.clone(),
         meta.clone(),
         store.clone(),
-        topic.clone(),
+        topics.clone(),
         stop,
     ));
     for actor in actors {
@@ -384,7 +397,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
             c.crash(i);
         }
     }
-    audit::settle_and_check(shared, &meta_impl, &inner, &topic, retention_ms).await;
+    audit::settle_and_check(shared, &meta_impl, &inner, &topics, retention_ms).await;
 }
 
 /// A Kafka producer: batches of a few records to a random partition through
@@ -395,22 +408,33 @@ async fn produce(
     shared: Shared,
     cluster: Arc<tokio::sync::Mutex<Cluster>>,
     meta: Arc<dyn Metastore>,
-    topic: TopicInfo,
+    topics: Vec<TopicInfo>,
     me: usize,
     idempotent: bool,
     stop: Instant,
 ) {
     let mut identity: Option<ProducerIdentity> = None;
-    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut sequences: BTreeMap<(usize, i32), i32> = BTreeMap::new();
     let mut n: u64 = 0;
     while Instant::now() < stop {
-        let (pause, partition, records) = shared.with(|w| {
+        let (pause, t, partition, records) = shared.with(|w| {
+            let t = w.rng_below(topics.len() as u64) as usize;
             (
                 Duration::from_millis(w.rng_below(400)),
-                w.rng_below(topic.partitions as u64) as i32,
+                t,
+                w.rng_below(topics[t].partitions as u64) as i32,
                 1 + w.rng_below(4) as i32,
             )
         });
+        let topic = &topics[t];
+        // Few keys, so that key compaction has much to drop.
+        let keys: Vec<Option<u8>> = if t == 1 {
+            (0..records)
+                .map(|_| Some(shared.with(|w| w.rng_below(KEYS)) as u8))
+                .collect()
+        } else {
+            vec![None; records as usize]
+        };
         tokio::time::sleep(pause).await;
         if idempotent && identity.is_none() {
             match meta.init_producer(None).await {
@@ -424,14 +448,14 @@ async fn produce(
         n += 1;
         let batch_id = (me as u64) << 40 | n;
         let sequence = if idempotent {
-            *sequences.get(&partition).unwrap_or(&0)
+            *sequences.get(&(t, partition)).unwrap_or(&0)
         } else {
             0
         };
         let sent_ms = meta::EPOCH_MS + shared.with(|w| w.start.elapsed().as_millis() as i64);
         let bytes = encode(
             batch_id,
-            records,
+            &keys,
             sent_ms,
             identity.filter(|_| idempotent),
             sequence,
@@ -456,19 +480,22 @@ async fn produce(
                     shared.with(|w| {
                         w.summary.acked_batches += 1;
                         w.log(format!(
-                            "ack b{batch_id:x} p{partition}@{offset} x{records}"
+                            "ack b{batch_id:x} {}/{partition}@{offset} x{records}",
+                            topic.name
                         ));
                         w.acks.push(Ack {
+                            topic: t,
                             partition,
                             offset,
                             batch: batch_id,
                             records,
+                            keys: keys.clone(),
                             idempotent,
                             sent_ms,
                         });
                     });
                     if idempotent {
-                        sequences.insert(partition, sequence.wrapping_add(records));
+                        sequences.insert((t, partition), sequence.wrapping_add(records));
                     }
                     break;
                 }
@@ -479,7 +506,10 @@ async fn produce(
                 Err(e) => {
                     shared.with(|w| {
                         w.summary.failed_produces += 1;
-                        w.log(format!("gave up b{batch_id:x} p{partition}: {e}"));
+                        w.log(format!(
+                            "gave up b{batch_id:x} {}/{partition}: {e}",
+                            topic.name
+                        ));
                     });
                     // An idempotent producer whose state is in doubt starts
                     // over with a bumped epoch, as Kafka's does (KIP-360).
@@ -504,16 +534,19 @@ async fn produce(
     }
 }
 
-/// A batch of `records` records whose values name the batch and the record.
+/// Keys on the compacted topic.
+const KEYS: u64 = 12;
+
+/// A batch of records with `keys`, whose values name the batch and the record.
 fn encode(
     batch: u64,
-    records: i32,
+    keys: &[Option<u8>],
     timestamp: i64,
     identity: Option<ProducerIdentity>,
     base_sequence: i32,
 ) -> Bytes {
     let (producer_id, producer_epoch) = identity.map_or((-1, -1), |p| (p.producer_id, p.epoch));
-    let records: Vec<Record> = (0..records)
+    let records: Vec<Record> = (0..keys.len() as i32)
         .map(|i| Record {
             transactional: false,
             control: false,
@@ -527,7 +560,7 @@ fn encode(
             sequence: base_sequence.wrapping_add(i),
             timestamp,
             delete_horizon: false,
-            key: None,
+            key: keys[i as usize].map(|k| Bytes::from(format!("k{k}"))),
             value: Some(Bytes::from(value(batch, i))),
             headers: [(StrBytes::from_static_str("sim"), None)]
                 .into_iter()
