@@ -41,6 +41,24 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The clock a metastore node stamps its proposals with (and so the clock
+/// of every decision about time). The real one is [`SystemClock`]; the
+/// simulation gives each node its own, skewed.
+pub trait Clock: std::fmt::Debug + Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The machine's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
 /// A fresh random id (topic ids, object names, lease holders). The one place
 /// that draws one: the simulation injects seeded ids instead (see `clippy.toml`).
 #[allow(clippy::disallowed_methods)]

@@ -144,7 +144,6 @@ impl Request {
             | Request::ForgetGarbage(_)
             | Request::Trim(..)
             | Request::UnknownObjects(_)
-            | Request::AlterTopicConfigs(..)
             | Request::Groups
             | Request::RegisterAgent(..)
             | Request::AgentHeartbeat(..)
@@ -167,7 +166,9 @@ impl Request {
             }
             // The state skips keys it knows, so a second time changes nothing.
             Request::RecordOrphans(_) => true,
-            Request::CreateTopic(_)
+            // A blind retry landing after another client's change would undo it.
+            Request::AlterTopicConfigs(..)
+            | Request::CreateTopic(_)
             | Request::DeleteTopic(_)
             | Request::AddNode(..)
             | Request::RemoveNode(_)

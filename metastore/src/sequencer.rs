@@ -19,8 +19,9 @@ use crate::types::*;
 pub trait Sequencer: Send + Sync + 'static {
     /// Applies `command` through the log and returns the state machine's reply.
     fn write(&self, command: Command) -> impl Future<Output = Result<Reply, MetaError>> + Send;
-    /// Runs `f` on an up-to-date (linearizable) state.
-    fn read<T: Send, F: FnOnce(&State) -> T + Send>(
+    /// Runs `f` on an up-to-date (linearizable) state. (`Clone`, so that a
+    /// client may run it again on another node.)
+    fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
         &self,
         f: F,
     ) -> impl Future<Output = Result<T, MetaError>> + Send;

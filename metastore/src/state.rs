@@ -96,6 +96,39 @@ pub struct Proposal {
 }
 
 impl Command {
+    /// Whether a client may send this command again when it does not know
+    /// whether the first one applied (the same rule as `rpc`'s requests).
+    pub fn retry_is_safe(&self) -> bool {
+        match self {
+            // Answered from the ledger, or no-ops, when repeated.
+            Command::Commit(_)
+            | Command::Tick
+            | Command::RecordOrphans { .. }
+            | Command::ForgetGarbage { .. }
+            | Command::Trim { .. }
+            | Command::RegisterAgent { .. }
+            | Command::AgentHeartbeat { .. }
+            // A holder re-acquiring its own lease renews it.
+            | Command::AcquireLease { .. }
+            | Command::ReleaseLease { .. }
+            // A second one costs only a producer id or an epoch.
+            | Command::InitProducer { .. } => true,
+            // Not CommitOffsets: a blind retry after a later commit would
+            // move the offset backwards; not AlterTopicConfigs, which would
+            // undo another client's later change.
+            Command::Group(c) => {
+                matches!(c, GroupCommand::Tick { .. } | GroupCommand::Heartbeat { .. })
+            }
+            // A repeated swap is refused (its key is known), not re-applied;
+            // but the compactor must see the first answer, so it does not retry.
+            Command::CreateTopic { .. }
+            | Command::DeleteTopic { .. }
+            | Command::AlterTopicConfigs { .. }
+            | Command::ReplaceExtents(_)
+            | Command::CreatePartitions { .. } => false,
+        }
+    }
+
     /// Replaces every time the sender put in the command with `now_ms`.
     fn restamp(&mut self, now_ms: i64) {
         match self {

@@ -23,6 +23,9 @@ struct Args {
     /// Simulated minutes of producing per seed (the whole write path).
     #[arg(long, default_value_t = 10)]
     minutes: u64,
+    /// With `--whole`: the metastore as a three-node Raft group over a faulty network.
+    #[arg(long)]
+    raft: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -69,6 +72,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
     use floe_sim::whole;
     let settings = whole::Settings {
         duration: std::time::Duration::from_secs(args.minutes * 60),
+        raft: args.raft,
         ..whole::Settings::default()
     };
     let mut total = whole::Summary::default();
@@ -81,6 +85,8 @@ fn whole(args: &Args) -> std::process::ExitCode {
                 total.retried_writes += s.retried_writes;
                 total.segments_live += s.segments_live;
                 total.polled_records += s.polled_records;
+                total.redirects += s.redirects;
+                total.partitions += s.partitions;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -88,19 +94,37 @@ fn whole(args: &Args) -> std::process::ExitCode {
                     println!("{line}");
                 }
                 println!("seed {} failed: {}", f.seed, f.why);
+                let ids: Vec<&str> = f
+                    .why
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+                    .filter(|w| {
+                        w.starts_with('b')
+                            && w.len() > 1
+                            && w[1..].chars().all(|c| c.is_ascii_hexdigit())
+                    })
+                    .collect();
+                for line in f
+                    .trace
+                    .iter()
+                    .filter(|l| ids.iter().any(|id| l.contains(&format!("{id} "))))
+                {
+                    println!("  {line}");
+                }
                 return std::process::ExitCode::FAILURE;
             }
         }
     }
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
-         {} agent crashes, {} metastore writes retried, {} live segments at the end, {} records polled, \
-         {:.1} simulated hours",
+         {} agent crashes, {} metastore writes retried, {} metastore partitions, {} client redirects, \
+         {} live segments at the end, {} records polled, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
         total.crashes,
         total.retried_writes,
+        total.partitions,
+        total.redirects,
         total.segments_live,
         total.polled_records,
         total.simulated_ms as f64 / 3_600_000.0

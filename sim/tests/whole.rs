@@ -37,3 +37,17 @@ fn the_same_seed_gives_the_same_trace() {
     let (_, other) = check(8, short);
     assert_ne!(trace_a, other);
 }
+
+#[test]
+fn raft_seeds_find_no_anomaly() {
+    let with_raft = Settings {
+        raft: true,
+        ..Settings::default()
+    };
+    let mut partitions = 0;
+    for seed in 1_000..1_012 {
+        let (summary, _) = check(seed, with_raft);
+        partitions += summary.partitions;
+    }
+    assert!(partitions > 0, "the network was partitioned");
+}

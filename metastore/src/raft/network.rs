@@ -1,6 +1,7 @@
 //! Raft messages between metastore nodes. They travel on the same port and
 //! framing as client requests ([`crate::rpc`]), as [`PeerRequest`]s.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -139,26 +140,54 @@ pub async fn handle(raft: &Raft, incoming: &Incoming, request: PeerRequest) -> P
     }
 }
 
+/// How Raft messages travel other than over TCP: the simulation's network,
+/// which can delay, drop and partition them.
+#[async_trait::async_trait]
+pub trait PeerTransport: std::fmt::Debug + Send + Sync + 'static {
+    /// Delivers `request` from node `from` to node `target` and returns its
+    /// answer, or why there is none.
+    async fn send(
+        &self,
+        from: NodeId,
+        target: NodeId,
+        request: PeerRequest,
+    ) -> Result<PeerResponse, String>;
+}
+
 /// Makes a [`Peer`] for each node this one replicates to or asks for votes.
-pub struct Network;
+pub struct Network {
+    from: NodeId,
+    transport: Option<Arc<dyn PeerTransport>>,
+}
+
+impl Network {
+    /// Node `from`'s network: TCP, unless `transport` is given.
+    pub fn new(from: NodeId, transport: Option<Arc<dyn PeerTransport>>) -> Network {
+        Network { from, transport }
+    }
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeAddress) -> Peer {
         Peer {
+            from: self.from,
             target,
             address: node.address.clone(),
             connection: None,
+            transport: self.transport.clone(),
         }
     }
 }
 
 /// One connection to one other node, reopened after any failure.
 pub struct Peer {
+    from: NodeId,
     target: NodeId,
     address: String,
     connection: Option<Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>>,
+    transport: Option<Arc<dyn PeerTransport>>,
 }
 
 /// Why a message to a peer got no answer.
@@ -185,6 +214,15 @@ impl Peer {
         request: PeerRequest,
         ttl: Duration,
     ) -> Result<PeerResponse, PeerError> {
+        if let Some(transport) = self.transport.clone() {
+            return match tokio::time::timeout(ttl, transport.send(self.from, self.target, request))
+                .await
+            {
+                Ok(Ok(response)) => Ok(response),
+                Ok(Err(why)) => Err(self.error(why)),
+                Err(_) => Err(self.error(format!("no answer within {ttl:?}"))),
+            };
+        }
         let frame =
             postcard::to_stdvec(&Request::PeerOfFormat(super::node::FORMAT_VERSION, request))
                 .map_err(|e| self.error(e))?;

@@ -20,12 +20,12 @@ use uuid::Uuid;
 
 use super::lease::Lease;
 use super::log_store::{LOG, LogStore, META};
-use super::network::Network;
+use super::network::{Network, PeerRequest, PeerResponse, PeerTransport};
 use super::state_machine::{SNAPSHOT, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
-use crate::Sequencer;
 use crate::state::{Command, Proposal, Reply, State};
 use crate::types::*;
+use crate::{Clock, Sequencer, SystemClock};
 
 /// How long a write may wait for a quorum before the caller is told it is
 /// unknown whether it was applied.
@@ -59,6 +59,10 @@ pub struct NodeOptions {
     pub bootstrap: Bootstrap,
     /// Milliseconds between leader heartbeats; elections start after 3-6 of them.
     pub heartbeat_ms: u64,
+    /// What this node stamps its proposals with.
+    pub clock: Arc<dyn Clock>,
+    /// How Raft messages reach other nodes; `None`: TCP to their addresses.
+    pub transport: Option<Arc<dyn PeerTransport>>,
 }
 
 impl NodeOptions {
@@ -70,6 +74,8 @@ impl NodeOptions {
             snapshot_every: crate::local::DEFAULT_SNAPSHOT_EVERY,
             bootstrap: Bootstrap::Single,
             heartbeat_ms: 100,
+            clock: Arc::new(SystemClock),
+            transport: None,
         }
     }
 }
@@ -121,6 +127,8 @@ impl std::fmt::Display for ClusterStatus {
 
 pub struct RaftMetastore {
     id: NodeId,
+    /// Stamps this node's proposals.
+    clock: Arc<dyn Clock>,
     raft: Raft,
     /// Applied state; the state machine writes it, reads take a read lock
     /// only for in-memory work.
@@ -251,7 +259,7 @@ impl RaftMetastore {
         let raft = Raft::new(
             options.id,
             Arc::new(config),
-            Network,
+            Network::new(options.id, options.transport.clone()),
             log_store,
             state_machine,
         )
@@ -280,6 +288,7 @@ impl RaftMetastore {
         }
         Ok(RaftMetastore {
             id: options.id,
+            clock: options.clock.clone(),
             raft,
             state,
             db,
@@ -296,9 +305,30 @@ impl RaftMetastore {
         &self.raft
     }
 
-    /// Reads this node's applied state as it is, leader or not (tests).
-    #[cfg(test)]
-    pub(crate) fn local_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+    /// Hands a Raft message from another node to this one (what the
+    /// metastore port does for a `PeerRequest`; the simulation's network
+    /// calls it directly).
+    pub async fn handle_peer(&self, request: PeerRequest) -> PeerResponse {
+        super::network::handle(&self.raft, &self.incoming, request).await
+    }
+
+    /// Whether this node leads its group now, as far as it knows.
+    pub fn leads(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id)
+    }
+
+    /// The index of the last log entry this node applied.
+    pub fn applied_index(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index)
+    }
+
+    /// Reads this node's applied state as it is, leader or not (tests, and
+    /// the simulation's check that replicas agree).
+    pub fn local_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
         f(&self.state.read().expect("metastore state lock poisoned"))
     }
 
@@ -432,7 +462,7 @@ impl Sequencer for RaftMetastore {
     /// proposal is accepted, so stamps are always a leader's time.
     async fn write(&self, command: Command) -> Result<Reply, MetaError> {
         let proposal = Proposal {
-            at_ms: crate::now_ms(),
+            at_ms: self.clock.now_ms(),
             command,
         };
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(proposal)).await {
@@ -448,7 +478,10 @@ impl Sequencer for RaftMetastore {
 
     /// Runs `f` on the state once this node has confirmed it leads and has
     /// applied everything committed before the read began.
-    async fn read<T: Send, F: FnOnce(&State) -> T + Send>(&self, f: F) -> Result<T, MetaError> {
+    async fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
+        &self,
+        f: F,
+    ) -> Result<T, MetaError> {
         if self.lease.is_valid() {
             return Ok(f(&self
                 .state
@@ -476,7 +509,7 @@ impl Sequencer for RaftMetastore {
     /// Reads are served by the leader: ages are on its clock, the one that
     /// stamped the heartbeats.
     fn now_ms(&self) -> i64 {
-        crate::now_ms()
+        self.clock.now_ms()
     }
 
     fn new_id(&self) -> Uuid {

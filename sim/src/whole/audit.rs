@@ -26,7 +26,7 @@ use object_store::ObjectStoreExt;
 use tokio::time::{Duration, Instant};
 
 use super::Shared;
-use super::meta::SimMetastore;
+use floe_metastore::Sequencer;
 
 /// One record as stored: its offset, key and value.
 struct Stored {
@@ -41,31 +41,51 @@ fn text(bytes: &Option<bytes::Bytes>) -> Option<String> {
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
+/// Why an extent could not be read.
+#[derive(Debug)]
+enum Unreadable {
+    /// Its object is not in the bucket.
+    Missing,
+    /// A fault the simulation injected.
+    Injected,
+    /// Anything else: a short object, bytes that are not whole batches.
+    Corrupt(String),
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreadable::Missing => f.write_str("its object is missing"),
+            Unreadable::Injected => f.write_str("an injected fault"),
+            Unreadable::Corrupt(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The records of an extent, or why they cannot be read.
 async fn read_extent(
     store: &Arc<dyn ObjectStore>,
     extent: &ExtentRef,
-) -> Result<Vec<Stored>, String> {
+) -> Result<Vec<Stored>, Unreadable> {
     let path = ObjectPath::from(extent.object_key.as_str());
     let bytes = store
         .get_range(&path, extent.position..extent.position + extent.length)
         .await
         .map_err(|e| match e {
-            object_store::Error::NotFound { .. } => format!("missing: {}", extent.object_key),
-            other => other.to_string(),
+            object_store::Error::NotFound { .. } => Unreadable::Missing,
+            object_store::Error::Generic { store: "sim", .. } => Unreadable::Injected,
+            other => Unreadable::Corrupt(other.to_string()),
         })?;
     let mut data = BytesMut::from(&bytes[..]);
     let whole = patch_base_offsets(&mut data[..], extent.base_offset);
+    let corrupt = |e: &dyn std::fmt::Display| Unreadable::Corrupt(e.to_string());
     if whole != data.len() {
-        return Err(format!(
-            "extent {}@{} does not end on a batch boundary",
-            extent.object_key, extent.base_offset
-        ));
+        return Err(corrupt(&"it does not end on a batch boundary"));
     }
-    let batches = RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| e.to_string())?;
+    let batches = RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| corrupt(&e))?;
     let mut records = Vec::new();
     for batch in &batches {
-        for r in floe_protocol::records::decode(batch).map_err(|e| e.to_string())? {
+        for r in floe_protocol::records::decode(batch).map_err(|e| corrupt(&e))? {
             records.push(Stored {
                 offset: r.offset,
                 key: text(&r.key),
@@ -76,14 +96,22 @@ async fn read_extent(
     Ok(records)
 }
 
+/// How far ahead of the simulation's time the metastore's clock may run
+/// (a node's clock skewed a minute ahead, in Raft runs, stamps it).
+const MAX_SKEW_MS: i64 = 61_000;
+
 /// A consumer reading every partition along as records arrive, through the
-/// faulty metastore and store, checking that what it sees has no gaps.
+/// faulty metastore and store. It checks what it sees as it goes: no gaps
+/// (but where key compaction removed records), no high watermark moving
+/// back, no live extent whose object is gone, and that whatever retention
+/// removed under it had expired.
 pub async fn poll(
     shared: Shared,
     meta: Arc<dyn Metastore>,
     store: Arc<dyn ObjectStore>,
     topics: Vec<TopicInfo>,
     stop: Instant,
+    retention_ms: i64,
 ) {
     let mut positions: BTreeMap<(usize, i32), i64> = BTreeMap::new();
     while Instant::now() < stop {
@@ -91,6 +119,7 @@ pub async fn poll(
         tokio::time::sleep(Duration::from_millis(500 + pause)).await;
         for (t, topic) in topics.iter().enumerate() {
             let compacted = floe_compactor::keyed::is_compacted(topic);
+            let name = &topic.name;
             for p in 0..topic.partitions {
                 let pos = positions.entry((t, p)).or_insert(0);
                 let plan = match meta.read_plan(topic.id, p, *pos, 64 << 10).await {
@@ -98,34 +127,85 @@ pub async fn poll(
                     Err(MetaError::OffsetOutOfRange {
                         log_start_offset, ..
                     }) if log_start_offset > *pos => {
+                        let (from, to) = (*pos, log_start_offset);
                         shared.with(|w| {
-                            w.log(format!(
-                                "poll {}/{p}: {pos} expired, from {log_start_offset}",
-                                topic.name
-                            ))
+                            w.log(format!("poll {name}/{p}: {from} expired, from {to}"));
+                            let now = super::meta::EPOCH_MS + w.start.elapsed().as_millis() as i64;
+                            let early: Vec<String> = w
+                                .acks
+                                .iter()
+                                .filter(|a| a.topic == t && a.partition == p)
+                                .filter(|a| a.offset + a.records as i64 > from && a.offset < to)
+                                .filter(|a| compacted || a.sent_ms + retention_ms > now + MAX_SKEW_MS)
+                                .map(|a| format!("b{:x}@{} sent at {}", a.batch, a.offset, a.sent_ms))
+                                .collect();
+                            if let Some(first) = early.first() {
+                                w.anomaly(format!(
+                                    "lost write: the log start of {name}/{p} moved from {from} to {to} at {now}, past {first} (retention {retention_ms} ms; {} such)",
+                                    early.len()
+                                ));
+                            }
                         });
                         *pos = log_start_offset;
                         continue;
                     }
+                    Err(MetaError::OffsetOutOfRange { high_watermark, .. })
+                        if high_watermark < *pos =>
+                    {
+                        let at = *pos;
+                        shared.with(|w| {
+                            w.anomaly(format!(
+                                "the high watermark of {name}/{p} moved back to {high_watermark} after offset {} was polled",
+                                at - 1
+                            ))
+                        });
+                        continue;
+                    }
                     Err(_) => continue,
                 };
-                'extents: for extent in &plan.extents {
+                for extent in &plan.extents {
                     let records = match read_extent(&store, extent).await {
                         Ok(r) => r,
-                        // Deleted after a swap and its grace, or a store
-                        // fault: a consumer plans again (the final audit
-                        // checks that no live extent points at a missing object).
-                        Err(_) => break 'extents,
+                        Err(Unreadable::Injected) => break,
+                        // Deleted after a compaction swapped it out and its
+                        // grace passed: a consumer plans again. But if the
+                        // partition still points at it, it was deleted live.
+                        Err(Unreadable::Missing) => {
+                            if let Ok(again) = meta.read_plan(topic.id, p, *pos, 64 << 10).await
+                                && again
+                                    .extents
+                                    .iter()
+                                    .any(|e| e.object_key == extent.object_key)
+                            {
+                                shared.with(|w| {
+                                    w.anomaly(format!(
+                                        "{name}/{p}: live extent {}..={} points at deleted {}",
+                                        extent.base_offset, extent.last_offset, extent.object_key
+                                    ))
+                                });
+                            }
+                            break;
+                        }
+                        Err(why) => {
+                            shared.with(|w| {
+                                w.anomaly(format!(
+                                    "{name}/{p}: extent {}..={} of {} is unreadable: {why}",
+                                    extent.base_offset, extent.last_offset, extent.object_key
+                                ))
+                            });
+                            break;
+                        }
                     };
                     for r in records {
                         if r.offset < *pos {
                             continue;
                         }
                         if r.offset != *pos && !compacted {
+                            let at = *pos;
                             shared.with(|w| {
                                 w.anomaly(format!(
-                                    "poll of {}/{p} skipped from {pos} to {} (non-contiguous read)",
-                                    topic.name, r.offset
+                                    "poll of {name}/{p} skipped from {at} to {} (non-contiguous read)",
+                                    r.offset
                                 ))
                             });
                         }
@@ -134,6 +214,17 @@ pub async fn poll(
                             w.polled.insert((t, p, r.offset), r.value);
                         });
                         *pos = r.offset + 1;
+                    }
+                    if *pos <= extent.last_offset && !compacted {
+                        let at = *pos;
+                        shared.with(|w| {
+                            w.anomaly(format!(
+                                "{name}/{p}: extent {}..={} holds records only up to {}",
+                                extent.base_offset,
+                                extent.last_offset,
+                                at - 1
+                            ))
+                        });
                     }
                     // Key compaction may have dropped the extent's last records.
                     *pos = (*pos).max(extent.last_offset + 1);
@@ -152,7 +243,7 @@ struct Log {
 /// Reads a partition whole from the bucket as the state describes it,
 /// checking that its extents tile `[log start, high watermark)` and exist.
 async fn read_log(
-    meta: &SimMetastore,
+    meta: &impl Sequencer,
     bucket: &Arc<dyn ObjectStore>,
     topic: &TopicInfo,
     p: i32,
@@ -160,13 +251,17 @@ async fn read_log(
     anomalies: &mut Vec<String>,
 ) -> Log {
     let name = &topic.name;
-    let (offsets, plan) = meta.inspect(|s| {
-        let o = s.offsets(topic.id, p).expect("the partition exists");
-        let plan = s
-            .read_plan(topic.id, p, o.log_start_offset, u64::MAX)
-            .expect("a plan from the log start");
-        (o, plan)
-    });
+    let id = topic.id;
+    let (offsets, plan) = meta
+        .read(move |s| {
+            let o = s.offsets(id, p).expect("the partition exists");
+            let plan = s
+                .read_plan(id, p, o.log_start_offset, u64::MAX)
+                .expect("a plan from the log start");
+            (o, plan)
+        })
+        .await
+        .expect("the metastore answers once calm");
     let mut records = BTreeMap::new();
     let mut next = offsets.log_start_offset;
     for (i, e) in plan.extents.iter().enumerate() {
@@ -200,7 +295,10 @@ async fn read_log(
                     }
                 }
             }
-            Err(why) => anomalies.push(format!("{name}/{p}: live extent unreadable: {why}")),
+            Err(why) => anomalies.push(format!(
+                "{name}/{p}: live extent {}..={} of {} is unreadable: {why}",
+                e.base_offset, e.last_offset, e.object_key
+            )),
         }
     }
     if offsets.high_watermark > offsets.log_start_offset && next != offsets.high_watermark {
@@ -208,6 +306,17 @@ async fn read_log(
             "{name}/{p}: extents end at {next}, the high watermark is {}",
             offsets.high_watermark
         ));
+    }
+    // Only key compaction removes records from inside the log.
+    if !floe_compactor::keyed::is_compacted(topic) {
+        let held = records.len() as i64;
+        let span = offsets.high_watermark - offsets.log_start_offset;
+        if held != span {
+            anomalies.push(format!(
+                "{name}/{p}: {held} records between the log start {} and the high watermark {}",
+                offsets.log_start_offset, offsets.high_watermark
+            ));
+        }
     }
     Log {
         start: offsets.log_start_offset,
@@ -218,16 +327,19 @@ async fn read_log(
 /// The final audit, on the state and the bucket as they are (no faults).
 pub async fn settle_and_check(
     shared: &Shared,
-    meta: &SimMetastore,
+    meta: &impl Sequencer,
     bucket: &Arc<dyn ObjectStore>,
     topics: &[TopicInfo],
     retention_ms: i64,
 ) {
     let mut anomalies = Vec::new();
-    if let Err(broken) = meta.inspect(|s| s.check_invariants()) {
+    let (invariants, end_ms) = meta
+        .read(|s| (s.check_invariants(), s.clock_ms()))
+        .await
+        .expect("the metastore answers once calm");
+    if let Err(broken) = invariants {
         anomalies.push(format!("state invariant broken: {broken}"));
     }
-    let end_ms = meta.inspect(|s| s.clock_ms());
     let mut logs: BTreeMap<(usize, i32), Log> = BTreeMap::new();
     let mut segments = BTreeSet::new();
     for (t, topic) in topics.iter().enumerate() {
@@ -257,6 +369,15 @@ pub async fn settle_and_check(
                 ));
             }
             if compacted {
+                // Still there: it must be what was acknowledged.
+                if let Some(r) = log.records.get(&offset)
+                    && r.value != want
+                {
+                    anomalies.push(format!(
+                        "altered write: {name}/{}@{offset} holds {}, acknowledged as {want}",
+                        ack.partition, r.value
+                    ));
+                }
                 let key = format!("k{}", ack.keys[i as usize].expect("keyed"));
                 let entry = latest
                     .entry((ack.partition, key))
@@ -328,15 +449,22 @@ pub async fn settle_and_check(
             ));
         }
     }
-    // What the poller read is what the log holds (where it still holds it).
+    // What the poller read is what the log holds: the same record, unless
+    // retention (before the log start) or key compaction removed it.
     for ((t, p, offset), value) in &polled {
-        if let Some(now) = logs[&(*t, *p)].records.get(offset)
-            && now.value != *value
-        {
-            anomalies.push(format!(
+        let log = &logs[&(*t, *p)];
+        match log.records.get(offset) {
+            Some(now) if now.value != *value => anomalies.push(format!(
                 "inconsistent read: {}/{p}@{offset} was polled as {value}, the log now holds {}",
                 topics[*t].name, now.value
-            ));
+            )),
+            None if *offset >= log.start && !floe_compactor::keyed::is_compacted(&topics[*t]) => {
+                anomalies.push(format!(
+                    "lost read: {}/{p}@{offset} was polled as {value} and is gone from the log",
+                    topics[*t].name
+                ))
+            }
+            _ => {}
         }
     }
     let objects_left = {

@@ -99,7 +99,7 @@ impl SimMetastore {
 
 /// Runs `f`; a panic (a debug assertion of the state machine) becomes an
 /// anomaly of the run, which then stops, rather than a task that vanishes.
-fn caught<T>(shared: &Shared, doing: &str, f: impl FnOnce() -> T) -> Option<T> {
+pub(super) fn caught<T>(shared: &Shared, doing: &str, f: impl FnOnce() -> T) -> Option<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(t) => Some(t),
         Err(panic) => {
@@ -114,19 +114,6 @@ fn caught<T>(shared: &Shared, doing: &str, f: impl FnOnce() -> T) -> Option<T> {
     }
 }
 
-/// Whether a blind retry of `command` is safe, as `RemoteMetastore` decides
-/// (commits and swaps are answered from the ledger when repeated).
-fn repeatable(command: &Command) -> bool {
-    matches!(
-        command,
-        Command::Commit(_)
-            | Command::ReplaceExtents(_)
-            | Command::Tick
-            | Command::RecordOrphans { .. }
-            | Command::ForgetGarbage { .. }
-    )
-}
-
 impl Sequencer for SimMetastore {
     async fn write(&self, command: Command) -> Result<Reply, MetaError> {
         let mut attempts = 0;
@@ -137,7 +124,7 @@ impl Sequencer for SimMetastore {
                 (w.chance(f.unavailable), w.chance(f.lost_reply))
             });
             if refused {
-                if repeatable(&command) && attempts < 3 {
+                if command.retry_is_safe() && attempts < 3 {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -148,7 +135,7 @@ impl Sequencer for SimMetastore {
                 .await
                 .map_err(|_| MetaError::Unavailable("simulated: stopped".into()))?;
             if lost {
-                if repeatable(&command) && attempts < 3 {
+                if command.retry_is_safe() && attempts < 3 {
                     self.shared.with(|w| w.summary.retried_writes += 1);
                     continue;
                 }

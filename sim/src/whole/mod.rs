@@ -14,6 +14,7 @@
 
 pub mod audit;
 pub mod meta;
+pub mod raft;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -25,7 +26,7 @@ use floe_agent::compaction::Background;
 use floe_agent::metrics::Metrics;
 use floe_cache::BlockCache;
 use floe_compactor::{CompactionPolicy, Counters, Gc};
-use floe_metastore::{MetaError, Metastore, NewTopic, ProducerIdentity, TopicInfo};
+use floe_metastore::{Metastore, NewTopic, ProducerIdentity, TopicInfo};
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::kafka_protocol::records::{
@@ -52,6 +53,9 @@ pub struct Settings {
     pub agents: usize,
     pub producers: usize,
     pub partitions: i32,
+    /// The metastore as a three-node Raft group over a faulty network
+    /// ([`raft`]) rather than one state behind injected faults ([`meta`]).
+    pub raft: bool,
 }
 
 impl Default for Settings {
@@ -61,6 +65,7 @@ impl Default for Settings {
             agents: 3,
             producers: 4,
             partitions: 3,
+            raft: false,
         }
     }
 }
@@ -77,6 +82,10 @@ pub struct Summary {
     /// Objects in the bucket at the end (referenced, or garbage within its grace).
     pub objects_left: u64,
     pub polled_records: u64,
+    /// Times a metastore client moved to another node (Raft runs).
+    pub redirects: u64,
+    /// Network partitions between metastore nodes (Raft runs).
+    pub partitions: u64,
     pub simulated_ms: u64,
 }
 
@@ -112,6 +121,7 @@ pub struct World {
     rng: ChaCha8Rng,
     pub store_faults: StoreFaults,
     pub meta_faults: MetaFaults,
+    pub net: raft::NetFaults,
     pub acks: Vec<Ack>,
     pub summary: Summary,
     pub trace: Vec<String>,
@@ -154,6 +164,12 @@ impl World {
 #[derive(Clone)]
 pub struct Shared(Arc<Mutex<World>>);
 
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shared")
+    }
+}
+
 impl Shared {
     pub fn with<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
         f(&mut self.0.lock().expect("sim world lock"))
@@ -181,6 +197,7 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             rng: ChaCha8Rng::seed_from_u64(seed),
             store_faults: StoreFaults::default(),
             meta_faults: MetaFaults::default(),
+            net: raft::NetFaults::default(),
             acks: Vec::new(),
             summary: Summary::default(),
             trace: Vec::new(),
@@ -190,10 +207,27 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             failed: Arc::new(tokio::sync::Notify::new()),
         })));
         let failed = shared.with(|w| w.failed.clone());
+        // FLOE_SIM_PROGRESS=1: a line per simulated minute on stderr, to
+        // tell a slow run from a stuck one.
+        if std::env::var_os("FLOE_SIM_PROGRESS").is_some() {
+            tokio::spawn(async {
+                let start = Instant::now();
+                loop {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    eprintln!("simulated {:?}", start.elapsed());
+                }
+            });
+        }
+        // Producing, five minutes of calm and the audit fit well within
+        // this; a run still going then is stuck (a liveness failure).
+        let limit = settings.duration + Duration::from_secs(3_600);
         tokio::select! {
             biased;
             () = failed.notified() => {}
             () = simulate(&shared, settings) => {}
+            () = tokio::time::sleep(limit) => shared.with(|w| {
+                w.anomaly(format!("the run did not settle within {limit:?} of simulated time"))
+            }),
         }
         shared
     });
@@ -290,14 +324,24 @@ impl Cluster {
 }
 
 async fn simulate(shared: &Shared, settings: Settings) {
-    let meta_impl = Arc::new(SimMetastore::new(shared.clone()));
-    let meta: Arc<dyn Metastore> = meta_impl.clone();
+    let (single, group) = if settings.raft {
+        (None, Some(raft::start(shared).await))
+    } else {
+        (Some(Arc::new(SimMetastore::new(shared.clone()))), None)
+    };
+    let meta: Arc<dyn Metastore> = match (&single, &group) {
+        (Some(single), _) => single.clone(),
+        (_, Some(group)) => group.client.clone(),
+        _ => unreachable!("one metastore or the other"),
+    };
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let store: Arc<dyn ObjectStore> = Arc::new(HookedStore::new(
         inner.clone(),
         SimStoreFaults(shared.clone()),
     ));
-    let retention_ms = shared.with(|w| 60_000 * (20 + w.rng_below(100) as i64));
+    // Short enough that retention runs while faults are on, long enough
+    // that the final audit still finds unexpired records to hold the log to.
+    let retention_ms = shared.with(|w| 60_000 * (2 + w.rng_below(18) as i64));
     let mut topics = Vec::new();
     for (name, policy) in [("events", "delete"), ("table", "compact")] {
         let configs = BTreeMap::from([
@@ -362,13 +406,19 @@ async fn simulate(shared: &Shared, settings: Settings) {
             stop,
         )));
     }
-    actors.push(tokio::spawn(chaos(shared.clone(), cluster.clone(), stop)));
+    actors.push(tokio::spawn(chaos(
+        shared.clone(),
+        cluster.clone(),
+        stop,
+        settings.raft,
+    )));
     let poller = tokio::spawn(audit::poll(
         shared.clone(),
         meta.clone(),
         store.clone(),
         topics.clone(),
         stop,
+        retention_ms,
     ));
     for actor in actors {
         actor.await.expect("actors do not panic");
@@ -380,6 +430,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
     shared.with(|w| {
         w.store_faults = StoreFaults::default();
         w.meta_faults = MetaFaults::default();
+        w.net = raft::NetFaults::default();
         w.log("calm: faults off, every agent up".into());
     });
     {
@@ -390,14 +441,29 @@ async fn simulate(shared: &Shared, settings: Settings) {
             }
         }
     }
-    tokio::time::sleep(Duration::from_secs(15 * 60)).await;
+    // Long enough for every commit in flight to finish or time out (the
+    // batcher's 60 s deadline, the client's 15 s of retries) and for GC to
+    // act on what the last passes made garbage.
+    tokio::time::sleep(Duration::from_secs(5 * 60)).await;
     {
         let mut c = cluster.lock().await;
         for i in 0..settings.agents {
             c.crash(i);
         }
     }
-    audit::settle_and_check(shared, &meta_impl, &inner, &topics, retention_ms).await;
+    match (&single, &group) {
+        (Some(single), _) => {
+            audit::settle_and_check(shared, single.as_ref(), &inner, &topics, retention_ms).await
+        }
+        (_, Some(group)) => {
+            if let Err(why) = raft::replicas_agree(group).await {
+                shared.with(|w| w.anomaly(why));
+            }
+            audit::settle_and_check(shared, group.client.as_ref(), &inner, &topics, retention_ms)
+                .await;
+        }
+        _ => unreachable!("one metastore or the other"),
+    }
 }
 
 /// A Kafka producer: batches of a few records to a random partition through
@@ -471,10 +537,17 @@ async fn produce(
             let mut batches = RecordBatch::parse_all(&bytes).expect("the producer's batch parses");
             assert_eq!(batches.len(), 1, "one batch per produce");
             let batch = batches.remove(0);
-            let answer = match batcher.enqueue(topic.id, partition, batch, false).await {
-                Ok(committed) => committed.offset().await,
-                Err(e) => Err(e),
+            // Kafka's producer gives up on a batch after `delivery.timeout.ms`
+            // (two minutes), whatever became of it.
+            let delivery = async {
+                match batcher.enqueue(topic.id, partition, batch, false).await {
+                    Ok(committed) => committed.offset().await,
+                    Err(e) => Err(e),
+                }
             };
+            let answer = tokio::time::timeout(DELIVERY_TIMEOUT, delivery)
+                .await
+                .unwrap_or_else(|_| Err(AppendError::Storage("delivery timed out".into())));
             match answer {
                 Ok(offset) => {
                     shared.with(|w| {
@@ -499,7 +572,11 @@ async fn produce(
                     }
                     break;
                 }
-                Err(AppendError::Storage(_)) if attempts < 30 && Instant::now() < stop => {
+                // What a Kafka client retries: the error the agent would
+                // send it (KafkaStorageError for upload and commit failures,
+                // a key swept or a commit too late) is retriable, and the
+                // same batch goes again with the same sequence.
+                Err(e) if retriable(&e) && attempts < 30 && Instant::now() < stop => {
                     let backoff = shared.with(|w| w.rng_below(1_000));
                     tokio::time::sleep(Duration::from_millis(100 + backoff)).await;
                 }
@@ -511,20 +588,12 @@ async fn produce(
                             topic.name
                         ));
                     });
-                    // An idempotent producer whose state is in doubt starts
-                    // over with a bumped epoch, as Kafka's does (KIP-360).
-                    if idempotent
-                        && let AppendError::Refused(
-                            MetaError::OutOfOrderSequence { .. }
-                            | MetaError::UnknownProducerId(_)
-                            | MetaError::InvalidProducerEpoch { .. },
-                        ) = e
-                    {
-                        identity = None;
-                    }
-                    if idempotent && matches!(e, AppendError::Storage(_)) {
-                        // Unknown whether it landed: the next batch cannot
-                        // follow it with certainty; start a new epoch.
+                    // Whether the batch landed is unknown, so the next one
+                    // cannot take its sequence: an idempotent producer
+                    // starts over with a new epoch, as Kafka's does (KIP-360).
+                    // (Reusing the sequence for other data would have it
+                    // answered as a duplicate of the lost batch.)
+                    if idempotent {
                         identity = None;
                     }
                     break;
@@ -533,6 +602,19 @@ async fn produce(
         }
     }
 }
+
+/// Whether a Kafka client would retry a produce that failed so.
+fn retriable(e: &AppendError) -> bool {
+    match e {
+        AppendError::Storage(_) => true,
+        AppendError::Refused(meta) => {
+            floe_agent::broker::kafka_error(meta) == floe_protocol::ResponseError::KafkaStorageError
+        }
+    }
+}
+
+/// Kafka's `delivery.timeout.ms` default.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Keys on the compacted topic.
 const KEYS: u64 = 12;
@@ -585,13 +667,67 @@ pub fn value(batch: u64, i: i32) -> String {
     format!("b{batch:x}-{i}")
 }
 
+/// The Raft group's weather: a node (often the leader) cut off for a while,
+/// one direction of a link cut, messages lost and late, clocks skewed.
+fn raft_weather(shared: &Shared) {
+    shared.with(|w| {
+        let node = 1 + w.rng_below(raft::NODES);
+        match w.rng_below(4) {
+            0 => {
+                // Isolated: its leadership (if any) passes on; writes it
+                // takes meanwhile never commit.
+                for other in (1..=raft::NODES).filter(|&o| o != node) {
+                    w.net.cut.insert((node, other));
+                    w.net.cut.insert((other, node));
+                }
+                w.summary.partitions += 1;
+                w.log(format!("node {node} isolated"));
+            }
+            1 => {
+                let other = 1 + (node % raft::NODES);
+                w.net.cut.insert((node, other));
+                w.summary.partitions += 1;
+                w.log(format!("link {node} -> {other} cut"));
+            }
+            2 => {
+                w.net.cut.clear();
+                w.net.drop = 0.1 * w.rng.random::<f64>();
+                w.net.max_latency = Duration::from_millis(w.rng_below(200));
+                w.log(format!(
+                    "network healed; drop {:.3}, latency up to {:?}",
+                    w.net.drop, w.net.max_latency
+                ));
+            }
+            _ => {
+                // Mostly a few seconds either way; now and then a minute ahead.
+                let skew = if w.chance(0.2) {
+                    60_000
+                } else {
+                    w.rng_below(6_000) as i64 - 3_000
+                };
+                w.net.skew_ms.insert(node, skew);
+                w.log(format!("node {node}'s clock is off by {skew} ms"));
+            }
+        }
+    });
+}
+
 /// Changes the weather: store and metastore faults come and go, agents
 /// crash (mid-upload, mid-commit, mid-compaction) and restart, and the
 /// metastore freezes for longer than the batcher's commit deadline.
-async fn chaos(shared: Shared, cluster: Arc<tokio::sync::Mutex<Cluster>>, stop: Instant) {
+async fn chaos(
+    shared: Shared,
+    cluster: Arc<tokio::sync::Mutex<Cluster>>,
+    stop: Instant,
+    raft: bool,
+) {
     while Instant::now() < stop {
         let (pause, event) = shared.with(|w| (w.rng_below(20_000), w.rng_below(10)));
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        if raft && (3..=6).contains(&event) {
+            raft_weather(&shared);
+            continue;
+        }
         match event {
             0..=2 => shared.with(|w| {
                 let stormy = w.chance(0.5);
