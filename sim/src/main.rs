@@ -87,6 +87,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
                 total.polled_records += s.polled_records;
                 total.redirects += s.redirects;
                 total.partitions += s.partitions;
+                total.node_kills += s.node_kills;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -116,7 +117,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
     }
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
-         {} agent crashes, {} metastore writes retried, {} metastore partitions, {} client redirects, \
+         {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
          {} live segments at the end, {} records polled, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
@@ -124,6 +125,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.crashes,
         total.retried_writes,
         total.partitions,
+        total.node_kills,
         total.redirects,
         total.segments_live,
         total.polled_records,

@@ -63,6 +63,10 @@ pub struct NodeOptions {
     pub clock: Arc<dyn Clock>,
     /// How Raft messages reach other nodes; `None`: TCP to their addresses.
     pub transport: Option<Arc<dyn PeerTransport>>,
+    /// An open database to use instead of `path`: the one a stopped node of
+    /// this process used, so that it restarts from its log as after a crash
+    /// (the simulation kills and restarts nodes so).
+    pub database: Option<Arc<Database>>,
 }
 
 impl NodeOptions {
@@ -76,6 +80,7 @@ impl NodeOptions {
             heartbeat_ms: 100,
             clock: Arc::new(SystemClock),
             transport: None,
+            database: None,
         }
     }
 }
@@ -232,7 +237,10 @@ fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>) -> M
 impl RaftMetastore {
     /// Opens (or creates) a node's storage and starts its Raft.
     pub async fn start(options: NodeOptions) -> Result<RaftMetastore, MetaError> {
-        let db = Arc::new(open_database(options.path.as_ref())?);
+        let db = match &options.database {
+            Some(db) => db.clone(),
+            None => Arc::new(open_database(options.path.as_ref())?),
+        };
         let log_store = LogStore::new(db.clone());
         let (state_machine, state) = StateMachine::open(db.clone()).await.map_err(storage)?;
         let heartbeat = options.heartbeat_ms.max(10);
@@ -303,6 +311,11 @@ impl RaftMetastore {
 
     pub(crate) fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// The database holding this node's log, vote and snapshot.
+    pub fn database(&self) -> Arc<Database> {
+        self.db.clone()
     }
 
     /// Hands a Raft message from another node to this one (what the

@@ -86,6 +86,8 @@ pub struct Summary {
     pub redirects: u64,
     /// Network partitions between metastore nodes (Raft runs).
     pub partitions: u64,
+    /// Metastore nodes killed and restarted from their logs (Raft runs).
+    pub node_kills: u64,
     pub simulated_ms: u64,
 }
 
@@ -325,7 +327,7 @@ impl Cluster {
 
 async fn simulate(shared: &Shared, settings: Settings) {
     let (single, group) = if settings.raft {
-        (None, Some(raft::start(shared).await))
+        (None, Some(Arc::new(raft::start(shared).await)))
     } else {
         (Some(Arc::new(SimMetastore::new(shared.clone()))), None)
     };
@@ -410,7 +412,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
         shared.clone(),
         cluster.clone(),
         stop,
-        settings.raft,
+        group.clone(),
     )));
     let poller = tokio::spawn(audit::poll(
         shared.clone(),
@@ -439,6 +441,11 @@ async fn simulate(shared: &Shared, settings: Settings) {
             if c.agents[i].batcher.is_none() {
                 c.start_agent(i);
             }
+        }
+    }
+    if let Some(group) = &group {
+        for i in 0..raft::NODES as usize {
+            group.restart(i).await;
         }
     }
     // Long enough for every commit in flight to finish or time out (the
@@ -667,9 +674,33 @@ pub fn value(batch: u64, i: i32) -> String {
     format!("b{batch:x}-{i}")
 }
 
-/// The Raft group's weather: a node (often the leader) cut off for a while,
-/// one direction of a link cut, messages lost and late, clocks skewed.
-fn raft_weather(shared: &Shared) {
+/// The Raft group's weather: a node (often the leader) killed and restarted
+/// from its log, or cut off for a while; one direction of a link cut;
+/// messages lost and late; clocks skewed.
+async fn raft_weather(shared: &Shared, group: &Arc<raft::RaftGroup>) {
+    let (kill, node, down_ms) = shared.with(|w| {
+        (
+            w.chance(0.25),
+            w.rng_below(raft::NODES) as usize,
+            1_000 + w.rng_below(20_000),
+        )
+    });
+    if kill && !group.is_down(node) {
+        group.kill(node).await;
+        shared.with(|w| {
+            w.summary.node_kills += 1;
+            w.log(format!(
+                "metastore node {} killed; back in {down_ms} ms",
+                node + 1
+            ))
+        });
+        let group = group.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(down_ms)).await;
+            group.restart(node).await;
+        });
+        return;
+    }
     shared.with(|w| {
         let node = 1 + w.rng_below(raft::NODES);
         match w.rng_below(4) {
@@ -719,13 +750,15 @@ async fn chaos(
     shared: Shared,
     cluster: Arc<tokio::sync::Mutex<Cluster>>,
     stop: Instant,
-    raft: bool,
+    group: Option<Arc<raft::RaftGroup>>,
 ) {
     while Instant::now() < stop {
         let (pause, event) = shared.with(|w| (w.rng_below(20_000), w.rng_below(10)));
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        if raft && (3..=6).contains(&event) {
-            raft_weather(&shared);
+        if let Some(group) = &group
+            && (3..=6).contains(&event)
+        {
+            raft_weather(&shared, group).await;
             continue;
         }
         match event {

@@ -1,6 +1,8 @@
 //! The metastore as a three-node Raft group (the real `RaftMetastore`, its
 //! log in in-memory redb) over a simulated network that delays, drops and
-//! partitions messages, with each node's clock skewed its own way. Agents
+//! partitions messages, with each node's clock skewed its own way. Nodes are
+//! killed where they stand and restarted from their logs (the same database,
+//! as a crashed process finds its disk). Agents
 //! reach it through a client that follows the leader and retries as
 //! `RemoteMetastore` does; an isolated leader keeps taking writes it cannot
 //! commit, as a frozen or partitioned leader does.
@@ -121,11 +123,16 @@ impl PeerTransport for SimNet {
     }
 }
 
-/// The three nodes, and the client agents use.
+/// The three nodes (`None` while one is down), and the client agents use.
 pub struct RaftGroup {
-    pub nodes: Vec<Arc<RaftMetastore>>,
+    nodes: Nodes,
+    /// Each node's options, its database among them, to restart it with.
+    options: Vec<NodeOptions>,
+    net: Arc<SimNet>,
     pub client: Arc<RaftClient>,
 }
+
+type Nodes = Arc<Mutex<Vec<Option<Arc<RaftMetastore>>>>>;
 
 /// Starts the group and waits for its first leader.
 pub async fn start(shared: &Shared) -> RaftGroup {
@@ -135,34 +142,39 @@ pub async fn start(shared: &Shared) -> RaftGroup {
     });
     let peers: BTreeMap<NodeId, String> = (1..=NODES).map(|id| (id, address(id))).collect();
     let start = Instant::now();
+    let mut options = Vec::new();
     let mut nodes = Vec::new();
     for id in 1..=NODES {
-        let mut options = NodeOptions::new(id, address(id));
-        options.bootstrap = Bootstrap::Cluster(peers.clone());
-        options.heartbeat_ms = 50;
+        let mut o = NodeOptions::new(id, address(id));
+        o.bootstrap = Bootstrap::Cluster(peers.clone());
+        o.heartbeat_ms = 50;
         // Small, so that followers catch up from snapshots too.
-        options.snapshot_every = 300;
-        options.clock = Arc::new(SkewedClock {
+        o.snapshot_every = 300;
+        o.clock = Arc::new(SkewedClock {
             node: id,
             start,
             shared: shared.clone(),
         });
         let transport: Arc<dyn PeerTransport> = net.clone();
-        options.transport = Some(transport);
+        o.transport = Some(transport);
         let node = Arc::new(
-            RaftMetastore::start(options)
+            RaftMetastore::start(o.clone())
                 .await
                 .expect("a metastore node starts"),
         );
+        // Restarts reopen the same log, as a crashed process does its disk.
+        o.database = Some(node.database());
         net.nodes
             .lock()
             .expect("sim net lock")
             .insert(id, Arc::downgrade(&node));
-        nodes.push(node);
+        options.push(o);
+        nodes.push(Some(node));
     }
-    while !nodes.iter().any(|n| n.leads()) {
+    while !nodes.iter().flatten().any(|n| n.leads()) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let nodes: Nodes = Arc::new(Mutex::new(nodes));
     RaftGroup {
         client: Arc::new(RaftClient {
             nodes: nodes.clone(),
@@ -170,6 +182,49 @@ pub async fn start(shared: &Shared) -> RaftGroup {
             shared: shared.clone(),
         }),
         nodes,
+        options,
+        net,
+    }
+}
+
+impl RaftGroup {
+    fn node(&self, i: usize) -> Option<Arc<RaftMetastore>> {
+        self.nodes.lock().expect("sim nodes lock")[i].clone()
+    }
+
+    /// Stops node `i` where it is (its log stays), as a crash does.
+    pub async fn kill(&self, i: usize) {
+        let node = self.nodes.lock().expect("sim nodes lock")[i].take();
+        if let Some(node) = node {
+            self.net
+                .nodes
+                .lock()
+                .expect("sim net lock")
+                .remove(&(i as NodeId + 1));
+            node.shutdown().await;
+        }
+    }
+
+    /// Starts node `i` again from its log, if it is down.
+    pub async fn restart(&self, i: usize) {
+        if self.node(i).is_some() {
+            return;
+        }
+        let node = Arc::new(
+            RaftMetastore::start(self.options[i].clone())
+                .await
+                .expect("a metastore node restarts from its log"),
+        );
+        self.net
+            .nodes
+            .lock()
+            .expect("sim net lock")
+            .insert(i as NodeId + 1, Arc::downgrade(&node));
+        self.nodes.lock().expect("sim nodes lock")[i] = Some(node);
+    }
+
+    pub fn is_down(&self, i: usize) -> bool {
+        self.node(i).is_none()
     }
 }
 
@@ -179,9 +234,9 @@ fn address(id: NodeId) -> String {
 
 /// Agents' way to the group: sends to the node it believes leads, follows
 /// `NotLeader` hints, and retries what is safe to retry for up to 15 s, as
-/// `RemoteMetastore` does.
+/// `RemoteMetastore` does. A node that is down does not answer.
 pub struct RaftClient {
-    nodes: Vec<Arc<RaftMetastore>>,
+    nodes: Nodes,
     leader: AtomicUsize,
     shared: Shared,
 }
@@ -189,70 +244,105 @@ pub struct RaftClient {
 /// How long a call keeps trying (`RemoteMetastore`'s default).
 const RETRY_FOR: Duration = Duration::from_secs(15);
 
+/// What one attempt at one node came to.
+enum Attempt<T> {
+    Done(Result<T, MetaError>),
+    /// Not applied there, or unknown and safe to send again: try elsewhere.
+    Again(String),
+}
+
 impl RaftClient {
     /// Moves on after a failure at node index `at`: to the hinted leader, or
     /// the next node.
     fn move_on(&self, at: usize, hint: Option<&str>) {
+        let count = self.nodes.lock().expect("sim nodes lock").len();
         let next = hint
             .and_then(|a| a.strip_prefix("node-"))
             .and_then(|id| id.parse::<usize>().ok())
-            .map_or((at + 1) % self.nodes.len(), |id| id - 1);
+            .map_or((at + 1) % count, |id| id - 1);
         self.leader.store(next, Ordering::Relaxed);
         self.shared.with(|w| w.summary.redirects += 1);
     }
-}
 
-impl Sequencer for RaftClient {
-    async fn write(&self, command: Command) -> Result<Reply, MetaError> {
+    /// Runs `attempt` on the node believed to lead, moving on and retrying
+    /// until it is done or `RETRY_FOR` has passed.
+    async fn call<T, Fut>(
+        &self,
+        attempt: impl Fn(Arc<RaftMetastore>) -> Fut,
+    ) -> Result<T, MetaError>
+    where
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
         let deadline = Instant::now() + RETRY_FOR;
-        let safe = command.retry_is_safe();
         loop {
             let at = self.leader.load(Ordering::Relaxed);
-            let why = match Sequencer::write(self.nodes[at].as_ref(), command.clone()).await {
-                Err(MetaError::NotLeader(hint)) => {
-                    self.move_on(at, hint.as_deref());
-                    "not the leader".to_string()
-                }
-                Err(MetaError::Unavailable(why)) if safe => {
+            let node = self.nodes.lock().expect("sim nodes lock")[at].clone();
+            let why = match node {
+                None => {
                     self.move_on(at, None);
-                    why
+                    format!("node {} is down", at + 1)
                 }
-                other => return other,
+                Some(node) => match attempt(node).await {
+                    Attempt::Done(result) => return result,
+                    Attempt::Again(why) => why,
+                },
             };
             if Instant::now() >= deadline {
                 return Err(MetaError::Unavailable(why));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    fn classify<T>(&self, at: usize, result: Result<T, MetaError>, safe: bool) -> Attempt<T> {
+        match result {
+            Err(MetaError::NotLeader(hint)) => {
+                self.move_on(at, hint.as_deref());
+                Attempt::Again("not the leader".into())
+            }
+            Err(MetaError::Unavailable(why)) if safe => {
+                self.move_on(at, None);
+                Attempt::Again(why)
+            }
+            other => Attempt::Done(other),
+        }
+    }
+}
+
+impl Sequencer for RaftClient {
+    async fn write(&self, command: Command) -> Result<Reply, MetaError> {
+        let safe = command.retry_is_safe();
+        self.call(move |node| {
+            let command = command.clone();
+            async move {
+                let at = node.id() as usize - 1;
+                self.classify(at, Sequencer::write(node.as_ref(), command).await, safe)
+            }
+        })
+        .await
     }
 
     async fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
         &self,
         f: F,
     ) -> Result<T, MetaError> {
-        let deadline = Instant::now() + RETRY_FOR;
-        loop {
-            let at = self.leader.load(Ordering::Relaxed);
-            let why = match Sequencer::read(self.nodes[at].as_ref(), f.clone()).await {
-                Err(MetaError::NotLeader(hint)) => {
-                    self.move_on(at, hint.as_deref());
-                    "not the leader".to_string()
-                }
-                Err(MetaError::Unavailable(why)) => {
-                    self.move_on(at, None);
-                    why
-                }
-                other => return other,
-            };
-            if Instant::now() >= deadline {
-                return Err(MetaError::Unavailable(why));
+        self.call(move |node| {
+            let f = f.clone();
+            async move {
+                let at = node.id() as usize - 1;
+                self.classify(at, Sequencer::read(node.as_ref(), f).await, true)
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     fn now_ms(&self) -> i64 {
-        self.nodes[self.leader.load(Ordering::Relaxed)].now_ms()
+        let nodes = self.nodes.lock().expect("sim nodes lock");
+        nodes
+            .iter()
+            .flatten()
+            .next()
+            .map_or(EPOCH_MS, |n| n.now_ms())
     }
 
     fn new_id(&self) -> Uuid {
@@ -263,9 +353,12 @@ impl Sequencer for RaftClient {
 /// After the calm: every node has applied the same log and holds the same
 /// state, byte for byte.
 pub async fn replicas_agree(group: &RaftGroup) -> Result<(), String> {
+    let nodes: Vec<Arc<RaftMetastore>> = (0..NODES as usize)
+        .map(|i| group.node(i).expect("every node is up after the calm"))
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let applied: Vec<u64> = group.nodes.iter().map(|n| n.applied_index()).collect();
+        let applied: Vec<u64> = nodes.iter().map(|n| n.applied_index()).collect();
         if applied.iter().all(|&a| a == applied[0]) {
             break;
         }
@@ -274,8 +367,7 @@ pub async fn replicas_agree(group: &RaftGroup) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let encoded: Vec<Vec<u8>> = group
-        .nodes
+    let encoded: Vec<Vec<u8>> = nodes
         .iter()
         .map(|n| n.local_state(|s| postcard::to_stdvec(s).expect("the state encodes")))
         .collect();
