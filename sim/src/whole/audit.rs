@@ -130,7 +130,7 @@ pub async fn poll(
                         let (from, to) = (*pos, log_start_offset);
                         shared.with(|w| {
                             w.log(format!("poll {name}/{p}: {from} expired, from {to}"));
-                            let now = super::meta::EPOCH_MS + w.start.elapsed().as_millis() as i64;
+                            let now = w.now_ms();
                             let early: Vec<String> = w
                                 .acks
                                 .iter()

@@ -42,7 +42,6 @@ pub struct MetaFaults {
 pub struct SimMetastore {
     state: Arc<Mutex<State>>,
     shared: Shared,
-    start: Instant,
 }
 
 impl SimMetastore {
@@ -50,40 +49,24 @@ impl SimMetastore {
         SimMetastore {
             state: Arc::new(Mutex::new(State::default())),
             shared,
-            start: Instant::now(),
         }
-    }
-
-    /// The state as it is now (the auditor's view).
-    pub fn inspect<T>(&self, f: impl FnOnce(&State) -> T) -> T {
-        f(&self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()))
-    }
-
-    fn now(&self) -> i64 {
-        EPOCH_MS + self.start.elapsed().as_millis() as i64
     }
 
     /// Applies `command` after its latency, whether or not the caller still waits.
     fn propose(&self, command: Command) -> oneshot::Receiver<Reply> {
         let (faults, latency) = self.shared.with(|w| {
             let f = w.meta_faults;
-            let ms = f.max_latency.as_millis() as u64;
-            let latency = Duration::from_millis(if ms == 0 { 0 } else { w.rng_below(ms + 1) });
-            (f, latency)
+            (f, w.latency_up_to(f.max_latency))
         });
         let (tx, rx) = oneshot::channel();
         let state = self.state.clone();
-        let start = self.start;
         let shared = self.shared.clone();
         tokio::spawn(async move {
             if let Some(until) = faults.frozen_until {
                 tokio::time::sleep_until(until).await;
             }
             tokio::time::sleep(latency).await;
-            let at_ms = EPOCH_MS + start.elapsed().as_millis() as i64;
+            let at_ms = shared.with(|w| w.now_ms());
             let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
             // A broken invariant panics (debug builds check after every
             // apply): an anomaly of the run, not a lost task.
@@ -164,7 +147,7 @@ impl Sequencer for SimMetastore {
     }
 
     fn now_ms(&self) -> i64 {
-        self.now()
+        self.shared.with(|w| w.now_ms())
     }
 
     fn new_id(&self) -> Uuid {

@@ -144,6 +144,13 @@ impl World {
         self.rng.random_range(0..n.max(1))
     }
 
+    /// A latency between zero and `max`, whole milliseconds (no draw when
+    /// `max` is zero).
+    pub fn latency_up_to(&mut self, max: Duration) -> Duration {
+        let ms = max.as_millis() as u64;
+        Duration::from_millis(if ms == 0 { 0 } else { self.rng_below(ms + 1) })
+    }
+
     pub fn next_uuid(&mut self) -> Uuid {
         uuid::Builder::from_random_bytes(self.rng.random()).into_uuid()
     }
@@ -153,6 +160,13 @@ impl World {
         self.log(format!("ANOMALY {what}"));
         self.anomalies.push(what);
         self.failed.notify_one();
+    }
+
+    /// The simulation's wall clock: tokio's paused time from [`meta::EPOCH_MS`].
+    /// Every simulated wall time (metastore stamps, node clocks, batch
+    /// timestamps, the auditor's "now") is read here.
+    pub fn now_ms(&self) -> i64 {
+        meta::EPOCH_MS + self.start.elapsed().as_millis() as i64
     }
 
     pub fn log(&mut self, line: String) {
@@ -525,7 +539,7 @@ async fn produce(
         } else {
             0
         };
-        let sent_ms = meta::EPOCH_MS + shared.with(|w| w.start.elapsed().as_millis() as i64);
+        let sent_ms = shared.with(|w| w.now_ms());
         let bytes = encode(
             batch_id,
             &keys,

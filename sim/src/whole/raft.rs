@@ -47,16 +47,13 @@ pub struct NetFaults {
 #[derive(Debug)]
 struct SkewedClock {
     node: NodeId,
-    start: Instant,
     shared: Shared,
 }
 
 impl Clock for SkewedClock {
     fn now_ms(&self) -> i64 {
-        let skew = self
-            .shared
-            .with(|w| w.net.skew_ms.get(&self.node).copied().unwrap_or(0));
-        EPOCH_MS + self.start.elapsed().as_millis() as i64 + skew
+        self.shared
+            .with(|w| w.now_ms() + w.net.skew_ms.get(&self.node).copied().unwrap_or(0))
     }
 }
 
@@ -77,8 +74,7 @@ impl SimNet {
     /// Whether a message from `from` to `to` is lost, and its latency.
     fn hop(&self, from: NodeId, to: NodeId) -> (bool, Duration) {
         self.shared.with(|w| {
-            let ms = w.net.max_latency.as_millis() as u64;
-            let latency = Duration::from_millis(if ms == 0 { 0 } else { w.rng_below(ms + 1) });
+            let latency = w.latency_up_to(w.net.max_latency);
             let drop = w.net.drop;
             (w.net.cut.contains(&(from, to)) || w.chance(drop), latency)
         })
@@ -141,7 +137,6 @@ pub async fn start(shared: &Shared) -> RaftGroup {
         shared: shared.clone(),
     });
     let peers: BTreeMap<NodeId, String> = (1..=NODES).map(|id| (id, address(id))).collect();
-    let start = Instant::now();
     let mut options = Vec::new();
     let mut nodes = Vec::new();
     for id in 1..=NODES {
@@ -152,7 +147,6 @@ pub async fn start(shared: &Shared) -> RaftGroup {
         o.snapshot_every = 300;
         o.clock = Arc::new(SkewedClock {
             node: id,
-            start,
             shared: shared.clone(),
         });
         let transport: Arc<dyn PeerTransport> = net.clone();

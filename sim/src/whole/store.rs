@@ -33,14 +33,13 @@ impl Hooks for SimStoreFaults {
     async fn before(&self, op: Op) -> Result<()> {
         let (latency, fail) = self.0.with(|w| {
             let f = w.store_faults;
-            let ms = f.max_latency.as_millis() as u64;
-            let latency = if ms == 0 { 0 } else { w.rng_below(ms + 1) };
+            let latency = w.latency_up_to(f.max_latency);
             let rate = match op {
                 Op::Put | Op::PutMultipart => f.put_error,
                 Op::Get => f.get_error,
                 _ => 0.0,
             };
-            (Duration::from_millis(latency), w.chance(rate))
+            (latency, w.chance(rate))
         });
         tokio::time::sleep(latency).await;
         if fail {
