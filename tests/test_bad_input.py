@@ -35,11 +35,11 @@ def string(s):
     return struct.pack(">h", len(b)) + b
 
 
-def produce_v3(topic, partition, records, acks=-1, correlation_id=1):
+def produce_v3(topic, partition, records, acks=-1, correlation_id=1, timeout_ms=30_000):
     """A Produce v3 request frame, encoded by hand so the batch can be anything."""
     body = struct.pack(">hhi", 0, 3, correlation_id) + string("raw-test")
     body += struct.pack(">h", -1)  # no transactional id
-    body += struct.pack(">hi", acks, 30_000)
+    body += struct.pack(">hi", acks, timeout_ms)
     body += struct.pack(">i", 1) + string(topic)
     body += struct.pack(">i", 1) + struct.pack(">i", partition)
     body += struct.pack(">i", len(records)) + records

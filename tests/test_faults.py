@@ -9,6 +9,7 @@ from kafka import KafkaProducer
 
 from check import check_partitions
 from clients import create_topic, kcat, kcat_consume, python_consume
+import test_bad_input as raw
 
 PARTITIONS = 3
 
@@ -75,3 +76,28 @@ def test_objects_the_metastore_never_heard_of_are_swept(make_agent):
     assert not stray.exists()
     assert "found orphaned objects" in agent.log()
     check_partitions(kcat_consume(agent.bootstrap, "swept"), [f"s-{i}" for i in range(100)])
+
+
+REQUEST_TIMED_OUT = 7
+
+
+def test_a_produce_slower_than_its_timeout_gets_request_timed_out(make_agent):
+    """Every PUT takes 8 s: a produce that asked for a 100 ms timeout is
+    answered REQUEST_TIMED_OUT after floe's 5 s floor, as Kafka answers a
+    produce whose replication outlived its timeout, instead of holding the
+    connection. The batch was already on its way, so it is still stored."""
+    agent = make_agent("--inject-faults", "latency=8s", "--flush-interval", "20ms")
+    create_topic(agent.bootstrap, "slow-store", 1)
+    s = raw.connect(agent)
+    started = time.time()
+    s.sendall(raw.produce_v3("slow-store", 0, raw.batch([b"late"]), timeout_ms=100))
+    _, error, _ = raw.read_produce_v3_response(s)
+    waited = time.time() - started
+    assert error == REQUEST_TIMED_OUT, f"error code {error}"
+    assert 4 < waited < 8, f"answered after {waited:.1f}s"
+    deadline = time.time() + 30
+    values = []
+    while time.time() < deadline and not values:
+        time.sleep(1)
+        values = [v for _, _, v in kcat_consume(agent.bootstrap, "slow-store")]
+    assert values == ["late"]

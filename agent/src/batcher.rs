@@ -280,7 +280,15 @@ struct Uploaded {
     bytes: Bytes,
     commit: Commit,
     appends: Vec<Append>,
-    result: Result<(), object_store::Error>,
+    result: Result<(), Failed>,
+}
+
+/// Why an ingest file was not uploaded.
+enum Failed {
+    /// The metastore's time is not known yet: nothing was written.
+    NoClock,
+    /// The PUT failed; the object may still have been stored (a lost reply).
+    Put(object_store::Error),
 }
 
 async fn upload_and_commit(
@@ -292,19 +300,34 @@ async fn upload_and_commit(
     commits: watch::Sender<u64>,
     metrics: Arc<Metrics>,
 ) {
-    let clock = MetastoreClock::start(meta.clone()).await;
+    let clock = MetastoreClock::start(meta.clone());
     let uploads = futures::stream::unfold(files, |mut rx| async move {
         rx.recv().await.map(|file| (file, rx))
     })
     .map(|file| {
         let store = store.clone();
-        // Read before the upload starts: the metastore refuses the commit if
-        // it arrives more than its commit window after this.
-        let not_before_ms = clock.get();
+        let clock = clock.clone();
         async move {
+            // Read before the upload starts: the metastore refuses the commit
+            // if it arrives more than its commit window after this. With no
+            // time read yet (the metastore has not answered since this agent
+            // started) the file is refused, not held: producers always hear back.
+            let Some(not_before_ms) = clock.get().await else {
+                let (_, commit, appends) = file.build(0);
+                return Uploaded {
+                    bytes: Bytes::new(),
+                    commit,
+                    appends,
+                    result: Err(Failed::NoClock),
+                };
+            };
             let (bytes, commit, appends) = file.build(not_before_ms);
             let path = object_store::path::Path::from(commit.object_key.as_str());
-            let result = store.put(&path, bytes.clone().into()).await.map(|_| ());
+            let result = store
+                .put(&path, bytes.clone().into())
+                .await
+                .map(|_| ())
+                .map_err(Failed::Put);
             Uploaded {
                 bytes,
                 commit,
@@ -318,12 +341,21 @@ async fn upload_and_commit(
     futures::pin_mut!(uploads);
     while let Some(up) = uploads.next().await {
         let key = up.commit.object_key.clone();
-        if let Err(e) = up.result {
-            tracing::warn!(object = %key, error = %e, "ingest upload failed; producers get a retriable error");
-            reply_all(up.appends, AppendError::Storage(e.to_string()));
-            // A failed PUT may still have stored the object (a lost reply).
-            record_orphan(meta.as_ref(), key).await;
-            continue;
+        match up.result {
+            Ok(()) => {}
+            Err(Failed::NoClock) => {
+                tracing::warn!(object = %key, "the metastore's time is unknown; producers get a retriable error");
+                let why = format!("the metastore has not answered within {CLOCK_WAIT:?}");
+                reply_all(up.appends, AppendError::Storage(why));
+                continue;
+            }
+            Err(Failed::Put(e)) => {
+                tracing::warn!(object = %key, error = %e, "ingest upload failed; producers get a retriable error");
+                reply_all(up.appends, AppendError::Storage(e.to_string()));
+                // A failed PUT may still have stored the object (a lost reply).
+                record_orphan(meta.as_ref(), key).await;
+                continue;
+            }
         }
         cache.insert_object(&key, &up.bytes);
         let batches = up.commit.batches.len();
@@ -364,45 +396,50 @@ async fn upload_and_commit(
 }
 
 /// The metastore's time as this agent last read it, kept fresh every
-/// [`MetastoreClock::EVERY`]. Uploads are stamped with it; being a little old
-/// only shortens the time their commit has.
-struct MetastoreClock(std::sync::atomic::AtomicI64);
+/// [`MetastoreClock::EVERY`] by a task that lives as long as the clock.
+/// Uploads are stamped with it; being a little old only shortens the time
+/// their commit has.
+struct MetastoreClock(watch::Receiver<Option<i64>>);
+
+/// The longest an upload waits for the agent's first reading of the
+/// metastore's time before its producers are answered with an error.
+const CLOCK_WAIT: Duration = Duration::from_secs(15);
 
 impl MetastoreClock {
     const EVERY: Duration = Duration::from_secs(2);
 
-    /// Reads the metastore's time (retrying until it answers: no upload is
-    /// worth starting before), then keeps it fresh in the background.
-    async fn start(meta: Arc<dyn Metastore>) -> Arc<MetastoreClock> {
-        let first = loop {
-            match meta.clock().await {
-                Ok(ms) => break ms,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the metastore's time failed; retrying");
-                    tokio::time::sleep(Self::EVERY).await;
-                }
-            }
-        };
-        let clock = Arc::new(MetastoreClock(first.into()));
-        let fresh = Arc::downgrade(&clock);
+    /// Starts reading the metastore's time in the background, at once and
+    /// then every [`Self::EVERY`]; the task ends when the clock is dropped.
+    fn start(meta: Arc<dyn Metastore>) -> Arc<MetastoreClock> {
+        let (read, clock) = watch::channel(None);
         tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Self::EVERY).await;
-                let Some(clock) = fresh.upgrade() else { return };
-                match meta.clock().await {
-                    Ok(ms) => clock.0.fetch_max(ms, std::sync::atomic::Ordering::Relaxed),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "refreshing the metastore's time failed");
-                        continue;
+            while !read.is_closed() {
+                match tokio::time::timeout(CLOCK_WAIT, meta.clock()).await {
+                    Ok(Ok(ms)) => {
+                        read.send_if_modified(|latest| {
+                            let newer = latest.is_none_or(|l| ms > l);
+                            if newer {
+                                *latest = Some(ms);
+                            }
+                            newer
+                        });
                     }
-                };
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "reading the metastore's time failed")
+                    }
+                    Err(_) => tracing::debug!("reading the metastore's time timed out"),
+                }
+                tokio::time::sleep(Self::EVERY).await;
             }
         });
-        clock
+        Arc::new(MetastoreClock(clock))
     }
 
-    fn get(&self) -> i64 {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    /// The latest reading, waiting up to [`CLOCK_WAIT`] for the first one.
+    async fn get(&self) -> Option<i64> {
+        let mut clock = self.0.clone();
+        let read = tokio::time::timeout(CLOCK_WAIT, clock.wait_for(Option::is_some)).await;
+        read.ok()?.ok().and_then(|ms| *ms)
     }
 }
 
@@ -474,6 +511,66 @@ mod tests {
             budget.available_permits(),
             10,
             "dropped batches give their budget back"
+        );
+    }
+
+    /// A metastore that never answers (a frozen leader, a partition).
+    struct Silent;
+
+    impl floe_metastore::Sequencer for Silent {
+        async fn write(
+            &self,
+            _: floe_metastore::state::Command,
+        ) -> Result<floe_metastore::state::Reply, MetaError> {
+            std::future::pending().await
+        }
+        async fn read<T: Send, F: FnOnce(&floe_metastore::state::State) -> T + Clone + Send>(
+            &self,
+            _: F,
+        ) -> Result<T, MetaError> {
+            std::future::pending().await
+        }
+        fn now_ms(&self) -> i64 {
+            0
+        }
+        fn new_id(&self) -> uuid::Uuid {
+            uuid::Uuid::nil()
+        }
+    }
+
+    /// An agent that started while the metastore was unreachable has never
+    /// read its time; its uploads must not wait for it forever (the produce
+    /// would never be answered and every later request on the connection
+    /// would queue behind it).
+    #[tokio::test(start_paused = true)]
+    async fn producers_hear_back_when_the_metastore_never_tells_its_time() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let batcher = Batcher::start(
+            BatcherConfig {
+                flush_interval: Duration::from_millis(10),
+                flush_bytes: 1 << 20,
+                max_buffered_bytes: 1 << 20,
+                max_inflight_uploads: 2,
+            },
+            store.clone(),
+            Arc::new(Silent),
+            Arc::new(BlockCache::new(store, 1 << 20, 1 << 16)),
+            watch::channel(0).0,
+            Arc::new(Metrics::new()),
+            Arc::new(RandomIds),
+        );
+        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
+        let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
+        let committed = batcher
+            .enqueue(TopicId::from_u128(1), 0, batch, false)
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(CLOCK_WAIT * 2, committed.offset())
+            .await
+            .expect("the producer is answered within the clock wait");
+        assert!(
+            matches!(answer, Err(AppendError::Storage(_))),
+            "a retriable error, got {answer:?}"
         );
     }
 }

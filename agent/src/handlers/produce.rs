@@ -7,6 +7,7 @@
 //! The future it returns waits for the commit, concurrently with later requests.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use floe_metastore::MetaError;
 use floe_protocol::ResponseError;
@@ -27,6 +28,8 @@ use crate::topic_cache::TopicCache;
 /// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
 pub struct Admitted {
     acks: i16,
+    /// How long the client waits for its answer (the request's `timeout_ms`).
+    timeout: Duration,
     topics: Vec<(TopicName, Vec<(i32, Admission)>)>,
     /// To forget a topic the metastore no longer knows by the id we used.
     topic_cache: Arc<TopicCache>,
@@ -89,6 +92,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
     }
     Admitted {
         acks: req.acks,
+        timeout: answer_within(req.timeout_ms),
         topics,
         topic_cache: broker.produce_topics.clone(),
     }
@@ -99,8 +103,12 @@ impl Admitted {
     ///
     /// acks=1 and acks=all are both answered only after the commit: the object
     /// store's replication is what makes a record durable.
+    /// A commit not answered within the request's timeout is answered
+    /// `REQUEST_TIMED_OUT`, as Kafka answers a produce whose replication
+    /// outlived it: the batch may still be stored, and the producer retries.
     pub async fn respond(self) -> Option<ProduceResponse> {
         let acks = self.acks;
+        let timeout = self.timeout;
         let cache = &self.topic_cache;
         let topics = join_all(
             self.topics
@@ -113,19 +121,17 @@ impl Admitted {
                             let result = match admission {
                                 Admission::Enqueued(committed, stamped) => {
                                     append_time = stamped;
-                                    committed.offset().await.map_err(|e| match e {
-                                        AppendError::Storage(why) => {
-                                            (ResponseError::KafkaStorageError, why)
+                                    match tokio::time::timeout(timeout, committed.offset()).await {
+                                        Ok(answered) => {
+                                            answered.map_err(|e| refusal(e, cache, topic))
                                         }
-                                        AppendError::Refused(meta) => {
-                                            if meta == MetaError::UnknownTopicOrPartition {
-                                                // Deleted, maybe recreated under a new id.
-                                                cache.invalidate(topic);
-                                                tracing::debug!(%topic, "forgot topic {topic}: the metastore refused its id");
-                                            }
-                                            (kafka_error(&meta), meta.to_string())
-                                        }
-                                    })
+                                        Err(_) => Err((
+                                            ResponseError::RequestTimedOut,
+                                            format!(
+                                                "not committed within {timeout:?}; it may still be"
+                                            ),
+                                        )),
+                                    }
                                 }
                                 Admission::Refused(error, why) => Err((error, why)),
                             };
@@ -146,6 +152,30 @@ impl Admitted {
         .await;
         (acks != 0).then(|| ProduceResponse::default().with_responses(topics))
     }
+}
+
+/// The Kafka error for a batch the batcher did not commit.
+fn refusal(error: AppendError, cache: &TopicCache, topic: &str) -> (ResponseError, String) {
+    match error {
+        AppendError::Storage(why) => (ResponseError::KafkaStorageError, why),
+        AppendError::Refused(meta) => {
+            if meta == MetaError::UnknownTopicOrPartition {
+                // Deleted, maybe recreated under a new id.
+                cache.invalidate(topic);
+                tracing::debug!(%topic, "forgot topic {topic}: the metastore refused its id");
+            }
+            (kafka_error(&meta), meta.to_string())
+        }
+    }
+}
+
+/// The shortest wait a produce gets, whatever its `timeout_ms`: floe answers
+/// acks=1 as acks=all, after the commit, which takes a flush interval and a
+/// PUT; Kafka answers acks=1 from the leader's log and ignores the timeout.
+const MIN_ANSWER_WAIT: Duration = Duration::from_secs(5);
+
+fn answer_within(timeout_ms: i32) -> Duration {
+    Duration::from_millis(timeout_ms.max(0) as u64).max(MIN_ANSWER_WAIT)
 }
 
 fn refuse(partition: i32, error: ResponseError, why: &str) -> PartitionProduceResponse {
