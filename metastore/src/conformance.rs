@@ -35,7 +35,8 @@ async fn commit(
         object_key: key.into(),
         object_size: 100,
         batches,
-        not_before_ms: crate::now_ms(),
+        // As an agent stamps an upload: the metastore's time, never its own.
+        not_before_ms: m.clock().await.unwrap(),
     })
     .await
     .unwrap()
@@ -410,7 +411,7 @@ async fn a_deposed_leader_never_answers_reads_from_stale_state() {
             object_key: "after".into(),
             object_size: 10,
             batches: vec![batch(&t, 0, 0, 1)],
-            not_before_ms: crate::now_ms(),
+            not_before_ms: new.clock().await.unwrap(),
         })
         .await
         .unwrap();

@@ -10,11 +10,14 @@
 //! - [`network`]: Raft messages between nodes, over the metastore's own port.
 //! - [`node`]: [`RaftMetastore`], the [`Metastore`](crate::Metastore) of a node.
 //! - [`lease`]: lets the leader answer reads without a quorum round each.
+//! - [`stamps`]: the times a node stamps proposals with, bounded so that one
+//!   clock far ahead cannot drag the group's time forward.
 
 pub mod lease;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod stamps;
 pub mod state_machine;
 
 use std::fmt;

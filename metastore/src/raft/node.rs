@@ -21,6 +21,7 @@ use uuid::Uuid;
 use super::lease::Lease;
 use super::log_store::{LOG, LogStore, META};
 use super::network::{Network, PeerRequest, PeerResponse, PeerTransport};
+use super::stamps::Stamps;
 use super::state_machine::{SNAPSHOT, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
 use crate::state::{Command, Proposal, Reply, State};
@@ -133,7 +134,7 @@ impl std::fmt::Display for ClusterStatus {
 pub struct RaftMetastore {
     id: NodeId,
     /// Stamps this node's proposals.
-    clock: Arc<dyn Clock>,
+    stamps: Arc<Stamps>,
     raft: Raft,
     /// Applied state; the state machine writes it, reads take a read lock
     /// only for in-memory work.
@@ -242,7 +243,9 @@ impl RaftMetastore {
             None => Arc::new(open_database(options.path.as_ref())?),
         };
         let log_store = LogStore::new(db.clone());
-        let (state_machine, state) = StateMachine::open(db.clone()).await.map_err(storage)?;
+        let (state_machine, state, stamps) = StateMachine::open(db.clone(), options.clock.clone())
+            .await
+            .map_err(storage)?;
         let heartbeat = options.heartbeat_ms.max(10);
         let config = Config {
             cluster_name: "floe-metastore".into(),
@@ -294,9 +297,20 @@ impl RaftMetastore {
                 }
             }
         }
+        // A group of one voter has no other clock to hold its own to.
+        let voters = raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .count();
+        if matches!(options.bootstrap, Bootstrap::Single) || voters == 1 {
+            stamps.trust_wall();
+        }
         Ok(RaftMetastore {
             id: options.id,
-            clock: options.clock.clone(),
+            stamps,
             raft,
             state,
             db,
@@ -471,11 +485,12 @@ impl RaftMetastore {
 }
 
 impl Sequencer for RaftMetastore {
-    /// Proposes `command`, stamped with this node's clock: only a leader's
-    /// proposal is accepted, so stamps are always a leader's time.
+    /// Proposes `command`, stamped with this node's clock (bounded, see
+    /// [`Stamps`]): only a leader's proposal is accepted, so stamps are
+    /// always a leader's time.
     async fn write(&self, command: Command) -> Result<Reply, MetaError> {
         let proposal = Proposal {
-            at_ms: self.clock.now_ms(),
+            at_ms: self.stamps.now_ms(),
             command,
         };
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(proposal)).await {
@@ -522,7 +537,7 @@ impl Sequencer for RaftMetastore {
     /// Reads are served by the leader: ages are on its clock, the one that
     /// stamped the heartbeats.
     fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
+        self.stamps.now_ms()
     }
 
     fn new_id(&self) -> Uuid {

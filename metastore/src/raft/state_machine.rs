@@ -10,9 +10,11 @@ use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use redb::{Database, ReadableDatabase, TableDefinition};
 
+use super::stamps::Stamps;
 use super::{
     Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig, any, blocking,
 };
+use crate::Clock;
 use crate::state::{Reply, State};
 
 pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
@@ -21,6 +23,8 @@ const SNAPSHOT_DATA: &str = "data";
 
 pub struct StateMachine {
     state: Arc<RwLock<State>>,
+    /// Told the group's time after every apply, to bound this node's stamps.
+    stamps: Arc<Stamps>,
     last_applied: Option<LogId>,
     membership: StoredMembership,
     db: Arc<Database>,
@@ -57,10 +61,12 @@ fn save_snapshot(
 }
 
 impl StateMachine {
-    /// Restores the state from the file's snapshot, if it has one.
+    /// Restores the state from the file's snapshot, if it has one; the
+    /// node's stamps start from its time.
     pub async fn open(
         db: Arc<Database>,
-    ) -> Result<(StateMachine, Arc<RwLock<State>>), StorageError> {
+        wall: Arc<dyn Clock>,
+    ) -> Result<(StateMachine, Arc<RwLock<State>>, Arc<Stamps>), StorageError> {
         let loaded = {
             let db = db.clone();
             blocking(move || load_snapshot(&db))
@@ -75,15 +81,17 @@ impl StateMachine {
             }
             None => (State::default(), None, StoredMembership::default()),
         };
+        let stamps = Arc::new(Stamps::new(wall, state.clock_ms()));
         let state = Arc::new(RwLock::new(state));
         let machine = StateMachine {
             state: state.clone(),
+            stamps: stamps.clone(),
             last_applied,
             membership,
             db,
             snapshots_built: 0,
         };
-        Ok((machine, state))
+        Ok((machine, state, stamps))
     }
 
     fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, State> {
@@ -150,6 +158,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             });
         }
+        self.stamps.observe(state.clock_ms());
         Ok(replies)
     }
 
@@ -198,6 +207,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })
         .await
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), e))?;
+        self.stamps.observe(state.clock_ms());
         *self.write_state() = state;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();

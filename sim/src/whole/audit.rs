@@ -100,6 +100,15 @@ async fn read_extent(
 /// (a node's clock skewed a minute ahead, in Raft runs, stamps it).
 const MAX_SKEW_MS: i64 = 61_000;
 
+/// How far ahead of the simulation's time the metastore's clock may be at
+/// `now_ms`: a minute of ordinary skew, and what a node whose clock is
+/// hours ahead can add while it leads (its stamps move the group's time
+/// 1/16 faster than real time at most: `floe_metastore::raft::stamps`).
+fn max_ahead_ms(now_ms: i64) -> i64 {
+    let elapsed = now_ms - super::meta::EPOCH_MS;
+    MAX_SKEW_MS + elapsed / floe_metastore::raft::stamps::CATCH_UP_DIVISOR
+}
+
 /// A consumer reading every partition along as records arrive, through the
 /// faulty metastore and store. It checks what it sees as it goes: no gaps
 /// (but where key compaction removed records), no high watermark moving
@@ -136,7 +145,7 @@ pub async fn poll(
                                 .iter()
                                 .filter(|a| a.topic == t && a.partition == p)
                                 .filter(|a| a.offset + a.records as i64 > from && a.offset < to)
-                                .filter(|a| compacted || a.sent_ms + retention_ms > now + MAX_SKEW_MS)
+                                .filter(|a| compacted || a.sent_ms + retention_ms > now + max_ahead_ms(now))
                                 .map(|a| format!("b{:x}@{} sent at {}", a.batch, a.offset, a.sent_ms))
                                 .collect();
                             if let Some(first) = early.first() {

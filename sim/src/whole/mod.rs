@@ -744,8 +744,12 @@ async fn raft_weather(shared: &Shared, group: &Arc<raft::RaftGroup>) {
                 ));
             }
             _ => {
-                // Mostly a few seconds either way; now and then a minute ahead.
-                let skew = if w.chance(0.2) {
+                // Mostly a few seconds either way; now and then a minute
+                // ahead, or a day (a bad NTP step): the group's time must
+                // not follow it (see `max_ahead_ms` in the auditor).
+                let skew = if w.chance(0.1) {
+                    86_400_000
+                } else if w.chance(0.2) {
                     60_000
                 } else {
                     w.rng_below(6_000) as i64 - 3_000
