@@ -88,6 +88,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
                 total.redirects += s.redirects;
                 total.partitions += s.partitions;
                 total.node_kills += s.node_kills;
+                total.store_faults += s.store_faults;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -118,7 +119,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
          {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
-         {} live segments at the end, {} records polled, {:.1} simulated hours",
+         {} store faults, {} live segments at the end, {} records polled, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -127,6 +128,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.partitions,
         total.node_kills,
         total.redirects,
+        total.store_faults,
         total.segments_live,
         total.polled_records,
         total.simulated_ms as f64 / 3_600_000.0

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::StreamExt;
-use futures::stream::BoxStream;
+use futures::stream::{self, BoxStream};
+use futures::{StreamExt, future};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
@@ -42,7 +42,8 @@ impl Op {
     }
 }
 
-/// What to do around each request. Streams (list, delete) get no `before`.
+/// What to do around each request. A listing or a bulk delete is one request:
+/// `before` runs once, when the stream is first polled.
 #[async_trait]
 pub trait Hooks: Send + Sync + 'static {
     /// Before the request; an error fails it without reaching the store.
@@ -84,6 +85,29 @@ impl<H: Hooks> HookedStore<H> {
         let moved = result.as_ref().map_or(0, bytes);
         self.hooks.after(op, moved, result.is_ok())?;
         result
+    }
+}
+
+impl<H: Hooks> HookedStore<H> {
+    /// A listing that starts once `before` allows it: the store lists what
+    /// it holds then, not when the caller asked.
+    fn listing(
+        &self,
+        list: impl FnOnce(&dyn ObjectStore) -> BoxStream<'static, Result<ObjectMeta>> + Send + 'static,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let (hooks, inner) = (self.hooks.clone(), self.inner.clone());
+        stream::once(async move {
+            let listed = hooks
+                .before(Op::List)
+                .await
+                .and_then(|()| hooks.after(Op::List, 0, true));
+            match listed {
+                Ok(()) => list(inner.as_ref()),
+                Err(e) => stream::once(future::ready(Err(e))).boxed(),
+            }
+        })
+        .flatten()
+        .boxed()
     }
 }
 
@@ -154,19 +178,28 @@ impl<H: Hooks> ObjectStore for HookedStore<H> {
         &self,
         locations: BoxStream<'static, Result<Path>>,
     ) -> BoxStream<'static, Result<Path>> {
-        let hooks = self.hooks.clone();
-        self.inner
-            .delete_stream(locations)
-            .map(move |r| {
-                hooks.after(Op::Delete, 0, r.is_ok())?;
-                r
-            })
-            .boxed()
+        let (hooks, inner) = (self.hooks.clone(), self.inner.clone());
+        // `before` once per stream (a bulk delete is one request to S3);
+        // `after` once per key, as each may fail on its own.
+        stream::once(async move {
+            if let Err(e) = hooks.before(Op::Delete).await {
+                return stream::once(future::ready(Err(e))).boxed();
+            }
+            inner
+                .delete_stream(locations)
+                .map(move |r| {
+                    hooks.after(Op::Delete, 0, r.is_ok())?;
+                    r
+                })
+                .boxed()
+        })
+        .flatten()
+        .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        let _ = self.hooks.after(Op::List, 0, true);
-        self.inner.list(prefix)
+        let prefix = prefix.cloned();
+        self.listing(move |inner| inner.list(prefix.as_ref()))
     }
 
     fn list_with_offset(
@@ -174,8 +207,8 @@ impl<H: Hooks> ObjectStore for HookedStore<H> {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let _ = self.hooks.after(Op::List, 0, true);
-        self.inner.list_with_offset(prefix, offset)
+        let (prefix, offset) = (prefix.cloned(), offset.clone());
+        self.listing(move |inner| inner.list_with_offset(prefix.as_ref(), &offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {

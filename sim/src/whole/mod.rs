@@ -88,6 +88,8 @@ pub struct Summary {
     pub partitions: u64,
     /// Metastore nodes killed and restarted from their logs (Raft runs).
     pub node_kills: u64,
+    /// Object-store requests failed on purpose (before or after they acted).
+    pub store_faults: u64,
     pub simulated_ms: u64,
 }
 

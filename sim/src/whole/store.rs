@@ -1,7 +1,8 @@
 //! The simulation's object store: `object_store`'s in-memory store behind
 //! seeded faults, as S3 shows them on a bad day: a PUT refused before it
 //! stores anything, a PUT that stored the object and then failed (the caller
-//! cannot tell), 503 SlowDown on reads, and latency.
+//! cannot tell), 503 SlowDown on reads, listings and deletes, a delete that
+//! happened and then failed, and latency.
 
 use async_trait::async_trait;
 use floe_storage::hooked::{Hooks, Op};
@@ -36,10 +37,13 @@ impl Hooks for SimStoreFaults {
             let latency = w.latency_up_to(f.max_latency);
             let rate = match op {
                 Op::Put | Op::PutMultipart => f.put_error,
-                Op::Get => f.get_error,
+                // SlowDown is per bucket prefix, whatever the request.
+                Op::Get | Op::List | Op::Delete => f.get_error,
                 _ => 0.0,
             };
-            (latency, w.chance(rate))
+            let fail = w.chance(rate);
+            w.summary.store_faults += fail as u64;
+            (latency, fail)
         });
         tokio::time::sleep(latency).await;
         if fail {
@@ -49,8 +53,19 @@ impl Hooks for SimStoreFaults {
     }
 
     fn after(&self, op: Op, _bytes: u64, ok: bool) -> Result<()> {
-        if ok && op == Op::Put && self.0.with(|w| w.chance(w.store_faults.put_lost_reply)) {
-            return Err(injected("timeout after the PUT was stored"));
+        if !ok || !matches!(op, Op::Put | Op::Delete) {
+            return Ok(());
+        }
+        let lost = self.0.with(|w| {
+            let lost = w.chance(w.store_faults.put_lost_reply);
+            w.summary.store_faults += lost as u64;
+            lost
+        });
+        if lost {
+            return Err(injected(&format!(
+                "timeout after the {} happened",
+                op.name()
+            )));
         }
         Ok(())
     }
