@@ -3,8 +3,13 @@
 //! - lost write: an acknowledged batch at or past its partition's log start
 //!   is readable at its offsets with its own records; one before the log
 //!   start was sent longer than `retention.ms` before the end (retention, not
-//!   loss, removed it). On the key-compacted topic, each key's latest
-//!   acknowledged record is still there, or a later record of that key is;
+//!   loss, removed it) or below an offset DeleteRecords was asked for. On
+//!   the key-compacted topic, each key's latest acknowledged record is still
+//!   there, or a later record of that key is; when tombstones may expire, a
+//!   key may be gone whole, but never with an older record left behind (a
+//!   resurrected key). Acknowledgements to a topic since deleted and
+//!   re-created are not held against the new one, whose data shared ingest
+//!   files with the others;
 //! - duplicate: an idempotent batch is in the log once;
 //! - offsets unique and contiguous: a partition's extents tile
 //!   `[log start, high watermark)`, and two acknowledgements never share an
@@ -28,11 +33,13 @@ use tokio::time::{Duration, Instant};
 use super::Shared;
 use floe_metastore::Sequencer;
 
-/// One record as stored: its offset, key and value.
+/// One record as stored: its offset, key, and the name the producer gave it
+/// (its value, or for a tombstone, which has none, its header).
 struct Stored {
     offset: i64,
     key: Option<String>,
     value: String,
+    tombstone: bool,
 }
 
 fn text(bytes: &Option<bytes::Bytes>) -> Option<String> {
@@ -86,10 +93,12 @@ async fn read_extent(
     let mut records = Vec::new();
     for batch in &batches {
         for r in floe_protocol::records::decode(batch).map_err(|e| corrupt(&e))? {
+            let name = r.headers.get(b"sim".as_slice()).and_then(text);
             records.push(Stored {
                 offset: r.offset,
                 key: text(&r.key),
-                value: text(&r.value).unwrap_or_default(),
+                value: name.unwrap_or_default(),
+                tombstone: r.value.is_none(),
             });
         }
     }
@@ -140,11 +149,17 @@ pub async fn poll(
                         shared.with(|w| {
                             w.log(format!("poll {name}/{p}: {from} expired, from {to}"));
                             let now = w.now_ms();
+                            // DeleteRecords may have removed what is below its offset.
+                            let deleted = w.deleted_before.get(&(t, p)).copied().unwrap_or(0);
                             let early: Vec<String> = w
                                 .acks
                                 .iter()
                                 .filter(|a| a.topic == t && a.partition == p)
-                                .filter(|a| a.offset + a.records as i64 > from && a.offset < to)
+                                .filter(|a| {
+                                    // Some record of it in [from, to), at or above `deleted`.
+                                    let end = a.offset + a.records as i64;
+                                    a.offset.max(from).max(deleted) < end.min(to)
+                                })
                                 .filter(|a| compacted || a.sent_ms + retention_ms > now + max_ahead_ms(now))
                                 .map(|a| format!("b{:x}@{} sent at {}", a.batch, a.offset, a.sent_ms))
                                 .collect();
@@ -333,14 +348,28 @@ async fn read_log(
     }
 }
 
+/// What the topics promise, for the final audit.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    pub retention_ms: i64,
+    /// The compacted topic's `delete.retention.ms`.
+    pub delete_retention_ms: i64,
+    /// Whether tombstones outlive the run (then every key's latest record,
+    /// tombstone or not, must be there at the end).
+    pub tombstones_kept: bool,
+}
+
 /// The final audit, on the state and the bucket as they are (no faults).
+/// `topics` are the topics as they are at the end: acknowledgements to an
+/// earlier incarnation of a re-created topic are not held against it.
 pub async fn settle_and_check(
     shared: &Shared,
     meta: &impl Sequencer,
     bucket: &Arc<dyn ObjectStore>,
     topics: &[TopicInfo],
-    retention_ms: i64,
+    rules: Rules,
 ) {
+    let retention_ms = rules.retention_ms;
     let mut anomalies = Vec::new();
     let (invariants, end_ms) = meta
         .read(|s| (s.check_invariants(), s.clock_ms()))
@@ -358,10 +387,23 @@ pub async fn settle_and_check(
         }
     }
 
-    let (acks, polled) = shared.with(|w| (w.acks.clone(), std::mem::take(&mut w.polled)));
+    let (acks, polled, deleted_before, tombstones_sent) = shared.with(|w| {
+        (
+            w.acks.clone(),
+            std::mem::take(&mut w.polled),
+            w.deleted_before.clone(),
+            w.tombstones_sent.clone(),
+        )
+    });
+    // Of topics that still exist as they were.
+    let acks: Vec<_> = acks
+        .into_iter()
+        .filter(|a| topics.get(a.topic).is_some_and(|t| t.id == a.topic_id))
+        .collect();
     let mut claimed: BTreeMap<(usize, i32, i64), u64> = BTreeMap::new();
-    // Compacted topic: per (partition, key), the latest acknowledged record.
-    let mut latest: BTreeMap<(i32, String), (i64, String)> = BTreeMap::new();
+    // Compacted topic: per (partition, key), the latest acknowledged record
+    // and whether it is a tombstone.
+    let mut latest: BTreeMap<(i32, String), (i64, String, bool)> = BTreeMap::new();
     for ack in &acks {
         let name = &topics[ack.topic].name;
         let compacted = floe_compactor::keyed::is_compacted(&topics[ack.topic]);
@@ -378,26 +420,31 @@ pub async fn settle_and_check(
                 ));
             }
             if compacted {
-                // Still there: it must be what was acknowledged.
+                // Still there: it must be what was acknowledged (a
+                // tombstone stays one).
                 if let Some(r) = log.records.get(&offset)
-                    && r.value != want
+                    && (r.value != want || r.tombstone != ack.tombstones[i as usize])
                 {
                     anomalies.push(format!(
-                        "altered write: {name}/{}@{offset} holds {}, acknowledged as {want}",
-                        ack.partition, r.value
+                        "altered write: {name}/{}@{offset} holds {} (tombstone: {}), acknowledged as {want}",
+                        ack.partition, r.value, r.tombstone
                     ));
                 }
                 let key = format!("k{}", ack.keys[i as usize].expect("keyed"));
-                let entry = latest
-                    .entry((ack.partition, key))
-                    .or_insert((offset, want.clone()));
+                let tombstone = ack.tombstones[i as usize];
+                let entry =
+                    latest
+                        .entry((ack.partition, key))
+                        .or_insert((offset, want.clone(), tombstone));
                 if offset > entry.0 {
-                    *entry = (offset, want);
+                    *entry = (offset, want, tombstone);
                 }
                 continue;
             }
+            let deleted = deleted_before.get(&(ack.topic, ack.partition)).copied();
             if offset < log.start {
-                if ack.sent_ms + retention_ms >= end_ms {
+                // Not expired, and above any DeleteRecords offset asked for.
+                if ack.sent_ms + retention_ms >= end_ms && deleted.is_none_or(|d| offset >= d) {
                     anomalies.push(format!(
                         "lost write: b{:x} {name}/{}@{offset} is before the log start {} but was sent at {} (retention {retention_ms} ms, now {end_ms})",
                         ack.batch, ack.partition, log.start, ack.sent_ms
@@ -422,17 +469,35 @@ pub async fn settle_and_check(
         if !floe_compactor::keyed::is_compacted(topic) {
             continue;
         }
-        for ((p, key), (offset, value)) in &latest {
+        for ((p, key), (offset, value, tombstone)) in &latest {
             let log = &logs[&(t, *p)];
+            let of_key = |r: &Stored| r.key.as_deref() == Some(key);
             let kept = log
                 .records
                 .range(offset..)
-                .any(|(o, r)| r.key.as_deref() == Some(key) && (o > offset || r.value == *value));
-            if !kept {
-                anomalies.push(format!(
-                    "lost write: key {key} of {}/{p} was last acknowledged at {offset} ({value}), and the log holds no record of it from there",
-                    topic.name
-                ));
+                .any(|(o, r)| of_key(r) && (o > offset || r.value == *value));
+            if kept {
+                continue;
+            }
+            // A tombstone past its `delete.retention.ms` goes, and with it
+            // the whole key (the latest acknowledged record may also be
+            // shadowed by a later tombstone whose acknowledgement was lost):
+            // allowed, if none of the key's older records is left behind.
+            let key_byte: u8 = key[1..].parse().expect("keys are k<n>");
+            let may_be_gone =
+                !rules.tombstones_kept && (*tombstone || tombstones_sent.contains(&(*p, key_byte)));
+            let left_behind = log.records.range(..offset).find(|(_, r)| of_key(r));
+            match left_behind {
+                None if may_be_gone => {}
+                Some((at, r)) if may_be_gone => anomalies.push(format!(
+                    "resurrected key: {key} of {}/{p} was deleted by a tombstone (last acknowledged at {offset}), yet {} at {at} is still there",
+                    topic.name, r.value
+                )),
+                _ => anomalies.push(format!(
+                    "lost write: key {key} of {}/{p} was last acknowledged at {offset} ({value}{}), and the log holds no record of it from there",
+                    topic.name,
+                    if *tombstone { ", a tombstone" } else { "" }
+                )),
             }
         }
     }

@@ -5,8 +5,9 @@
 //! time, over an in-memory object store with seeded faults ([`store`]) and
 //! the real state machine behind a faulty metastore ([`meta`]). Agents crash
 //! mid-upload and mid-commit and restart; producers, idempotent and plain,
-//! retry as Kafka clients do; a poller reads as a consumer does; then the
-//! [`audit`] checks Jepsen's Kafka anomalies.
+//! retry as Kafka clients do (tombstones among them); an operator deletes
+//! records, and deletes, re-creates and grows a topic; a poller reads as a
+//! consumer does; then the [`audit`] checks Jepsen's Kafka anomalies.
 //!
 //! Everything random comes from one seeded generator (ChaCha8), ids too
 //! (`floe_storage::ids::Ids`), time is tokio's paused clock, and the tasks
@@ -17,7 +18,7 @@ pub mod meta;
 pub mod raft;
 pub mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -26,7 +27,7 @@ use floe_agent::compaction::Background;
 use floe_agent::metrics::Metrics;
 use floe_cache::BlockCache;
 use floe_compactor::{CompactionPolicy, Counters, Gc};
-use floe_metastore::{Metastore, NewTopic, ProducerIdentity, TopicInfo};
+use floe_metastore::{Metastore, NewTopic, ProducerIdentity, TopicId, TopicInfo};
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::kafka_protocol::records::{
@@ -105,14 +106,19 @@ pub struct Failure {
 #[derive(Debug, Clone)]
 pub struct Ack {
     /// Index into the run's topics: 0 is retained (`cleanup.policy=delete`),
-    /// 1 key-compacted (`cleanup.policy=compact`).
+    /// 1 key-compacted (`cleanup.policy=compact`), 2 the scratch topic that
+    /// is deleted and re-created.
     pub topic: usize,
+    /// The topic's id when it was acknowledged (the scratch topic changes it).
+    pub topic_id: TopicId,
     pub partition: i32,
     pub offset: i64,
     pub batch: u64,
     pub records: i32,
     /// Each record's key (compacted topic only).
     pub keys: Vec<Option<u8>>,
+    /// Which records are tombstones (a key with a null value).
+    pub tombstones: Vec<bool>,
     pub idempotent: bool,
     /// Simulated time before the batch was handed to an agent (its commit,
     /// hence its append time, came later).
@@ -132,6 +138,14 @@ pub struct World {
     pub anomalies: Vec<String>,
     /// What the poller read, by (topic, partition, offset).
     pub polled: BTreeMap<(usize, i32, i64), String>,
+    /// Per (topic, partition), the highest DeleteRecords offset asked for:
+    /// records below it may be gone (the call may apply, its answer lost).
+    pub deleted_before: BTreeMap<(usize, i32), i64>,
+    /// (partition, key) of every tombstone sent to the compacted topic,
+    /// acknowledged or not.
+    pub tombstones_sent: BTreeSet<(i32, u8)>,
+    /// The scratch topic as last read (deleted and re-created as the run goes).
+    pub scratch: Option<TopicInfo>,
     start: Instant,
     /// Woken at the first anomaly.
     failed: Arc<tokio::sync::Notify>,
@@ -221,6 +235,9 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             trace: Vec::new(),
             anomalies: Vec::new(),
             polled: BTreeMap::new(),
+            deleted_before: BTreeMap::new(),
+            tombstones_sent: BTreeSet::new(),
+            scratch: None,
             start: Instant::now(),
             failed: Arc::new(tokio::sync::Notify::new()),
         })));
@@ -360,11 +377,25 @@ async fn simulate(shared: &Shared, settings: Settings) {
     // Short enough that retention runs while faults are on, long enough
     // that the final audit still finds unexpired records to hold the log to.
     let retention_ms = shared.with(|w| 60_000 * (2 + w.rng_below(18) as i64));
+    // Half the runs keep tombstones longer than the run (every key's latest
+    // record must stay), half drop them within a minute or two (a key whose
+    // tombstone went must not come back).
+    let delete_retention_ms = shared.with(|w| {
+        if w.chance(0.5) {
+            DAY_MS
+        } else {
+            10_000 + w.rng_below(110_000) as i64
+        }
+    });
     let mut topics = Vec::new();
     for (name, policy) in [("events", "delete"), ("table", "compact")] {
         let configs = BTreeMap::from([
             ("retention.ms".to_string(), retention_ms.to_string()),
             ("cleanup.policy".to_string(), policy.to_string()),
+            (
+                "delete.retention.ms".to_string(),
+                delete_retention_ms.to_string(),
+            ),
         ]);
         let topic = meta
             .create_topic(NewTopic {
@@ -376,6 +407,11 @@ async fn simulate(shared: &Shared, settings: Settings) {
             .expect("topics are created before faults begin");
         topics.push(topic);
     }
+    let scratch = meta
+        .create_topic(scratch_topic(1 + settings.partitions / 2, retention_ms))
+        .await
+        .expect("topics are created before faults begin");
+    shared.with(|w| w.scratch = Some(scratch));
     let (interval, gc_grace, min_extents) = shared.with(|w| {
         (
             Duration::from_millis(500 + w.rng_below(5_000)),
@@ -385,7 +421,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
     });
     shared.with(|w| {
         w.log(format!(
-            "retention {retention_ms} ms, passes every {interval:?}, gc grace {gc_grace:?}, compaction from {min_extents} extents"
+            "retention {retention_ms} ms, tombstones kept {delete_retention_ms} ms, passes every {interval:?}, gc grace {gc_grace:?}, compaction from {min_extents} extents"
         ))
     });
     let cluster = Arc::new(tokio::sync::Mutex::new(Cluster {
@@ -424,6 +460,13 @@ async fn simulate(shared: &Shared, settings: Settings) {
             stop,
         )));
     }
+    actors.push(tokio::spawn(admin(
+        shared.clone(),
+        meta.clone(),
+        topics[0].clone(),
+        retention_ms,
+        stop,
+    )));
     actors.push(tokio::spawn(chaos(
         shared.clone(),
         cluster.clone(),
@@ -474,16 +517,30 @@ async fn simulate(shared: &Shared, settings: Settings) {
             c.crash(i);
         }
     }
+    // The scratch topic as it ended (its acknowledgements of earlier
+    // incarnations went with them).
+    let mut audited = topics.clone();
+    let scratch = loop {
+        match meta.topic(SCRATCH).await {
+            Ok(t) => break t,
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    };
+    audited.extend(scratch);
+    let rules = audit::Rules {
+        retention_ms,
+        delete_retention_ms,
+        tombstones_kept: delete_retention_ms == DAY_MS,
+    };
     match (&single, &group) {
         (Some(single), _) => {
-            audit::settle_and_check(shared, single.as_ref(), &inner, &topics, retention_ms).await
+            audit::settle_and_check(shared, single.as_ref(), &inner, &audited, rules).await
         }
         (_, Some(group)) => {
             if let Err(why) = raft::replicas_agree(group).await {
                 shared.with(|w| w.anomaly(why));
             }
-            audit::settle_and_check(shared, group.client.as_ref(), &inner, &topics, retention_ms)
-                .await;
+            audit::settle_and_check(shared, group.client.as_ref(), &inner, &audited, rules).await;
         }
         _ => unreachable!("one metastore or the other"),
     }
@@ -506,24 +563,42 @@ async fn produce(
     let mut sequences: BTreeMap<(usize, i32), i32> = BTreeMap::new();
     let mut n: u64 = 0;
     while Instant::now() < stop {
-        let (pause, t, partition, records) = shared.with(|w| {
-            let t = w.rng_below(topics.len() as u64) as usize;
+        let (pause, t, topic) = shared.with(|w| {
+            // The scratch topic less often: it comes and goes.
+            let t = w.rng_below(topics.len() as u64 + 1) as usize;
+            let topic = if t < topics.len() {
+                Some(topics[t].clone())
+            } else {
+                w.scratch.clone()
+            };
+            (Duration::from_millis(w.rng_below(400)), t, topic)
+        });
+        let Some(topic) = topic else {
+            tokio::time::sleep(pause).await;
+            continue;
+        };
+        let (partition, records) = shared.with(|w| {
             (
-                Duration::from_millis(w.rng_below(400)),
-                t,
-                w.rng_below(topics[t].partitions as u64) as i32,
+                w.rng_below(topic.partitions as u64) as i32,
                 1 + w.rng_below(4) as i32,
             )
         });
-        let topic = &topics[t];
-        // Few keys, so that key compaction has much to drop.
-        let keys: Vec<Option<u8>> = if t == 1 {
+        // Few keys, so that key compaction has much to drop; now and then a
+        // tombstone.
+        let (keys, tombstones): (Vec<Option<u8>>, Vec<bool>) = if t == 1 {
             (0..records)
-                .map(|_| Some(shared.with(|w| w.rng_below(KEYS)) as u8))
-                .collect()
+                .map(|_| shared.with(|w| (Some(w.rng_below(KEYS) as u8), w.chance(0.1))))
+                .unzip()
         } else {
-            vec![None; records as usize]
+            (vec![None; records as usize], vec![false; records as usize])
         };
+        shared.with(|w| {
+            for (key, tombstone) in keys.iter().zip(&tombstones) {
+                if let (Some(key), true) = (key, tombstone) {
+                    w.tombstones_sent.insert((partition, *key));
+                }
+            }
+        });
         tokio::time::sleep(pause).await;
         if idempotent && identity.is_none() {
             match meta.init_producer(None).await {
@@ -545,6 +620,7 @@ async fn produce(
         let bytes = encode(
             batch_id,
             &keys,
+            &tombstones,
             sent_ms,
             identity.filter(|_| idempotent),
             sequence,
@@ -581,11 +657,13 @@ async fn produce(
                         ));
                         w.acks.push(Ack {
                             topic: t,
+                            topic_id: topic.id,
                             partition,
                             offset,
                             batch: batch_id,
                             records,
                             keys: keys.clone(),
+                            tombstones: tombstones.clone(),
                             idempotent,
                             sent_ms,
                         });
@@ -646,6 +724,7 @@ const KEYS: u64 = 12;
 fn encode(
     batch: u64,
     keys: &[Option<u8>],
+    tombstones: &[bool],
     timestamp: i64,
     identity: Option<ProducerIdentity>,
     base_sequence: i32,
@@ -666,10 +745,14 @@ fn encode(
             timestamp,
             delete_horizon: false,
             key: keys[i as usize].map(|k| Bytes::from(format!("k{k}"))),
-            value: Some(Bytes::from(value(batch, i))),
-            headers: [(StrBytes::from_static_str("sim"), None)]
-                .into_iter()
-                .collect(),
+            // A tombstone has no value: its name rides in a header.
+            value: (!tombstones[i as usize]).then(|| Bytes::from(value(batch, i))),
+            headers: [(
+                StrBytes::from_static_str("sim"),
+                Some(Bytes::from(value(batch, i))),
+            )]
+            .into_iter()
+            .collect(),
         })
         .collect();
     let mut buf = BytesMut::new();
@@ -683,6 +766,91 @@ fn encode(
     )
     .expect("the batch encodes");
     buf.freeze()
+}
+
+/// A day: tombstones kept longer than any run.
+const DAY_MS: i64 = 86_400_000;
+
+/// The topic an operator deletes, re-creates and grows during the run.
+const SCRATCH: &str = "scratch";
+
+fn scratch_topic(partitions: i32, retention_ms: i64) -> NewTopic {
+    NewTopic {
+        name: SCRATCH.into(),
+        partitions,
+        configs: BTreeMap::from([("retention.ms".to_string(), retention_ms.to_string())]),
+    }
+}
+
+/// An operator at work while producers run: DeleteRecords on the retained
+/// topic, and the scratch topic deleted and re-created (a new id, maybe
+/// fewer partitions) or given more partitions. Its data shares ingest files
+/// with the other topics, so deleting it must release only its own extents.
+async fn admin(
+    shared: Shared,
+    meta: Arc<dyn Metastore>,
+    events: TopicInfo,
+    retention_ms: i64,
+    stop: Instant,
+) {
+    while Instant::now() < stop {
+        let (pause, what) = shared.with(|w| (5_000 + w.rng_below(40_000), w.rng_below(4)));
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        match what {
+            0 | 1 => delete_records(&shared, meta.as_ref(), &events).await,
+            2 => {
+                let deleted = meta.delete_topic(SCRATCH).await;
+                let partitions = shared.with(|w| 1 + w.rng_below(4) as i32);
+                let created = meta
+                    .create_topic(scratch_topic(partitions, retention_ms))
+                    .await;
+                shared.with(|w| {
+                    w.log(format!(
+                        "admin: scratch deleted ({deleted:?}), re-created with {partitions} partitions ({:?})",
+                        created.map(|t| t.id)
+                    ))
+                });
+            }
+            _ => {
+                let now = shared.with(|w| w.scratch.as_ref().map_or(1, |t| t.partitions));
+                let grown = meta.create_partitions(SCRATCH, (now + 1).min(8)).await;
+                shared.with(|w| {
+                    w.log(format!(
+                        "admin: scratch grown to {} partitions ({grown:?})",
+                        now + 1
+                    ))
+                });
+            }
+        }
+        // Producers see the topic as the metastore has it now (or, if it
+        // does not answer, keep the one they had, and get refusals).
+        if let Ok(scratch) = meta.topic(SCRATCH).await {
+            shared.with(|w| w.scratch = scratch);
+        }
+    }
+}
+
+/// DeleteRecords up to an offset at or below the high watermark.
+async fn delete_records(shared: &Shared, meta: &dyn Metastore, topic: &TopicInfo) {
+    let p = shared.with(|w| w.rng_below(topic.partitions as u64) as i32);
+    let Ok(offsets) = meta.offsets(topic.id, p).await else {
+        return;
+    };
+    let span = offsets.high_watermark - offsets.log_start_offset;
+    let cut =
+        offsets.log_start_offset + shared.with(|w| w.rng_below(span.max(0) as u64 + 1)) as i64;
+    // Noted before the call: it may apply although its answer is lost.
+    shared.with(|w| {
+        let before = w.deleted_before.entry((0, p)).or_insert(0);
+        *before = (*before).max(cut);
+    });
+    let result = meta.trim(topic.id, p, cut).await;
+    shared.with(|w| {
+        w.log(format!(
+            "admin: DeleteRecords {}/{p} before {cut}: {result:?}",
+            topic.name
+        ))
+    });
 }
 
 /// The value of record `i` of batch `batch`: what the auditor looks for.
