@@ -26,6 +26,9 @@ struct Args {
     /// With `--whole`: the metastore as a three-node Raft group over a faulty network.
     #[arg(long)]
     raft: bool,
+    /// With `--whole`: print every seed's trace, passing or not.
+    #[arg(long)]
+    trace: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,7 +39,12 @@ fn main() -> std::process::ExitCode {
     let mut total = floe_sim::Summary::default();
     for seed in args.start..args.start + args.seeds {
         match floe_sim::run(seed, args.steps) {
-            Ok((s, _)) => {
+            Ok((s, trace)) => {
+                if args.trace {
+                    for line in &trace {
+                        println!("{line}");
+                    }
+                }
                 total.acked_batches += s.acked_batches;
                 total.commits += s.commits;
                 total.refused_retries += s.refused_retries;
@@ -78,7 +86,12 @@ fn whole(args: &Args) -> std::process::ExitCode {
     let mut total = whole::Summary::default();
     for seed in args.start..args.start + args.seeds {
         match whole::run(seed, settings) {
-            Ok((s, _)) => {
+            Ok((s, trace)) => {
+                if args.trace {
+                    for line in &trace {
+                        println!("{line}");
+                    }
+                }
                 total.acked_batches += s.acked_batches;
                 total.failed_produces += s.failed_produces;
                 total.crashes += s.crashes;
@@ -89,6 +102,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
                 total.partitions += s.partitions;
                 total.node_kills += s.node_kills;
                 total.store_faults += s.store_faults;
+                total.stalls += s.stalls;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -119,7 +133,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
          {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
-         {} store faults, {} live segments at the end, {} records polled, {:.1} simulated hours",
+         {} store faults, {} stalls after a PUT, {} live segments at the end, {} records polled, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -129,6 +143,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.node_kills,
         total.redirects,
         total.store_faults,
+        total.stalls,
         total.segments_live,
         total.polled_records,
         total.simulated_ms as f64 / 3_600_000.0

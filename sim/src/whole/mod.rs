@@ -91,6 +91,8 @@ pub struct Summary {
     pub node_kills: u64,
     /// Object-store requests failed on purpose (before or after they acted).
     pub store_faults: u64,
+    /// Agents stalled for minutes between storing an object and going on.
+    pub stalls: u64,
     pub simulated_ms: u64,
 }
 
@@ -146,6 +148,10 @@ pub struct World {
     pub tombstones_sent: BTreeSet<(i32, u8)>,
     /// The scratch topic as last read (deleted and re-created as the run goes).
     pub scratch: Option<TopicInfo>,
+    /// When the longest stall of an agent after a PUT ends.
+    pub stalled_until: Option<Instant>,
+    /// Agents stalled now, and until when: a paused process is not crashed.
+    pub stalled: BTreeMap<usize, Instant>,
     start: Instant,
     /// Woken at the first anomaly.
     failed: Arc<tokio::sync::Notify>,
@@ -238,6 +244,8 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             deleted_before: BTreeMap::new(),
             tombstones_sent: BTreeSet::new(),
             scratch: None,
+            stalled_until: None,
+            stalled: BTreeMap::new(),
             start: Instant::now(),
             failed: Arc::new(tokio::sync::Notify::new()),
         })));
@@ -255,7 +263,8 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
         }
         // Producing, five minutes of calm and the audit fit well within
         // this; a run still going then is stuck (a liveness failure).
-        let limit = settings.duration + Duration::from_secs(3_600);
+        // (Plus the longest stall: see `store::SimStoreFaults::after_put`.)
+        let limit = settings.duration + Duration::from_secs(2 * 3_600);
         tokio::select! {
             biased;
             () = failed.notified() => {}
@@ -293,7 +302,8 @@ struct Agent {
 
 struct Cluster {
     shared: Shared,
-    store: Arc<dyn ObjectStore>,
+    /// The bucket; each agent reaches it through its own faults.
+    bucket: Arc<dyn ObjectStore>,
     meta: Arc<dyn Metastore>,
     agents: Vec<Agent>,
     /// Per agent, fixed for the run (so a restarted agent takes up its leases).
@@ -307,7 +317,14 @@ impl Cluster {
         let shared = &self.shared;
         let ids: Arc<dyn Ids> = Arc::new(SeededIds(shared.clone()));
         let (flush_ms, inflight) = shared.with(|w| (5 + w.rng_below(100), 1 + w.rng_below(4)));
-        let cache = Arc::new(BlockCache::new(self.store.clone(), 1 << 20, 64 << 10));
+        let store: Arc<dyn ObjectStore> = Arc::new(HookedStore::new(
+            self.bucket.clone(),
+            SimStoreFaults {
+                shared: shared.clone(),
+                agent: Some(i),
+            },
+        ));
+        let cache = Arc::new(BlockCache::new(store.clone(), 1 << 20, 64 << 10));
         let batcher = Batcher::start(
             BatcherConfig {
                 flush_interval: Duration::from_millis(flush_ms),
@@ -315,7 +332,7 @@ impl Cluster {
                 max_buffered_bytes: 8 << 20,
                 max_inflight_uploads: inflight as usize,
             },
-            self.store.clone(),
+            store.clone(),
             self.meta.clone(),
             cache,
             tokio::sync::watch::channel(0).0,
@@ -332,7 +349,7 @@ impl Cluster {
             counters: Counters::default(),
             ids,
         };
-        let background = tokio::spawn(background.run(self.store.clone(), self.meta.clone()));
+        let background = tokio::spawn(background.run(store, self.meta.clone()));
         self.agents[i] = Agent {
             batcher: Some(batcher),
             background: Some(background),
@@ -370,9 +387,13 @@ async fn simulate(shared: &Shared, settings: Settings) {
         _ => unreachable!("one metastore or the other"),
     };
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // The poller's view of the bucket (agents get their own, see `start_agent`).
     let store: Arc<dyn ObjectStore> = Arc::new(HookedStore::new(
         inner.clone(),
-        SimStoreFaults(shared.clone()),
+        SimStoreFaults {
+            shared: shared.clone(),
+            agent: None,
+        },
     ));
     // Short enough that retention runs while faults are on, long enough
     // that the final audit still finds unexpired records to hold the log to.
@@ -426,7 +447,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
     });
     let cluster = Arc::new(tokio::sync::Mutex::new(Cluster {
         shared: shared.clone(),
-        store: store.clone(),
+        bucket: inner.clone(),
         meta: meta.clone(),
         agents: (0..settings.agents)
             .map(|_| Agent {
@@ -511,6 +532,11 @@ async fn simulate(shared: &Shared, settings: Settings) {
     // batcher's 60 s deadline, the client's 15 s of retries) and for GC to
     // act on what the last passes made garbage.
     tokio::time::sleep(Duration::from_secs(5 * 60)).await;
+    // And for an agent stalled after a PUT to come back, try its commit
+    // (past the commit window: it must be refused) and have it settle.
+    if let Some(until) = shared.with(|w| w.stalled_until) {
+        tokio::time::sleep_until(until + Duration::from_secs(3 * 60)).await;
+    }
     {
         let mut c = cluster.lock().await;
         for i in 0..settings.agents {
@@ -994,6 +1020,11 @@ async fn chaos(
                         )
                     })
                 };
+                let stalled =
+                    shared.with(|w| w.stalled.get(&i).is_some_and(|&u| u > Instant::now()));
+                if stalled {
+                    continue;
+                }
                 cluster.lock().await.crash(i);
                 shared.with(|w| {
                     w.summary.crashes += 1;

@@ -2,12 +2,16 @@
 //! seeded faults, as S3 shows them on a bad day: a PUT refused before it
 //! stores anything, a PUT that stored the object and then failed (the caller
 //! cannot tell), 503 SlowDown on reads, listings and deletes, a delete that
-//! happened and then failed, and latency.
+//! happened and then failed, and latency; and, rarely, the agent that stored
+//! an object stalling for minutes before it goes on (a long GC pause, a
+//! frozen VM), so that its commit arrives after the commit window and after
+//! the orphan sweep took the object, or after the metastore forgot the key.
 
 use async_trait::async_trait;
 use floe_storage::hooked::{Hooks, Op};
 use object_store::Result;
-use tokio::time::Duration;
+use object_store::path::Path;
+use tokio::time::{Duration, Instant};
 
 use super::Shared;
 
@@ -20,7 +24,16 @@ pub struct StoreFaults {
     pub max_latency: Duration,
 }
 
-pub struct SimStoreFaults(pub Shared);
+pub struct SimStoreFaults {
+    pub shared: Shared,
+    /// The agent whose requests these are (`None`: the auditor's, which
+    /// never stalls).
+    pub agent: Option<usize>,
+}
+
+/// The chance that an agent stalls for minutes after a PUT (about one run in
+/// three stalls once).
+const STALL_CHANCE: f64 = 0.0002;
 
 fn injected(what: &str) -> object_store::Error {
     object_store::Error::Generic {
@@ -32,7 +45,7 @@ fn injected(what: &str) -> object_store::Error {
 #[async_trait]
 impl Hooks for SimStoreFaults {
     async fn before(&self, op: Op) -> Result<()> {
-        let (latency, fail) = self.0.with(|w| {
+        let (latency, fail) = self.shared.with(|w| {
             let f = w.store_faults;
             let latency = w.latency_up_to(f.max_latency);
             let rate = match op {
@@ -52,11 +65,40 @@ impl Hooks for SimStoreFaults {
         Ok(())
     }
 
+    async fn after_put(&self, location: &Path) -> Result<()> {
+        let Some(agent) = self.agent else {
+            return Ok(());
+        };
+        let stall = self.shared.with(|w| {
+            if !w.chance(STALL_CHANCE) {
+                return None;
+            }
+            // Past the 10-minute commit window; now and then past the hour
+            // the metastore remembers a key for.
+            let minutes = if w.chance(0.2) { 61 } else { 11 };
+            let stall = Duration::from_secs(60 * (minutes + w.rng_below(10)));
+            let until = Instant::now() + stall;
+            w.stalled_until = Some(w.stalled_until.map_or(until, |u| u.max(until)));
+            w.stalled.insert(agent, until);
+            w.summary.stalls += 1;
+            w.log(format!(
+                "agent {agent} stored {location} and stalls for {stall:?}"
+            ));
+            Some(stall)
+        });
+        if let Some(stall) = stall {
+            tokio::time::sleep(stall).await;
+            self.shared
+                .with(|w| w.log(format!("agent {agent} goes on after {location}")));
+        }
+        Ok(())
+    }
+
     fn after(&self, op: Op, _bytes: u64, ok: bool) -> Result<()> {
         if !ok || !matches!(op, Op::Put | Op::Delete) {
             return Ok(());
         }
-        let lost = self.0.with(|w| {
+        let lost = self.shared.with(|w| {
             let lost = w.chance(w.store_faults.put_lost_reply);
             w.summary.store_faults += lost as u64;
             lost
