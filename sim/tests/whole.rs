@@ -38,6 +38,22 @@ fn the_same_seed_gives_the_same_trace() {
     assert_ne!(trace_a, other);
 }
 
+/// Raft runs replay too: openraft's election timeouts come from the seed
+/// (`floe_metastore::raft::runtime`), redb runs in place, and tokio's own
+/// draws are seeded (`.cargo/config.toml` builds with `tokio_unstable`).
+#[test]
+fn the_same_raft_seed_gives_the_same_trace() {
+    let short = Settings {
+        duration: std::time::Duration::from_secs(120),
+        raft: true,
+        ..Settings::default()
+    };
+    let (a, trace_a) = check(1_007, short);
+    let (b, trace_b) = check(1_007, short);
+    assert_eq!(a, b);
+    assert_eq!(trace_a, trace_b);
+}
+
 #[test]
 fn raft_seeds_find_no_anomaly() {
     let with_raft = Settings {

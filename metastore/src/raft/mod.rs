@@ -10,6 +10,7 @@
 //! - [`network`]: Raft messages between nodes, over the metastore's own port.
 //! - [`node`]: [`RaftMetastore`], the [`Metastore`](crate::Metastore) of a node.
 //! - [`lease`]: lets the leader answer reads without a quorum round each.
+//! - [`runtime`]: tokio for openraft, with randomness a simulation can seed.
 //! - [`stamps`]: the times a node stamps proposals with, bounded so that one
 //!   clock far ahead cannot drag the group's time forward.
 
@@ -17,6 +18,7 @@ pub mod lease;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod runtime;
 pub mod stamps;
 pub mod state_machine;
 
@@ -52,6 +54,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = NodeAddress,
         SnapshotData = Vec<u8>,
+        AsyncRuntime = runtime::FloeRuntime,
 );
 
 pub type Raft = openraft::Raft<TypeConfig>;
@@ -62,10 +65,17 @@ pub type StoredMembership = openraft::StoredMembership<NodeId, NodeAddress>;
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, NodeAddress>;
 pub type Vote = openraft::Vote<NodeId>;
 
-/// Runs blocking `redb` work off the async workers.
+/// Runs blocking `redb` work off the async workers; in place on a
+/// single-threaded runtime (tests, the simulation), where there is no other
+/// worker to keep busy and a thread outside the runtime would finish at a
+/// time the runtime's clock does not decide, so that a seed would not replay.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, openraft::AnyError> + Send + 'static,
 ) -> Result<T, openraft::AnyError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::CurrentThread {
+        return f();
+    }
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(any(e)))

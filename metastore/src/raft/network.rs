@@ -319,7 +319,10 @@ impl RaftNetwork<TypeConfig> for Peer {
         cancel: impl std::future::Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        // Biased: a closed replication wins, and no random draw decides
+        // (the simulation replays seeds).
         tokio::select! {
+            biased;
             closed = cancel => Err(StreamingError::Closed(closed)),
             sent = self.send_snapshot(vote, snapshot, option.hard_ttl()) => sent,
         }

@@ -225,11 +225,13 @@ impl Ids for SeededIds {
 
 /// Runs one seed; `Ok` with the summary and trace when the auditor finds nothing.
 pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Failure> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a tokio runtime");
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    // Which ready branch an unbiased `select!` takes (openraft has some) is
+    // tokio's random draw: seeded where tokio lets it be (`tokio_unstable`).
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    let runtime = builder.build().expect("a tokio runtime");
     let shared = runtime.block_on(async {
         let shared = Shared(Arc::new(Mutex::new(World {
             rng: ChaCha8Rng::seed_from_u64(seed),
@@ -277,6 +279,7 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
     });
     // Tasks still parked (agents' loops, the metastore's delayed writes) end here.
     drop(runtime);
+    floe_metastore::raft::runtime::seed_this_thread(None);
     let (summary, trace, anomalies) = shared.with(|w| {
         (
             w.summary.clone(),

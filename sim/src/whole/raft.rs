@@ -132,6 +132,10 @@ type Nodes = Arc<Mutex<Vec<Option<Arc<RaftMetastore>>>>>;
 
 /// Starts the group and waits for its first leader.
 pub async fn start(shared: &Shared) -> RaftGroup {
+    // openraft's election timeouts from the run's seed (the runtime is this
+    // thread; `run` clears it afterwards).
+    let draws = shared.with(|w| w.rng_below(u64::MAX));
+    floe_metastore::raft::runtime::seed_this_thread(Some(draws));
     let net = Arc::new(SimNet {
         nodes: Mutex::new(BTreeMap::new()),
         shared: shared.clone(),
