@@ -297,15 +297,17 @@ impl RaftMetastore {
                 }
             }
         }
-        // A group of one voter has no other clock to hold its own to.
+        // A group of one voter has no other clock to hold its own to. (Not
+        // `Bootstrap::Single`: a group grown from one node keeps it.)
         let voters = raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .count();
-        if matches!(options.bootstrap, Bootstrap::Single) || voters == 1 {
+            .wait(Some(Duration::from_secs(1)))
+            .metrics(
+                |m| m.membership_config.membership().voter_ids().count() > 0,
+                "membership loaded",
+            )
+            .await
+            .map_or(0, |m| m.membership_config.membership().voter_ids().count());
+        if voters == 1 {
             stamps.trust_wall();
         }
         Ok(RaftMetastore {

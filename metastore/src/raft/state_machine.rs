@@ -81,7 +81,8 @@ impl StateMachine {
             }
             None => (State::default(), None, StoredMembership::default()),
         };
-        let stamps = Arc::new(Stamps::new(wall, state.clock_ms()));
+        let fresh = last_applied.is_none() && super::log_store::log_entries(&db).unwrap_or(0) == 0;
+        let stamps = Arc::new(Stamps::new(wall, state.clock_ms(), fresh));
         let state = Arc::new(RwLock::new(state));
         let machine = StateMachine {
             state: state.clone(),

@@ -352,8 +352,6 @@ async fn read_log(
 #[derive(Debug, Clone, Copy)]
 pub struct Rules {
     pub retention_ms: i64,
-    /// The compacted topic's `delete.retention.ms`.
-    pub delete_retention_ms: i64,
     /// Whether tombstones outlive the run (then every key's latest record,
     /// tombstone or not, must be there at the end).
     pub tombstones_kept: bool,
@@ -378,6 +376,15 @@ pub async fn settle_and_check(
     if let Err(broken) = invariants {
         anomalies.push(format!("state invariant broken: {broken}"));
     }
+    // Retention below is judged on the metastore's clock: it must not have
+    // run further ahead than skew allows (then it would excuse early trims).
+    let sim_ms = shared.with(|w| w.now_ms());
+    if end_ms > sim_ms + max_ahead_ms(sim_ms) {
+        anomalies.push(format!(
+            "the metastore's clock is {} ms ahead of the simulation's",
+            end_ms - sim_ms
+        ));
+    }
     let mut logs: BTreeMap<(usize, i32), Log> = BTreeMap::new();
     let mut segments = BTreeSet::new();
     for (t, topic) in topics.iter().enumerate() {
@@ -387,12 +394,12 @@ pub async fn settle_and_check(
         }
     }
 
-    let (acks, polled, deleted_before, tombstones_sent) = shared.with(|w| {
+    let (acks, polled, deleted_before, unacked_tombstones) = shared.with(|w| {
         (
             w.acks.clone(),
             std::mem::take(&mut w.polled),
             w.deleted_before.clone(),
-            w.tombstones_sent.clone(),
+            w.unacked_tombstones.clone(),
         )
     });
     // Of topics that still exist as they were.
@@ -484,8 +491,8 @@ pub async fn settle_and_check(
             // shadowed by a later tombstone whose acknowledgement was lost):
             // allowed, if none of the key's older records is left behind.
             let key_byte: u8 = key[1..].parse().expect("keys are k<n>");
-            let may_be_gone =
-                !rules.tombstones_kept && (*tombstone || tombstones_sent.contains(&(*p, key_byte)));
+            let may_be_gone = !rules.tombstones_kept
+                && (*tombstone || unacked_tombstones.contains(&(*p, key_byte)));
             let left_behind = log.records.range(..offset).find(|(_, r)| of_key(r));
             match left_behind {
                 None if may_be_gone => {}

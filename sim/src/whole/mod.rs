@@ -27,7 +27,7 @@ use floe_agent::compaction::Background;
 use floe_agent::metrics::Metrics;
 use floe_cache::BlockCache;
 use floe_compactor::{CompactionPolicy, Counters, Gc};
-use floe_metastore::{Metastore, NewTopic, ProducerIdentity, TopicId, TopicInfo};
+use floe_metastore::{MetaError, Metastore, NewTopic, ProducerIdentity, TopicId, TopicInfo};
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::kafka_protocol::records::{
@@ -143,9 +143,9 @@ pub struct World {
     /// Per (topic, partition), the highest DeleteRecords offset asked for:
     /// records below it may be gone (the call may apply, its answer lost).
     pub deleted_before: BTreeMap<(usize, i32), i64>,
-    /// (partition, key) of every tombstone sent to the compacted topic,
-    /// acknowledged or not.
-    pub tombstones_sent: BTreeSet<(i32, u8)>,
+    /// (partition, key) of every tombstone sent to the compacted topic in a
+    /// batch given up on (it may have landed, unacknowledged).
+    pub unacked_tombstones: BTreeSet<(i32, u8)>,
     /// The scratch topic as last read (deleted and re-created as the run goes).
     pub scratch: Option<TopicInfo>,
     /// When the longest stall of an agent after a PUT ends.
@@ -244,7 +244,7 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             anomalies: Vec::new(),
             polled: BTreeMap::new(),
             deleted_before: BTreeMap::new(),
-            tombstones_sent: BTreeSet::new(),
+            unacked_tombstones: BTreeSet::new(),
             scratch: None,
             stalled_until: None,
             stalled: BTreeMap::new(),
@@ -558,7 +558,6 @@ async fn simulate(shared: &Shared, settings: Settings) {
     audited.extend(scratch);
     let rules = audit::Rules {
         retention_ms,
-        delete_retention_ms,
         tombstones_kept: delete_retention_ms == DAY_MS,
     };
     match (&single, &group) {
@@ -621,13 +620,6 @@ async fn produce(
         } else {
             (vec![None; records as usize], vec![false; records as usize])
         };
-        shared.with(|w| {
-            for (key, tombstone) in keys.iter().zip(&tombstones) {
-                if let (Some(key), true) = (key, tombstone) {
-                    w.tombstones_sent.insert((partition, *key));
-                }
-            }
-        });
         tokio::time::sleep(pause).await;
         if idempotent && identity.is_none() {
             match meta.init_producer(None).await {
@@ -712,6 +704,11 @@ async fn produce(
                 }
                 Err(e) => {
                     shared.with(|w| {
+                        for (key, tombstone) in keys.iter().zip(&tombstones) {
+                            if let (Some(key), true) = (key, tombstone) {
+                                w.unacked_tombstones.insert((partition, *key));
+                            }
+                        }
                         w.summary.failed_produces += 1;
                         w.log(format!(
                             "gave up b{batch_id:x} {}/{partition}: {e}",
@@ -869,12 +866,18 @@ async fn delete_records(shared: &Shared, meta: &dyn Metastore, topic: &TopicInfo
     let cut =
         offsets.log_start_offset + shared.with(|w| w.rng_below(span.max(0) as u64 + 1)) as i64;
     // Noted before the call: it may apply although its answer is lost.
-    shared.with(|w| {
+    let excused = shared.with(|w| {
         let before = w.deleted_before.entry((0, p)).or_insert(0);
-        *before = (*before).max(cut);
+        std::mem::replace(before, (*before).max(cut))
     });
     let result = meta.trim(topic.id, p, cut).await;
     shared.with(|w| {
+        // Refused for certain: nothing more is excused than before.
+        if let Err(e) = &result
+            && !matches!(e, MetaError::Unavailable(_) | MetaError::Storage(_))
+        {
+            w.deleted_before.insert((0, p), excused);
+        }
         w.log(format!(
             "admin: DeleteRecords {}/{p} before {cut}: {result:?}",
             topic.name
