@@ -73,18 +73,25 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
                 .await
                 .map_err(|e| (kafka_error(&e), e.to_string())),
         };
+        // The topic's rules, read from its configs once for all its partitions.
+        let info = info.map(|info| {
+            let rules = ProduceRules::of(&info.configs, broker.config.message_max_bytes.as_u64());
+            (info, rules)
+        });
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let index = data.index;
             let admission = match &info {
                 Err((error, why)) => Admission::Refused(*error, why.clone()),
-                Ok(info) => match admit_partition(broker, info, data, req.acks).await {
-                    Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
-                    Err((error, why)) => {
-                        tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
-                        Admission::Refused(error, why)
+                Ok((info, rules)) => {
+                    match admit_partition(broker, info, rules, data, req.acks).await {
+                        Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
+                        Err((error, why)) => {
+                            tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
+                            Admission::Refused(error, why)
+                        }
                     }
-                },
+                }
             };
             partitions.push((index, admission));
         }
@@ -189,6 +196,7 @@ fn refuse(partition: i32, error: ResponseError, why: &str) -> PartitionProduceRe
 async fn admit_partition(
     broker: &Broker,
     topic: &floe_metastore::TopicInfo,
+    rules: &ProduceRules,
     data: PartitionProduceData,
     acks: i16,
 ) -> Result<(Committed, Option<i64>), (ResponseError, String)> {
@@ -221,7 +229,6 @@ async fn admit_partition(
             "transactions are not supported yet".into(),
         ));
     }
-    let rules = ProduceRules::of(&topic.configs, broker.config.message_max_bytes.as_u64());
     // The agent's clock, as a Kafka leader uses its own: this stamps data,
     // it decides nothing.
     let now_ms = crate::discovery::now_ms();
