@@ -202,6 +202,14 @@ impl PendingFile {
         self.partitions[slot].1.push(append);
     }
 
+    /// Its appends, for answering them without writing the file.
+    fn into_appends(self) -> Vec<Append> {
+        self.partitions
+            .into_iter()
+            .flat_map(|(_, group)| group)
+            .collect()
+    }
+
     /// Lays the batches out as an ingest file and lists them for the commit,
     /// stamped with the metastore's time read before the upload.
     fn build(self, not_before_ms: i64) -> (Bytes, Commit, Vec<Append>) {
@@ -277,10 +285,10 @@ async fn collect(
 }
 
 struct Uploaded {
-    bytes: Bytes,
-    commit: Commit,
+    key: String,
     appends: Vec<Append>,
-    result: Result<(), Failed>,
+    /// The file and its commit, once stored.
+    result: Result<(Bytes, Commit), Failed>,
 }
 
 /// Why an ingest file was not uploaded.
@@ -312,25 +320,22 @@ async fn upload_and_commit(
             // if it arrives more than its commit window after this. With no
             // time read yet (the metastore has not answered since this agent
             // started) the file is refused, not held: producers always hear back.
+            let key = file.key.to_string();
             let Some(not_before_ms) = clock.get().await else {
-                let (_, commit, appends) = file.build(0);
                 return Uploaded {
-                    bytes: Bytes::new(),
-                    commit,
-                    appends,
+                    key,
+                    appends: file.into_appends(),
                     result: Err(Failed::NoClock),
                 };
             };
             let (bytes, commit, appends) = file.build(not_before_ms);
-            let path = object_store::path::Path::from(commit.object_key.as_str());
-            let result = store
-                .put(&path, bytes.clone().into())
-                .await
-                .map(|_| ())
-                .map_err(Failed::Put);
+            let path = object_store::path::Path::from(key.as_str());
+            let result = match store.put(&path, bytes.clone().into()).await {
+                Ok(_) => Ok((bytes, commit)),
+                Err(e) => Err(Failed::Put(e)),
+            };
             Uploaded {
-                bytes,
-                commit,
+                key,
                 appends,
                 result,
             }
@@ -340,9 +345,9 @@ async fn upload_and_commit(
     .buffered(max_inflight);
     futures::pin_mut!(uploads);
     while let Some(up) = uploads.next().await {
-        let key = up.commit.object_key.clone();
-        match up.result {
-            Ok(()) => {}
+        let key = up.key;
+        let (bytes, commit) = match up.result {
+            Ok(stored) => stored,
             Err(Failed::NoClock) => {
                 tracing::warn!(object = %key, "the metastore's time is unknown; producers get a retriable error");
                 let why = format!("the metastore has not answered within {CLOCK_WAIT:?}");
@@ -356,15 +361,15 @@ async fn upload_and_commit(
                 record_orphan(meta.as_ref(), key).await;
                 continue;
             }
-        }
-        cache.insert_object(&key, &up.bytes);
-        let batches = up.commit.batches.len();
-        metrics.flush(up.bytes.len(), batches);
+        };
+        cache.insert_object(&key, &bytes);
+        let batches = commit.batches.len();
+        metrics.flush(bytes.len(), batches);
         // The metastore client bounds each call (attempt deadlines, 15 s of
         // retries); this bounds the whole commit whatever the metastore is,
         // so producers always hear back. A commit that timed out is declared
         // an orphan below, which the metastore resolves safely either way.
-        let committed = tokio::time::timeout(COMMIT_DEADLINE, meta.commit(up.commit))
+        let committed = tokio::time::timeout(COMMIT_DEADLINE, meta.commit(commit))
             .await
             .unwrap_or_else(|_| {
                 Err(floe_metastore::MetaError::Unavailable(format!(
@@ -377,7 +382,7 @@ async fn upload_and_commit(
                     let _ = append.reply.send(result.map_err(AppendError::Refused));
                 }
                 commits.send_modify(|n| *n += 1);
-                tracing::debug!(object = %key, bytes = up.bytes.len(), batches, "ingest file committed");
+                tracing::debug!(object = %key, bytes = bytes.len(), batches, "ingest file committed");
             }
             Err(e) => {
                 // Whether the commit applied is unknown (a lost reply). The

@@ -298,17 +298,21 @@ impl RaftMetastore {
             }
         }
         // A group of one voter has no other clock to hold its own to. (Not
-        // `Bootstrap::Single`: a group grown from one node keeps it.)
-        let voters = raft
-            .wait(Some(Duration::from_secs(1)))
-            .metrics(
-                |m| m.membership_config.membership().voter_ids().count() > 0,
-                "membership loaded",
-            )
-            .await
-            .map_or(0, |m| m.membership_config.membership().voter_ids().count());
-        if voters == 1 {
-            stamps.trust_wall();
+        // `Bootstrap::Single`: a group grown from one node keeps it.) A new
+        // node takes its wall clock anyway, and one waiting to join has no
+        // membership to wait for.
+        if !stamps.is_fresh() {
+            let voters = raft
+                .wait(Some(Duration::from_secs(1)))
+                .metrics(
+                    |m| m.membership_config.membership().voter_ids().count() > 0,
+                    "membership loaded",
+                )
+                .await
+                .map_or(0, |m| m.membership_config.membership().voter_ids().count());
+            if voters == 1 {
+                stamps.trust_wall();
+            }
         }
         Ok(RaftMetastore {
             id: options.id,

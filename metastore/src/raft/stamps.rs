@@ -75,6 +75,11 @@ impl Stamps {
         }
     }
 
+    /// Whether the group has never stamped anything (its first stamp is the wall clock).
+    pub fn is_fresh(&self) -> bool {
+        self.seen.lock().expect("stamps lock poisoned").fresh
+    }
+
     /// Takes this node's wall clock as the group's time, if it is ahead:
     /// for a group with no other clock to compare it with.
     pub fn trust_wall(&self) {

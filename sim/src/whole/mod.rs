@@ -148,9 +148,8 @@ pub struct World {
     pub unacked_tombstones: BTreeSet<(i32, u8)>,
     /// The scratch topic as last read (deleted and re-created as the run goes).
     pub scratch: Option<TopicInfo>,
-    /// When the longest stall of an agent after a PUT ends.
-    pub stalled_until: Option<Instant>,
-    /// Agents stalled now, and until when: a paused process is not crashed.
+    /// Per agent, when its latest stall after a PUT ends: a paused process
+    /// is not crashed, and the audit waits for every stall to end.
     pub stalled: BTreeMap<usize, Instant>,
     start: Instant,
     /// Woken at the first anomaly.
@@ -246,7 +245,6 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             deleted_before: BTreeMap::new(),
             unacked_tombstones: BTreeSet::new(),
             scratch: None,
-            stalled_until: None,
             stalled: BTreeMap::new(),
             start: Instant::now(),
             failed: Arc::new(tokio::sync::Notify::new()),
@@ -537,7 +535,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
     tokio::time::sleep(Duration::from_secs(5 * 60)).await;
     // And for an agent stalled after a PUT to come back, try its commit
     // (past the commit window: it must be refused) and have it settle.
-    if let Some(until) = shared.with(|w| w.stalled_until) {
+    if let Some(until) = shared.with(|w| w.stalled.values().max().copied()) {
         tokio::time::sleep_until(until + Duration::from_secs(3 * 60)).await;
     }
     {

@@ -78,8 +78,8 @@ impl Hooks for SimStoreFaults {
             let minutes = if w.chance(0.2) { 61 } else { 11 };
             let stall = Duration::from_secs(60 * (minutes + w.rng_below(10)));
             let until = Instant::now() + stall;
-            w.stalled_until = Some(w.stalled_until.map_or(until, |u| u.max(until)));
-            w.stalled.insert(agent, until);
+            let latest = w.stalled.entry(agent).or_insert(until);
+            *latest = (*latest).max(until);
             w.summary.stalls += 1;
             w.log(format!(
                 "agent {agent} stored {location} and stalls for {stall:?}"
