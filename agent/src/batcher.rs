@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floe_cache::BlockCache;
-use floe_metastore::{Commit, CommitBatch, MetaError, Metastore, TopicId};
+use floe_metastore::{Commit, CommitBatch, Metastore, Refusal, TopicId};
 use floe_protocol::batch::RecordBatch;
 use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
@@ -32,7 +32,7 @@ pub enum AppendError {
     Storage(String),
     /// The metastore refused this batch (e.g. its topic was deleted meanwhile).
     #[error(transparent)]
-    Refused(MetaError),
+    Refused(Refusal),
 }
 
 struct Append {
@@ -372,7 +372,7 @@ async fn upload_and_commit(
         let committed = tokio::time::timeout(COMMIT_DEADLINE, meta.commit(commit))
             .await
             .unwrap_or_else(|_| {
-                Err(floe_metastore::MetaError::Unavailable(format!(
+                Err(floe_metastore::MetaError::maybe_applied(format!(
                     "no commit answer within {COMMIT_DEADLINE:?}"
                 )))
             });
@@ -523,16 +523,16 @@ mod tests {
     struct Silent;
 
     impl floe_metastore::Sequencer for Silent {
-        async fn write(
+        async fn propose(
             &self,
             _: floe_metastore::state::Command,
-        ) -> Result<floe_metastore::state::Reply, MetaError> {
+        ) -> Result<floe_metastore::state::Reply, floe_metastore::MetaError> {
             std::future::pending().await
         }
         async fn read<T: Send, F: FnOnce(&floe_metastore::state::State) -> T + Clone + Send>(
             &self,
             _: F,
-        ) -> Result<T, MetaError> {
+        ) -> Result<T, floe_metastore::MetaError> {
             std::future::pending().await
         }
         fn now_ms(&self) -> i64 {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use floe_cache::BlockCache;
-use floe_metastore::{MetaError, Metastore, NewTopic, TopicInfo};
+use floe_metastore::{MetaError, Metastore, NewTopic, Refusal, TopicInfo};
 use floe_protocol::ResponseError;
 use floe_storage::ObjectStore;
 use tokio::sync::watch;
@@ -117,7 +117,7 @@ impl Broker {
             return Ok(topic);
         }
         if !(auto_create && self.config.auto_create_topics) {
-            return Err(MetaError::UnknownTopicOrPartition);
+            return Err(MetaError::Refused(Refusal::UnknownTopicOrPartition));
         }
         let created = self
             .meta
@@ -137,34 +137,42 @@ impl Broker {
                 Ok(topic)
             }
             // Another request created it first.
-            Err(MetaError::TopicExists(_)) => self
+            Err(MetaError::Refused(Refusal::TopicExists(_))) => self
                 .meta
                 .topic(name)
                 .await?
-                .ok_or(MetaError::UnknownTopicOrPartition),
+                .ok_or(MetaError::Refused(Refusal::UnknownTopicOrPartition)),
             Err(e) => Err(e),
         }
     }
 }
 
-/// The Kafka error a broker sends for a metastore error.
+/// The Kafka error a broker sends for a metastore error: a call that failed
+/// is the storage's failure, which clients retry.
 pub fn kafka_error(e: &MetaError) -> ResponseError {
     match e {
-        MetaError::TopicExists(_) => ResponseError::TopicAlreadyExists,
-        MetaError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
-        MetaError::InvalidTopicName(..) => ResponseError::InvalidTopicException,
-        MetaError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
-        MetaError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        MetaError::Storage(_)
-        | MetaError::Unavailable(_)
-        | MetaError::NotLeader(_)
-        | MetaError::ObjectKeyUsed(_)
-        | MetaError::CommitTooLate(_) => ResponseError::KafkaStorageError,
-        MetaError::ExtentsChanged | MetaError::InvalidMembership(_) => {
+        MetaError::Refused(refusal) => refusal_error(refusal),
+        MetaError::Storage(_) | MetaError::Unavailable { .. } | MetaError::NotLeader(_) => {
+            ResponseError::KafkaStorageError
+        }
+    }
+}
+
+/// The Kafka error a broker sends for what the metastore refused.
+pub fn refusal_error(refusal: &Refusal) -> ResponseError {
+    match refusal {
+        Refusal::TopicExists(_) => ResponseError::TopicAlreadyExists,
+        Refusal::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        Refusal::InvalidTopicName(..) => ResponseError::InvalidTopicException,
+        Refusal::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        Refusal::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        // A new upload gets a new key: the producer's retry succeeds.
+        Refusal::ObjectKeyUsed(_) | Refusal::CommitTooLate(_) => ResponseError::KafkaStorageError,
+        Refusal::ExtentsChanged | Refusal::InvalidMembership(_) => {
             ResponseError::UnknownServerError
         }
-        MetaError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-        MetaError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
-        MetaError::UnknownProducerId(_) => ResponseError::UnknownProducerId,
+        Refusal::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        Refusal::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        Refusal::UnknownProducerId(_) => ResponseError::UnknownProducerId,
     }
 }

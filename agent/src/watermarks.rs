@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use floe_metastore::{Metastore, TopicId};
+use floe_metastore::{Metastore, TopicId, TopicPartition};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-type Key = (TopicId, i32);
+type Key = TopicPartition;
 
 struct Watched {
     /// The highest high watermark known (seen by a fetch or polled).
@@ -68,7 +68,7 @@ impl Watermarks {
         let watched = self.watched.lock().expect("watermarks lock poisoned");
         partitions.iter().any(|&(topic, partition, seen)| {
             watched
-                .get(&(topic, partition))
+                .get(&TopicPartition::new(topic, partition))
                 .is_some_and(|w| w.high_watermark > seen)
         })
     }
@@ -107,16 +107,21 @@ impl<'a> Watching<'a> {
     fn new(watermarks: &'a Watermarks, partitions: &[(TopicId, i32, i64)]) -> Self {
         let mut watched = watermarks.watched.lock().expect("watermarks lock poisoned");
         for &(topic, partition, seen) in partitions {
-            let w = watched.entry((topic, partition)).or_insert(Watched {
-                high_watermark: seen,
-                waiters: 0,
-            });
+            let w = watched
+                .entry(TopicPartition::new(topic, partition))
+                .or_insert(Watched {
+                    high_watermark: seen,
+                    waiters: 0,
+                });
             w.high_watermark = w.high_watermark.max(seen);
             w.waiters += 1;
         }
         Watching {
             watermarks,
-            keys: partitions.iter().map(|&(t, p, _)| (t, p)).collect(),
+            keys: partitions
+                .iter()
+                .map(|&(t, p, _)| TopicPartition::new(t, p))
+                .collect(),
         }
     }
 }

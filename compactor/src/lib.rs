@@ -17,8 +17,8 @@ use tokio::time::Instant;
 
 use bytes::BytesMut;
 use floe_metastore::{
-    ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, ReplaceExtents, TopicId, TopicInfo,
-    now_ms,
+    ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents, TopicId,
+    TopicInfo, now_ms,
 };
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ids::Ids;
@@ -295,9 +295,9 @@ pub(crate) async fn swap_in(
             last_offset,
         })),
         Err(
-            MetaError::ExtentsChanged
-            | MetaError::UnknownTopicOrPartition
-            | MetaError::CommitTooLate(_),
+            MetaError::Refused(Refusal::ExtentsChanged)
+            | MetaError::Refused(Refusal::UnknownTopicOrPartition)
+            | MetaError::Refused(Refusal::CommitTooLate(_)),
         ) => {
             // Someone else compacted, the topic went away, or this swap came
             // too late: our segment is unused.
@@ -373,7 +373,7 @@ pub async fn compact_all(
             Ok(Some(c)) => done.push(c),
             Ok(None) => {}
             // A deleted topic is not an error of the whole pass.
-            Err(CompactError::Meta(MetaError::UnknownTopicOrPartition)) => {}
+            Err(CompactError::Meta(MetaError::Refused(Refusal::UnknownTopicOrPartition))) => {}
             Err(e) => {
                 counters.compaction_failures.inc();
                 tracing::warn!(topic = %topic.name, partition, error = %e,

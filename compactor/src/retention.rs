@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use floe_metastore::{ExtentRef, MetaError, Metastore, TopicInfo};
+use floe_metastore::{ExtentRef, MetaError, Metastore, Refusal, TopicInfo};
 
 use crate::{CompactError, Counters};
 
@@ -79,7 +79,7 @@ pub async fn enforce(
         for partition in 0..topic.partitions {
             match enforce_partition(meta, &topic, partition, retention, now_ms).await {
                 Ok(true) => moved += 1,
-                Ok(false) | Err(MetaError::UnknownTopicOrPartition) => {}
+                Ok(false) | Err(MetaError::Refused(Refusal::UnknownTopicOrPartition)) => {}
                 Err(e) => {
                     counters.retention_failures.inc();
                     tracing::warn!(topic = %topic.name, partition, error = %e,

@@ -30,7 +30,7 @@ async fn commit(
     m: &dyn Metastore,
     key: &str,
     batches: Vec<CommitBatch>,
-) -> Vec<Result<i64, MetaError>> {
+) -> Vec<Result<i64, Refusal>> {
     m.commit(Commit {
         object_key: key.into(),
         object_size: 100,
@@ -54,22 +54,22 @@ pub async fn suite(m: &dyn Metastore) {
             configs: Default::default(),
         })
         .await;
-    assert_eq!(dup, Err(MetaError::TopicExists("events".into())));
+    assert_eq!(dup, Err(Refusal::TopicExists("events".into()).into()));
 
     let r = commit(m, "a", vec![batch(&t, 0, 0, 5), batch(&t, 2, 10, 1)]).await;
     assert_eq!(r, vec![Ok(0), Ok(0)]);
     let r = commit(m, "b", vec![batch(&t, 0, 0, 2), batch(&t, 3, 10, 1)]).await;
-    assert_eq!(r, vec![Ok(5), Err(MetaError::UnknownTopicOrPartition)]);
+    assert_eq!(r, vec![Ok(5), Err(Refusal::UnknownTopicOrPartition)]);
 
     let offsets = m.offsets(t.id, 0).await.unwrap();
     assert_eq!((offsets.log_start_offset, offsets.high_watermark), (0, 7));
     assert_eq!(
         m.high_watermarks(vec![
-            (t.id, 0),
-            (t.id, 1),
-            (t.id, 2),
-            (t.id, 3),
-            (uuid::Uuid::nil(), 0)
+            TopicPartition::new(t.id, 0),
+            TopicPartition::new(t.id, 1),
+            TopicPartition::new(t.id, 2),
+            TopicPartition::new(t.id, 3),
+            TopicPartition::new(uuid::Uuid::nil(), 0)
         ])
         .await
         .unwrap(),
@@ -420,7 +420,7 @@ async fn a_deposed_leader_never_answers_reads_from_stale_state() {
     // Its lease has run out, so it checks with a quorum, learns it was
     // deposed, and points at the new leader instead of answering 1.
     match old.offsets(t.id, 0).await {
-        Err(MetaError::NotLeader(_)) | Err(MetaError::Unavailable(_)) => {}
+        Err(MetaError::NotLeader(_)) | Err(MetaError::Unavailable { .. }) => {}
         Ok(answer) => assert_eq!(answer.high_watermark, 2, "stale read from a deposed leader"),
         Err(e) => panic!("{e:?}"),
     }
@@ -456,7 +456,7 @@ async fn a_client_sent_round_in_circles_gives_up() {
         .await
         .expect("the client must stop following hints that lead nowhere");
     assert!(
-        matches!(answer, Err(MetaError::Unavailable(_))),
+        matches!(answer, Err(MetaError::Unavailable { .. })),
         "{answer:?}"
     );
 }
@@ -467,7 +467,7 @@ async fn remote_reports_an_unreachable_metastore() {
     let m =
         RemoteMetastore::new("127.0.0.1:9").with_retry_for(std::time::Duration::from_millis(200));
     let err = m.topics().await.unwrap_err();
-    assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, MetaError::Unavailable { .. }), "{err:?}");
 }
 
 /// A frozen node (SIGSTOP): it accepts connections and reads requests into
@@ -516,7 +516,13 @@ async fn a_frozen_node_costs_one_attempt_timeout_not_forever() {
         .expect("bounded")
         .unwrap_err();
     assert!(
-        matches!(err, MetaError::Unavailable(ref why) if why.contains("may have been applied")),
+        matches!(
+            err,
+            MetaError::Unavailable {
+                maybe_applied: true,
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
@@ -527,7 +533,6 @@ async fn a_frozen_node_costs_one_attempt_timeout_not_forever() {
 #[tokio::test]
 async fn a_peer_of_another_format_is_refused() {
     use crate::raft::network::PeerRequest;
-    use crate::rpc::Request;
     use futures::{SinkExt, StreamExt};
     let node = std::sync::Arc::new(crate::LocalMetastore::in_memory().await.unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -541,17 +546,29 @@ async fn a_peer_of_another_format_is_refused() {
             None,
         ))
     };
-    for request in [Request::PeerOfFormat(99, vote()), Request::Peer(vote())] {
-        let frame = postcard::to_stdvec(&request).unwrap();
-        framed.send(bytes::Bytes::from(frame)).await.unwrap();
-        let answer = framed.next().await.unwrap().unwrap();
-        let answer: Result<crate::rpc::Response, MetaError> =
-            postcard::from_bytes(&answer).unwrap();
-        assert!(
-            matches!(&answer, Err(MetaError::Storage(why)) if why.contains("format")),
-            "{answer:?}"
-        );
-    }
+    // A peer of log format 99: refused with the reason, in the layout
+    // peers have always read (the bytes of the old
+    // `Request::PeerOfFormat(99, ..)`: variant 32).
+    let mut frame = vec![32u8];
+    frame.extend(postcard::to_stdvec(&(99u8, vote())).unwrap());
+    framed.send(bytes::Bytes::from(frame)).await.unwrap();
+    let answer = framed.next().await.unwrap().unwrap();
+    // The old `Err(MetaError::Storage(..))`: variant 1, then 10.
+    assert_eq!(answer[..2], [1, 10]);
+    let answer = crate::rpc::read_peer_reply(&answer);
+    assert!(
+        matches!(&answer, Err(why) if why.contains("format")),
+        "{answer:?}"
+    );
+    // A peer from before formats were versioned (its variant index was 25):
+    // the connection is closed.
+    let mut frame = vec![25u8];
+    frame.extend(postcard::to_stdvec(&vote()).unwrap());
+    framed.send(bytes::Bytes::from(frame)).await.unwrap();
+    assert!(
+        framed.next().await.is_none(),
+        "an old peer's frame is not answered"
+    );
     // The node's term is untouched by the refused vote.
     assert!(node.status().term < 9);
 }

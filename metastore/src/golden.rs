@@ -1,6 +1,9 @@
 //! Golden tests of the persisted formats: one sample of every command as a
 //! Raft log entry ([`Proposal`]), and a snapshot ([`State`]) holding a bit of
-//! everything, encoded and compared byte for byte with `golden/format-N.txt`.
+//! everything, encoded and compared byte for byte with `golden/format-N.txt`;
+//! and of the wire between clients and metastore nodes: one sample of every
+//! request and of every error, compared with `golden/wire-N.txt` (when it
+//! fails, bump [`crate::rpc::WIRE_VERSION`] instead of `FORMAT_VERSION`).
 //!
 //! postcard is not self-describing: a reordered enum variant or a field moved
 //! would make a node replay old log entries as something else during a rolling
@@ -14,6 +17,7 @@ use std::fmt::Write;
 use uuid::Uuid;
 
 use crate::groups::GroupCommand;
+use crate::ops::*;
 use crate::raft::node::FORMAT_VERSION;
 use crate::state::{Command, Proposal, State};
 use crate::types::*;
@@ -21,18 +25,18 @@ use crate::types::*;
 /// Every command variant's name; exhaustive, so a new variant must get a sample.
 fn variant(command: &Command) -> &'static str {
     match command {
-        Command::CreateTopic { .. } => "create_topic",
-        Command::DeleteTopic { .. } => "delete_topic",
+        Command::CreateTopic(_) => "create_topic",
+        Command::DeleteTopic(_) => "delete_topic",
         Command::Commit(_) => "commit",
         Command::ReplaceExtents(_) => "replace_extents",
-        Command::InitProducer { .. } => "init_producer",
-        Command::ForgetGarbage { .. } => "forget_garbage",
-        Command::RegisterAgent { .. } => "register_agent",
-        Command::AgentHeartbeat { .. } => "agent_heartbeat",
-        Command::AlterTopicConfigs { .. } => "alter_topic_configs",
-        Command::CreatePartitions { .. } => "create_partitions",
-        Command::Trim { .. } => "trim",
-        Command::RecordOrphans { .. } => "record_orphans",
+        Command::InitProducer(_) => "init_producer",
+        Command::ForgetGarbage(_) => "forget_garbage",
+        Command::RegisterAgent(_) => "register_agent",
+        Command::AgentHeartbeat(_) => "agent_heartbeat",
+        Command::AlterTopicConfigs(_) => "alter_topic_configs",
+        Command::CreatePartitions(_) => "create_partitions",
+        Command::Trim(_) => "trim",
+        Command::RecordOrphans(_) => "record_orphans",
         Command::Group(g) => match g {
             GroupCommand::Join { .. } => "group_join",
             GroupCommand::Sync { .. } => "group_sync",
@@ -41,9 +45,9 @@ fn variant(command: &Command) -> &'static str {
             GroupCommand::Tick { .. } => "group_tick",
             GroupCommand::CommitOffsets { .. } => "group_commit_offsets",
         },
-        Command::AcquireLease { .. } => "acquire_lease",
-        Command::ReleaseLease { .. } => "release_lease",
-        Command::Tick => "tick",
+        Command::AcquireLease(_) => "acquire_lease",
+        Command::ReleaseLease(_) => "release_lease",
+        Command::Tick(_) => "tick",
     }
 }
 
@@ -67,15 +71,15 @@ fn batch(position: u64, producer_id: i64) -> CommitBatch {
 fn samples() -> Vec<Command> {
     let group = || "g".to_string();
     vec![
-        Command::CreateTopic {
+        Command::CreateTopic(CreateTopic {
             id: TOPIC,
             topic: NewTopic {
                 name: "t".into(),
                 partitions: 2,
                 configs: BTreeMap::from([("retention.ms".into(), "1000".into())]),
             },
-        },
-        Command::InitProducer { existing: None },
+        }),
+        Command::InitProducer(InitProducer { existing: None }),
         Command::Commit(Commit {
             object_key: "ingest/01/a".into(),
             object_size: 1_000,
@@ -113,36 +117,35 @@ fn samples() -> Vec<Command> {
             }],
             not_before_ms: 1_700_000_002_000,
         }),
-        Command::RecordOrphans {
+        Command::RecordOrphans(RecordOrphans {
             keys: vec!["ingest/03/orphan".into()],
-        },
-        Command::ForgetGarbage {
+        }),
+        Command::ForgetGarbage(ForgetGarbage {
             keys: vec!["ingest/03/orphan".into()],
-        },
-        Command::RegisterAgent {
+        }),
+        Command::RegisterAgent(RegisterAgent {
             host: "10.0.0.1".into(),
             port: 9092,
             zone: Some("a".into()),
             now_ms: 7,
-        },
-        Command::AgentHeartbeat {
+        }),
+        Command::AgentHeartbeat(AgentHeartbeat {
             node_id: 0,
             now_ms: 8,
-        },
-        Command::AlterTopicConfigs {
+        }),
+        Command::AlterTopicConfigs(AlterTopicConfigs {
             name: "t".into(),
             set: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
             delete: vec!["retention.ms".into()],
-        },
-        Command::CreatePartitions {
+        }),
+        Command::CreatePartitions(CreatePartitions {
             name: "t".into(),
             count: 3,
-        },
-        Command::Trim {
-            topic_id: TOPIC,
-            partition: 0,
+        }),
+        Command::Trim(Trim {
+            partition: TopicPartition::new(TOPIC, 0),
             offset: 2,
-        },
+        }),
         Command::Group(GroupCommand::Join {
             group: group(),
             member_id: String::new(),
@@ -182,28 +185,28 @@ fn samples() -> Vec<Command> {
             member_ids: vec!["m".into()],
             now_ms: 14,
         }),
-        Command::AcquireLease {
+        Command::AcquireLease(AcquireLease {
             job: "maintenance".into(),
             holder: "agent-1".into(),
             now_ms: 15,
             ttl_ms: 30_000,
-        },
-        Command::ReleaseLease {
+        }),
+        Command::ReleaseLease(ReleaseLease {
             job: "maintenance".into(),
             holder: "agent-1".into(),
-        },
-        Command::CreateTopic {
+        }),
+        Command::CreateTopic(CreateTopic {
             id: Uuid::from_u128(7),
             topic: NewTopic {
                 name: "gone".into(),
                 partitions: 1,
                 configs: BTreeMap::new(),
             },
-        },
-        Command::DeleteTopic {
+        }),
+        Command::DeleteTopic(DeleteTopic {
             name: "gone".into(),
-        },
-        Command::Tick,
+        }),
+        Command::Tick(Tick),
     ]
 }
 
@@ -263,6 +266,177 @@ fn golden_log_entries_and_snapshot_are_unchanged() {
         assert_eq!(
             got, want,
             "the persisted encoding changed: bump FORMAT_VERSION (see this module's doc)"
+        );
+    }
+    assert_eq!(golden.lines().count(), encoded.lines().count());
+}
+
+/// One of every request a client sends, and of every error it can get back.
+fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
+    use crate::api::Request;
+    let tp = TopicPartition::new(TOPIC, 1);
+    let requests: Vec<Request> = vec![
+        NewTopic {
+            name: "t".into(),
+            partitions: 2,
+            configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+        }
+        .into(),
+        DeleteTopic { name: "t".into() }.into(),
+        ListTopics.into(),
+        TopicNamed { name: "t".into() }.into(),
+        TopicById { id: TOPIC }.into(),
+        Commit {
+            object_key: "ingest/01/a".into(),
+            object_size: 1000,
+            batches: vec![batch(0, -1), batch(100, 7)],
+            not_before_ms: 1_700_000_000_000,
+        }
+        .into(),
+        Offsets { partition: tp }.into(),
+        HighWatermarks {
+            partitions: vec![tp, TopicPartition::new(TOPIC, 0)],
+        }
+        .into(),
+        PlanRead {
+            partition: tp,
+            from: 5,
+            max_bytes: 1 << 20,
+        }
+        .into(),
+        FindOffset {
+            partition: tp,
+            query: OffsetQuery::Timestamp(1_700_000_000_000),
+        }
+        .into(),
+        InitProducer {
+            existing: Some(ProducerIdentity {
+                producer_id: 7,
+                epoch: 2,
+            }),
+        }
+        .into(),
+        GroupCommand::Heartbeat {
+            group: "g".into(),
+            generation: 3,
+            member_id: "m".into(),
+            now_ms: 9,
+        }
+        .into(),
+        GroupNamed { name: "g".into() }.into(),
+        ReplaceExtents {
+            topic_id: TOPIC,
+            partition: 1,
+            replaced: vec![],
+            object_key: "segment/01/s".into(),
+            object_size: 300,
+            pieces: vec![],
+            not_before_ms: 1_700_000_000_000,
+        }
+        .into(),
+        ListGarbage.into(),
+        RecordOrphans {
+            keys: vec!["ingest/01/z".into()],
+        }
+        .into(),
+        ForgetGarbage {
+            keys: vec!["ingest/01/y".into()],
+        }
+        .into(),
+        Trim {
+            partition: tp,
+            offset: 4,
+        }
+        .into(),
+        UnknownObjects {
+            keys: vec!["ingest/01/x".into()],
+        }
+        .into(),
+        AlterTopicConfigs {
+            name: "t".into(),
+            set: BTreeMap::from([("retention.ms".into(), "5".into())]),
+            delete: vec!["segment.ms".into()],
+        }
+        .into(),
+        CreatePartitions {
+            name: "t".into(),
+            count: 4,
+        }
+        .into(),
+        ListGroups.into(),
+        RegisterAgent {
+            host: "10.0.0.1".into(),
+            port: 9092,
+            zone: Some("us-east-1a".into()),
+            now_ms: 1,
+        }
+        .into(),
+        AgentHeartbeat {
+            node_id: 3,
+            now_ms: 2,
+        }
+        .into(),
+        ListAgents.into(),
+        AcquireLease {
+            job: "compact/t/1".into(),
+            holder: "agent-1".into(),
+            now_ms: 3,
+            ttl_ms: 30_000,
+        }
+        .into(),
+        ReleaseLease {
+            job: "compact/t/1".into(),
+            holder: "agent-1".into(),
+        }
+        .into(),
+        Tick.into(),
+    ];
+    let errors = vec![
+        MetaError::Refused(Refusal::OutOfOrderSequence {
+            producer_id: 7,
+            last: 4,
+            got: 9,
+        }),
+        MetaError::Refused(Refusal::CommitTooLate("ingest/01/a".into())),
+        MetaError::NotLeader(Some("10.0.0.2:7000".into())),
+        MetaError::maybe_applied("no quorum"),
+        MetaError::Storage("disk".into()),
+    ];
+    (requests, errors)
+}
+
+#[test]
+fn golden_wire_requests_and_errors_are_unchanged() {
+    let (requests, errors) = wire_samples();
+    let named: std::collections::BTreeSet<&str> = requests.iter().map(|r| r.name()).collect();
+    let all: std::collections::BTreeSet<&str> =
+        crate::api::Request::NAMES.iter().copied().collect();
+    assert_eq!(named, all, "every request needs a golden sample");
+
+    let mut encoded = String::new();
+    for request in &requests {
+        let bytes = postcard::to_stdvec(request).unwrap();
+        let _ = writeln!(encoded, "{} {}", request.name(), hex(&bytes));
+    }
+    for error in &errors {
+        let bytes = postcard::to_stdvec(&Err::<(), _>(error.clone())).unwrap();
+        let back: Result<(), MetaError> = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, Err(error.clone()), "round trip");
+        let _ = writeln!(encoded, "error {}", hex(&bytes));
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(format!("wire-{}.txt", crate::rpc::WIRE_VERSION));
+    if std::env::var_os("FLOE_BLESS").is_some() {
+        std::fs::write(&path, &encoded).unwrap();
+        return;
+    }
+    let golden = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; write it with FLOE_BLESS=1", path.display()));
+    for (want, got) in golden.lines().zip(encoded.lines()) {
+        assert_eq!(
+            got, want,
+            "the wire encoding changed: bump rpc::WIRE_VERSION (see this module's doc)"
         );
     }
     assert_eq!(golden.lines().count(), encoded.lines().count());

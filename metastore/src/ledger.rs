@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::MetaError;
+use crate::Refusal;
 
 /// How long (on the metastore's clock) a deleted object's key stays retired.
 pub const KEY_MEMORY_MS: i64 = 3_600_000;
@@ -57,7 +57,7 @@ pub struct Ledger {
     live: BTreeMap<String, u64>,
     retired: BTreeMap<String, Retired>,
     /// The answers of recent commits, oldest first.
-    answers: BTreeMap<String, Vec<Result<i64, MetaError>>>,
+    answers: BTreeMap<String, Vec<Result<i64, Refusal>>>,
     answer_order: VecDeque<(i64, String)>,
     answer_results: usize,
 }
@@ -66,7 +66,7 @@ pub struct Ledger {
 pub enum Seen {
     New,
     /// Sequenced before: its answer.
-    Answered(Vec<Result<i64, MetaError>>),
+    Answered(Vec<Result<i64, Refusal>>),
     /// Live, retired, or sequenced with its answer forgotten.
     Used,
 }
@@ -91,7 +91,7 @@ impl Ledger {
     }
 
     /// Remembers the answer of a commit just sequenced at `now_ms`.
-    pub fn answered(&mut self, key: &str, answer: Vec<Result<i64, MetaError>>, now_ms: i64) {
+    pub fn answered(&mut self, key: &str, answer: Vec<Result<i64, Refusal>>, now_ms: i64) {
         self.answer_results += answer.len();
         self.answers.insert(key.to_string(), answer);
         self.answer_order.push_back((now_ms, key.to_string()));

@@ -11,26 +11,28 @@
 //! applied), and the client moves there; an unreachable node sends it on to
 //! the next address.
 //!
-//! Retries: a request that never left the client is retried freely. One that
-//! was sent but got no answer may have been applied, so only requests that are
-//! safe to repeat are resent: reads, and commits (the state machine answers a
-//! repeated commit of the same object key from memory instead of sequencing it
-//! twice). Anything else then fails with [`MetaError::Unavailable`].
+//! Retries: a request that never left the client, or that a node refused
+//! without applying it, is retried freely. One that was sent but got no
+//! answer may have been applied, so only operations that are safe to repeat
+//! ([`Op::retry_is_safe`]) are resent; anything else then fails with
+//! [`MetaError::Unavailable`] saying it may have been applied.
+//!
+//! Frames: a client's request is an [`Envelope`] after a tag and the
+//! [`WIRE_VERSION`]; its answer is the operation's own
+//! `Result<Output, MetaError>`, read as the type the client asked for.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::Metastore;
-use crate::agents::AgentInfo;
-use crate::groups::{Group, GroupCommand, GroupReply};
+use crate::api::{Answer, Op, Request, Transport};
 use crate::raft::network::{self, PeerRequest, PeerResponse};
+use crate::raft::node::FORMAT_VERSION;
 use crate::raft::{ClusterStatus, NodeId, RaftMetastore};
 use crate::types::*;
 
@@ -72,207 +74,105 @@ pub(crate) async fn connect(address: &str) -> Result<TcpStream, String> {
     Ok(stream)
 }
 
+/// Requests that began with their variant index before frames were tagged
+/// (0..=31, one byte each) are of an older client: the connection is closed,
+/// so they are refused, never misread. A peer's frame begins with `PEER`
+/// (the old `Request::PeerOfFormat`, variant 32), as it always has: nodes of
+/// one log format talk across binary versions.
+const PEER: u8 = 32;
+/// A client's frame: `CALL`, [`WIRE_VERSION`], then an [`Envelope`].
+const CALL: u8 = 33;
+/// The encoding of [`Envelope`], every operation, its answer and
+/// [`MetaError`] (see the wire golden test). Bump it when any changes: a node
+/// closes the connection of a client of another version.
+pub const WIRE_VERSION: u8 = 1;
+
+/// What a client sends: an operation on the metastore's state, or a request
+/// about the serving node itself.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum Request {
-    CreateTopic(NewTopic),
-    DeleteTopic(String),
-    Topics,
-    Topic(String),
-    TopicById(TopicId),
-    Commit(Commit),
-    Offsets(TopicId, i32),
-    HighWatermarks(Vec<(TopicId, i32)>),
-    ReadPlan(TopicId, i32, i64, u64),
-    ListOffsets(TopicId, i32, OffsetQuery),
-    InitProducer(Option<ProducerIdentity>),
-    GroupCommand(GroupCommand),
-    Group(String),
-    ReplaceExtents(ReplaceExtents),
-    Garbage,
-    RecordOrphans(Vec<String>),
-    ForgetGarbage(Vec<String>),
-    Trim(TopicId, i32, i64),
-    UnknownObjects(Vec<String>),
-    AlterTopicConfigs(
-        String,
-        std::collections::BTreeMap<String, String>,
-        Vec<String>,
-    ),
-    CreatePartitions(String, i32),
-    Groups,
-    RegisterAgent(String, i32, Option<String>, i64),
-    AgentHeartbeat(i32, i64),
-    Agents,
-    /// From another metastore node of before format versions: refused (see
-    /// [`Request::PeerOfFormat`]).
-    Peer(PeerRequest),
-    AddNode(NodeId, String),
-    RemoveNode(NodeId),
+pub(crate) enum Envelope {
+    Op(Request),
+    Node(NodeRequest),
+}
+
+/// Requests about the serving node and its group's membership.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum NodeRequest {
     /// What the receiving node knows of its group (answered by any node).
     Status,
-    AcquireLease(String, String, i64, i64),
-    ReleaseLease(String, String),
-    Clock,
-    /// From another metastore node, with the format of the log entries and
-    /// snapshots it carries. A node of another format refuses it rather than
-    /// replaying entries as something else; a node from before formats were
-    /// versioned cannot even decode this variant, and closes the connection.
-    PeerOfFormat(u8, PeerRequest),
+    /// Adds node `id` at `address` as a learner, then as a voter.
+    AddNode {
+        id: NodeId,
+        address: String,
+    },
+    RemoveNode {
+        id: NodeId,
+    },
 }
 
-impl Request {
-    /// The request as one frame's payload.
+impl Envelope {
+    /// The frame that carries it.
     fn frame(&self) -> Result<Bytes, MetaError> {
-        postcard::to_stdvec(self)
-            .map(Bytes::from)
-            .map_err(|e| MetaError::Storage(e.to_string()))
-    }
-
-    /// Whether sending it twice has the effect of sending it once.
-    fn repeatable(&self) -> bool {
-        match self {
-            Request::Topics
-            | Request::Topic(_)
-            | Request::TopicById(_)
-            | Request::Commit(_)
-            | Request::Offsets(..)
-            | Request::HighWatermarks(_)
-            | Request::ReadPlan(..)
-            | Request::ListOffsets(..)
-            | Request::Group(_)
-            | Request::Garbage
-            | Request::ForgetGarbage(_)
-            | Request::Trim(..)
-            | Request::UnknownObjects(_)
-            | Request::Groups
-            | Request::RegisterAgent(..)
-            | Request::AgentHeartbeat(..)
-            | Request::Agents
-            | Request::Status
-            | Request::Peer(_)
-            | Request::PeerOfFormat(..)
-            // A holder re-acquiring its own lease renews it; releasing twice
-            // is releasing once.
-            | Request::AcquireLease(..)
-            | Request::ReleaseLease(..)
-            | Request::Clock => true,
-            // A second InitProducerId only costs a producer id (or an epoch):
-            // the producer uses whichever answer reaches it.
-            Request::InitProducer(_) => true,
-            // Not CommitOffsets: a blind retry landing after a later commit
-            // of the same group would move its offset backwards.
-            Request::GroupCommand(c) => {
-                matches!(c, GroupCommand::Tick { .. } | GroupCommand::Heartbeat { .. })
-            }
-            // The state skips keys it knows, so a second time changes nothing.
-            Request::RecordOrphans(_) => true,
-            // A blind retry landing after another client's change would undo it.
-            Request::AlterTopicConfigs(..)
-            | Request::CreateTopic(_)
-            | Request::DeleteTopic(_)
-            | Request::AddNode(..)
-            | Request::RemoveNode(_)
-            | Request::ReplaceExtents(_)
-            | Request::CreatePartitions(..) => false,
-        }
+        let frame = postcard::to_extend(self, vec![CALL, WIRE_VERSION])
+            .map_err(|e| MetaError::Storage(format!("encoding a request: {e}")))?;
+        Ok(Bytes::from(frame))
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum Response {
-    Unit,
-    Topic(TopicInfo),
-    Topics(Vec<TopicInfo>),
-    MaybeTopic(Option<TopicInfo>),
-    Committed(Vec<Result<i64, MetaError>>),
-    Offsets(PartitionOffsets),
-    ReadPlan(ReadPlan),
-    OffsetAnswer(OffsetAnswer),
-    Producer(ProducerIdentity),
-    GroupReply(GroupReply),
-    MaybeGroup(Option<Group>),
-    Keys(Vec<String>),
-    NodeId(i32),
-    Offset(i64),
-    Groups(Vec<(String, Group)>),
-    Alive(bool),
-    Agents(Vec<AgentInfo>),
-    Peer(PeerResponse),
-    HighWatermarks(Vec<Option<i64>>),
-    Status(ClusterStatus),
-    Leased(bool),
-    Clock(i64),
+/// A peer's frame: its log format and the Raft message.
+pub(crate) fn peer_frame(request: &PeerRequest) -> Result<Bytes, String> {
+    postcard::to_extend(&(FORMAT_VERSION, request), vec![PEER])
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
 }
 
-async fn dispatch(meta: &RaftMetastore, request: Request) -> Result<Response, MetaError> {
-    Ok(match request {
-        Request::PeerOfFormat(format, p) if format == crate::raft::node::FORMAT_VERSION => {
-            Response::Peer(network::handle(meta.raft(), meta.incoming(), p).await)
+/// The answer to a peer, in the layout nodes have always read:
+/// `Result<Response, MetaError>` of before, whose `Response::Peer` was
+/// variant 17 and `MetaError::Storage` variant 10.
+fn peer_reply(answer: Result<PeerResponse, String>) -> Result<Vec<u8>, postcard::Error> {
+    match answer {
+        Ok(response) => postcard::to_extend(&response, vec![0, 17]),
+        Err(why) => postcard::to_extend(&why, vec![1, 10]),
+    }
+}
+
+/// Reads a peer's answer (see [`peer_reply`]).
+pub(crate) fn read_peer_reply(bytes: &[u8]) -> Result<PeerResponse, String> {
+    match bytes {
+        [0, 17, rest @ ..] => {
+            postcard::from_bytes(rest).map_err(|e| format!("undecodable answer: {e}"))
         }
-        Request::PeerOfFormat(format, _) => {
-            return Err(MetaError::Storage(format!(
-                "a peer of metastore format {format}; this node is of format {}",
-                crate::raft::node::FORMAT_VERSION
-            )));
+        [1, 10, rest @ ..] => Err(postcard::from_bytes::<String>(rest)
+            .unwrap_or_else(|e| format!("an undecodable refusal: {e}"))),
+        _ => Err("an answer of an unknown layout".into()),
+    }
+}
+
+/// The answer to one frame, or `None` to close the connection.
+async fn answer(meta: &RaftMetastore, frame: &[u8]) -> Option<Result<Vec<u8>, postcard::Error>> {
+    match frame {
+        [PEER, rest @ ..] => {
+            let (format, request) = postcard::from_bytes::<(u8, PeerRequest)>(rest).ok()?;
+            Some(peer_reply(if format == FORMAT_VERSION {
+                Ok(network::handle(meta.raft(), meta.incoming(), request).await)
+            } else {
+                Err(format!(
+                    "a peer of metastore format {format}; this node is of format {FORMAT_VERSION}"
+                ))
+            }))
         }
-        Request::Peer(_) => {
-            return Err(MetaError::Storage(
-                "a peer from before metastore formats were versioned".into(),
-            ));
-        }
-        Request::AddNode(id, address) => {
-            meta.add_node(id, address).await.map(|_| Response::Unit)?
-        }
-        Request::RemoveNode(id) => meta.remove_node(id).await.map(|_| Response::Unit)?,
-        Request::Status => Response::Status(meta.status()),
-        Request::AcquireLease(job, holder, now, ttl) => {
-            Response::Leased(meta.acquire_lease(job, holder, now, ttl).await?)
-        }
-        Request::Clock => Response::Clock(meta.clock().await?),
-        Request::ReleaseLease(job, holder) => meta
-            .release_lease(job, holder)
-            .await
-            .map(|_| Response::Unit)?,
-        Request::CreateTopic(t) => Response::Topic(meta.create_topic(t).await?),
-        Request::DeleteTopic(name) => meta.delete_topic(&name).await.map(|_| Response::Unit)?,
-        Request::Topics => Response::Topics(meta.topics().await?),
-        Request::Topic(name) => Response::MaybeTopic(meta.topic(&name).await?),
-        Request::TopicById(id) => Response::MaybeTopic(meta.topic_by_id(id).await?),
-        Request::Commit(c) => Response::Committed(meta.commit(c).await?),
-        Request::Offsets(t, p) => Response::Offsets(meta.offsets(t, p).await?),
-        Request::HighWatermarks(partitions) => {
-            Response::HighWatermarks(meta.high_watermarks(partitions).await?)
-        }
-        Request::ReadPlan(t, p, from, max) => {
-            Response::ReadPlan(meta.read_plan(t, p, from, max).await?)
-        }
-        Request::ListOffsets(t, p, q) => Response::OffsetAnswer(meta.list_offsets(t, p, q).await?),
-        Request::InitProducer(existing) => Response::Producer(meta.init_producer(existing).await?),
-        Request::GroupCommand(c) => Response::GroupReply(meta.group_command(c).await?),
-        Request::Group(name) => Response::MaybeGroup(meta.group(&name).await?),
-        Request::ReplaceExtents(r) => meta.replace_extents(r).await.map(|_| Response::Unit)?,
-        Request::Garbage => Response::Keys(meta.garbage().await?),
-        Request::RecordOrphans(keys) => meta.record_orphans(keys).await.map(|_| Response::Unit)?,
-        Request::ForgetGarbage(keys) => meta.forget_garbage(keys).await.map(|_| Response::Unit)?,
-        Request::AlterTopicConfigs(name, set, delete) => meta
-            .alter_topic_configs(&name, set, delete)
-            .await
-            .map(|_| Response::Unit)?,
-        Request::CreatePartitions(name, count) => meta
-            .create_partitions(&name, count)
-            .await
-            .map(|_| Response::Unit)?,
-        Request::Groups => Response::Groups(meta.groups().await?),
-        Request::UnknownObjects(keys) => Response::Keys(meta.unknown_objects(keys).await?),
-        Request::Trim(t, p, offset) => Response::Offset(meta.trim(t, p, offset).await?),
-        Request::RegisterAgent(host, port, zone, now) => {
-            Response::NodeId(meta.register_agent(host, port, zone, now).await?)
-        }
-        Request::AgentHeartbeat(node, now) => {
-            Response::Alive(meta.agent_heartbeat(node, now).await?)
-        }
-        Request::Agents => Response::Agents(meta.agents().await?),
-    })
+        [CALL, WIRE_VERSION, rest @ ..] => match postcard::from_bytes::<Envelope>(rest).ok()? {
+            Envelope::Op(request) => Some(request.answer_on(meta).await),
+            Envelope::Node(request) => Some(match request {
+                NodeRequest::Status => postcard::to_stdvec(&Ok::<_, MetaError>(meta.status())),
+                NodeRequest::AddNode { id, address } => {
+                    postcard::to_stdvec(&meta.add_node(id, address).await)
+                }
+                NodeRequest::RemoveNode { id } => postcard::to_stdvec(&meta.remove_node(id).await),
+            }),
+        },
+        _ => None,
+    }
 }
 
 pub(crate) fn codec() -> LengthDelimitedCodec {
@@ -294,22 +194,26 @@ pub async fn serve(listener: TcpListener, meta: Arc<RaftMetastore>) -> std::io::
             stream.set_nodelay(true).ok();
             let mut framed = Framed::new(stream, codec());
             while let Some(frame) = framed.next().await {
-                let reply: Result<Response, MetaError> = match frame {
-                    Ok(bytes) => match postcard::from_bytes::<Request>(&bytes) {
-                        Ok(request) => dispatch(&meta, request).await,
-                        Err(e) => {
-                            tracing::warn!(%peer, error = %e, "undecodable metastore request; closing");
-                            break;
-                        }
-                    },
+                let frame = match frame {
+                    Ok(frame) => frame,
                     Err(e) => {
                         tracing::warn!(%peer, error = %e, "bad metastore frame; closing");
                         break;
                     }
                 };
-                let Ok(bytes) = postcard::to_stdvec(&reply) else {
-                    tracing::error!(%peer, "could not encode a metastore reply");
-                    break;
+                let bytes = match answer(&meta, &frame).await {
+                    Some(Ok(bytes)) => bytes,
+                    Some(Err(e)) => {
+                        tracing::error!(%peer, error = %e, "could not encode a metastore reply");
+                        break;
+                    }
+                    None => {
+                        tracing::warn!(
+                            %peer,
+                            "a metastore request of another version, or undecodable; closing"
+                        );
+                        break;
+                    }
                 };
                 if framed.send(Bytes::from(bytes)).await.is_err() {
                     break;
@@ -398,11 +302,11 @@ impl RemoteMetastore {
 
     /// One attempt at one node, within the attempt timeout. A timed-out
     /// attempt counts as unanswered: the request may have been applied.
-    async fn once(
+    async fn once<T: Answer>(
         &self,
         address: &str,
         frame: &Bytes,
-    ) -> Result<Result<Response, MetaError>, Attempt> {
+    ) -> Result<Result<T, MetaError>, Attempt> {
         match tokio::time::timeout(self.attempt_timeout, self.attempt(address, frame)).await {
             Ok(result) => result,
             // The connection is dropped with the future: a late answer can
@@ -414,11 +318,11 @@ impl RemoteMetastore {
         }
     }
 
-    async fn attempt(
+    async fn attempt<T: Answer>(
         &self,
         address: &str,
         frame: &Bytes,
-    ) -> Result<Result<Response, MetaError>, Attempt> {
+    ) -> Result<Result<T, MetaError>, Attempt> {
         let pooled = {
             let mut idle = self.idle.lock().expect("pool lock");
             idle.iter()
@@ -437,9 +341,8 @@ impl RemoteMetastore {
             return Err(Attempt::NotSent(e.to_string()));
         }
         let reply = match conn.next().await {
-            Some(Ok(bytes)) => {
-                postcard::from_bytes(&bytes).map_err(|e| Attempt::Unanswered(e.to_string()))?
-            }
+            Some(Ok(bytes)) => postcard::from_bytes(&bytes)
+                .map_err(|e| Attempt::Unanswered(format!("an undecodable answer: {e}")))?,
             Some(Err(e)) => return Err(Attempt::Unanswered(e.to_string())),
             None => return Err(Attempt::Unanswered("connection closed".into())),
         };
@@ -450,15 +353,22 @@ impl RemoteMetastore {
         Ok(reply)
     }
 
-    async fn call(&self, request: Request) -> Result<Response, MetaError> {
-        let frame = request.frame()?;
-        let repeatable = request.repeatable();
+    /// Sends `envelope` to the leader, following hints and retrying what
+    /// may be retried (see [`MetaError::worth_retrying`]) for `retry_for`.
+    async fn send<T: Answer>(
+        &self,
+        envelope: Envelope,
+        retry_is_safe: bool,
+    ) -> Result<T, MetaError> {
+        let frame = envelope.frame()?;
         let deadline = tokio::time::Instant::now() + self.retry_for;
         let mut backoff = Duration::from_millis(20);
         let mut redirects = 0;
+        // Whether an attempt so far may have been applied.
+        let mut maybe_applied = false;
         loop {
             let address = self.leader();
-            let why = match self.once(&address, &frame).await {
+            let why = match self.once::<T>(&address, &frame).await {
                 // Not applied: the node does not lead. Go where it points.
                 Ok(Err(MetaError::NotLeader(hint))) => {
                     let known = hint.is_some();
@@ -473,20 +383,31 @@ impl RemoteMetastore {
                 }
                 // The node could not confirm it leads or could not reach a
                 // quorum; another node may be able to.
-                Ok(Err(MetaError::Unavailable(why))) if repeatable => format!("{address}: {why}"),
-                Ok(reply) => return reply,
+                Ok(Err(e)) if e.worth_retrying(retry_is_safe) => {
+                    maybe_applied |= !e.certainly_not_applied();
+                    format!("{address}: {e}")
+                }
+                // A refusal of a retry says nothing of an earlier attempt,
+                // which may have applied: it is not "certainly not applied".
+                Ok(Err(MetaError::Refused(refusal))) if maybe_applied => {
+                    return Err(MetaError::maybe_applied(format!(
+                        "{address} refused a retry ({refusal}) of a request that may have applied"
+                    )));
+                }
+                Ok(answer) => return answer,
                 Err(Attempt::NotSent(why)) => why,
-                Err(Attempt::Unanswered(why)) if repeatable => why,
+                Err(Attempt::Unanswered(why)) if retry_is_safe => {
+                    maybe_applied = true;
+                    why
+                }
                 Err(Attempt::Unanswered(why)) => {
                     self.move_on(&address, None);
-                    return Err(MetaError::Unavailable(format!(
-                        "{address}: {why}; the request may have been applied"
-                    )));
+                    return Err(MetaError::maybe_applied(format!("{address}: {why}")));
                 }
             };
             self.move_on(&address, None);
             if tokio::time::Instant::now() >= deadline {
-                return Err(MetaError::Unavailable(why));
+                return Err(MetaError::Unavailable { why, maybe_applied });
             }
             tracing::debug!(%address, %why, "metastore call failed; retrying");
             tokio::time::sleep(backoff).await;
@@ -497,29 +418,23 @@ impl RemoteMetastore {
     /// Adds node `id` at `address` to the group (as a learner until it has
     /// caught up, then as a voter).
     pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
-        match self.call(Request::AddNode(id, address)).await? {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        self.send(Envelope::Node(NodeRequest::AddNode { id, address }), false)
+            .await
     }
 
     /// Removes node `id` from the group.
     pub async fn remove_node(&self, id: NodeId) -> Result<(), MetaError> {
-        match self.call(Request::RemoveNode(id)).await? {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        self.send(Envelope::Node(NodeRequest::RemoveNode { id }), false)
+            .await
     }
 
     /// What the node at `address` knows of its group.
     pub async fn status_of(&self, address: &str) -> Result<ClusterStatus, MetaError> {
-        let frame = Request::Status.frame()?;
+        let frame = Envelope::Node(NodeRequest::Status).frame()?;
         match self.once(address, &frame).await {
-            Ok(Ok(Response::Status(status))) => Ok(status),
-            Ok(Ok(other)) => Err(unexpected(other)),
-            Ok(Err(e)) => Err(e),
+            Ok(answer) => answer,
             Err(Attempt::NotSent(why) | Attempt::Unanswered(why)) => {
-                Err(MetaError::Unavailable(format!("{address}: {why}")))
+                Err(MetaError::unavailable(format!("{address}: {why}")))
             }
         }
     }
@@ -530,230 +445,9 @@ impl RemoteMetastore {
     }
 }
 
-fn unexpected(r: Response) -> MetaError {
-    MetaError::Storage(format!("unexpected metastore response {r:?}"))
-}
-
-#[async_trait]
-impl Metastore for RemoteMetastore {
-    async fn create_topic(&self, topic: NewTopic) -> Result<TopicInfo, MetaError> {
-        match self.call(Request::CreateTopic(topic)).await? {
-            Response::Topic(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn delete_topic(&self, name: &str) -> Result<(), MetaError> {
-        match self.call(Request::DeleteTopic(name.to_string())).await? {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn topics(&self) -> Result<Vec<TopicInfo>, MetaError> {
-        match self.call(Request::Topics).await? {
-            Response::Topics(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn topic(&self, name: &str) -> Result<Option<TopicInfo>, MetaError> {
-        match self.call(Request::Topic(name.to_string())).await? {
-            Response::MaybeTopic(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn topic_by_id(&self, id: TopicId) -> Result<Option<TopicInfo>, MetaError> {
-        match self.call(Request::TopicById(id)).await? {
-            Response::MaybeTopic(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn commit(&self, commit: Commit) -> Result<Vec<Result<i64, MetaError>>, MetaError> {
-        match self.call(Request::Commit(commit)).await? {
-            Response::Committed(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn offsets(&self, topic: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError> {
-        match self.call(Request::Offsets(topic, partition)).await? {
-            Response::Offsets(o) => Ok(o),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn high_watermarks(
-        &self,
-        partitions: Vec<(TopicId, i32)>,
-    ) -> Result<Vec<Option<i64>>, MetaError> {
-        match self.call(Request::HighWatermarks(partitions)).await? {
-            Response::HighWatermarks(hw) => Ok(hw),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn read_plan(
-        &self,
-        topic: TopicId,
-        partition: i32,
-        from: i64,
-        max_bytes: u64,
-    ) -> Result<ReadPlan, MetaError> {
-        match self
-            .call(Request::ReadPlan(topic, partition, from, max_bytes))
-            .await?
-        {
-            Response::ReadPlan(p) => Ok(p),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn list_offsets(
-        &self,
-        topic: TopicId,
-        partition: i32,
-        query: OffsetQuery,
-    ) -> Result<OffsetAnswer, MetaError> {
-        match self
-            .call(Request::ListOffsets(topic, partition, query))
-            .await?
-        {
-            Response::OffsetAnswer(a) => Ok(a),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn init_producer(
-        &self,
-        existing: Option<ProducerIdentity>,
-    ) -> Result<ProducerIdentity, MetaError> {
-        match self.call(Request::InitProducer(existing)).await? {
-            Response::Producer(p) => Ok(p),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn group_command(&self, command: GroupCommand) -> Result<GroupReply, MetaError> {
-        match self.call(Request::GroupCommand(command)).await? {
-            Response::GroupReply(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn group(&self, name: &str) -> Result<Option<Group>, MetaError> {
-        match self.call(Request::Group(name.to_string())).await? {
-            Response::MaybeGroup(g) => Ok(g),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn replace_extents(&self, replace: ReplaceExtents) -> Result<(), MetaError> {
-        match self.call(Request::ReplaceExtents(replace)).await? {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn garbage(&self) -> Result<Vec<String>, MetaError> {
-        match self.call(Request::Garbage).await? {
-            Response::Keys(k) => Ok(k),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn record_orphans(&self, keys: Vec<String>) -> Result<(), MetaError> {
-        match self.call(Request::RecordOrphans(keys)).await? {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn acquire_lease(
-        &self,
-        job: String,
-        holder: String,
-        now_ms: i64,
-        ttl_ms: i64,
-    ) -> Result<bool, MetaError> {
-        match self
-            .call(Request::AcquireLease(job, holder, now_ms, ttl_ms))
-            .await?
-        {
-            Response::Leased(granted) => Ok(granted),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn clock(&self) -> Result<i64, MetaError> {
-        match self.call(Request::Clock).await? {
-            Response::Clock(ms) => Ok(ms),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn release_lease(&self, job: String, holder: String) -> Result<(), MetaError> {
-        match self.call(Request::ReleaseLease(job, holder)).await? {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn forget_garbage(&self, keys: Vec<String>) -> Result<(), MetaError> {
-        match self.call(Request::ForgetGarbage(keys)).await? {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn alter_topic_configs(
-        &self,
-        name: &str,
-        set: std::collections::BTreeMap<String, String>,
-        delete: Vec<String>,
-    ) -> Result<(), MetaError> {
-        match self
-            .call(Request::AlterTopicConfigs(name.to_string(), set, delete))
-            .await?
-        {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn create_partitions(&self, name: &str, count: i32) -> Result<(), MetaError> {
-        match self
-            .call(Request::CreatePartitions(name.to_string(), count))
-            .await?
-        {
-            Response::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn groups(&self) -> Result<Vec<(String, Group)>, MetaError> {
-        match self.call(Request::Groups).await? {
-            Response::Groups(g) => Ok(g),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn unknown_objects(&self, keys: Vec<String>) -> Result<Vec<String>, MetaError> {
-        match self.call(Request::UnknownObjects(keys)).await? {
-            Response::Keys(k) => Ok(k),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn trim(&self, topic: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
-        match self.call(Request::Trim(topic, partition, offset)).await? {
-            Response::Offset(o) => Ok(o),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn register_agent(
-        &self,
-        host: String,
-        port: i32,
-        zone: Option<String>,
-        now_ms: i64,
-    ) -> Result<i32, MetaError> {
-        match self
-            .call(Request::RegisterAgent(host, port, zone, now_ms))
-            .await?
-        {
-            Response::NodeId(id) => Ok(id),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn agent_heartbeat(&self, node_id: i32, now_ms: i64) -> Result<bool, MetaError> {
-        match self.call(Request::AgentHeartbeat(node_id, now_ms)).await? {
-            Response::Alive(alive) => Ok(alive),
-            other => Err(unexpected(other)),
-        }
-    }
-    async fn agents(&self) -> Result<Vec<AgentInfo>, MetaError> {
-        match self.call(Request::Agents).await? {
-            Response::Agents(a) => Ok(a),
-            other => Err(unexpected(other)),
-        }
+impl Transport for RemoteMetastore {
+    async fn call<O: Op>(&self, op: O) -> Result<O::Output, MetaError> {
+        let retry_is_safe = op.retry_is_safe();
+        self.send(Envelope::Op(op.into()), retry_is_safe).await
     }
 }

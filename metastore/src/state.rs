@@ -9,80 +9,72 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::agents::{AgentInfo, Agents};
+use crate::api::{Apply, Query};
 use crate::groups::{Group, GroupCommand, GroupReply, Groups};
 use crate::leases::Leases;
 use crate::ledger::{Ledger, Seen};
+use crate::ops::*;
 use crate::types::*;
 
-/// A mutation of the metastore, as logged.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Command {
-    CreateTopic {
-        id: TopicId,
-        topic: NewTopic,
-    },
-    DeleteTopic {
-        name: String,
-    },
+/// The log's entries, one variant per write in the order of their variant
+/// indices, which are part of the log's encoding (see `golden.rs`): append
+/// only. Each variant's answer and how it is applied are its [`Apply`] impl.
+macro_rules! commands {
+    ($($variant:ident($command:ty)),* $(,)?) => {
+        /// A mutation of the metastore, as logged.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        pub enum Command {
+            $($variant($command),)*
+        }
+
+        $(impl From<$command> for Command {
+            fn from(command: $command) -> Command {
+                Command::$variant(command)
+            }
+        })*
+
+        impl Command {
+            /// Whether a client may send this command again when it does
+            /// not know whether the first one applied.
+            pub fn retry_is_safe(&self) -> bool {
+                match self {
+                    $(Command::$variant(c) => Apply::retry_is_safe(c),)*
+                }
+            }
+
+            /// Replaces every time the sender put in the command with `now_ms`.
+            fn restamp(&mut self, now_ms: i64) {
+                match self {
+                    $(Command::$variant(c) => c.restamp(now_ms),)*
+                }
+            }
+
+            fn apply_to(self, state: &mut State) -> Reply {
+                match self {
+                    $(Command::$variant(c) => Reply::of::<$command>(&c.apply(state)),)*
+                }
+            }
+        }
+    };
+}
+
+commands! {
+    CreateTopic(CreateTopic),
+    DeleteTopic(DeleteTopic),
     Commit(Commit),
     ReplaceExtents(ReplaceExtents),
-    /// Issue a producer id, or bump the epoch of `existing` if it is current.
-    InitProducer {
-        existing: Option<ProducerIdentity>,
-    },
-    /// These garbage objects are deleted from the store; forget them.
-    ForgetGarbage {
-        keys: Vec<String>,
-    },
-    RegisterAgent {
-        host: String,
-        port: i32,
-        zone: Option<String>,
-        now_ms: i64,
-    },
-    AgentHeartbeat {
-        node_id: i32,
-        now_ms: i64,
-    },
-    /// Sets and removes topic configs.
-    AlterTopicConfigs {
-        name: String,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-    },
-    /// Grows a topic to `count` partitions.
-    CreatePartitions {
-        name: String,
-        count: i32,
-    },
-    /// Moves a partition's log start up to `offset` (retention, DeleteRecords),
-    /// dropping the extents wholly below it.
-    Trim {
-        topic_id: TopicId,
-        partition: i32,
-        offset: i64,
-    },
-    /// Objects that may have been uploaded but were never committed.
-    RecordOrphans {
-        keys: Vec<String>,
-    },
+    InitProducer(InitProducer),
+    ForgetGarbage(ForgetGarbage),
+    RegisterAgent(RegisterAgent),
+    AgentHeartbeat(AgentHeartbeat),
+    AlterTopicConfigs(AlterTopicConfigs),
+    CreatePartitions(CreatePartitions),
+    Trim(Trim),
+    RecordOrphans(RecordOrphans),
     Group(GroupCommand),
-    /// Take or renew a background job's lease (appended: variant indices are
-    /// part of the log's encoding).
-    AcquireLease {
-        job: String,
-        holder: String,
-        now_ms: i64,
-        ttl_ms: i64,
-    },
-    ReleaseLease {
-        job: String,
-        holder: String,
-    },
-    /// Nothing but the leader's stamp: answers the metastore's time, which
-    /// uploads carry as `not_before_ms` (appended: variant indices are part
-    /// of the log's encoding).
-    Tick,
+    AcquireLease(AcquireLease),
+    ReleaseLease(ReleaseLease),
+    Tick(Tick),
 }
 
 /// One entry of the replicated log: a command and the time the leader that
@@ -95,82 +87,38 @@ pub struct Proposal {
     pub command: Command,
 }
 
-impl Command {
-    /// Whether a client may send this command again when it does not know
-    /// whether the first one applied (the same rule as `rpc`'s requests).
-    pub fn retry_is_safe(&self) -> bool {
-        match self {
-            // Answered from the ledger, or no-ops, when repeated.
-            Command::Commit(_)
-            | Command::Tick
-            | Command::RecordOrphans { .. }
-            | Command::ForgetGarbage { .. }
-            | Command::Trim { .. }
-            | Command::RegisterAgent { .. }
-            | Command::AgentHeartbeat { .. }
-            // A holder re-acquiring its own lease renews it.
-            | Command::AcquireLease { .. }
-            | Command::ReleaseLease { .. }
-            // A second one costs only a producer id or an epoch.
-            | Command::InitProducer { .. } => true,
-            // Not CommitOffsets: a blind retry after a later commit would
-            // move the offset backwards; not AlterTopicConfigs, which would
-            // undo another client's later change.
-            Command::Group(c) => {
-                matches!(c, GroupCommand::Tick { .. } | GroupCommand::Heartbeat { .. })
-            }
-            // A repeated swap is refused (its key is known), not re-applied;
-            // but the compactor must see the first answer, so it does not retry.
-            Command::CreateTopic { .. }
-            | Command::DeleteTopic { .. }
-            | Command::AlterTopicConfigs { .. }
-            | Command::ReplaceExtents(_)
-            | Command::CreatePartitions { .. } => false,
-        }
-    }
-
-    /// Replaces every time the sender put in the command with `now_ms`.
-    fn restamp(&mut self, now_ms: i64) {
-        match self {
-            Command::RegisterAgent { now_ms: t, .. }
-            | Command::AgentHeartbeat { now_ms: t, .. }
-            | Command::AcquireLease { now_ms: t, .. } => *t = now_ms,
-            Command::Group(group) => group.restamp(now_ms),
-            Command::CreateTopic { .. }
-            | Command::DeleteTopic { .. }
-            | Command::Commit(_)
-            | Command::ReplaceExtents(_)
-            | Command::InitProducer { .. }
-            | Command::Tick
-            | Command::ForgetGarbage { .. }
-            | Command::AlterTopicConfigs { .. }
-            | Command::CreatePartitions { .. }
-            | Command::Trim { .. }
-            | Command::RecordOrphans { .. }
-            | Command::ReleaseLease { .. } => {}
-        }
-    }
-}
-
-/// What applying a [`Command`] returned.
+/// What applying a [`Command`] answered: the command's `Result<Output,
+/// Refusal>`, encoded, so that one type carries every command's answer
+/// through the log's machinery. [`Reply::answer`] reads it as the answer of
+/// the same command's type; the node that proposed a command is the one
+/// that applies it and reads its reply, so both ends are one binary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Reply {
-    Created(Result<TopicInfo, MetaError>),
-    Deleted(Result<(), MetaError>),
-    /// Per batch, in commit order: its base offset, or why it was refused.
-    Committed(Vec<Result<i64, MetaError>>),
-    Replaced(Result<(), MetaError>),
-    Producer(ProducerIdentity),
-    Group(GroupReply),
-    Registered(i32),
-    Altered(Result<(), MetaError>),
-    /// The partition's log start offset after a trim.
-    Trimmed(Result<i64, MetaError>),
-    Alive(bool),
-    Forgotten,
-    Leased(bool),
-    /// The metastore's time after a [`Command::Tick`].
-    Clock(i64),
+pub struct Reply(Vec<u8>);
+
+impl Reply {
+    fn of<C: Apply>(answer: &Result<C::Output, Refusal>) -> Reply {
+        // Plain data always encodes; an empty reply would fail to decode.
+        Reply(postcard::to_stdvec(answer).unwrap_or_default())
+    }
+
+    /// The refusal, if the command was refused (whatever its type: an
+    /// answer is a `Result`, whose `Err` begins with 1).
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self.0.as_slice() {
+            [1, rest @ ..] => postcard::from_bytes(rest).ok(),
+            _ => None,
+        }
+    }
+
+    /// The answer of command type `C`.
+    pub fn answer<C: Apply>(&self) -> Result<Result<C::Output, Refusal>, MetaError> {
+        postcard::from_bytes(&self.0).map_err(|e| {
+            MetaError::Storage(format!(
+                "a reply that is not the answer of a {}: {e}",
+                std::any::type_name::<C>()
+            ))
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,9 +183,9 @@ impl ProducerPartition {
         epoch: i16,
         first: i32,
         last: i32,
-    ) -> Result<SequenceCheck, MetaError> {
+    ) -> Result<SequenceCheck, Refusal> {
         if epoch < self.epoch {
-            return Err(MetaError::InvalidProducerEpoch {
+            return Err(Refusal::InvalidProducerEpoch {
                 producer_id,
                 got: epoch,
                 current: self.epoch,
@@ -253,7 +201,7 @@ impl ProducerPartition {
             return if first == 0 {
                 Ok(SequenceCheck::Append)
             } else {
-                Err(MetaError::OutOfOrderSequence {
+                Err(Refusal::OutOfOrderSequence {
                     producer_id,
                     last: -1,
                     got: first,
@@ -272,7 +220,7 @@ impl ProducerPartition {
         if follows {
             Ok(SequenceCheck::Append)
         } else {
-            Err(MetaError::OutOfOrderSequence {
+            Err(Refusal::OutOfOrderSequence {
                 producer_id,
                 last: last_seq,
                 got: first,
@@ -334,13 +282,8 @@ pub struct State {
 }
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
-pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
-    let invalid = |why: &str| {
-        Err(MetaError::InvalidTopicName(
-            name.to_string(),
-            why.to_string(),
-        ))
-    };
+pub fn validate_topic_name(name: &str) -> Result<(), Refusal> {
+    let invalid = |why: &str| Err(Refusal::InvalidTopicName(name.to_string(), why.to_string()));
     if name.is_empty() {
         return invalid("it is empty");
     }
@@ -373,7 +316,7 @@ impl State {
         }
         let mut command = proposal.command;
         command.restamp(self.clock_ms);
-        self.apply(command)
+        self.apply_command(command)
     }
 
     /// Forgets what has gone unused too long on the metastore's clock:
@@ -406,13 +349,23 @@ impl State {
 
     /// Applies a command with the times it carries (tests drive time this
     /// way; replicated entries go through [`State::apply_proposal`]).
-    pub fn apply(&mut self, command: Command) -> Reply {
-        let reply = self.apply_command(command);
+    pub fn apply<C: Apply>(&mut self, command: C) -> Result<C::Output, Refusal> {
+        let answer = command.apply(self);
+        self.assert_invariants();
+        answer
+    }
+
+    fn apply_command(&mut self, command: Command) -> Reply {
+        let reply = command.apply_to(self);
+        self.assert_invariants();
+        reply
+    }
+
+    fn assert_invariants(&self) {
         #[cfg(debug_assertions)]
         if let Err(broken) = self.check_invariants() {
             panic!("metastore invariant broken: {broken}");
         }
-        reply
     }
 
     /// What must hold after every command; checked after each one in debug
@@ -510,83 +463,13 @@ impl State {
         Ok(())
     }
 
-    fn apply_command(&mut self, command: Command) -> Reply {
-        match command {
-            Command::CreateTopic { id, topic } => Reply::Created(self.create_topic(id, topic)),
-            Command::DeleteTopic { name } => Reply::Deleted(self.delete_topic(&name)),
-            Command::Commit(commit) => Reply::Committed(self.commit(commit)),
-            Command::ReplaceExtents(replace) => Reply::Replaced(self.replace_extents(replace)),
-            Command::InitProducer { existing } => Reply::Producer(self.init_producer(existing)),
-            Command::Group(command) => Reply::Group(self.groups.apply(command)),
-            Command::RegisterAgent {
-                host,
-                port,
-                zone,
-                now_ms,
-            } => Reply::Registered(self.agents.register(host, port, zone, now_ms)),
-            Command::AgentHeartbeat { node_id, now_ms } => {
-                Reply::Alive(self.agents.heartbeat(node_id, now_ms))
-            }
-            Command::AlterTopicConfigs { name, set, delete } => Reply::Altered(
-                self.topics
-                    .get_mut(&name)
-                    .map(|t| {
-                        for key in delete {
-                            t.info.configs.remove(&key);
-                        }
-                        t.info.configs.extend(set);
-                    })
-                    .ok_or(MetaError::UnknownTopicOrPartition),
-            ),
-            Command::CreatePartitions { name, count } => {
-                Reply::Altered(self.create_partitions(&name, count))
-            }
-            Command::Trim {
-                topic_id,
-                partition,
-                offset,
-            } => Reply::Trimmed(self.trim(topic_id, partition, offset)),
-            Command::RecordOrphans { keys } => {
-                // Decided here, in log order: a key committed since the sweep
-                // looked is live (or remembered) and stays; the others are
-                // retired, so their commits are refused from now on.
-                for key in keys {
-                    if !self.ledger.is_known(&key) {
-                        self.ledger.retire(&key, self.clock_ms);
-                        self.garbage.push(key);
-                    }
-                }
-                Reply::Forgotten
-            }
-            Command::ForgetGarbage { keys } => {
-                let keys: std::collections::HashSet<String> = keys.into_iter().collect();
-                self.garbage.retain(|k| !keys.contains(k));
-                for key in &keys {
-                    self.ledger.collected(key, self.clock_ms);
-                }
-                Reply::Forgotten
-            }
-            Command::AcquireLease {
-                job,
-                holder,
-                now_ms,
-                ttl_ms,
-            } => Reply::Leased(self.leases.acquire(job, holder, now_ms, ttl_ms)),
-            Command::ReleaseLease { job, holder } => {
-                self.leases.release(&job, &holder);
-                Reply::Forgotten
-            }
-            Command::Tick => Reply::Clock(self.clock_ms),
-        }
-    }
-
-    fn create_topic(&mut self, id: TopicId, topic: NewTopic) -> Result<TopicInfo, MetaError> {
+    fn create_topic(&mut self, id: TopicId, topic: NewTopic) -> Result<TopicInfo, Refusal> {
         validate_topic_name(&topic.name)?;
         if topic.partitions < 1 || topic.partitions > MAX_PARTITIONS {
-            return Err(MetaError::InvalidPartitions(topic.partitions));
+            return Err(Refusal::InvalidPartitions(topic.partitions));
         }
         if self.topics.contains_key(&topic.name) {
-            return Err(MetaError::TopicExists(topic.name));
+            return Err(Refusal::TopicExists(topic.name));
         }
         let info = TopicInfo {
             id,
@@ -605,11 +488,11 @@ impl State {
         Ok(info)
     }
 
-    fn delete_topic(&mut self, name: &str) -> Result<(), MetaError> {
+    fn delete_topic(&mut self, name: &str) -> Result<(), Refusal> {
         let topic = self
             .topics
             .remove(name)
-            .ok_or(MetaError::UnknownTopicOrPartition)?;
+            .ok_or(Refusal::UnknownTopicOrPartition)?;
         self.names_by_id.remove(&topic.info.id);
         for partition in topic.partitions {
             for extent in partition.extents.into_values() {
@@ -657,15 +540,15 @@ impl State {
     }
 
     /// Sequences a commit exactly once per object key (see [`crate::ledger`]).
-    fn commit(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
-        let refuse = |e: MetaError| vec![Err(e); commit.batches.len()];
+    fn commit(&mut self, commit: Commit) -> Vec<Result<i64, Refusal>> {
+        let refuse = |e: Refusal| vec![Err(e); commit.batches.len()];
         match self.ledger.seen(&commit.object_key) {
             Seen::Answered(answer) => answer,
-            Seen::Used => refuse(MetaError::ObjectKeyUsed(commit.object_key.clone())),
+            Seen::Used => refuse(Refusal::ObjectKeyUsed(commit.object_key.clone())),
             Seen::New if self.too_late(commit.not_before_ms) => {
                 // Its object will never be committed: to GC with it now
                 // rather than after the bucket sweep finds it.
-                let refused = refuse(MetaError::CommitTooLate(commit.object_key.clone()));
+                let refused = refuse(Refusal::CommitTooLate(commit.object_key.clone()));
                 self.ledger.retire(&commit.object_key, self.clock_ms);
                 self.garbage.push(commit.object_key);
                 refused
@@ -679,7 +562,7 @@ impl State {
         }
     }
 
-    fn sequence(&mut self, commit: Commit) -> Vec<Result<i64, MetaError>> {
+    fn sequence(&mut self, commit: Commit) -> Vec<Result<i64, Refusal>> {
         // Appends are dated by the metastore's clock, never the agent's.
         let now_ms = self.clock_ms;
         let object = self.next_object;
@@ -692,16 +575,16 @@ impl State {
                 p.epoch
             });
             let Some(partition) = self.partition_by_id_mut(batch.topic_id, batch.partition) else {
-                results.push(Err(MetaError::UnknownTopicOrPartition));
+                results.push(Err(Refusal::UnknownTopicOrPartition));
                 continue;
             };
             let base_offset = partition.high_watermark;
             if batch.producer_id >= 0 {
                 let last_sequence = batch.base_sequence.wrapping_add(batch.record_count - 1);
                 let check = match issued_epoch {
-                    None => Err(MetaError::UnknownProducerId(batch.producer_id)),
+                    None => Err(Refusal::UnknownProducerId(batch.producer_id)),
                     Some(current) if batch.producer_epoch < current => {
-                        Err(MetaError::InvalidProducerEpoch {
+                        Err(Refusal::InvalidProducerEpoch {
                             producer_id: batch.producer_id,
                             got: batch.producer_epoch,
                             current,
@@ -794,27 +677,27 @@ impl State {
         results
     }
 
-    fn replace_extents(&mut self, mut r: ReplaceExtents) -> Result<(), MetaError> {
+    fn replace_extents(&mut self, mut r: ReplaceExtents) -> Result<(), Refusal> {
         // First: a key seen before is never swapped in again (and a swap
         // applied twice must not read as "changed", which would make its
         // compactor delete the segment now live).
         if self.ledger.is_known(&r.object_key) {
-            return Err(MetaError::ObjectKeyUsed(r.object_key));
+            return Err(Refusal::ObjectKeyUsed(r.object_key));
         }
         let (Some(first), Some(last)) = (r.replaced.first(), r.replaced.last()) else {
-            return Err(MetaError::ExtentsChanged);
+            return Err(Refusal::ExtentsChanged);
         };
         let (base_offset, last_offset) = (first.base_offset, last.last_offset);
         // The pieces must tile exactly the offsets they replace.
         let mut next = base_offset;
         for piece in &r.pieces {
             if piece.base_offset != next || piece.last_offset < piece.base_offset {
-                return Err(MetaError::ExtentsChanged);
+                return Err(Refusal::ExtentsChanged);
             }
             next = piece.last_offset + 1;
         }
         if r.pieces.is_empty() || next != last_offset + 1 {
-            return Err(MetaError::ExtentsChanged);
+            return Err(Refusal::ExtentsChanged);
         }
         let partition = self.partition(r.topic_id, r.partition)?;
         // Compare: the partition must hold exactly these extents over this range.
@@ -835,10 +718,10 @@ impl State {
                         .is_some_and(|o| o.key == want.object_key)
             });
         if !unchanged {
-            return Err(MetaError::ExtentsChanged);
+            return Err(Refusal::ExtentsChanged);
         }
         if self.too_late(r.not_before_ms) {
-            return Err(MetaError::CommitTooLate(r.object_key));
+            return Err(Refusal::CommitTooLate(r.object_key));
         }
         // Pieces wholly below the log start (DeleteRecords cut into the
         // first replaced extent after the compactor read it) hold nothing
@@ -886,13 +769,13 @@ impl State {
         Ok(())
     }
 
-    fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), MetaError> {
+    fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), Refusal> {
         let topic = self
             .topics
             .get_mut(name)
-            .ok_or(MetaError::UnknownTopicOrPartition)?;
+            .ok_or(Refusal::UnknownTopicOrPartition)?;
         if count <= topic.info.partitions || count > MAX_PARTITIONS {
-            return Err(MetaError::InvalidPartitions(count));
+            return Err(Refusal::InvalidPartitions(count));
         }
         topic.info.partitions = count;
         topic
@@ -901,12 +784,12 @@ impl State {
         Ok(())
     }
 
-    fn trim(&mut self, topic_id: TopicId, partition: i32, offset: i64) -> Result<i64, MetaError> {
+    fn trim(&mut self, topic_id: TopicId, partition: i32, offset: i64) -> Result<i64, Refusal> {
         let p = self
             .partition_by_id_mut(topic_id, partition)
-            .ok_or(MetaError::UnknownTopicOrPartition)?;
+            .ok_or(Refusal::UnknownTopicOrPartition)?;
         if offset > p.high_watermark || offset < 0 {
-            return Err(MetaError::OffsetOutOfRange {
+            return Err(Refusal::OffsetOutOfRange {
                 offset,
                 log_start_offset: p.log_start_offset,
                 high_watermark: p.high_watermark,
@@ -939,12 +822,12 @@ impl State {
         topic.partitions.get_mut(usize::try_from(partition).ok()?)
     }
 
-    fn partition(&self, id: TopicId, partition: i32) -> Result<&Partition, MetaError> {
+    fn partition(&self, id: TopicId, partition: i32) -> Result<&Partition, Refusal> {
         self.names_by_id
             .get(&id)
             .and_then(|name| self.topics.get(name))
             .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?))
-            .ok_or(MetaError::UnknownTopicOrPartition)
+            .ok_or(Refusal::UnknownTopicOrPartition)
     }
 
     fn extent_ref(&self, e: &Extent) -> ExtentRef {
@@ -971,7 +854,7 @@ impl State {
         self.topics.get(name).map(|t| t.info.clone())
     }
 
-    pub fn offsets(&self, id: TopicId, partition: i32) -> Result<PartitionOffsets, MetaError> {
+    pub fn offsets(&self, id: TopicId, partition: i32) -> Result<PartitionOffsets, Refusal> {
         let p = self.partition(id, partition)?;
         Ok(PartitionOffsets {
             log_start_offset: p.log_start_offset,
@@ -980,10 +863,14 @@ impl State {
     }
 
     /// Each partition's high watermark; `None` for one that does not exist.
-    pub fn high_watermarks(&self, partitions: &[(TopicId, i32)]) -> Vec<Option<i64>> {
+    pub fn high_watermarks(&self, partitions: &[TopicPartition]) -> Vec<Option<i64>> {
         partitions
             .iter()
-            .map(|&(id, partition)| self.partition(id, partition).ok().map(|p| p.high_watermark))
+            .map(|tp| {
+                self.partition(tp.topic_id, tp.partition)
+                    .ok()
+                    .map(|p| p.high_watermark)
+            })
             .collect()
     }
 
@@ -995,10 +882,10 @@ impl State {
         partition: i32,
         from: i64,
         max_bytes: u64,
-    ) -> Result<ReadPlan, MetaError> {
+    ) -> Result<ReadPlan, Refusal> {
         let p = self.partition(id, partition)?;
         if from < p.log_start_offset || from > p.high_watermark {
-            return Err(MetaError::OffsetOutOfRange {
+            return Err(Refusal::OffsetOutOfRange {
                 offset: from,
                 log_start_offset: p.log_start_offset,
                 high_watermark: p.high_watermark,
@@ -1034,7 +921,7 @@ impl State {
         id: TopicId,
         partition: i32,
         query: OffsetQuery,
-    ) -> Result<OffsetAnswer, MetaError> {
+    ) -> Result<OffsetAnswer, Refusal> {
         let p = self.partition(id, partition)?;
         Ok(match query {
             OffsetQuery::Earliest => OffsetAnswer::Offset(p.log_start_offset),
@@ -1094,6 +981,321 @@ impl State {
     }
 }
 
+// ---- how each write is applied (in log order, on every replica) ----
+
+impl Apply for CreateTopic {
+    type Output = TopicInfo;
+    fn apply(self, state: &mut State) -> Result<TopicInfo, Refusal> {
+        state.create_topic(self.id, self.topic)
+    }
+    /// A blind retry after another client deleted the topic would create it again.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for DeleteTopic {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        state.delete_topic(&self.name)
+    }
+    /// A blind retry after another client re-created the topic would delete it.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for Commit {
+    /// Per batch, in commit order: its base offset, or why it was refused.
+    type Output = Vec<Result<i64, Refusal>>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.commit(self))
+    }
+    /// A repeated commit of an object key is answered from the ledger.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for ReplaceExtents {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        state.replace_extents(self)
+    }
+    /// A repeated swap is refused (its key is known), not re-applied; but
+    /// the compactor must see the first answer, so it does not retry.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for InitProducer {
+    type Output = ProducerIdentity;
+    fn apply(self, state: &mut State) -> Result<ProducerIdentity, Refusal> {
+        Ok(state.init_producer(self.existing))
+    }
+    /// A second one costs only a producer id or an epoch: the producer uses
+    /// whichever answer reaches it.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for ForgetGarbage {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        let keys: std::collections::HashSet<String> = self.keys.into_iter().collect();
+        state.garbage.retain(|k| !keys.contains(k));
+        for key in &keys {
+            state.ledger.collected(key, state.clock_ms);
+        }
+        Ok(())
+    }
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for RegisterAgent {
+    type Output = i32;
+    fn apply(self, state: &mut State) -> Result<i32, Refusal> {
+        Ok(state
+            .agents
+            .register(self.host, self.port, self.zone, self.now_ms))
+    }
+    /// The same address registers as the same node.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for AgentHeartbeat {
+    type Output = bool;
+    fn apply(self, state: &mut State) -> Result<bool, Refusal> {
+        Ok(state.agents.heartbeat(self.node_id, self.now_ms))
+    }
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for AlterTopicConfigs {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        let topic = state
+            .topics
+            .get_mut(&self.name)
+            .ok_or(Refusal::UnknownTopicOrPartition)?;
+        for key in self.delete {
+            topic.info.configs.remove(&key);
+        }
+        topic.info.configs.extend(self.set);
+        Ok(())
+    }
+    /// A blind retry landing after another client's change would undo it.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for CreatePartitions {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        state.create_partitions(&self.name, self.count)
+    }
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for Trim {
+    /// The partition's log start offset after the trim.
+    type Output = i64;
+    fn apply(self, state: &mut State) -> Result<i64, Refusal> {
+        state.trim(
+            self.partition.topic_id,
+            self.partition.partition,
+            self.offset,
+        )
+    }
+    /// The log start only moves up: a second trim to the same offset is none.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for RecordOrphans {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        // Decided here, in log order: a key committed since the sweep
+        // looked is live (or remembered) and stays; the others are
+        // retired, so their commits are refused from now on.
+        for key in self.keys {
+            if !state.ledger.is_known(&key) {
+                state.ledger.retire(&key, state.clock_ms);
+                state.garbage.push(key);
+            }
+        }
+        Ok(())
+    }
+    /// The state skips keys it knows, so a second time changes nothing.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for GroupCommand {
+    type Output = GroupReply;
+    fn apply(self, state: &mut State) -> Result<GroupReply, Refusal> {
+        Ok(state.groups.apply(self))
+    }
+    /// Not CommitOffsets: a blind retry landing after a later commit of the
+    /// same group would move its offset backwards.
+    fn retry_is_safe(&self) -> bool {
+        matches!(
+            self,
+            GroupCommand::Tick { .. } | GroupCommand::Heartbeat { .. }
+        )
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        GroupCommand::restamp(self, now_ms);
+    }
+}
+
+impl Apply for AcquireLease {
+    /// Whether `holder` holds the lease now.
+    type Output = bool;
+    fn apply(self, state: &mut State) -> Result<bool, Refusal> {
+        Ok(state
+            .leases
+            .acquire(self.job, self.holder, self.now_ms, self.ttl_ms))
+    }
+    /// A holder re-acquiring its own lease renews it.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for ReleaseLease {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        state.leases.release(&self.job, &self.holder);
+        Ok(())
+    }
+    /// Releasing twice is releasing once.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for Tick {
+    /// The metastore's time once this entry applied.
+    type Output = i64;
+    fn apply(self, state: &mut State) -> Result<i64, Refusal> {
+        Ok(state.clock_ms)
+    }
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+// ---- how each read is answered ----
+
+impl Query for ListTopics {
+    type Output = Vec<TopicInfo>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.topics())
+    }
+}
+
+impl Query for TopicNamed {
+    type Output = Option<TopicInfo>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.topic(&self.name))
+    }
+}
+
+impl Query for TopicById {
+    type Output = Option<TopicInfo>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.topic_by_id(self.id))
+    }
+}
+
+impl Query for Offsets {
+    type Output = PartitionOffsets;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        state.offsets(self.partition.topic_id, self.partition.partition)
+    }
+}
+
+impl Query for HighWatermarks {
+    type Output = Vec<Option<i64>>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.high_watermarks(&self.partitions))
+    }
+}
+
+impl Query for PlanRead {
+    type Output = ReadPlan;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        let p = self.partition;
+        state.read_plan(p.topic_id, p.partition, self.from, self.max_bytes)
+    }
+}
+
+impl Query for FindOffset {
+    type Output = OffsetAnswer;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        let p = self.partition;
+        state.list_offsets(p.topic_id, p.partition, self.query)
+    }
+}
+
+impl Query for GroupNamed {
+    type Output = Option<Group>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.group(&self.name))
+    }
+}
+
+impl Query for ListGroups {
+    type Output = Vec<(String, Group)>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.groups())
+    }
+}
+
+impl Query for ListGarbage {
+    type Output = Vec<String>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.garbage().to_vec())
+    }
+}
+
+impl Query for UnknownObjects {
+    type Output = Vec<String>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.unknown_objects(&self.keys))
+    }
+}
+
+impl Query for ListAgents {
+    type Output = Vec<AgentInfo>;
+    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.agents(now_ms))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1102,7 +1304,7 @@ mod tests {
 
     fn create(state: &mut State, name: &str, partitions: i32) -> TopicId {
         let id = Uuid::from_u128(state.topics.len() as u128 + 1);
-        let reply = state.apply(Command::CreateTopic {
+        let reply = state.apply(CreateTopic {
             id,
             topic: NewTopic {
                 name: name.into(),
@@ -1110,7 +1312,7 @@ mod tests {
                 configs: Default::default(),
             },
         });
-        assert!(matches!(reply, Reply::Created(Ok(_))), "{reply:?}");
+        assert!(reply.is_ok(), "{reply:?}");
         id
     }
 
@@ -1143,8 +1345,8 @@ mod tests {
     }
 
     fn init(s: &mut State, existing: Option<ProducerIdentity>) -> ProducerIdentity {
-        match s.apply(Command::InitProducer { existing }) {
-            Reply::Producer(p) => p,
+        match s.apply(InitProducer { existing }) {
+            Ok(p) => p,
             other => panic!("{other:?}"),
         }
     }
@@ -1182,7 +1384,7 @@ mod tests {
         // A gap is refused.
         assert!(matches!(
             commit(&mut s, "o4", vec![idempotent(t, p, 9, 1)])[0],
-            Err(MetaError::OutOfOrderSequence {
+            Err(Refusal::OutOfOrderSequence {
                 last: 4,
                 got: 9,
                 ..
@@ -1199,7 +1401,7 @@ mod tests {
         );
         assert!(matches!(
             commit(&mut s, "o5", vec![idempotent(t, p, 5, 1)])[0],
-            Err(MetaError::InvalidProducerEpoch {
+            Err(Refusal::InvalidProducerEpoch {
                 got: 0,
                 current: 1,
                 ..
@@ -1207,7 +1409,7 @@ mod tests {
         ));
         assert!(matches!(
             commit(&mut s, "o6", vec![idempotent(t, bumped, 5, 1)])[0],
-            Err(MetaError::OutOfOrderSequence { .. })
+            Err(Refusal::OutOfOrderSequence { .. })
         ));
         assert_eq!(
             commit(&mut s, "o7", vec![idempotent(t, bumped, 0, 1)]),
@@ -1221,7 +1423,7 @@ mod tests {
         };
         assert_eq!(
             commit(&mut s, "o8", vec![idempotent(t, stranger, 0, 1)]),
-            vec![Err(MetaError::UnknownProducerId(77))]
+            vec![Err(Refusal::UnknownProducerId(77))]
         );
         // Only five batches are remembered for duplicates.
         for n in 0..6 {
@@ -1233,7 +1435,7 @@ mod tests {
         }
         assert!(matches!(
             commit(&mut s, "o10", vec![idempotent(t, bumped, 1, 1)])[0],
-            Err(MetaError::OutOfOrderSequence { .. })
+            Err(Refusal::OutOfOrderSequence { .. })
         ));
         assert_eq!(
             commit(&mut s, "o11", vec![idempotent(t, bumped, 6, 1)]),
@@ -1245,14 +1447,14 @@ mod tests {
         state: &mut State,
         key: &str,
         batches: Vec<CommitBatch>,
-    ) -> Vec<Result<i64, MetaError>> {
-        match state.apply(Command::Commit(Commit {
+    ) -> Vec<Result<i64, Refusal>> {
+        match state.apply(Commit {
             object_key: key.into(),
             object_size: 1_000,
             batches,
             not_before_ms: state.clock_ms,
-        })) {
-            Reply::Committed(r) => r,
+        }) {
+            Ok(r) => r,
             other => panic!("{other:?}"),
         }
     }
@@ -1290,19 +1492,17 @@ mod tests {
         let t = create(&mut s, "t", 1);
         commit(&mut s, "o1", vec![batch(t, 0, 0, 5)]);
         commit(&mut s, "o2", vec![batch(t, 0, 0, 5)]);
-        let trim = |s: &mut State, offset| match s.apply(Command::Trim {
-            topic_id: t,
-            partition: 0,
-            offset,
-        }) {
-            Reply::Trimmed(r) => r,
-            other => panic!("{other:?}"),
+        let trim = |s: &mut State, offset| {
+            s.apply(Trim {
+                partition: TopicPartition::new(t, 0),
+                offset,
+            })
         };
         assert_eq!(trim(&mut s, 3), Ok(3));
         assert!(s.garbage().is_empty(), "o1 still holds offsets 3 and 4");
         assert!(matches!(
             s.read_plan(t, 0, 2, u64::MAX),
-            Err(MetaError::OffsetOutOfRange { .. })
+            Err(Refusal::OffsetOutOfRange { .. })
         ));
         assert_eq!(
             s.read_plan(t, 0, 3, u64::MAX).unwrap().extents[0].object_key,
@@ -1313,7 +1513,7 @@ mod tests {
         assert_eq!(s.garbage(), ["o1".to_string()]);
         assert!(matches!(
             trim(&mut s, 11),
-            Err(MetaError::OffsetOutOfRange { .. })
+            Err(Refusal::OffsetOutOfRange { .. })
         ));
         assert_eq!(trim(&mut s, 10), Ok(10));
         assert_eq!(s.garbage(), ["o1".to_string(), "o2".to_string()]);
@@ -1328,24 +1528,21 @@ mod tests {
         let mut s = State::default();
         let t = create(&mut s, "t", 2);
         let grow = |s: &mut State, count| {
-            s.apply(Command::CreatePartitions {
+            s.apply(CreatePartitions {
                 name: "t".into(),
                 count,
             })
         };
-        assert_eq!(
-            grow(&mut s, 2),
-            Reply::Altered(Err(MetaError::InvalidPartitions(2)))
-        );
-        assert_eq!(grow(&mut s, 5), Reply::Altered(Ok(())));
+        assert_eq!(grow(&mut s, 2), Err(Refusal::InvalidPartitions(2)));
+        assert_eq!(grow(&mut s, 5), Ok(()));
         assert_eq!(s.topic("t").unwrap().partitions, 5);
         assert_eq!(commit(&mut s, "o", vec![batch(t, 4, 0, 1)]), vec![Ok(0)]);
-        let alter = Command::AlterTopicConfigs {
+        let alter = AlterTopicConfigs {
             name: "t".into(),
             set: [("retention.ms".to_string(), "5".to_string())].into(),
             delete: vec!["nothing".into()],
         };
-        assert_eq!(s.apply(alter), Reply::Altered(Ok(())));
+        assert_eq!(s.apply(alter), Ok(()));
         assert_eq!(s.topic("t").unwrap().configs["retention.ms"], "5");
     }
 
@@ -1373,7 +1570,7 @@ mod tests {
         assert!(s.read_plan(t, 0, 5, u64::MAX).unwrap().extents.is_empty());
         assert!(matches!(
             s.read_plan(t, 0, 6, u64::MAX),
-            Err(MetaError::OffsetOutOfRange { .. })
+            Err(Refusal::OffsetOutOfRange { .. })
         ));
     }
 
@@ -1393,8 +1590,8 @@ mod tests {
         assert_eq!(
             r,
             vec![
-                Err(MetaError::UnknownTopicOrPartition),
-                Err(MetaError::UnknownTopicOrPartition),
+                Err(Refusal::UnknownTopicOrPartition),
+                Err(Refusal::UnknownTopicOrPartition),
                 Ok(0)
             ]
         );
@@ -1414,19 +1611,13 @@ mod tests {
             vec![batch(a, 0, 0, 1), batch(b, 0, 100, 1)],
         );
         commit(&mut s, "only-a", vec![batch(a, 0, 0, 1)]);
-        assert_eq!(
-            s.apply(Command::DeleteTopic { name: "a".into() }),
-            Reply::Deleted(Ok(()))
-        );
+        assert_eq!(s.apply(DeleteTopic { name: "a".into() }), Ok(()));
         assert_eq!(s.garbage(), ["only-a".to_string()]);
-        assert_eq!(
-            s.apply(Command::DeleteTopic { name: "b".into() }),
-            Reply::Deleted(Ok(()))
-        );
+        assert_eq!(s.apply(DeleteTopic { name: "b".into() }), Ok(()));
         assert_eq!(s.garbage(), ["only-a".to_string(), "shared".to_string()]);
         assert_eq!(
-            s.apply(Command::DeleteTopic { name: "b".into() }),
-            Reply::Deleted(Err(MetaError::UnknownTopicOrPartition))
+            s.apply(DeleteTopic { name: "b".into() }),
+            Err(Refusal::UnknownTopicOrPartition)
         );
     }
 
@@ -1441,7 +1632,7 @@ mod tests {
             ("fine", 0),
             ("fine", MAX_PARTITIONS + 1),
         ] {
-            let reply = s.apply(Command::CreateTopic {
+            let reply = s.apply(CreateTopic {
                 id: Uuid::from_u128(99),
                 topic: NewTopic {
                     name: name.into(),
@@ -1449,12 +1640,9 @@ mod tests {
                     configs: Default::default(),
                 },
             });
-            assert!(
-                matches!(reply, Reply::Created(Err(_))),
-                "{name} {partitions}"
-            );
+            assert!(reply.is_err(), "{name} {partitions}");
         }
-        let dup = s.apply(Command::CreateTopic {
+        let dup = s.apply(CreateTopic {
             id: Uuid::from_u128(98),
             topic: NewTopic {
                 name: "ok.name_1-x".into(),
@@ -1462,10 +1650,7 @@ mod tests {
                 configs: Default::default(),
             },
         });
-        assert_eq!(
-            dup,
-            Reply::Created(Err(MetaError::TopicExists("ok.name_1-x".into())))
-        );
+        assert_eq!(dup, Err(Refusal::TopicExists("ok.name_1-x".into())));
     }
 
     #[test]
@@ -1500,7 +1685,7 @@ mod tests {
         t: TopicId,
         replaced: Vec<ExtentRef>,
         key: &str,
-    ) -> Result<(), MetaError> {
+    ) -> Result<(), Refusal> {
         let length: u64 = replaced.iter().map(|e| e.length).sum();
         let piece = ExtentPiece {
             base_offset: replaced.first().map_or(0, |e| e.base_offset),
@@ -1510,7 +1695,7 @@ mod tests {
             length,
             appended_ms: 0,
         };
-        match s.apply(Command::ReplaceExtents(ReplaceExtents {
+        s.apply(ReplaceExtents {
             topic_id: t,
             partition: 0,
             replaced,
@@ -1518,10 +1703,7 @@ mod tests {
             object_size: length + 68,
             pieces: vec![piece],
             not_before_ms: 0,
-        })) {
-            Reply::Replaced(r) => r,
-            other => panic!("{other:?}"),
-        }
+        })
     }
 
     #[test]
@@ -1545,7 +1727,7 @@ mod tests {
         stale[1].object_key = "elsewhere".into();
         assert_eq!(
             replace(&mut s, t, stale, "seg0"),
-            Err(MetaError::ExtentsChanged)
+            Err(Refusal::ExtentsChanged)
         );
         assert_eq!(s.read_plan(t, 0, 0, u64::MAX).unwrap(), plan);
 
@@ -1563,12 +1745,13 @@ mod tests {
         // Replaying the same swap fails: the extents are gone.
         assert_eq!(
             replace(&mut s, t, first_two, "seg2"),
-            Err(MetaError::ExtentsChanged)
+            Err(Refusal::ExtentsChanged)
         );
 
-        s.apply(Command::ForgetGarbage {
+        s.apply(ForgetGarbage {
             keys: vec!["i2".into()],
-        });
+        })
+        .unwrap();
         assert!(s.garbage().is_empty());
     }
 
@@ -1587,29 +1770,24 @@ mod tests {
             length: 100,
             appended_ms: 0,
         };
-        let swap = |pieces| {
-            Command::ReplaceExtents(ReplaceExtents {
-                topic_id: t,
-                partition: 0,
-                replaced: replaced.clone(),
-                object_key: "seg".into(),
-                object_size: 300,
-                pieces,
-                not_before_ms: 0,
-            })
+        let swap = |pieces| ReplaceExtents {
+            topic_id: t,
+            partition: 0,
+            replaced: replaced.clone(),
+            object_key: "seg".into(),
+            object_size: 300,
+            pieces,
+            not_before_ms: 0,
         };
         for bad in [
             vec![piece(0, 2, 0), piece(4, 7, 100)],
             vec![piece(0, 6, 0)],
             vec![],
         ] {
-            assert_eq!(
-                s.apply(swap(bad)),
-                Reply::Replaced(Err(MetaError::ExtentsChanged))
-            );
+            assert_eq!(s.apply(swap(bad)), Err(Refusal::ExtentsChanged));
         }
         let good = vec![piece(0, 2, 0), piece(3, 5, 100), piece(6, 7, 200)];
-        assert_eq!(s.apply(swap(good)), Reply::Replaced(Ok(())));
+        assert_eq!(s.apply(swap(good)), Ok(()));
         let plan = s.read_plan(t, 0, 4, u64::MAX).unwrap();
         assert_eq!(plan.extents.len(), 2);
         assert_eq!(
@@ -1663,53 +1841,58 @@ mod tests {
     fn senders_clocks_do_not_decide_anything() {
         use crate::groups::{GroupCommand, GroupReply};
         let mut s = State::default();
-        let at = |ms: i64, command: Command| Proposal { at_ms: ms, command };
-        let join = |member: &str, sender_ms: i64| {
-            Command::Group(GroupCommand::Join {
-                group: "g".into(),
-                member_id: member.into(),
-                client_id: "c".into(),
-                session_timeout_ms: 10_000,
-                rebalance_timeout_ms: 10_000,
-                protocol_type: "consumer".into(),
-                protocols: vec![("range".into(), vec![])],
-                now_ms: sender_ms,
-            })
+        let join = |member: &str, sender_ms: i64| GroupCommand::Join {
+            group: "g".into(),
+            member_id: member.into(),
+            client_id: "c".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), vec![])],
+            now_ms: sender_ms,
         };
         let hour = 3_600_000;
         // Joined through an agent whose clock is an hour behind the leader's.
-        let member = match s.apply_proposal(at(1_000_000, join("", 1_000_000 - hour))) {
-            Reply::Group(GroupReply::Joined(Ok(id))) => id,
+        let member = match at(&mut s, 1_000_000, join("", 1_000_000 - hour)) {
+            Ok(GroupReply::Joined(Ok(id))) => id,
             other => panic!("{other:?}"),
         };
         // A tick through an agent an hour ahead: the member must stay.
-        s.apply_proposal(at(
+        at(
+            &mut s,
             1_001_000,
-            Command::Group(GroupCommand::Tick {
+            GroupCommand::Tick {
                 group: "g".into(),
                 now_ms: 1_001_000 + hour,
-            }),
-        ));
+            },
+        )
+        .unwrap();
         let g = s.group("g").unwrap();
         assert_eq!(g.members.len(), 1, "expired by a sender's clock");
         assert!(g.members.contains_key(&member));
         // The leader's clock never runs backwards, whatever a new leader reads.
-        s.apply_proposal(at(5, Command::ForgetGarbage { keys: vec![] }));
+        at(&mut s, 5, ForgetGarbage { keys: vec![] }).unwrap();
         assert_eq!(s.clock_ms(), 1_001_000);
         // And its time is what expires the member.
-        s.apply_proposal(at(
+        at(
+            &mut s,
             1_001_000 + 20_000,
-            Command::Group(GroupCommand::Tick {
+            GroupCommand::Tick {
                 group: "g".into(),
                 now_ms: 0,
-            }),
-        ));
+            },
+        )
+        .unwrap();
         assert!(s.group("g").unwrap().members.is_empty());
     }
 
     /// Applies `command` as a leader would propose it at `at_ms`.
-    fn at(s: &mut State, at_ms: i64, command: Command) -> Reply {
-        s.apply_proposal(Proposal { at_ms, command })
+    fn at<C: Apply>(s: &mut State, at_ms: i64, command: C) -> Result<C::Output, Refusal> {
+        let reply = s.apply_proposal(Proposal {
+            at_ms,
+            command: command.into(),
+        });
+        reply.answer::<C>().unwrap()
     }
 
     fn commit_at(
@@ -1717,18 +1900,18 @@ mod tests {
         at_ms: i64,
         key: &str,
         batches: Vec<CommitBatch>,
-    ) -> Vec<Result<i64, MetaError>> {
+    ) -> Vec<Result<i64, Refusal>> {
         match at(
             s,
             at_ms,
-            Command::Commit(Commit {
+            Commit {
                 object_key: key.into(),
                 object_size: 1_000,
                 batches,
                 not_before_ms: at_ms,
-            }),
+            },
         ) {
-            Reply::Committed(r) => r,
+            Ok(r) => r,
             other => panic!("{other:?}"),
         }
     }
@@ -1740,8 +1923,8 @@ mod tests {
         let mut s = State::default();
         let t = create(&mut s, "t", 1);
         let day = PRODUCER_ID_EXPIRATION_MS;
-        let p = match at(&mut s, 1_000, Command::InitProducer { existing: None }) {
-            Reply::Producer(p) => p,
+        let p = match at(&mut s, 1_000, InitProducer { existing: None }) {
+            Ok(p) => p,
             other => panic!("{other:?}"),
         };
         assert_eq!(
@@ -1753,16 +1936,12 @@ mod tests {
             commit_at(&mut s, 2_000 + day - 1, "b", vec![idempotent(t, p, 5, 5)]),
             vec![Ok(5)]
         );
-        let other = match at(&mut s, 3_000, Command::InitProducer { existing: None }) {
-            Reply::Producer(p) => p,
+        let other = match at(&mut s, 3_000, InitProducer { existing: None }) {
+            Ok(p) => p,
             other => panic!("{other:?}"),
         };
         // A day later (the sweep runs with the next proposal), both are gone.
-        at(
-            &mut s,
-            4_000 + 2 * day,
-            Command::ForgetGarbage { keys: vec![] },
-        );
+        at(&mut s, 4_000 + 2 * day, ForgetGarbage { keys: vec![] }).unwrap();
         assert!(s.producers.is_empty(), "{:?}", s.producers);
         assert!(s.topics["t"].partitions[0].producers.is_empty());
         assert_eq!(
@@ -1772,16 +1951,12 @@ mod tests {
                 "c",
                 vec![idempotent(t, other, 0, 1)]
             ),
-            vec![Err(MetaError::UnknownProducerId(other.producer_id))]
+            vec![Err(Refusal::UnknownProducerId(other.producer_id))]
         );
         // Re-initialised, a producer with no state in a partition may start
         // at any sequence (KIP-360): its retries after an expiry succeed.
-        let again = match at(
-            &mut s,
-            6_000 + 2 * day,
-            Command::InitProducer { existing: None },
-        ) {
-            Reply::Producer(p) => p,
+        let again = match at(&mut s, 6_000 + 2 * day, InitProducer { existing: None }) {
+            Ok(p) => p,
             other => panic!("{other:?}"),
         };
         assert_eq!(
@@ -1800,7 +1975,7 @@ mod tests {
                 "e",
                 vec![idempotent(t, again, 44, 1)]
             ),
-            vec![Err(MetaError::OutOfOrderSequence {
+            vec![Err(Refusal::OutOfOrderSequence {
                 producer_id: again.producer_id,
                 last: 42,
                 got: 44
@@ -1820,64 +1995,65 @@ mod tests {
             at(
                 &mut s,
                 1_000,
-                Command::Group(GroupCommand::Heartbeat {
+                GroupCommand::Heartbeat {
                     group: group.clone(),
                     generation: 1,
                     member_id: "m".into(),
                     now_ms: 0,
-                }),
-            );
+                },
+            )
+            .unwrap();
             at(
                 &mut s,
                 1_000,
-                Command::Group(GroupCommand::Sync {
+                GroupCommand::Sync {
                     group: group.clone(),
                     generation: 1,
                     member_id: "m".into(),
                     assignments: vec![],
                     now_ms: 0,
-                }),
-            );
+                },
+            )
+            .unwrap();
             at(
                 &mut s,
                 1_000,
-                Command::Group(GroupCommand::Leave {
+                GroupCommand::Leave {
                     group: group.clone(),
                     member_ids: vec!["m".into()],
                     now_ms: 0,
-                }),
-            );
+                },
+            )
+            .unwrap();
             let reply = at(
                 &mut s,
                 1_000,
-                Command::Group(GroupCommand::CommitOffsets {
+                GroupCommand::CommitOffsets {
                     group,
                     generation: 3,
                     member_id: "m".into(),
                     offsets: vec![("t".into(), 0, 1, None)],
                     now_ms: 0,
-                }),
+                },
             );
             assert_eq!(
                 reply,
-                Reply::Group(GroupReply::Done(Err(GroupError::IllegalGeneration)))
+                Ok(GroupReply::Done(Err(GroupError::IllegalGeneration)))
             );
         }
         assert!(s.groups().is_empty(), "junk requests left groups behind");
 
         // A standalone commit keeps its group; metadata over the limit is not stored.
-        let commit = |offset: i64, metadata: Option<String>| {
-            Command::Group(GroupCommand::CommitOffsets {
-                group: "standalone".into(),
-                generation: -1,
-                member_id: String::new(),
-                offsets: vec![("t".into(), 0, offset, metadata)],
-                now_ms: 0,
-            })
+        let commit = |offset: i64, metadata: Option<String>| GroupCommand::CommitOffsets {
+            group: "standalone".into(),
+            generation: -1,
+            member_id: String::new(),
+            offsets: vec![("t".into(), 0, offset, metadata)],
+            now_ms: 0,
         };
-        at(&mut s, 2_000, commit(7, Some("x".repeat(5_000))));
+        at(&mut s, 2_000, commit(7, Some("x".repeat(5_000)))).unwrap();
         assert!(s.group("standalone").unwrap().offsets.is_empty());
-        at(&mut s, 3_000, commit(7, Some("fine".into())));
+        at(&mut s, 3_000, commit(7, Some("fine".into()))).unwrap();
         assert_eq!(
             s.group("standalone").unwrap().offsets[&("t".to_string(), 0)].offset,
             7
@@ -1886,14 +2062,16 @@ mod tests {
         at(
             &mut s,
             3_000 + OFFSETS_RETENTION_MS - 1,
-            Command::ForgetGarbage { keys: vec![] },
-        );
+            ForgetGarbage { keys: vec![] },
+        )
+        .unwrap();
         assert!(s.group("standalone").is_some());
         at(
             &mut s,
             3_000 + OFFSETS_RETENTION_MS + 120_000,
-            Command::ForgetGarbage { keys: vec![] },
-        );
+            ForgetGarbage { keys: vec![] },
+        )
+        .unwrap();
         assert!(s.group("standalone").is_none());
     }
 
@@ -1906,8 +2084,8 @@ mod tests {
     fn a_commit_retried_after_its_answer_is_forgotten_is_never_sequenced_again() {
         let mut s = State::default();
         let t = create(&mut s, "t", 1);
-        let p = match s.apply(Command::InitProducer { existing: None }) {
-            Reply::Producer(p) => p,
+        let p = match s.apply(InitProducer { existing: None }) {
+            Ok(p) => p,
             other => panic!("{other:?}"),
         };
         assert_eq!(
@@ -1933,7 +2111,7 @@ mod tests {
         let hw = s.offsets(t, 0).unwrap().high_watermark;
         for key in ["idem", "plain"] {
             let again = commit(&mut s, key, vec![batch(t, 0, 0, 1)]);
-            assert_eq!(again, vec![Err(MetaError::ObjectKeyUsed(key.into()))]);
+            assert_eq!(again, vec![Err(Refusal::ObjectKeyUsed(key.into()))]);
         }
         assert_eq!(
             s.offsets(t, 0).unwrap().high_watermark,
@@ -1962,36 +2140,39 @@ mod tests {
         );
         // Its commit lands (and is acknowledged) before the sweep decides.
         assert_eq!(commit(&mut s, "late", vec![batch(t, 0, 0, 2)]), vec![Ok(0)]);
-        s.apply(Command::RecordOrphans {
+        s.apply(RecordOrphans {
             keys: vec!["late".into()],
-        });
+        })
+        .unwrap();
         assert!(s.garbage().is_empty(), "a committed key was collected");
         assert_eq!(s.read_plan(t, 0, 0, u64::MAX).unwrap().extents.len(), 1);
         // The other order: declared an orphan first, its commit is refused,
         // so its producers get an error and never an acknowledgement.
-        s.apply(Command::RecordOrphans {
+        s.apply(RecordOrphans {
             keys: vec!["later".into()],
-        });
+        })
+        .unwrap();
         assert_eq!(s.garbage(), ["later".to_string()]);
         assert_eq!(
             commit(&mut s, "later", vec![batch(t, 0, 0, 2)]),
-            vec![Err(MetaError::ObjectKeyUsed("later".into()))]
+            vec![Err(Refusal::ObjectKeyUsed("later".into()))]
         );
         assert_eq!(s.offsets(t, 0).unwrap().high_watermark, 2);
         // Collected keys stay retired long after GC deleted them.
         s.apply_proposal(Proposal {
             at_ms: 1_000,
-            command: Command::ForgetGarbage {
+            command: ForgetGarbage {
                 keys: vec!["later".into()],
-            },
+            }
+            .into(),
         });
         s.apply_proposal(Proposal {
             at_ms: 1_000 + crate::ledger::KEY_MEMORY_MS - 1,
-            command: Command::ForgetGarbage { keys: vec![] },
+            command: ForgetGarbage { keys: vec![] }.into(),
         });
         assert!(matches!(
             commit(&mut s, "later", vec![batch(t, 0, 0, 1)])[0],
-            Err(MetaError::ObjectKeyUsed(_))
+            Err(Refusal::ObjectKeyUsed(_))
         ));
         s.check_invariants().unwrap();
     }
@@ -2006,11 +2187,11 @@ mod tests {
         let t = create(&mut s, "t", 1);
         commit(&mut s, "o1", vec![batch(t, 0, 0, 10)]);
         let replaced = s.read_plan(t, 0, 0, u64::MAX).unwrap().extents;
-        s.apply(Command::Trim {
-            topic_id: t,
-            partition: 0,
+        s.apply(Trim {
+            partition: TopicPartition::new(t, 0),
             offset: 5,
-        });
+        })
+        .unwrap();
         let piece = |base: i64, last: i64, position: u64| ExtentPiece {
             base_offset: base,
             last_offset: last,
@@ -2019,7 +2200,7 @@ mod tests {
             length: 50,
             appended_ms: 0,
         };
-        let reply = s.apply(Command::ReplaceExtents(ReplaceExtents {
+        let reply = s.apply(ReplaceExtents {
             topic_id: t,
             partition: 0,
             replaced,
@@ -2027,8 +2208,8 @@ mod tests {
             object_size: 100,
             pieces: vec![piece(0, 4, 0), piece(5, 9, 50)],
             not_before_ms: 0,
-        }));
-        assert_eq!(reply, Reply::Replaced(Ok(())));
+        });
+        assert_eq!(reply, Ok(()));
         let extents = s.read_plan(t, 0, 5, u64::MAX).unwrap().extents;
         assert_eq!((extents.len(), extents[0].base_offset), (1, 5));
         s.check_invariants().unwrap();

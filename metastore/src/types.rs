@@ -7,6 +7,22 @@ use uuid::Uuid;
 
 pub type TopicId = Uuid;
 
+/// One partition of one topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TopicPartition {
+    pub topic_id: TopicId,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic_id: TopicId, partition: i32) -> Self {
+        TopicPartition {
+            topic_id,
+            partition,
+        }
+    }
+}
+
 /// A topic as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicInfo {
@@ -108,9 +124,17 @@ pub struct PartitionOffsets {
     pub high_watermark: i64,
 }
 
-/// Errors of metastore operations. Each maps onto one Kafka error code.
+/// What the metastore decided not to do: in log order for a write, on an
+/// up-to-date state for a read. Nothing was changed, so a refusal is final:
+/// sending the same request again gets the same answer (unless the state
+/// moved meanwhile). Each maps onto one Kafka error code.
+///
+/// A commit's answers are remembered in the state (see [`crate::ledger`]), so
+/// the variant order is part of the stored encoding: append only. (Variants
+/// 0..=8 are those of the `MetaError` of before, which the snapshots of
+/// format 1 hold.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum MetaError {
+pub enum Refusal {
     #[error("topic `{0}` already exists")]
     TopicExists(String),
     #[error("unknown topic or partition")]
@@ -141,18 +165,6 @@ pub enum MetaError {
     UnknownProducerId(i64),
     #[error("extents changed since they were read; compaction result discarded")]
     ExtentsChanged,
-    #[error("metastore unavailable: {0}")]
-    Unavailable(String),
-    #[error("metastore storage failed: {0}")]
-    Storage(String),
-    // Appended last: variant indices are part of the stored and wire encodings.
-    /// Asked of a metastore node that does not lead its group; the leader's
-    /// address if it knows one. Nothing was applied.
-    #[error("this metastore node is not the leader (leader: {})", .0.as_deref().unwrap_or("unknown"))]
-    NotLeader(Option<String>),
-    /// A membership change that cannot be made as asked.
-    #[error("invalid membership change: {0}")]
-    InvalidMembership(String),
     /// A commit (or compaction) of an object key already sequenced, collected
     /// or declared an orphan: never sequenced twice. Retriable for producers:
     /// a new upload gets a new key.
@@ -162,6 +174,80 @@ pub enum MetaError {
     /// clock) than commits may stay in flight. Retriable for producers.
     #[error("commit of `{0}` arrived too late (uploaded more than the commit window ago)")]
     CommitTooLate(String),
+    /// A membership change that cannot be made as asked (decided by the Raft
+    /// node, not the state machine; never stored).
+    #[error("invalid membership change: {0}")]
+    InvalidMembership(String),
+}
+
+/// Why a metastore call failed: refused by the metastore (see [`Refusal`]),
+/// or the call itself failed, perhaps after the metastore applied it.
+/// [`MetaError::certainly_not_applied`] is the one place that tells which.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum MetaError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Asked of a metastore node that does not lead its group; the leader's
+    /// address if it knows one. Nothing was applied.
+    #[error("this metastore node is not the leader (leader: {})", .0.as_deref().unwrap_or("unknown"))]
+    NotLeader(Option<String>),
+    /// No answer: no leader, no quorum, no connection, no reply in time.
+    /// `maybe_applied` when the request may have reached the log regardless.
+    #[error("metastore unavailable: {why}{}", if *.maybe_applied { "; the request may have been applied" } else { "" })]
+    Unavailable { why: String, maybe_applied: bool },
+    /// The node's own storage failed, or a message could not be encoded or
+    /// decoded (a peer of another version). Whether anything was applied is
+    /// not known.
+    #[error("metastore storage failed: {0}")]
+    Storage(String),
+}
+
+impl MetaError {
+    /// Unavailable, and certainly not applied (refused or never sent).
+    pub fn unavailable(why: impl Into<String>) -> Self {
+        MetaError::Unavailable {
+            why: why.into(),
+            maybe_applied: false,
+        }
+    }
+
+    /// Unavailable after the request may have reached the log.
+    pub fn maybe_applied(why: impl Into<String>) -> Self {
+        MetaError::Unavailable {
+            why: why.into(),
+            maybe_applied: true,
+        }
+    }
+
+    /// Whether the request certainly changed nothing, so that any request,
+    /// safe to repeat or not, may be sent again. Every retry decides on this.
+    pub fn certainly_not_applied(&self) -> bool {
+        match self {
+            MetaError::Refused(_) | MetaError::NotLeader(_) => true,
+            MetaError::Unavailable { maybe_applied, .. } => !maybe_applied,
+            MetaError::Storage(_) => false,
+        }
+    }
+
+    /// Whether a client should send the request again (to the leader, or
+    /// after a pause): not a refusal, which is final; a call that failed
+    /// before it applied; or one that may have applied, if the request is
+    /// safe to repeat.
+    pub fn worth_retrying(&self, retry_is_safe: bool) -> bool {
+        match self {
+            MetaError::Refused(_) | MetaError::Storage(_) => false,
+            MetaError::NotLeader(_) => true,
+            MetaError::Unavailable { .. } => retry_is_safe || self.certainly_not_applied(),
+        }
+    }
+
+    /// The refusal, if the metastore refused.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            MetaError::Refused(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// "These extents are now stored here": compaction's compare-and-set. Applied

@@ -23,9 +23,11 @@ pub mod whole;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use floe_metastore::state::{Command, Proposal, Reply, State};
+use floe_metastore::api::Apply;
+use floe_metastore::ops::*;
+use floe_metastore::state::{Proposal, State};
 use floe_metastore::{
-    Commit, CommitBatch, ExtentPiece, ExtentRef, MetaError, NewTopic, ReplaceExtents,
+    Commit, CommitBatch, ExtentPiece, ExtentRef, NewTopic, Refusal, ReplaceExtents, TopicPartition,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -166,17 +168,18 @@ impl World {
             trace: Vec::new(),
             summary: Summary::default(),
         };
-        w.apply(Command::CreateTopic {
+        w.apply(CreateTopic {
             id: w.topic,
             topic: NewTopic {
                 name: "sim".into(),
                 partitions: PARTITIONS,
                 configs: Default::default(),
             },
-        });
+        })
+        .expect("the simulation's topic is created");
         for _ in 0..PRODUCERS {
-            match w.apply(Command::InitProducer { existing: None }) {
-                Reply::Producer(p) => w.producers.push((p.producer_id, p.epoch, 0)),
+            match w.apply(InitProducer { existing: None }) {
+                Ok(p) => w.producers.push((p.producer_id, p.epoch, 0)),
                 other => panic!("{other:?}"),
             }
         }
@@ -185,7 +188,7 @@ impl World {
 
     /// Applies a command as the leader would propose it now; sometimes the
     /// leader is a new one whose clock is behind.
-    fn apply(&mut self, command: Command) -> Reply {
+    fn apply<C: Apply>(&mut self, command: C) -> Result<C::Output, Refusal> {
         // Now and then a leader whose clock is off, behind or ahead.
         let skew = if self.rng.random_bool(0.05) {
             self.rng.random_range(-120_000..120_000)
@@ -194,10 +197,13 @@ impl World {
         };
         let proposal = Proposal {
             at_ms: self.clock + skew,
-            command,
+            command: command.into(),
         };
         self.log.push(proposal.clone());
-        self.state.apply_proposal(proposal)
+        let reply = self.state.apply_proposal(proposal);
+        reply
+            .answer::<C>()
+            .expect("the reply of the command applied")
     }
 
     /// Replays the log into a fresh state, as a restarted node would, and
@@ -220,8 +226,8 @@ impl World {
 
     /// The metastore's time, as an agent reads it before an upload.
     fn metastore_clock(&mut self) -> i64 {
-        match self.apply(Command::Tick) {
-            Reply::Clock(ms) => ms,
+        match self.apply(Tick) {
+            Ok(ms) => ms,
             other => panic!("{other:?}"),
         }
     }
@@ -334,7 +340,7 @@ impl World {
             }
         }
         if self.rng.random_bool(0.7) {
-            self.apply(Command::RecordOrphans {
+            let _ = self.apply(RecordOrphans {
                 keys: vec![key.to_string()],
             });
         }
@@ -389,8 +395,8 @@ impl World {
                 .collect(),
             not_before_ms: upload.not_before_ms,
         };
-        let results = match self.apply(Command::Commit(commit)) {
-            Reply::Committed(r) => r,
+        let results = match self.apply(commit) {
+            Ok(r) => r,
             other => panic!("{other:?}"),
         };
         self.summary.commits += 1;
@@ -404,7 +410,7 @@ impl World {
         for ((batch, _), result) in upload.batches.iter().zip(results) {
             match result {
                 Ok(offset) => self.ack(*batch, offset),
-                Err(MetaError::ObjectKeyUsed(_) | MetaError::CommitTooLate(_)) => {
+                Err(Refusal::ObjectKeyUsed(_) | Refusal::CommitTooLate(_)) => {
                     self.summary.refused_retries += 1;
                     self.retry.push(*batch);
                 }
@@ -494,10 +500,10 @@ impl World {
         let p = self.rng.random_range(0..PRODUCERS);
         let (producer_id, epoch, _) = self.producers[p];
         let existing = floe_metastore::ProducerIdentity { producer_id, epoch };
-        match self.apply(Command::InitProducer {
+        match self.apply(InitProducer {
             existing: Some(existing),
         }) {
-            Reply::Producer(next) => {
+            Ok(next) => {
                 self.log(format!("producer {p} now {next:?}"));
                 self.producers[p] = (next.producer_id, next.epoch, 0);
             }
@@ -510,7 +516,7 @@ impl World {
             return;
         };
         let reply_lost = self.rng.random_bool(0.1);
-        let reply = self.apply(Command::ReplaceExtents(ReplaceExtents {
+        let reply = self.apply(ReplaceExtents {
             topic_id: self.topic,
             partition: c.partition,
             replaced: c.replaced,
@@ -518,20 +524,19 @@ impl World {
             object_size: 10_000,
             pieces: c.pieces,
             not_before_ms: c.not_before_ms,
-        }));
+        });
         match reply {
             // The compactor cannot tell what happened: like the real one, it
             // keeps its segment (the orphan sweep collects it if unused).
             _ if reply_lost => self.log(format!("swap of {} sent, reply lost", c.key)),
-            Reply::Replaced(Ok(())) => {
+            Ok(()) => {
                 self.summary.compactions += 1;
                 self.log(format!("swapped in {}", c.key));
             }
-            Reply::Replaced(Err(e)) => {
+            Err(e) => {
                 self.log(format!("swap of {} refused: {e}; segment deleted", c.key));
                 self.store.remove(&c.key);
             }
-            other => panic!("{other:?}"),
         }
     }
 
@@ -546,9 +551,9 @@ impl World {
         }
         let to = self.rng.random_range(o.log_start_offset..=o.high_watermark);
         self.log(format!("trim partition {partition} to {to}"));
-        self.apply(Command::Trim {
-            topic_id: self.topic,
-            partition,
+        // Within the log, so never refused.
+        let _ = self.apply(Trim {
+            partition: TopicPartition::new(self.topic, partition),
             offset: to,
         });
     }
@@ -572,7 +577,7 @@ impl World {
             }
             Some(keys) => {
                 self.log(format!("sweep records {} orphans", keys.len()));
-                self.apply(Command::RecordOrphans { keys });
+                let _ = self.apply(RecordOrphans { keys });
             }
         }
     }
@@ -596,7 +601,7 @@ impl World {
         }
         self.summary.collected += due.len();
         self.log(format!("gc deleted {}", due.len()));
-        self.apply(Command::ForgetGarbage { keys: due });
+        let _ = self.apply(ForgetGarbage { keys: due });
     }
 
     fn audit(&self) -> Result<(), String> {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_metastore::{MetaError, ReadPlan, TopicId, TopicInfo};
+use floe_metastore::{MetaError, ReadPlan, Refusal, TopicId, TopicInfo};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
@@ -256,7 +256,7 @@ async fn plan_partition(
         .read_plan(topic.id, partition, offset, max_bytes as u64)
         .await
         .map_err(|e| {
-            if !matches!(e, MetaError::OffsetOutOfRange { .. } | MetaError::UnknownTopicOrPartition) {
+            if !matches!(e, MetaError::Refused(Refusal::OffsetOutOfRange { .. }) | MetaError::Refused(Refusal::UnknownTopicOrPartition)) {
                 tracing::warn!(topic = %topic.name, partition, error = %e, "fetch: read plan failed");
             }
             kafka_error(&e)

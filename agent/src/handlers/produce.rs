@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe_metastore::MetaError;
+use floe_metastore::Refusal;
 use floe_protocol::ResponseError;
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::messages::produce_request::PartitionProduceData;
@@ -22,7 +22,7 @@ use futures::future::join_all;
 use super::produce_rules::ProduceRules;
 use super::str_bytes;
 use crate::batcher::{AppendError, Committed};
-use crate::broker::{Broker, kafka_error};
+use crate::broker::{Broker, kafka_error, refusal_error};
 use crate::topic_cache::TopicCache;
 
 /// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
@@ -165,13 +165,13 @@ impl Admitted {
 fn refusal(error: AppendError, cache: &TopicCache, topic: &str) -> (ResponseError, String) {
     match error {
         AppendError::Storage(why) => (ResponseError::KafkaStorageError, why),
-        AppendError::Refused(meta) => {
-            if meta == MetaError::UnknownTopicOrPartition {
+        AppendError::Refused(refusal) => {
+            if refusal == Refusal::UnknownTopicOrPartition {
                 // Deleted, maybe recreated under a new id.
                 cache.invalidate(topic);
                 tracing::debug!(%topic, "forgot topic {topic}: the metastore refused its id");
             }
-            (kafka_error(&meta), meta.to_string())
+            (refusal_error(&refusal), refusal.to_string())
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use floe_metastore::Refusal;
 use floe_metastore::state::{MAX_PARTITIONS, validate_topic_name};
 use floe_metastore::{MetaError, NewTopic};
 use floe_protocol::ResponseError;
@@ -102,9 +103,11 @@ async fn create_one(
         configs,
     };
     if validate_only {
-        validate_topic_name(&new.name).map_err(refuse)?;
+        validate_topic_name(&new.name).map_err(|r| refuse(r.into()))?;
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
-            return Err(refuse(MetaError::InvalidPartitions(partitions)));
+            return Err(refuse(MetaError::Refused(Refusal::InvalidPartitions(
+                partitions,
+            ))));
         }
         if broker
             .meta
@@ -113,7 +116,7 @@ async fn create_one(
             .map_err(refuse)?
             .is_some()
         {
-            return Err(refuse(MetaError::TopicExists(new.name)));
+            return Err(refuse(MetaError::Refused(Refusal::TopicExists(new.name))));
         }
         return Ok(floe_metastore::TopicInfo {
             id: Default::default(),
@@ -187,8 +190,8 @@ pub async fn create_partitions(
         let result = if req.validate_only {
             match broker.meta.topic(&t.name.0).await {
                 Ok(Some(info)) if t.count > info.partitions && t.count <= MAX_PARTITIONS => Ok(()),
-                Ok(Some(_)) => Err(MetaError::InvalidPartitions(t.count)),
-                Ok(None) => Err(MetaError::UnknownTopicOrPartition),
+                Ok(Some(_)) => Err(MetaError::Refused(Refusal::InvalidPartitions(t.count))),
+                Ok(None) => Err(MetaError::Refused(Refusal::UnknownTopicOrPartition)),
                 Err(e) => Err(e),
             }
         } else {

@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
 use super::{NodeAddress, NodeId, Raft, SnapshotMeta, TypeConfig, Vote};
-use crate::rpc::{self, Request, Response};
+use crate::rpc;
 
 /// Snapshots travel in pieces of this size, so a state of any size fits the
 /// frame limit and no message holds the whole state twice.
@@ -223,10 +223,8 @@ impl Peer {
                 Err(_) => Err(self.error(format!("no answer within {ttl:?}"))),
             };
         }
-        let frame =
-            postcard::to_stdvec(&Request::PeerOfFormat(super::node::FORMAT_VERSION, request))
-                .map_err(|e| self.error(e))?;
-        match tokio::time::timeout(ttl, self.exchange(frame.into())).await {
+        let frame = rpc::peer_frame(&request).map_err(|e| self.error(e))?;
+        match tokio::time::timeout(ttl, self.exchange(frame)).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(why)) => {
                 self.connection = None;
@@ -252,11 +250,7 @@ impl Peer {
             Some(Err(e)) => return Err(e.to_string()),
             None => return Err("connection closed".into()),
         };
-        match postcard::from_bytes::<Result<Response, crate::MetaError>>(&bytes) {
-            Ok(Ok(Response::Peer(response))) => Ok(response),
-            Ok(other) => Err(format!("unexpected answer {other:?}")),
-            Err(e) => Err(format!("undecodable answer: {e}")),
-        }
+        rpc::read_peer_reply(&bytes)
     }
 }
 

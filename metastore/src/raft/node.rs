@@ -229,9 +229,10 @@ fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>) -> M
         // Refused before it entered the log, or removed from it: not applied.
         RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => not_leader(forward),
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            MetaError::InvalidMembership(e.to_string())
+            Refusal::InvalidMembership(e.to_string()).into()
         }
-        other => MetaError::Unavailable(other.to_string()),
+        // The Raft stopped: the entry may be in the log.
+        other => MetaError::maybe_applied(other.to_string()),
     }
 }
 
@@ -378,7 +379,7 @@ impl RaftMetastore {
             .await
             .map(|_| ())
             .map_err(|e| {
-                MetaError::Unavailable(format!(
+                MetaError::unavailable(format!(
                     "metastore node {} did not become leader: {e}",
                     self.id
                 ))
@@ -405,7 +406,7 @@ impl RaftMetastore {
         match tokio::time::timeout(CATCH_UP_TIMEOUT, learning).await {
             Ok(added) => added.map_err(write_error)?,
             Err(_) => {
-                return Err(MetaError::Unavailable(format!(
+                return Err(MetaError::maybe_applied(format!(
                     "node {id} at {address} did not catch up within {CATCH_UP_TIMEOUT:?}; \
                      it stays a learner until it does or is removed (remove-node)"
                 )));
@@ -414,7 +415,13 @@ impl RaftMetastore {
         self.raft
             .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
             .await
-            .map_err(write_error)?;
+            // The learner is in the group by now, whatever this answer says.
+            .map_err(|e| {
+                MetaError::maybe_applied(format!(
+                    "node {id} was added as a learner, but not as a voter: {}",
+                    write_error(e)
+                ))
+            })?;
         tracing::info!(node = id, "metastore node added");
         Ok(())
     }
@@ -438,14 +445,16 @@ impl RaftMetastore {
         // Only the leader's view is current; a follower passes the request on.
         if leading {
             if !members.contains(&id) {
-                return Err(MetaError::InvalidMembership(format!(
+                return Err(Refusal::InvalidMembership(format!(
                     "node {id} is not a member (members: {members:?})"
-                )));
+                ))
+                .into());
             }
             if voters.len() == 1 && voters.contains(&id) {
-                return Err(MetaError::InvalidMembership(format!(
+                return Err(Refusal::InvalidMembership(format!(
                     "node {id} is the group's last voter"
-                )));
+                ))
+                .into());
             }
         }
         let change = if voters.contains(&id) {
@@ -494,7 +503,7 @@ impl Sequencer for RaftMetastore {
     /// Proposes `command`, stamped with this node's clock (bounded, see
     /// [`Stamps`]): only a leader's proposal is accepted, so stamps are
     /// always a leader's time.
-    async fn write(&self, command: Command) -> Result<Reply, MetaError> {
+    async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
         let proposal = Proposal {
             at_ms: self.stamps.now_ms(),
             command,
@@ -504,8 +513,8 @@ impl Sequencer for RaftMetastore {
                 .data
                 .ok_or_else(|| MetaError::Storage("a command applied without a reply".into())),
             Ok(Err(e)) => Err(write_error(e)),
-            Err(_) => Err(MetaError::Unavailable(format!(
-                "no quorum confirmed the write within {WRITE_TIMEOUT:?}; it may still be applied"
+            Err(_) => Err(MetaError::maybe_applied(format!(
+                "no quorum confirmed the write within {WRITE_TIMEOUT:?}"
             ))),
         }
     }
@@ -527,9 +536,9 @@ impl Sequencer for RaftMetastore {
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
                 return Err(not_leader(forward));
             }
-            Ok(Err(e)) => return Err(MetaError::Unavailable(e.to_string())),
+            Ok(Err(e)) => return Err(MetaError::unavailable(e.to_string())),
             Err(_) => {
-                return Err(MetaError::Unavailable(format!(
+                return Err(MetaError::unavailable(format!(
                     "no quorum confirmed the leader within {READ_TIMEOUT:?}"
                 )));
             }

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use floe_metastore::{ExtentRef, MetaError, Metastore, TopicInfo};
+use floe_metastore::{ExtentRef, MetaError, Metastore, Refusal, TopicInfo};
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::{ObjectPath, ObjectStore};
 use object_store::ObjectStoreExt;
@@ -142,9 +142,9 @@ pub async fn poll(
                 let pos = positions.entry((t, p)).or_insert(0);
                 let plan = match meta.read_plan(topic.id, p, *pos, 64 << 10).await {
                     Ok(plan) => plan,
-                    Err(MetaError::OffsetOutOfRange {
+                    Err(MetaError::Refused(Refusal::OffsetOutOfRange {
                         log_start_offset, ..
-                    }) if log_start_offset > *pos => {
+                    })) if log_start_offset > *pos => {
                         let (from, to) = (*pos, log_start_offset);
                         shared.with(|w| {
                             w.log(format!("poll {name}/{p}: {from} expired, from {to}"));
@@ -173,9 +173,9 @@ pub async fn poll(
                         *pos = log_start_offset;
                         continue;
                     }
-                    Err(MetaError::OffsetOutOfRange { high_watermark, .. })
-                        if high_watermark < *pos =>
-                    {
+                    Err(MetaError::Refused(Refusal::OffsetOutOfRange {
+                        high_watermark, ..
+                    })) if high_watermark < *pos => {
                         let at = *pos;
                         shared.with(|w| {
                             w.anomaly(format!(

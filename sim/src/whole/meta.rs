@@ -53,7 +53,7 @@ impl SimMetastore {
     }
 
     /// Applies `command` after its latency, whether or not the caller still waits.
-    fn propose(&self, command: Command) -> oneshot::Receiver<Reply> {
+    fn apply_later(&self, command: Command) -> oneshot::Receiver<Reply> {
         let (faults, latency) = self.shared.with(|w| {
             let f = w.meta_faults;
             (f, w.latency_up_to(f.max_latency))
@@ -98,8 +98,10 @@ pub(super) fn caught<T>(shared: &Shared, doing: &str, f: impl FnOnce() -> T) -> 
 }
 
 impl Sequencer for SimMetastore {
-    async fn write(&self, command: Command) -> Result<Reply, MetaError> {
+    async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
         let mut attempts = 0;
+        // Whether an attempt so far applied although its reply was lost.
+        let mut maybe_applied = false;
         loop {
             attempts += 1;
             let (refused, lost) = self.shared.with(|w| {
@@ -111,20 +113,28 @@ impl Sequencer for SimMetastore {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
-                return Err(MetaError::Unavailable("simulated: no leader".into()));
+                return Err(MetaError::Unavailable {
+                    why: "simulated: no leader".into(),
+                    maybe_applied,
+                });
             }
-            let reply = self.propose(command.clone());
+            let reply = self.apply_later(command.clone());
             let reply = reply
                 .await
-                .map_err(|_| MetaError::Unavailable("simulated: stopped".into()))?;
+                .map_err(|_| MetaError::maybe_applied("simulated: stopped"))?;
             if lost {
                 if command.retry_is_safe() && attempts < 3 {
                     self.shared.with(|w| w.summary.retried_writes += 1);
+                    maybe_applied = true;
                     continue;
                 }
-                return Err(MetaError::Unavailable(
-                    "simulated: reply lost; it may have been applied".into(),
-                ));
+                return Err(MetaError::maybe_applied("simulated: reply lost"));
+            }
+            if maybe_applied && let Some(refusal) = reply.refusal() {
+                // The retry's refusal says nothing of the lost attempt.
+                return Err(MetaError::maybe_applied(format!(
+                    "simulated: a retry refused ({refusal}) after a lost reply"
+                )));
             }
             return Ok(reply);
         }
@@ -139,11 +149,11 @@ impl Sequencer for SimMetastore {
             tokio::time::sleep_until(until).await;
         }
         if refused {
-            return Err(MetaError::Unavailable("simulated: no leader".into()));
+            return Err(MetaError::unavailable("simulated: no leader"));
         }
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         caught(&self.shared, "reading the state", || f(&state))
-            .ok_or_else(|| MetaError::Unavailable("simulated: the state machine panicked".into()))
+            .ok_or_else(|| MetaError::unavailable("simulated: the state machine panicked"))
     }
 
     fn now_ms(&self) -> i64 {

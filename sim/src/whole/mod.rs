@@ -27,7 +27,7 @@ use floe_agent::compaction::Background;
 use floe_agent::metrics::Metrics;
 use floe_cache::BlockCache;
 use floe_compactor::{CompactionPolicy, Counters, Gc};
-use floe_metastore::{MetaError, Metastore, NewTopic, ProducerIdentity, TopicId, TopicInfo};
+use floe_metastore::{Metastore, NewTopic, ProducerIdentity, TopicId, TopicInfo};
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::kafka_protocol::records::{
@@ -732,8 +732,9 @@ async fn produce(
 fn retriable(e: &AppendError) -> bool {
     match e {
         AppendError::Storage(_) => true,
-        AppendError::Refused(meta) => {
-            floe_agent::broker::kafka_error(meta) == floe_protocol::ResponseError::KafkaStorageError
+        AppendError::Refused(refusal) => {
+            floe_agent::broker::refusal_error(refusal)
+                == floe_protocol::ResponseError::KafkaStorageError
         }
     }
 }
@@ -872,7 +873,7 @@ async fn delete_records(shared: &Shared, meta: &dyn Metastore, topic: &TopicInfo
     shared.with(|w| {
         // Refused for certain: nothing more is excused than before.
         if let Err(e) = &result
-            && !matches!(e, MetaError::Unavailable(_) | MetaError::Storage(_))
+            && e.certainly_not_applied()
         {
             w.deleted_before.insert((0, p), excused);
         }

@@ -246,7 +246,8 @@ const RETRY_FOR: Duration = Duration::from_secs(15);
 enum Attempt<T> {
     Done(Result<T, MetaError>),
     /// Not applied there, or unknown and safe to send again: try elsewhere.
-    Again(String),
+    /// (Why, and whether it may have been applied.)
+    Again(String, bool),
 }
 
 impl RaftClient {
@@ -264,14 +265,19 @@ impl RaftClient {
 
     /// Runs `attempt` on the node believed to lead, moving on and retrying
     /// until it is done or `RETRY_FOR` has passed.
+    /// `refused`: whether an answer is a refusal (a write's [`Reply`] may
+    /// hold one), which after an attempt that may have applied says nothing
+    /// of that attempt.
     async fn call<T, Fut>(
         &self,
         attempt: impl Fn(Arc<RaftMetastore>) -> Fut,
+        refused: impl Fn(&T) -> bool,
     ) -> Result<T, MetaError>
     where
         Fut: std::future::Future<Output = Attempt<T>>,
     {
         let deadline = Instant::now() + RETRY_FOR;
+        let mut maybe_applied = false;
         loop {
             let at = self.leader.load(Ordering::Relaxed);
             let node = self.nodes.lock().expect("sim nodes lock")[at].clone();
@@ -281,12 +287,20 @@ impl RaftClient {
                     format!("node {} is down", at + 1)
                 }
                 Some(node) => match attempt(node).await {
+                    Attempt::Done(Ok(answer)) if maybe_applied && refused(&answer) => {
+                        return Err(MetaError::maybe_applied(
+                            "a retry refused after an attempt that may have applied",
+                        ));
+                    }
                     Attempt::Done(result) => return result,
-                    Attempt::Again(why) => why,
+                    Attempt::Again(why, maybe) => {
+                        maybe_applied |= maybe;
+                        why
+                    }
                 },
             };
             if Instant::now() >= deadline {
-                return Err(MetaError::Unavailable(why));
+                return Err(MetaError::Unavailable { why, maybe_applied });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -296,11 +310,11 @@ impl RaftClient {
         match result {
             Err(MetaError::NotLeader(hint)) => {
                 self.move_on(at, hint.as_deref());
-                Attempt::Again("not the leader".into())
+                Attempt::Again("not the leader".into(), false)
             }
-            Err(MetaError::Unavailable(why)) if safe => {
+            Err(e) if e.worth_retrying(safe) => {
                 self.move_on(at, None);
-                Attempt::Again(why)
+                Attempt::Again(e.to_string(), !e.certainly_not_applied())
             }
             other => Attempt::Done(other),
         }
@@ -308,15 +322,18 @@ impl RaftClient {
 }
 
 impl Sequencer for RaftClient {
-    async fn write(&self, command: Command) -> Result<Reply, MetaError> {
+    async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
         let safe = command.retry_is_safe();
-        self.call(move |node| {
-            let command = command.clone();
-            async move {
-                let at = node.id() as usize - 1;
-                self.classify(at, Sequencer::write(node.as_ref(), command).await, safe)
-            }
-        })
+        self.call(
+            move |node| {
+                let command = command.clone();
+                async move {
+                    let at = node.id() as usize - 1;
+                    self.classify(at, Sequencer::propose(node.as_ref(), command).await, safe)
+                }
+            },
+            |reply: &Reply| reply.refusal().is_some(),
+        )
         .await
     }
 
@@ -324,13 +341,16 @@ impl Sequencer for RaftClient {
         &self,
         f: F,
     ) -> Result<T, MetaError> {
-        self.call(move |node| {
-            let f = f.clone();
-            async move {
-                let at = node.id() as usize - 1;
-                self.classify(at, Sequencer::read(node.as_ref(), f).await, true)
-            }
-        })
+        self.call(
+            move |node| {
+                let f = f.clone();
+                async move {
+                    let at = node.id() as usize - 1;
+                    self.classify(at, Sequencer::read(node.as_ref(), f).await, true)
+                }
+            },
+            |_| false,
+        )
         .await
     }
 

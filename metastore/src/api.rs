@@ -1,0 +1,276 @@
+//! The metastore API, written once.
+//!
+//! Each operation is a struct ([`crate::ops`]) that names the type of its
+//! answer ([`Op::Output`]) and says whether a client may send it again when it
+//! does not know whether the first one applied. The table at the end of this
+//! file lists them; from it come the [`Metastore`] trait agents call, the
+//! wire's [`Request`] enum and the server's dispatch. Every metastore is a
+//! [`Transport`] with one generic `call`: a node that sequences commands
+//! itself (any [`Sequencer`]) and the network client
+//! ([`crate::RemoteMetastore`]). The answer's type is the operation's at both
+//! ends of every transport, so no reply can be of the wrong kind.
+//!
+//! Adding an operation: its struct in `ops`; its `impl Query` or `impl Apply`
+//! in `state` (a write also gets a variant at the end of [`Command`]); its
+//! line in the table here.
+
+use std::fmt::Debug;
+use std::future::Future;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::groups::GroupCommand;
+use crate::ops::*;
+use crate::sequencer::Sequencer;
+use crate::state::{Command, State};
+use crate::types::*;
+
+/// What every answer is: it crosses the network, and a write's crosses the log.
+pub trait Answer: Serialize + DeserializeOwned + Debug + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Debug + Send + 'static> Answer for T {}
+
+/// One metastore operation: a request that knows the type of its answer.
+pub trait Op:
+    Serialize + DeserializeOwned + Debug + Clone + Send + Sync + Into<Request> + 'static
+{
+    type Output: Answer;
+    /// Whether sending it again, when the first attempt's fate is unknown,
+    /// has the effect of sending it once. (A request that was certainly not
+    /// applied, see [`MetaError::certainly_not_applied`], may always be sent
+    /// again.)
+    fn retry_is_safe(&self) -> bool;
+    /// How a metastore that sequences commands itself answers it.
+    fn run<S: Sequencer>(
+        self,
+        on: &S,
+    ) -> impl Future<Output = Result<Self::Output, MetaError>> + Send;
+}
+
+/// A read: answered from a state that is up to date (linearizable).
+pub trait Query: Clone + Send + Sync + 'static {
+    type Output: Answer;
+    /// `now_ms` is the leader's clock, for answers that report ages.
+    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal>;
+}
+
+/// A write: an entry of the replicated log, applied by the state machine in
+/// log order on every replica. [`Apply::apply`] must be deterministic: it
+/// never reads a clock or draws a random number (times and ids come inside
+/// the command).
+pub trait Apply: Into<Command> + Clone + Debug + Send + Sync + 'static {
+    type Output: Answer;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal>;
+    /// As [`Op::retry_is_safe`].
+    fn retry_is_safe(&self) -> bool;
+    /// Replaces every time its sender put in it with the leader's `now_ms`.
+    fn restamp(&mut self, _now_ms: i64) {}
+}
+
+/// Something that answers metastore operations: the one call every
+/// transport implements.
+pub trait Transport: Send + Sync + 'static {
+    fn call<O: Op>(&self, op: O) -> impl Future<Output = Result<O::Output, MetaError>> + Send;
+}
+
+impl<S: Sequencer> Transport for S {
+    fn call<O: Op>(&self, op: O) -> impl Future<Output = Result<O::Output, MetaError>> + Send {
+        op.run(self)
+    }
+}
+
+/// Reads and writes are operations as they are.
+macro_rules! queries {
+    ($($op:ty),* $(,)?) => {$(
+        impl Op for $op {
+            type Output = <$op as Query>::Output;
+            fn retry_is_safe(&self) -> bool {
+                true
+            }
+            async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
+                let now_ms = on.now_ms();
+                Ok(on.read(move |state| self.query(state, now_ms)).await??)
+            }
+        }
+    )*};
+}
+
+macro_rules! writes {
+    ($($op:ty),* $(,)?) => {$(
+        impl Op for $op {
+            type Output = <$op as Apply>::Output;
+            fn retry_is_safe(&self) -> bool {
+                Apply::retry_is_safe(self)
+            }
+            async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
+                on.write(self).await
+            }
+        }
+    )*};
+}
+
+queries!(
+    ListTopics,
+    TopicNamed,
+    TopicById,
+    Offsets,
+    HighWatermarks,
+    PlanRead,
+    FindOffset,
+    GroupNamed,
+    ListGroups,
+    ListGarbage,
+    UnknownObjects,
+    ListAgents,
+);
+
+writes!(
+    DeleteTopic,
+    Commit,
+    ReplaceExtents,
+    InitProducer,
+    ForgetGarbage,
+    RegisterAgent,
+    AgentHeartbeat,
+    AlterTopicConfigs,
+    CreatePartitions,
+    Trim,
+    RecordOrphans,
+    GroupCommand,
+    AcquireLease,
+    ReleaseLease,
+    Tick,
+);
+
+/// A client asks for a topic by what it should be; the node that proposes
+/// it draws its id (the state machine must be deterministic).
+impl Op for NewTopic {
+    type Output = TopicInfo;
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    async fn run<S: Sequencer>(self, on: &S) -> Result<TopicInfo, MetaError> {
+        let id = on.new_id();
+        on.write(CreateTopic { id, topic: self }).await
+    }
+}
+
+/// The table: one line per operation, the method agents call and the
+/// operation it sends. The order of the lines is the order of [`Request`]'s
+/// variants on the wire (see `rpc::WIRE_VERSION`): append only.
+macro_rules! metastore_api {
+    ($( $(#[$doc:meta])* fn $method:ident($($arg:ident: $ty:ty),*) -> $op:ident $build:block )*) => {
+        /// Everything an agent or compactor asks of the metastore.
+        #[async_trait]
+        pub trait Metastore: Send + Sync + 'static {
+            $( $(#[$doc])* async fn $method(&self, $($arg: $ty),*) -> Result<<$op as Op>::Output, MetaError>; )*
+        }
+
+        // Each line's builder is a block, which lints as braces around an argument.
+        #[allow(unused_braces)]
+        #[async_trait]
+        impl<T: Transport> Metastore for T {
+            $( async fn $method(&self, $($arg: $ty),*) -> Result<<$op as Op>::Output, MetaError> {
+                self.call($build).await
+            } )*
+        }
+
+        /// One operation, as a client sends it.
+        #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+        pub enum Request {
+            $( $op($op), )*
+        }
+
+        $( impl From<$op> for Request {
+            fn from(op: $op) -> Request {
+                Request::$op(op)
+            }
+        } )*
+
+        impl Request {
+            /// Every variant's name, in wire order (for the wire's golden test).
+            #[cfg(test)]
+            pub(crate) const NAMES: &[&str] = &[$(stringify!($op),)*];
+
+            /// This request's variant name.
+            #[cfg(test)]
+            pub(crate) fn name(&self) -> &'static str {
+                match self {
+                    $( Request::$op(_) => stringify!($op), )*
+                }
+            }
+
+            /// Runs the request on `meta`; its answer as the operation's
+            /// `Result<Output, MetaError>`, encoded.
+            pub(crate) async fn answer_on<T: Transport>(self, meta: &T) -> Result<Vec<u8>, postcard::Error> {
+                match self {
+                    $( Request::$op(op) => postcard::to_stdvec(&meta.call(op).await), )*
+                }
+            }
+        }
+    };
+}
+
+metastore_api! {
+    fn create_topic(topic: NewTopic) -> NewTopic { topic }
+    fn delete_topic(name: &str) -> DeleteTopic { DeleteTopic { name: name.to_string() } }
+    fn topics() -> ListTopics { ListTopics }
+    fn topic(name: &str) -> TopicNamed { TopicNamed { name: name.to_string() } }
+    fn topic_by_id(id: TopicId) -> TopicById { TopicById { id } }
+    /// Sequences the batches of an uploaded object. The outer error means
+    /// nothing was committed; the inner ones are per batch.
+    fn commit(commit: Commit) -> Commit { commit }
+    fn offsets(topic_id: TopicId, partition: i32) -> Offsets {
+        Offsets { partition: TopicPartition::new(topic_id, partition) }
+    }
+    fn high_watermarks(partitions: Vec<TopicPartition>) -> HighWatermarks {
+        HighWatermarks { partitions }
+    }
+    fn read_plan(topic_id: TopicId, partition: i32, from: i64, max_bytes: u64) -> PlanRead {
+        PlanRead { partition: TopicPartition::new(topic_id, partition), from, max_bytes }
+    }
+    fn list_offsets(topic_id: TopicId, partition: i32, query: OffsetQuery) -> FindOffset {
+        FindOffset { partition: TopicPartition::new(topic_id, partition), query }
+    }
+    fn init_producer(existing: Option<ProducerIdentity>) -> InitProducer {
+        InitProducer { existing }
+    }
+    /// Applies a consumer-group operation.
+    fn group_command(command: GroupCommand) -> GroupCommand { command }
+    fn group(name: &str) -> GroupNamed { GroupNamed { name: name.to_string() } }
+    fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents { replace }
+    fn garbage() -> ListGarbage { ListGarbage }
+    fn record_orphans(keys: Vec<String>) -> RecordOrphans { RecordOrphans { keys } }
+    fn forget_garbage(keys: Vec<String>) -> ForgetGarbage { ForgetGarbage { keys } }
+    fn trim(topic_id: TopicId, partition: i32, offset: i64) -> Trim {
+        Trim { partition: TopicPartition::new(topic_id, partition), offset }
+    }
+    fn unknown_objects(keys: Vec<String>) -> UnknownObjects { UnknownObjects { keys } }
+    fn alter_topic_configs(
+        name: &str,
+        set: std::collections::BTreeMap<String, String>,
+        delete: Vec<String>
+    ) -> AlterTopicConfigs {
+        AlterTopicConfigs { name: name.to_string(), set, delete }
+    }
+    fn create_partitions(name: &str, count: i32) -> CreatePartitions {
+        CreatePartitions { name: name.to_string(), count }
+    }
+    fn groups() -> ListGroups { ListGroups }
+    fn register_agent(host: String, port: i32, zone: Option<String>, now_ms: i64) -> RegisterAgent {
+        RegisterAgent { host, port, zone, now_ms }
+    }
+    fn agent_heartbeat(node_id: i32, now_ms: i64) -> AgentHeartbeat {
+        AgentHeartbeat { node_id, now_ms }
+    }
+    fn agents() -> ListAgents { ListAgents }
+    fn acquire_lease(job: String, holder: String, now_ms: i64, ttl_ms: i64) -> AcquireLease {
+        AcquireLease { job, holder, now_ms, ttl_ms }
+    }
+    fn release_lease(job: String, holder: String) -> ReleaseLease {
+        ReleaseLease { job, holder }
+    }
+    /// The metastore's time (see [`Tick`]).
+    fn clock() -> Tick { Tick }
+}
