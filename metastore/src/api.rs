@@ -11,8 +11,9 @@
 //! ends of every transport, so no reply can be of the wrong kind.
 //!
 //! Adding an operation: its struct in `ops`; its `impl Query` or `impl Apply`
-//! in `state` (a write also gets a variant at the end of [`Command`]); its
-//! line in the table here.
+//! in `state` (a write also gets a variant at the end of [`Command`], the
+//! log's format); its line in the table here; a sample in the golden tests,
+//! which refuse to pass without one.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -80,9 +81,10 @@ impl<S: Sequencer> Transport for S {
     }
 }
 
-/// Reads and writes are operations as they are.
-macro_rules! queries {
-    ($($op:ty),* $(,)?) => {$(
+/// A read or a write is an operation as it is; an operation whose request is
+/// not its command (`custom`) implements [`Op`] by hand.
+macro_rules! op {
+    (read $op:ty) => {
         impl Op for $op {
             type Output = <$op as Query>::Output;
             fn retry_is_safe(&self) -> bool {
@@ -93,11 +95,8 @@ macro_rules! queries {
                 Ok(on.read(move |state| self.query(state, now_ms)).await??)
             }
         }
-    )*};
-}
-
-macro_rules! writes {
-    ($($op:ty),* $(,)?) => {$(
+    };
+    (write $op:ty) => {
         impl Op for $op {
             type Output = <$op as Apply>::Output;
             fn retry_is_safe(&self) -> bool {
@@ -107,41 +106,9 @@ macro_rules! writes {
                 on.write(self).await
             }
         }
-    )*};
+    };
+    (custom $op:ty) => {};
 }
-
-queries!(
-    ListTopics,
-    TopicNamed,
-    TopicById,
-    Offsets,
-    HighWatermarks,
-    PlanRead,
-    FindOffset,
-    GroupNamed,
-    ListGroups,
-    ListGarbage,
-    UnknownObjects,
-    ListAgents,
-);
-
-writes!(
-    DeleteTopic,
-    Commit,
-    ReplaceExtents,
-    InitProducer,
-    ForgetGarbage,
-    RegisterAgent,
-    AgentHeartbeat,
-    AlterTopicConfigs,
-    CreatePartitions,
-    Trim,
-    RecordOrphans,
-    GroupCommand,
-    AcquireLease,
-    ReleaseLease,
-    Tick,
-);
 
 /// A client asks for a topic by what it should be; the node that proposes
 /// it draws its id (the state machine must be deterministic).
@@ -156,11 +123,14 @@ impl Op for NewTopic {
     }
 }
 
-/// The table: one line per operation, the method agents call and the
-/// operation it sends. The order of the lines is the order of [`Request`]'s
-/// variants on the wire (see `rpc::WIRE_VERSION`): append only.
+/// The table: one line per operation: whether it reads, writes (through the
+/// log) or is `custom` (its `impl Op` is written by hand), the method agents
+/// call, and the operation it sends. The order of the lines is the order of
+/// [`Request`]'s variants on the wire (see `rpc::WIRE_VERSION`): append only.
 macro_rules! metastore_api {
-    ($( $(#[$doc:meta])* fn $method:ident($($arg:ident: $ty:ty),*) -> $op:ident $build:block )*) => {
+    ($( $(#[$doc:meta])* $kind:ident fn $method:ident($($arg:ident: $ty:ty),*) -> $op:ident $build:block )*) => {
+        $( op!($kind $op); )*
+
         /// Everything an agent or compactor asks of the metastore.
         #[async_trait]
         pub trait Metastore: Send + Sync + 'static {
@@ -213,64 +183,64 @@ macro_rules! metastore_api {
 }
 
 metastore_api! {
-    fn create_topic(topic: NewTopic) -> NewTopic { topic }
-    fn delete_topic(name: &str) -> DeleteTopic { DeleteTopic { name: name.to_string() } }
-    fn topics() -> ListTopics { ListTopics }
-    fn topic(name: &str) -> TopicNamed { TopicNamed { name: name.to_string() } }
-    fn topic_by_id(id: TopicId) -> TopicById { TopicById { id } }
+    custom fn create_topic(topic: NewTopic) -> NewTopic { topic }
+    write fn delete_topic(name: &str) -> DeleteTopic { DeleteTopic { name: name.to_string() } }
+    read fn topics() -> ListTopics { ListTopics }
+    read fn topic(name: &str) -> TopicNamed { TopicNamed { name: name.to_string() } }
+    read fn topic_by_id(id: TopicId) -> TopicById { TopicById { id } }
     /// Sequences the batches of an uploaded object. The outer error means
     /// nothing was committed; the inner ones are per batch.
-    fn commit(commit: Commit) -> Commit { commit }
-    fn offsets(topic_id: TopicId, partition: i32) -> Offsets {
+    write fn commit(commit: Commit) -> Commit { commit }
+    read fn offsets(topic_id: TopicId, partition: i32) -> Offsets {
         Offsets { partition: TopicPartition::new(topic_id, partition) }
     }
-    fn high_watermarks(partitions: Vec<TopicPartition>) -> HighWatermarks {
+    read fn high_watermarks(partitions: Vec<TopicPartition>) -> HighWatermarks {
         HighWatermarks { partitions }
     }
-    fn read_plan(topic_id: TopicId, partition: i32, from: i64, max_bytes: u64) -> PlanRead {
+    read fn read_plan(topic_id: TopicId, partition: i32, from: i64, max_bytes: u64) -> PlanRead {
         PlanRead { partition: TopicPartition::new(topic_id, partition), from, max_bytes }
     }
-    fn list_offsets(topic_id: TopicId, partition: i32, query: OffsetQuery) -> FindOffset {
+    read fn list_offsets(topic_id: TopicId, partition: i32, query: OffsetQuery) -> FindOffset {
         FindOffset { partition: TopicPartition::new(topic_id, partition), query }
     }
-    fn init_producer(existing: Option<ProducerIdentity>) -> InitProducer {
+    write fn init_producer(existing: Option<ProducerIdentity>) -> InitProducer {
         InitProducer { existing }
     }
     /// Applies a consumer-group operation.
-    fn group_command(command: GroupCommand) -> GroupCommand { command }
-    fn group(name: &str) -> GroupNamed { GroupNamed { name: name.to_string() } }
-    fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents { replace }
-    fn garbage() -> ListGarbage { ListGarbage }
-    fn record_orphans(keys: Vec<String>) -> RecordOrphans { RecordOrphans { keys } }
-    fn forget_garbage(keys: Vec<String>) -> ForgetGarbage { ForgetGarbage { keys } }
-    fn trim(topic_id: TopicId, partition: i32, offset: i64) -> Trim {
+    write fn group_command(command: GroupCommand) -> GroupCommand { command }
+    read fn group(name: &str) -> GroupNamed { GroupNamed { name: name.to_string() } }
+    write fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents { replace }
+    read fn garbage() -> ListGarbage { ListGarbage }
+    write fn record_orphans(keys: Vec<String>) -> RecordOrphans { RecordOrphans { keys } }
+    write fn forget_garbage(keys: Vec<String>) -> ForgetGarbage { ForgetGarbage { keys } }
+    write fn trim(topic_id: TopicId, partition: i32, offset: i64) -> Trim {
         Trim { partition: TopicPartition::new(topic_id, partition), offset }
     }
-    fn unknown_objects(keys: Vec<String>) -> UnknownObjects { UnknownObjects { keys } }
-    fn alter_topic_configs(
+    read fn unknown_objects(keys: Vec<String>) -> UnknownObjects { UnknownObjects { keys } }
+    write fn alter_topic_configs(
         name: &str,
         set: std::collections::BTreeMap<String, String>,
         delete: Vec<String>
     ) -> AlterTopicConfigs {
         AlterTopicConfigs { name: name.to_string(), set, delete }
     }
-    fn create_partitions(name: &str, count: i32) -> CreatePartitions {
+    write fn create_partitions(name: &str, count: i32) -> CreatePartitions {
         CreatePartitions { name: name.to_string(), count }
     }
-    fn groups() -> ListGroups { ListGroups }
-    fn register_agent(host: String, port: i32, zone: Option<String>, now_ms: i64) -> RegisterAgent {
+    read fn groups() -> ListGroups { ListGroups }
+    write fn register_agent(host: String, port: i32, zone: Option<String>, now_ms: i64) -> RegisterAgent {
         RegisterAgent { host, port, zone, now_ms }
     }
-    fn agent_heartbeat(node_id: i32, now_ms: i64) -> AgentHeartbeat {
+    write fn agent_heartbeat(node_id: i32, now_ms: i64) -> AgentHeartbeat {
         AgentHeartbeat { node_id, now_ms }
     }
-    fn agents() -> ListAgents { ListAgents }
-    fn acquire_lease(job: String, holder: String, now_ms: i64, ttl_ms: i64) -> AcquireLease {
+    read fn agents() -> ListAgents { ListAgents }
+    write fn acquire_lease(job: String, holder: String, now_ms: i64, ttl_ms: i64) -> AcquireLease {
         AcquireLease { job, holder, now_ms, ttl_ms }
     }
-    fn release_lease(job: String, holder: String) -> ReleaseLease {
+    write fn release_lease(job: String, holder: String) -> ReleaseLease {
         ReleaseLease { job, holder }
     }
     /// The metastore's time (see [`Tick`]).
-    fn clock() -> Tick { Tick }
+    write fn clock() -> Tick { Tick }
 }

@@ -251,22 +251,28 @@ fn golden_log_entries_and_snapshot_are_unchanged() {
         "a command without a golden sample: {named:?}"
     );
 
+    compare_with_golden(
+        &format!("format-{FORMAT_VERSION}.txt"),
+        &encode_all(),
+        "the persisted encoding changed: bump FORMAT_VERSION (see this module's doc)",
+    );
+}
+
+/// Compares `encoded` line by line with `golden/{file}` (or writes it there
+/// under `FLOE_BLESS=1`).
+fn compare_with_golden(file: &str, encoded: &str, changed: &str) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("golden")
-        .join(format!("format-{FORMAT_VERSION}.txt"));
-    let encoded = encode_all();
+        .join(file);
     if std::env::var_os("FLOE_BLESS").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &encoded).unwrap();
+        std::fs::write(&path, encoded).unwrap();
         return;
     }
     let golden = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}; write it with FLOE_BLESS=1", path.display()));
     for (want, got) in golden.lines().zip(encoded.lines()) {
-        assert_eq!(
-            got, want,
-            "the persisted encoding changed: bump FORMAT_VERSION (see this module's doc)"
-        );
+        assert_eq!(got, want, "{changed}");
     }
     assert_eq!(golden.lines().count(), encoded.lines().count());
 }
@@ -424,20 +430,9 @@ fn golden_wire_requests_and_errors_are_unchanged() {
         assert_eq!(back, Err(error.clone()), "round trip");
         let _ = writeln!(encoded, "error {}", hex(&bytes));
     }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("golden")
-        .join(format!("wire-{}.txt", crate::rpc::WIRE_VERSION));
-    if std::env::var_os("FLOE_BLESS").is_some() {
-        std::fs::write(&path, &encoded).unwrap();
-        return;
-    }
-    let golden = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; write it with FLOE_BLESS=1", path.display()));
-    for (want, got) in golden.lines().zip(encoded.lines()) {
-        assert_eq!(
-            got, want,
-            "the wire encoding changed: bump rpc::WIRE_VERSION (see this module's doc)"
-        );
-    }
-    assert_eq!(golden.lines().count(), encoded.lines().count());
+    compare_with_golden(
+        &format!("wire-{}.txt", crate::rpc::WIRE_VERSION),
+        &encoded,
+        "the wire encoding changed: bump rpc::WIRE_VERSION (see this module's doc)",
+    );
 }
