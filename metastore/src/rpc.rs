@@ -387,12 +387,8 @@ impl RemoteMetastore {
                     maybe_applied |= !e.certainly_not_applied();
                     format!("{address}: {e}")
                 }
-                // A refusal of a retry says nothing of an earlier attempt,
-                // which may have applied: it is not "certainly not applied".
-                Ok(Err(MetaError::Refused(refusal))) if maybe_applied => {
-                    return Err(MetaError::maybe_applied(format!(
-                        "{address} refused a retry ({refusal}) of a request that may have applied"
-                    )));
+                Ok(Err(MetaError::Refused(refusal))) => {
+                    return Err(refusal.after_retries(maybe_applied));
                 }
                 Ok(answer) => return answer,
                 Err(Attempt::NotSent(why)) => why,

@@ -240,12 +240,19 @@ impl MetaError {
             MetaError::Unavailable { .. } => retry_is_safe || self.certainly_not_applied(),
         }
     }
+}
 
-    /// The refusal, if the metastore refused.
-    pub fn refusal(&self) -> Option<&Refusal> {
-        match self {
-            MetaError::Refused(r) => Some(r),
-            _ => None,
+impl Refusal {
+    /// The error a client reports for this refusal of its request, when an
+    /// earlier attempt at the same request `maybe_applied`: the refusal says
+    /// nothing of that attempt, so it is no longer "certainly not applied".
+    pub fn after_retries(self, maybe_applied: bool) -> MetaError {
+        if maybe_applied {
+            MetaError::maybe_applied(format!(
+                "a retry was refused ({self}) after an attempt that may have applied"
+            ))
+        } else {
+            MetaError::Refused(self)
         }
     }
 }

@@ -130,13 +130,10 @@ impl Sequencer for SimMetastore {
                 }
                 return Err(MetaError::maybe_applied("simulated: reply lost"));
             }
-            if maybe_applied && let Some(refusal) = reply.refusal() {
-                // The retry's refusal says nothing of the lost attempt.
-                return Err(MetaError::maybe_applied(format!(
-                    "simulated: a retry refused ({refusal}) after a lost reply"
-                )));
-            }
-            return Ok(reply);
+            return match reply.refusal() {
+                Some(refusal) if maybe_applied => Err(refusal.after_retries(true)),
+                _ => Ok(reply),
+            };
         }
     }
 

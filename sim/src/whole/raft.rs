@@ -19,7 +19,7 @@ use floe_metastore::raft::NodeId;
 use floe_metastore::raft::network::{PeerRequest, PeerResponse, PeerTransport};
 use floe_metastore::raft::node::Bootstrap;
 use floe_metastore::state::{Command, Reply, State};
-use floe_metastore::{Clock, MetaError, NodeOptions, RaftMetastore, Sequencer};
+use floe_metastore::{Clock, MetaError, NodeOptions, RaftMetastore, Refusal, Sequencer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::{Duration, Instant};
@@ -265,13 +265,13 @@ impl RaftClient {
 
     /// Runs `attempt` on the node believed to lead, moving on and retrying
     /// until it is done or `RETRY_FOR` has passed.
-    /// `refused`: whether an answer is a refusal (a write's [`Reply`] may
-    /// hold one), which after an attempt that may have applied says nothing
-    /// of that attempt.
+    /// `refusal`: the refusal an answer holds, if any (a write's [`Reply`]
+    /// may hold one), which after an attempt that may have applied says
+    /// nothing of that attempt.
     async fn call<T, Fut>(
         &self,
         attempt: impl Fn(Arc<RaftMetastore>) -> Fut,
-        refused: impl Fn(&T) -> bool,
+        refusal: impl Fn(&T) -> Option<Refusal>,
     ) -> Result<T, MetaError>
     where
         Fut: std::future::Future<Output = Attempt<T>>,
@@ -287,10 +287,11 @@ impl RaftClient {
                     format!("node {} is down", at + 1)
                 }
                 Some(node) => match attempt(node).await {
-                    Attempt::Done(Ok(answer)) if maybe_applied && refused(&answer) => {
-                        return Err(MetaError::maybe_applied(
-                            "a retry refused after an attempt that may have applied",
-                        ));
+                    Attempt::Done(Ok(answer)) => {
+                        return match refusal(&answer) {
+                            Some(refused) if maybe_applied => Err(refused.after_retries(true)),
+                            _ => Ok(answer),
+                        };
                     }
                     Attempt::Done(result) => return result,
                     Attempt::Again(why, maybe) => {
@@ -332,7 +333,7 @@ impl Sequencer for RaftClient {
                     self.classify(at, Sequencer::propose(node.as_ref(), command).await, safe)
                 }
             },
-            |reply: &Reply| reply.refusal().is_some(),
+            |reply: &Reply| reply.refusal(),
         )
         .await
     }
@@ -349,7 +350,7 @@ impl Sequencer for RaftClient {
                     self.classify(at, Sequencer::read(node.as_ref(), f).await, true)
                 }
             },
-            |_| false,
+            |_| None,
         )
         .await
     }
