@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::groups::GroupCommand;
+use crate::groups::*;
 use crate::ops::*;
 use crate::sequencer::Sequencer;
 use crate::state::{Command, State};
@@ -206,8 +206,13 @@ metastore_api! {
     write fn init_producer(existing: Option<ProducerIdentity>) -> InitProducer {
         InitProducer { existing }
     }
-    /// Applies a consumer-group operation.
-    write fn group_command(command: GroupCommand) -> GroupCommand { command }
+    write fn join_group(join: JoinGroup) -> JoinGroup { join }
+    write fn sync_group(sync: SyncGroup) -> SyncGroup { sync }
+    write fn group_heartbeat(beat: GroupHeartbeat) -> GroupHeartbeat { beat }
+    write fn leave_group(leave: LeaveGroup) -> LeaveGroup { leave }
+    /// Expires a group's silent members and ends a rebalance past its deadline.
+    write fn tick_group(tick: TickGroup) -> TickGroup { tick }
+    write fn commit_offsets(commit: CommitOffsets) -> CommitOffsets { commit }
     read fn group(name: &str) -> GroupNamed { GroupNamed { name: name.to_string() } }
     write fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents { replace }
     read fn garbage() -> ListGarbage { ListGarbage }

@@ -16,7 +16,7 @@ use std::fmt::Write;
 
 use uuid::Uuid;
 
-use crate::groups::GroupCommand;
+use crate::groups::*;
 use crate::ops::*;
 use crate::raft::node::FORMAT_VERSION;
 use crate::state::{Command, Proposal, State};
@@ -38,12 +38,12 @@ fn variant(command: &Command) -> &'static str {
         Command::Trim(_) => "trim",
         Command::RecordOrphans(_) => "record_orphans",
         Command::Group(g) => match g {
-            GroupCommand::Join { .. } => "group_join",
-            GroupCommand::Sync { .. } => "group_sync",
-            GroupCommand::Heartbeat { .. } => "group_heartbeat",
-            GroupCommand::Leave { .. } => "group_leave",
-            GroupCommand::Tick { .. } => "group_tick",
-            GroupCommand::CommitOffsets { .. } => "group_commit_offsets",
+            GroupCommand::Join(_) => "group_join",
+            GroupCommand::Sync(_) => "group_sync",
+            GroupCommand::Heartbeat(_) => "group_heartbeat",
+            GroupCommand::Leave(_) => "group_leave",
+            GroupCommand::Tick(_) => "group_tick",
+            GroupCommand::CommitOffsets(_) => "group_commit_offsets",
         },
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
@@ -146,7 +146,7 @@ fn samples() -> Vec<Command> {
             partition: TopicPartition::new(TOPIC, 0),
             offset: 2,
         }),
-        Command::Group(GroupCommand::Join {
+        Command::Group(GroupCommand::Join(JoinGroup {
             group: group(),
             member_id: String::new(),
             client_id: "c".into(),
@@ -155,36 +155,41 @@ fn samples() -> Vec<Command> {
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), vec![1, 2, 3])],
             now_ms: 9,
-        }),
-        Command::Group(GroupCommand::Sync {
+        })),
+        Command::Group(GroupCommand::Sync(SyncGroup {
             group: group(),
             generation: 1,
             member_id: "m".into(),
             assignments: vec![("m".into(), vec![4, 5])],
             now_ms: 10,
-        }),
-        Command::Group(GroupCommand::Heartbeat {
+        })),
+        Command::Group(GroupCommand::Heartbeat(GroupHeartbeat {
             group: group(),
             generation: 1,
             member_id: "m".into(),
             now_ms: 11,
-        }),
-        Command::Group(GroupCommand::CommitOffsets {
+        })),
+        Command::Group(GroupCommand::CommitOffsets(CommitOffsets {
             group: "standalone".into(),
             generation: -1,
             member_id: String::new(),
-            offsets: vec![("t".into(), 0, 4, Some("meta".into()))],
+            offsets: vec![OffsetToCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset: 4,
+                metadata: Some("meta".into()),
+            }],
             now_ms: 12,
-        }),
-        Command::Group(GroupCommand::Tick {
+        })),
+        Command::Group(GroupCommand::Tick(TickGroup {
             group: group(),
             now_ms: 13,
-        }),
-        Command::Group(GroupCommand::Leave {
+        })),
+        Command::Group(GroupCommand::Leave(LeaveGroup {
             group: group(),
             member_ids: vec!["m".into()],
             now_ms: 14,
-        }),
+        })),
         Command::AcquireLease(AcquireLease {
             job: "maintenance".into(),
             holder: "agent-1".into(),
@@ -283,7 +288,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
     let tp = TopicPartition::new(TOPIC, 1);
     let requests: Vec<Request> = vec![
         NewTopic {
-            name: "t".into(),
+            name: "u".into(),
             partitions: 2,
             configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
         }
@@ -322,7 +327,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             }),
         }
         .into(),
-        GroupCommand::Heartbeat {
+        GroupHeartbeat {
             group: "g".into(),
             generation: 3,
             member_id: "m".into(),
@@ -330,6 +335,49 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
         GroupNamed { name: "g".into() }.into(),
+        JoinGroup {
+            group: "g".into(),
+            member_id: String::new(),
+            client_id: "c".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 20_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), vec![1])],
+            now_ms: 9,
+        }
+        .into(),
+        SyncGroup {
+            group: "g".into(),
+            generation: 1,
+            member_id: "c-2".into(),
+            assignments: vec![("c-2".into(), vec![2])],
+            now_ms: 9,
+        }
+        .into(),
+        CommitOffsets {
+            group: "g".into(),
+            generation: 1,
+            member_id: "c-2".into(),
+            offsets: vec![OffsetToCommit {
+                topic: "t".into(),
+                partition: 1,
+                offset: 5,
+                metadata: None,
+            }],
+            now_ms: 9,
+        }
+        .into(),
+        TickGroup {
+            group: "g".into(),
+            now_ms: 9,
+        }
+        .into(),
+        LeaveGroup {
+            group: "g".into(),
+            member_ids: vec!["c-2".into(), "x".into()],
+            now_ms: 9,
+        }
+        .into(),
         ReplaceExtents {
             topic_id: TOPIC,
             partition: 1,
@@ -424,6 +472,28 @@ fn golden_wire_requests_and_errors_are_unchanged() {
         let bytes = postcard::to_stdvec(request).unwrap();
         let _ = writeln!(encoded, "{} {}", request.name(), hex(&bytes));
     }
+    // Each answer as a node sends it, from the state the log samples build:
+    // this pins every operation's `Output` (and the refusals it gives).
+    let node = GoldenNode::default();
+    for command in samples() {
+        node.state.lock().unwrap().apply_proposal(Proposal {
+            at_ms: GoldenNode::NOW_MS,
+            command,
+        });
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    // DeleteTopic last, so that the others find its topic.
+    let (deletes, others): (Vec<_>, Vec<_>) = requests
+        .iter()
+        .cloned()
+        .partition(|r| r.name() == "DeleteTopic");
+    for request in others.into_iter().chain(deletes) {
+        let name = request.name();
+        let bytes = runtime.block_on(request.answer_on(&node)).unwrap();
+        let _ = writeln!(encoded, "answer {name} {}", hex(&bytes));
+    }
     for error in &errors {
         let bytes = postcard::to_stdvec(&Err::<(), _>(error.clone())).unwrap();
         let back: Result<(), MetaError> = postcard::from_bytes(&bytes).unwrap();
@@ -435,4 +505,39 @@ fn golden_wire_requests_and_errors_are_unchanged() {
         &encoded,
         "the wire encoding changed: bump rpc::WIRE_VERSION (see this module's doc)",
     );
+}
+
+/// A metastore of one deterministic state, for the golden answers: a fixed
+/// clock, ids counted up.
+#[derive(Default)]
+struct GoldenNode {
+    state: std::sync::Mutex<State>,
+    ids: std::sync::atomic::AtomicU64,
+}
+
+impl GoldenNode {
+    const NOW_MS: i64 = 1_700_000_100_000;
+}
+
+impl crate::sequencer::Sequencer for GoldenNode {
+    async fn propose(&self, command: Command) -> Result<crate::state::Reply, MetaError> {
+        let proposal = Proposal {
+            at_ms: Self::NOW_MS,
+            command,
+        };
+        Ok(self.state.lock().unwrap().apply_proposal(proposal))
+    }
+    async fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
+        &self,
+        f: F,
+    ) -> Result<T, MetaError> {
+        Ok(f(&self.state.lock().unwrap()))
+    }
+    fn now_ms(&self) -> i64 {
+        Self::NOW_MS
+    }
+    fn new_id(&self) -> Uuid {
+        let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Uuid::from_u128(1_000 + n as u128)
+    }
 }

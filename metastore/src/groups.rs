@@ -4,7 +4,7 @@
 //! any group and an agent's death loses nothing.
 //!
 //! Time comes in with every command (`now_ms`): the state machine never reads
-//! a clock. Agents waiting in JoinGroup/SyncGroup send [`GroupCommand::Tick`]
+//! a clock. Agents waiting in JoinGroup/SyncGroup send [`TickGroup`]
 //! when a deadline they can see has passed.
 
 use std::collections::BTreeMap;
@@ -30,70 +30,85 @@ pub enum GroupError {
 pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
 pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
 
+/// JoinGroup: a member (re)joins; answers the member id it now has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGroup {
+    pub group: String,
+    /// Empty for a new member.
+    pub member_id: String,
+    pub client_id: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Vec<u8>)>,
+    pub now_ms: i64,
+}
+
+/// SyncGroup: the leader's assignments for the generation (none from a follower).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncGroup {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub assignments: Vec<(String, Vec<u8>)>,
+    pub now_ms: i64,
+}
+
+/// Heartbeat: a member says it is alive, and learns of a rebalance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupHeartbeat {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub now_ms: i64,
+}
+
+/// LeaveGroup of one or more members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaveGroup {
+    pub group: String,
+    pub member_ids: Vec<String>,
+    pub now_ms: i64,
+}
+
+/// Expire silent members and finish a rebalance whose deadline passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TickGroup {
+    pub group: String,
+    pub now_ms: i64,
+}
+
+/// OffsetCommit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitOffsets {
+    pub group: String,
+    /// -1 with an empty member id: a commit from outside the group protocol.
+    pub generation: i32,
+    pub member_id: String,
+    pub offsets: Vec<OffsetToCommit>,
+    pub now_ms: i64,
+}
+
+/// One partition's offset in a [`CommitOffsets`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetToCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub metadata: Option<String>,
+}
+
+/// A group operation as the log holds it (`Command::Group`): the order of
+/// the variants is part of the log's format (see `golden.rs`). Each is
+/// applied, and answered with its own type, through its `Apply` impl.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GroupCommand {
-    Join {
-        group: String,
-        /// Empty for a new member.
-        member_id: String,
-        client_id: String,
-        session_timeout_ms: i32,
-        rebalance_timeout_ms: i32,
-        protocol_type: String,
-        protocols: Vec<(String, Vec<u8>)>,
-        now_ms: i64,
-    },
-    Sync {
-        group: String,
-        generation: i32,
-        member_id: String,
-        assignments: Vec<(String, Vec<u8>)>,
-        now_ms: i64,
-    },
-    Heartbeat {
-        group: String,
-        generation: i32,
-        member_id: String,
-        now_ms: i64,
-    },
-    Leave {
-        group: String,
-        member_ids: Vec<String>,
-        now_ms: i64,
-    },
-    /// Expire silent members and finish a rebalance whose deadline passed.
-    Tick { group: String, now_ms: i64 },
-    CommitOffsets {
-        group: String,
-        /// -1 with an empty member id: a commit from outside the group protocol.
-        generation: i32,
-        member_id: String,
-        offsets: Vec<(String, i32, i64, Option<String>)>,
-        now_ms: i64,
-    },
-}
-
-impl GroupCommand {
-    /// Replaces the sender's time with the metastore's.
-    pub(crate) fn restamp(&mut self, now: i64) {
-        match self {
-            GroupCommand::Join { now_ms, .. }
-            | GroupCommand::Sync { now_ms, .. }
-            | GroupCommand::Heartbeat { now_ms, .. }
-            | GroupCommand::Leave { now_ms, .. }
-            | GroupCommand::Tick { now_ms, .. }
-            | GroupCommand::CommitOffsets { now_ms, .. } => *now_ms = now,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum GroupReply {
-    /// The member id the joiner now has.
-    Joined(Result<String, GroupError>),
-    Done(Result<(), GroupError>),
-    /// Per member of a Leave, in order.
-    Left(Vec<Result<(), GroupError>>),
+    Join(JoinGroup),
+    Sync(SyncGroup),
+    Heartbeat(GroupHeartbeat),
+    Leave(LeaveGroup),
+    Tick(TickGroup),
+    CommitOffsets(CommitOffsets),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -337,197 +352,206 @@ impl Groups {
             .collect()
     }
 
-    pub fn apply(&mut self, command: GroupCommand) -> GroupReply {
-        match command {
-            GroupCommand::Join {
-                group,
-                member_id,
+    /// Answers the member id the joiner now has.
+    pub fn join(&mut self, join: JoinGroup) -> Result<String, GroupError> {
+        let JoinGroup {
+            group,
+            member_id,
+            client_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            protocols,
+            now_ms,
+        } = join;
+        if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&session_timeout_ms) {
+            return Err(GroupError::InvalidSessionTimeout);
+        }
+        let next_member = &mut self.next_member;
+        let g = self.groups.entry(group).or_default();
+        g.expire(now_ms);
+        if protocols.is_empty()
+            || g.protocol_type
+                .as_ref()
+                .is_some_and(|t| *t != protocol_type)
+            || (!g.members.is_empty()
+                && !protocols.iter().any(|(name, _)| {
+                    g.members
+                        .values()
+                        .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+                }))
+        {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        let member_id = if member_id.is_empty() {
+            *next_member += 1;
+            format!("{client_id}-{next_member}")
+        } else if g.members.contains_key(&member_id) {
+            member_id
+        } else {
+            return Err(GroupError::UnknownMemberId);
+        };
+        let changed = g
+            .members
+            .get(&member_id)
+            .is_none_or(|m| m.protocols != protocols);
+        g.members.insert(
+            member_id.clone(),
+            Member {
                 client_id,
                 session_timeout_ms,
                 rebalance_timeout_ms,
-                protocol_type,
                 protocols,
-                now_ms,
-            } => {
-                if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&session_timeout_ms)
+                last_seen_ms: now_ms,
+                joined: true,
+            },
+        );
+        g.protocol_type = Some(protocol_type);
+        // A join while stable means the member lost its assignment or
+        // changed its subscription: everyone rejoins.
+        if !matches!(g.phase, Phase::Joining { .. }) && (changed || g.phase != Phase::Syncing) {
+            g.start_rebalance(now_ms);
+            g.members.get_mut(&member_id).expect("inserted").joined = true;
+        }
+        g.try_complete(now_ms);
+        Ok(member_id)
+    }
+
+    pub fn sync(&mut self, sync: SyncGroup) -> Result<(), GroupError> {
+        let SyncGroup {
+            group,
+            generation,
+            member_id,
+            assignments,
+            now_ms,
+        } = sync;
+        // Only JoinGroup and standalone offset commits create groups:
+        // any name in a Sync, Heartbeat or Leave would otherwise
+        // leave a group behind.
+        let Some(g) = self.groups.get_mut(&group) else {
+            return Err(GroupError::UnknownMemberId);
+        };
+        g.expire(now_ms);
+        let result = g.check_member(&member_id, generation, now_ms);
+        if result.is_ok()
+            && g.phase == Phase::Syncing
+            && g.leader.as_deref() == Some(member_id.as_str())
+        {
+            g.assignments = assignments
+                .into_iter()
+                .filter(|(m, _)| g.members.contains_key(m))
+                .collect();
+            g.phase = Phase::Stable;
+        }
+        result
+    }
+
+    pub fn heartbeat(&mut self, beat: GroupHeartbeat) -> Result<(), GroupError> {
+        let GroupHeartbeat {
+            group,
+            generation,
+            member_id,
+            now_ms,
+        } = beat;
+        let Some(g) = self.groups.get_mut(&group) else {
+            return Err(GroupError::UnknownMemberId);
+        };
+        g.expire(now_ms);
+        let result = g.check_member(&member_id, generation, now_ms);
+        g.try_complete(now_ms);
+        result
+    }
+
+    /// Answers per member, in order.
+    pub fn leave(&mut self, leave: LeaveGroup) -> Vec<Result<(), GroupError>> {
+        let LeaveGroup {
+            group,
+            member_ids,
+            now_ms,
+        } = leave;
+        let Some(g) = self.groups.get_mut(&group) else {
+            return member_ids
+                .iter()
+                .map(|_| Err(GroupError::UnknownMemberId))
+                .collect();
+        };
+        let results = member_ids
+            .iter()
+            .map(|id| {
+                g.members
+                    .remove(id)
+                    .map(|_| ())
+                    .ok_or(GroupError::UnknownMemberId)
+            })
+            .collect::<Vec<_>>();
+        if results.iter().any(Result::is_ok) {
+            g.after_membership_change(now_ms);
+            g.try_complete(now_ms);
+        }
+        results
+    }
+
+    pub fn tick(&mut self, tick: TickGroup) {
+        let TickGroup { group, now_ms } = tick;
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.expire(now_ms);
+            g.try_complete(now_ms);
+        }
+    }
+
+    pub fn commit_offsets(&mut self, commit: CommitOffsets) -> Result<(), GroupError> {
+        let CommitOffsets {
+            group,
+            generation,
+            member_id,
+            offsets,
+            now_ms,
+        } = commit;
+        let simple = generation < 0 && member_id.is_empty();
+        // As Kafka: a standalone commit (no generation) creates the
+        // group to hold its offsets; any other names a generation
+        // that cannot exist.
+        let g = match self.groups.get_mut(&group) {
+            Some(g) => g,
+            None if simple => self.groups.entry(group).or_insert_with(|| Group {
+                empty_since_ms: now_ms,
+                ..Group::default()
+            }),
+            None => return Err(GroupError::IllegalGeneration),
+        };
+        g.expire(now_ms);
+        let result = if simple && g.members.is_empty() {
+            Ok(())
+        } else {
+            g.check_member(&member_id, generation, now_ms)
+        };
+        if result.is_ok() {
+            for OffsetToCommit {
+                topic,
+                partition,
+                offset,
+                metadata,
+            } in offsets
+            {
+                // The agent answers these OFFSET_METADATA_TOO_LARGE;
+                // the state never stores them.
+                if metadata
+                    .as_ref()
+                    .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
                 {
-                    return GroupReply::Joined(Err(GroupError::InvalidSessionTimeout));
+                    continue;
                 }
-                let next_member = &mut self.next_member;
-                let g = self.groups.entry(group).or_default();
-                g.expire(now_ms);
-                if protocols.is_empty()
-                    || g.protocol_type
-                        .as_ref()
-                        .is_some_and(|t| *t != protocol_type)
-                    || (!g.members.is_empty()
-                        && !protocols.iter().any(|(name, _)| {
-                            g.members
-                                .values()
-                                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
-                        }))
-                {
-                    return GroupReply::Joined(Err(GroupError::InconsistentGroupProtocol));
-                }
-                let member_id = if member_id.is_empty() {
-                    *next_member += 1;
-                    format!("{client_id}-{next_member}")
-                } else if g.members.contains_key(&member_id) {
-                    member_id
-                } else {
-                    return GroupReply::Joined(Err(GroupError::UnknownMemberId));
-                };
-                let changed = g
-                    .members
-                    .get(&member_id)
-                    .is_none_or(|m| m.protocols != protocols);
-                g.members.insert(
-                    member_id.clone(),
-                    Member {
-                        client_id,
-                        session_timeout_ms,
-                        rebalance_timeout_ms,
-                        protocols,
-                        last_seen_ms: now_ms,
-                        joined: true,
+                g.offsets.insert(
+                    (topic, partition),
+                    CommittedOffset {
+                        offset,
+                        metadata,
+                        commit_ms: now_ms,
                     },
                 );
-                g.protocol_type = Some(protocol_type);
-                // A join while stable means the member lost its assignment or
-                // changed its subscription: everyone rejoins.
-                if !matches!(g.phase, Phase::Joining { .. })
-                    && (changed || g.phase != Phase::Syncing)
-                {
-                    g.start_rebalance(now_ms);
-                    g.members.get_mut(&member_id).expect("inserted").joined = true;
-                }
-                g.try_complete(now_ms);
-                GroupReply::Joined(Ok(member_id))
-            }
-            GroupCommand::Sync {
-                group,
-                generation,
-                member_id,
-                assignments,
-                now_ms,
-            } => {
-                // Only JoinGroup and standalone offset commits create groups:
-                // any name in a Sync, Heartbeat or Leave would otherwise
-                // leave a group behind.
-                let Some(g) = self.groups.get_mut(&group) else {
-                    return GroupReply::Done(Err(GroupError::UnknownMemberId));
-                };
-                g.expire(now_ms);
-                let result = g.check_member(&member_id, generation, now_ms);
-                if result.is_ok()
-                    && g.phase == Phase::Syncing
-                    && g.leader.as_deref() == Some(member_id.as_str())
-                {
-                    g.assignments = assignments
-                        .into_iter()
-                        .filter(|(m, _)| g.members.contains_key(m))
-                        .collect();
-                    g.phase = Phase::Stable;
-                }
-                GroupReply::Done(result)
-            }
-            GroupCommand::Heartbeat {
-                group,
-                generation,
-                member_id,
-                now_ms,
-            } => {
-                let Some(g) = self.groups.get_mut(&group) else {
-                    return GroupReply::Done(Err(GroupError::UnknownMemberId));
-                };
-                g.expire(now_ms);
-                let result = g.check_member(&member_id, generation, now_ms);
-                g.try_complete(now_ms);
-                GroupReply::Done(result)
-            }
-            GroupCommand::Leave {
-                group,
-                member_ids,
-                now_ms,
-            } => {
-                let Some(g) = self.groups.get_mut(&group) else {
-                    return GroupReply::Left(
-                        member_ids
-                            .iter()
-                            .map(|_| Err(GroupError::UnknownMemberId))
-                            .collect(),
-                    );
-                };
-                let results = member_ids
-                    .iter()
-                    .map(|id| {
-                        g.members
-                            .remove(id)
-                            .map(|_| ())
-                            .ok_or(GroupError::UnknownMemberId)
-                    })
-                    .collect::<Vec<_>>();
-                if results.iter().any(Result::is_ok) {
-                    g.after_membership_change(now_ms);
-                    g.try_complete(now_ms);
-                }
-                GroupReply::Left(results)
-            }
-            GroupCommand::Tick { group, now_ms } => {
-                if let Some(g) = self.groups.get_mut(&group) {
-                    g.expire(now_ms);
-                    g.try_complete(now_ms);
-                }
-                GroupReply::Done(Ok(()))
-            }
-            GroupCommand::CommitOffsets {
-                group,
-                generation,
-                member_id,
-                offsets,
-                now_ms,
-            } => {
-                let simple = generation < 0 && member_id.is_empty();
-                // As Kafka: a standalone commit (no generation) creates the
-                // group to hold its offsets; any other names a generation
-                // that cannot exist.
-                let g = match self.groups.get_mut(&group) {
-                    Some(g) => g,
-                    None if simple => self.groups.entry(group).or_insert_with(|| Group {
-                        empty_since_ms: now_ms,
-                        ..Group::default()
-                    }),
-                    None => return GroupReply::Done(Err(GroupError::IllegalGeneration)),
-                };
-                g.expire(now_ms);
-                let result = if simple && g.members.is_empty() {
-                    Ok(())
-                } else {
-                    g.check_member(&member_id, generation, now_ms)
-                };
-                if result.is_ok() {
-                    for (topic, partition, offset, metadata) in offsets {
-                        // The agent answers these OFFSET_METADATA_TOO_LARGE;
-                        // the state never stores them.
-                        if metadata
-                            .as_ref()
-                            .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
-                        {
-                            continue;
-                        }
-                        g.offsets.insert(
-                            (topic, partition),
-                            CommittedOffset {
-                                offset,
-                                metadata,
-                                commit_ms: now_ms,
-                            },
-                        );
-                    }
-                }
-                GroupReply::Done(result)
             }
         }
+        result
     }
 }
 
@@ -536,7 +560,7 @@ mod tests {
     use super::*;
 
     fn join(gs: &mut Groups, member: &str, now_ms: i64) -> Result<String, GroupError> {
-        match gs.apply(GroupCommand::Join {
+        gs.join(JoinGroup {
             group: "g".into(),
             member_id: member.into(),
             client_id: "c".into(),
@@ -545,17 +569,7 @@ mod tests {
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), member.as_bytes().to_vec())],
             now_ms,
-        }) {
-            GroupReply::Joined(r) => r,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn done(reply: GroupReply) -> Result<(), GroupError> {
-        match reply {
-            GroupReply::Done(r) => r,
-            other => panic!("{other:?}"),
-        }
+        })
     }
 
     fn heartbeat(
@@ -564,22 +578,22 @@ mod tests {
         generation: i32,
         now_ms: i64,
     ) -> Result<(), GroupError> {
-        done(gs.apply(GroupCommand::Heartbeat {
+        gs.heartbeat(GroupHeartbeat {
             group: "g".into(),
             generation,
             member_id: member.into(),
             now_ms,
-        }))
+        })
     }
 
     fn sync(gs: &mut Groups, member: &str, generation: i32, now_ms: i64) -> Result<(), GroupError> {
-        done(gs.apply(GroupCommand::Sync {
+        gs.sync(SyncGroup {
             group: "g".into(),
             generation,
             member_id: member.into(),
             assignments: vec![(member.into(), b"all".to_vec())],
             now_ms,
-        }))
+        })
     }
 
     #[test]
@@ -654,17 +668,15 @@ mod tests {
             gs.get("g").unwrap().phase,
             Phase::Joining { deadline_ms: 6_000 }
         );
-        done(gs.apply(GroupCommand::Tick {
+        gs.tick(TickGroup {
             group: "g".into(),
             now_ms: 5_999,
-        }))
-        .unwrap();
+        });
         assert_eq!(gs.get("g").unwrap().generation, 2);
-        done(gs.apply(GroupCommand::Tick {
+        gs.tick(TickGroup {
             group: "g".into(),
             now_ms: 6_000,
-        }))
-        .unwrap();
+        });
         let g = gs.get("g").unwrap();
         assert_eq!((g.generation, g.phase), (3, Phase::Syncing));
         assert!(
@@ -677,21 +689,18 @@ mod tests {
         let mut gs = Groups::default();
         let a = join(&mut gs, "", 0).unwrap();
         sync(&mut gs, &a, 1, 0).unwrap();
-        done(gs.apply(GroupCommand::Tick {
+        gs.tick(TickGroup {
             group: "g".into(),
             now_ms: 10_001,
-        }))
-        .unwrap();
+        });
         assert_eq!(gs.get("g").unwrap().phase, Phase::Empty);
         let b = join(&mut gs, "", 20_000).unwrap();
-        match gs.apply(GroupCommand::Leave {
+        let left = gs.leave(LeaveGroup {
             group: "g".into(),
             member_ids: vec![b, "x".into()],
             now_ms: 20_001,
-        }) {
-            GroupReply::Left(r) => assert_eq!(r, vec![Ok(()), Err(GroupError::UnknownMemberId)]),
-            other => panic!("{other:?}"),
-        }
+        });
+        assert_eq!(left, vec![Ok(()), Err(GroupError::UnknownMemberId)]);
         assert_eq!(gs.get("g").unwrap().phase, Phase::Empty);
     }
 
@@ -699,13 +708,18 @@ mod tests {
     fn offset_commits_check_membership_unless_simple() {
         let mut gs = Groups::default();
         let commit = |gs: &mut Groups, generation: i32, member: &str| {
-            done(gs.apply(GroupCommand::CommitOffsets {
+            gs.commit_offsets(CommitOffsets {
                 group: "g".into(),
                 generation,
                 member_id: member.into(),
-                offsets: vec![("t".into(), 0, 42, None)],
+                offsets: vec![OffsetToCommit {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: 42,
+                    metadata: None,
+                }],
                 now_ms: 0,
-            }))
+            })
         };
         commit(&mut gs, -1, "").unwrap();
         assert_eq!(
@@ -722,7 +736,7 @@ mod tests {
     fn protocols_must_be_shared() {
         let mut gs = Groups::default();
         join(&mut gs, "", 0).unwrap();
-        let reply = gs.apply(GroupCommand::Join {
+        let reply = gs.join(JoinGroup {
             group: "g".into(),
             member_id: String::new(),
             client_id: "c".into(),
@@ -732,9 +746,6 @@ mod tests {
             protocols: vec![("roundrobin".into(), vec![])],
             now_ms: 0,
         });
-        assert_eq!(
-            reply,
-            GroupReply::Joined(Err(GroupError::InconsistentGroupProtocol))
-        );
+        assert_eq!(reply, Err(GroupError::InconsistentGroupProtocol));
     }
 }

@@ -26,7 +26,10 @@ mod golden;
 
 pub use agents::AgentInfo;
 pub use api::{Metastore, Op, Transport};
-pub use groups::{Group, GroupCommand, GroupError, GroupReply, Phase};
+pub use groups::{
+    CommitOffsets, Group, GroupCommand, GroupError, GroupHeartbeat, JoinGroup, LeaveGroup,
+    OffsetToCommit, Phase, SyncGroup, TickGroup,
+};
 pub use local::LocalMetastore;
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use rpc::RemoteMetastore;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agents::{AgentInfo, Agents};
 use crate::api::{Apply, Query};
-use crate::groups::{Group, GroupCommand, GroupReply, Groups};
+use crate::groups::*;
 use crate::leases::Leases;
 use crate::ledger::{Ledger, Seen};
 use crate::ops::*;
@@ -38,24 +38,83 @@ macro_rules! commands {
             /// not know whether the first one applied.
             pub fn retry_is_safe(&self) -> bool {
                 match self {
-                    $(Command::$variant(c) => Apply::retry_is_safe(c),)*
+                    $(Command::$variant(c) => Entry::retry_is_safe(c),)*
                 }
             }
 
             /// Replaces every time the sender put in the command with `now_ms`.
             fn restamp(&mut self, now_ms: i64) {
                 match self {
-                    $(Command::$variant(c) => c.restamp(now_ms),)*
+                    $(Command::$variant(c) => Entry::restamp(c, now_ms),)*
                 }
             }
 
             fn apply_to(self, state: &mut State) -> Reply {
                 match self {
-                    $(Command::$variant(c) => Reply::of::<$command>(&c.apply(state)),)*
+                    $(Command::$variant(c) => Entry::apply_to(c, state),)*
                 }
             }
         }
     };
+}
+
+/// What the log does with a variant's content: an [`Apply`], or an enum of
+/// them kept as one variant for the log's format ([`GroupCommand`]).
+trait Entry {
+    fn retry_is_safe(&self) -> bool;
+    fn restamp(&mut self, now_ms: i64);
+    fn apply_to(self, state: &mut State) -> Reply;
+}
+
+impl<C: Apply> Entry for C {
+    fn retry_is_safe(&self) -> bool {
+        Apply::retry_is_safe(self)
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        Apply::restamp(self, now_ms)
+    }
+    fn apply_to(self, state: &mut State) -> Reply {
+        Reply::of::<C>(&self.apply(state))
+    }
+}
+
+/// Each group operation is its own [`Apply`]; the log keeps them under one
+/// variant, as it always has.
+macro_rules! group_commands {
+    ($($variant:ident($command:ty)),* $(,)?) => {
+        $(impl From<$command> for Command {
+            fn from(command: $command) -> Command {
+                Command::Group(GroupCommand::$variant(command))
+            }
+        })*
+
+        impl Entry for GroupCommand {
+            fn retry_is_safe(&self) -> bool {
+                match self {
+                    $(GroupCommand::$variant(c) => Entry::retry_is_safe(c),)*
+                }
+            }
+            fn restamp(&mut self, now_ms: i64) {
+                match self {
+                    $(GroupCommand::$variant(c) => Entry::restamp(c, now_ms),)*
+                }
+            }
+            fn apply_to(self, state: &mut State) -> Reply {
+                match self {
+                    $(GroupCommand::$variant(c) => Entry::apply_to(c, state),)*
+                }
+            }
+        }
+    };
+}
+
+group_commands! {
+    Join(JoinGroup),
+    Sync(SyncGroup),
+    Heartbeat(GroupHeartbeat),
+    Leave(LeaveGroup),
+    Tick(TickGroup),
+    CommitOffsets(CommitOffsets),
 }
 
 commands! {
@@ -1150,21 +1209,88 @@ impl Apply for RecordOrphans {
     }
 }
 
-impl Apply for GroupCommand {
-    type Output = GroupReply;
-    fn apply(self, state: &mut State) -> Result<GroupReply, Refusal> {
-        Ok(state.groups.apply(self))
+impl Apply for JoinGroup {
+    /// The member id the joiner now has.
+    type Output = Result<String, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.join(self))
     }
-    /// Not CommitOffsets: a blind retry landing after a later commit of the
-    /// same group would move its offset backwards.
+    /// A retry of a new member's join would add a second member.
     fn retry_is_safe(&self) -> bool {
-        matches!(
-            self,
-            GroupCommand::Tick { .. } | GroupCommand::Heartbeat { .. }
-        )
+        false
     }
     fn restamp(&mut self, now_ms: i64) {
-        GroupCommand::restamp(self, now_ms);
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for SyncGroup {
+    type Output = Result<(), GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.sync(self))
+    }
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for GroupHeartbeat {
+    type Output = Result<(), GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.heartbeat(self))
+    }
+    /// A second heartbeat only says again that the member is alive.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for LeaveGroup {
+    /// Per member, in order.
+    type Output = Vec<Result<(), GroupError>>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.leave(self))
+    }
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for TickGroup {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        state.groups.tick(self);
+        Ok(())
+    }
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for CommitOffsets {
+    type Output = Result<(), GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.commit_offsets(self))
+    }
+    /// A blind retry landing after a later commit of the same group would
+    /// move its offset backwards.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
     }
 }
 
@@ -1839,9 +1965,8 @@ mod tests {
     /// own clock). Replicated entries now carry the leader's time only.
     #[test]
     fn senders_clocks_do_not_decide_anything() {
-        use crate::groups::{GroupCommand, GroupReply};
         let mut s = State::default();
-        let join = |member: &str, sender_ms: i64| GroupCommand::Join {
+        let join = |member: &str, sender_ms: i64| JoinGroup {
             group: "g".into(),
             member_id: member.into(),
             client_id: "c".into(),
@@ -1854,14 +1979,14 @@ mod tests {
         let hour = 3_600_000;
         // Joined through an agent whose clock is an hour behind the leader's.
         let member = match at(&mut s, 1_000_000, join("", 1_000_000 - hour)) {
-            Ok(GroupReply::Joined(Ok(id))) => id,
+            Ok(Ok(id)) => id,
             other => panic!("{other:?}"),
         };
         // A tick through an agent an hour ahead: the member must stay.
         at(
             &mut s,
             1_001_000,
-            GroupCommand::Tick {
+            TickGroup {
                 group: "g".into(),
                 now_ms: 1_001_000 + hour,
             },
@@ -1877,7 +2002,7 @@ mod tests {
         at(
             &mut s,
             1_001_000 + 20_000,
-            GroupCommand::Tick {
+            TickGroup {
                 group: "g".into(),
                 now_ms: 0,
             },
@@ -1988,37 +2113,37 @@ mod tests {
     /// (1,000 junk heartbeats left 1,000 groups); offsets never expired.
     #[test]
     fn groups_are_created_only_by_joins_and_standalone_commits_and_expire() {
-        use crate::groups::{GroupCommand, GroupError, GroupReply, OFFSETS_RETENTION_MS};
+        use crate::groups::OFFSETS_RETENTION_MS;
         let mut s = State::default();
         for n in 0..100 {
             let group = format!("junk-{n}");
-            at(
+            let beat = at(
                 &mut s,
                 1_000,
-                GroupCommand::Heartbeat {
+                GroupHeartbeat {
                     group: group.clone(),
                     generation: 1,
                     member_id: "m".into(),
                     now_ms: 0,
                 },
-            )
-            .unwrap();
-            at(
+            );
+            assert_eq!(beat, Ok(Err(GroupError::UnknownMemberId)));
+            let sync = at(
                 &mut s,
                 1_000,
-                GroupCommand::Sync {
+                SyncGroup {
                     group: group.clone(),
                     generation: 1,
                     member_id: "m".into(),
                     assignments: vec![],
                     now_ms: 0,
                 },
-            )
-            .unwrap();
+            );
+            assert_eq!(sync, Ok(Err(GroupError::UnknownMemberId)));
             at(
                 &mut s,
                 1_000,
-                GroupCommand::Leave {
+                LeaveGroup {
                     group: group.clone(),
                     member_ids: vec!["m".into()],
                     now_ms: 0,
@@ -2028,32 +2153,43 @@ mod tests {
             let reply = at(
                 &mut s,
                 1_000,
-                GroupCommand::CommitOffsets {
+                CommitOffsets {
                     group,
                     generation: 3,
                     member_id: "m".into(),
-                    offsets: vec![("t".into(), 0, 1, None)],
+                    offsets: vec![OffsetToCommit {
+                        topic: "t".into(),
+                        partition: 0,
+                        offset: 1,
+                        metadata: None,
+                    }],
                     now_ms: 0,
                 },
             );
-            assert_eq!(
-                reply,
-                Ok(GroupReply::Done(Err(GroupError::IllegalGeneration)))
-            );
+            assert_eq!(reply, Ok(Err(GroupError::IllegalGeneration)));
         }
         assert!(s.groups().is_empty(), "junk requests left groups behind");
 
         // A standalone commit keeps its group; metadata over the limit is not stored.
-        let commit = |offset: i64, metadata: Option<String>| GroupCommand::CommitOffsets {
+        let commit = |offset: i64, metadata: Option<String>| CommitOffsets {
             group: "standalone".into(),
             generation: -1,
             member_id: String::new(),
-            offsets: vec![("t".into(), 0, offset, metadata)],
+            offsets: vec![OffsetToCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                metadata,
+            }],
             now_ms: 0,
         };
-        at(&mut s, 2_000, commit(7, Some("x".repeat(5_000)))).unwrap();
+        at(&mut s, 2_000, commit(7, Some("x".repeat(5_000))))
+            .unwrap()
+            .unwrap();
         assert!(s.group("standalone").unwrap().offsets.is_empty());
-        at(&mut s, 3_000, commit(7, Some("fine".into()))).unwrap();
+        at(&mut s, 3_000, commit(7, Some("fine".into())))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             s.group("standalone").unwrap().offsets[&("t".to_string(), 0)].offset,
             7

@@ -10,7 +10,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_metastore::{Group, GroupCommand, GroupError, GroupReply, MetaError, Phase};
+use floe_metastore::{
+    CommitOffsets, Group, GroupError, GroupHeartbeat, JoinGroup, LeaveGroup, MetaError,
+    OffsetToCommit, Phase, SyncGroup, TickGroup,
+};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
@@ -59,18 +62,9 @@ fn meta_error(e: MetaError) -> ResponseError {
     kafka_error(&e)
 }
 
-async fn command(broker: &Broker, command: GroupCommand) -> Result<GroupReply, ResponseError> {
-    broker.meta.group_command(command).await.map_err(meta_error)
-}
-
-async fn done(broker: &Broker, c: GroupCommand) -> Result<(), ResponseError> {
-    match command(broker, c).await? {
-        GroupReply::Done(result) => result.map_err(group_error),
-        other => {
-            tracing::error!(?other, "unexpected group reply");
-            Err(ResponseError::UnknownServerError)
-        }
-    }
+/// A group operation's answer: the metastore's failure or the group's refusal.
+fn answer<T>(result: Result<Result<T, GroupError>, MetaError>) -> Result<T, ResponseError> {
+    result.map_err(meta_error)?.map_err(group_error)
 }
 
 /// Reads the group, first ticking it if one of its deadlines has passed.
@@ -79,14 +73,14 @@ async fn observe(broker: &Broker, group: &str) -> Result<Option<Group>, Response
     if let Some(g) = &seen
         && g.next_deadline_ms().is_some_and(|d| d <= now_ms())
     {
-        done(
-            broker,
-            GroupCommand::Tick {
+        broker
+            .meta
+            .tick_group(TickGroup {
                 group: group.to_string(),
                 now_ms: now_ms(),
-            },
-        )
-        .await?;
+            })
+            .await
+            .map_err(meta_error)?;
         seen = broker.meta.group(group).await.map_err(meta_error)?;
     }
     Ok(seen)
@@ -137,7 +131,7 @@ pub async fn join(
             .with_member_id(str_bytes(member))
     };
     let group = req.group_id.0.to_string();
-    let join = |member_id: String| GroupCommand::Join {
+    let join = |member_id: String| JoinGroup {
         group: group.clone(),
         member_id,
         client_id: client_id.clone(),
@@ -163,10 +157,8 @@ pub async fn join(
     let mut must_join = true;
     loop {
         if must_join {
-            match command(broker, join(member_id.clone())).await {
-                Ok(GroupReply::Joined(Ok(id))) => member_id = id,
-                Ok(GroupReply::Joined(Err(e))) => return failed(group_error(e), &member_id),
-                Ok(_) => return failed(ResponseError::UnknownServerError, &member_id),
+            match answer(broker.meta.join_group(join(member_id.clone())).await) {
+                Ok(id) => member_id = id,
                 Err(e) => return failed(e, &member_id),
             }
             must_join = false;
@@ -219,7 +211,7 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
     let failed = |e: ResponseError| SyncGroupResponse::default().with_error_code(e.code());
     let group = req.group_id.0.to_string();
     let member_id = req.member_id.to_string();
-    let sync = GroupCommand::Sync {
+    let sync = SyncGroup {
         group: group.clone(),
         generation: req.generation_id,
         member_id: member_id.clone(),
@@ -230,7 +222,7 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
             .collect(),
         now_ms: now_ms(),
     };
-    if let Err(e) = done(broker, sync).await {
+    if let Err(e) = answer(broker.meta.sync_group(sync).await) {
         return failed(e);
     }
     let mut give_up = None;
@@ -267,13 +259,13 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
 }
 
 pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
-    let beat = GroupCommand::Heartbeat {
+    let beat = GroupHeartbeat {
         group: req.group_id.0.to_string(),
         generation: req.generation_id,
         member_id: req.member_id.to_string(),
         now_ms: now_ms(),
     };
-    match done(broker, beat).await {
+    match answer(broker.meta.group_heartbeat(beat).await) {
         Ok(()) => HeartbeatResponse::default(),
         Err(e) => HeartbeatResponse::default().with_error_code(e.code()),
     }
@@ -289,18 +281,14 @@ pub async fn leave(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
     } else {
         vec![req.member_id.to_string()]
     };
-    let leave = GroupCommand::Leave {
+    let leave = LeaveGroup {
         group: req.group_id.0.to_string(),
         member_ids: member_ids.clone(),
         now_ms: now_ms(),
     };
-    let results = match command(broker, leave).await {
-        Ok(GroupReply::Left(results)) => results,
-        Ok(_) => {
-            return LeaveGroupResponse::default()
-                .with_error_code(ResponseError::UnknownServerError.code());
-        }
-        Err(e) => return LeaveGroupResponse::default().with_error_code(e.code()),
+    let results = match broker.meta.leave_group(leave).await {
+        Ok(results) => results,
+        Err(e) => return LeaveGroupResponse::default().with_error_code(meta_error(e).code()),
     };
     if version < 3 {
         let error = results
@@ -350,23 +338,23 @@ pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> Offset
                     ResponseError::OffsetMetadataTooLarge,
                 );
             } else {
-                offsets.push((
-                    topic.name.0.to_string(),
-                    p.partition_index,
-                    p.committed_offset,
-                    p.committed_metadata.as_ref().map(|m| m.to_string()),
-                ));
+                offsets.push(OffsetToCommit {
+                    topic: topic.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                });
             }
         }
     }
-    let commit = GroupCommand::CommitOffsets {
+    let commit = CommitOffsets {
         group: req.group_id.0.to_string(),
         generation: req.generation_id_or_member_epoch,
         member_id: req.member_id.to_string(),
         offsets,
         now_ms: now_ms(),
     };
-    let result = done(broker, commit).await;
+    let result = answer(broker.meta.commit_offsets(commit).await);
     let topics = req
         .topics
         .iter()
