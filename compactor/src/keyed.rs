@@ -18,7 +18,7 @@
 //! lays batches end to end, needs no change. A range left with no record at
 //! all becomes an empty batch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use floe_metastore::{ExtentRef, Metastore, TopicInfo};
@@ -33,42 +33,9 @@ use crate::{
     whole_partition,
 };
 
-/// Kafka's default `delete.retention.ms`: one day.
-pub const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
-
 /// Largest partition rewritten at once; a larger one is left as it is (and
 /// said so in the log) rather than held in memory whole.
 pub const MAX_KEYED_BYTES: u64 = 512 * 1024 * 1024;
-
-fn policies(configs: &BTreeMap<String, String>) -> Vec<&str> {
-    configs
-        .get("cleanup.policy")
-        .map_or(vec!["delete"], |p| p.split(',').map(str::trim).collect())
-}
-
-/// Whether topic configs' `cleanup.policy` includes `compact`.
-pub fn compacts(configs: &BTreeMap<String, String>) -> bool {
-    policies(configs).contains(&"compact")
-}
-
-/// Whether the topic's `cleanup.policy` includes `compact`.
-pub fn is_compacted(topic: &TopicInfo) -> bool {
-    compacts(&topic.configs)
-}
-
-/// Whether the topic's `cleanup.policy` includes `delete` (the default):
-/// only then does time and size retention apply.
-pub fn deletes(topic: &TopicInfo) -> bool {
-    policies(&topic.configs).contains(&"delete")
-}
-
-fn delete_retention_ms(topic: &TopicInfo) -> i64 {
-    topic
-        .configs
-        .get("delete.retention.ms")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_DELETE_RETENTION_MS)
-}
 
 fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
     CompactError::Corrupt {
@@ -139,8 +106,13 @@ async fn rewrite(
 ) -> Result<Option<Compacted>, CompactError> {
     let batches = read_run(store, &run).await?;
     let last_offset = run[run.len() - 1].last_offset;
-    let kept = keep_latest(&batches, delete_retention_ms(topic), now_ms, last_offset)
-        .map_err(|e| corrupt(&run[0], e))?;
+    let kept = keep_latest(
+        &batches,
+        topic.config().delete_retention_ms,
+        now_ms,
+        last_offset,
+    )
+    .map_err(|e| corrupt(&run[0], e))?;
     if kept.undecodable > 0 {
         counters.undecodable_batches.inc_by(kept.undecodable as u64);
         tracing::warn!(topic = %topic.name, partition, batches = kept.undecodable,

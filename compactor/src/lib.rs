@@ -361,7 +361,7 @@ pub async fn compact_all(
     let mut done = Vec::new();
     for (topic, partition) in partitions {
         // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
-        let result = if keyed::is_compacted(topic) {
+        let result = if topic.config().compact {
             keyed::compact_keys(
                 store, meta, topic, partition, policy, worker, now_ms, counters, ids,
             )

@@ -8,9 +8,6 @@ use floe_metastore::{ExtentRef, MetaError, Metastore, Refusal, TopicInfo};
 
 use crate::{CompactError, Counters};
 
-/// Kafka's default `retention.ms`: seven days.
-pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
-
 /// A topic's retention limits; -1 means unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
@@ -19,18 +16,12 @@ pub struct Retention {
 }
 
 impl Retention {
-    /// From the topic's configs (`retention.ms`, `retention.bytes`), with Kafka's defaults.
+    /// The topic's `retention.ms` and `retention.bytes`.
     pub fn of(topic: &TopicInfo) -> Retention {
-        let get = |key: &str, default: i64| {
-            topic
-                .configs
-                .get(key)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(default)
-        };
+        let config = topic.config();
         Retention {
-            ms: get("retention.ms", DEFAULT_RETENTION_MS),
-            bytes: get("retention.bytes", -1),
+            ms: config.retention_ms,
+            bytes: config.retention_bytes,
         }
     }
 
@@ -73,7 +64,7 @@ pub async fn enforce(
     for topic in meta.topics().await? {
         let retention = Retention::of(&topic);
         // `cleanup.policy=compact` alone: nothing expires, keys are compacted.
-        if (retention.ms < 0 && retention.bytes < 0) || !crate::keyed::deletes(&topic) {
+        if (retention.ms < 0 && retention.bytes < 0) || !topic.config().delete {
             continue;
         }
         for partition in 0..topic.partitions {
@@ -169,7 +160,7 @@ mod tests {
         assert_eq!(
             Retention::of(&topic),
             Retention {
-                ms: DEFAULT_RETENTION_MS,
+                ms: floe_metastore::topic_config::DEFAULT_RETENTION_MS,
                 bytes: -1
             }
         );

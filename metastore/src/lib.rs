@@ -17,6 +17,7 @@ pub mod raft;
 pub mod rpc;
 pub mod sequencer;
 pub mod state;
+pub mod topic_config;
 pub mod types;
 
 #[cfg(test)]
@@ -34,6 +35,7 @@ pub use local::LocalMetastore;
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use rpc::RemoteMetastore;
 pub use sequencer::Sequencer;
+pub use topic_config::{TimestampType, TopicConfig};
 pub use types::*;
 
 /// Wall-clock milliseconds since the Unix epoch: how callers date the

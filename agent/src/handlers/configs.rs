@@ -1,11 +1,12 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics.
 //!
-//! Topic configs live in the metastore. floe acts on `retention.ms` and
-//! `retention.bytes`; other keys are stored and described as given.
+//! Topic configs live in the metastore, stored as given and described as
+//! stored; the keys floe acts on are checked, parsed and defaulted by
+//! [`TopicConfig`].
 
 use std::collections::BTreeMap;
 
-use floe_compactor::retention::DEFAULT_RETENTION_MS;
+use floe_metastore::TopicConfig;
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as AlterResult;
 use floe_protocol::kafka_protocol::messages::describe_configs_response::{
@@ -26,49 +27,11 @@ const BROKER: i8 = 4;
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const DEFAULT_CONFIG: i8 = 5;
 
-/// Keys every topic has, with their defaults (`message_max_bytes`: the
-/// broker's, which `max.message.bytes` defaults to).
-fn defaults(message_max_bytes: u64) -> [(&'static str, String); 8] {
-    use super::produce_rules::*;
-    [
-        ("cleanup.policy", "delete".to_string()),
-        (
-            "delete.retention.ms",
-            floe_compactor::keyed::DEFAULT_DELETE_RETENTION_MS.to_string(),
-        ),
-        (MAX_MESSAGE_BYTES, message_max_bytes.to_string()),
-        (AFTER_MAX_MS, i64::MAX.to_string()),
-        (BEFORE_MAX_MS, i64::MAX.to_string()),
-        (TIMESTAMP_TYPE, "CreateTime".to_string()),
-        ("retention.bytes", "-1".to_string()),
-        ("retention.ms", DEFAULT_RETENTION_MS.to_string()),
-    ]
-}
-
-/// Refuses values floe would not be able to act on.
+/// Refuses values floe would not be able to act on (as Kafka refuses them).
 pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), (ResponseError, String)> {
-    for key in ["retention.ms", "retention.bytes", "delete.retention.ms"] {
-        if let Some(value) = configs.get(key)
-            && value.parse::<i64>().map_or(true, |v| v < -1)
-        {
-            return Err((
-                ResponseError::InvalidConfig,
-                format!("{key} must be an integer >= -1, not `{value}`"),
-            ));
-        }
-    }
-    super::produce_rules::validate(configs).map_err(|why| (ResponseError::InvalidConfig, why))?;
-    if let Some(policy) = configs.get("cleanup.policy")
-        && !policy
-            .split(',')
-            .all(|p| matches!(p.trim(), "delete" | "compact"))
-    {
-        return Err((
-            ResponseError::InvalidConfig,
-            format!("cleanup.policy must be `delete`, `compact` or both, not `{policy}`"),
-        ));
-    }
-    Ok(())
+    TopicConfig::parse(configs)
+        .map(drop)
+        .map_err(|why| (ResponseError::InvalidConfig, why))
 }
 
 pub async fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -84,7 +47,7 @@ pub async fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeC
                         .configuration_keys
                         .map(|keys| keys.iter().map(|k| k.to_string()).collect::<Vec<_>>());
                     let mut entries: BTreeMap<String, (String, i8)> =
-                        defaults(broker.config.message_max_bytes.as_u64())
+                        TopicConfig::defaults(broker.config.message_max_bytes.as_u64())
                             .into_iter()
                             .map(|(k, v)| (k.to_string(), (v, DEFAULT_CONFIG)))
                             .collect();

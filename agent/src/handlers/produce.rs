@@ -75,7 +75,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
         };
         // The topic's rules, read from its configs once for all its partitions.
         let info = info.map(|info| {
-            let rules = ProduceRules::of(&info.configs, broker.config.message_max_bytes.as_u64());
+            let rules = ProduceRules::of(&info.config(), broker.config.message_max_bytes.as_u64());
             (info, rules)
         });
         let mut partitions = Vec::with_capacity(topic.partition_data.len());

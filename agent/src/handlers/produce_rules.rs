@@ -8,8 +8,7 @@
 //! whose records must all have keys: there, as Kafka does, the batch is
 //! decoded (within floe's decompression bounds) to check them.
 
-use std::collections::BTreeMap;
-
+use floe_metastore::{TimestampType, TopicConfig};
 use floe_protocol::ResponseError;
 use floe_protocol::batch::RecordBatch;
 
@@ -33,28 +32,15 @@ pub struct ProduceRules {
     pub keys_required: bool,
 }
 
-/// The keys [`ProduceRules::of`] reads and [`validate`] checks.
-pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
-pub const TIMESTAMP_TYPE: &str = "message.timestamp.type";
-pub const DIFFERENCE_MAX_MS: &str = "message.timestamp.difference.max.ms";
-pub const BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
-pub const AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
-
 impl ProduceRules {
-    pub fn of(configs: &BTreeMap<String, String>, message_max_bytes: u64) -> ProduceRules {
-        let int = |key: &str| configs.get(key).and_then(|v| v.parse::<i64>().ok());
-        // KIP-937: before/after replace difference, which still bounds both
-        // when they are not set.
-        let difference = int(DIFFERENCE_MAX_MS).unwrap_or(i64::MAX);
+    /// `message_max_bytes`: the broker's, which the topic's `max.message.bytes` overrides.
+    pub fn of(config: &TopicConfig, message_max_bytes: u64) -> ProduceRules {
         ProduceRules {
-            max_message_bytes: int(MAX_MESSAGE_BYTES)
-                .and_then(|v| u64::try_from(v).ok())
-                .unwrap_or(message_max_bytes),
-            log_append_time: configs.get(TIMESTAMP_TYPE).map(String::as_str)
-                == Some("LogAppendTime"),
-            before_max_ms: int(BEFORE_MAX_MS).unwrap_or(difference),
-            after_max_ms: int(AFTER_MAX_MS).unwrap_or(difference),
-            keys_required: floe_compactor::keyed::compacts(configs),
+            max_message_bytes: config.max_message_bytes.unwrap_or(message_max_bytes),
+            log_append_time: config.timestamp_type == TimestampType::LogAppendTime,
+            before_max_ms: config.timestamp_before_max_ms,
+            after_max_ms: config.timestamp_after_max_ms,
+            keys_required: config.compact,
         }
     }
 
@@ -109,35 +95,10 @@ impl ProduceRules {
     }
 }
 
-/// Refuses values of these keys that floe could not act on.
-pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), String> {
-    if let Some(v) = configs.get(MAX_MESSAGE_BYTES)
-        && v.parse::<i64>().map_or(true, |v| v < 0)
-    {
-        return Err(format!(
-            "{MAX_MESSAGE_BYTES} must be a non-negative integer, not `{v}`"
-        ));
-    }
-    for key in [DIFFERENCE_MAX_MS, BEFORE_MAX_MS, AFTER_MAX_MS] {
-        if let Some(v) = configs.get(key)
-            && v.parse::<i64>().map_or(true, |v| v < 0)
-        {
-            return Err(format!("{key} must be a non-negative integer, not `{v}`"));
-        }
-    }
-    if let Some(v) = configs.get(TIMESTAMP_TYPE)
-        && !matches!(v.as_str(), "CreateTime" | "LogAppendTime")
-    {
-        return Err(format!(
-            "{TIMESTAMP_TYPE} must be CreateTime or LogAppendTime, not `{v}`"
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use floe_metastore::topic_config::*;
     use floe_protocol::kafka_protocol::records::Compression;
     use floe_protocol::testing::encode;
 
@@ -153,7 +114,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        ProduceRules::of(&configs, DEFAULT_MESSAGE_MAX_BYTES)
+        ProduceRules::of(&TopicConfig::of(&configs), DEFAULT_MESSAGE_MAX_BYTES)
     }
 
     #[test]
@@ -165,8 +126,7 @@ mod tests {
             small.apply(b.clone(), 1_000).unwrap_err().0,
             ResponseError::MessageTooLarge
         );
-        let configs = BTreeMap::new();
-        let broker_small = ProduceRules::of(&configs, 10);
+        let broker_small = ProduceRules::of(&TopicConfig::default(), 10);
         assert_eq!(
             broker_small.apply(b, 1_000).unwrap_err().0,
             ResponseError::MessageTooLarge
@@ -176,7 +136,7 @@ mod tests {
     #[test]
     fn timestamps_outside_the_window_are_invalid() {
         let b = batch();
-        let diff = rules(&[(DIFFERENCE_MAX_MS, "100")]);
+        let diff = rules(&[(TIMESTAMP_DIFFERENCE_MAX_MS, "100")]);
         assert!(diff.apply(b.clone(), 1_050).is_ok());
         assert_eq!(
             diff.apply(b.clone(), 5_000).unwrap_err().0,
@@ -187,7 +147,7 @@ mod tests {
             ResponseError::InvalidTimestamp,
             "from the future"
         );
-        let after_only = rules(&[(AFTER_MAX_MS, "0")]);
+        let after_only = rules(&[(TIMESTAMP_AFTER_MAX_MS, "0")]);
         assert!(
             after_only.apply(b.clone(), 1_000_000).is_ok(),
             "the past is unbounded"
@@ -200,16 +160,19 @@ mod tests {
 
     #[test]
     fn log_append_time_replaces_the_producers_timestamps() {
-        let stamped = rules(&[(TIMESTAMP_TYPE, "LogAppendTime"), (DIFFERENCE_MAX_MS, "1")])
-            .apply(batch(), 9_999_999)
-            .unwrap();
+        let stamped = rules(&[
+            (TIMESTAMP_TYPE, "LogAppendTime"),
+            (TIMESTAMP_DIFFERENCE_MAX_MS, "1"),
+        ])
+        .apply(batch(), 9_999_999)
+        .unwrap();
         assert!(stamped.is_log_append_time());
         assert_eq!(stamped.max_timestamp(), 9_999_999);
     }
 
     #[test]
     fn compacted_topics_refuse_records_without_keys() {
-        let compacted = rules(&[("cleanup.policy", "compact,delete")]);
+        let compacted = rules(&[(CLEANUP_POLICY, "compact,delete")]);
         assert!(
             compacted.apply(batch(), 1_000).is_ok(),
             "keyed records pass"
@@ -237,14 +200,5 @@ mod tests {
             ResponseError::InvalidRecord
         );
         assert!(rules(&[]).apply(keyless, 1_000).is_ok(), "fine elsewhere");
-    }
-
-    #[test]
-    fn bad_values_are_refused() {
-        let one = |k: &str, v: &str| [(k.to_string(), v.to_string())].into();
-        assert!(validate(&one(TIMESTAMP_TYPE, "WallClock")).is_err());
-        assert!(validate(&one(MAX_MESSAGE_BYTES, "-5")).is_err());
-        assert!(validate(&one(BEFORE_MAX_MS, "x")).is_err());
-        assert!(validate(&one(TIMESTAMP_TYPE, "LogAppendTime")).is_ok());
     }
 }

@@ -136,7 +136,7 @@ pub async fn poll(
         let pause = shared.with(|w| w.rng_below(3_000));
         tokio::time::sleep(Duration::from_millis(500 + pause)).await;
         for (t, topic) in topics.iter().enumerate() {
-            let compacted = floe_compactor::keyed::is_compacted(topic);
+            let compacted = topic.config().compact;
             let name = &topic.name;
             for p in 0..topic.partitions {
                 let pos = positions.entry((t, p)).or_insert(0);
@@ -332,7 +332,7 @@ async fn read_log(
         ));
     }
     // Only key compaction removes records from inside the log.
-    if !floe_compactor::keyed::is_compacted(topic) {
+    if !topic.config().compact {
         let held = records.len() as i64;
         let span = offsets.high_watermark - offsets.log_start_offset;
         if held != span {
@@ -413,7 +413,7 @@ pub async fn settle_and_check(
     let mut latest: BTreeMap<(i32, String), (i64, String, bool)> = BTreeMap::new();
     for ack in &acks {
         let name = &topics[ack.topic].name;
-        let compacted = floe_compactor::keyed::is_compacted(&topics[ack.topic]);
+        let compacted = topics[ack.topic].config().compact;
         let log = &logs[&(ack.topic, ack.partition)];
         for i in 0..ack.records {
             let offset = ack.offset + i as i64;
@@ -473,7 +473,7 @@ pub async fn settle_and_check(
     // Key compaction keeps each key's latest record: the latest acknowledged
     // one, or one after it (committed, its acknowledgement lost).
     for (t, topic) in topics.iter().enumerate() {
-        if !floe_compactor::keyed::is_compacted(topic) {
+        if !topic.config().compact {
             continue;
         }
         for ((p, key), (offset, value, tombstone)) in &latest {
@@ -539,7 +539,7 @@ pub async fn settle_and_check(
                 "inconsistent read: {}/{p}@{offset} was polled as {value}, the log now holds {}",
                 topics[*t].name, now.value
             )),
-            None if *offset >= log.start && !floe_compactor::keyed::is_compacted(&topics[*t]) => {
+            None if *offset >= log.start && !topics[*t].config().compact => {
                 anomalies.push(format!(
                     "lost read: {}/{p}@{offset} was polled as {value} and is gone from the log",
                     topics[*t].name

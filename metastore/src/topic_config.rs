@@ -1,0 +1,297 @@
+//! A topic's configs, parsed and defaulted in one place.
+//!
+//! The metastore stores a topic's configs as the strings its client sent
+//! (DescribeConfigs shows them as given). Everything that acts on them (the
+//! produce checks, retention, key compaction, DescribeConfigs' defaults)
+//! reads them through [`TopicConfig`], so each key is parsed, checked and
+//! defaulted once, with Kafka's names, types, bounds and defaults.
+
+use std::collections::BTreeMap;
+
+use crate::types::TopicInfo;
+
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+pub const RETENTION_MS: &str = "retention.ms";
+pub const RETENTION_BYTES: &str = "retention.bytes";
+pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
+pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+pub const TIMESTAMP_TYPE: &str = "message.timestamp.type";
+/// Deprecated by KIP-937 for the two below, which it still bounds when they are unset.
+pub const TIMESTAMP_DIFFERENCE_MAX_MS: &str = "message.timestamp.difference.max.ms";
+pub const TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
+pub const TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
+
+/// Kafka's default `retention.ms`: seven days.
+pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+/// Kafka's default `delete.retention.ms`: one day.
+pub const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
+
+/// `message.timestamp.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// What a topic's configs ask of floe, with Kafka's defaults for keys not set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// `cleanup.policy` includes `delete` (the default): time and size retention apply.
+    pub delete: bool,
+    /// `cleanup.policy` includes `compact`: each key's latest record is kept,
+    /// and every record needs a key.
+    pub compact: bool,
+    /// `retention.ms`; -1 is unlimited.
+    pub retention_ms: i64,
+    /// `retention.bytes`; -1 is unlimited.
+    pub retention_bytes: i64,
+    /// `delete.retention.ms`: how long a compacted topic keeps a tombstone
+    /// after the cleaner first kept it.
+    pub delete_retention_ms: i64,
+    /// `max.message.bytes`; `None` is the broker's `message.max.bytes`.
+    pub max_message_bytes: Option<u64>,
+    pub timestamp_type: TimestampType,
+    /// How far in the past a CreateTime timestamp may be.
+    pub timestamp_before_max_ms: i64,
+    /// How far in the future.
+    pub timestamp_after_max_ms: i64,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig::of(&BTreeMap::new())
+    }
+}
+
+impl TopicConfig {
+    /// The configs, or why one of the keys floe acts on has a value Kafka
+    /// would refuse (answered `INVALID_CONFIG`). Keys floe does not act on
+    /// are not looked at.
+    pub fn parse(configs: &BTreeMap<String, String>) -> Result<TopicConfig, String> {
+        Self::read(configs, Strict)
+    }
+
+    /// The configs as [`TopicConfig::parse`] reads them, a value it would
+    /// refuse taking its key's default. (Every value is checked before it is
+    /// stored; this keeps readers total all the same.)
+    pub fn of(configs: &BTreeMap<String, String>) -> TopicConfig {
+        Self::read(configs, Lenient).expect("a lenient read takes defaults")
+    }
+
+    fn read(configs: &BTreeMap<String, String>, mode: Mode) -> Result<TopicConfig, String> {
+        let get = |key: &'static str| Value {
+            key,
+            raw: configs.get(key).map(String::as_str),
+            mode,
+        };
+        // (delete, compact)
+        let policies = get(CLEANUP_POLICY).parsed((true, false), |v| {
+            let mut policies = (false, false);
+            for policy in v.split(',').map(str::trim) {
+                match policy {
+                    "delete" => policies.0 = true,
+                    "compact" => policies.1 = true,
+                    _ => return Err("`delete`, `compact` or both"),
+                }
+            }
+            Ok(policies)
+        })?;
+        let difference = get(TIMESTAMP_DIFFERENCE_MAX_MS).long_at_least(0, i64::MAX)?;
+        Ok(TopicConfig {
+            delete: policies.0,
+            compact: policies.1,
+            retention_ms: get(RETENTION_MS).long_at_least(-1, DEFAULT_RETENTION_MS)?,
+            retention_bytes: get(RETENTION_BYTES).long_at_least(-1, -1)?,
+            delete_retention_ms: get(DELETE_RETENTION_MS)
+                .long_at_least(0, DEFAULT_DELETE_RETENTION_MS)?,
+            max_message_bytes: get(MAX_MESSAGE_BYTES).parsed(None, |v| {
+                v.parse::<i32>()
+                    .ok()
+                    .and_then(|v| u64::try_from(v).ok())
+                    .map(Some)
+                    .ok_or("an int >= 0")
+            })?,
+            timestamp_type: get(TIMESTAMP_TYPE).parsed(TimestampType::CreateTime, |v| match v {
+                "CreateTime" => Ok(TimestampType::CreateTime),
+                "LogAppendTime" => Ok(TimestampType::LogAppendTime),
+                _ => Err("CreateTime or LogAppendTime"),
+            })?,
+            timestamp_before_max_ms: get(TIMESTAMP_BEFORE_MAX_MS).long_at_least(0, difference)?,
+            timestamp_after_max_ms: get(TIMESTAMP_AFTER_MAX_MS).long_at_least(0, difference)?,
+        })
+    }
+
+    /// Every key floe acts on with its default, as DescribeConfigs shows a
+    /// key the topic does not set (`message_max_bytes`: the broker's, which
+    /// `max.message.bytes` defaults to).
+    pub fn defaults(message_max_bytes: u64) -> Vec<(&'static str, String)> {
+        vec![
+            (CLEANUP_POLICY, "delete".into()),
+            (DELETE_RETENTION_MS, DEFAULT_DELETE_RETENTION_MS.to_string()),
+            (MAX_MESSAGE_BYTES, message_max_bytes.to_string()),
+            (TIMESTAMP_AFTER_MAX_MS, i64::MAX.to_string()),
+            (TIMESTAMP_BEFORE_MAX_MS, i64::MAX.to_string()),
+            (TIMESTAMP_TYPE, "CreateTime".into()),
+            (RETENTION_BYTES, "-1".into()),
+            (RETENTION_MS, DEFAULT_RETENTION_MS.to_string()),
+        ]
+    }
+}
+
+impl TopicInfo {
+    /// This topic's configs, parsed (see [`TopicConfig::of`]).
+    pub fn config(&self) -> TopicConfig {
+        TopicConfig::of(&self.configs)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// A bad value is an error.
+    Strict,
+    /// A bad value is its key's default.
+    Lenient,
+}
+use Mode::*;
+
+/// One key's value as set (if it is).
+struct Value<'a> {
+    key: &'static str,
+    raw: Option<&'a str>,
+    mode: Mode,
+}
+
+impl Value<'_> {
+    /// `parse` reads a set value, or says what it should have been.
+    fn parsed<T>(
+        &self,
+        default: T,
+        parse: impl FnOnce(&str) -> Result<T, &'static str>,
+    ) -> Result<T, String> {
+        let Some(raw) = self.raw else {
+            return Ok(default);
+        };
+        match (parse(raw), self.mode) {
+            (Ok(value), _) => Ok(value),
+            (Err(_), Lenient) => Ok(default),
+            (Err(want), Strict) => Err(format!("{} must be {want}, not `{raw}`", self.key)),
+        }
+    }
+
+    fn long_at_least(&self, min: i64, default: i64) -> Result<i64, String> {
+        let want = if min == 0 {
+            "an integer >= 0"
+        } else {
+            "an integer >= -1"
+        };
+        debug_assert!(min == 0 || min == -1);
+        self.parsed(default, |v| {
+            v.parse::<i64>().ok().filter(|v| *v >= min).ok_or(want)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn unset_keys_take_kafkas_defaults() {
+        let c = TopicConfig::parse(&BTreeMap::new()).unwrap();
+        assert_eq!(
+            c,
+            TopicConfig {
+                delete: true,
+                compact: false,
+                retention_ms: DEFAULT_RETENTION_MS,
+                retention_bytes: -1,
+                delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
+                max_message_bytes: None,
+                timestamp_type: TimestampType::CreateTime,
+                timestamp_before_max_ms: i64::MAX,
+                timestamp_after_max_ms: i64::MAX,
+            }
+        );
+        assert_eq!(c, TopicConfig::default());
+    }
+
+    #[test]
+    fn set_keys_are_read() {
+        let c = TopicConfig::parse(&configs(&[
+            (CLEANUP_POLICY, "compact, delete"),
+            (RETENTION_MS, "-1"),
+            (RETENTION_BYTES, "1024"),
+            (DELETE_RETENTION_MS, "0"),
+            (MAX_MESSAGE_BYTES, "100"),
+            (TIMESTAMP_TYPE, "LogAppendTime"),
+            (TIMESTAMP_DIFFERENCE_MAX_MS, "5000"),
+            (TIMESTAMP_AFTER_MAX_MS, "60"),
+        ]))
+        .unwrap();
+        assert!(c.delete && c.compact);
+        assert_eq!((c.retention_ms, c.retention_bytes), (-1, 1024));
+        assert_eq!(c.delete_retention_ms, 0);
+        assert_eq!(c.max_message_bytes, Some(100));
+        assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
+        // KIP-937: difference bounds the side that is not set.
+        assert_eq!(
+            (c.timestamp_before_max_ms, c.timestamp_after_max_ms),
+            (5000, 60)
+        );
+        let compact_only = TopicConfig::parse(&configs(&[(CLEANUP_POLICY, "compact")])).unwrap();
+        assert!(compact_only.compact && !compact_only.delete);
+    }
+
+    #[test]
+    fn values_kafka_refuses_are_refused_by_parse_and_defaulted_by_of() {
+        for (key, value) in [
+            (CLEANUP_POLICY, "shred"),
+            (RETENTION_MS, "-2"),
+            (RETENTION_MS, "week"),
+            (RETENTION_BYTES, "1.5"),
+            (DELETE_RETENTION_MS, "-1"),
+            (MAX_MESSAGE_BYTES, "-1"),
+            (MAX_MESSAGE_BYTES, "3000000000"),
+            (TIMESTAMP_TYPE, "Now"),
+            (TIMESTAMP_BEFORE_MAX_MS, "-5"),
+            (TIMESTAMP_DIFFERENCE_MAX_MS, "x"),
+        ] {
+            let bad = configs(&[(key, value)]);
+            let why = TopicConfig::parse(&bad).unwrap_err();
+            assert!(why.contains(key) && why.contains(value), "{why}");
+            assert_eq!(
+                TopicConfig::of(&bad),
+                TopicConfig::default(),
+                "{key}={value}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_floe_does_not_act_on_are_not_checked() {
+        assert!(TopicConfig::parse(&configs(&[("segment.ms", "soon")])).is_ok());
+    }
+
+    #[test]
+    fn every_default_shown_is_the_default_read() {
+        let shown: BTreeMap<String, String> = TopicConfig::defaults(1_000)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let read = TopicConfig::parse(&shown).unwrap();
+        assert_eq!(
+            read,
+            TopicConfig {
+                max_message_bytes: Some(1_000),
+                ..TopicConfig::default()
+            }
+        );
+    }
+}
