@@ -1,4 +1,8 @@
-//! Behaviour every `Metastore` implementation must show, run against each.
+//! Behaviour every `Metastore` implementation must show: one named test per
+//! behaviour and per shape of metastore (in memory, durable, served over the
+//! network, a three-node Raft group), so that one failure hides no other;
+//! then tests of what only some shapes have (reopening, failover,
+//! membership, deadlines).
 
 use crate::*;
 
@@ -42,9 +46,13 @@ async fn commit(
     .unwrap()
 }
 
-pub async fn suite(m: &dyn Metastore) {
+// ---- the behaviours: each takes a fresh metastore ----
+
+async fn topics_are_created_found_and_not_created_twice(m: &dyn Metastore) {
     let t = topic(m, "events", 3).await;
     assert_eq!(m.topics().await.unwrap(), vec![t.clone()]);
+    assert_eq!(m.topic("events").await.unwrap(), Some(t.clone()));
+    assert_eq!(m.topic("nothing").await.unwrap(), None);
     assert_eq!(m.topic_by_id(t.id).await.unwrap(), Some(t.clone()));
     assert_eq!(m.topic_by_id(uuid::Uuid::nil()).await.unwrap(), None);
     let dup = m
@@ -55,7 +63,11 @@ pub async fn suite(m: &dyn Metastore) {
         })
         .await;
     assert_eq!(dup, Err(Refusal::TopicExists("events".into()).into()));
+    assert_eq!(m.topics().await.unwrap(), vec![t]);
+}
 
+async fn commits_are_sequenced_into_offsets(m: &dyn Metastore) {
+    let t = topic(m, "events", 3).await;
     let r = commit(m, "a", vec![batch(&t, 0, 0, 5), batch(&t, 2, 10, 1)]).await;
     assert_eq!(r, vec![Ok(0), Ok(0)]);
     let r = commit(m, "b", vec![batch(&t, 0, 0, 2), batch(&t, 3, 10, 1)]).await;
@@ -82,8 +94,27 @@ pub async fn suite(m: &dyn Metastore) {
         m.list_offsets(t.id, 0, OffsetQuery::Latest).await.unwrap(),
         OffsetAnswer::Offset(7)
     );
+    assert_eq!(
+        m.list_offsets(t.id, 0, OffsetQuery::Earliest)
+            .await
+            .unwrap(),
+        OffsetAnswer::Offset(0)
+    );
+}
 
+async fn a_commit_sent_again_gets_the_first_answer(m: &dyn Metastore) {
+    let t = topic(m, "events", 1).await;
+    let first = commit(m, "a", vec![batch(&t, 0, 0, 5)]).await;
+    let again = commit(m, "a", vec![batch(&t, 0, 0, 5)]).await;
+    assert_eq!((first, again), (vec![Ok(0)], vec![Ok(0)]));
+    assert_eq!(m.offsets(t.id, 0).await.unwrap().high_watermark, 5);
+}
+
+async fn partitions_are_trimmed_added_and_configured(m: &dyn Metastore) {
+    let t = topic(m, "events", 3).await;
+    commit(m, "a", vec![batch(&t, 2, 0, 3)]).await;
     assert_eq!(m.trim(t.id, 2, 1).await, Ok(1));
+    assert_eq!(m.offsets(t.id, 2).await.unwrap().log_start_offset, 1);
     m.create_partitions("events", 4).await.unwrap();
     m.alter_topic_configs(
         "events",
@@ -93,13 +124,16 @@ pub async fn suite(m: &dyn Metastore) {
     .await
     .unwrap();
     let events = m.topic("events").await.unwrap().unwrap();
-    assert_eq!(
-        (events.partitions, events.configs["retention.ms"].as_str()),
-        (4, "9")
-    );
-    let t = events;
-    assert_eq!(m.offsets(t.id, 2).await.unwrap().log_start_offset, 1);
+    assert_eq!((events.partitions, events.config().retention_ms), (4, 9));
+    m.alter_topic_configs("events", Default::default(), vec!["retention.ms".into()])
+        .await
+        .unwrap();
+    let events = m.topic("events").await.unwrap().unwrap();
+    assert!(events.configs.is_empty(), "{events:?}");
+}
 
+async fn idempotent_batches_are_stored_once_and_epochs_fence(m: &dyn Metastore) {
+    let t = topic(m, "events", 2).await;
     let p = m.init_producer(None).await.unwrap();
     let idempotent = CommitBatch {
         producer_id: p.producer_id,
@@ -111,8 +145,20 @@ pub async fn suite(m: &dyn Metastore) {
         commit(m, "c", vec![idempotent, idempotent]).await,
         vec![Ok(0), Ok(0)]
     );
-    assert_eq!(m.init_producer(Some(p)).await.unwrap().epoch, p.epoch + 1);
+    assert_eq!(m.offsets(t.id, 1).await.unwrap().high_watermark, 2);
+    let bumped = m.init_producer(Some(p)).await.unwrap();
+    assert_eq!(bumped.epoch, p.epoch + 1);
+    let fenced = CommitBatch {
+        base_sequence: 2,
+        ..idempotent
+    };
+    assert!(matches!(
+        commit(m, "d", vec![fenced]).await[..],
+        [Err(Refusal::InvalidProducerEpoch { .. })]
+    ));
+}
 
+async fn agents_register_once_on_the_metastores_clock(m: &dyn Metastore) {
     let a = m
         .register_agent("h".into(), 1, Some("z".into()), 5)
         .await
@@ -124,48 +170,228 @@ pub async fn suite(m: &dyn Metastore) {
         a
     );
     assert!(m.agent_heartbeat(a, 7).await.unwrap());
+    assert!(!m.agent_heartbeat(a + 100, 7).await.unwrap());
     // The sender's times (5, 6, 7) are ignored: the metastore's clock decides.
     let agents = m.agents().await.unwrap();
     assert!(agents[0].last_seen_ms >= now_ms() - 60_000, "{agents:?}");
     assert!((0..60_000).contains(&agents[0].age_ms), "{agents:?}");
+    let clock = m.clock().await.unwrap();
+    assert!((now_ms() - 60_000..=now_ms() + 60_000).contains(&clock));
+}
 
+async fn a_group_forms_and_keeps_its_offsets(m: &dyn Metastore) {
     assert!(m.groups().await.unwrap().is_empty());
+    let join = JoinGroup {
+        group: "g".into(),
+        member_id: String::new(),
+        client_id: "c".into(),
+        session_timeout_ms: 30_000,
+        rebalance_timeout_ms: 30_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), vec![])],
+        now_ms: 0,
+    };
+    let member = m.join_group(join).await.unwrap().unwrap();
+    let sync = SyncGroup {
+        group: "g".into(),
+        generation: 1,
+        member_id: member.clone(),
+        assignments: vec![(member.clone(), b"all".to_vec())],
+        now_ms: 0,
+    };
+    m.sync_group(sync).await.unwrap().unwrap();
+    let beat = |generation| GroupHeartbeat {
+        group: "g".into(),
+        generation,
+        member_id: member.clone(),
+        now_ms: 0,
+    };
+    assert_eq!(m.group_heartbeat(beat(1)).await.unwrap(), Ok(()));
+    assert_eq!(
+        m.group_heartbeat(beat(0)).await.unwrap(),
+        Err(GroupError::IllegalGeneration)
+    );
+    let offsets = vec![OffsetToCommit {
+        topic: "t".into(),
+        partition: 0,
+        offset: 42,
+        metadata: Some("m".into()),
+    }];
+    let commit = CommitOffsets {
+        group: "g".into(),
+        generation: 1,
+        member_id: member.clone(),
+        offsets,
+        now_ms: 0,
+    };
+    m.commit_offsets(commit).await.unwrap().unwrap();
+    let g = m.group("g").await.unwrap().unwrap();
+    assert_eq!((g.generation, g.phase), (1, Phase::Stable));
+    assert_eq!(g.assignments[&member], b"all".to_vec());
+    assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 42);
+    let leave = LeaveGroup {
+        group: "g".into(),
+        member_ids: vec![member, "stranger".into()],
+        now_ms: 0,
+    };
+    assert_eq!(
+        m.leave_group(leave).await.unwrap(),
+        vec![Ok(()), Err(GroupError::UnknownMemberId)]
+    );
+    let tick = TickGroup {
+        group: "g".into(),
+        now_ms: 0,
+    };
+    m.tick_group(tick).await.unwrap();
+    let g = m.group("g").await.unwrap().unwrap();
+    assert_eq!(g.phase, Phase::Empty);
+    assert_eq!(g.offsets.len(), 1, "offsets outlive the members");
+    assert_eq!(m.groups().await.unwrap().len(), 1);
+}
+
+async fn objects_it_never_heard_of_are_found(m: &dyn Metastore) {
+    let t = topic(m, "events", 1).await;
+    commit(m, "a", vec![batch(&t, 0, 0, 1)]).await;
     assert_eq!(
         m.unknown_objects(vec!["a".into(), "stray".into()])
             .await
             .unwrap(),
         vec!["stray".to_string()]
     );
-    let lease =
-        |holder: &str, now: i64| m.acquire_lease("compact/x/0".into(), holder.into(), now, 100);
-    assert!(lease("agent-a", 1_000).await.unwrap());
-    assert!(!lease("agent-b", 1_050).await.unwrap());
+    m.record_orphans(vec!["stray".into(), "a".into()])
+        .await
+        .unwrap();
+    assert_eq!(m.garbage().await.unwrap(), vec!["stray".to_string()]);
+    m.forget_garbage(vec!["stray".into()]).await.unwrap();
+    assert!(m.garbage().await.unwrap().is_empty());
+}
+
+async fn a_lease_has_one_holder_at_a_time(m: &dyn Metastore) {
+    let lease = |holder: &str| m.acquire_lease("compact/x/0".into(), holder.into(), 0, 60_000);
+    assert!(lease("agent-a").await.unwrap());
+    assert!(lease("agent-a").await.unwrap(), "its holder renews it");
+    assert!(!lease("agent-b").await.unwrap());
+    m.release_lease("compact/x/0".into(), "agent-b".into())
+        .await
+        .unwrap();
+    assert!(
+        !lease("agent-b").await.unwrap(),
+        "only the holder releases it"
+    );
     m.release_lease("compact/x/0".into(), "agent-a".into())
         .await
         .unwrap();
-    assert!(lease("agent-b", 1_060).await.unwrap());
+    assert!(lease("agent-b").await.unwrap());
+}
+
+async fn a_deleted_topics_objects_become_garbage(m: &dyn Metastore) {
+    let t = topic(m, "events", 2).await;
+    commit(m, "a", vec![batch(&t, 0, 0, 1)]).await;
+    commit(m, "b", vec![batch(&t, 1, 0, 1)]).await;
     m.delete_topic("events").await.unwrap();
     assert!(m.topics().await.unwrap().is_empty());
+    assert_eq!(
+        m.delete_topic("events").await,
+        Err(Refusal::UnknownTopicOrPartition.into())
+    );
     let mut garbage = m.garbage().await.unwrap();
     garbage.sort();
-    assert_eq!(
-        garbage,
-        vec!["a".to_string(), "b".to_string(), "c".to_string()]
-    );
+    assert_eq!(garbage, vec!["a".to_string(), "b".to_string()]);
 }
 
-#[tokio::test]
-async fn in_memory_conforms() {
-    suite(&LocalMetastore::in_memory().await.unwrap()).await;
+/// A metastore of one shape for one test, with what must live as long.
+struct Shape {
+    meta: Box<dyn Metastore>,
+    _keep: Box<dyn std::any::Any + Send>,
 }
 
+async fn in_memory() -> Shape {
+    Shape {
+        meta: Box::new(LocalMetastore::in_memory().await.unwrap()),
+        _keep: Box::new(()),
+    }
+}
+
+async fn durable() -> Shape {
+    let dir = tempfile::tempdir().unwrap();
+    // A tiny snapshot interval, so snapshots are taken along the way.
+    let meta = LocalMetastore::open_with(&dir.path().join("meta.redb"), 3)
+        .await
+        .unwrap();
+    Shape {
+        meta: Box::new(meta),
+        _keep: Box::new(dir),
+    }
+}
+
+async fn remote() -> Shape {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let served = std::sync::Arc::new(LocalMetastore::in_memory().await.unwrap());
+    let server = tokio::spawn(crate::rpc::serve(listener, served));
+    Shape {
+        meta: Box::new(RemoteMetastore::new(address)),
+        _keep: Box::new(AbortOnDrop(vec![server])),
+    }
+}
+
+async fn three_node_group() -> Shape {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, servers, addresses) = three_nodes(dir.path()).await;
+    Shape {
+        meta: Box::new(RemoteMetastore::new(&addresses)),
+        _keep: Box::new((AbortOnDrop(servers), nodes, dir)),
+    }
+}
+
+/// Stops the servers a shape started when its test ends.
+struct AbortOnDrop<T>(Vec<tokio::task::JoinHandle<T>>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
+/// One test per behaviour for a shape of metastore (Quickwit's
+/// `metastore_test_suite!`): a new behaviour is a function above and a line
+/// here, and every shape runs it.
+macro_rules! conformance_suite {
+    ($($shape:ident),* $(,)?) => {
+        $(conformance_suite!(@shape $shape:
+            topics_are_created_found_and_not_created_twice,
+            commits_are_sequenced_into_offsets,
+            a_commit_sent_again_gets_the_first_answer,
+            partitions_are_trimmed_added_and_configured,
+            idempotent_batches_are_stored_once_and_epochs_fence,
+            agents_register_once_on_the_metastores_clock,
+            a_group_forms_and_keeps_its_offsets,
+            objects_it_never_heard_of_are_found,
+            a_lease_has_one_holder_at_a_time,
+            a_deleted_topics_objects_become_garbage,
+        );)*
+    };
+    (@shape $shape:ident: $($behaviour:ident),* $(,)?) => {
+        mod $shape {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $behaviour() {
+                    let shape = super::$shape().await;
+                    super::$behaviour(&*shape.meta).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance_suite!(in_memory, durable, remote, three_node_group);
+
 #[tokio::test]
-async fn durable_conforms_and_survives_reopen() {
+async fn durable_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("meta.redb");
     // A tiny snapshot interval so both the snapshot and the log replay are exercised.
     let m = LocalMetastore::open_with(&path, 3).await.unwrap();
-    suite(&m).await;
     let t = topic(&m, "kept", 1).await;
     for n in 0..7 {
         commit(&m, &format!("k{n}"), vec![batch(&t, 0, 0, 2)]).await;
@@ -200,15 +426,6 @@ async fn durable_conforms_and_survives_reopen() {
     );
     let r = commit(&reopened, "after", vec![batch(&t, 0, 0, 1)]).await;
     assert_eq!(r, vec![Ok(14)]);
-}
-
-#[tokio::test]
-async fn remote_conforms() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let served = std::sync::Arc::new(LocalMetastore::in_memory().await.unwrap());
-    tokio::spawn(crate::rpc::serve(listener, served));
-    suite(&RemoteMetastore::new(address)).await;
 }
 
 /// Waits (up to 10 s) until `condition` holds.
@@ -255,11 +472,10 @@ async fn three_nodes(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_node_group_conforms_and_survives_losing_its_leader() {
+async fn three_node_group_survives_losing_its_leader() {
     let dir = tempfile::tempdir().unwrap();
     let (nodes, servers, addresses) = three_nodes(dir.path()).await;
     let client = RemoteMetastore::new(&addresses);
-    suite(&client).await;
 
     // Enough commits for snapshots and log purging to happen on every node.
     let t = topic(&client, "replicated", 2).await;
