@@ -16,10 +16,14 @@ use tokio::time::Instant;
 
 use super::Raft;
 
-/// Until when this node may answer reads from its applied state.
+/// Until when this node may answer reads from its applied state, and what
+/// it must have applied before it answers any.
 #[derive(Clone, Default)]
 pub struct Lease {
     valid_until: Arc<Mutex<Option<Instant>>>,
+    /// While this node leads: the term, and the index of its last log entry
+    /// when that leadership began.
+    leading: Arc<Mutex<Option<(u64, u64)>>>,
 }
 
 impl Lease {
@@ -28,20 +32,33 @@ impl Lease {
         let lease = Lease::default();
         let length = follower_lease / 4;
         let mut metrics = raft.metrics();
-        let valid_until = lease.valid_until.clone();
+        let (valid_until, leading) = (lease.valid_until.clone(), lease.leading.clone());
         tokio::spawn(async move {
             loop {
                 let until = {
                     let m = metrics.borrow_and_update();
                     let observed = Instant::now();
-                    // Only once this leader has applied an entry of its own
-                    // term (the blank one it starts with) does its state hold
-                    // everything committed before it led.
-                    let applied_own_term = m
-                        .last_applied
-                        .is_some_and(|applied| applied.leader_id.term == m.current_term);
+                    let mut leading = leading.lock().expect("lease lock poisoned");
+                    *leading = match (m.state, *leading) {
+                        (ServerState::Leader, Some((term, start))) if term == m.current_term => {
+                            Some((term, start))
+                        }
+                        (ServerState::Leader, _) => {
+                            Some((m.current_term, m.last_log_index.unwrap_or(0)))
+                        }
+                        _ => None,
+                    };
+                    // Everything committed before this node led is in its
+                    // log, at or below the index its log ended at then; only
+                    // once it has applied that far does its state hold it.
+                    // (Not "an entry of its own term": a leader that restarts
+                    // resumes its term, with no new entry, and a commit index
+                    // read back from disk that may be behind.)
+                    let caught_up = leading.is_some_and(|(_, start)| {
+                        m.last_applied.is_some_and(|applied| applied.index >= start)
+                    });
                     match (m.state, m.millis_since_quorum_ack) {
-                        (ServerState::Leader, Some(ms)) if applied_own_term => observed
+                        (ServerState::Leader, Some(ms)) if caught_up => observed
                             .checked_sub(Duration::from_millis(ms))
                             .map(|acked| acked + length),
                         _ => None,
@@ -61,5 +78,14 @@ impl Lease {
             .lock()
             .expect("lease lock poisoned")
             .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// The index this node must have applied before it answers a read as
+    /// leader (see [`Lease::follow`]); `None` when it does not lead.
+    pub fn leadership_start(&self) -> Option<u64> {
+        self.leading
+            .lock()
+            .expect("lease lock poisoned")
+            .map(|(_, start)| start)
     }
 }

@@ -160,6 +160,21 @@ fn open_database(path: Option<&PathBuf>) -> Result<Database, MetaError> {
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(storage)?,
     };
+    prepare_database(db, path)
+}
+
+/// A node's database on `backend` (the simulation's disks, which lose what
+/// was not synced when their node crashes), ready as [`NodeOptions::database`].
+pub fn database_on(backend: impl redb::StorageBackend) -> Result<Database, MetaError> {
+    let db = Database::builder()
+        .create_with_backend(backend)
+        .map_err(storage)?;
+    prepare_database(db, None)
+}
+
+/// Checks the database holds this floe's format (or nothing yet) and makes
+/// its tables.
+fn prepare_database(db: Database, path: Option<&PathBuf>) -> Result<Database, MetaError> {
     // The command log of floe before Raft kept tables named "log" and
     // "snapshot"; starting empty over one would silently lose its topics.
     let read = db.begin_read().map_err(storage)?;
@@ -531,8 +546,25 @@ impl Sequencer for RaftMetastore {
                 .read()
                 .expect("metastore state lock poisoned")));
         }
-        match tokio::time::timeout(READ_TIMEOUT, self.raft.ensure_linearizable()).await {
-            Ok(Ok(_)) => {}
+        // openraft confirms the leadership and waits for what it knows is
+        // committed; a leader that restarted into its own term may know less
+        // than was committed (its commit index is saved lazily), so the read
+        // also waits until everything its log held when it began to lead is
+        // applied (see `Lease`).
+        let confirmed = async {
+            self.raft.ensure_linearizable().await?;
+            if let Some(start) = self.lease.leadership_start() {
+                let wait = self.raft.wait(None);
+                let caught_up =
+                    wait.applied_index_at_least(Some(start), "a new leader applies its log");
+                if caught_up.await.is_err() {
+                    return Err(RaftError::Fatal(openraft::error::Fatal::Stopped));
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(READ_TIMEOUT, confirmed).await {
+            Ok(Ok(())) => {}
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
                 return Err(not_leader(forward));
             }

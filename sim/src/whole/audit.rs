@@ -118,6 +118,55 @@ fn max_ahead_ms(now_ms: i64) -> i64 {
     MAX_SKEW_MS + elapsed / floe_metastore::raft::stamps::CATCH_UP_DIVISOR
 }
 
+/// Where each partition's acknowledged records end: a read that begins
+/// after these acknowledgements must see a high watermark at least there.
+fn acked_ends(shared: &Shared, topics: &[TopicInfo]) -> BTreeMap<(usize, i32), i64> {
+    shared.with(|w| {
+        let mut ends = BTreeMap::new();
+        for a in &w.acks {
+            if topics.get(a.topic).is_some_and(|t| t.id == a.topic_id) {
+                let end = ends.entry((a.topic, a.partition)).or_insert(0);
+                *end = (*end).max(a.offset + a.records as i64);
+            }
+        }
+        ends
+    })
+}
+
+/// Reads every partition's offsets and checks none is older than what was
+/// acknowledged before the read began: a stale read (a leader answering from
+/// a state that has not applied everything committed). Run after a power
+/// cut, when a leader may resume its term with a commit index behind.
+pub async fn reads_are_current(shared: &Shared, meta: &Arc<dyn Metastore>, topics: &[TopicInfo]) {
+    let acked = acked_ends(shared, topics);
+    for (t, topic) in topics.iter().enumerate() {
+        for p in 0..topic.partitions {
+            let Ok(offsets) = meta.offsets(topic.id, p).await else {
+                continue;
+            };
+            check_current(shared, &acked, (t, p), &topic.name, offsets.high_watermark);
+        }
+    }
+}
+
+fn check_current(
+    shared: &Shared,
+    acked: &BTreeMap<(usize, i32), i64>,
+    at: (usize, i32),
+    name: &str,
+    high_watermark: i64,
+) {
+    let end = acked.get(&at).copied().unwrap_or(0);
+    if high_watermark < end {
+        shared.with(|w| {
+            w.anomaly(format!(
+                "stale read: {name}/{} answered high watermark {high_watermark}, below {end}, acknowledged before the read",
+                at.1
+            ))
+        });
+    }
+}
+
 /// A consumer reading every partition along as records arrive, through the
 /// faulty metastore and store. It checks what it sees as it goes: no gaps
 /// (but where key compaction removed records), no high watermark moving
@@ -140,8 +189,12 @@ pub async fn poll(
             let name = &topic.name;
             for p in 0..topic.partitions {
                 let pos = positions.entry((t, p)).or_insert(0);
+                let acked = acked_ends(&shared, &topics);
                 let plan = match meta.read_plan(topic.id, p, *pos, 64 << 10).await {
-                    Ok(plan) => plan,
+                    Ok(plan) => {
+                        check_current(&shared, &acked, (t, p), name, plan.high_watermark);
+                        plan
+                    }
                     Err(MetaError::Refused(Refusal::OffsetOutOfRange {
                         log_start_offset, ..
                     })) if log_start_offset > *pos => {

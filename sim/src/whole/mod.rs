@@ -14,6 +14,7 @@
 //! run on one thread, so a seed replays the same run.
 
 pub mod audit;
+pub mod disk;
 pub mod meta;
 pub mod raft;
 pub mod store;
@@ -494,6 +495,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
         cluster.clone(),
         stop,
         group.clone(),
+        topics.clone(),
     )));
     let poller = tokio::spawn(audit::poll(
         shared.clone(),
@@ -892,12 +894,45 @@ pub fn value(batch: u64, i: i32) -> String {
 /// The Raft group's weather: a node (often the leader) killed and restarted
 /// from its log, or cut off for a while; one direction of a link cut;
 /// messages lost and late; clocks skewed.
-async fn raft_weather(shared: &Shared, group: &Arc<raft::RaftGroup>) {
+async fn raft_weather(shared: &Shared, group: &Arc<raft::RaftGroup>, topics: &[TopicInfo]) {
+    // A power cut: every node dies at once and comes back together, so a
+    // leader may resume its term from what its disk synced (its commit
+    // index lags what it applied and answered before).
+    let (power_cut, back_ms) = shared.with(|w| (w.chance(0.03), 200 + w.rng_below(3_000)));
+    if power_cut {
+        for i in 0..raft::NODES as usize {
+            group.kill(i).await;
+        }
+        shared.with(|w| {
+            w.summary.node_kills += raft::NODES;
+            w.log(format!(
+                "power cut: every metastore node killed; back in {back_ms} ms"
+            ))
+        });
+        let (group, shared, topics) = (group.clone(), shared.clone(), topics.to_vec());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(back_ms)).await;
+            for i in 0..raft::NODES as usize {
+                group.restart(i).await;
+            }
+            // Read at once, while a leader that resumed its term may not
+            // have applied all it had answered before the cut.
+            let meta: Arc<dyn Metastore> = group.client.clone();
+            audit::reads_are_current(&shared, &meta, &topics).await;
+        });
+        return;
+    }
     let (kill, node, down_ms) = shared.with(|w| {
         (
             w.chance(0.25),
             w.rng_below(raft::NODES) as usize,
-            1_000 + w.rng_below(20_000),
+            // Now and then back before anyone else times out and runs for
+            // leader (a supervisor restarting it at once).
+            if w.chance(0.2) {
+                w.rng_below(100)
+            } else {
+                1_000 + w.rng_below(20_000)
+            },
         )
     });
     if kill && !group.is_down(node) {
@@ -970,6 +1005,7 @@ async fn chaos(
     cluster: Arc<tokio::sync::Mutex<Cluster>>,
     stop: Instant,
     group: Option<Arc<raft::RaftGroup>>,
+    topics: Vec<TopicInfo>,
 ) {
     while Instant::now() < stop {
         let (pause, event) = shared.with(|w| (w.rng_below(20_000), w.rng_below(10)));
@@ -977,7 +1013,7 @@ async fn chaos(
         if let Some(group) = &group
             && (3..=6).contains(&event)
         {
-            raft_weather(&shared, group).await;
+            raft_weather(&shared, group, &topics).await;
             continue;
         }
         match event {

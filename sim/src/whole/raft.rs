@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use floe_metastore::raft::NodeId;
 use floe_metastore::raft::network::{PeerRequest, PeerResponse, PeerTransport};
-use floe_metastore::raft::node::Bootstrap;
+use floe_metastore::raft::node::{Bootstrap, database_on};
 use floe_metastore::state::{Command, Reply, State};
 use floe_metastore::{Clock, MetaError, NodeOptions, RaftMetastore, Refusal, Sequencer};
 use serde::Serialize;
@@ -26,6 +26,7 @@ use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::Shared;
+use super::disk::Disk;
 use super::meta::EPOCH_MS;
 
 /// The metastore group's size.
@@ -122,8 +123,10 @@ impl PeerTransport for SimNet {
 /// The three nodes (`None` while one is down), and the client agents use.
 pub struct RaftGroup {
     nodes: Nodes,
-    /// Each node's options, its database among them, to restart it with.
+    /// Each node's options, to restart it with.
     options: Vec<NodeOptions>,
+    /// Each node's disk, which loses its unsynced writes when the node is killed.
+    disks: Vec<Disk>,
     net: Arc<SimNet>,
     pub client: Arc<RaftClient>,
 }
@@ -142,6 +145,7 @@ pub async fn start(shared: &Shared) -> RaftGroup {
     });
     let peers: BTreeMap<NodeId, String> = (1..=NODES).map(|id| (id, address(id))).collect();
     let mut options = Vec::new();
+    let mut disks = Vec::new();
     let mut nodes = Vec::new();
     for id in 1..=NODES {
         let mut o = NodeOptions::new(id, address(id));
@@ -155,13 +159,13 @@ pub async fn start(shared: &Shared) -> RaftGroup {
         });
         let transport: Arc<dyn PeerTransport> = net.clone();
         o.transport = Some(transport);
+        let disk = Disk::default();
         let node = Arc::new(
-            RaftMetastore::start(o.clone())
+            RaftMetastore::start(on_disk(&o, &disk))
                 .await
                 .expect("a metastore node starts"),
         );
-        // Restarts reopen the same log, as a crashed process does its disk.
-        o.database = Some(node.database());
+        disks.push(disk);
         net.nodes
             .lock()
             .expect("sim net lock")
@@ -181,7 +185,17 @@ pub async fn start(shared: &Shared) -> RaftGroup {
         }),
         nodes,
         options,
+        disks,
         net,
+    }
+}
+
+/// `options` with a database on `disk` (as a restarted process opens its file).
+fn on_disk(options: &NodeOptions, disk: &Disk) -> NodeOptions {
+    let database = database_on(disk.handle()).expect("a database opens on the sim disk");
+    NodeOptions {
+        database: Some(Arc::new(database)),
+        ..options.clone()
     }
 }
 
@@ -190,7 +204,8 @@ impl RaftGroup {
         self.nodes.lock().expect("sim nodes lock")[i].clone()
     }
 
-    /// Stops node `i` where it is (its log stays), as a crash does.
+    /// Stops node `i` where it is, as a crash does: its disk keeps what it
+    /// synced.
     pub async fn kill(&self, i: usize) {
         let node = self.nodes.lock().expect("sim nodes lock")[i].take();
         if let Some(node) = node {
@@ -200,6 +215,7 @@ impl RaftGroup {
                 .expect("sim net lock")
                 .remove(&(i as NodeId + 1));
             node.shutdown().await;
+            self.disks[i].crash();
         }
     }
 
@@ -209,7 +225,7 @@ impl RaftGroup {
             return;
         }
         let node = Arc::new(
-            RaftMetastore::start(self.options[i].clone())
+            RaftMetastore::start(on_disk(&self.options[i], &self.disks[i]))
                 .await
                 .expect("a metastore node restarts from its log"),
         );
