@@ -99,3 +99,27 @@ def test_kcat_balanced_consumer_resumes_from_committed_offsets(agent):
     second = kcat("-b", agent.bootstrap, "-G", "kcat-group", "kg", "-e", "-q",
                   "-X", "auto.offset.reset=earliest", "-f", "%s\n").split()
     assert second == ["kg-500"]
+
+
+def test_commit_metadata_over_the_limit_is_refused(agent):
+    """Kafka's offset.metadata.max.bytes (4096): longer commit metadata is
+    answered OFFSET_METADATA_TOO_LARGE and not stored; the rest commits."""
+    from kafka import TopicPartition
+    from kafka.errors import OffsetMetadataTooLargeError
+    from kafka.structs import OffsetAndMetadata
+
+    create_topic(agent.bootstrap, "annotated", 1)
+    consumer = KafkaConsumer(bootstrap_servers=agent.bootstrap, group_id="annotators",
+                             enable_auto_commit=False)
+    tp = TopicPartition("annotated", 0)
+    try:
+        consumer.commit({tp: OffsetAndMetadata(5, "m" * 4096, -1)})
+        assert consumer.committed(tp, metadata=True).metadata == "m" * 4096
+        try:
+            consumer.commit({tp: OffsetAndMetadata(9, "m" * 4097, -1)})
+            raise AssertionError("metadata over the limit was accepted")
+        except OffsetMetadataTooLargeError:
+            pass
+        assert consumer.committed(tp) == 5, "the refused commit changed nothing"
+    finally:
+        consumer.close()

@@ -82,9 +82,10 @@ def test_hostile_connections_hold_bounded_memory(make_agent):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
     budgets = {"--cache-bytes": 64, "--max-buffered-bytes": 64, "--max-response-bytes": 64,
-               "--max-fetch-bytes": 8, "--flush-bytes": 8}
+               "--queued-max-request-bytes": 100, "--max-fetch-bytes": 8, "--flush-bytes": 8}
     args = [a for k, v in budgets.items() for a in (k, f"{v}MiB")]
-    agent = make_agent(*args, "--connections-max-idle", "5s", "--compaction-interval", "0s")
+    agent = make_agent(*args, "--connections-max-idle", "5s", "--stalled-client-timeout", "3s",
+                       "--compaction-interval", "0s")
     create_topic(agent.bootstrap, "big", 1)
     p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 20})
     for n in range(96):
@@ -135,6 +136,20 @@ def test_hostile_connections_hold_bounded_memory(make_agent):
         s = socket.create_connection(("127.0.0.1", agent.port))
         s.sendall(struct.pack(">i", 90 * MIB) + b"\x00\x01")  # announce 90 MiB, send 2 bytes
         slow.append(s)
+    # Forty more send 4 MiB of their 90 MiB and stop: 160 MiB, of which the
+    # request budget lets 100 MiB in until they stall out.
+    half = MIB * 4 * b"h"
+    for _ in range(40):
+        s = socket.create_connection(("127.0.0.1", agent.port))
+        s.setblocking(False)
+        try:
+            s.send(struct.pack(">i", 90 * MIB))
+            sent = 0
+            while sent < len(half):
+                sent += s.send(half[sent:])
+        except BlockingIOError:
+            pass  # the agent stopped reading it: the budget is spent
+        slow.append(s)
     greedy = []
     for c in range(20):
         s = connect(agent)
@@ -153,7 +168,8 @@ def test_hostile_connections_hold_bounded_memory(make_agent):
         s.close()
 
     grown_mib = (peak[0] - baseline) / 1024
-    limit_mib = sum(budgets[k] for k in ("--cache-bytes", "--max-buffered-bytes", "--max-response-bytes"))
+    limit_mib = sum(budgets[k] for k in ("--cache-bytes", "--max-buffered-bytes",
+                                         "--max-response-bytes", "--queued-max-request-bytes"))
     # Transient copies while encoding (one fetch per worker thread) and the
     # connections' own buffers and tasks.
     overhead_mib = 2 * 2 * budgets["--max-fetch-bytes"] + 64
@@ -163,3 +179,53 @@ def test_hostile_connections_hold_bounded_memory(make_agent):
     assert agent.alive()
     assert grown_mib < limit_mib + overhead_mib
     assert live_sent and sorted(live_got) == sorted(live_sent)
+
+
+def test_a_client_that_never_reads_holds_one_response_until_its_stall_timeout(make_agent):
+    """A connection that pipelines fetches and reads none of them held
+    whatever responses it had completed until connections_max_idle (10
+    minutes by default), and as many as raced ahead of the first write. Now
+    it holds one response's budget at a time (the agent's metric shows it),
+    another consumer keeps being served meanwhile, and the connection is
+    closed once it has read nothing for stalled_client_timeout."""
+    # Extents of about 1 MiB (the flush size): every fetch here plans about
+    # 9 MiB (8 MiB and the extent that crosses it), so the budget holds two.
+    agent = make_agent("--max-response-bytes", "20MiB", "--max-fetch-bytes", "8MiB",
+                       "--flush-bytes", "1MiB",
+                       "--stalled-client-timeout", "15s", "--connections-max-idle", "120s",
+                       "--compaction-interval", "0s")
+    create_topic(agent.bootstrap, "big", 1)
+    p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 20})
+    for n in range(40):
+        p.produce("big", value=bytes([n]) * (256 * 1024), partition=0)
+    assert p.flush(60) == 0
+
+    attacker = connect(agent)
+    attacker.setblocking(False)
+    try:
+        attacker.sendall(b"".join(fetch_v4("big", n, 8 * MIB) for n in range(64)))
+    except BlockingIOError:
+        pass  # the agent stopped reading it: as intended
+    attacked_at = time.time()
+    time.sleep(1)  # its fetches take their budget
+    free = metric(agent.admin("/metrics")[1], "floe_response_budget_free_bytes")
+    print(f"response budget free during the attack: {free / MIB:.1f} MiB of 20")
+    assert free >= 10 * MIB, "the attacker holds more than one response"
+
+    consumer = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "victim",
+                         "enable.auto.commit": False, "max.partition.fetch.bytes": 8 * MIB})
+    consumer.assign([TopicPartition("big", 0, 0)])
+    first = None
+    while first is None and time.time() - attacked_at < 60:
+        m = consumer.poll(0.2)
+        if m is not None and not m.error():
+            first = time.time() - attacked_at
+    consumer.close()
+    print(f"the other consumer's first record came {first}s into the attack")
+    assert first is not None and first < 10, \
+        f"starved: first record {first}s into the attack (the attacker's hold ends at 15s)"
+    # The attacker read nothing: its connection is closed once stalled.
+    attacker.setblocking(True)
+    assert closed_within(attacker, 30), "a client reading nothing keeps its connection"
+    assert time.time() - attacked_at < 45
+    attacker.close()

@@ -21,6 +21,11 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Resul
 }
 
 async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    let m = &broker.metrics;
+    m.response_budget_free
+        .set(broker.responses.available() as i64);
+    m.request_budget_free
+        .set(broker.requests.available() as i64);
     (
         [(
             header::CONTENT_TYPE,

@@ -295,8 +295,9 @@ struct Uploaded {
 enum Failed {
     /// The metastore's time is not known yet: nothing was written.
     NoClock,
-    /// The PUT failed; the object may still have been stored (a lost reply).
-    Put(object_store::Error),
+    /// The PUT failed or outlived [`PUT_DEADLINE`]; the object may still
+    /// have been stored (a lost reply).
+    Put(String),
 }
 
 async fn upload_and_commit(
@@ -330,9 +331,13 @@ async fn upload_and_commit(
             };
             let (bytes, commit, appends) = file.build(not_before_ms);
             let path = object_store::path::Path::from(key.as_str());
-            let result = match store.put(&path, bytes.clone().into()).await {
-                Ok(_) => Ok((bytes, commit)),
-                Err(e) => Err(Failed::Put(e)),
+            // Uploads commit in order: one stuck PUT would hold every
+            // later file, so it gets a deadline whatever the store's own.
+            let put = tokio::time::timeout(PUT_DEADLINE, store.put(&path, bytes.clone().into()));
+            let result = match put.await {
+                Ok(Ok(_)) => Ok((bytes, commit)),
+                Ok(Err(e)) => Err(Failed::Put(e.to_string())),
+                Err(_) => Err(Failed::Put(format!("no answer within {PUT_DEADLINE:?}"))),
             };
             Uploaded {
                 key,
@@ -356,7 +361,7 @@ async fn upload_and_commit(
             }
             Err(Failed::Put(e)) => {
                 tracing::warn!(object = %key, error = %e, "ingest upload failed; producers get a retriable error");
-                reply_all(up.appends, AppendError::Storage(e.to_string()));
+                reply_all(up.appends, AppendError::Storage(e));
                 // A failed PUT may still have stored the object (a lost reply).
                 record_orphan(meta.as_ref(), key).await;
                 continue;
@@ -451,6 +456,9 @@ impl MetastoreClock {
 /// The longest an agent waits for a commit before answering its producers
 /// with a retriable error.
 pub const COMMIT_DEADLINE: Duration = Duration::from_secs(60);
+/// The longest one ingest PUT may take, retries included (an S3 store's
+/// own deadlines are shorter: see `floe_storage::store::S3_TIMEOUTS`).
+pub const PUT_DEADLINE: Duration = Duration::from_secs(60);
 
 async fn record_orphan(meta: &dyn Metastore, key: String) {
     if let Err(e) = meta.record_orphans(vec![key.clone()]).await {
@@ -541,6 +549,96 @@ mod tests {
         fn new_id(&self) -> uuid::Uuid {
             uuid::Uuid::nil()
         }
+    }
+
+    /// A metastore of one state in memory, answering at once.
+    #[derive(Default)]
+    struct Prompt(std::sync::Mutex<floe_metastore::state::State>);
+
+    impl floe_metastore::Sequencer for Prompt {
+        async fn propose(
+            &self,
+            command: floe_metastore::state::Command,
+        ) -> Result<floe_metastore::state::Reply, floe_metastore::MetaError> {
+            let proposal = floe_metastore::state::Proposal {
+                at_ms: 1_000,
+                command,
+            };
+            Ok(self.0.lock().unwrap().apply_proposal(proposal))
+        }
+        async fn read<T: Send, F: FnOnce(&floe_metastore::state::State) -> T + Clone + Send>(
+            &self,
+            f: F,
+        ) -> Result<T, floe_metastore::MetaError> {
+            Ok(f(&self.0.lock().unwrap()))
+        }
+        fn now_ms(&self) -> i64 {
+            1_000
+        }
+        fn new_id(&self) -> uuid::Uuid {
+            uuid::Uuid::from_u128(7)
+        }
+    }
+
+    /// A store whose PUTs never answer (a hung connection, a stuck proxy).
+    struct HungPuts;
+
+    #[async_trait::async_trait]
+    impl floe_storage::hooked::Hooks for HungPuts {
+        async fn before(&self, op: floe_storage::hooked::Op) -> object_store::Result<()> {
+            if op == floe_storage::hooked::Op::Put {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+    }
+
+    /// Uploads commit in order, so one PUT that never returns would hold
+    /// every later produce: it fails at its deadline, its producers get a
+    /// retriable error, and its key goes to the metastore as a possible orphan.
+    #[tokio::test(start_paused = true)]
+    async fn a_put_that_never_returns_fails_at_its_deadline() {
+        let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let store: Arc<dyn ObjectStore> = Arc::new(floe_storage::hooked::HookedStore::new(
+            memory.clone(),
+            HungPuts,
+        ));
+        let meta = Arc::new(Prompt::default());
+        let batcher = Batcher::start(
+            BatcherConfig {
+                flush_interval: Duration::from_millis(10),
+                flush_bytes: 1 << 20,
+                max_buffered_bytes: 1 << 20,
+                max_inflight_uploads: 2,
+            },
+            store,
+            meta.clone(),
+            Arc::new(BlockCache::new(memory, 1 << 20, 1 << 16)),
+            watch::channel(0).0,
+            Arc::new(Metrics::new()),
+            Arc::new(RandomIds),
+        );
+        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
+        let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
+        let committed = batcher
+            .enqueue(TopicId::from_u128(1), 0, batch, false)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let answer = tokio::time::timeout(PUT_DEADLINE * 2, committed.offset())
+            .await
+            .expect("the producer is answered");
+        assert!(
+            matches!(&answer, Err(AppendError::Storage(why)) if why.contains("no answer")),
+            "{answer:?}"
+        );
+        assert!(started.elapsed() >= PUT_DEADLINE);
+        let garbage = meta.0.lock().unwrap().garbage().to_vec();
+        assert_eq!(
+            garbage.len(),
+            1,
+            "the key is handed to GC as a possible orphan"
+        );
     }
 
     /// An agent that started while the metastore was unreachable has never

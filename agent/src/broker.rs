@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use crate::batcher::{Batcher, BatcherConfig};
 use crate::budget::ResponseBudget;
 use crate::config::Config;
+use crate::frames::RequestBudget;
 use crate::metrics::Metrics;
 use crate::topic_cache::TopicCache;
 use crate::watermarks::Watermarks;
@@ -36,6 +37,8 @@ pub struct Broker {
     pub watermarks: Arc<Watermarks>,
     /// Memory for responses in flight, across every connection.
     pub responses: ResponseBudget,
+    /// Memory for requests being read, across every connection.
+    pub requests: RequestBudget,
 }
 
 /// How often waiting fetches' partitions are checked for commits made
@@ -75,6 +78,7 @@ impl Broker {
             Arc::new(floe_storage::ids::RandomIds),
         );
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
+        let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
         Ok(Broker {
             config,
             advertised_host,
@@ -88,6 +92,7 @@ impl Broker {
             produce_topics: Arc::new(TopicCache::new(PRODUCE_TOPIC_TTL)),
             watermarks,
             responses,
+            requests,
         })
     }
 

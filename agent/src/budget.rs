@@ -6,6 +6,12 @@
 //! its response has been written to the socket. With the budget spent, new
 //! fetches wait (or answer without records at their deadline); memory never
 //! grows past it.
+//!
+//! One connection holds budget for one response at a time (its [`Turn`]), as
+//! a Kafka broker handles one request per connection at a time: a client
+//! that pipelines fetches and reads none holds at most one fetch's bytes, and
+//! only until the server gives up writing to it (`stalled_client_timeout`).
+//! Its other fetches answer without records.
 
 use std::sync::Arc;
 
@@ -17,8 +23,22 @@ pub struct ResponseBudget {
     max: usize,
 }
 
-/// Bytes taken from the budget; given back when dropped.
-pub type Held = OwnedSemaphorePermit;
+/// Bytes taken from the budget, and the connection's turn; both given back
+/// when dropped (once the response is written).
+pub struct Held {
+    _bytes: OwnedSemaphorePermit,
+    _turn: OwnedSemaphorePermit,
+}
+
+/// A connection's right to hold response budget: one response at a time.
+#[derive(Clone)]
+pub struct Turn(Arc<Semaphore>);
+
+impl Default for Turn {
+    fn default() -> Self {
+        Turn(Arc::new(Semaphore::new(1)))
+    }
+}
 
 impl ResponseBudget {
     pub fn new(max_bytes: usize) -> Self {
@@ -28,14 +48,21 @@ impl ResponseBudget {
         }
     }
 
-    /// Takes `bytes` (at most the whole budget), waiting until `deadline`
-    /// for them; `None` if they did not come free by then.
-    pub async fn take(&self, bytes: usize, deadline: Instant) -> Option<Held> {
+    /// Takes `bytes` (at most the whole budget) for a response of the
+    /// connection whose turn it is, waiting until `deadline` for the turn
+    /// and then the bytes; `None` if they did not come free by then.
+    pub async fn take(&self, bytes: usize, turn: &Turn, deadline: Instant) -> Option<Held> {
         let wanted = bytes.clamp(1, self.max) as u32;
-        tokio::time::timeout_at(deadline, self.bytes.clone().acquire_many_owned(wanted))
-            .await
-            .ok()?
-            .ok()
+        tokio::time::timeout_at(deadline, async {
+            let turn = turn.0.clone().acquire_owned().await.ok()?;
+            let bytes = self.bytes.clone().acquire_many_owned(wanted).await.ok()?;
+            Some(Held {
+                _bytes: bytes,
+                _turn: turn,
+            })
+        })
+        .await
+        .ok()?
     }
 
     /// Bytes not taken right now.
@@ -53,12 +80,30 @@ mod tests {
     async fn takers_wait_for_bytes_given_back() {
         let budget = ResponseBudget::new(100);
         let soon = || Instant::now() + Duration::from_millis(50);
-        let a = budget.take(70, soon()).await.unwrap();
-        assert!(budget.take(40, soon()).await.is_none(), "only 30 left");
-        let b = budget.take(1_000, Instant::now() + Duration::from_secs(5));
+        let a = budget.take(70, &Turn::default(), soon()).await.unwrap();
+        let other = Turn::default();
+        assert!(
+            budget.take(40, &other, soon()).await.is_none(),
+            "only 30 left"
+        );
+        let b = budget.take(1_000, &other, Instant::now() + Duration::from_secs(5));
         drop(a);
-        let b = b.await.expect("the whole budget, once free");
-        assert_eq!(b.num_permits(), 100);
+        let _b = b.await.expect("the whole budget, once free");
         assert_eq!(budget.available(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_holds_one_response_at_a_time() {
+        let budget = ResponseBudget::new(100);
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let turn = Turn::default();
+        let first = budget.take(10, &turn, soon()).await.unwrap();
+        assert!(
+            budget.take(10, &turn, soon()).await.is_none(),
+            "its next response waits for the first to be written"
+        );
+        assert!(budget.take(10, &Turn::default(), soon()).await.is_some());
+        drop(first);
+        assert!(budget.take(10, &turn, soon()).await.is_some());
     }
 }

@@ -49,6 +49,10 @@ pub struct Config {
     pub max_inflight_uploads: usize,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     pub max_frame_bytes: ByteSize,
+    /// Memory for requests being read and not yet admitted, across all
+    /// connections (Kafka's `queued.max.request.bytes`); connections stop
+    /// reading beyond it.
+    pub queued_max_request_bytes: ByteSize,
     /// Largest record batch a producer may send (Kafka's `message.max.bytes`;
     /// a topic's `max.message.bytes` overrides it).
     pub message_max_bytes: ByteSize,
@@ -65,10 +69,15 @@ pub struct Config {
     /// Behind a load balancer every client shares its address: keep it high.
     pub max_connections_per_ip: usize,
     /// A connection with no request in flight and none arriving for this
-    /// long is closed (Kafka's `connections.max.idle.ms`); also the longest
-    /// a response may wait for its client to read it.
+    /// long is closed (Kafka's `connections.max.idle.ms`).
     #[serde(with = "humantime_serde")]
     pub connections_max_idle: Duration,
+    /// A connection whose client sends none of a request it began, or reads
+    /// none of a response, for this long is closed, giving back the memory
+    /// it held. (A Kafka client gives up on a request after its
+    /// `request.timeout.ms`, 30 s by default, and reconnects.)
+    #[serde(with = "humantime_serde")]
+    pub stalled_client_timeout: Duration,
     /// Memory for cached object blocks.
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
@@ -117,6 +126,7 @@ impl Default for Config {
             max_buffered_bytes: ByteSize::mib(256),
             max_inflight_uploads: 4,
             max_frame_bytes: ByteSize::mib(100),
+            queued_max_request_bytes: ByteSize::mib(128),
             max_fetch_bytes: ByteSize::mib(55),
             message_max_bytes: ByteSize::b(
                 crate::handlers::produce_rules::DEFAULT_MESSAGE_MAX_BYTES,
@@ -125,6 +135,7 @@ impl Default for Config {
             max_connections: 4096,
             max_connections_per_ip: 4096,
             connections_max_idle: Duration::from_secs(600),
+            stalled_client_timeout: Duration::from_secs(30),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
             auto_create_topics: true,
@@ -201,8 +212,16 @@ impl Config {
             "max_connections and max_connections_per_ip must be positive"
         );
         anyhow::ensure!(
-            !self.connections_max_idle.is_zero(),
-            "connections_max_idle must be positive"
+            !self.connections_max_idle.is_zero() && !self.stalled_client_timeout.is_zero(),
+            "connections_max_idle and stalled_client_timeout must be positive"
+        );
+        anyhow::ensure!(
+            self.queued_max_request_bytes >= self.max_frame_bytes,
+            "queued_max_request_bytes must be at least max_frame_bytes"
+        );
+        anyhow::ensure!(
+            self.queued_max_request_bytes.as_u64() <= u32::MAX as u64 / 2,
+            "queued_max_request_bytes must be below 2 GiB"
         );
         self.advertised()?;
         if let Some(spec) = &self.inject_faults {

@@ -86,6 +86,9 @@ struct AgentArgs {
     max_inflight_uploads: Option<usize>,
     #[arg(long, env = "FLOE_MAX_FRAME_BYTES")]
     max_frame_bytes: Option<ByteSize>,
+    /// Memory for requests being read across all connections (Kafka's queued.max.request.bytes)
+    #[arg(long, env = "FLOE_QUEUED_MAX_REQUEST_BYTES")]
+    queued_max_request_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_MAX_FETCH_BYTES")]
     max_fetch_bytes: Option<ByteSize>,
     /// Largest batch a producer may send (Kafka's message.max.bytes)
@@ -101,6 +104,9 @@ struct AgentArgs {
     /// e.g. 10m: connections idle this long are closed
     #[arg(long, env = "FLOE_CONNECTIONS_MAX_IDLE", value_parser = humantime::parse_duration)]
     connections_max_idle: Option<Duration>,
+    /// e.g. 30s: a client sending none of a begun request, or reading none of a response, this long is disconnected
+    #[arg(long, env = "FLOE_STALLED_CLIENT_TIMEOUT", value_parser = humantime::parse_duration)]
+    stalled_client_timeout: Option<Duration>,
     #[arg(long, env = "FLOE_CACHE_BYTES")]
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
@@ -148,12 +154,14 @@ impl AgentArgs {
             max_buffered_bytes,
             max_inflight_uploads,
             max_frame_bytes,
+            queued_max_request_bytes,
             max_fetch_bytes,
             message_max_bytes,
             max_response_bytes,
             max_connections,
             max_connections_per_ip,
             connections_max_idle,
+            stalled_client_timeout,
             cache_bytes,
             cache_block_bytes,
             auto_create_topics,

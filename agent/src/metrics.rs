@@ -40,6 +40,9 @@ pub struct Metrics {
     pub connections: Gauge,
     /// Connections closed on arrival by max_connections(_per_ip).
     pub connections_refused: Counter,
+    /// Bytes of the response and request budgets not taken (set when scraped).
+    pub response_budget_free: Gauge,
+    pub request_budget_free: Gauge,
 }
 
 impl Default for Metrics {
@@ -113,9 +116,23 @@ impl Metrics {
             "Connections closed on arrival by max_connections or max_connections_per_ip",
             connections_refused.clone(),
         );
+        let response_budget_free = Gauge::default();
+        registry.register(
+            "response_budget_free_bytes",
+            "Bytes of max_response_bytes not held by responses being prepared or written",
+            response_budget_free.clone(),
+        );
+        let request_budget_free = Gauge::default();
+        registry.register(
+            "request_budget_free_bytes",
+            "Bytes of queued_max_request_bytes not held by requests being read",
+            request_budget_free.clone(),
+        );
         let background = floe_compactor::Counters::default();
         background.register(&mut registry);
         Metrics {
+            response_budget_free,
+            request_budget_free,
             metastore_requests,
             background,
             connections,

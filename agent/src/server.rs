@@ -4,14 +4,17 @@
 //! produce waits for the next flush, so requests of one connection are handled
 //! concurrently while their responses are written strictly in request order.
 //!
-//! What one connection can hold is bounded: its read buffer grows only with
-//! the bytes it was sent ([`frame::FrameCodec`]); at most
-//! [`MAX_IN_FLIGHT_PER_CONNECTION`] requests are handled at once, of which at
-//! most [`MAX_OTHER_IN_FLIGHT_PER_CONNECTION`] are not produces; fetched bytes
-//! come from the agent-wide response budget ([`crate::budget`]) until written;
-//! a connection idle for `connections_max_idle`, or whose client does not
-//! read a response within it, is closed; and `max_connections` /
-//! `max_connections_per_ip` cap how many there are.
+//! What connections can hold is bounded: the bytes of requests being read
+//! come from the agent-wide request budget ([`crate::frames`]) until the
+//! request is admitted, and a read buffer grows only with the bytes sent; at
+//! most [`MAX_IN_FLIGHT_PER_CONNECTION`] requests are handled at once, of
+//! which at most [`MAX_OTHER_IN_FLIGHT_PER_CONNECTION`] are not produces;
+//! fetched bytes come from the agent-wide response budget ([`crate::budget`])
+//! until written, one response per connection at a time; a connection idle
+//! for `connections_max_idle` is closed, and so is one whose client stops
+//! sending a request it began or stops reading a response for
+//! `stalled_client_timeout`; `max_connections` / `max_connections_per_ip`
+//! cap how many there are.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,12 +29,13 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
-use tokio_util::codec::FramedRead;
 
 use crate::broker::Broker;
-use crate::budget::Held;
+use crate::budget::{Held, Turn};
+use crate::frames::FrameReader;
 use crate::handlers;
 
 /// Requests of one connection handled at once before reading pauses: enough
@@ -126,7 +130,9 @@ async fn connection(
     let (read, mut write) = stream.into_split();
     let max_frame = broker.config.max_frame_bytes.as_u64() as usize;
     let idle_for = broker.config.connections_max_idle;
-    let mut frames = FramedRead::new(read, frame::codec(max_frame));
+    let stall = broker.config.stalled_client_timeout;
+    let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
+    let turn = Turn::default();
     let mut in_flight = FuturesOrdered::new();
     let mut others = 0usize;
     let mut reading = true;
@@ -139,13 +145,16 @@ async fn connection(
             next = frames.next(), if can_read => {
                 last_active = Instant::now();
                 match next {
-                    Some(Ok(frame)) => match request::decode(frame.freeze()) {
+                    Some(Ok(frame)) => match request::decode(frame.bytes.freeze()) {
                         // Admission runs before the next request is read, so
                         // produced batches are enqueued in request order.
                         Ok(decoded) => {
                             let produce = is_produce(&decoded);
                             others += usize::from(!produce);
-                            let pending = admit(broker.clone(), decoded).await;
+                            let pending = admit(broker.clone(), decoded, &turn).await;
+                            // Admitted: produced batches are now the produce
+                            // buffer's to count, the rest is small.
+                            drop(frame.held);
                             in_flight.push_back(async move { (produce, pending.await) });
                         }
                         Err(e) => {
@@ -166,14 +175,11 @@ async fn connection(
                     Ok(Some((bytes, held))) => {
                         // A client that does not read its responses holds
                         // their memory (and budget) only this long.
-                        let written = tokio::time::timeout(idle_for, write.write_all(&bytes)).await;
+                        let written = write_progressing(&mut write, &bytes, stall).await;
                         drop(held);
-                        match written {
-                            Ok(result) => result?,
-                            Err(_) => {
-                                tracing::warn!(%peer, "closing connection: the client did not read its response");
-                                break;
-                            }
+                        if !written? {
+                            tracing::warn!(%peer, "closing connection: the client stopped reading its response");
+                            break;
                         }
                         last_active = Instant::now();
                     }
@@ -199,6 +205,25 @@ async fn connection(
     write.shutdown().await
 }
 
+/// Writes `bytes`, unless the client accepts none of them for `stall`
+/// (`Ok(false)`): a client that reads slowly keeps its connection, one that
+/// stopped reading does not hold the response's memory for long.
+async fn write_progressing(
+    write: &mut OwnedWriteHalf,
+    mut bytes: &[u8],
+    stall: std::time::Duration,
+) -> std::io::Result<bool> {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(stall, write.write(bytes)).await {
+            Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => bytes = &bytes[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
 fn is_produce(decoded: &Decoded) -> bool {
     matches!(decoded, Decoded::Request { header, .. } if header.request_api_key == ApiKey::Produce as i16)
 }
@@ -210,7 +235,7 @@ type Responding = BoxFuture<'static, Result<Option<(Bytes, Option<Held>)>, ()>>;
 
 /// Starts handling one request (see [`handlers::admit`]) and returns the future
 /// that finishes it and encodes its response frame.
-async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
+async fn admit(broker: Arc<Broker>, decoded: Decoded, turn: &Turn) -> Responding {
     match decoded {
         Decoded::ApiVersionsTooNew { correlation_id } => {
             let response = ResponseKind::ApiVersions(handlers::api_versions::unsupported());
@@ -227,7 +252,7 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded) -> Responding {
                 correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
             let started = Instant::now();
             let metrics = broker.metrics.clone();
-            let pending = handlers::admit(broker, &header, *body).await;
+            let pending = handlers::admit(broker, &header, *body, turn).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move {
                 let reply = pending.await;

@@ -176,4 +176,73 @@ mod tests {
             }
         );
     }
+
+    /// A metastore that fails every read plan of one partition.
+    struct PlanFailsFor {
+        inner: floe_metastore::LocalMetastore,
+        partition: i32,
+    }
+
+    impl floe_metastore::Transport for PlanFailsFor {
+        async fn call<O: floe_metastore::Op>(&self, op: O) -> Result<O::Output, MetaError> {
+            let plan = (&op as &dyn std::any::Any).downcast_ref::<floe_metastore::ops::PlanRead>();
+            if plan.is_some_and(|p| p.partition.partition == self.partition) {
+                return Err(MetaError::unavailable("injected: this partition fails"));
+            }
+            self.inner.call(op).await
+        }
+    }
+
+    /// One partition whose plan cannot be read used to end the whole pass,
+    /// so retention stopped for every partition after it.
+    #[tokio::test]
+    async fn a_failing_partition_does_not_stop_the_pass() {
+        let meta: Arc<dyn Metastore> = Arc::new(PlanFailsFor {
+            inner: floe_metastore::LocalMetastore::in_memory().await.unwrap(),
+            partition: 0,
+        });
+        let t = meta
+            .create_topic(floe_metastore::NewTopic {
+                name: "t".into(),
+                partitions: 3,
+                configs: [("retention.ms".to_string(), "1000".to_string())].into(),
+            })
+            .await
+            .unwrap();
+        let batches = (0..3)
+            .map(|partition| floe_metastore::CommitBatch {
+                topic_id: t.id,
+                partition,
+                position: 0,
+                length: 10,
+                record_count: 1,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            })
+            .collect();
+        let now_ms = meta.clock().await.unwrap();
+        meta.commit(floe_metastore::Commit {
+            object_key: "ingest/a".into(),
+            object_size: 30,
+            batches,
+            not_before_ms: now_ms,
+        })
+        .await
+        .unwrap();
+        let counters = Counters::default();
+        let later = now_ms + 3_600_000;
+        assert_eq!(enforce(&meta, later, &counters).await.unwrap(), 2);
+        assert_eq!(counters.retention_failures.get(), 1);
+        for partition in 1..3 {
+            assert_eq!(
+                meta.offsets(t.id, partition)
+                    .await
+                    .unwrap()
+                    .log_start_offset,
+                1
+            );
+        }
+    }
 }

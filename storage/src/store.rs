@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
+use object_store::aws::AmazonS3ConfigKey;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::prefix::PrefixStore;
+use object_store::{ClientConfigKey, RetryConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreUrlError {
@@ -16,10 +18,14 @@ pub enum StoreUrlError {
     UnsupportedScheme(String),
     #[error("s3 URL `{0}` names no bucket; use s3://BUCKET[/PREFIX][?OPTIONS]")]
     NoBucket(String),
-    #[error("unknown s3 option `{0}` (known: endpoint, region, path_style, allow_http)")]
+    #[error(
+        "unknown s3 option `{0}` (known: endpoint, region, path_style, allow_http, skip_signature, timeout, connect_timeout, retry_timeout)"
+    )]
     UnknownOption(String),
     #[error("s3 option `{0}` needs true or false, not `{1}`")]
     NotABool(String, String),
+    #[error("s3 option `{0}` needs a duration such as 30s, not `{1}`")]
+    NotADuration(String, String),
     #[error("cannot use `{path}` as an object store folder: {source}")]
     Folder {
         path: String,
@@ -37,7 +43,10 @@ pub enum StoreUrlError {
 ///   `AWS_ENDPOINT`, ...), and on EC2/ECS the instance credentials. OPTIONS
 ///   override them: `endpoint=http://127.0.0.1:9000`, `region=us-east-1`,
 ///   `path_style=true` (needed by most local servers), `allow_http=true`
-///   (implied by an `http://` endpoint).
+///   (implied by an `http://` endpoint), `skip_signature=true` (anonymous
+///   requests, for public buckets and servers without credentials), and the deadlines of
+///   [`S3_TIMEOUTS`]: `connect_timeout=5s`, `timeout=30s` (one request),
+///   `retry_timeout=30s` (all retries of one operation).
 /// - `file://PATH`: a local folder (created if missing; a relative PATH such as
 ///   `file://./floe-data/objects` is taken from the working directory).
 /// - `memory://`: a process-local store for tests.
@@ -76,7 +85,28 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
         "false" => Ok(false),
         other => Err(StoreUrlError::NotABool(key.to_string(), other.to_string())),
     };
-    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let duration = |key: &str, value: &str| {
+        humantime::parse_duration(value)
+            .map_err(|_| StoreUrlError::NotADuration(key.to_string(), value.to_string()))
+    };
+    // Every network wait has a deadline, stated here rather than left to
+    // the library's defaults (see `S3_TIMEOUTS`); the URL may change them.
+    let client = |key| AmazonS3ConfigKey::Client(key);
+    let millis = |d: std::time::Duration| format!("{}ms", d.as_millis());
+    let mut retry = RetryConfig {
+        retry_timeout: S3_TIMEOUTS.retries,
+        ..RetryConfig::default()
+    };
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_config(
+            client(ClientConfigKey::Timeout),
+            millis(S3_TIMEOUTS.request),
+        )
+        .with_config(
+            client(ClientConfigKey::ConnectTimeout),
+            millis(S3_TIMEOUTS.connect),
+        );
     if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
         && let Some(keys) =
             shared_credentials_file().and_then(|(file, profile)| profile_keys(&file, &profile))
@@ -99,10 +129,23 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
             "region" => builder.with_region(value.as_ref()),
             "path_style" => builder.with_virtual_hosted_style_request(!flag(&key, &value)?),
             "allow_http" => builder.with_allow_http(flag(&key, &value)?),
+            "skip_signature" => builder.with_skip_signature(flag(&key, &value)?),
+            "timeout" => builder.with_config(
+                client(ClientConfigKey::Timeout),
+                millis(duration(&key, &value)?),
+            ),
+            "connect_timeout" => builder.with_config(
+                client(ClientConfigKey::ConnectTimeout),
+                millis(duration(&key, &value)?),
+            ),
+            "retry_timeout" => {
+                retry.retry_timeout = duration(&key, &value)?;
+                builder
+            }
             other => return Err(StoreUrlError::UnknownOption(other.to_string())),
         };
     }
-    let store = builder.build()?;
+    let store = builder.with_retry(retry).build()?;
     let prefix = prefix.trim_end_matches('/');
     Ok(if prefix.is_empty() {
         Arc::new(store)
@@ -110,6 +153,26 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
         Arc::new(PrefixStore::new(store, prefix))
     })
 }
+
+/// The deadlines of S3 calls, unless the URL sets them (`timeout`,
+/// `connect_timeout`, `retry_timeout`).
+pub struct S3Timeouts {
+    /// Connecting to the endpoint.
+    pub connect: std::time::Duration,
+    /// One whole request (an 8 MiB ingest PUT takes well under a second
+    /// in a region; 30 s is object_store's own default).
+    pub request: std::time::Duration,
+    /// Retrying one operation after throttling or server errors, in all
+    /// (object_store's default is 3 min; the upload pipeline is ordered, so
+    /// one stuck PUT would hold every later commit that long).
+    pub retries: std::time::Duration,
+}
+
+pub const S3_TIMEOUTS: S3Timeouts = S3Timeouts {
+    connect: std::time::Duration::from_secs(5),
+    request: std::time::Duration::from_secs(30),
+    retries: std::time::Duration::from_secs(30),
+};
 
 /// Static keys of one profile of an AWS shared credentials file.
 #[derive(Debug, PartialEq, Eq)]
@@ -191,6 +254,43 @@ mod tests {
             open("s3://bucket?path_style=yes"),
             Err(StoreUrlError::NotABool(..))
         ));
+        assert!(open("s3://bucket?timeout=2s&connect_timeout=100ms&retry_timeout=1m").is_ok());
+        assert!(matches!(
+            open("s3://bucket?timeout=soon"),
+            Err(StoreUrlError::NotADuration(..))
+        ));
+    }
+
+    /// An S3 endpoint that accepts connections and never answers: every
+    /// call gives up at its deadlines instead of waiting forever (issue 8:
+    /// every network wait has a deadline).
+    #[tokio::test]
+    async fn a_silent_s3_endpoint_fails_calls_at_their_deadlines() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accept and hold every connection, answering nothing.
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                held.push(stream);
+            }
+        });
+        let store = open(&format!(
+            "s3://bucket?endpoint=http://127.0.0.1:{port}&region=us-east-1&path_style=true\
+             &skip_signature=true&timeout=300ms&retry_timeout=1s"
+        ))
+        .unwrap();
+        let started = tokio::time::Instant::now();
+        let path = object_store::path::Path::from("a");
+        let put = store.put(&path, bytes::Bytes::from_static(b"x").into());
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), put).await;
+        let error = format!("{outcome:?}");
+        assert!(matches!(outcome, Ok(Err(_))), "{error}");
+        assert!(
+            error.contains("imed out") || error.contains("imeout"),
+            "failed for another reason than its deadline: {error}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
     }
 
     #[test]

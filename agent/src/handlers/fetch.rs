@@ -16,7 +16,7 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
-use crate::budget::Held;
+use crate::budget::{Held, Turn};
 use crate::read::read_extents;
 use floe_protocol::batch::whole_batches_within;
 
@@ -37,6 +37,7 @@ pub async fn handle(
     broker: &Broker,
     req: FetchRequest,
     version: i16,
+    turn: &Turn,
 ) -> (FetchResponse, Option<Held>) {
     let by_id = version >= 13;
     let mut wanted = Vec::with_capacity(req.topics.len());
@@ -73,7 +74,7 @@ pub async fn handle(
         // lands during the read still wakes the wait below.
         commits.borrow_and_update();
         let (responses, bytes, seen, held) =
-            read_all(broker, &wanted, max_bytes, by_id, deadline).await;
+            read_all(broker, &wanted, max_bytes, by_id, deadline, turn).await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
             return (FetchResponse::default().with_responses(responses), held);
         }
@@ -116,6 +117,7 @@ async fn read_all(
     max_bytes: usize,
     by_id: bool,
     deadline: Instant,
+    turn: &Turn,
 ) -> (
     Vec<FetchableTopicResponse>,
     usize,
@@ -165,7 +167,7 @@ async fn read_all(
             // Waiting for budget must not outlast the fetch, but a fetch
             // with no wait (max_wait_ms = 0) still gets a moment.
             let wait_until = deadline.max(Instant::now() + Duration::from_millis(100));
-            let held = broker.responses.take(planned, wait_until).await;
+            let held = broker.responses.take(planned, turn, wait_until).await;
             if held.is_none() {
                 tracing::debug!(
                     planned,

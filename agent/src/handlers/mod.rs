@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use std::sync::Arc;
 
 use crate::broker::Broker;
-use crate::budget::Held;
+use crate::budget::{Held, Turn};
 
 /// A response, with the response budget it holds until written (fetches).
 pub struct Reply {
@@ -41,7 +41,13 @@ pub type Pending = BoxFuture<'static, Option<Reply>>;
 /// Starts handling a request. What must happen in request order (enqueueing
 /// produced batches) is done before this returns; the rest is left in the
 /// returned future. It resolves to `None` when the client expects no response.
-pub async fn admit(broker: Arc<Broker>, header: &RequestHeader, body: RequestKind) -> Pending {
+/// `turn` is the connection's, for the response budget (see [`crate::budget`]).
+pub async fn admit(
+    broker: Arc<Broker>,
+    header: &RequestHeader,
+    body: RequestKind,
+    turn: &Turn,
+) -> Pending {
     let version = header.request_api_version;
     if let RequestKind::Produce(req) = body {
         let admitted = produce::admit(&broker, req).await;
@@ -53,8 +59,9 @@ pub async fn admit(broker: Arc<Broker>, header: &RequestHeader, body: RequestKin
         });
     }
     if let RequestKind::Fetch(req) = body {
+        let turn = turn.clone();
         return Box::pin(async move {
-            let (response, held) = fetch::handle(&broker, req, version).await;
+            let (response, held) = fetch::handle(&broker, req, version, &turn).await;
             Some(Reply {
                 response: ResponseKind::Fetch(response),
                 held,

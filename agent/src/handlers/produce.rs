@@ -18,6 +18,7 @@ use floe_protocol::kafka_protocol::messages::produce_response::{
 };
 use floe_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use futures::future::join_all;
+use tokio::time::Instant;
 
 use super::produce_rules::ProduceRules;
 use super::str_bytes;
@@ -30,6 +31,9 @@ pub struct Admitted {
     acks: i16,
     /// How long the client waits for its answer (the request's `timeout_ms`).
     timeout: Duration,
+    /// When the answer is due: `timeout` after the request was read,
+    /// however long admission waited for the produce buffer.
+    due: Instant,
     topics: Vec<(TopicName, Vec<(i32, Admission)>)>,
     /// To forget a topic the metastore no longer knows by the id we used.
     topic_cache: Arc<TopicCache>,
@@ -43,6 +47,8 @@ enum Admission {
 
 /// Validates every partition's batch and enqueues the good ones, in request order.
 pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
+    let timeout = answer_within(req.timeout_ms);
+    let due = Instant::now() + timeout;
     let refusal = if !matches!(req.acks, -1..=1) {
         Some((
             ResponseError::InvalidRequiredAcks,
@@ -84,7 +90,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
             let admission = match &info {
                 Err((error, why)) => Admission::Refused(*error, why.clone()),
                 Ok((info, rules)) => {
-                    match admit_partition(broker, info, rules, data, req.acks).await {
+                    match admit_partition(broker, info, rules, data, req.acks, due).await {
                         Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
                         Err((error, why)) => {
                             tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
@@ -99,7 +105,8 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
     }
     Admitted {
         acks: req.acks,
-        timeout: answer_within(req.timeout_ms),
+        timeout,
+        due,
         topics,
         topic_cache: broker.produce_topics.clone(),
     }
@@ -115,7 +122,7 @@ impl Admitted {
     /// outlived it: the batch may still be stored, and the producer retries.
     pub async fn respond(self) -> Option<ProduceResponse> {
         let acks = self.acks;
-        let timeout = self.timeout;
+        let (timeout, due) = (self.timeout, self.due);
         let cache = &self.topic_cache;
         let topics = join_all(
             self.topics
@@ -128,7 +135,7 @@ impl Admitted {
                             let result = match admission {
                                 Admission::Enqueued(committed, stamped) => {
                                     append_time = stamped;
-                                    match tokio::time::timeout(timeout, committed.offset()).await {
+                                    match tokio::time::timeout_at(due, committed.offset()).await {
                                         Ok(answered) => {
                                             answered.map_err(|e| refusal(e, cache, topic))
                                         }
@@ -199,6 +206,7 @@ async fn admit_partition(
     rules: &ProduceRules,
     data: PartitionProduceData,
     acks: i16,
+    due: Instant,
 ) -> Result<(Committed, Option<i64>), (ResponseError, String)> {
     if data.index < 0 || data.index >= topic.partitions {
         return Err((
@@ -233,10 +241,20 @@ async fn admit_partition(
     // it decides nothing.
     let now_ms = crate::discovery::now_ms();
     let batch = rules.apply(batch, now_ms)?;
-    let committed = broker
+    // With the produce buffer full (uploads slower than producers), wait
+    // for room no longer than the client waits for its answer: the batch
+    // is then not enqueued, and the producer retries it.
+    let enqueue = broker
         .batcher
-        .enqueue(topic.id, data.index, batch, acks == 0)
+        .enqueue(topic.id, data.index, batch, acks == 0);
+    let committed = tokio::time::timeout_at(due, enqueue)
         .await
+        .map_err(|_| {
+            (
+                ResponseError::RequestTimedOut,
+                "the produce buffer stayed full until the request's timeout".to_string(),
+            )
+        })?
         .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))?;
     Ok((committed, rules.log_append_time.then_some(now_ms)))
 }

@@ -165,13 +165,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.snapshots_built += 1;
-        // A copy under the read lock (no encoding there); the builder
-        // encodes it on a blocking thread.
-        let state = self
-            .state
-            .read()
-            .expect("metastore state lock poisoned")
-            .clone();
+        // A copy under the read lock, made on a blocking thread (a large
+        // state takes a while to copy); nothing applies meanwhile, as the
+        // state machine waits here, so it matches `last_applied`. The
+        // builder encodes it on a blocking thread too.
+        let shared = self.state.clone();
+        let copied = blocking(move || {
+            Ok(shared
+                .read()
+                .expect("metastore state lock poisoned")
+                .clone())
+        })
+        .await;
+        let state = copied.unwrap_or_else(|_| {
+            // The blocking pool is gone (shutting down): copy here instead.
+            self.state
+                .read()
+                .expect("metastore state lock poisoned")
+                .clone()
+        });
         let snapshot_id = match self.last_applied {
             Some(log_id) => format!(
                 "{}-{}-{}",
