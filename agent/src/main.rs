@@ -34,6 +34,42 @@ enum Command {
     Agent(Box<AgentArgs>),
     /// Run a metastore node (Raft) that agents share (`floe agent --metastore HOST:PORT,...`), or change its group.
     Metastore(MetastoreArgs),
+    /// A workload's monthly bill on Apache Kafka and on floe, line by line (docs/cost.md).
+    Cost(CostArgs),
+}
+
+/// Defaults, then the TOML file, then each `--set`, in order.
+#[derive(Args)]
+struct CostArgs {
+    /// A TOML file of inputs: [workload], [prices], [kafka], [floe] (any subset).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// One input, e.g. --set workload.write_mib_s=1024 (repeatable).
+    #[arg(long = "set", value_name = "SECTION.FIELD=VALUE")]
+    set: Vec<String>,
+    /// Print the inputs and bills as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Leave out each line's formula.
+    #[arg(long)]
+    brief: bool,
+}
+
+fn run_cost(args: CostArgs) -> anyhow::Result<()> {
+    let mut inputs = match &args.config {
+        Some(path) => floe_cost::Inputs::from_toml(&std::fs::read_to_string(path)?)?,
+        None => floe_cost::Inputs::default(),
+    };
+    for assignment in &args.set {
+        inputs.set(assignment)?;
+    }
+    let bills = floe_cost::model::all(&inputs);
+    if args.json {
+        println!("{}", floe_cost::json(&inputs, &bills));
+    } else {
+        print!("{}", floe_cost::table(&bills, !args.brief));
+    }
+    Ok(())
 }
 
 /// Every flag overrides the same key of the config file; `FLOE_<KEY>` env vars too.
@@ -218,6 +254,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Agent(args) => args.into_config().and_then(run_agent),
         Command::Metastore(args) => run_metastore(args),
+        Command::Cost(args) => run_cost(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
