@@ -216,8 +216,8 @@ impl Config {
             "connections_max_idle and stalled_client_timeout must be positive"
         );
         anyhow::ensure!(
-            self.queued_max_request_bytes >= self.max_frame_bytes,
-            "queued_max_request_bytes must be at least max_frame_bytes"
+            self.queued_max_request_bytes.as_u64() >= self.max_frame_bytes.as_u64() + 4,
+            "queued_max_request_bytes must exceed max_frame_bytes (by a frame's 4-byte size)"
         );
         anyhow::ensure!(
             self.queued_max_request_bytes.as_u64() <= u32::MAX as u64 / 2,

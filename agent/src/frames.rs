@@ -1,53 +1,65 @@
 //! Reading request frames within the agent-wide request budget.
 //!
-//! Every Kafka request is a 4-byte size and that many bytes. A connection's
-//! read buffer grows only as bytes arrive, and every byte in it is first
-//! taken from one budget shared by all connections (Kafka's
-//! `queued.max.request.bytes`): with the budget spent, connections stop
-//! reading (their clients wait in TCP) until admitted requests give bytes
-//! back. A client therefore costs what it sent, never what it announced,
-//! and all of them together at most the budget.
+//! Every Kafka request is a 4-byte size and that many bytes. Every byte a
+//! connection reads is first taken from one budget shared by all connections
+//! (Kafka's `queued.max.request.bytes`): with the budget spent, connections
+//! stop reading (their clients wait in TCP) until admitted requests give bytes
+//! back, and all of them together hold at most the budget.
 //!
-//! Bytes are taken as they arrive rather than a frame's announced size up
-//! front (as Kafka's memory pool does): a client announcing 90 MiB and
-//! sending two bytes holds two bytes. A frame begun must make progress:
-//! one that has not grown for `stall` (its client stopped sending, or the
-//! budget is spent by other half frames) ends the connection, which gives
-//! its bytes back, so half frames cannot hold the budget between them.
+//! A frame of ordinary size (at most a sixteenth of the budget; Kafka
+//! clients send 1 MiB requests by default) takes all its bytes at once when
+//! its size arrives, as Kafka's memory pool does: whoever holds budget holds
+//! all it needs, so requests never wait on each other's half frames. A larger
+//! frame takes its bytes as they arrive, so a client that announces 90 MiB and
+//! sends two bytes holds two bytes (and one more while it waits). A frame
+//! begun must make progress: one that has not grown for `stall` while being
+//! read (its client stopped sending, or, for a large frame, the budget is spent
+//! by other large half frames) ends the connection and gives its bytes back.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
+use futures::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// Most bytes read per step: each step takes its bytes from the budget, and
-/// room in the buffer, first. A step is at most as large as what the frame
-/// already holds (and at least [`MIN_STEP`]), so a client that announces a
-/// large frame and sends a few bytes gets a small buffer.
+/// Most bytes a large frame reads per step, taken from the budget first.
 const STEP: usize = 64 * 1024;
-const MIN_STEP: usize = 4 * 1024;
 
 /// The agent-wide budget for request bytes read and not yet admitted.
 #[derive(Clone)]
 pub struct RequestBudget {
     bytes: Arc<Semaphore>,
+    max: usize,
 }
 
 impl RequestBudget {
     pub fn new(max_bytes: usize) -> Self {
         RequestBudget {
             bytes: Arc::new(Semaphore::new(max_bytes)),
+            max: max_bytes,
         }
+    }
+
+    /// Frames up to this size (with their 4-byte size) take their bytes at once.
+    fn whole_frame_max(&self) -> usize {
+        (self.max / 16).max(4 + 64 * 1024).min(self.max)
     }
 
     /// Bytes not taken right now.
     pub fn available(&self) -> usize {
         self.bytes.available_permits()
     }
+}
+
+fn stalled() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "a request made no progress within the stall timeout",
+    )
 }
 
 /// A whole request frame (without its size), and the budget its bytes
@@ -88,14 +100,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub async fn next(&mut self) -> Option<io::Result<Frame>> {
         let entered = Instant::now();
         loop {
-            let needed = match self.frame_size() {
+            let size = match self.frame_size() {
                 Err(e) => return Some(Err(self.fail(e))),
-                Ok(Some(size)) if self.buf.len() >= 4 + size => return Some(Ok(self.split(size))),
-                Ok(Some(size)) => 4 + size - self.buf.len(),
-                Ok(None) => 4 - self.buf.len(),
+                Ok(Some(size)) if self.buf.len() >= 4 + size => {
+                    return Some(Ok(self.split(size)));
+                }
+                Ok(size) => size,
             };
-            let step = needed.min(STEP).min(self.buf.len().max(MIN_STEP));
-            match self.read_step(step, entered).await {
+            match self.read_more(size, entered).await {
                 Ok(0) if self.buf.is_empty() => return None,
                 Ok(0) => {
                     return Some(Err(self.fail(io::Error::new(
@@ -134,47 +146,98 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Ok(Some(size as usize))
     }
 
-    /// Takes `step` bytes of budget, then reads at most that many.
-    async fn read_step(&mut self, step: usize, entered: Instant) -> io::Result<usize> {
+    /// Reads more of the frame whose size is `size` (`None`: its 4-byte
+    /// size is not all in yet), holding budget for every byte first.
+    async fn read_more(&mut self, size: Option<usize>, entered: Instant) -> io::Result<usize> {
         // A frame begun must keep growing while it is being read (`entered`:
         // the server may pause reading a busy connection); between frames,
         // waiting is the connection's idle time, which the server bounds.
         let deadline = self.progressed.map(|at| at.max(entered) + self.stall);
-        let stalled = || {
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                "a request made no progress within the stall timeout",
-            )
-        };
-        let take = self.budget.bytes.clone().acquire_many_owned(step as u32);
-        let mut permit = match deadline {
+        let len = self.buf.len();
+        match size {
+            None => {
+                self.reserve(4, None).await?;
+                self.read_up_to(4 - len, deadline).await
+            }
+            Some(size) if 4 + size <= self.budget.whole_frame_max() => {
+                // All of it at once; waiting for it is not the client's stall.
+                self.reserve(4 + size, None).await?;
+                self.read_up_to(4 + size - len, deadline).await
+            }
+            Some(size) => {
+                // One byte's budget while waiting for the client, then what
+                // has arrived, up to a step, without waiting again.
+                self.reserve(len + 1, deadline).await?;
+                let n = self.read_up_to(1, deadline).await?;
+                if n == 0 {
+                    return Ok(0);
+                }
+                // A step grows with the frame: a trickle gets a small buffer.
+                let step = (4 + size - self.buf.len())
+                    .min(STEP)
+                    .min(self.buf.len().max(4096));
+                self.reserve(self.buf.len() + step, deadline).await?;
+                let more = self
+                    .read_up_to(step, None)
+                    .now_or_never()
+                    .transpose()?
+                    .unwrap_or(0);
+                self.keep_only(self.buf.len());
+                Ok(n + more)
+            }
+        }
+    }
+
+    /// Holds budget for `total` bytes (what the buffer holds and will).
+    async fn reserve(&mut self, total: usize, deadline: Option<Instant>) -> io::Result<()> {
+        let have = self.held.as_ref().map_or(0, |h| h.num_permits());
+        if have >= total {
+            return Ok(());
+        }
+        let take = self
+            .budget
+            .bytes
+            .clone()
+            .acquire_many_owned((total - have) as u32);
+        let taken = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, take)
                 .await
                 .map_err(|_| stalled())?,
             None => take.await,
         }
         .expect("the budget is never closed");
-        self.buf.reserve(step);
-        let mut limited = (&mut self.read).take(step as u64);
+        match &mut self.held {
+            Some(held) => held.merge(taken),
+            None => self.held = Some(taken),
+        }
+        Ok(())
+    }
+
+    /// Gives back what is held beyond `total` bytes.
+    fn keep_only(&mut self, total: usize) {
+        if let Some(held) = &mut self.held
+            && held.num_permits() > total
+        {
+            drop(held.split(held.num_permits() - total));
+        }
+    }
+
+    /// Reads at most `max` bytes into the buffer (budget already held).
+    async fn read_up_to(&mut self, max: usize, deadline: Option<Instant>) -> io::Result<usize> {
+        self.buf.reserve(max);
+        let mut limited = (&mut self.read).take(max as u64);
         let read = limited.read_buf(&mut self.buf);
-        let n = match deadline {
+        match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, read)
                 .await
-                .map_err(|_| stalled())??,
-            None => read.await?,
-        };
-        // Keep what the bytes read hold; the rest goes back now.
-        if let Some(kept) = permit.split(n) {
-            match &mut self.held {
-                Some(held) => held.merge(kept),
-                None => self.held = Some(kept),
-            }
+                .map_err(|_| stalled())?,
+            None => read.await,
         }
-        drop(permit);
-        Ok(n)
     }
 
     fn split(&mut self, size: usize) -> Frame {
+        // Reads stop at the frame's end, so the buffer holds this frame only.
+        debug_assert_eq!(self.buf.len(), 4 + size);
         let mut held = self.held.take().expect("bytes in the buffer hold budget");
         let frame_held = held.split(4 + size).expect("held covers the buffer");
         if held.num_permits() > 0 {
@@ -233,9 +296,10 @@ mod tests {
         client.write_all(b"xy").await.unwrap();
         let waiting = tokio::time::timeout(Duration::from_millis(100), reader.next()).await;
         assert!(waiting.is_err(), "half a frame is not a frame");
-        assert_eq!(budget.available(), (1 << 20) - 6);
+        // The six bytes sent, and one for the read waiting for more.
+        assert_eq!(budget.available(), (1 << 20) - 7);
         assert!(
-            reader.buf.capacity() <= 4 * MIN_STEP,
+            reader.buf.capacity() <= 16 * 1024,
             "{}",
             reader.buf.capacity()
         );
@@ -284,5 +348,34 @@ mod tests {
         let e = two.next().await.unwrap().err().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(started.elapsed() >= stall);
+    }
+
+    /// Requests of ordinary size take their bytes at once, so two frames
+    /// that together need more than the budget do not each hold half of it
+    /// and wait for the other forever: the second waits, holding its size.
+    #[tokio::test(start_paused = true)]
+    async fn frames_that_fit_the_budget_alone_never_wait_on_each_other() {
+        let budget = RequestBudget::new(100);
+        let stall = Duration::from_secs(30);
+        let (mut a, server) = tokio::io::duplex(4096);
+        let mut first = FrameReader::new(server, budget.clone(), 100, stall);
+        let (mut b, server) = tokio::io::duplex(4096);
+        let mut second = FrameReader::new(server, budget.clone(), 100, stall);
+        let body = [7u8; 60];
+        let whole = frame(&body);
+        a.write_all(&whole[..30]).await.unwrap();
+        b.write_all(&whole).await.unwrap();
+        let one = tokio::time::timeout(Duration::from_secs(1), first.next()).await;
+        assert!(one.is_err(), "the first frame is half sent");
+        assert_eq!(budget.available(), 36, "it holds all of its 64 bytes");
+        let two = tokio::time::timeout(Duration::from_secs(1), second.next()).await;
+        assert!(two.is_err(), "the second waits for budget");
+        assert_eq!(budget.available(), 32, "holding only its 4-byte size");
+        a.write_all(&whole[30..]).await.unwrap();
+        let one = first.next().await.unwrap().unwrap();
+        assert_eq!(&one.bytes[..], &body[..]);
+        drop(one);
+        let two = second.next().await.unwrap().unwrap();
+        assert_eq!(&two.bytes[..], &body[..]);
     }
 }

@@ -84,17 +84,23 @@ impl TopicConfig {
             raw: configs.get(key).map(String::as_str),
             mode,
         };
-        // (delete, compact)
+        // (delete, compact). Read leniently, an unknown policy is skipped
+        // alone: `compact,shred` still compacts (falling back to `delete`
+        // would let retention remove a compacted topic's keys).
         let policies = get(CLEANUP_POLICY).parsed((true, false), |v| {
             let mut policies = (false, false);
             for policy in v.split(',').map(str::trim) {
                 match policy {
                     "delete" => policies.0 = true,
                     "compact" => policies.1 = true,
+                    _ if matches!(mode, Lenient) => {}
                     _ => return Err("`delete`, `compact` or both"),
                 }
             }
-            Ok(policies)
+            match policies {
+                (false, false) => Err("`delete`, `compact` or both"),
+                known => Ok(known),
+            }
         })?;
         let difference = get(TIMESTAMP_DIFFERENCE_MAX_MS).long_at_least(0, i64::MAX)?;
         Ok(TopicConfig {
@@ -272,6 +278,14 @@ mod tests {
                 "{key}={value}"
             );
         }
+    }
+
+    #[test]
+    fn a_stored_policy_with_an_unknown_entry_keeps_the_known_ones() {
+        let stored = configs(&[(CLEANUP_POLICY, "compact,shred")]);
+        assert!(TopicConfig::parse(&stored).is_err());
+        let read = TopicConfig::of(&stored);
+        assert!(read.compact && !read.delete, "{read:?}");
     }
 
     #[test]

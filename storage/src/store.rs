@@ -97,16 +97,16 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
         retry_timeout: S3_TIMEOUTS.retries,
         ..RetryConfig::default()
     };
-    let mut builder = AmazonS3Builder::from_env()
-        .with_bucket_name(bucket)
-        .with_config(
-            client(ClientConfigKey::Timeout),
-            millis(S3_TIMEOUTS.request),
-        )
-        .with_config(
-            client(ClientConfigKey::ConnectTimeout),
-            millis(S3_TIMEOUTS.connect),
-        );
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    // Where the environment (AWS_TIMEOUT, AWS_CONNECT_TIMEOUT) set none.
+    for (key, default) in [
+        (ClientConfigKey::Timeout, S3_TIMEOUTS.request),
+        (ClientConfigKey::ConnectTimeout, S3_TIMEOUTS.connect),
+    ] {
+        if builder.get_config_value(&client(key)).is_none() {
+            builder = builder.with_config(client(key), millis(default));
+        }
+    }
     if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
         && let Some(keys) =
             shared_credentials_file().and_then(|(file, profile)| profile_keys(&file, &profile))

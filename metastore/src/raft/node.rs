@@ -553,18 +553,26 @@ impl Sequencer for RaftMetastore {
         // applied (see `Lease`).
         let confirmed = async {
             self.raft.ensure_linearizable().await?;
-            if let Some(start) = self.lease.leadership_start() {
-                let wait = self.raft.wait(None);
-                let caught_up =
-                    wait.applied_index_at_least(Some(start), "a new leader applies its log");
-                if caught_up.await.is_err() {
-                    return Err(RaftError::Fatal(openraft::error::Fatal::Stopped));
-                }
+            // Observed now, not through the lease's task, which may not have
+            // seen this leadership yet (or already seen it end).
+            let Some(start) = self.lease.observe(&self.raft.metrics().borrow()) else {
+                return Ok(false);
+            };
+            let wait = self.raft.wait(None);
+            let caught_up =
+                wait.applied_index_at_least(Some(start), "a new leader applies its log");
+            if caught_up.await.is_err() {
+                return Err(RaftError::Fatal(openraft::error::Fatal::Stopped));
             }
-            Ok(())
+            Ok(true)
         };
         match tokio::time::timeout(READ_TIMEOUT, confirmed).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
+                return Err(MetaError::unavailable(
+                    "this node stopped leading while it confirmed the read",
+                ));
+            }
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
                 return Err(not_leader(forward));
             }
