@@ -527,6 +527,36 @@ mod tests {
         );
     }
 
+    /// A batcher uploading to `store` (caching from `cached`) and committing
+    /// to `meta`, with one batch enqueued.
+    async fn one_batch(
+        store: Arc<dyn ObjectStore>,
+        cached: Arc<dyn ObjectStore>,
+        meta: Arc<dyn floe_metastore::Metastore>,
+    ) -> (Batcher, Committed) {
+        let batcher = Batcher::start(
+            BatcherConfig {
+                flush_interval: Duration::from_millis(10),
+                flush_bytes: 1 << 20,
+                max_buffered_bytes: 1 << 20,
+                max_inflight_uploads: 2,
+            },
+            store,
+            meta,
+            Arc::new(BlockCache::new(cached, 1 << 20, 1 << 16)),
+            watch::channel(0).0,
+            Arc::new(Metrics::new()),
+            Arc::new(RandomIds),
+        );
+        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
+        let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
+        let committed = batcher
+            .enqueue(TopicId::from_u128(1), 0, batch, false)
+            .await
+            .unwrap();
+        (batcher, committed)
+    }
+
     /// A metastore that never answers (a frozen leader, a partition).
     struct Silent;
 
@@ -604,26 +634,7 @@ mod tests {
             HungPuts,
         ));
         let meta = Arc::new(Prompt::default());
-        let batcher = Batcher::start(
-            BatcherConfig {
-                flush_interval: Duration::from_millis(10),
-                flush_bytes: 1 << 20,
-                max_buffered_bytes: 1 << 20,
-                max_inflight_uploads: 2,
-            },
-            store,
-            meta.clone(),
-            Arc::new(BlockCache::new(memory, 1 << 20, 1 << 16)),
-            watch::channel(0).0,
-            Arc::new(Metrics::new()),
-            Arc::new(RandomIds),
-        );
-        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
-        let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
-        let committed = batcher
-            .enqueue(TopicId::from_u128(1), 0, batch, false)
-            .await
-            .unwrap();
+        let (_batcher, committed) = one_batch(store, memory, meta.clone()).await;
         let started = Instant::now();
         let answer = tokio::time::timeout(PUT_DEADLINE * 2, committed.offset())
             .await
@@ -648,26 +659,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn producers_hear_back_when_the_metastore_never_tells_its_time() {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let batcher = Batcher::start(
-            BatcherConfig {
-                flush_interval: Duration::from_millis(10),
-                flush_bytes: 1 << 20,
-                max_buffered_bytes: 1 << 20,
-                max_inflight_uploads: 2,
-            },
-            store.clone(),
-            Arc::new(Silent),
-            Arc::new(BlockCache::new(store, 1 << 20, 1 << 16)),
-            watch::channel(0).0,
-            Arc::new(Metrics::new()),
-            Arc::new(RandomIds),
-        );
-        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
-        let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
-        let committed = batcher
-            .enqueue(TopicId::from_u128(1), 0, batch, false)
-            .await
-            .unwrap();
+        let (_batcher, committed) = one_batch(store.clone(), store, Arc::new(Silent)).await;
         let answer = tokio::time::timeout(CLOCK_WAIT * 2, committed.offset())
             .await
             .expect("the producer is answered within the clock wait");

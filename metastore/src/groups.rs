@@ -98,18 +98,8 @@ pub struct OffsetToCommit {
     pub metadata: Option<String>,
 }
 
-/// A group operation as the log holds it (`Command::Group`): the order of
-/// the variants is part of the log's format (see `golden.rs`). Each is
-/// applied, and answered with its own type, through its `Apply` impl.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum GroupCommand {
-    Join(JoinGroup),
-    Sync(SyncGroup),
-    Heartbeat(GroupHeartbeat),
-    Leave(LeaveGroup),
-    Tick(TickGroup),
-    CommitOffsets(CommitOffsets),
-}
+/// A group operation as the log holds it (defined with the log's commands).
+pub use crate::state::GroupCommand;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {

@@ -82,6 +82,15 @@ impl<C: Apply> Entry for C {
 /// variant, as it always has.
 macro_rules! group_commands {
     ($($variant:ident($command:ty)),* $(,)?) => {
+        /// A group operation as the log holds it (`Command::Group`): the
+        /// order of the variants is part of the log's format (see
+        /// `golden.rs`). Each is applied, and answered with its own type,
+        /// through its `Apply` impl.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        pub enum GroupCommand {
+            $($variant($command),)*
+        }
+
         $(impl From<$command> for Command {
             fn from(command: $command) -> Command {
                 Command::Group(GroupCommand::$variant(command))
