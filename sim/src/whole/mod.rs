@@ -699,6 +699,21 @@ async fn produce(
                 // a key swept or a commit too late) is retriable, and the
                 // same batch goes again with the same sequence.
                 Err(e) if retriable(&e) && attempts < 30 && Instant::now() < stop => {
+                    // A failed attempt may still land (its commit in flight,
+                    // or retried by its agent) and, without idempotence to
+                    // drop it, land after this retry and after other
+                    // producers' later writes: its tombstones may then be a
+                    // key's last word, as Kafka allows for a producer without
+                    // idempotence.
+                    if !idempotent {
+                        shared.with(|w| {
+                            for (key, tombstone) in keys.iter().zip(&tombstones) {
+                                if let (Some(key), true) = (key, tombstone) {
+                                    w.unacked_tombstones.insert((partition, *key));
+                                }
+                            }
+                        });
+                    }
                     let backoff = shared.with(|w| w.rng_below(1_000));
                     tokio::time::sleep(Duration::from_millis(100 + backoff)).await;
                 }
