@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
+use floe_protocol::frame;
 use futures::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -55,11 +56,17 @@ impl RequestBudget {
     }
 }
 
-fn stalled() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        "a request made no progress within the stall timeout",
-    )
+/// `wait`, or a stall (`TimedOut`) if `deadline` passes first.
+async fn within<T>(deadline: Option<Instant>, wait: impl Future<Output = T>) -> io::Result<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, wait).await.map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "a request made no progress within the stall timeout",
+            )
+        }),
+        None => Ok(wait.await),
+    }
 }
 
 /// A whole request frame (without its size), and the budget its bytes
@@ -100,7 +107,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub async fn next(&mut self) -> Option<io::Result<Frame>> {
         let entered = Instant::now();
         loop {
-            let size = match self.frame_size() {
+            let size = match frame::frame_size(&self.buf, self.max_frame) {
                 Err(e) => return Some(Err(self.fail(e))),
                 Ok(Some(size)) if self.buf.len() >= 4 + size => {
                     return Some(Ok(self.split(size)));
@@ -126,24 +133,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.buf = BytesMut::new();
         self.held = None;
         e
-    }
-
-    /// The size the frame in the buffer announces, once its 4 bytes are in.
-    fn frame_size(&self) -> io::Result<Option<usize>> {
-        let Some(head) = self.buf.get(..4) else {
-            return Ok(None);
-        };
-        let size = i32::from_be_bytes(head.try_into().expect("4 bytes"));
-        if size < 0 || size as usize > self.max_frame {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "frame of {size} bytes is outside 0..={} (socket.request.max.bytes)",
-                    self.max_frame
-                ),
-            ));
-        }
-        Ok(Some(size as usize))
     }
 
     /// Reads more of the frame whose size is `size` (`None`: its 4-byte
@@ -199,13 +188,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             .bytes
             .clone()
             .acquire_many_owned((total - have) as u32);
-        let taken = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, take)
-                .await
-                .map_err(|_| stalled())?,
-            None => take.await,
-        }
-        .expect("the budget is never closed");
+        let taken = within(deadline, take)
+            .await?
+            .expect("the budget is never closed");
         match &mut self.held {
             Some(held) => held.merge(taken),
             None => self.held = Some(taken),
@@ -226,13 +211,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     async fn read_up_to(&mut self, max: usize, deadline: Option<Instant>) -> io::Result<usize> {
         self.buf.reserve(max);
         let mut limited = (&mut self.read).take(max as u64);
-        let read = limited.read_buf(&mut self.buf);
-        match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, read)
-                .await
-                .map_err(|_| stalled())?,
-            None => read.await,
-        }
+        within(deadline, limited.read_buf(&mut self.buf)).await?
     }
 
     fn split(&mut self, size: usize) -> Frame {

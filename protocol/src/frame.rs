@@ -31,25 +31,33 @@ impl Decoder for FrameCodec {
     type Error = std::io::Error;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, std::io::Error> {
-        let Some(head) = src.get(..4) else {
+        let Some(len) = frame_size(src, self.max_frame_bytes)? else {
             return Ok(None);
         };
-        let len = i32::from_be_bytes(head.try_into().expect("4 bytes"));
-        if len < 0 || len as usize > self.max_frame_bytes {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "frame of {len} bytes is outside 0..={} (socket.request.max.bytes)",
-                    self.max_frame_bytes
-                ),
-            ));
-        }
-        if src.len() - 4 < len as usize {
+        if src.len() - 4 < len {
             return Ok(None);
         }
         src.advance(4);
-        Ok(Some(src.split_to(len as usize)))
+        Ok(Some(src.split_to(len)))
     }
+}
+
+/// The size the frame starting `buf` announces, once its 4 bytes are in
+/// (`None` before), refused outside `0..=max_frame_bytes`.
+pub fn frame_size(buf: &[u8], max_frame_bytes: usize) -> Result<Option<usize>, std::io::Error> {
+    let Some(head) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = i32::from_be_bytes(head.try_into().expect("4 bytes"));
+    if len < 0 || len as usize > max_frame_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "frame of {len} bytes is outside 0..={max_frame_bytes} (socket.request.max.bytes)"
+            ),
+        ));
+    }
+    Ok(Some(len as usize))
 }
 
 /// Writes a frame: reserves the 4-byte size, lets `body` append, then fills the size in.

@@ -184,12 +184,13 @@ pub async fn poll(
     while Instant::now() < stop {
         let pause = shared.with(|w| w.rng_below(3_000));
         tokio::time::sleep(Duration::from_millis(500 + pause)).await;
+        // Acknowledged before this pass began, so before each of its reads.
+        let acked = acked_ends(&shared, &topics);
         for (t, topic) in topics.iter().enumerate() {
             let compacted = topic.config().compact;
             let name = &topic.name;
             for p in 0..topic.partitions {
                 let pos = positions.entry((t, p)).or_insert(0);
-                let acked = acked_ends(&shared, &topics);
                 let plan = match meta.read_plan(topic.id, p, *pos, 64 << 10).await {
                     Ok(plan) => {
                         check_current(&shared, &acked, (t, p), name, plan.high_watermark);
