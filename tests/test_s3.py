@@ -59,6 +59,6 @@ def test_s3_round_trip_restart_and_compaction(make_agent, s3_endpoint, tmp_path)
         time.sleep(0.5)
     keys = bucket_keys(s3_endpoint, prefix)
     assert not [k for k in keys if k.startswith(prefix + "ingest/")], "ingest objects left"
-    assert [k for k in keys if k.startswith(prefix + "segment/")]
+    assert [k for k in keys if k.startswith(prefix + "merged/")]
     for topic in produced:
         assert sorted(kcat_consume(agent.bootstrap, topic)) == before[topic]

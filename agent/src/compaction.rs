@@ -2,8 +2,10 @@
 //!
 //! Every agent runs this loop, sharing the work through leases in the
 //! metastore: one agent at a time holds the `maintenance` lease (retention,
-//! the orphan sweep and GC, which are cheap metastore work plus deletes), and
-//! each partition's compaction job goes to whichever agent leases it first.
+//! the orphan sweep and GC, which are cheap metastore work plus deletes), one
+//! at a time holds `compact/ingest` (jobs over ingest files, each read once),
+//! and each partition's merge or key compaction goes to whichever agent
+//! leases it first.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -73,6 +75,8 @@ impl Background {
             policy: CompactionPolicy {
                 min_extents: config.compaction_min_extents,
                 max_segment_bytes: config.segment_bytes.as_u64(),
+                max_age: config.compaction_max_age,
+                job_bytes: config.compaction_job_bytes.as_u64(),
                 ..CompactionPolicy::default()
             },
             gc: Gc::new(config.gc_grace),
@@ -146,8 +150,12 @@ impl Background {
             )
             .await
             {
-                Ok(done) => {
-                    for c in done {
+                Ok(pass) => {
+                    for m in pass.merged {
+                        tracing::info!(merged = %m.key, files = m.files, runs = m.runs,
+                            swapped = m.swapped, bytes = m.bytes, "compacted ingest files");
+                    }
+                    for c in pass.compacted {
                         tracing::info!(segment = %c.segment_key, extents = c.extents, bytes = c.bytes,
                             base_offset = c.base_offset, last_offset = c.last_offset, "compacted");
                     }

@@ -86,12 +86,20 @@ pub struct Config {
     pub auto_create_topics: bool,
     /// Partitions of auto-created topics and of CreateTopics with -1.
     pub default_partitions: i32,
-    /// How often this agent compacts ingest extents into segments and collects
-    /// garbage; `0s` turns the compactor off.
+    /// How often this agent compacts ingest files and collects garbage; `0s`
+    /// turns the compactor off.
     #[serde(with = "humantime_serde")]
     pub compaction_interval: Duration,
-    /// Ingest extents of a partition in a row before they are compacted.
+    /// Ingest files waiting before a compaction job reads them; a partition's
+    /// small chunks of merged files in a row before they become a segment.
     pub compaction_min_extents: usize,
+    /// However few ingest files wait, they are compacted once the oldest
+    /// append in them is this old.
+    #[serde(with = "humantime_serde")]
+    pub compaction_max_age: Duration,
+    /// Most bytes of ingest files one compaction job reads and holds (its
+    /// agent's memory holds about twice this while the job runs).
+    pub compaction_job_bytes: ByteSize,
     /// Largest segment the compactor writes.
     pub segment_bytes: ByteSize,
     /// Objects in the bucket the metastore does not know are deleted once
@@ -142,6 +150,8 @@ impl Default for Config {
             default_partitions: 1,
             compaction_interval: Duration::from_secs(30),
             compaction_min_extents: 8,
+            compaction_max_age: Duration::from_secs(300),
+            compaction_job_bytes: ByteSize::mib(128),
             segment_bytes: ByteSize::mib(256),
             gc_grace: Duration::from_secs(60),
             inject_faults: None,

@@ -156,6 +156,11 @@ struct AgentArgs {
     compaction_interval: Option<Duration>,
     #[arg(long, env = "FLOE_COMPACTION_MIN_EXTENTS")]
     compaction_min_extents: Option<usize>,
+    /// e.g. 5m: ingest files are compacted once the oldest append in them is this old
+    #[arg(long, env = "FLOE_COMPACTION_MAX_AGE", value_parser = humantime::parse_duration)]
+    compaction_max_age: Option<Duration>,
+    #[arg(long, env = "FLOE_COMPACTION_JOB_BYTES")]
+    compaction_job_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_SEGMENT_BYTES")]
     segment_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_GC_GRACE", value_parser = humantime::parse_duration)]
@@ -204,6 +209,8 @@ impl AgentArgs {
             default_partitions,
             compaction_interval,
             compaction_min_extents,
+            compaction_max_age,
+            compaction_job_bytes,
             segment_bytes,
             gc_grace,
             orphan_age

@@ -45,9 +45,16 @@ fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
     }
 }
 
-/// Key-compacts one partition of a compacted topic when at least
-/// `policy.min_extents` of its extents were written since its last key
-/// compaction. `Ok(None)`: nothing to do, or another compactor got there first.
+/// The share of a partition's bytes written since its last key compaction
+/// that makes it worth cleaning: Kafka's default `min.cleanable.dirty.ratio`.
+const MIN_DIRTY_RATIO: f64 = 0.5;
+
+/// Key-compacts one partition of a compacted topic, as Kafka's cleaner
+/// picks a log: when what was written since its last key compaction (in
+/// ingest or merged files, not keyed segments) is at least half its bytes,
+/// or has waited `policy.max_age` (as `max.compaction.lag.ms`), or a kept
+/// tombstone's delete horizon has passed. `Ok(None)`: nothing to do, or
+/// another compactor got there first.
 #[allow(clippy::too_many_arguments)]
 pub async fn compact_keys(
     store: &Arc<dyn ObjectStore>,
@@ -61,20 +68,26 @@ pub async fn compact_keys(
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let all = whole_partition(meta, topic.id, partition).await?.extents;
-    let dirty = all
+    let is_dirty = |e: &&ExtentRef| !keys::is_keyed_segment(&e.object_key);
+    let dirty_bytes: u64 = all.iter().filter(is_dirty).map(|e| e.length).sum();
+    let total: u64 = all.iter().map(|e| e.length).sum();
+    let max_age_ms = policy.max_age.as_millis().min(i64::MAX as u128) as i64;
+    let waited = all
         .iter()
-        .filter(|e| !keys::is_keyed_segment(&e.object_key))
-        .count();
+        .filter(is_dirty)
+        .map(|e| e.appended_ms)
+        .min()
+        .is_some_and(|oldest| now_ms.saturating_sub(oldest) >= max_age_ms);
+    let dirty = dirty_bytes > 0 && (dirty_bytes as f64 >= total as f64 * MIN_DIRTY_RATIO || waited);
     // Tombstones past their delete horizon make a partition worth cleaning
     // even with nothing new (KIP-534).
     let expired_tombstones = all
         .iter()
         .filter_map(|e| keys::keyed_segment_horizon(&e.object_key))
         .any(|horizon| horizon <= now_ms);
-    if dirty < policy.min_extents.max(1) && !expired_tombstones {
+    if !dirty && !expired_tombstones {
         return Ok(None);
     }
-    let total: u64 = all.iter().map(|e| e.length).sum();
     if total > MAX_KEYED_BYTES {
         tracing::warn!(topic = %topic.name, partition, bytes = total,
             "partition too large to key-compact at once; left as it is");

@@ -1,13 +1,16 @@
 //! Compaction and garbage collection.
 //!
-//! Ingest files hold many partitions in small pieces. [`compact_partition`]
-//! rewrites a run of a partition's ingest extents into one *segment* object
-//! (same file format, one chunk, base offsets set to the real ones), then swaps
-//! the extents in the metastore with a compare-and-set, so a reader sees either
-//! the old extents or the new one, never a gap. [`Gc`] deletes objects nothing
-//! refers to any more, after a grace period for reads still in flight.
-//! [`retention`] moves log starts past expired data; [`sweep`] finds objects
-//! the metastore never heard of.
+//! Ingest files hold many partitions in small pieces. [`merge`] reads the
+//! oldest of them, each once, and writes every partition's run from them into
+//! one merged file, swapped in for all of them at once; [`compact_partition`]
+//! then rewrites a partition's chunks from successive merged files into one
+//! *segment* (same file format, one chunk, base offsets set to the real
+//! ones), so its extents do not grow with every job. Each swap is a
+//! compare-and-set in the metastore, so a reader sees either the old extents
+//! or the new ones, never a gap. [`Gc`] deletes objects nothing refers to any
+//! more, after a grace period for reads still in flight. [`retention`] moves
+//! log starts past expired data; [`sweep`] finds objects the metastore never
+//! heard of.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,9 +19,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::BytesMut;
+use floe_metastore::ops::Chunk;
 use floe_metastore::{
     ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents, TopicId,
-    TopicInfo, now_ms,
+    TopicInfo, TopicPartition, now_ms,
 };
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ids::Ids;
@@ -40,16 +44,27 @@ pub enum CompactError {
     },
 }
 
-/// When a partition is worth compacting.
+/// When compaction runs, and what it writes.
 #[derive(Debug, Clone, Copy)]
 pub struct CompactionPolicy {
-    /// At least this many ingest extents in a row.
+    /// Ingest files waiting before a job starts; new extents of a
+    /// key-compacted partition before it is cleaned.
     pub min_extents: usize,
-    /// A segment stops growing past this size.
+    /// A segment stops growing past this size; a partition's chunks of merged
+    /// files smaller than an eighth of it are merged into one.
     pub max_segment_bytes: u64,
     /// A segment is described to the metastore as extents of about this size,
     /// so a fetch from its middle reads little more than it returns.
     pub extent_bytes: u64,
+    /// The most bytes of ingest files one job reads, and holds, at once.
+    pub job_bytes: u64,
+    /// However few files wait, a job starts once the oldest append in them
+    /// is this old, so no file waits for ever; a partition's small chunks
+    /// this old are merged however few.
+    pub max_age: Duration,
+    /// A partition's small chunks in a row merged however small they are,
+    /// so its extents stay few.
+    pub max_chunks: usize,
 }
 
 impl Default for CompactionPolicy {
@@ -58,6 +73,9 @@ impl Default for CompactionPolicy {
             min_extents: 8,
             max_segment_bytes: 256 * 1024 * 1024,
             extent_bytes: 1024 * 1024,
+            job_bytes: 128 * 1024 * 1024,
+            max_age: Duration::from_secs(300),
+            max_chunks: 64,
         }
     }
 }
@@ -72,33 +90,29 @@ pub struct Compacted {
     pub last_offset: i64,
 }
 
-fn is_ingest(extent: &ExtentRef) -> bool {
-    extent.object_key.starts_with("ingest/")
-}
-
-/// Picks the first run of consecutive ingest extents the policy allows.
-pub fn plan(extents: &[ExtentRef], policy: &CompactionPolicy) -> Option<Vec<ExtentRef>> {
-    let mut start = 0;
-    while start < extents.len() {
-        if !is_ingest(&extents[start]) {
-            start += 1;
-            continue;
-        }
-        let mut run = Vec::new();
-        let mut bytes = 0;
-        for extent in extents[start..].iter().take_while(|e| is_ingest(e)) {
-            if !run.is_empty() && bytes + extent.length > policy.max_segment_bytes {
-                break;
-            }
-            bytes += extent.length;
-            run.push(extent.clone());
-        }
-        if run.len() >= policy.min_extents.max(2) {
-            return Some(run);
-        }
-        start += run.len().max(1);
-    }
-    None
+/// Picks the first run of a partition's small chunks of merged files worth
+/// merging into a segment, by the rule the metastore lists partitions by
+/// ([`CompactionWork::merge_run`]).
+///
+/// [`CompactionWork::merge_run`]: floe_metastore::ops::CompactionWork::merge_run
+pub fn plan(
+    extents: &[ExtentRef],
+    policy: &CompactionPolicy,
+    now_ms: i64,
+) -> Option<Vec<ExtentRef>> {
+    let by_object: Vec<&[ExtentRef]> = extents
+        .chunk_by(|a, b| a.object_key == b.object_key)
+        .collect();
+    let chunks: Vec<Chunk> = by_object
+        .iter()
+        .map(|extents| Chunk {
+            merged: extents[0].object_key.starts_with(keys::MERGED_PREFIX),
+            bytes: extents.iter().map(|e| e.length).sum(),
+            oldest_appended_ms: extents.iter().map(|e| e.appended_ms).min().unwrap_or(0),
+        })
+        .collect();
+    let run = merge::work(policy, 0).merge_run(&chunks, now_ms)?;
+    Some(by_object[run].concat())
 }
 
 /// Cuts a segment's batches (laid out from `position` on) into extents of
@@ -133,8 +147,11 @@ pub(crate) fn pieces(
     pieces
 }
 
-/// Compacts one run of a partition's ingest extents into a segment, if the
-/// policy finds one. `Ok(None)`: nothing to do, or the extents changed under us.
+/// Merges a run of a partition's chunks of merged files into a segment, if
+/// the policy finds one. `Ok(None)`: nothing to do, another compactor holds
+/// the job, or the extents changed under us. The lease is taken before the
+/// extents are read.
+#[allow(clippy::too_many_arguments)]
 pub async fn compact_partition(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
@@ -142,19 +159,17 @@ pub async fn compact_partition(
     partition: i32,
     policy: &CompactionPolicy,
     worker: Option<&Worker>,
+    now_ms: i64,
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
-    let all = whole_partition(meta, topic_id, partition).await?;
-    let Some(run) = plan(&all.extents, policy) else {
-        return Ok(None);
-    };
     let job = format!("compact/{topic_id}/{partition}");
-    leased(
-        worker,
-        meta,
-        job,
-        compact_run(store, meta, topic_id, partition, policy, run, ids),
-    )
+    leased(worker, meta, job, async {
+        let all = whole_partition(meta, topic_id, partition).await?;
+        let Some(run) = plan(&all.extents, policy, now_ms) else {
+            return Ok(None);
+        };
+        compact_run(store, meta, topic_id, partition, policy, run, ids).await
+    })
     .await
 }
 
@@ -171,12 +186,12 @@ pub(crate) async fn whole_partition(
 
 /// Runs `work` holding the lease on `job` when several workers share the
 /// jobs (a lone compactor needs none); `Ok(None)` while another holds it.
-pub(crate) async fn leased(
+pub(crate) async fn leased<T>(
     worker: Option<&Worker>,
     meta: &Arc<dyn Metastore>,
     job: String,
-    work: impl std::future::Future<Output = Result<Option<Compacted>, CompactError>>,
-) -> Result<Option<Compacted>, CompactError> {
+    work: impl std::future::Future<Output = Result<Option<T>, CompactError>>,
+) -> Result<Option<T>, CompactError> {
     let Some(worker) = worker else {
         return work.await;
     };
@@ -224,20 +239,36 @@ pub(crate) async fn read_run(
     run: &[ExtentRef],
 ) -> Result<Vec<RecordBatch>, CompactError> {
     let mut data = BytesMut::with_capacity(run.iter().map(|e| e.length as usize).sum());
-    for extent in run {
-        let start = data.len();
-        let path = ObjectPath::from(extent.object_key.as_str());
+    // Extents lying end to end in one object are read with one GET.
+    let adjacent = |a: &ExtentRef, b: &ExtentRef| {
+        a.object_key == b.object_key && a.position + a.length == b.position
+    };
+    for extents in run.chunk_by(adjacent) {
+        let (first, last) = (&extents[0], &extents[extents.len() - 1]);
+        let path = ObjectPath::from(first.object_key.as_str());
         let bytes = store
-            .get_range(&path, extent.position..extent.position + extent.length)
+            .get_range(&path, first.position..last.position + last.length)
             .await?;
-        data.extend_from_slice(&bytes);
-        let whole = patch_base_offsets(&mut data[start..], extent.base_offset);
-        if whole != data.len() - start {
-            return Err(CompactError::Corrupt {
-                key: extent.object_key.clone(),
-                offset: extent.base_offset,
-                reason: "extent does not end on a batch boundary".into(),
-            });
+        let mut at = 0;
+        for extent in extents {
+            let start = data.len();
+            let piece = bytes.get(at..at + extent.length as usize).ok_or_else(|| {
+                CompactError::Corrupt {
+                    key: extent.object_key.clone(),
+                    offset: extent.base_offset,
+                    reason: "the object is shorter than the extent".into(),
+                }
+            })?;
+            at += extent.length as usize;
+            data.extend_from_slice(piece);
+            let whole = patch_base_offsets(&mut data[start..], extent.base_offset);
+            if whole != data.len() - start {
+                return Err(CompactError::Corrupt {
+                    key: extent.object_key.clone(),
+                    offset: extent.base_offset,
+                    reason: "extent does not end on a batch boundary".into(),
+                });
+            }
         }
     }
     RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
@@ -333,11 +364,30 @@ impl Worker {
     }
 }
 
-/// Runs [`compact_partition`] over every partition once, starting at
-/// partition `start` (modulo their number) so that workers starting together
-/// do not all queue for the same leases. A partition that fails is logged and
-/// counted, and the pass goes on to the next. `now_ms` is the metastore's
-/// time (it decides when tombstones expire).
+/// The lease on jobs over ingest files: one compactor at a time reads them,
+/// so each file is read once.
+const INGEST_JOB: &str = "compact/ingest";
+/// Jobs over ingest files in one pass, so that the pass's other work (key
+/// compaction, retention, GC) is not starved under a long backlog.
+const MAX_JOBS_PER_PASS: usize = 64;
+
+/// What one pass did.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Jobs over ingest files.
+    pub merged: Vec<merge::Merged>,
+    /// Segments written (merges of a partition's chunks, key compaction).
+    pub compacted: Vec<Compacted>,
+}
+
+/// One pass of compaction: jobs over the oldest ingest files while enough
+/// wait (or they are old), holding one lease; then, each under its own
+/// lease, the partitions the metastore names as worth merging further,
+/// starting at the `start`th (so that workers starting together do not queue
+/// for the same leases); then key compaction of compacted topics. A job or
+/// partition that fails is logged and counted, and the pass goes on.
+/// `now_ms` is the metastore's time (it decides when tombstones expire and
+/// when ingest files are old).
 #[allow(clippy::too_many_arguments)]
 pub async fn compact_all(
     store: &Arc<dyn ObjectStore>,
@@ -348,40 +398,105 @@ pub async fn compact_all(
     counters: &Counters,
     now_ms: i64,
     ids: &dyn Ids,
-) -> Result<Vec<Compacted>, CompactError> {
-    let topics = meta.topics().await?;
-    let mut partitions: Vec<(&TopicInfo, i32)> = topics
-        .iter()
-        .flat_map(|t| (0..t.partitions).map(move |p| (t, p)))
-        .collect();
+) -> Result<Pass, CompactError> {
+    let mut pass = Pass::default();
+    let merging = match worker {
+        Some(worker) => worker.lease(meta, INGEST_JOB).await?,
+        None => true,
+    };
+    let max_files = if merging { merge::MAX_JOB_FILES } else { 0 };
+    let mut backlog = meta.compaction_work(merge::work(policy, max_files)).await?;
+    while merging && merge::due(&backlog, policy, now_ms) && pass.merged.len() < MAX_JOBS_PER_PASS {
+        match merge::merge_files(store, meta, policy, &backlog, ids).await {
+            Ok(merged) => pass.merged.push(merged),
+            Err(e) => {
+                counters.compaction_failures.inc();
+                tracing::warn!(error = %e, "a compaction job over ingest files failed");
+                break;
+            }
+        }
+        // Renewed for the next job (or learnt lost to a compactor that
+        // thought this one dead).
+        if let Some(worker) = worker
+            && !worker.lease(meta, INGEST_JOB).await?
+        {
+            break;
+        }
+        backlog = meta.compaction_work(merge::work(policy, max_files)).await?;
+    }
+    if merging
+        && let Some(worker) = worker
+        && let Err(e) = meta
+            .release_lease(INGEST_JOB.into(), worker.holder.clone())
+            .await
+    {
+        tracing::debug!(error = %e, "releasing the ingest job's lease failed; it expires");
+    }
+
+    let mut partitions = backlog.merge;
     if !partitions.is_empty() {
         let at = start % partitions.len();
         partitions.rotate_left(at);
     }
-    let mut done = Vec::new();
-    for (topic, partition) in partitions {
-        // Compacted topics (`cleanup.policy=compact`) get key compaction instead.
-        let result = if topic.config().compact {
-            keyed::compact_keys(
-                store, meta, topic, partition, policy, worker, now_ms, counters, ids,
-            )
-            .await
-        } else {
-            compact_partition(store, meta, topic.id, partition, policy, worker, ids).await
-        };
-        match result {
-            Ok(Some(c)) => done.push(c),
-            Ok(None) => {}
-            // A deleted topic is not an error of the whole pass.
-            Err(CompactError::Meta(MetaError::Refused(Refusal::UnknownTopicOrPartition))) => {}
-            Err(e) => {
-                counters.compaction_failures.inc();
-                tracing::warn!(topic = %topic.name, partition, error = %e,
-                    "compacting a partition failed; going on with the others");
-            }
+    for tp in partitions {
+        let done = compact_partition(
+            store,
+            meta,
+            tp.topic_id,
+            tp.partition,
+            policy,
+            worker,
+            now_ms,
+            ids,
+        )
+        .await;
+        note(&mut pass, done, counters, &tp);
+    }
+
+    // Compacted topics (`cleanup.policy=compact`) get key compaction.
+    let topics = meta.topics().await?;
+    let mut keyed: Vec<(&TopicInfo, i32)> = topics
+        .iter()
+        .filter(|t| t.config().compact)
+        .flat_map(|t| (0..t.partitions).map(move |p| (t, p)))
+        .collect();
+    if !keyed.is_empty() {
+        let at = start % keyed.len();
+        keyed.rotate_left(at);
+    }
+    for (topic, partition) in keyed {
+        let done = keyed::compact_keys(
+            store, meta, topic, partition, policy, worker, now_ms, counters, ids,
+        )
+        .await;
+        note(
+            &mut pass,
+            done,
+            counters,
+            &TopicPartition::new(topic.id, partition),
+        );
+    }
+    Ok(pass)
+}
+
+/// Records one partition's outcome in the pass.
+fn note(
+    pass: &mut Pass,
+    done: Result<Option<Compacted>, CompactError>,
+    counters: &Counters,
+    tp: &TopicPartition,
+) {
+    match done {
+        Ok(Some(c)) => pass.compacted.push(c),
+        Ok(None) => {}
+        // A deleted topic is not an error of the whole pass.
+        Err(CompactError::Meta(MetaError::Refused(Refusal::UnknownTopicOrPartition))) => {}
+        Err(e) => {
+            counters.compaction_failures.inc();
+            tracing::warn!(topic = %tp.topic_id, partition = tp.partition, error = %e,
+                "compacting a partition failed; going on with the others");
         }
     }
-    Ok(done)
 }
 
 /// Deletes garbage objects once they have been garbage for `grace`, so reads
@@ -418,15 +533,7 @@ impl Gc {
                 due.push(key);
             }
         }
-        let mut deleted = Vec::with_capacity(due.len());
-        for key in due {
-            match store.delete(&ObjectPath::from(key.as_str())).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(key),
-                Err(e) => {
-                    tracing::warn!(object = %key, error = %e, "gc: delete failed; will retry")
-                }
-            }
-        }
+        let deleted = delete_all(store, due).await;
         if !deleted.is_empty() {
             meta.forget_garbage(deleted.clone()).await?;
             for key in &deleted {
@@ -437,8 +544,35 @@ impl Gc {
     }
 }
 
+/// Deletes `keys` in bulk (S3's DeleteObjects takes 1,000 keys a request;
+/// other stores delete several at once): the keys deleted, or found gone.
+async fn delete_all(store: &Arc<dyn ObjectStore>, keys: Vec<String>) -> Vec<String> {
+    use futures::StreamExt;
+    let paths: Vec<_> = keys
+        .iter()
+        .map(|k| Ok(ObjectPath::from(k.as_str())))
+        .collect();
+    let mut results = store.delete_stream(futures::stream::iter(paths).boxed());
+    let mut deleted = Vec::with_capacity(keys.len());
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(path) => deleted.push(path.to_string()),
+            // Already gone. Some stores name it by their own path (a file's),
+            // which ends with the key.
+            Err(object_store::Error::NotFound { path, .. }) => {
+                if let Some(key) = keys.iter().find(|k| path.ends_with(k.as_str())) {
+                    deleted.push(key.clone());
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "gc: a delete failed; will retry"),
+        }
+    }
+    deleted
+}
+
 mod counters;
 pub mod keyed;
+pub mod merge;
 pub mod retention;
 
 pub use counters::Counters;

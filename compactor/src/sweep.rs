@@ -15,7 +15,7 @@ use crate::CompactError;
 /// Keys asked about in one metastore call.
 const CHUNK: usize = 1000;
 
-/// Lists `ingest/` and `segment/` and records unknown objects older than
+/// Lists `ingest/`, `segment/` and `merged/` and records unknown objects older than
 /// `min_age` as orphans for [`crate::Gc`]. Returns how many it found.
 ///
 /// An object's age is the store's `last_modified` against `now_ms`, the
@@ -31,7 +31,7 @@ pub async fn sweep_orphans(
 ) -> Result<usize, CompactError> {
     let cutoff_ms = now_ms.saturating_sub(min_age.as_millis().min(i64::MAX as u128) as i64);
     let mut found = 0;
-    for prefix in ["ingest", "segment"] {
+    for prefix in ["ingest", "segment", "merged"] {
         let mut old = Vec::new();
         let mut listing = store.list(Some(&ObjectPath::from(prefix)));
         while let Some(meta_entry) = listing.try_next().await? {

@@ -147,53 +147,174 @@ async fn read_values(s: &Setup, t: &TopicInfo) -> Vec<(i64, String)> {
     out
 }
 
-#[tokio::test]
-async fn compaction_keeps_every_record_at_its_offset() {
-    let s = setup(10).await;
-    let before = read_values(&s, &s.a).await;
-    assert_eq!(before.len(), 30);
-    let policy = CompactionPolicy {
-        min_extents: 4,
+/// Counts GETs (requests, as S3 bills them).
+#[derive(Default, Clone)]
+struct CountGets(Arc<std::sync::atomic::AtomicU64>);
+
+impl floe_storage::hooked::Hooks for CountGets {
+    fn after(
+        &self,
+        op: floe_storage::hooked::Op,
+        _bytes: u64,
+        _ok: bool,
+    ) -> object_store::Result<()> {
+        if op == floe_storage::hooked::Op::Get {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+fn policy(min_extents: usize) -> CompactionPolicy {
+    CompactionPolicy {
+        min_extents,
         max_segment_bytes: u64::MAX,
         extent_bytes: u64::MAX,
-    };
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
-        .await
-        .unwrap()
-        .unwrap();
+        ..CompactionPolicy::default()
+    }
+}
+
+/// One pass as a lone compactor (no leases), at the metastore's time.
+async fn pass(s: &Setup, policy: &CompactionPolicy) -> Pass {
+    let now_ms = s.meta.clock().await.unwrap();
+    compact_all(
+        &s.store,
+        &s.meta,
+        policy,
+        None,
+        0,
+        &Counters::default(),
+        now_ms,
+        &RandomIds,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_job_reads_each_ingest_file_once_and_frees_them_all() {
+    let mut s = setup(10).await;
+    let gets = CountGets::default();
+    s.store = Arc::new(floe_storage::hooked::HookedStore::new(
+        s.store.clone(),
+        gets.clone(),
+    ));
+    let before = (read_values(&s, &s.a).await, read_values(&s, &s.b).await);
+    assert_eq!(before.0.len(), 30);
+    let gets_to_read = gets.0.swap(0, std::sync::atomic::Ordering::Relaxed);
+
+    let done = pass(&s, &policy(4)).await;
+    assert_eq!(done.merged.len(), 1);
+    let job = &done.merged[0];
+    assert_eq!((job.files, job.runs, job.swapped), (10, 2, 2));
     assert_eq!(
-        (done.extents, done.base_offset, done.last_offset),
-        (10, 0, 29)
+        gets.0.load(std::sync::atomic::Ordering::Relaxed),
+        10,
+        "one GET per ingest file, not one per partition"
+    );
+    assert!(
+        gets_to_read >= 20,
+        "reading extent by extent took a GET each"
     );
 
-    let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
-    assert_eq!(plan.extents.len(), 1);
-    assert!(plan.extents[0].object_key.starts_with("segment/"));
-    assert_eq!(read_values(&s, &s.a).await, before);
+    // Both partitions now read from the one merged file, every record at
+    // its offset, and every ingest file is garbage.
+    for t in [&s.a, &s.b] {
+        let plan = s.meta.read_plan(t.id, 0, 0, u64::MAX).await.unwrap();
+        assert_eq!(plan.extents.len(), 1);
+        assert_eq!(plan.extents[0].object_key, job.key);
+    }
+    assert_eq!(
+        (read_values(&s, &s.a).await, read_values(&s, &s.b).await),
+        before
+    );
+    assert_eq!(s.meta.garbage().await.unwrap().len(), 10);
 
-    // The segment is a valid file in the ingest format, offsets already real.
-    let seg = s
+    // The merged file is a valid file in the ingest format, one chunk per
+    // partition, offsets already real.
+    let merged = s
         .store
-        .get(&ObjectPath::from(done.segment_key.as_str()))
+        .get(&ObjectPath::from(job.key.as_str()))
         .await
         .unwrap()
         .bytes()
         .await
         .unwrap();
-    let file = IngestFile::parse(seg).unwrap();
-    assert_eq!(file.entries().len(), 1);
+    let file = IngestFile::parse(merged).unwrap();
+    assert_eq!(file.entries().len(), 2);
     assert_eq!(file.entries()[0].batch_count, 10);
     let chunk = file.chunk(&file.entries()[0]);
     assert_eq!(RecordBatch::parse_all(&chunk).unwrap()[9].base_offset(), 27);
 
-    // Nothing left to do for `a`; `b` still reads from the shared ingest files.
-    assert_eq!(
-        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
-            .await
-            .unwrap(),
-        None
+    // Nothing left to do.
+    let again = pass(&s, &policy(4)).await;
+    assert!(again.merged.is_empty() && again.compacted.is_empty());
+}
+
+#[tokio::test]
+async fn few_young_files_wait_and_old_ones_do_not() {
+    let s = setup(3).await;
+    let mut p = policy(8);
+    p.max_age = Duration::from_secs(3600);
+    assert!(
+        pass(&s, &p).await.merged.is_empty(),
+        "3 young files wait for 8"
     );
-    assert_eq!(read_values(&s, &s.b).await.len(), 30);
+    p.max_age = Duration::ZERO;
+    let done = pass(&s, &p).await;
+    assert_eq!(done.merged.len(), 1, "old files are compacted however few");
+    assert_eq!(s.meta.garbage().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_job_holds_at_most_job_bytes() {
+    let s = setup(10).await;
+    let size = s
+        .meta
+        .compaction_work(merge::work(&policy(1), 1))
+        .await
+        .unwrap()
+        .files[0]
+        .size;
+    let mut p = policy(1);
+    p.job_bytes = size * 3;
+    let done = pass(&s, &p).await;
+    // 3 + 3 + 3 + 1 files.
+    assert_eq!(
+        done.merged.iter().map(|m| m.files).collect::<Vec<_>>(),
+        vec![3, 3, 3, 1]
+    );
+    assert_eq!(read_values(&s, &s.a).await.len(), 30);
+}
+
+#[tokio::test]
+async fn chunks_of_merged_files_are_merged_into_a_segment() {
+    let s = setup(1).await;
+    let mut p = policy(3);
+    p.max_chunks = 3;
+    // A job for every file; chunks not merged (not many, not old).
+    let mut young = policy(1);
+    young.max_chunks = 1_000;
+    // Four jobs of one file each: four merged files, four chunks per partition.
+    for n in 0..4 {
+        commit_alone(&s, &s.a, 1).await;
+        let done = pass(&s, &young).await;
+        assert_eq!(done.merged.len(), 1, "job {n}");
+    }
+    let before = read_values(&s, &s.a).await;
+    // (The first job took setup's file too.)
+    let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
+    assert_eq!(plan.extents.len(), 4);
+
+    let done = pass(&s, &p).await;
+    assert_eq!(done.compacted.len(), 1, "a's chunks merged: {done:?}");
+    let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
+    assert_eq!(plan.extents.len(), 1);
+    assert!(plan.extents[0].object_key.starts_with("segment/"));
+    assert_eq!(read_values(&s, &s.a).await, before);
+    // b's one chunk is not worth a segment.
+    let plan = s.meta.read_plan(s.b.id, 0, 0, u64::MAX).await.unwrap();
+    assert!(plan.extents[0].object_key.starts_with("merged/"));
 }
 
 #[tokio::test]
@@ -201,21 +322,15 @@ async fn large_segments_are_cut_into_small_extents() {
     let s = setup(10).await;
     let before = read_values(&s, &s.a).await;
     // Each batch is well over 1 byte: every batch becomes its own extent.
-    let policy = CompactionPolicy {
-        min_extents: 4,
-        max_segment_bytes: u64::MAX,
-        extent_bytes: 1,
-    };
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
-        .await
-        .unwrap()
-        .unwrap();
+    let mut p = policy(4);
+    p.extent_bytes = 1;
+    let done = pass(&s, &p).await;
     let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
     assert_eq!(plan.extents.len(), 10);
     assert!(
         plan.extents
             .iter()
-            .all(|e| e.object_key == done.segment_key)
+            .all(|e| e.object_key == done.merged[0].key)
     );
     assert_eq!(read_values(&s, &s.a).await, before);
     // A read from the middle starts at the extent holding the offset.
@@ -227,31 +342,9 @@ async fn large_segments_are_cut_into_small_extents() {
 #[tokio::test]
 async fn gc_deletes_ingest_files_once_no_partition_needs_them() {
     let s = setup(6).await;
-    let policy = CompactionPolicy {
-        min_extents: 2,
-        max_segment_bytes: u64::MAX,
-        extent_bytes: u64::MAX,
-    };
     let mut gc = Gc::new(Duration::ZERO);
-    compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, None, &RandomIds)
-        .await
-        .unwrap()
-        .unwrap();
-    // `b` still points into every ingest file.
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
-    let all = compact_all(
-        &s.store,
-        &s.meta,
-        &policy,
-        None,
-        0,
-        &Counters::default(),
-        0,
-        &RandomIds,
-    )
-    .await
-    .unwrap();
-    assert_eq!(all.len(), 1);
+    pass(&s, &policy(2)).await;
     let deleted = gc.run_once(&s.store, &s.meta).await.unwrap();
     assert_eq!(deleted.len(), 6);
     for key in &deleted {
@@ -265,23 +358,7 @@ async fn gc_deletes_ingest_files_once_no_partition_needs_them() {
 #[tokio::test]
 async fn gc_waits_for_the_grace_period() {
     let s = setup(3).await;
-    let policy = CompactionPolicy {
-        min_extents: 2,
-        max_segment_bytes: u64::MAX,
-        extent_bytes: u64::MAX,
-    };
-    compact_all(
-        &s.store,
-        &s.meta,
-        &policy,
-        None,
-        0,
-        &Counters::default(),
-        0,
-        &RandomIds,
-    )
-    .await
-    .unwrap();
+    pass(&s, &policy(2)).await;
     let mut gc = Gc::new(Duration::from_secs(3600));
     assert!(gc.run_once(&s.store, &s.meta).await.unwrap().is_empty());
     assert_eq!(s.meta.garbage().await.unwrap().len(), 3);
@@ -322,68 +399,116 @@ async fn commit_alone(s: &Setup, topic: &TopicInfo, files: usize) -> Vec<ObjectP
     keys
 }
 
-/// One partition whose objects cannot be read used to end the whole pass
-/// (`compact_all` returned at the first error), so every partition after it
-/// was never compacted again.
+/// A run that cannot be read is left where it was; the job goes on with the
+/// others, and the pass with its other work.
 #[tokio::test]
-async fn a_failing_partition_does_not_stop_the_pass() {
+async fn a_broken_run_does_not_stop_the_job() {
     let s = setup(3).await;
     let broken = topic(&s.meta, "c").await;
-    for key in commit_alone(&s, &broken, 3).await {
-        s.store.delete(&key).await.unwrap();
-    }
-    let policy = CompactionPolicy {
-        min_extents: 2,
-        max_segment_bytes: u64::MAX,
-        extent_bytes: u64::MAX,
-    };
-    let counters = Counters::default();
-    // Partitions a, b, c rotated to start with the broken one.
-    let done = compact_all(
-        &s.store, &s.meta, &policy, None, 2, &counters, 0, &RandomIds,
-    )
-    .await
-    .unwrap();
-    assert_eq!(done.len(), 2, "a and b compacted after c failed");
-    assert_eq!(counters.compaction_failures.get(), 1);
+    // c's extent claims more bytes than its file's batch holds.
+    let mut writer = IngestWriter::new();
+    let batch = encode(&["c".to_string()], Compression::None);
+    let entry = writer.add_chunk(broken.id, 0, std::slice::from_ref(&batch));
+    let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
+    let file = writer.finish();
+    s.store.put(&key, file.clone().into()).await.unwrap();
+    s.meta
+        .commit(Commit {
+            object_key: key.to_string(),
+            object_size: file.len() as u64,
+            batches: vec![CommitBatch {
+                topic_id: broken.id,
+                partition: 0,
+                position: entry.position,
+                length: entry.length - 1,
+                record_count: 1,
+                max_timestamp: 1_000,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms: s.meta.clock().await.unwrap(),
+        })
+        .await
+        .unwrap();
+    let done = pass(&s, &policy(2)).await;
+    assert_eq!(
+        (done.merged[0].runs, done.merged[0].swapped),
+        (2, 2),
+        "a and b moved"
+    );
+    let garbage = s.meta.garbage().await.unwrap();
+    assert_eq!(
+        garbage.len(),
+        3,
+        "the three files of a and b freed, c's kept"
+    );
+    assert!(!garbage.contains(&key.to_string()));
 }
 
 #[test]
-fn plan_takes_runs_of_ingest_extents_within_the_size_limit() {
-    let extent = |base: i64, key: &str| ExtentRef {
-        appended_ms: 0,
+fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
+    let extent = |base: i64, key: &str, length: u64| ExtentRef {
+        appended_ms: 1_000 + base,
         base_offset: base,
         last_offset: base,
         max_timestamp: 0,
         object_key: key.into(),
         object_size: 100,
         position: 0,
-        length: 10,
+        length,
     };
     let extents = vec![
-        extent(0, "segment/x"),
-        extent(1, "ingest/1"),
-        extent(2, "segment/y"),
-        extent(3, "ingest/3"),
-        extent(4, "ingest/4"),
-        extent(5, "ingest/5"),
+        extent(0, "segment/x", 10),
+        extent(1, "merged/1", 10),
+        extent(2, "segment/y", 10),
+        extent(3, "merged/3", 10),
+        extent(4, "merged/4", 10),
+        extent(5, "merged/5", 10),
+        extent(6, "merged/6", 100),
+        extent(7, "merged/7", 10),
     ];
     let policy = CompactionPolicy {
         min_extents: 2,
-        max_segment_bytes: 25,
+        max_segment_bytes: 96,
         extent_bytes: u64::MAX,
+        max_chunks: 1_000,
+        max_age: Duration::from_secs(3600),
+        ..CompactionPolicy::default()
     };
-    let run = plan(&extents, &policy).unwrap();
+    // Small is under 12 bytes: merged/6 is large enough as it is, and two
+    // small chunks in a row make a small chunk's worth.
+    let run = plan(&extents, &policy, 2_000).unwrap();
     assert_eq!(
         run.iter().map(|e| e.base_offset).collect::<Vec<_>>(),
-        vec![3, 4]
+        vec![3, 4, 5]
     );
-    let strict = CompactionPolicy {
-        min_extents: 4,
-        max_segment_bytes: 1000,
-        extent_bytes: u64::MAX,
+    // Larger segments: three chunks of 10 bytes are not worth one...
+    let larger = CompactionPolicy {
+        max_segment_bytes: 800,
+        ..policy
     };
-    assert_eq!(plan(&extents, &strict), None);
+    assert_eq!(plan(&extents, &larger, 2_000), None);
+    // ...unless they are many, or old.
+    let few = CompactionPolicy {
+        max_chunks: 3,
+        ..larger
+    };
+    assert_eq!(plan(&extents, &few, 2_000).map(|r| r.len()), Some(3));
+    let old_ms = 1_000 + 3 + 3_600_000;
+    assert_eq!(plan(&extents, &larger, old_ms).map(|r| r.len()), Some(3));
+    // Pieces of one chunk count as one: a lone chunk is left as it is.
+    let one_file = vec![extent(0, "merged/1", 1), extent(1, "merged/1", 1)];
+    assert_eq!(plan(&one_file, &few, old_ms), None);
+    // A segment stops growing at max_segment_bytes.
+    let many: Vec<_> = (0..12)
+        .map(|n| extent(n, &format!("merged/{n}"), 10))
+        .collect();
+    let tight = CompactionPolicy {
+        max_segment_bytes: 88,
+        ..few
+    };
+    assert_eq!(plan(&many, &tight, 2_000).map(|r| r.len()), Some(8));
 }
 
 #[tokio::test]
@@ -420,49 +545,69 @@ async fn sweep_hands_old_unknown_objects_to_gc() {
 #[tokio::test]
 async fn a_leased_job_is_left_to_its_holder() {
     let s = setup(10).await;
-    let policy = CompactionPolicy {
-        min_extents: 4,
-        max_segment_bytes: u64::MAX,
-        extent_bytes: u64::MAX,
-    };
+    let p = policy(4);
     let worker = |holder: &str| Worker {
         holder: holder.into(),
         lease: std::time::Duration::from_secs(60),
     };
     let (a, b) = (worker("agent-a"), worker("agent-b"));
-    let job = format!("compact/{}/0", s.a.id);
-    // Agent a is busy with partition 0 of topic a.
-    assert!(a.lease(&s.meta, &job).await.unwrap());
-    let puts_before = futures::StreamExt::count(s.store.list(None)).await;
-    assert_eq!(
-        compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b), &RandomIds)
+    let now_ms = s.meta.clock().await.unwrap();
+    let run = |w: &Worker| {
+        let w = Worker {
+            holder: w.holder.clone(),
+            lease: w.lease,
+        };
+        let (store, meta) = (s.store.clone(), s.meta.clone());
+        async move {
+            compact_all(
+                &store,
+                &meta,
+                &p,
+                Some(&w),
+                0,
+                &Counters::default(),
+                now_ms,
+                &RandomIds,
+            )
             .await
-            .unwrap(),
-        None,
-        "b must not compact a's job"
-    );
+            .unwrap()
+        }
+    };
+    // Agent a is busy with the ingest files.
+    assert!(a.lease(&s.meta, "compact/ingest").await.unwrap());
+    let objects_before = futures::StreamExt::count(s.store.list(None)).await;
+    assert!(run(&b).await.merged.is_empty(), "b must not take a's job");
     assert_eq!(
         futures::StreamExt::count(s.store.list(None)).await,
-        puts_before,
+        objects_before,
         "b uploaded nothing"
     );
-    // b still does the jobs nobody holds.
-    assert!(
-        compact_partition(&s.store, &s.meta, s.b.id, 0, &policy, Some(&b), &RandomIds)
-            .await
-            .unwrap()
-            .is_some()
-    );
-    // Once a is done (its lease released), b may take the job.
-    s.meta.release_lease(job, "agent-a".into()).await.unwrap();
-    let done = compact_partition(&s.store, &s.meta, s.a.id, 0, &policy, Some(&b), &RandomIds)
+    // Once a is done (its lease released), b may take the job...
+    s.meta
+        .release_lease("compact/ingest".into(), "agent-a".into())
         .await
         .unwrap();
-    assert!(done.is_some());
+    assert_eq!(run(&b).await.merged.len(), 1);
     // ...and it released its own lease: a can lease the job again.
-    assert!(
-        a.lease(&s.meta, &format!("compact/{}/0", s.a.id))
-            .await
-            .unwrap()
+    assert!(a.lease(&s.meta, "compact/ingest").await.unwrap());
+
+    // A partition's merge is leased on its own.
+    let tp_job = format!("compact/{}/0", s.a.id);
+    assert!(a.lease(&s.meta, &tp_job).await.unwrap());
+    assert_eq!(
+        compact_partition(
+            &s.store,
+            &s.meta,
+            s.a.id,
+            0,
+            &p,
+            Some(&b),
+            now_ms,
+            &RandomIds
+        )
+        .await
+        .unwrap(),
+        None,
+        "b must not merge a's partition"
     );
 }

@@ -127,16 +127,19 @@ pub struct Floe {
     pub flush_interval_ms: f64,
     /// ... or as soon as it holds this much, MiB.
     pub flush_mib: f64,
-    /// Compaction passes run this often; each writes at most one segment
-    /// per partition with new data.
+    /// Compaction passes run this often; a pass runs at least one job over
+    /// the ingest files waiting.
     pub compaction_interval_s: f64,
+    /// A compaction job reads at most this much of ingest files, MiB, and
+    /// writes it as one merged file.
+    pub compaction_job_mib: f64,
+    /// A partition's small chunks of merged files are merged into a segment
+    /// at least this often, seconds (`compaction_max_age`).
+    pub compaction_max_age_s: f64,
     /// Compacted segments are cut at this size, MiB.
     pub segment_mib: f64,
     /// Partitions in one ingest file; at most `workload.partitions`.
     pub partitions_per_ingest_file: f64,
-    /// Compaction reads an ingest file with one GET, not one per partition
-    /// in it (false: what floe does today; issue 12 changes it).
-    pub compaction_reads_whole_files: bool,
     /// Blocks read from the store at once by an agent's cache, MiB.
     pub cache_block_mib: f64,
     /// Produced MiB/s one core sustains (measured: see docs/cost.md).
@@ -164,9 +167,10 @@ impl Default for Floe {
             flush_interval_ms: 250.0,
             flush_mib: 8.0,
             compaction_interval_s: 30.0,
+            compaction_job_mib: 128.0,
+            compaction_max_age_s: 300.0,
             segment_mib: 256.0,
             partitions_per_ingest_file: 1_000.0,
-            compaction_reads_whole_files: false,
             cache_block_mib: 4.0,
             produce_mib_s_per_core: 100.0,
             fetch_mib_s_per_core: 200.0,

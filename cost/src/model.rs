@@ -267,42 +267,58 @@ pub fn floe(i: &Inputs) -> Bill {
     ));
 
     // Each agent uploads a file every flush interval, or sooner when it
-    // fills; compaction writes at most a segment per partition per pass.
+    // fills. Compaction jobs read each ingest file once (one GET) and write
+    // one merged file (one PUT) per job_mib, at least one per pass; a
+    // partition's chunk of a merged file smaller than an eighth of a segment
+    // is read again (one GET) when its chunks are merged into a segment, once
+    // per eighth of a segment of its data or once per max age.
     let per_agent = write / agents;
     let files_per_agent_s = (1000.0 / f.flush_interval_ms).max(per_agent / f.flush_mib);
     let files_s = agents * files_per_agent_s;
-    let segments_s = (write / f.segment_mib).max(w.partitions / f.compaction_interval_s);
-    let puts_s = files_s + segments_s;
+    let jobs_s = (write / f.compaction_job_mib).max(1.0 / f.compaction_interval_s);
+    let extents_per_file = f.partitions_per_ingest_file.min(w.partitions);
+    let partitions_per_job = (extents_per_file * files_s / jobs_s).min(w.partitions);
+    let chunk_mib = write / jobs_s / partitions_per_job;
+    let small = chunk_mib < f.segment_mib / 8.0;
+    let segments_s = if small {
+        (write / (f.segment_mib / 8.0))
+            .max(w.partitions / f.compaction_max_age_s)
+            .min(w.partitions * jobs_s / 2.0)
+    } else {
+        0.0
+    };
+    let puts_s = files_s + jobs_s + segments_s;
     lines.push(line(
         "object PUTs",
         format!(
-            "ingest {agents} agents x max(1000/{} ms, {per_agent:.1}/{} MiB) = {files_s:.2}/s + compaction max(write {write}/{} MiB, {} partitions/{} s) = {segments_s:.2}/s; {puts_s:.2}/s x {SECONDS_PER_MONTH} s x {}/1000",
+            "ingest {agents} agents x max(1000/{} ms, {per_agent:.1}/{} MiB) = {files_s:.2}/s + merged files max(write {write}/{} MiB, 1/{} s) = {jobs_s:.2}/s + segments {segments_s:.2}/s (chunks of {chunk_mib:.3} MiB{}); {puts_s:.2}/s x {SECONDS_PER_MONTH} s x {}/1000",
             f.flush_interval_ms,
             f.flush_mib,
-            f.segment_mib,
-            w.partitions,
+            f.compaction_job_mib,
             f.compaction_interval_s,
+            if small {
+                format!(" are small: one segment per {} MiB / 8 of data, or per partition every {} s", f.segment_mib, f.compaction_max_age_s)
+            } else {
+                " are large enough: no segments".into()
+            },
             usd(put_price)
         ),
         puts_s * SECONDS_PER_MONTH * put_price / 1000.0,
     ));
 
     // Consumers in each zone read every byte from the store once into their
-    // agents' caches; compaction reads each partition's piece of each
-    // ingest file with a GET of its own.
-    let extents_per_file = f.partitions_per_ingest_file.min(w.partitions);
-    let gets_per_file = if f.compaction_reads_whole_files {
-        1.0
+    // agents' caches.
+    let merge_gets_s = if small {
+        jobs_s * partitions_per_job
     } else {
-        extents_per_file
+        0.0
     };
-    let compaction_gets_s = files_s * gets_per_file;
     let fetch_gets_s = get_mib_s / f.cache_block_mib;
-    let gets_s = compaction_gets_s + fetch_gets_s;
+    let gets_s = files_s + merge_gets_s + fetch_gets_s;
     lines.push(line(
         "object GETs",
         format!(
-            "compaction {files_s:.2} files/s x {gets_per_file} GETs each = {compaction_gets_s:.1}/s + fetch write {write} MiB/s x {zones} zones / {} MiB blocks = {fetch_gets_s:.1}/s; {gets_s:.1}/s x {SECONDS_PER_MONTH} s x {}/1000",
+            "compaction {files_s:.2} ingest files/s + {jobs_s:.2} merged files/s x {partitions_per_job:.0} small chunks = {merge_gets_s:.1}/s + fetch write {write} MiB/s x {zones} zones / {} MiB blocks = {fetch_gets_s:.1}/s; {gets_s:.1}/s x {SECONDS_PER_MONTH} s x {}/1000",
             f.cache_block_mib,
             usd(get_price)
         ),
@@ -346,9 +362,6 @@ pub fn floe(i: &Inputs) -> Bill {
         ));
     } else {
         notes.push("clients name their zone, so no data crosses zones between clients and agents; the store is regional".into());
-    }
-    if !f.compaction_reads_whole_files {
-        notes.push("compaction's GETs are one per partition per ingest file, as floe does today (floe.compaction_reads_whole_files=true prices one per file)".into());
     }
     Bill {
         system: if f.s3_express {

@@ -248,4 +248,8 @@ metastore_api! {
     }
     /// The metastore's time (see [`Tick`]).
     write fn clock() -> Tick { Tick }
+    /// Compaction's work list: one request per pass.
+    read fn compaction_work(work: CompactionWork) -> CompactionWork { work }
+    /// Swaps many partitions' runs for one merged file's chunks.
+    write fn replace_runs(replace: ReplaceRuns) -> ReplaceRuns { replace }
 }

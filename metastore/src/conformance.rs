@@ -4,6 +4,7 @@
 //! then tests of what only some shapes have (reopening, failover,
 //! membership, deadlines).
 
+use crate::ops::CompactionWork;
 use crate::*;
 
 async fn topic(m: &dyn Metastore, name: &str, partitions: i32) -> TopicInfo {
@@ -299,6 +300,137 @@ async fn a_deleted_topics_objects_become_garbage(m: &dyn Metastore) {
     assert_eq!(garbage, vec!["a".to_string(), "b".to_string()]);
 }
 
+fn work(max_files: u32) -> CompactionWork {
+    CompactionWork {
+        ingest_prefix: "ingest/".into(),
+        max_files,
+        max_bytes: u64::MAX,
+        merged_prefix: "merged/".into(),
+        segment_bytes: 1 << 30,
+        merge_max_chunks: 2,
+        merge_max_age_ms: i64::MAX,
+    }
+}
+
+/// Each run moved into the merged file `key`, as one piece at the same place.
+async fn merge_runs(m: &dyn Metastore, key: &str, runs: &[ExtentRun]) -> Vec<Result<(), Refusal>> {
+    let mut position = 0;
+    let runs = runs
+        .iter()
+        .map(|run| {
+            let length: u64 = run.extents.iter().map(|e| e.length).sum();
+            let first = &run.extents[0];
+            let piece = ExtentPiece {
+                base_offset: first.base_offset,
+                last_offset: run.extents[run.extents.len() - 1].last_offset,
+                max_timestamp: 0,
+                position,
+                length,
+                appended_ms: first.appended_ms,
+            };
+            position += length;
+            RunSwap {
+                partition: run.partition,
+                replaced: run.extents.clone(),
+                pieces: vec![piece],
+            }
+        })
+        .collect();
+    m.replace_runs(ReplaceRuns {
+        object_key: key.into(),
+        object_size: position,
+        runs,
+        not_before_ms: m.clock().await.unwrap(),
+    })
+    .await
+    .unwrap()
+}
+
+async fn compaction_moves_the_oldest_files_out_in_one_swap(m: &dyn Metastore) {
+    let t = topic(m, "events", 2).await;
+    let tp = |p| TopicPartition::new(t.id, p);
+    commit(m, "ingest/a", vec![batch(&t, 0, 0, 1), batch(&t, 1, 10, 2)]).await;
+    commit(m, "ingest/b", vec![batch(&t, 0, 0, 3)]).await;
+    commit(m, "ingest/c", vec![batch(&t, 1, 0, 1)]).await;
+
+    // The two oldest files, and every run of extents in them.
+    let backlog = m.compaction_work(work(2)).await.unwrap();
+    let files: Vec<&str> = backlog.files.iter().map(|f| f.key.as_str()).collect();
+    assert_eq!(
+        (files, backlog.ingest_files),
+        (vec!["ingest/a", "ingest/b"], 3)
+    );
+    let runs: Vec<(TopicPartition, Vec<&str>)> = backlog
+        .runs
+        .iter()
+        .map(|r| {
+            (
+                r.partition,
+                r.extents.iter().map(|e| e.object_key.as_str()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            (tp(0), vec!["ingest/a", "ingest/b"]),
+            (tp(1), vec!["ingest/a"])
+        ]
+    );
+
+    // A run that changed meanwhile is refused alone; the others swap in and
+    // free both files.
+    let mut stale = backlog.runs[1].clone();
+    stale.extents[0].length += 1;
+    let mut runs = backlog.runs.clone();
+    runs.push(stale);
+    let swapped = merge_runs(m, "merged/1", &runs).await;
+    assert_eq!(swapped, vec![Ok(()), Ok(()), Err(Refusal::ExtentsChanged)]);
+    let mut garbage = m.garbage().await.unwrap();
+    garbage.sort();
+    assert_eq!(
+        garbage,
+        vec!["ingest/a".to_string(), "ingest/b".to_string()]
+    );
+    let plan = m.read_plan(t.id, 0, 0, u64::MAX).await.unwrap();
+    assert_eq!(plan.extents.len(), 1);
+    assert_eq!(plan.extents[0].object_key, "merged/1");
+    assert_eq!(
+        (plan.extents[0].base_offset, plan.extents[0].last_offset),
+        (0, 3)
+    );
+
+    // The same swap again is refused whole: its key is known.
+    assert_eq!(
+        m.replace_runs(ReplaceRuns {
+            object_key: "merged/1".into(),
+            object_size: 1,
+            runs: vec![],
+            not_before_ms: m.clock().await.unwrap(),
+        })
+        .await,
+        Err(Refusal::ObjectKeyUsed("merged/1".into()).into())
+    );
+    // A merged file none of whose runs could be swapped is garbage at once.
+    let lost = merge_runs(m, "merged/lost", &backlog.runs).await;
+    assert!(lost.iter().all(|r| r == &Err(Refusal::ExtentsChanged)));
+    assert!(
+        m.garbage()
+            .await
+            .unwrap()
+            .contains(&"merged/lost".to_string())
+    );
+
+    // Partition 1 now has merged extents in two objects in a row: worth
+    // merging further. Nothing is left in ingest files.
+    let backlog = m.compaction_work(work(10)).await.unwrap();
+    assert_eq!(backlog.files.len(), 1);
+    merge_runs(m, "merged/2", &backlog.runs).await;
+    let backlog = m.compaction_work(work(10)).await.unwrap();
+    assert_eq!((backlog.files.len(), backlog.ingest_files), (0, 0));
+    assert_eq!(backlog.merge, vec![tp(1)]);
+}
+
 /// A metastore of one shape for one test, with what must live as long.
 struct Shape {
     meta: Box<dyn Metastore>,
@@ -369,6 +501,7 @@ macro_rules! conformance_suite {
             objects_it_never_heard_of_are_found,
             a_lease_has_one_holder_at_a_time,
             a_deleted_topics_objects_become_garbage,
+            compaction_moves_the_oldest_files_out_in_one_swap,
         );)*
     };
     (@shape $shape:ident: $($behaviour:ident),* $(,)?) => {

@@ -10,6 +10,13 @@
 //! upgrade. When this test fails, the encoding changed: bump
 //! [`FORMAT_VERSION`] (an old file is then refused, not misread) and write the
 //! new golden file with `FLOE_BLESS=1 cargo test -p floe-metastore golden`.
+//!
+//! Appending a command or request variant (with its sample) is the one change
+//! that needs no bump: old bytes decode as before, and a node too old to know
+//! the variant refuses it rather than misreading it. The golden file then
+//! gains the sample's lines, and lines that show state (the snapshot, answers
+//! of queries) change with what the new sample did; re-bless, and check in
+//! the diff that no other line changed.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -48,6 +55,7 @@ fn variant(command: &Command) -> &'static str {
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
         Command::Tick(_) => "tick",
+        Command::ReplaceRuns(_) => "replace_runs",
     }
 }
 
@@ -212,7 +220,38 @@ fn samples() -> Vec<Command> {
             name: "gone".into(),
         }),
         Command::Tick(Tick),
+        Command::ReplaceRuns(replace_runs(1_700_000_020_000)),
     ]
+}
+
+/// A merged file's swap of one run of partition 0 (`ingest/02/b`'s extent).
+fn replace_runs(not_before_ms: i64) -> ReplaceRuns {
+    ReplaceRuns {
+        object_key: "segment/02/merged/m".into(),
+        object_size: 500,
+        runs: vec![RunSwap {
+            partition: TopicPartition::new(TOPIC, 0),
+            replaced: vec![ExtentRef {
+                base_offset: 6,
+                last_offset: 8,
+                max_timestamp: 1_700_000_000_000,
+                object_key: "ingest/02/b".into(),
+                object_size: 1_000,
+                position: 0,
+                length: 100,
+                appended_ms: 1_700_000_003_000,
+            }],
+            pieces: vec![ExtentPiece {
+                base_offset: 6,
+                last_offset: 8,
+                max_timestamp: 1_700_000_000_000,
+                position: 0,
+                length: 100,
+                appended_ms: 1_700_000_003_000,
+            }],
+        }],
+        not_before_ms,
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -248,11 +287,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 15 commands, one of them with 6 group commands: `variant` is exhaustive,
+    // 17 commands, one of them with 6 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        21,
+        22,
         "a command without a golden sample: {named:?}"
     );
 
@@ -444,6 +483,17 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
         Tick.into(),
+        CompactionWork {
+            ingest_prefix: "ingest/".into(),
+            max_files: 10,
+            max_bytes: 1 << 20,
+            merged_prefix: "segment/02/merged/".into(),
+            segment_bytes: 1 << 20,
+            merge_max_chunks: 2,
+            merge_max_age_ms: 60_000,
+        }
+        .into(),
+        replace_runs(GoldenNode::NOW_MS).into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {

@@ -54,6 +54,82 @@ pub struct PlanRead {
     pub max_bytes: u64,
 }
 
+/// Compaction's work list (a [`Backlog`]): the oldest ingest files still
+/// referenced, up to `max_files` and, past the first, `max_bytes` in all, with
+/// every run of extents in them; and the partitions holding small chunks of
+/// merged files worth merging into a segment (see
+/// [`CompactionWork::merge_run`]). One request per pass, however many
+/// partitions there are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionWork {
+    pub ingest_prefix: String,
+    pub max_files: u32,
+    pub max_bytes: u64,
+    /// Where merged files live.
+    pub merged_prefix: String,
+    /// The segments a partition's small chunks are merged into grow to this.
+    pub segment_bytes: u64,
+    /// Small chunks in a row that are merged whatever their size (so a
+    /// partition's extents stay few).
+    pub merge_max_chunks: u32,
+    /// Small chunks this old (on the metastore's clock) are merged whatever
+    /// their size.
+    pub merge_max_age_ms: i64,
+}
+
+/// One partition's bytes in one object (consecutive extents), as
+/// [`CompactionWork::merge_run`] weighs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub merged: bool,
+    pub bytes: u64,
+    pub oldest_appended_ms: i64,
+}
+
+impl CompactionWork {
+    /// A chunk of a merged file holding less than this of a partition is
+    /// small: an eighth of a segment.
+    pub fn small_below_bytes(&self) -> u64 {
+        self.segment_bytes / 8
+    }
+
+    /// The first run of a partition's `chunks` (in offset order) worth
+    /// merging into one segment: at least two small chunks of merged files
+    /// in a row, up to `segment_bytes`, when together they make at least a
+    /// small chunk's worth, or are `merge_max_chunks` many, or the oldest is
+    /// `merge_max_age_ms` old. So each segment is written once per
+    /// `segment_bytes / 8` of a partition's data, or once per age, never per
+    /// merged file: the writes (PUTs) stay proportional to bytes, not to
+    /// partitions times files.
+    pub fn merge_run(&self, chunks: &[Chunk], now_ms: i64) -> Option<std::ops::Range<usize>> {
+        let small = |c: &Chunk| c.merged && c.bytes < self.small_below_bytes();
+        let mut start = 0;
+        while start < chunks.len() {
+            if !small(&chunks[start]) {
+                start += 1;
+                continue;
+            }
+            let (mut end, mut bytes, mut oldest) = (start, 0u64, i64::MAX);
+            while end < chunks.len() && small(&chunks[end]) {
+                if end > start && bytes + chunks[end].bytes > self.segment_bytes {
+                    break;
+                }
+                bytes += chunks[end].bytes;
+                oldest = oldest.min(chunks[end].oldest_appended_ms);
+                end += 1;
+            }
+            let worth = bytes >= self.small_below_bytes()
+                || end - start >= self.merge_max_chunks.max(2) as usize
+                || now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
+            if end - start >= 2 && worth {
+                return Some(start..end);
+            }
+            start = end.max(start + 1);
+        }
+        None
+    }
+}
+
 /// ListOffsets: the offset (or the extent holding it) that `query` asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FindOffset {

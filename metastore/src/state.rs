@@ -143,6 +143,7 @@ commands! {
     AcquireLease(AcquireLease),
     ReleaseLease(ReleaseLease),
     Tick(Tick),
+    ReplaceRuns(ReplaceRuns),
 }
 
 /// One entry of the replicated log: a command and the time the leader that
@@ -745,37 +746,78 @@ impl State {
         results
     }
 
-    fn replace_extents(&mut self, mut r: ReplaceExtents) -> Result<(), Refusal> {
+    fn replace_extents(&mut self, r: ReplaceExtents) -> Result<(), Refusal> {
         // First: a key seen before is never swapped in again (and a swap
         // applied twice must not read as "changed", which would make its
         // compactor delete the segment now live).
         if self.ledger.is_known(&r.object_key) {
             return Err(Refusal::ObjectKeyUsed(r.object_key));
         }
-        let (Some(first), Some(last)) = (r.replaced.first(), r.replaced.last()) else {
+        let tp = TopicPartition::new(r.topic_id, r.partition);
+        self.check_run(tp, &r.replaced, &r.pieces)?;
+        if self.too_late(r.not_before_ms) {
+            return Err(Refusal::CommitTooLate(r.object_key));
+        }
+        let object = self.next_object;
+        self.next_object += 1;
+        let live_extents = self.swap_run(object, tp, &r.replaced, r.pieces);
+        self.went_live(object, r.object_key, r.object_size, live_extents);
+        Ok(())
+    }
+
+    /// A merged file's swap: each run on its own terms (see [`ReplaceRuns`]).
+    fn replace_runs(&mut self, r: ReplaceRuns) -> Result<Vec<Result<(), Refusal>>, Refusal> {
+        if self.ledger.is_known(&r.object_key) {
+            return Err(Refusal::ObjectKeyUsed(r.object_key));
+        }
+        if self.too_late(r.not_before_ms) {
+            // Never to be swapped in: to GC now rather than after the sweep.
+            self.ledger.retire(&r.object_key, self.clock_ms);
+            self.garbage.push(r.object_key.clone());
+            return Err(Refusal::CommitTooLate(r.object_key));
+        }
+        let object = self.next_object;
+        self.next_object += 1;
+        let mut live_extents = 0;
+        let mut results = Vec::with_capacity(r.runs.len());
+        for run in r.runs {
+            let checked = self.check_run(run.partition, &run.replaced, &run.pieces);
+            if checked.is_ok() {
+                live_extents += self.swap_run(object, run.partition, &run.replaced, run.pieces);
+            }
+            results.push(checked);
+        }
+        self.went_live(object, r.object_key, r.object_size, live_extents);
+        Ok(results)
+    }
+
+    /// Whether `pieces` may replace `replaced`: the pieces tile exactly the
+    /// offsets replaced, and the partition holds exactly `replaced` over them.
+    fn check_run(
+        &self,
+        tp: TopicPartition,
+        replaced: &[ExtentRef],
+        pieces: &[ExtentPiece],
+    ) -> Result<(), Refusal> {
+        let (Some(first), Some(last)) = (replaced.first(), replaced.last()) else {
             return Err(Refusal::ExtentsChanged);
         };
         let (base_offset, last_offset) = (first.base_offset, last.last_offset);
-        // The pieces must tile exactly the offsets they replace.
         let mut next = base_offset;
-        for piece in &r.pieces {
+        for piece in pieces {
             if piece.base_offset != next || piece.last_offset < piece.base_offset {
                 return Err(Refusal::ExtentsChanged);
             }
             next = piece.last_offset + 1;
         }
-        if r.pieces.is_empty() || next != last_offset + 1 {
+        if pieces.is_empty() || next != last_offset + 1 {
             return Err(Refusal::ExtentsChanged);
         }
-        let partition = self.partition(r.topic_id, r.partition)?;
-        // Compare: the partition must hold exactly these extents over this range.
-        let current: Vec<&Extent> = partition
-            .extents
-            .range(base_offset..=last_offset)
-            .map(|(_, e)| e)
-            .collect();
-        let unchanged = current.len() == r.replaced.len()
-            && current.iter().zip(&r.replaced).all(|(have, want)| {
+        let partition = self.partition(tp.topic_id, tp.partition)?;
+        let mut current = partition.extents.range(base_offset..=last_offset);
+        let unchanged = replaced.len() == current.clone().count()
+            && replaced.iter().all(|want| {
+                let (_, have) = current.next().expect("counted");
                 have.base_offset == want.base_offset
                     && have.last_offset == want.last_offset
                     && have.position == want.position
@@ -785,39 +827,37 @@ impl State {
                         .get(&have.object)
                         .is_some_and(|o| o.key == want.object_key)
             });
-        if !unchanged {
-            return Err(Refusal::ExtentsChanged);
+        if unchanged {
+            Ok(())
+        } else {
+            Err(Refusal::ExtentsChanged)
         }
-        if self.too_late(r.not_before_ms) {
-            return Err(Refusal::CommitTooLate(r.object_key));
-        }
+    }
+
+    /// Swaps a checked run for `pieces` of `object`, releasing the objects
+    /// it leaves; returns how many pieces now point into `object`.
+    fn swap_run(
+        &mut self,
+        object: u64,
+        tp: TopicPartition,
+        replaced: &[ExtentRef],
+        mut pieces: Vec<ExtentPiece>,
+    ) -> u64 {
+        let partition = self
+            .partition_by_id_mut(tp.topic_id, tp.partition)
+            .expect("checked");
         // Pieces wholly below the log start (DeleteRecords cut into the
         // first replaced extent after the compactor read it) hold nothing
         // readable: they are not swapped in.
         let log_start = partition.log_start_offset;
-        r.pieces.retain(|p| p.last_offset >= log_start);
-        // Swap.
-        let object = self.next_object;
-        self.next_object += 1;
-        self.ledger.went_live(&r.object_key, object);
-        self.objects.insert(
-            object,
-            Object {
-                key: r.object_key,
-                size: r.object_size,
-                live_extents: r.pieces.len() as u64,
-            },
-        );
-        let partition = self
-            .partition_by_id_mut(r.topic_id, r.partition)
-            .expect("checked above");
-        let old: Vec<u64> = r
-            .replaced
+        pieces.retain(|p| p.last_offset >= log_start);
+        let old: Vec<u64> = replaced
             .iter()
             .filter_map(|e| partition.extents.remove(&e.base_offset))
             .map(|e| e.object)
             .collect();
-        for piece in r.pieces {
+        let kept = pieces.len() as u64;
+        for piece in pieces {
             partition.extents.insert(
                 piece.base_offset,
                 Extent {
@@ -831,10 +871,30 @@ impl State {
                 },
             );
         }
-        for object in old {
-            self.release(object);
+        for old in old {
+            self.release(old);
         }
-        Ok(())
+        kept
+    }
+
+    /// Records the object compaction wrote under `object` (its id, drawn
+    /// before its runs were swapped in), live if any extent points into it
+    /// and otherwise garbage at once.
+    fn went_live(&mut self, object: u64, key: String, size: u64, live_extents: u64) {
+        if live_extents == 0 {
+            self.ledger.retire(&key, self.clock_ms);
+            self.garbage.push(key);
+            return;
+        }
+        self.ledger.went_live(&key, object);
+        self.objects.insert(
+            object,
+            Object {
+                key,
+                size,
+                live_extents,
+            },
+        );
     }
 
     fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), Refusal> {
@@ -913,6 +973,84 @@ impl State {
     }
 
     // ---- queries ----
+
+    /// See [`CompactionWork`]. Walks every extent once: one request per
+    /// compaction pass costs the leader a scan of its memory, no more.
+    pub fn backlog(&self, work: &CompactionWork, now_ms: i64) -> Backlog {
+        let is_ingest = |o: &Object| o.key.starts_with(&work.ingest_prefix);
+        let mut chosen: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut backlog = Backlog::default();
+        let mut bytes = 0u64;
+        // Oldest first: once a file does not fit, none after it is taken.
+        let mut full = false;
+        for (id, object) in self.objects.iter().filter(|(_, o)| is_ingest(o)) {
+            backlog.ingest_files += 1;
+            // The first file is taken whatever its size.
+            full = full
+                || backlog.files.len() >= work.max_files as usize
+                || !backlog.files.is_empty() && bytes + object.size > work.max_bytes;
+            if !full {
+                chosen.insert(*id, backlog.files.len());
+                bytes += object.size;
+                backlog.files.push(BacklogFile {
+                    key: object.key.clone(),
+                    size: object.size,
+                    oldest_appended_ms: i64::MAX,
+                });
+            }
+        }
+        for topic in self.topics.values() {
+            let keyed = topic.info.config().compact;
+            for (n, p) in topic.partitions.iter().enumerate() {
+                let tp = TopicPartition::new(topic.info.id, n as i32);
+                let mut run: Vec<ExtentRef> = Vec::new();
+                // Consecutive extents by object.
+                let mut chunks: Vec<(u64, Chunk)> = Vec::new();
+                for e in p.extents.values() {
+                    match chosen.get(&e.object) {
+                        Some(&file) => {
+                            let f = &mut backlog.files[file];
+                            f.oldest_appended_ms = f.oldest_appended_ms.min(e.appended_ms);
+                            run.push(self.extent_ref(e));
+                        }
+                        None if !run.is_empty() => backlog.runs.push(ExtentRun {
+                            partition: tp,
+                            extents: std::mem::take(&mut run),
+                        }),
+                        None => {}
+                    }
+                    match chunks.last_mut() {
+                        Some((object, chunk)) if *object == e.object => {
+                            chunk.bytes += e.length;
+                            chunk.oldest_appended_ms = chunk.oldest_appended_ms.min(e.appended_ms);
+                        }
+                        _ => chunks.push((
+                            e.object,
+                            Chunk {
+                                merged: self.objects[&e.object]
+                                    .key
+                                    .starts_with(&work.merged_prefix),
+                                bytes: e.length,
+                                oldest_appended_ms: e.appended_ms,
+                            },
+                        )),
+                    }
+                }
+                if !run.is_empty() {
+                    backlog.runs.push(ExtentRun {
+                        partition: tp,
+                        extents: run,
+                    });
+                }
+                let chunks: Vec<Chunk> = chunks.into_iter().map(|(_, c)| c).collect();
+                let worth_merging = work.merge_run(&chunks, now_ms).is_some();
+                if worth_merging && !keyed {
+                    backlog.merge.push(tp);
+                }
+            }
+        }
+        backlog
+    }
 
     pub fn topics(&self) -> Vec<TopicInfo> {
         self.topics.values().map(|t| t.info.clone()).collect()
@@ -1092,6 +1230,17 @@ impl Apply for ReplaceExtents {
     }
     /// A repeated swap is refused (its key is known), not re-applied; but
     /// the compactor must see the first answer, so it does not retry.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for ReplaceRuns {
+    type Output = Vec<Result<(), Refusal>>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state.replace_runs(self)
+    }
+    /// As [`ReplaceExtents`]: a repeat is refused, its key being known.
     fn retry_is_safe(&self) -> bool {
         false
     }
@@ -1385,6 +1534,13 @@ impl Query for PlanRead {
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         let p = self.partition;
         state.read_plan(p.topic_id, p.partition, self.from, self.max_bytes)
+    }
+}
+
+impl Query for CompactionWork {
+    type Output = Backlog;
+    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.backlog(&self, now_ms))
     }
 }
 

@@ -275,6 +275,61 @@ pub struct ReplaceExtents {
     pub not_before_ms: i64,
 }
 
+/// Compaction's compare-and-set for a *merged* file: one object it wrote
+/// from the runs of many partitions, each run a chunk of it. Every run is
+/// swapped on its own terms (its partition must still hold exactly
+/// `replaced`), all in one step; a run that changed meanwhile is refused
+/// alone. The object goes live if any run was swapped in, and is handed to GC
+/// at once if none was, so the compactor never deletes what it wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceRuns {
+    pub object_key: String,
+    pub object_size: u64,
+    pub runs: Vec<RunSwap>,
+    /// As [`Commit::not_before_ms`]: read before the file was uploaded.
+    pub not_before_ms: i64,
+}
+
+/// One partition's part of a [`ReplaceRuns`]: as a [`ReplaceExtents`]
+/// without the object, which the runs share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSwap {
+    pub partition: TopicPartition,
+    pub replaced: Vec<ExtentRef>,
+    pub pieces: Vec<ExtentPiece>,
+}
+
+/// What compaction has to do, as [`crate::ops::CompactionWork`] asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backlog {
+    /// The oldest ingest files still referenced, oldest first.
+    pub files: Vec<BacklogFile>,
+    /// Every run of consecutive extents lying in `files`, by partition, in
+    /// offset order: moving them all out frees every file listed.
+    pub runs: Vec<ExtentRun>,
+    /// Ingest files referenced in all, listed or not.
+    pub ingest_files: u64,
+    /// Partitions (of topics without key compaction) holding a run of
+    /// merged extents spread over enough objects to be worth merging.
+    pub merge: Vec<TopicPartition>,
+}
+
+/// One ingest file of a [`Backlog`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BacklogFile {
+    pub key: String,
+    pub size: u64,
+    /// The metastore's time of the oldest append still stored in it.
+    pub oldest_appended_ms: i64,
+}
+
+/// Consecutive extents of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtentRun {
+    pub partition: TopicPartition,
+    pub extents: Vec<ExtentRef>,
+}
+
 /// One extent of a [`ReplaceExtents`]' new object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtentPiece {

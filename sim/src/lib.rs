@@ -27,7 +27,8 @@ use floe_metastore::api::Apply;
 use floe_metastore::ops::*;
 use floe_metastore::state::{Proposal, State};
 use floe_metastore::{
-    Commit, CommitBatch, ExtentPiece, ExtentRef, NewTopic, Refusal, ReplaceExtents, TopicPartition,
+    Commit, CommitBatch, ExtentPiece, NewTopic, Refusal, ReplaceExtents, ReplaceRuns, RunSwap,
+    TopicPartition,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -71,10 +72,10 @@ struct Upload {
 
 #[derive(Debug, Clone)]
 struct Compaction {
-    partition: i32,
-    replaced: Vec<ExtentRef>,
+    /// One partition's run (a segment), or runs of many (a merged file).
+    runs: Vec<RunSwap>,
+    merged: bool,
     key: String,
-    pieces: Vec<ExtentPiece>,
     not_before_ms: i64,
 }
 
@@ -433,63 +434,108 @@ impl World {
         self.retry.retain(|b| b.id != batch.id);
     }
 
-    /// A compactor reads a run of extents and uploads their segment.
+    /// A compactor reads a run of extents and uploads their segment, or
+    /// reads the oldest ingest files and uploads a merged file of every run
+    /// in them.
     fn compact_start(&mut self) {
-        let partition = self.rng.random_range(0..PARTITIONS);
-        let Ok(offsets) = self.state.offsets(self.topic, partition) else {
-            return;
+        let not_before_ms = self.metastore_clock();
+        let (runs, merged) = if self.rng.random_bool(0.5) {
+            let backlog = self.state.backlog(
+                &CompactionWork {
+                    ingest_prefix: "ingest/".into(),
+                    max_files: self.rng.random_range(1..4),
+                    max_bytes: u64::MAX,
+                    merged_prefix: "merged/".into(),
+                    segment_bytes: u64::MAX,
+                    merge_max_chunks: 2,
+                    merge_max_age_ms: 0,
+                },
+                self.clock,
+            );
+            let runs: Vec<_> = backlog
+                .runs
+                .into_iter()
+                .map(|r| (r.partition.partition, r.extents))
+                .collect();
+            (runs, true)
+        } else {
+            let partition = self.rng.random_range(0..PARTITIONS);
+            let Ok(offsets) = self.state.offsets(self.topic, partition) else {
+                return;
+            };
+            let Ok(plan) =
+                self.state
+                    .read_plan(self.topic, partition, offsets.log_start_offset, u64::MAX)
+            else {
+                return;
+            };
+            if plan.extents.len() < 2 {
+                return;
+            }
+            let take = self.rng.random_range(2..=plan.extents.len().min(6));
+            let start = self.rng.random_range(0..=plan.extents.len() - take);
+            (
+                vec![(partition, plan.extents[start..start + take].to_vec())],
+                false,
+            )
         };
-        let Ok(plan) =
-            self.state
-                .read_plan(self.topic, partition, offsets.log_start_offset, u64::MAX)
-        else {
-            return;
-        };
-        if plan.extents.len() < 2 {
+        if runs.is_empty() {
             return;
         }
-        let take = self.rng.random_range(2..=plan.extents.len().min(6));
-        let start = self.rng.random_range(0..=plan.extents.len() - take);
-        let replaced = plan.extents[start..start + take].to_vec();
-        let not_before_ms = self.metastore_clock();
-        let key = format!("segment/{:02x}/{}", partition, self.id());
+        let key = if merged {
+            format!("merged/{:02x}/{}", self.rng.random::<u8>(), self.id())
+        } else {
+            format!("segment/{:02x}/{}", runs[0].0, self.id())
+        };
         let mut object = Object {
             written_ms: self.clock,
             batches: BTreeMap::new(),
         };
         let mut position = 0u64;
-        let mut pieces = Vec::new();
-        for extent in &replaced {
-            let Some(source) = self.store.get(&extent.object_key) else {
-                // A live extent without its object: the auditor reports it.
-                return;
-            };
-            let piece_start = position;
-            for (_, (batch, length)) in source
-                .batches
-                .range(extent.position..extent.position + extent.length)
-            {
-                object.batches.insert(position, (*batch, *length));
-                position += length;
+        let mut swaps = Vec::new();
+        for (partition, replaced) in runs {
+            let mut pieces = Vec::new();
+            for extent in &replaced {
+                let Some(source) = self.store.get(&extent.object_key) else {
+                    // A live extent without its object: the auditor reports it.
+                    return;
+                };
+                let piece_start = position;
+                for (_, (batch, length)) in source
+                    .batches
+                    .range(extent.position..extent.position + extent.length)
+                {
+                    object.batches.insert(position, (*batch, *length));
+                    position += length;
+                }
+                pieces.push(ExtentPiece {
+                    base_offset: extent.base_offset,
+                    last_offset: extent.last_offset,
+                    max_timestamp: extent.max_timestamp,
+                    position: piece_start,
+                    length: position - piece_start,
+                    appended_ms: extent.appended_ms,
+                });
             }
-            pieces.push(ExtentPiece {
-                base_offset: extent.base_offset,
-                last_offset: extent.last_offset,
-                max_timestamp: extent.max_timestamp,
-                position: piece_start,
-                length: position - piece_start,
-                appended_ms: extent.appended_ms,
+            swaps.push(RunSwap {
+                partition: TopicPartition::new(self.topic, partition),
+                replaced,
+                pieces,
             });
         }
         self.log(format!(
-            "compaction {key} of {take} extents of partition {partition}"
+            "compaction {key} of {} runs ({:?})",
+            swaps.len(),
+            swaps
+                .iter()
+                .map(|r| (r.partition.partition, r.replaced.len()))
+                .collect::<Vec<_>>()
         ));
         self.store.insert(key.clone(), object);
         self.compactions.push(Compaction {
-            partition,
-            replaced,
+            runs: swaps,
+            merged,
             key,
-            pieces,
             not_before_ms,
         });
     }
@@ -516,13 +562,38 @@ impl World {
             return;
         };
         let reply_lost = self.rng.random_bool(0.1);
+        if c.merged {
+            let reply = self.apply(ReplaceRuns {
+                object_key: c.key.clone(),
+                object_size: 10_000,
+                runs: c.runs,
+                not_before_ms: c.not_before_ms,
+            });
+            // The compactor never deletes a merged file: the metastore hands
+            // it to GC when none of its runs went in.
+            match reply {
+                _ if reply_lost => self.log(format!("merge of {} sent, reply lost", c.key)),
+                Ok(runs) => {
+                    let swapped = runs.iter().filter(|r| r.is_ok()).count();
+                    self.summary.compactions += swapped;
+                    self.log(format!(
+                        "merged {}: {swapped} of {} runs",
+                        c.key,
+                        runs.len()
+                    ));
+                }
+                Err(e) => self.log(format!("merge of {} refused: {e}", c.key)),
+            }
+            return;
+        }
+        let run = c.runs.into_iter().next().expect("a segment has its run");
         let reply = self.apply(ReplaceExtents {
             topic_id: self.topic,
-            partition: c.partition,
-            replaced: c.replaced,
+            partition: run.partition.partition,
+            replaced: run.replaced,
             object_key: c.key.clone(),
             object_size: 10_000,
-            pieces: c.pieces,
+            pieces: run.pieces,
             not_before_ms: c.not_before_ms,
         });
         match reply {

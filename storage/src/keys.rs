@@ -13,6 +13,16 @@ pub fn new_ingest_key(id: Uuid) -> Path {
     Path::from(format!("ingest/{:02x}/{}", id.as_bytes()[0], id.simple()))
 }
 
+/// Where ingest files live.
+pub const INGEST_PREFIX: &str = "ingest/";
+/// Where compaction's merged files (many partitions' runs) live.
+pub const MERGED_PREFIX: &str = "merged/";
+
+/// A fresh key for a merged file, named by the fresh `id`: `merged/<2 hex>/<uuid>`.
+pub fn new_merged_key(id: Uuid) -> Path {
+    Path::from(format!("merged/{:02x}/{}", id.as_bytes()[0], id.simple()))
+}
+
 /// A fresh key for a compacted segment of one partition, starting at `base_offset`.
 ///
 /// `segment/<2 hex>/<topic id>/<partition>/<base offset>-<uuid>`: the leading

@@ -463,6 +463,9 @@ async fn simulate(shared: &Shared, settings: Settings) {
             min_extents,
             max_segment_bytes: 64 << 10,
             extent_bytes: 4 << 10,
+            job_bytes: 256 << 10,
+            max_age: Duration::from_secs(2),
+            max_chunks: 4,
         },
     }));
     for i in 0..settings.agents {

@@ -1,0 +1,206 @@
+//! Compaction of ingest files: each file is read once, whole.
+//!
+//! An ingest file holds a small piece of every partition an agent wrote to in
+//! one flush. Compacting partition by partition read every file once per
+//! partition in it (a GET per piece: at 1 GiB/s over a thousand partitions,
+//! more than a million dollars a year of GETs). Here a job takes the oldest
+//! ingest files still referenced, reads each with one ranged GET, and writes
+//! one *merged* file holding every partition's run from them as its own
+//! chunk (contiguous offsets, real base offsets), swapped in for all
+//! partitions at once with [`ReplaceRuns`]. Every extent in the files is in
+//! some run, so a job frees every file it read, however little of a
+//! partition a file held: no file stays pinned by a quiet partition.
+//!
+//! A partition's small chunks in successive merged files are merged further,
+//! per partition, into segments ([`crate::compact_partition`]) once they add
+//! up to an eighth of a segment, are many, or are old, so its extent count
+//! does not grow with each job and segment writes stay proportional to bytes.
+//!
+//! Invariant (safety rule 1): the merged file holds exactly the batches of
+//! the runs it replaces, at the same offsets, and a run is swapped in only if
+//! its partition still holds exactly those extents (the metastore's
+//! compare-and-set); a run refused is left where it was, and a file none of
+//! whose runs went in is handed to GC by the metastore, never deleted here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use floe_metastore::ops::CompactionWork;
+use floe_metastore::{Backlog, ExtentRef, ExtentRun, Metastore, ReplaceRuns, RunSwap};
+use floe_protocol::batch::{RecordBatch, patch_base_offsets};
+use floe_storage::ids::Ids;
+use floe_storage::ingest::IngestWriter;
+use floe_storage::{ObjectPath, ObjectStore, keys};
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+
+use crate::{CompactError, CompactionPolicy, pieces};
+
+/// Ingest files read at once.
+const CONCURRENT_GETS: usize = 8;
+/// Most ingest files one job reads (besides `job_bytes`).
+pub(crate) const MAX_JOB_FILES: u32 = 1_000;
+
+/// What one job did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    pub key: String,
+    /// Ingest files read, each with one GET.
+    pub files: usize,
+    /// Runs written, and how many of them the metastore swapped in.
+    pub runs: usize,
+    pub swapped: usize,
+    pub bytes: u64,
+}
+
+/// The request for this policy's work list; `max_files` 0 asks only for the
+/// partitions worth merging further.
+pub(crate) fn work(policy: &CompactionPolicy, max_files: u32) -> CompactionWork {
+    CompactionWork {
+        ingest_prefix: keys::INGEST_PREFIX.into(),
+        max_files,
+        max_bytes: policy.job_bytes,
+        merged_prefix: keys::MERGED_PREFIX.into(),
+        segment_bytes: policy.max_segment_bytes,
+        merge_max_chunks: policy.max_chunks.min(u32::MAX as usize) as u32,
+        merge_max_age_ms: policy.max_age.as_millis().min(i64::MAX as u128) as i64,
+    }
+}
+
+/// Whether `backlog` is worth a job now: enough files wait, or the oldest
+/// append in them is older than `policy.max_age` on the metastore's clock.
+pub(crate) fn due(backlog: &Backlog, policy: &CompactionPolicy, now_ms: i64) -> bool {
+    let max_age_ms = policy.max_age.as_millis().min(i64::MAX as u128) as i64;
+    let oldest = backlog.files.iter().map(|f| f.oldest_appended_ms).min();
+    !backlog.files.is_empty()
+        && (backlog.ingest_files >= policy.min_extents.max(1) as u64
+            || oldest.is_some_and(|ms| now_ms.saturating_sub(ms) >= max_age_ms))
+}
+
+/// Runs one job over `backlog`'s files (the caller holds the job's lease).
+pub async fn merge_files(
+    store: &Arc<dyn ObjectStore>,
+    meta: &Arc<dyn Metastore>,
+    policy: &CompactionPolicy,
+    backlog: &Backlog,
+    ids: &dyn Ids,
+) -> Result<Merged, CompactError> {
+    // The metastore's time before the upload: the swap is refused if it
+    // arrives after the commit window.
+    let not_before_ms = meta.clock().await?;
+    let files = read_files(store, &backlog.runs).await?;
+    let mut writer = IngestWriter::new();
+    let mut swaps = Vec::with_capacity(backlog.runs.len());
+    for run in &backlog.runs {
+        let batches = match run_batches(&files, &run.extents) {
+            Ok(batches) => batches,
+            Err(e) => {
+                // Left where it is (and its file stays): the others go on.
+                tracing::warn!(partition = ?run.partition, error = %e,
+                    "a run of an ingest file does not hold valid batches; not compacting it");
+                continue;
+            }
+        };
+        let raw: Vec<Bytes> = batches.iter().map(|b| b.bytes().clone()).collect();
+        let chunk = writer.add_chunk(run.partition.topic_id, run.partition.partition, &raw);
+        let appended_ms = run.extents.iter().map(|e| e.appended_ms).max().unwrap_or(0);
+        swaps.push(RunSwap {
+            partition: run.partition,
+            replaced: run.extents.clone(),
+            pieces: pieces(&batches, chunk.position, policy.extent_bytes, appended_ms),
+        });
+    }
+    drop(files);
+    let bytes = writer.data_len();
+    let file = writer.finish();
+    let key = keys::new_merged_key(ids.next_id());
+    store.put(&key, file.clone().into()).await?;
+    let runs = swaps.len();
+    let answers = meta
+        .replace_runs(ReplaceRuns {
+            object_key: key.to_string(),
+            object_size: file.len() as u64,
+            runs: swaps,
+            not_before_ms,
+        })
+        .await?;
+    let swapped = answers.iter().filter(|a| a.is_ok()).count();
+    if swapped < runs {
+        // Retention, DeleteRecords or a deleted topic moved them meanwhile;
+        // they go in the next job.
+        tracing::info!(merged = %key, runs, swapped, "some runs changed while being compacted");
+    }
+    Ok(Merged {
+        key: key.to_string(),
+        files: backlog.files.len(),
+        runs,
+        swapped,
+        bytes,
+    })
+}
+
+/// Each file the runs point into, read once: the span from its first
+/// extent's start to its last one's end.
+async fn read_files(
+    store: &Arc<dyn ObjectStore>,
+    runs: &[ExtentRun],
+) -> Result<HashMap<String, (u64, Bytes)>, CompactError> {
+    let mut spans: HashMap<&str, (u64, u64)> = HashMap::new();
+    for e in runs.iter().flat_map(|r| &r.extents) {
+        let span = spans
+            .entry(e.object_key.as_str())
+            .or_insert((e.position, e.position + e.length));
+        span.0 = span.0.min(e.position);
+        span.1 = span.1.max(e.position + e.length);
+    }
+    let reads: Vec<_> = spans
+        .into_iter()
+        .map(|(key, (start, end))| {
+            let (store, key) = (store.clone(), key.to_string());
+            async move {
+                let bytes = store
+                    .get_range(&ObjectPath::from(key.as_str()), start..end)
+                    .await?;
+                Ok::<_, CompactError>((key, (start, bytes)))
+            }
+        })
+        .collect();
+    futures::stream::iter(reads)
+        .buffer_unordered(CONCURRENT_GETS)
+        .try_collect()
+        .await
+}
+
+/// A run's batches cut from the files read, their real offsets set, each
+/// checked.
+fn run_batches(
+    files: &HashMap<String, (u64, Bytes)>,
+    run: &[ExtentRef],
+) -> Result<Vec<RecordBatch>, CompactError> {
+    let mut data = BytesMut::with_capacity(run.iter().map(|e| e.length as usize).sum());
+    for extent in run {
+        let corrupt = |reason: &str| CompactError::Corrupt {
+            key: extent.object_key.clone(),
+            offset: extent.base_offset,
+            reason: reason.into(),
+        };
+        let (start, bytes) = files
+            .get(&extent.object_key)
+            .ok_or_else(|| corrupt("its file was not read"))?;
+        let from = (extent.position - start) as usize;
+        let piece = bytes
+            .get(from..from + extent.length as usize)
+            .ok_or_else(|| corrupt("the file is shorter than the extent"))?;
+        let at = data.len();
+        data.extend_from_slice(piece);
+        if patch_base_offsets(&mut data[at..], extent.base_offset) != piece.len() {
+            return Err(corrupt("extent does not end on a batch boundary"));
+        }
+    }
+    RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
+        key: run[0].object_key.clone(),
+        offset: run[0].base_offset,
+        reason: e.to_string(),
+    })
+}
