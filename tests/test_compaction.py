@@ -36,7 +36,9 @@ def test_compaction_and_gc_keep_every_record(make_agent):
     agent.extra_args = compacting + ["--compaction-max-age", "1h"]
     agent.restart()
     deadline = time.time() + 60
-    while time.time() < deadline and object_files(agent, "ingest"):
+    # (GC logs after it deleted, and after the metastore heard of it.)
+    while time.time() < deadline and (object_files(agent, "ingest")
+                                      or "gc deleted unreferenced objects" not in agent.log()):
         time.sleep(0.5)
     assert not object_files(agent, "ingest"), "gc left ingest files behind"
     assert len(object_files(agent, "merged")) == 1, "expected one merged file"
@@ -101,7 +103,10 @@ def test_agents_share_compaction_through_leases(tmp_path, peer_agents):
         a.restart()
     ingest = tmp_path / "objects" / "ingest"
     deadline = time.time() + 60
-    while time.time() < deadline and any(p.is_file() for p in ingest.rglob("*")):
+    def collected():
+        return any("gc deleted unreferenced objects" in a.log() for a in agents)
+    while time.time() < deadline and (any(p.is_file() for p in ingest.rglob("*"))
+                                      or not collected()):
         time.sleep(0.3)
     assert not any(p.is_file() for p in ingest.rglob("*")), "ingest files left behind"
 

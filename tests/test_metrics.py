@@ -17,6 +17,12 @@ def metric(text, name, **labels):
     return 0.0
 
 
+def metric_sum(text, name):
+    """The sum of every sample of `name`, whatever its labels."""
+    pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$"
+    return sum(float(m.group(1)) for m in (re.match(pattern, line) for line in text.splitlines()) if m)
+
+
 def test_metrics_count_what_happened(agent):
     assert agent.admin("/healthz") == (200, "ok\n")
     assert agent.admin("/readyz")[0] == 200

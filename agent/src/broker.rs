@@ -12,13 +12,16 @@ use tokio::sync::watch;
 use crate::batcher::{Batcher, BatcherConfig};
 use crate::budget::ResponseBudget;
 use crate::config::Config;
+use crate::extent_cache::ExtentCache;
 use crate::frames::RequestBudget;
 use crate::metrics::Metrics;
 use crate::topic_cache::TopicCache;
 use crate::watermarks::Watermarks;
 
-/// How long the produce path trusts a topic it looked up (see [`TopicCache`]).
-const PRODUCE_TOPIC_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long produce and fetch trust a topic they looked up (see [`TopicCache`]).
+const TOPIC_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// The longest the read path trusts where a partition's offsets are stored.
+const MAX_EXTENT_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub struct Broker {
     pub config: Config,
@@ -31,10 +34,12 @@ pub struct Broker {
     /// Bumped after every commit of this agent; fetches long-poll on it.
     pub commits: watch::Receiver<u64>,
     pub metrics: Arc<Metrics>,
-    /// Topics the produce path looked up recently.
-    pub produce_topics: Arc<TopicCache>,
+    /// Topics produce and fetch looked up recently.
+    pub topics: Arc<TopicCache>,
     /// What waiting fetches wait on, polled from the metastore for them all.
     pub watermarks: Arc<Watermarks>,
+    /// Where partitions' offsets are stored, as last learnt (the read path).
+    pub extents: Arc<ExtentCache>,
     /// Memory for responses in flight, across every connection.
     pub responses: ResponseBudget,
     /// Memory for requests being read, across every connection.
@@ -62,7 +67,18 @@ impl Broker {
             config.cache_block_bytes.as_u64(),
         ));
         let (commit_tx, commits) = watch::channel(0);
-        let watermarks = Watermarks::start(meta.clone(), WATERMARK_POLL);
+        // Trusted for half the time GC leaves garbage readable (see
+        // `ExtentCache`), and never long.
+        let extents = Arc::new(ExtentCache::new(
+            (config.gc_grace / 2).min(MAX_EXTENT_TTL),
+            WATERMARK_POLL * 3,
+        ));
+        let watermarks = Watermarks::start(
+            meta.clone(),
+            extents.clone(),
+            WATERMARK_POLL,
+            commits.clone(),
+        );
         let batcher = Batcher::start(
             BatcherConfig {
                 flush_interval: config.flush_interval,
@@ -89,8 +105,9 @@ impl Broker {
             batcher,
             commits,
             metrics,
-            produce_topics: Arc::new(TopicCache::new(PRODUCE_TOPIC_TTL)),
+            topics: Arc::new(TopicCache::new(TOPIC_TTL)),
             watermarks,
+            extents,
             responses,
             requests,
         })
@@ -103,12 +120,42 @@ impl Broker {
         name: &str,
         max_partition: i32,
     ) -> Result<TopicInfo, MetaError> {
-        if let Some(topic) = self.produce_topics.get(name, max_partition) {
+        if let Some(topic) = self.topics.get(name, max_partition) {
             return Ok(topic);
         }
         let topic = self.topic_or_create(name, true).await?;
-        self.produce_topics.insert(&topic);
+        self.topics.insert(&topic);
         Ok(topic)
+    }
+
+    /// The topic a fetch reads (named, or by id from version 13), from the
+    /// cache when it is known to have partition `max_partition`; `None` if
+    /// there is no such topic (or the metastore cannot say).
+    pub async fn fetch_topic(
+        &self,
+        name: &str,
+        id: Option<uuid::Uuid>,
+        max_partition: i32,
+    ) -> Option<TopicInfo> {
+        let cached = match id {
+            Some(id) => self.topics.get_by_id(id, max_partition),
+            None => self.topics.get(name, max_partition),
+        };
+        if cached.is_some() {
+            return cached;
+        }
+        let found = match id {
+            Some(id) => self.meta.topic_by_id(id).await,
+            None => self.meta.topic(name).await,
+        };
+        let topic = found.ok().flatten()?;
+        self.topics.insert(&topic);
+        Some(topic)
+    }
+
+    /// Forgets what the caches hold of the topic of this id (it went away).
+    pub fn forget_topic(&self, id: uuid::Uuid) {
+        self.topics.invalidate_id(id);
     }
 
     /// Looks a topic up, creating it with the default partition count when

@@ -90,8 +90,7 @@ pub struct Config {
     /// turns the compactor off.
     #[serde(with = "humantime_serde")]
     pub compaction_interval: Duration,
-    /// Ingest files waiting before a compaction job reads them; a partition's
-    /// small chunks of merged files in a row before they become a segment.
+    /// Ingest files waiting before a compaction job reads them.
     pub compaction_min_extents: usize,
     /// However few ingest files wait, they are compacted once the oldest
     /// append in them is this old.
@@ -232,6 +231,17 @@ impl Config {
         anyhow::ensure!(
             self.queued_max_request_bytes.as_u64() <= u32::MAX as u64 / 2,
             "queued_max_request_bytes must be below 2 GiB"
+        );
+        // A segment, or one partition's run in a merged file, is one chunk
+        // of the file format, whose length is a u32.
+        anyhow::ensure!(
+            self.segment_bytes.as_u64() < u32::MAX as u64
+                && self.compaction_job_bytes.as_u64() < u32::MAX as u64,
+            "segment_bytes and compaction_job_bytes must be below 4 GiB"
+        );
+        anyhow::ensure!(
+            self.compaction_min_extents > 0,
+            "compaction_min_extents must be positive"
         );
         self.advertised()?;
         if let Some(spec) = &self.inject_faults {

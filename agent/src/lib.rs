@@ -7,6 +7,7 @@ pub mod budget;
 pub mod compaction;
 pub mod config;
 pub mod discovery;
+pub mod extent_cache;
 pub mod frames;
 pub mod handlers;
 pub mod metrics;

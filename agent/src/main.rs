@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use floe_agent::broker::Broker;
 use floe_agent::config::Config;
 use floe_agent::discovery::{self, Discovery};
-use floe_agent::metrics::{Metrics, metered};
+use floe_agent::metrics::{Metrics, OpLabel, metered};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
 // The `floe metastore` subcommand: running a node and changing its group.
@@ -288,9 +288,10 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
             Some(address) => {
                 let requests = metrics.metastore_requests.clone();
-                let client = RemoteMetastore::new(address).with_request_hook(Arc::new(move || {
-                    requests.inc();
-                }));
+                let client =
+                    RemoteMetastore::new(address).with_request_hook(Arc::new(move |op| {
+                        requests.get_or_create(&OpLabel { op }).inc();
+                    }));
                 (Arc::new(client), address.clone())
             }
             None => (

@@ -32,8 +32,8 @@ pub struct Metrics {
     request_seconds: Family<ApiLabel, Histogram>,
     flush_bytes: Histogram,
     flush_batches: Histogram,
-    /// Requests to a remote metastore (none when it is in-process).
-    pub metastore_requests: Counter,
+    /// Requests to a remote metastore, by operation (none when it is in-process).
+    pub metastore_requests: Family<OpLabel, Counter>,
     /// What background passes step over (failed partitions, bad batches).
     pub background: floe_compactor::Counters,
     /// Kafka connections open now.
@@ -98,10 +98,10 @@ impl Metrics {
             "Record batches in each ingest file",
             flush_batches.clone(),
         );
-        let metastore_requests = Counter::default();
+        let metastore_requests = Family::<OpLabel, Counter>::default();
         registry.register(
             "metastore_requests",
-            "Requests sent to a remote metastore, retries included",
+            "Requests sent to a remote metastore by operation, retries included",
             metastore_requests.clone(),
         );
         let connections = Gauge::default();

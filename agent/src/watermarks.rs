@@ -1,20 +1,27 @@
 //! The high watermarks that this agent's waiting fetches wait on, watched
 //! with one metastore request per poll for all of them.
 //!
-//! A fetch that found nothing new waits for its partitions to grow. Commits
-//! made through this agent wake it at once (see `Broker::commits`); commits
-//! made through other agents are only seen in the metastore. Asking it from
-//! every waiting fetch would cost one read per partition per consumer per
-//! poll; here the agent asks once per poll for every partition anyone waits
-//! on, however many consumers wait.
+//! A fetch that found nothing new waits for its partitions to grow. Asking
+//! the metastore from every waiting fetch would cost one read per partition
+//! per consumer per poll; here the agent asks once per poll for every
+//! partition anyone waits on, however many consumers wait, and at once when
+//! this agent commits (`Broker::commits`). The answer holds the new extents
+//! too: they go into the [`ExtentCache`], so the woken fetches read them
+//! without asking again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use floe_metastore::{Metastore, TopicId, TopicPartition};
+use floe_metastore::{Metastore, ReadPlan, Refusal, TopicId, TopicPartition};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::extent_cache::ExtentCache;
+
+/// Bytes of new extents a poll asks for per partition; a fetch asks for more
+/// when it needs them.
+const POLL_BYTES: u64 = 1024 * 1024;
 
 type Key = TopicPartition;
 
@@ -31,13 +38,26 @@ pub struct Watermarks {
 }
 
 impl Watermarks {
-    /// Starts polling `meta` every `poll` while anything is watched.
-    pub fn start(meta: Arc<dyn Metastore>, poll: Duration) -> Arc<Watermarks> {
+    /// Starts polling `meta` every `poll` while anything is watched, and as
+    /// soon as `commits` (this agent's) changes; what it learns goes into
+    /// `extents` too.
+    pub fn start(
+        meta: Arc<dyn Metastore>,
+        extents: Arc<ExtentCache>,
+        poll: Duration,
+        commits: watch::Receiver<u64>,
+    ) -> Arc<Watermarks> {
         let watermarks = Arc::new(Watermarks {
             watched: Mutex::new(HashMap::new()),
             grew: watch::Sender::new(0),
         });
-        tokio::spawn(poll_loop(Arc::downgrade(&watermarks), meta, poll));
+        tokio::spawn(poll_loop(
+            Arc::downgrade(&watermarks),
+            meta,
+            extents,
+            poll,
+            commits,
+        ));
         watermarks
     }
 
@@ -73,9 +93,26 @@ impl Watermarks {
         })
     }
 
+    #[cfg(test)]
     fn watched_keys(&self) -> Vec<Key> {
         let watched = self.watched.lock().expect("watermarks lock poisoned");
         watched.keys().copied().collect()
+    }
+
+    /// Each watched partition, and the offset to ask for what is new from:
+    /// where the cache's extents end, or the highest high watermark seen.
+    fn to_poll(&self, extents: &ExtentCache) -> Vec<(Key, i64)> {
+        let watched = self.watched.lock().expect("watermarks lock poisoned");
+        watched
+            .iter()
+            .map(|(key, w)| {
+                let from = extents
+                    .covered_to(*key)
+                    .filter(|&to| to <= w.high_watermark)
+                    .unwrap_or(w.high_watermark);
+                (*key, from)
+            })
+            .collect()
     }
 
     fn update(&self, keys: &[Key], high_watermarks: &[Option<i64>]) {
@@ -144,24 +181,59 @@ impl Drop for Watching<'_> {
     }
 }
 
-async fn poll_loop(watermarks: Weak<Watermarks>, meta: Arc<dyn Metastore>, poll: Duration) {
+async fn poll_loop(
+    watermarks: Weak<Watermarks>,
+    meta: Arc<dyn Metastore>,
+    extents: Arc<ExtentCache>,
+    poll: Duration,
+    mut commits: watch::Receiver<u64>,
+) {
     let mut ticks = tokio::time::interval(poll);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut committing = true;
     loop {
-        ticks.tick().await;
-        let Some(keys) = watermarks.upgrade().map(|w| w.watched_keys()) else {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            changed = commits.changed(), if committing => committing = changed.is_ok(),
+        }
+        let Some(asks) = watermarks.upgrade().map(|w| w.to_poll(&extents)) else {
             return;
         };
-        if keys.is_empty() {
+        if asks.is_empty() {
             continue;
         }
-        match meta.high_watermarks(keys.clone()).await {
-            Ok(polled) => match watermarks.upgrade() {
-                Some(w) => w.update(&keys, &polled),
-                None => return,
-            },
+        match meta.read_plans(asks.clone(), POLL_BYTES).await {
+            Ok(plans) => {
+                let Some(w) = watermarks.upgrade() else {
+                    return;
+                };
+                let keys: Vec<Key> = asks.iter().map(|(key, _)| *key).collect();
+                let high_watermarks: Vec<Option<i64>> = keys
+                    .iter()
+                    .zip(&plans)
+                    .map(|(key, plan)| learn(&extents, *key, plan))
+                    .collect();
+                w.update(&keys, &high_watermarks);
+            }
             Err(e) => tracing::debug!(error = %e, "polling high watermarks failed"),
         }
+    }
+}
+
+/// Puts a polled plan into the cache; its high watermark, if any.
+fn learn(extents: &ExtentCache, key: Key, plan: &Result<ReadPlan, Refusal>) -> Option<i64> {
+    match plan {
+        Ok(plan) => {
+            extents.learn(key, plan);
+            Some(plan.high_watermark)
+        }
+        // Trimmed past what the view knew: forget it, so the next fetch
+        // asks and gets the new log start (or its error).
+        Err(Refusal::OffsetOutOfRange { high_watermark, .. }) => {
+            extents.forget([key]);
+            Some(*high_watermark)
+        }
+        Err(_) => None,
     }
 }
 
@@ -181,7 +253,17 @@ mod tests {
             })
             .await
             .unwrap();
-        let watermarks = Watermarks::start(meta.clone(), Duration::from_millis(10));
+        let extents = Arc::new(ExtentCache::new(
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ));
+        let (_commits, committed) = watch::channel(0);
+        let watermarks = Watermarks::start(
+            meta.clone(),
+            extents.clone(),
+            Duration::from_millis(10),
+            committed,
+        );
 
         // Nothing grows: the wait ends at its deadline.
         let started = Instant::now();
@@ -230,6 +312,10 @@ mod tests {
         for waiter in waiters {
             assert!(waiter.await.unwrap(), "woken before the deadline");
         }
+        // The poll brought the new extent: a fetch reads it without asking.
+        let tp1 = TopicPartition::new(topic.id, 1);
+        let plan = extents.plan(tp1, 0, 1 << 20).expect("learnt by the poll");
+        assert_eq!((plan.extents.len(), plan.high_watermark), (1, 3));
         // A caller that already saw the new high watermark keeps waiting.
         let deadline = Instant::now() + Duration::from_millis(50);
         assert!(

@@ -49,12 +49,44 @@ fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
 /// that makes it worth cleaning: Kafka's default `min.cleanable.dirty.ratio`.
 const MIN_DIRTY_RATIO: f64 = 0.5;
 
-/// Key-compacts one partition of a compacted topic, as Kafka's cleaner
-/// picks a log: when what was written since its last key compaction (in
-/// ingest or merged files, not keyed segments) is at least half its bytes,
-/// or has waited `policy.max_age` (as `max.compaction.lag.ms`), or a kept
-/// tombstone's delete horizon has passed. `Ok(None)`: nothing to do, or
-/// another compactor got there first.
+/// What key compaction would rewrite now: the partition up to its first
+/// extent in an ingest file (ingest jobs move those, and a rewrite racing
+/// them would lose its compare-and-set every time), if it is worth it, as
+/// Kafka's cleaner picks a log: what was written since its last key
+/// compaction (in merged files, not keyed segments) is at least half the
+/// bytes, or was appended `max.compaction.lag.ms` ago, or a kept
+/// tombstone's delete horizon has passed.
+fn cleanable(all: Vec<ExtentRef>, topic: &TopicInfo, now_ms: i64) -> Option<Vec<ExtentRef>> {
+    let run: Vec<ExtentRef> = all
+        .into_iter()
+        .take_while(|e| !e.object_key.starts_with(keys::INGEST_PREFIX))
+        .collect();
+    let is_dirty = |e: &&ExtentRef| !keys::is_keyed_segment(&e.object_key);
+    let dirty_bytes: u64 = run.iter().filter(is_dirty).map(|e| e.length).sum();
+    let total: u64 = run.iter().map(|e| e.length).sum();
+    let lagging = run
+        .iter()
+        .filter(is_dirty)
+        .map(|e| e.appended_ms)
+        .min()
+        .is_some_and(|oldest| {
+            now_ms.saturating_sub(oldest) >= topic.config().max_compaction_lag_ms
+        });
+    let dirty =
+        dirty_bytes > 0 && (dirty_bytes as f64 >= total as f64 * MIN_DIRTY_RATIO || lagging);
+    // Tombstones past their delete horizon make a partition worth cleaning
+    // even with nothing new (KIP-534).
+    let expired_tombstones = run
+        .iter()
+        .filter_map(|e| keys::keyed_segment_horizon(&e.object_key))
+        .any(|horizon| horizon <= now_ms);
+    (dirty || expired_tombstones).then_some(run)
+}
+
+/// Key-compacts one partition of a compacted topic when it is worth it (see
+/// [`cleanable`]). `Ok(None)`: nothing to do, or another compactor holds
+/// the job. The extents are read again under the lease, so two compactors
+/// never both rewrite the same run.
 #[allow(clippy::too_many_arguments)]
 pub async fn compact_keys(
     store: &Arc<dyn ObjectStore>,
@@ -67,41 +99,28 @@ pub async fn compact_keys(
     counters: &Counters,
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
+    // A read first, so that a partition with nothing to do costs no lease.
     let all = whole_partition(meta, topic.id, partition).await?.extents;
-    let is_dirty = |e: &&ExtentRef| !keys::is_keyed_segment(&e.object_key);
-    let dirty_bytes: u64 = all.iter().filter(is_dirty).map(|e| e.length).sum();
-    let total: u64 = all.iter().map(|e| e.length).sum();
-    let max_age_ms = policy.max_age.as_millis().min(i64::MAX as u128) as i64;
-    let waited = all
-        .iter()
-        .filter(is_dirty)
-        .map(|e| e.appended_ms)
-        .min()
-        .is_some_and(|oldest| now_ms.saturating_sub(oldest) >= max_age_ms);
-    let dirty = dirty_bytes > 0 && (dirty_bytes as f64 >= total as f64 * MIN_DIRTY_RATIO || waited);
-    // Tombstones past their delete horizon make a partition worth cleaning
-    // even with nothing new (KIP-534).
-    let expired_tombstones = all
-        .iter()
-        .filter_map(|e| keys::keyed_segment_horizon(&e.object_key))
-        .any(|horizon| horizon <= now_ms);
-    if !dirty && !expired_tombstones {
-        return Ok(None);
-    }
-    if total > MAX_KEYED_BYTES {
-        tracing::warn!(topic = %topic.name, partition, bytes = total,
-            "partition too large to key-compact at once; left as it is");
+    if cleanable(all, topic, now_ms).is_none() {
         return Ok(None);
     }
     let job = format!("compact/{}/{partition}", topic.id);
-    leased(
-        worker,
-        meta,
-        job,
+    leased(worker, meta, job, async {
+        let all = whole_partition(meta, topic.id, partition).await?.extents;
+        let Some(run) = cleanable(all, topic, now_ms) else {
+            return Ok(None);
+        };
+        let total: u64 = run.iter().map(|e| e.length).sum();
+        if total > MAX_KEYED_BYTES {
+            tracing::warn!(topic = %topic.name, partition, bytes = total,
+                "partition too large to key-compact at once; left as it is");
+            return Ok(None);
+        }
         rewrite(
-            store, meta, topic, partition, policy, all, now_ms, counters, ids,
-        ),
-    )
+            store, meta, topic, partition, policy, run, now_ms, counters, ids,
+        )
+        .await
+    })
     .await
 }
 

@@ -271,11 +271,43 @@ pub(crate) async fn read_run(
             }
         }
     }
-    RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
-        key: run[0].object_key.clone(),
-        offset: run[0].base_offset,
-        reason: e.to_string(),
-    })
+    let batches =
+        RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
+            key: run[0].object_key.clone(),
+            offset: run[0].base_offset,
+            reason: e.to_string(),
+        })?;
+    check_tiling(&batches, run)?;
+    Ok(batches)
+}
+
+/// Safety rule 1's last guard: the batches read for `run` hold exactly its
+/// offsets, end to end, so what is swapped in for it serves every offset it
+/// served (the metastore checks only that the pieces tile the run).
+pub(crate) fn check_tiling(batches: &[RecordBatch], run: &[ExtentRef]) -> Result<(), CompactError> {
+    let mut next = run[0].base_offset;
+    for batch in batches {
+        if batch.base_offset() != next {
+            return Err(CompactError::Corrupt {
+                key: run[0].object_key.clone(),
+                offset: next,
+                reason: format!(
+                    "a batch starts at {} where {next} was next",
+                    batch.base_offset()
+                ),
+            });
+        }
+        next = batch.base_offset() + batch.last_offset_delta() as i64 + 1;
+    }
+    let last = run[run.len() - 1].last_offset;
+    if next != last + 1 {
+        return Err(CompactError::Corrupt {
+            key: run[run.len() - 1].object_key.clone(),
+            offset: last,
+            reason: format!("the batches end at {} but the run at {last}", next - 1),
+        });
+    }
+    Ok(())
 }
 
 /// Uploads `batches` (tiling `run`'s offsets) as the segment `key` and swaps
@@ -407,22 +439,36 @@ pub async fn compact_all(
     let max_files = if merging { merge::MAX_JOB_FILES } else { 0 };
     let mut backlog = meta.compaction_work(merge::work(policy, max_files)).await?;
     while merging && merge::due(&backlog, policy, now_ms) && pass.merged.len() < MAX_JOBS_PER_PASS {
-        match merge::merge_files(store, meta, policy, &backlog, ids).await {
-            Ok(merged) => pass.merged.push(merged),
+        let merged = match merge::merge_files(store, meta, policy, &backlog, counters, ids).await {
+            Ok(merged) => merged,
             Err(e) => {
                 counters.compaction_failures.inc();
                 tracing::warn!(error = %e, "a compaction job over ingest files failed");
                 break;
             }
-        }
+        };
+        // A job that moved nothing (its runs unreadable, or changed under
+        // it) would move nothing again: the next pass tries.
+        let progressed = merged.swapped > 0;
+        pass.merged.push(merged);
         // Renewed for the next job (or learnt lost to a compactor that
         // thought this one dead).
-        if let Some(worker) = worker
-            && !worker.lease(meta, INGEST_JOB).await?
-        {
-            break;
+        let renewed = match worker {
+            Some(worker) => worker.lease(meta, INGEST_JOB).await,
+            None => Ok(true),
+        };
+        let next = match renewed {
+            Ok(true) if progressed => meta.compaction_work(merge::work(policy, max_files)).await,
+            Ok(_) => break,
+            Err(e) => Err(e),
+        };
+        match next {
+            Ok(next) => backlog = next,
+            Err(e) => {
+                tracing::warn!(error = %e, "compaction could not go on with the ingest files");
+                break;
+            }
         }
-        backlog = meta.compaction_work(merge::work(policy, max_files)).await?;
     }
     if merging
         && let Some(worker) = worker

@@ -32,15 +32,17 @@ use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
 use floe_storage::{ObjectPath, ObjectStore, keys};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::ObjectStoreExt;
 
-use crate::{CompactError, CompactionPolicy, pieces};
+use crate::{CompactError, CompactionPolicy, Counters, check_tiling, pieces};
 
 /// Ingest files read at once.
 const CONCURRENT_GETS: usize = 8;
 /// Most ingest files one job reads (besides `job_bytes`).
 pub(crate) const MAX_JOB_FILES: u32 = 1_000;
+/// Most extents one job moves: bounds the work list and the swap's entry.
+const MAX_JOB_EXTENTS: u64 = 100_000;
 
 /// What one job did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +63,7 @@ pub(crate) fn work(policy: &CompactionPolicy, max_files: u32) -> CompactionWork 
         ingest_prefix: keys::INGEST_PREFIX.into(),
         max_files,
         max_bytes: policy.job_bytes,
+        max_extents: MAX_JOB_EXTENTS,
         merged_prefix: keys::MERGED_PREFIX.into(),
         segment_bytes: policy.max_segment_bytes,
         merge_max_chunks: policy.max_chunks.min(u32::MAX as usize) as u32,
@@ -79,44 +82,64 @@ pub(crate) fn due(backlog: &Backlog, policy: &CompactionPolicy, now_ms: i64) -> 
 }
 
 /// Runs one job over `backlog`'s files (the caller holds the job's lease).
+/// A file that cannot be read, or a run that does not hold valid batches,
+/// is left where it is (counted in `counters`), and the job goes on with
+/// the others; a job with nothing left to move writes nothing.
 pub async fn merge_files(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
     policy: &CompactionPolicy,
     backlog: &Backlog,
+    counters: &Counters,
     ids: &dyn Ids,
 ) -> Result<Merged, CompactError> {
     // The metastore's time before the upload: the swap is refused if it
     // arrives after the commit window.
     let not_before_ms = meta.clock().await?;
-    let files = read_files(store, &backlog.runs).await?;
+    let files = read_files(store, &backlog.runs, counters).await;
     let mut writer = IngestWriter::new();
     let mut swaps = Vec::with_capacity(backlog.runs.len());
-    for run in &backlog.runs {
-        let batches = match run_batches(&files, &run.extents) {
+    // A run's extents in files that could not be read stay; what lies
+    // between them moves (consecutive extents, so still runs).
+    let readable = backlog.runs.iter().flat_map(|run| {
+        run.extents
+            .split(|e| !files.contains_key(&e.object_key))
+            .filter(|extents| !extents.is_empty())
+            .map(move |extents| (run.partition, extents))
+    });
+    for (partition, extents) in readable {
+        let batches = match run_batches(&files, extents) {
             Ok(batches) => batches,
             Err(e) => {
-                // Left where it is (and its file stays): the others go on.
-                tracing::warn!(partition = ?run.partition, error = %e,
-                    "a run of an ingest file does not hold valid batches; not compacting it");
+                counters.compaction_failures.inc();
+                tracing::warn!(?partition, error = %e,
+                    "a run of an ingest file cannot be compacted; left where it is");
                 continue;
             }
         };
         let raw: Vec<Bytes> = batches.iter().map(|b| b.bytes().clone()).collect();
-        let chunk = writer.add_chunk(run.partition.topic_id, run.partition.partition, &raw);
-        let appended_ms = run.extents.iter().map(|e| e.appended_ms).max().unwrap_or(0);
+        let chunk = writer.add_chunk(partition.topic_id, partition.partition, &raw);
+        let appended_ms = extents.iter().map(|e| e.appended_ms).max().unwrap_or(0);
         swaps.push(RunSwap {
-            partition: run.partition,
-            replaced: run.extents.clone(),
+            partition,
+            replaced: extents.to_vec(),
             pieces: pieces(&batches, chunk.position, policy.extent_bytes, appended_ms),
         });
     }
     drop(files);
-    let bytes = writer.data_len();
+    let mut merged = Merged {
+        key: String::new(),
+        files: backlog.files.len(),
+        runs: swaps.len(),
+        swapped: 0,
+        bytes: writer.data_len(),
+    };
+    if swaps.is_empty() {
+        return Ok(merged);
+    }
     let file = writer.finish();
     let key = keys::new_merged_key(ids.next_id());
     store.put(&key, file.clone().into()).await?;
-    let runs = swaps.len();
     let answers = meta
         .replace_runs(ReplaceRuns {
             object_key: key.to_string(),
@@ -125,27 +148,25 @@ pub async fn merge_files(
             not_before_ms,
         })
         .await?;
-    let swapped = answers.iter().filter(|a| a.is_ok()).count();
-    if swapped < runs {
+    merged.key = key.to_string();
+    merged.swapped = answers.iter().filter(|a| a.is_ok()).count();
+    if merged.swapped < merged.runs {
         // Retention, DeleteRecords or a deleted topic moved them meanwhile;
         // they go in the next job.
-        tracing::info!(merged = %key, runs, swapped, "some runs changed while being compacted");
+        tracing::info!(merged = %key, runs = merged.runs, swapped = merged.swapped,
+            "some runs changed while being compacted");
     }
-    Ok(Merged {
-        key: key.to_string(),
-        files: backlog.files.len(),
-        runs,
-        swapped,
-        bytes,
-    })
+    Ok(merged)
 }
 
 /// Each file the runs point into, read once: the span from its first
-/// extent's start to its last one's end.
+/// extent's start to its last one's end. A file that cannot be read is
+/// left out (its runs then fail alone).
 async fn read_files(
     store: &Arc<dyn ObjectStore>,
     runs: &[ExtentRun],
-) -> Result<HashMap<String, (u64, Bytes)>, CompactError> {
+    counters: &Counters,
+) -> HashMap<String, (u64, Bytes)> {
     let mut spans: HashMap<&str, (u64, u64)> = HashMap::new();
     for e in runs.iter().flat_map(|r| &r.extents) {
         let span = spans
@@ -159,17 +180,27 @@ async fn read_files(
         .map(|(key, (start, end))| {
             let (store, key) = (store.clone(), key.to_string());
             async move {
-                let bytes = store
+                let read = store
                     .get_range(&ObjectPath::from(key.as_str()), start..end)
-                    .await?;
-                Ok::<_, CompactError>((key, (start, bytes)))
+                    .await;
+                (key, start, read)
             }
         })
         .collect();
-    futures::stream::iter(reads)
-        .buffer_unordered(CONCURRENT_GETS)
-        .try_collect()
-        .await
+    let mut read = futures::stream::iter(reads).buffer_unordered(CONCURRENT_GETS);
+    let mut files = HashMap::new();
+    while let Some((key, start, bytes)) = read.next().await {
+        match bytes {
+            Ok(bytes) => {
+                files.insert(key, (start, bytes));
+            }
+            Err(e) => {
+                counters.compaction_failures.inc();
+                tracing::warn!(file = %key, error = %e, "compaction could not read an ingest file");
+            }
+        }
+    }
+    files
 }
 
 /// A run's batches cut from the files read, their real offsets set, each
@@ -198,9 +229,12 @@ fn run_batches(
             return Err(corrupt("extent does not end on a batch boundary"));
         }
     }
-    RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
-        key: run[0].object_key.clone(),
-        offset: run[0].base_offset,
-        reason: e.to_string(),
-    })
+    let batches =
+        RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
+            key: run[0].object_key.clone(),
+            offset: run[0].base_offset,
+            reason: e.to_string(),
+        })?;
+    check_tiling(&batches, run)?;
+    Ok(batches)
 }

@@ -263,7 +263,10 @@ async fn few_young_files_wait_and_old_ones_do_not() {
     p.max_age = Duration::ZERO;
     let done = pass(&s, &p).await;
     assert_eq!(done.merged.len(), 1, "old files are compacted however few");
-    assert_eq!(s.meta.garbage().await.unwrap().len(), 3);
+    // The three files, and the merged file: each partition's lone chunk in
+    // it is old too, so it went into a segment of its own.
+    assert_eq!(done.compacted.len(), 2);
+    assert_eq!(s.meta.garbage().await.unwrap().len(), 4);
 }
 
 #[tokio::test]
@@ -446,6 +449,59 @@ async fn a_broken_run_does_not_stop_the_job() {
     assert!(!garbage.contains(&key.to_string()));
 }
 
+/// A file that cannot be read leaves its extents where they are; the job
+/// moves the rest, and a job that could move nothing ends the pass's jobs.
+#[tokio::test]
+async fn an_unreadable_file_does_not_stop_the_job() {
+    let s = setup(4).await;
+    let first = s
+        .meta
+        .compaction_work(merge::work(&policy(1), 1))
+        .await
+        .unwrap()
+        .files[0]
+        .key
+        .clone();
+    s.store
+        .delete(&ObjectPath::from(first.as_str()))
+        .await
+        .unwrap();
+    let counters = Counters::default();
+    let now_ms = s.meta.clock().await.unwrap();
+    let done = compact_all(
+        &s.store,
+        &s.meta,
+        &policy(2),
+        None,
+        0,
+        &counters,
+        now_ms,
+        &RandomIds,
+    )
+    .await
+    .unwrap();
+    // The three readable files moved; the lost one's extents could not.
+    assert_eq!(done.merged.len(), 1);
+    assert_eq!((done.merged[0].runs, done.merged[0].swapped), (2, 2));
+    assert_eq!(s.meta.garbage().await.unwrap().len(), 3);
+    assert!(counters.compaction_failures.get() >= 1);
+    // The next pass finds only the lost file: one job, nothing moved, no
+    // file written, and no second job.
+    let mut p = policy(1);
+    p.max_age = Duration::ZERO;
+    let merged_files =
+        || futures::StreamExt::count(s.store.list(Some(&ObjectPath::from("merged"))));
+    let before = merged_files().await;
+    let again = compact_all(
+        &s.store, &s.meta, &p, None, 0, &counters, now_ms, &RandomIds,
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.merged.len(), 1);
+    assert_eq!((again.merged[0].runs, again.merged[0].swapped), (0, 0));
+    assert_eq!(merged_files().await, before);
+}
+
 #[test]
 fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
     let extent = |base: i64, key: &str, length: u64| ExtentRef {
@@ -496,10 +552,17 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
     };
     assert_eq!(plan(&extents, &few, 2_000).map(|r| r.len()), Some(3));
     let old_ms = 1_000 + 3 + 3_600_000;
-    assert_eq!(plan(&extents, &larger, old_ms).map(|r| r.len()), Some(3));
-    // Pieces of one chunk count as one: a lone chunk is left as it is.
+    let old_run = |extents: &[ExtentRef]| {
+        plan(extents, &larger, old_ms).map(|r| r.iter().map(|e| e.base_offset).collect::<Vec<_>>())
+    };
+    // The lone old chunk at 1 first, then the run.
+    assert_eq!(old_run(&extents), Some(vec![1]));
+    assert_eq!(old_run(&extents[2..]), Some(vec![3, 4, 5]));
+    // Pieces of one chunk count as one: a lone chunk is left as it is,
+    // until it is old (it may be all that keeps its merged file).
     let one_file = vec![extent(0, "merged/1", 1), extent(1, "merged/1", 1)];
-    assert_eq!(plan(&one_file, &few, old_ms), None);
+    assert_eq!(plan(&one_file, &few, 2_000), None);
+    assert_eq!(plan(&one_file, &few, old_ms).map(|r| r.len()), Some(2));
     // A segment stops growing at max_segment_bytes.
     let many: Vec<_> = (0..12)
         .map(|n| extent(n, &format!("merged/{n}"), 10))

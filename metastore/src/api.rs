@@ -164,8 +164,7 @@ macro_rules! metastore_api {
             pub(crate) const NAMES: &[&str] = &[$(stringify!($op),)*];
 
             /// This request's variant name.
-            #[cfg(test)]
-            pub(crate) fn name(&self) -> &'static str {
+            pub fn name(&self) -> &'static str {
                 match self {
                     $( Request::$op(_) => stringify!($op), )*
                 }
@@ -252,4 +251,8 @@ metastore_api! {
     read fn compaction_work(work: CompactionWork) -> CompactionWork { work }
     /// Swaps many partitions' runs for one merged file's chunks.
     write fn replace_runs(replace: ReplaceRuns) -> ReplaceRuns { replace }
+    /// Read plans of many partitions in one request.
+    read fn read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> PlanReads {
+        PlanReads { partitions, max_bytes }
+    }
 }

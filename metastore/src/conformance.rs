@@ -305,6 +305,7 @@ fn work(max_files: u32) -> CompactionWork {
         ingest_prefix: "ingest/".into(),
         max_files,
         max_bytes: u64::MAX,
+        max_extents: u64::MAX,
         merged_prefix: "merged/".into(),
         segment_bytes: 1 << 30,
         merge_max_chunks: 2,

@@ -13,7 +13,9 @@
 //!
 //! Appending a command or request variant (with its sample) is the one change
 //! that needs no bump: old bytes decode as before, and a node too old to know
-//! the variant refuses it rather than misreading it. The golden file then
+//! the variant fails to decode it rather than misreading it. (Such a node
+//! cannot follow a leader that writes the new variant: upgrade every
+//! metastore node before the agents, and before a new node leads.) The golden file then
 //! gains the sample's lines, and lines that show state (the snapshot, answers
 //! of queries) change with what the new sample did; re-bless, and check in
 //! the diff that no other line changed.
@@ -26,7 +28,7 @@ use uuid::Uuid;
 use crate::groups::*;
 use crate::ops::*;
 use crate::raft::node::FORMAT_VERSION;
-use crate::state::{Command, Proposal, State};
+use crate::state::{Batch, Command, Proposal, State};
 use crate::types::*;
 
 /// Every command variant's name; exhaustive, so a new variant must get a sample.
@@ -56,6 +58,7 @@ fn variant(command: &Command) -> &'static str {
         Command::ReleaseLease(_) => "release_lease",
         Command::Tick(_) => "tick",
         Command::ReplaceRuns(_) => "replace_runs",
+        Command::Batch(_) => "batch",
     }
 }
 
@@ -221,6 +224,13 @@ fn samples() -> Vec<Command> {
         }),
         Command::Tick(Tick),
         Command::ReplaceRuns(replace_runs(1_700_000_020_000)),
+        Command::Batch(Batch(vec![
+            Command::Tick(Tick),
+            Command::Trim(Trim {
+                partition: TopicPartition::new(TOPIC, 1),
+                offset: 0,
+            }),
+        ])),
     ]
 }
 
@@ -287,11 +297,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 17 commands, one of them with 6 group commands: `variant` is exhaustive,
+    // 18 commands, one of them with 6 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        22,
+        23,
         "a command without a golden sample: {named:?}"
     );
 
@@ -487,6 +497,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             ingest_prefix: "ingest/".into(),
             max_files: 10,
             max_bytes: 1 << 20,
+            max_extents: 1000,
             merged_prefix: "segment/02/merged/".into(),
             segment_bytes: 1 << 20,
             merge_max_chunks: 2,
@@ -494,6 +505,11 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
         replace_runs(GoldenNode::NOW_MS).into(),
+        PlanReads {
+            partitions: vec![(tp, 0), (TopicPartition::new(TOPIC, 0), 7)],
+            max_bytes: 1 << 20,
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {

@@ -55,7 +55,8 @@ pub struct PlanRead {
 }
 
 /// Compaction's work list (a [`Backlog`]): the oldest ingest files still
-/// referenced, up to `max_files` and, past the first, `max_bytes` in all, with
+/// referenced, up to `max_files` and, past the first, `max_bytes` and
+/// `max_extents` in all, with
 /// every run of extents in them; and the partitions holding small chunks of
 /// merged files worth merging into a segment (see
 /// [`CompactionWork::merge_run`]). One request per pass, however many
@@ -65,6 +66,9 @@ pub struct CompactionWork {
     pub ingest_prefix: String,
     pub max_files: u32,
     pub max_bytes: u64,
+    /// Past the first file, the files' extents at most (bounds the answer,
+    /// and the entry that swaps them).
+    pub max_extents: u64,
     /// Where merged files live.
     pub merged_prefix: String,
     /// The segments a partition's small chunks are merged into grow to this.
@@ -94,10 +98,10 @@ impl CompactionWork {
     }
 
     /// The first run of a partition's `chunks` (in offset order) worth
-    /// merging into one segment: at least two small chunks of merged files
-    /// in a row, up to `segment_bytes`, when together they make at least a
-    /// small chunk's worth, or are `merge_max_chunks` many, or the oldest is
-    /// `merge_max_age_ms` old. So each segment is written once per
+    /// merging into one segment: small chunks of merged files in a row, up
+    /// to `segment_bytes`, when there are two or more that together make at
+    /// least a small chunk's worth or are `merge_max_chunks` many, or when
+    /// the oldest is `merge_max_age_ms` old (even alone). So each segment is written once per
     /// `segment_bytes / 8` of a partition's data, or once per age, never per
     /// merged file: the writes (PUTs) stay proportional to bytes, not to
     /// partitions times files.
@@ -121,13 +125,25 @@ impl CompactionWork {
             let worth = bytes >= self.small_below_bytes()
                 || end - start >= self.merge_max_chunks.max(2) as usize
                 || now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
-            if end - start >= 2 && worth {
+            // A lone small chunk is moved only when old: it may be all that
+            // keeps its merged file.
+            let aged = now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
+            if (end - start >= 2 && worth) || aged {
                 return Some(start..end);
             }
             start = end.max(start + 1);
         }
         None
     }
+}
+
+/// Read plans of many partitions at once, each from its own offset, each up
+/// to about `max_bytes` (the read path's one request for a fetch's misses,
+/// and its poll for what waiting fetches wait on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanReads {
+    pub partitions: Vec<(TopicPartition, i64)>,
+    pub max_bytes: u64,
 }
 
 /// ListOffsets: the offset (or the extent holding it) that `query` asks for.

@@ -111,6 +111,14 @@ pub(crate) enum NodeRequest {
 }
 
 impl Envelope {
+    /// Its name, for metrics.
+    fn name(&self) -> &'static str {
+        match self {
+            Envelope::Op(request) => request.name(),
+            Envelope::Node(_) => "Node",
+        }
+    }
+
     /// The frame that carries it.
     fn frame(&self) -> Result<Bytes, MetaError> {
         let frame = postcard::to_extend(self, vec![CALL, WIRE_VERSION])
@@ -240,8 +248,9 @@ pub struct RemoteMetastore {
     idle: Mutex<Vec<(String, Connection)>>,
     retry_for: Duration,
     attempt_timeout: Duration,
-    /// Called once per request sent (for the agent's metrics).
-    on_request: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Called once per request sent, with its operation's name (for the
+    /// agent's metrics).
+    on_request: Option<Arc<dyn Fn(&'static str) + Send + Sync>>,
 }
 
 impl RemoteMetastore {
@@ -264,8 +273,9 @@ impl RemoteMetastore {
         }
     }
 
-    /// Calls `hook` once for every request sent to a node (retries included).
-    pub fn with_request_hook(mut self, hook: Arc<dyn Fn() + Send + Sync>) -> Self {
+    /// Calls `hook` once for every request sent to a node (retries
+    /// included), with the request's name (`"Node"` for a node request).
+    pub fn with_request_hook(mut self, hook: Arc<dyn Fn(&'static str) + Send + Sync>) -> Self {
         self.on_request = Some(hook);
         self
     }
@@ -306,8 +316,9 @@ impl RemoteMetastore {
         &self,
         address: &str,
         frame: &Bytes,
+        name: &'static str,
     ) -> Result<Result<T, MetaError>, Attempt> {
-        match tokio::time::timeout(self.attempt_timeout, self.attempt(address, frame)).await {
+        match tokio::time::timeout(self.attempt_timeout, self.attempt(address, frame, name)).await {
             Ok(result) => result,
             // The connection is dropped with the future: a late answer can
             // never be read as the next request's.
@@ -322,6 +333,7 @@ impl RemoteMetastore {
         &self,
         address: &str,
         frame: &Bytes,
+        name: &'static str,
     ) -> Result<Result<T, MetaError>, Attempt> {
         let pooled = {
             let mut idle = self.idle.lock().expect("pool lock");
@@ -334,7 +346,7 @@ impl RemoteMetastore {
             None => Framed::new(connect(address).await.map_err(Attempt::NotSent)?, codec()),
         };
         if let Some(hook) = &self.on_request {
-            hook();
+            hook(name);
         }
         if let Err(e) = conn.send(frame.clone()).await {
             // A pooled connection the server closed fails here; nothing was applied.
@@ -361,6 +373,7 @@ impl RemoteMetastore {
         retry_is_safe: bool,
     ) -> Result<T, MetaError> {
         let frame = envelope.frame()?;
+        let name = envelope.name();
         let deadline = tokio::time::Instant::now() + self.retry_for;
         let mut backoff = Duration::from_millis(20);
         let mut redirects = 0;
@@ -368,7 +381,7 @@ impl RemoteMetastore {
         let mut maybe_applied = false;
         loop {
             let address = self.leader();
-            let why = match self.once::<T>(&address, &frame).await {
+            let why = match self.once::<T>(&address, &frame, name).await {
                 // Not applied: the node does not lead. Go where it points.
                 Ok(Err(MetaError::NotLeader(hint))) => {
                     let known = hint.is_some();
@@ -427,7 +440,7 @@ impl RemoteMetastore {
     /// What the node at `address` knows of its group.
     pub async fn status_of(&self, address: &str) -> Result<ClusterStatus, MetaError> {
         let frame = Envelope::Node(NodeRequest::Status).frame()?;
-        match self.once(address, &frame).await {
+        match self.once(address, &frame, "Node").await {
             Ok(answer) => answer,
             Err(Attempt::NotSent(why) | Attempt::Unanswered(why)) => {
                 Err(MetaError::unavailable(format!("{address}: {why}")))

@@ -144,6 +144,46 @@ commands! {
     ReleaseLease(ReleaseLease),
     Tick(Tick),
     ReplaceRuns(ReplaceRuns),
+    Batch(Batch),
+}
+
+/// Commands proposed together in one entry (group commit, see
+/// `raft::group_commit`): applied in order, at the entry's time, each
+/// answered as if it had been alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch(pub Vec<Command>);
+
+impl Entry for Batch {
+    fn retry_is_safe(&self) -> bool {
+        self.0.iter().all(Command::retry_is_safe)
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.0.iter_mut().for_each(|c| c.restamp(now_ms));
+    }
+    fn apply_to(self, state: &mut State) -> Reply {
+        let replies: Vec<Reply> = self.0.into_iter().map(|c| c.apply_to(state)).collect();
+        Reply(postcard::to_stdvec(&replies).unwrap_or_default())
+    }
+}
+
+impl Command {
+    /// How much of an entry this command takes, roughly in committed
+    /// batches (the bulk of a commit), so group commit keeps entries small.
+    pub fn weight(&self) -> usize {
+        match self {
+            Command::Commit(c) => 1 + c.batches.len(),
+            Command::ReplaceRuns(r) => {
+                1 + r
+                    .runs
+                    .iter()
+                    .map(|run| run.replaced.len() + run.pieces.len())
+                    .sum::<usize>()
+            }
+            Command::ReplaceExtents(r) => 1 + r.replaced.len() + r.pieces.len(),
+            Command::Batch(b) => b.0.iter().map(Command::weight).sum(),
+            _ => 1,
+        }
+    }
 }
 
 /// One entry of the replicated log: a command and the time the leader that
@@ -177,6 +217,12 @@ impl Reply {
             [1, rest @ ..] => postcard::from_bytes(rest).ok(),
             _ => None,
         }
+    }
+
+    /// The replies of a [`Batch`]'s commands, in order.
+    pub fn batch(&self) -> Result<Vec<Reply>, MetaError> {
+        postcard::from_bytes(&self.0)
+            .map_err(|e| MetaError::Storage(format!("a reply that is not a batch's: {e}")))
     }
 
     /// The answer of command type `C`.
@@ -980,7 +1026,7 @@ impl State {
         let is_ingest = |o: &Object| o.key.starts_with(&work.ingest_prefix);
         let mut chosen: BTreeMap<u64, usize> = BTreeMap::new();
         let mut backlog = Backlog::default();
-        let mut bytes = 0u64;
+        let (mut bytes, mut extents) = (0u64, 0u64);
         // Oldest first: once a file does not fit, none after it is taken.
         let mut full = false;
         for (id, object) in self.objects.iter().filter(|(_, o)| is_ingest(o)) {
@@ -988,10 +1034,13 @@ impl State {
             // The first file is taken whatever its size.
             full = full
                 || backlog.files.len() >= work.max_files as usize
-                || !backlog.files.is_empty() && bytes + object.size > work.max_bytes;
+                || !backlog.files.is_empty()
+                    && (bytes + object.size > work.max_bytes
+                        || extents + object.live_extents > work.max_extents);
             if !full {
                 chosen.insert(*id, backlog.files.len());
                 bytes += object.size;
+                extents += object.live_extents;
                 backlog.files.push(BacklogFile {
                     key: object.key.clone(),
                     size: object.size,
@@ -1541,6 +1590,17 @@ impl Query for CompactionWork {
     type Output = Backlog;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.backlog(&self, now_ms))
+    }
+}
+
+impl Query for PlanReads {
+    type Output = Vec<Result<ReadPlan, Refusal>>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(self
+            .partitions
+            .into_iter()
+            .map(|(p, from)| state.read_plan(p.topic_id, p.partition, from, self.max_bytes))
+            .collect())
     }
 }
 

@@ -20,6 +20,7 @@ pub const TIMESTAMP_TYPE: &str = "message.timestamp.type";
 pub const TIMESTAMP_DIFFERENCE_MAX_MS: &str = "message.timestamp.difference.max.ms";
 pub const TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
 pub const TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
+pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
 
 /// Kafka's default `retention.ms`: seven days.
 pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -55,6 +56,9 @@ pub struct TopicConfig {
     pub timestamp_before_max_ms: i64,
     /// How far in the future.
     pub timestamp_after_max_ms: i64,
+    /// `max.compaction.lag.ms`: a compacted topic's records are cleaned at
+    /// the latest this long after they were appended, however few.
+    pub max_compaction_lag_ms: i64,
 }
 
 impl Default for TopicConfig {
@@ -124,6 +128,7 @@ impl TopicConfig {
             })?,
             timestamp_before_max_ms: get(TIMESTAMP_BEFORE_MAX_MS).long_at_least(0, difference)?,
             timestamp_after_max_ms: get(TIMESTAMP_AFTER_MAX_MS).long_at_least(0, difference)?,
+            max_compaction_lag_ms: get(MAX_COMPACTION_LAG_MS).long_at_least(0, i64::MAX)?,
         })
     }
 
@@ -134,6 +139,7 @@ impl TopicConfig {
         vec![
             (CLEANUP_POLICY, "delete".into()),
             (DELETE_RETENTION_MS, DEFAULT_DELETE_RETENTION_MS.to_string()),
+            (MAX_COMPACTION_LAG_MS, i64::MAX.to_string()),
             (MAX_MESSAGE_BYTES, message_max_bytes.to_string()),
             (TIMESTAMP_AFTER_MAX_MS, i64::MAX.to_string()),
             (TIMESTAMP_BEFORE_MAX_MS, i64::MAX.to_string()),
@@ -223,6 +229,7 @@ mod tests {
                 timestamp_type: TimestampType::CreateTime,
                 timestamp_before_max_ms: i64::MAX,
                 timestamp_after_max_ms: i64::MAX,
+                max_compaction_lag_ms: i64::MAX,
             }
         );
         assert_eq!(c, TopicConfig::default());

@@ -445,6 +445,7 @@ impl World {
                     ingest_prefix: "ingest/".into(),
                     max_files: self.rng.random_range(1..4),
                     max_bytes: u64::MAX,
+                    max_extents: self.rng.random_range(1..20),
                     merged_prefix: "merged/".into(),
                     segment_bytes: u64::MAX,
                     merge_max_chunks: 2,
@@ -563,12 +564,28 @@ impl World {
         };
         let reply_lost = self.rng.random_bool(0.1);
         if c.merged {
-            let reply = self.apply(ReplaceRuns {
+            let swap = ReplaceRuns {
                 object_key: c.key.clone(),
                 object_size: 10_000,
                 runs: c.runs,
                 not_before_ms: c.not_before_ms,
-            });
+            };
+            if reply_lost && self.rng.random_bool(0.3) {
+                // Lost on the way: never applied; its file is an orphan
+                // the sweep finds.
+                self.log(format!("merge of {} lost before the metastore", c.key));
+                return;
+            }
+            let again = self.rng.random_bool(0.05).then(|| swap.clone());
+            let reply = self.apply(swap);
+            if let Some(again) = again {
+                // Delivered twice: the second is refused whole, changing nothing.
+                let second = self.apply(again);
+                if second != Err(Refusal::ObjectKeyUsed(c.key.clone())) {
+                    self.anomalies
+                        .push(format!("merge of {} applied twice: {second:?}", c.key));
+                }
+            }
             // The compactor never deletes a merged file: the metastore hands
             // it to GC when none of its runs went in.
             match reply {

@@ -51,9 +51,15 @@ async fn trim(
     } else {
         offset
     };
-    broker
+    let trimmed = broker
         .meta
         .trim(topic, partition, offset)
         .await
-        .map_err(|e| kafka_error(&e))
+        .map_err(|e| kafka_error(&e));
+    // Fetches through this agent see the new log start at once (through
+    // others, once their views expire).
+    broker
+        .extents
+        .forget([floe_metastore::TopicPartition::new(topic, partition)]);
+    trimmed
 }

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_metastore::{MetaError, ReadPlan, Refusal, TopicId, TopicInfo};
+use std::collections::HashMap;
+
+use floe_metastore::{MetaError, ReadPlan, Refusal, TopicId, TopicInfo, TopicPartition};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
@@ -42,11 +44,9 @@ pub async fn handle(
     let by_id = version >= 13;
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in req.topics {
-        let topic = if by_id {
-            broker.meta.topic_by_id(t.topic_id).await.ok().flatten()
-        } else {
-            broker.meta.topic(&t.topic.0).await.ok().flatten()
-        };
+        let max_partition = t.partitions.iter().map(|p| p.partition).max().unwrap_or(0);
+        let id = by_id.then_some(t.topic_id);
+        let topic = broker.fetch_topic(&t.topic.0, id, max_partition).await;
         wanted.push(Wanted {
             topic,
             name: t.topic,
@@ -68,29 +68,17 @@ pub async fn handle(
     } else {
         req.max_bytes.min(cap)
     } as usize;
-    let mut commits = broker.commits.clone();
     loop {
-        // Mark the current commit count seen *before* reading, so a commit that
-        // lands during the read still wakes the wait below.
-        commits.borrow_and_update();
         let (responses, bytes, seen, held) =
             read_all(broker, &wanted, max_bytes, by_id, deadline, turn).await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
             return (FetchResponse::default().with_responses(responses), held);
         }
-        // This agent's own commits wake the wait at once; other agents'
-        // commits when the agent's shared poll sees a partition grow. At the
-        // deadline with nothing new, the empty answer just read stands.
-        let woken = tokio::select! {
-            changed = commits.changed() => match changed {
-                Ok(()) => true,
-                // No more commits from this agent (it is stopping): other
-                // agents' still count.
-                Err(_) => broker.watermarks.wait_for_growth(&seen, deadline).await,
-            },
-            grew = broker.watermarks.wait_for_growth(&seen, deadline) => grew,
-        };
-        if !woken {
+        // Commits through any agent, this one's at once (its commits trigger
+        // a poll), wake the wait when one of its partitions grows; the poll
+        // brings the new extents into the cache the next pass plans from.
+        // At the deadline with nothing new, the empty answer just read stands.
+        if !broker.watermarks.wait_for_growth(&seen, deadline).await {
             return (FetchResponse::default().with_responses(responses), held);
         }
     }
@@ -130,6 +118,7 @@ async fn read_all(
     let mut planned = 0usize;
     let mut seen = Vec::new();
     let mut plans = Vec::with_capacity(wanted.len());
+    let mut asked = ask_misses(broker, wanted, max_bytes).await;
     for w in wanted {
         let mut partitions = Vec::with_capacity(w.partitions.len());
         for &(partition, offset, partition_max) in &w.partitions {
@@ -138,7 +127,19 @@ async fn read_all(
                 None if by_id => Err(ResponseError::UnknownTopicId),
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(topic) => {
-                    plan_partition(broker, topic, partition, offset, budget.max(1)).await
+                    let tp = TopicPartition::new(topic.id, partition);
+                    match asked.remove(&(tp, offset)) {
+                        Some(answer) => answer.map(|plan| cut(plan, offset, budget.max(1))),
+                        None => match broker.extents.plan(tp, offset, budget.max(1) as u64) {
+                            Some(plan) => Ok(plan),
+                            // Expired since `ask_misses` looked: ask alone.
+                            None => broker
+                                .meta
+                                .read_plan(topic.id, partition, offset, budget.max(1) as u64)
+                                .await
+                                .map_err(|e| plan_error(&e)),
+                        },
+                    }
                 }
             };
             let plan = plan.map(|mut plan| {
@@ -245,22 +246,82 @@ async fn read_all(
     (responses, total, seen, held)
 }
 
-/// Which extents hold one partition's data from `offset`, within `max_bytes`.
-async fn plan_partition(
+/// Asks the metastore, in one request, for every partition of the fetch the
+/// extent cache cannot plan, and teaches the cache the answers: the answers
+/// by (partition, offset), errors as the client gets them.
+async fn ask_misses(
     broker: &Broker,
-    topic: &TopicInfo,
-    partition: i32,
-    offset: i64,
+    wanted: &[Wanted],
     max_bytes: usize,
-) -> Result<ReadPlan, ResponseError> {
-    broker
-        .meta
-        .read_plan(topic.id, partition, offset, max_bytes as u64)
-        .await
-        .map_err(|e| {
-            if !matches!(e, MetaError::Refused(Refusal::OffsetOutOfRange { .. }) | MetaError::Refused(Refusal::UnknownTopicOrPartition)) {
-                tracing::warn!(topic = %topic.name, partition, error = %e, "fetch: read plan failed");
-            }
-            kafka_error(&e)
+) -> HashMap<(TopicPartition, i64), Result<ReadPlan, ResponseError>> {
+    let misses: Vec<(TopicPartition, i64)> = wanted
+        .iter()
+        .filter_map(|w| Some((w.topic.as_ref()?, &w.partitions)))
+        .flat_map(|(topic, partitions)| {
+            partitions
+                .iter()
+                .map(|&(partition, offset, _)| (TopicPartition::new(topic.id, partition), offset))
         })
+        .filter(|&(tp, offset)| broker.extents.plan(tp, offset, 1).is_none())
+        .collect();
+    if misses.is_empty() {
+        return HashMap::new();
+    }
+    match broker
+        .meta
+        .read_plans(misses.clone(), max_bytes.max(1) as u64)
+        .await
+    {
+        Ok(answers) => misses
+            .into_iter()
+            .zip(answers)
+            .map(|((tp, offset), answer)| {
+                let answer = answer.map_err(MetaError::Refused);
+                if let Ok(plan) = &answer {
+                    broker.extents.learn(tp, plan);
+                } else if let Err(e @ MetaError::Refused(Refusal::UnknownTopicOrPartition)) =
+                    &answer
+                {
+                    // Deleted (or re-created): look the topic up again next time.
+                    tracing::debug!(error = %e, "fetch: a partition went away");
+                    broker.forget_topic(tp.topic_id);
+                }
+                ((tp, offset), answer.map_err(|e| plan_error(&e)))
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "fetch: read plans failed");
+            let error = kafka_error(&e);
+            misses.into_iter().map(|key| (key, Err(error))).collect()
+        }
+    }
+}
+
+/// A plan cut to about `max_bytes` from `offset`, as the metastore plans:
+/// at least one extent, the first one holding `offset`.
+fn cut(mut plan: ReadPlan, offset: i64, max_bytes: usize) -> ReadPlan {
+    let mut bytes = 0usize;
+    let mut keep = 0;
+    for extent in plan.extents.iter().filter(|e| e.last_offset >= offset) {
+        if keep > 0 && bytes >= max_bytes {
+            break;
+        }
+        bytes += extent.length as usize;
+        keep += 1;
+    }
+    plan.extents.retain(|e| e.last_offset >= offset);
+    plan.extents.truncate(keep);
+    plan
+}
+
+/// The error a client gets for a plan the metastore refused.
+fn plan_error(e: &MetaError) -> ResponseError {
+    if !matches!(
+        e,
+        MetaError::Refused(Refusal::OffsetOutOfRange { .. })
+            | MetaError::Refused(Refusal::UnknownTopicOrPartition)
+    ) {
+        tracing::warn!(error = %e, "fetch: read plan failed");
+    }
+    kafka_error(e)
 }

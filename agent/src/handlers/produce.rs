@@ -108,7 +108,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
         timeout,
         due,
         topics,
-        topic_cache: broker.produce_topics.clone(),
+        topic_cache: broker.topics.clone(),
     }
 }
 

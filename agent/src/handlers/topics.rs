@@ -170,7 +170,7 @@ pub async fn delete(
             .with_name(name.as_deref().map(|n| TopicName(str_bytes(n))))
             .with_topic_id(if version >= 6 { id } else { Default::default() });
         if let Some(name) = &name {
-            broker.produce_topics.invalidate(name);
+            broker.topics.invalidate(name);
         }
         match result {
             Ok(()) => tracing::info!(topic = ?name, "deleted topic"),
@@ -197,7 +197,7 @@ pub async fn create_partitions(
         } else {
             broker.meta.create_partitions(&t.name.0, t.count).await
         };
-        broker.produce_topics.invalidate(&t.name.0);
+        broker.topics.invalidate(&t.name.0);
         let response = CreatePartitionsTopicResult::default().with_name(t.name.clone());
         results.push(match result {
             Ok(()) => {

@@ -9,11 +9,13 @@
 //!   in the same `redb` file) so the log can be purged.
 //! - [`network`]: Raft messages between nodes, over the metastore's own port.
 //! - [`node`]: [`RaftMetastore`], the [`Metastore`](crate::Metastore) of a node.
+//! - [`group_commit`]: commands waiting together go into one log entry.
 //! - [`lease`]: lets the leader answer reads without a quorum round each.
 //! - [`runtime`]: tokio for openraft, with randomness a simulation can seed.
 //! - [`stamps`]: the times a node stamps proposals with, bounded so that one
 //!   clock far ahead cannot drag the group's time forward.
 
+pub mod group_commit;
 pub mod lease;
 pub mod log_store;
 pub mod network;

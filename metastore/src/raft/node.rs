@@ -18,13 +18,14 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::group_commit::GroupCommit;
 use super::lease::Lease;
 use super::log_store::{LOG, LogStore, META};
 use super::network::{Network, PeerRequest, PeerResponse, PeerTransport};
 use super::stamps::Stamps;
 use super::state_machine::{SNAPSHOT, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
-use crate::state::{Command, Proposal, Reply, State};
+use crate::state::{Command, Reply, State};
 use crate::types::*;
 use crate::{Clock, Sequencer, SystemClock};
 
@@ -142,6 +143,8 @@ pub struct RaftMetastore {
     db: Arc<Database>,
     lease: Lease,
     incoming: super::network::Incoming,
+    /// Where proposals wait to share an entry.
+    group_commit: GroupCommit,
 }
 
 fn storage<E: std::fmt::Display>(e: E) -> MetaError {
@@ -239,7 +242,9 @@ fn not_leader(forward: ForwardToLeader<NodeId, NodeAddress>) -> MetaError {
 }
 
 /// What a refused write (a command or a membership change) means to a client.
-fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>) -> MetaError {
+pub(crate) fn write_error(
+    e: RaftError<NodeId, ClientWriteError<NodeId, NodeAddress>>,
+) -> MetaError {
     match e {
         // Refused before it entered the log, or removed from it: not applied.
         RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => not_leader(forward),
@@ -330,6 +335,7 @@ impl RaftMetastore {
                 stamps.trust_wall();
             }
         }
+        let group_commit = GroupCommit::start(raft.clone(), stamps.clone(), WRITE_TIMEOUT);
         Ok(RaftMetastore {
             id: options.id,
             stamps,
@@ -338,6 +344,7 @@ impl RaftMetastore {
             db,
             lease,
             incoming: Default::default(),
+            group_commit,
         })
     }
 
@@ -519,19 +526,7 @@ impl Sequencer for RaftMetastore {
     /// [`Stamps`]): only a leader's proposal is accepted, so stamps are
     /// always a leader's time.
     async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
-        let proposal = Proposal {
-            at_ms: self.stamps.now_ms(),
-            command,
-        };
-        match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(proposal)).await {
-            Ok(Ok(written)) => written
-                .data
-                .ok_or_else(|| MetaError::Storage("a command applied without a reply".into())),
-            Ok(Err(e)) => Err(write_error(e)),
-            Err(_) => Err(MetaError::maybe_applied(format!(
-                "no quorum confirmed the write within {WRITE_TIMEOUT:?}"
-            ))),
-        }
+        self.group_commit.propose(command).await
     }
 
     /// Runs `f` on the state once this node has confirmed it leads and has
@@ -603,6 +598,56 @@ impl Sequencer for RaftMetastore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Commands proposed together share entries, each answered as its own:
+    /// here a hundred commits of three topics, in one go.
+    #[tokio::test]
+    async fn proposals_waiting_together_share_one_entry() {
+        use crate::Metastore;
+        let node = Arc::new(RaftMetastore::in_memory().await.unwrap());
+        let topic = node
+            .create_topic(NewTopic {
+                name: "t".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let not_before_ms = node.clock().await.unwrap();
+        let entries_before = node.status().last_log_index.unwrap();
+        let commits: Vec<_> = (0..100)
+            .map(|n| {
+                let node = node.clone();
+                tokio::spawn(async move {
+                    node.commit(Commit {
+                        object_key: format!("ingest/{n}"),
+                        object_size: 10,
+                        batches: vec![CommitBatch {
+                            topic_id: topic.id,
+                            partition: 0,
+                            position: 0,
+                            length: 10,
+                            record_count: 1,
+                            max_timestamp: 0,
+                            producer_id: -1,
+                            producer_epoch: -1,
+                            base_sequence: -1,
+                        }],
+                        not_before_ms,
+                    })
+                    .await
+                })
+            })
+            .collect();
+        let mut offsets = Vec::new();
+        for commit in commits {
+            offsets.push(commit.await.unwrap().unwrap()[0].clone().unwrap());
+        }
+        // Spawned in order and queued in order: applied in order.
+        assert_eq!(offsets, (0..100).collect::<Vec<i64>>());
+        let entries = node.status().last_log_index.unwrap() - entries_before;
+        assert!(entries <= 10, "100 commits took {entries} entries");
+    }
 
     /// A file written before log formats were versioned holds entries that
     /// would now decode as something else: it is refused, never replayed.

@@ -1,0 +1,283 @@
+//! The read path's cache of extents: what DESIGN.md calls the "local cache
+//! of immutable extents", so that a fetch asks the metastore nothing when
+//! the agent already knows where its offsets are stored.
+//!
+//! Per partition it keeps a *view*: its log start and high watermark as last
+//! learnt, and extents lying end to end over some of its offsets. A fetch
+//! from an offset the view covers is planned from it; a fetch from the high
+//! watermark is answered "nothing new" from it; anything else is a miss, and
+//! the fetch asks the metastore once for all its misses ([`crate::handlers`]'
+//! fetch). Views are fed by those answers, by the poll for partitions that
+//! waiting fetches wait on ([`crate::watermarks`]), and dropped when this
+//! agent commits to, or trims, their partition.
+//!
+//! Why a view may be served without asking again: an extent that was live
+//! when learnt stays readable for at least `gc_grace` after (compaction's
+//! swaps and trims make its object garbage, and GC deletes garbage only
+//! `gc_grace` after it first sees it), so a view is trusted for at most
+//! half of that ([`ExtentCache::new`]'s `ttl`). Its log start may lag a trim
+//! made through another agent by as much; records below it are served
+//! meanwhile, as a Kafka follower does until it hears of the new log start.
+//! A view's high watermark never moves back: an answer older than what is
+//! known is dropped, so a waiting fetch never sees its partition shrink.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use floe_metastore::{ExtentRef, ReadPlan, TopicPartition};
+use tokio::time::Instant;
+
+/// Partitions with a view at most; past it, expired views go first, then all.
+const MAX_VIEWS: usize = 100_000;
+/// Extents one view keeps at most (the oldest go first).
+const MAX_EXTENTS_PER_VIEW: usize = 1_024;
+
+struct View {
+    log_start: i64,
+    high_watermark: i64,
+    /// End to end, each holding offsets below `high_watermark`.
+    extents: VecDeque<ExtentRef>,
+    /// When the oldest of `extents` was learnt (from the metastore).
+    learnt: Instant,
+    /// When the metastore last confirmed `high_watermark`.
+    confirmed: Instant,
+}
+
+impl View {
+    /// One past the last offset the extents hold.
+    fn covered_to(&self) -> Option<i64> {
+        self.extents.back().map(|e| e.last_offset + 1)
+    }
+}
+
+pub struct ExtentCache {
+    ttl: Duration,
+    /// How long "nothing new" (a fetch from the high watermark) is answered
+    /// from a view without asking: the poll confirms watched partitions'
+    /// high watermarks more often than this.
+    tail: Duration,
+    views: Mutex<HashMap<TopicPartition, View>>,
+}
+
+impl ExtentCache {
+    /// Views are trusted for `ttl` after they were learnt, and their high
+    /// watermark for `tail` after it was confirmed; zero caches nothing.
+    /// `ttl` must stay well under `gc_grace` (see the module doc).
+    pub fn new(ttl: Duration, tail: Duration) -> Self {
+        ExtentCache {
+            ttl,
+            tail: tail.min(ttl),
+            views: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The plan for reading `tp` from `from` (about `max_bytes`, at least
+    /// one extent), if the view can answer it.
+    pub fn plan(&self, tp: TopicPartition, from: i64, max_bytes: u64) -> Option<ReadPlan> {
+        let views = self.views.lock().expect("extent cache lock poisoned");
+        let view = views.get(&tp)?;
+        if view.learnt.elapsed() >= self.ttl || from < view.log_start || from > view.high_watermark
+        {
+            return None;
+        }
+        let plan = |extents| ReadPlan {
+            log_start_offset: view.log_start,
+            high_watermark: view.high_watermark,
+            extents,
+        };
+        if from == view.high_watermark {
+            // Nothing new, if the high watermark is recent enough to say so.
+            return (view.confirmed.elapsed() < self.tail).then(|| plan(Vec::new()));
+        }
+        let first = view.extents.front()?;
+        if from < first.base_offset || from >= view.covered_to()? {
+            return None;
+        }
+        let mut extents = Vec::new();
+        let mut bytes = 0;
+        for extent in view.extents.iter().filter(|e| e.last_offset >= from) {
+            if !extents.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            bytes += extent.length;
+            extents.push(extent.clone());
+        }
+        Some(plan(extents))
+    }
+
+    /// What the metastore answered for `tp` (its plan from some offset).
+    pub fn learn(&self, tp: TopicPartition, answer: &ReadPlan) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut views = self.views.lock().expect("extent cache lock poisoned");
+        if views.len() >= MAX_VIEWS && !views.contains_key(&tp) {
+            views.retain(|_, v| v.learnt.elapsed() < self.ttl);
+            if views.len() >= MAX_VIEWS {
+                views.clear();
+            }
+        }
+        let fresh = || View {
+            log_start: answer.log_start_offset,
+            high_watermark: answer.high_watermark,
+            extents: VecDeque::new(),
+            learnt: now,
+            confirmed: now,
+        };
+        let view = views.entry(tp).or_insert_with(fresh);
+        if answer.high_watermark < view.high_watermark || view.learnt.elapsed() >= self.ttl {
+            if view.learnt.elapsed() < self.ttl {
+                // Older than what is known: a slower answer.
+                return;
+            }
+            *view = fresh();
+        }
+        // Extents that continue the view are added to it; others replace it.
+        if let Some(first) = answer.extents.first()
+            && Some(first.base_offset) != view.covered_to()
+        {
+            view.extents.clear();
+            view.learnt = now;
+        }
+        view.extents.extend(answer.extents.iter().cloned());
+        view.high_watermark = answer.high_watermark;
+        view.confirmed = now;
+        view.log_start = view.log_start.max(answer.log_start_offset);
+        let log_start = view.log_start;
+        while view
+            .extents
+            .front()
+            .is_some_and(|e| e.last_offset < log_start)
+            || view.extents.len() > MAX_EXTENTS_PER_VIEW
+        {
+            view.extents.pop_front();
+        }
+        debug_assert!(
+            view.extents
+                .iter()
+                .zip(view.extents.iter().skip(1))
+                .all(|(a, b)| a.last_offset + 1 == b.base_offset),
+            "a view's extents lie end to end"
+        );
+    }
+
+    /// Where the view's extents end (to ask the metastore from), if any.
+    pub fn covered_to(&self, tp: TopicPartition) -> Option<i64> {
+        let views = self.views.lock().expect("extent cache lock poisoned");
+        views
+            .get(&tp)
+            .filter(|v| v.learnt.elapsed() < self.ttl)
+            .and_then(View::covered_to)
+    }
+
+    /// Forgets `tp`'s view: this agent committed to it or trimmed it.
+    pub fn forget(&self, tps: impl IntoIterator<Item = TopicPartition>) {
+        let mut views = self.views.lock().expect("extent cache lock poisoned");
+        for tp in tps {
+            views.remove(&tp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(base: i64, last: i64) -> ExtentRef {
+        ExtentRef {
+            base_offset: base,
+            last_offset: last,
+            max_timestamp: 0,
+            object_key: format!("ingest/{base}"),
+            object_size: 100,
+            position: 0,
+            length: 10,
+            appended_ms: 0,
+        }
+    }
+
+    fn answer(log_start: i64, hw: i64, extents: Vec<ExtentRef>) -> ReadPlan {
+        ReadPlan {
+            log_start_offset: log_start,
+            high_watermark: hw,
+            extents,
+        }
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new(uuid::Uuid::nil(), 0)
+    }
+
+    fn bases(plan: Option<ReadPlan>) -> Option<Vec<i64>> {
+        plan.map(|p| p.extents.iter().map(|e| e.base_offset).collect())
+    }
+
+    #[test]
+    fn a_view_plans_what_it_covers_and_nothing_else() {
+        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
+        assert_eq!(cache.plan(tp(), 0, 100), None, "nothing known");
+        cache.learn(tp(), &answer(0, 30, vec![extent(0, 9), extent(10, 19)]));
+        assert_eq!(bases(cache.plan(tp(), 5, 100)), Some(vec![0, 10]));
+        assert_eq!(bases(cache.plan(tp(), 12, 1)), Some(vec![10]));
+        assert_eq!(bases(cache.plan(tp(), 5, 1)), Some(vec![0]), "at least one");
+        // Beyond the extents, below the high watermark: ask the metastore.
+        assert_eq!(cache.plan(tp(), 20, 100), None);
+        // Out of range: the metastore answers with the error.
+        assert_eq!(cache.plan(tp(), 31, 100), None);
+        // More of the same partition extends the view.
+        cache.learn(tp(), &answer(0, 40, vec![extent(20, 39)]));
+        assert_eq!(bases(cache.plan(tp(), 25, 100)), Some(vec![20]));
+        assert_eq!(bases(cache.plan(tp(), 0, 100)), Some(vec![0, 10, 20]));
+        // At the high watermark: nothing new, without asking.
+        let tail = cache.plan(tp(), 40, 100).unwrap();
+        assert_eq!((tail.extents.len(), tail.high_watermark), (0, 40));
+    }
+
+    #[test]
+    fn nothing_new_is_answered_only_while_the_high_watermark_is_recent() {
+        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_millis(30));
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        assert!(cache.plan(tp(), 10, 100).is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        // Data it holds is still served; "nothing new" is asked again.
+        assert_eq!(bases(cache.plan(tp(), 0, 100)), Some(vec![0]));
+        assert_eq!(cache.plan(tp(), 10, 100), None);
+        // A poll that finds nothing new confirms it.
+        cache.learn(tp(), &answer(0, 10, vec![]));
+        assert!(cache.plan(tp(), 10, 100).is_some());
+        assert_eq!(
+            bases(cache.plan(tp(), 0, 100)),
+            Some(vec![0]),
+            "extents kept"
+        );
+    }
+
+    #[test]
+    fn an_older_answer_never_moves_the_high_watermark_back() {
+        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
+        cache.learn(tp(), &answer(0, 20, vec![extent(0, 9), extent(10, 19)]));
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        assert_eq!(cache.plan(tp(), 20, 100).unwrap().high_watermark, 20);
+        // A trim seen in a later answer drops what lies below it.
+        cache.learn(tp(), &answer(15, 30, vec![extent(10, 19), extent(20, 29)]));
+        assert_eq!(cache.plan(tp(), 5, 100), None);
+        assert_eq!(bases(cache.plan(tp(), 15, 100)), Some(vec![10, 20]));
+    }
+
+    #[test]
+    fn views_expire_are_forgotten_and_a_zero_ttl_keeps_none() {
+        let cache = ExtentCache::new(Duration::from_millis(50), Duration::from_millis(50));
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        assert!(cache.plan(tp(), 0, 100).is_some());
+        cache.forget([tp()]);
+        assert_eq!(cache.plan(tp(), 0, 100), None);
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(cache.plan(tp(), 0, 100), None, "expired");
+        let none = ExtentCache::new(Duration::ZERO, Duration::ZERO);
+        none.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        assert_eq!(none.plan(tp(), 0, 100), None);
+    }
+}
