@@ -21,7 +21,7 @@ use crate::watermarks::Watermarks;
 /// How long produce and fetch trust a topic they looked up (see [`TopicCache`]).
 const TOPIC_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 /// The longest the read path trusts where a partition's offsets are stored.
-const MAX_EXTENT_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+const MAX_EXTENT_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 
 pub struct Broker {
     pub config: Config,
@@ -67,10 +67,10 @@ impl Broker {
             config.cache_block_bytes.as_u64(),
         ));
         let (commit_tx, commits) = watch::channel(0);
-        // Trusted for half the time GC leaves garbage readable (see
+        // Trusted for a quarter of the time GC leaves garbage readable (see
         // `ExtentCache`), and never long.
         let extents = Arc::new(ExtentCache::new(
-            (config.gc_grace / 2).min(MAX_EXTENT_TTL),
+            (config.gc_grace / 4).min(MAX_EXTENT_TTL),
             WATERMARK_POLL * 3,
         ));
         let watermarks = Watermarks::start(

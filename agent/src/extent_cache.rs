@@ -7,16 +7,18 @@
 //! from an offset the view covers is planned from it; a fetch from the high
 //! watermark is answered "nothing new" from it; anything else is a miss, and
 //! the fetch asks the metastore once for all its misses ([`crate::handlers`]'
-//! fetch). Views are fed by those answers, by the poll for partitions that
-//! waiting fetches wait on ([`crate::watermarks`]), and dropped when this
-//! agent commits to, or trims, their partition.
+//! fetch). Views are fed by those answers and by the poll for partitions
+//! that waiting fetches wait on ([`crate::watermarks`]), which runs as soon as
+//! this agent commits; a trim through this agent drops its partition's view.
 //!
 //! Why a view may be served without asking again: an extent that was live
-//! when learnt stays readable for at least `gc_grace` after (compaction's
-//! swaps and trims make its object garbage, and GC deletes garbage only
-//! `gc_grace` after it first sees it), so a view is trusted for at most
-//! half of that ([`ExtentCache::new`]'s `ttl`). Its log start may lag a trim
-//! made through another agent by as much; records below it are served
+//! when the metastore answered stays readable for at least `gc_grace` after
+//! (compaction's swaps and trims make its object garbage, and GC deletes
+//! garbage only `gc_grace` after it first sees it), so a view is trusted for
+//! a quarter of that, counted from when the request was sent
+//! ([`ExtentCache::new`]'s `ttl`), leaving the rest for a fetch that planned
+//! from it to wait for its response budget and read. Its log start may lag a
+//! trim made through another agent by as much; records below it are served
 //! meanwhile, as a Kafka follower does until it hears of the new log start.
 //! A view's high watermark never moves back: an answer older than what is
 //! known is dropped, so a waiting fetch never sees its partition shrink.
@@ -29,9 +31,10 @@ use floe_metastore::{ExtentRef, ReadPlan, TopicPartition};
 use tokio::time::Instant;
 
 /// Partitions with a view at most; past it, expired views go first, then all.
-const MAX_VIEWS: usize = 100_000;
-/// Extents one view keeps at most (the oldest go first).
-const MAX_EXTENTS_PER_VIEW: usize = 1_024;
+const MAX_VIEWS: usize = 10_000;
+/// Extents one view keeps at most (the oldest go first). With the views,
+/// this bounds the cache near 80 MiB (an extent is about 130 bytes).
+const MAX_EXTENTS_PER_VIEW: usize = 64;
 
 struct View {
     log_start: i64,
@@ -106,12 +109,14 @@ impl ExtentCache {
         Some(plan(extents))
     }
 
-    /// What the metastore answered for `tp` (its plan from some offset).
-    pub fn learn(&self, tp: TopicPartition, answer: &ReadPlan) {
+    /// What the metastore answered for `tp` (its plan from some offset), to
+    /// a request sent at `asked` (the view's age counts from then: the
+    /// extents were live when the metastore answered, which was after).
+    pub fn learn(&self, tp: TopicPartition, answer: &ReadPlan, asked: Instant) {
         if self.ttl.is_zero() {
             return;
         }
-        let now = Instant::now();
+        let now = asked;
         let mut views = self.views.lock().expect("extent cache lock poisoned");
         if views.len() >= MAX_VIEWS && !views.contains_key(&tp) {
             views.retain(|_, v| v.learnt.elapsed() < self.ttl);
@@ -127,11 +132,11 @@ impl ExtentCache {
             confirmed: now,
         };
         let view = views.entry(tp).or_insert_with(fresh);
-        if answer.high_watermark < view.high_watermark || view.learnt.elapsed() >= self.ttl {
-            if view.learnt.elapsed() < self.ttl {
-                // Older than what is known: a slower answer.
-                return;
-            }
+        if answer.high_watermark < view.high_watermark {
+            // Older than what is known, expired or not: a slower answer.
+            return;
+        }
+        if view.learnt.elapsed() >= self.ttl {
             *view = fresh();
         }
         // Extents that continue the view are added to it; others replace it.
@@ -143,7 +148,7 @@ impl ExtentCache {
         }
         view.extents.extend(answer.extents.iter().cloned());
         view.high_watermark = answer.high_watermark;
-        view.confirmed = now;
+        view.confirmed = view.confirmed.max(now);
         view.log_start = view.log_start.max(answer.log_start_offset);
         let log_start = view.log_start;
         while view
@@ -161,15 +166,6 @@ impl ExtentCache {
                 .all(|(a, b)| a.last_offset + 1 == b.base_offset),
             "a view's extents lie end to end"
         );
-    }
-
-    /// Where the view's extents end (to ask the metastore from), if any.
-    pub fn covered_to(&self, tp: TopicPartition) -> Option<i64> {
-        let views = self.views.lock().expect("extent cache lock poisoned");
-        views
-            .get(&tp)
-            .filter(|v| v.learnt.elapsed() < self.ttl)
-            .and_then(View::covered_to)
     }
 
     /// Forgets `tp`'s view: this agent committed to it or trimmed it.
@@ -218,7 +214,11 @@ mod tests {
     fn a_view_plans_what_it_covers_and_nothing_else() {
         let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
         assert_eq!(cache.plan(tp(), 0, 100), None, "nothing known");
-        cache.learn(tp(), &answer(0, 30, vec![extent(0, 9), extent(10, 19)]));
+        cache.learn(
+            tp(),
+            &answer(0, 30, vec![extent(0, 9), extent(10, 19)]),
+            Instant::now(),
+        );
         assert_eq!(bases(cache.plan(tp(), 5, 100)), Some(vec![0, 10]));
         assert_eq!(bases(cache.plan(tp(), 12, 1)), Some(vec![10]));
         assert_eq!(bases(cache.plan(tp(), 5, 1)), Some(vec![0]), "at least one");
@@ -227,7 +227,7 @@ mod tests {
         // Out of range: the metastore answers with the error.
         assert_eq!(cache.plan(tp(), 31, 100), None);
         // More of the same partition extends the view.
-        cache.learn(tp(), &answer(0, 40, vec![extent(20, 39)]));
+        cache.learn(tp(), &answer(0, 40, vec![extent(20, 39)]), Instant::now());
         assert_eq!(bases(cache.plan(tp(), 25, 100)), Some(vec![20]));
         assert_eq!(bases(cache.plan(tp(), 0, 100)), Some(vec![0, 10, 20]));
         // At the high watermark: nothing new, without asking.
@@ -238,14 +238,14 @@ mod tests {
     #[test]
     fn nothing_new_is_answered_only_while_the_high_watermark_is_recent() {
         let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_millis(30));
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
         assert!(cache.plan(tp(), 10, 100).is_some());
         std::thread::sleep(Duration::from_millis(40));
         // Data it holds is still served; "nothing new" is asked again.
         assert_eq!(bases(cache.plan(tp(), 0, 100)), Some(vec![0]));
         assert_eq!(cache.plan(tp(), 10, 100), None);
         // A poll that finds nothing new confirms it.
-        cache.learn(tp(), &answer(0, 10, vec![]));
+        cache.learn(tp(), &answer(0, 10, vec![]), Instant::now());
         assert!(cache.plan(tp(), 10, 100).is_some());
         assert_eq!(
             bases(cache.plan(tp(), 0, 100)),
@@ -257,11 +257,19 @@ mod tests {
     #[test]
     fn an_older_answer_never_moves_the_high_watermark_back() {
         let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
-        cache.learn(tp(), &answer(0, 20, vec![extent(0, 9), extent(10, 19)]));
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        cache.learn(
+            tp(),
+            &answer(0, 20, vec![extent(0, 9), extent(10, 19)]),
+            Instant::now(),
+        );
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
         assert_eq!(cache.plan(tp(), 20, 100).unwrap().high_watermark, 20);
         // A trim seen in a later answer drops what lies below it.
-        cache.learn(tp(), &answer(15, 30, vec![extent(10, 19), extent(20, 29)]));
+        cache.learn(
+            tp(),
+            &answer(15, 30, vec![extent(10, 19), extent(20, 29)]),
+            Instant::now(),
+        );
         assert_eq!(cache.plan(tp(), 5, 100), None);
         assert_eq!(bases(cache.plan(tp(), 15, 100)), Some(vec![10, 20]));
     }
@@ -269,15 +277,15 @@ mod tests {
     #[test]
     fn views_expire_are_forgotten_and_a_zero_ttl_keeps_none() {
         let cache = ExtentCache::new(Duration::from_millis(50), Duration::from_millis(50));
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
         assert!(cache.plan(tp(), 0, 100).is_some());
         cache.forget([tp()]);
         assert_eq!(cache.plan(tp(), 0, 100), None);
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(cache.plan(tp(), 0, 100), None, "expired");
         let none = ExtentCache::new(Duration::ZERO, Duration::ZERO);
-        none.learn(tp(), &answer(0, 10, vec![extent(0, 9)]));
+        none.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
         assert_eq!(none.plan(tp(), 0, 100), None);
     }
 }

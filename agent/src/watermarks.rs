@@ -100,18 +100,13 @@ impl Watermarks {
     }
 
     /// Each watched partition, and the offset to ask for what is new from:
-    /// where the cache's extents end, or the highest high watermark seen.
-    fn to_poll(&self, extents: &ExtentCache) -> Vec<(Key, i64)> {
+    /// the highest high watermark its waiters saw (not where a view ends,
+    /// which a lagging reader's view may hold far behind).
+    fn to_poll(&self) -> Vec<(Key, i64)> {
         let watched = self.watched.lock().expect("watermarks lock poisoned");
         watched
             .iter()
-            .map(|(key, w)| {
-                let from = extents
-                    .covered_to(*key)
-                    .filter(|&to| to <= w.high_watermark)
-                    .unwrap_or(w.high_watermark);
-                (*key, from)
-            })
+            .map(|(key, w)| (*key, w.high_watermark))
             .collect()
     }
 
@@ -143,6 +138,7 @@ struct Watching<'a> {
 impl<'a> Watching<'a> {
     fn new(watermarks: &'a Watermarks, partitions: &[(TopicId, i32, i64)]) -> Self {
         let mut watched = watermarks.watched.lock().expect("watermarks lock poisoned");
+        let mut grew = false;
         for &(topic, partition, seen) in partitions {
             let w = watched
                 .entry(TopicPartition::new(topic, partition))
@@ -150,8 +146,15 @@ impl<'a> Watching<'a> {
                     high_watermark: seen,
                     waiters: 0,
                 });
+            // A newcomer that saw more than the others: they wake to read
+            // it (the poll would not, finding nothing above what it knows).
+            grew |= seen > w.high_watermark && w.waiters > 0;
             w.high_watermark = w.high_watermark.max(seen);
             w.waiters += 1;
+        }
+        drop(watched);
+        if grew {
+            watermarks.grew.send_modify(|n| *n += 1);
         }
         Watching {
             watermarks,
@@ -196,12 +199,13 @@ async fn poll_loop(
             _ = ticks.tick() => {}
             changed = commits.changed(), if committing => committing = changed.is_ok(),
         }
-        let Some(asks) = watermarks.upgrade().map(|w| w.to_poll(&extents)) else {
+        let Some(asks) = watermarks.upgrade().map(|w| w.to_poll()) else {
             return;
         };
         if asks.is_empty() {
             continue;
         }
+        let asked = Instant::now();
         match meta.read_plans(asks.clone(), POLL_BYTES).await {
             Ok(plans) => {
                 let Some(w) = watermarks.upgrade() else {
@@ -211,7 +215,7 @@ async fn poll_loop(
                 let high_watermarks: Vec<Option<i64>> = keys
                     .iter()
                     .zip(&plans)
-                    .map(|(key, plan)| learn(&extents, *key, plan))
+                    .map(|(key, plan)| learn(&extents, *key, plan, asked))
                     .collect();
                 w.update(&keys, &high_watermarks);
             }
@@ -221,10 +225,15 @@ async fn poll_loop(
 }
 
 /// Puts a polled plan into the cache; its high watermark, if any.
-fn learn(extents: &ExtentCache, key: Key, plan: &Result<ReadPlan, Refusal>) -> Option<i64> {
+fn learn(
+    extents: &ExtentCache,
+    key: Key,
+    plan: &Result<ReadPlan, Refusal>,
+    asked: Instant,
+) -> Option<i64> {
     match plan {
         Ok(plan) => {
-            extents.learn(key, plan);
+            extents.learn(key, plan, asked);
             Some(plan.high_watermark)
         }
         // Trimmed past what the view knew: forget it, so the next fetch
@@ -241,6 +250,40 @@ fn learn(extents: &ExtentCache, key: Key, plan: &Result<ReadPlan, Refusal>) -> O
 mod tests {
     use super::*;
     use floe_metastore::{Commit, CommitBatch, LocalMetastore, NewTopic};
+
+    /// A waiter that saw more than those already waiting wakes them: the
+    /// poll, finding nothing above what it was told, would not.
+    #[tokio::test]
+    async fn a_waiter_that_saw_more_wakes_the_others() {
+        let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
+        let extents = Arc::new(ExtentCache::new(
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ));
+        let (_commits, committed) = watch::channel(0);
+        let watermarks =
+            Watermarks::start(meta.clone(), extents, Duration::from_millis(10), committed);
+        let id = floe_metastore::random_id();
+        let first = {
+            let w = watermarks.clone();
+            tokio::spawn(async move {
+                w.wait_for_growth(&[(id, 0, 40)], Instant::now() + Duration::from_secs(10))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        let second = {
+            let w = watermarks.clone();
+            tokio::spawn(async move {
+                w.wait_for_growth(&[(id, 0, 50)], Instant::now() + Duration::from_millis(200))
+                    .await
+            })
+        };
+        assert!(first.await.unwrap(), "woken by what the second saw");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(!second.await.unwrap());
+    }
 
     #[tokio::test]
     async fn waiters_wake_when_another_agent_commits_and_share_one_poll() {

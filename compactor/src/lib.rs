@@ -271,6 +271,15 @@ pub(crate) async fn read_run(
             }
         }
     }
+    parse_run(data, run)
+}
+
+/// The batches read for `run` (offsets patched), each checked, and checked
+/// to hold exactly the run's offsets.
+pub(crate) fn parse_run(
+    data: BytesMut,
+    run: &[ExtentRef],
+) -> Result<Vec<RecordBatch>, CompactError> {
     let batches =
         RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
             key: run[0].object_key.clone(),
@@ -284,7 +293,7 @@ pub(crate) async fn read_run(
 /// Safety rule 1's last guard: the batches read for `run` hold exactly its
 /// offsets, end to end, so what is swapped in for it serves every offset it
 /// served (the metastore checks only that the pieces tile the run).
-pub(crate) fn check_tiling(batches: &[RecordBatch], run: &[ExtentRef]) -> Result<(), CompactError> {
+fn check_tiling(batches: &[RecordBatch], run: &[ExtentRef]) -> Result<(), CompactError> {
     let mut next = run[0].base_offset;
     for batch in batches {
         if batch.base_offset() != next {

@@ -35,7 +35,7 @@ use floe_storage::{ObjectPath, ObjectStore, keys};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 
-use crate::{CompactError, CompactionPolicy, Counters, check_tiling, pieces};
+use crate::{CompactError, CompactionPolicy, Counters, parse_run, pieces};
 
 /// Ingest files read at once.
 const CONCURRENT_GETS: usize = 8;
@@ -229,12 +229,5 @@ fn run_batches(
             return Err(corrupt("extent does not end on a batch boundary"));
         }
     }
-    let batches =
-        RecordBatch::parse_all_stored(&data.freeze()).map_err(|e| CompactError::Corrupt {
-            key: run[0].object_key.clone(),
-            offset: run[0].base_offset,
-            reason: e.to_string(),
-        })?;
-    check_tiling(&batches, run)?;
-    Ok(batches)
+    parse_run(data, run)
 }

@@ -372,46 +372,17 @@ async fn gc_waits_for_the_grace_period() {
 async fn commit_alone(s: &Setup, topic: &TopicInfo, files: usize) -> Vec<ObjectPath> {
     let mut keys = Vec::new();
     for n in 0..files {
-        let mut writer = IngestWriter::new();
-        let batch = encode(&[format!("{}-{n}", topic.name)], Compression::None);
-        let entry = writer.add_chunk(topic.id, 0, std::slice::from_ref(&batch));
-        let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
-        let file = writer.finish();
-        s.store.put(&key, file.clone().into()).await.unwrap();
-        s.meta
-            .commit(Commit {
-                object_key: key.to_string(),
-                object_size: file.len() as u64,
-                batches: vec![CommitBatch {
-                    topic_id: topic.id,
-                    partition: 0,
-                    position: entry.position,
-                    length: entry.length,
-                    record_count: 1,
-                    max_timestamp: 1_000,
-                    producer_id: -1,
-                    producer_epoch: -1,
-                    base_sequence: -1,
-                }],
-                not_before_ms: s.meta.clock().await.unwrap(),
-            })
-            .await
-            .unwrap();
-        keys.push(key);
+        keys.push(commit_claiming(s, topic, &format!("{}-{n}", topic.name), 0).await);
     }
     keys
 }
 
-/// A run that cannot be read is left where it was; the job goes on with the
-/// others, and the pass with its other work.
-#[tokio::test]
-async fn a_broken_run_does_not_stop_the_job() {
-    let s = setup(3).await;
-    let broken = topic(&s.meta, "c").await;
-    // c's extent claims more bytes than its file's batch holds.
+/// Commits one ingest file holding one batch of `topic` with `value`, its
+/// extent claiming `short` bytes fewer than the batch has.
+async fn commit_claiming(s: &Setup, topic: &TopicInfo, value: &str, short: u32) -> ObjectPath {
     let mut writer = IngestWriter::new();
-    let batch = encode(&["c".to_string()], Compression::None);
-    let entry = writer.add_chunk(broken.id, 0, std::slice::from_ref(&batch));
+    let batch = encode(&[value.to_string()], Compression::None);
+    let entry = writer.add_chunk(topic.id, 0, std::slice::from_ref(&batch));
     let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
     let file = writer.finish();
     s.store.put(&key, file.clone().into()).await.unwrap();
@@ -420,10 +391,10 @@ async fn a_broken_run_does_not_stop_the_job() {
             object_key: key.to_string(),
             object_size: file.len() as u64,
             batches: vec![CommitBatch {
-                topic_id: broken.id,
+                topic_id: topic.id,
                 partition: 0,
                 position: entry.position,
-                length: entry.length - 1,
+                length: entry.length - short,
                 record_count: 1,
                 max_timestamp: 1_000,
                 producer_id: -1,
@@ -434,6 +405,17 @@ async fn a_broken_run_does_not_stop_the_job() {
         })
         .await
         .unwrap();
+    key
+}
+
+/// A run that cannot be read is left where it was; the job goes on with the
+/// others, and the pass with its other work.
+#[tokio::test]
+async fn a_broken_run_does_not_stop_the_job() {
+    let s = setup(3).await;
+    let broken = topic(&s.meta, "c").await;
+    // c's extent claims a byte less than its file's batch holds.
+    let key = commit_claiming(&s, &broken, "c", 1).await;
     let done = pass(&s, &policy(2)).await;
     assert_eq!(
         (done.merged[0].runs, done.merged[0].swapped),

@@ -181,6 +181,16 @@ impl Command {
             }
             Command::ReplaceExtents(r) => 1 + r.replaced.len() + r.pieces.len(),
             Command::Batch(b) => b.0.iter().map(Command::weight).sum(),
+            Command::RecordOrphans(r) => 1 + r.keys.len(),
+            Command::ForgetGarbage(f) => 1 + f.keys.len(),
+            Command::CreateTopic(c) => 1 + c.topic.partitions.max(0) as usize / 16,
+            Command::Group(GroupCommand::CommitOffsets(c)) => 1 + c.offsets.len(),
+            Command::Group(GroupCommand::Join(j)) => {
+                1 + j.protocols.iter().map(|(_, m)| m.len()).sum::<usize>() / 64
+            }
+            Command::Group(GroupCommand::Sync(s)) => {
+                1 + s.assignments.iter().map(|(_, a)| a.len()).sum::<usize>() / 64
+            }
             _ => 1,
         }
     }

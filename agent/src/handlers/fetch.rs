@@ -133,11 +133,18 @@ async fn read_all(
                         None => match broker.extents.plan(tp, offset, budget.max(1) as u64) {
                             Some(plan) => Ok(plan),
                             // Expired since `ask_misses` looked: ask alone.
-                            None => broker
-                                .meta
-                                .read_plan(topic.id, partition, offset, budget.max(1) as u64)
-                                .await
-                                .map_err(|e| plan_error(&e)),
+                            None => {
+                                let asked = Instant::now();
+                                let answer = broker
+                                    .meta
+                                    .read_plan(topic.id, partition, offset, budget.max(1) as u64)
+                                    .await
+                                    .map_err(|e| plan_error(&e));
+                                if let Ok(plan) = &answer {
+                                    broker.extents.learn(tp, plan, asked);
+                                }
+                                answer
+                            }
                         },
                     }
                 }
@@ -254,31 +261,42 @@ async fn ask_misses(
     wanted: &[Wanted],
     max_bytes: usize,
 ) -> HashMap<(TopicPartition, i64), Result<ReadPlan, ResponseError>> {
+    let mut per_partition = 1;
     let misses: Vec<(TopicPartition, i64)> = wanted
         .iter()
         .filter_map(|w| Some((w.topic.as_ref()?, &w.partitions)))
         .flat_map(|(topic, partitions)| {
             partitions
                 .iter()
-                .map(|&(partition, offset, _)| (TopicPartition::new(topic.id, partition), offset))
+                .map(|&(partition, offset, partition_max)| {
+                    (
+                        TopicPartition::new(topic.id, partition),
+                        offset,
+                        partition_max,
+                    )
+                })
         })
-        .filter(|&(tp, offset)| broker.extents.plan(tp, offset, 1).is_none())
+        .filter(|&(tp, offset, _)| broker.extents.plan(tp, offset, 1).is_none())
+        .map(|(tp, offset, partition_max)| {
+            per_partition = per_partition.max(partition_max.max(0) as usize);
+            (tp, offset)
+        })
         .collect();
     if misses.is_empty() {
         return HashMap::new();
     }
-    match broker
-        .meta
-        .read_plans(misses.clone(), max_bytes.max(1) as u64)
-        .await
-    {
+    // Each partition's plan as large as the largest partition limit asked
+    // (a response takes no more of any one partition).
+    let asked = Instant::now();
+    let ask = per_partition.min(max_bytes).max(1) as u64;
+    match broker.meta.read_plans(misses.clone(), ask).await {
         Ok(answers) => misses
             .into_iter()
             .zip(answers)
             .map(|((tp, offset), answer)| {
                 let answer = answer.map_err(MetaError::Refused);
                 if let Ok(plan) = &answer {
-                    broker.extents.learn(tp, plan);
+                    broker.extents.learn(tp, plan, asked);
                 } else if let Err(e @ MetaError::Refused(Refusal::UnknownTopicOrPartition)) =
                     &answer
                 {

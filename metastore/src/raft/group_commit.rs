@@ -30,9 +30,10 @@ use crate::types::MetaError;
 /// Commands in one entry at most.
 pub const MAX_COMMANDS: usize = 256;
 /// An entry's commands weigh at most this (see [`Command::weight`]): about
-/// 4,096 committed batches, a few hundred KiB, so that an entry replicates
-/// well within a heartbeat.
-pub const MAX_WEIGHT: usize = 4_096;
+/// 1,024 committed batches, some 40 KiB, as large as one commit of a big
+/// ingest file was alone, so an entry replicates within a heartbeat as
+/// entries did before they were batched.
+pub const MAX_WEIGHT: usize = 1_024;
 /// Entries proposed and not yet answered at once.
 pub const MAX_IN_FLIGHT: usize = 2;
 /// Commands waiting for an entry at most; a proposer past it waits for room.
@@ -48,6 +49,7 @@ struct Waiting {
 /// The queue in front of a node's log.
 pub struct GroupCommit {
     queue: mpsc::Sender<Waiting>,
+    timeout: Duration,
 }
 
 impl GroupCommit {
@@ -57,19 +59,33 @@ impl GroupCommit {
     pub fn start(raft: Raft, stamps: Arc<Stamps>, timeout: Duration) -> GroupCommit {
         let (queue, waiting) = mpsc::channel(QUEUE);
         tokio::spawn(propose_batches(raft, stamps, timeout, waiting));
-        GroupCommit { queue }
+        GroupCommit { queue, timeout }
     }
 
-    /// Applies `command` through the log, in a batch with whatever else waits.
+    /// Applies `command` through the log, in a batch with whatever else
+    /// waits. Bounded: `timeout` to find room in the queue (then certainly
+    /// not applied), and twice that for the answer (then unknown).
     pub async fn propose(&self, command: Command) -> Answer {
         let (answer, reply) = oneshot::channel();
-        self.queue
-            .send(Waiting { command, answer })
-            .await
-            .map_err(|_| MetaError::unavailable("the metastore node is stopping"))?;
-        reply
-            .await
-            .unwrap_or_else(|_| Err(MetaError::maybe_applied("the metastore node stopped")))
+        let queued = self.queue.send(Waiting { command, answer });
+        match tokio::time::timeout(self.timeout, queued).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(MetaError::unavailable("the metastore node is stopping")),
+            Err(_) => {
+                return Err(MetaError::unavailable(format!(
+                    "no room to propose within {:?}",
+                    self.timeout
+                )));
+            }
+        }
+        match tokio::time::timeout(self.timeout * 2, reply).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(MetaError::maybe_applied("the metastore node stopped")),
+            Err(_) => Err(MetaError::maybe_applied(format!(
+                "no answer within {:?}",
+                self.timeout * 2
+            ))),
+        }
     }
 }
 
