@@ -49,12 +49,15 @@ class Agent:
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
                                      env=self.env)
+        # An agent without the kafka role serves only its admin port.
+        roles = [a for i, a in enumerate(self.extra_args) if i and self.extra_args[i - 1] == "--roles"]
+        ready_port = self.admin_port if roles and "kafka" not in roles[-1] else self.port
         deadline = time.time() + 30
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", ready_port), timeout=0.2).close()
                 return self
             except OSError:
                 time.sleep(0.05)

@@ -9,9 +9,24 @@ use serde::Deserialize;
 
 use crate::discovery::Discovery;
 
+/// What an agent does (`floe agent --roles kafka,jobs`), so background work
+/// can be sized and placed apart from client traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Serves Kafka clients (and is advertised to them).
+    Kafka,
+    /// Runs compaction, retention, the orphan sweep and GC, sharing them with
+    /// other agents of the role through leases.
+    Jobs,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// What this agent does: `kafka` (serves clients) and `jobs` (compaction,
+    /// retention, the orphan sweep, GC); both by default.
+    pub roles: Vec<Role>,
     /// Address the Kafka listener binds.
     pub listen: SocketAddr,
     /// Address of the admin HTTP port (`/metrics`, `/healthz`, `/readyz`).
@@ -120,6 +135,7 @@ impl Default for Config {
             listen: "127.0.0.1:9092".parse().expect("valid address"),
             admin_listen: "127.0.0.1:9644".parse().expect("valid address"),
             advertise: None,
+            roles: vec![Role::Kafka, Role::Jobs],
             discovery: Discovery::SelfAdvertise,
             zone: None,
             agent_ttl: Duration::from_secs(10),
@@ -231,6 +247,10 @@ impl Config {
         anyhow::ensure!(
             self.queued_max_request_bytes.as_u64() <= u32::MAX as u64 / 2,
             "queued_max_request_bytes must be below 2 GiB"
+        );
+        anyhow::ensure!(
+            !self.roles.is_empty(),
+            "roles must name kafka, jobs or both"
         );
         // A segment, or one partition's run in a merged file, is one chunk
         // of the file format, whose length is a u32.

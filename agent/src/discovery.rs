@@ -3,7 +3,7 @@
 //! - `self` (default): every agent registers its address and zone in the
 //!   metastore and heartbeats. Metadata lists the live agents — only those in
 //!   the client's zone when its `client.id` contains `floe_az=<zone>` — and
-//!   names one of them, picked by hashing the client id, leader of every
+//!   names one of them, picked by hashing the client id and host, leader of every
 //!   partition, so a client's Produce carries all its partitions in one request.
 //! - `load-balancer`: every agent advertises the one address of a load
 //!   balancer in front of them all, as a single broker.
@@ -33,6 +33,15 @@ pub fn client_zone(client_id: &str) -> Option<&str> {
     let rest = &client_id[start..];
     let end = rest.find([',', ';', ' ', '&']).unwrap_or(rest.len());
     Some(&rest[..end]).filter(|z| !z.is_empty())
+}
+
+/// What names a client when agents pick one to lead its partitions: its
+/// client id and its host. Clients with a default id (`rdkafka`,
+/// `producer-1`) on different hosts spread over the agents; one client's
+/// connections all get the same answer (its address's port would move its
+/// partitions to another agent at each metadata refresh).
+pub fn client_key(client_id: &str, peer: std::net::IpAddr) -> String {
+    format!("{client_id}@{peer}")
 }
 
 /// A stable choice of one of `n` for `key`: every agent picks the same.
@@ -138,6 +147,23 @@ pub async fn heartbeat(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_named_clients_on_different_hosts_spread_over_agents() {
+        let picked: std::collections::HashSet<usize> = (1..=50u8)
+            .map(|host| {
+                let ip = std::net::IpAddr::from([10, 0, 0, host]);
+                pick(&client_key("rdkafka", ip), 4)
+            })
+            .collect();
+        assert_eq!(picked.len(), 4, "50 hosts named rdkafka reach every agent");
+        let ip = std::net::IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(
+            pick(&client_key("rdkafka", ip), 4),
+            pick(&client_key("rdkafka", ip), 4),
+            "one client, one answer"
+        );
+    }
 
     #[test]
     fn zones_are_read_from_client_ids() {

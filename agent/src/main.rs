@@ -9,6 +9,7 @@ use bytesize::ByteSize;
 use clap::{Args, Parser, Subcommand};
 use floe_agent::broker::Broker;
 use floe_agent::config::Config;
+use floe_agent::config::Role;
 use floe_agent::discovery::{self, Discovery};
 use floe_agent::metrics::{Metrics, OpLabel, metered};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
@@ -32,6 +33,8 @@ struct Cli {
 enum Command {
     /// Run an agent: a Kafka broker that keeps its data in object storage.
     Agent(Box<AgentArgs>),
+    /// Run an agent with only the jobs role (compaction, retention, GC): `floe agent --roles jobs`.
+    Compactor(Box<AgentArgs>),
     /// Run a metastore node (Raft) that agents share (`floe agent --metastore HOST:PORT,...`), or change its group.
     Metastore(MetastoreArgs),
     /// A workload's monthly bill on Apache Kafka and on floe, line by line (docs/cost.md).
@@ -85,6 +88,9 @@ struct AgentArgs {
     /// Admin HTTP address: /metrics, /healthz, /readyz
     #[arg(long, env = "FLOE_ADMIN_LISTEN")]
     admin_listen: Option<SocketAddr>,
+    /// e.g. kafka,jobs (the default): serve clients, run background jobs, or both
+    #[arg(long, env = "FLOE_ROLES", value_enum, value_delimiter = ',')]
+    roles: Option<Vec<Role>>,
     /// host:port clients should connect to (default: the listen address).
     #[arg(long, env = "FLOE_ADVERTISE")]
     advertise: Option<String>,
@@ -183,6 +189,7 @@ impl AgentArgs {
             ($($field:ident),*) => { $( if let Some(v) = self.$field { c.$field = v; } )* };
         }
         set!(
+            roles,
             listen,
             admin_listen,
             discovery,
@@ -260,6 +267,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Agent(args) => args.into_config().and_then(run_agent),
+        Command::Compactor(args) => args.into_config().and_then(|mut config| {
+            config.roles = vec![Role::Jobs];
+            run_agent(config)
+        }),
         Command::Metastore(args) => run_metastore(args),
         Command::Cost(args) => run_cost(args),
     };
@@ -306,28 +317,45 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         let listen = config.listen;
         let object_store = config.object_store.clone();
         let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(metered(store, metrics.clone()));
-        if config.discovery == Discovery::SelfAdvertise {
+        let serves_kafka = config.roles.contains(&Role::Kafka);
+        // Only agents that serve clients are advertised to them.
+        if serves_kafka && config.discovery == Discovery::SelfAdvertise {
             let (host, port) = config.advertised()?;
             config.node_id = discovery::register(meta.as_ref(), &host, port, config.zone.clone()).await?;
             tokio::spawn(discovery::heartbeat(meta.clone(), config.node_id, host, port, config.zone.clone(), config.agent_ttl));
         }
-        let compaction = floe_agent::compaction::Background::from_config(&config, metrics.background.clone());
+        let compaction = config
+            .roles
+            .contains(&Role::Jobs)
+            .then(|| floe_agent::compaction::Background::from_config(&config, metrics.background.clone()))
+            .flatten();
         let admin_listen = config.admin_listen;
         let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics)?);
         if let Some(compaction) = compaction {
             tokio::spawn(compaction.run(store, meta));
         }
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+        let listener = match serves_kafka {
+            true => Some(
+                tokio::net::TcpListener::bind(listen)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?,
+            ),
+            false => None,
+        };
         tracing::info!(%listen, advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
-            %object_store, metastore = %meta_name, "floe agent ready");
+            %object_store, metastore = %meta_name, roles = ?broker.config.roles, "floe agent ready");
         let admin = tokio::net::TcpListener::bind(admin_listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
         tracing::info!(admin = %admin_listen, "admin endpoint ready: /metrics /healthz /readyz");
         tokio::select! {
-            served = floe_agent::server::serve(listener, broker.clone()) => served?,
+            served = async {
+                match listener {
+                    Some(listener) => floe_agent::server::serve(listener, broker.clone()).await,
+                    // Jobs only: no Kafka listener.
+                    None => std::future::pending().await,
+                }
+            } => served?,
             served = floe_agent::admin::serve(admin, broker.clone()) => served?,
             _ = shutdown_signal() => {
                 // New connections are refused from here on; batches already
@@ -365,6 +393,8 @@ mod tests {
             "agent",
             "--listen",
             "127.0.0.1:1",
+            "--roles",
+            "jobs",
             "--admin-listen",
             "127.0.0.1:3",
             "--advertise",
@@ -425,6 +455,7 @@ mod tests {
         let c = args.into_config().unwrap();
         let debug = format!("{c:?}");
         let defaults = format!("{:?}", Config::default());
+        assert_eq!(c.roles, vec![Role::Jobs]);
         assert_eq!(c.listen.to_string(), "127.0.0.1:1");
         assert_eq!(c.admin_listen.to_string(), "127.0.0.1:3");
         assert_eq!(c.advertise.as_deref(), Some("lb:2"));
@@ -453,6 +484,27 @@ mod tests {
         assert_eq!(c.inject_faults.as_deref(), Some("latency=1ms"));
         assert_eq!(c.metastore.as_deref(), Some("meta:1"));
         assert_ne!(debug, defaults);
+    }
+
+    #[test]
+    fn roles_default_to_both_and_take_a_list() {
+        let roles = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let (Command::Agent(args) | Command::Compactor(args)) = cli.command else {
+                panic!("parsed as an agent")
+            };
+            args.into_config().unwrap().roles
+        };
+        assert_eq!(roles(&["floe", "agent"]), vec![Role::Kafka, Role::Jobs]);
+        assert_eq!(
+            roles(&["floe", "agent", "--roles", "kafka"]),
+            vec![Role::Kafka]
+        );
+        assert_eq!(
+            roles(&["floe", "agent", "--roles", "jobs,kafka"]),
+            vec![Role::Jobs, Role::Kafka]
+        );
+        assert!(Cli::try_parse_from(["floe", "agent", "--roles", "broker"]).is_err());
     }
 
     #[test]

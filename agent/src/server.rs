@@ -151,7 +151,7 @@ async fn connection(
                         Ok(decoded) => {
                             let produce = is_produce(&decoded);
                             others += usize::from(!produce);
-                            let pending = admit(broker.clone(), decoded, &turn).await;
+                            let pending = admit(broker.clone(), decoded, &turn, peer.ip()).await;
                             // Admitted: produced batches are now the produce
                             // buffer's to count, the rest is small.
                             drop(frame.held);
@@ -235,7 +235,7 @@ type Responding = BoxFuture<'static, Result<Option<(Bytes, Option<Held>)>, ()>>;
 
 /// Starts handling one request (see [`handlers::admit`]) and returns the future
 /// that finishes it and encodes its response frame.
-async fn admit(broker: Arc<Broker>, decoded: Decoded, turn: &Turn) -> Responding {
+async fn admit(broker: Arc<Broker>, decoded: Decoded, turn: &Turn, peer: IpAddr) -> Responding {
     match decoded {
         Decoded::ApiVersionsTooNew { correlation_id } => {
             let response = ResponseKind::ApiVersions(handlers::api_versions::unsupported());
@@ -252,7 +252,7 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded, turn: &Turn) -> Responding
                 correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
             let started = Instant::now();
             let metrics = broker.metrics.clone();
-            let pending = handlers::admit(broker, &header, *body, turn).await;
+            let pending = handlers::admit(broker, &header, *body, turn, peer).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move {
                 let reply = pending.await;

@@ -18,11 +18,13 @@ pub async fn handle(
     req: MetadataRequest,
     version: i16,
     client_id: &str,
+    peer: std::net::IpAddr,
 ) -> MetadataResponse {
     let agents = discovery::visible(broker, client_id).await;
     // One agent leads every partition for this client: its Produce requests
     // carry all partitions at once, and every agent gives the same answer.
-    let node = BrokerId(agents[discovery::pick(client_id, agents.len())].node_id);
+    let client = discovery::client_key(client_id, peer);
+    let node = BrokerId(agents[discovery::pick(&client, agents.len())].node_id);
     let brokers = agents
         .iter()
         .map(|a| {

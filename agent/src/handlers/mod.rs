@@ -42,11 +42,13 @@ pub type Pending = BoxFuture<'static, Option<Reply>>;
 /// produced batches) is done before this returns; the rest is left in the
 /// returned future. It resolves to `None` when the client expects no response.
 /// `turn` is the connection's, for the response budget (see [`crate::budget`]).
+/// `peer` is the client's address (which agent Metadata names depends on it).
 pub async fn admit(
     broker: Arc<Broker>,
     header: &RequestHeader,
     body: RequestKind,
     turn: &Turn,
+    peer: std::net::IpAddr,
 ) -> Pending {
     let version = header.request_api_version;
     if let RequestKind::Produce(req) = body {
@@ -74,7 +76,7 @@ pub async fn admit(
         .map(|c| c.to_string())
         .unwrap_or_default();
     Box::pin(async move {
-        handle(&broker, body, version, client_id)
+        handle(&broker, body, version, client_id, peer)
             .await
             .map(Reply::from)
     })
@@ -85,11 +87,12 @@ async fn handle(
     body: RequestKind,
     version: i16,
     client_id: String,
+    peer: std::net::IpAddr,
 ) -> Option<ResponseKind> {
     Some(match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
         RequestKind::Metadata(req) => {
-            ResponseKind::Metadata(metadata::handle(broker, req, version, &client_id).await)
+            ResponseKind::Metadata(metadata::handle(broker, req, version, &client_id, peer).await)
         }
         RequestKind::CreateTopics(req) => {
             ResponseKind::CreateTopics(topics::create(broker, req, version).await)
