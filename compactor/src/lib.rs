@@ -21,8 +21,8 @@ use tokio::time::Instant;
 use bytes::BytesMut;
 use floe_metastore::ops::Chunk;
 use floe_metastore::{
-    ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents, TopicId,
-    TopicInfo, TopicPartition, now_ms,
+    Backlog, ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents,
+    TopicId, TopicInfo, TopicPartition, now_ms,
 };
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ids::Ids;
@@ -447,35 +447,52 @@ pub async fn compact_all(
     };
     let max_files = if merging { merge::MAX_JOB_FILES } else { 0 };
     let mut backlog = meta.compaction_work(merge::work(policy, max_files)).await?;
-    while merging && merge::due(&backlog, policy, now_ms) && pass.merged.len() < MAX_JOBS_PER_PASS {
-        let merged = match merge::merge_files(store, meta, policy, &backlog, counters, ids).await {
-            Ok(merged) => merged,
+    let mut queue: std::collections::VecDeque<Backlog> = std::collections::VecDeque::new();
+    if merging && merge::due(&backlog, policy, now_ms) {
+        queue.extend(merge::jobs(&backlog, policy));
+    }
+    // Whether a job since the last work list moved anything: if none did,
+    // asking again would find the same files.
+    let mut progressed = false;
+    while pass.merged.len() < MAX_JOBS_PER_PASS {
+        let Some(job) = queue.pop_front() else {
+            if !progressed {
+                break;
+            }
+            progressed = false;
+            match meta.compaction_work(merge::work(policy, max_files)).await {
+                Ok(next) => backlog = next,
+                Err(e) => {
+                    tracing::warn!(error = %e, "compaction could not go on with the ingest files");
+                    break;
+                }
+            }
+            if merge::due(&backlog, policy, now_ms) {
+                queue.extend(merge::jobs(&backlog, policy));
+            }
+            continue;
+        };
+        match merge::merge_files(store, meta, policy, &job, counters, ids).await {
+            Ok(merged) => {
+                progressed |= merged.swapped > 0;
+                pass.merged.push(merged);
+            }
             Err(e) => {
                 counters.compaction_failures.inc();
                 tracing::warn!(error = %e, "a compaction job over ingest files failed");
                 break;
             }
-        };
-        // A job that moved nothing (its runs unreadable, or changed under
-        // it) would move nothing again: the next pass tries.
-        let progressed = merged.swapped > 0;
-        pass.merged.push(merged);
+        }
         // Renewed for the next job (or learnt lost to a compactor that
         // thought this one dead).
-        let renewed = match worker {
-            Some(worker) => worker.lease(meta, INGEST_JOB).await,
-            None => Ok(true),
-        };
-        let next = match renewed {
-            Ok(true) if progressed => meta.compaction_work(merge::work(policy, max_files)).await,
-            Ok(_) => break,
-            Err(e) => Err(e),
-        };
-        match next {
-            Ok(next) => backlog = next,
-            Err(e) => {
-                tracing::warn!(error = %e, "compaction could not go on with the ingest files");
-                break;
+        if let Some(worker) = worker {
+            match worker.lease(meta, INGEST_JOB).await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "compaction could not renew its lease");
+                    break;
+                }
             }
         }
     }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use floe_metastore::ops::CompactionWork;
-use floe_metastore::{Backlog, ExtentRef, ExtentRun, Metastore, ReplaceRuns, RunSwap};
+use floe_metastore::{Backlog, BacklogFile, ExtentRef, ExtentRun, Metastore, ReplaceRuns, RunSwap};
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
@@ -58,11 +58,15 @@ pub struct Merged {
 
 /// The request for this policy's work list; `max_files` 0 asks only for the
 /// partitions worth merging further.
+/// Jobs' worth of files one work list asks for, so that a long backlog costs
+/// the metastore one scan of its extents per few jobs, not per job.
+const JOBS_PER_LIST: u64 = 8;
+
 pub(crate) fn work(policy: &CompactionPolicy, max_files: u32) -> CompactionWork {
     CompactionWork {
         ingest_prefix: keys::INGEST_PREFIX.into(),
         max_files,
-        max_bytes: policy.job_bytes,
+        max_bytes: policy.job_bytes.saturating_mul(JOBS_PER_LIST),
         max_extents: MAX_JOB_EXTENTS,
         merged_prefix: keys::MERGED_PREFIX.into(),
         segment_bytes: policy.max_segment_bytes,
@@ -79,6 +83,58 @@ pub(crate) fn due(backlog: &Backlog, policy: &CompactionPolicy, now_ms: i64) -> 
     !backlog.files.is_empty()
         && (backlog.ingest_files >= policy.min_extents.max(1) as u64
             || oldest.is_some_and(|ms| now_ms.saturating_sub(ms) >= max_age_ms))
+}
+
+/// Cuts a work list into jobs, oldest files first: each of at most
+/// `job_bytes` of files and [`MAX_JOB_EXTENTS`] extents (its first file
+/// whatever its size), with the list's runs cut to its files (consecutive
+/// extents still: a partition's extents in older files come first).
+pub(crate) fn jobs(backlog: &Backlog, policy: &CompactionPolicy) -> Vec<Backlog> {
+    let mut extents_in: HashMap<&str, u64> = HashMap::new();
+    for e in backlog.runs.iter().flat_map(|r| &r.extents) {
+        *extents_in.entry(e.object_key.as_str()).or_default() += 1;
+    }
+    let mut groups: Vec<Vec<&BacklogFile>> = Vec::new();
+    let (mut bytes, mut extents) = (0u64, 0u64);
+    for file in &backlog.files {
+        let count = extents_in.get(file.key.as_str()).copied().unwrap_or(0);
+        let fits = groups.last().is_some_and(|g| !g.is_empty())
+            && bytes + file.size <= policy.job_bytes
+            && extents + count <= MAX_JOB_EXTENTS;
+        if !fits {
+            groups.push(Vec::new());
+            (bytes, extents) = (0, 0);
+        }
+        groups.last_mut().expect("pushed").push(file);
+        bytes += file.size;
+        extents += count;
+    }
+    groups
+        .into_iter()
+        .map(|files| {
+            let keys: std::collections::HashSet<&str> =
+                files.iter().map(|f| f.key.as_str()).collect();
+            let runs = backlog
+                .runs
+                .iter()
+                .flat_map(|run| {
+                    run.extents
+                        .split(|e| !keys.contains(e.object_key.as_str()))
+                        .filter(|extents| !extents.is_empty())
+                        .map(|extents| ExtentRun {
+                            partition: run.partition,
+                            extents: extents.to_vec(),
+                        })
+                })
+                .collect();
+            Backlog {
+                files: files.into_iter().cloned().collect(),
+                runs,
+                ingest_files: backlog.ingest_files,
+                merge: Vec::new(),
+            }
+        })
+        .collect()
 }
 
 /// Runs one job over `backlog`'s files (the caller holds the job's lease).

@@ -19,7 +19,7 @@ pub enum StoreUrlError {
     #[error("s3 URL `{0}` names no bucket; use s3://BUCKET[/PREFIX][?OPTIONS]")]
     NoBucket(String),
     #[error(
-        "unknown s3 option `{0}` (known: endpoint, region, path_style, allow_http, skip_signature, timeout, connect_timeout, retry_timeout)"
+        "unknown s3 option `{0}` (known: endpoint, region, path_style, allow_http, skip_signature, bulk_delete, timeout, connect_timeout, retry_timeout)"
     )]
     UnknownOption(String),
     #[error("s3 option `{0}` needs true or false, not `{1}`")]
@@ -44,7 +44,9 @@ pub enum StoreUrlError {
 ///   override them: `endpoint=http://127.0.0.1:9000`, `region=us-east-1`,
 ///   `path_style=true` (needed by most local servers), `allow_http=true`
 ///   (implied by an `http://` endpoint), `skip_signature=true` (anonymous
-///   requests, for public buckets and servers without credentials), and the deadlines of
+///   requests, for public buckets and servers without credentials),
+///   `bulk_delete=false` (GC deletes one object per request, for stores
+///   without S3's DeleteObjects), and the deadlines of
 ///   [`S3_TIMEOUTS`]: `connect_timeout=5s`, `timeout=30s` (one request),
 ///   `retry_timeout=30s` (all retries of one operation).
 /// - `file://PATH`: a local folder (created if missing; a relative PATH such as
@@ -130,6 +132,7 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
             "path_style" => builder.with_virtual_hosted_style_request(!flag(&key, &value)?),
             "allow_http" => builder.with_allow_http(flag(&key, &value)?),
             "skip_signature" => builder.with_skip_signature(flag(&key, &value)?),
+            "bulk_delete" => builder.with_disable_bulk_delete(!flag(&key, &value)?),
             "timeout" => builder.with_config(
                 client(ClientConfigKey::Timeout),
                 millis(duration(&key, &value)?),
@@ -277,7 +280,7 @@ mod tests {
         });
         let store = open(&format!(
             "s3://bucket?endpoint=http://127.0.0.1:{port}&region=us-east-1&path_style=true\
-             &skip_signature=true&timeout=300ms&retry_timeout=1s"
+             &skip_signature=true&bulk_delete=false&timeout=300ms&retry_timeout=1s"
         ))
         .unwrap();
         let started = tokio::time::Instant::now();
