@@ -1,6 +1,6 @@
 //! The agent's background retention, compaction and garbage collection.
 //!
-//! Every agent runs this loop, sharing the work through leases in the
+//! Every agent with the jobs role runs this loop, sharing the work through leases in the
 //! metastore: one agent at a time holds the `maintenance` lease (retention,
 //! the orphan sweep and GC, which are cheap metastore work plus deletes), one
 //! at a time holds `compact/ingest` (jobs over ingest files, each read once),
@@ -43,7 +43,9 @@ pub struct Background {
 }
 
 /// This agent's name in leases: kept in `data_dir` so a restarted agent
-/// takes up the leases it held at once instead of waiting for them to expire.
+/// takes up the leases it held at once instead of waiting for them to expire,
+/// and told apart by its admin address, which no two processes share, so a
+/// compactor started in an agent's folder does not hold the agent's leases.
 /// Without a writable data dir, a fresh name each start.
 fn lease_holder(data_dir: &Path) -> String {
     let file = data_dir.join("agent-id");
@@ -81,7 +83,7 @@ impl Background {
             },
             gc: Gc::new(config.gc_grace),
             orphan_age: config.orphan_age,
-            holder: lease_holder(&config.data_dir),
+            holder: format!("{}@{}", lease_holder(&config.data_dir), config.admin_listen),
             counters,
             ids: Arc::new(RandomIds),
         })

@@ -252,6 +252,13 @@ impl Config {
             !self.roles.is_empty(),
             "roles must name kafka, jobs or both"
         );
+        // Compaction, retention and GC run only in agents with the jobs role,
+        // and only agents sharing a metastore can do them for this one.
+        anyhow::ensure!(
+            self.roles.contains(&Role::Jobs) || self.metastore.is_some(),
+            "an agent without the jobs role needs a shared metastore (--metastore), and an agent \
+             with the jobs role on it, or nothing compacts, enforces retention or collects garbage"
+        );
         // A segment, or one partition's run in a merged file, is one chunk
         // of the file format, whose length is a u32.
         anyhow::ensure!(

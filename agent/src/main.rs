@@ -329,6 +329,9 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
             .contains(&Role::Jobs)
             .then(|| floe_agent::compaction::Background::from_config(&config, metrics.background.clone()))
             .flatten();
+        if config.roles == [Role::Jobs] && compaction.is_none() {
+            tracing::warn!("an agent with only the jobs role and compaction_interval = 0s does nothing");
+        }
         let admin_listen = config.admin_listen;
         let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics)?);
         if let Some(compaction) = compaction {
@@ -497,7 +500,7 @@ mod tests {
         };
         assert_eq!(roles(&["floe", "agent"]), vec![Role::Kafka, Role::Jobs]);
         assert_eq!(
-            roles(&["floe", "agent", "--roles", "kafka"]),
+            roles(&["floe", "agent", "--roles", "kafka", "--metastore", "m:1"]),
             vec![Role::Kafka]
         );
         assert_eq!(
@@ -505,6 +508,14 @@ mod tests {
             vec![Role::Jobs, Role::Kafka]
         );
         assert!(Cli::try_parse_from(["floe", "agent", "--roles", "broker"]).is_err());
+        // Without the jobs role nor a shared metastore, nothing would ever
+        // compact, enforce retention or collect garbage.
+        let cli = Cli::try_parse_from(["floe", "agent", "--roles", "kafka"]).unwrap();
+        let Command::Agent(args) = cli.command else {
+            panic!("parsed as agent")
+        };
+        let err = args.into_config().unwrap_err().to_string();
+        assert!(err.contains("jobs role"), "{err}");
     }
 
     #[test]

@@ -472,6 +472,11 @@ pub async fn compact_all(
             }
             continue;
         };
+        // Later jobs of a list run only while enough files still wait (or
+        // theirs are old), as the first did.
+        if !merge::due(&job, policy, now_ms) {
+            continue;
+        }
         match merge::merge_files(store, meta, policy, &job, counters, ids).await {
             Ok(merged) => {
                 progressed |= merged.swapped > 0;

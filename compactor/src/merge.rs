@@ -56,18 +56,18 @@ pub struct Merged {
     pub bytes: u64,
 }
 
-/// The request for this policy's work list; `max_files` 0 asks only for the
-/// partitions worth merging further.
 /// Jobs' worth of files one work list asks for, so that a long backlog costs
 /// the metastore one scan of its extents per few jobs, not per job.
 const JOBS_PER_LIST: u64 = 8;
 
+/// The request for this policy's work list; `max_files` 0 asks only for the
+/// partitions worth merging further.
 pub(crate) fn work(policy: &CompactionPolicy, max_files: u32) -> CompactionWork {
     CompactionWork {
         ingest_prefix: keys::INGEST_PREFIX.into(),
         max_files,
         max_bytes: policy.job_bytes.saturating_mul(JOBS_PER_LIST),
-        max_extents: MAX_JOB_EXTENTS,
+        max_extents: MAX_JOB_EXTENTS * JOBS_PER_LIST,
         merged_prefix: keys::MERGED_PREFIX.into(),
         segment_bytes: policy.max_segment_bytes,
         merge_max_chunks: policy.max_chunks.min(u32::MAX as usize) as u32,
@@ -109,9 +109,13 @@ pub(crate) fn jobs(backlog: &Backlog, policy: &CompactionPolicy) -> Vec<Backlog>
         bytes += file.size;
         extents += count;
     }
+    let mut before = 0u64;
     groups
         .into_iter()
         .map(|files| {
+            // What still waits when this job's turn comes (see `due`).
+            let waiting = backlog.ingest_files.saturating_sub(before);
+            before += files.len() as u64;
             let keys: std::collections::HashSet<&str> =
                 files.iter().map(|f| f.key.as_str()).collect();
             let runs = backlog
@@ -130,7 +134,7 @@ pub(crate) fn jobs(backlog: &Backlog, policy: &CompactionPolicy) -> Vec<Backlog>
             Backlog {
                 files: files.into_iter().cloned().collect(),
                 runs,
-                ingest_files: backlog.ingest_files,
+                ingest_files: waiting,
                 merge: Vec::new(),
             }
         })

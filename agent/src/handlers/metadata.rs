@@ -22,8 +22,10 @@ pub async fn handle(
 ) -> MetadataResponse {
     let agents = discovery::visible(broker, client_id).await;
     // One agent leads every partition for this client: its Produce requests
-    // carry all partitions at once, and every agent gives the same answer.
-    let client = discovery::client_key(client_id, peer);
+    // carry all partitions at once, and every agent gives the same answer
+    // (when they see the client from one address: not across NAT per agent).
+    // Canonical, so agents listening on IPv4 and on IPv6 see one address.
+    let client = discovery::client_key(client_id, peer.to_canonical());
     let node = BrokerId(agents[discovery::pick(&client, agents.len())].node_id);
     let brokers = agents
         .iter()
