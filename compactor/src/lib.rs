@@ -249,29 +249,45 @@ pub(crate) async fn read_run(
         let bytes = store
             .get_range(&path, first.position..last.position + last.length)
             .await?;
-        let mut at = 0;
         for extent in extents {
-            let start = data.len();
-            let piece = bytes.get(at..at + extent.length as usize).ok_or_else(|| {
-                CompactError::Corrupt {
-                    key: extent.object_key.clone(),
-                    offset: extent.base_offset,
-                    reason: "the object is shorter than the extent".into(),
-                }
-            })?;
-            at += extent.length as usize;
-            data.extend_from_slice(piece);
-            let whole = patch_base_offsets(&mut data[start..], extent.base_offset);
-            if whole != data.len() - start {
-                return Err(CompactError::Corrupt {
-                    key: extent.object_key.clone(),
-                    offset: extent.base_offset,
-                    reason: "extent does not end on a batch boundary".into(),
-                });
-            }
+            append_extent(&mut data, &bytes, first.position, extent)?;
         }
     }
     parse_run(data, run)
+}
+
+/// Appends `extent`'s batches, cut from `read` (its object's bytes from
+/// position `origin` on), to `data` with their real base offsets set; they
+/// must be whole batches.
+pub(crate) fn append_extent(
+    data: &mut BytesMut,
+    read: &[u8],
+    origin: u64,
+    extent: &ExtentRef,
+) -> Result<(), CompactError> {
+    let corrupt = |reason: &str| CompactError::Corrupt {
+        key: extent.object_key.clone(),
+        offset: extent.base_offset,
+        reason: reason.into(),
+    };
+    let from = extent
+        .position
+        .checked_sub(origin)
+        .ok_or_else(|| corrupt("the extent starts before what was read"))? as usize;
+    let piece = read
+        .get(from..from + extent.length as usize)
+        .ok_or_else(|| corrupt("the object is shorter than the extent"))?;
+    let start = data.len();
+    data.extend_from_slice(piece);
+    if patch_base_offsets(&mut data[start..], extent.base_offset) != piece.len() {
+        return Err(corrupt("extent does not end on a batch boundary"));
+    }
+    Ok(())
+}
+
+/// A duration in whole milliseconds, as the metastore's times are kept.
+pub(crate) fn millis(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
 }
 
 /// The batches read for `run` (offsets patched), each checked, and checked
@@ -399,7 +415,7 @@ impl Worker {
         meta: &Arc<dyn Metastore>,
         job: &str,
     ) -> Result<bool, MetaError> {
-        let ttl_ms = self.lease.as_millis().min(i64::MAX as u128) as i64;
+        let ttl_ms = millis(self.lease);
         meta.acquire_lease(job.to_string(), self.holder.clone(), now_ms(), ttl_ms)
             .await
     }

@@ -28,14 +28,14 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use floe_metastore::ops::CompactionWork;
 use floe_metastore::{Backlog, BacklogFile, ExtentRef, ExtentRun, Metastore, ReplaceRuns, RunSwap};
-use floe_protocol::batch::{RecordBatch, patch_base_offsets};
+use floe_protocol::batch::RecordBatch;
 use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
 use floe_storage::{ObjectPath, ObjectStore, keys};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 
-use crate::{CompactError, CompactionPolicy, Counters, parse_run, pieces};
+use crate::{CompactError, CompactionPolicy, Counters, append_extent, millis, parse_run, pieces};
 
 /// Ingest files read at once.
 const CONCURRENT_GETS: usize = 8;
@@ -71,14 +71,14 @@ pub(crate) fn work(policy: &CompactionPolicy, max_files: u32) -> CompactionWork 
         merged_prefix: keys::MERGED_PREFIX.into(),
         segment_bytes: policy.max_segment_bytes,
         merge_max_chunks: policy.max_chunks.min(u32::MAX as usize) as u32,
-        merge_max_age_ms: policy.max_age.as_millis().min(i64::MAX as u128) as i64,
+        merge_max_age_ms: millis(policy.max_age),
     }
 }
 
 /// Whether `backlog` is worth a job now: enough files wait, or the oldest
 /// append in them is older than `policy.max_age` on the metastore's clock.
 pub(crate) fn due(backlog: &Backlog, policy: &CompactionPolicy, now_ms: i64) -> bool {
-    let max_age_ms = policy.max_age.as_millis().min(i64::MAX as u128) as i64;
+    let max_age_ms = millis(policy.max_age);
     let oldest = backlog.files.iter().map(|f| f.oldest_appended_ms).min();
     !backlog.files.is_empty()
         && (backlog.ingest_files >= policy.min_extents.max(1) as u64
@@ -271,23 +271,15 @@ fn run_batches(
 ) -> Result<Vec<RecordBatch>, CompactError> {
     let mut data = BytesMut::with_capacity(run.iter().map(|e| e.length as usize).sum());
     for extent in run {
-        let corrupt = |reason: &str| CompactError::Corrupt {
-            key: extent.object_key.clone(),
-            offset: extent.base_offset,
-            reason: reason.into(),
-        };
-        let (start, bytes) = files
-            .get(&extent.object_key)
-            .ok_or_else(|| corrupt("its file was not read"))?;
-        let from = (extent.position - start) as usize;
-        let piece = bytes
-            .get(from..from + extent.length as usize)
-            .ok_or_else(|| corrupt("the file is shorter than the extent"))?;
-        let at = data.len();
-        data.extend_from_slice(piece);
-        if patch_base_offsets(&mut data[at..], extent.base_offset) != piece.len() {
-            return Err(corrupt("extent does not end on a batch boundary"));
-        }
+        let (origin, bytes) =
+            files
+                .get(&extent.object_key)
+                .ok_or_else(|| CompactError::Corrupt {
+                    key: extent.object_key.clone(),
+                    offset: extent.base_offset,
+                    reason: "its file was not read".into(),
+                })?;
+        append_extent(&mut data, bytes, *origin, extent)?;
     }
     parse_run(data, run)
 }

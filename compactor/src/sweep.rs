@@ -29,7 +29,7 @@ pub async fn sweep_orphans(
     min_age: Duration,
     now_ms: i64,
 ) -> Result<usize, CompactError> {
-    let cutoff_ms = now_ms.saturating_sub(min_age.as_millis().min(i64::MAX as u128) as i64);
+    let cutoff_ms = now_ms.saturating_sub(crate::millis(min_age));
     let mut found = 0;
     for prefix in ["ingest", "segment", "merged"] {
         let mut old = Vec::new();

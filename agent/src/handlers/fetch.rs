@@ -3,11 +3,10 @@
 //! for new commits until `min_bytes` arrive or `max_wait_ms` passes (see
 //! [`crate::watermarks`]).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use std::collections::HashMap;
-
 use floe_metastore::{MetaError, ReadPlan, Refusal, TopicId, TopicInfo, TopicPartition};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::fetch_response::{
