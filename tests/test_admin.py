@@ -61,7 +61,8 @@ def test_list_and_describe_groups(agent):
         if c.assignment():
             break
     assert c.assignment()
-    assert {"group_id": "watched", "protocol_type": "consumer", "group_state": "Stable"} in admin.list_groups()
+    assert {"group_id": "watched", "protocol_type": "consumer", "group_state": "Stable",
+            "group_type": "classic"} in admin.list_groups()
     described = admin.describe_groups(["watched"])["watched"]
     assert described["group_state"] == "Stable"
     assert [m["client_id"] for m in described["members"]] == ["watcher"]

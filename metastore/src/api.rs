@@ -207,12 +207,13 @@ metastore_api! {
     }
     write fn join_group(join: JoinGroup) -> JoinGroup { join }
     write fn sync_group(sync: SyncGroup) -> SyncGroup { sync }
-    write fn group_heartbeat(beat: GroupHeartbeat) -> GroupHeartbeat { beat }
+    /// Answered by the leader, not written (see [`crate::groups`]).
+    custom fn group_heartbeat(beat: GroupHeartbeat) -> GroupHeartbeat { beat }
     write fn leave_group(leave: LeaveGroup) -> LeaveGroup { leave }
-    /// Expires a group's silent members and ends a rebalance past its deadline.
+    /// Ends a rebalance or sync past its deadline (the leader's timers send it).
     write fn tick_group(tick: TickGroup) -> TickGroup { tick }
     write fn commit_offsets(commit: CommitOffsets) -> CommitOffsets { commit }
-    read fn group(name: &str) -> GroupNamed { GroupNamed { name: name.to_string() } }
+    read fn describe_group(name: &str) -> DescribeGroup { DescribeGroup { name: name.to_string() } }
     write fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents { replace }
     read fn garbage() -> ListGarbage { ListGarbage }
     write fn record_orphans(keys: Vec<String>) -> RecordOrphans { RecordOrphans { keys } }
@@ -254,5 +255,38 @@ metastore_api! {
     /// Read plans of many partitions in one request.
     read fn read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> PlanReads {
         PlanReads { partitions, max_bytes }
+    }
+    /// Waits for a group to change (see [`AwaitGroup`]).
+    custom fn await_group(wait: AwaitGroup) -> AwaitGroup { wait }
+    read fn group_offsets(group: &str, partitions: Option<Vec<(String, i32)>>) -> GroupOffsets {
+        GroupOffsets { group: group.to_string(), partitions }
+    }
+    /// Removes the group's members whose sessions ran out (the leader's timers send it).
+    write fn expire_members(expire: ExpireMembers) -> ExpireMembers { expire }
+    write fn delete_groups(groups: Vec<String>) -> DeleteGroups { DeleteGroups { groups } }
+    write fn delete_offsets(group: &str, partitions: Vec<(String, i32)>) -> DeleteOffsets {
+        DeleteOffsets { group: group.to_string(), partitions }
+    }
+}
+
+/// A heartbeat is checked against the state by the leader and remembered
+/// only in its memory.
+impl Op for GroupHeartbeat {
+    type Output = Result<(), GroupError>;
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
+        on.heartbeat(self).await
+    }
+}
+
+impl Op for AwaitGroup {
+    type Output = Option<MemberView>;
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
+        on.await_group(self).await
     }
 }

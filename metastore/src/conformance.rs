@@ -180,32 +180,82 @@ async fn agents_register_once_on_the_metastores_clock(m: &dyn Metastore) {
     assert!((now_ms() - 60_000..=now_ms() + 60_000).contains(&clock));
 }
 
-async fn a_group_forms_and_keeps_its_offsets(m: &dyn Metastore) {
-    assert!(m.groups().await.unwrap().is_empty());
-    let join = JoinGroup {
+fn join_request(member_id: &str, session_timeout_ms: i32) -> JoinGroup {
+    JoinGroup {
         group: "g".into(),
-        member_id: String::new(),
+        member_id: member_id.into(),
+        instance_id: None,
         client_id: "c".into(),
-        session_timeout_ms: 30_000,
+        client_host: "/127.0.0.1".into(),
+        session_timeout_ms,
         rebalance_timeout_ms: 30_000,
         protocol_type: "consumer".into(),
         protocols: vec![("range".into(), vec![])],
+        subscribed_topics: Some(vec!["t".into()]),
+        require_known_member_id: true,
+        fresh_id: crate::random_id().to_string(),
         now_ms: 0,
-    };
-    let member = m.join_group(join).await.unwrap().unwrap();
-    let sync = SyncGroup {
+    }
+}
+
+fn sync_request(member: &str, generation: i32) -> SyncGroup {
+    SyncGroup {
         group: "g".into(),
-        generation: 1,
-        member_id: member.clone(),
-        assignments: vec![(member.clone(), b"all".to_vec())],
+        generation,
+        member_id: member.into(),
+        instance_id: None,
+        protocol_type: Some("consumer".into()),
+        protocol: Some("range".into()),
+        assignments: vec![(member.into(), b"all".to_vec())],
         now_ms: 0,
+    }
+}
+
+async fn a_group_forms_and_keeps_its_offsets(m: &dyn Metastore) {
+    assert!(m.groups().await.unwrap().is_empty());
+    // KIP-394: a new member is first handed an id.
+    let Ok(Joined::MemberIdRequired(member)) =
+        m.join_group(join_request("", 30_000)).await.unwrap()
+    else {
+        panic!("a new member must be asked to come back with an id");
     };
-    m.sync_group(sync).await.unwrap().unwrap();
+    let joined = m.join_group(join_request(&member, 30_000)).await.unwrap();
+    assert_eq!(joined, Ok(Joined::Member(member.clone())));
+    let wait = |seen| AwaitGroup {
+        group: "g".into(),
+        member_id: member.clone(),
+        seen,
+        wait_ms: 50,
+    };
+    let view = m.await_group(wait(None)).await.unwrap().unwrap();
+    assert_eq!(
+        (view.generation, view.phase, view.member),
+        (1, Phase::Syncing, Some(true))
+    );
+    assert_eq!(view.members.len(), 1, "the leader sees every member");
+    // Nothing changes: the wait ends at its deadline with the same version.
+    let same = m
+        .await_group(wait(Some(view.version)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(same.version, view.version);
+    m.sync_group(sync_request(&member, 1))
+        .await
+        .unwrap()
+        .unwrap();
+    let view = m
+        .await_group(wait(Some(view.version)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(view.phase, Phase::Stable);
+    assert_eq!(view.assignment, Some((1, b"all".to_vec())));
     let beat = |generation| GroupHeartbeat {
         group: "g".into(),
         generation,
         member_id: member.clone(),
-        now_ms: 0,
+        instance_id: None,
     };
     assert_eq!(m.group_heartbeat(beat(1)).await.unwrap(), Ok(()));
     assert_eq!(
@@ -216,38 +266,117 @@ async fn a_group_forms_and_keeps_its_offsets(m: &dyn Metastore) {
         topic: "t".into(),
         partition: 0,
         offset: 42,
+        leader_epoch: 7,
         metadata: Some("m".into()),
     }];
     let commit = CommitOffsets {
         group: "g".into(),
         generation: 1,
         member_id: member.clone(),
+        instance_id: None,
         offsets,
         now_ms: 0,
     };
     m.commit_offsets(commit).await.unwrap().unwrap();
-    let g = m.group("g").await.unwrap().unwrap();
-    assert_eq!((g.generation, g.phase), (1, Phase::Stable));
-    assert_eq!(g.assignments[&member], b"all".to_vec());
-    assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 42);
+    let described = m.describe_group("g").await.unwrap().unwrap();
+    assert_eq!(
+        (described.state.as_str(), described.protocol.as_str()),
+        ("Stable", "range")
+    );
+    assert_eq!(described.members[0].client_host, "/127.0.0.1");
+    assert_eq!(described.members[0].assignment, b"all".to_vec());
+    let committed = m
+        .group_offsets("g", Some(vec![("t".into(), 0), ("t".into(), 1)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        committed[0].1.as_ref().map(|o| (o.offset, o.leader_epoch)),
+        Some((42, 7))
+    );
+    assert_eq!(committed[1].1, None);
+    // Subscribed to `t`: its offsets cannot be deleted; the group neither.
+    assert_eq!(
+        m.delete_offsets("g", vec![("t".into(), 0)]).await.unwrap(),
+        Ok(vec![Err(GroupError::GroupSubscribedToTopic)])
+    );
+    assert_eq!(
+        m.delete_groups(vec!["g".into()]).await.unwrap(),
+        vec![Err(GroupError::NonEmptyGroup)]
+    );
     let leave = LeaveGroup {
         group: "g".into(),
-        member_ids: vec![member, "stranger".into()],
+        members: vec![
+            Leaving {
+                member_id: member,
+                instance_id: None,
+            },
+            Leaving {
+                member_id: "stranger".into(),
+                instance_id: None,
+            },
+        ],
         now_ms: 0,
     };
     assert_eq!(
         m.leave_group(leave).await.unwrap(),
         vec![Ok(()), Err(GroupError::UnknownMemberId)]
     );
-    let tick = TickGroup {
-        group: "g".into(),
-        now_ms: 0,
+    let listed = m.groups().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, "Empty", "offsets outlive the members");
+    assert_eq!(m.group_offsets("g", None).await.unwrap().len(), 1);
+    assert_eq!(
+        m.delete_groups(vec!["g".into(), "g".into()]).await.unwrap(),
+        vec![Ok(()), Err(GroupError::GroupIdNotFound)]
+    );
+    assert!(m.groups().await.unwrap().is_empty());
+}
+
+/// Heartbeats are not written, yet they keep a member; when they stop, the
+/// leader's timers expire it after its session.
+async fn a_silent_member_is_expired_by_the_leader(m: &dyn Metastore) {
+    let Ok(Joined::MemberIdRequired(member)) = m.join_group(join_request("", 6_000)).await.unwrap()
+    else {
+        panic!("a new member must be asked to come back with an id");
     };
-    m.tick_group(tick).await.unwrap();
-    let g = m.group("g").await.unwrap().unwrap();
-    assert_eq!(g.phase, Phase::Empty);
-    assert_eq!(g.offsets.len(), 1, "offsets outlive the members");
-    assert_eq!(m.groups().await.unwrap().len(), 1);
+    m.join_group(join_request(&member, 6_000))
+        .await
+        .unwrap()
+        .unwrap();
+    m.sync_group(sync_request(&member, 1))
+        .await
+        .unwrap()
+        .unwrap();
+    let beat = GroupHeartbeat {
+        group: "g".into(),
+        generation: 1,
+        member_id: member.clone(),
+        instance_id: None,
+    };
+    let started = tokio::time::Instant::now();
+    // Beating for longer than its session keeps it.
+    while started.elapsed() < std::time::Duration::from_secs(8) {
+        assert_eq!(m.group_heartbeat(beat.clone()).await.unwrap(), Ok(()));
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    // Silent: gone within its session and the timers' period.
+    let silent = tokio::time::Instant::now();
+    loop {
+        let state = m.groups().await.unwrap()[0].state.clone();
+        if state == "Empty" {
+            break;
+        }
+        assert!(
+            silent.elapsed() < std::time::Duration::from_secs(12),
+            "a silent member was never expired ({state})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(silent.elapsed() >= std::time::Duration::from_millis(5_000));
+    assert_eq!(
+        m.group_heartbeat(beat).await.unwrap(),
+        Err(GroupError::UnknownMemberId)
+    );
 }
 
 async fn objects_it_never_heard_of_are_found(m: &dyn Metastore) {
@@ -499,6 +628,7 @@ macro_rules! conformance_suite {
             idempotent_batches_are_stored_once_and_epochs_fence,
             agents_register_once_on_the_metastores_clock,
             a_group_forms_and_keeps_its_offsets,
+            a_silent_member_is_expired_by_the_leader,
             objects_it_never_heard_of_are_found,
             a_lease_has_one_holder_at_a_time,
             a_deleted_topics_objects_become_garbage,

@@ -49,10 +49,12 @@ fn variant(command: &Command) -> &'static str {
         Command::Group(g) => match g {
             GroupCommand::Join(_) => "group_join",
             GroupCommand::Sync(_) => "group_sync",
-            GroupCommand::Heartbeat(_) => "group_heartbeat",
             GroupCommand::Leave(_) => "group_leave",
             GroupCommand::Tick(_) => "group_tick",
             GroupCommand::CommitOffsets(_) => "group_commit_offsets",
+            GroupCommand::Expire(_) => "group_expire",
+            GroupCommand::Delete(_) => "group_delete",
+            GroupCommand::DeleteOffsets(_) => "group_delete_offsets",
         },
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
@@ -160,46 +162,65 @@ fn samples() -> Vec<Command> {
         Command::Group(GroupCommand::Join(JoinGroup {
             group: group(),
             member_id: String::new(),
+            instance_id: Some("instance-1".into()),
             client_id: "c".into(),
+            client_host: "/10.0.0.9".into(),
             session_timeout_ms: 10_000,
             rebalance_timeout_ms: 20_000,
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), vec![1, 2, 3])],
+            subscribed_topics: Some(vec!["t".into()]),
+            require_known_member_id: true,
+            fresh_id: "1".into(),
             now_ms: 9,
         })),
         Command::Group(GroupCommand::Sync(SyncGroup {
             group: group(),
             generation: 1,
-            member_id: "m".into(),
-            assignments: vec![("m".into(), vec![4, 5])],
+            member_id: "instance-1-1".into(),
+            instance_id: Some("instance-1".into()),
+            protocol_type: Some("consumer".into()),
+            protocol: Some("range".into()),
+            assignments: vec![("instance-1-1".into(), vec![4, 5])],
             now_ms: 10,
-        })),
-        Command::Group(GroupCommand::Heartbeat(GroupHeartbeat {
-            group: group(),
-            generation: 1,
-            member_id: "m".into(),
-            now_ms: 11,
         })),
         Command::Group(GroupCommand::CommitOffsets(CommitOffsets {
             group: "standalone".into(),
             generation: -1,
             member_id: String::new(),
+            instance_id: None,
             offsets: vec![OffsetToCommit {
                 topic: "t".into(),
                 partition: 0,
                 offset: 4,
+                leader_epoch: 3,
                 metadata: Some("meta".into()),
             }],
+            now_ms: 12,
+        })),
+        Command::Group(GroupCommand::Expire(ExpireMembers {
+            group: group(),
+            members: vec![("nobody".into(), 11)],
             now_ms: 12,
         })),
         Command::Group(GroupCommand::Tick(TickGroup {
             group: group(),
             now_ms: 13,
         })),
+        Command::Group(GroupCommand::DeleteOffsets(DeleteOffsets {
+            group: "standalone".into(),
+            partitions: vec![("u".into(), 1)],
+        })),
         Command::Group(GroupCommand::Leave(LeaveGroup {
             group: group(),
-            member_ids: vec!["m".into()],
+            members: vec![Leaving {
+                member_id: "instance-1-1".into(),
+                instance_id: Some("instance-1".into()),
+            }],
             now_ms: 14,
+        })),
+        Command::Group(GroupCommand::Delete(DeleteGroups {
+            groups: vec!["nothing".into()],
         })),
         Command::AcquireLease(AcquireLease {
             job: "maintenance".into(),
@@ -297,11 +318,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 18 commands, one of them with 6 group commands: `variant` is exhaustive,
+    // 18 commands, one of them with 8 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        23,
+        25,
         "a command without a golden sample: {named:?}"
     );
 
@@ -380,18 +401,23 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             group: "g".into(),
             generation: 3,
             member_id: "m".into(),
-            now_ms: 9,
+            instance_id: None,
         }
         .into(),
-        GroupNamed { name: "g".into() }.into(),
+        DescribeGroup { name: "g".into() }.into(),
         JoinGroup {
             group: "g".into(),
             member_id: String::new(),
+            instance_id: None,
             client_id: "c".into(),
+            client_host: "/10.0.0.8".into(),
             session_timeout_ms: 10_000,
             rebalance_timeout_ms: 20_000,
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), vec![1])],
+            subscribed_topics: None,
+            require_known_member_id: false,
+            fresh_id: "2".into(),
             now_ms: 9,
         }
         .into(),
@@ -399,6 +425,9 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             group: "g".into(),
             generation: 1,
             member_id: "c-2".into(),
+            instance_id: None,
+            protocol_type: None,
+            protocol: None,
             assignments: vec![("c-2".into(), vec![2])],
             now_ms: 9,
         }
@@ -407,10 +436,12 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             group: "g".into(),
             generation: 1,
             member_id: "c-2".into(),
+            instance_id: None,
             offsets: vec![OffsetToCommit {
                 topic: "t".into(),
                 partition: 1,
                 offset: 5,
+                leader_epoch: -1,
                 metadata: None,
             }],
             now_ms: 9,
@@ -423,7 +454,16 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
         LeaveGroup {
             group: "g".into(),
-            member_ids: vec!["c-2".into(), "x".into()],
+            members: vec![
+                Leaving {
+                    member_id: "c-2".into(),
+                    instance_id: None,
+                },
+                Leaving {
+                    member_id: "x".into(),
+                    instance_id: None,
+                },
+            ],
             now_ms: 9,
         }
         .into(),
@@ -508,6 +548,33 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         PlanReads {
             partitions: vec![(tp, 0), (TopicPartition::new(TOPIC, 0), 7)],
             max_bytes: 1 << 20,
+        }
+        .into(),
+        AwaitGroup {
+            group: "g".into(),
+            member_id: "c-2".into(),
+            seen: Some(3),
+            wait_ms: 500,
+        }
+        .into(),
+        GroupOffsets {
+            group: "standalone".into(),
+            partitions: Some(vec![("t".into(), 0), ("t".into(), 9)]),
+        }
+        .into(),
+        ExpireMembers {
+            group: "g".into(),
+            members: vec![("c-2".into(), 9)],
+            now_ms: 9,
+        }
+        .into(),
+        DeleteGroups {
+            groups: vec!["g".into(), "none".into()],
+        }
+        .into(),
+        DeleteOffsets {
+            group: "standalone".into(),
+            partitions: vec![("t".into(), 0)],
         }
         .into(),
     ];

@@ -28,8 +28,9 @@ mod golden;
 pub use agents::AgentInfo;
 pub use api::{Metastore, Op, Transport};
 pub use groups::{
-    CommitOffsets, Group, GroupCommand, GroupError, GroupHeartbeat, JoinGroup, LeaveGroup,
-    OffsetToCommit, Phase, SyncGroup, TickGroup,
+    AwaitGroup, CommitOffsets, CommittedOffset, GroupCommand, GroupDescription, GroupError,
+    GroupHeartbeat, GroupListing, JoinGroup, Joined, LeaveGroup, Leaving, MemberDescription,
+    MemberView, OffsetToCommit, Phase, SyncGroup,
 };
 pub use local::LocalMetastore;
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};

@@ -153,16 +153,6 @@ pub struct FindOffset {
     pub query: OffsetQuery,
 }
 
-/// A consumer group's current state, if it exists.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupNamed {
-    pub name: String,
-}
-
-/// Every consumer group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListGroups;
-
 /// Keys of objects that nothing refers to any more, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListGarbage;

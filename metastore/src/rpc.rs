@@ -85,13 +85,15 @@ const CALL: u8 = 33;
 /// The encoding of [`Envelope`], every operation, its answer and
 /// [`MetaError`] (see the wire golden test). Bump it when any changes: a node
 /// closes the connection of a client of another version.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 
 /// What a client sends: an operation on the metastore's state, or a request
 /// about the serving node itself.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum Envelope {
-    Op(Request),
+    /// Boxed: an operation is large (a JoinGroup's protocols) beside a node
+    /// request; postcard encodes a box as what it holds.
+    Op(Box<Request>),
     Node(NodeRequest),
 }
 
@@ -457,6 +459,7 @@ impl RemoteMetastore {
 impl Transport for RemoteMetastore {
     async fn call<O: Op>(&self, op: O) -> Result<O::Output, MetaError> {
         let retry_is_safe = op.retry_is_safe();
-        self.send(Envelope::Op(op.into()), retry_is_safe).await
+        self.send(Envelope::Op(Box::new(op.into())), retry_is_safe)
+            .await
     }
 }

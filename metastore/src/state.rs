@@ -120,10 +120,29 @@ macro_rules! group_commands {
 group_commands! {
     Join(JoinGroup),
     Sync(SyncGroup),
-    Heartbeat(GroupHeartbeat),
     Leave(LeaveGroup),
     Tick(TickGroup),
     CommitOffsets(CommitOffsets),
+    Expire(ExpireMembers),
+    Delete(DeleteGroups),
+    DeleteOffsets(DeleteOffsets),
+}
+
+impl GroupCommand {
+    /// The group whose members, phase or assignments this may change (what
+    /// waiters of [`crate::groups::AwaitGroup`] are woken for).
+    fn changes_members_of(&self) -> Option<&str> {
+        match self {
+            GroupCommand::Join(c) => Some(&c.group),
+            GroupCommand::Sync(c) => Some(&c.group),
+            GroupCommand::Leave(c) => Some(&c.group),
+            GroupCommand::Tick(c) => Some(&c.group),
+            GroupCommand::Expire(c) => Some(&c.group),
+            GroupCommand::CommitOffsets(_)
+            | GroupCommand::Delete(_)
+            | GroupCommand::DeleteOffsets(_) => None,
+        }
+    }
 }
 
 commands! {
@@ -167,6 +186,15 @@ impl Entry for Batch {
 }
 
 impl Command {
+    /// Every group whose members, phase or assignments this command may change.
+    pub fn groups_changed(&self, out: &mut Vec<String>) {
+        match self {
+            Command::Group(g) => out.extend(g.changes_members_of().map(str::to_string)),
+            Command::Batch(b) => b.0.iter().for_each(|c| c.groups_changed(out)),
+            _ => {}
+        }
+    }
+
     /// How much of an entry this command takes, roughly in committed
     /// batches (the bulk of a commit), so group commit keeps entries small.
     pub fn weight(&self) -> usize {
@@ -619,6 +647,7 @@ impl State {
             .remove(name)
             .ok_or(Refusal::UnknownTopicOrPartition)?;
         self.names_by_id.remove(&topic.info.id);
+        self.groups.forget_topic(name);
         for partition in topic.partitions {
             for extent in partition.extents.into_values() {
                 self.release(extent.object);
@@ -1218,12 +1247,8 @@ impl State {
         self.agents.list(now_ms.max(self.clock_ms))
     }
 
-    pub fn groups(&self) -> Vec<(String, Group)> {
-        self.groups.all()
-    }
-
-    pub fn group(&self, name: &str) -> Option<Group> {
-        self.groups.get(name).cloned()
+    pub fn groups(&self) -> &Groups {
+        &self.groups
     }
 
     /// A topic from its id.
@@ -1427,8 +1452,7 @@ impl Apply for RecordOrphans {
 }
 
 impl Apply for JoinGroup {
-    /// The member id the joiner now has.
-    type Output = Result<String, GroupError>;
+    type Output = Result<Joined, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.groups.join(self))
     }
@@ -1448,20 +1472,6 @@ impl Apply for SyncGroup {
     }
     fn retry_is_safe(&self) -> bool {
         false
-    }
-    fn restamp(&mut self, now_ms: i64) {
-        self.now_ms = now_ms;
-    }
-}
-
-impl Apply for GroupHeartbeat {
-    type Output = Result<(), GroupError>;
-    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.groups.heartbeat(self))
-    }
-    /// A second heartbeat only says again that the member is alive.
-    fn retry_is_safe(&self) -> bool {
-        true
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
@@ -1496,6 +1506,21 @@ impl Apply for TickGroup {
     }
 }
 
+impl Apply for ExpireMembers {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<(), Refusal> {
+        state.groups.expire_members(self);
+        Ok(())
+    }
+    /// A member expired once is gone; a second time finds nothing.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
 impl Apply for CommitOffsets {
     type Output = Result<(), GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
@@ -1508,6 +1533,31 @@ impl Apply for CommitOffsets {
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
+    }
+}
+
+impl Apply for DeleteGroups {
+    /// Per group, in order.
+    type Output = Vec<Result<(), GroupError>>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.delete(self))
+    }
+    /// A retry after a member joined a re-created group of the name would
+    /// be refused (not empty), never delete a live group; but its answer
+    /// would say "not found" for what the first attempt deleted.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for DeleteOffsets {
+    type Output = Result<Vec<Result<(), GroupError>>, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.delete_offsets(self))
+    }
+    /// Deleting what is already deleted changes nothing.
+    fn retry_is_safe(&self) -> bool {
+        true
     }
 }
 
@@ -1622,17 +1672,25 @@ impl Query for FindOffset {
     }
 }
 
-impl Query for GroupNamed {
-    type Output = Option<Group>;
+impl Query for DescribeGroup {
+    type Output = Option<GroupDescription>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
-        Ok(state.group(&self.name))
+        Ok(state.groups.describe(&self.name))
     }
 }
 
 impl Query for ListGroups {
-    type Output = Vec<(String, Group)>;
+    type Output = Vec<GroupListing>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
-        Ok(state.groups())
+        Ok(state.groups.list())
+    }
+}
+
+impl Query for GroupOffsets {
+    /// Each partition asked (or every one committed) with its offset, if any.
+    type Output = Vec<((String, i32), Option<CommittedOffset>)>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.offsets(&self.group, self.partitions))
     }
 }
 
@@ -2201,49 +2259,193 @@ mod tests {
     #[test]
     fn senders_clocks_do_not_decide_anything() {
         let mut s = State::default();
-        let join = |member: &str, sender_ms: i64| JoinGroup {
+        let hour = 3_600_000;
+        // Joined through an agent whose clock is an hour behind the leader's.
+        let join = JoinGroup {
             group: "g".into(),
-            member_id: member.into(),
+            member_id: String::new(),
+            instance_id: None,
             client_id: "c".into(),
+            client_host: String::new(),
             session_timeout_ms: 10_000,
             rebalance_timeout_ms: 10_000,
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), vec![])],
-            now_ms: sender_ms,
+            subscribed_topics: None,
+            require_known_member_id: false,
+            fresh_id: "1".into(),
+            now_ms: 1_000_000 - hour,
         };
-        let hour = 3_600_000;
-        // Joined through an agent whose clock is an hour behind the leader's.
-        let member = match at(&mut s, 1_000_000, join("", 1_000_000 - hour)) {
-            Ok(Ok(id)) => id,
+        let member = match at(&mut s, 1_000_000, join) {
+            Ok(Ok(Joined::Member(id))) => id,
             other => panic!("{other:?}"),
         };
-        // A tick through an agent an hour ahead: the member must stay.
+        // Its last sight is the leader's time of the join.
+        let last_seen = |s: &State| s.groups().get("g").unwrap().members[&member].last_seen_ms;
+        assert_eq!(last_seen(&s), 1_000_000);
+        // An expiry sent with a time an hour ahead: the member must stay.
         at(
             &mut s,
             1_001_000,
-            TickGroup {
+            ExpireMembers {
                 group: "g".into(),
+                members: vec![(member.clone(), 0)],
                 now_ms: 1_001_000 + hour,
             },
         )
         .unwrap();
-        let g = s.group("g").unwrap();
-        assert_eq!(g.members.len(), 1, "expired by a sender's clock");
-        assert!(g.members.contains_key(&member));
+        assert_eq!(s.groups().get("g").unwrap().members.len(), 1);
         // The leader's clock never runs backwards, whatever a new leader reads.
         at(&mut s, 5, ForgetGarbage { keys: vec![] }).unwrap();
         assert_eq!(s.clock_ms(), 1_001_000);
-        // And its time is what expires the member.
+    }
+
+    /// Any group name in a Heartbeat, SyncGroup or LeaveGroup created a group
+    /// (1,000 junk heartbeats left 1,000 groups); offsets never expired.
+    #[test]
+    fn groups_are_created_only_by_joins_and_standalone_commits_and_expire() {
+        use crate::groups::OFFSETS_RETENTION_MS;
+        let mut s = State::default();
+        for n in 0..100 {
+            let group = format!("junk-{n}");
+            let beat = s.groups().check_heartbeat(&GroupHeartbeat {
+                group: group.clone(),
+                generation: 1,
+                member_id: "m".into(),
+                instance_id: None,
+            });
+            assert_eq!(beat, (Err(GroupError::UnknownMemberId), false));
+            let sync = at(
+                &mut s,
+                1_000,
+                SyncGroup {
+                    group: group.clone(),
+                    generation: 1,
+                    member_id: "m".into(),
+                    instance_id: None,
+                    protocol_type: None,
+                    protocol: None,
+                    assignments: vec![],
+                    now_ms: 0,
+                },
+            );
+            assert_eq!(sync, Ok(Err(GroupError::UnknownMemberId)));
+            at(
+                &mut s,
+                1_000,
+                LeaveGroup {
+                    group: group.clone(),
+                    members: vec![Leaving {
+                        member_id: "m".into(),
+                        instance_id: None,
+                    }],
+                    now_ms: 0,
+                },
+            )
+            .unwrap();
+            let reply = at(
+                &mut s,
+                1_000,
+                CommitOffsets {
+                    group,
+                    generation: 3,
+                    member_id: "m".into(),
+                    instance_id: None,
+                    offsets: vec![OffsetToCommit {
+                        topic: "t".into(),
+                        partition: 0,
+                        offset: 1,
+                        leader_epoch: -1,
+                        metadata: None,
+                    }],
+                    now_ms: 0,
+                },
+            );
+            assert_eq!(reply, Ok(Err(GroupError::IllegalGeneration)));
+        }
+        assert!(
+            s.groups().list().is_empty(),
+            "junk requests left groups behind"
+        );
+
+        // A standalone commit keeps its group; metadata over the limit is not stored.
+        let commit = |offset: i64, metadata: Option<String>| CommitOffsets {
+            group: "standalone".into(),
+            generation: -1,
+            member_id: String::new(),
+            instance_id: None,
+            offsets: vec![OffsetToCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                leader_epoch: -1,
+                metadata,
+            }],
+            now_ms: 0,
+        };
+        at(&mut s, 2_000, commit(7, Some("x".repeat(5_000))))
+            .unwrap()
+            .unwrap();
+        assert!(s.groups().get("standalone").unwrap().offsets.is_empty());
+        at(&mut s, 3_000, commit(7, Some("fine".into())))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.groups().get("standalone").unwrap().offsets[&("t".to_string(), 0)].offset,
+            7
+        );
+        // Offsets live for the retention after their commit, then go with the group.
         at(
             &mut s,
-            1_001_000 + 20_000,
-            TickGroup {
-                group: "g".into(),
-                now_ms: 0,
-            },
+            3_000 + OFFSETS_RETENTION_MS - 1,
+            ForgetGarbage { keys: vec![] },
         )
         .unwrap();
-        assert!(s.group("g").unwrap().members.is_empty());
+        assert!(s.groups().get("standalone").is_some());
+        at(
+            &mut s,
+            3_000 + OFFSETS_RETENTION_MS + 120_000,
+            ForgetGarbage { keys: vec![] },
+        )
+        .unwrap();
+        assert!(s.groups().get("standalone").is_none());
+    }
+
+    /// Offsets of a deleted topic went on applying to a topic re-created
+    /// under its name; Kafka drops them with the topic.
+    #[test]
+    fn deleting_a_topic_drops_its_committed_offsets() {
+        let mut s = State::default();
+        create(&mut s, "t", 1);
+        create(&mut s, "u", 1);
+        let offsets = ["t", "u"]
+            .map(|topic| OffsetToCommit {
+                topic: topic.into(),
+                partition: 0,
+                offset: 5,
+                leader_epoch: -1,
+                metadata: None,
+            })
+            .to_vec();
+        let commit = CommitOffsets {
+            group: "g".into(),
+            generation: -1,
+            member_id: String::new(),
+            instance_id: None,
+            offsets,
+            now_ms: 0,
+        };
+        at(&mut s, 1_000, commit).unwrap().unwrap();
+        at(&mut s, 1_000, DeleteTopic { name: "t".into() }).unwrap();
+        let left: Vec<_> = s
+            .groups()
+            .get("g")
+            .unwrap()
+            .offsets
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(left, vec![("u".to_string(), 0)]);
     }
 
     /// Applies `command` as a leader would propose it at `at_ms`.
@@ -2342,108 +2544,6 @@ mod tests {
             })],
             "once started, sequences must follow"
         );
-    }
-
-    /// Any group name in a Heartbeat, SyncGroup or LeaveGroup created a group
-    /// (1,000 junk heartbeats left 1,000 groups); offsets never expired.
-    #[test]
-    fn groups_are_created_only_by_joins_and_standalone_commits_and_expire() {
-        use crate::groups::OFFSETS_RETENTION_MS;
-        let mut s = State::default();
-        for n in 0..100 {
-            let group = format!("junk-{n}");
-            let beat = at(
-                &mut s,
-                1_000,
-                GroupHeartbeat {
-                    group: group.clone(),
-                    generation: 1,
-                    member_id: "m".into(),
-                    now_ms: 0,
-                },
-            );
-            assert_eq!(beat, Ok(Err(GroupError::UnknownMemberId)));
-            let sync = at(
-                &mut s,
-                1_000,
-                SyncGroup {
-                    group: group.clone(),
-                    generation: 1,
-                    member_id: "m".into(),
-                    assignments: vec![],
-                    now_ms: 0,
-                },
-            );
-            assert_eq!(sync, Ok(Err(GroupError::UnknownMemberId)));
-            at(
-                &mut s,
-                1_000,
-                LeaveGroup {
-                    group: group.clone(),
-                    member_ids: vec!["m".into()],
-                    now_ms: 0,
-                },
-            )
-            .unwrap();
-            let reply = at(
-                &mut s,
-                1_000,
-                CommitOffsets {
-                    group,
-                    generation: 3,
-                    member_id: "m".into(),
-                    offsets: vec![OffsetToCommit {
-                        topic: "t".into(),
-                        partition: 0,
-                        offset: 1,
-                        metadata: None,
-                    }],
-                    now_ms: 0,
-                },
-            );
-            assert_eq!(reply, Ok(Err(GroupError::IllegalGeneration)));
-        }
-        assert!(s.groups().is_empty(), "junk requests left groups behind");
-
-        // A standalone commit keeps its group; metadata over the limit is not stored.
-        let commit = |offset: i64, metadata: Option<String>| CommitOffsets {
-            group: "standalone".into(),
-            generation: -1,
-            member_id: String::new(),
-            offsets: vec![OffsetToCommit {
-                topic: "t".into(),
-                partition: 0,
-                offset,
-                metadata,
-            }],
-            now_ms: 0,
-        };
-        at(&mut s, 2_000, commit(7, Some("x".repeat(5_000))))
-            .unwrap()
-            .unwrap();
-        assert!(s.group("standalone").unwrap().offsets.is_empty());
-        at(&mut s, 3_000, commit(7, Some("fine".into())))
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            s.group("standalone").unwrap().offsets[&("t".to_string(), 0)].offset,
-            7
-        );
-        // Offsets live for the retention after their commit, then go with the group.
-        at(
-            &mut s,
-            3_000 + OFFSETS_RETENTION_MS - 1,
-            ForgetGarbage { keys: vec![] },
-        )
-        .unwrap();
-        assert!(s.group("standalone").is_some());
-        at(
-            &mut s,
-            3_000 + OFFSETS_RETENTION_MS + 120_000,
-            ForgetGarbage { keys: vec![] },
-        )
-        .unwrap();
-        assert!(s.group("standalone").is_none());
     }
 
     /// Defect: commit idempotency was a window (4,096 commits or 200,000

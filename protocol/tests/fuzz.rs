@@ -169,6 +169,8 @@ fn default_request(api: ApiKey) -> RequestKind {
         ApiKey::Heartbeat => RequestKind::Heartbeat(Default::default()),
         ApiKey::LeaveGroup => RequestKind::LeaveGroup(Default::default()),
         ApiKey::OffsetFetch => RequestKind::OffsetFetch(Default::default()),
+        ApiKey::DeleteGroups => RequestKind::DeleteGroups(Default::default()),
+        ApiKey::OffsetDelete => RequestKind::OffsetDelete(Default::default()),
         other => panic!("no seed for {other:?}"),
     }
 }

@@ -104,7 +104,7 @@ async fn handle(
             groups::find_coordinator(broker, req, version, &client_id).await,
         ),
         RequestKind::JoinGroup(req) => {
-            ResponseKind::JoinGroup(groups::join(broker, req, version, client_id).await)
+            ResponseKind::JoinGroup(groups::join(broker, req, version, client_id, peer).await)
         }
         RequestKind::SyncGroup(req) => ResponseKind::SyncGroup(groups::sync(broker, req).await),
         RequestKind::Heartbeat(req) => {
@@ -135,7 +135,13 @@ async fn handle(
             ResponseKind::ListGroups(groups::list(broker, req, version).await)
         }
         RequestKind::DescribeGroups(req) => {
-            ResponseKind::DescribeGroups(groups::describe(broker, req).await)
+            ResponseKind::DescribeGroups(groups::describe(broker, req, version).await)
+        }
+        RequestKind::DeleteGroups(req) => {
+            ResponseKind::DeleteGroups(groups::delete(broker, req).await)
+        }
+        RequestKind::OffsetDelete(req) => {
+            ResponseKind::OffsetDelete(groups::delete_offsets(broker, req).await)
         }
         RequestKind::DeleteRecords(req) => {
             ResponseKind::DeleteRecords(delete_records::handle(broker, req).await)

@@ -10,13 +10,18 @@
 //! - [`network`]: Raft messages between nodes, over the metastore's own port.
 //! - [`node`]: [`RaftMetastore`], the [`Metastore`](crate::Metastore) of a node.
 //! - [`group_commit`]: commands waiting together go into one log entry.
+//! - [`liveness`]: group members' heartbeats, kept by the leader off the log,
+//!   and the timers that expire sessions and end rebalances.
+//! - [`group_watch`]: wakes requests waiting for a group to change.
 //! - [`lease`]: lets the leader answer reads without a quorum round each.
 //! - [`runtime`]: tokio for openraft, with randomness a simulation can seed.
 //! - [`stamps`]: the times a node stamps proposals with, bounded so that one
 //!   clock far ahead cannot drag the group's time forward.
 
 pub mod group_commit;
+pub mod group_watch;
 pub mod lease;
+pub mod liveness;
 pub mod log_store;
 pub mod network;
 pub mod node;

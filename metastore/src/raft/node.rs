@@ -19,12 +19,15 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::group_commit::GroupCommit;
+use super::group_watch::GroupWatch;
 use super::lease::Lease;
+use super::liveness::{GroupTimers, Liveness};
 use super::log_store::{LOG, LogStore, META};
 use super::network::{Network, PeerRequest, PeerResponse, PeerTransport};
 use super::stamps::Stamps;
 use super::state_machine::{SNAPSHOT, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
+use crate::groups::{AwaitGroup, GroupError, GroupHeartbeat, MAX_GROUP_WAIT_MS, MemberView};
 use crate::state::{Command, Reply, State};
 use crate::types::*;
 use crate::{Clock, Sequencer, SystemClock};
@@ -144,7 +147,13 @@ pub struct RaftMetastore {
     lease: Lease,
     incoming: super::network::Incoming,
     /// Where proposals wait to share an entry.
-    group_commit: GroupCommit,
+    group_commit: Arc<GroupCommit>,
+    /// Group members' heartbeats heard while leading (never in the log).
+    liveness: Arc<Liveness>,
+    /// Requests waiting for a group to change.
+    group_watch: Arc<GroupWatch>,
+    /// Expire sessions and end rebalances while this node leads.
+    _group_timers: GroupTimers,
 }
 
 fn storage<E: std::fmt::Display>(e: E) -> MetaError {
@@ -235,7 +244,10 @@ const FORMAT_KEY: &str = "format";
 /// floe reads and writes. Bump it whenever their encoding changes: postcard
 /// is not self-describing, so old bytes read as the new types are garbage.
 /// 1: commands stamped with the leader's clock.
-pub const FORMAT_VERSION: u8 = 1;
+/// 2: consumer groups as Kafka's classic protocol has them (static members,
+/// KIP-394 ids, sync deadlines, leader epochs of offsets); heartbeats no
+/// longer in the log.
+pub const FORMAT_VERSION: u8 = 2;
 
 fn not_leader(forward: ForwardToLeader<NodeId, NodeAddress>) -> MetaError {
     MetaError::NotLeader(forward.leader_node.map(|n| n.address))
@@ -264,9 +276,11 @@ impl RaftMetastore {
             None => Arc::new(open_database(options.path.as_ref())?),
         };
         let log_store = LogStore::new(db.clone());
-        let (state_machine, state, stamps) = StateMachine::open(db.clone(), options.clock.clone())
-            .await
-            .map_err(storage)?;
+        let group_watch = Arc::new(GroupWatch::default());
+        let (state_machine, state, stamps) =
+            StateMachine::open(db.clone(), options.clock.clone(), group_watch.clone())
+                .await
+                .map_err(storage)?;
         let heartbeat = options.heartbeat_ms.max(10);
         let config = Config {
             cluster_name: "floe-metastore".into(),
@@ -335,7 +349,20 @@ impl RaftMetastore {
                 stamps.trust_wall();
             }
         }
-        let group_commit = GroupCommit::start(raft.clone(), stamps.clone(), WRITE_TIMEOUT);
+        let group_commit = Arc::new(GroupCommit::start(
+            raft.clone(),
+            stamps.clone(),
+            WRITE_TIMEOUT,
+        ));
+        let liveness = Arc::new(Liveness::default());
+        let group_timers = GroupTimers::start(
+            options.id,
+            raft.clone(),
+            state.clone(),
+            stamps.clone(),
+            group_commit.clone(),
+            liveness.clone(),
+        );
         Ok(RaftMetastore {
             id: options.id,
             stamps,
@@ -345,6 +372,9 @@ impl RaftMetastore {
             lease,
             incoming: Default::default(),
             group_commit,
+            liveness,
+            group_watch,
+            _group_timers: group_timers,
         })
     }
 
@@ -592,6 +622,47 @@ impl Sequencer for RaftMetastore {
 
     fn new_id(&self) -> Uuid {
         crate::random_id()
+    }
+
+    async fn heartbeat(&self, beat: GroupHeartbeat) -> Result<Result<(), GroupError>, MetaError> {
+        let checked = beat.clone();
+        let (answer, alive) = self
+            .read(move |state| state.groups().check_heartbeat(&checked))
+            .await?;
+        if alive {
+            let term = self.raft.metrics().borrow().current_term;
+            self.liveness
+                .heard(term, &beat.group, &beat.member_id, self.now_ms());
+        }
+        Ok(answer)
+    }
+
+    async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {
+        let wait_for = Duration::from_millis(wait.wait_ms.min(MAX_GROUP_WAIT_MS) as u64);
+        let deadline = tokio::time::Instant::now() + wait_for;
+        let watcher = self.group_watch.watch(&wait.group);
+        loop {
+            // Armed before the state is read, so a change applied in
+            // between still wakes this waiter.
+            let changed = watcher.notify().notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (group, member) = (wait.group.clone(), wait.member_id.clone());
+            let view = self
+                .read(move |state| state.groups().view(&group, &member))
+                .await?;
+            let moved = match (&view, wait.seen) {
+                (Some(v), Some(seen)) => v.version != seen,
+                _ => true,
+            };
+            if moved || tokio::time::Instant::now() >= deadline {
+                return Ok(view);
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
     }
 }
 

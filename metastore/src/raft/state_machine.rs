@@ -10,6 +10,7 @@ use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use redb::{Database, ReadableDatabase, TableDefinition};
 
+use super::group_watch::GroupWatch;
 use super::stamps::Stamps;
 use super::{
     Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig, any, blocking,
@@ -30,6 +31,8 @@ pub struct StateMachine {
     db: Arc<Database>,
     /// Distinguishes snapshots taken at the same log index.
     snapshots_built: u64,
+    /// Told of every group an applied entry changed.
+    group_watch: Arc<GroupWatch>,
 }
 
 fn load_snapshot(db: &Database) -> Result<Option<(SnapshotMeta, Vec<u8>)>, openraft::AnyError> {
@@ -66,6 +69,7 @@ impl StateMachine {
     pub async fn open(
         db: Arc<Database>,
         wall: Arc<dyn Clock>,
+        group_watch: Arc<GroupWatch>,
     ) -> Result<(StateMachine, Arc<RwLock<State>>, Arc<Stamps>), StorageError> {
         let loaded = {
             let db = db.clone();
@@ -91,6 +95,7 @@ impl StateMachine {
             membership,
             db,
             snapshots_built: 0,
+            group_watch,
         };
         Ok((machine, state, stamps))
     }
@@ -147,12 +152,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: Send,
     {
         let mut replies = Vec::new();
+        let mut groups_changed = Vec::new();
         let mut state = self.state.write().expect("metastore state lock poisoned");
         for entry in entries {
             self.last_applied = Some(entry.log_id);
             replies.push(match entry.payload {
                 EntryPayload::Blank => None,
-                EntryPayload::Normal(proposal) => Some(state.apply_proposal(proposal)),
+                EntryPayload::Normal(proposal) => {
+                    proposal.command.groups_changed(&mut groups_changed);
+                    Some(state.apply_proposal(proposal))
+                }
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     None
@@ -160,6 +169,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             });
         }
         self.stamps.observe(state.clock_ms());
+        drop(state);
+        for group in &groups_changed {
+            self.group_watch.changed(group);
+        }
         Ok(replies)
     }
 

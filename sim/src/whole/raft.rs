@@ -19,7 +19,10 @@ use floe_metastore::raft::NodeId;
 use floe_metastore::raft::network::{PeerRequest, PeerResponse, PeerTransport};
 use floe_metastore::raft::node::{Bootstrap, database_on};
 use floe_metastore::state::{Command, Reply, State};
-use floe_metastore::{Clock, MetaError, NodeOptions, RaftMetastore, Refusal, Sequencer};
+use floe_metastore::{
+    AwaitGroup, Clock, GroupError, GroupHeartbeat, MemberView, MetaError, NodeOptions,
+    RaftMetastore, Refusal, Sequencer,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::{Duration, Instant};
@@ -382,6 +385,35 @@ impl Sequencer for RaftClient {
 
     fn new_id(&self) -> Uuid {
         self.shared.with(|w| w.next_uuid())
+    }
+
+    /// Heartbeats are remembered by the leader node itself: sent there.
+    async fn heartbeat(&self, beat: GroupHeartbeat) -> Result<Result<(), GroupError>, MetaError> {
+        self.call(
+            move |node| {
+                let beat = beat.clone();
+                async move {
+                    let at = node.id() as usize - 1;
+                    self.classify(at, Sequencer::heartbeat(node.as_ref(), beat).await, true)
+                }
+            },
+            |_| None,
+        )
+        .await
+    }
+
+    async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {
+        self.call(
+            move |node| {
+                let wait = wait.clone();
+                async move {
+                    let at = node.id() as usize - 1;
+                    self.classify(at, Sequencer::await_group(node.as_ref(), wait).await, true)
+                }
+            },
+            |_| None,
+        )
+        .await
     }
 }
 

@@ -1,0 +1,336 @@
+//! JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+//!
+//! A JoinGroup's answer is due when the generation forms, and a follower's
+//! SyncGroup's when the leader syncs; either may be caused by another
+//! member's request on any agent. The waiting request long-polls the
+//! metastore ([`AwaitGroup`]), which answers the moment the group changes,
+//! so every member waiting is answered together, as by Kafka's coordinator.
+//! Deadlines (sessions, rebalance and sync timeouts) are the metastore
+//! leader's to enforce; a waiting request gives up only well past them.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use floe_metastore::groups::MAX_GROUP_WAIT_MS;
+use floe_metastore::{
+    AwaitGroup, GroupHeartbeat, JoinGroup, Joined, LeaveGroup, Leaving, MemberView, Phase,
+    SyncGroup,
+};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use floe_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
+use floe_protocol::kafka_protocol::messages::{
+    ConsumerProtocolSubscription, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
+};
+use floe_protocol::kafka_protocol::protocol::Decodable;
+use tokio::time::Instant;
+
+use super::{answer, group_error, meta_error};
+use crate::broker::Broker;
+use crate::discovery::now_ms;
+use crate::handlers::str_bytes;
+
+/// Slack past the group's own deadlines before a waiting request gives up.
+const SLACK: Duration = Duration::from_secs(5);
+
+/// Waits for `group` to change from what was `seen`, as `member` sees it.
+async fn await_group(
+    broker: &Broker,
+    group: &str,
+    member: &str,
+    seen: Option<u64>,
+) -> Result<Option<MemberView>, ResponseError> {
+    broker
+        .meta
+        .await_group(AwaitGroup {
+            group: group.to_string(),
+            member_id: member.to_string(),
+            seen,
+            wait_ms: MAX_GROUP_WAIT_MS,
+        })
+        .await
+        .map_err(meta_error)
+}
+
+/// The topics of a `consumer` member's subscription (the metastore keeps
+/// them for OffsetDelete and offset expiry); `None` if unreadable.
+fn subscribed_topics(protocol_type: &str, metadata: &[u8]) -> Option<Vec<String>> {
+    if protocol_type != "consumer" || metadata.len() < 2 {
+        return None;
+    }
+    let mut buf = Bytes::copy_from_slice(metadata);
+    let version = i16::from_be_bytes([metadata[0], metadata[1]]);
+    let _ = bytes::Buf::get_i16(&mut buf);
+    // Later versions only add fields: read as the newest the codec knows.
+    let version = version.clamp(0, 3);
+    let subscription = ConsumerProtocolSubscription::decode(&mut buf, version).ok()?;
+    Some(subscription.topics.iter().map(|t| t.to_string()).collect())
+}
+
+pub async fn join(
+    broker: &Broker,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: String,
+    peer: std::net::IpAddr,
+) -> JoinGroupResponse {
+    let failed = |e: ResponseError, member: &str| {
+        JoinGroupResponse::default()
+            .with_error_code(e.code())
+            .with_generation_id(-1)
+            .with_member_id(str_bytes(member))
+    };
+    let group = req.group_id.0.to_string();
+    if group.is_empty() {
+        return failed(ResponseError::InvalidGroupId, "");
+    }
+    let protocol_type = req.protocol_type.to_string();
+    let protocols: Vec<(String, Vec<u8>)> = req
+        .protocols
+        .iter()
+        .map(|p| (p.name.to_string(), p.metadata.to_vec()))
+        .collect();
+    let join = |member_id: String| JoinGroup {
+        group: group.clone(),
+        member_id,
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        client_id: client_id.clone(),
+        client_host: format!("/{peer}"),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 has no rebalance timeout; Kafka uses the session timeout.
+        rebalance_timeout_ms: if version >= 1 {
+            req.rebalance_timeout_ms
+        } else {
+            req.session_timeout_ms
+        },
+        protocol_type: protocol_type.clone(),
+        protocols: protocols.clone(),
+        subscribed_topics: protocols
+            .first()
+            .and_then(|(_, metadata)| subscribed_topics(&protocol_type, metadata)),
+        require_known_member_id: version >= 4,
+        fresh_id: floe_metastore::random_id().to_string(),
+        now_ms: now_ms(),
+    };
+    let give_up = Instant::now()
+        + Duration::from_millis(req.rebalance_timeout_ms.max(req.session_timeout_ms).max(0) as u64)
+        + SLACK;
+    let mut member_id = req.member_id.to_string();
+    let mut must_join = true;
+    let mut seen = None;
+    loop {
+        if must_join {
+            match answer(broker.meta.join_group(join(member_id.clone())).await) {
+                Ok(Joined::Member(id)) => member_id = id,
+                Ok(Joined::MemberIdRequired(id)) => {
+                    return failed(ResponseError::MemberIdRequired, &id);
+                }
+                Ok(Joined::Replaced { member_id, leader }) => {
+                    return match await_group(broker, &group, &member_id, None).await {
+                        Ok(Some(view)) => joined(&view, &member_id, Some(&leader), version),
+                        Ok(None) => failed(ResponseError::UnknownMemberId, &member_id),
+                        Err(e) => failed(e, &member_id),
+                    };
+                }
+                Err(e) => return failed(e, &member_id),
+            }
+            must_join = false;
+            seen = None;
+        }
+        let view = match await_group(broker, &group, &member_id, seen).await {
+            Ok(Some(view)) => view,
+            Ok(None) => return failed(ResponseError::UnknownMemberId, &member_id),
+            Err(e) => return failed(e, &member_id),
+        };
+        let Some(rejoined) = view.member else {
+            return failed(ResponseError::UnknownMemberId, &member_id);
+        };
+        match view.phase {
+            Phase::Syncing | Phase::Stable => return joined(&view, &member_id, None, version),
+            Phase::Empty => return failed(ResponseError::UnknownMemberId, &member_id),
+            // A new rebalance began while we waited: this request joins it too.
+            Phase::Joining { .. } if !rejoined => must_join = true,
+            Phase::Joining { .. } => {}
+        }
+        if Instant::now() >= give_up {
+            return failed(ResponseError::RebalanceInProgress, &member_id);
+        }
+        seen = Some(view.version);
+    }
+}
+
+/// The JoinGroup answer of a formed generation (`leader` overrides the
+/// group's, for a static member that took its place without a rebalance).
+fn joined(
+    view: &MemberView,
+    member_id: &str,
+    leader: Option<&str>,
+    version: i16,
+) -> JoinGroupResponse {
+    let leader = leader
+        .map(str::to_string)
+        .or_else(|| view.leader.clone())
+        .unwrap_or_default();
+    let members = view
+        .members
+        .iter()
+        .map(|(id, instance, metadata)| {
+            let member = JoinGroupResponseMember::default()
+                .with_member_id(str_bytes(id))
+                .with_metadata(Bytes::from(metadata.clone()));
+            if version >= 5 {
+                member.with_group_instance_id(instance.as_deref().map(str_bytes))
+            } else {
+                member
+            }
+        })
+        .collect();
+    JoinGroupResponse::default()
+        .with_generation_id(view.generation)
+        .with_protocol_type(view.protocol_type.as_deref().map(str_bytes))
+        .with_protocol_name(view.protocol.as_deref().map(str_bytes))
+        .with_leader(str_bytes(&leader))
+        .with_member_id(str_bytes(member_id))
+        .with_members(members)
+}
+
+pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
+    let failed = |e: ResponseError| SyncGroupResponse::default().with_error_code(e.code());
+    let group = req.group_id.0.to_string();
+    let member_id = req.member_id.to_string();
+    let sync = SyncGroup {
+        group: group.clone(),
+        generation: req.generation_id,
+        member_id: member_id.clone(),
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        protocol_type: req.protocol_type.as_ref().map(|p| p.to_string()),
+        protocol: req.protocol_name.as_ref().map(|p| p.to_string()),
+        assignments: req
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
+            .collect(),
+        now_ms: now_ms(),
+    };
+    if let Err(e) = answer(broker.meta.sync_group(sync).await) {
+        return failed(e);
+    }
+    let mut give_up = None;
+    let mut seen = None;
+    loop {
+        let view = match await_group(broker, &group, &member_id, seen).await {
+            Ok(Some(view)) => view,
+            Ok(None) => return failed(ResponseError::UnknownMemberId),
+            Err(e) => return failed(e),
+        };
+        if view.member.is_none() {
+            return failed(ResponseError::UnknownMemberId);
+        }
+        // The leader's assignments of this generation: answered even if
+        // another rebalance began since (Kafka answers every waiting member
+        // the moment the leader syncs).
+        if let Some((generation, assignment)) = &view.assignment
+            && *generation == req.generation_id
+        {
+            return SyncGroupResponse::default()
+                .with_protocol_type(view.protocol_type.as_deref().map(str_bytes))
+                .with_protocol_name(view.protocol.as_deref().map(str_bytes))
+                .with_assignment(Bytes::from(assignment.clone()));
+        }
+        if view.generation != req.generation_id || view.phase != Phase::Syncing {
+            return failed(ResponseError::RebalanceInProgress);
+        }
+        // The metastore ends the wait at the sync deadline; this is a backstop.
+        let give_up = *give_up.get_or_insert_with(|| Instant::now() + SLACK * 60);
+        if Instant::now() >= give_up {
+            return failed(ResponseError::RebalanceInProgress);
+        }
+        seen = Some(view.version);
+    }
+}
+
+pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    let beat = GroupHeartbeat {
+        group: req.group_id.0.to_string(),
+        generation: req.generation_id,
+        member_id: req.member_id.to_string(),
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+    };
+    match answer(broker.meta.group_heartbeat(beat).await) {
+        Ok(()) => HeartbeatResponse::default(),
+        Err(e) => HeartbeatResponse::default().with_error_code(e.code()),
+    }
+}
+
+pub async fn leave(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    // v0-2 name one member; v3+ a list, each by member id and/or instance id.
+    let members: Vec<Leaving> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| Leaving {
+                member_id: m.member_id.to_string(),
+                instance_id: m.group_instance_id.as_ref().map(|i| i.to_string()),
+            })
+            .collect()
+    } else {
+        vec![Leaving {
+            member_id: req.member_id.to_string(),
+            instance_id: None,
+        }]
+    };
+    let leave = LeaveGroup {
+        group: req.group_id.0.to_string(),
+        members: members.clone(),
+        now_ms: now_ms(),
+    };
+    let results = match broker.meta.leave_group(leave).await {
+        Ok(results) => results,
+        Err(e) => return LeaveGroupResponse::default().with_error_code(meta_error(e).code()),
+    };
+    if version < 3 {
+        let error = results.first().copied().unwrap_or(Ok(())).err();
+        return LeaveGroupResponse::default()
+            .with_error_code(error.map_or(0, |e| group_error(e).code()));
+    }
+    let members = members
+        .into_iter()
+        .zip(results)
+        .map(|(m, result)| {
+            MemberResponse::default()
+                .with_member_id(str_bytes(&m.member_id))
+                .with_group_instance_id(m.instance_id.as_deref().map(str_bytes))
+                .with_error_code(result.err().map_or(0, |e| group_error(e).code()))
+        })
+        .collect();
+    LeaveGroupResponse::default().with_members(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
+
+    #[test]
+    fn a_consumer_subscription_is_read_and_junk_is_not() {
+        for version in 0..=3 {
+            let subscription = ConsumerProtocolSubscription::default().with_topics(vec![
+                StrBytes::from_static_str("a"),
+                StrBytes::from_static_str("b"),
+            ]);
+            let mut buf = bytes::BytesMut::new();
+            bytes::BufMut::put_i16(&mut buf, version);
+            subscription.encode(&mut buf, version).unwrap();
+            assert_eq!(
+                subscribed_topics("consumer", &buf),
+                Some(vec!["a".to_string(), "b".to_string()]),
+                "v{version}"
+            );
+        }
+        assert_eq!(
+            subscribed_topics("consumer", &[0, 0, 0x7f, 0xff, 0xff, 0xff]),
+            None
+        );
+        assert_eq!(subscribed_topics("connect", &[0, 0, 0, 0, 0, 0]), None);
+    }
+}

@@ -1,0 +1,269 @@
+//! OffsetCommit, OffsetFetch and OffsetDelete.
+
+use std::collections::{BTreeMap, HashMap};
+
+use floe_metastore::{CommitOffsets, CommittedOffset, OffsetToCommit};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use floe_protocol::kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use floe_protocol::kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use floe_protocol::kafka_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
+
+use super::{answer, group_error, meta_error};
+use crate::broker::Broker;
+use crate::discovery::now_ms;
+use crate::handlers::str_bytes;
+
+pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    // Partitions of unknown topics, or with metadata over Kafka's
+    // offset.metadata.max.bytes, are refused one by one; the rest are
+    // committed together.
+    let mut offsets = Vec::new();
+    let mut refused = HashMap::new();
+    for topic in &req.topics {
+        let max_partition = topic.partitions.iter().map(|p| p.partition_index).max();
+        let partitions = match max_partition {
+            Some(max) => broker
+                .fetch_topic(&topic.name.0, None, max.max(0))
+                .await
+                .map(|t| t.partitions),
+            None => None,
+        };
+        for p in &topic.partitions {
+            let metadata_len = p.committed_metadata.as_ref().map_or(0, |m| m.len());
+            let refusal = if !partitions.is_some_and(|n| (0..n).contains(&p.partition_index)) {
+                Some(ResponseError::UnknownTopicOrPartition)
+            } else if metadata_len > floe_metastore::groups::OFFSET_METADATA_MAX_BYTES {
+                Some(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                None
+            };
+            match refusal {
+                Some(e) => {
+                    refused.insert((topic.name.clone(), p.partition_index), e);
+                }
+                None => offsets.push(OffsetToCommit {
+                    topic: topic.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                }),
+            }
+        }
+    }
+    let commit = CommitOffsets {
+        group: req.group_id.0.to_string(),
+        generation: req.generation_id_or_member_epoch,
+        member_id: req.member_id.to_string(),
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        offsets,
+        now_ms: now_ms(),
+    };
+    let result = answer(broker.meta.commit_offsets(commit).await);
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let error = match refused.get(&(t.name.clone(), p.partition_index)) {
+                        Some(refusal) => refusal.code(),
+                        None => result.err().map_or(0, |e| e.code()),
+                    };
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// One committed offset as OffsetFetch reports it: Kafka's -1s when none.
+struct Row {
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: String,
+}
+
+/// A group's committed offsets by topic, for the partitions asked (every
+/// one committed when `None`).
+async fn committed(
+    broker: &Broker,
+    group: &str,
+    wanted: Option<Vec<(TopicName, Vec<i32>)>>,
+) -> Result<Vec<(TopicName, Vec<Row>)>, ResponseError> {
+    let partitions = wanted.map(|topics| {
+        topics
+            .into_iter()
+            .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.0.to_string(), p)))
+            .collect()
+    });
+    let found = broker
+        .meta
+        .group_offsets(group, partitions)
+        .await
+        .map_err(meta_error)?;
+    let mut by_topic: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    for ((topic, partition), offset) in found {
+        let row = match offset {
+            Some(CommittedOffset {
+                offset,
+                leader_epoch,
+                metadata,
+                ..
+            }) => Row {
+                partition,
+                offset,
+                leader_epoch,
+                metadata: metadata.unwrap_or_default(),
+            },
+            None => Row {
+                partition,
+                offset: -1,
+                leader_epoch: -1,
+                metadata: String::new(),
+            },
+        };
+        by_topic.entry(topic).or_default().push(row);
+    }
+    Ok(by_topic
+        .into_iter()
+        .map(|(t, rows)| (TopicName(str_bytes(&t)), rows))
+        .collect())
+}
+
+pub async fn fetch_offsets(
+    broker: &Broker,
+    req: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(req.groups.len());
+        for group in req.groups {
+            let wanted = group.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name, t.partition_indexes))
+                    .collect()
+            });
+            let response =
+                OffsetFetchResponseGroup::default().with_group_id(group.group_id.clone());
+            groups.push(match committed(broker, &group.group_id.0, wanted).await {
+                Ok(topics) => response.with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(name, rows)| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(name)
+                                .with_partitions(
+                                    rows.into_iter()
+                                        .map(|row| {
+                                            OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(row.partition)
+                                                .with_committed_offset(row.offset)
+                                                .with_committed_leader_epoch(row.leader_epoch)
+                                                .with_metadata(Some(str_bytes(&row.metadata)))
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+                Err(e) => response.with_error_code(e.code()),
+            });
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let wanted = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name, t.partition_indexes))
+            .collect()
+    });
+    match committed(broker, &req.group_id.0, wanted).await {
+        Ok(topics) => OffsetFetchResponse::default().with_topics(
+            topics
+                .into_iter()
+                .map(|(name, rows)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(name)
+                        .with_partitions(
+                            rows.into_iter()
+                                .map(|row| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(row.partition)
+                                        .with_committed_offset(row.offset)
+                                        .with_committed_leader_epoch(row.leader_epoch)
+                                        .with_metadata(Some(str_bytes(&row.metadata)))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+        Err(e) => OffsetFetchResponse::default().with_error_code(e.code()),
+    }
+}
+
+/// OffsetDelete (KIP-496): offsets of topics the group does not subscribe to.
+pub async fn delete_offsets(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let partitions: Vec<(String, i32)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.0.to_string(), p.partition_index))
+        })
+        .collect();
+    let results = match answer(
+        broker
+            .meta
+            .delete_offsets(&req.group_id.0, partitions.clone())
+            .await,
+    ) {
+        Ok(results) => results,
+        Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
+    };
+    let mut results = results.into_iter();
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let error = results
+                        .next()
+                        .and_then(Result::err)
+                        .map_or(0, |e| group_error(e).code());
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error)
+                })
+                .collect();
+            OffsetDeleteResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetDeleteResponse::default().with_topics(topics)
+}

@@ -1,0 +1,1165 @@
+//! One consumer group under Kafka's classic protocol: its members,
+//! generations, assignments and deadlines. The rules, and the order of
+//! their checks, are those of Kafka's `GroupMetadataManager` for classic
+//! groups; each method names the Kafka behaviour it keeps.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    Empty,
+    /// Kafka's PreparingRebalance: waiting for members to (re)join until the
+    /// deadline.
+    Joining {
+        deadline_ms: i64,
+    },
+    /// Kafka's CompletingRebalance: the generation formed; waiting for the
+    /// leader's assignments.
+    Syncing,
+    Stable,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// `group.instance.id` of a static member.
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocols: Vec<(String, Vec<u8>)>,
+    pub subscribed_topics: Option<Vec<String>>,
+    /// When a command last showed it alive (metastore time); the leader's
+    /// memory of heartbeats adds to this (see the module above).
+    pub last_seen_ms: i64,
+    /// Has (re)joined the rebalance in progress.
+    pub joined: bool,
+    /// In the formed generation, and has not sent its SyncGroup yet.
+    pub awaiting_sync: bool,
+}
+
+/// One group, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    pub generation: i32,
+    pub phase: Phase,
+    pub protocol_type: Option<String>,
+    /// The assignor chosen when the generation formed.
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Ids handed out with MEMBER_ID_REQUIRED (KIP-394), until when they may
+    /// come back to join.
+    pub pending: BTreeMap<String, i64>,
+    /// Static members: instance id to member id.
+    pub instances: BTreeMap<String, String>,
+    /// The leader's assignments, of generation `assignments_generation`.
+    pub assignments: BTreeMap<String, Vec<u8>>,
+    pub assignments_generation: i32,
+    /// Members still awaiting sync at this time leave, and a rebalance
+    /// follows (Kafka's pending-sync timeout).
+    pub sync_deadline_ms: Option<i64>,
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// When (metastore time) the group last had no members; offsets expire
+    /// [`OFFSETS_RETENTION_MS`] after this or their commit, whichever is later.
+    pub empty_since_ms: i64,
+    /// Bumped by every change waiters care about (see [`AwaitGroup`]).
+    pub version: u64,
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group {
+            generation: 0,
+            phase: Phase::Empty,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            assignments: BTreeMap::new(),
+            assignments_generation: -1,
+            sync_deadline_ms: None,
+            offsets: BTreeMap::new(),
+            empty_since_ms: 0,
+            version: 0,
+        }
+    }
+}
+
+impl Group {
+    /// Kafka's name for the group's state.
+    pub fn state_name(&self) -> &'static str {
+        match self.phase {
+            Phase::Empty => "Empty",
+            Phase::Joining { .. } => "PreparingRebalance",
+            Phase::Syncing => "CompletingRebalance",
+            Phase::Stable => "Stable",
+        }
+    }
+
+    /// The earliest time at which a [`TickGroup`] would change something.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        let rebalance = match self.phase {
+            Phase::Joining { deadline_ms } => Some(deadline_ms),
+            _ => None,
+        };
+        rebalance
+            .into_iter()
+            .chain(self.sync_deadline_ms)
+            .chain(self.pending.values().copied())
+            .min()
+    }
+
+    /// Whether `member` is waiting in a JoinGroup or a SyncGroup, and so
+    /// alive whatever its heartbeats (Kafka's `hasSatisfiedHeartbeat`).
+    pub fn keeps_alive(&self, member: &Member) -> bool {
+        match self.phase {
+            Phase::Joining { .. } => member.joined,
+            Phase::Syncing => !member.awaiting_sync,
+            Phase::Empty | Phase::Stable => false,
+        }
+    }
+
+    /// The topics the members subscribe to, if the group is a consumer
+    /// group and each member's are known (Kafka's `computeSubscribedTopics`).
+    pub fn subscribed_topics(&self) -> Option<BTreeSet<String>> {
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return None;
+        }
+        let mut topics = BTreeSet::new();
+        for m in self.members.values() {
+            topics.extend(m.subscribed_topics.as_ref()?.iter().cloned());
+        }
+        Some(topics)
+    }
+
+    fn metadata_of(&self, member: &Member) -> Vec<u8> {
+        let Some(protocol) = &self.protocol else {
+            return Vec::new();
+        };
+        member
+            .protocols
+            .iter()
+            .find(|(name, _)| name == protocol)
+            .map(|(_, meta)| meta.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn view(&self, member_id: &str) -> MemberView {
+        let member = self.members.get(member_id);
+        let is_leader = self.leader.as_deref() == Some(member_id);
+        let formed = matches!(self.phase, Phase::Syncing | Phase::Stable);
+        let members = if is_leader && formed {
+            self.members
+                .iter()
+                .map(|(id, m)| (id.clone(), m.instance_id.clone(), self.metadata_of(m)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        MemberView {
+            version: self.version,
+            generation: self.generation,
+            phase: self.phase,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            member: member.map(|m| m.joined),
+            members,
+            assignment: self
+                .assignments
+                .get(member_id)
+                .map(|a| (self.assignments_generation, a.clone())),
+        }
+    }
+
+    pub fn describe(&self) -> GroupDescription {
+        let stable = self.phase == Phase::Stable;
+        GroupDescription {
+            state: self.state_name().to_string(),
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol: if stable {
+                self.protocol.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| MemberDescription {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable {
+                        self.metadata_of(m)
+                    } else {
+                        Vec::new()
+                    },
+                    assignment: self.assignments.get(id).cloned().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Kafka's `validateMember`: an instance id must name this member.
+    fn check_member(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), GroupError> {
+        if let Some(instance) = instance_id {
+            match self.instances.get(instance) {
+                None => return Err(GroupError::UnknownMemberId),
+                Some(current) if current != member_id => {
+                    return Err(GroupError::FencedInstanceId);
+                }
+                Some(_) => {}
+            }
+        }
+        if self.members.contains_key(member_id) {
+            Ok(())
+        } else {
+            Err(GroupError::UnknownMemberId)
+        }
+    }
+
+    /// Whether `protocols` can join: of the group's type, and sharing a
+    /// protocol with every member (Kafka's `supportsProtocols`).
+    fn supports(&self, protocol_type: &str, protocols: &[(String, Vec<u8>)]) -> bool {
+        if protocols.is_empty() || protocol_type.is_empty() {
+            return false;
+        }
+        if self.members.is_empty() {
+            return true;
+        }
+        self.protocol_type.as_deref() == Some(protocol_type)
+            && protocols.iter().any(|(name, _)| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+            })
+    }
+
+    fn rebalance_timeout_ms(&self) -> i64 {
+        self.members
+            .values()
+            .map(|m| m.rebalance_timeout_ms as i64)
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub(super) fn join(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
+        let now_ms = join.now_ms;
+        if join.member_id.is_empty() {
+            self.join_new(join)
+        } else {
+            if !self.supports(&join.protocol_type, &join.protocols) {
+                return Err(GroupError::InconsistentGroupProtocol);
+            }
+            if self.pending.remove(&join.member_id).is_some() {
+                let id = join.member_id.clone();
+                self.add_member(id.clone(), join);
+                self.after_join(&id, now_ms);
+                return Ok(Joined::Member(id));
+            }
+            self.check_member(&join.member_id, join.instance_id.as_deref())?;
+            self.join_existing(join)
+        }
+    }
+
+    /// Kafka's `classicGroupJoinNewMember` (and, for a known instance id,
+    /// `updateStaticMemberThenRebalanceOrCompleteJoin`).
+    fn join_new(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
+        let now_ms = join.now_ms;
+        if !self.supports(&join.protocol_type, &join.protocols) {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        let known_instance = join
+            .instance_id
+            .as_ref()
+            .and_then(|i| self.instances.get(i))
+            .cloned();
+        if let Some(old_id) = known_instance {
+            return Ok(self.replace_static(old_id, join));
+        }
+        if self.members.len() + self.pending.len() >= MAX_GROUP_SIZE {
+            return Err(GroupError::GroupMaxSizeReached);
+        }
+        let prefix = join.instance_id.as_deref().unwrap_or(&join.client_id);
+        let member_id = format!("{prefix}-{}", join.fresh_id);
+        if join.instance_id.is_none() && join.require_known_member_id {
+            self.pending
+                .insert(member_id.clone(), now_ms + join.session_timeout_ms as i64);
+            return Ok(Joined::MemberIdRequired(member_id));
+        }
+        self.add_member(member_id.clone(), join);
+        self.after_join(&member_id, now_ms);
+        Ok(Joined::Member(member_id))
+    }
+
+    fn add_member(&mut self, member_id: String, join: JoinGroup) {
+        if let Some(instance) = &join.instance_id {
+            self.instances.insert(instance.clone(), member_id.clone());
+        }
+        self.protocol_type = Some(join.protocol_type);
+        self.members.insert(
+            member_id,
+            Member {
+                instance_id: join.instance_id,
+                client_id: join.client_id,
+                client_host: join.client_host,
+                session_timeout_ms: join.session_timeout_ms,
+                rebalance_timeout_ms: join.rebalance_timeout_ms,
+                protocols: join.protocols,
+                subscribed_topics: join.subscribed_topics,
+                last_seen_ms: join.now_ms,
+                joined: true,
+                awaiting_sync: false,
+            },
+        );
+    }
+
+    /// A member was added or rejoined: a rebalance starts unless one is in
+    /// progress, which completes if it was the last one awaited.
+    fn after_join(&mut self, member_id: &str, now_ms: i64) {
+        if !matches!(self.phase, Phase::Joining { .. }) {
+            self.start_rebalance(now_ms);
+        }
+        if let Some(m) = self.members.get_mut(member_id) {
+            m.joined = true;
+        }
+        self.try_complete(now_ms);
+    }
+
+    /// A static member restarted (same instance id, no member id): it takes
+    /// the old member's place, which is fenced from now on.
+    fn replace_static(&mut self, old_id: String, join: JoinGroup) -> Joined {
+        let now_ms = join.now_ms;
+        let old = self
+            .members
+            .remove(&old_id)
+            .expect("instances name members");
+        let new_id = format!(
+            "{}-{}",
+            join.instance_id.as_deref().unwrap_or_default(),
+            join.fresh_id
+        );
+        let leader_before = self.leader.clone().unwrap_or_default();
+        if self.leader.as_deref() == Some(old_id.as_str()) {
+            self.leader = Some(new_id.clone());
+        }
+        if let Some(assignment) = self.assignments.remove(&old_id) {
+            self.assignments.insert(new_id.clone(), assignment);
+        }
+        self.add_member(new_id.clone(), join);
+        // Kafka keeps the old member's place in the generation formed.
+        self.members
+            .get_mut(&new_id)
+            .expect("just added")
+            .awaiting_sync = old.awaiting_sync;
+        // In a stable group, the same chosen protocol means no rebalance.
+        if self.phase == Phase::Stable && self.select_protocol() == self.protocol {
+            return Joined::Replaced {
+                member_id: new_id,
+                leader: leader_before,
+            };
+        }
+        self.after_join(&new_id, now_ms);
+        Joined::Member(new_id)
+    }
+
+    /// Kafka's `classicGroupJoinExistingMember`.
+    fn join_existing(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
+        let now_ms = join.now_ms;
+        let member_id = join.member_id.clone();
+        let member = &self.members[&member_id];
+        let unchanged = member.protocols == join.protocols;
+        let is_leader = self.leader.as_deref() == Some(member_id.as_str());
+        match self.phase {
+            Phase::Empty => return Err(GroupError::UnknownMemberId),
+            // Same metadata while the generation forms: it gets the
+            // generation as it is.
+            Phase::Syncing if unchanged => {
+                self.members
+                    .get_mut(&member_id)
+                    .expect("checked")
+                    .last_seen_ms = now_ms;
+                return Ok(Joined::Member(member_id));
+            }
+            // A follower with unchanged metadata keeps its generation; a
+            // leader's join always starts a rebalance (it means to reassign).
+            Phase::Stable if unchanged && !is_leader => {
+                self.members
+                    .get_mut(&member_id)
+                    .expect("checked")
+                    .last_seen_ms = now_ms;
+                return Ok(Joined::Member(member_id));
+            }
+            _ => {}
+        }
+        self.update_member(&member_id, join);
+        self.after_join(&member_id, now_ms);
+        Ok(Joined::Member(member_id))
+    }
+
+    fn update_member(&mut self, member_id: &str, join: JoinGroup) {
+        let m = self.members.get_mut(member_id).expect("checked");
+        m.client_id = join.client_id;
+        m.client_host = join.client_host;
+        m.session_timeout_ms = join.session_timeout_ms;
+        m.rebalance_timeout_ms = join.rebalance_timeout_ms;
+        m.protocols = join.protocols;
+        m.subscribed_topics = join.subscribed_topics;
+        m.last_seen_ms = join.now_ms;
+        m.joined = true;
+    }
+
+    /// Kafka's `prepareRebalance`: everyone must rejoin by the deadline.
+    /// Assignments of a stable generation stay readable (a SyncGroup parked
+    /// when it formed is answered with them); those being formed do not.
+    fn start_rebalance(&mut self, now_ms: i64) {
+        if self.phase == Phase::Syncing {
+            self.assignments.clear();
+        }
+        for m in self.members.values_mut() {
+            m.joined = false;
+            m.awaiting_sync = false;
+        }
+        self.sync_deadline_ms = None;
+        self.phase = Phase::Joining {
+            deadline_ms: now_ms + self.rebalance_timeout_ms(),
+        };
+    }
+
+    /// Forms the next generation once every member rejoined (and no id
+    /// handed out is still to come back) or the deadline passed (Kafka's
+    /// `completeClassicGroupJoin`).
+    fn try_complete(&mut self, now_ms: i64) {
+        let Phase::Joining { deadline_ms } = self.phase else {
+            return;
+        };
+        let all_joined = self.members.values().all(|m| m.joined) && self.pending.is_empty();
+        if !all_joined && now_ms < deadline_ms {
+            return;
+        }
+        // Dynamic members that did not rejoin leave; static ones stay, as
+        // they were (they may be restarting).
+        let gone: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| !m.joined && m.instance_id.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.remove_member(&id);
+        }
+        if !self.members.is_empty() && !self.members.values().any(|m| m.joined) {
+            // Only static members that did not come back: wait for them again.
+            self.phase = Phase::Joining {
+                deadline_ms: now_ms + self.rebalance_timeout_ms(),
+            };
+            return;
+        }
+        self.generation += 1;
+        self.assignments.clear();
+        if self.members.is_empty() {
+            self.become_empty(now_ms);
+            return;
+        }
+        // The leader stays if it rejoined; else the first member that did.
+        if !self
+            .leader
+            .as_ref()
+            .is_some_and(|l| self.members.get(l).is_some_and(|m| m.joined))
+        {
+            self.leader = self
+                .members
+                .iter()
+                .find(|(_, m)| m.joined)
+                .map(|(id, _)| id.clone());
+        }
+        self.protocol = self.select_protocol();
+        self.phase = Phase::Syncing;
+        self.sync_deadline_ms = Some(now_ms + self.rebalance_timeout_ms());
+        for m in self.members.values_mut() {
+            m.last_seen_ms = now_ms;
+            m.awaiting_sync = true;
+        }
+    }
+
+    /// Kafka's `selectProtocol`: each member votes for the first of its
+    /// protocols that every member supports; the most votes win (a tie goes
+    /// to the leader's preference).
+    fn select_protocol(&self) -> Option<String> {
+        let shared: Vec<&String> = self
+            .members
+            .values()
+            .next()?
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(p, _)| p == *n))
+            })
+            .collect();
+        let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some((name, _)) = m.protocols.iter().find(|(p, _)| shared.contains(&p)) {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        let preference = self
+            .leader
+            .as_ref()
+            .and_then(|l| self.members.get(l))
+            .or_else(|| self.members.values().next())?;
+        let most = votes.values().copied().max()?;
+        preference
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .find(|n| votes.get(n) == Some(&most))
+            .cloned()
+    }
+
+    fn remove_member(&mut self, member_id: &str) {
+        if let Some(m) = self.members.remove(member_id) {
+            if let Some(instance) = m.instance_id {
+                self.instances.remove(&instance);
+            }
+            self.assignments.remove(member_id);
+            if self.leader.as_deref() == Some(member_id) {
+                self.leader = self.members.keys().next().cloned();
+            }
+        }
+    }
+
+    /// After members left: a rebalance starts (or the one in progress may
+    /// now complete); no member left makes the group empty.
+    fn after_leaving(&mut self, now_ms: i64) {
+        if matches!(self.phase, Phase::Stable | Phase::Syncing) {
+            if self.members.is_empty() {
+                self.generation += 1;
+                self.become_empty(now_ms);
+                return;
+            }
+            self.start_rebalance(now_ms);
+        }
+        self.try_complete(now_ms);
+    }
+
+    fn become_empty(&mut self, now_ms: i64) {
+        self.empty_since_ms = now_ms;
+        self.phase = Phase::Empty;
+        self.leader = None;
+        self.protocol = None;
+        self.assignments.clear();
+        self.sync_deadline_ms = None;
+    }
+
+    /// A member sent its SyncGroup: the sync deadline ends with the last.
+    fn synced(&mut self, member_id: &str) {
+        if let Some(m) = self.members.get_mut(member_id) {
+            m.awaiting_sync = false;
+        }
+        if self.members.values().all(|m| !m.awaiting_sync) {
+            self.sync_deadline_ms = None;
+        }
+    }
+
+    pub(super) fn sync(&mut self, sync: SyncGroup) -> Result<(), GroupError> {
+        self.check_member(&sync.member_id, sync.instance_id.as_deref())?;
+        if sync.generation != self.generation {
+            return Err(GroupError::IllegalGeneration);
+        }
+        let inconsistent = |asked: &Option<String>, ours: &Option<String>| {
+            asked.as_ref().is_some_and(|a| Some(a) != ours.as_ref())
+        };
+        if inconsistent(&sync.protocol_type, &self.protocol_type)
+            || inconsistent(&sync.protocol, &self.protocol)
+        {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        match self.phase {
+            Phase::Empty => Err(GroupError::UnknownMemberId),
+            Phase::Joining { .. } => Err(GroupError::RebalanceInProgress),
+            Phase::Stable => {
+                self.synced(&sync.member_id);
+                Ok(())
+            }
+            Phase::Syncing => {
+                self.synced(&sync.member_id);
+                if self.leader.as_deref() == Some(sync.member_id.as_str()) {
+                    // Members the leader left out get an empty assignment.
+                    let mut given: BTreeMap<String, Vec<u8>> = sync
+                        .assignments
+                        .into_iter()
+                        .filter(|(m, _)| self.members.contains_key(m))
+                        .collect();
+                    for id in self.members.keys() {
+                        given.entry(id.clone()).or_default();
+                    }
+                    self.assignments = given;
+                    self.assignments_generation = self.generation;
+                    self.phase = Phase::Stable;
+                    for m in self.members.values_mut() {
+                        m.last_seen_ms = sync.now_ms;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn check_heartbeat(&self, beat: &GroupHeartbeat) -> (Result<(), GroupError>, bool) {
+        if let Err(e) = self.check_member(&beat.member_id, beat.instance_id.as_deref()) {
+            return (Err(e), false);
+        }
+        if beat.generation != self.generation {
+            return (Err(GroupError::IllegalGeneration), false);
+        }
+        match self.phase {
+            Phase::Empty => (Err(GroupError::UnknownMemberId), false),
+            Phase::Joining { .. } => (Err(GroupError::RebalanceInProgress), true),
+            Phase::Syncing | Phase::Stable => (Ok(()), true),
+        }
+    }
+
+    pub(super) fn leave(
+        &mut self,
+        leaving: Vec<Leaving>,
+        now_ms: i64,
+    ) -> Vec<Result<(), GroupError>> {
+        let mut any = false;
+        let answers = leaving
+            .into_iter()
+            .map(
+                |Leaving {
+                     member_id,
+                     instance_id,
+                 }| {
+                    let id = if member_id.is_empty() {
+                        // By instance id alone (an administrator removing a static member).
+                        instance_id
+                            .as_ref()
+                            .and_then(|i| self.instances.get(i))
+                            .cloned()
+                            .ok_or(GroupError::UnknownMemberId)?
+                    } else if self.pending.remove(&member_id).is_some() {
+                        any = true;
+                        return Ok(());
+                    } else {
+                        self.check_member(&member_id, instance_id.as_deref())?;
+                        member_id
+                    };
+                    self.remove_member(&id);
+                    any = true;
+                    Ok(())
+                },
+            )
+            .collect();
+        if any {
+            self.after_leaving(now_ms);
+        }
+        answers
+    }
+
+    /// Deadlines: a rebalance past its deadline completes without the
+    /// members that did not rejoin; members that did not sync in time leave;
+    /// ids handed out and never used are forgotten.
+    pub(super) fn tick(&mut self, now_ms: i64) {
+        self.pending.retain(|_, until| *until > now_ms);
+        self.try_complete(now_ms);
+        if self.sync_deadline_ms.is_some_and(|d| d <= now_ms) {
+            self.sync_deadline_ms = None;
+            let late: Vec<String> = self
+                .members
+                .iter()
+                .filter(|(_, m)| m.awaiting_sync)
+                .map(|(id, _)| id.clone())
+                .collect();
+            if !late.is_empty() {
+                for id in &late {
+                    self.remove_member(id);
+                }
+                self.after_leaving(now_ms);
+            }
+        }
+    }
+
+    /// Removes the members whose session ran out: each given with the last
+    /// time the leader heard from it, and only if nothing since (a command
+    /// that showed it alive, or waiting in a JoinGroup or SyncGroup) keeps it.
+    pub(super) fn expire_members(&mut self, members: &[(String, i64)], now_ms: i64) {
+        let expired: Vec<String> = members
+            .iter()
+            .filter(|(id, heard_ms)| {
+                self.members.get(id).is_some_and(|m| {
+                    !self.keeps_alive(m)
+                        && m.last_seen_ms.max(*heard_ms) + m.session_timeout_ms as i64 <= now_ms
+                })
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        for id in &expired {
+            self.remove_member(id);
+        }
+        self.after_leaving(now_ms);
+    }
+
+    /// Kafka's `validateOffsetCommit` for classic groups.
+    pub(super) fn check_commit(&self, commit: &CommitOffsets) -> Result<(), GroupError> {
+        if commit.generation < 0 && self.phase == Phase::Empty {
+            return Ok(());
+        }
+        if commit.generation >= 0 || !commit.member_id.is_empty() || commit.instance_id.is_some() {
+            self.check_member(&commit.member_id, commit.instance_id.as_deref())?;
+            if commit.generation != self.generation {
+                return Err(GroupError::IllegalGeneration);
+            }
+        } else {
+            // Anonymous, to a group with members.
+            return Err(GroupError::UnknownMemberId);
+        }
+        // A commit while the generation forms could be of partitions about
+        // to move; one while members rejoin is the last of the old
+        // generation (a consumer's commit in its revoke callback): kept.
+        if self.phase == Phase::Syncing {
+            return Err(GroupError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join_as(
+        gs: &mut Groups,
+        member: &str,
+        instance: Option<&str>,
+        fresh: &str,
+        now_ms: i64,
+    ) -> Result<Joined, GroupError> {
+        gs.join(JoinGroup {
+            group: "g".into(),
+            member_id: member.into(),
+            instance_id: instance.map(str::to_string),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 5_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), b"t".to_vec())],
+            subscribed_topics: Some(vec!["t".into()]),
+            require_known_member_id: instance.is_none(),
+            fresh_id: fresh.into(),
+            now_ms,
+        })
+    }
+
+    /// A new dynamic member: handed an id, then joins with it.
+    fn join_new(gs: &mut Groups, fresh: &str, now_ms: i64) -> String {
+        let Ok(Joined::MemberIdRequired(id)) = join_as(gs, "", None, fresh, now_ms) else {
+            panic!("KIP-394: a new member is first handed an id");
+        };
+        assert_eq!(
+            join_as(gs, &id, None, "unused", now_ms),
+            Ok(Joined::Member(id.clone()))
+        );
+        id
+    }
+
+    fn sync(gs: &mut Groups, member: &str, generation: i32, now_ms: i64) -> Result<(), GroupError> {
+        gs.sync(SyncGroup {
+            group: "g".into(),
+            generation,
+            member_id: member.into(),
+            instance_id: None,
+            protocol_type: Some("consumer".into()),
+            protocol: Some("range".into()),
+            assignments: vec![(member.into(), member.as_bytes().to_vec())],
+            now_ms,
+        })
+    }
+
+    fn beat(
+        gs: &Groups,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> (Result<(), GroupError>, bool) {
+        gs.check_heartbeat(&GroupHeartbeat {
+            group: "g".into(),
+            generation,
+            member_id: member.into(),
+            instance_id: instance.map(str::to_string),
+        })
+    }
+
+    fn commit(
+        gs: &mut Groups,
+        member: &str,
+        generation: i32,
+        offset: i64,
+    ) -> Result<(), GroupError> {
+        gs.commit_offsets(CommitOffsets {
+            group: "g".into(),
+            generation,
+            member_id: member.into(),
+            instance_id: None,
+            offsets: vec![OffsetToCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                leader_epoch: 1,
+                metadata: None,
+            }],
+            now_ms: 0,
+        })
+    }
+
+    fn group(gs: &Groups) -> &Group {
+        gs.get("g").unwrap()
+    }
+
+    #[test]
+    fn a_lone_member_forms_a_generation_and_heartbeats() {
+        let mut gs = Groups::default();
+        let a = join_new(&mut gs, "a", 0);
+        assert_eq!(
+            (
+                group(&gs).generation,
+                group(&gs).phase,
+                group(&gs).leader.as_deref()
+            ),
+            (1, Phase::Syncing, Some(a.as_str()))
+        );
+        assert_eq!(a, "c-a");
+        sync(&mut gs, &a, 1, 10).unwrap();
+        assert_eq!(group(&gs).phase, Phase::Stable);
+        assert_eq!(
+            gs.view("g", &a).unwrap().assignment,
+            Some((1, b"c-a".to_vec()))
+        );
+        assert_eq!(beat(&gs, &a, None, 1), (Ok(()), true));
+        // An old generation's heartbeat does not keep the session (Kafka).
+        assert_eq!(
+            beat(&gs, &a, None, 0),
+            (Err(GroupError::IllegalGeneration), false)
+        );
+        assert_eq!(
+            beat(&gs, "x", None, 1),
+            (Err(GroupError::UnknownMemberId), false)
+        );
+        // A member id the group never handed out cannot join.
+        assert_eq!(
+            join_as(&mut gs, "c-forged", None, "f", 0),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn a_second_member_rebalances_and_commits_follow_kafka_s_states() {
+        let mut gs = Groups::default();
+        let a = join_new(&mut gs, "a", 0);
+        sync(&mut gs, &a, 1, 0).unwrap();
+        let b = join_new(&mut gs, "b", 100);
+        assert!(matches!(group(&gs).phase, Phase::Joining { .. }));
+        // `a` learns of the rebalance through its heartbeat, which keeps it.
+        assert_eq!(
+            beat(&gs, &a, None, 1),
+            (Err(GroupError::RebalanceInProgress), true)
+        );
+        // Its last commit of the old generation (in its revoke callback) is kept.
+        commit(&mut gs, &a, 1, 42).unwrap();
+        // The assignment of the stable generation stays readable meanwhile.
+        assert_eq!(
+            gs.view("g", &a).unwrap().assignment,
+            Some((1, b"c-a".to_vec()))
+        );
+        join_as(&mut gs, &a, None, "x", 300).unwrap();
+        let g = group(&gs);
+        assert_eq!((g.generation, g.phase), (2, Phase::Syncing));
+        assert_eq!(g.leader.as_deref(), Some(a.as_str()), "the leader stays");
+        assert_eq!(gs.view("g", &a).unwrap().members.len(), 2);
+        assert!(
+            gs.view("g", &b).unwrap().members.is_empty(),
+            "only the leader sees members"
+        );
+        assert_eq!(gs.view("g", &a).unwrap().assignment, None);
+        // While the generation forms, commits are refused.
+        assert_eq!(
+            commit(&mut gs, &a, 2, 43),
+            Err(GroupError::RebalanceInProgress)
+        );
+        sync(&mut gs, &b, 2, 400).unwrap();
+        assert_eq!(
+            group(&gs).phase,
+            Phase::Syncing,
+            "a follower's sync does not finish it"
+        );
+        sync(&mut gs, &a, 2, 400).unwrap();
+        assert_eq!(group(&gs).phase, Phase::Stable);
+        assert_eq!(
+            gs.view("g", &b).unwrap().assignment,
+            Some((2, Vec::new())),
+            "left out: empty"
+        );
+        commit(&mut gs, &b, 2, 44).unwrap();
+        assert_eq!(
+            commit(&mut gs, &b, 1, 45),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(group(&gs).offsets[&("t".to_string(), 0)].offset, 44);
+    }
+
+    #[test]
+    fn members_that_do_not_rejoin_or_sync_in_time_leave() {
+        let mut gs = Groups::default();
+        let a = join_new(&mut gs, "a", 0);
+        sync(&mut gs, &a, 1, 0).unwrap();
+        let b = join_new(&mut gs, "b", 0);
+        join_as(&mut gs, &a, None, "x", 0).unwrap();
+        sync(&mut gs, &a, 2, 0).unwrap();
+        // A third member joins; `a` rejoins, `b` never does.
+        let c = join_new(&mut gs, "c", 1_000);
+        join_as(&mut gs, &a, None, "x", 1_100).unwrap();
+        assert_eq!(group(&gs).phase, Phase::Joining { deadline_ms: 6_000 });
+        gs.tick(TickGroup {
+            group: "g".into(),
+            now_ms: 5_999,
+        });
+        assert_eq!(group(&gs).generation, 2);
+        gs.tick(TickGroup {
+            group: "g".into(),
+            now_ms: 6_000,
+        });
+        let g = group(&gs);
+        assert_eq!((g.generation, g.phase), (3, Phase::Syncing));
+        assert!(g.members.contains_key(&a) && g.members.contains_key(&c));
+        assert!(!g.members.contains_key(&b));
+        // `c` syncs, the leader `a` never does: at the sync deadline the
+        // members still awaiting sync leave and the rest rebalance.
+        sync(&mut gs, &c, 3, 6_100).unwrap();
+        gs.tick(TickGroup {
+            group: "g".into(),
+            now_ms: 11_000,
+        });
+        let g = group(&gs);
+        assert!(!g.members.contains_key(&a), "{g:?}");
+        assert!(matches!(g.phase, Phase::Joining { .. }));
+    }
+
+    #[test]
+    fn expiry_spares_members_waiting_in_a_join_or_heard_recently() {
+        let mut gs = Groups::default();
+        let a = join_new(&mut gs, "a", 0);
+        sync(&mut gs, &a, 1, 0).unwrap();
+        let expire = |gs: &mut Groups, heard_ms: i64, now_ms: i64| {
+            gs.expire_members(ExpireMembers {
+                group: "g".into(),
+                members: vec![(a.clone(), heard_ms)],
+                now_ms,
+            })
+        };
+        expire(&mut gs, 5_000, 14_999);
+        assert_eq!(group(&gs).members.len(), 1, "heard at 5 s, session 10 s");
+        // A commit at 12 s showed it alive since.
+        gs.commit_offsets(CommitOffsets {
+            group: "g".into(),
+            generation: 1,
+            member_id: a.clone(),
+            instance_id: None,
+            offsets: vec![],
+            now_ms: 12_000,
+        })
+        .unwrap();
+        expire(&mut gs, 5_000, 21_999);
+        assert_eq!(group(&gs).members.len(), 1);
+        expire(&mut gs, 5_000, 22_000);
+        let g = group(&gs);
+        assert_eq!((g.phase, g.generation), (Phase::Empty, 2));
+    }
+
+    #[test]
+    fn a_static_member_restarts_without_a_rebalance_and_fences_its_old_self() {
+        let mut gs = Groups::default();
+        let Ok(Joined::Member(old)) = join_as(&mut gs, "", Some("i1"), "1", 0) else {
+            panic!("a static member joins at once");
+        };
+        assert_eq!(old, "i1-1");
+        sync(&mut gs, &old, 1, 0).unwrap();
+        let b = join_new(&mut gs, "b", 0);
+        join_as(&mut gs, &old, Some("i1"), "x", 0).unwrap();
+        gs.sync(SyncGroup {
+            group: "g".into(),
+            generation: 2,
+            member_id: old.clone(),
+            instance_id: Some("i1".into()),
+            protocol_type: None,
+            protocol: None,
+            assignments: vec![(old.clone(), b"p0".to_vec()), (b.clone(), b"p1".to_vec())],
+            now_ms: 0,
+        })
+        .unwrap();
+        assert_eq!(group(&gs).phase, Phase::Stable);
+        // Restarted: same instance id, no member id. No rebalance; the leader
+        // is named as it was (JoinGroup before v9).
+        let rejoined = join_as(&mut gs, "", Some("i1"), "2", 1_000).unwrap();
+        assert_eq!(
+            rejoined,
+            Joined::Replaced {
+                member_id: "i1-2".into(),
+                leader: old.clone()
+            }
+        );
+        let g = group(&gs);
+        assert_eq!((g.phase, g.generation), (Phase::Stable, 2));
+        assert_eq!(g.leader.as_deref(), Some("i1-2"));
+        assert_eq!(
+            gs.view("g", "i1-2").unwrap().assignment,
+            Some((2, b"p0".to_vec()))
+        );
+        assert_eq!(
+            beat(&gs, &old, Some("i1"), 2).0,
+            Err(GroupError::FencedInstanceId)
+        );
+        assert_eq!(beat(&gs, "i1-2", Some("i1"), 2), (Ok(()), true));
+        // Leaving by instance id alone.
+        let left = gs.leave(LeaveGroup {
+            group: "g".into(),
+            members: vec![Leaving {
+                member_id: String::new(),
+                instance_id: Some("i1".into()),
+            }],
+            now_ms: 2_000,
+        });
+        assert_eq!(left, vec![Ok(())]);
+        assert!(matches!(group(&gs).phase, Phase::Joining { .. }));
+        assert!(group(&gs).instances.is_empty());
+    }
+
+    #[test]
+    fn a_static_member_that_does_not_rejoin_keeps_its_place_through_a_rebalance() {
+        let mut gs = Groups::default();
+        let Ok(Joined::Member(s)) = join_as(&mut gs, "", Some("i1"), "1", 0) else {
+            panic!()
+        };
+        sync(&mut gs, &s, 1, 0).unwrap();
+        let d = join_new(&mut gs, "d", 0);
+        gs.tick(TickGroup {
+            group: "g".into(),
+            now_ms: 5_000,
+        });
+        let g = group(&gs);
+        assert_eq!((g.phase, g.generation), (Phase::Syncing, 2));
+        assert!(g.members.contains_key(&s) && g.members.contains_key(&d));
+    }
+
+    #[test]
+    fn ids_handed_out_expire_and_block_the_rebalance_until_then() {
+        let mut gs = Groups::default();
+        let a = join_new(&mut gs, "a", 0);
+        sync(&mut gs, &a, 1, 0).unwrap();
+        let Ok(Joined::MemberIdRequired(pending)) = join_as(&mut gs, "", None, "p", 100) else {
+            panic!()
+        };
+        assert_eq!(
+            group(&gs).phase,
+            Phase::Stable,
+            "no rebalance for an id handed out"
+        );
+        gs.tick(TickGroup {
+            group: "g".into(),
+            now_ms: 10_100,
+        });
+        assert!(group(&gs).pending.is_empty());
+        assert_eq!(
+            join_as(&mut gs, &pending, None, "x", 10_200),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn protocols_must_be_shared_and_syncs_must_match_them() {
+        let mut gs = Groups::default();
+        let a = join_new(&mut gs, "a", 0);
+        let other = gs.join(JoinGroup {
+            group: "g".into(),
+            member_id: String::new(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: String::new(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 5_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("roundrobin".into(), vec![])],
+            subscribed_topics: None,
+            require_known_member_id: false,
+            fresh_id: "z".into(),
+            now_ms: 0,
+        });
+        assert_eq!(other, Err(GroupError::InconsistentGroupProtocol));
+        let wrong = gs.sync(SyncGroup {
+            group: "g".into(),
+            generation: 1,
+            member_id: a,
+            instance_id: None,
+            protocol_type: Some("consumer".into()),
+            protocol: Some("roundrobin".into()),
+            assignments: vec![],
+            now_ms: 0,
+        });
+        assert_eq!(wrong, Err(GroupError::InconsistentGroupProtocol));
+    }
+
+    #[test]
+    fn offsets_of_topics_not_subscribed_can_be_deleted() {
+        let mut gs = Groups::default();
+        let a = join_new(&mut gs, "a", 0);
+        sync(&mut gs, &a, 1, 0).unwrap();
+        gs.commit_offsets(CommitOffsets {
+            group: "g".into(),
+            generation: 1,
+            member_id: a,
+            instance_id: None,
+            offsets: ["t", "old"]
+                .map(|topic| OffsetToCommit {
+                    topic: topic.into(),
+                    partition: 0,
+                    offset: 1,
+                    leader_epoch: -1,
+                    metadata: None,
+                })
+                .to_vec(),
+            now_ms: 0,
+        })
+        .unwrap();
+        let deleted = gs.delete_offsets(DeleteOffsets {
+            group: "g".into(),
+            partitions: vec![("t".into(), 0), ("old".into(), 0)],
+        });
+        assert_eq!(
+            deleted,
+            Ok(vec![Err(GroupError::GroupSubscribedToTopic), Ok(())])
+        );
+        assert_eq!(group(&gs).offsets.len(), 1);
+        assert_eq!(
+            gs.delete_offsets(DeleteOffsets {
+                group: "nope".into(),
+                partitions: vec![]
+            }),
+            Err(GroupError::GroupIdNotFound)
+        );
+    }
+}

@@ -1,0 +1,547 @@
+//! Consumer groups (Kafka's classic group protocol), as part of the
+//! deterministic state machine: membership, generations, assignments and
+//! committed offsets all live in the metastore, so any agent can coordinate
+//! any group and an agent's death loses nothing.
+//!
+//! What is *not* in the log is liveness: a Heartbeat is answered by the
+//! metastore leader from its state and noted only in the leader's memory
+//! (`raft::liveness`), so a consumer's heartbeat costs no quorum write. The
+//! leader's timers propose [`ExpireMembers`] for members it has not heard
+//! from within their session, carrying what it last heard, and [`TickGroup`]
+//! when a rebalance or sync deadline passes. A new leader knows no
+//! heartbeats: it counts every member as heard from when it began to lead
+//! (as Kafka's coordinator does when it loads a group), so a failover costs
+//! at most one extra session timeout before a dead member goes.
+//!
+//! Time comes in with every command (`now_ms`, the leader's stamp): the
+//! state machine never reads a clock. The rules are Kafka's (its
+//! `GroupMetadataManager` and `ClassicGroup`): [`classic`] holds one group's.
+
+pub mod classic;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+pub use classic::{Group, Member, Phase};
+
+/// Why a group operation was refused; each is one Kafka error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum GroupError {
+    #[error("unknown member id")]
+    UnknownMemberId,
+    #[error("illegal generation")]
+    IllegalGeneration,
+    #[error("rebalance in progress")]
+    RebalanceInProgress,
+    #[error("inconsistent group protocol")]
+    InconsistentGroupProtocol,
+    #[error("invalid session timeout")]
+    InvalidSessionTimeout,
+    #[error("a newer member holds this group.instance.id")]
+    FencedInstanceId,
+    #[error("the group is full")]
+    GroupMaxSizeReached,
+    #[error("the group has members")]
+    NonEmptyGroup,
+    #[error("no such group")]
+    GroupIdNotFound,
+    #[error("the group is subscribed to the topic")]
+    GroupSubscribedToTopic,
+}
+
+/// Shortest and longest session timeout accepted (Kafka's group.min/max.session.timeout.ms).
+pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
+pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
+/// Members (and ids handed out, KIP-394) one group may have: Kafka's
+/// `group.max.size` is unbounded by default; every map here has a limit.
+pub const MAX_GROUP_SIZE: usize = 10_000;
+/// Kafka's `offsets.retention.minutes` default (7 days): committed offsets
+/// of a group that has had no members for this long (and that were not
+/// committed since) are forgotten, and the group with them.
+pub const OFFSETS_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+/// Kafka's `offset.metadata.max.bytes` default: longer commit metadata is
+/// refused (OFFSET_METADATA_TOO_LARGE).
+pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+/// JoinGroup: a member (re)joins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGroup {
+    pub group: String,
+    /// Empty for a new member (or a static member that restarted).
+    pub member_id: String,
+    /// `group.instance.id`: a static member (KIP-345).
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    /// Where the member connects from (DescribeGroups shows it).
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Vec<u8>)>,
+    /// The topics a `consumer` member subscribes to, as the agent read them
+    /// from its metadata (the metastore knows nothing of the Kafka wire);
+    /// `None` when not known. OffsetDelete and offset expiry use them.
+    pub subscribed_topics: Option<Vec<String>>,
+    /// A new dynamic member is first given an id and asked to come back with
+    /// it (KIP-394, JoinGroup v4+), so a lost answer leaves no ghost member.
+    pub require_known_member_id: bool,
+    /// The id a new member gets: drawn by the proposer, as the state
+    /// machine draws nothing.
+    pub fresh_id: String,
+    pub now_ms: i64,
+}
+
+/// What a JoinGroup did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Joined {
+    /// The member is in the rebalance (or the generation): its answer is
+    /// due once the generation forms.
+    Member(String),
+    /// KIP-394: come back with this id.
+    MemberIdRequired(String),
+    /// A static member took its instance's place in a stable group with no
+    /// rebalance: answered at once with the current generation, naming the
+    /// leader as it was before (Kafka's answer to JoinGroup before v9).
+    Replaced { member_id: String, leader: String },
+}
+
+/// SyncGroup: the leader's assignments for the generation (none from a follower).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncGroup {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    /// SyncGroup v5 names them; a mismatch is INCONSISTENT_GROUP_PROTOCOL.
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub assignments: Vec<(String, Vec<u8>)>,
+    pub now_ms: i64,
+}
+
+/// Heartbeat: a member says it is alive, and learns of a rebalance. Not a
+/// command of the log: the leader answers it (see the module's doc).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupHeartbeat {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+}
+
+/// One member leaving: by member id, or (empty member id) by instance id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leaving {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+}
+
+/// LeaveGroup of one or more members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaveGroup {
+    pub group: String,
+    pub members: Vec<Leaving>,
+    pub now_ms: i64,
+}
+
+/// Ends a rebalance or sync whose deadline passed and forgets ids handed
+/// out that never came back (proposed by the leader's timers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TickGroup {
+    pub group: String,
+    pub now_ms: i64,
+}
+
+/// Removes members whose session ran out (proposed by the leader's timers):
+/// each with the last time the leader heard its heartbeat, so that applying
+/// it decides the same on every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpireMembers {
+    pub group: String,
+    pub members: Vec<(String, i64)>,
+    pub now_ms: i64,
+}
+
+/// OffsetCommit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitOffsets {
+    pub group: String,
+    /// -1 with an empty member id: a commit from outside the group protocol.
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub offsets: Vec<OffsetToCommit>,
+    pub now_ms: i64,
+}
+
+/// One partition's offset in a [`CommitOffsets`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetToCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// The leader epoch the consumer saw (KIP-320), -1 when it sent none.
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// DeleteGroups: each group, if empty, with its offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteGroups {
+    pub groups: Vec<String>,
+}
+
+/// OffsetDelete (KIP-496): committed offsets of topics the group does not
+/// subscribe to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteOffsets {
+    pub group: String,
+    pub partitions: Vec<(String, i32)>,
+}
+
+/// Answers when `group` changes from version `seen` (or at once without
+/// one), or after `wait_ms` (at most [`MAX_GROUP_WAIT_MS`]): what the member
+/// sees of it. How a JoinGroup or SyncGroup waits for the rest of its group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwaitGroup {
+    pub group: String,
+    pub member_id: String,
+    pub seen: Option<u64>,
+    pub wait_ms: u32,
+}
+
+/// The longest one [`AwaitGroup`] waits (within a client's attempt timeout).
+pub const MAX_GROUP_WAIT_MS: u32 = 1_000;
+
+/// What a member waiting in JoinGroup or SyncGroup needs of its group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberView {
+    /// Changes whenever the group's membership, phase or assignments do.
+    pub version: u64,
+    pub generation: i32,
+    pub phase: Phase,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    /// `None`: not a member. `Some(joined)`: a member, which has (re)joined
+    /// the rebalance in progress if `joined`.
+    pub member: Option<bool>,
+    /// Every member's id, instance id and metadata for the chosen protocol,
+    /// once a generation formed, and only for its leader.
+    pub members: Vec<(String, Option<String>, Vec<u8>)>,
+    /// The member's assignment and the generation it is of.
+    pub assignment: Option<(i32, Vec<u8>)>,
+}
+
+/// DescribeGroups of one group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeGroup {
+    pub name: String,
+}
+
+/// One group as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupDescription {
+    pub state: String,
+    pub protocol_type: String,
+    /// The chosen protocol, while Stable (as Kafka).
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    /// The member's metadata for the chosen protocol, while Stable.
+    pub metadata: Vec<u8>,
+    pub assignment: Vec<u8>,
+}
+
+/// Every group, as ListGroups shows it: name, state and protocol type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListGroups;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupListing {
+    pub name: String,
+    pub state: String,
+    pub protocol_type: String,
+}
+
+/// OffsetFetch: a group's committed offsets of `partitions` (all of them
+/// when `None`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupOffsets {
+    pub group: String,
+    pub partitions: Option<Vec<(String, i32)>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+    /// The metastore's time of the commit.
+    pub commit_ms: i64,
+}
+
+/// A group operation as the log holds it (defined with the log's commands).
+pub use crate::state::GroupCommand;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Groups {
+    groups: BTreeMap<String, Group>,
+}
+
+impl Groups {
+    pub fn get(&self, group: &str) -> Option<&Group> {
+        self.groups.get(group)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Group)> {
+        self.groups.iter()
+    }
+
+    pub fn list(&self) -> Vec<GroupListing> {
+        self.groups
+            .iter()
+            .map(|(name, g)| GroupListing {
+                name: name.clone(),
+                state: g.state_name().to_string(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    pub fn describe(&self, group: &str) -> Option<GroupDescription> {
+        self.groups.get(group).map(Group::describe)
+    }
+
+    pub fn view(&self, group: &str, member_id: &str) -> Option<MemberView> {
+        self.groups.get(group).map(|g| g.view(member_id))
+    }
+
+    pub fn offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Vec<((String, i32), Option<CommittedOffset>)> {
+        let Some(g) = self.groups.get(group) else {
+            return partitions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| (p, None))
+                .collect();
+        };
+        match partitions {
+            None => g
+                .offsets
+                .iter()
+                .map(|(p, o)| (p.clone(), Some(o.clone())))
+                .collect(),
+            Some(wanted) => wanted
+                .into_iter()
+                .map(|p| {
+                    let found = g.offsets.get(&p).cloned();
+                    (p, found)
+                })
+                .collect(),
+        }
+    }
+
+    /// Forgets offsets past retention (Kafka's rules: an empty group's
+    /// from when it became empty or their commit, whichever is later; a
+    /// stable consumer group's of topics it no longer subscribes to, from
+    /// their commit), and then groups left with neither members nor offsets.
+    pub fn expire_offsets(&mut self, now_ms: i64) {
+        let horizon = now_ms.saturating_sub(OFFSETS_RETENTION_MS);
+        self.groups.retain(|_, g| {
+            if g.members.is_empty() {
+                let empty_since = g.empty_since_ms;
+                g.offsets
+                    .retain(|_, o| o.commit_ms.max(empty_since) > horizon);
+                return !g.offsets.is_empty() || !g.pending.is_empty();
+            }
+            if g.phase == Phase::Stable
+                && let Some(subscribed) = g.subscribed_topics()
+            {
+                g.offsets
+                    .retain(|(topic, _), o| subscribed.contains(topic) || o.commit_ms > horizon);
+            }
+            true
+        });
+    }
+
+    /// Drops every group's committed offsets of a deleted topic (so a topic
+    /// re-created under its name starts with none, as in Kafka).
+    pub fn forget_topic(&mut self, topic: &str) {
+        for g in self.groups.values_mut() {
+            g.offsets.retain(|(t, _), _| t != topic);
+        }
+    }
+
+    pub fn join(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
+        if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
+            return Err(GroupError::InvalidSessionTimeout);
+        }
+        // Only a new member creates a group: a member id names one that exists.
+        if !join.member_id.is_empty() && !self.groups.contains_key(&join.group) {
+            return Err(GroupError::UnknownMemberId);
+        }
+        let g = self.groups.entry(join.group.clone()).or_default();
+        let joined = g.join(join);
+        g.version += 1;
+        joined
+    }
+
+    pub fn sync(&mut self, sync: SyncGroup) -> Result<(), GroupError> {
+        // Only JoinGroup and standalone offset commits create groups: any
+        // name in a Sync, Heartbeat or Leave would otherwise leave one behind.
+        let g = self
+            .groups
+            .get_mut(&sync.group)
+            .ok_or(GroupError::UnknownMemberId)?;
+        let synced = g.sync(sync);
+        g.version += 1;
+        synced
+    }
+
+    /// Checks a heartbeat against the state: its answer, and whether the
+    /// member's session is to be extended (Kafka extends it in every case
+    /// but a refusal of the member or its generation).
+    pub fn check_heartbeat(&self, beat: &GroupHeartbeat) -> (Result<(), GroupError>, bool) {
+        match self.groups.get(&beat.group) {
+            None => (Err(GroupError::UnknownMemberId), false),
+            Some(g) => g.check_heartbeat(beat),
+        }
+    }
+
+    /// Answers per member, in order.
+    pub fn leave(&mut self, leave: LeaveGroup) -> Vec<Result<(), GroupError>> {
+        let Some(g) = self.groups.get_mut(&leave.group) else {
+            return leave
+                .members
+                .iter()
+                .map(|_| Err(GroupError::UnknownMemberId))
+                .collect();
+        };
+        let left = g.leave(leave.members, leave.now_ms);
+        g.version += 1;
+        left
+    }
+
+    pub fn tick(&mut self, tick: TickGroup) {
+        if let Some(g) = self.groups.get_mut(&tick.group) {
+            g.tick(tick.now_ms);
+            g.version += 1;
+        }
+    }
+
+    pub fn expire_members(&mut self, expire: ExpireMembers) {
+        if let Some(g) = self.groups.get_mut(&expire.group) {
+            g.expire_members(&expire.members, expire.now_ms);
+            g.version += 1;
+        }
+    }
+
+    pub fn commit_offsets(&mut self, commit: CommitOffsets) -> Result<(), GroupError> {
+        let simple = commit.generation < 0;
+        // As Kafka: a commit with no generation creates the group to hold
+        // its offsets; any other names a generation that cannot exist.
+        let g = match self.groups.get_mut(&commit.group) {
+            Some(g) => g,
+            None if simple => self
+                .groups
+                .entry(commit.group.clone())
+                .or_insert_with(|| Group {
+                    empty_since_ms: commit.now_ms,
+                    ..Group::default()
+                }),
+            None => return Err(GroupError::IllegalGeneration),
+        };
+        g.check_commit(&commit)?;
+        let now_ms = commit.now_ms;
+        if let Some(member) = g.members.get_mut(&commit.member_id) {
+            member.last_seen_ms = now_ms;
+        }
+        for OffsetToCommit {
+            topic,
+            partition,
+            offset,
+            leader_epoch,
+            metadata,
+        } in commit.offsets
+        {
+            // The agent answers these OFFSET_METADATA_TOO_LARGE; the state
+            // never stores them.
+            if metadata
+                .as_ref()
+                .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
+            {
+                continue;
+            }
+            g.offsets.insert(
+                (topic, partition),
+                CommittedOffset {
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_ms: now_ms,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Per group, in order.
+    pub fn delete(&mut self, delete: DeleteGroups) -> Vec<Result<(), GroupError>> {
+        delete
+            .groups
+            .into_iter()
+            .map(|name| match self.groups.get(&name) {
+                None => Err(GroupError::GroupIdNotFound),
+                Some(g) if g.phase != Phase::Empty => Err(GroupError::NonEmptyGroup),
+                Some(_) => {
+                    self.groups.remove(&name);
+                    Ok(())
+                }
+            })
+            .collect()
+    }
+
+    /// Per partition, in order; the outer error is the group's.
+    pub fn delete_offsets(
+        &mut self,
+        delete: DeleteOffsets,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let g = self
+            .groups
+            .get_mut(&delete.group)
+            .ok_or(GroupError::GroupIdNotFound)?;
+        if !g.members.is_empty() && g.protocol_type.as_deref() != Some("consumer") {
+            return Err(GroupError::NonEmptyGroup);
+        }
+        // A consumer group whose subscriptions are unknown counts as
+        // subscribed to everything (as Kafka).
+        let subscribed: Option<BTreeSet<String>> = if g.members.is_empty() {
+            Some(BTreeSet::new())
+        } else {
+            g.subscribed_topics()
+        };
+        Ok(delete
+            .partitions
+            .into_iter()
+            .map(|(topic, partition)| {
+                if subscribed.as_ref().is_none_or(|s| s.contains(&topic)) {
+                    return Err(GroupError::GroupSubscribedToTopic);
+                }
+                g.offsets.remove(&(topic, partition));
+                Ok(())
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,349 @@
+"""Consumer groups as Kafka runs them (the classic protocol), judged by
+librdkafka (confluent-kafka) and kafka-python's admin client: members share a
+topic and hand partitions over when one leaves or is killed, offsets outlive
+an agent restart, cooperative-sticky members rebalance incrementally, static
+members restart without a rebalance, a commit in the revoke callback is
+never lost, one group spans agents, and groups and offsets are deleted as
+Kafka deletes them."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient, MemberToRemove
+
+PARTITIONS = 12
+
+
+def make_topic(bootstrap, name, partitions=PARTITIONS):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def produce(bootstrap, topic, values, partitions=PARTITIONS):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v.encode(), partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def wait_for(condition, seconds=60, why="condition"):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {why}")
+
+
+def settings(bootstrap, group, **extra):
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300,
+        "topic.metadata.refresh.interval.ms": 2000,
+    }
+    conf.update({k.replace("_", "."): v for k, v in extra.items()})
+    return conf
+
+
+class Member:
+    """A consumer polling in its own thread: what it holds, what it read,
+    how many times it was assigned or revoked."""
+
+    def __init__(self, conf, topic, commit_on_revoke=False):
+        self.consumer = Consumer(conf)
+        self.topic = topic
+        self.commit_on_revoke = commit_on_revoke
+        self.held = set()
+        self.read = []
+        self.assigns = 0
+        self.revokes = 0
+        self.errors = []
+        self.stop = threading.Event()
+        self.closed = threading.Event()
+        self.leave = True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def on_assign(self, consumer, partitions):
+        self.assigns += 1
+
+    def on_revoke(self, consumer, partitions):
+        self.revokes += 1
+        if self.commit_on_revoke and partitions:
+            # The last commit of the old generation: what was processed.
+            try:
+                consumer.commit(offsets=consumer.position(partitions), asynchronous=False)
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                self.errors.append(f"commit in revoke: {e}")
+
+    def run(self):
+        self.consumer.subscribe([self.topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
+        while not self.stop.is_set():
+            msg = self.consumer.poll(0.1)
+            self.held = {tp.partition for tp in self.consumer.assignment()}
+            if msg is None:
+                continue
+            if msg.error():
+                self.errors.append(str(msg.error()))
+                continue
+            self.read.append((msg.partition(), msg.offset(), msg.value().decode()))
+            self.consumer.commit(message=msg, asynchronous=True)
+        if self.leave:
+            self.consumer.close()
+        self.closed.set()
+
+    def close(self):
+        self.stop.set()
+        self.closed.wait(30)
+
+
+def disjoint_cover(*members, of=PARTITIONS):
+    held = [m.held for m in members]
+    union = set().union(*held)
+    return union == set(range(of)) and sum(len(h) for h in held) == of and all(held)
+
+
+# A member in another process, to be killed with SIGKILL.
+KILLABLE = textwrap.dedent("""
+    import json, sys
+    from confluent_kafka import Consumer
+    c = Consumer(json.loads(sys.argv[1]))
+    c.subscribe([sys.argv[2]])
+    held = None
+    while True:
+        c.poll(0.1)
+        now = sorted(tp.partition for tp in c.assignment())
+        if now != held:
+            held = now
+            print(json.dumps(held), flush=True)
+""")
+
+
+class Killable:
+    def __init__(self, conf, topic):
+        self.proc = subprocess.Popen([sys.executable, "-c", KILLABLE, json.dumps(conf), topic],
+                                     stdout=subprocess.PIPE, text=True)
+        self.held = set()
+        threading.Thread(target=self.follow, daemon=True).start()
+
+    def follow(self):
+        for line in self.proc.stdout:
+            self.held = set(json.loads(line))
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_members_share_and_hand_over_on_leave_and_on_kill(agent):
+    make_topic(agent.bootstrap, "shared12")
+    conf = settings(agent.bootstrap, "sharers")
+    a, b = Member(conf, "shared12"), Member(conf, "shared12")
+    c = Killable(conf, "shared12")
+    try:
+        wait_for(lambda: disjoint_cover(a, b, c), why="three members sharing 12 partitions")
+        a.close()
+        wait_for(lambda: disjoint_cover(b, c), why="a's partitions to move on leave")
+        c.kill()
+        # Killed: nothing said goodbye; its partitions move after its session.
+        killed = time.time()
+        wait_for(lambda: b.held == set(range(PARTITIONS)), why="c's partitions after its session")
+        assert time.time() - killed >= 3, "moved before the session could have ended"
+        values = [f"v{i}" for i in range(600)]
+        produce(agent.bootstrap, "shared12", values)
+        wait_for(lambda: {v for _, _, v in a.read + b.read} >= set(values), why="every record read")
+        assert not b.errors, b.errors
+    finally:
+        for m in (a, b):
+            m.close()
+        c.kill()
+
+
+def test_committed_offsets_survive_an_agent_restart(agent):
+    make_topic(agent.bootstrap, "kept", 3)
+    produce(agent.bootstrap, "kept", [f"k{i}" for i in range(300)], partitions=3)
+    m = Member(settings(agent.bootstrap, "keepers"), "kept")
+    wait_for(lambda: len(m.read) >= 300, why="the first 300 records")
+    m.close()
+    agent.restart()
+    produce(agent.bootstrap, "kept", [f"k{i}" for i in range(300, 330)], partitions=3)
+    again = Member(settings(agent.bootstrap, "keepers"), "kept")
+    try:
+        wait_for(lambda: len(again.read) >= 30, why="the records after the restart")
+        time.sleep(1)
+        assert sorted(v for _, _, v in again.read) == sorted(f"k{i}" for i in range(300, 330))
+    finally:
+        again.close()
+
+
+def test_cooperative_sticky_members_rebalance_incrementally(agent):
+    make_topic(agent.bootstrap, "sticky12")
+    conf = settings(agent.bootstrap, "stickers", partition_assignment_strategy="cooperative-sticky")
+    a = Member(conf, "sticky12")
+    members = [a]
+    try:
+        wait_for(lambda: a.held == set(range(PARTITIONS)), why="a alone holding everything")
+        b = Member(conf, "sticky12")
+        members.append(b)
+        wait_for(lambda: disjoint_cover(a, b), why="a and b sharing")
+        # Incremental: a kept what it was not asked to give up.
+        kept_by_a = set(a.held)
+        c = Member(conf, "sticky12")
+        members.append(c)
+        wait_for(lambda: disjoint_cover(a, b, c), why="three sharing")
+        assert len(a.held & kept_by_a) >= 4, (a.held, kept_by_a)
+        b.close()
+        members.remove(b)
+        wait_for(lambda: disjoint_cover(a, c), why="b's partitions moving to a and c")
+        assert not a.errors and not c.errors, a.errors + c.errors
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_a_static_member_restarts_without_a_rebalance(agent):
+    make_topic(agent.bootstrap, "static12")
+
+    def static(instance):
+        return Member(settings(agent.bootstrap, "statics", group_instance_id=instance,
+                               session_timeout_ms=15000), "static12")
+
+    s1, s2 = static("s1"), static("s2")
+    try:
+        wait_for(lambda: disjoint_cover(s1, s2), why="two static members sharing")
+        held_by_s1 = set(s1.held)
+        assigns_of_s2, revokes_of_s2 = s2.assigns, s2.revokes
+        # A static member's close sends no LeaveGroup (KIP-345): it stays in
+        # the group for its session, and its return is no rebalance.
+        s1.close()
+        s1 = static("s1")
+        wait_for(lambda: s1.held == held_by_s1, seconds=30, why="s1 getting its partitions back")
+        time.sleep(2)
+        assert (s2.assigns, s2.revokes) == (assigns_of_s2, revokes_of_s2), "s2 saw a rebalance"
+        # Removed by instance id (kafka-python's admin: LeaveGroup v3+), the
+        # group rebalances at once and s2 takes everything... until s1's
+        # next heartbeat finds it fenced and it joins again.
+        admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+        admin.remove_group_members("statics", [MemberToRemove(group_instance_id="s1")])
+        wait_for(lambda: s2.assigns > assigns_of_s2, why="a rebalance after the removal")
+        wait_for(lambda: disjoint_cover(s1, s2), why="s1 back in the group")
+        admin.close()
+    finally:
+        for m in (s1, s2):
+            m.close()
+
+
+def test_a_commit_in_the_revoke_callback_is_never_lost(agent):
+    make_topic(agent.bootstrap, "handover", 4)
+    values = [f"h{i}" for i in range(4_000)]
+    producing = threading.Thread(
+        target=lambda: [produce(agent.bootstrap, "handover", values[i:i + 200], partitions=4)
+                        or time.sleep(0.05) for i in range(0, len(values), 200)])
+    conf = settings(agent.bootstrap, "handers")
+    a = Member(conf, "handover", commit_on_revoke=True)
+    members = [a]
+    try:
+        wait_for(lambda: a.held == {0, 1, 2, 3}, why="a holding everything")
+        producing.start()
+        time.sleep(0.5)
+        # Two newcomers force two rebalances while records flow; every
+        # member commits what it processed in its revoke callback.
+        for _ in range(2):
+            members.append(Member(conf, "handover", commit_on_revoke=True))
+            time.sleep(3)
+        producing.join()
+        wait_for(lambda: len({v for m in members for _, _, v in m.read}) >= len(values),
+                 why="every record read")
+        time.sleep(1)
+        read = [v for m in members for _, _, v in m.read]
+        twice = {v for v in read if read.count(v) > 1}
+        assert not twice, f"{len(twice)} records processed twice"
+        assert not any(m.errors for m in members), [m.errors for m in members]
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_one_group_spans_agents(peer_agents):
+    first, second = peer_agents(2, "--flush-interval", "20ms")
+    make_topic(first.bootstrap, "spread12")
+    a = Member(settings(first.bootstrap, "spread"), "spread12")
+    b = Member(settings(second.bootstrap, "spread"), "spread12")
+    try:
+        wait_for(lambda: disjoint_cover(a, b), why="members on two agents sharing")
+    finally:
+        for m in (a, b):
+            m.close()
+
+
+def test_groups_and_their_offsets_are_deleted_as_kafka_deletes_them(agent):
+    make_topic(agent.bootstrap, "deleting", 2)
+    make_topic(agent.bootstrap, "other", 2)
+    produce(agent.bootstrap, "deleting", [f"d{i}" for i in range(20)], partitions=2)
+    # Offsets of a topic its members will not subscribe to, committed while
+    # it has none (a commit from outside a group with members is refused).
+    c = Consumer(settings(agent.bootstrap, "deleters"))
+    c.commit(offsets=[TopicPartition("other", 0, 5)], asynchronous=False)
+    c.close()
+    m = Member(settings(agent.bootstrap, "deleters"), "deleting")
+    wait_for(lambda: len(m.read) >= 20, why="records")
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    deleted = admin.delete_group_offsets(
+        "deleters", [KafkaTopicPartition("deleting", 0), KafkaTopicPartition("other", 0)])
+    errors = {(tp.topic, tp.partition): str(err) for tp, err in deleted.items()}
+    assert "GroupSubscribedToTopic" in errors[("deleting", 0)], errors
+    assert "NoError" in errors[("other", 0)], errors
+    confluent = AdminClient({"bootstrap.servers": agent.bootstrap})
+    refused = confluent.delete_consumer_groups(["deleters"])["deleters"]
+    try:
+        refused.result(30)
+        raise AssertionError("a group with members was deleted")
+    except Exception as e:  # noqa: BLE001
+        assert "NON_EMPTY_GROUP" in str(e), e
+    m.close()
+    wait_for(lambda: admin.describe_groups(["deleters"])["deleters"]["group_state"] == "Empty",
+             why="the group to empty")
+    confluent.delete_consumer_groups(["deleters"])["deleters"].result(30)
+    assert "deleters" not in {g["group_id"] for g in admin.list_groups()}
+    admin.close()
+
+
+# librdkafka's admin client aborted once right after a ListConsumerGroups or
+# DescribeConsumerGroups answer: run them in a process of their own and
+# check it exits cleanly with the answers expected.
+ADMIN_CALLS = textwrap.dedent("""
+    import sys
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+    listed = admin.list_consumer_groups().result(30)
+    names = sorted(g.group_id for g in listed.valid)
+    described = admin.describe_consumer_groups(names)
+    for name, future in described.items():
+        g = future.result(30)
+        print(name, g.state, len(g.members), sorted(m.client_id for m in g.members), flush=True)
+""")
+
+
+def test_librdkafka_admin_lists_and_describes_groups_cleanly(agent):
+    make_topic(agent.bootstrap, "described", 2)
+    m = Member(settings(agent.bootstrap, "described-group", client_id="describer"), "described")
+    try:
+        wait_for(lambda: m.held == {0, 1}, why="a member")
+        done = subprocess.run([sys.executable, "-c", ADMIN_CALLS, agent.bootstrap],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "described-group ConsumerGroupState.STABLE 1 ['describer']" in done.stdout, done.stdout
+    finally:
+        m.close()
