@@ -13,5 +13,6 @@ pub mod handlers;
 pub mod metrics;
 pub mod read;
 pub mod server;
+pub mod tools;
 pub mod topic_cache;
 pub mod watermarks;

@@ -39,6 +39,34 @@ enum Command {
     Metastore(MetastoreArgs),
     /// A workload's monthly bill on Apache Kafka and on floe, line by line (docs/cost.md).
     Cost(CostArgs),
+    /// Create, list, describe, alter and delete topics (as kafka-topics.sh).
+    Topics(ToolArgs<floe_agent::tools::topics::TopicsCommand>),
+    /// List, describe, reset the offsets of and delete consumer groups (as kafka-consumer-groups.sh).
+    Groups(ToolArgs<floe_agent::tools::groups::GroupsCommand>),
+}
+
+/// What the administration tools share: where the broker is, how to print.
+#[derive(Args)]
+struct ToolArgs<C: clap::Subcommand> {
+    /// A broker (or load balancer) to ask, HOST:PORT.
+    #[arg(
+        long,
+        global = true,
+        env = "FLOE_BOOTSTRAP_SERVER",
+        default_value = "localhost:9092"
+    )]
+    bootstrap_server: String,
+    #[arg(long, global = true, value_enum, default_value = "table")]
+    output: floe_agent::tools::Output,
+    #[command(subcommand)]
+    command: C,
+}
+
+fn run_tool<F: std::future::Future<Output = anyhow::Result<()>>>(tool: F) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(tool)
 }
 
 /// Defaults, then the TOML file, then each `--set`, in order.
@@ -273,6 +301,16 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Metastore(args) => run_metastore(args),
         Command::Cost(args) => run_cost(args),
+        Command::Topics(args) => run_tool(floe_agent::tools::topics::run(
+            &args.bootstrap_server,
+            args.output,
+            args.command,
+        )),
+        Command::Groups(args) => run_tool(floe_agent::tools::groups::run(
+            &args.bootstrap_server,
+            args.output,
+            args.command,
+        )),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

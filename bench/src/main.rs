@@ -27,7 +27,7 @@ use floe_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use client::Connection;
+use floe_protocol::client::Connection;
 
 #[derive(Parser, Clone)]
 #[command(about = "Produce/fetch load generator for floe (or any Kafka broker)")]
@@ -135,7 +135,7 @@ async fn main() -> anyhow::Result<()> {
     let codec = compression(&args.compression)?;
     let topic = TopicName(StrBytes::from_string(args.topic.clone()));
 
-    let mut admin = Connection::connect(&args.bootstrap).await?;
+    let mut admin = Connection::connect(&args.bootstrap, "floe-bench").await?;
     let create = CreateTopicsRequest::default().with_topics(vec![
         CreatableTopic::default()
             .with_name(topic.clone())
@@ -172,7 +172,7 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..args.connections {
         let (args, request) = (args.clone(), request.clone());
         tasks.push(tokio::spawn(async move {
-            let mut conn = Connection::connect(&args.bootstrap).await?;
+            let mut conn = Connection::connect(&args.bootstrap, "floe-bench").await?;
             conn.pipeline::<_, ProduceResponse>(
                 ApiKey::Produce,
                 9,
@@ -227,7 +227,7 @@ async fn main() -> anyhow::Result<()> {
     // Fetch everything back from offset 0 on one connection.
     let mut offsets = vec![0i64; args.partitions as usize];
     let mut fetched_bytes = 0u64;
-    let mut conn = Connection::connect(&args.bootstrap).await?;
+    let mut conn = Connection::connect(&args.bootstrap, "floe-bench").await?;
     let fetch_started = Instant::now();
     let mut high_watermarks = vec![i64::MAX; args.partitions as usize];
     while offsets.iter().zip(&high_watermarks).any(|(o, hw)| o < hw) {

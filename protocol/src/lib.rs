@@ -8,6 +8,8 @@
 //! decompressed.
 
 pub mod batch;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod compression;
 pub mod frame;
 pub mod records;

@@ -1,0 +1,111 @@
+"""`floe topics` and `floe groups` against a running agent: tables and JSON
+a script can read, a non-zero exit and one clear line on error, offsets
+reset with a dry run first."""
+
+import json
+import subprocess
+import time
+
+from confluent_kafka import Consumer, Producer
+
+from conftest import FLOE
+
+
+def floe(agent, *args, expect_ok=True):
+    done = subprocess.run([FLOE, *args, "--bootstrap-server", agent.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+    if expect_ok:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def floe_json(agent, *args):
+    return json.loads(floe(agent, *args[:1], "--output", "json", *args[1:]).stdout)
+
+
+def test_topics_are_created_listed_described_altered_and_deleted(agent):
+    floe(agent, "topics", "create", "orders", "--partitions", "3", "--config", "retention.ms=3600000")
+    listed = floe_json(agent, "topics", "list")["topics"]
+    assert [(t["topic"], t["partitions"]) for t in listed] == [("orders", 3)]
+    assert "orders" in floe(agent, "topics", "list").stdout
+
+    # Already there: one line naming Kafka's error, and a failed exit.
+    again = floe(agent, "topics", "create", "orders", expect_ok=False)
+    assert again.returncode != 0 and "TopicAlreadyExists" in again.stderr, again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1, again.stderr
+
+    p = Producer({"bootstrap.servers": agent.bootstrap})
+    for i in range(10):
+        p.produce("orders", value=b"x", partition=i % 3)
+    assert p.flush(30) == 0
+    described = floe_json(agent, "topics", "describe", "orders")
+    ends = {row["partition"]: row["log_end"] for row in described["partitions"]}
+    assert ends == {0: 4, 1: 3, 2: 3}, described
+    assert {"topic": "orders", "config": "retention.ms", "value": "3600000"} in described["configs"]
+
+    floe(agent, "topics", "alter", "orders", "--partitions", "5", "--config", "cleanup.policy=delete",
+         "--delete-config", "retention.ms")
+    described = floe_json(agent, "topics", "describe", "orders")
+    assert len(described["partitions"]) == 5
+    assert [c["config"] for c in described["configs"]] == ["cleanup.policy"]
+
+    missing = floe(agent, "topics", "describe", "nothing", expect_ok=False)
+    assert missing.returncode != 0 and "UnknownTopicOrPartition" in missing.stderr
+    floe(agent, "topics", "delete", "orders")
+    assert floe_json(agent, "topics", "list")["topics"] == []
+
+
+def test_groups_are_described_with_lag_reset_and_deleted(agent):
+    floe(agent, "topics", "create", "events", "--partitions", "2")
+    p = Producer({"bootstrap.servers": agent.bootstrap})
+    for i in range(20):
+        p.produce("events", value=b"e", partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "readers",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "client.id": "reader-1"})
+    c.subscribe(["events"])
+    read = 0
+    deadline = time.time() + 30
+    while read < 15 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            read += 1
+            if read <= 12:
+                c.commit(message=m, asynchronous=False)
+    described = floe_json(agent, "groups", "describe", "readers")
+    rows = {r["partition"]: r for r in described["offsets"]}
+    assert sum(r["lag"] for r in rows.values()) == 20 - 12, described
+    assert {r["client_id"] for r in rows.values()} == {"reader-1"}
+    assert described["members"][0]["state"] == "Stable"
+    assert {"group": "readers", "state": "Stable", "protocol_type": "consumer"} in \
+        floe_json(agent, "groups", "list")["groups"]
+
+    # A group with members: its offsets cannot be reset, nor itself deleted.
+    busy = floe(agent, "groups", "reset-offsets", "readers", "--topic", "events", "--to-earliest",
+                expect_ok=False)
+    assert busy.returncode != 0 and "Stable" in busy.stderr, busy.stderr
+    busy = floe(agent, "groups", "delete", "readers", expect_ok=False)
+    assert busy.returncode != 0 and "NonEmptyGroup" in busy.stderr, busy.stderr
+    c.close()
+
+    # A dry run by default: the plan, nothing committed.
+    plan = floe_json(agent, "groups", "reset-offsets", "readers", "--topic", "events:0",
+                     "--shift-by", "-2")["plan"]
+    before = {r["partition"]: r["current_offset"] for r in plan}
+    assert [r["new_offset"] for r in plan] == [before[0] - 2]
+    after = floe_json(agent, "groups", "describe", "readers")["offsets"]
+    assert {r["partition"]: r["current_offset"] for r in after}[0] == before[0]
+    floe(agent, "groups", "reset-offsets", "readers", "--topic", "events", "--to-earliest", "--execute")
+    after = floe_json(agent, "groups", "describe", "readers")["offsets"]
+    assert {r["current_offset"] for r in after} == {0}
+    assert {r["lag"] for r in after} == {10}
+    floe(agent, "groups", "reset-offsets", "readers", "--topic", "events", "--to-datetime",
+         "2000-01-01T00:00:00Z", "--execute")
+    floe(agent, "groups", "reset-offsets", "readers", "--topic", "events", "--to-latest", "--execute")
+    after = floe_json(agent, "groups", "describe", "readers")["offsets"]
+    assert {r["lag"] for r in after} == {0}
+
+    floe(agent, "groups", "delete", "readers")
+    gone = floe(agent, "groups", "describe", "readers", expect_ok=False)
+    assert gone.returncode != 0 and "does not exist" in gone.stderr
