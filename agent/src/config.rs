@@ -93,6 +93,14 @@ pub struct Config {
     /// `request.timeout.ms`, 30 s by default, and reconnects.)
     #[serde(with = "humantime_serde")]
     pub stalled_client_timeout: Duration,
+    /// A member of a consumer-protocol group (KIP-848) not heard from for
+    /// this long is removed (Kafka's `group.consumer.session.timeout.ms`).
+    #[serde(with = "humantime_serde")]
+    pub consumer_session_timeout: Duration,
+    /// How often such members are told to heartbeat
+    /// (`group.consumer.heartbeat.interval.ms`).
+    #[serde(with = "humantime_serde")]
+    pub consumer_heartbeat_interval: Duration,
     /// Memory for cached object blocks.
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
@@ -159,6 +167,8 @@ impl Default for Config {
             max_connections_per_ip: 4096,
             connections_max_idle: Duration::from_secs(600),
             stalled_client_timeout: Duration::from_secs(30),
+            consumer_session_timeout: Duration::from_secs(45),
+            consumer_heartbeat_interval: Duration::from_secs(5),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
             auto_create_topics: true,
@@ -239,6 +249,11 @@ impl Config {
         anyhow::ensure!(
             !self.connections_max_idle.is_zero() && !self.stalled_client_timeout.is_zero(),
             "connections_max_idle and stalled_client_timeout must be positive"
+        );
+        anyhow::ensure!(
+            self.consumer_heartbeat_interval < self.consumer_session_timeout
+                && self.consumer_session_timeout <= Duration::from_secs(1800),
+            "consumer_heartbeat_interval must be shorter than consumer_session_timeout, itself at most 30m"
         );
         anyhow::ensure!(
             self.queued_max_request_bytes.as_u64() >= self.max_frame_bytes.as_u64() + 4,

@@ -177,6 +177,12 @@ struct AgentArgs {
     /// e.g. 30s: a client sending none of a begun request, or reading none of a response, this long is disconnected
     #[arg(long, env = "FLOE_STALLED_CLIENT_TIMEOUT", value_parser = humantime::parse_duration)]
     stalled_client_timeout: Option<Duration>,
+    /// e.g. 45s: consumer-protocol (KIP-848) members not heard from this long are removed
+    #[arg(long, env = "FLOE_CONSUMER_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
+    consumer_session_timeout: Option<Duration>,
+    /// e.g. 5s: how often consumer-protocol members heartbeat
+    #[arg(long, env = "FLOE_CONSUMER_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
+    consumer_heartbeat_interval: Option<Duration>,
     #[arg(long, env = "FLOE_CACHE_BYTES")]
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
@@ -238,6 +244,8 @@ impl AgentArgs {
             max_connections_per_ip,
             connections_max_idle,
             stalled_client_timeout,
+            consumer_session_timeout,
+            consumer_heartbeat_interval,
             cache_bytes,
             cache_block_bytes,
             auto_create_topics,

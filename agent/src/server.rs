@@ -133,6 +133,7 @@ async fn connection(
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
     let turn = Turn::default();
+    let lane = handlers::groups::Lane::default();
     let mut in_flight = FuturesOrdered::new();
     let mut others = 0usize;
     let mut reading = true;
@@ -151,7 +152,7 @@ async fn connection(
                         Ok(decoded) => {
                             let produce = is_produce(&decoded);
                             others += usize::from(!produce);
-                            let pending = admit(broker.clone(), decoded, &turn, peer.ip()).await;
+                            let pending = admit(broker.clone(), decoded, &turn, &lane, peer.ip()).await;
                             // Admitted: produced batches are now the produce
                             // buffer's to count, the rest is small.
                             drop(frame.held);
@@ -235,7 +236,13 @@ type Responding = BoxFuture<'static, Result<Option<(Bytes, Option<Held>)>, ()>>;
 
 /// Starts handling one request (see [`handlers::admit`]) and returns the future
 /// that finishes it and encodes its response frame.
-async fn admit(broker: Arc<Broker>, decoded: Decoded, turn: &Turn, peer: IpAddr) -> Responding {
+async fn admit(
+    broker: Arc<Broker>,
+    decoded: Decoded,
+    turn: &Turn,
+    lane: &handlers::groups::Lane,
+    peer: IpAddr,
+) -> Responding {
     match decoded {
         Decoded::ApiVersionsTooNew { correlation_id } => {
             let response = ResponseKind::ApiVersions(handlers::api_versions::unsupported());
@@ -252,7 +259,7 @@ async fn admit(broker: Arc<Broker>, decoded: Decoded, turn: &Turn, peer: IpAddr)
                 correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
             let started = Instant::now();
             let metrics = broker.metrics.clone();
-            let pending = handlers::admit(broker, &header, *body, turn, peer).await;
+            let pending = handlers::admit(broker, &header, *body, turn, lane, peer).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move {
                 let reply = pending.await;

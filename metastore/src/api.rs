@@ -210,8 +210,6 @@ metastore_api! {
     /// Answered by the leader, not written (see [`crate::groups`]).
     custom fn group_heartbeat(beat: GroupHeartbeat) -> GroupHeartbeat { beat }
     write fn leave_group(leave: LeaveGroup) -> LeaveGroup { leave }
-    /// Ends a rebalance or sync past its deadline (the leader's timers send it).
-    write fn tick_group(tick: TickGroup) -> TickGroup { tick }
     write fn commit_offsets(commit: CommitOffsets) -> CommitOffsets { commit }
     read fn describe_group(name: &str) -> DescribeGroup { DescribeGroup { name: name.to_string() } }
     write fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents { replace }
@@ -261,11 +259,14 @@ metastore_api! {
     read fn group_offsets(group: &str, partitions: Option<Vec<(String, i32)>>) -> GroupOffsets {
         GroupOffsets { group: group.to_string(), partitions }
     }
-    /// Removes the group's members whose sessions ran out (the leader's timers send it).
-    write fn expire_members(expire: ExpireMembers) -> ExpireMembers { expire }
     write fn delete_groups(groups: Vec<String>) -> DeleteGroups { DeleteGroups { groups } }
     write fn delete_offsets(group: &str, partitions: Vec<(String, i32)>) -> DeleteOffsets {
         DeleteOffsets { group: group.to_string(), partitions }
+    }
+    /// A heartbeat of the consumer group protocol (KIP-848).
+    custom fn consumer_heartbeat(beat: ConsumerHeartbeat) -> ConsumerHeartbeat { beat }
+    read fn describe_consumer_group(name: &str) -> DescribeConsumerGroup {
+        DescribeConsumerGroup { name: name.to_string() }
     }
 }
 
@@ -277,7 +278,43 @@ impl Op for GroupHeartbeat {
         true
     }
     async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-        on.heartbeat(self).await
+        on.read_heard(move |state| {
+            let (answer, alive) = state.groups().check_heartbeat(&self);
+            let heard = alive.then(|| Heard {
+                group: self.group.clone(),
+                member: self.member_id.clone(),
+            });
+            (answer, heard)
+        })
+        .await
+    }
+}
+
+/// A consumer-protocol heartbeat that changes nothing is answered by the
+/// leader from its state and remembered in its memory; any other is written.
+impl Op for ConsumerHeartbeat {
+    type Output = Result<ConsumerAnswer, GroupError>;
+    fn retry_is_safe(&self) -> bool {
+        Apply::retry_is_safe(self)
+    }
+    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
+        // Decided on the leader's clock (a regular expression's refresh).
+        let mut probe = self.clone();
+        probe.now_ms = on.now_ms();
+        let unchanged = on
+            .read_heard(move |state| {
+                let answer = state.consumer_unchanged(&probe);
+                let heard = answer.is_some().then(|| Heard {
+                    group: probe.group.clone(),
+                    member: probe.member_id.clone(),
+                });
+                (answer, heard)
+            })
+            .await?;
+        match unchanged {
+            Some(answer) => Ok(Ok(answer)),
+            None => on.write(self).await,
+        }
     }
 }
 

@@ -55,12 +55,34 @@ fn variant(command: &Command) -> &'static str {
             GroupCommand::Expire(_) => "group_expire",
             GroupCommand::Delete(_) => "group_delete",
             GroupCommand::DeleteOffsets(_) => "group_delete_offsets",
+            GroupCommand::Consumer(_) => "group_consumer_heartbeat",
         },
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
         Command::Tick(_) => "tick",
         Command::ReplaceRuns(_) => "replace_runs",
         Command::Batch(_) => "batch",
+    }
+}
+
+/// A consumer-protocol heartbeat subscribing to `t` by name and regex.
+fn consumer_heartbeat(group: &str, member_epoch: i32) -> ConsumerHeartbeat {
+    ConsumerHeartbeat {
+        group: group.into(),
+        member_id: "m-1".into(),
+        member_epoch,
+        instance_id: None,
+        rack_id: Some("rack-a".into()),
+        rebalance_timeout_ms: 30_000,
+        subscribed_topics: Some(vec!["t".into()]),
+        subscribed_regex: Some("t.*".into()),
+        assignor: Some("uniform".into()),
+        owned: Some(vec![]),
+        client_id: "c".into(),
+        client_host: "/10.0.0.7".into(),
+        session_timeout_ms: 45_000,
+        heartbeat_interval_ms: 5_000,
+        now_ms: 15,
     }
 }
 
@@ -222,6 +244,7 @@ fn samples() -> Vec<Command> {
         Command::Group(GroupCommand::Delete(DeleteGroups {
             groups: vec!["nothing".into()],
         })),
+        Command::Group(GroupCommand::Consumer(consumer_heartbeat("cg", 0))),
         Command::AcquireLease(AcquireLease {
             job: "maintenance".into(),
             holder: "agent-1".into(),
@@ -318,11 +341,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 18 commands, one of them with 8 group commands: `variant` is exhaustive,
+    // 18 commands, one of them with 9 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        25,
+        26,
         "a command without a golden sample: {named:?}"
     );
 
@@ -447,11 +470,6 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             now_ms: 9,
         }
         .into(),
-        TickGroup {
-            group: "g".into(),
-            now_ms: 9,
-        }
-        .into(),
         LeaveGroup {
             group: "g".into(),
             members: vec![
@@ -553,6 +571,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         AwaitGroup {
             group: "g".into(),
             member_id: "c-2".into(),
+            instance_id: None,
             seen: Some(3),
             wait_ms: 500,
         }
@@ -560,12 +579,6 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         GroupOffsets {
             group: "standalone".into(),
             partitions: Some(vec![("t".into(), 0), ("t".into(), 9)]),
-        }
-        .into(),
-        ExpireMembers {
-            group: "g".into(),
-            members: vec![("c-2".into(), 9)],
-            now_ms: 9,
         }
         .into(),
         DeleteGroups {
@@ -577,6 +590,8 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             partitions: vec![("t".into(), 0)],
         }
         .into(),
+        consumer_heartbeat("cg", 1).into(),
+        DescribeConsumerGroup { name: "cg".into() }.into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {

@@ -28,7 +28,8 @@ mod golden;
 pub use agents::AgentInfo;
 pub use api::{Metastore, Op, Transport};
 pub use groups::{
-    AwaitGroup, CommitOffsets, CommittedOffset, GroupCommand, GroupDescription, GroupError,
+    AwaitGroup, CommitOffsets, CommittedOffset, ConsumerAnswer, ConsumerGroupDescription,
+    ConsumerHeartbeat, ConsumerMemberDescription, GroupCommand, GroupDescription, GroupError,
     GroupHeartbeat, GroupListing, JoinGroup, Joined, LeaveGroup, Leaving, MemberDescription,
     MemberView, OffsetToCommit, Phase, SyncGroup,
 };

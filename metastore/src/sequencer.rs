@@ -8,7 +8,7 @@ use std::future::Future;
 use uuid::Uuid;
 
 use crate::api::Apply;
-use crate::groups::{AwaitGroup, GroupError, GroupHeartbeat, MemberView};
+use crate::groups::{AwaitGroup, Heard, MemberView};
 use crate::state::{Command, Reply, State};
 use crate::types::*;
 
@@ -26,16 +26,17 @@ pub trait Sequencer: Send + Sync + 'static {
     fn now_ms(&self) -> i64;
     /// A fresh id (drawn outside the state machine, which must be deterministic).
     fn new_id(&self) -> Uuid;
-    /// Answers a group member's heartbeat from an up-to-date state, and
-    /// remembers it in the leader's memory only (see [`crate::groups`]).
-    /// By default it is only checked: right for a sequencer with no leader's
-    /// memory and no group timers (test doubles, the simulation's plain
-    /// metastore), which never expire a member.
-    fn heartbeat(
+    /// Runs `f` as [`Sequencer::read`] does; the group member `f` names, if
+    /// any, was heard from (a heartbeat that changes nothing), which a
+    /// leader remembers in its memory only (see [`crate::groups`]). By
+    /// default nothing is remembered: right for a sequencer with no
+    /// leader's memory and no group timers (test doubles, the simulation's
+    /// plain metastore), which never expire a member.
+    fn read_heard<T: Send, F: FnOnce(&State) -> (T, Option<Heard>) + Clone + Send>(
         &self,
-        beat: GroupHeartbeat,
-    ) -> impl Future<Output = Result<Result<(), GroupError>, MetaError>> + Send {
-        self.read(move |state| state.groups().check_heartbeat(&beat).0)
+        f: F,
+    ) -> impl Future<Output = Result<T, MetaError>> + Send {
+        async move { Ok(self.read(f).await?.0) }
     }
     /// Waits until the group changes from the version the waiter saw (or
     /// at most [`crate::groups::MAX_GROUP_WAIT_MS`]); what the member sees.
@@ -44,7 +45,11 @@ pub trait Sequencer: Send + Sync + 'static {
         &self,
         wait: AwaitGroup,
     ) -> impl Future<Output = Result<Option<MemberView>, MetaError>> + Send {
-        self.read(move |state| state.groups().view(&wait.group, &wait.member_id))
+        self.read(move |state| {
+            state
+                .groups()
+                .view(&wait.group, &wait.member_id, wait.instance_id.as_deref())
+        })
     }
 
     /// Applies `command` through the log; its answer, of its type.

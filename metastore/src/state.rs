@@ -126,6 +126,7 @@ group_commands! {
     Expire(ExpireMembers),
     Delete(DeleteGroups),
     DeleteOffsets(DeleteOffsets),
+    Consumer(ConsumerHeartbeat),
 }
 
 impl GroupCommand {
@@ -138,7 +139,8 @@ impl GroupCommand {
             GroupCommand::Leave(c) => Some(&c.group),
             GroupCommand::Tick(c) => Some(&c.group),
             GroupCommand::Expire(c) => Some(&c.group),
-            GroupCommand::CommitOffsets(_)
+            GroupCommand::Consumer(_)
+            | GroupCommand::CommitOffsets(_)
             | GroupCommand::Delete(_)
             | GroupCommand::DeleteOffsets(_) => None,
         }
@@ -1470,8 +1472,10 @@ impl Apply for SyncGroup {
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.groups.sync(self))
     }
+    /// Applied twice, the second finds the group stable and only marks the
+    /// member synced again.
     fn retry_is_safe(&self) -> bool {
-        false
+        true
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
@@ -1536,6 +1540,41 @@ impl Apply for CommitOffsets {
     }
 }
 
+/// The state's topics, as consumer groups look them up.
+struct TopicsByName<'a>(&'a BTreeMap<String, Topic>);
+
+impl TopicLookup for TopicsByName<'_> {
+    fn find(&self, name: &str) -> Option<(TopicId, i32)> {
+        self.0.get(name).map(|t| (t.info.id, t.info.partitions))
+    }
+    fn names(&self) -> Vec<String> {
+        self.0.keys().cloned().collect()
+    }
+}
+
+impl State {
+    /// A consumer-protocol heartbeat that would change nothing: its answer.
+    pub fn consumer_unchanged(&self, hb: &ConsumerHeartbeat) -> Option<ConsumerAnswer> {
+        self.groups
+            .consumer_unchanged(hb, &TopicsByName(&self.topics))
+    }
+}
+
+impl Apply for ConsumerHeartbeat {
+    type Output = Result<ConsumerAnswer, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let State { groups, topics, .. } = state;
+        Ok(groups.consumer_heartbeat(self, &TopicsByName(topics)))
+    }
+    /// A join again would be a second join; a leave again is refused.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
 impl Apply for DeleteGroups {
     /// Per group, in order.
     type Output = Vec<Result<(), GroupError>>;
@@ -1555,9 +1594,10 @@ impl Apply for DeleteOffsets {
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.groups.delete_offsets(self))
     }
-    /// Deleting what is already deleted changes nothing.
+    /// A blind retry landing after a new commit of the partition (to an
+    /// empty group) would delete that commit.
     fn retry_is_safe(&self) -> bool {
-        true
+        false
     }
 }
 
@@ -1676,6 +1716,14 @@ impl Query for DescribeGroup {
     type Output = Option<GroupDescription>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.groups.describe(&self.name))
+    }
+}
+
+impl Query for DescribeConsumerGroup {
+    type Output = Option<ConsumerGroupDescription>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        let name_of = |id: TopicId| state.names_by_id.get(&id).cloned();
+        Ok(state.groups.describe_consumer(&self.name, &name_of))
     }
 }
 
@@ -2361,7 +2409,7 @@ mod tests {
                     now_ms: 0,
                 },
             );
-            assert_eq!(reply, Ok(Err(GroupError::IllegalGeneration)));
+            assert_eq!(reply, Ok(Err(GroupError::GroupIdNotFound)));
         }
         assert!(
             s.groups().list().is_empty(),

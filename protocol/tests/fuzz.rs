@@ -171,6 +171,8 @@ fn default_request(api: ApiKey) -> RequestKind {
         ApiKey::OffsetFetch => RequestKind::OffsetFetch(Default::default()),
         ApiKey::DeleteGroups => RequestKind::DeleteGroups(Default::default()),
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(Default::default()),
+        ApiKey::ConsumerGroupHeartbeat => RequestKind::ConsumerGroupHeartbeat(Default::default()),
+        ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
         other => panic!("no seed for {other:?}"),
     }
 }

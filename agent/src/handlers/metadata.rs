@@ -55,12 +55,17 @@ pub async fn handle(
             let mut out = Vec::with_capacity(wanted.len());
             for t in wanted {
                 let Some(name) = t.name else {
-                    // Lookup by topic id alone (v10+) is not served yet.
-                    out.push(
-                        MetadataResponseTopic::default()
+                    // By topic id alone (KIP-516; a consumer of the
+                    // KIP-848 protocol is assigned partitions by id).
+                    out.push(match broker.meta.topic_by_id(t.topic_id).await {
+                        Ok(Some(info)) => topic_metadata(&info, node),
+                        Ok(None) => MetadataResponseTopic::default()
                             .with_topic_id(t.topic_id)
                             .with_error_code(ResponseError::UnknownTopicId.code()),
-                    );
+                        Err(e) => MetadataResponseTopic::default()
+                            .with_topic_id(t.topic_id)
+                            .with_error_code(kafka_error(&e).code()),
+                    });
                     continue;
                 };
                 out.push(match broker.topic_or_create(&name, auto_create).await {

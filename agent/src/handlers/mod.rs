@@ -43,11 +43,13 @@ pub type Pending = BoxFuture<'static, Option<Reply>>;
 /// returned future. It resolves to `None` when the client expects no response.
 /// `turn` is the connection's, for the response budget (see [`crate::budget`]).
 /// `peer` is the client's address (which agent Metadata names depends on it).
+/// `lane` is the connection's, for group requests (see [`groups::Lane`]).
 pub async fn admit(
     broker: Arc<Broker>,
     header: &RequestHeader,
     body: RequestKind,
     turn: &Turn,
+    lane: &groups::Lane,
     peer: std::net::IpAddr,
 ) -> Pending {
     let version = header.request_api_version;
@@ -75,10 +77,17 @@ pub async fn admit(
         .as_ref()
         .map(|c| c.to_string())
         .unwrap_or_default();
+    // Group requests run one after another, in the order they came.
+    let mut ticket = groups::is_coordinator_request(&body).then(|| lane.ticket());
     Box::pin(async move {
-        handle(&broker, body, version, client_id, peer)
+        if let Some(ticket) = &mut ticket {
+            ticket.wait().await;
+        }
+        let reply = handle(&broker, body, version, client_id, peer)
             .await
-            .map(Reply::from)
+            .map(Reply::from);
+        drop(ticket);
+        reply
     })
 }
 
@@ -114,7 +123,7 @@ async fn handle(
             ResponseKind::LeaveGroup(groups::leave(broker, req, version).await)
         }
         RequestKind::OffsetCommit(req) => {
-            ResponseKind::OffsetCommit(groups::commit_offsets(broker, req).await)
+            ResponseKind::OffsetCommit(groups::commit_offsets(broker, req, version).await)
         }
         RequestKind::OffsetFetch(req) => {
             ResponseKind::OffsetFetch(groups::fetch_offsets(broker, req, version).await)
@@ -142,6 +151,12 @@ async fn handle(
         }
         RequestKind::OffsetDelete(req) => {
             ResponseKind::OffsetDelete(groups::delete_offsets(broker, req).await)
+        }
+        RequestKind::ConsumerGroupHeartbeat(req) => ResponseKind::ConsumerGroupHeartbeat(
+            groups::consumer::heartbeat(broker, req, version, client_id, peer).await,
+        ),
+        RequestKind::ConsumerGroupDescribe(req) => {
+            ResponseKind::ConsumerGroupDescribe(groups::consumer::describe(broker, req).await)
         }
         RequestKind::DeleteRecords(req) => {
             ResponseKind::DeleteRecords(delete_records::handle(broker, req).await)

@@ -151,8 +151,13 @@ impl Group {
             .unwrap_or_default()
     }
 
-    pub fn view(&self, member_id: &str) -> MemberView {
+    pub fn view(&self, member_id: &str, instance_id: Option<&str>) -> MemberView {
         let member = self.members.get(member_id);
+        // Its instance id now names another member: it was replaced.
+        let fenced = member.is_none()
+            && instance_id
+                .and_then(|i| self.instances.get(i))
+                .is_some_and(|holder| holder != member_id);
         let is_leader = self.leader.as_deref() == Some(member_id);
         let formed = matches!(self.phase, Phase::Syncing | Phase::Stable);
         let members = if is_leader && formed {
@@ -171,6 +176,7 @@ impl Group {
             protocol: self.protocol.clone(),
             leader: self.leader.clone(),
             member: member.map(|m| m.joined),
+            fenced,
             members,
             assignment: self
                 .assignments
@@ -202,7 +208,11 @@ impl Group {
                     } else {
                         Vec::new()
                     },
-                    assignment: self.assignments.get(id).cloned().unwrap_or_default(),
+                    assignment: if stable {
+                        self.assignments.get(id).cloned().unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    },
                 })
                 .collect(),
         }
@@ -259,7 +269,7 @@ impl Group {
             if !self.supports(&join.protocol_type, &join.protocols) {
                 return Err(GroupError::InconsistentGroupProtocol);
             }
-            if self.pending.remove(&join.member_id).is_some() {
+            if join.instance_id.is_none() && self.pending.remove(&join.member_id).is_some() {
                 let id = join.member_id.clone();
                 self.add_member(id.clone(), join);
                 self.after_join(&id, now_ms);
@@ -457,9 +467,14 @@ impl Group {
             self.remove_member(&id);
         }
         if !self.members.is_empty() && !self.members.values().any(|m| m.joined) {
-            // Only static members that did not come back: wait for them again.
+            // Only static members that did not come back: wait for them
+            // again (at least a session's minimum, so a zero timeout does
+            // not tick the log every pass).
             self.phase = Phase::Joining {
-                deadline_ms: now_ms + self.rebalance_timeout_ms(),
+                deadline_ms: now_ms
+                    + self
+                        .rebalance_timeout_ms()
+                        .max(MIN_SESSION_TIMEOUT_MS as i64),
             };
             return;
         }
@@ -635,7 +650,7 @@ impl Group {
         leaving: Vec<Leaving>,
         now_ms: i64,
     ) -> Vec<Result<(), GroupError>> {
-        let mut any = false;
+        let (mut removed, mut pending_left) = (false, false);
         let answers = leaving
             .into_iter()
             .map(
@@ -651,20 +666,24 @@ impl Group {
                             .cloned()
                             .ok_or(GroupError::UnknownMemberId)?
                     } else if self.pending.remove(&member_id).is_some() {
-                        any = true;
+                        pending_left = true;
                         return Ok(());
                     } else {
                         self.check_member(&member_id, instance_id.as_deref())?;
                         member_id
                     };
                     self.remove_member(&id);
-                    any = true;
+                    removed = true;
                     Ok(())
                 },
             )
             .collect();
-        if any {
+        if removed {
             self.after_leaving(now_ms);
+        } else if pending_left {
+            // An id handed out and never used: no rebalance, but a join
+            // that waited for it may now complete.
+            self.try_complete(now_ms);
         }
         answers
     }
@@ -700,8 +719,10 @@ impl Group {
             .iter()
             .filter(|(id, heard_ms)| {
                 self.members.get(id).is_some_and(|m| {
+                    // Never heard later than now.
+                    let last = m.last_seen_ms.max((*heard_ms).min(now_ms));
                     !self.keeps_alive(m)
-                        && m.last_seen_ms.max(*heard_ms) + m.session_timeout_ms as i64 <= now_ms
+                        && last.saturating_add(m.session_timeout_ms as i64) <= now_ms
                 })
             })
             .map(|(id, _)| id.clone())
@@ -848,7 +869,7 @@ mod tests {
         sync(&mut gs, &a, 1, 10).unwrap();
         assert_eq!(group(&gs).phase, Phase::Stable);
         assert_eq!(
-            gs.view("g", &a).unwrap().assignment,
+            gs.view("g", &a, None).unwrap().assignment,
             Some((1, b"c-a".to_vec()))
         );
         assert_eq!(beat(&gs, &a, None, 1), (Ok(()), true));
@@ -884,19 +905,19 @@ mod tests {
         commit(&mut gs, &a, 1, 42).unwrap();
         // The assignment of the stable generation stays readable meanwhile.
         assert_eq!(
-            gs.view("g", &a).unwrap().assignment,
+            gs.view("g", &a, None).unwrap().assignment,
             Some((1, b"c-a".to_vec()))
         );
         join_as(&mut gs, &a, None, "x", 300).unwrap();
         let g = group(&gs);
         assert_eq!((g.generation, g.phase), (2, Phase::Syncing));
         assert_eq!(g.leader.as_deref(), Some(a.as_str()), "the leader stays");
-        assert_eq!(gs.view("g", &a).unwrap().members.len(), 2);
+        assert_eq!(gs.view("g", &a, None).unwrap().members.len(), 2);
         assert!(
-            gs.view("g", &b).unwrap().members.is_empty(),
+            gs.view("g", &b, None).unwrap().members.is_empty(),
             "only the leader sees members"
         );
-        assert_eq!(gs.view("g", &a).unwrap().assignment, None);
+        assert_eq!(gs.view("g", &a, None).unwrap().assignment, None);
         // While the generation forms, commits are refused.
         assert_eq!(
             commit(&mut gs, &a, 2, 43),
@@ -911,7 +932,7 @@ mod tests {
         sync(&mut gs, &a, 2, 400).unwrap();
         assert_eq!(group(&gs).phase, Phase::Stable);
         assert_eq!(
-            gs.view("g", &b).unwrap().assignment,
+            gs.view("g", &b, None).unwrap().assignment,
             Some((2, Vec::new())),
             "left out: empty"
         );
@@ -1027,7 +1048,7 @@ mod tests {
         assert_eq!((g.phase, g.generation), (Phase::Stable, 2));
         assert_eq!(g.leader.as_deref(), Some("i1-2"));
         assert_eq!(
-            gs.view("g", "i1-2").unwrap().assignment,
+            gs.view("g", "i1-2", None).unwrap().assignment,
             Some((2, b"p0".to_vec()))
         );
         assert_eq!(

@@ -17,13 +17,19 @@
 //! state machine never reads a clock. The rules are Kafka's (its
 //! `GroupMetadataManager` and `ClassicGroup`): [`classic`] holds one group's.
 
+pub mod assign;
 pub mod classic;
+pub mod consumer;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 pub use classic::{Group, Member, Phase};
+pub use consumer::{
+    ConsumerAnswer, ConsumerGroup, ConsumerGroupDescription, ConsumerHeartbeat,
+    ConsumerMemberDescription, DescribeConsumerGroup, TopicLookup,
+};
 
 /// Why a group operation was refused; each is one Kafka error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -48,6 +54,16 @@ pub enum GroupError {
     GroupIdNotFound,
     #[error("the group is subscribed to the topic")]
     GroupSubscribedToTopic,
+    #[error("no such server-side assignor")]
+    UnsupportedAssignor,
+    #[error("another member holds this group.instance.id")]
+    UnreleasedInstanceId,
+    #[error("the member's epoch is not the group's")]
+    FencedMemberEpoch,
+    #[error("the commit's member epoch is not the member's")]
+    StaleMemberEpoch,
+    #[error("the subscription's regular expression does not compile")]
+    InvalidRegularExpression,
 }
 
 /// Shortest and longest session timeout accepted (Kafka's group.min/max.session.timeout.ms).
@@ -56,6 +72,9 @@ pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
 /// Members (and ids handed out, KIP-394) one group may have: Kafka's
 /// `group.max.size` is unbounded by default; every map here has a limit.
 pub const MAX_GROUP_SIZE: usize = 10_000;
+/// Groups the metastore holds at most (each is replicated and snapshotted):
+/// a join or commit that would create one more is refused.
+pub const MAX_GROUPS: usize = 100_000;
 /// Kafka's `offsets.retention.minutes` default (7 days): committed offsets
 /// of a group that has had no members for this long (and that were not
 /// committed since) are forgotten, and the group with them.
@@ -128,6 +147,13 @@ pub struct GroupHeartbeat {
     pub generation: i32,
     pub member_id: String,
     pub instance_id: Option<String>,
+}
+
+/// A group member a heartbeat showed alive (see `Sequencer::read_heard`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heard {
+    pub group: String,
+    pub member: String,
 }
 
 /// One member leaving: by member id, or (empty member id) by instance id.
@@ -207,6 +233,8 @@ pub struct DeleteOffsets {
 pub struct AwaitGroup {
     pub group: String,
     pub member_id: String,
+    /// The member's `group.instance.id`, if static (to tell it it was fenced).
+    pub instance_id: Option<String>,
     pub seen: Option<u64>,
     pub wait_ms: u32,
 }
@@ -227,6 +255,8 @@ pub struct MemberView {
     /// `None`: not a member. `Some(joined)`: a member, which has (re)joined
     /// the rebalance in progress if `joined`.
     pub member: Option<bool>,
+    /// Not a member because a newer member took its `group.instance.id`.
+    pub fenced: bool,
     /// Every member's id, instance id and metadata for the chosen protocol,
     /// once a generation formed, and only for its leader.
     pub members: Vec<(String, Option<String>, Vec<u8>)>,
@@ -270,6 +300,8 @@ pub struct GroupListing {
     pub name: String,
     pub state: String,
     pub protocol_type: String,
+    /// `classic` or `consumer` (ListGroups v5).
+    pub group_type: String,
 }
 
 /// OffsetFetch: a group's committed offsets of `partitions` (all of them
@@ -292,9 +324,11 @@ pub struct CommittedOffset {
 /// A group operation as the log holds it (defined with the log's commands).
 pub use crate::state::GroupCommand;
 
+/// Every group: a name is either a classic group or a consumer group.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Groups {
     groups: BTreeMap<String, Group>,
+    consumer: BTreeMap<String, ConsumerGroup>,
 }
 
 impl Groups {
@@ -306,23 +340,110 @@ impl Groups {
         self.groups.iter()
     }
 
+    /// Groups of both kinds.
+    pub fn count(&self) -> usize {
+        self.groups.len() + self.consumer.len()
+    }
+
+    pub fn consumer_groups(&self) -> impl Iterator<Item = (&String, &ConsumerGroup)> {
+        self.consumer.iter()
+    }
+
+    pub fn consumer_group(&self, group: &str) -> Option<&ConsumerGroup> {
+        self.consumer.get(group)
+    }
+
     pub fn list(&self) -> Vec<GroupListing> {
+        let classic = self.groups.iter().map(|(name, g)| GroupListing {
+            name: name.clone(),
+            state: g.state_name().to_string(),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            group_type: "classic".into(),
+        });
+        let consumer = self.consumer.iter().map(|(name, g)| GroupListing {
+            name: name.clone(),
+            state: g.state_name().to_string(),
+            protocol_type: "consumer".into(),
+            group_type: "consumer".into(),
+        });
+        let mut all: Vec<GroupListing> = classic.chain(consumer).collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// The committed offsets of a group of either kind.
+    fn offsets_of(&self, group: &str) -> Option<&BTreeMap<(String, i32), CommittedOffset>> {
         self.groups
-            .iter()
-            .map(|(name, g)| GroupListing {
-                name: name.clone(),
-                state: g.state_name().to_string(),
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-            })
-            .collect()
+            .get(group)
+            .map(|g| &g.offsets)
+            .or_else(|| self.consumer.get(group).map(|g| &g.offsets))
+    }
+
+    /// A heartbeat of the consumer protocol that changes nothing, answered
+    /// without a write (see [`ConsumerGroup::unchanged`]).
+    pub fn consumer_unchanged(
+        &self,
+        hb: &ConsumerHeartbeat,
+        topics: &dyn TopicLookup,
+    ) -> Option<ConsumerAnswer> {
+        self.consumer.get(&hb.group)?.unchanged(hb, topics)
+    }
+
+    /// A heartbeat of the consumer protocol. A join (epoch 0) creates the
+    /// group, or takes over an empty classic group's name and offsets; a
+    /// classic group with members is not converted (Kafka's `disabled`
+    /// migration policy for those: GROUP_ID_NOT_FOUND).
+    pub fn consumer_heartbeat(
+        &mut self,
+        hb: ConsumerHeartbeat,
+        topics: &dyn TopicLookup,
+    ) -> Result<ConsumerAnswer, GroupError> {
+        if !self.consumer.contains_key(&hb.group) {
+            if hb.member_epoch != consumer::JOIN_EPOCH {
+                return Err(GroupError::GroupIdNotFound);
+            }
+            if !self.groups.contains_key(&hb.group) && self.count() >= MAX_GROUPS {
+                return Err(GroupError::GroupMaxSizeReached);
+            }
+            let mut created = ConsumerGroup {
+                empty_since_ms: hb.now_ms,
+                ..ConsumerGroup::default()
+            };
+            if let Some(classic) = self.groups.get(&hb.group) {
+                if !classic.members.is_empty() || !classic.pending.is_empty() {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+                let classic = self.groups.remove(&hb.group).expect("just seen");
+                created.offsets = classic.offsets;
+                created.empty_since_ms = classic.empty_since_ms;
+            }
+            self.consumer.insert(hb.group.clone(), created);
+        }
+        let g = self.consumer.get_mut(&hb.group).expect("present");
+        g.heartbeat(hb, topics)
+    }
+
+    pub fn describe_consumer(
+        &self,
+        group: &str,
+        topics: &dyn Fn(crate::types::TopicId) -> Option<String>,
+    ) -> Option<ConsumerGroupDescription> {
+        self.consumer.get(group).map(|g| g.describe(topics))
     }
 
     pub fn describe(&self, group: &str) -> Option<GroupDescription> {
         self.groups.get(group).map(Group::describe)
     }
 
-    pub fn view(&self, group: &str, member_id: &str) -> Option<MemberView> {
-        self.groups.get(group).map(|g| g.view(member_id))
+    pub fn view(
+        &self,
+        group: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Option<MemberView> {
+        self.groups
+            .get(group)
+            .map(|g| g.view(member_id, instance_id))
     }
 
     pub fn offsets(
@@ -330,7 +451,7 @@ impl Groups {
         group: &str,
         partitions: Option<Vec<(String, i32)>>,
     ) -> Vec<((String, i32), Option<CommittedOffset>)> {
-        let Some(g) = self.groups.get(group) else {
+        let Some(offsets) = self.offsets_of(group) else {
             return partitions
                 .unwrap_or_default()
                 .into_iter()
@@ -338,15 +459,14 @@ impl Groups {
                 .collect();
         };
         match partitions {
-            None => g
-                .offsets
+            None => offsets
                 .iter()
                 .map(|(p, o)| (p.clone(), Some(o.clone())))
                 .collect(),
             Some(wanted) => wanted
                 .into_iter()
                 .map(|p| {
-                    let found = g.offsets.get(&p).cloned();
+                    let found = offsets.get(&p).cloned();
                     (p, found)
                 })
                 .collect(),
@@ -374,6 +494,18 @@ impl Groups {
             }
             true
         });
+        self.consumer.retain(|_, g| {
+            if g.members.is_empty() {
+                let empty_since = g.empty_since_ms;
+                g.offsets
+                    .retain(|_, o| o.commit_ms.max(empty_since) > horizon);
+                return !g.offsets.is_empty();
+            }
+            let subscribed = g.subscribed_topics();
+            g.offsets
+                .retain(|(topic, _), o| subscribed.contains(topic) || o.commit_ms > horizon);
+            true
+        });
     }
 
     /// Drops every group's committed offsets of a deleted topic (so a topic
@@ -382,15 +514,37 @@ impl Groups {
         for g in self.groups.values_mut() {
             g.offsets.retain(|(t, _), _| t != topic);
         }
+        for g in self.consumer.values_mut() {
+            g.offsets.retain(|(t, _), _| t != topic);
+        }
     }
 
     pub fn join(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
         if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
             return Err(GroupError::InvalidSessionTimeout);
         }
+        // A consumer group's name: taken over (with its offsets) only if
+        // the group is empty.
+        if let Some(consumer) = self.consumer.get(&join.group) {
+            if !consumer.members.is_empty() {
+                return Err(GroupError::InconsistentGroupProtocol);
+            }
+            let consumer = self.consumer.remove(&join.group).expect("just seen");
+            self.groups.insert(
+                join.group.clone(),
+                Group {
+                    offsets: consumer.offsets,
+                    empty_since_ms: consumer.empty_since_ms,
+                    ..Group::default()
+                },
+            );
+        }
         // Only a new member creates a group: a member id names one that exists.
         if !join.member_id.is_empty() && !self.groups.contains_key(&join.group) {
             return Err(GroupError::UnknownMemberId);
+        }
+        if !self.groups.contains_key(&join.group) && self.count() >= MAX_GROUPS {
+            return Err(GroupError::GroupMaxSizeReached);
         }
         let g = self.groups.entry(join.group.clone()).or_default();
         let joined = g.join(join);
@@ -438,6 +592,8 @@ impl Groups {
         if let Some(g) = self.groups.get_mut(&tick.group) {
             g.tick(tick.now_ms);
             g.version += 1;
+        } else if let Some(g) = self.consumer.get_mut(&tick.group) {
+            g.tick(tick.now_ms);
         }
     }
 
@@ -445,15 +601,30 @@ impl Groups {
         if let Some(g) = self.groups.get_mut(&expire.group) {
             g.expire_members(&expire.members, expire.now_ms);
             g.version += 1;
+        } else if let Some(g) = self.consumer.get_mut(&expire.group) {
+            g.expire_members(&expire.members, expire.now_ms);
         }
     }
 
     pub fn commit_offsets(&mut self, commit: CommitOffsets) -> Result<(), GroupError> {
         let simple = commit.generation < 0;
+        if let Some(g) = self.consumer.get_mut(&commit.group) {
+            g.check_commit(&commit)?;
+            let now_ms = commit.now_ms;
+            if let Some(member) = g.members.get_mut(&commit.member_id) {
+                member.last_seen_ms = now_ms;
+            }
+            store_offsets(&mut g.offsets, commit.offsets, now_ms);
+            return Ok(());
+        }
         // As Kafka: a commit with no generation creates the group to hold
         // its offsets; any other names a generation that cannot exist.
+        let full = self.count() >= MAX_GROUPS;
         let g = match self.groups.get_mut(&commit.group) {
             Some(g) => g,
+            None if simple && full => {
+                return Err(GroupError::GroupMaxSizeReached);
+            }
             None if simple => self
                 .groups
                 .entry(commit.group.clone())
@@ -461,39 +632,15 @@ impl Groups {
                     empty_since_ms: commit.now_ms,
                     ..Group::default()
                 }),
-            None => return Err(GroupError::IllegalGeneration),
+            // (OffsetCommit before v9 calls it ILLEGAL_GENERATION.)
+            None => return Err(GroupError::GroupIdNotFound),
         };
         g.check_commit(&commit)?;
         let now_ms = commit.now_ms;
         if let Some(member) = g.members.get_mut(&commit.member_id) {
             member.last_seen_ms = now_ms;
         }
-        for OffsetToCommit {
-            topic,
-            partition,
-            offset,
-            leader_epoch,
-            metadata,
-        } in commit.offsets
-        {
-            // The agent answers these OFFSET_METADATA_TOO_LARGE; the state
-            // never stores them.
-            if metadata
-                .as_ref()
-                .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
-            {
-                continue;
-            }
-            g.offsets.insert(
-                (topic, partition),
-                CommittedOffset {
-                    offset,
-                    leader_epoch,
-                    metadata,
-                    commit_ms: now_ms,
-                },
-            );
-        }
+        store_offsets(&mut g.offsets, commit.offsets, now_ms);
         Ok(())
     }
 
@@ -502,12 +649,21 @@ impl Groups {
         delete
             .groups
             .into_iter()
-            .map(|name| match self.groups.get(&name) {
-                None => Err(GroupError::GroupIdNotFound),
-                Some(g) if g.phase != Phase::Empty => Err(GroupError::NonEmptyGroup),
-                Some(_) => {
-                    self.groups.remove(&name);
-                    Ok(())
+            .map(|name| {
+                if let Some(g) = self.consumer.get(&name) {
+                    if !g.members.is_empty() {
+                        return Err(GroupError::NonEmptyGroup);
+                    }
+                    self.consumer.remove(&name);
+                    return Ok(());
+                }
+                match self.groups.get(&name) {
+                    None => Err(GroupError::GroupIdNotFound),
+                    Some(g) if g.phase != Phase::Empty => Err(GroupError::NonEmptyGroup),
+                    Some(_) => {
+                        self.groups.remove(&name);
+                        Ok(())
+                    }
                 }
             })
             .collect()
@@ -518,6 +674,20 @@ impl Groups {
         &mut self,
         delete: DeleteOffsets,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        if let Some(g) = self.consumer.get_mut(&delete.group) {
+            let subscribed = g.subscribed_topics();
+            return Ok(delete
+                .partitions
+                .into_iter()
+                .map(|(topic, partition)| {
+                    if !g.members.is_empty() && subscribed.contains(&topic) {
+                        return Err(GroupError::GroupSubscribedToTopic);
+                    }
+                    g.offsets.remove(&(topic, partition));
+                    Ok(())
+                })
+                .collect());
+        }
         let g = self
             .groups
             .get_mut(&delete.group)
@@ -543,5 +713,38 @@ impl Groups {
                 Ok(())
             })
             .collect())
+    }
+}
+
+/// Stores committed offsets at `now_ms`; metadata over Kafka's limit is
+/// never stored (the agent answers those OFFSET_METADATA_TOO_LARGE).
+fn store_offsets(
+    stored: &mut BTreeMap<(String, i32), CommittedOffset>,
+    offsets: Vec<OffsetToCommit>,
+    now_ms: i64,
+) {
+    for OffsetToCommit {
+        topic,
+        partition,
+        offset,
+        leader_epoch,
+        metadata,
+    } in offsets
+    {
+        if metadata
+            .as_ref()
+            .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
+        {
+            continue;
+        }
+        stored.insert(
+            (topic, partition),
+            CommittedOffset {
+                offset,
+                leader_epoch,
+                metadata,
+                commit_ms: now_ms,
+            },
+        );
     }
 }

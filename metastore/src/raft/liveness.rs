@@ -32,11 +32,11 @@ pub const TIMER_EVERY: Duration = Duration::from_millis(200);
 
 #[derive(Default)]
 pub struct Liveness {
-    heard: Mutex<Heard>,
+    heard: Mutex<HeardBeats>,
 }
 
 #[derive(Default)]
-struct Heard {
+struct HeardBeats {
     /// The term these were heard in; a later term starts afresh.
     term: u64,
     /// When this node began to lead in `term`: every member counts as
@@ -45,7 +45,7 @@ struct Heard {
     last: HashMap<(String, String), i64>,
 }
 
-impl Heard {
+impl HeardBeats {
     fn begin(&mut self, term: u64, now_ms: i64) {
         if term > self.term {
             self.term = term;
@@ -79,26 +79,49 @@ impl Liveness {
             groups
                 .get(g)
                 .is_some_and(|group| group.members.contains_key(m))
+                || groups
+                    .consumer_group(g)
+                    .is_some_and(|group| group.members.contains_key(m))
         });
         let by_member: HashMap<(&str, &str), i64> = heard
             .last
             .iter()
             .map(|((g, m), at)| ((g.as_str(), m.as_str()), *at))
             .collect();
-        let mut due = Vec::new();
-        for (name, group) in groups.iter() {
-            let expired: Vec<(String, i64)> = group
+        let heard_ms = |group: &str, member: &str| {
+            by_member
+                .get(&(group, member))
+                .copied()
+                .unwrap_or(heard.since_ms)
+                .max(heard.since_ms)
+        };
+        // (group, each member: last seen by a command, session, kept alive
+        // whatever its heartbeats) and the group's next deadline.
+        let classic = groups.iter().map(|(name, g)| {
+            let members: Vec<_> = g
                 .members
                 .iter()
-                .filter(|(_, m)| !group.keeps_alive(m))
-                .filter_map(|(id, m)| {
-                    let heard_ms = by_member
-                        .get(&(name.as_str(), id.as_str()))
-                        .copied()
-                        .unwrap_or(heard.since_ms)
-                        .max(heard.since_ms);
-                    let last = m.last_seen_ms.max(heard_ms);
-                    (last + m.session_timeout_ms as i64 <= now_ms).then(|| (id.clone(), heard_ms))
+                .map(|(id, m)| (id, m.last_seen_ms, m.session_timeout_ms, g.keeps_alive(m)))
+                .collect();
+            (name, members, g.next_deadline_ms())
+        });
+        let consumer = groups.consumer_groups().map(|(name, g)| {
+            let members: Vec<_> = g
+                .members
+                .iter()
+                .map(|(id, m)| (id, m.last_seen_ms, m.session_timeout_ms, false))
+                .collect();
+            (name, members, g.next_deadline_ms())
+        });
+        let mut due = Vec::new();
+        for (name, members, deadline) in classic.chain(consumer) {
+            let expired: Vec<(String, i64)> = members
+                .into_iter()
+                .filter(|(_, _, _, kept)| !kept)
+                .filter_map(|(id, last_seen_ms, session_ms, _)| {
+                    let heard = heard_ms(name, id);
+                    (last_seen_ms.max(heard) + session_ms as i64 <= now_ms)
+                        .then(|| (id.clone(), heard))
                 })
                 .collect();
             if !expired.is_empty() {
@@ -111,7 +134,7 @@ impl Liveness {
                     .into(),
                 );
             }
-            if group.next_deadline_ms().is_some_and(|d| d <= now_ms) {
+            if deadline.is_some_and(|d| d <= now_ms) {
                 due.push(
                     TickGroup {
                         group: name.clone(),
@@ -153,6 +176,7 @@ impl GroupTimers {
         stamps: Arc<Stamps>,
         proposer: Arc<GroupCommit>,
         liveness: Arc<Liveness>,
+        lease: super::lease::Lease,
     ) -> GroupTimers {
         let task = tokio::spawn(async move {
             let mut every = tokio::time::interval(TIMER_EVERY);
@@ -164,7 +188,10 @@ impl GroupTimers {
                     let m = metrics.borrow();
                     (m.current_leader, m.current_term)
                 };
-                if leader != Some(id) {
+                // Only a leader that has applied everything committed before
+                // it led (and still holds its lease) decides: one that is
+                // behind would count members as heard from too early.
+                if leader != Some(id) || !lease.is_valid() {
                     continue;
                 }
                 let now_ms = stamps.now_ms();

@@ -27,7 +27,7 @@ use super::network::{Network, PeerRequest, PeerResponse, PeerTransport};
 use super::stamps::Stamps;
 use super::state_machine::{SNAPSHOT, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
-use crate::groups::{AwaitGroup, GroupError, GroupHeartbeat, MAX_GROUP_WAIT_MS, MemberView};
+use crate::groups::{AwaitGroup, Heard, MAX_GROUP_WAIT_MS, MemberView};
 use crate::state::{Command, Reply, State};
 use crate::types::*;
 use crate::{Clock, Sequencer, SystemClock};
@@ -362,6 +362,7 @@ impl RaftMetastore {
             stamps.clone(),
             group_commit.clone(),
             liveness.clone(),
+            lease.clone(),
         );
         Ok(RaftMetastore {
             id: options.id,
@@ -624,15 +625,14 @@ impl Sequencer for RaftMetastore {
         crate::random_id()
     }
 
-    async fn heartbeat(&self, beat: GroupHeartbeat) -> Result<Result<(), GroupError>, MetaError> {
-        let checked = beat.clone();
-        let (answer, alive) = self
-            .read(move |state| state.groups().check_heartbeat(&checked))
-            .await?;
-        if alive {
+    async fn read_heard<T: Send, F: FnOnce(&State) -> (T, Option<Heard>) + Clone + Send>(
+        &self,
+        f: F,
+    ) -> Result<T, MetaError> {
+        let (answer, heard) = self.read(f).await?;
+        if let Some(Heard { group, member }) = heard {
             let term = self.raft.metrics().borrow().current_term;
-            self.liveness
-                .heard(term, &beat.group, &beat.member_id, self.now_ms());
+            self.liveness.heard(term, &group, &member, self.now_ms());
         }
         Ok(answer)
     }
@@ -647,9 +647,13 @@ impl Sequencer for RaftMetastore {
             let changed = watcher.notify().notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let (group, member) = (wait.group.clone(), wait.member_id.clone());
+            let (group, member, instance) = (
+                wait.group.clone(),
+                wait.member_id.clone(),
+                wait.instance_id.clone(),
+            );
             let view = self
-                .read(move |state| state.groups().view(&group, &member))
+                .read(move |state| state.groups().view(&group, &member, instance.as_deref()))
                 .await?;
             let moved = match (&view, wait.seen) {
                 (Some(v), Some(seen)) => v.version != seen,

@@ -15,13 +15,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use floe_metastore::groups::Heard;
 use floe_metastore::raft::NodeId;
 use floe_metastore::raft::network::{PeerRequest, PeerResponse, PeerTransport};
 use floe_metastore::raft::node::{Bootstrap, database_on};
 use floe_metastore::state::{Command, Reply, State};
 use floe_metastore::{
-    AwaitGroup, Clock, GroupError, GroupHeartbeat, MemberView, MetaError, NodeOptions,
-    RaftMetastore, Refusal, Sequencer,
+    AwaitGroup, Clock, MemberView, MetaError, NodeOptions, RaftMetastore, Refusal, Sequencer,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -387,14 +387,17 @@ impl Sequencer for RaftClient {
         self.shared.with(|w| w.next_uuid())
     }
 
-    /// Heartbeats are remembered by the leader node itself: sent there.
-    async fn heartbeat(&self, beat: GroupHeartbeat) -> Result<Result<(), GroupError>, MetaError> {
+    /// What a heartbeat showed is remembered by the node that read it.
+    async fn read_heard<T: Send, F: FnOnce(&State) -> (T, Option<Heard>) + Clone + Send>(
+        &self,
+        f: F,
+    ) -> Result<T, MetaError> {
         self.call(
             move |node| {
-                let beat = beat.clone();
+                let f = f.clone();
                 async move {
                     let at = node.id() as usize - 1;
-                    self.classify(at, Sequencer::heartbeat(node.as_ref(), beat).await, true)
+                    self.classify(at, Sequencer::read_heard(node.as_ref(), f).await, true)
                 }
             },
             |_| None,

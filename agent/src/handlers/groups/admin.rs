@@ -18,9 +18,6 @@ use crate::broker::Broker;
 use crate::discovery;
 use crate::handlers::str_bytes;
 
-/// The one kind of group floe has (ListGroups v5's `group_type`).
-const CLASSIC: &str = "classic";
-
 pub async fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
@@ -61,12 +58,11 @@ pub async fn list(broker: &Broker, req: ListGroupsRequest, version: i16) -> List
     let matches = |filter: &[floe_protocol::kafka_protocol::protocol::StrBytes], value: &str| {
         filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
     };
-    if !matches(&req.types_filter, CLASSIC) {
-        return ListGroupsResponse::default();
-    }
     let listed = groups
         .iter()
-        .filter(|g| matches(&req.states_filter, &g.state))
+        .filter(|g| {
+            matches(&req.states_filter, &g.state) && matches(&req.types_filter, &g.group_type)
+        })
         .map(|g| {
             let listed = ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(&g.name)))
@@ -75,7 +71,7 @@ pub async fn list(broker: &Broker, req: ListGroupsRequest, version: i16) -> List
                 4 => listed.with_group_state(str_bytes(&g.state)),
                 5.. => listed
                     .with_group_state(str_bytes(&g.state))
-                    .with_group_type(str_bytes(CLASSIC)),
+                    .with_group_type(str_bytes(&g.group_type)),
                 _ => listed,
             }
         })

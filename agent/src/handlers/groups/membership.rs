@@ -39,6 +39,7 @@ async fn await_group(
     broker: &Broker,
     group: &str,
     member: &str,
+    instance: Option<&str>,
     seen: Option<u64>,
 ) -> Result<Option<MemberView>, ResponseError> {
     broker
@@ -46,11 +47,22 @@ async fn await_group(
         .await_group(AwaitGroup {
             group: group.to_string(),
             member_id: member.to_string(),
+            instance_id: instance.map(str::to_string),
             seen,
             wait_ms: MAX_GROUP_WAIT_MS,
         })
         .await
         .map_err(meta_error)
+}
+
+/// Why a waiting member is no longer one: a newer member took its
+/// `group.instance.id` (fatal to the client, as in Kafka), or it was removed.
+fn gone(view: &MemberView) -> ResponseError {
+    if view.fenced {
+        ResponseError::FencedInstanceId
+    } else {
+        ResponseError::UnknownMemberId
+    }
 }
 
 /// The topics of a `consumer` member's subscription (the metastore keeps
@@ -85,6 +97,7 @@ pub async fn join(
     if group.is_empty() {
         return failed(ResponseError::InvalidGroupId, "");
     }
+    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
     let protocol_type = req.protocol_type.to_string();
     let protocols: Vec<(String, Vec<u8>)> = req
         .protocols
@@ -100,7 +113,7 @@ pub async fn join(
         session_timeout_ms: req.session_timeout_ms,
         // v0 has no rebalance timeout; Kafka uses the session timeout.
         rebalance_timeout_ms: if version >= 1 {
-            req.rebalance_timeout_ms
+            req.rebalance_timeout_ms.max(0)
         } else {
             req.session_timeout_ms
         },
@@ -127,8 +140,13 @@ pub async fn join(
                     return failed(ResponseError::MemberIdRequired, &id);
                 }
                 Ok(Joined::Replaced { member_id, leader }) => {
-                    return match await_group(broker, &group, &member_id, None).await {
-                        Ok(Some(view)) => joined(&view, &member_id, Some(&leader), version),
+                    return match await_group(broker, &group, &member_id, None, None).await {
+                        // A follower's answer: the leader named as it was,
+                        // and no members (Kafka's, before JoinGroup v9).
+                        Ok(Some(mut view)) => {
+                            view.members.clear();
+                            joined(&view, &member_id, Some(&leader), version)
+                        }
                         Ok(None) => failed(ResponseError::UnknownMemberId, &member_id),
                         Err(e) => failed(e, &member_id),
                     };
@@ -138,13 +156,13 @@ pub async fn join(
             must_join = false;
             seen = None;
         }
-        let view = match await_group(broker, &group, &member_id, seen).await {
+        let view = match await_group(broker, &group, &member_id, instance.as_deref(), seen).await {
             Ok(Some(view)) => view,
             Ok(None) => return failed(ResponseError::UnknownMemberId, &member_id),
             Err(e) => return failed(e, &member_id),
         };
         let Some(rejoined) = view.member else {
-            return failed(ResponseError::UnknownMemberId, &member_id);
+            return failed(gone(&view), &member_id);
         };
         match view.phase {
             Phase::Syncing | Phase::Stable => return joined(&view, &member_id, None, version),
@@ -198,7 +216,11 @@ fn joined(
 pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
     let failed = |e: ResponseError| SyncGroupResponse::default().with_error_code(e.code());
     let group = req.group_id.0.to_string();
+    if group.is_empty() {
+        return failed(ResponseError::InvalidGroupId);
+    }
     let member_id = req.member_id.to_string();
+    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
     let sync = SyncGroup {
         group: group.clone(),
         generation: req.generation_id,
@@ -219,13 +241,13 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
     let mut give_up = None;
     let mut seen = None;
     loop {
-        let view = match await_group(broker, &group, &member_id, seen).await {
+        let view = match await_group(broker, &group, &member_id, instance.as_deref(), seen).await {
             Ok(Some(view)) => view,
             Ok(None) => return failed(ResponseError::UnknownMemberId),
             Err(e) => return failed(e),
         };
         if view.member.is_none() {
-            return failed(ResponseError::UnknownMemberId);
+            return failed(gone(&view));
         }
         // The leader's assignments of this generation: answered even if
         // another rebalance began since (Kafka answers every waiting member
@@ -241,8 +263,13 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
         if view.generation != req.generation_id || view.phase != Phase::Syncing {
             return failed(ResponseError::RebalanceInProgress);
         }
-        // The metastore ends the wait at the sync deadline; this is a backstop.
-        let give_up = *give_up.get_or_insert_with(|| Instant::now() + SLACK * 60);
+        // The metastore ends the wait at the sync deadline (the group's
+        // rebalance timeout); this is a backstop past the longest one.
+        let give_up = *give_up.get_or_insert_with(|| {
+            Instant::now()
+                + Duration::from_millis(floe_metastore::groups::MAX_SESSION_TIMEOUT_MS as u64)
+                + SLACK
+        });
         if Instant::now() >= give_up {
             return failed(ResponseError::RebalanceInProgress);
         }
@@ -251,6 +278,9 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
 }
 
 pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    if req.group_id.0.is_empty() {
+        return HeartbeatResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+    }
     let beat = GroupHeartbeat {
         group: req.group_id.0.to_string(),
         generation: req.generation_id,

@@ -7,11 +7,14 @@
 //! - [`admin`]: FindCoordinator, ListGroups, DescribeGroups, DeleteGroups.
 
 pub mod admin;
+pub mod consumer;
 pub mod membership;
 pub mod offsets;
 
 use floe_metastore::{GroupError, MetaError};
 use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::RequestKind;
+use tokio::sync::oneshot;
 
 pub use admin::{delete, describe, find_coordinator, list};
 pub use membership::{heartbeat, join, leave, sync};
@@ -29,6 +32,69 @@ fn group_error(e: GroupError) -> ResponseError {
         GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
         GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
         GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+        GroupError::UnsupportedAssignor => ResponseError::UnsupportedAssignor,
+        GroupError::UnreleasedInstanceId => ResponseError::UnreleasedInstanceId,
+        GroupError::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
+        GroupError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
+        GroupError::InvalidRegularExpression => ResponseError::InvalidRegularExpression,
+    }
+}
+
+/// Whether a request is one Kafka's group coordinator serves: those of one
+/// connection must take effect in the order they were sent.
+pub fn is_coordinator_request(body: &RequestKind) -> bool {
+    matches!(
+        body,
+        RequestKind::JoinGroup(_)
+            | RequestKind::SyncGroup(_)
+            | RequestKind::Heartbeat(_)
+            | RequestKind::LeaveGroup(_)
+            | RequestKind::OffsetCommit(_)
+            | RequestKind::OffsetFetch(_)
+            | RequestKind::OffsetDelete(_)
+            | RequestKind::DeleteGroups(_)
+            | RequestKind::ConsumerGroupHeartbeat(_)
+    )
+}
+
+/// Runs a connection's group requests one after another, in the order they
+/// came, while its other requests (fetches) go on beside them. Kafka's
+/// broker takes a connection's requests one at a time, and clients rely on
+/// it: librdkafka sends its asynchronous offset commits, then a last
+/// synchronous one in the revoke callback, then LeaveGroup, on one
+/// connection; run together, an older commit could land last and move the
+/// offset back, or the leave could overtake the last commit.
+#[derive(Default)]
+pub struct Lane {
+    last: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+/// A group request's place in its connection's [`Lane`].
+pub struct Ticket {
+    before: Option<oneshot::Receiver<()>>,
+    /// Dropped when this request is done (or abandoned): the next may go.
+    _done: oneshot::Sender<()>,
+}
+
+impl Lane {
+    /// Taken at admission, which runs in request order.
+    pub fn ticket(&self) -> Ticket {
+        let (done, after) = oneshot::channel();
+        let before = self.last.lock().expect("lane lock").replace(after);
+        Ticket {
+            before,
+            _done: done,
+        }
+    }
+}
+
+impl Ticket {
+    /// Waits until the connection's previous group request is done.
+    pub async fn wait(&mut self) {
+        if let Some(before) = self.before.take() {
+            // An error is the previous request's end too (its sender dropped).
+            let _ = before.await;
+        }
     }
 }
 
@@ -46,4 +112,38 @@ fn meta_error(e: MetaError) -> ResponseError {
 /// A group operation's answer: the metastore's failure or the group's refusal.
 fn answer<T>(result: Result<Result<T, GroupError>, MetaError>) -> Result<T, ResponseError> {
     result.map_err(meta_error)?.map_err(group_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three group requests of one connection, admitted in order, run in
+    /// that order however their tasks are scheduled; an abandoned one
+    /// (its future dropped) does not hold up the next.
+    #[tokio::test]
+    async fn a_connection_s_group_requests_run_in_the_order_they_came() {
+        let lane = Lane::default();
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tickets: Vec<Ticket> = (0..3).map(|_| lane.ticket()).collect();
+        let abandoned = lane.ticket();
+        let mut last = lane.ticket();
+        drop(abandoned);
+        let mut tasks = Vec::new();
+        for (n, mut ticket) in tickets.drain(..).enumerate().rev() {
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                ticket.wait().await;
+                tokio::task::yield_now().await;
+                order.lock().unwrap().push(n);
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        tokio::time::timeout(std::time::Duration::from_secs(1), last.wait())
+            .await
+            .expect("an abandoned request does not block the lane");
+    }
 }

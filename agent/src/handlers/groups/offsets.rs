@@ -24,10 +24,17 @@ use crate::broker::Broker;
 use crate::discovery::now_ms;
 use crate::handlers::str_bytes;
 
-pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn commit_offsets(
+    broker: &Broker,
+    req: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
     // Partitions of unknown topics, or with metadata over Kafka's
     // offset.metadata.max.bytes, are refused one by one; the rest are
     // committed together.
+    if req.group_id.0.is_empty() {
+        return refuse_all(&req, ResponseError::InvalidGroupId);
+    }
     let mut offsets = Vec::new();
     let mut refused = HashMap::new();
     for topic in &req.topics {
@@ -70,7 +77,12 @@ pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> Offset
         offsets,
         now_ms: now_ms(),
     };
-    let result = answer(broker.meta.commit_offsets(commit).await);
+    let result = answer(broker.meta.commit_offsets(commit).await).map_err(|e| match e {
+        // A group that does not exist: named so from v9 (KIP-848), before
+        // as a generation that cannot be.
+        ResponseError::GroupIdNotFound if version < 9 => ResponseError::IllegalGeneration,
+        e => e,
+    });
     let topics = req
         .topics
         .iter()
@@ -91,6 +103,29 @@ pub async fn commit_offsets(broker: &Broker, req: OffsetCommitRequest) -> Offset
             OffsetCommitResponseTopic::default()
                 .with_name(t.name.clone())
                 .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Every partition of the request answered with one error.
+fn refuse_all(req: &OffsetCommitRequest, e: ResponseError) -> OffsetCommitResponse {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(e.code())
+                        })
+                        .collect(),
+                )
         })
         .collect();
     OffsetCommitResponse::default().with_topics(topics)

@@ -1,0 +1,969 @@
+//! One consumer group under the consumer group protocol of Kafka 4
+//! (KIP-848): the broker assigns partitions, and each member reconciles
+//! toward its target through its heartbeats. The rules are those of Kafka's
+//! `GroupMetadataManager.consumerGroupHeartbeat` and
+//! `CurrentAssignmentBuilder`:
+//!
+//! - a member's subscription (topic names, or a regular expression resolved
+//!   against the topics) changing, a member joining or leaving, or the
+//!   subscribed topics changing (created, deleted, grown) bumps the group
+//!   epoch; the target assignment is then computed by the assignor at that
+//!   epoch;
+//! - a member moves to the target epoch only once it no longer owns what it
+//!   must give up (UNREVOKED_PARTITIONS until then, within its rebalance
+//!   timeout or it is fenced), and receives a partition only once its
+//!   previous owner released it (UNRELEASED_PARTITIONS until then);
+//! - a heartbeat that changes nothing is answered by the leader from its
+//!   state and never written (see [`ConsumerGroup::unchanged`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::assign::{self, Partitions, Subscriber};
+use super::*;
+use crate::types::TopicId;
+
+/// Member epochs with a meaning of their own.
+pub const JOIN_EPOCH: i32 = 0;
+pub const LEAVE_EPOCH: i32 = -1;
+pub const STATIC_LEAVE_EPOCH: i32 = -2;
+/// How often regular expressions are resolved again against the topics
+/// (Kafka's minimum between refreshes).
+pub const REGEX_REFRESH_MS: i64 = 10_000;
+/// The longest regular expression accepted, and its compiled size.
+pub const MAX_REGEX_LEN: usize = 1_024;
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// ConsumerGroupHeartbeat, as the agent hands it over (validated: member id
+/// set, epochs and fields as Kafka requires). `None` fields are unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerHeartbeat {
+    pub group: String,
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    /// -1: unchanged.
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topics: Option<Vec<String>>,
+    pub subscribed_regex: Option<String>,
+    pub assignor: Option<String>,
+    /// What the member owns now.
+    pub owned: Option<Vec<(TopicId, Vec<i32>)>>,
+    pub client_id: String,
+    pub client_host: String,
+    /// The agent's `group.consumer.session.timeout.ms` and heartbeat interval.
+    pub session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    pub now_ms: i64,
+}
+
+impl ConsumerHeartbeat {
+    /// A full request (after a rejoin or an error) is answered with the
+    /// whole assignment (Kafka's rule).
+    fn is_full(&self) -> bool {
+        self.rebalance_timeout_ms != -1
+            && (self.subscribed_topics.is_some() || self.subscribed_regex.is_some())
+            && self.owned.is_some()
+    }
+
+    fn owned(&self) -> Option<Partitions> {
+        self.owned.as_ref().map(|owned| {
+            owned
+                .iter()
+                .filter(|(_, ps)| !ps.is_empty())
+                .map(|(t, ps)| (*t, ps.iter().copied().collect()))
+                .collect()
+        })
+    }
+}
+
+/// The answer to a [`ConsumerHeartbeat`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerAnswer {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// The member's whole assignment, when it changed (or was asked for).
+    pub assignment: Option<Vec<(TopicId, Vec<i32>)>>,
+}
+
+/// Where a member is in reaching its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reconciliation {
+    Stable,
+    /// It must first give up partitions it still owns.
+    UnrevokedPartitions,
+    /// Part of its target is still held by another member.
+    UnreleasedPartitions,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerMember {
+    pub epoch: i32,
+    pub previous_epoch: i32,
+    pub state: Reconciliation,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topics: Vec<String>,
+    pub subscribed_regex: Option<String>,
+    pub assignor: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    /// What it may consume now.
+    pub assigned: Partitions,
+    /// What it must give up before it moves on.
+    pub revoking: Partitions,
+    /// What the assignor gave it at the group's assignment epoch.
+    pub target: Partitions,
+    /// When a command last showed it alive (the leader's memory adds to it).
+    pub last_seen_ms: i64,
+    /// It is fenced if it still owns what it must give up at this time.
+    pub revoke_deadline_ms: Option<i64>,
+}
+
+/// What the group needs to know of the topics (the state's, at apply).
+pub trait TopicLookup {
+    /// A topic's id and partition count.
+    fn find(&self, name: &str) -> Option<(TopicId, i32)>;
+    /// Every topic's name.
+    fn names(&self) -> Vec<String>;
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerGroup {
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub members: BTreeMap<String, ConsumerMember>,
+    /// Static members: instance id to member id.
+    pub instances: BTreeMap<String, String>,
+    /// The topics members subscribe to that exist, with id and partition
+    /// count: a change bumps the epoch.
+    pub subscribed: BTreeMap<String, (TopicId, i32)>,
+    /// Each regular expression in use and the topics it matched when last
+    /// resolved (at `regexes_resolved_ms`).
+    pub regexes: BTreeMap<String, BTreeSet<String>>,
+    pub regexes_resolved_ms: i64,
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    pub empty_since_ms: i64,
+}
+
+/// Compiles a member's regular expression (RE2 syntax, whole-name match).
+pub fn compile(regex: &str) -> Result<regex::Regex, GroupError> {
+    if regex.len() > MAX_REGEX_LEN {
+        return Err(GroupError::InvalidRegularExpression);
+    }
+    regex::RegexBuilder::new(&format!("^(?:{regex})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|_| GroupError::InvalidRegularExpression)
+}
+
+fn flatten(p: &Partitions) -> Vec<(TopicId, Vec<i32>)> {
+    p.iter()
+        .filter(|(_, ps)| !ps.is_empty())
+        .map(|(t, ps)| (*t, ps.iter().copied().collect()))
+        .collect()
+}
+
+fn intersect(a: &Partitions, b: &Partitions) -> Partitions {
+    a.iter()
+        .filter_map(|(t, ps)| {
+            let both: BTreeSet<i32> = ps.intersection(b.get(t)?).copied().collect();
+            (!both.is_empty()).then_some((*t, both))
+        })
+        .collect()
+}
+
+fn minus(a: &Partitions, b: &Partitions) -> Partitions {
+    a.iter()
+        .filter_map(|(t, ps)| {
+            let left: BTreeSet<i32> = match b.get(t) {
+                Some(drop) => ps.difference(drop).copied().collect(),
+                None => ps.clone(),
+            };
+            (!left.is_empty()).then_some((*t, left))
+        })
+        .collect()
+}
+
+fn is_empty(p: &Partitions) -> bool {
+    p.values().all(BTreeSet::is_empty)
+}
+
+fn same(a: &Partitions, b: &Partitions) -> bool {
+    minus(a, b).is_empty() && minus(b, a).is_empty()
+}
+
+impl ConsumerGroup {
+    /// Kafka's state names for a consumer group.
+    pub fn state_name(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.epoch > self.assignment_epoch {
+            "Assigning"
+        } else if self.members.values().any(|m| !self.reconciled(m)) {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    fn reconciled(&self, m: &ConsumerMember) -> bool {
+        m.state == Reconciliation::Stable && m.epoch == self.assignment_epoch
+    }
+
+    /// The earliest revocation deadline, when a member that has not given
+    /// up its partitions is fenced.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.members
+            .values()
+            .filter_map(|m| m.revoke_deadline_ms)
+            .min()
+    }
+
+    /// Every topic the members subscribe to (for OffsetDelete and expiry).
+    pub fn subscribed_topics(&self) -> BTreeSet<String> {
+        self.subscribed.keys().cloned().collect()
+    }
+
+    /// The topic names a member subscribes to, its regex's matches included.
+    fn topics_of(&self, m: &ConsumerMember) -> BTreeSet<String> {
+        let mut topics: BTreeSet<String> = m.subscribed_topics.iter().cloned().collect();
+        if let Some(matched) = m
+            .subscribed_regex
+            .as_ref()
+            .and_then(|r| self.regexes.get(r))
+        {
+            topics.extend(matched.iter().cloned());
+        }
+        topics
+    }
+
+    fn resolve_subscribed(&self, topics: &dyn TopicLookup) -> BTreeMap<String, (TopicId, i32)> {
+        self.members
+            .values()
+            .flat_map(|m| self.topics_of(m))
+            .filter_map(|name| topics.find(&name).map(|found| (name, found)))
+            .collect()
+    }
+
+    fn regexes_due(&self, now_ms: i64) -> bool {
+        let wanted: BTreeSet<&String> = self
+            .members
+            .values()
+            .filter_map(|m| m.subscribed_regex.as_ref())
+            .collect();
+        if wanted.is_empty() {
+            return !self.regexes.is_empty();
+        }
+        now_ms >= self.regexes_resolved_ms + REGEX_REFRESH_MS
+            || wanted.iter().any(|r| !self.regexes.contains_key(*r))
+    }
+
+    /// Matches every regex in use against the topics (compiled when a
+    /// member brought it, so they compile).
+    fn resolve_regexes(&mut self, topics: &dyn TopicLookup, now_ms: i64) {
+        let wanted: BTreeSet<String> = self
+            .members
+            .values()
+            .filter_map(|m| m.subscribed_regex.clone())
+            .collect();
+        let names = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            topics.names()
+        };
+        self.regexes = wanted
+            .into_iter()
+            .map(|r| {
+                let matched = match compile(&r) {
+                    Ok(re) => names.iter().filter(|n| re.is_match(n)).cloned().collect(),
+                    Err(_) => BTreeSet::new(),
+                };
+                (r, matched)
+            })
+            .collect();
+        self.regexes_resolved_ms = now_ms;
+    }
+
+    /// The answer to a heartbeat that would change nothing, if it is one:
+    /// the member is reconciled at the group's epoch, its subscription and
+    /// what it owns are as stored, and no resolution is due. The leader
+    /// answers it from its state, without a write.
+    pub fn unchanged(
+        &self,
+        hb: &ConsumerHeartbeat,
+        topics: &dyn TopicLookup,
+    ) -> Option<ConsumerAnswer> {
+        if hb.member_epoch <= JOIN_EPOCH {
+            return None;
+        }
+        let m = self.members.get(&hb.member_id)?;
+        let instance_ok = match &hb.instance_id {
+            Some(i) => self.instances.get(i) == Some(&hb.member_id),
+            None => true,
+        };
+        let differs = |asked: &Option<String>, stored: &Option<String>| {
+            asked.as_ref().is_some_and(|a| Some(a) != stored.as_ref())
+        };
+        let topics_differ = hb.subscribed_topics.as_ref().is_some_and(|t| {
+            let asked: BTreeSet<&String> = t.iter().collect();
+            asked != m.subscribed_topics.iter().collect()
+        });
+        let owned_differs = hb.owned().is_some_and(|o| !same(&o, &m.assigned));
+        let unchanged = instance_ok
+            && hb.member_epoch == m.epoch
+            && self.epoch == self.assignment_epoch
+            && self.reconciled(m)
+            && !differs(&hb.rack_id, &m.rack_id)
+            && (hb.rebalance_timeout_ms == -1 || hb.rebalance_timeout_ms == m.rebalance_timeout_ms)
+            && !topics_differ
+            && !differs(&hb.subscribed_regex, &m.subscribed_regex)
+            && !differs(&hb.assignor, &m.assignor)
+            && hb.session_timeout_ms == m.session_timeout_ms
+            && hb.heartbeat_interval_ms == m.heartbeat_interval_ms
+            && hb.client_id == m.client_id
+            && !owned_differs
+            && !self.regexes_due(hb.now_ms)
+            && self.resolve_subscribed(topics) == self.subscribed;
+        unchanged.then(|| ConsumerAnswer {
+            member_id: hb.member_id.clone(),
+            member_epoch: m.epoch,
+            heartbeat_interval_ms: m.heartbeat_interval_ms,
+            assignment: hb.is_full().then(|| flatten(&m.assigned)),
+        })
+    }
+
+    /// Kafka's checks of who sends a heartbeat, before anything changes.
+    fn check(&self, hb: &ConsumerHeartbeat) -> Result<(), GroupError> {
+        if let Some(regex) = &hb.subscribed_regex
+            && !regex.is_empty()
+        {
+            compile(regex)?;
+        }
+        if hb.assignor.as_deref().is_some_and(|a| !assign::is_known(a)) {
+            return Err(GroupError::UnsupportedAssignor);
+        }
+        if hb.member_epoch == JOIN_EPOCH {
+            if let Some(holder) = hb.instance_id.as_ref().and_then(|i| self.instances.get(i))
+                && *holder != hb.member_id
+                && self.members[holder].epoch != STATIC_LEAVE_EPOCH
+            {
+                return Err(GroupError::UnreleasedInstanceId);
+            }
+            if !self.members.contains_key(&hb.member_id) && self.members.len() >= MAX_GROUP_SIZE {
+                return Err(GroupError::GroupMaxSizeReached);
+            }
+            return Ok(());
+        }
+        if let Some(instance) = &hb.instance_id {
+            match self.instances.get(instance) {
+                None => return Err(GroupError::UnknownMemberId),
+                Some(holder) if *holder != hb.member_id => {
+                    return Err(GroupError::FencedInstanceId);
+                }
+                Some(_) => {}
+            }
+        }
+        let m = self
+            .members
+            .get(&hb.member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if hb.member_epoch == LEAVE_EPOCH || hb.member_epoch == STATIC_LEAVE_EPOCH {
+            return Ok(());
+        }
+        // An older epoch is accepted only as the one before (its answer may
+        // have been lost), owning nothing it was not given.
+        let stale_ok = hb.member_epoch == m.previous_epoch
+            && hb
+                .owned()
+                .is_some_and(|o| minus(&o, &m.assigned).is_empty());
+        if hb.member_epoch > m.epoch || (hb.member_epoch < m.epoch && !stale_ok) {
+            return Err(GroupError::FencedMemberEpoch);
+        }
+        Ok(())
+    }
+
+    pub(super) fn heartbeat(
+        &mut self,
+        hb: ConsumerHeartbeat,
+        topics: &dyn TopicLookup,
+    ) -> Result<ConsumerAnswer, GroupError> {
+        self.check(&hb)?;
+        let now_ms = hb.now_ms;
+        let id = hb.member_id.clone();
+        match hb.member_epoch {
+            LEAVE_EPOCH => {
+                self.fence(&id, now_ms);
+                return Ok(ConsumerAnswer {
+                    member_id: id,
+                    member_epoch: LEAVE_EPOCH,
+                    heartbeat_interval_ms: hb.heartbeat_interval_ms,
+                    assignment: None,
+                });
+            }
+            // A static member away for a while keeps its place and its
+            // partitions until it comes back or its session ends.
+            STATIC_LEAVE_EPOCH => {
+                let m = self.members.get_mut(&id).expect("checked");
+                m.epoch = STATIC_LEAVE_EPOCH;
+                m.last_seen_ms = now_ms;
+                return Ok(ConsumerAnswer {
+                    member_id: id,
+                    member_epoch: STATIC_LEAVE_EPOCH,
+                    heartbeat_interval_ms: hb.heartbeat_interval_ms,
+                    assignment: None,
+                });
+            }
+            _ => {}
+        }
+        let mut bump = false;
+        if hb.member_epoch == JOIN_EPOCH && !self.members.contains_key(&id) {
+            let mut member = ConsumerMember {
+                epoch: JOIN_EPOCH,
+                previous_epoch: -1,
+                state: Reconciliation::Stable,
+                instance_id: hb.instance_id.clone(),
+                rack_id: None,
+                client_id: hb.client_id.clone(),
+                client_host: hb.client_host.clone(),
+                subscribed_topics: Vec::new(),
+                subscribed_regex: None,
+                assignor: None,
+                rebalance_timeout_ms: hb.rebalance_timeout_ms.max(0),
+                session_timeout_ms: hb.session_timeout_ms,
+                heartbeat_interval_ms: hb.heartbeat_interval_ms,
+                assigned: Partitions::new(),
+                revoking: Partitions::new(),
+                target: Partitions::new(),
+                last_seen_ms: now_ms,
+                revoke_deadline_ms: None,
+            };
+            // A static member back from a temporary leave takes its place:
+            // what it had and what it was to get.
+            if let Some(instance) = &hb.instance_id
+                && let Some(old_id) = self.instances.get(instance).cloned()
+                && let Some(old) = self.members.remove(&old_id)
+            {
+                member.assigned = old.assigned;
+                member.target = old.target;
+            }
+            if let Some(instance) = &hb.instance_id {
+                self.instances.insert(instance.clone(), id.clone());
+            }
+            self.members.insert(id.clone(), member);
+            bump = true;
+        }
+        let m = self.members.get_mut(&id).expect("present");
+        m.last_seen_ms = now_ms;
+        m.client_id = hb.client_id.clone();
+        m.client_host = hb.client_host.clone();
+        m.session_timeout_ms = hb.session_timeout_ms;
+        m.heartbeat_interval_ms = hb.heartbeat_interval_ms;
+        if let Some(rack) = &hb.rack_id {
+            m.rack_id = Some(rack.clone());
+        }
+        if hb.rebalance_timeout_ms != -1 {
+            m.rebalance_timeout_ms = hb.rebalance_timeout_ms;
+        }
+        if let Some(assignor) = &hb.assignor {
+            m.assignor = Some(assignor.clone());
+        }
+        if let Some(names) = &hb.subscribed_topics {
+            let mut names = names.clone();
+            names.sort();
+            names.dedup();
+            if names != m.subscribed_topics {
+                m.subscribed_topics = names;
+                bump = true;
+            }
+        }
+        if let Some(regex) = &hb.subscribed_regex {
+            let regex = (!regex.is_empty()).then(|| regex.clone());
+            if regex != m.subscribed_regex {
+                m.subscribed_regex = regex;
+                bump = true;
+            }
+        }
+        if self.regexes_due(now_ms) {
+            let before = self.regexes.clone();
+            self.resolve_regexes(topics, now_ms);
+            bump |= before != self.regexes;
+        }
+        let subscribed = self.resolve_subscribed(topics);
+        if subscribed != self.subscribed {
+            self.subscribed = subscribed;
+            bump = true;
+        }
+        if bump {
+            self.epoch += 1;
+        }
+        if self.epoch > self.assignment_epoch {
+            self.assign_targets();
+        }
+        let before = self.members[&id].assigned.clone();
+        self.reconcile(&id, hb.owned(), now_ms);
+        let m = &self.members[&id];
+        let changed = !same(&before, &m.assigned);
+        Ok(ConsumerAnswer {
+            member_id: id,
+            member_epoch: m.epoch,
+            heartbeat_interval_ms: m.heartbeat_interval_ms,
+            assignment: (hb.member_epoch == JOIN_EPOCH || hb.is_full() || changed)
+                .then(|| flatten(&m.assigned)),
+        })
+    }
+
+    /// The assignor most members prefer (ties to the first by name), else
+    /// Kafka's default, `uniform`.
+    pub fn assignor(&self) -> &str {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for a in self.members.values().filter_map(|m| m.assignor.as_deref()) {
+            *votes.entry(a).or_default() += 1;
+        }
+        let most = votes.values().copied().max().unwrap_or(0);
+        votes
+            .into_iter()
+            .find(|(_, n)| *n == most)
+            .map_or(assign::UNIFORM, |(a, _)| a)
+    }
+
+    /// Every member's target at the group's epoch.
+    fn assign_targets(&mut self) {
+        let counts: BTreeMap<TopicId, i32> = self.subscribed.values().copied().collect();
+        let subscribers: Vec<Subscriber<'_>> = self
+            .members
+            .iter()
+            .map(|(id, m)| Subscriber {
+                id,
+                instance_id: m.instance_id.as_deref(),
+                topics: self
+                    .topics_of(m)
+                    .iter()
+                    .filter_map(|name| self.subscribed.get(name).map(|(id, _)| *id))
+                    .collect(),
+                previous: &m.target,
+            })
+            .collect();
+        let mut targets = assign::assign(self.assignor(), &subscribers, &counts);
+        for (id, m) in &mut self.members {
+            m.target = targets.remove(id).unwrap_or_default();
+        }
+        self.assignment_epoch = self.epoch;
+    }
+
+    /// Kafka's `CurrentAssignmentBuilder`: moves the member toward its
+    /// target as far as it may now.
+    fn reconcile(&mut self, id: &str, owned: Option<Partitions>, now_ms: i64) {
+        let target_epoch = self.assignment_epoch;
+        let m = &self.members[id];
+        // `None`: the member did not say; it counts as still owning.
+        let still_owns =
+            |p: &Partitions| owned.as_ref().is_none_or(|o| !is_empty(&intersect(o, p)));
+        let ready = match m.state {
+            Reconciliation::Stable => m.epoch != target_epoch,
+            Reconciliation::UnrevokedPartitions => !still_owns(&m.revoking),
+            Reconciliation::UnreleasedPartitions => true,
+        };
+        if !ready {
+            return;
+        }
+        // Held by others: assigned to them, or not yet given up by them.
+        let mut held = Partitions::new();
+        for (other, o) in &self.members {
+            if other != id {
+                for (t, ps) in o.assigned.iter().chain(&o.revoking) {
+                    held.entry(*t).or_default().extend(ps);
+                }
+            }
+        }
+        let keep = intersect(&m.assigned, &m.target);
+        let revoke = minus(&m.assigned, &keep);
+        let wanted = minus(&m.target, &keep);
+        let free = minus(&wanted, &held);
+        let rebalance_timeout_ms = m.rebalance_timeout_ms as i64;
+        let m = self.members.get_mut(id).expect("present");
+        if !is_empty(&revoke) && still_owns(&revoke) {
+            m.state = Reconciliation::UnrevokedPartitions;
+            m.assigned = keep;
+            m.revoking = revoke;
+            m.revoke_deadline_ms
+                .get_or_insert(now_ms + rebalance_timeout_ms);
+            return;
+        }
+        if m.epoch != target_epoch {
+            m.previous_epoch = m.epoch;
+            m.epoch = target_epoch;
+        }
+        m.state = if same(&free, &wanted) {
+            Reconciliation::Stable
+        } else {
+            Reconciliation::UnreleasedPartitions
+        };
+        let mut assigned = keep;
+        for (t, ps) in free {
+            assigned.entry(t).or_default().extend(ps);
+        }
+        m.assigned = assigned;
+        m.revoking = Partitions::new();
+        m.revoke_deadline_ms = None;
+    }
+
+    /// Removes a member (it left, its session ended, or it did not give up
+    /// its partitions in time): the others are reassigned.
+    fn fence(&mut self, id: &str, now_ms: i64) {
+        if let Some(m) = self.members.remove(id) {
+            if let Some(instance) = &m.instance_id
+                && self.instances.get(instance).map(String::as_str) == Some(id)
+            {
+                self.instances.remove(instance);
+            }
+            self.epoch += 1;
+            if self.members.is_empty() {
+                self.empty_since_ms = now_ms;
+                self.subscribed.clear();
+                self.regexes.clear();
+            }
+        }
+    }
+
+    /// Members whose session ran out (each with when the leader last heard it).
+    pub(super) fn expire_members(&mut self, members: &[(String, i64)], now_ms: i64) {
+        for (id, heard_ms) in members {
+            let expired = self.members.get(id).is_some_and(|m| {
+                let last = m.last_seen_ms.max((*heard_ms).min(now_ms));
+                last.saturating_add(m.session_timeout_ms as i64) <= now_ms
+            });
+            if expired {
+                self.fence(id, now_ms);
+            }
+        }
+    }
+
+    /// Members that did not give up their partitions within their
+    /// rebalance timeout are fenced.
+    pub(super) fn tick(&mut self, now_ms: i64) {
+        let late: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.revoke_deadline_ms.is_some_and(|d| d <= now_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in late {
+            self.fence(&id, now_ms);
+        }
+    }
+
+    /// OffsetCommit from a member of this group: its epoch must be current.
+    pub(super) fn check_commit(&self, commit: &CommitOffsets) -> Result<(), GroupError> {
+        if commit.generation < 0 && self.members.is_empty() {
+            return Ok(());
+        }
+        let m = self
+            .members
+            .get(&commit.member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if commit.generation != m.epoch {
+            return Err(GroupError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    pub fn describe(&self, topics: &dyn Fn(TopicId) -> Option<String>) -> ConsumerGroupDescription {
+        let named = |p: &Partitions| {
+            p.iter()
+                .filter(|(_, ps)| !ps.is_empty())
+                .map(|(t, ps)| {
+                    (
+                        *t,
+                        topics(*t).unwrap_or_default(),
+                        ps.iter().copied().collect(),
+                    )
+                })
+                .collect()
+        };
+        ConsumerGroupDescription {
+            state: self.state_name().to_string(),
+            epoch: self.epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: self.assignor().to_string(),
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| ConsumerMemberDescription {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    member_epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed_topics: m.subscribed_topics.clone(),
+                    subscribed_regex: m.subscribed_regex.clone(),
+                    assignment: named(&m.assigned),
+                    target: named(&m.target),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// ConsumerGroupDescribe of one group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeConsumerGroup {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerGroupDescription {
+    pub state: String,
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: String,
+    pub members: Vec<ConsumerMemberDescription>,
+}
+
+/// Partitions of one topic: id, name, partitions.
+pub type NamedPartitions = (TopicId, String, Vec<i32>);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerMemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topics: Vec<String>,
+    pub subscribed_regex: Option<String>,
+    pub assignment: Vec<NamedPartitions>,
+    pub target: Vec<NamedPartitions>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Topics(BTreeMap<String, (TopicId, i32)>);
+
+    impl TopicLookup for Topics {
+        fn find(&self, name: &str) -> Option<(TopicId, i32)> {
+            self.0.get(name).copied()
+        }
+        fn names(&self) -> Vec<String> {
+            self.0.keys().cloned().collect()
+        }
+    }
+
+    const T: TopicId = TopicId::from_u128(1);
+
+    fn topics() -> Topics {
+        Topics(BTreeMap::from([("t".to_string(), (T, 6))]))
+    }
+
+    fn beat(member: &str, epoch: i32, owned: Option<&[i32]>, now_ms: i64) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            group: "g".into(),
+            member_id: member.into(),
+            member_epoch: epoch,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: if epoch == 0 { 10_000 } else { -1 },
+            subscribed_topics: (epoch == 0).then(|| vec!["t".to_string()]),
+            subscribed_regex: None,
+            assignor: None,
+            owned: owned.map(|ps| {
+                if ps.is_empty() {
+                    vec![]
+                } else {
+                    vec![(T, ps.to_vec())]
+                }
+            }),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            now_ms,
+        }
+    }
+
+    fn parts(answer: &ConsumerAnswer) -> Option<Vec<i32>> {
+        answer
+            .assignment
+            .as_ref()
+            .map(|a| a.iter().flat_map(|(_, ps)| ps.clone()).collect())
+    }
+
+    #[test]
+    fn a_partition_moves_only_once_its_owner_gave_it_up() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        let a = g.heartbeat(beat("a", 0, Some(&[]), 0), &t).unwrap();
+        assert_eq!(
+            (a.member_epoch, parts(&a)),
+            (1, Some(vec![0, 1, 2, 3, 4, 5]))
+        );
+        // b joins: epoch 2; a must give up three partitions first.
+        let b = g.heartbeat(beat("b", 0, Some(&[]), 10), &t).unwrap();
+        assert_eq!((b.member_epoch, parts(&b)), (2, Some(vec![])));
+        assert_eq!(g.state_name(), "Reconciling");
+        // a, still owning everything: told to keep only its share, epoch 1.
+        let a = g
+            .heartbeat(beat("a", 1, Some(&[0, 1, 2, 3, 4, 5]), 20), &t)
+            .unwrap();
+        assert_eq!(a.member_epoch, 1);
+        let kept = parts(&a).unwrap();
+        assert_eq!(kept.len(), 3);
+        // b asks again: what a still owns is not b's yet.
+        let b = g.heartbeat(beat("b", 2, None, 30), &t).unwrap();
+        assert_eq!(parts(&b), None, "nothing new");
+        // a reports it gave them up: it moves to epoch 2...
+        let a = g.heartbeat(beat("a", 1, Some(&kept), 40), &t).unwrap();
+        assert_eq!(a.member_epoch, 2);
+        // ...and b receives them.
+        let b = g.heartbeat(beat("b", 2, None, 50), &t).unwrap();
+        let got = parts(&b).unwrap();
+        assert_eq!(got.len(), 3);
+        assert!(got.iter().all(|p| !kept.contains(p)));
+        assert_eq!(g.state_name(), "Stable");
+        // Now a heartbeat changes nothing: answered without a write.
+        assert!(g.unchanged(&beat("a", 2, None, 60), &t).is_some());
+        assert!(g.unchanged(&beat("b", 2, Some(&got), 60), &t).is_some());
+        assert!(
+            g.unchanged(&beat("b", 1, None, 60), &t).is_none(),
+            "an old epoch is written (fenced)"
+        );
+    }
+
+    #[test]
+    fn epochs_fence_and_members_leave_and_expire() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        g.heartbeat(beat("a", 0, Some(&[]), 0), &t).unwrap();
+        assert_eq!(
+            g.heartbeat(beat("a", 5, None, 1), &t),
+            Err(GroupError::FencedMemberEpoch)
+        );
+        assert_eq!(
+            g.heartbeat(beat("x", 1, None, 1), &t),
+            Err(GroupError::UnknownMemberId)
+        );
+        g.heartbeat(beat("b", 0, Some(&[]), 2), &t).unwrap();
+        let left = g.heartbeat(beat("b", LEAVE_EPOCH, None, 3), &t).unwrap();
+        assert_eq!(left.member_epoch, LEAVE_EPOCH);
+        assert_eq!(g.members.len(), 1);
+        // a's session: heard at 40 s, 45 s session.
+        g.expire_members(&[("a".into(), 40_000)], 84_999);
+        assert_eq!(g.members.len(), 1);
+        g.expire_members(&[("a".into(), 40_000)], 85_000);
+        assert!(g.members.is_empty());
+        assert_eq!(g.state_name(), "Empty");
+    }
+
+    #[test]
+    fn a_member_that_keeps_what_it_must_give_up_is_fenced_at_its_rebalance_timeout() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        g.heartbeat(beat("a", 0, Some(&[]), 0), &t).unwrap();
+        g.heartbeat(beat("b", 0, Some(&[]), 0), &t).unwrap();
+        g.heartbeat(beat("a", 1, Some(&[0, 1, 2, 3, 4, 5]), 100), &t)
+            .unwrap();
+        assert_eq!(g.next_deadline_ms(), Some(10_100));
+        g.tick(10_099);
+        assert!(g.members.contains_key("a"));
+        g.tick(10_100);
+        assert!(!g.members.contains_key("a"), "fenced");
+        let b = g.heartbeat(beat("b", 2, None, 10_200), &t);
+        assert_eq!(b.map(|b| parts(&b).map(|p| p.len())), Ok(Some(6)));
+    }
+
+    #[test]
+    fn a_static_member_away_keeps_its_partitions_and_comes_back_to_them() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        let with_instance = |mut hb: ConsumerHeartbeat| {
+            hb.instance_id = Some("i1".into());
+            hb
+        };
+        g.heartbeat(with_instance(beat("s1", 0, Some(&[]), 0)), &t)
+            .unwrap();
+        let away = g
+            .heartbeat(with_instance(beat("s1", STATIC_LEAVE_EPOCH, None, 10)), &t)
+            .unwrap();
+        assert_eq!(away.member_epoch, STATIC_LEAVE_EPOCH);
+        // Another process with the instance id, while it is held: refused...
+        g.members.get_mut("s1").unwrap().epoch = 1;
+        assert_eq!(
+            g.heartbeat(with_instance(beat("s2", 0, Some(&[]), 20)), &t),
+            Err(GroupError::UnreleasedInstanceId)
+        );
+        g.members.get_mut("s1").unwrap().epoch = STATIC_LEAVE_EPOCH;
+        // ...and once released, the new process takes the place and the partitions.
+        let back = g
+            .heartbeat(with_instance(beat("s2", 0, Some(&[]), 30)), &t)
+            .unwrap();
+        assert_eq!(parts(&back).map(|p| p.len()), Some(6));
+        assert!(!g.members.contains_key("s1"));
+        assert_eq!(g.instances["i1"], "s2");
+    }
+
+    #[test]
+    fn a_regex_is_resolved_again_and_new_topics_join() {
+        let mut g = ConsumerGroup::default();
+        let mut t = topics();
+        let mut join = beat("a", 0, Some(&[]), 0);
+        join.subscribed_topics = None;
+        join.subscribed_regex = Some("t|u".into());
+        let a = g.heartbeat(join, &t).unwrap();
+        assert_eq!(parts(&a).map(|p| p.len()), Some(6));
+        t.0.insert("u".into(), (TopicId::from_u128(2), 2));
+        // Before the refresh is due, nothing changes...
+        assert!(
+            g.unchanged(&beat("a", 1, None, REGEX_REFRESH_MS - 1), &t)
+                .is_some()
+        );
+        // ...then the heartbeat is written and the new topic assigned.
+        assert!(
+            g.unchanged(&beat("a", 1, None, REGEX_REFRESH_MS), &t)
+                .is_none()
+        );
+        let a = g
+            .heartbeat(beat("a", 1, None, REGEX_REFRESH_MS), &t)
+            .unwrap();
+        assert_eq!((a.member_epoch, parts(&a).map(|p| p.len())), (2, Some(8)));
+        let mut bad = beat("b", 0, Some(&[]), 0);
+        bad.subscribed_regex = Some("(".into());
+        assert_eq!(
+            g.heartbeat(bad, &t),
+            Err(GroupError::InvalidRegularExpression)
+        );
+    }
+
+    #[test]
+    fn offsets_need_the_member_s_current_epoch() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        g.heartbeat(beat("a", 0, Some(&[]), 0), &t).unwrap();
+        let commit = |generation: i32, member: &str| CommitOffsets {
+            group: "g".into(),
+            generation,
+            member_id: member.into(),
+            instance_id: None,
+            offsets: vec![],
+            now_ms: 0,
+        };
+        assert_eq!(g.check_commit(&commit(1, "a")), Ok(()));
+        assert_eq!(
+            g.check_commit(&commit(0, "a")),
+            Err(GroupError::StaleMemberEpoch)
+        );
+        assert_eq!(
+            g.check_commit(&commit(-1, "")),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+}

@@ -1,0 +1,119 @@
+"""The consumer group protocol of Kafka 4 (KIP-848, `group.protocol=consumer`)
+with librdkafka: the broker assigns, members share a topic and hand
+partitions over on leave and on kill -9, offsets (committed with member
+epochs, OffsetCommit v9) outlive an agent restart, regular-expression
+subscriptions pick up new topics, and admin clients see the group."""
+
+import time
+
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+from kafka.admin import KafkaAdminClient
+
+from test_group_protocol import (PARTITIONS, Killable, Member, disjoint_cover, make_topic, produce,
+                                 settings, wait_for)
+
+# Short sessions so a killed member's partitions move within the test.
+FAST = ("--consumer-session-timeout", "6s", "--consumer-heartbeat-interval", "500ms")
+
+
+def consumer_settings(bootstrap, group, **extra):
+    conf = settings(bootstrap, group, **extra)
+    # The classic protocol's settings are refused with group.protocol=consumer.
+    for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+        conf.pop(key, None)
+    conf["group.protocol"] = "consumer"
+    return conf
+
+
+def test_members_share_and_hand_over_on_leave_and_on_kill(make_agent):
+    agent = make_agent(*FAST)
+    make_topic(agent.bootstrap, "kip848")
+    conf = consumer_settings(agent.bootstrap, "new-protocol")
+    a, b = Member(conf, "kip848"), Member(conf, "kip848")
+    c = Killable(conf, "kip848")
+    try:
+        wait_for(lambda: disjoint_cover(a, b, c), why="three members sharing 12 partitions")
+        assert {len(m.held) for m in (a, b, c)} == {4}, [m.held for m in (a, b, c)]
+        a.close()
+        wait_for(lambda: disjoint_cover(b, c), why="a's partitions to move on leave")
+        c.kill()
+        killed = time.time()
+        wait_for(lambda: b.held == set(range(PARTITIONS)), why="c's partitions after its session")
+        assert time.time() - killed >= 3, "moved before the session could have ended"
+        values = [f"n{i}" for i in range(600)]
+        produce(agent.bootstrap, "kip848", values)
+        wait_for(lambda: {v for _, _, v in a.read + b.read} >= set(values), why="every record read")
+        assert not b.errors, b.errors
+    finally:
+        for m in (a, b):
+            m.close()
+        c.kill()
+
+
+def test_committed_offsets_survive_an_agent_restart(make_agent):
+    agent = make_agent(*FAST)
+    make_topic(agent.bootstrap, "kept848", 3)
+    produce(agent.bootstrap, "kept848", [f"k{i}" for i in range(300)], partitions=3)
+    m = Member(consumer_settings(agent.bootstrap, "keepers848"), "kept848")
+    wait_for(lambda: len(m.read) >= 300, why="the first 300 records")
+    time.sleep(1)
+    m.close()
+    assert not m.errors, m.errors
+    agent.restart()
+    produce(agent.bootstrap, "kept848", [f"k{i}" for i in range(300, 330)], partitions=3)
+    again = Member(consumer_settings(agent.bootstrap, "keepers848"), "kept848")
+    try:
+        wait_for(lambda: len(again.read) >= 30, why="the records after the restart")
+        time.sleep(1)
+        assert sorted(v for _, _, v in again.read) == sorted(f"k{i}" for i in range(300, 330))
+    finally:
+        again.close()
+
+
+def test_a_regular_expression_subscription_picks_up_new_topics(make_agent):
+    agent = make_agent(*FAST)
+    make_topic(agent.bootstrap, "metrics-a", 2)
+    m = Member(consumer_settings(agent.bootstrap, "by-regex"), "^metrics-.*")
+    try:
+        wait_for(lambda: len(m.held) == 2, why="metrics-a's partitions")
+        # Resolved again at least every 10 s: a new matching topic joins.
+        make_topic(agent.bootstrap, "metrics-b", 2)
+        make_topic(agent.bootstrap, "other", 2)
+        produce(agent.bootstrap, "metrics-b", ["late"], partitions=2)
+        wait_for(lambda: "late" in [v for _, _, v in m.read], seconds=60,
+                 why="a record of the topic created after the subscription")
+        assert not m.errors, m.errors
+    finally:
+        m.close()
+
+
+def test_admin_clients_see_a_consumer_group(make_agent):
+    agent = make_agent(*FAST)
+    make_topic(agent.bootstrap, "seen848", 4)
+    m = Member(consumer_settings(agent.bootstrap, "seen", client_id="watcher848"), "seen848")
+    try:
+        wait_for(lambda: len(m.held) == 4, why="an assignment")
+        kafka_admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+        listed = {g["group_id"]: g for g in kafka_admin.list_groups()}
+        assert listed["seen"]["group_type"] == "consumer", listed
+        assert listed["seen"]["group_state"] == "Stable", listed
+        kafka_admin.close()
+        admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+        described = admin.describe_consumer_groups(["seen"])["seen"].result(30)
+        assert [mm.client_id for mm in described.members] == ["watcher848"]
+        assigned = described.members[0].assignment.topic_partitions
+        assert sorted(tp.partition for tp in assigned) == [0, 1, 2, 3]
+        # A consumer of the classic protocol cannot join it while it has members.
+        classic = Consumer(settings(agent.bootstrap, "seen"))
+        classic.subscribe(["seen848"])
+        deadline = time.time() + 10
+        error = None
+        while time.time() < deadline and error is None:
+            msg = classic.poll(0.2)
+            if msg is not None and msg.error():
+                error = msg.error()
+        classic.close()
+        assert error is not None and "INCONSISTENT_GROUP_PROTOCOL" in error.name(), error
+    finally:
+        m.close()
