@@ -109,3 +109,29 @@ def test_groups_are_described_with_lag_reset_and_deleted(agent):
     floe(agent, "groups", "delete", "readers")
     gone = floe(agent, "groups", "describe", "readers", expect_ok=False)
     assert gone.returncode != 0 and "does not exist" in gone.stderr
+
+
+def test_the_tools_work_against_a_cluster(peer_agents):
+    first, second = peer_agents(2, "--flush-interval", "20ms")
+    floe(first, "topics", "create", "shared", "--partitions", "2")
+    assert [t["topic"] for t in floe_json(second, "topics", "list")["topics"]] == ["shared"]
+    c = Consumer({"bootstrap.servers": first.bootstrap, "group.id": "across",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    p = Producer({"bootstrap.servers": second.bootstrap})
+    for i in range(4):
+        p.produce("shared", value=b"x", partition=i % 2)
+    assert p.flush(30) == 0
+    c.subscribe(["shared"])
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            c.commit(message=m, asynchronous=False)
+            break
+    # The group, joined through one agent, described through the other.
+    rows = floe_json(second, "groups", "describe", "across")["offsets"]
+    assert sum(r["current_offset"] is not None for r in rows) == 1, rows
+    assert {r["log_end_offset"] for r in rows} == {2}
+    c.close()
+    floe(second, "groups", "delete", "across")
+    floe(first, "topics", "delete", "shared")

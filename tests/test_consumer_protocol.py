@@ -10,8 +10,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 
-from test_group_protocol import (PARTITIONS, Killable, Member, disjoint_cover, make_topic, produce,
-                                 settings, wait_for)
+from test_group_protocol import (PARTITIONS, Killable, Member, commits_in_revoke_are_never_lost,
+                                 disjoint_cover, make_topic, produce, settings, wait_for)
 
 # Short sessions so a killed member's partitions move within the test.
 FAST = ("--consumer-session-timeout", "6s", "--consumer-heartbeat-interval", "500ms")
@@ -117,3 +117,21 @@ def test_admin_clients_see_a_consumer_group(make_agent):
         assert error is not None and "INCONSISTENT_GROUP_PROTOCOL" in error.name(), error
     finally:
         m.close()
+
+
+def test_a_commit_in_the_revoke_callback_is_never_lost(make_agent):
+    agent = make_agent(*FAST)
+    commits_in_revoke_are_never_lost(agent, consumer_settings(agent.bootstrap, "handers848"))
+
+
+def test_one_group_spans_agents(peer_agents):
+    first, second = peer_agents(2, "--flush-interval", "20ms", *FAST)
+    make_topic(first.bootstrap, "spread848")
+    a = Member(consumer_settings(first.bootstrap, "spread848"), "spread848")
+    b = Member(consumer_settings(second.bootstrap, "spread848"), "spread848")
+    try:
+        wait_for(lambda: disjoint_cover(a, b), why="members on two agents sharing")
+        assert {len(a.held), len(b.held)} == {6}
+    finally:
+        for m in (a, b):
+            m.close()

@@ -773,6 +773,70 @@ async fn three_node_group_survives_losing_its_leader() {
     }
 }
 
+/// Heartbeats live only in the leader's memory: when it fails, the new
+/// leader counts every member as heard when it began to lead. A member that
+/// goes on beating through the failover stays; a silent one still goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_liveness_survives_losing_the_leader() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, servers, addresses) = three_nodes(dir.path()).await;
+    let client = RemoteMetastore::new(&addresses);
+    let join = |member: &str| {
+        let mut j = join_request(member, 6_000);
+        j.require_known_member_id = false;
+        j
+    };
+    let Ok(Joined::Member(live)) = client.join_group(join("")).await.unwrap() else {
+        panic!("the first member joins");
+    };
+    let Ok(Joined::Member(silent)) = client.join_group(join("")).await.unwrap() else {
+        panic!("the second member joins");
+    };
+    // The first member rejoins the rebalance the second started; the
+    // generation forms and is synced.
+    client.join_group(join(&live)).await.unwrap().unwrap();
+    client
+        .sync_group(sync_request(&live, 2))
+        .await
+        .unwrap()
+        .unwrap();
+    let beat = GroupHeartbeat {
+        group: "g".into(),
+        generation: 2,
+        member_id: live.clone(),
+        instance_id: None,
+    };
+    assert_eq!(client.group_heartbeat(beat.clone()).await.unwrap(), Ok(()));
+    let leader = nodes
+        .iter()
+        .position(|n| n.status().role == "Leader")
+        .unwrap();
+    nodes[leader].shutdown().await;
+    servers[leader].abort();
+    let failed_over = tokio::time::Instant::now();
+    let mut silent_gone = None;
+    while failed_over.elapsed() < Duration::from_secs(15) {
+        // Errors while the group elects are expected; a refusal is not.
+        if let Ok(answer) = client.group_heartbeat(beat.clone()).await {
+            assert!(
+                matches!(answer, Ok(()) | Err(GroupError::RebalanceInProgress)),
+                "the beating member was dropped: {answer:?}"
+            );
+        }
+        if silent_gone.is_none()
+            && let Ok(Some(g)) = client.describe_group("g").await
+            && !g.members.iter().any(|m| m.member_id == silent)
+        {
+            silent_gone = Some(failed_over.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let gone = silent_gone.expect("the silent member was never expired");
+    // Not before a whole session after the new leader began.
+    assert!(gone >= Duration::from_secs(6), "expired after {gone:?}");
+}
+
 /// Starts node 4 served on a fresh port, waiting to join, and adds it.
 async fn add_fourth_node(client: &RemoteMetastore) -> std::sync::Arc<RaftMetastore> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
