@@ -10,8 +10,9 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 
-from test_group_protocol import (PARTITIONS, Killable, Member, commits_in_revoke_are_never_lost,
-                                 disjoint_cover, make_topic, produce, settings, wait_for)
+from test_group_protocol import (Member, commits_in_revoke_are_never_lost, make_topic,
+                                 offsets_survive_a_restart, one_group_across_agents, produce,
+                                 settings, share_and_hand_over, wait_for)
 
 # Short sessions so a killed member's partitions move within the test.
 FAST = ("--consumer-session-timeout", "6s", "--consumer-heartbeat-interval", "500ms")
@@ -28,47 +29,13 @@ def consumer_settings(bootstrap, group, **extra):
 
 def test_members_share_and_hand_over_on_leave_and_on_kill(make_agent):
     agent = make_agent(*FAST)
-    make_topic(agent.bootstrap, "kip848")
-    conf = consumer_settings(agent.bootstrap, "new-protocol")
-    a, b = Member(conf, "kip848"), Member(conf, "kip848")
-    c = Killable(conf, "kip848")
-    try:
-        wait_for(lambda: disjoint_cover(a, b, c), why="three members sharing 12 partitions")
-        assert {len(m.held) for m in (a, b, c)} == {4}, [m.held for m in (a, b, c)]
-        a.close()
-        wait_for(lambda: disjoint_cover(b, c), why="a's partitions to move on leave")
-        c.kill()
-        killed = time.time()
-        wait_for(lambda: b.held == set(range(PARTITIONS)), why="c's partitions after its session")
-        assert time.time() - killed >= 3, "moved before the session could have ended"
-        values = [f"n{i}" for i in range(600)]
-        produce(agent.bootstrap, "kip848", values)
-        wait_for(lambda: {v for _, _, v in a.read + b.read} >= set(values), why="every record read")
-        assert not b.errors, b.errors
-    finally:
-        for m in (a, b):
-            m.close()
-        c.kill()
+    share_and_hand_over(agent, consumer_settings(agent.bootstrap, "new-protocol"), "kip848")
 
 
 def test_committed_offsets_survive_an_agent_restart(make_agent):
     agent = make_agent(*FAST)
-    make_topic(agent.bootstrap, "kept848", 3)
-    produce(agent.bootstrap, "kept848", [f"k{i}" for i in range(300)], partitions=3)
-    m = Member(consumer_settings(agent.bootstrap, "keepers848"), "kept848")
-    wait_for(lambda: len(m.read) >= 300, why="the first 300 records")
-    time.sleep(1)
-    m.close()
-    assert not m.errors, m.errors
-    agent.restart()
-    produce(agent.bootstrap, "kept848", [f"k{i}" for i in range(300, 330)], partitions=3)
-    again = Member(consumer_settings(agent.bootstrap, "keepers848"), "kept848")
-    try:
-        wait_for(lambda: len(again.read) >= 30, why="the records after the restart")
-        time.sleep(1)
-        assert sorted(v for _, _, v in again.read) == sorted(f"k{i}" for i in range(300, 330))
-    finally:
-        again.close()
+    offsets_survive_a_restart(agent, lambda: consumer_settings(agent.bootstrap, "keepers848"),
+                              "kept848")
 
 
 def test_a_regular_expression_subscription_picks_up_new_topics(make_agent):
@@ -126,12 +93,5 @@ def test_a_commit_in_the_revoke_callback_is_never_lost(make_agent):
 
 def test_one_group_spans_agents(peer_agents):
     first, second = peer_agents(2, "--flush-interval", "20ms", *FAST)
-    make_topic(first.bootstrap, "spread848")
-    a = Member(consumer_settings(first.bootstrap, "spread848"), "spread848")
-    b = Member(consumer_settings(second.bootstrap, "spread848"), "spread848")
-    try:
-        wait_for(lambda: disjoint_cover(a, b), why="members on two agents sharing")
-        assert {len(a.held), len(b.held)} == {6}
-    finally:
-        for m in (a, b):
-            m.close()
+    one_group_across_agents(first, second,
+                            lambda agent: consumer_settings(agent.bootstrap, "spread848"))

@@ -148,12 +148,18 @@ class Killable:
 
 
 def test_members_share_and_hand_over_on_leave_and_on_kill(agent):
-    make_topic(agent.bootstrap, "shared12")
-    conf = settings(agent.bootstrap, "sharers")
-    a, b = Member(conf, "shared12"), Member(conf, "shared12")
-    c = Killable(conf, "shared12")
+    share_and_hand_over(agent, settings(agent.bootstrap, "sharers"), "shared12")
+
+
+def share_and_hand_over(agent, conf, topic):
+    """Three members share 12 partitions; one leaves, one is killed with
+    SIGKILL: the last takes everything and reads every record."""
+    make_topic(agent.bootstrap, topic)
+    a, b = Member(conf, topic), Member(conf, topic)
+    c = Killable(conf, topic)
     try:
         wait_for(lambda: disjoint_cover(a, b, c), why="three members sharing 12 partitions")
+        assert {len(m.held) for m in (a, b, c)} == {4}, [m.held for m in (a, b, c)]
         a.close()
         wait_for(lambda: disjoint_cover(b, c), why="a's partitions to move on leave")
         c.kill()
@@ -162,7 +168,7 @@ def test_members_share_and_hand_over_on_leave_and_on_kill(agent):
         wait_for(lambda: b.held == set(range(PARTITIONS)), why="c's partitions after its session")
         assert time.time() - killed >= 3, "moved before the session could have ended"
         values = [f"v{i}" for i in range(600)]
-        produce(agent.bootstrap, "shared12", values)
+        produce(agent.bootstrap, topic, values)
         wait_for(lambda: {v for _, _, v in a.read + b.read} >= set(values), why="every record read")
         assert not b.errors, b.errors
     finally:
@@ -172,14 +178,22 @@ def test_members_share_and_hand_over_on_leave_and_on_kill(agent):
 
 
 def test_committed_offsets_survive_an_agent_restart(agent):
-    make_topic(agent.bootstrap, "kept", 3)
-    produce(agent.bootstrap, "kept", [f"k{i}" for i in range(300)], partitions=3)
-    m = Member(settings(agent.bootstrap, "keepers"), "kept")
+    offsets_survive_a_restart(agent, lambda: settings(agent.bootstrap, "keepers"), "kept")
+
+
+def offsets_survive_a_restart(agent, conf, topic):
+    """A member reads and commits 300 records; after an agent restart the
+    group resumes exactly after them."""
+    make_topic(agent.bootstrap, topic, 3)
+    produce(agent.bootstrap, topic, [f"k{i}" for i in range(300)], partitions=3)
+    m = Member(conf(), topic)
     wait_for(lambda: len(m.read) >= 300, why="the first 300 records")
+    time.sleep(1)
     m.close()
+    assert not m.errors, m.errors
     agent.restart()
-    produce(agent.bootstrap, "kept", [f"k{i}" for i in range(300, 330)], partitions=3)
-    again = Member(settings(agent.bootstrap, "keepers"), "kept")
+    produce(agent.bootstrap, topic, [f"k{i}" for i in range(300, 330)], partitions=3)
+    again = Member(conf(), topic)
     try:
         wait_for(lambda: len(again.read) >= 30, why="the records after the restart")
         time.sleep(1)
@@ -283,11 +297,17 @@ def commits_in_revoke_are_never_lost(agent, conf):
 
 def test_one_group_spans_agents(peer_agents):
     first, second = peer_agents(2, "--flush-interval", "20ms")
+    one_group_across_agents(first, second, lambda agent: settings(agent.bootstrap, "spread"))
+
+
+def one_group_across_agents(first, second, conf):
+    """Members connected to two agents (sharing a metastore) form one group."""
     make_topic(first.bootstrap, "spread12")
-    a = Member(settings(first.bootstrap, "spread"), "spread12")
-    b = Member(settings(second.bootstrap, "spread"), "spread12")
+    a = Member(conf(first), "spread12")
+    b = Member(conf(second), "spread12")
     try:
         wait_for(lambda: disjoint_cover(a, b), why="members on two agents sharing")
+        assert {len(a.held), len(b.held)} == {6}
     finally:
         for m in (a, b):
             m.close()

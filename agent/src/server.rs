@@ -169,6 +169,9 @@ async fn connection(
                     }
                     None => reading = false,
                 }
+                if !reading {
+                    lane.close();
+                }
             }
             Some((produce, response)) = in_flight.next() => {
                 others -= usize::from(!produce);

@@ -304,7 +304,8 @@ impl Op for ConsumerHeartbeat {
         let unchanged = on
             .read_heard(move |state| {
                 let answer = state.consumer_unchanged(&probe);
-                let heard = answer.is_some().then(|| Heard {
+                // Only a member answered without an error was heard.
+                let heard = matches!(answer, Some(Ok(_))).then(|| Heard {
                     group: probe.group.clone(),
                     member: probe.member_id.clone(),
                 });
@@ -312,7 +313,7 @@ impl Op for ConsumerHeartbeat {
             })
             .await?;
         match unchanged {
-            Some(answer) => Ok(Ok(answer)),
+            Some(answer) => Ok(answer),
             None => on.write(self).await,
         }
     }

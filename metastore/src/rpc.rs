@@ -85,7 +85,7 @@ const CALL: u8 = 33;
 /// The encoding of [`Envelope`], every operation, its answer and
 /// [`MetaError`] (see the wire golden test). Bump it when any changes: a node
 /// closes the connection of a client of another version.
-pub const WIRE_VERSION: u8 = 3;
+pub const WIRE_VERSION: u8 = 4;
 
 /// What a client sends: an operation on the metastore's state, or a request
 /// about the serving node itself.

@@ -1554,7 +1554,10 @@ impl TopicLookup for TopicsByName<'_> {
 
 impl State {
     /// A consumer-protocol heartbeat that would change nothing: its answer.
-    pub fn consumer_unchanged(&self, hb: &ConsumerHeartbeat) -> Option<ConsumerAnswer> {
+    pub fn consumer_unchanged(
+        &self,
+        hb: &ConsumerHeartbeat,
+    ) -> Option<Result<ConsumerAnswer, GroupError>> {
         self.groups
             .consumer_unchanged(hb, &TopicsByName(&self.topics))
     }

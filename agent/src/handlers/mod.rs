@@ -80,8 +80,10 @@ pub async fn admit(
     // Group requests run one after another, in the order they came.
     let mut ticket = groups::is_coordinator_request(&body).then(|| lane.ticket());
     Box::pin(async move {
-        if let Some(ticket) = &mut ticket {
-            ticket.wait().await;
+        if let Some(ticket) = &mut ticket
+            && !ticket.wait().await
+        {
+            return None;
         }
         let reply = handle(&broker, body, version, client_id, peer)
             .await

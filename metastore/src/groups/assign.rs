@@ -89,26 +89,27 @@ fn uniform(
             load[i] += 1;
         }
     }
-    // Narrow the gap between the most and the least loaded member, one
-    // move at a time, while the most loaded holds a partition the least
-    // loaded may take (at most one move per partition).
+    // Narrow the gaps: a member takes a partition it may consume from one
+    // holding at least two more, the least loaded first, until no such
+    // move is left (at most one move per partition; a move never widens
+    // a gap, so this ends).
     let mut held: Vec<BTreeSet<(TopicId, i32)>> = vec![BTreeSet::new(); members.len()];
     for (key, &i) in &owner {
         held[i].insert(*key);
     }
     for _ in 0..all.len() {
-        let (Some(from), Some(to)) = (
-            (0..members.len()).max_by_key(|&i| (load[i], std::cmp::Reverse(i))),
-            (0..members.len()).min_by_key(|&i| (load[i], i)),
-        ) else {
-            break;
-        };
-        if load[from] <= load[to] + 1 {
-            break;
-        }
-        let Some(key) = held[from].iter().copied().find(|k| eligible(to, &k.0)) else {
-            break;
-        };
+        let mut by_load: Vec<usize> = (0..members.len()).collect();
+        by_load.sort_by_key(|&i| (load[i], i));
+        let moved = by_load.iter().find_map(|&to| {
+            by_load.iter().rev().find_map(|&from| {
+                if load[from] <= load[to] + 1 {
+                    return None;
+                }
+                let key = held[from].iter().copied().find(|k| eligible(to, &k.0))?;
+                Some((key, from, to))
+            })
+        });
+        let Some((key, from, to)) = moved else { break };
         held[from].remove(&key);
         held[to].insert(key);
         owner.insert(key, to);
@@ -252,6 +253,33 @@ mod tests {
         assert_eq!(targets["b"][&topic(2)].len(), 2);
         assert_eq!(count(&targets, "a") + count(&targets, "b"), 6);
         assert_eq!((count(&targets, "a"), count(&targets, "b")), (3, 3));
+    }
+
+    /// A member's share is not held back by a member of another subscription
+    /// that is more loaded: here b, subscribed to A only, gets half of A
+    /// although c (subscribed to B only) holds more than anyone.
+    #[test]
+    fn uniform_balances_members_of_different_subscriptions() {
+        let counts = BTreeMap::from([(topic(1), 12), (topic(2), 100)]);
+        let empty = Partitions::new();
+        let a_had = Partitions::from([(topic(1), (0..12).collect())]);
+        let only = |id, t, previous| Subscriber {
+            id,
+            instance_id: None,
+            topics: BTreeSet::from([t]),
+            previous,
+        };
+        let targets = assign(
+            UNIFORM,
+            &[
+                only("a", topic(1), &a_had),
+                only("b", topic(1), &empty),
+                only("c", topic(2), &empty),
+            ],
+            &counts,
+        );
+        assert_eq!((count(&targets, "a"), count(&targets, "b")), (6, 6));
+        assert_eq!(count(&targets, "c"), 100);
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub const STATIC_LEAVE_EPOCH: i32 = -2;
 pub const REGEX_REFRESH_MS: i64 = 10_000;
 /// The longest regular expression accepted, and its compiled size.
 pub const MAX_REGEX_LEN: usize = 1_024;
+/// Distinct regular expressions one group's members may use (each is
+/// matched against every topic at every resolution).
+pub const MAX_REGEXES: usize = 100;
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// ConsumerGroupHeartbeat, as the agent hands it over (validated: member id
@@ -144,6 +147,9 @@ pub struct ConsumerGroup {
     /// The topics members subscribe to that exist, with id and partition
     /// count: a change bumps the epoch.
     pub subscribed: BTreeMap<String, (TopicId, i32)>,
+    /// Every name members subscribe to (resolved regexes included), whether
+    /// the topic exists or not: what a heartbeat checks has not changed.
+    pub wanted: BTreeSet<String>,
     /// Each regular expression in use and the topics it matched when last
     /// resolved (at `regexes_resolved_ms`).
     pub regexes: BTreeMap<String, BTreeSet<String>>,
@@ -245,10 +251,9 @@ impl ConsumerGroup {
     }
 
     fn resolve_subscribed(&self, topics: &dyn TopicLookup) -> BTreeMap<String, (TopicId, i32)> {
-        self.members
-            .values()
-            .flat_map(|m| self.topics_of(m))
-            .filter_map(|name| topics.find(&name).map(|found| (name, found)))
+        self.wanted
+            .iter()
+            .filter_map(|name| topics.find(name).map(|found| (name.clone(), found)))
             .collect()
     }
 
@@ -292,15 +297,22 @@ impl ConsumerGroup {
     }
 
     /// The answer to a heartbeat that would change nothing, if it is one:
-    /// the member is reconciled at the group's epoch, its subscription and
-    /// what it owns are as stored, and no resolution is due. The leader
-    /// answers it from its state, without a write.
+    /// a refusal (an unknown or fenced member costs the log nothing), or a
+    /// member reconciled at the group's epoch whose subscription and owned
+    /// partitions are as stored, with no resolution due. The leader answers
+    /// it from its state, without a write; joins and leaves are written.
     pub fn unchanged(
         &self,
         hb: &ConsumerHeartbeat,
         topics: &dyn TopicLookup,
-    ) -> Option<ConsumerAnswer> {
-        if hb.member_epoch <= JOIN_EPOCH {
+    ) -> Option<Result<ConsumerAnswer, GroupError>> {
+        if hb.member_epoch == JOIN_EPOCH {
+            return None;
+        }
+        if let Err(refused) = self.check(hb) {
+            return Some(Err(refused));
+        }
+        if hb.member_epoch < JOIN_EPOCH {
             return None;
         }
         let m = self.members.get(&hb.member_id)?;
@@ -330,33 +342,61 @@ impl ConsumerGroup {
             && hb.client_id == m.client_id
             && !owned_differs
             && !self.regexes_due(hb.now_ms)
-            && self.resolve_subscribed(topics) == self.subscribed;
-        unchanged.then(|| ConsumerAnswer {
-            member_id: hb.member_id.clone(),
-            member_epoch: m.epoch,
-            heartbeat_interval_ms: m.heartbeat_interval_ms,
-            assignment: hb.is_full().then(|| flatten(&m.assigned)),
+            && self.topics_unchanged(topics);
+        unchanged.then(|| {
+            Ok(ConsumerAnswer {
+                member_id: hb.member_id.clone(),
+                member_epoch: m.epoch,
+                heartbeat_interval_ms: m.heartbeat_interval_ms,
+                assignment: hb.is_full().then(|| flatten(&m.assigned)),
+            })
         })
     }
 
+    /// Whether every topic the members subscribe to is as when last
+    /// resolved (exists or not, same id and partitions): one lookup per
+    /// name, not per member.
+    fn topics_unchanged(&self, topics: &dyn TopicLookup) -> bool {
+        self.wanted
+            .iter()
+            .all(|name| topics.find(name) == self.subscribed.get(name).copied())
+    }
+
     /// Kafka's checks of who sends a heartbeat, before anything changes.
-    fn check(&self, hb: &ConsumerHeartbeat) -> Result<(), GroupError> {
+    pub(super) fn check(&self, hb: &ConsumerHeartbeat) -> Result<(), GroupError> {
         if let Some(regex) = &hb.subscribed_regex
             && !regex.is_empty()
+            && !self.regexes.contains_key(regex)
         {
             compile(regex)?;
+            let known: BTreeSet<&String> = self
+                .members
+                .values()
+                .filter_map(|m| m.subscribed_regex.as_ref())
+                .collect();
+            if known.len() >= MAX_REGEXES && !known.contains(regex) {
+                return Err(GroupError::InvalidRegularExpression);
+            }
         }
         if hb.assignor.as_deref().is_some_and(|a| !assign::is_known(a)) {
             return Err(GroupError::UnsupportedAssignor);
         }
         if hb.member_epoch == JOIN_EPOCH {
-            if let Some(holder) = hb.instance_id.as_ref().and_then(|i| self.instances.get(i))
+            let holder = hb.instance_id.as_ref().and_then(|i| self.instances.get(i));
+            if let Some(holder) = holder
                 && *holder != hb.member_id
-                && self.members[holder].epoch != STATIC_LEAVE_EPOCH
+                && self
+                    .members
+                    .get(holder)
+                    .is_some_and(|m| m.epoch != STATIC_LEAVE_EPOCH)
             {
                 return Err(GroupError::UnreleasedInstanceId);
             }
-            if !self.members.contains_key(&hb.member_id) && self.members.len() >= MAX_GROUP_SIZE {
+            // A static member taking its place does not grow the group.
+            if !self.members.contains_key(&hb.member_id)
+                && holder.is_none()
+                && self.members.len() >= MAX_GROUP_SIZE
+            {
                 return Err(GroupError::GroupMaxSizeReached);
             }
             return Ok(());
@@ -495,6 +535,11 @@ impl ConsumerGroup {
             self.resolve_regexes(topics, now_ms);
             bump |= before != self.regexes;
         }
+        self.wanted = self
+            .members
+            .values()
+            .flat_map(|m| self.topics_of(m))
+            .collect();
         let subscribed = self.resolve_subscribed(topics);
         if subscribed != self.subscribed {
             self.subscribed = subscribed;
@@ -507,9 +552,16 @@ impl ConsumerGroup {
             self.assign_targets();
         }
         let before = self.members[&id].assigned.clone();
-        self.reconcile(&id, hb.owned(), now_ms);
+        let owned = hb.owned();
+        self.reconcile(&id, owned.clone(), now_ms);
         let m = &self.members[&id];
-        let changed = !same(&before, &m.assigned);
+        // A member that owns what it may not hold is told again what it may.
+        let mut may_hold = m.assigned.clone();
+        for (t, ps) in &m.revoking {
+            may_hold.entry(*t).or_default().extend(ps);
+        }
+        let overreaching = owned.is_some_and(|o| !minus(&o, &may_hold).is_empty());
+        let changed = !same(&before, &m.assigned) || overreaching;
         Ok(ConsumerAnswer {
             member_id: id,
             member_epoch: m.epoch,
@@ -627,6 +679,7 @@ impl ConsumerGroup {
             if self.members.is_empty() {
                 self.empty_since_ms = now_ms;
                 self.subscribed.clear();
+                self.wanted.clear();
                 self.regexes.clear();
             }
         }
@@ -831,11 +884,22 @@ mod tests {
         assert!(got.iter().all(|p| !kept.contains(p)));
         assert_eq!(g.state_name(), "Stable");
         // Now a heartbeat changes nothing: answered without a write.
-        assert!(g.unchanged(&beat("a", 2, None, 60), &t).is_some());
-        assert!(g.unchanged(&beat("b", 2, Some(&got), 60), &t).is_some());
-        assert!(
-            g.unchanged(&beat("b", 1, None, 60), &t).is_none(),
-            "an old epoch is written (fenced)"
+        assert!(matches!(
+            g.unchanged(&beat("a", 2, None, 60), &t),
+            Some(Ok(_))
+        ));
+        assert!(matches!(
+            g.unchanged(&beat("b", 2, Some(&got), 60), &t),
+            Some(Ok(_))
+        ));
+        // Refusals cost no write either.
+        assert_eq!(
+            g.unchanged(&beat("b", 1, None, 60), &t),
+            Some(Err(GroupError::FencedMemberEpoch))
+        );
+        assert_eq!(
+            g.unchanged(&beat("x", 2, None, 60), &t),
+            Some(Err(GroupError::UnknownMemberId))
         );
     }
 
@@ -922,10 +986,10 @@ mod tests {
         assert_eq!(parts(&a).map(|p| p.len()), Some(6));
         t.0.insert("u".into(), (TopicId::from_u128(2), 2));
         // Before the refresh is due, nothing changes...
-        assert!(
-            g.unchanged(&beat("a", 1, None, REGEX_REFRESH_MS - 1), &t)
-                .is_some()
-        );
+        assert!(matches!(
+            g.unchanged(&beat("a", 1, None, REGEX_REFRESH_MS - 1), &t),
+            Some(Ok(_))
+        ));
         // ...then the heartbeat is written and the new topic assigned.
         assert!(
             g.unchanged(&beat("a", 1, None, REGEX_REFRESH_MS), &t)
@@ -965,5 +1029,160 @@ mod tests {
             g.check_commit(&commit(-1, "")),
             Err(GroupError::UnknownMemberId)
         );
+    }
+}
+
+/// Many members heartbeating in any order, with answers lost and requests
+/// delivered twice: what the members own is never shared. (Replaying an
+/// old request after a newer one of the same member is not modelled: the
+/// agent bounds how long a heartbeat may take, and drops a closed
+/// connection's queued ones.)
+#[cfg(test)]
+mod interleavings {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    struct Topics;
+
+    impl TopicLookup for Topics {
+        fn find(&self, name: &str) -> Option<(TopicId, i32)> {
+            (name == "t").then_some((TopicId::from_u128(7), 8))
+        }
+        fn names(&self) -> Vec<String> {
+            vec!["t".into()]
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Member `n` heartbeats; its answer is lost if `lose`, its request
+        /// delivered twice if `twice`.
+        Beat {
+            n: usize,
+            lose: bool,
+            twice: bool,
+        },
+        Leave(usize),
+        /// Every member past a deadline is fenced.
+        Tick,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            8 => (0..4usize, proptest::bool::weighted(0.2), proptest::bool::weighted(0.1))
+                .prop_map(|(n, lose, twice)| Step::Beat { n, lose, twice }),
+            1 => (0..4usize).prop_map(Step::Leave),
+            1 => Just(Step::Tick),
+        ]
+    }
+
+    /// What a client believes: its epoch and the partitions it consumes.
+    #[derive(Debug, Clone, Default)]
+    struct Client {
+        epoch: i32,
+        owned: Partitions,
+    }
+
+    proptest! {
+        #[test]
+        fn no_partition_is_ever_owned_by_two_members(steps in proptest::collection::vec(step(), 1..120)) {
+            let mut g = ConsumerGroup::default();
+            let mut clients = vec![Client::default(); 4];
+            let mut now_ms = 0;
+            for step in steps {
+                now_ms += 100;
+                match step {
+                    Step::Tick => {
+                        g.tick(now_ms + 60_000);
+                        // A client past its rebalance timeout knows it (its
+                        // own poll timer) and stops, as Kafka's clients do.
+                        for (n, c) in clients.iter_mut().enumerate() {
+                            if !g.members.contains_key(&format!("m{n}")) {
+                                *c = Client::default();
+                            }
+                        }
+                    }
+                    Step::Leave(n) => {
+                        let mut hb = request(n, &clients[n], now_ms);
+                        hb.member_epoch = LEAVE_EPOCH;
+                        let _ = g.heartbeat(hb, &Topics);
+                        clients[n] = Client::default();
+                    }
+                    Step::Beat { n, lose, twice } => {
+                        let hb = request(n, &clients[n], now_ms);
+                        // The leader's unwritten answer is the one a write
+                        // would give, and the write would change nothing
+                        // but when the member was last seen.
+                        if let Some(fast) = g.unchanged(&hb, &Topics) {
+                            let mut written = g.clone();
+                            prop_assert_eq!(written.heartbeat(hb.clone(), &Topics), fast);
+                            if let Some(m) = written.members.get_mut(&hb.member_id) {
+                                m.last_seen_ms = g.members[&hb.member_id].last_seen_ms;
+                            }
+                            prop_assert_eq!(&written, &g);
+                        }
+                        let mut answer = g.heartbeat(hb.clone(), &Topics);
+                        if twice {
+                            answer = g.heartbeat(hb, &Topics);
+                        }
+                        if lose {
+                            continue;
+                        }
+                        match answer {
+                            Ok(a) => {
+                                clients[n].epoch = a.member_epoch;
+                                if let Some(assigned) = a.assignment {
+                                    clients[n].owned = assigned
+                                        .into_iter()
+                                        .map(|(t, ps)| (t, ps.into_iter().collect()))
+                                        .collect();
+                                }
+                            }
+                            // Fenced or unknown: it drops everything and rejoins.
+                            Err(_) => clients[n] = Client::default(),
+                        }
+                    }
+                }
+                for i in 0..clients.len() {
+                    for j in i + 1..clients.len() {
+                        let both = intersect(&clients[i].owned, &clients[j].owned);
+                        prop_assert!(is_empty(&both), "members {i} and {j} both own {both:?}");
+                    }
+                }
+                // And the group never gives one partition to two members.
+                let mut held = BTreeSet::new();
+                for m in g.members.values() {
+                    for (t, ps) in m.assigned.iter().chain(&m.revoking) {
+                        for p in ps {
+                            prop_assert!(held.insert((*t, *p)), "{t}-{p} held twice");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn request(n: usize, client: &Client, now_ms: i64) -> ConsumerHeartbeat {
+        let joining = client.epoch == 0;
+        ConsumerHeartbeat {
+            group: "g".into(),
+            member_id: format!("m{n}"),
+            member_epoch: client.epoch,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: if joining { 30_000 } else { -1 },
+            subscribed_topics: joining.then(|| vec!["t".to_string()]),
+            subscribed_regex: None,
+            assignor: None,
+            // A client always says what it owns (as librdkafka does when it
+            // changed; saying it each time only tells the group more).
+            owned: Some(flatten(&client.owned)),
+            client_id: "c".into(),
+            client_host: String::new(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            now_ms,
+        }
     }
 }

@@ -385,8 +385,14 @@ impl Groups {
         &self,
         hb: &ConsumerHeartbeat,
         topics: &dyn TopicLookup,
-    ) -> Option<ConsumerAnswer> {
-        self.consumer.get(&hb.group)?.unchanged(hb, topics)
+    ) -> Option<Result<ConsumerAnswer, GroupError>> {
+        match self.consumer.get(&hb.group) {
+            Some(g) => g.unchanged(hb, topics),
+            None if hb.member_epoch != consumer::JOIN_EPOCH => {
+                Some(Err(GroupError::GroupIdNotFound))
+            }
+            None => None,
+        }
     }
 
     /// A heartbeat of the consumer protocol. A join (epoch 0) creates the
@@ -405,6 +411,8 @@ impl Groups {
             if !self.groups.contains_key(&hb.group) && self.count() >= MAX_GROUPS {
                 return Err(GroupError::GroupMaxSizeReached);
             }
+            // Refused before anything is created or converted.
+            ConsumerGroup::default().check(&hb)?;
             let mut created = ConsumerGroup {
                 empty_since_ms: hb.now_ms,
                 ..ConsumerGroup::default()
@@ -523,11 +531,14 @@ impl Groups {
         if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
             return Err(GroupError::InvalidSessionTimeout);
         }
-        // A consumer group's name: taken over (with its offsets) only if
-        // the group is empty.
+        // A consumer group's name: taken over (with its offsets) by a new
+        // member, only if the group is empty.
         if let Some(consumer) = self.consumer.get(&join.group) {
             if !consumer.members.is_empty() {
                 return Err(GroupError::InconsistentGroupProtocol);
+            }
+            if !join.member_id.is_empty() {
+                return Err(GroupError::UnknownMemberId);
             }
             let consumer = self.consumer.remove(&join.group).expect("just seen");
             self.groups.insert(

@@ -246,8 +246,9 @@ const FORMAT_KEY: &str = "format";
 /// 1: commands stamped with the leader's clock.
 /// 2: consumer groups as Kafka's classic protocol has them (static members,
 /// KIP-394 ids, sync deadlines, leader epochs of offsets); heartbeats no
-/// longer in the log.
-pub const FORMAT_VERSION: u8 = 2;
+/// longer in the log. (Only on main between 1db030d and 9549d57.)
+/// 3: and consumer-protocol groups (KIP-848).
+pub const FORMAT_VERSION: u8 = 3;
 
 fn not_leader(forward: ForwardToLeader<NodeId, NodeAddress>) -> MetaError {
     MetaError::NotLeader(forward.leader_node.map(|n| n.address))

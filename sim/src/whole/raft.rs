@@ -341,6 +341,25 @@ impl RaftClient {
     }
 }
 
+impl RaftClient {
+    /// A request that changes nothing, asked of the node believed to lead
+    /// (and of the next, as [`RaftClient::call`] moves on).
+    async fn ask<T, Fut>(&self, ask: impl Fn(Arc<RaftMetastore>) -> Fut) -> Result<T, MetaError>
+    where
+        Fut: std::future::Future<Output = Result<T, MetaError>>,
+    {
+        self.call(
+            move |node| {
+                let at = node.id() as usize - 1;
+                let asked = ask(node);
+                async move { self.classify(at, asked.await, true) }
+            },
+            |_| None,
+        )
+        .await
+    }
+}
+
 impl Sequencer for RaftClient {
     async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
         let safe = command.retry_is_safe();
@@ -361,16 +380,10 @@ impl Sequencer for RaftClient {
         &self,
         f: F,
     ) -> Result<T, MetaError> {
-        self.call(
-            move |node| {
-                let f = f.clone();
-                async move {
-                    let at = node.id() as usize - 1;
-                    self.classify(at, Sequencer::read(node.as_ref(), f).await, true)
-                }
-            },
-            |_| None,
-        )
+        self.ask(move |node| {
+            let f = f.clone();
+            async move { Sequencer::read(node.as_ref(), f).await }
+        })
         .await
     }
 
@@ -392,30 +405,18 @@ impl Sequencer for RaftClient {
         &self,
         f: F,
     ) -> Result<T, MetaError> {
-        self.call(
-            move |node| {
-                let f = f.clone();
-                async move {
-                    let at = node.id() as usize - 1;
-                    self.classify(at, Sequencer::read_heard(node.as_ref(), f).await, true)
-                }
-            },
-            |_| None,
-        )
+        self.ask(move |node| {
+            let f = f.clone();
+            async move { Sequencer::read_heard(node.as_ref(), f).await }
+        })
         .await
     }
 
     async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {
-        self.call(
-            move |node| {
-                let wait = wait.clone();
-                async move {
-                    let at = node.id() as usize - 1;
-                    self.classify(at, Sequencer::await_group(node.as_ref(), wait).await, true)
-                }
-            },
-            |_| None,
-        )
+        self.ask(move |node| {
+            let wait = wait.clone();
+            async move { Sequencer::await_group(node.as_ref(), wait).await }
+        })
         .await
     }
 }

@@ -25,6 +25,13 @@ use crate::broker::Broker;
 use crate::discovery::now_ms;
 use crate::handlers::str_bytes;
 
+/// Topics one member may subscribe to by name.
+const MAX_SUBSCRIBED_TOPICS: usize = 10_000;
+/// How long a heartbeat may take to be answered: past it the member is told
+/// to try again rather than have this one land late (after a newer one of
+/// its own, from a new connection, said what it owns now).
+const HEARTBEAT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn blank(s: &Option<StrBytes>) -> bool {
     s.as_ref().is_some_and(|s| s.trim().is_empty())
 }
@@ -44,6 +51,16 @@ fn invalid(req: &ConsumerGroupHeartbeatRequest, version: i16) -> Option<&'static
     }
     if blank(&req.rack_id) {
         return Some("RackId can't be empty.");
+    }
+    if req
+        .subscribed_topic_names
+        .as_ref()
+        .is_some_and(|names| names.len() > MAX_SUBSCRIBED_TOPICS)
+    {
+        return Some("SubscribedTopicNames names more topics than this broker takes.");
+    }
+    if req.rebalance_timeout_ms < -1 {
+        return Some("RebalanceTimeoutMs is invalid.");
     }
     if epoch == JOIN_EPOCH {
         if req.rebalance_timeout_ms == -1 {
@@ -122,7 +139,11 @@ pub async fn heartbeat(
         heartbeat_interval_ms: config.consumer_heartbeat_interval.as_millis() as i32,
         now_ms: now_ms(),
     };
-    match answer(broker.meta.consumer_heartbeat(beat).await) {
+    let answered = tokio::time::timeout(HEARTBEAT_DEADLINE, broker.meta.consumer_heartbeat(beat));
+    let Ok(answered) = answered.await else {
+        return failed(ResponseError::CoordinatorNotAvailable, None);
+    };
+    match answer(answered) {
         Ok(a) => ConsumerGroupHeartbeatResponse::default()
             .with_member_id(Some(str_bytes(&a.member_id)))
             .with_member_epoch(a.member_epoch)

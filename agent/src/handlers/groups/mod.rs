@@ -67,11 +67,16 @@ pub fn is_coordinator_request(body: &RequestKind) -> bool {
 #[derive(Default)]
 pub struct Lane {
     last: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
+    /// The client is gone: group requests not yet started are dropped (a
+    /// heartbeat saying what a member owned must not land after that
+    /// member, reconnected, said something newer).
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A group request's place in its connection's [`Lane`].
 pub struct Ticket {
     before: Option<oneshot::Receiver<()>>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Dropped when this request is done (or abandoned): the next may go.
     _done: oneshot::Sender<()>,
 }
@@ -83,18 +88,27 @@ impl Lane {
         let before = self.last.lock().expect("lane lock").replace(after);
         Ticket {
             before,
+            closed: self.closed.clone(),
             _done: done,
         }
+    }
+
+    /// The connection stopped reading: what waits in the lane is dropped.
+    pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl Ticket {
-    /// Waits until the connection's previous group request is done.
-    pub async fn wait(&mut self) {
+    /// Waits until the connection's previous group request is done; false
+    /// if the connection closed meanwhile (the request is then not run).
+    pub async fn wait(&mut self) -> bool {
         if let Some(before) = self.before.take() {
             // An error is the previous request's end too (its sender dropped).
             let _ = before.await;
         }
+        !self.closed.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -133,7 +147,7 @@ mod tests {
         for (n, mut ticket) in tickets.drain(..).enumerate().rev() {
             let order = order.clone();
             tasks.push(tokio::spawn(async move {
-                ticket.wait().await;
+                assert!(ticket.wait().await);
                 tokio::task::yield_now().await;
                 order.lock().unwrap().push(n);
             }));
@@ -142,8 +156,16 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
-        tokio::time::timeout(std::time::Duration::from_secs(1), last.wait())
+        let open = tokio::time::timeout(std::time::Duration::from_secs(1), last.wait())
             .await
             .expect("an abandoned request does not block the lane");
+        assert!(open);
+        drop(last);
+        let mut after_close = lane.ticket();
+        lane.close();
+        assert!(
+            !after_close.wait().await,
+            "a closed connection's requests are dropped"
+        );
     }
 }
