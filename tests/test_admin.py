@@ -68,3 +68,49 @@ def test_list_and_describe_groups(agent):
     assert [m["client_id"] for m in described["members"]] == ["watcher"]
     c.close()
     admin.close()
+
+
+def test_topic_configs_are_checked_as_kafka_checks_them(agent):
+    """One CreateTopics with a valid, an unknown and an ill-typed config:
+    each answered on its own, and only the valid topic created. List
+    configs take APPEND and SUBTRACT."""
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, ResourceType)
+    from confluent_kafka.admin import NewTopic as ConfluentTopic
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    created = admin.create_topics([
+        ConfluentTopic("valid-config", 1, 1, config={"retention.ms": "3600000", "segment.ms": "100"}),
+        ConfluentTopic("unknown-config", 1, 1, config={"dummy.doesntexist": "1"}),
+        ConfluentTopic("bad-value", 1, 1, config={"min.cleanable.dirty.ratio": "1.5"}),
+    ])
+    created["valid-config"].result(30)
+    for name in ("unknown-config", "bad-value"):
+        try:
+            created[name].result(30)
+            raise AssertionError(f"{name} was created")
+        except Exception as e:  # noqa: BLE001
+            assert "INVALID_CONFIG" in str(e), e
+    assert set(admin.list_topics(timeout=30).topics) == {"valid-config"}
+
+    def policy():
+        resource = ConfigResource(ResourceType.TOPIC, "valid-config")
+        return admin.describe_configs([resource])[resource].result(30)["cleanup.policy"].value
+
+    def change(op, value):
+        resource = ConfigResource(ResourceType.TOPIC, "valid-config", incremental_configs=[
+            ConfigEntry("cleanup.policy", value, incremental_operation=op)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+
+    assert policy() == "delete"
+    change(AlterConfigOpType.APPEND, "compact")
+    assert policy() == "delete,compact"
+    change(AlterConfigOpType.SUBTRACT, "delete")
+    assert policy() == "compact"
+    # APPEND is for lists only.
+    resource = ConfigResource(ResourceType.TOPIC, "valid-config", incremental_configs=[
+        ConfigEntry("retention.ms", "5", incremental_operation=AlterConfigOpType.APPEND)])
+    try:
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        raise AssertionError("APPEND to retention.ms was taken")
+    except Exception as e:  # noqa: BLE001
+        assert "INVALID_CONFIG" in str(e), e

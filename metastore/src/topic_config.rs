@@ -68,9 +68,10 @@ impl Default for TopicConfig {
 }
 
 impl TopicConfig {
-    /// The configs, or why one of the keys floe acts on has a value Kafka
-    /// would refuse (answered `INVALID_CONFIG`). Keys floe does not act on
-    /// are not looked at.
+    /// The configs, or why one would be refused by Kafka (answered
+    /// `INVALID_CONFIG`): a key that is not a topic config, or a value not
+    /// of its key's type and range (checked for every key of Kafka's, also
+    /// those floe does not act on).
     pub fn parse(configs: &BTreeMap<String, String>) -> Result<TopicConfig, String> {
         Self::read(configs, Strict)
     }
@@ -83,6 +84,11 @@ impl TopicConfig {
     }
 
     fn read(configs: &BTreeMap<String, String>, mode: Mode) -> Result<TopicConfig, String> {
+        if matches!(mode, Strict) {
+            for (key, value) in configs {
+                check_known(key, value)?;
+            }
+        }
         let get = |key: &'static str| Value {
             key,
             raw: configs.get(key).map(String::as_str),
@@ -157,6 +163,105 @@ impl TopicInfo {
     }
 }
 
+/// What a topic config's value must be (Kafka's `ConfigDef` types and
+/// validators for its topic configs).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// An integer at least this.
+    Long(i64),
+    /// A 32-bit integer at least this.
+    Int(i32),
+    /// A number within [0, 1].
+    Ratio,
+    Bool,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// Anything (lists, versions).
+    Text,
+}
+
+/// Every topic config Kafka 4 knows (`TopicConfig`, `LogConfig`), and the
+/// older ones its 3.x clients may still set.
+const KNOWN: &[(&str, Kind)] = &[
+    (CLEANUP_POLICY, Kind::Text),
+    (
+        "compression.type",
+        Kind::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+    ),
+    ("compression.gzip.level", Kind::Int(-1)),
+    ("compression.lz4.level", Kind::Int(1)),
+    ("compression.zstd.level", Kind::Int(-131_072)),
+    (DELETE_RETENTION_MS, Kind::Long(0)),
+    ("file.delete.delay.ms", Kind::Long(0)),
+    ("flush.messages", Kind::Long(1)),
+    ("flush.ms", Kind::Long(0)),
+    ("follower.replication.throttled.replicas", Kind::Text),
+    ("index.interval.bytes", Kind::Int(0)),
+    ("leader.replication.throttled.replicas", Kind::Text),
+    ("local.retention.bytes", Kind::Long(-2)),
+    ("local.retention.ms", Kind::Long(-2)),
+    (MAX_COMPACTION_LAG_MS, Kind::Long(1)),
+    (MAX_MESSAGE_BYTES, Kind::Int(0)),
+    ("message.downconversion.enable", Kind::Bool),
+    ("message.format.version", Kind::Text),
+    (TIMESTAMP_AFTER_MAX_MS, Kind::Long(0)),
+    (TIMESTAMP_BEFORE_MAX_MS, Kind::Long(0)),
+    (TIMESTAMP_DIFFERENCE_MAX_MS, Kind::Long(0)),
+    (
+        TIMESTAMP_TYPE,
+        Kind::OneOf(&["CreateTime", "LogAppendTime"]),
+    ),
+    ("min.cleanable.dirty.ratio", Kind::Ratio),
+    ("min.compaction.lag.ms", Kind::Long(0)),
+    ("min.insync.replicas", Kind::Int(1)),
+    ("preallocate", Kind::Bool),
+    ("remote.log.copy.disable", Kind::Bool),
+    ("remote.log.delete.on.disable", Kind::Bool),
+    ("remote.storage.enable", Kind::Bool),
+    (RETENTION_BYTES, Kind::Long(-1)),
+    (RETENTION_MS, Kind::Long(-1)),
+    ("segment.bytes", Kind::Int(14)),
+    ("segment.index.bytes", Kind::Int(4)),
+    ("segment.jitter.ms", Kind::Long(0)),
+    ("segment.ms", Kind::Long(1)),
+    ("unclean.leader.election.enable", Kind::Bool),
+];
+
+/// Whether Kafka would take `key = value` as a topic config.
+fn check_known(key: &str, value: &str) -> Result<(), String> {
+    let Some((_, kind)) = KNOWN.iter().find(|(k, _)| *k == key) else {
+        return Err(format!("Unknown topic config name: {key}"));
+    };
+    let fits = match kind {
+        Kind::Long(min) => value.trim().parse::<i64>().is_ok_and(|v| v >= *min),
+        Kind::Int(min) => value.trim().parse::<i32>().is_ok_and(|v| v >= *min),
+        Kind::Ratio => value
+            .trim()
+            .parse::<f64>()
+            .is_ok_and(|v| (0.0..=1.0).contains(&v)),
+        Kind::Bool => {
+            value.trim().eq_ignore_ascii_case("true") || value.trim().eq_ignore_ascii_case("false")
+        }
+        Kind::OneOf(words) => words.contains(&value.trim()),
+        Kind::Text => true,
+    };
+    if fits {
+        Ok(())
+    } else {
+        let want = match kind {
+            Kind::Long(min) => format!("an integer >= {min}"),
+            Kind::Int(min) => format!("a 32-bit integer >= {min}"),
+            Kind::Ratio => "a number between 0 and 1".into(),
+            Kind::Bool => "true or false".into(),
+            Kind::OneOf(words) => format!("one of {}", words.join(", ")),
+            Kind::Text => unreachable!("text always fits"),
+        };
+        Err(format!(
+            "Invalid value {value} for configuration {key}: must be {want}"
+        ))
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Mode {
     /// A bad value is an error.
@@ -212,6 +317,40 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// Kafka refuses a key that is not a topic config, and a value not of
+    /// its key's type, also for keys floe does not act on.
+    #[test]
+    fn unknown_keys_and_ill_typed_values_are_refused() {
+        let err = TopicConfig::parse(&configs(&[("dummy.doesntexist", "1")])).unwrap_err();
+        assert_eq!(err, "Unknown topic config name: dummy.doesntexist");
+        for (key, bad) in [
+            ("segment.ms", "0"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("compression.type", "brotli"),
+            ("preallocate", "yes"),
+            ("min.insync.replicas", "0"),
+        ] {
+            assert!(
+                TopicConfig::parse(&configs(&[(key, bad)])).is_err(),
+                "{key}={bad}"
+            );
+        }
+        let fine = configs(&[
+            ("segment.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("compression.type", "zstd"),
+            ("preallocate", "false"),
+            ("min.insync.replicas", "2"),
+            ("message.format.version", "3.0"),
+        ]);
+        TopicConfig::parse(&fine).unwrap();
+        // Stored configs are read leniently whatever they hold.
+        assert_eq!(
+            TopicConfig::of(&configs(&[("dummy", "x")])),
+            TopicConfig::default()
+        );
     }
 
     #[test]
@@ -293,11 +432,6 @@ mod tests {
         assert!(TopicConfig::parse(&stored).is_err());
         let read = TopicConfig::of(&stored);
         assert!(read.compact && !read.delete, "{read:?}");
-    }
-
-    #[test]
-    fn keys_floe_does_not_act_on_are_not_checked() {
-        assert!(TopicConfig::parse(&configs(&[("segment.ms", "soon")])).is_ok());
     }
 
     #[test]

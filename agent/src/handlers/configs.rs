@@ -153,30 +153,106 @@ pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterCo
     AlterConfigsResponse::default().with_responses(responses)
 }
 
+/// Kafka's list-valued topic configs, which APPEND and SUBTRACT change.
+const LIST_CONFIGS: &[&str] = &[
+    floe_metastore::topic_config::CLEANUP_POLICY,
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+];
+
+/// IncrementalAlterConfigs' operations (0 SET, 1 DELETE, 2 APPEND, 3
+/// SUBTRACT) as the keys to set and to delete. APPEND and SUBTRACT start
+/// from the topic's value (or the key's default) and apply only to lists.
+async fn incremental_changes(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    configs: &[floe_protocol::kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+) -> Result<(BTreeMap<String, String>, Vec<String>), (ResponseError, String)> {
+    let mut set = BTreeMap::new();
+    let mut delete = Vec::new();
+    let mut current: Option<BTreeMap<String, String>> = None;
+    for c in configs {
+        let key = c.name.to_string();
+        let value = c.value.as_ref().map(|v| v.to_string());
+        match (c.config_operation, value) {
+            (0, Some(value)) => {
+                set.insert(key, value);
+            }
+            (1, _) => delete.push(key),
+            (op @ (2 | 3), Some(value)) => {
+                if !LIST_CONFIGS.contains(&key.as_str()) {
+                    return Err((
+                        ResponseError::InvalidConfig,
+                        format!("Config value append is not allowed for config key: {key}"),
+                    ));
+                }
+                if current.is_none() && resource_type == TOPIC {
+                    let topic = broker
+                        .meta
+                        .topic(name)
+                        .await
+                        .map_err(|e| (kafka_error(&e), e.to_string()))?
+                        .ok_or((
+                            ResponseError::UnknownTopicOrPartition,
+                            format!("no topic `{name}`"),
+                        ))?;
+                    current = Some(topic.configs);
+                }
+                let was = set
+                    .get(&key)
+                    .cloned()
+                    .or_else(|| current.as_ref()?.get(&key).cloned())
+                    .unwrap_or_else(|| {
+                        if key == floe_metastore::topic_config::CLEANUP_POLICY {
+                            "delete".into()
+                        } else {
+                            String::new()
+                        }
+                    });
+                let mut items: Vec<String> = was
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|i| !i.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                    if op == 2 {
+                        if !items.iter().any(|i| i == item) {
+                            items.push(item.to_string());
+                        }
+                    } else {
+                        items.retain(|i| i != item);
+                    }
+                }
+                set.insert(key, items.join(","));
+            }
+            (op, _) => {
+                return Err((
+                    ResponseError::InvalidRequest,
+                    format!("operation {op} on {key} needs a value it does not have"),
+                ));
+            }
+        }
+    }
+    Ok((set, delete))
+}
+
 pub async fn incremental_alter_configs(
     broker: &Broker,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
     for r in req.resources {
-        let mut set = BTreeMap::new();
-        let mut delete = Vec::new();
-        let mut unsupported = None;
-        for c in &r.configs {
-            match (c.config_operation, &c.value) {
-                (0, Some(value)) => {
-                    set.insert(c.name.to_string(), value.to_string());
-                }
-                (1, _) => delete.push(c.name.to_string()),
-                _ => unsupported = Some(c.name.to_string()),
-            }
-        }
-        let result = match unsupported {
-            Some(name) => Err((
-                ResponseError::InvalidRequest,
-                format!("only SET and DELETE are supported ({name})"),
-            )),
-            None => {
+        let result = match incremental_changes(
+            broker,
+            r.resource_type,
+            &r.resource_name,
+            &r.configs,
+        )
+        .await
+        {
+            Ok((set, delete)) => {
                 alter(
                     broker,
                     r.resource_type,
@@ -188,6 +264,7 @@ pub async fn incremental_alter_configs(
                 )
                 .await
             }
+            Err(refused) => Err(refused),
         };
         let response = IncrementalResult::default()
             .with_resource_type(r.resource_type)
