@@ -114,3 +114,14 @@ def test_topic_configs_are_checked_as_kafka_checks_them(agent):
         raise AssertionError("APPEND to retention.ms was taken")
     except Exception as e:  # noqa: BLE001
         assert "INVALID_CONFIG" in str(e), e
+
+
+def test_describe_cluster(agent):
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    cluster = admin.describe_cluster()
+    admin.close()
+    assert cluster["cluster_id"] == "floe"
+    assert [(b["host"], b["port"]) for b in cluster["brokers"]] == \
+        [tuple(agent.bootstrap.rsplit(":", 1)[0:1]) + (int(agent.bootstrap.rsplit(":", 1)[1]),)]
+    assert cluster["controller_id"] == cluster["brokers"][0]["broker_id"]
+    assert "DESCRIBE" in cluster["authorized_operations"]

@@ -1,6 +1,8 @@
 """confluent-kafka (a recent librdkafka, 2.16): it fetches with Fetch v16, which
 names topics by id as Kafka 4 clients do. Every codec, 100,000 records each."""
 
+import time
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -91,3 +93,36 @@ def test_list_offsets_by_spec(agent):
     admin.create_topics([NewTopic("when-empty", 1, 1)])["when-empty"].result(timeout=30)
     empty = TopicPartition("when-empty", 0)
     assert admin.list_offsets({empty: OffsetSpec.max_timestamp()})[empty].result(timeout=30).offset == -1
+
+
+def requests_of(agent, api):
+    """How many requests of `api` the agent has served."""
+    _, metrics = agent.admin("/metrics")
+    for line in metrics.splitlines():
+        if line.startswith(f'floe_kafka_requests_total{{api="{api}"}}'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+def test_a_position_with_a_leader_epoch_is_validated(agent):
+    """KIP-320: assigned a position with the leader epoch it was read at,
+    librdkafka checks it with OffsetForLeaderEpoch before fetching; floe's
+    partitions have one epoch, so the position stands and reading goes on."""
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    admin.create_topics([NewTopic("epochs", 1, 1)])["epochs"].result(30)
+    p = Producer({"bootstrap.servers": agent.bootstrap})
+    for i in range(10):
+        p.produce("epochs", value=str(i).encode(), partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "epochs",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("epochs", 0, 5, leader_epoch=0)])
+    got = []
+    deadline = time.time() + 30
+    while time.time() < deadline and len(got) < 5:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m.offset())
+    c.close()
+    assert got == [5, 6, 7, 8, 9]
+    assert requests_of(agent, "OffsetForLeaderEpoch") >= 1

@@ -173,6 +173,8 @@ fn default_request(api: ApiKey) -> RequestKind {
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(Default::default()),
         ApiKey::ConsumerGroupHeartbeat => RequestKind::ConsumerGroupHeartbeat(Default::default()),
         ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
+        ApiKey::OffsetForLeaderEpoch => RequestKind::OffsetForLeaderEpoch(Default::default()),
+        ApiKey::DescribeCluster => RequestKind::DescribeCluster(Default::default()),
         other => panic!("no seed for {other:?}"),
     }
 }

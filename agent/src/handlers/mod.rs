@@ -1,6 +1,7 @@
 //! One module per Kafka API.
 
 pub mod api_versions;
+pub mod cluster;
 pub mod configs;
 pub mod delete_records;
 pub mod fetch;
@@ -157,6 +158,12 @@ async fn handle(
         RequestKind::ConsumerGroupHeartbeat(req) => ResponseKind::ConsumerGroupHeartbeat(
             groups::consumer::heartbeat(broker, req, version, client_id, peer).await,
         ),
+        RequestKind::DescribeCluster(req) => ResponseKind::DescribeCluster(
+            cluster::describe_cluster(broker, req, &client_id, peer).await,
+        ),
+        RequestKind::OffsetForLeaderEpoch(req) => {
+            ResponseKind::OffsetForLeaderEpoch(cluster::offset_for_leader_epoch(broker, req).await)
+        }
         RequestKind::ConsumerGroupDescribe(req) => {
             ResponseKind::ConsumerGroupDescribe(groups::consumer::describe(broker, req).await)
         }
