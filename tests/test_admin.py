@@ -125,3 +125,20 @@ def test_describe_cluster(agent):
         [tuple(agent.bootstrap.rsplit(":", 1)[0:1]) + (int(agent.bootstrap.rsplit(":", 1)[1]),)]
     assert cluster["controller_id"] == cluster["brokers"][0]["broker_id"]
     assert "DESCRIBE" in cluster["authorized_operations"]
+
+
+def test_described_topics_carry_the_operations_allowed(agent):
+    """librdkafka's DescribeTopics asks Metadata for the operations the
+    principal holds; with no authorizer, all of a topic's."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+    from confluent_kafka.admin import NewTopic as ConfluentTopic
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    admin.create_topics([ConfluentTopic("described", 2, 1)])["described"].result(30)
+    described = admin.describe_topics(TopicCollection(["described"]),
+                                      include_authorized_operations=True)["described"].result(30)
+    assert len(described.partitions) == 2
+    assert AclOperation.READ in described.authorized_operations
+    assert AclOperation.ALTER_CONFIGS in described.authorized_operations
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert AclOperation.DESCRIBE in cluster.authorized_operations

@@ -29,7 +29,7 @@ const BROKERS: i8 = 1;
 
 /// Kafka's ACL operations a principal may hold on the cluster; with no
 /// authorizer, every one is allowed.
-const CLUSTER_OPERATIONS: &[i32] = &[
+pub const CLUSTER_OPERATIONS: &[i32] = &[
     5,  // CREATE
     7,  // ALTER
     8,  // DESCRIBE

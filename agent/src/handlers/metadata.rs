@@ -43,9 +43,18 @@ pub async fn handle(
     };
     // Before v4 there is no flag and brokers auto-create as configured.
     let auto_create = version < 4 || req.allow_auto_topic_creation;
+    let with_operations = |mut t: MetadataResponseTopic| {
+        if req.include_topic_authorized_operations && t.error_code == 0 {
+            t.topic_authorized_operations = operations(TOPIC_OPERATIONS);
+        }
+        t
+    };
     let topics = match requested {
         None => match broker.meta.topics().await {
-            Ok(all) => all.iter().map(|t| topic_metadata(t, node)).collect(),
+            Ok(all) => all
+                .iter()
+                .map(|t| with_operations(topic_metadata(t, node)))
+                .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "metadata: listing topics failed");
                 Vec::new()
@@ -58,7 +67,7 @@ pub async fn handle(
                     // By topic id alone (KIP-516; a consumer of the
                     // KIP-848 protocol is assigned partitions by id).
                     out.push(match broker.meta.topic_by_id(t.topic_id).await {
-                        Ok(Some(info)) => topic_metadata(&info, node),
+                        Ok(Some(info)) => with_operations(topic_metadata(&info, node)),
                         Ok(None) => MetadataResponseTopic::default()
                             .with_topic_id(t.topic_id)
                             .with_error_code(ResponseError::UnknownTopicId.code()),
@@ -69,7 +78,7 @@ pub async fn handle(
                     continue;
                 };
                 out.push(match broker.topic_or_create(&name, auto_create).await {
-                    Ok(info) => topic_metadata(&info, node),
+                    Ok(info) => with_operations(topic_metadata(&info, node)),
                     Err(e) => MetadataResponseTopic::default()
                         .with_name(Some(name))
                         .with_error_code(kafka_error(&e).code()),
@@ -78,11 +87,35 @@ pub async fn handle(
             out
         }
     };
+    let cluster_operations = if req.include_cluster_authorized_operations {
+        operations(super::cluster::CLUSTER_OPERATIONS)
+    } else {
+        i32::MIN
+    };
     MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(str_bytes("floe")))
         .with_controller_id(node)
         .with_topics(topics)
+        .with_cluster_authorized_operations(cluster_operations)
+}
+
+/// Kafka's ACL operations on a topic; with no authorizer, every one is
+/// allowed (and Metadata reports them when asked, as tools expect).
+const TOPIC_OPERATIONS: &[i32] = &[
+    3,  // READ
+    4,  // WRITE
+    5,  // CREATE
+    6,  // DELETE
+    7,  // ALTER
+    8,  // DESCRIBE
+    10, // DESCRIBE_CONFIGS
+    11, // ALTER_CONFIGS
+];
+
+/// Operations as Kafka's bit field (bit n: operation n).
+pub fn operations(ops: &[i32]) -> i32 {
+    ops.iter().fold(0, |bits, op| bits | (1 << op))
 }
 
 fn topic_metadata(topic: &TopicInfo, node: BrokerId) -> MetadataResponseTopic {
