@@ -227,7 +227,10 @@ async fn read_files(
     runs: &[ExtentRun],
     counters: &Counters,
 ) -> HashMap<String, (u64, Bytes)> {
-    let mut spans: HashMap<&str, (u64, u64)> = HashMap::new();
+    // Ordered: the reads start in one order every run, so a simulation
+    // that injects faults by the order of requests replays (a HashMap's
+    // order differs between maps, even in one process).
+    let mut spans: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
     for e in runs.iter().flat_map(|r| &r.extents) {
         let span = spans
             .entry(e.object_key.as_str())
