@@ -102,3 +102,31 @@ def test_compacted_topic_keeps_the_latest_value_of_each_key(make_agent):
     rows = kcat_consume(agent.bootstrap, "keyed")
     assert rows[-1] == (0, 17, "v4-0")
 
+
+
+def test_segment_ms_and_dirty_ratio_make_compaction_prompt(make_agent):
+    """A client that sets segment.ms=100 and min.cleanable.dirty.ratio=0.01
+    expects compaction within seconds, not at floe's own schedule (ingest
+    files otherwise wait compaction_max_age, five minutes)."""
+    agent = make_agent("--compaction-interval", "500ms", "--gc-grace", "0s")
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    try:
+        admin.create_topics([NewTopic("prompt", 1, 1, topic_configs={
+            "cleanup.policy": "compact", "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01"})])
+    finally:
+        admin.close()
+    kcat("-P", "-b", agent.bootstrap, "-t", "prompt", "-K", ":",
+         input="".join(f"k{i}:old-{i}\n" for i in range(10)))
+    kcat("-P", "-b", agent.bootstrap, "-t", "prompt", "-K", ":",
+         input="".join(f"k{i}:new-{i}\n" for i in range(10)))
+    deadline = time.time() + 30
+    rows = []
+    while time.time() < deadline:
+        rows = kcat("-C", "-b", agent.bootstrap, "-t", "prompt", "-o", "beginning", "-e", "-q",
+                    "-f", "%k %s\n").splitlines()
+        if len(rows) == 10:
+            break
+        time.sleep(0.5)
+    assert sorted(rows) == sorted(f"k{i} new-{i}" for i in range(10)), rows
+    assert keyed_segments(agent)

@@ -45,21 +45,23 @@ fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
     }
 }
 
-/// The share of a partition's bytes written since its last key compaction
-/// that makes it worth cleaning: Kafka's default `min.cleanable.dirty.ratio`.
-const MIN_DIRTY_RATIO: f64 = 0.5;
-
 /// What key compaction would rewrite now: the partition up to its first
 /// extent in an ingest file (ingest jobs move those, and a rewrite racing
-/// them would lose its compare-and-set every time), if it is worth it, as
-/// Kafka's cleaner picks a log: what was written since its last key
-/// compaction (in merged files, not keyed segments) is at least half the
+/// them would lose its compare-and-set every time) or appended less than
+/// `min.compaction.lag.ms` ago, if it is worth it, as Kafka's cleaner picks
+/// a log: what was written since its last key compaction (in merged files,
+/// not keyed segments) is at least `min.cleanable.dirty.ratio` of the
 /// bytes, or was appended `max.compaction.lag.ms` ago, or a kept
 /// tombstone's delete horizon has passed.
 fn cleanable(all: Vec<ExtentRef>, topic: &TopicInfo, now_ms: i64) -> Option<Vec<ExtentRef>> {
+    let config = topic.config();
+    let settled = now_ms.saturating_sub(config.min_compaction_lag_ms);
     let run: Vec<ExtentRef> = all
         .into_iter()
-        .take_while(|e| !e.object_key.starts_with(keys::INGEST_PREFIX))
+        .take_while(|e| {
+            !e.object_key.starts_with(keys::INGEST_PREFIX)
+                && (keys::is_keyed_segment(&e.object_key) || e.appended_ms <= settled)
+        })
         .collect();
     let is_dirty = |e: &&ExtentRef| !keys::is_keyed_segment(&e.object_key);
     let dirty_bytes: u64 = run.iter().filter(is_dirty).map(|e| e.length).sum();
@@ -69,11 +71,9 @@ fn cleanable(all: Vec<ExtentRef>, topic: &TopicInfo, now_ms: i64) -> Option<Vec<
         .filter(is_dirty)
         .map(|e| e.appended_ms)
         .min()
-        .is_some_and(|oldest| {
-            now_ms.saturating_sub(oldest) >= topic.config().max_compaction_lag_ms
-        });
-    let dirty =
-        dirty_bytes > 0 && (dirty_bytes as f64 >= total as f64 * MIN_DIRTY_RATIO || lagging);
+        .is_some_and(|oldest| now_ms.saturating_sub(oldest) >= config.max_compaction_lag_ms);
+    let dirty = dirty_bytes > 0
+        && (dirty_bytes as f64 >= total as f64 * config.min_cleanable_dirty_ratio || lagging);
     // Tombstones past their delete horizon make a partition worth cleaning
     // even with nothing new (KIP-534).
     let expired_tombstones = run

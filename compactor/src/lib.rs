@@ -457,6 +457,26 @@ pub async fn compact_all(
     ids: &dyn Ids,
 ) -> Result<Pass, CompactError> {
     let mut pass = Pass::default();
+    let topics = meta.topics().await?;
+    // A compacted topic's `segment.ms` bounds how long its records may wait
+    // in ingest files before key compaction may see them (Kafka rolls the
+    // active segment, which its cleaner never touches, after that long).
+    let rolled_within = topics
+        .iter()
+        .filter(|t| t.config().compact)
+        .map(|t| Duration::from_millis(t.config().segment_ms.max(0) as u64))
+        .min();
+    let shortened;
+    let policy = match rolled_within {
+        Some(within) if within < policy.max_age => {
+            shortened = CompactionPolicy {
+                max_age: within,
+                ..*policy
+            };
+            &shortened
+        }
+        _ => policy,
+    };
     let merging = match worker {
         Some(worker) => worker.lease(meta, INGEST_JOB).await?,
         None => true,
@@ -547,7 +567,6 @@ pub async fn compact_all(
     }
 
     // Compacted topics (`cleanup.policy=compact`) get key compaction.
-    let topics = meta.topics().await?;
     let mut keyed: Vec<(&TopicInfo, i32)> = topics
         .iter()
         .filter(|t| t.config().compact)

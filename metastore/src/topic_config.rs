@@ -21,6 +21,11 @@ pub const TIMESTAMP_DIFFERENCE_MAX_MS: &str = "message.timestamp.difference.max.
 pub const TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
 pub const TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
 pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
+pub const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
+pub const MIN_CLEANABLE_DIRTY_RATIO: &str = "min.cleanable.dirty.ratio";
+pub const SEGMENT_MS: &str = "segment.ms";
+/// Kafka's default `segment.ms`: seven days.
+pub const DEFAULT_SEGMENT_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// Kafka's default `retention.ms`: seven days.
 pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -35,7 +40,7 @@ pub enum TimestampType {
 }
 
 /// What a topic's configs ask of floe, with Kafka's defaults for keys not set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TopicConfig {
     /// `cleanup.policy` includes `delete` (the default): time and size retention apply.
     pub delete: bool,
@@ -59,6 +64,15 @@ pub struct TopicConfig {
     /// `max.compaction.lag.ms`: a compacted topic's records are cleaned at
     /// the latest this long after they were appended, however few.
     pub max_compaction_lag_ms: i64,
+    /// `min.compaction.lag.ms`: records appended more recently than this
+    /// are not key-compacted yet.
+    pub min_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`: the share of a compacted partition's
+    /// bytes written since its last cleaning that makes it worth cleaning.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `segment.ms`: how long written data may stay before it is rolled
+    /// into what compaction considers (for floe: out of the ingest files).
+    pub segment_ms: i64,
 }
 
 impl Default for TopicConfig {
@@ -135,6 +149,15 @@ impl TopicConfig {
             timestamp_before_max_ms: get(TIMESTAMP_BEFORE_MAX_MS).long_at_least(0, difference)?,
             timestamp_after_max_ms: get(TIMESTAMP_AFTER_MAX_MS).long_at_least(0, difference)?,
             max_compaction_lag_ms: get(MAX_COMPACTION_LAG_MS).long_at_least(0, i64::MAX)?,
+            min_compaction_lag_ms: get(MIN_COMPACTION_LAG_MS).long_at_least(0, 0)?,
+            min_cleanable_dirty_ratio: get(MIN_CLEANABLE_DIRTY_RATIO).parsed(0.5, |v| {
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| (0.0..=1.0).contains(r))
+                    .ok_or("a number between 0 and 1")
+            })?,
+            segment_ms: get(SEGMENT_MS).long_at_least(0, DEFAULT_SEGMENT_MS)?.max(1),
         })
     }
 
@@ -147,6 +170,9 @@ impl TopicConfig {
             (DELETE_RETENTION_MS, DEFAULT_DELETE_RETENTION_MS.to_string()),
             (MAX_COMPACTION_LAG_MS, i64::MAX.to_string()),
             (MAX_MESSAGE_BYTES, message_max_bytes.to_string()),
+            (MIN_CLEANABLE_DIRTY_RATIO, "0.5".into()),
+            (MIN_COMPACTION_LAG_MS, "0".into()),
+            (SEGMENT_MS, DEFAULT_SEGMENT_MS.to_string()),
             (TIMESTAMP_AFTER_MAX_MS, i64::MAX.to_string()),
             (TIMESTAMP_BEFORE_MAX_MS, i64::MAX.to_string()),
             (TIMESTAMP_TYPE, "CreateTime".into()),
@@ -211,8 +237,8 @@ const KNOWN: &[(&str, Kind)] = &[
         TIMESTAMP_TYPE,
         Kind::OneOf(&["CreateTime", "LogAppendTime"]),
     ),
-    ("min.cleanable.dirty.ratio", Kind::Ratio),
-    ("min.compaction.lag.ms", Kind::Long(0)),
+    (MIN_CLEANABLE_DIRTY_RATIO, Kind::Ratio),
+    (MIN_COMPACTION_LAG_MS, Kind::Long(0)),
     ("min.insync.replicas", Kind::Int(1)),
     ("preallocate", Kind::Bool),
     ("remote.log.copy.disable", Kind::Bool),
@@ -223,7 +249,7 @@ const KNOWN: &[(&str, Kind)] = &[
     ("segment.bytes", Kind::Int(14)),
     ("segment.index.bytes", Kind::Int(4)),
     ("segment.jitter.ms", Kind::Long(0)),
-    ("segment.ms", Kind::Long(1)),
+    (SEGMENT_MS, Kind::Long(1)),
     ("unclean.leader.election.enable", Kind::Bool),
 ];
 
@@ -369,6 +395,9 @@ mod tests {
                 timestamp_before_max_ms: i64::MAX,
                 timestamp_after_max_ms: i64::MAX,
                 max_compaction_lag_ms: i64::MAX,
+                min_compaction_lag_ms: 0,
+                min_cleanable_dirty_ratio: 0.5,
+                segment_ms: DEFAULT_SEGMENT_MS,
             }
         );
         assert_eq!(c, TopicConfig::default());
