@@ -158,8 +158,10 @@ def share_and_hand_over(agent, conf, topic):
     a, b = Member(conf, topic), Member(conf, topic)
     c = Killable(conf, topic)
     try:
-        wait_for(lambda: disjoint_cover(a, b, c), why="three members sharing 12 partitions")
-        assert {len(m.held) for m in (a, b, c)} == {4}, [m.held for m in (a, b, c)]
+        # Shared evenly once the rebalance settles (the consumer protocol
+        # moves partitions one owner at a time: uneven shares on the way).
+        wait_for(lambda: disjoint_cover(a, b, c) and {len(m.held) for m in (a, b, c)} == {4},
+                 why="three members sharing 12 partitions, four each")
         a.close()
         wait_for(lambda: disjoint_cover(b, c), why="a's partitions to move on leave")
         c.kill()
@@ -306,8 +308,8 @@ def one_group_across_agents(first, second, conf):
     a = Member(conf(first), "spread12")
     b = Member(conf(second), "spread12")
     try:
-        wait_for(lambda: disjoint_cover(a, b), why="members on two agents sharing")
-        assert {len(a.held), len(b.held)} == {6}
+        wait_for(lambda: disjoint_cover(a, b) and {len(a.held), len(b.held)} == {6},
+                 why="members on two agents sharing, six each")
     finally:
         for m in (a, b):
             m.close()
