@@ -77,6 +77,22 @@ pub async fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeC
     DescribeConfigsResponse::default().with_results(results)
 }
 
+/// The topic whose configs a request alters, or the error to answer.
+async fn topic_to_alter(
+    broker: &Broker,
+    name: &str,
+) -> Result<floe_metastore::TopicInfo, (ResponseError, String)> {
+    broker
+        .meta
+        .topic(name)
+        .await
+        .map_err(|e| (kafka_error(&e), e.to_string()))?
+        .ok_or((
+            ResponseError::UnknownTopicOrPartition,
+            format!("no topic `{name}`"),
+        ))
+}
+
 /// Applies one resource's change; `replace` drops keys not in `set` (AlterConfigs).
 async fn alter(
     broker: &Broker,
@@ -94,15 +110,7 @@ async fn alter(
         ));
     }
     validate(&set)?;
-    let topic = broker
-        .meta
-        .topic(name)
-        .await
-        .map_err(|e| (kafka_error(&e), e.to_string()))?
-        .ok_or((
-            ResponseError::UnknownTopicOrPartition,
-            format!("no topic `{name}`"),
-        ))?;
+    let topic = topic_to_alter(broker, name).await?;
     if replace {
         delete.extend(
             topic
@@ -188,16 +196,7 @@ async fn incremental_changes(
                     ));
                 }
                 if current.is_none() && resource_type == TOPIC {
-                    let topic = broker
-                        .meta
-                        .topic(name)
-                        .await
-                        .map_err(|e| (kafka_error(&e), e.to_string()))?
-                        .ok_or((
-                            ResponseError::UnknownTopicOrPartition,
-                            format!("no topic `{name}`"),
-                        ))?;
-                    current = Some(topic.configs);
+                    current = Some(topic_to_alter(broker, name).await?.configs);
                 }
                 let was = set
                     .get(&key)
