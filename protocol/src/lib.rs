@@ -28,3 +28,19 @@ pub type ErrorCode = i16;
 pub const fn code(err: ResponseError) -> ErrorCode {
     err.code()
 }
+
+/// A message of the `consumer` group protocol (a member's subscription or
+/// assignment, opaque bytes to the group coordinator): its version, then
+/// the message at that version. A version newer than the codec knows is
+/// read as the newest it does (later versions only add fields at the end).
+/// `None` if the bytes do not decode (decoding allocates no more than the
+/// bytes present, as everywhere: see the vendored codec's patch).
+pub fn decode_consumer_protocol<T>(bytes: &[u8]) -> Option<T>
+where
+    T: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::Message,
+{
+    let (version, rest) = bytes.split_first_chunk::<2>()?;
+    let version = i16::from_be_bytes(*version).clamp(T::VERSIONS.min, T::VERSIONS.max);
+    let mut buf = bytes::Bytes::copy_from_slice(rest);
+    T::decode(&mut buf, version).ok()
+}

@@ -9,7 +9,6 @@ use floe_protocol::kafka_protocol::messages::offset_commit_request::{
 };
 
 use floe_protocol::kafka_protocol::messages::*;
-use floe_protocol::kafka_protocol::protocol::Decodable;
 
 use super::topics::list_offsets;
 use super::{Broker, Output, Table, check, print, str_bytes};
@@ -143,13 +142,7 @@ async fn describe_group(broker: &mut Broker, group: &str) -> anyhow::Result<Desc
 
 /// The partitions of a `consumer` member's assignment (none if unreadable).
 fn assigned(assignment: &Bytes) -> Vec<(String, i32)> {
-    let mut buf = assignment.clone();
-    if buf.len() < 2 {
-        return Vec::new();
-    }
-    let version = i16::from_be_bytes([buf[0], buf[1]]).clamp(0, 3);
-    let _ = bytes::Buf::get_i16(&mut buf);
-    ConsumerProtocolAssignment::decode(&mut buf, version)
+    floe_protocol::decode_consumer_protocol::<ConsumerProtocolAssignment>(assignment)
         .map(|a| {
             a.assigned_partitions
                 .into_iter()

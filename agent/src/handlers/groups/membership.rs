@@ -23,7 +23,6 @@ use floe_protocol::kafka_protocol::messages::{
     ConsumerProtocolSubscription, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
 };
-use floe_protocol::kafka_protocol::protocol::Decodable;
 use tokio::time::Instant;
 
 use super::{answer, group_error, meta_error};
@@ -68,15 +67,11 @@ fn gone(view: &MemberView) -> ResponseError {
 /// The topics of a `consumer` member's subscription (the metastore keeps
 /// them for OffsetDelete and offset expiry); `None` if unreadable.
 fn subscribed_topics(protocol_type: &str, metadata: &[u8]) -> Option<Vec<String>> {
-    if protocol_type != "consumer" || metadata.len() < 2 {
+    if protocol_type != "consumer" {
         return None;
     }
-    let mut buf = Bytes::copy_from_slice(metadata);
-    let version = i16::from_be_bytes([metadata[0], metadata[1]]);
-    let _ = bytes::Buf::get_i16(&mut buf);
-    // Later versions only add fields: read as the newest the codec knows.
-    let version = version.clamp(0, 3);
-    let subscription = ConsumerProtocolSubscription::decode(&mut buf, version).ok()?;
+    let subscription: ConsumerProtocolSubscription =
+        floe_protocol::decode_consumer_protocol(metadata)?;
     Some(subscription.topics.iter().map(|t| t.to_string()).collect())
 }
 
