@@ -39,6 +39,8 @@ enum Command {
     Metastore(MetastoreArgs),
     /// A workload's monthly bill on Apache Kafka and on floe, line by line (docs/cost.md).
     Cost(CostArgs),
+    /// Drive a Kafka broker (floe or another) with an OpenMessaging-Benchmark-shaped workload: throughput, produce and end-to-end latency, JSON and a plot.
+    Bench(Box<floe_bench::BenchArgs>),
     /// Create, list, describe, alter and delete topics (as kafka-topics.sh).
     Topics(ToolArgs<floe_agent::tools::topics::TopicsCommand>),
     /// List, describe, reset the offsets of and delete consumer groups (as kafka-consumer-groups.sh).
@@ -62,7 +64,7 @@ struct ToolArgs<C: clap::Subcommand> {
     command: C,
 }
 
-fn run_tool<F: std::future::Future<Output = anyhow::Result<()>>>(tool: F) -> anyhow::Result<()> {
+fn run_tool<T, F: std::future::Future<Output = anyhow::Result<T>>>(tool: F) -> anyhow::Result<T> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
@@ -84,6 +86,17 @@ struct CostArgs {
     /// Leave out each line's formula.
     #[arg(long)]
     brief: bool,
+    /// Take floe's throughput per core and object-store requests per MiB
+    /// from a `floe bench --json` report (applied after --config and --set).
+    #[arg(long, value_name = "RUN.json")]
+    from_bench: Option<PathBuf>,
+    /// Take them from a running agent's metrics (http://HOST:PORT/metrics),
+    /// counted since it started.
+    #[arg(long, value_name = "URL")]
+    from_metrics: Option<String>,
+    /// Also draw the bills as a stacked bar chart (SVG) here.
+    #[arg(long, value_name = "FILE.svg")]
+    chart: Option<PathBuf>,
 }
 
 fn run_cost(args: CostArgs) -> anyhow::Result<()> {
@@ -94,11 +107,37 @@ fn run_cost(args: CostArgs) -> anyhow::Result<()> {
     for assignment in &args.set {
         inputs.set(assignment)?;
     }
-    let bills = floe_cost::model::all(&inputs);
+    let mut measured = Vec::new();
+    if let Some(path) = &args.from_bench {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        measured.push(floe_cost::Measured::from_bench(
+            &path.display().to_string(),
+            &text,
+        )?);
+    }
+    if let Some(url) = &args.from_metrics {
+        let metrics = run_tool(floe_bench::probe::scrape(url))?;
+        measured.push(floe_bench::probe::measured_by_agent(url, &metrics));
+    }
+    let notes: Vec<String> = measured.iter().flat_map(|m| m.apply(&mut inputs)).collect();
+    let mut bills = floe_cost::model::all(&inputs);
+    if let Some(floe) = bills.last_mut() {
+        floe.notes.extend(notes);
+    }
     if args.json {
         println!("{}", floe_cost::json(&inputs, &bills));
     } else {
         print!("{}", floe_cost::table(&bills, !args.brief));
+    }
+    if let Some(path) = &args.chart {
+        let w = &inputs.workload;
+        let title = format!(
+            "a month: {} MiB/s in, {}x read, {} h retention, {} zones",
+            w.write_mib_s, w.read_fanout, w.retention_hours, w.zones
+        );
+        floe_cost::chart::write(&bills, &title, path)?;
+        eprintln!("chart: {}", path.display());
     }
     Ok(())
 }
@@ -309,6 +348,10 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Metastore(args) => run_metastore(args),
         Command::Cost(args) => run_cost(args),
+        // Producers and consumers spread over every core, as real clients would.
+        Command::Bench(args) => tokio::runtime::Runtime::new()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(floe_bench::main(*args))),
         Command::Topics(args) => run_tool(floe_agent::tools::topics::run(
             &args.bootstrap_server,
             args.output,

@@ -38,6 +38,10 @@ pub struct Metrics {
     pub background: floe_compactor::Counters,
     /// Kafka connections open now.
     pub connections: Gauge,
+    /// Record-batch bytes producers sent that were committed (as on the wire).
+    pub produced_bytes: Counter,
+    /// Record-batch bytes sent to consumers in Fetch responses.
+    pub fetched_bytes: Counter,
     /// Connections closed on arrival by max_connections(_per_ip).
     pub connections_refused: Counter,
     /// Bytes of the response and request budgets not taken (set when scraped).
@@ -128,6 +132,18 @@ impl Metrics {
             "Bytes of queued_max_request_bytes not held by requests being read",
             request_budget_free.clone(),
         );
+        let produced_bytes = Counter::default();
+        registry.register(
+            "produced_bytes",
+            "Record-batch bytes of Produce requests committed (as producers sent them)",
+            produced_bytes.clone(),
+        );
+        let fetched_bytes = Counter::default();
+        registry.register(
+            "fetched_bytes",
+            "Record-batch bytes answered to Fetch requests",
+            fetched_bytes.clone(),
+        );
         let background = floe_compactor::Counters::default();
         background.register(&mut registry);
         Metrics {
@@ -137,6 +153,8 @@ impl Metrics {
             background,
             connections,
             connections_refused,
+            produced_bytes,
+            fetched_bytes,
             registry,
             object_requests,
             object_bytes,
@@ -177,6 +195,21 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
+        // The process's own figures, under the names Prometheus's client
+        // libraries give them, before the closing `# EOF`.
+        if let Ok(me) = floe_bench::probe::process("self") {
+            let process = format!(
+                "# HELP process_cpu_seconds_total User and system CPU time spent in seconds.\n\
+                 # TYPE process_cpu_seconds_total counter\n\
+                 process_cpu_seconds_total {}\n\
+                 # HELP process_resident_memory_peak_bytes The most resident memory the process has had.\n\
+                 # TYPE process_resident_memory_peak_bytes gauge\n\
+                 process_resident_memory_peak_bytes {}\n",
+                me.cpu_seconds, me.peak_rss_bytes
+            );
+            let at = out.rfind("# EOF").unwrap_or(out.len());
+            out.insert_str(at, &process);
+        }
         out
     }
 }

@@ -158,6 +158,11 @@ pub struct Floe {
     pub zone_aware_clients: bool,
     /// Keep data in S3 Express One Zone instead of S3 Standard.
     pub s3_express: bool,
+    /// Object PUTs per MiB written, as measured (`--from-bench`,
+    /// `--from-metrics`); 0 computes them from the settings above.
+    pub puts_per_mib: f64,
+    /// Object GETs per MiB written, as measured; 0 computes them.
+    pub gets_per_mib: f64,
 }
 
 impl Default for Floe {
@@ -179,6 +184,8 @@ impl Default for Floe {
             metastore_nodes: 3.0,
             zone_aware_clients: true,
             s3_express: false,
+            puts_per_mib: 0.0,
+            gets_per_mib: 0.0,
         }
     }
 }

@@ -3,12 +3,15 @@
 //! line, each with its formula and inputs. `docs/cost.md` explains the
 //! formulas and where every default comes from.
 
+pub mod chart;
 pub mod inputs;
+pub mod measured;
 pub mod model;
 
 use std::fmt::Write;
 
 pub use inputs::Inputs;
+pub use measured::Measured;
 pub use model::{Bill, Line};
 
 /// The bills as a terminal table: per system its lines (with formulas when

@@ -49,7 +49,9 @@ impl Connection {
         })
     }
 
-    async fn send<Req: Encodable>(
+    /// Sends one request without waiting for its response; returns its
+    /// correlation id, for [`Connection::receive`].
+    pub async fn send<Req: Encodable>(
         &mut self,
         api: ApiKey,
         version: i16,
@@ -69,7 +71,10 @@ impl Connection {
         Ok(correlation_id)
     }
 
-    async fn receive<Resp: Decodable>(
+    /// The next response, which must answer request `expected`. Safe to
+    /// cancel (in a `select!`) while it waits: a frame half read stays
+    /// buffered for the next call.
+    pub async fn receive<Resp: Decodable>(
         &mut self,
         api: ApiKey,
         version: i16,

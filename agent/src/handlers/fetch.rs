@@ -71,6 +71,7 @@ pub async fn handle(
         let (responses, bytes, seen, held) =
             read_all(broker, &wanted, max_bytes, by_id, deadline, turn).await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
+            broker.metrics.fetched_bytes.inc_by(bytes as u64);
             return (FetchResponse::default().with_responses(responses), held);
         }
         // Commits through any agent, this one's at once (its commits trigger

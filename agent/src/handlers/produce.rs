@@ -241,6 +241,7 @@ async fn admit_partition(
     // it decides nothing.
     let now_ms = crate::discovery::now_ms();
     let batch = rules.apply(batch, now_ms)?;
+    let bytes = batch.len() as u64;
     // With the produce buffer full (uploads slower than producers), wait
     // for room no longer than the client waits for its answer: the batch
     // is then not enqueued, and the producer retries it.
@@ -256,5 +257,6 @@ async fn admit_partition(
             )
         })?
         .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))?;
+    broker.metrics.produced_bytes.inc_by(bytes);
     Ok((committed, rules.log_append_time.then_some(now_ms)))
 }
