@@ -6,7 +6,13 @@ takes its measured inputs from the report and draws its chart.
 Counts and ratios only: the figures themselves depend on the machine."""
 
 import json
+import os
+import signal
 import subprocess
+import time
+
+from confluent_kafka import Consumer
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from conftest import FLOE
 
@@ -35,11 +41,9 @@ def test_a_run_reports_what_it_measured_and_feeds_the_cost_model(agent, tmp_path
     # Two subscriptions read every record once each; the measured span
     # starts and ends mid-flight, so allow the records in flight at either end.
     assert abs(consume["records"] - 2 * produce["records"]) < 0.2 * produce["records"], report
-    assert report["produce_latency_ms"]["count"] > 0
+    # Latency counted once per record, as throughput is.
+    assert report["produce_latency_ms"]["count"] == produce["records"]
     assert report["end_to_end_latency_ms"]["count"] == consume["records"]
-    assert report["end_to_end_latency_ms"]["p50"] <= report["end_to_end_latency_ms"]["max"]
-    # Every acknowledged record reached every subscription before the end.
-    assert report["lag"]["drain_seconds"] < 60
     # One point a second over warm-up and measuring.
     assert 3 <= len(report["series"]) <= 6, report["series"]
 
@@ -53,7 +57,21 @@ def test_a_run_reports_what_it_measured_and_feeds_the_cost_model(agent, tmp_path
     # The topics were the run's own, each with its partitions.
     topics = json.loads(run("topics", "list", "--bootstrap-server", agent.bootstrap,
                             "--output", "json").stdout)["topics"]
-    assert sorted(t["partitions"] for t in topics if t["topic"].startswith("bench-")) == [3, 3]
+    bench_topics = [t["topic"] for t in topics if t["topic"].startswith("bench-")]
+    assert sorted(t["partitions"] for t in topics if t["topic"] in bench_topics) == [3, 3]
+    # Records carry wall-clock Kafka timestamps (retention by time reads
+    # them), and values of the size asked for.
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "look",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(bench_topics)
+    m = None
+    deadline = time.time() + 30
+    while m is None and time.time() < deadline:
+        m = c.poll(1)
+    c.close()
+    assert m is not None and m.error() is None
+    assert abs(m.timestamp()[1] - time.time() * 1000) < 600_000, m.timestamp()
+    assert len(m.value()) == 200
 
     cost = run("cost", "--from-bench", str(report_path), "--json", "--chart", str(chart_path))
     bills = json.loads(cost.stdout)
@@ -69,6 +87,30 @@ def test_a_run_reports_what_it_measured_and_feeds_the_cost_model(agent, tmp_path
     assert all(b["system"] in chart for b in bills["bills"])
 
 
+def test_a_stalled_broker_shows_in_the_latency_of_every_record_due_meanwhile(agent, tmp_path):
+    """Coordinated omission: records due while the broker is stopped wait,
+    and their latency counts from when they were due, not from when the
+    producer could finally send them. Stopped for 3 s of a 5 s span, over
+    half the records wait a second or more (p50 about 1.2 s here); counted
+    from the send, only the requests in flight would (p50 about 0.3 s)."""
+    report_path = tmp_path / "stall.json"
+    bench = subprocess.Popen(
+        [FLOE, "bench", "--bootstrap", agent.bootstrap, "--rate", "2000", "--warmup", "1s",
+         "--duration", "5s", "--progress", "0s", "--in-flight", "2",
+         "--json", str(report_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(2.5)
+    os.kill(agent.proc.pid, signal.SIGSTOP)
+    time.sleep(3)
+    os.kill(agent.proc.pid, signal.SIGCONT)
+    out, _ = bench.communicate(timeout=120)
+    assert bench.returncode == 0, out
+    report = json.loads(report_path.read_text())
+    assert report["produce_latency_ms"]["p50"] >= 1000, report["produce_latency_ms"]
+    assert report["end_to_end_latency_ms"]["p50"] >= 1000, report["end_to_end_latency_ms"]
+    assert report["produce"]["errors"] == 0
+
+
 def test_cost_reads_a_running_agent_metrics(agent):
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": agent.bootstrap})
@@ -77,7 +119,10 @@ def test_cost_reads_a_running_agent_metrics(agent):
     assert p.flush(30) == 0
     status, metrics = agent.admin("/metrics")
     assert status == 200
-    assert "floe_produced_bytes_total" in metrics and "process_cpu_seconds_total" in metrics
+    # The page is valid OpenMetrics, as a strict scraper reads it.
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    assert families["floe_produced_bytes"].samples[0].value >= 200 * 1000
+    assert families["floe_process_cpu_seconds"].samples[0].value > 0
 
     out = run("cost", "--from-metrics", f"http://127.0.0.1:{agent.admin_port}/metrics",
               "--json").stdout
@@ -100,8 +145,8 @@ def test_two_reports_compare_side_by_side(tmp_path):
                         "errors": 0},
             "consume": {"records": 1, "bytes": 1, "records_per_s": 1.0, "mib_per_s": mib_s,
                         "errors": 0},
-            "produce_latency_ms": {"count": 1, "p50": 1.0, "p99": p99, "p999": p99, "max": p99},
-            "end_to_end_latency_ms": {"count": 1, "p50": 1.0, "p99": p99, "p999": p99,
+            "produce_latency_ms": {"count": 1, "p50": 1.0, "p75": 1.0, "p95": 1.0, "p99": p99, "p999": p99, "max": p99},
+            "end_to_end_latency_ms": {"count": 1, "p50": 1.0, "p75": 1.0, "p95": 1.0, "p99": p99, "p999": p99,
                                       "max": p99},
             "lag": {"max_records": 0, "at_end_records": 0, "drain_seconds": 0.0},
             "broker": None, "client": {"cpu_seconds": 1.0, "cpu_seconds_per_gib_written": 1.0,

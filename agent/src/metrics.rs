@@ -2,6 +2,7 @@
 //! bytes by operation (what the cost model multiplies by S3's prices).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use floe_storage::ObjectStore;
@@ -42,6 +43,8 @@ pub struct Metrics {
     pub produced_bytes: Counter,
     /// Record-batch bytes sent to consumers in Fetch responses.
     pub fetched_bytes: Counter,
+    process_cpu_seconds: Counter<f64, AtomicU64>,
+    process_peak_rss: Gauge,
     /// Connections closed on arrival by max_connections(_per_ip).
     pub connections_refused: Counter,
     /// Bytes of the response and request budgets not taken (set when scraped).
@@ -144,6 +147,19 @@ impl Metrics {
             "Record-batch bytes answered to Fetch requests",
             fetched_bytes.clone(),
         );
+        // What `floe cost --from-metrics` divides by: CPU per byte moved.
+        let process_cpu_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "process_cpu_seconds",
+            "User and system CPU time this process has spent, in seconds",
+            process_cpu_seconds.clone(),
+        );
+        let process_peak_rss = Gauge::default();
+        registry.register(
+            "process_resident_memory_peak_bytes",
+            "The most resident memory this process has had (VmHWM)",
+            process_peak_rss.clone(),
+        );
         let background = floe_compactor::Counters::default();
         background.register(&mut registry);
         Metrics {
@@ -155,6 +171,8 @@ impl Metrics {
             connections_refused,
             produced_bytes,
             fetched_bytes,
+            process_cpu_seconds,
+            process_peak_rss,
             registry,
             object_requests,
             object_bytes,
@@ -192,25 +210,23 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
+        self.read_process();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
-        // The process's own figures, under the names Prometheus's client
-        // libraries give them, before the closing `# EOF`.
-        if let Ok(me) = floe_bench::probe::process("self") {
-            let process = format!(
-                "# HELP process_cpu_seconds_total User and system CPU time spent in seconds.\n\
-                 # TYPE process_cpu_seconds_total counter\n\
-                 process_cpu_seconds_total {}\n\
-                 # HELP process_resident_memory_peak_bytes The most resident memory the process has had.\n\
-                 # TYPE process_resident_memory_peak_bytes gauge\n\
-                 process_resident_memory_peak_bytes {}\n",
-                me.cpu_seconds, me.peak_rss_bytes
-            );
-            let at = out.rfind("# EOF").unwrap_or(out.len());
-            out.insert_str(at, &process);
-        }
         out
+    }
+
+    /// Brings the process's CPU time and peak memory up to date (they are
+    /// read from /proc when scraped, not counted as they happen).
+    fn read_process(&self) {
+        if let Ok(me) = floe_bench::probe::process("self") {
+            let counted = self.process_cpu_seconds.get();
+            if me.cpu_seconds > counted {
+                self.process_cpu_seconds.inc_by(me.cpu_seconds - counted);
+            }
+            self.process_peak_rss.set(me.peak_rss_bytes as i64);
+        }
     }
 }
 

@@ -53,6 +53,11 @@ pub struct BenchArgs {
     /// Records at most in one partition's batch.
     #[arg(long, default_value_t = 1000)]
     pub batch_records: usize,
+    /// Fetch's max_wait_ms: how long a broker may hold a fetch with nothing
+    /// new (librdkafka's fetch.wait.max.ms, 500 ms by default).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    #[serde(with = "humantime_serde", default = "default_fetch_max_wait")]
+    pub fetch_max_wait: Duration,
     /// Produce requests outstanding per producer.
     #[arg(long, default_value_t = 5)]
     pub in_flight: usize,
@@ -87,6 +92,10 @@ pub struct BenchArgs {
     #[arg(long, num_args = 2, value_names = ["BASE", "OTHER"])]
     #[serde(skip)]
     pub compare: Option<Vec<PathBuf>>,
+}
+
+fn default_fetch_max_wait() -> Duration {
+    Duration::from_millis(500)
 }
 
 impl BenchArgs {

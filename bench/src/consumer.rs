@@ -2,8 +2,10 @@
 //! partitions from where they ended when the run began, measuring each
 //! record's end-to-end latency from the send time its value starts with.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::{Buf, Bytes};
@@ -17,15 +19,17 @@ use floe_protocol::kafka_protocol::messages::{
 };
 use floe_protocol::kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::client;
-use crate::stats::{Sample, Stats};
+use crate::stats::{HAND_IN_EVERY, Sample, Stats};
 
 const FETCH_VERSION: i16 = 11;
 const LIST_OFFSETS_VERSION: i16 = 2;
 /// Kafka's retriable "not yet" answers while a new topic settles.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const LEADER_NOT_AVAILABLE: i16 = 5;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
 pub struct Consumer {
     pub bootstrap: String,
@@ -33,6 +37,17 @@ pub struct Consumer {
     pub partitions: Vec<(TopicName, i32)>,
     pub stats: Arc<Stats>,
     pub stop: Arc<AtomicBool>,
+    /// Fetch's `max_wait_ms`: how long the broker may hold a fetch that
+    /// finds nothing new.
+    pub max_wait: Duration,
+}
+
+/// Fetch errors a client retries: leadership moving, a topic settling.
+fn retriable(code: i16) -> bool {
+    matches!(
+        code,
+        UNKNOWN_TOPIC_OR_PARTITION | LEADER_NOT_AVAILABLE | NOT_LEADER_OR_FOLLOWER
+    )
 }
 
 impl Consumer {
@@ -41,20 +56,34 @@ impl Consumer {
     pub async fn run(self, ready: oneshot::Sender<()>) -> anyhow::Result<()> {
         let mut conn = Connection::connect(&self.bootstrap, "floe-bench").await?;
         let mut offsets = self.log_ends(&mut conn).await?;
+        let index: HashMap<(&str, i32), usize> = self
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, (t, p))| ((t.as_str(), *p), i))
+            .collect();
         let _ = ready.send(());
+        let mut counted = Sample::default();
+        let mut handed_in = Instant::now();
+        // Kafka lets only the first batch of a response exceed the limits
+        // (KIP-74): starting each fetch at the next partition in turn keeps
+        // one large batch from starving the partitions after it.
+        let mut first = 0;
         while !self.stop.load(Ordering::Relaxed) {
-            let request = self.fetch_request(&offsets);
+            let request = self.fetch_request(&offsets, first);
+            first = (first + 1) % self.partitions.len();
             let response: FetchResponse = conn.call(ApiKey::Fetch, FETCH_VERSION, &request).await?;
-            let mut sample = Sample::default();
+            let mut received = 0;
+            let mut settling = false;
             for t in &response.responses {
                 for p in &t.partitions {
-                    let Some(index) = self
-                        .partitions
-                        .iter()
-                        .position(|(name, i)| name == &t.topic && *i == p.partition_index)
-                    else {
+                    let Some(&i) = index.get(&(t.topic.as_str(), p.partition_index)) else {
                         continue;
                     };
+                    if retriable(p.error_code) {
+                        settling = true;
+                        continue;
+                    }
                     if p.error_code != 0 {
                         bail!(
                             "fetch error {} on {}-{}",
@@ -64,14 +93,20 @@ impl Consumer {
                         );
                     }
                     if let Some(records) = &p.records {
-                        self.read(records, &mut offsets[index], &mut sample)?;
+                        received += self.read(records, &mut offsets[i], &mut counted)?;
                     }
                 }
             }
-            self.stats
-                .received(self.subscription, sample.consumed_records);
-            self.stats.add(&sample);
+            self.stats.received(self.subscription, received);
+            if handed_in.elapsed() >= HAND_IN_EVERY {
+                self.stats.hand_in(&mut counted);
+                handed_in = Instant::now();
+            }
+            if settling {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
+        self.stats.hand_in(&mut counted);
         Ok(())
     }
 
@@ -104,7 +139,7 @@ impl Consumer {
                 for p in &t.partitions {
                     match p.error_code {
                         0 => {}
-                        UNKNOWN_TOPIC_OR_PARTITION | LEADER_NOT_AVAILABLE => settling = true,
+                        code if retriable(code) => settling = true,
                         code => bail!("list offsets error {code} on {}", t.name.as_str()),
                     }
                     if let Some(index) = self
@@ -122,19 +157,24 @@ impl Consumer {
                     .collect::<Option<Vec<i64>>>()
                     .context("the broker left partitions out of ListOffsets");
             }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         bail!("the topics were not ready in 5 s")
     }
 
-    fn fetch_request(&self, offsets: &[i64]) -> FetchRequest {
+    /// A fetch of every partition from its offset, starting at `first`.
+    fn fetch_request(&self, offsets: &[i64], first: usize) -> FetchRequest {
         let mut topics: Vec<FetchTopic> = Vec::new();
-        for ((topic, partition), offset) in self.partitions.iter().zip(offsets) {
+        let n = self.partitions.len();
+        for i in (first..n).chain(0..first) {
+            let ((topic, partition), offset) = (&self.partitions[i], offsets[i]);
             let p = FetchPartition::default()
                 .with_partition(*partition)
-                .with_fetch_offset(*offset)
+                .with_fetch_offset(offset)
                 .with_partition_max_bytes(4 * 1024 * 1024);
-            match topics.iter_mut().find(|t| &t.topic == topic) {
+            // Partitions of a topic in one entry, in turn; a topic met again
+            // after the wrap-around gets an entry of its own, as Kafka allows.
+            match topics.last_mut().filter(|t| &t.topic == topic) {
                 Some(t) => t.partitions.push(p),
                 None => topics.push(
                     FetchTopic::default()
@@ -145,7 +185,7 @@ impl Consumer {
         }
         FetchRequest::default()
             .with_replica_id((-1).into())
-            .with_max_wait_ms(500)
+            .with_max_wait_ms(self.max_wait.as_millis().min(i32::MAX as u128) as i32)
             .with_min_bytes(1)
             .with_max_bytes(32 * 1024 * 1024)
             .with_topics(topics)
@@ -153,7 +193,9 @@ impl Consumer {
 
     /// Counts the whole batches in `records` from `offset` on and moves it
     /// past them; a batch cut short at the end is fetched again next time.
-    fn read(&self, records: &Bytes, offset: &mut i64, sample: &mut Sample) -> anyhow::Result<()> {
+    /// Returns the records counted.
+    fn read(&self, records: &Bytes, offset: &mut i64, sample: &mut Sample) -> anyhow::Result<u64> {
+        let mut counted = 0;
         let now = self.stats.now_micros();
         for batch in client::whole_batches(records) {
             let mut buf = batch.clone();
@@ -164,6 +206,7 @@ impl Consumer {
                     continue; // Kafka may return a batch from before the fetch offset.
                 }
                 sample.consumed_records += 1;
+                counted += 1;
                 if let Some(mut value) = record.value.clone()
                     && value.len() >= 8
                 {
@@ -176,6 +219,6 @@ impl Consumer {
             sample.consumed_bytes += batch.len() as u64;
             *offset = (*offset).max(client::batch_next_offset(&batch));
         }
-        Ok(())
+        Ok(counted)
     }
 }

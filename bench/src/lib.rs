@@ -44,5 +44,11 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         plot::write(&report, path)?;
         println!("plot: {}", path.display());
     }
+    if report.produce.errors > 0 {
+        anyhow::bail!(
+            "{} produce requests were answered with errors: the figures are not comparable",
+            report.produce.errors
+        );
+    }
     Ok(())
 }

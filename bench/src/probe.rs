@@ -12,7 +12,9 @@ use tokio::net::TcpStream;
 #[derive(Debug, Clone, Copy)]
 pub struct ProcessSample {
     pub cpu_seconds: f64,
-    /// The most resident memory it has had (VmHWM).
+    /// Resident memory now (VmRSS).
+    pub rss_bytes: u64,
+    /// The most resident memory it has had since it started (VmHWM).
     pub peak_rss_bytes: u64,
 }
 
@@ -33,15 +35,18 @@ pub fn process(pid: &str) -> anyhow::Result<ProcessSample> {
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let peak_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
+    let kib = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     Ok(ProcessSample {
         cpu_seconds: ticks as f64 / per_second,
-        peak_rss_bytes: peak_kib * 1024,
+        rss_bytes: kib("VmRSS:") * 1024,
+        peak_rss_bytes: kib("VmHWM:") * 1024,
     })
 }
 
@@ -116,8 +121,9 @@ pub fn measured_by_agent(url: &str, m: &Metrics) -> floe_cost::Measured {
         source: format!("metrics of {url} (since the agent started)"),
         written_mib: sum(m, "floe_produced_bytes_total", "") / 1_048_576.0,
         read_mib: sum(m, "floe_fetched_bytes_total", "") / 1_048_576.0,
-        cpu_seconds: present("process_cpu_seconds_total")
-            .then(|| sum(m, "process_cpu_seconds_total", "")),
+        cpu_seconds: present("floe_process_cpu_seconds_total")
+            .then(|| sum(m, "floe_process_cpu_seconds_total", "")),
+        seconds: None,
         puts: present(requests)
             .then(|| sum(m, requests, "op=\"put\"") + sum(m, requests, "op=\"put_multipart\"")),
         gets: present(requests).then(|| sum(m, requests, "op=\"get\"")),
@@ -135,21 +141,29 @@ mod tests {
              floe_object_store_requests_total{op=\"put\"} 12\n\
              floe_object_store_requests_total{op=\"get\"} 30\n\
              floe_object_store_requests_total{op=\"put_multipart\"} 3\n\
-             process_cpu_seconds_total 4.5\n# EOF\n",
+             floe_process_cpu_seconds_total 4.5\n# EOF\n",
         );
         assert_eq!(
             sum(&m, "floe_object_store_requests_total", "op=\"get\""),
             30.0
         );
         assert_eq!(sum(&m, "floe_object_store_requests_total", ""), 45.0);
-        assert_eq!(sum(&m, "process_cpu_seconds_total", ""), 4.5);
+        assert_eq!(sum(&m, "floe_process_cpu_seconds_total", ""), 4.5);
         assert_eq!(sum(&m, "missing", ""), 0.0);
     }
 
     #[test]
     fn this_process_has_spent_some_cpu() {
-        let me = process("self").unwrap();
-        assert!(me.cpu_seconds >= 0.0);
-        assert!(me.peak_rss_bytes > 0);
+        let before = process("self").unwrap();
+        // Spin until the kernel's tick-granular count moves.
+        let mut x = 0u64;
+        while process("self").unwrap().cpu_seconds <= before.cpu_seconds {
+            for i in 0..1_000_000u64 {
+                x = x.wrapping_add(std::hint::black_box(i));
+            }
+        }
+        std::hint::black_box(x);
+        let after = process("self").unwrap();
+        assert!(after.rss_bytes > 0 && after.peak_rss_bytes >= after.rss_bytes);
     }
 }

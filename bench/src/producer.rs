@@ -20,7 +20,7 @@ use floe_protocol::kafka_protocol::records::{
 use tokio::time::Instant;
 
 use crate::args::BenchArgs;
-use crate::stats::{Sample, Stats, histogram};
+use crate::stats::{HAND_IN_EVERY, Sample, Stats};
 
 const PRODUCE_VERSION: i16 = 9;
 
@@ -38,10 +38,37 @@ pub struct Producer {
     pub stop: Arc<AtomicBool>,
 }
 
+/// Kafka's default `message.max.bytes`: a batch larger than this is
+/// refused by a broker left at its defaults.
+const MAX_BATCH_BYTES: usize = 1024 * 1024;
+
+/// When each record of a request was due. Latency counts from then, not
+/// from the send, so a producer that falls behind its rate shows the delay
+/// rather than hiding it (coordinated omission).
+#[derive(Clone, Copy)]
+enum Due {
+    /// At a fixed rate, record n is due at `start + n x every` microseconds.
+    Schedule { start: u64, every: f64 },
+    /// At full speed, every record of a request is due when it is built.
+    At(u64),
+}
+
+impl Due {
+    fn of(self, n: u64) -> u64 {
+        match self {
+            Due::Schedule { start, every } => start + (n as f64 * every) as u64,
+            Due::At(t) => t,
+        }
+    }
+}
+
 /// A request on the wire, waiting for its answer.
 struct Outstanding {
     correlation_id: i32,
     sent: Instant,
+    due: Due,
+    /// The number of its first record, and how many it holds.
+    first: u64,
     records: u64,
     bytes: u64,
 }
@@ -49,15 +76,31 @@ struct Outstanding {
 impl Producer {
     pub async fn run(self) -> anyhow::Result<()> {
         let mut conn = Connection::connect(&self.args.bootstrap, "floe-bench").await?;
+        let schedule = Due::Schedule {
+            start: self.stats.now_micros(),
+            every: 1e6 / self.rate,
+        };
         let started = Instant::now();
         let mut sent_records = 0u64;
         let mut cursor = 0usize;
         let mut outstanding: VecDeque<Outstanding> = VecDeque::new();
+        let mut counted = Sample::default();
+        let mut handed_in = Instant::now();
         let in_flight = self.args.in_flight.max(1);
-        let most_per_request = (self.args.batch_records * self.partitions.len()) as u64;
+        let per_batch = self
+            .args
+            .batch_records
+            .min(MAX_BATCH_BYTES / self.args.record_size.max(8))
+            .max(1);
+        let most_per_request = (per_batch * self.partitions.len()) as u64;
         loop {
             let stopping = self.stop.load(Ordering::Relaxed);
+            if handed_in.elapsed() >= HAND_IN_EVERY {
+                self.stats.hand_in(&mut counted);
+                handed_in = Instant::now();
+            }
             if stopping && outstanding.is_empty() {
+                self.stats.hand_in(&mut counted);
                 return Ok(());
             }
             let due = if self.rate > 0.0 {
@@ -76,36 +119,54 @@ impl Producer {
                 && (linger_over || due >= most_per_request)
             {
                 let records = due.min(most_per_request);
-                let (request, bytes) = self.request(records, &mut cursor)?;
+                let due = if self.rate > 0.0 {
+                    schedule
+                } else {
+                    Due::At(self.stats.now_micros())
+                };
+                let (request, bytes) = self.request(records, &mut cursor, sent_records, due)?;
                 let correlation_id = conn
                     .send(ApiKey::Produce, PRODUCE_VERSION, &request)
                     .await?;
                 outstanding.push_back(Outstanding {
                     correlation_id,
                     sent: Instant::now(),
+                    due,
+                    first: sent_records,
                     records,
                     bytes,
                 });
                 sent_records += records;
                 continue;
             }
+            // What is left of the linger since the last send (at least a
+            // millisecond, so a rate below one record a linger still sleeps).
+            let pause = self
+                .args
+                .linger
+                .saturating_sub(
+                    outstanding
+                        .back()
+                        .map_or(Duration::ZERO, |o| o.sent.elapsed()),
+                )
+                .max(Duration::from_millis(1));
             let Some(oldest) = outstanding.front() else {
-                tokio::time::sleep(self.args.linger.max(Duration::from_millis(1))).await;
+                tokio::time::sleep(pause).await;
                 continue;
             };
             let id = oldest.correlation_id;
             let answer = tokio::select! {
                 answer = conn.receive::<ProduceResponse>(ApiKey::Produce, PRODUCE_VERSION, id) => answer?,
-                _ = tokio::time::sleep(self.args.linger.max(Duration::from_millis(1))),
-                    if !stopping && outstanding.len() < in_flight => continue,
+                _ = tokio::time::sleep(pause), if !stopping && outstanding.len() < in_flight => continue,
             };
             let done = outstanding.pop_front().expect("one is outstanding");
-            self.count(&answer, &done);
+            self.count(&answer, &done, &mut counted);
         }
     }
 
-    fn count(&self, answer: &ProduceResponse, done: &Outstanding) {
-        let mut sample = Sample::default();
+    /// Counts an answered request: each record's latency from when it was
+    /// due, or the request as an error.
+    fn count(&self, answer: &ProduceResponse, done: &Outstanding, counted: &mut Sample) {
         let failed = answer
             .responses
             .iter()
@@ -113,27 +174,43 @@ impl Producer {
             .any(|p| p.error_code != 0);
         if failed {
             // Which records failed is not worth tracking in a benchmark: the
-            // request counts as an error, none of its records as written.
-            sample.produce_errors += 1;
-        } else {
-            sample.produced_records = done.records;
-            sample.produced_bytes = done.bytes;
-            sample.produce_latency = histogram();
-            sample
-                .produce_latency
-                .saturating_record(done.sent.elapsed().as_micros() as u64);
-            self.stats.acked(done.records);
+            // request counts as an error, none of its records as written,
+            // and the run fails at its end.
+            counted.produce_errors += 1;
+            return;
         }
-        self.stats.add(&sample);
+        let now = self.stats.now_micros();
+        counted.produced_records += done.records;
+        counted.produced_bytes += done.bytes;
+        match done.due {
+            Due::At(t) => counted
+                .produce_latency
+                .saturating_record_n(now.saturating_sub(t), done.records),
+            schedule => {
+                for n in done.first..done.first + done.records {
+                    counted
+                        .produce_latency
+                        .saturating_record(now.saturating_sub(schedule.of(n)));
+                }
+            }
+        }
+        self.stats.acked(done.records);
     }
 
-    /// A request of `records` records spread over the partitions from
-    /// `cursor` on, one batch each; and its batches' bytes.
-    fn request(&self, records: u64, cursor: &mut usize) -> anyhow::Result<(ProduceRequest, u64)> {
+    /// A request of `records` records, numbered from `first`, spread over
+    /// the partitions from `cursor` on, one batch each; and its batches'
+    /// bytes.
+    fn request(
+        &self,
+        records: u64,
+        cursor: &mut usize,
+        first: u64,
+        due: Due,
+    ) -> anyhow::Result<(ProduceRequest, u64)> {
         let n = self.partitions.len();
         let per_partition = records / n as u64;
         let extra = (records % n as u64) as usize;
-        let now = self.stats.now_micros();
+        let mut next = first;
         let mut topics: Vec<TopicProduceData> = Vec::new();
         let mut bytes = 0u64;
         let take = if per_partition == 0 { extra } else { n };
@@ -141,7 +218,8 @@ impl Producer {
             let index = (*cursor + i) % n;
             let count = per_partition + u64::from(i < extra);
             let (topic, partition) = &self.partitions[index];
-            let batch = self.batch(count as usize, now)?;
+            let batch = self.batch(count as usize, next, due)?;
+            next += count;
             bytes += batch.len() as u64;
             let data = PartitionProduceData::default()
                 .with_index(*partition)
@@ -166,14 +244,22 @@ impl Producer {
         Ok((request, bytes))
     }
 
-    fn batch(&self, count: usize, now_micros: u64) -> anyhow::Result<Bytes> {
+    /// One batch of `count` records numbered from `first`, each value
+    /// starting with the time the record was due.
+    fn batch(&self, count: usize, first: u64, due: Due) -> anyhow::Result<Bytes> {
         let size = self.args.record_size.max(8);
-        let timestamp = (now_micros / 1000) as i64;
+        // The Kafka timestamp is wall-clock time, as a client's (retention
+        // by time reads it); latency uses the run's own clock in the value.
+        let timestamp = floe_metastore::now_ms();
         let records: Vec<Record> = (0..count)
             .map(|i| {
+                let n = first + i as u64;
                 let mut value = BytesMut::with_capacity(size);
-                value.put_u64(now_micros);
-                value.put_slice(&self.filler[..size - 8]);
+                value.put_u64(due.of(n));
+                // Each record's filler starts elsewhere, so a codec finds
+                // no more repetition across records than within one.
+                let at = (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % FILLER_SPREAD;
+                value.put_slice(&self.filler[at..at + size - 8]);
                 Record {
                     transactional: false,
                     control: false,
@@ -204,9 +290,13 @@ impl Producer {
     }
 }
 
-/// `size` bytes of pseudo-random printable filler: half a random byte's
-/// entropy, compressible about as JSON is, so codecs are not flattered.
-pub fn filler(size: usize) -> Bytes {
+/// Records' filler starts at one of this many offsets into [`filler`].
+const FILLER_SPREAD: usize = 64 * 1024;
+
+/// Pseudo-random printable filler for values of `record_size` bytes: half
+/// a random byte's entropy, compressible about as JSON is.
+pub fn filler(record_size: usize) -> Bytes {
+    let size = record_size + FILLER_SPREAD;
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     (0..size)
         .map(|_| {

@@ -75,6 +75,8 @@ impl Throughput {
 pub struct Percentiles {
     pub count: u64,
     pub p50: f64,
+    pub p75: f64,
+    pub p95: f64,
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
@@ -87,6 +89,8 @@ impl Percentiles {
         Percentiles {
             count: h.len(),
             p50: ms(h.value_at_quantile(0.5)),
+            p75: ms(h.value_at_quantile(0.75)),
+            p95: ms(h.value_at_quantile(0.95)),
             p99: ms(h.value_at_quantile(0.99)),
             p999: ms(h.value_at_quantile(0.999)),
             max: ms(h.max()),
@@ -141,7 +145,7 @@ pub struct AgentCounts {
     pub get_bytes_per_byte_read: f64,
     /// Metastore requests per MiB written (commits, plans, offsets...).
     pub metastore_requests_per_mib_written: f64,
-    /// The agent's CPU seconds (`process_cpu_seconds_total`).
+    /// The agent's CPU seconds (`floe_process_cpu_seconds_total`).
     pub cpu_seconds: f64,
 }
 
@@ -199,8 +203,8 @@ impl Report {
         let _ = writeln!(out, "{}", t("consume", &self.consume));
         let l = |name: &str, p: &Percentiles| {
             format!(
-                "{name:<21} p50 {:>8.2} ms  p99 {:>8.2} ms  p99.9 {:>8.2} ms  max {:>8.2} ms",
-                p.p50, p.p99, p.p999, p.max
+                "{name:<21} p50 {:>8.2} ms  p95 {:>8.2} ms  p99 {:>8.2} ms  p99.9 {:>8.2} ms  max {:>8.2} ms",
+                p.p50, p.p95, p.p99, p.p999, p.max
             )
         };
         let _ = writeln!(out, "{}", l("produce latency", &self.produce_latency_ms));

@@ -56,15 +56,19 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
                 partitions: share,
                 stats: stats.clone(),
                 stop: stop_consumers.clone(),
+                max_wait: args.fetch_max_wait,
             };
             consumers.spawn(consumer.run(tx));
         }
     }
     for rx in ready {
         if rx.await.is_err() {
-            // The consumer ended before it was ready: its error says why.
-            let err = consumers.join_next().await.context("a consumer")??;
-            bail!("a consumer stopped before it began: {err:?}");
+            // A consumer ended before it was ready: its error says why.
+            while let Some(done) = consumers.join_next().await {
+                done.context("a consumer")?
+                    .context("a consumer stopped before it began")?;
+            }
+            bail!("a consumer stopped before it began");
         }
     }
 
@@ -94,6 +98,11 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     let mut next_progress = started + args.progress;
     let mut tick =
         tokio::time::interval_at(started + Duration::from_secs(1), Duration::from_secs(1));
+    // A late tick makes a longer window (each point divides by its own
+    // length), not a burst of short ones.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_tick = started;
+    let mut peak_rss = 0u64;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -111,8 +120,20 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         let lag = stats.lag();
         if at_start.is_some() {
             max_lag = max_lag.max(lag);
+            // VmHWM would be the broker's peak since it started, earlier
+            // runs included: the run's own peak is sampled here.
+            if let Some(pid) = args.broker_pid {
+                peak_rss = peak_rss.max(probe::process(&pid.to_string())?.rss_bytes);
+            }
         }
-        let point = point(&window, lag, now, measure_from);
+        let point = point(
+            &window,
+            (now - last_tick).as_secs_f64(),
+            lag,
+            now,
+            measure_from,
+        );
+        last_tick = now;
         if !args.progress.is_zero() && now >= next_progress {
             eprintln!(
                 "{:>6.0} s {}  produce {:.1} MiB/s p99 {:.1} ms  consume {:.1} MiB/s e2e p99 {:.1} ms  lag {} records",
@@ -132,8 +153,11 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         }
         series.push(point);
         if at_start.is_none() && now >= measure_from {
-            at_start = Some((now, Probes::read(args).await?));
+            // The agent's counters are read just outside the measured span
+            // (they take a round trip), so they cover it.
+            let probes = Probes::read(args).await?;
             stats.start_measuring();
+            at_start = Some((Instant::now(), probes));
         }
         if now >= measure_until {
             break;
@@ -188,7 +212,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         broker: start_probes.broker.zip(end_probes.broker).map(|(a, b)| {
             Process::new(
                 b.cpu_seconds - a.cpu_seconds,
-                b.peak_rss_bytes,
+                peak_rss.max(b.rss_bytes),
                 total.produced_bytes,
                 seconds,
             )
@@ -254,7 +278,8 @@ async fn create_topics(args: &BenchArgs) -> anyhow::Result<Vec<(TopicName, i32)>
         .collect())
 }
 
-fn point(window: &Sample, lag: u64, now: Instant, measure_from: Instant) -> Point {
+/// A window of `seconds` as a point of the time series.
+fn point(window: &Sample, seconds: f64, lag: u64, now: Instant, measure_from: Instant) -> Point {
     let ms = |micros: u64| micros as f64 / 1000.0;
     let t = if now >= measure_from {
         (now - measure_from).as_secs_f64()
@@ -263,8 +288,8 @@ fn point(window: &Sample, lag: u64, now: Instant, measure_from: Instant) -> Poin
     };
     Point {
         t,
-        produce_mib_s: window.produced_bytes as f64 / MIB,
-        consume_mib_s: window.consumed_bytes as f64 / MIB,
+        produce_mib_s: window.produced_bytes as f64 / MIB / seconds,
+        consume_mib_s: window.consumed_bytes as f64 / MIB / seconds,
         produce_p50_ms: ms(window.produce_latency.value_at_quantile(0.5)),
         produce_p99_ms: ms(window.produce_latency.value_at_quantile(0.99)),
         e2e_p50_ms: ms(window.end_to_end_latency.value_at_quantile(0.5)),
@@ -317,6 +342,6 @@ fn agent_counts(before: &Metrics, after: &Metrics, total: &Sample) -> AgentCount
         gets_per_mib_read: gets / read,
         get_bytes_per_byte_read: get_bytes / MIB / read,
         metastore_requests_per_mib_written: delta("floe_metastore_requests_total", "") / written,
-        cpu_seconds: delta("process_cpu_seconds_total", ""),
+        cpu_seconds: delta("floe_process_cpu_seconds_total", ""),
     }
 }

@@ -40,6 +40,17 @@ impl Default for Sample {
 }
 
 impl Sample {
+    /// Empties it for reuse without reallocating its histograms.
+    pub fn clear(&mut self) {
+        self.produced_records = 0;
+        self.produced_bytes = 0;
+        self.produce_errors = 0;
+        self.consumed_records = 0;
+        self.consumed_bytes = 0;
+        self.produce_latency.reset();
+        self.end_to_end_latency.reset();
+    }
+
     fn add(&mut self, other: &Sample) {
         self.produced_records += other.produced_records;
         self.produced_bytes += other.produced_bytes;
@@ -59,8 +70,12 @@ struct Samples {
     total: Sample,
 }
 
-/// Shared by every producer and consumer task of a run. Each adds a whole
-/// response's worth at a time, so the lock is taken once per request.
+/// How often a task hands what it counted to the shared [`Stats`]: adding
+/// a histogram walks all its buckets, too dear to do per request.
+pub const HAND_IN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Shared by every producer and consumer task of a run. Each counts in a
+/// [`Sample`] of its own and hands it in every [`HAND_IN_EVERY`].
 pub struct Stats {
     /// Microseconds in records' send times count from here.
     pub epoch: Instant,
@@ -91,7 +106,14 @@ impl Stats {
         self.epoch.elapsed().as_micros() as u64
     }
 
-    pub fn add(&self, sample: &Sample) {
+    /// Adds `sample` to the window (and the total, once measuring) and
+    /// clears it.
+    pub fn hand_in(&self, sample: &mut Sample) {
+        self.add(sample);
+        sample.clear();
+    }
+
+    fn add(&self, sample: &Sample) {
         let mut s = self.samples.lock().expect("stats lock");
         s.window.add(sample);
         if self.measuring.load(Ordering::Relaxed) {

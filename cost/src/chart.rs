@@ -40,7 +40,7 @@ impl Kind {
         match self {
             Kind::CrossZone => "data across zones",
             Kind::Storage => "disks and object storage",
-            Kind::Requests => "object-store requests",
+            Kind::Requests => "object-store requests and transfer",
             Kind::Machines => "brokers, agents, metastore",
         }
     }

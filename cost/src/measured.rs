@@ -15,8 +15,10 @@ pub struct Measured {
     pub source: String,
     pub written_mib: f64,
     pub read_mib: f64,
-    /// CPU seconds the agents (or broker) spent over the span.
+    /// CPU seconds floe's agents spent over the span, by their own count.
     pub cpu_seconds: Option<f64>,
+    /// How long the span was, when known.
+    pub seconds: Option<f64>,
     pub puts: Option<f64>,
     pub gets: Option<f64>,
 }
@@ -26,19 +28,20 @@ fn number(v: &Value, path: &[&str]) -> Option<f64> {
 }
 
 impl Measured {
-    /// From a `floe bench --json` report. CPU comes from the agent's own
-    /// metrics when the run had them, else from `--broker-pid`.
+    /// From a `floe bench --json` report. CPU and requests come from the
+    /// agent's own metrics (the run's `--metrics-url`): a run without them,
+    /// or against another broker, gives neither.
     pub fn from_bench(path: &str, text: &str) -> anyhow::Result<Measured> {
         let v: Value = serde_json::from_str(text).with_context(|| format!("reading {path}"))?;
         let mib = |key: &str| number(&v, &[key, "bytes"]).map(|b| b / 1_048_576.0);
         let written_mib = mib("produce").context("the report has no produce.bytes")?;
         let read_mib = mib("consume").unwrap_or(0.0);
-        let agent_cpu = number(&v, &["agent", "cpu_seconds"]).filter(|c| *c > 0.0);
         Ok(Measured {
             source: format!("bench run {path}"),
             written_mib,
             read_mib,
-            cpu_seconds: agent_cpu.or_else(|| number(&v, &["broker", "cpu_seconds"])),
+            cpu_seconds: number(&v, &["agent", "cpu_seconds"]),
+            seconds: number(&v, &["measured_seconds"]),
             puts: number(&v, &["agent", "puts"]),
             gets: number(&v, &["agent", "gets"]),
         })
@@ -59,27 +62,44 @@ impl Measured {
         if let Some(cpu) = self.cpu_seconds.filter(|c| *c > 0.0) {
             // One run mixes produce and fetch, so it measures one sum,
             // written/p + read/f = CPU seconds: keep the model's ratio of p
-            // to f and scale both to fit it.
+            // to f and scale both to fit it. A run that read nothing
+            // measures p alone.
             let model = self.written_mib / f.produce_mib_s_per_core
                 + self.read_mib / f.fetch_mib_s_per_core;
             let k = model / cpu;
             f.produce_mib_s_per_core *= k;
-            f.fetch_mib_s_per_core *= k;
+            let fetch = if self.read_mib > 0.0 {
+                f.fetch_mib_s_per_core *= k;
+                format!(
+                    "{:.0} MiB/s fetched per core (keeping the model's ratio of produce to fetch cost)",
+                    f.fetch_mib_s_per_core
+                )
+            } else {
+                "fetch per core left to the model (nothing was read)".to_string()
+            };
             notes.push(format!(
-                "throughput per core from {}: {:.0} MiB written and {:.0} MiB read in {cpu:.1} CPU s; keeping the model's ratio of produce to fetch cost, {:.0} MiB/s produced and {:.0} MiB/s fetched per core",
-                self.source,
-                self.written_mib,
-                self.read_mib,
-                f.produce_mib_s_per_core,
-                f.fetch_mib_s_per_core
+                "throughput per core from {}: {:.0} MiB written and {:.0} MiB read in {cpu:.1} CPU s: {:.0} MiB/s produced and {fetch}",
+                self.source, self.written_mib, self.read_mib, f.produce_mib_s_per_core
             ));
+            if let Some(busy) = self.seconds.map(|s| cpu / s).filter(|b| *b < 0.5) {
+                notes.push(format!(
+                    "that run kept {busy:.2} cores busy: fixed costs (timers, polling, compaction) weigh on so little traffic, so per-core figures from it understate a loaded core"
+                ));
+            }
         }
-        if let Some(puts) = self.puts {
-            f.puts_per_mib = puts / self.written_mib;
-            notes.push(format!(
+        match self.puts {
+            None => {}
+            Some(puts) if puts < 1.0 => notes.push(format!(
+                "PUTs from {}: none in the run; the model's PUTs are kept",
+                self.source
+            )),
+            Some(puts) => {
+                f.puts_per_mib = puts / self.written_mib;
+                notes.push(format!(
                 "PUTs from {}: {puts:.0} for {:.0} MiB written, {:.3} per MiB (at that run's rate: an agent uploads once per flush interval however little it holds, so a slow run overstates PUTs per MiB)",
                 self.source, self.written_mib, f.puts_per_mib
             ));
+            }
         }
         match self.gets {
             // Consumers at the tail read from the agents' caches, and a
@@ -109,6 +129,7 @@ mod tests {
     const REPORT: &str = r#"{
         "produce": {"bytes": 1048576000},
         "consume": {"bytes": 2097152000},
+        "measured_seconds": 10.0,
         "broker": {"cpu_seconds": 50.0},
         "agent": {"cpu_seconds": 10.0, "puts": 200.0, "gets": 40.0}
     }"#;
@@ -118,7 +139,11 @@ mod tests {
         let m = Measured::from_bench("run.json", REPORT).unwrap();
         assert_eq!(m.written_mib, 1000.0);
         assert_eq!(m.read_mib, 2000.0);
-        assert_eq!(m.cpu_seconds, Some(10.0), "the agent's own count wins");
+        assert_eq!(
+            m.cpu_seconds,
+            Some(10.0),
+            "the agent's own count, not the pid's"
+        );
         let mut i = Inputs::default();
         let notes = m.apply(&mut i);
         // Defaults 100 and 200 MiB/s per core: 1000/100 + 2000/200 = 20
@@ -132,8 +157,33 @@ mod tests {
     }
 
     #[test]
+    fn a_light_run_says_its_per_core_figures_understate() {
+        let text = r#"{"produce": {"bytes": 104857600}, "consume": {"bytes": 0},
+            "measured_seconds": 100.0, "agent": {"cpu_seconds": 10.0, "puts": 0.0}}"#;
+        let mut i = Inputs::default();
+        let notes = Measured::from_bench("r", text).unwrap().apply(&mut i);
+        // 100 MiB written in 10 CPU s, nothing read: 10 MiB/s per core for
+        // produce; fetch stays the model's.
+        assert_eq!(i.floe.produce_mib_s_per_core, 10.0);
+        assert_eq!(i.floe.fetch_mib_s_per_core, 200.0);
+        assert_eq!(
+            i.floe.puts_per_mib, 0.0,
+            "no PUTs measured: the model's stand"
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("0.10 cores busy")),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("model's PUTs are kept")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
     fn a_report_without_agent_metrics_keeps_the_model_requests() {
-        let text = r#"{"produce": {"bytes": 1048576}, "consume": {"bytes": 0}}"#;
+        let text = r#"{"produce": {"bytes": 1048576}, "consume": {"bytes": 0},
+            "broker": {"cpu_seconds": 3.0}}"#;
         let m = Measured::from_bench("r", text).unwrap();
         let mut i = Inputs::default();
         assert!(m.apply(&mut i).is_empty());

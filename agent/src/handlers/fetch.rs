@@ -79,6 +79,7 @@ pub async fn handle(
         // brings the new extents into the cache the next pass plans from.
         // At the deadline with nothing new, the empty answer just read stands.
         if !broker.watermarks.wait_for_growth(&seen, deadline).await {
+            broker.metrics.fetched_bytes.inc_by(bytes as u64);
             return (FetchResponse::default().with_responses(responses), held);
         }
     }
