@@ -41,6 +41,7 @@ def test_a_run_reports_what_it_measured_and_feeds_the_cost_model(agent, tmp_path
     # Two subscriptions read every record once each; the measured span
     # starts and ends mid-flight, so allow the records in flight at either end.
     assert abs(consume["records"] - 2 * produce["records"]) < 0.2 * produce["records"], report
+    assert report["lag"]["left_behind_records"] == 0
     # Latency counted once per record, as throughput is.
     assert report["produce_latency_ms"]["count"] == produce["records"]
     assert report["end_to_end_latency_ms"]["count"] == consume["records"]
@@ -148,7 +149,8 @@ def test_two_reports_compare_side_by_side(tmp_path):
             "produce_latency_ms": {"count": 1, "p50": 1.0, "p75": 1.0, "p95": 1.0, "p99": p99, "p999": p99, "max": p99},
             "end_to_end_latency_ms": {"count": 1, "p50": 1.0, "p75": 1.0, "p95": 1.0, "p99": p99, "p999": p99,
                                       "max": p99},
-            "lag": {"max_records": 0, "at_end_records": 0, "drain_seconds": 0.0},
+            "lag": {"max_records": 0, "at_end_records": 0, "drain_seconds": 0.0,
+                    "left_behind_records": 0},
             "broker": None, "client": {"cpu_seconds": 1.0, "cpu_seconds_per_gib_written": 1.0,
                                        "cores_busy": 0.1, "peak_rss_mib": 10.0},
             "agent": None, "series": [],

@@ -104,8 +104,13 @@ pub struct Lag {
     pub max_records: u64,
     /// When producers stopped, before consumers caught up.
     pub at_end_records: u64,
-    /// Seconds consumers took to catch up after producers stopped.
+    /// Seconds consumers took to catch up after producers stopped (at
+    /// most a minute).
     pub drain_seconds: f64,
+    /// Records consumers had still not received a minute after producers
+    /// stopped: a broker that cannot serve the read rate.
+    #[serde(default)]
+    pub left_behind_records: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -218,6 +223,13 @@ impl Report {
             "consumer lag: at most {} records; {} when producers stopped, caught up in {:.1} s",
             self.lag.max_records, self.lag.at_end_records, self.lag.drain_seconds
         );
+        if self.lag.left_behind_records > 0 {
+            let _ = writeln!(
+                out,
+                "WARNING: consumers never caught up: {} records still unread {:.0} s after producers stopped",
+                self.lag.left_behind_records, self.lag.drain_seconds
+            );
+        }
         if let Some(b) = &self.broker {
             let _ = writeln!(
                 out,
