@@ -8,8 +8,12 @@
 #   TANSU=/path/to/tansu DURATION=300s bench/side-by-side.sh
 #
 # Two workloads, 8 partitions of 1 KiB records, one producer and one
-# consumer: a fixed rate (RATE records/s, default 5,000: latency at a load
-# both brokers carry) and full speed (RATE_FULL=0: throughput, CPU per GiB).
+# consumer: a fixed rate (RATE records/s, default 5,000, for DURATION: latency
+# at a load both brokers carry) and full speed (for DURATION_FULL, default
+# 15 s: throughput, CPU per GiB). Tansu's memory engine keeps every record in
+# memory (it took 500 MiB/s here, 30 GiB a minute), so a broker whose
+# resident memory passes MAX_RSS_GIB (default 8) is stopped and its run
+# counts as failed.
 #
 # Tansu is not built by this script: it compiles for about half an hour on
 # two cores (longer with other work). Build it once, outside the repository:
@@ -21,6 +25,9 @@ cd "$(dirname "$0")/.."
 TANSU=${TANSU:-$HOME/.cache/floe-peers/tansu/bin/tansu}
 DURATION=${DURATION:-60s}
 WARMUP=${WARMUP:-10s}
+DURATION_FULL=${DURATION_FULL:-15s}
+WARMUP_FULL=${WARMUP_FULL:-5s}
+MAX_RSS_GIB=${MAX_RSS_GIB:-8}
 RATE=${RATE:-5000}
 OUT=${OUT:-${TMPDIR:-/tmp}/floe-side-by-side}
 STORES=${STORES:-"local s3"}
@@ -34,6 +41,7 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  jobs -p | xargs -r kill 2>/dev/null || true
   [ -f "$OUT/s3/pid" ] && localstack/stop.sh "$OUT/s3" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -47,11 +55,27 @@ wait_port() {
   return 1
 }
 
-bench() { # label port pid json [extra args...]
-  local label=$1 port=$2 pid=$3 json=$4
-  shift 4
+# Stops process $1 if its resident memory passes MAX_RSS_GIB.
+guard_memory() {
+  local pid=$1 limit=$((MAX_RSS_GIB * 1024 * 1024)) rss
+  while kill -0 "$pid" 2>/dev/null; do
+    rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    if [ "${rss:-0}" -gt "$limit" ]; then
+      echo "stopping $pid: resident memory ${rss} KiB passed ${MAX_RSS_GIB} GiB" >&2
+      kill "$pid" 2>/dev/null || true
+    fi
+    sleep 0.5
+  done
+}
+
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+bench() { # label port pid json duration warmup [extra args...]
+  local label=$1 port=$2 pid=$3 json=$4 duration=$5 warmup=$6
+  shift 6
+  guard_memory "$pid" &
   "$FLOE" bench --bootstrap "127.0.0.1:$port" --label "$label" --broker-pid "$pid" \
-    --duration "$DURATION" --warmup "$WARMUP" --json "$json" --plot "${json%.json}.svg" \
+    --duration "$duration" --warmup "$warmup" --json "$json" --plot "${json%.json}.svg" \
     --progress 10s "$@"
 }
 
@@ -67,8 +91,10 @@ s3.create_bucket(Bucket="tansu")
 PY
   fi
   for workload in rate full; do
-    rate=$RATE
-    [ "$workload" = full ] && rate=${RATE_FULL:-0}
+    rate=$RATE duration=$DURATION warmup=$WARMUP
+    if [ "$workload" = full ]; then
+      rate=0 duration=$DURATION_FULL warmup=$WARMUP_FULL
+    fi
 
     # floe: one agent with its in-process metastore, as `floe agent` starts.
     dir="$OUT/floe-$store-$workload"
@@ -82,9 +108,10 @@ PY
     pid=$!
     pids+=("$pid")
     wait_port "$FLOE_PORT"
-    bench "floe-$store" "$FLOE_PORT" "$pid" "$OUT/floe-$store-$workload.json" --rate "$rate" \
-      --metrics-url "http://127.0.0.1:$FLOE_ADMIN/metrics"
-    kill "$pid"; wait "$pid" 2>/dev/null || true
+    bench "floe-$store" "$FLOE_PORT" "$pid" "$OUT/floe-$store-$workload.json" "$duration" \
+      "$warmup" --rate "$rate" --metrics-url "http://127.0.0.1:$FLOE_ADMIN/metrics" \
+      || echo "(the floe run failed; see $dir/agent.log)"
+    stop "$pid"
 
     # Tansu: its memory engine for the local store, its S3 engine (dynostore) on the same server.
     engine="memory://tansu/"
@@ -97,9 +124,10 @@ PY
     pid=$!
     pids+=("$pid")
     wait_port "$TANSU_PORT"
-    bench "tansu-$store" "$TANSU_PORT" "$pid" "$OUT/tansu-$store-$workload.json" --rate "$rate" \
+    bench "tansu-$store" "$TANSU_PORT" "$pid" "$OUT/tansu-$store-$workload.json" "$duration" \
+      "$warmup" --rate "$rate" \
       || echo "(the Tansu run failed; see $OUT/tansu-$store-$workload.log)"
-    kill "$pid"; wait "$pid" 2>/dev/null || true
+    stop "$pid"
   done
   [ -n "$s3" ] && localstack/stop.sh "$OUT/s3" >/dev/null
 done

@@ -268,6 +268,10 @@ metastore_api! {
     read fn describe_consumer_group(name: &str) -> DescribeConsumerGroup {
         DescribeConsumerGroup { name: name.to_string() }
     }
+    /// Sizes and producers of many partitions (DescribeLogDirs, DescribeProducers).
+    read fn partition_states(partitions: Vec<TopicPartition>) -> PartitionStates {
+        PartitionStates { partitions }
+    }
 }
 
 /// A heartbeat is checked against the state by the leader and remembered

@@ -159,6 +159,44 @@ async fn idempotent_batches_are_stored_once_and_epochs_fence(m: &dyn Metastore) 
     ));
 }
 
+async fn partition_states_report_bytes_and_producers(m: &dyn Metastore) {
+    let t = topic(m, "events", 2).await;
+    let p = m.init_producer(None).await.unwrap();
+    let idempotent = CommitBatch {
+        producer_id: p.producer_id,
+        producer_epoch: p.epoch,
+        base_sequence: 0,
+        ..batch(&t, 1, 0, 3)
+    };
+    commit(m, "a", vec![batch(&t, 0, 0, 5), idempotent]).await;
+    commit(m, "b", vec![batch(&t, 0, 10, 1)]).await;
+    let before = m.clock().await.unwrap();
+    let states = m
+        .partition_states(vec![
+            TopicPartition::new(t.id, 0),
+            TopicPartition::new(t.id, 1),
+            TopicPartition::new(t.id, 2),
+        ])
+        .await
+        .unwrap();
+    let zero = states[0].as_ref().unwrap();
+    // Two batches of 10 bytes each, no idempotent producer.
+    assert_eq!((zero.high_watermark, zero.size_bytes), (6, 20));
+    assert!(zero.producers.is_empty());
+    let one = states[1].as_ref().unwrap();
+    assert_eq!(one.size_bytes, 10);
+    assert_eq!(one.producers.len(), 1);
+    let producer = &one.producers[0];
+    assert_eq!(
+        (producer.producer_id, producer.epoch, producer.last_sequence),
+        (p.producer_id, p.epoch, 2),
+        "records 0..=2 of sequence 0"
+    );
+    // Stamped with the metastore's clock when appended, never later.
+    assert!(producer.last_append_ms <= before, "{producer:?}");
+    assert_eq!(states[2], None, "no partition 2");
+}
+
 async fn agents_register_once_on_the_metastores_clock(m: &dyn Metastore) {
     let a = m
         .register_agent("h".into(), 1, Some("z".into()), 5)
@@ -629,6 +667,7 @@ macro_rules! conformance_suite {
             a_commit_sent_again_gets_the_first_answer,
             partitions_are_trimmed_added_and_configured,
             idempotent_batches_are_stored_once_and_epochs_fence,
+            partition_states_report_bytes_and_producers,
             agents_register_once_on_the_metastores_clock,
             a_group_forms_and_keeps_its_offsets,
             a_silent_member_is_expired_by_the_leader,

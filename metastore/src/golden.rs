@@ -592,6 +592,10 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
         consumer_heartbeat("cg", 1).into(),
         DescribeConsumerGroup { name: "cg".into() }.into(),
+        PartitionStates {
+            partitions: vec![tp],
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {

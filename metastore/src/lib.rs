@@ -37,7 +37,7 @@ pub use local::LocalMetastore;
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use rpc::RemoteMetastore;
 pub use sequencer::Sequencer;
-pub use topic_config::{TimestampType, TopicConfig};
+pub use topic_config::{TimestampType, TopicCompression, TopicConfig};
 pub use types::*;
 
 /// Wall-clock milliseconds since the Unix epoch: how callers date the

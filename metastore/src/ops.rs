@@ -45,6 +45,13 @@ pub struct HighWatermarks {
     pub partitions: Vec<TopicPartition>,
 }
 
+/// Many partitions' offsets, bytes held and idempotent producers (`None`:
+/// no such partition), for the admin APIs that describe them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionStates {
+    pub partitions: Vec<TopicPartition>,
+}
+
 /// The extents holding a partition's records from offset `from` on, up to
 /// about `max_bytes` (at least one extent if there is data at `from`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

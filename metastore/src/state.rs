@@ -1170,6 +1170,37 @@ impl State {
             .collect()
     }
 
+    /// Each partition's offsets, bytes held and idempotent producers
+    /// (`None`: no such partition), for DescribeLogDirs and
+    /// DescribeProducers. Walks the partitions' extents: an admin request,
+    /// bounded by the partitions asked for.
+    pub fn partition_states(&self, partitions: &[TopicPartition]) -> Vec<Option<PartitionState>> {
+        partitions
+            .iter()
+            .map(|tp| {
+                let p = self.partition(tp.topic_id, tp.partition).ok()?;
+                Some(PartitionState {
+                    log_start_offset: p.log_start_offset,
+                    high_watermark: p.high_watermark,
+                    size_bytes: p.extents.values().map(|e| e.length).sum(),
+                    producers: p
+                        .producers
+                        .iter()
+                        .filter_map(|(&producer_id, state)| {
+                            let &(_, last_sequence, _) = state.batches.back()?;
+                            Some(ProducerState {
+                                producer_id,
+                                epoch: state.epoch,
+                                last_sequence,
+                                last_append_ms: state.last_ms,
+                            })
+                        })
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+
     /// Extents holding `[from, ...)`, adding extents until `max_bytes` is reached
     /// (always at least one if there is data at `from`).
     pub fn read_plan(
@@ -1678,6 +1709,13 @@ impl Query for HighWatermarks {
     type Output = Vec<Option<i64>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.high_watermarks(&self.partitions))
+    }
+}
+
+impl Query for PartitionStates {
+    type Output = Vec<Option<PartitionState>>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.partition_states(&self.partitions))
     }
 }
 

@@ -27,6 +27,8 @@ pub const SEGMENT_MS: &str = "segment.ms";
 /// Kafka's default `segment.ms`: seven days.
 pub const DEFAULT_SEGMENT_MS: i64 = 7 * 24 * 3600 * 1000;
 
+const COMPRESSION_TYPE: &str = "compression.type";
+
 /// Kafka's default `retention.ms`: seven days.
 pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 /// Kafka's default `delete.retention.ms`: one day.
@@ -37,6 +39,18 @@ pub const DEFAULT_DELETE_RETENTION_MS: i64 = 24 * 3600 * 1000;
 pub enum TimestampType {
     CreateTime,
     LogAppendTime,
+}
+
+/// `compression.type`: the codec a topic's batches are stored with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicCompression {
+    /// As the producer sent them (Kafka's default).
+    Producer,
+    Uncompressed,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
 }
 
 /// What a topic's configs ask of floe, with Kafka's defaults for keys not set.
@@ -73,6 +87,9 @@ pub struct TopicConfig {
     /// `segment.ms`: how long written data may stay before it is rolled
     /// into what compaction considers (for floe: out of the ingest files).
     pub segment_ms: i64,
+    /// `compression.type`: batches in another codec are recompressed when
+    /// produced, as Kafka does.
+    pub compression: TopicCompression,
 }
 
 impl Default for TopicConfig {
@@ -158,6 +175,17 @@ impl TopicConfig {
                     .ok_or("a number between 0 and 1")
             })?,
             segment_ms: get(SEGMENT_MS).long_at_least(0, DEFAULT_SEGMENT_MS)?.max(1),
+            compression: get(COMPRESSION_TYPE).parsed(TopicCompression::Producer, |v| {
+                Ok(match v {
+                    "producer" => TopicCompression::Producer,
+                    "uncompressed" => TopicCompression::Uncompressed,
+                    "gzip" => TopicCompression::Gzip,
+                    "snappy" => TopicCompression::Snappy,
+                    "lz4" => TopicCompression::Lz4,
+                    "zstd" => TopicCompression::Zstd,
+                    _ => return Err("uncompressed, zstd, lz4, snappy, gzip or producer"),
+                })
+            })?,
         })
     }
 
@@ -167,6 +195,7 @@ impl TopicConfig {
     pub fn defaults(message_max_bytes: u64) -> Vec<(&'static str, String)> {
         vec![
             (CLEANUP_POLICY, "delete".into()),
+            (COMPRESSION_TYPE, "producer".into()),
             (DELETE_RETENTION_MS, DEFAULT_DELETE_RETENTION_MS.to_string()),
             (MAX_COMPACTION_LAG_MS, i64::MAX.to_string()),
             (MAX_MESSAGE_BYTES, message_max_bytes.to_string()),
@@ -211,7 +240,7 @@ enum Kind {
 const KNOWN: &[(&str, Kind)] = &[
     (CLEANUP_POLICY, Kind::Text),
     (
-        "compression.type",
+        COMPRESSION_TYPE,
         Kind::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
     ),
     ("compression.gzip.level", Kind::Int(-1)),
@@ -398,6 +427,7 @@ mod tests {
                 min_compaction_lag_ms: 0,
                 min_cleanable_dirty_ratio: 0.5,
                 segment_ms: DEFAULT_SEGMENT_MS,
+                compression: TopicCompression::Producer,
             }
         );
         assert_eq!(c, TopicConfig::default());

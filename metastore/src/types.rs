@@ -124,6 +124,28 @@ pub struct PartitionOffsets {
     pub high_watermark: i64,
 }
 
+/// A partition as DescribeLogDirs and DescribeProducers report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// Bytes of the record batches it holds (in the object store).
+    pub size_bytes: u64,
+    /// Idempotent producers whose state it keeps, by producer id.
+    pub producers: Vec<ProducerState>,
+}
+
+/// One idempotent producer's state in one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerState {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The sequence of the last record it appended here.
+    pub last_sequence: i32,
+    /// The metastore's time of its last append here.
+    pub last_append_ms: i64,
+}
+
 /// What the metastore decided not to do: in log order for a write, on an
 /// up-to-date state for a read. Nothing was changed, so a refusal is final:
 /// sending the same request again gets the same answer (unless the state

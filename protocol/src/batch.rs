@@ -69,6 +69,19 @@ pub enum Codec {
     Zstd,
 }
 
+impl Codec {
+    /// The codec's value in a batch's attributes (their low three bits).
+    pub fn attribute_bits(self) -> i16 {
+        match self {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        }
+    }
+}
+
 /// A validated v2 record batch: the raw bytes plus the header fields floe uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordBatch {
@@ -238,6 +251,10 @@ impl RecordBatch {
     }
     pub fn attributes(&self) -> i16 {
         be_i16(&self.bytes, 21)
+    }
+    /// The leader epoch the batch was written in (-1: none stamped).
+    pub fn partition_leader_epoch(&self) -> i32 {
+        be_i32(&self.bytes, 12)
     }
     pub fn codec(&self) -> Codec {
         match self.attributes() & 0x07 {

@@ -63,6 +63,27 @@ pub fn encode(
     like: &RecordBatch,
     delete_horizon: Option<i64>,
 ) -> Result<RecordBatch, BatchError> {
+    encode_as(records, like, like.codec(), -1, delete_horizon)
+}
+
+/// `batch` rewritten with `codec`, as Kafka stores a produced batch when the
+/// topic's `compression.type` names another codec than the producer's:
+/// every record, its offset delta, timestamp, key, value and headers kept,
+/// the producer fields (so idempotence still recognises retries) and the
+/// partition leader epoch.
+/// Decompression is bounded as [`decode`]'s.
+pub fn recompress(batch: &RecordBatch, codec: Codec) -> Result<RecordBatch, BatchError> {
+    let epoch = batch.partition_leader_epoch();
+    encode_as(&decode(batch)?, batch, codec, epoch, None)
+}
+
+fn encode_as(
+    records: &[Record],
+    like: &RecordBatch,
+    codec: Codec,
+    leader_epoch: i32,
+    delete_horizon: Option<i64>,
+) -> Result<RecordBatch, BatchError> {
     use bytes::BufMut;
     use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
@@ -79,7 +100,7 @@ pub fn encode(
         Ok(())
     };
     let mut payload = bytes::BytesMut::new();
-    let compressed = match like.codec() {
+    let compressed = match codec {
         Codec::None => write_records(&mut payload),
         Codec::Gzip => Gzip::compress(&mut payload, write_records),
         Codec::Snappy => Snappy::compress(&mut payload, write_records),
@@ -91,14 +112,15 @@ pub fn encode(
         .map_err(|_| BatchError::Invalid("offsets too far apart for one batch"))?;
     let count = i32::try_from(records.len())
         .map_err(|_| BatchError::Invalid("too many records for one batch"))?;
-    let mut attributes = like.attributes() & !DELETE_HORIZON_FLAG;
+    let mut attributes =
+        (like.attributes() & !DELETE_HORIZON_FLAG & !0x07) | codec.attribute_bits();
     if delete_horizon.is_some() {
         attributes |= DELETE_HORIZON_FLAG;
     }
     let mut out = bytes::BytesMut::with_capacity(HEADER_LEN + payload.len());
     out.put_i64(base_offset);
     out.put_i32((HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
-    out.put_i32(-1); // partition leader epoch
+    out.put_i32(leader_epoch);
     out.put_i8(2);
     out.put_u32(0); // CRC, below
     out.put_i16(attributes);
@@ -184,6 +206,55 @@ mod tests {
             let records = decode(&batch).unwrap();
             assert_eq!(records.len(), 50);
             assert_eq!(records[49].value.as_deref(), Some(&[49u8; 300][..]));
+        }
+    }
+
+    #[test]
+    fn recompressing_changes_only_the_codec() {
+        let all = [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ];
+        for compression in crate::testing::CODECS {
+            let values: Vec<Vec<u8>> = (0..20).map(|i| vec![b'a' + i as u8; 100]).collect();
+            let batch = RecordBatch::parse_all(&encode_values(&values, compression))
+                .unwrap()
+                .remove(0);
+            for codec in all {
+                let again = recompress(&batch, codec).unwrap();
+                assert_eq!(again.codec(), codec);
+                // Everything but the codec bits, and every record, kept.
+                assert_eq!(again.attributes() & !0x07, batch.attributes() & !0x07);
+                assert_eq!(
+                    (
+                        again.base_offset(),
+                        again.last_offset_delta(),
+                        again.record_count()
+                    ),
+                    (
+                        batch.base_offset(),
+                        batch.last_offset_delta(),
+                        batch.record_count()
+                    )
+                );
+                assert_eq!(
+                    (
+                        again.producer_id(),
+                        again.producer_epoch(),
+                        again.base_sequence()
+                    ),
+                    (
+                        batch.producer_id(),
+                        batch.producer_epoch(),
+                        batch.base_sequence()
+                    )
+                );
+                assert_eq!(again.max_timestamp(), batch.max_timestamp());
+                assert_eq!(decode(&again).unwrap(), decode(&batch).unwrap());
+            }
         }
     }
 

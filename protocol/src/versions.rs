@@ -37,6 +37,9 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::DescribeLogDirs, 0, 4),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The versions of `api` floe serves, or `None` if it does not serve `api`.

@@ -152,6 +152,7 @@ fn seed(api: ApiKey) -> RequestKind {
 }
 
 fn default_request(api: ApiKey) -> RequestKind {
+    let topic = || TopicName(StrBytes::from_static_str("fuzz-topic"));
     match api {
         ApiKey::ListOffsets => RequestKind::ListOffsets(Default::default()),
         ApiKey::ApiVersions => RequestKind::ApiVersions(Default::default()),
@@ -175,6 +176,32 @@ fn default_request(api: ApiKey) -> RequestKind {
         ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
         ApiKey::OffsetForLeaderEpoch => RequestKind::OffsetForLeaderEpoch(Default::default()),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(Default::default()),
+        ApiKey::DescribeTopicPartitions => RequestKind::DescribeTopicPartitions(
+            DescribeTopicPartitionsRequest::default()
+                .with_topics(vec![
+                    describe_topic_partitions_request::TopicRequest::default().with_name(topic()),
+                ])
+                .with_response_partition_limit(2000)
+                .with_cursor(Some(
+                    describe_topic_partitions_request::Cursor::default()
+                        .with_topic_name(topic())
+                        .with_partition_index(1),
+                )),
+        ),
+        ApiKey::DescribeLogDirs => {
+            RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(Some(vec![
+                describe_log_dirs_request::DescribableLogDirTopic::default()
+                    .with_topic(topic())
+                    .with_partitions(vec![0, 1]),
+            ])))
+        }
+        ApiKey::DescribeProducers => {
+            RequestKind::DescribeProducers(DescribeProducersRequest::default().with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic())
+                    .with_partition_indexes(vec![0, 1]),
+            ]))
+        }
         other => panic!("no seed for {other:?}"),
     }
 }

@@ -20,13 +20,7 @@ pub async fn handle(
     client_id: &str,
     peer: std::net::IpAddr,
 ) -> MetadataResponse {
-    let agents = discovery::visible(broker, client_id).await;
-    // One agent leads every partition for this client: its Produce requests
-    // carry all partitions at once, and every agent gives the same answer
-    // (when they see the client from one address: not across NAT per agent).
-    // Canonical, so agents listening on IPv4 and on IPv6 see one address.
-    let client = discovery::client_key(client_id, peer.to_canonical());
-    let node = BrokerId(agents[discovery::pick(&client, agents.len())].node_id);
+    let (agents, node) = leader(broker, client_id, peer).await;
     let brokers = agents
         .iter()
         .map(|a| {
@@ -100,9 +94,26 @@ pub async fn handle(
         .with_cluster_authorized_operations(cluster_operations)
 }
 
+/// The agents this client may see, and the one that leads every partition
+/// for it. One agent leads every partition for a client: its Produce
+/// requests carry all partitions at once, and every agent gives the same
+/// answer (when they see the client from one address: not across NAT per
+/// agent). Canonical, so agents listening on IPv4 and on IPv6 see one
+/// address.
+pub async fn leader(
+    broker: &Broker,
+    client_id: &str,
+    peer: std::net::IpAddr,
+) -> (Vec<discovery::Endpoint>, BrokerId) {
+    let agents = discovery::visible(broker, client_id).await;
+    let client = discovery::client_key(client_id, peer.to_canonical());
+    let node = BrokerId(agents[discovery::pick(&client, agents.len())].node_id);
+    (agents, node)
+}
+
 /// Kafka's ACL operations on a topic; with no authorizer, every one is
 /// allowed (and Metadata reports them when asked, as tools expect).
-const TOPIC_OPERATIONS: &[i32] = &[
+pub const TOPIC_OPERATIONS: &[i32] = &[
     3,  // READ
     4,  // WRITE
     5,  // CREATE

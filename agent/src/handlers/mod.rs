@@ -4,10 +4,12 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
+pub mod log_dirs;
 pub mod metadata;
 pub mod produce;
 pub mod produce_rules;
@@ -158,6 +160,18 @@ async fn handle(
         RequestKind::ConsumerGroupHeartbeat(req) => ResponseKind::ConsumerGroupHeartbeat(
             groups::consumer::heartbeat(broker, req, version, client_id, peer).await,
         ),
+        RequestKind::DescribeTopicPartitions(req) => {
+            let (_, leader) = metadata::leader(broker, &client_id, peer).await;
+            ResponseKind::DescribeTopicPartitions(
+                describe_topic_partitions::handle(broker, req, leader).await,
+            )
+        }
+        RequestKind::DescribeLogDirs(req) => {
+            ResponseKind::DescribeLogDirs(log_dirs::describe_log_dirs(broker, req).await)
+        }
+        RequestKind::DescribeProducers(req) => {
+            ResponseKind::DescribeProducers(log_dirs::describe_producers(broker, req).await)
+        }
         RequestKind::DescribeCluster(req) => ResponseKind::DescribeCluster(
             cluster::describe_cluster(broker, req, &client_id, peer).await,
         ),

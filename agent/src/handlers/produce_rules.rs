@@ -1,5 +1,6 @@
 //! The per-topic checks a Kafka broker makes on a produced batch beyond its
-//! structure: size limits, timestamps, and log-append time.
+//! structure: size limits, timestamps, log-append time, and the topic's
+//! `compression.type`.
 //!
 //! All but one read only the batch header: floe does not decompress what it
 //! forwards, so timestamp bounds are checked on the batch's first and largest
@@ -8,9 +9,9 @@
 //! whose records must all have keys: there, as Kafka does, the batch is
 //! decoded (within floe's decompression bounds) to check them.
 
-use floe_metastore::{TimestampType, TopicConfig};
+use floe_metastore::{TimestampType, TopicCompression, TopicConfig};
 use floe_protocol::ResponseError;
-use floe_protocol::batch::RecordBatch;
+use floe_protocol::batch::{Codec, RecordBatch};
 
 /// Kafka's default `message.max.bytes` (1 MiB plus the batch overhead).
 pub const DEFAULT_MESSAGE_MAX_BYTES: u64 = 1_048_588;
@@ -30,6 +31,9 @@ pub struct ProduceRules {
     pub after_max_ms: i64,
     /// `cleanup.policy` includes `compact`: every record needs a key.
     pub keys_required: bool,
+    /// `compression.type` other than `producer`: the codec batches are
+    /// stored with, recompressed to it when they come in another.
+    pub codec: Option<Codec>,
 }
 
 impl ProduceRules {
@@ -41,6 +45,14 @@ impl ProduceRules {
             before_max_ms: config.timestamp_before_max_ms,
             after_max_ms: config.timestamp_after_max_ms,
             keys_required: config.compact,
+            codec: match config.compression {
+                TopicCompression::Producer => None,
+                TopicCompression::Uncompressed => Some(Codec::None),
+                TopicCompression::Gzip => Some(Codec::Gzip),
+                TopicCompression::Snappy => Some(Codec::Snappy),
+                TopicCompression::Lz4 => Some(Codec::Lz4),
+                TopicCompression::Zstd => Some(Codec::Zstd),
+            },
         }
     }
 
@@ -70,6 +82,27 @@ impl ProduceRules {
                 ));
             }
         }
+        // The one case floe decompresses what it stores: the topic asks
+        // for a codec the producer did not use (Kafka's LogValidator
+        // recompresses too; compression levels are the codecs' defaults).
+        let batch = match self.codec {
+            Some(codec) if codec != batch.codec() => {
+                let again = floe_protocol::records::recompress(&batch, codec)
+                    .map_err(|e| (e.kafka_error(), e.to_string()))?;
+                if again.len() as u64 > self.max_message_bytes {
+                    return Err((
+                        ResponseError::MessageTooLarge,
+                        format!(
+                            "batch of {} bytes as the topic's compression.type exceeds max.message.bytes {}",
+                            again.len(),
+                            self.max_message_bytes
+                        ),
+                    ));
+                }
+                again
+            }
+            _ => batch,
+        };
         if self.log_append_time {
             return Ok(batch.with_log_append_time(now_ms));
         }
@@ -168,6 +201,40 @@ mod tests {
         .unwrap();
         assert!(stamped.is_log_append_time());
         assert_eq!(stamped.max_timestamp(), 9_999_999);
+    }
+
+    #[test]
+    fn batches_are_stored_in_the_topics_codec() {
+        let stored = rules(&[]).apply(batch(), 1_000).unwrap();
+        assert_eq!(stored, batch(), "`producer`: as sent, not even decoded");
+        let zstd = rules(&[("compression.type", "zstd")])
+            .apply(batch(), 1_000)
+            .unwrap();
+        assert_eq!(zstd.codec(), Codec::Zstd);
+        let back = rules(&[("compression.type", "uncompressed")])
+            .apply(zstd.clone(), 1_000)
+            .unwrap();
+        assert_eq!(back.codec(), Codec::None);
+        assert_eq!(
+            floe_protocol::records::decode(&back).unwrap(),
+            floe_protocol::records::decode(&batch()).unwrap()
+        );
+        // Already in the topic's codec: kept as it came.
+        let same = rules(&[("compression.type", "zstd")]).apply(zstd.clone(), 1_000);
+        assert_eq!(same.unwrap(), zstd);
+        // Too large once decompressed: refused as Kafka refuses it.
+        let big: Vec<Vec<u8>> = (0..100).map(|_| vec![b'x'; 1000]).collect();
+        let compressed = RecordBatch::parse_all(&encode(&big, Compression::Zstd))
+            .unwrap()
+            .remove(0);
+        let small = rules(&[
+            ("compression.type", "uncompressed"),
+            (MAX_MESSAGE_BYTES, "20000"),
+        ]);
+        assert_eq!(
+            small.apply(compressed, 1_000).unwrap_err().0,
+            ResponseError::MessageTooLarge
+        );
     }
 
     #[test]

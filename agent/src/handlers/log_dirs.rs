@@ -1,0 +1,201 @@
+//! DescribeLogDirs and DescribeProducers: what a partition holds and which
+//! idempotent producers write to it, from the metastore (the partitions'
+//! one copy of that state).
+//!
+//! A floe agent has no log directories: every partition lives in the
+//! object store. DescribeLogDirs reports that store as the one "log dir"
+//! (its URL without its query, which may name an endpoint), with each
+//! partition's bytes held, and volume sizes unknown (-1), as Kafka reports
+//! a volume it cannot measure.
+
+use floe_metastore::{PartitionState, TopicInfo, TopicPartition};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use floe_protocol::kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use floe_protocol::kafka_protocol::messages::{
+    DescribeLogDirsRequest, DescribeLogDirsResponse, DescribeProducersRequest,
+    DescribeProducersResponse, ProducerId, TopicName,
+};
+
+use super::str_bytes;
+use crate::broker::{Broker, kafka_error};
+
+/// Partitions asked of the metastore in one request.
+const PARTITIONS_PER_REQUEST: usize = 10_000;
+
+/// Kafka's "unknown" for a volume's total and usable bytes.
+const UNKNOWN_VOLUME_BYTES: i64 = -1;
+
+/// Each partition's state, asked in bounded requests; `Err` if the
+/// metastore could not answer.
+async fn states(
+    broker: &Broker,
+    partitions: &[TopicPartition],
+) -> Result<Vec<Option<PartitionState>>, ResponseError> {
+    let mut out = Vec::with_capacity(partitions.len());
+    for chunk in partitions.chunks(PARTITIONS_PER_REQUEST) {
+        let answer = broker
+            .meta
+            .partition_states(chunk.to_vec())
+            .await
+            .map_err(|e| kafka_error(&e))?;
+        out.extend(answer);
+    }
+    Ok(out)
+}
+
+/// The object store's URL as a log dir's name: scheme, bucket and prefix.
+fn log_dir(broker: &Broker) -> String {
+    let url = &broker.config.object_store;
+    url.split('?').next().unwrap_or(url).to_string()
+}
+
+pub async fn describe_log_dirs(
+    broker: &Broker,
+    req: DescribeLogDirsRequest,
+) -> DescribeLogDirsResponse {
+    // The topics asked for (all when null), each with the partitions that
+    // exist; Kafka leaves out partitions it does not host.
+    let mut wanted: Vec<(TopicInfo, Vec<i32>)> = Vec::new();
+    match req.topics {
+        None => match broker.meta.topics().await {
+            Ok(all) => {
+                for t in all {
+                    let partitions = (0..t.partitions).collect();
+                    wanted.push((t, partitions));
+                }
+            }
+            Err(e) => {
+                return DescribeLogDirsResponse::default().with_error_code(kafka_error(&e).code());
+            }
+        },
+        Some(topics) => {
+            for t in topics {
+                if let Ok(Some(info)) = broker.meta.topic(&t.topic.0).await {
+                    let mut partitions: Vec<i32> = t
+                        .partitions
+                        .into_iter()
+                        .filter(|p| (0..info.partitions).contains(p))
+                        .collect();
+                    partitions.sort_unstable();
+                    partitions.dedup();
+                    wanted.push((info, partitions));
+                }
+            }
+        }
+    }
+    let asked: Vec<TopicPartition> = wanted
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(|&p| TopicPartition::new(t.id, p)))
+        .collect();
+    let states = match states(broker, &asked).await {
+        Ok(states) => states,
+        Err(e) => return DescribeLogDirsResponse::default().with_error_code(e.code()),
+    };
+    let mut states = states.into_iter();
+    let mut topics = Vec::with_capacity(wanted.len());
+    for (info, partitions) in wanted {
+        let partitions: Vec<_> = partitions
+            .into_iter()
+            .zip(states.by_ref())
+            .filter_map(|(p, state)| {
+                let state = state?;
+                Some(
+                    DescribeLogDirsPartition::default()
+                        .with_partition_index(p)
+                        .with_partition_size(state.size_bytes.min(i64::MAX as u64) as i64)
+                        .with_offset_lag(0),
+                )
+            })
+            .collect();
+        if !partitions.is_empty() {
+            topics.push(
+                DescribeLogDirsTopic::default()
+                    .with_name(TopicName(str_bytes(&info.name)))
+                    .with_partitions(partitions),
+            );
+        }
+    }
+    DescribeLogDirsResponse::default().with_results(vec![
+        DescribeLogDirsResult::default()
+            .with_log_dir(str_bytes(&log_dir(broker)))
+            .with_topics(topics)
+            .with_total_bytes(UNKNOWN_VOLUME_BYTES)
+            .with_usable_bytes(UNKNOWN_VOLUME_BYTES),
+    ])
+}
+
+/// DescribeProducers: each partition's idempotent producers, as Kafka's
+/// `ProducerStateManager` reports its active producers. floe keeps no
+/// transactions yet, so none has a coordinator epoch or an open
+/// transaction (-1); the last timestamp is the metastore's time of the
+/// producer's last append to the partition.
+pub async fn describe_producers(
+    broker: &Broker,
+    req: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let info = broker.meta.topic(&t.name.0).await;
+        let refuse = |p: i32, e: ResponseError| {
+            PartitionResponse::default()
+                .with_partition_index(p)
+                .with_error_code(e.code())
+        };
+        let partitions = match info {
+            Ok(Some(info)) => {
+                let asked: Vec<TopicPartition> = t
+                    .partition_indexes
+                    .iter()
+                    .map(|&p| TopicPartition::new(info.id, p))
+                    .collect();
+                match states(broker, &asked).await {
+                    Ok(states) => t
+                        .partition_indexes
+                        .iter()
+                        .zip(states)
+                        .map(|(&p, state)| match state {
+                            None => refuse(p, ResponseError::UnknownTopicOrPartition),
+                            Some(state) => PartitionResponse::default()
+                                .with_partition_index(p)
+                                .with_active_producers(
+                                    state.producers.iter().map(producer).collect(),
+                                ),
+                        })
+                        .collect(),
+                    Err(e) => t.partition_indexes.iter().map(|&p| refuse(p, e)).collect(),
+                }
+            }
+            Ok(None) => t
+                .partition_indexes
+                .iter()
+                .map(|&p| refuse(p, ResponseError::UnknownTopicOrPartition))
+                .collect(),
+            Err(e) => t
+                .partition_indexes
+                .iter()
+                .map(|&p| refuse(p, kafka_error(&e)))
+                .collect(),
+        };
+        topics.push(
+            TopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions),
+        );
+    }
+    DescribeProducersResponse::default().with_topics(topics)
+}
+
+fn producer(p: &floe_metastore::ProducerState) -> ProducerState {
+    ProducerState::default()
+        .with_producer_id(ProducerId(p.producer_id))
+        .with_producer_epoch(p.epoch as i32)
+        .with_last_sequence(p.last_sequence)
+        .with_last_timestamp(p.last_append_ms)
+        .with_coordinator_epoch(-1)
+        .with_current_txn_start_offset(-1)
+}

@@ -1,0 +1,119 @@
+"""Admin APIs that describe partitions, through kafka-python's admin client:
+DescribeTopicPartitions (KIP-966) page by page, DescribeLogDirs (the bytes
+each partition holds in the object store), DescribeProducers (idempotent
+producers' state); and `compression.type`, which makes the agent store a
+producer's batches in the topic's codec (seen in the bytes held)."""
+
+import time
+
+from confluent_kafka import Consumer, Producer
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import NewTopic
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUEST = 42
+
+
+def admin_for(agent):
+    return KafkaAdminClient(bootstrap_servers=agent.bootstrap, request_timeout_ms=30000)
+
+
+def test_topic_partitions_come_a_page_at_a_time(agent):
+    admin = admin_for(agent)
+    admin.create_topics([NewTopic("b-topic", 2, 1), NewTopic("a-topic", 3, 1)])
+
+    first = admin.describe_topic_partitions(["b-topic", "a-topic"], response_partition_limit=4)
+    pages = [[(t["name"], [p["partition_index"] for p in t["partitions"]])
+              for t in first["topics"]]]
+    # In name order, four partitions, and where the next page starts.
+    assert pages[0] == [("a-topic", [0, 1, 2]), ("b-topic", [0])]
+    assert first["next_cursor"] == {"topic_name": "b-topic", "partition_index": 1}
+    second = admin.describe_topic_partitions(["a-topic", "b-topic"], response_partition_limit=4,
+                                             cursor=first["next_cursor"])
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+            for t in second["topics"]] == [("b-topic", [1])]
+    assert second["next_cursor"] is None
+
+    a = first["topics"][0]
+    assert a["error_code"] == 0 and a["topic_authorized_operations"] > 0
+    leader = a["partitions"][0]["leader_id"]
+    assert a["partitions"][0]["replica_nodes"] == [leader] == a["partitions"][0]["isr_nodes"]
+
+    # A page ending exactly at a topic's end points at the next topic.
+    exact = admin.describe_topic_partitions(["a-topic", "b-topic"], response_partition_limit=3)
+    assert [t["name"] for t in exact["topics"]] == ["a-topic"]
+    assert exact["next_cursor"] == {"topic_name": "b-topic", "partition_index": 0}
+
+    missing = admin.describe_topic_partitions(["nowhere"])
+    assert [(t["name"], t["error_code"]) for t in missing["topics"]] == [
+        ("nowhere", UNKNOWN_TOPIC_OR_PARTITION)]
+    # The cursor's topic must be one of those asked for, as Kafka requires.
+    wrong = admin.describe_topic_partitions(
+        ["a-topic"], cursor={"topic_name": "b-topic", "partition_index": 0})
+    assert [t["error_code"] for t in wrong["topics"]] == [INVALID_REQUEST]
+    admin.close()
+
+
+def produce(agent, topic, values, **config):
+    p = Producer({"bootstrap.servers": agent.bootstrap, **config})
+    for v in values:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(30) == 0
+
+
+def test_log_dirs_show_bytes_held_and_the_topics_codec_applies(agent):
+    admin = admin_for(agent)
+    admin.create_topics([
+        NewTopic("as-sent", 1, 1),
+        NewTopic("squeezed", 1, 1, topic_configs={"compression.type": "zstd"}),
+    ])
+    values = [bytes([65 + i % 26]) * 1000 for i in range(200)]
+    for topic in ("as-sent", "squeezed"):
+        produce(agent, topic, values, **{"compression.type": "none", "linger.ms": 50})
+
+    sizes = {}
+    (broker,) = admin.describe_log_dirs()
+    (log_dir,) = broker["log_dirs"]
+    assert log_dir["log_dir"].startswith("file://") and "?" not in log_dir["log_dir"]
+    assert log_dir["total_bytes"] == -1 and log_dir["usable_bytes"] == -1
+    for topic in log_dir["topics"]:
+        for p in topic["partitions"]:
+            sizes[(topic["name"], p["partition_index"])] = p["partition_size"]
+    # Sent uncompressed: at least the values. Stored as zstd: a fraction.
+    assert sizes[("as-sent", 0)] >= 200 * 1000, sizes
+    assert sizes[("squeezed", 0)] < sizes[("as-sent", 0)] / 5, sizes
+
+    # Asked for one topic: only it.
+    (only,) = admin.describe_log_dirs(topic_partitions={"squeezed": [0, 7]})
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+            for t in only["log_dirs"][0]["topics"]] == [("squeezed", [0])]
+
+    # Recompressed, the records are what was sent.
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "reader",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["squeezed"])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < len(values) and time.time() < deadline:
+        m = c.poll(1)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    assert got == values
+    admin.close()
+
+
+def test_producers_are_described_per_partition(agent):
+    admin = admin_for(agent)
+    admin.create_topics([NewTopic("tracked", 2, 1)])
+    produce(agent, "tracked", [b"x"] * 5, **{"enable.idempotence": True})
+    produce(agent, "tracked", [b"y"] * 3)  # not idempotent: no state kept
+
+    states = admin.describe_producers([TopicPartition("tracked", 0), TopicPartition("tracked", 1)])
+    (producer,) = states[TopicPartition("tracked", 0)].active_producers
+    assert producer.producer_id >= 0 and producer.producer_epoch == 0
+    assert producer.last_sequence == 4, producer
+    assert abs(producer.last_timestamp - time.time() * 1000) < 60_000, producer
+    assert producer.coordinator_epoch == -1 and producer.current_transaction_start_offset == -1
+    assert states[TopicPartition("tracked", 1)].active_producers == []
+    admin.close()
