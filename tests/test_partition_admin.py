@@ -11,6 +11,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUEST = 42
 
 
@@ -44,9 +45,23 @@ def test_topic_partitions_come_a_page_at_a_time(agent):
     assert [t["name"] for t in exact["topics"]] == ["a-topic"]
     assert exact["next_cursor"] == {"topic_name": "b-topic", "partition_index": 0}
 
-    missing = admin.describe_topic_partitions(["nowhere"])
-    assert [(t["name"], t["error_code"]) for t in missing["topics"]] == [
-        ("nowhere", UNKNOWN_TOPIC_OR_PARTITION)]
+    # A limit of 0 still answers a partition (a client paging on moves on);
+    # a name asked twice is answered once.
+    one = admin.describe_topic_partitions(["a-topic", "a-topic"], response_partition_limit=0)
+    assert [(t["name"], len(t["partitions"])) for t in one["topics"]] == [("a-topic", 1)]
+    assert one["next_cursor"] == {"topic_name": "a-topic", "partition_index": 1}
+    # A cursor past a topic's partitions: nothing of it, on to the next.
+    past = admin.describe_topic_partitions(
+        ["a-topic", "b-topic"], cursor={"topic_name": "a-topic", "partition_index": 9})
+    assert [(t["name"], len(t["partitions"])) for t in past["topics"]] == [
+        ("a-topic", 0), ("b-topic", 2)]
+    # No names: every topic, in name order.
+    every = admin.describe_topic_partitions([])
+    assert [t["name"] for t in every["topics"]] == ["a-topic", "b-topic"]
+
+    missing = admin.describe_topic_partitions(["nowhere", "bad/name"])
+    assert sorted((t["name"], t["error_code"]) for t in missing["topics"]) == [
+        ("bad/name", INVALID_TOPIC_EXCEPTION), ("nowhere", UNKNOWN_TOPIC_OR_PARTITION)]
     # The cursor's topic must be one of those asked for, as Kafka requires.
     wrong = admin.describe_topic_partitions(
         ["a-topic"], cursor={"topic_name": "b-topic", "partition_index": 0})
@@ -116,4 +131,39 @@ def test_producers_are_described_per_partition(agent):
     assert abs(producer.last_timestamp - time.time() * 1000) < 60_000, producer
     assert producer.coordinator_epoch == -1 and producer.current_transaction_start_offset == -1
     assert states[TopicPartition("tracked", 1)].active_producers == []
+    try:
+        admin.describe_producers([TopicPartition("tracked", 5)])
+        raise AssertionError("an unknown partition is an error")
+    except Exception as e:  # kafka-python raises the partition's error
+        assert "UnknownTopicOrPartition" in type(e).__name__, e
     admin.close()
+
+
+def test_each_partition_is_in_one_brokers_log_dir(tmp_path, metastore):
+    """Every agent can read every partition, but a client is told one agent
+    leads them: asked of every broker, as tools do, each partition's bytes
+    are reported once."""
+    from conftest import Agent
+    agents = []
+    for n in range(2):
+        workdir = tmp_path / f"agent{n}"
+        workdir.mkdir()
+        agents.append(Agent(workdir, "--metastore", metastore.address,
+                            "--object-store", f"file://{tmp_path / 'objects'}").start())
+    try:
+        admin = admin_for(agents[0])
+        admin.create_topics([NewTopic("shared", 3, 1)])
+        produce(agents[0], "shared", [b"v" * 100] * 30)
+        deadline = time.time() + 30
+        while True:
+            brokers = admin.describe_log_dirs()
+            if len(brokers) == 2 or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(brokers) == 2, brokers
+        reporting = [b["broker"] for b in brokers if b["log_dirs"][0]["topics"]]
+        assert len(reporting) == 1, brokers
+        admin.close()
+    finally:
+        for a in agents:
+            a.stop()

@@ -269,8 +269,8 @@ metastore_api! {
         DescribeConsumerGroup { name: name.to_string() }
     }
     /// Sizes and producers of many partitions (DescribeLogDirs, DescribeProducers).
-    read fn partition_states(partitions: Vec<TopicPartition>) -> PartitionStates {
-        PartitionStates { partitions }
+    read fn partition_states(partitions: Vec<TopicPartition>, with_producers: bool) -> PartitionStates {
+        PartitionStates { partitions, with_producers }
     }
 }
 

@@ -168,33 +168,54 @@ async fn partition_states_report_bytes_and_producers(m: &dyn Metastore) {
         base_sequence: 0,
         ..batch(&t, 1, 0, 3)
     };
-    commit(m, "a", vec![batch(&t, 0, 0, 5), idempotent]).await;
-    commit(m, "b", vec![batch(&t, 0, 10, 1)]).await;
     let before = m.clock().await.unwrap();
-    let states = m
-        .partition_states(vec![
-            TopicPartition::new(t.id, 0),
-            TopicPartition::new(t.id, 1),
-            TopicPartition::new(t.id, 2),
-        ])
-        .await
-        .unwrap();
+    commit(m, "a", vec![batch(&t, 0, 0, 5), idempotent]).await;
+    // The producer's next batch, then a newer epoch's first: the state is
+    // the newest batch's.
+    let next = CommitBatch {
+        base_sequence: 3,
+        record_count: 4,
+        ..idempotent
+    };
+    commit(m, "b", vec![batch(&t, 0, 10, 1), next]).await;
+    let bumped = m.init_producer(Some(p)).await.unwrap();
+    let fresh = CommitBatch {
+        producer_epoch: bumped.epoch,
+        base_sequence: 0,
+        record_count: 2,
+        ..idempotent
+    };
+    commit(m, "c", vec![fresh]).await;
+    let after = m.clock().await.unwrap();
+    let asked = vec![
+        TopicPartition::new(t.id, 0),
+        TopicPartition::new(t.id, 1),
+        TopicPartition::new(t.id, 2),
+    ];
+    let states = m.partition_states(asked.clone(), true).await.unwrap();
     let zero = states[0].as_ref().unwrap();
     // Two batches of 10 bytes each, no idempotent producer.
     assert_eq!((zero.high_watermark, zero.size_bytes), (6, 20));
     assert!(zero.producers.is_empty());
     let one = states[1].as_ref().unwrap();
-    assert_eq!(one.size_bytes, 10);
+    assert_eq!((one.high_watermark, one.size_bytes), (9, 30));
     assert_eq!(one.producers.len(), 1);
     let producer = &one.producers[0];
     assert_eq!(
         (producer.producer_id, producer.epoch, producer.last_sequence),
-        (p.producer_id, p.epoch, 2),
-        "records 0..=2 of sequence 0"
+        (p.producer_id, bumped.epoch, 1),
+        "the bumped epoch's records 0 and 1"
     );
-    // Stamped with the metastore's clock when appended, never later.
-    assert!(producer.last_append_ms <= before, "{producer:?}");
+    // Stamped with the metastore's clock when appended.
+    assert!(
+        (before..=after).contains(&producer.last_append_ms),
+        "{producer:?} not in {before}..={after}"
+    );
     assert_eq!(states[2], None, "no partition 2");
+    // Without producers, the rest is the same.
+    let lean = m.partition_states(asked, false).await.unwrap();
+    assert!(lean[1].as_ref().unwrap().producers.is_empty());
+    assert_eq!(lean[1].as_ref().unwrap().size_bytes, 30);
 }
 
 async fn agents_register_once_on_the_metastores_clock(m: &dyn Metastore) {

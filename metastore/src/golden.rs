@@ -594,6 +594,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         DescribeConsumerGroup { name: "cg".into() }.into(),
         PartitionStates {
             partitions: vec![tp],
+            with_producers: true,
         }
         .into(),
     ];

@@ -50,6 +50,9 @@ pub struct HighWatermarks {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionStates {
     pub partitions: Vec<TopicPartition>,
+    /// Whether to list each partition's producers (DescribeProducers), or
+    /// leave them out (DescribeLogDirs, which asks for many partitions).
+    pub with_producers: bool,
 }
 
 /// The extents holding a partition's records from offset `from` on, up to

@@ -1174,7 +1174,11 @@ impl State {
     /// (`None`: no such partition), for DescribeLogDirs and
     /// DescribeProducers. Walks the partitions' extents: an admin request,
     /// bounded by the partitions asked for.
-    pub fn partition_states(&self, partitions: &[TopicPartition]) -> Vec<Option<PartitionState>> {
+    pub fn partition_states(
+        &self,
+        partitions: &[TopicPartition],
+        with_producers: bool,
+    ) -> Vec<Option<PartitionState>> {
         partitions
             .iter()
             .map(|tp| {
@@ -1186,6 +1190,7 @@ impl State {
                     producers: p
                         .producers
                         .iter()
+                        .filter(|_| with_producers)
                         .filter_map(|(&producer_id, state)| {
                             let &(_, last_sequence, _) = state.batches.back()?;
                             Some(ProducerState {
@@ -1715,7 +1720,7 @@ impl Query for HighWatermarks {
 impl Query for PartitionStates {
     type Output = Vec<Option<PartitionState>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
-        Ok(state.partition_states(&self.partitions))
+        Ok(state.partition_states(&self.partitions, self.with_producers))
     }
 }
 

@@ -45,6 +45,8 @@ pub enum BatchError {
     UnsupportedCompression(u8),
     #[error("record batch magic {0} is not supported (only v2)")]
     UnsupportedMagic(i8),
+    #[error("record batch larger than the limit once recompressed")]
+    TooLarge,
 }
 
 impl BatchError {
@@ -55,6 +57,7 @@ impl BatchError {
             BatchError::Invalid(_) => ResponseError::InvalidRecord,
             BatchError::UnsupportedCompression(_) => ResponseError::UnsupportedCompressionType,
             BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+            BatchError::TooLarge => ResponseError::MessageTooLarge,
         }
     }
 }

@@ -50,6 +50,105 @@ pub fn decode_all(batches: &[RecordBatch]) -> Result<Vec<Record>, BatchError> {
 /// Attribute bit 6: the batch's base timestamp is its delete horizon (KIP-534).
 pub const DELETE_HORIZON_FLAG: i16 = 0x40;
 
+/// `batch` with its records compressed with `codec` instead, as Kafka
+/// stores a produced batch when the topic's `compression.type` names
+/// another codec than the producer's.
+///
+/// A v2 batch compresses its records section as a whole, and the records'
+/// bytes are the same whatever the codec: they are carried over byte for
+/// byte (keys, values, headers with any keys, timestamps and offset
+/// deltas), after checking they are `record_count` records numbered 0, 1,
+/// ... (Kafka renumbers other deltas; floe refuses them as invalid). The
+/// header is kept but for its codec bits, length and CRC: producer fields
+/// (idempotence still recognises retries), timestamps and their type,
+/// leader epoch. Decompression is bounded as [`decode`]'s, and nothing is
+/// allocated per record; an uncompressed result larger than `max_bytes` is
+/// refused before it is built.
+pub fn recompress(
+    batch: &RecordBatch,
+    codec: Codec,
+    max_bytes: usize,
+) -> Result<RecordBatch, BatchError> {
+    use bytes::BufMut;
+    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+    let payload = &batch.bytes()[HEADER_LEN..];
+    let limit = decompressed_limit(batch.codec(), payload.len());
+    let records = decompress(batch.codec(), payload, limit)?;
+    if codec == Codec::None && HEADER_LEN + records.len() > max_bytes {
+        return Err(BatchError::TooLarge);
+    }
+    check_records(&records, batch.record_count())?;
+    let write = |buf: &mut bytes::BytesMut| -> anyhow::Result<()> {
+        buf.put_slice(&records);
+        Ok(())
+    };
+    let mut compressed = bytes::BytesMut::new();
+    match codec {
+        Codec::None => write(&mut compressed),
+        Codec::Gzip => Gzip::compress(&mut compressed, write),
+        Codec::Snappy => Snappy::compress(&mut compressed, write),
+        Codec::Lz4 => Lz4::compress(&mut compressed, write),
+        Codec::Zstd => Zstd::compress(&mut compressed, write),
+    }
+    .map_err(|_| BatchError::Invalid("records do not compress"))?;
+    if HEADER_LEN + compressed.len() > max_bytes {
+        return Err(BatchError::TooLarge);
+    }
+    let mut out = bytes::BytesMut::with_capacity(HEADER_LEN + compressed.len());
+    out.put_slice(&batch.bytes()[..HEADER_LEN]);
+    out.put_slice(&compressed);
+    let length = (out.len() - crate::batch::LOG_OVERHEAD) as i32;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    let attributes = (batch.attributes() & !0x07) | codec.attribute_bits();
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    let (again, rest) = RecordBatch::parse_one(&out.freeze())?;
+    debug_assert!(rest.is_empty());
+    Ok(again)
+}
+
+/// Checks, without decoding them, that `records` holds exactly `count`
+/// records whose offset deltas are 0, 1, ... in order.
+fn check_records(records: &[u8], count: i32) -> Result<(), BatchError> {
+    let bad = || BatchError::Invalid("records are not numbered 0, 1, ... as their count says");
+    let mut at = 0usize;
+    for expected in 0..count.max(0) as i64 {
+        let length = read_varlong(records, &mut at).ok_or_else(bad)?;
+        let end = usize::try_from(length)
+            .ok()
+            .filter(|&l| l > 0)
+            .and_then(|l| at.checked_add(l))
+            .filter(|&end| end <= records.len())
+            .ok_or_else(bad)?;
+        let mut field = at + 1; // past the record's attributes
+        read_varlong(&records[..end], &mut field).ok_or_else(bad)?; // timestamp delta
+        if read_varlong(&records[..end], &mut field) != Some(expected) {
+            return Err(bad());
+        }
+        at = end;
+    }
+    if at != records.len() {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+/// A zigzag varint at `at` (moved past it), as the record format writes
+/// lengths and deltas; `None` if it runs past `buf` or over ten bytes.
+fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
+    let mut value = 0u64;
+    for shift in (0..70).step_by(7) {
+        let byte = *buf.get(*at)?;
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
 /// Encodes `records` (offsets and timestamps absolute) as one v2 batch with
 /// the producer fields and codec of `like`, as a log cleaner rewrites a batch.
 ///
@@ -61,27 +160,6 @@ pub const DELETE_HORIZON_FLAG: i16 = 0x40;
 pub fn encode(
     records: &[Record],
     like: &RecordBatch,
-    delete_horizon: Option<i64>,
-) -> Result<RecordBatch, BatchError> {
-    encode_as(records, like, like.codec(), -1, delete_horizon)
-}
-
-/// `batch` rewritten with `codec`, as Kafka stores a produced batch when the
-/// topic's `compression.type` names another codec than the producer's:
-/// every record, its offset delta, timestamp, key, value and headers kept,
-/// the producer fields (so idempotence still recognises retries) and the
-/// partition leader epoch.
-/// Decompression is bounded as [`decode`]'s.
-pub fn recompress(batch: &RecordBatch, codec: Codec) -> Result<RecordBatch, BatchError> {
-    let epoch = batch.partition_leader_epoch();
-    encode_as(&decode(batch)?, batch, codec, epoch, None)
-}
-
-fn encode_as(
-    records: &[Record],
-    like: &RecordBatch,
-    codec: Codec,
-    leader_epoch: i32,
     delete_horizon: Option<i64>,
 ) -> Result<RecordBatch, BatchError> {
     use bytes::BufMut;
@@ -100,7 +178,7 @@ fn encode_as(
         Ok(())
     };
     let mut payload = bytes::BytesMut::new();
-    let compressed = match codec {
+    let compressed = match like.codec() {
         Codec::None => write_records(&mut payload),
         Codec::Gzip => Gzip::compress(&mut payload, write_records),
         Codec::Snappy => Snappy::compress(&mut payload, write_records),
@@ -112,15 +190,14 @@ fn encode_as(
         .map_err(|_| BatchError::Invalid("offsets too far apart for one batch"))?;
     let count = i32::try_from(records.len())
         .map_err(|_| BatchError::Invalid("too many records for one batch"))?;
-    let mut attributes =
-        (like.attributes() & !DELETE_HORIZON_FLAG & !0x07) | codec.attribute_bits();
+    let mut attributes = like.attributes() & !DELETE_HORIZON_FLAG;
     if delete_horizon.is_some() {
         attributes |= DELETE_HORIZON_FLAG;
     }
     let mut out = bytes::BytesMut::with_capacity(HEADER_LEN + payload.len());
     out.put_i64(base_offset);
     out.put_i32((HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
-    out.put_i32(leader_epoch);
+    out.put_i32(-1); // partition leader epoch
     out.put_i8(2);
     out.put_u32(0); // CRC, below
     out.put_i16(attributes);
@@ -224,38 +301,119 @@ mod tests {
                 .unwrap()
                 .remove(0);
             for codec in all {
-                let again = recompress(&batch, codec).unwrap();
+                let again = recompress(&batch, codec, usize::MAX).unwrap();
                 assert_eq!(again.codec(), codec);
-                // Everything but the codec bits, and every record, kept.
+                // The header but for codec, length and CRC; every record.
                 assert_eq!(again.attributes() & !0x07, batch.attributes() & !0x07);
-                assert_eq!(
-                    (
-                        again.base_offset(),
-                        again.last_offset_delta(),
-                        again.record_count()
-                    ),
-                    (
-                        batch.base_offset(),
-                        batch.last_offset_delta(),
-                        batch.record_count()
-                    )
-                );
-                assert_eq!(
-                    (
-                        again.producer_id(),
-                        again.producer_epoch(),
-                        again.base_sequence()
-                    ),
-                    (
-                        batch.producer_id(),
-                        batch.producer_epoch(),
-                        batch.base_sequence()
-                    )
-                );
-                assert_eq!(again.max_timestamp(), batch.max_timestamp());
+                assert_eq!(again.bytes()[..8], batch.bytes()[..8]);
+                assert_eq!(again.bytes()[12..17], batch.bytes()[12..17]);
+                assert_eq!(again.bytes()[23..HEADER_LEN], batch.bytes()[23..HEADER_LEN]);
                 assert_eq!(decode(&again).unwrap(), decode(&batch).unwrap());
             }
         }
+    }
+
+    /// A batch whose records section is `records`, claiming `count` records.
+    fn batch_of(records: &[u8], count: i32, codec: Codec) -> RecordBatch {
+        use bytes::BufMut;
+        use kafka_protocol::compression::{Compressor, Zstd};
+        let mut payload = bytes::BytesMut::new();
+        match codec {
+            Codec::None => payload.put_slice(records),
+            _ => Zstd::compress(&mut payload, |b: &mut bytes::BytesMut| {
+                b.put_slice(records);
+                Ok(())
+            })
+            .unwrap(),
+        }
+        let mut out = bytes::BytesMut::new();
+        out.put_i64(0);
+        out.put_i32((HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
+        out.put_i32(-1);
+        out.put_i8(2);
+        out.put_u32(0);
+        out.put_i16(codec.attribute_bits());
+        out.put_i32(count - 1);
+        out.put_i64(1000);
+        out.put_i64(1000);
+        out.put_i64(-1);
+        out.put_i16(-1);
+        out.put_i32(-1);
+        out.put_i32(count);
+        out.put_slice(&payload);
+        let crc = crc32c::crc32c(&out[21..]);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch::parse_all(&out.freeze()).unwrap().remove(0)
+    }
+
+    /// One record's bytes: length, attributes, deltas, no key, `value`,
+    /// then `headers` as (key, value) with keys as raw bytes.
+    fn record(offset_delta: i64, value: &[u8], headers: &[(&[u8], &[u8])]) -> Vec<u8> {
+        use bytes::BufMut;
+        let mut body = bytes::BytesMut::new();
+        body.put_i8(0);
+        varlong(&mut body, 0);
+        varlong(&mut body, offset_delta);
+        varlong(&mut body, -1);
+        varlong(&mut body, value.len() as i64);
+        body.put_slice(value);
+        varlong(&mut body, headers.len() as i64);
+        for (k, v) in headers {
+            varlong(&mut body, k.len() as i64);
+            body.put_slice(k);
+            varlong(&mut body, v.len() as i64);
+            body.put_slice(v);
+        }
+        let mut out = bytes::BytesMut::new();
+        varlong(&mut out, body.len() as i64);
+        out.put_slice(&body);
+        out.to_vec()
+    }
+
+    #[test]
+    fn recompressing_keeps_records_byte_for_byte() {
+        // Duplicate header keys and a key that is not UTF-8: kept as sent.
+        let headers: &[(&[u8], &[u8])] = &[(b"k", b"1"), (b"k", b"2"), (&[0xff, 0xfe], b"x")];
+        let records = [record(0, b"a", headers), record(1, b"b", &[])].concat();
+        let batch = batch_of(&records, 2, Codec::None);
+        let zstd = recompress(&batch, Codec::Zstd, usize::MAX).unwrap();
+        let back = recompress(&zstd, Codec::None, usize::MAX).unwrap();
+        assert_eq!(back.bytes(), batch.bytes());
+    }
+
+    #[test]
+    fn records_not_numbered_as_counted_are_refused() {
+        for deltas in [vec![0, 0], vec![1, 0], vec![0, 2]] {
+            let records: Vec<u8> = deltas.iter().flat_map(|&d| record(d, b"v", &[])).collect();
+            let batch = batch_of(&records, 2, Codec::None);
+            assert!(matches!(
+                recompress(&batch, Codec::Zstd, usize::MAX),
+                Err(BatchError::Invalid(_))
+            ));
+        }
+        // More bytes than the count's records, or fewer.
+        let v = [b'v'; 20];
+        let three = [record(0, &v, &[]), record(1, &v, &[]), record(2, &v, &[])].concat();
+        let batch = batch_of(&three, 2, Codec::None);
+        assert!(recompress(&batch, Codec::Zstd, usize::MAX).is_err());
+        let batch = batch_of(&three, 4, Codec::None);
+        assert!(recompress(&batch, Codec::Zstd, usize::MAX).is_err());
+    }
+
+    #[test]
+    fn a_bomb_is_refused_within_the_bounds() {
+        // 8 MiB of one byte zstd-compresses to a few hundred bytes; held to
+        // a limit of 1 MiB uncompressed, it is refused before it is built.
+        let records = record(0, &vec![7u8; 8 << 20], &[]);
+        let bomb = batch_of(&records, 1, Codec::Zstd);
+        assert!(bomb.len() < 4096, "{}", bomb.len());
+        assert!(matches!(
+            recompress(&bomb, Codec::None, 1 << 20),
+            Err(BatchError::TooLarge)
+        ));
+        // Within bounds it recompresses, and the result is checked again.
+        let lz4 = recompress(&bomb, Codec::Lz4, usize::MAX).unwrap();
+        assert_eq!(lz4.record_count(), 1);
     }
 
     #[test]

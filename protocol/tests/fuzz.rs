@@ -24,6 +24,9 @@ use floe_protocol::{compression, frame, records, request, testing, versions};
 use proptest::prelude::*;
 use tokio_util::codec::Decoder;
 
+/// What a codec's compressor allocates for itself, whatever its input.
+const COMPRESSOR_STATE: usize = 8 << 20;
+
 /// Counts this thread's live heap bytes and their peak.
 struct Counting;
 
@@ -409,6 +412,19 @@ proptest! {
             let limit = compression::decompressed_limit(batch.codec(), batch.len());
             let (_, peak) = peak_of(|| records::decode(&batch));
             prop_assert!(peak <= 8 * limit.max(batch.len()) + SLACK, "decode: {peak} bytes for {len}");
+            // A topic's compression.type recompresses produced batches:
+            // the decompressed records and one compressed copy, and the
+            // compressor's own state (fixed: a zstd context is a few MiB).
+            let target = testing::CODECS[(codec + 1) % 5];
+            let target = RecordBatch::parse_all(&testing::encode(&[vec![0]], target)).unwrap()[0].codec();
+            let (again, peak) = peak_of(|| records::recompress(&batch, target, usize::MAX));
+            prop_assert!(
+                peak <= 4 * limit.max(batch.len()) + SLACK + COMPRESSOR_STATE,
+                "recompress: {peak} bytes for {len}"
+            );
+            if let Ok(again) = again {
+                prop_assert_eq!(records::decode(&again).ok(), records::decode(&batch).ok());
+            }
         }
     }
 

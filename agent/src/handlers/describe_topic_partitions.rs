@@ -6,6 +6,8 @@
 //! `max.request.partition.size.limit`), with a cursor to the next page.
 //! Leaders are as Metadata reports them: one agent for every partition.
 
+use std::collections::BTreeMap;
+
 use floe_metastore::TopicInfo;
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::describe_topic_partitions_response::{
@@ -21,12 +23,6 @@ use crate::broker::{Broker, kafka_error};
 
 /// Kafka's `max.request.partition.size.limit` default.
 const MAX_PARTITIONS: i32 = 2000;
-
-/// What a request names, once the cursor has cut off the topics before it.
-enum Wanted {
-    Topic(TopicInfo),
-    Missing(String, ResponseError),
-}
 
 pub async fn handle(
     broker: &Broker,
@@ -60,60 +56,67 @@ async fn describe(
     req: DescribeTopicPartitionsRequest,
     leader: BrokerId,
 ) -> Result<DescribeTopicPartitionsResponse, (ResponseError, String)> {
-    let cursor_topic = req
+    let invalid = |why: String| (ResponseError::InvalidRequest, why);
+    let refused = |e: floe_metastore::MetaError| (kafka_error(&e), e.to_string());
+    let cursor = req
         .cursor
         .as_ref()
-        .map_or(String::new(), |c| c.topic_name.0.to_string());
+        .map(|c| (c.topic_name.0.to_string(), c.partition_index));
+    if let Some((topic, partition)) = &cursor
+        && *partition < 0
+    {
+        return Err(invalid(format!(
+            "the cursor's partition {partition} of {topic} is negative"
+        )));
+    }
+    let cursor_topic = cursor.as_ref().map_or("", |(t, _)| t.as_str());
+    // Every topic when none is named (known already), else those named
+    // (looked up as the page needs them).
     let all = req.topics.is_empty();
+    let mut known: BTreeMap<String, TopicInfo> = BTreeMap::new();
     let mut names: Vec<String> = if all {
-        let topics = broker
-            .meta
-            .topics()
-            .await
-            .map_err(|e| (kafka_error(&e), e.to_string()))?;
-        topics.into_iter().map(|t| t.name).collect()
+        for t in broker.meta.topics().await.map_err(refused)? {
+            known.insert(t.name.clone(), t);
+        }
+        known.keys().cloned().collect()
     } else {
         req.topics.iter().map(|t| t.name.0.to_string()).collect()
     };
-    names.retain(|n| *n >= cursor_topic);
+    names.retain(|n| n.as_str() >= cursor_topic);
     names.sort();
     names.dedup();
-    if !all && req.cursor.is_some() && !names.contains(&cursor_topic) {
-        return Err((
-            ResponseError::InvalidRequest,
-            format!("the topic list should contain the cursor's topic {cursor_topic}"),
-        ));
-    }
-    let mut wanted = Vec::with_capacity(names.len());
-    for name in names {
-        wanted.push(match broker.meta.topic(&name).await {
-            Ok(Some(info)) => Wanted::Topic(info),
-            Ok(None) if floe_metastore::state::validate_topic_name(&name).is_err() => {
-                Wanted::Missing(name, ResponseError::InvalidTopicException)
-            }
-            Ok(None) => Wanted::Missing(name, ResponseError::UnknownTopicOrPartition),
-            Err(e) => Wanted::Missing(name, kafka_error(&e)),
-        });
+    if cursor.is_some() && !names.iter().any(|n| n == cursor_topic) {
+        return Err(invalid(format!(
+            "the cursor's topic {cursor_topic} is not among the topics described"
+        )));
     }
 
-    let first_partition = req.cursor.as_ref().map_or(0, |c| c.partition_index.max(0));
-    let mut remaining = req.response_partition_limit.clamp(0, MAX_PARTITIONS);
+    // Kafka answers at least one partition a page, so a client paging on
+    // never asks the same page twice.
+    let mut remaining = req.response_partition_limit.clamp(1, MAX_PARTITIONS);
     let mut topics = Vec::new();
     let mut next_cursor = None;
-    for (i, w) in wanted.into_iter().enumerate() {
-        let info = match w {
-            // Listing all topics skips one deleted meanwhile, as Kafka does.
-            Wanted::Missing(_, _) if all => continue,
-            Wanted::Missing(name, error) => {
-                topics.push(
-                    DescribeTopicPartitionsResponseTopic::default()
-                        .with_error_code(error.code())
-                        .with_name(Some(TopicName(str_bytes(&name))))
-                        .with_topic_authorized_operations(i32::MIN),
-                );
-                continue;
-            }
-            Wanted::Topic(info) => info,
+    for name in names {
+        let info = match known.remove(&name) {
+            Some(info) => info,
+            None if all => continue,
+            None => match broker.meta.topic(&name).await.map_err(refused)? {
+                Some(info) => info,
+                None => {
+                    let error = if floe_metastore::state::validate_topic_name(&name).is_err() {
+                        ResponseError::InvalidTopicException
+                    } else {
+                        ResponseError::UnknownTopicOrPartition
+                    };
+                    topics.push(
+                        DescribeTopicPartitionsResponseTopic::default()
+                            .with_error_code(error.code())
+                            .with_name(Some(TopicName(str_bytes(&name))))
+                            .with_topic_authorized_operations(i32::MIN),
+                    );
+                    continue;
+                }
+            },
         };
         if remaining == 0 {
             // The page is full: the next starts at this topic.
@@ -124,7 +127,10 @@ async fn describe(
             );
             break;
         }
-        let start = if i == 0 { first_partition } else { 0 };
+        let start = match &cursor {
+            Some((topic, partition)) if *topic == info.name => *partition,
+            _ => 0,
+        };
         let end = info.partitions.min(start.saturating_add(remaining));
         let partitions: Vec<_> = (start..end).map(|p| partition(p, leader)).collect();
         remaining -= partitions.len() as i32;

@@ -7,6 +7,13 @@
 //! (its URL without its query, which may name an endpoint), with each
 //! partition's bytes held, and volume sizes unknown (-1), as Kafka reports
 //! a volume it cannot measure.
+//!
+//! Both answer only for the partitions the agent leads for the client (as
+//! Metadata told it: all, or none), as a Kafka broker answers only for its
+//! replicas: a tool that asks every broker and adds up their sizes counts
+//! each partition once.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use floe_metastore::{PartitionState, TopicInfo, TopicPartition};
 use floe_protocol::ResponseError;
@@ -35,12 +42,13 @@ const UNKNOWN_VOLUME_BYTES: i64 = -1;
 async fn states(
     broker: &Broker,
     partitions: &[TopicPartition],
+    with_producers: bool,
 ) -> Result<Vec<Option<PartitionState>>, ResponseError> {
     let mut out = Vec::with_capacity(partitions.len());
     for chunk in partitions.chunks(PARTITIONS_PER_REQUEST) {
         let answer = broker
             .meta
-            .partition_states(chunk.to_vec())
+            .partition_states(chunk.to_vec(), with_producers)
             .await
             .map_err(|e| kafka_error(&e))?;
         out.extend(answer);
@@ -57,48 +65,70 @@ fn log_dir(broker: &Broker) -> String {
 pub async fn describe_log_dirs(
     broker: &Broker,
     req: DescribeLogDirsRequest,
+    leads: bool,
 ) -> DescribeLogDirsResponse {
-    // The topics asked for (all when null), each with the partitions that
-    // exist; Kafka leaves out partitions it does not host.
-    let mut wanted: Vec<(TopicInfo, Vec<i32>)> = Vec::new();
+    let dir = DescribeLogDirsResult::default()
+        .with_log_dir(str_bytes(&log_dir(broker)))
+        .with_total_bytes(UNKNOWN_VOLUME_BYTES)
+        .with_usable_bytes(UNKNOWN_VOLUME_BYTES);
+    // As Kafka reports a log dir it cannot read: the dir with the error
+    // (every version), and the request's error (v3+).
+    let offline = |dir: DescribeLogDirsResult, e: ResponseError| {
+        tracing::warn!(error = ?e, "DescribeLogDirs: the metastore did not answer");
+        DescribeLogDirsResponse::default()
+            .with_error_code(e.code())
+            .with_results(vec![
+                dir.with_error_code(ResponseError::KafkaStorageError.code()),
+            ])
+    };
+    if !leads {
+        return DescribeLogDirsResponse::default().with_results(vec![dir]);
+    }
+    // The topics asked for (all when null), each once with the partitions
+    // that exist; Kafka leaves out partitions it does not host.
+    let mut wanted: BTreeMap<String, (TopicInfo, BTreeSet<i32>)> = BTreeMap::new();
     match req.topics {
         None => match broker.meta.topics().await {
             Ok(all) => {
                 for t in all {
                     let partitions = (0..t.partitions).collect();
-                    wanted.push((t, partitions));
+                    wanted.insert(t.name.clone(), (t, partitions));
                 }
             }
-            Err(e) => {
-                return DescribeLogDirsResponse::default().with_error_code(kafka_error(&e).code());
-            }
+            Err(e) => return offline(dir, kafka_error(&e)),
         },
         Some(topics) => {
             for t in topics {
-                if let Ok(Some(info)) = broker.meta.topic(&t.topic.0).await {
-                    let mut partitions: Vec<i32> = t
-                        .partitions
-                        .into_iter()
-                        .filter(|p| (0..info.partitions).contains(p))
-                        .collect();
-                    partitions.sort_unstable();
-                    partitions.dedup();
-                    wanted.push((info, partitions));
+                let name = t.topic.0.to_string();
+                if !wanted.contains_key(&name) {
+                    match broker.meta.topic(&name).await {
+                        Ok(Some(info)) => {
+                            wanted.insert(name.clone(), (info, BTreeSet::new()));
+                        }
+                        Ok(None) => continue,
+                        Err(e) => return offline(dir, kafka_error(&e)),
+                    }
                 }
+                let (info, partitions) = wanted.get_mut(&name).expect("inserted above");
+                partitions.extend(
+                    t.partitions
+                        .into_iter()
+                        .filter(|p| (0..info.partitions).contains(p)),
+                );
             }
         }
     }
     let asked: Vec<TopicPartition> = wanted
-        .iter()
+        .values()
         .flat_map(|(t, ps)| ps.iter().map(|&p| TopicPartition::new(t.id, p)))
         .collect();
-    let states = match states(broker, &asked).await {
+    let states = match states(broker, &asked, false).await {
         Ok(states) => states,
-        Err(e) => return DescribeLogDirsResponse::default().with_error_code(e.code()),
+        Err(e) => return offline(dir, e),
     };
     let mut states = states.into_iter();
     let mut topics = Vec::with_capacity(wanted.len());
-    for (info, partitions) in wanted {
+    for (name, (_, partitions)) in wanted {
         let partitions: Vec<_> = partitions
             .into_iter()
             .zip(states.by_ref())
@@ -115,18 +145,12 @@ pub async fn describe_log_dirs(
         if !partitions.is_empty() {
             topics.push(
                 DescribeLogDirsTopic::default()
-                    .with_name(TopicName(str_bytes(&info.name)))
+                    .with_name(TopicName(str_bytes(&name)))
                     .with_partitions(partitions),
             );
         }
     }
-    DescribeLogDirsResponse::default().with_results(vec![
-        DescribeLogDirsResult::default()
-            .with_log_dir(str_bytes(&log_dir(broker)))
-            .with_topics(topics)
-            .with_total_bytes(UNKNOWN_VOLUME_BYTES)
-            .with_usable_bytes(UNKNOWN_VOLUME_BYTES),
-    ])
+    DescribeLogDirsResponse::default().with_results(vec![dir.with_topics(topics)])
 }
 
 /// DescribeProducers: each partition's idempotent producers, as Kafka's
@@ -137,15 +161,30 @@ pub async fn describe_log_dirs(
 pub async fn describe_producers(
     broker: &Broker,
     req: DescribeProducersRequest,
+    leads: bool,
 ) -> DescribeProducersResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
-        let info = broker.meta.topic(&t.name.0).await;
         let refuse = |p: i32, e: ResponseError| {
             PartitionResponse::default()
                 .with_partition_index(p)
                 .with_error_code(e.code())
         };
+        if !leads {
+            // As a Kafka broker that is not the partitions' leader.
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|&p| refuse(p, ResponseError::NotLeaderOrFollower))
+                .collect();
+            topics.push(
+                TopicResponse::default()
+                    .with_name(t.name)
+                    .with_partitions(partitions),
+            );
+            continue;
+        }
+        let info = broker.meta.topic(&t.name.0).await;
         let partitions = match info {
             Ok(Some(info)) => {
                 let asked: Vec<TopicPartition> = t
@@ -153,7 +192,7 @@ pub async fn describe_producers(
                     .iter()
                     .map(|&p| TopicPartition::new(info.id, p))
                     .collect();
-                match states(broker, &asked).await {
+                match states(broker, &asked, true).await {
                     Ok(states) => t
                         .partition_indexes
                         .iter()
@@ -170,11 +209,17 @@ pub async fn describe_producers(
                     Err(e) => t.partition_indexes.iter().map(|&p| refuse(p, e)).collect(),
                 }
             }
-            Ok(None) => t
-                .partition_indexes
-                .iter()
-                .map(|&p| refuse(p, ResponseError::UnknownTopicOrPartition))
-                .collect(),
+            Ok(None) => {
+                let error = if floe_metastore::state::validate_topic_name(&t.name.0).is_err() {
+                    ResponseError::InvalidTopicException
+                } else {
+                    ResponseError::UnknownTopicOrPartition
+                };
+                t.partition_indexes
+                    .iter()
+                    .map(|&p| refuse(p, error))
+                    .collect()
+            }
             Err(e) => t
                 .partition_indexes
                 .iter()

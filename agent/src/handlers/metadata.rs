@@ -111,6 +111,11 @@ pub async fn leader(
     (agents, node)
 }
 
+/// Whether this agent is the one that leads every partition for the client.
+pub async fn leads(broker: &Broker, client_id: &str, peer: std::net::IpAddr) -> bool {
+    leader(broker, client_id, peer).await.1 == BrokerId(broker.config.node_id)
+}
+
 /// Kafka's ACL operations on a topic; with no authorizer, every one is
 /// allowed (and Metadata reports them when asked, as tools expect).
 pub const TOPIC_OPERATIONS: &[i32] = &[

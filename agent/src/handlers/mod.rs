@@ -167,10 +167,12 @@ async fn handle(
             )
         }
         RequestKind::DescribeLogDirs(req) => {
-            ResponseKind::DescribeLogDirs(log_dirs::describe_log_dirs(broker, req).await)
+            let leads = metadata::leads(broker, &client_id, peer).await;
+            ResponseKind::DescribeLogDirs(log_dirs::describe_log_dirs(broker, req, leads).await)
         }
         RequestKind::DescribeProducers(req) => {
-            ResponseKind::DescribeProducers(log_dirs::describe_producers(broker, req).await)
+            let leads = metadata::leads(broker, &client_id, peer).await;
+            ResponseKind::DescribeProducers(log_dirs::describe_producers(broker, req, leads).await)
         }
         RequestKind::DescribeCluster(req) => ResponseKind::DescribeCluster(
             cluster::describe_cluster(broker, req, &client_id, peer).await,

@@ -241,6 +241,10 @@ async fn admit_partition(
     // it decides nothing.
     let now_ms = crate::discovery::now_ms();
     let batch = rules.apply(batch, now_ms)?;
+    let batch = match rules.recompress_to(&batch) {
+        Some(codec) => recompress(batch, codec, rules.max_message_bytes, due).await?,
+        None => batch,
+    };
     let bytes = batch.len() as u64;
     // With the produce buffer full (uploads slower than producers), wait
     // for room no longer than the client waits for its answer: the batch
@@ -259,4 +263,36 @@ async fn admit_partition(
         .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))?;
     broker.metrics.produced_bytes.inc_by(bytes);
     Ok((committed, rules.log_append_time.then_some(now_ms)))
+}
+
+/// Recompressions running at once: each holds up to
+/// `MAX_DECOMPRESSED_BATCH_BYTES` of records and their compressed copy, and
+/// a core while it runs.
+static RECOMPRESSIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// `batch` in `codec` (the topic's `compression.type`), off the runtime's
+/// threads, waiting for a turn no longer than the request's timeout.
+async fn recompress(
+    batch: RecordBatch,
+    codec: floe_protocol::batch::Codec,
+    max_bytes: u64,
+    due: Instant,
+) -> Result<RecordBatch, (ResponseError, String)> {
+    let timed_out = || {
+        (
+            ResponseError::RequestTimedOut,
+            "no turn to recompress the batch before the request's timeout".to_string(),
+        )
+    };
+    let _turn = tokio::time::timeout_at(due, RECOMPRESSIONS.acquire())
+        .await
+        .map_err(|_| timed_out())?
+        .expect("the semaphore is never closed");
+    let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+    tokio::task::spawn_blocking(move || {
+        floe_protocol::records::recompress(&batch, codec, max_bytes)
+    })
+    .await
+    .map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?
+    .map_err(|e| (e.kafka_error(), e.to_string()))
 }

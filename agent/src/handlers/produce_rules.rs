@@ -56,7 +56,16 @@ impl ProduceRules {
         }
     }
 
-    /// The batch as it is to be stored, or the error Kafka answers with.
+    /// The codec `batch` is to be stored in when it is not its own: the
+    /// topic's `compression.type` (Kafka's LogValidator recompresses too;
+    /// compression levels are the codecs' defaults). The one case floe
+    /// decompresses what it stores; see [`recompress`].
+    pub fn recompress_to(&self, batch: &RecordBatch) -> Option<Codec> {
+        self.codec.filter(|&codec| codec != batch.codec())
+    }
+
+    /// The batch as it is to be stored (but for its codec: see
+    /// [`ProduceRules::recompress_to`]), or the error Kafka answers with.
     pub fn apply(
         &self,
         batch: RecordBatch,
@@ -82,27 +91,6 @@ impl ProduceRules {
                 ));
             }
         }
-        // The one case floe decompresses what it stores: the topic asks
-        // for a codec the producer did not use (Kafka's LogValidator
-        // recompresses too; compression levels are the codecs' defaults).
-        let batch = match self.codec {
-            Some(codec) if codec != batch.codec() => {
-                let again = floe_protocol::records::recompress(&batch, codec)
-                    .map_err(|e| (e.kafka_error(), e.to_string()))?;
-                if again.len() as u64 > self.max_message_bytes {
-                    return Err((
-                        ResponseError::MessageTooLarge,
-                        format!(
-                            "batch of {} bytes as the topic's compression.type exceeds max.message.bytes {}",
-                            again.len(),
-                            self.max_message_bytes
-                        ),
-                    ));
-                }
-                again
-            }
-            _ => batch,
-        };
         if self.log_append_time {
             return Ok(batch.with_log_append_time(now_ms));
         }
@@ -204,37 +192,19 @@ mod tests {
     }
 
     #[test]
-    fn batches_are_stored_in_the_topics_codec() {
-        let stored = rules(&[]).apply(batch(), 1_000).unwrap();
-        assert_eq!(stored, batch(), "`producer`: as sent, not even decoded");
-        let zstd = rules(&[("compression.type", "zstd")])
-            .apply(batch(), 1_000)
-            .unwrap();
-        assert_eq!(zstd.codec(), Codec::Zstd);
-        let back = rules(&[("compression.type", "uncompressed")])
-            .apply(zstd.clone(), 1_000)
-            .unwrap();
-        assert_eq!(back.codec(), Codec::None);
+    fn batches_are_recompressed_when_the_topic_names_another_codec() {
         assert_eq!(
-            floe_protocol::records::decode(&back).unwrap(),
-            floe_protocol::records::decode(&batch()).unwrap()
+            rules(&[]).recompress_to(&batch()),
+            None,
+            "`producer`: as sent"
         );
-        // Already in the topic's codec: kept as it came.
-        let same = rules(&[("compression.type", "zstd")]).apply(zstd.clone(), 1_000);
-        assert_eq!(same.unwrap(), zstd);
-        // Too large once decompressed: refused as Kafka refuses it.
-        let big: Vec<Vec<u8>> = (0..100).map(|_| vec![b'x'; 1000]).collect();
-        let compressed = RecordBatch::parse_all(&encode(&big, Compression::Zstd))
-            .unwrap()
-            .remove(0);
-        let small = rules(&[
-            ("compression.type", "uncompressed"),
-            (MAX_MESSAGE_BYTES, "20000"),
-        ]);
-        assert_eq!(
-            small.apply(compressed, 1_000).unwrap_err().0,
-            ResponseError::MessageTooLarge
-        );
+        let zstd = rules(&[("compression.type", "zstd")]);
+        assert_eq!(zstd.recompress_to(&batch()), Some(Codec::Zstd));
+        let none = rules(&[("compression.type", "uncompressed")]);
+        assert_eq!(none.recompress_to(&batch()), None, "already uncompressed");
+        let stored = floe_protocol::records::recompress(&batch(), Codec::Zstd, usize::MAX).unwrap();
+        assert_eq!(zstd.recompress_to(&stored), None);
+        assert_eq!(none.recompress_to(&stored), Some(Codec::None));
     }
 
     #[test]
