@@ -6,9 +6,11 @@ producer's batches in the topic's codec (seen in the bytes held)."""
 
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
+from kafka.errors import NotLeaderForPartitionError, UnknownTopicOrPartitionError
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
@@ -58,6 +60,12 @@ def test_topic_partitions_come_a_page_at_a_time(agent):
     # No names: every topic, in name order.
     every = admin.describe_topic_partitions([])
     assert [t["name"] for t in every["topics"]] == ["a-topic", "b-topic"]
+    # Listing all from a cursor whose topic is gone (deleted between pages):
+    # on from the next name, from its first partition.
+    gone = admin.describe_topic_partitions(
+        [], cursor={"topic_name": "aa-gone", "partition_index": 1})
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+            for t in gone["topics"]] == [("b-topic", [0, 1])]
 
     missing = admin.describe_topic_partitions(["nowhere", "bad/name"])
     assert sorted((t["name"], t["error_code"]) for t in missing["topics"]) == [
@@ -131,11 +139,8 @@ def test_producers_are_described_per_partition(agent):
     assert abs(producer.last_timestamp - time.time() * 1000) < 60_000, producer
     assert producer.coordinator_epoch == -1 and producer.current_transaction_start_offset == -1
     assert states[TopicPartition("tracked", 1)].active_producers == []
-    try:
+    with pytest.raises(UnknownTopicOrPartitionError):
         admin.describe_producers([TopicPartition("tracked", 5)])
-        raise AssertionError("an unknown partition is an error")
-    except Exception as e:  # kafka-python raises the partition's error
-        assert "UnknownTopicOrPartition" in type(e).__name__, e
     admin.close()
 
 
@@ -162,7 +167,13 @@ def test_each_partition_is_in_one_brokers_log_dir(tmp_path, metastore):
             time.sleep(0.5)
         assert len(brokers) == 2, brokers
         reporting = [b["broker"] for b in brokers if b["log_dirs"][0]["topics"]]
-        assert len(reporting) == 1, brokers
+        (topic,) = admin.describe_topic_partitions(["shared"])["topics"]
+        leader = topic["partitions"][0]["leader_id"]
+        assert reporting == [leader], (brokers, leader)
+        # DescribeProducers asked of the other agent: not its partitions.
+        other = next(b["broker"] for b in brokers if b["broker"] != leader)
+        with pytest.raises(NotLeaderForPartitionError):
+            admin.describe_producers([TopicPartition("shared", 0)], broker_id=other)
         admin.close()
     finally:
         for a in agents:

@@ -80,6 +80,33 @@ fn cross_zone(item: &str, what: String, mib_s: f64, price: f64) -> Line {
     )
 }
 
+/// An object-store request line: `measured` (requests per MiB, what the
+/// MiB are, the MiB/s) when a run measured it, else the model's `per_s`
+/// with its `formula`; at `price` per 1,000.
+fn requests(
+    item: &str,
+    measured: (f64, &str, f64),
+    per_s: f64,
+    formula: String,
+    price: f64,
+) -> Line {
+    let (per_mib, of, mib_s) = measured;
+    let (per_s, formula) = if per_mib > 0.0 {
+        let per_s = mib_s * per_mib;
+        (
+            per_s,
+            format!("measured {per_mib} per MiB{of} x write {mib_s} MiB/s = {per_s:.2}/s"),
+        )
+    } else {
+        (per_s, formula)
+    };
+    line(
+        item,
+        format!("{formula} x {SECONDS_PER_MONTH} s x {}/1000", usd(price)),
+        per_s * SECONDS_PER_MONTH * price / 1000.0,
+    )
+}
+
 /// Which Kafka is billed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KafkaShape {
@@ -288,36 +315,24 @@ pub fn floe(i: &Inputs) -> Bill {
         0.0
     };
     let puts_s = files_s + jobs_s + segments_s;
-    lines.push(if f.puts_per_mib > 0.0 {
-        let puts_s = write * f.puts_per_mib;
-        line(
-            "object PUTs",
-            format!(
-                "measured {} per MiB x write {write} MiB/s = {puts_s:.2}/s x {SECONDS_PER_MONTH} s x {}/1000",
-                f.puts_per_mib,
-                usd(put_price)
-            ),
-            puts_s * SECONDS_PER_MONTH * put_price / 1000.0,
-        )
-    } else {
-        line(
-            "object PUTs",
-            format!(
-                "ingest {agents} agents x max(1000/{} ms, {per_agent:.1}/{} MiB) = {files_s:.2}/s + merged files max(write {write}/{} MiB, 1/{} s) = {jobs_s:.2}/s + segments {segments_s:.2}/s (chunks of {chunk_mib:.3} MiB{}); {puts_s:.2}/s x {SECONDS_PER_MONTH} s x {}/1000",
-                f.flush_interval_ms,
-                f.flush_mib,
-                f.compaction_job_mib,
-                f.compaction_interval_s,
-                if small {
-                    format!(" are small: one segment per {} MiB / 8 of data, or per partition every {} s", f.segment_mib, f.compaction_max_age_s)
-                } else {
-                    " are large enough: no segments".into()
-                },
-                usd(put_price)
-            ),
-            puts_s * SECONDS_PER_MONTH * put_price / 1000.0,
-    )
-    });
+    lines.push(requests(
+        "object PUTs",
+        (f.puts_per_mib, "", write),
+        puts_s,
+        format!(
+            "ingest {agents} agents x max(1000/{} ms, {per_agent:.1}/{} MiB) = {files_s:.2}/s + merged files max(write {write}/{} MiB, 1/{} s) = {jobs_s:.2}/s + segments {segments_s:.2}/s (chunks of {chunk_mib:.3} MiB{}); {puts_s:.2}/s",
+            f.flush_interval_ms,
+            f.flush_mib,
+            f.compaction_job_mib,
+            f.compaction_interval_s,
+            if small {
+                format!(" are small: one segment per {} MiB / 8 of data, or per partition every {} s", f.segment_mib, f.compaction_max_age_s)
+            } else {
+                " are large enough: no segments".into()
+            },
+        ),
+        put_price,
+    ));
 
     // Consumers in each zone read every byte from the store once into their
     // agents' caches.
@@ -328,28 +343,16 @@ pub fn floe(i: &Inputs) -> Bill {
     };
     let fetch_gets_s = get_mib_s / f.cache_block_mib;
     let gets_s = files_s + merge_gets_s + fetch_gets_s;
-    lines.push(if f.gets_per_mib > 0.0 {
-        let gets_s = write * f.gets_per_mib;
-        line(
-            "object GETs",
-            format!(
-                "measured {} per MiB written x write {write} MiB/s = {gets_s:.2}/s x {SECONDS_PER_MONTH} s x {}/1000",
-                f.gets_per_mib,
-                usd(get_price)
-            ),
-            gets_s * SECONDS_PER_MONTH * get_price / 1000.0,
-        )
-    } else {
-        line(
-            "object GETs",
-            format!(
-                "compaction {files_s:.2} ingest files/s + {jobs_s:.2} merged files/s x {partitions_per_job:.0} small chunks = {merge_gets_s:.1}/s + fetch write {write} MiB/s x {zones} zones / {} MiB blocks = {fetch_gets_s:.1}/s; {gets_s:.1}/s x {SECONDS_PER_MONTH} s x {}/1000",
-                f.cache_block_mib,
-                usd(get_price)
-            ),
-            gets_s * SECONDS_PER_MONTH * get_price / 1000.0,
-    )
-    });
+    lines.push(requests(
+        "object GETs",
+        (f.gets_per_mib, " written", write),
+        gets_s,
+        format!(
+            "compaction {files_s:.2} ingest files/s + {jobs_s:.2} merged files/s x {partitions_per_job:.0} small chunks = {merge_gets_s:.1}/s + fetch write {write} MiB/s x {zones} zones / {} MiB blocks = {fetch_gets_s:.1}/s; {gets_s:.1}/s",
+            f.cache_block_mib,
+        ),
+        get_price,
+    ));
     if f.s3_express {
         let upload = gb_per_month(write * 2.0);
         let retrieval = gb_per_month(get_mib_s + write);

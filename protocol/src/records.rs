@@ -109,21 +109,43 @@ pub fn recompress(
 }
 
 /// Checks, without decoding them, that `records` holds exactly `count`
-/// records whose offset deltas are 0, 1, ... in order.
+/// well-formed records (as a consumer reads them: every length within its
+/// record, the record's fields filling it) whose offset deltas are 0, 1, ...
+/// in order.
 fn check_records(records: &[u8], count: i32) -> Result<(), BatchError> {
-    let bad = || BatchError::Invalid("records are not numbered 0, 1, ... as their count says");
+    let bad = || BatchError::Invalid("records are not well formed and numbered as counted");
     let mut at = 0usize;
-    for expected in 0..count.max(0) as i64 {
-        let length = read_varlong(records, &mut at).ok_or_else(bad)?;
+    for expected in 0..count.max(0) {
+        let length = read_varint(records, &mut at).ok_or_else(bad)?;
         let end = usize::try_from(length)
             .ok()
             .filter(|&l| l > 0)
             .and_then(|l| at.checked_add(l))
             .filter(|&end| end <= records.len())
             .ok_or_else(bad)?;
+        let record = &records[..end];
         let mut field = at + 1; // past the record's attributes
-        read_varlong(&records[..end], &mut field).ok_or_else(bad)?; // timestamp delta
-        if read_varlong(&records[..end], &mut field) != Some(expected) {
+        read_varlong(record, &mut field).ok_or_else(bad)?; // timestamp delta
+        if read_varint(record, &mut field) != Some(expected) {
+            return Err(bad());
+        }
+        skip_bytes(record, &mut field).ok_or_else(bad)?; // key
+        skip_bytes(record, &mut field).ok_or_else(bad)?; // value
+        let headers = read_varint(record, &mut field)
+            .filter(|&n| n >= 0)
+            .ok_or_else(bad)?;
+        for _ in 0..headers {
+            // A header's key is a string (never null); its value may be.
+            let key = read_varint(record, &mut field)
+                .filter(|&n| n >= 0)
+                .ok_or_else(bad)?;
+            field = field
+                .checked_add(key as usize)
+                .filter(|&f| f <= end)
+                .ok_or_else(bad)?;
+            skip_bytes(record, &mut field).ok_or_else(bad)?;
+        }
+        if field != end {
             return Err(bad());
         }
         at = end;
@@ -132,6 +154,28 @@ fn check_records(records: &[u8], count: i32) -> Result<(), BatchError> {
         return Err(bad());
     }
     Ok(())
+}
+
+/// Moves `at` past a length-prefixed field (-1: null); `None` if it runs
+/// past `buf`.
+fn skip_bytes(buf: &[u8], at: &mut usize) -> Option<()> {
+    let length = read_varint(buf, at)?;
+    if length < -1 {
+        return None;
+    }
+    let end = at.checked_add(length.max(0) as usize)?;
+    (end <= buf.len()).then(|| *at = end)
+}
+
+/// A zigzag varint that fits an `i32`, as Kafka reads record lengths and
+/// offset deltas (at most five bytes).
+fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
+    let start = *at;
+    let value = read_varlong(buf, at)?;
+    if *at - start > 5 {
+        return None;
+    }
+    i32::try_from(value).ok()
 }
 
 /// A zigzag varint at `at` (moved past it), as the record format writes
@@ -379,6 +423,39 @@ mod tests {
         let zstd = recompress(&batch, Codec::Zstd, usize::MAX).unwrap();
         let back = recompress(&zstd, Codec::None, usize::MAX).unwrap();
         assert_eq!(back.bytes(), batch.bytes());
+    }
+
+    #[test]
+    fn a_log_append_time_header_survives_recompression() {
+        let records = [record(0, b"a", &[]), record(1, b"b", &[])].concat();
+        let stamped = batch_of(&records, 2, Codec::None).with_log_append_time(7_777);
+        let again = recompress(&stamped, Codec::Lz4, usize::MAX).unwrap();
+        assert!(again.is_log_append_time());
+        assert_eq!(again.max_timestamp(), 7_777);
+    }
+
+    #[test]
+    fn records_with_lengths_past_their_end_are_refused() {
+        // The value's length (the byte before "value") says 60 bytes; the
+        // record holds 5.
+        let mut broken = record(0, b"value", &[]);
+        let at = broken.len() - 7;
+        assert_eq!(broken[at], 10, "zigzag 5");
+        broken[at] = 120;
+        let batch = batch_of(&broken, 1, Codec::None);
+        assert!(matches!(
+            recompress(&batch, Codec::Zstd, usize::MAX),
+            Err(BatchError::Invalid(_))
+        ));
+        // A record longer than its fields: refused too.
+        let mut padded = record(0, b"v", &[]);
+        padded[0] += 2; // one more byte (zigzag)
+        padded.push(0);
+        let batch = batch_of(&padded, 1, Codec::None);
+        assert!(recompress(&batch, Codec::Zstd, usize::MAX).is_err());
+        // Honest records of every shape pass.
+        let ok = record(0, b"value", &[(b"k", b"v")]);
+        assert!(recompress(&batch_of(&ok, 1, Codec::None), Codec::Zstd, usize::MAX).is_ok());
     }
 
     #[test]

@@ -85,7 +85,9 @@ async fn describe(
     names.retain(|n| n.as_str() >= cursor_topic);
     names.sort();
     names.dedup();
-    if cursor.is_some() && !names.iter().any(|n| n == cursor_topic) {
+    // Named topics must include the cursor's; listing all, Kafka goes on
+    // from the first name after it (the topic may have been deleted).
+    if !all && cursor.is_some() && !names.iter().any(|n| n == cursor_topic) {
         return Err(invalid(format!(
             "the cursor's topic {cursor_topic} is not among the topics described"
         )));
@@ -97,6 +99,16 @@ async fn describe(
     let mut topics = Vec::new();
     let mut next_cursor = None;
     for name in names {
+        if remaining == 0 {
+            // The page is full: the next starts at this topic (whether it
+            // exists is for the next page to say).
+            next_cursor = Some(
+                Cursor::default()
+                    .with_topic_name(TopicName(str_bytes(&name)))
+                    .with_partition_index(0),
+            );
+            break;
+        }
         let info = match known.remove(&name) {
             Some(info) => info,
             None if all => continue,
@@ -118,15 +130,6 @@ async fn describe(
                 }
             },
         };
-        if remaining == 0 {
-            // The page is full: the next starts at this topic.
-            next_cursor = Some(
-                Cursor::default()
-                    .with_topic_name(TopicName(str_bytes(&info.name)))
-                    .with_partition_index(0),
-            );
-            break;
-        }
         let start = match &cursor {
             Some((topic, partition)) if *topic == info.name => *partition,
             _ => 0,

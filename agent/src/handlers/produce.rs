@@ -284,12 +284,15 @@ async fn recompress(
             "no turn to recompress the batch before the request's timeout".to_string(),
         )
     };
-    let _turn = tokio::time::timeout_at(due, RECOMPRESSIONS.acquire())
+    let turn = tokio::time::timeout_at(due, RECOMPRESSIONS.acquire())
         .await
         .map_err(|_| timed_out())?
         .expect("the semaphore is never closed");
     let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+    // The turn goes with the work: released when it ends, not when this
+    // future is dropped.
     tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         floe_protocol::records::recompress(&batch, codec, max_bytes)
     })
     .await

@@ -93,6 +93,11 @@ pub async fn join(
         return failed(ResponseError::InvalidGroupId, "");
     }
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
+    // KIP-800 (v8): why the member joins, for the operator's log as Kafka
+    // logs it; it changes nothing.
+    if let Some(reason) = req.reason.as_deref().filter(|r| !r.is_empty()) {
+        tracing::info!(%group, member = %req.member_id.as_str(), reason, "member joins the group");
+    }
     let protocol_type = req.protocol_type.to_string();
     let protocols: Vec<(String, Vec<u8>)> = req
         .protocols
@@ -289,7 +294,18 @@ pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatRespo
 }
 
 pub async fn leave(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
-    // v0-2 name one member; v3+ a list, each by member id and/or instance id.
+    // v0-2 name one member; v3+ a list, each by member id and/or instance
+    // id, and from v5 why it leaves (KIP-800, logged as Kafka does).
+    for m in req.members.iter() {
+        if let Some(reason) = m.reason.as_deref().filter(|r| !r.is_empty()) {
+            tracing::info!(
+                group = %req.group_id.0.as_str(),
+                member = %m.member_id.as_str(),
+                reason,
+                "member leaves the group"
+            );
+        }
+    }
     let members: Vec<Leaving> = if version >= 3 {
         req.members
             .iter()
