@@ -62,3 +62,35 @@ def test_s3_round_trip_restart_and_compaction(make_agent, s3_endpoint, tmp_path)
     assert [k for k in keys if k.startswith(prefix + "merged/")]
     for topic in produced:
         assert sorted(kcat_consume(agent.bootstrap, topic)) == before[topic]
+
+
+def test_an_unusable_store_is_named_at_start_in_one_line(s3_endpoint, tmp_path):
+    """A missing bucket or an endpoint that does not answer: the agent says
+    so in one line and exits non-zero, rather than serving and retrying
+    every upload behind the scenes."""
+    import subprocess
+
+    from conftest import FLOE, free_port
+
+    def start(url):
+        return subprocess.run(
+            [FLOE, "agent", "--listen", f"127.0.0.1:{free_port()}",
+             "--admin-listen", f"127.0.0.1:{free_port()}",
+             "--data-dir", str(tmp_path / f"data-{time.time_ns()}"), "--object-store", url],
+            capture_output=True, text=True, timeout=90,
+            env={**__import__("os").environ, "AWS_ACCESS_KEY_ID": "test",
+                 "AWS_SECRET_ACCESS_KEY": "test", "FLOE_LOG": "error"})
+
+    missing = start(f"s3://no-such-bucket/x?endpoint={s3_endpoint}&region=us-east-1&path_style=true")
+    assert missing.returncode != 0
+    lines = missing.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no such bucket" in lines[0], missing.stderr
+    assert "s3://no-such-bucket/x " in lines[0] and "endpoint=" not in lines[0], lines[0]
+
+    started = time.time()
+    unreachable = start(f"s3://floe-test/x?endpoint=http://127.0.0.1:{free_port()}"
+                        "&region=us-east-1&path_style=true&retry_timeout=2s&connect_timeout=1s")
+    assert unreachable.returncode != 0
+    lines = unreachable.stderr.strip().splitlines()
+    assert len(lines) == 1 and "floe-test" in lines[0], unreachable.stderr
+    assert time.time() - started < 60

@@ -379,6 +379,20 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let metrics = Arc::new(Metrics::new());
         let mut store = floe_storage::store::open(&config.object_store)?;
+        // Wrong credentials, a missing bucket or an unreachable endpoint:
+        // said in one line at start, not retried in a loop behind it.
+        let probe = floe_storage::ObjectPath::from(format!(
+            "{}{}",
+            floe_storage::check::PROBE_PREFIX,
+            floe_metastore::random_id().simple()
+        ));
+        floe_storage::check::check(
+            store.as_ref(),
+            &config.object_store,
+            &probe,
+            floe_storage::check::CHECK_WITHIN,
+        )
+        .await?;
         if let Some(spec) = &config.inject_faults {
             let faults: floe_storage::faults::Faults = spec.parse()?;
             tracing::warn!(?faults, "injecting object-store faults (a testing aid)");

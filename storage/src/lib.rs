@@ -1,6 +1,7 @@
 //! floe's object layer.
 //!
 //! - [`store`]: an `object_store` from a URL (`file://`, `memory://`).
+//! - [`check`]: the start-up check that a store can be used, in an operator's words.
 //! - [`ids`]: where fresh ids for keys come from (random, or seeded in the simulation).
 //! - [`keys`]: where each kind of object lives in the bucket.
 //! - [`hooked`]: an object-store wrapper with hooks around each request.
@@ -9,6 +10,7 @@
 //! - [`ingest`]: the ingest-file format shared by ingest and segment objects
 //!   (see `docs/ingest-format.md`).
 
+pub mod check;
 pub mod faults;
 pub mod hooked;
 pub mod ids;
