@@ -1,4 +1,5 @@
-//! The admin HTTP port: `/metrics` (Prometheus), `/healthz`, `/readyz`.
+//! The admin HTTP port: `/metrics` (Prometheus), `/healthz`, `/readyz`, and
+//! cached blocks for the other agents of the zone (`floe_cache::server`).
 
 use std::sync::Arc;
 
@@ -16,7 +17,8 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Resul
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(broker);
+        .with_state(broker.clone())
+        .merge(floe_cache::server::routes(broker.cache.clone()));
     axum::serve(listener, app).await
 }
 
@@ -26,6 +28,7 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         .set(broker.responses.available() as i64);
     m.request_budget_free
         .set(broker.requests.available() as i64);
+    m.read_cache(&broker.cache);
     (
         [(
             header::CONTENT_TYPE,

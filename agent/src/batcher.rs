@@ -543,7 +543,11 @@ mod tests {
             },
             store,
             meta,
-            Arc::new(BlockCache::new(cached, 1 << 20, 1 << 16)),
+            Arc::new(
+                BlockCache::new(cached, floe_cache::CacheOptions::memory(1 << 20, 1 << 16))
+                    .await
+                    .unwrap(),
+            ),
             watch::channel(0).0,
             Arc::new(Metrics::new()),
             Arc::new(RandomIds),

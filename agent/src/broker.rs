@@ -53,7 +53,7 @@ pub const WATERMARK_POLL: std::time::Duration = std::time::Duration::from_millis
 impl Broker {
     /// `store` should already count its requests in `metrics` (see
     /// [`crate::metrics::MeteredStore`]).
-    pub fn new(
+    pub async fn new(
         config: Config,
         meta: Arc<dyn Metastore>,
         store: Arc<dyn ObjectStore>,
@@ -61,11 +61,7 @@ impl Broker {
     ) -> anyhow::Result<Broker> {
         config.validate()?;
         let (advertised_host, advertised_port) = config.advertised()?;
-        let cache = Arc::new(BlockCache::new(
-            store.clone(),
-            config.cache_bytes.as_u64() as usize,
-            config.cache_block_bytes.as_u64(),
-        ));
+        let cache = Arc::new(BlockCache::new(store.clone(), config.cache_options()).await?);
         let (commit_tx, commits) = watch::channel(0);
         // Trusted for a quarter of the time GC leaves garbage readable (see
         // `ExtentCache`), and never long.

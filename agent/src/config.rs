@@ -105,6 +105,26 @@ pub struct Config {
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
     pub cache_block_bytes: ByteSize,
+    /// A directory for the cache's disk tier (none by default: memory only).
+    pub cache_disk_dir: Option<PathBuf>,
+    /// Disk for cached blocks in `cache_disk_dir`.
+    pub cache_disk_bytes: ByteSize,
+    /// Memory for blocks of catch-up reads, kept apart so that a consumer
+    /// replaying old data does not evict the blocks tailing consumers read.
+    pub cache_catch_up_bytes: ByteSize,
+    /// A read starting more than this far (estimated) behind its
+    /// partition's end is a catch-up read.
+    pub cache_catch_up_lag: ByteSize,
+    /// Ask the agent of this zone that owns a block for it before reading
+    /// the object store (the per-zone cache ring).
+    pub cache_ring: bool,
+    /// How long an owner may take to send a block before this agent reads
+    /// the object store itself.
+    #[serde(with = "humantime_serde")]
+    pub cache_peer_timeout: Duration,
+    /// `host:port` where the other agents reach this one's admin port for
+    /// blocks (default: the advertised host and the admin port).
+    pub cache_advertise: Option<String>,
     /// Create unknown topics on Metadata/Produce, as `auto.create.topics.enable`.
     pub auto_create_topics: bool,
     /// Partitions of auto-created topics and of CreateTopics with -1.
@@ -135,6 +155,22 @@ pub struct Config {
     /// planned with it can finish.
     #[serde(with = "humantime_serde")]
     pub gc_grace: Duration,
+}
+
+impl Config {
+    /// The block cache's sizes, as configured.
+    pub fn cache_options(&self) -> floe_cache::CacheOptions {
+        floe_cache::CacheOptions {
+            memory_bytes: self.cache_bytes.as_u64() as usize,
+            disk: self
+                .cache_disk_dir
+                .clone()
+                .map(|dir| (dir, self.cache_disk_bytes.as_u64())),
+            catch_up_bytes: self.cache_catch_up_bytes.as_u64() as usize,
+            block_bytes: self.cache_block_bytes.as_u64(),
+            peer_timeout: self.cache_peer_timeout,
+        }
+    }
 }
 
 impl Default for Config {
@@ -171,6 +207,13 @@ impl Default for Config {
             consumer_heartbeat_interval: Duration::from_secs(5),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
+            cache_disk_dir: None,
+            cache_disk_bytes: ByteSize::gib(4),
+            cache_catch_up_bytes: ByteSize::mib(64),
+            cache_catch_up_lag: ByteSize::mib(64),
+            cache_ring: true,
+            cache_peer_timeout: Duration::from_secs(1),
+            cache_advertise: None,
             auto_create_topics: true,
             default_partitions: 1,
             compaction_interval: Duration::from_secs(30),
@@ -231,8 +274,21 @@ impl Config {
             floe_metastore::state::MAX_PARTITIONS
         );
         anyhow::ensure!(
-            self.cache_block_bytes.as_u64() > 0,
-            "cache_block_bytes must be positive"
+            self.cache_block_bytes.as_u64() > 0
+                && self.cache_block_bytes.as_u64() <= self.cache_bytes.as_u64() / 4,
+            "cache_block_bytes must be positive and at most a quarter of cache_bytes"
+        );
+        anyhow::ensure!(
+            self.cache_disk_dir.is_none()
+                || self.cache_disk_bytes.as_u64()
+                    >= floe_cache::min_disk_bytes(self.cache_block_bytes.as_u64()),
+            "cache_disk_bytes must be at least {} for blocks of {}",
+            ByteSize::b(floe_cache::min_disk_bytes(self.cache_block_bytes.as_u64())),
+            self.cache_block_bytes
+        );
+        anyhow::ensure!(
+            !self.cache_peer_timeout.is_zero(),
+            "cache_peer_timeout must be positive"
         );
         anyhow::ensure!(
             self.max_response_bytes >= self.max_fetch_bytes,

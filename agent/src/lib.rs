@@ -4,6 +4,7 @@ pub mod admin;
 pub mod batcher;
 pub mod broker;
 pub mod budget;
+pub mod cache_ring;
 pub mod compaction;
 pub mod config;
 pub mod discovery;

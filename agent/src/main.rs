@@ -226,6 +226,26 @@ struct AgentArgs {
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
     cache_block_bytes: Option<ByteSize>,
+    /// A directory for the block cache's disk tier (default: memory only)
+    #[arg(long, env = "FLOE_CACHE_DISK_DIR")]
+    cache_disk_dir: Option<PathBuf>,
+    #[arg(long, env = "FLOE_CACHE_DISK_BYTES")]
+    cache_disk_bytes: Option<ByteSize>,
+    /// Memory for blocks of reads far behind the tail
+    #[arg(long, env = "FLOE_CACHE_CATCH_UP_BYTES")]
+    cache_catch_up_bytes: Option<ByteSize>,
+    /// Reads further behind their partition's end than this are catch-up reads
+    #[arg(long, env = "FLOE_CACHE_CATCH_UP_LAG")]
+    cache_catch_up_lag: Option<ByteSize>,
+    /// Ask the zone's owner of a block before the object store (default true)
+    #[arg(long, env = "FLOE_CACHE_RING")]
+    cache_ring: Option<bool>,
+    /// e.g. 1s: an owner slower than this is read around
+    #[arg(long, env = "FLOE_CACHE_PEER_TIMEOUT", value_parser = humantime::parse_duration)]
+    cache_peer_timeout: Option<Duration>,
+    /// host:port other agents reach this one's admin port at (default: advertised host, admin port)
+    #[arg(long, env = "FLOE_CACHE_ADVERTISE")]
+    cache_advertise: Option<String>,
     #[arg(long, env = "FLOE_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
     #[arg(long, env = "FLOE_DEFAULT_PARTITIONS")]
@@ -287,6 +307,11 @@ impl AgentArgs {
             consumer_heartbeat_interval,
             cache_bytes,
             cache_block_bytes,
+            cache_disk_bytes,
+            cache_catch_up_bytes,
+            cache_catch_up_lag,
+            cache_ring,
+            cache_peer_timeout,
             auto_create_topics,
             default_partitions,
             compaction_interval,
@@ -311,6 +336,12 @@ impl AgentArgs {
         }
         if self.zone.is_some() {
             c.zone = self.zone;
+        }
+        if self.cache_disk_dir.is_some() {
+            c.cache_disk_dir = self.cache_disk_dir;
+        }
+        if self.cache_advertise.is_some() {
+            c.cache_advertise = self.cache_advertise;
         }
         c.validate()?;
         Ok(c)
@@ -436,7 +467,21 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
             tracing::warn!("an agent with only the jobs role and compaction_interval = 0s does nothing");
         }
         let admin_listen = config.admin_listen;
-        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics)?);
+        let admin = tokio::net::TcpListener::bind(admin_listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
+        let admin_port = admin.local_addr()?.port();
+        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics).await?);
+        let cache_address = floe_agent::cache_ring::address(&broker.config, &broker.advertised_host, admin_port);
+        if let (true, true, Some(address)) = (serves_kafka, broker.config.cache_ring, cache_address) {
+            let me = floe_metastore::CachePeer {
+                node_id: broker.config.node_id,
+                zone: broker.config.zone.clone(),
+                address,
+            };
+            tracing::info!(address = %me.address, zone = ?me.zone, "serving cached blocks to the zone's agents");
+            tokio::spawn(floe_agent::cache_ring::run(broker.clone(), me));
+        }
         if let Some(compaction) = compaction {
             tokio::spawn(compaction.run(store, meta));
         }
@@ -450,9 +495,6 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         };
         tracing::info!(%listen, advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
             %object_store, metastore = %meta_name, roles = ?broker.config.roles, "floe agent ready");
-        let admin = tokio::net::TcpListener::bind(admin_listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
         tracing::info!(admin = %admin_listen, "admin endpoint ready: /metrics /healthz /readyz");
         tokio::select! {
             served = async {

@@ -47,6 +47,10 @@ pub struct Metrics {
     process_peak_rss: Gauge,
     /// Connections closed on arrival by max_connections(_per_ip).
     pub connections_refused: Counter,
+    /// What the block cache did, by event (brought up to date when scraped).
+    cache_blocks: Family<OpLabel, Counter>,
+    /// Agents in this one's cache ring, itself included (set when scraped).
+    cache_ring_members: Gauge,
     /// Bytes of the response and request budgets not taken (set when scraped).
     pub response_budget_free: Gauge,
     pub request_budget_free: Gauge,
@@ -160,9 +164,25 @@ impl Metrics {
             "The most resident memory this process has had (VmHWM)",
             process_peak_rss.clone(),
         );
+        let cache_blocks = Family::<OpLabel, Counter>::default();
+        registry.register(
+            "cache_blocks",
+            "Cached blocks by event: store_get (read from the object store), peer_hit (sent by \
+             the zone's owner), peer_fallback (owner down or slow: read from the store), served and \
+             refused (to peers), catch_up (read for a catch-up read)",
+            cache_blocks.clone(),
+        );
+        let cache_ring_members = Gauge::default();
+        registry.register(
+            "cache_ring_members",
+            "Agents of this zone whose caches share blocks, this one included (0: the ring is off)",
+            cache_ring_members.clone(),
+        );
         let background = floe_compactor::Counters::default();
         background.register(&mut registry);
         Metrics {
+            cache_blocks,
+            cache_ring_members,
             response_budget_free,
             request_budget_free,
             metastore_requests,
@@ -215,6 +235,28 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
         out
+    }
+
+    /// Brings the block cache's counts up to date (the cache counts them).
+    pub fn read_cache(&self, cache: &floe_cache::BlockCache) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.cache_ring_members
+            .set(cache.ring().members().len() as i64);
+        let cache = cache.counters();
+        for (op, count) in [
+            ("store_get", &cache.store_gets),
+            ("peer_hit", &cache.peer_hits),
+            ("peer_fallback", &cache.peer_fallbacks),
+            ("served", &cache.served),
+            ("refused", &cache.refused),
+            ("catch_up", &cache.catch_up_blocks),
+        ] {
+            let counter = self.cache_blocks.get_or_create(&OpLabel { op });
+            let (now, counted) = (count.load(Relaxed), counter.get());
+            if now > counted {
+                counter.inc_by(now - counted);
+            }
+        }
     }
 
     /// Brings the process's CPU time and peak memory up to date (they are

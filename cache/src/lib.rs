@@ -1,21 +1,50 @@
-//! A block cache over object storage.
+//! The block cache over object storage: the cache DESIGN.md describes.
 //!
-//! Reads of any byte range are served from whole aligned blocks (4 MiB by
-//! default). Each block is loaded at most once at a time however many readers
-//! want it (foyer's single-flight `get_or_fetch`), and objects an agent just
-//! uploaded are put in the cache directly, so consumers tailing a topic never
-//! wait on a GET.
+//! - Reads of any byte range are served from whole aligned blocks (4 MiB by
+//!   default). Each block is loaded at most once at a time however many
+//!   readers want it (foyer's single-flight `get_or_fetch`), and objects an
+//!   agent just uploaded are put in the cache directly, so consumers tailing
+//!   a topic never wait on a GET.
+//! - Blocks of the tail live in foyer's hybrid cache: memory, and a local
+//!   disk tier when one is configured. Catch-up reads (far behind the tail)
+//!   get a small memory pool of their own, so a consumer replaying a topic
+//!   does not evict the blocks every tailing consumer reads.
+//! - The agents of a zone form a ring (see [`ring`]): a block missing here
+//!   is asked of the agent that owns it, which loads it once for the zone;
+//!   when the owner is down or slow the block is read from the object store.
+//!   An owner serves from its own cache and the object store only, never
+//!   asking further, so a disagreement about owners cannot loop.
+
+pub mod key;
+pub mod peer;
+pub mod ring;
+pub mod server;
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use foyer::{Cache, CacheBuilder};
+use foyer::{
+    BlockEngineConfig, Cache, CacheBuilder, DeviceBuilder, FsDeviceBuilder, HybridCache,
+    HybridCacheBuilder, RecoverMode,
+};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
+use tokio::sync::Semaphore;
+
+pub use key::BlockKey;
+use peer::PeerClient;
+pub use ring::{Member, Ring};
 
 /// Default block size: large enough that a GET costs little per byte.
 pub const DEFAULT_BLOCK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Blocks served to peers at once; more are refused (the asker reads the
+/// object store instead), so peers cannot queue unbounded work here.
+const MAX_SERVING: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -32,49 +61,287 @@ pub enum CacheError {
         block: u64,
         reason: String,
     },
+    #[error("serving {0} blocks to peers already")]
+    Busy(usize),
+    #[error("a peer asked with blocks of {asked} bytes; this agent's are {ours}")]
+    BlockSize { asked: u64, ours: u64 },
+    #[error("the disk tier at {dir}: {reason}")]
+    Disk { dir: String, reason: String },
 }
 
-type BlockKey = (Arc<str>, u64);
+/// Which pool a read belongs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Near the end of a partition: kept in the main (hybrid) pool.
+    Tail,
+    /// Far behind the end: served from the main pool if there, else kept
+    /// only in the small catch-up pool.
+    CatchUp,
+}
+
+/// How big each part of the cache is.
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    /// Memory for the main pool.
+    pub memory_bytes: usize,
+    /// A directory and a size for the main pool's disk tier.
+    pub disk: Option<(PathBuf, u64)>,
+    /// Memory for catch-up reads.
+    pub catch_up_bytes: usize,
+    pub block_bytes: u64,
+    /// How long a peer may take to send a block before the object store is read.
+    pub peer_timeout: Duration,
+}
+
+impl CacheOptions {
+    /// Memory only, no catch-up pool to speak of (tests and tools).
+    pub fn memory(memory_bytes: usize, block_bytes: u64) -> Self {
+        CacheOptions {
+            memory_bytes,
+            disk: None,
+            catch_up_bytes: memory_bytes / 8,
+            block_bytes,
+            peer_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the cache did, counted since it was built.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    /// GETs this cache sent to the object store.
+    pub store_gets: AtomicU64,
+    /// Blocks a peer sent, and blocks asked of a peer that were read from
+    /// the object store instead (peer down, slow or refusing).
+    pub peer_hits: AtomicU64,
+    pub peer_fallbacks: AtomicU64,
+    /// Blocks this agent sent to peers, and blocks it refused them.
+    pub served: AtomicU64,
+    pub refused: AtomicU64,
+    /// Blocks read for catch-up reads (from either pool or loaded).
+    pub catch_up_blocks: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// What loads a missing block: a peer or the object store. Shared with the
+/// loads in flight, which outlive the call that started them.
+struct Loader {
+    store: Arc<dyn ObjectStore>,
+    block_bytes: u64,
+    ring: RwLock<Arc<Ring>>,
+    peers: PeerClient,
+    counters: CacheCounters,
+}
+
+impl Loader {
+    /// Block `key`, from its owner when that is a peer (and `ask_owner`),
+    /// else (or when the owner fails) from the object store.
+    async fn load(
+        self: Arc<Self>,
+        key: BlockKey,
+        catch_up: bool,
+        ask_owner: bool,
+    ) -> Result<Bytes, CacheError> {
+        let owner = ask_owner
+            .then(|| {
+                let ring = self.ring.read().expect("ring lock poisoned").clone();
+                ring.owner(&key)
+                    .filter(|m| !m.local)
+                    .map(|m| m.address.clone())
+            })
+            .flatten();
+        if let Some(address) = owner {
+            match self
+                .peers
+                .get_block(&address, &key, self.block_bytes, catch_up)
+                .await
+            {
+                Ok(bytes) => {
+                    bump(&self.counters.peer_hits, 1);
+                    return Ok(bytes);
+                }
+                Err(e) => {
+                    bump(&self.counters.peer_fallbacks, 1);
+                    tracing::debug!(error = %e, "cache: reading the object store instead of the owner");
+                }
+            }
+        }
+        let range = key.range(self.block_bytes);
+        let expected = range.end - range.start;
+        let failed = |reason: String| CacheError::Load {
+            key: key.object.to_string(),
+            block: key.block,
+            reason,
+        };
+        bump(&self.counters.store_gets, 1);
+        let bytes = self
+            .store
+            .get_range(&Path::from(&*key.object), range)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if bytes.len() as u64 != expected {
+            return Err(failed(format!(
+                "store returned {} bytes, expected {expected}",
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
+    }
+}
 
 pub struct BlockCache {
-    store: Arc<dyn ObjectStore>,
-    blocks: Cache<BlockKey, Bytes>,
-    block_bytes: u64,
+    main: HybridCache<BlockKey, Bytes>,
+    catch_up: Cache<BlockKey, Bytes>,
+    loader: Arc<Loader>,
+    serving: Semaphore,
+}
+
+/// The disk tier's unit of writing: several cached blocks (foyer's default is 16 MiB).
+fn disk_block_bytes(block_bytes: u64) -> usize {
+    (block_bytes as usize).saturating_mul(4).max(16 << 20)
+}
+
+/// Least disk a disk tier may have: a few of its units.
+pub fn min_disk_bytes(block_bytes: u64) -> u64 {
+    4 * disk_block_bytes(block_bytes) as u64
 }
 
 impl BlockCache {
-    pub fn new(store: Arc<dyn ObjectStore>, capacity_bytes: usize, block_bytes: u64) -> Self {
-        let blocks = CacheBuilder::new(capacity_bytes)
-            .with_weighter(|key: &BlockKey, value: &Bytes| key.0.len() + value.len())
+    pub async fn new(
+        store: Arc<dyn ObjectStore>,
+        options: CacheOptions,
+    ) -> Result<Self, CacheError> {
+        let weigh = |key: &BlockKey, value: &Bytes| key.object.len() + value.len();
+        let main = HybridCacheBuilder::new()
+            .with_name("floe-blocks")
+            .memory(options.memory_bytes)
+            .with_weighter(weigh)
+            .storage();
+        let main = match &options.disk {
+            None => main.build().await.map_err(|e| CacheError::Disk {
+                dir: "(none)".into(),
+                reason: e.to_string(),
+            }),
+            Some((dir, bytes)) => {
+                let disk_error = |reason: String| CacheError::Disk {
+                    dir: dir.display().to_string(),
+                    reason,
+                };
+                let device = FsDeviceBuilder::new(dir)
+                    .with_capacity(*bytes as usize)
+                    .build()
+                    .map_err(|e| disk_error(e.to_string()))?;
+                main.with_engine_config(
+                    BlockEngineConfig::new(device)
+                        .with_block_size(disk_block_bytes(options.block_bytes)),
+                )
+                // Blocks never change under their keys (see [`BlockKey`]):
+                // what the disk held before a restart is still right.
+                .with_recover_mode(RecoverMode::Quiet)
+                .build()
+                .await
+                .map_err(|e| disk_error(e.to_string()))
+            }
+        };
+        let main = main?;
+        let catch_up = CacheBuilder::new(options.catch_up_bytes.max(1))
+            .with_weighter(weigh)
             .build();
-        BlockCache {
-            store,
-            blocks,
-            block_bytes,
-        }
+        Ok(BlockCache {
+            main,
+            catch_up,
+            loader: Arc::new(Loader {
+                store,
+                block_bytes: options.block_bytes,
+                ring: RwLock::new(Arc::new(Ring::default())),
+                peers: PeerClient::new(options.peer_timeout),
+                counters: CacheCounters::default(),
+            }),
+            serving: Semaphore::new(MAX_SERVING),
+        })
     }
 
-    fn block_range(&self, block: u64, object_size: u64) -> Range<u64> {
-        let start = block * self.block_bytes;
-        start..(start + self.block_bytes).min(object_size)
+    pub fn block_bytes(&self) -> u64 {
+        self.loader.block_bytes
     }
 
-    /// Puts a whole object, just written, into the cache as its blocks.
+    pub fn counters(&self) -> &CacheCounters {
+        &self.loader.counters
+    }
+
+    /// The members of this agent's zone from now on (this agent among them,
+    /// marked local). With no other member, nothing is asked of peers.
+    pub fn set_ring(&self, ring: Ring) {
+        let addresses: Vec<&str> = ring
+            .members()
+            .iter()
+            .filter(|m| !m.local)
+            .map(|m| m.address.as_str())
+            .collect();
+        self.loader.peers.forget_others(&addresses);
+        *self.loader.ring.write().expect("ring lock poisoned") = Arc::new(ring);
+    }
+
+    pub fn ring(&self) -> Arc<Ring> {
+        self.loader.ring.read().expect("ring lock poisoned").clone()
+    }
+
+    /// Puts a whole object, just written, into the main pool as its blocks.
     ///
     /// Each block is copied out of the object: a slice would keep the whole
     /// object's buffer alive while any one of its blocks stays cached, so the
-    /// cache could hold several times `capacity_bytes` while counting less.
+    /// cache could hold several times its capacity while counting less.
     /// One copy per upload is cheap next to the upload.
     pub fn insert_object(&self, key: &str, object: &Bytes) {
-        let key: Arc<str> = Arc::from(key);
+        let object_key: Arc<str> = Arc::from(key);
         let size = object.len() as u64;
-        for block in 0..size.div_ceil(self.block_bytes) {
-            let r = self.block_range(block, size);
-            self.blocks.insert(
-                (key.clone(), block),
-                Bytes::copy_from_slice(&object[r.start as usize..r.end as usize]),
-            );
+        for block in 0..size.div_ceil(self.loader.block_bytes) {
+            let key = BlockKey {
+                object: object_key.clone(),
+                object_size: size,
+                block,
+            };
+            let r = key.range(self.loader.block_bytes);
+            let bytes = Bytes::copy_from_slice(&object[r.start as usize..r.end as usize]);
+            self.main.insert(key, bytes);
         }
+    }
+
+    /// Block `key`, from the pool `reading` belongs in, loaded if missing
+    /// (from its owner when `ask_owner`).
+    async fn block(
+        &self,
+        key: &BlockKey,
+        reading: Reading,
+        ask_owner: bool,
+    ) -> Result<Bytes, CacheError> {
+        let catch_up = reading == Reading::CatchUp;
+        let failed = |e: foyer::Error| CacheError::Load {
+            key: key.object.to_string(),
+            block: key.block,
+            reason: e.to_string(),
+        };
+        if catch_up {
+            bump(&self.loader.counters.catch_up_blocks, 1);
+            if let Some(entry) = self.main.get(key).await.map_err(failed)? {
+                return Ok(entry.value().clone());
+            }
+            let load = self.loader.clone().load(key.clone(), true, ask_owner);
+            let entry = self.catch_up.get_or_fetch(key, || load).await;
+            return entry
+                .map(|e| e.value().clone())
+                .map_err(|e| CacheError::Load {
+                    key: key.object.to_string(),
+                    block: key.block,
+                    reason: e.to_string(),
+                });
+        }
+        let load = self.loader.clone().load(key.clone(), false, ask_owner);
+        let entry = self.main.get_or_fetch(key, || load).await.map_err(failed)?;
+        Ok(entry.value().clone())
     }
 
     /// Appends bytes `range` of object `key` (of `object_size` bytes) to `out`.
@@ -84,6 +351,7 @@ impl BlockCache {
         object_size: u64,
         range: Range<u64>,
         out: &mut BytesMut,
+        reading: Reading,
     ) -> Result<(), CacheError> {
         if range.start > range.end || range.end > object_size {
             return Err(CacheError::OutOfBounds {
@@ -96,42 +364,60 @@ impl BlockCache {
         if range.is_empty() {
             return Ok(());
         }
-        let shared_key: Arc<str> = Arc::from(key);
-        let first = range.start / self.block_bytes;
-        let last = (range.end - 1) / self.block_bytes;
+        let object: Arc<str> = Arc::from(key);
+        let block_bytes = self.loader.block_bytes;
+        let first = range.start / block_bytes;
+        let last = (range.end - 1) / block_bytes;
         out.reserve((range.end - range.start) as usize);
         for block in first..=last {
-            let block_range = self.block_range(block, object_size);
-            let store = self.store.clone();
-            let path = Path::from(key);
-            let fetch_range = block_range.clone();
-            let entry = self
-                .blocks
-                .get_or_fetch(&(shared_key.clone(), block), move || async move {
-                    store.get_range(&path, fetch_range).await
-                })
-                .await
-                .map_err(|e| CacheError::Load {
-                    key: key.to_string(),
-                    block,
-                    reason: e.to_string(),
-                })?;
-            let bytes = entry.value();
+            let key = BlockKey {
+                object: object.clone(),
+                object_size,
+                block,
+            };
+            let bytes = self.block(&key, reading, true).await?;
+            let block_range = key.range(block_bytes);
             let from = range.start.max(block_range.start) - block_range.start;
             let to = range.end.min(block_range.end) - block_range.start;
-            if to as usize > bytes.len() {
-                return Err(CacheError::Load {
-                    key: key.to_string(),
-                    block,
-                    reason: format!("store returned {} bytes, expected {}", bytes.len(), to),
-                });
-            }
             out.extend_from_slice(&bytes[from as usize..to as usize]);
         }
         Ok(())
     }
-}
 
+    /// A block a peer asked for (it names this agent its owner): from this
+    /// agent's pools, or loaded from the object store, never from another
+    /// peer. Refused when the peer's blocks are cut differently, or when
+    /// [`MAX_SERVING`] blocks are being served already.
+    pub async fn serve(
+        &self,
+        key: &BlockKey,
+        block_bytes: u64,
+        reading: Reading,
+    ) -> Result<Bytes, CacheError> {
+        let ours = self.loader.block_bytes;
+        if block_bytes != ours {
+            return Err(CacheError::BlockSize {
+                asked: block_bytes,
+                ours,
+            });
+        }
+        if !key.is_within(ours) {
+            return Err(CacheError::OutOfBounds {
+                key: key.object.to_string(),
+                start: key.block.saturating_mul(ours),
+                end: key.block.saturating_mul(ours).saturating_add(ours),
+                size: key.object_size,
+            });
+        }
+        let Ok(_turn) = self.serving.try_acquire() else {
+            bump(&self.loader.counters.refused, 1);
+            return Err(CacheError::Busy(MAX_SERVING));
+        };
+        let bytes = self.block(key, reading, false).await?;
+        bump(&self.loader.counters.served, 1);
+        Ok(bytes)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,11 +433,36 @@ mod tests {
         store
     }
 
+    async fn cache(store: Arc<dyn ObjectStore>, memory: usize, block: u64) -> BlockCache {
+        BlockCache::new(store, CacheOptions::memory(memory, block))
+            .await
+            .unwrap()
+    }
+
+    fn gets(cache: &BlockCache) -> u64 {
+        cache.counters().store_gets.load(Ordering::Relaxed)
+    }
+
+    async fn read(
+        cache: &BlockCache,
+        key: &str,
+        size: u64,
+        range: Range<u64>,
+        reading: Reading,
+    ) -> BytesMut {
+        let mut out = BytesMut::new();
+        cache
+            .read_into(key, size, range, &mut out, reading)
+            .await
+            .unwrap();
+        out
+    }
+
     #[tokio::test]
     async fn reads_across_block_boundaries() {
         let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
         let store = store_with("obj", &data).await;
-        let cache = BlockCache::new(store, 1 << 20, 64);
+        let cache = cache(store, 1 << 20, 64).await;
         for (start, end) in [
             (0, 1000),
             (10, 20),
@@ -161,11 +472,7 @@ mod tests {
             (999, 1000),
             (5, 5),
         ] {
-            let mut out = BytesMut::new();
-            cache
-                .read_into("obj", 1000, start..end, &mut out)
-                .await
-                .unwrap();
+            let out = read(&cache, "obj", 1000, start..end, Reading::Tail).await;
             assert_eq!(
                 &out[..],
                 &data[start as usize..end as usize],
@@ -174,7 +481,9 @@ mod tests {
         }
         let mut out = BytesMut::new();
         assert!(matches!(
-            cache.read_into("obj", 1000, 990..1001, &mut out).await,
+            cache
+                .read_into("obj", 1000, 990..1001, &mut out, Reading::Tail)
+                .await,
             Err(CacheError::OutOfBounds { .. })
         ));
     }
@@ -182,25 +491,218 @@ mod tests {
     #[tokio::test]
     async fn inserted_objects_are_served_without_the_store() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let cache = BlockCache::new(store, 1 << 20, 16);
+        let cache = cache(store, 1 << 20, 16).await;
         let data = Bytes::from((0..100u8).collect::<Vec<_>>());
         cache.insert_object("never-uploaded", &data);
-        let mut out = BytesMut::new();
-        cache
-            .read_into("never-uploaded", 100, 10..90, &mut out)
-            .await
-            .unwrap();
+        let out = read(&cache, "never-uploaded", 100, 10..90, Reading::Tail).await;
         assert_eq!(&out[..], &data[10..90]);
+        let out = read(&cache, "never-uploaded", 100, 0..100, Reading::CatchUp).await;
+        assert_eq!(&out[..], &data[..]);
+        assert_eq!(gets(&cache), 0);
     }
 
     #[tokio::test]
     async fn missing_object_is_an_error() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let cache = BlockCache::new(store, 1 << 20, 16);
+        let cache = cache(store, 1 << 20, 16).await;
         let mut out = BytesMut::new();
         assert!(matches!(
-            cache.read_into("nope", 10, 0..5, &mut out).await,
+            cache
+                .read_into("nope", 10, 0..5, &mut out, Reading::Tail)
+                .await,
             Err(CacheError::Load { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn catch_up_reads_do_not_evict_the_tail() {
+        const B: u64 = 1024;
+        let old = vec![7u8; (B * 200) as usize];
+        let store = store_with("old", &old).await;
+        store
+            .put(
+                &Path::from("new"),
+                PutPayload::from(vec![1u8; (B * 4) as usize]),
+            )
+            .await
+            .unwrap();
+        // Room for about 64 blocks in the main pool, 8 for catch-up reads.
+        let cache = cache(store, (64 * B) as usize, B).await;
+        read(&cache, "new", 4 * B, 0..4 * B, Reading::Tail).await;
+        assert_eq!(gets(&cache), 4);
+        // A replay of 200 blocks.
+        read(&cache, "old", 200 * B, 0..200 * B, Reading::CatchUp).await;
+        assert_eq!(gets(&cache), 4 + 200);
+        read(&cache, "new", 4 * B, 0..4 * B, Reading::Tail).await;
+        assert_eq!(gets(&cache), 204, "the tail's blocks were kept");
+        // Read as tail, the same replay evicts them.
+        read(&cache, "old", 200 * B, 0..200 * B, Reading::Tail).await;
+        read(&cache, "new", 4 * B, 0..4 * B, Reading::Tail).await;
+        assert!(gets(&cache) > 404, "the test can fail");
+    }
+
+    #[tokio::test]
+    async fn the_disk_tier_keeps_what_memory_cannot() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = 64 << 10;
+        let data = vec![3u8; 16 * block as usize];
+        let store = store_with("obj", &data).await;
+        let mut options = CacheOptions::memory(2 * block as usize, block);
+        options.disk = Some((dir.path().to_path_buf(), min_disk_bytes(block)));
+        let cache = BlockCache::new(store, options).await.unwrap();
+        read(
+            &cache,
+            "obj",
+            data.len() as u64,
+            0..data.len() as u64,
+            Reading::Tail,
+        )
+        .await;
+        assert_eq!(gets(&cache), 16);
+        cache.main.storage().wait().await;
+        let out = read(
+            &cache,
+            "obj",
+            data.len() as u64,
+            0..data.len() as u64,
+            Reading::Tail,
+        )
+        .await;
+        assert_eq!(&out[..], &data[..]);
+        assert!(
+            gets(&cache) < 16 + 8,
+            "most blocks came from disk: {}",
+            gets(&cache)
+        );
+    }
+
+    /// Three caches of one zone, each serving its blocks on a port of its own.
+    async fn zone(store: Arc<dyn ObjectStore>, block: u64) -> Vec<Arc<BlockCache>> {
+        let mut caches = Vec::new();
+        let mut addresses = Vec::new();
+        for _ in 0..3 {
+            let cache = Arc::new(cache(store.clone(), 1 << 20, block).await);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addresses.push(listener.local_addr().unwrap().to_string());
+            tokio::spawn(axum::serve(listener, server::routes(cache.clone())).into_future());
+            caches.push(cache);
+        }
+        for (me, cache) in caches.iter().enumerate() {
+            cache.set_ring(Ring::new(
+                (0..3)
+                    .map(|n| Member {
+                        address: addresses[n].clone(),
+                        local: n == me,
+                    })
+                    .collect(),
+            ));
+        }
+        caches
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_zone_gets_each_block_once() {
+        let data: Vec<u8> = (0..64 * 30).map(|i| (i % 251) as u8).collect();
+        let store = store_with("ingest/00/obj", &data).await;
+        let caches = zone(store, 64).await;
+        for round in 0..2 {
+            for cache in &caches {
+                let out = read(
+                    cache,
+                    "ingest/00/obj",
+                    data.len() as u64,
+                    0..data.len() as u64,
+                    Reading::Tail,
+                )
+                .await;
+                assert_eq!(&out[..], &data[..], "round {round}");
+            }
+        }
+        let total = |f: fn(&CacheCounters) -> &AtomicU64| -> u64 {
+            caches
+                .iter()
+                .map(|c| f(c.counters()).load(Ordering::Relaxed))
+                .sum()
+        };
+        assert_eq!(
+            total(|c| &c.store_gets),
+            30,
+            "one GET per block for the zone"
+        );
+        assert_eq!(
+            total(|c| &c.peer_hits),
+            60,
+            "each block came from its owner to the other two"
+        );
+        assert_eq!(total(|c| &c.served), 60);
+        assert_eq!(total(|c| &c.peer_fallbacks), 0);
+        // Every cache owns some blocks.
+        assert!(
+            caches
+                .iter()
+                .all(|c| c.counters().store_gets.load(Ordering::Relaxed) > 0)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_owner_that_is_down_is_read_around() {
+        let data = vec![5u8; 64 * 20];
+        let store = store_with("ingest/00/obj", &data).await;
+        let cache = cache(store, 1 << 20, 64).await;
+        // A port nothing listens on.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        cache.set_ring(Ring::new(vec![
+            Member {
+                address: "127.0.0.1:1".into(),
+                local: true,
+            },
+            Member {
+                address,
+                local: false,
+            },
+        ]));
+        let out = read(&cache, "ingest/00/obj", 64 * 20, 0..64 * 20, Reading::Tail).await;
+        assert_eq!(&out[..], &data[..]);
+        assert_eq!(gets(&cache), 20);
+        // The owner failed once and was then skipped, not asked for every block.
+        let fallbacks = cache.counters().peer_fallbacks.load(Ordering::Relaxed);
+        assert!((1..20).contains(&fallbacks), "{fallbacks}");
+    }
+
+    #[tokio::test]
+    async fn peers_are_refused_what_their_own_blocks_cannot_name() {
+        let store = store_with("obj", &[1u8; 100]).await;
+        let cache = cache(store, 1 << 20, 16).await;
+        let key = |block| BlockKey {
+            object: Arc::from("obj"),
+            object_size: 100,
+            block,
+        };
+        assert!(matches!(
+            cache.serve(&key(0), 32, Reading::Tail).await,
+            Err(CacheError::BlockSize { .. })
+        ));
+        assert!(matches!(
+            cache.serve(&key(7), 16, Reading::Tail).await,
+            Err(CacheError::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            cache.serve(&key(6), 16, Reading::Tail).await.unwrap().len(),
+            4
+        );
+        // A peer that lies about the size names another block than readers use.
+        let lie = BlockKey {
+            object: Arc::from("obj"),
+            object_size: 20,
+            block: 0,
+        };
+        assert_eq!(
+            cache.serve(&lie, 16, Reading::Tail).await.unwrap().len(),
+            16
+        );
+        let out = read(&cache, "obj", 100, 0..100, Reading::Tail).await;
+        assert_eq!(out.len(), 100);
     }
 }

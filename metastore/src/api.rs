@@ -24,6 +24,7 @@ use serde::de::DeserializeOwned;
 
 use crate::groups::*;
 use crate::ops::*;
+use crate::peers::{CachePeer, CachePeers};
 use crate::sequencer::Sequencer;
 use crate::state::{Command, State};
 use crate::types::*;
@@ -271,6 +272,22 @@ metastore_api! {
     /// Sizes and producers of many partitions (DescribeLogDirs, DescribeProducers).
     read fn partition_states(partitions: Vec<TopicPartition>, with_producers: bool) -> PartitionStates {
         PartitionStates { partitions, with_producers }
+    }
+    /// Announces this agent's cache address; the agents heard from lately
+    /// (see [`crate::peers`]).
+    custom fn cache_peers(announce: Option<CachePeer>) -> CachePeers {
+        CachePeers { announce }
+    }
+}
+
+/// Soft state on the leader, like a heartbeat.
+impl Op for CachePeers {
+    type Output = Vec<CachePeer>;
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
+        on.cache_peers(self.announce).await
     }
 }
 

@@ -239,6 +239,20 @@ async fn agents_register_once_on_the_metastores_clock(m: &dyn Metastore) {
     assert!((now_ms() - 60_000..=now_ms() + 60_000).contains(&clock));
 }
 
+async fn agents_find_each_others_caches(m: &dyn Metastore) {
+    let peer = |node_id: i32| crate::peers::CachePeer {
+        node_id,
+        zone: Some("z".into()),
+        address: format!("10.0.0.{node_id}:9644"),
+    };
+    assert_eq!(m.cache_peers(Some(peer(1))).await.unwrap(), vec![peer(1)]);
+    assert_eq!(
+        m.cache_peers(Some(peer(2))).await.unwrap(),
+        vec![peer(1), peer(2)]
+    );
+    assert_eq!(m.cache_peers(None).await.unwrap(), vec![peer(1), peer(2)]);
+}
+
 fn join_request(member_id: &str, session_timeout_ms: i32) -> JoinGroup {
     JoinGroup {
         group: "g".into(),
@@ -690,6 +704,7 @@ macro_rules! conformance_suite {
             idempotent_batches_are_stored_once_and_epochs_fence,
             partition_states_report_bytes_and_producers,
             agents_register_once_on_the_metastores_clock,
+            agents_find_each_others_caches,
             a_group_forms_and_keeps_its_offsets,
             a_silent_member_is_expired_by_the_leader,
             objects_it_never_heard_of_are_found,

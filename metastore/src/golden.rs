@@ -597,6 +597,14 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             with_producers: true,
         }
         .into(),
+        crate::peers::CachePeers {
+            announce: Some(crate::peers::CachePeer {
+                node_id: 3,
+                zone: Some("us-east-1a".into()),
+                address: "10.0.0.3:9644".into(),
+            }),
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {

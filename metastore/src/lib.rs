@@ -13,6 +13,7 @@ pub mod leases;
 pub mod ledger;
 pub mod local;
 pub mod ops;
+pub mod peers;
 pub mod raft;
 pub mod rpc;
 pub mod sequencer;
@@ -34,6 +35,7 @@ pub use groups::{
     MemberView, OffsetToCommit, Phase, SyncGroup,
 };
 pub use local::LocalMetastore;
+pub use peers::{CachePeer, CachePeers};
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use rpc::RemoteMetastore;
 pub use sequencer::Sequencer;

@@ -52,6 +52,16 @@ pub trait Sequencer: Send + Sync + 'static {
         })
     }
 
+    /// Remembers an agent's cache address in the leader's memory and lists
+    /// the agents heard from lately (see [`crate::peers`]). By default
+    /// nothing is remembered: only the announcing agent is listed.
+    fn cache_peers(
+        &self,
+        announce: Option<crate::peers::CachePeer>,
+    ) -> impl Future<Output = Result<Vec<crate::peers::CachePeer>, MetaError>> + Send {
+        async move { Ok(announce.into_iter().collect()) }
+    }
+
     /// Applies `command` through the log; its answer, of its type.
     fn write<C: Apply>(
         &self,

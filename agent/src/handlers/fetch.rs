@@ -198,7 +198,7 @@ async fn read_all(
         let partitions = join_all(partitions.into_iter().map(
             |(partition, offset, partition_max, plan)| async move {
                 let data = match plan {
-                    Ok(plan) => read_extents(broker, &plan.extents, offset)
+                    Ok(plan) => read_extents(broker, &plan.extents, offset, plan.high_watermark)
                         .await
                         .map(|records| (plan.high_watermark, plan.log_start_offset, records))
                         .map_err(|e| {

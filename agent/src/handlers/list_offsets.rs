@@ -158,12 +158,17 @@ async fn first_record_at(
 
 /// The records of one extent, decoded within floe's decompression bounds.
 async fn records_of(broker: &Broker, extent: &ExtentRef) -> Result<Vec<Record>, ResponseError> {
-    let bytes = read_extents(broker, std::slice::from_ref(extent), extent.base_offset)
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "list offsets: reading objects failed");
-            ResponseError::KafkaStorageError
-        })?;
+    let bytes = read_extents(
+        broker,
+        std::slice::from_ref(extent),
+        extent.base_offset,
+        i64::MAX,
+    )
+    .await
+    .map_err(|e| {
+        tracing::warn!(error = %e, "list offsets: reading objects failed");
+        ResponseError::KafkaStorageError
+    })?;
     RecordBatch::parse_all_stored(&bytes)
         .and_then(|batches| records::decode_all(&batches))
         .map_err(|e| {

@@ -152,6 +152,8 @@ pub struct RaftMetastore {
     liveness: Arc<Liveness>,
     /// Requests waiting for a group to change.
     group_watch: Arc<GroupWatch>,
+    /// Agents' cache addresses heard while leading (never in the log).
+    peers: crate::peers::PeerBook,
     /// Expire sessions and end rebalances while this node leads.
     _group_timers: GroupTimers,
 }
@@ -376,6 +378,7 @@ impl RaftMetastore {
             group_commit,
             liveness,
             group_watch,
+            peers: Default::default(),
             _group_timers: group_timers,
         })
     }
@@ -636,6 +639,15 @@ impl Sequencer for RaftMetastore {
             self.liveness.heard(term, &group, &member, self.now_ms());
         }
         Ok(answer)
+    }
+
+    async fn cache_peers(
+        &self,
+        announce: Option<crate::peers::CachePeer>,
+    ) -> Result<Vec<crate::peers::CachePeer>, MetaError> {
+        // Only the leader answers: a follower's book would be empty.
+        self.read(|_| ()).await?;
+        Ok(self.peers.announce(announce, self.now_ms()))
     }
 
     async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {

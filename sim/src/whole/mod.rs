@@ -26,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use floe_agent::batcher::{AppendError, Batcher, BatcherConfig};
 use floe_agent::compaction::Background;
 use floe_agent::metrics::Metrics;
-use floe_cache::BlockCache;
+use floe_cache::{BlockCache, CacheOptions};
 use floe_compactor::{CompactionPolicy, Counters, Gc};
 use floe_metastore::{Metastore, NewTopic, ProducerIdentity, TopicId, TopicInfo};
 use floe_protocol::batch::RecordBatch;
@@ -315,7 +315,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start_agent(&mut self, i: usize) {
+    async fn start_agent(&mut self, i: usize) {
         let shared = &self.shared;
         let ids: Arc<dyn Ids> = Arc::new(SeededIds(shared.clone()));
         let (flush_ms, inflight) = shared.with(|w| (5 + w.rng_below(100), 1 + w.rng_below(4)));
@@ -326,7 +326,11 @@ impl Cluster {
                 agent: Some(i),
             },
         ));
-        let cache = Arc::new(BlockCache::new(store.clone(), 1 << 20, 64 << 10));
+        let cache = Arc::new(
+            BlockCache::new(store.clone(), CacheOptions::memory(1 << 20, 64 << 10))
+                .await
+                .expect("a memory cache builds"),
+        );
         let batcher = Batcher::start(
             BatcherConfig {
                 flush_interval: Duration::from_millis(flush_ms),
@@ -469,7 +473,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
         },
     }));
     for i in 0..settings.agents {
-        cluster.lock().await.start_agent(i);
+        cluster.lock().await.start_agent(i).await;
     }
 
     let stop = Instant::now() + settings.duration;
@@ -525,7 +529,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
         let mut c = cluster.lock().await;
         for i in 0..settings.agents {
             if c.agents[i].batcher.is_none() {
-                c.start_agent(i);
+                c.start_agent(i).await;
             }
         }
     }
@@ -1094,7 +1098,7 @@ async fn chaos(
                     tokio::time::sleep(Duration::from_millis(down_ms)).await;
                     let mut c = cluster.lock().await;
                     if c.agents[i].batcher.is_none() {
-                        c.start_agent(i);
+                        c.start_agent(i).await;
                     }
                 });
             }

@@ -1,0 +1,48 @@
+//! Serving blocks to the other agents of the zone (the owner's side of
+//! [`crate::peer`]), as routes an agent adds to its admin HTTP port.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::peer::{BLOCK_PATH, parse_block_query};
+use crate::{BlockCache, CacheError, Reading};
+
+pub fn routes(cache: Arc<BlockCache>) -> Router {
+    Router::new()
+        .route(BLOCK_PATH, get(serve_block))
+        .with_state(cache)
+}
+
+async fn serve_block(State(cache): State<Arc<BlockCache>>, RawQuery(query): RawQuery) -> Response {
+    let Some((key, block_bytes, catch_up)) = query.as_deref().and_then(parse_block_query) else {
+        return (StatusCode::BAD_REQUEST, "not a block query\n").into_response();
+    };
+    let reading = if catch_up {
+        Reading::CatchUp
+    } else {
+        Reading::Tail
+    };
+    match cache.serve(&key, block_bytes, reading).await {
+        Ok(bytes) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => {
+            let status = match e {
+                CacheError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+                CacheError::BlockSize { .. } => StatusCode::CONFLICT,
+                CacheError::OutOfBounds { .. } => StatusCode::BAD_REQUEST,
+                CacheError::Load { .. } | CacheError::Disk { .. } => StatusCode::BAD_GATEWAY,
+            };
+            tracing::debug!(error = %e, "cache: a peer's block was not served");
+            (status, format!("{e}\n")).into_response()
+        }
+    }
+}
