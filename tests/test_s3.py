@@ -94,3 +94,40 @@ def test_an_unusable_store_is_named_at_start_in_one_line(s3_endpoint, tmp_path):
     lines = unreachable.stderr.strip().splitlines()
     assert len(lines) == 1 and "floe-test" in lines[0], unreachable.stderr
     assert time.time() - started < 60
+
+
+def test_check_store_tries_every_call_floe_makes(s3_endpoint, tmp_path):
+    """`floe check-store` against the S3 server and a local folder: each
+    call floe makes, one line each, and an exit status that says whether
+    floe can use the store."""
+    import os
+    import subprocess
+
+    from conftest import FLOE, free_port
+
+    keys = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+            "FLOE_LOG": "error"}
+
+    def check(url):
+        return subprocess.run([FLOE, "check-store", url], capture_output=True, text=True,
+                              timeout=120, env=keys)
+
+    s3 = check(f"s3://floe-test/check?endpoint={s3_endpoint}&region=us-east-1&path_style=true")
+    print(s3.stdout)
+    assert s3.returncode == 0, s3.stdout + s3.stderr
+    lines = s3.stdout.splitlines()
+    assert len(lines) == 8 and not [l for l in lines if l.startswith("FAIL")], lines
+    assert [l for l in lines if l.startswith("ok") and "bulk DELETE" in l]
+    assert [l for l in lines if l.startswith("ok") and "missing bucket" in l]
+    # moto checks no credentials: said, not passed.
+    assert [l for l in lines if "wrong credentials" in l and "not checked" in l]
+    assert check(f"s3://floe-test/check?endpoint={s3_endpoint}&region=us-east-1&path_style=true") \
+        .returncode == 0, "checks leave nothing behind that fails the next run"
+
+    local = check(f"file://{tmp_path / 'objects'}")
+    assert local.returncode == 0, local.stdout + local.stderr
+
+    down = check(f"s3://floe-test/x?endpoint=http://127.0.0.1:{free_port()}&region=us-east-1"
+                 "&path_style=true&retry_timeout=1s&connect_timeout=1s&max_retries=1")
+    assert down.returncode != 0
+    assert "FAIL" in down.stdout and "checks failed" in down.stderr

@@ -12,13 +12,20 @@ use tokio::net::TcpListener;
 
 use crate::broker::Broker;
 
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {
-    let app = Router::new()
+/// Serves the admin port; with `blocks`, cached blocks to the zone's agents too.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    blocks: bool,
+) -> std::io::Result<()> {
+    let mut app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(broker.clone())
-        .merge(floe_cache::server::routes(broker.cache.clone()));
+        .with_state(broker.clone());
+    if blocks {
+        app = app.merge(floe_cache::server::routes(broker.cache.clone()));
+    }
     axum::serve(listener, app).await
 }
 

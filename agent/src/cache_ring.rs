@@ -13,36 +13,59 @@ use crate::config::Config;
 use crate::discovery::Discovery;
 
 /// How often the agent announces itself and refreshes the ring. The
-/// metastore forgets an agent three announcements after its last.
+/// metastore forgets an agent `PEER_TTL_MS` (15 s) after its last.
 pub const ANNOUNCE_EVERY: Duration = Duration::from_secs(2);
 
 /// Where the other agents reach this one's blocks: `cache_advertise`, or
-/// the host clients are given (the listen address behind a load balancer,
-/// whose address is the one clients are given) with the admin port. `None`
-/// (with a warning) when that host is a wildcard no peer can dial.
+/// the admin port's own address when it listens on one interface, or (when
+/// it listens on all) the host clients reach this agent at: the advertised
+/// host, or the listen address behind a load balancer (whose address is the
+/// one clients are given). `None`, with a warning, when no peer could dial
+/// the result: a wildcard, or an admin port on loopback while clients are
+/// sent elsewhere.
 pub fn address(config: &Config, advertised_host: &str, admin_port: u16) -> Option<String> {
-    if let Some(address) = &config.cache_advertise {
-        return Some(address.clone());
-    }
-    let host = match config.discovery {
-        Discovery::SelfAdvertise => advertised_host.to_string(),
-        Discovery::LoadBalancer => config.listen.ip().to_string(),
-    };
-    let wildcard = host
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_unspecified());
-    if wildcard {
+    let off = |why: &str| {
         tracing::warn!(
-            "the cache ring is off: set cache_advertise to the host:port other agents reach this one's admin port at"
+            "the cache ring is off: {why}; set cache_advertise to the host:port other agents reach this one's admin port at"
         );
-        return None;
-    }
-    let host = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host
+        None
     };
-    Some(format!("{host}:{admin_port}"))
+    if let Some(address) = &config.cache_advertise {
+        return match floe_cache::peer::valid_address(address) {
+            true => Some(address.clone()),
+            false => off("cache_advertise is not host:port"),
+        };
+    }
+    let admin = config.admin_listen.ip();
+    let host = if !admin.is_unspecified() {
+        let others_elsewhere = advertised_host
+            .parse::<std::net::IpAddr>()
+            .map_or(true, |ip| !ip.is_loopback());
+        if admin.is_loopback() && others_elsewhere {
+            return off("the admin port listens on loopback only");
+        }
+        admin.to_string()
+    } else {
+        match config.discovery {
+            Discovery::SelfAdvertise => advertised_host.to_string(),
+            Discovery::LoadBalancer => config.listen.ip().to_string(),
+        }
+    };
+    if host
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return off("no address other agents can dial");
+    }
+    let host = match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+        _ => host,
+    };
+    let address = format!("{host}:{admin_port}");
+    match floe_cache::peer::valid_address(&address) {
+        true => Some(address),
+        false => off("the admin address is not host:port"),
+    }
 }
 
 /// The ring of `me`'s zone among `peers` (`me` always in it).
@@ -50,6 +73,8 @@ pub fn ring_of(me: &CachePeer, peers: &[CachePeer]) -> Ring {
     let mut members: Vec<Member> = peers
         .iter()
         .filter(|p| p.zone == me.zone && p.address != me.address)
+        // Whatever the metastore was told, only a host and port is dialled.
+        .filter(|p| floe_cache::peer::valid_address(&p.address))
         .map(|p| Member {
             address: p.address.clone(),
             local: false,
@@ -68,16 +93,24 @@ pub fn ring_of(me: &CachePeer, peers: &[CachePeer]) -> Ring {
 pub async fn run(broker: Arc<Broker>, me: CachePeer) {
     let mut tick = tokio::time::interval(ANNOUNCE_EVERY);
     let mut members = 0;
+    let mut warned = false;
     loop {
         tick.tick().await;
         match broker.meta.cache_peers(Some(me.clone())).await {
             Ok(peers) => {
+                warned = false;
                 let ring = ring_of(&me, &peers);
                 if ring.members().len() != members {
                     members = ring.members().len();
                     tracing::info!(members, zone = ?me.zone, "cache ring changed");
                 }
                 broker.cache.set_ring(ring);
+            }
+            // Said once (a metastore too old to know the request says it
+            // every time), then at debug level.
+            Err(e) if !warned => {
+                warned = true;
+                tracing::warn!(error = %e, "cache ring: announcing failed; the last ring stays");
             }
             Err(e) => tracing::debug!(error = %e, "cache ring: announcing failed"),
         }
@@ -97,9 +130,42 @@ mod tests {
     }
 
     #[test]
+    fn the_address_is_one_peers_can_dial() {
+        let mut c = Config::default();
+        // Default: admin on loopback, clients told 127.0.0.1 (one host).
+        assert_eq!(
+            address(&c, "127.0.0.1", 9644).as_deref(),
+            Some("127.0.0.1:9644")
+        );
+        // Admin on loopback, clients sent to another host: peers cannot dial it.
+        assert_eq!(address(&c, "10.0.0.5", 9644), None);
+        c.admin_listen = "0.0.0.0:9644".parse().unwrap();
+        assert_eq!(
+            address(&c, "10.0.0.5", 9644).as_deref(),
+            Some("10.0.0.5:9644")
+        );
+        assert_eq!(address(&c, "0.0.0.0", 9644), None);
+        c.admin_listen = "10.0.0.7:9644".parse().unwrap();
+        assert_eq!(
+            address(&c, "10.0.0.5", 9644).as_deref(),
+            Some("10.0.0.7:9644")
+        );
+        c.admin_listen = "[::]:9644".parse().unwrap();
+        assert_eq!(address(&c, "fd00::5", 1).as_deref(), Some("[fd00::5]:1"));
+        c.cache_advertise = Some("cache.internal:9700".into());
+        assert_eq!(address(&c, "x", 1).as_deref(), Some("cache.internal:9700"));
+        c.cache_advertise = Some("http://evil/?".into());
+        assert_eq!(address(&c, "x", 1), None);
+    }
+
+    #[test]
     fn the_ring_holds_this_zone_and_this_agent() {
         let me = peer(1, "a");
-        let ring = ring_of(&me, &[peer(2, "a"), peer(3, "b"), peer(4, "a")]);
+        let bad = CachePeer {
+            address: "169.254.169.254/latest?:80".into(),
+            ..peer(5, "a")
+        };
+        let ring = ring_of(&me, &[peer(2, "a"), peer(3, "b"), peer(4, "a"), bad]);
         let members: Vec<(&str, bool)> = ring
             .members()
             .iter()

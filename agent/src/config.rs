@@ -273,10 +273,14 @@ impl Config {
             "default_partitions must be in 1..={}",
             floe_metastore::state::MAX_PARTITIONS
         );
+        let block = self.cache_block_bytes.as_u64();
         anyhow::ensure!(
-            self.cache_block_bytes.as_u64() > 0
-                && self.cache_block_bytes.as_u64() <= self.cache_bytes.as_u64() / 4,
-            "cache_block_bytes must be positive and at most a quarter of cache_bytes"
+            (4096..=self.cache_bytes.as_u64() / 4).contains(&block),
+            "cache_block_bytes must be at least 4KiB and at most a quarter of cache_bytes"
+        );
+        anyhow::ensure!(
+            self.cache_catch_up_bytes.as_u64() >= 2 * block,
+            "cache_catch_up_bytes must hold at least two blocks of cache_block_bytes"
         );
         anyhow::ensure!(
             self.cache_disk_dir.is_none()
@@ -287,8 +291,9 @@ impl Config {
             self.cache_block_bytes
         );
         anyhow::ensure!(
-            !self.cache_peer_timeout.is_zero(),
-            "cache_peer_timeout must be positive"
+            !self.cache_peer_timeout.is_zero()
+                && self.cache_peer_timeout <= Duration::from_secs(30),
+            "cache_peer_timeout must be positive and at most 30s"
         );
         anyhow::ensure!(
             self.max_response_bytes >= self.max_fetch_bytes,

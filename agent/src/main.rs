@@ -45,6 +45,11 @@ enum Command {
     Topics(ToolArgs<floe_agent::tools::topics::TopicsCommand>),
     /// List, describe, reset the offsets of and delete consumer groups (as kafka-consumer-groups.sh).
     Groups(ToolArgs<floe_agent::tools::groups::GroupsCommand>),
+    /// Try every call floe makes of an object store (PUT, ranged GET, LIST, bulk DELETE, errors) against s3://BUCKET[/PREFIX][?OPTIONS] or file://PATH.
+    CheckStore {
+        /// The store, as --object-store takes it.
+        url: String,
+    },
 }
 
 /// What the administration tools share: where the broker is, how to print.
@@ -393,6 +398,7 @@ fn main() -> std::process::ExitCode {
             args.output,
             args.command,
         )),
+        Command::CheckStore { url } => run_tool(floe_agent::tools::check_store::run(&url)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -409,7 +415,13 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         let metrics = Arc::new(Metrics::new());
-        let mut store = floe_storage::store::open(&config.object_store)?;
+        let faults: Option<floe_storage::faults::Faults> =
+            config.inject_faults.as_deref().map(str::parse).transpose()?;
+        let connector = faults.filter(|f| f.in_http()).map(|f| {
+            floe_storage::http_faults::FaultyConnector::new(f, metrics.injected_faults.clone())
+        });
+        let options = floe_storage::store::OpenOptions { connector, keys: None };
+        let mut store = floe_storage::store::open_with(&config.object_store, options)?;
         // Wrong credentials, a missing bucket or an unreachable endpoint:
         // said in one line at start, not retried in a loop behind it.
         let probe = floe_storage::ObjectPath::from(format!(
@@ -424,8 +436,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
             floe_storage::check::CHECK_WITHIN,
         )
         .await?;
-        if let Some(spec) = &config.inject_faults {
-            let faults: floe_storage::faults::Faults = spec.parse()?;
+        if let Some(faults) = faults {
             tracing::warn!(?faults, "injecting object-store faults (a testing aid)");
             store = Arc::new(floe_storage::faults::faulty(store, faults));
         }
@@ -472,8 +483,11 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
         let admin_port = admin.local_addr()?.port();
         let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics).await?);
-        let cache_address = floe_agent::cache_ring::address(&broker.config, &broker.advertised_host, admin_port);
-        if let (true, true, Some(address)) = (serves_kafka, broker.config.cache_ring, cache_address) {
+        let cache_address = (serves_kafka && broker.config.cache_ring)
+            .then(|| floe_agent::cache_ring::address(&broker.config, &broker.advertised_host, admin_port))
+            .flatten();
+        let serves_blocks = cache_address.is_some();
+        if let Some(address) = cache_address {
             let me = floe_metastore::CachePeer {
                 node_id: broker.config.node_id,
                 zone: broker.config.zone.clone(),
@@ -504,7 +518,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
                     None => std::future::pending().await,
                 }
             } => served?,
-            served = floe_agent::admin::serve(admin, broker.clone()) => served?,
+            served = floe_agent::admin::serve(admin, broker.clone(), serves_blocks) => served?,
             _ = shutdown_signal() => {
                 // New connections are refused from here on; batches already
                 // accepted are uploaded, committed and answered before exit.

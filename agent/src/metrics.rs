@@ -43,6 +43,9 @@ pub struct Metrics {
     pub produced_bytes: Counter,
     /// Record-batch bytes sent to consumers in Fetch responses.
     pub fetched_bytes: Counter,
+    /// Held while counters totalled elsewhere are brought up to date, so
+    /// two scrapes at once do not both add the same difference.
+    syncing: std::sync::Mutex<()>,
     process_cpu_seconds: Counter<f64, AtomicU64>,
     process_peak_rss: Gauge,
     /// Connections closed on arrival by max_connections(_per_ip).
@@ -51,6 +54,9 @@ pub struct Metrics {
     cache_blocks: Family<OpLabel, Counter>,
     /// Agents in this one's cache ring, itself included (set when scraped).
     cache_ring_members: Gauge,
+    /// Faults injected in S3's HTTP exchanges (`--inject-faults`, tests only).
+    pub injected_faults: Arc<floe_storage::http_faults::Injected>,
+    injected_faults_seen: Family<OpLabel, Counter>,
     /// Bytes of the response and request budgets not taken (set when scraped).
     pub response_budget_free: Gauge,
     pub request_budget_free: Gauge,
@@ -168,8 +174,9 @@ impl Metrics {
         registry.register(
             "cache_blocks",
             "Cached blocks by event: store_get (read from the object store), peer_hit (sent by \
-             the zone's owner), peer_fallback (owner down or slow: read from the store), served and \
-             refused (to peers), catch_up (read for a catch-up read)",
+             the zone's owner), peer_fallback (the owner failed, was slow or refused: read from the \
+             store), peer_skip (the owner failed lately: not asked), served and refused (to peers), \
+             catch_up (read for a catch-up read), reloaded (found wrong, read from the store)",
             cache_blocks.clone(),
         );
         let cache_ring_members = Gauge::default();
@@ -178,9 +185,18 @@ impl Metrics {
             "Agents of this zone whose caches share blocks, this one included (0: the ring is off)",
             cache_ring_members.clone(),
         );
+        let injected_faults_seen = Family::<OpLabel, Counter>::default();
+        registry.register(
+            "object_store_injected_faults",
+            "Faults injected in S3's HTTP exchanges by --inject-faults (a testing aid), by kind",
+            injected_faults_seen.clone(),
+        );
         let background = floe_compactor::Counters::default();
         background.register(&mut registry);
         Metrics {
+            syncing: Default::default(),
+            injected_faults: Default::default(),
+            injected_faults_seen,
             cache_blocks,
             cache_ring_members,
             response_budget_free,
@@ -230,16 +246,36 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        self.read_process();
+        {
+            let _one_at_a_time = self.syncing.lock().expect("metrics lock poisoned");
+            self.read_process();
+            self.read_injected();
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
         out
     }
 
+    /// Brings the counts of injected faults up to date.
+    fn read_injected(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let injected = &self.injected_faults;
+        for (op, count) in [
+            ("slowdown", &injected.slowdowns),
+            ("reset", &injected.resets),
+        ] {
+            raise_to(
+                &self.injected_faults_seen.get_or_create(&OpLabel { op }),
+                count.load(Relaxed),
+            );
+        }
+    }
+
     /// Brings the block cache's counts up to date (the cache counts them).
     pub fn read_cache(&self, cache: &floe_cache::BlockCache) {
         use std::sync::atomic::Ordering::Relaxed;
+        let _one_at_a_time = self.syncing.lock().expect("metrics lock poisoned");
         self.cache_ring_members
             .set(cache.ring().members().len() as i64);
         let cache = cache.counters();
@@ -247,15 +283,16 @@ impl Metrics {
             ("store_get", &cache.store_gets),
             ("peer_hit", &cache.peer_hits),
             ("peer_fallback", &cache.peer_fallbacks),
+            ("peer_skip", &cache.peer_skips),
+            ("reloaded", &cache.reloaded),
             ("served", &cache.served),
             ("refused", &cache.refused),
             ("catch_up", &cache.catch_up_blocks),
         ] {
-            let counter = self.cache_blocks.get_or_create(&OpLabel { op });
-            let (now, counted) = (count.load(Relaxed), counter.get());
-            if now > counted {
-                counter.inc_by(now - counted);
-            }
+            raise_to(
+                &self.cache_blocks.get_or_create(&OpLabel { op }),
+                count.load(Relaxed),
+            );
         }
     }
 
@@ -269,6 +306,14 @@ impl Metrics {
             }
             self.process_peak_rss.set(me.peak_rss_bytes as i64);
         }
+    }
+}
+
+/// Raises `counter` to `count`, a total counted elsewhere (counters only go up).
+fn raise_to(counter: &Counter, count: u64) {
+    let counted = counter.get();
+    if count > counted {
+        counter.inc_by(count - counted);
     }
 }
 

@@ -1,10 +1,11 @@
 //! Reading stored batches back: byte ranges of objects through the cache, with
-//! base offsets patched in. Batches are never decompressed here.
+//! base offsets patched in. Batches are never decompressed here; their CRCs
+//! are checked, since the cache's bytes come from memory, disk or a peer.
 
 use bytes::{Bytes, BytesMut};
 use floe_cache::Reading;
 use floe_metastore::ExtentRef;
-use floe_protocol::batch::{patch_base_offsets, skip_batches_before};
+use floe_protocol::batch::{crcs_hold, patch_base_offsets, skip_batches_before};
 
 use crate::broker::Broker;
 
@@ -12,8 +13,12 @@ use crate::broker::Broker;
 /// catches up: the records after it, at its own bytes per record, make
 /// more than `lag_bytes`. Such reads use the cache's catch-up pool.
 pub fn reading_for(extent: &ExtentRef, high_watermark: i64, lag_bytes: u64) -> Reading {
-    let records = (extent.last_offset - extent.base_offset + 1).max(1) as u64;
-    let behind = high_watermark.saturating_sub(extent.last_offset + 1).max(0) as u64;
+    let records = (extent.last_offset.saturating_sub(extent.base_offset))
+        .saturating_add(1)
+        .max(1) as u64;
+    let behind = high_watermark
+        .saturating_sub(extent.last_offset.saturating_add(1))
+        .max(0) as u64;
     let bytes_behind = behind as u128 * extent.length as u128 / records as u128;
     if bytes_behind > lag_bytes as u128 {
         Reading::CatchUp
@@ -35,16 +40,42 @@ pub async fn read_extents(
     let mut out = BytesMut::with_capacity(extents.iter().map(|e| e.length as usize).sum());
     for extent in extents {
         let start = out.len();
-        broker
-            .cache
+        let range = extent.position..extent.position + extent.length;
+        let reading = reading_for(extent, high_watermark, lag);
+        let cache = &broker.cache;
+        cache
             .read_into(
                 &extent.object_key,
                 extent.object_size,
-                extent.position..extent.position + extent.length,
+                range.clone(),
                 &mut out,
-                reading_for(extent, high_watermark, lag),
+                reading,
             )
             .await?;
+        // Blocks came from memory, disk or a peer: what reaches a consumer
+        // must be what was stored. A batch whose CRC fails is read again
+        // from the object store; if it fails there too, the read fails.
+        if !crcs_hold(&out[start..]) {
+            tracing::error!(object = %extent.object_key, ?range,
+                "a cached batch fails its CRC; reading it from the object store");
+            out.truncate(start);
+            cache
+                .reread_into(
+                    &extent.object_key,
+                    extent.object_size,
+                    range.clone(),
+                    &mut out,
+                    reading,
+                )
+                .await?;
+            if !crcs_hold(&out[start..]) {
+                return Err(floe_cache::CacheError::Load {
+                    key: extent.object_key.clone(),
+                    block: range.start / cache.block_bytes(),
+                    reason: "a stored batch fails its CRC".into(),
+                });
+            }
+        }
         let whole = patch_base_offsets(&mut out[start..], extent.base_offset);
         if whole != out.len() - start {
             // The metastore's ranges always hold whole batches; never hand out a torn one.

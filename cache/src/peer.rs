@@ -1,9 +1,11 @@
 //! Asking the agent that owns a block for it, over its admin HTTP port.
 //!
 //! A peer that is down or slow must never hold a fetch up for long: each
-//! request has a deadline, its body is bounded by the block's known length,
-//! and a peer that failed is skipped (its blocks read from the object store)
-//! for [`DOWN_FOR`].
+//! request has a deadline, and tells the owner a shorter one for its own
+//! load (an owner that cannot load in time answers 503 at once, and the
+//! asker reads the object store itself); the body is bounded by the block's
+//! known length; a peer that does not answer at all, or cuts blocks another
+//! way, is skipped (its blocks read from the object store) for [`DOWN_FOR`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,66 +26,92 @@ pub const BLOCK_PATH: &str = "/cache/v1/block";
 pub enum PeerError {
     #[error("peer {0} was failing; not asked")]
     Down(String),
-    #[error("object key {0:?} cannot be sent to a peer")]
+    #[error("object key {0:?} is not asked of peers")]
     Unsendable(String),
     #[error("peer {address}: {reason}")]
     Failed { address: String, reason: String },
 }
 
-/// Whether `object` can be a query value as it is. floe's keys always can;
-/// anything else is read from the object store rather than escaped.
-fn sendable(object: &str) -> bool {
-    !object.is_empty()
-        && object.len() <= crate::key::MAX_OBJECT_KEY_BYTES
+/// Whether agents may ask each other for blocks of `object`: objects that
+/// hold record batches, named in characters a query carries as they are.
+pub fn sendable(object: &str) -> bool {
+    object.len() <= crate::key::MAX_OBJECT_KEY_BYTES
+        && floe_storage::keys::holds_records(object)
         && object
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.'))
 }
 
-/// The query naming a block, as [`BLOCK_PATH`] takes it.
-pub fn block_query(key: &BlockKey, block_bytes: u64, catch_up: bool) -> String {
+/// Whether `address` is a `host:port` (or `[v6]:port`) and nothing else, so
+/// that a URL made from it names that host and port only.
+pub fn valid_address(address: &str) -> bool {
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return false;
+    };
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+        }
+    };
+    host_ok && port.parse::<u16>().is_ok_and(|p| p > 0)
+}
+
+/// The query naming a block, as [`BLOCK_PATH`] takes it; `within` is how
+/// long the owner may take.
+pub fn block_query(key: &BlockKey, catch_up: bool, within: Duration) -> String {
     format!(
-        "object={}&size={}&block={}&block_bytes={}&catch_up={}",
+        "object={}&size={}&block={}&block_bytes={}&catch_up={}&within_ms={}",
         key.object,
         key.object_size,
         key.block,
-        block_bytes,
-        u8::from(catch_up)
+        key.block_bytes,
+        u8::from(catch_up),
+        within.as_millis()
     )
 }
 
-/// What [`block_query`] wrote, if `query` is one: the block, the block
-/// size the asker uses, and whether it is a catch-up read. Anything else
-/// (a missing or repeated field, an unsendable key) is `None`.
-pub fn parse_block_query(query: &str) -> Option<(BlockKey, u64, bool)> {
-    let (mut object, mut size, mut block, mut block_bytes, mut catch_up) =
-        (None, None, None, None, None);
+/// What [`block_query`] wrote, if `query` is one: the block, whether it is
+/// a catch-up read, and the owner's deadline. Anything else (a missing or
+/// repeated field, a key peers may not ask for) is `None`.
+pub fn parse_block_query(query: &str) -> Option<(BlockKey, bool, Duration)> {
+    let (mut object, mut numbers) = (None, [None; 5]);
+    const NAMES: [&str; 5] = ["size", "block", "block_bytes", "catch_up", "within_ms"];
     for pair in query.split('&') {
         let (name, value) = pair.split_once('=')?;
-        let slot = match name {
-            "object" => {
-                if object.replace(value).is_some() {
-                    return None;
-                }
-                continue;
+        if name == "object" {
+            if object.replace(value).is_some() {
+                return None;
             }
-            "size" => &mut size,
-            "block" => &mut block,
-            "block_bytes" => &mut block_bytes,
-            "catch_up" => &mut catch_up,
-            _ => return None,
-        };
+            continue;
+        }
+        let slot = &mut numbers[NAMES.iter().position(|n| *n == name)?];
         if slot.replace(value.parse::<u64>().ok()?).is_some() {
             return None;
         }
     }
     let object = object.filter(|o| sendable(o))?;
+    let [
+        Some(size),
+        Some(block),
+        Some(block_bytes),
+        Some(catch_up),
+        Some(within_ms),
+    ] = numbers
+    else {
+        return None;
+    };
     let key = BlockKey {
         object: std::sync::Arc::from(object),
-        object_size: size?,
-        block: block?,
+        object_size: size,
+        block_bytes,
+        block,
     };
-    Some((key, block_bytes?, catch_up? != 0))
+    Some((key, catch_up != 0, Duration::from_millis(within_ms)))
 }
 
 pub struct PeerClient {
@@ -100,6 +128,9 @@ impl PeerClient {
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
             .timeout(timeout)
+            // Peers are named by the metastore: never sent elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .pool_max_idle_per_host(8)
             .build()
             .expect("an HTTP client with no TLS always builds");
@@ -142,7 +173,6 @@ impl PeerClient {
         &self,
         address: &str,
         key: &BlockKey,
-        block_bytes: u64,
         catch_up: bool,
     ) -> Result<Bytes, PeerError> {
         if !sendable(&key.object) {
@@ -151,43 +181,53 @@ impl PeerClient {
         if self.is_down(address) {
             return Err(PeerError::Down(address.to_string()));
         }
-        let expected = key.range(block_bytes);
-        let expected = (expected.end - expected.start) as usize;
+        let expected = key.length();
+        // The owner gets three quarters of the deadline for its own load,
+        // so that a slow object store is answered 503 before the asker gives up.
         let url = format!(
             "http://{address}{BLOCK_PATH}?{}",
-            block_query(key, block_bytes, catch_up)
+            block_query(key, catch_up, self.timeout * 3 / 4)
         );
         let failed = |reason: String| PeerError::Failed {
             address: address.to_string(),
             reason,
         };
-        // The whole exchange, body included, within the deadline.
         let exchange = async {
             let mut response = self.http.get(&url).send().await.map_err(|e| {
+                // Not even an answer: the peer is down or unreachable.
                 self.mark_down(address);
                 failed(e.to_string())
             })?;
-            if !response.status().is_success() {
-                // An answer: the peer is up, it just could not serve this.
-                return Err(failed(format!("answered {}", response.status())));
+            match response.status() {
+                status if status.is_success() => {}
+                reqwest::StatusCode::CONFLICT => {
+                    // Its blocks are cut another way (a rollout): none will do.
+                    self.mark_down(address);
+                    return Err(failed("cuts blocks another way".into()));
+                }
+                // An answer: the peer is up, it just could not serve this one.
+                status => return Err(failed(format!("answered {status}"))),
             }
-            let mut body = BytesMut::with_capacity(expected);
-            while let Some(chunk) = response.chunk().await.map_err(|e| {
-                self.mark_down(address);
-                failed(e.to_string())
-            })? {
-                if body.len() + chunk.len() > expected {
+            let mut chunks: Vec<Bytes> = Vec::new();
+            let mut got = 0;
+            while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
+                got += chunk.len();
+                if got > expected {
                     return Err(failed(format!("sent more than the {expected} bytes asked")));
                 }
-                body.extend_from_slice(&chunk);
+                chunks.push(chunk);
             }
-            if body.len() != expected {
-                return Err(failed(format!(
-                    "sent {} bytes of the {expected} asked",
-                    body.len()
-                )));
+            if got != expected {
+                return Err(failed(format!("sent {got} bytes of the {expected} asked")));
             }
-            Ok(body.freeze())
+            Ok(match chunks.len() {
+                1 => chunks.pop().expect("one chunk"),
+                _ => {
+                    let mut body = BytesMut::with_capacity(expected);
+                    chunks.iter().for_each(|c| body.extend_from_slice(c));
+                    body.freeze()
+                }
+            })
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(answer) => answer,
@@ -204,12 +244,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_keys_are_sent() {
+    fn only_plain_keys_of_record_objects_are_sent() {
         assert!(sendable("ingest/0a/0193f-abc_def.1"));
-        assert!(!sendable("a b"));
-        assert!(!sendable("a&size=1"));
+        assert!(sendable("segment/0a/x/1/5-y"));
+        assert!(!sendable("probe/abc"));
+        assert!(!sendable("ingest/a b"));
+        assert!(!sendable("ingest/a&size=1"));
         assert!(!sendable(""));
-        assert!(!sendable(&"a".repeat(2000)));
+        assert!(!sendable(&format!("ingest/{}", "a".repeat(2000))));
+    }
+
+    #[test]
+    fn addresses_are_a_host_and_a_port_only() {
+        for good in ["10.0.0.1:9644", "agent-1.zone-a.internal:80", "[::1]:9644"] {
+            assert!(valid_address(good), "{good}");
+        }
+        for bad in [
+            "10.0.0.1",
+            "10.0.0.1:0",
+            "10.0.0.1:70000",
+            "169.254.169.254/latest/meta-data?x=:80",
+            "user@host:80",
+            ":80",
+            "[not-v6]:80",
+            "::1:80",
+        ] {
+            assert!(!valid_address(bad), "{bad}");
+        }
     }
 
     #[test]
@@ -217,18 +278,21 @@ mod tests {
         let key = BlockKey {
             object: std::sync::Arc::from("merged/ab/x-1"),
             object_size: 123,
-            block: 4,
+            block_bytes: 64,
+            block: 1,
         };
-        let query = block_query(&key, 64, true);
-        assert_eq!(parse_block_query(&query), Some((key, 64, true)));
+        let within = Duration::from_millis(750);
+        let query = block_query(&key, true, within);
+        assert_eq!(parse_block_query(&query), Some((key, true, within)));
         for bad in [
             "",
-            "object=a&size=1&block=0&block_bytes=4",
-            "object=a&size=1&block=0&block_bytes=4&catch_up=0&size=2",
-            "object=a&object=b&size=1&block=0&block_bytes=4&catch_up=0",
-            "object=a b&size=1&block=0&block_bytes=4&catch_up=0",
-            "object=a&size=-1&block=0&block_bytes=4&catch_up=0",
-            "object=a&size=1&block=0&block_bytes=4&catch_up=0&x=1",
+            "object=ingest/a&size=1&block=0&block_bytes=4&within_ms=1",
+            "object=ingest/a&size=1&block=0&block_bytes=4&catch_up=0&within_ms=1&size=2",
+            "object=ingest/a&object=ingest/b&size=1&block=0&block_bytes=4&catch_up=0&within_ms=1",
+            "object=ingest/a b&size=1&block=0&block_bytes=4&catch_up=0&within_ms=1",
+            "object=probe/a&size=1&block=0&block_bytes=4&catch_up=0&within_ms=1",
+            "object=ingest/a&size=-1&block=0&block_bytes=4&catch_up=0&within_ms=1",
+            "object=ingest/a&size=1&block=0&block_bytes=4&catch_up=0&within_ms=1&x=1",
         ] {
             assert_eq!(parse_block_query(bad), None, "{bad}");
         }

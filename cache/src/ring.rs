@@ -18,17 +18,22 @@ pub struct Member {
     pub local: bool,
 }
 
-/// The members of one zone, in address order.
+/// The members of one zone, in address order, each with its hash.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ring {
     members: Vec<Member>,
+    hashes: Vec<u64>,
 }
 
 impl Ring {
     pub fn new(mut members: Vec<Member>) -> Self {
         members.sort_by(|a, b| a.address.cmp(&b.address));
         members.dedup_by(|a, b| a.address == b.address);
-        Ring { members }
+        let hashes = members
+            .iter()
+            .map(|m| mix(crc32c::crc32c(m.address.as_bytes()) as u64))
+            .collect();
+        Ring { members, hashes }
     }
 
     pub fn members(&self) -> &[Member] {
@@ -38,10 +43,11 @@ impl Ring {
     /// The member that owns `key`; `None` for an empty ring.
     pub fn owner(&self, key: &BlockKey) -> Option<&Member> {
         let block = block_hash(key);
-        self.members.iter().max_by_key(|m| {
-            let member = crc32c::crc32c(m.address.as_bytes()) as u64;
-            (mix(block ^ mix(member)), &m.address)
-        })
+        self.members
+            .iter()
+            .zip(&self.hashes)
+            .max_by_key(|(m, hash)| (mix(block ^ **hash), &m.address))
+            .map(|(m, _)| m)
     }
 }
 
@@ -87,6 +93,7 @@ mod tests {
             (0..10).map(move |block| BlockKey {
                 object: object.clone(),
                 object_size: 40 << 20,
+                block_bytes: 4 << 20,
                 block,
             })
         })
@@ -123,6 +130,7 @@ mod tests {
         let key = BlockKey {
             object: Arc::from("ingest/00/a"),
             object_size: 100,
+            block_bytes: 4 << 20,
             block: 0,
         };
         let owners: Vec<i32> = (0..8)

@@ -19,7 +19,7 @@ pub fn routes(cache: Arc<BlockCache>) -> Router {
 }
 
 async fn serve_block(State(cache): State<Arc<BlockCache>>, RawQuery(query): RawQuery) -> Response {
-    let Some((key, block_bytes, catch_up)) = query.as_deref().and_then(parse_block_query) else {
+    let Some((key, catch_up, within)) = query.as_deref().and_then(parse_block_query) else {
         return (StatusCode::BAD_REQUEST, "not a block query\n").into_response();
     };
     let reading = if catch_up {
@@ -27,7 +27,7 @@ async fn serve_block(State(cache): State<Arc<BlockCache>>, RawQuery(query): RawQ
     } else {
         Reading::Tail
     };
-    match cache.serve(&key, block_bytes, reading).await {
+    match cache.serve(&key, reading, within).await {
         Ok(bytes) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/octet-stream")],
@@ -36,7 +36,7 @@ async fn serve_block(State(cache): State<Arc<BlockCache>>, RawQuery(query): RawQ
             .into_response(),
         Err(e) => {
             let status = match e {
-                CacheError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+                CacheError::Busy(_) | CacheError::Slow(_) => StatusCode::SERVICE_UNAVAILABLE,
                 CacheError::BlockSize { .. } => StatusCode::CONFLICT,
                 CacheError::OutOfBounds { .. } => StatusCode::BAD_REQUEST,
                 CacheError::Load { .. } | CacheError::Disk { .. } => StatusCode::BAD_GATEWAY,

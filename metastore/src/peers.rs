@@ -50,7 +50,15 @@ impl PeerBook {
         let mut heard = self.heard.lock().expect("peer book poisoned");
         heard.retain(|_, (_, at)| now_ms - *at < PEER_TTL_MS);
         if let Some(peer) = announce {
+            // A host and port, nothing a URL could read otherwise (agents
+            // check the form again before they dial).
+            let plain = |s: &str| {
+                s.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+                })
+            };
             let well_formed = peer.address.len() <= MAX_PEER_FIELD
+                && plain(&peer.address)
                 && peer.zone.as_ref().is_none_or(|z| z.len() <= MAX_PEER_FIELD);
             let room = heard.len() < MAX_PEERS || heard.contains_key(&peer.address);
             if well_formed && room {
@@ -89,5 +97,10 @@ mod tests {
             ..peer(3)
         };
         assert_eq!(book.announce(Some(long), PEER_TTL_MS + 2), vec![peer(2)]);
+        let url = CachePeer {
+            address: "10.0.0.9/latest?x=:80".into(),
+            ..peer(4)
+        };
+        assert_eq!(book.announce(Some(url), PEER_TTL_MS + 3), vec![peer(2)]);
     }
 }

@@ -325,6 +325,29 @@ pub fn patch_base_offsets(buf: &mut [u8], mut base_offset: i64) -> usize {
     at
 }
 
+/// Whether every whole batch at the start of `buf` (end to end) has the
+/// CRC32C it carries: bytes read back from a cache or a peer are what was
+/// stored. The base offset lies outside the CRC, so patched batches check.
+pub fn crcs_hold(buf: &[u8]) -> bool {
+    let mut at = 0;
+    while buf.len() - at >= HEADER_LEN {
+        let batch_length = be_i32(buf, at + 8);
+        if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+            return false;
+        }
+        let total = LOG_OVERHEAD + batch_length as usize;
+        if buf.len() - at < total {
+            break;
+        }
+        let stored = be_i32(buf, at + 17) as u32;
+        if crc32c::crc32c(&buf[at + CRC_START..at + total]) != stored {
+            return false;
+        }
+        at += total;
+    }
+    true
+}
+
 /// How many bytes of `buf` (whole batches end to end) to keep so that no more
 /// than `limit` bytes are kept, cutting only at batch boundaries. With
 /// `at_least_one`, the first batch is kept even when it alone exceeds `limit`
@@ -543,6 +566,21 @@ mod tests {
                 first += *size as i64;
             }
             prop_assert_eq!(at, expected);
+        }
+
+        #[test]
+        fn crcs_hold_until_one_byte_changes(at in 0usize..200, cut in 0usize..40) {
+            let one = encode(&[b"abc".to_vec(), b"defgh".to_vec()], Compression::None);
+            let mut two = BytesMut::from(&one[..]);
+            two.extend_from_slice(&one);
+            // Patched base offsets and a partial batch at the end still check.
+            patch_base_offsets(&mut two, 1000);
+            two.truncate(two.len() - cut);
+            prop_assert!(crcs_hold(&two));
+            // A byte changed inside the first batch's CRC span does not.
+            let at = CRC_START + at % (one.len() - CRC_START);
+            two[at] ^= 0x40;
+            prop_assert!(!crcs_hold(&two));
         }
 
         #[test]

@@ -22,6 +22,25 @@ pub struct Faults {
     pub get_error_rate: f64,
     /// Added before every request.
     pub latency: Duration,
+    /// S3 only (see [`crate::http_faults`]): shares of writes and reads
+    /// answered `503 SlowDown`, of connections reset, and the median and
+    /// 99th percentile of a latency added to each HTTP request.
+    pub put_slowdown_rate: f64,
+    pub get_slowdown_rate: f64,
+    pub reset_rate: f64,
+    pub latency_p50: Duration,
+    pub latency_p99: Duration,
+}
+
+impl Faults {
+    /// Whether any fault is injected in S3's HTTP exchanges (which only an
+    /// `s3://` store has).
+    pub fn in_http(&self) -> bool {
+        self.put_slowdown_rate > 0.0
+            || self.get_slowdown_rate > 0.0
+            || self.reset_rate > 0.0
+            || !self.latency_p50.is_zero()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +48,7 @@ pub enum FaultSpecError {
     #[error("fault `{0}` is not `key=value`")]
     NotKeyValue(String),
     #[error(
-        "unknown fault `{0}` (known: put_error_rate, put_lost_reply_rate, get_error_rate, latency)"
+        "unknown fault `{0}` (known: put_error_rate, put_lost_reply_rate, get_error_rate, latency; on s3:// only: put_slowdown_rate, get_slowdown_rate, reset_rate, latency_p50, latency_p99)"
     )]
     Unknown(String),
     #[error("fault `{0}` has a bad value `{1}`")]
@@ -59,6 +78,15 @@ impl std::str::FromStr for Faults {
                 "get_error_rate" => faults.get_error_rate = rate()?,
                 "latency" => {
                     faults.latency = humantime::parse_duration(value).map_err(|_| bad())?
+                }
+                "put_slowdown_rate" => faults.put_slowdown_rate = rate()?,
+                "get_slowdown_rate" => faults.get_slowdown_rate = rate()?,
+                "reset_rate" => faults.reset_rate = rate()?,
+                "latency_p50" => {
+                    faults.latency_p50 = humantime::parse_duration(value).map_err(|_| bad())?
+                }
+                "latency_p99" => {
+                    faults.latency_p99 = humantime::parse_duration(value).map_err(|_| bad())?
                 }
                 other => return Err(FaultSpecError::Unknown(other.to_string())),
             }

@@ -18,6 +18,17 @@ pub const INGEST_PREFIX: &str = "ingest/";
 /// Where compaction's merged files (many partitions' runs) live.
 pub const MERGED_PREFIX: &str = "merged/";
 
+/// Where compacted segments (one partition's) live.
+pub const SEGMENT_PREFIX: &str = "segment/";
+
+/// Whether `key` names an object holding record batches (ingest files,
+/// merged files, segments): what agents may read for each other.
+pub fn holds_records(key: &str) -> bool {
+    [INGEST_PREFIX, MERGED_PREFIX, SEGMENT_PREFIX]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
+}
+
 /// A fresh key for a merged file, named by the fresh `id`: `merged/<2 hex>/<uuid>`.
 pub fn new_merged_key(id: Uuid) -> Path {
     Path::from(format!("merged/{:02x}/{}", id.as_bytes()[0], id.simple()))

@@ -8,7 +8,7 @@ use object_store::aws::AmazonS3ConfigKey;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::prefix::PrefixStore;
-use object_store::{ClientConfigKey, RetryConfig};
+use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreUrlError {
@@ -19,13 +19,19 @@ pub enum StoreUrlError {
     #[error("s3 URL `{0}` names no bucket; use s3://BUCKET[/PREFIX][?OPTIONS]")]
     NoBucket(String),
     #[error(
-        "unknown s3 option `{0}` (known: endpoint, region, path_style, allow_http, skip_signature, bulk_delete, timeout, connect_timeout, retry_timeout)"
+        "unknown s3 option `{0}` (known: endpoint, region, path_style, allow_http, skip_signature, bulk_delete, timeout, connect_timeout, retry_timeout, max_retries, backoff_init, backoff_max, s3_express)"
     )]
     UnknownOption(String),
     #[error("s3 option `{0}` needs true or false, not `{1}`")]
     NotABool(String, String),
     #[error("s3 option `{0}` needs a duration such as 30s, not `{1}`")]
     NotADuration(String, String),
+    #[error("s3 option `{0}` needs a whole number, not `{1}`")]
+    NotANumber(String, String),
+    #[error(
+        "faults in S3's HTTP exchanges (slowdowns, resets, latency_p50) and given keys need an s3:// store, not `{0}`"
+    )]
+    HttpFaultsNeedS3(String),
     #[error("cannot use `{path}` as an object store folder: {source}")]
     Folder {
         path: String,
@@ -46,13 +52,35 @@ pub enum StoreUrlError {
 ///   (implied by an `http://` endpoint), `skip_signature=true` (anonymous
 ///   requests, for public buckets and servers without credentials),
 ///   `bulk_delete=false` (GC deletes one object per request, for stores
-///   without S3's DeleteObjects), and the deadlines of
+///   without S3's DeleteObjects), `s3_express=true` (an S3 Express One
+///   Zone directory bucket, `BUCKET--AZID--x-s3`), the deadlines of
 ///   [`S3_TIMEOUTS`]: `connect_timeout=5s`, `timeout=30s` (one request),
-///   `retry_timeout=30s` (all retries of one operation).
+///   `retry_timeout=30s` (all retries of one operation), and the retries of
+///   [`s3_retries`]: `max_retries=10`, `backoff_init=100ms`, `backoff_max=5s`.
 /// - `file://PATH`: a local folder (created if missing; a relative PATH such as
 ///   `file://./floe-data/objects` is taken from the working directory).
 /// - `memory://`: a process-local store for tests.
 pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError> {
+    open_with(url, OpenOptions::default())
+}
+
+/// What [`open_with`] changes of what a URL says (S3 only).
+#[derive(Debug, Default)]
+pub struct OpenOptions {
+    /// S3's HTTP exchanges go through it (fault injection, see
+    /// [`crate::http_faults`]).
+    pub connector: Option<crate::http_faults::FaultyConnector>,
+    /// Keys used instead of those of the environment (the conformance
+    /// check's wrong credentials).
+    pub keys: Option<(String, String)>,
+}
+
+/// [`open`] with `options`, which only an `s3://` store takes.
+pub fn open_with(url: &str, options: OpenOptions) -> Result<Arc<dyn ObjectStore>, StoreUrlError> {
+    let connector = options.connector;
+    if (connector.is_some() || options.keys.is_some()) && !url.starts_with("s3://") {
+        return Err(StoreUrlError::HttpFaultsNeedS3(url.to_string()));
+    }
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| StoreUrlError::NoScheme(url.to_string()))?;
@@ -71,12 +99,17 @@ pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError> {
             let local = Arc::new(LocalFileSystem::new_with_prefix(&absolute)?);
             Ok(Arc::new(crate::synced::synced(local, absolute)))
         }
-        "s3" => open_s3(url, rest),
+        "s3" => open_s3(url, rest, connector, options.keys),
         other => Err(StoreUrlError::UnsupportedScheme(other.to_string())),
     }
 }
 
-fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError> {
+fn open_s3(
+    url: &str,
+    rest: &str,
+    connector: Option<crate::http_faults::FaultyConnector>,
+    keys: Option<(String, String)>,
+) -> Result<Arc<dyn ObjectStore>, StoreUrlError> {
     let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (bucket, prefix) = location.split_once('/').unwrap_or((location, ""));
     if bucket.is_empty() {
@@ -95,10 +128,7 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
     // the library's defaults (see `S3_TIMEOUTS`); the URL may change them.
     let client = |key| AmazonS3ConfigKey::Client(key);
     let millis = |d: std::time::Duration| format!("{}ms", d.as_millis());
-    let mut retry = RetryConfig {
-        retry_timeout: S3_TIMEOUTS.retries,
-        ..RetryConfig::default()
-    };
+    let mut retry = s3_retries();
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
     // Where the environment (AWS_TIMEOUT, AWS_CONNECT_TIMEOUT) set none.
     for (key, default) in [
@@ -145,8 +175,31 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
                 retry.retry_timeout = duration(&key, &value)?;
                 builder
             }
+            "max_retries" => {
+                retry.max_retries = value
+                    .parse()
+                    .map_err(|_| StoreUrlError::NotANumber(key.to_string(), value.to_string()))?;
+                builder
+            }
+            "backoff_init" => {
+                retry.backoff.init_backoff = duration(&key, &value)?;
+                builder
+            }
+            "backoff_max" => {
+                retry.backoff.max_backoff = duration(&key, &value)?;
+                builder
+            }
+            "s3_express" => builder.with_s3_express(flag(&key, &value)?),
             other => return Err(StoreUrlError::UnknownOption(other.to_string())),
         };
+    }
+    if let Some(connector) = connector {
+        builder = builder.with_http_connector(connector);
+    }
+    if let Some((key_id, secret)) = keys {
+        builder = builder
+            .with_access_key_id(key_id)
+            .with_secret_access_key(secret);
     }
     let store = builder.with_retry(retry).build()?;
     let prefix = prefix.trim_end_matches('/');
@@ -155,6 +208,32 @@ fn open_s3(url: &str, rest: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError>
     } else {
         Arc::new(PrefixStore::new(store, prefix))
     })
+}
+
+/// How S3 calls are retried, unless the URL says otherwise (`max_retries`,
+/// `backoff_init`, `backoff_max`, `retry_timeout`). object_store retries
+/// connection errors, timeouts of idempotent requests (floe's PUTs are:
+/// each key is written once), 5xx answers and 429, and S3's `SlowDown` and
+/// `InternalError` sent with a 200; it waits with decorrelated jitter (each
+/// wait drawn between `init_backoff` and twice the last), which spreads
+/// agents that were throttled together.
+///
+/// - The first retry after 100 ms: S3's throttling clears in about a second
+///   once the request rate drops, and an ingest PUT waits in the ordered
+///   commit pipeline, so short waits matter.
+/// - No wait longer than 5 s: a produce request's answer waits for its
+///   PUT, and clients time out at 30 s (`request.timeout.ms`).
+/// - At most 10 retries, and none begun after [`S3_TIMEOUTS`]`.retries`.
+pub fn s3_retries() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: std::time::Duration::from_millis(100),
+            max_backoff: std::time::Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: 10,
+        retry_timeout: S3_TIMEOUTS.retries,
+    }
 }
 
 /// The deadlines of S3 calls, unless the URL sets them (`timeout`,

@@ -3,7 +3,9 @@
 //! the Kafka protocol to a broker (`--bootstrap-server`), so they work
 //! through a load balancer and against any agent; every agent serves every
 //! topic and group, so the tools send everything to the one they reach.
+//! `floe check-store` tries an object store instead (no broker needed).
 
+pub mod check_store;
 pub mod groups;
 pub mod topics;
 
