@@ -2,5 +2,11 @@
 # Stops the server localstack/start.sh started with the same STATE_DIR (or port).
 set -euo pipefail
 state=${1:-${TMPDIR:-/tmp}/floe-s3-9000}
-[ -f "$state/pid" ] && kill "$(cat "$state/pid")" 2>/dev/null || true
-rm -f "$state/pid"
+[ -f "$state/started" ] || exit 0
+read -r kind what <"$state/started" || true
+case "$kind" in
+  pid) kill "$what" 2>/dev/null || true ;;
+  container) docker rm -f "$what" >/dev/null 2>&1 || true ;;
+  localstack) localstack stop >/dev/null 2>&1 || true ;;
+esac
+rm -f "$state/started"

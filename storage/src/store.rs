@@ -341,6 +341,21 @@ mod tests {
             open("s3://bucket?timeout=soon"),
             Err(StoreUrlError::NotADuration(..))
         ));
+        assert!(open("s3://b?max_retries=3&backoff_init=50ms&backoff_max=2s").is_ok());
+        assert!(matches!(
+            open("s3://bucket?max_retries=many"),
+            Err(StoreUrlError::NotANumber(..))
+        ));
+        assert!(open("s3://floe--use1-az4--x-s3/p?region=us-east-1&s3_express=true").is_ok());
+        // Injected HTTP faults and given keys are for S3 only.
+        let keys = OpenOptions {
+            keys: Some(("k".into(), "s".into())),
+            ..OpenOptions::default()
+        };
+        assert!(matches!(
+            open_with("memory://", keys),
+            Err(StoreUrlError::HttpFaultsNeedS3(_))
+        ));
     }
 
     /// An S3 endpoint that accepts connections and never answers: every
