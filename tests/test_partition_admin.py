@@ -126,6 +126,42 @@ def test_log_dirs_show_bytes_held_and_the_topics_codec_applies(agent):
     admin.close()
 
 
+def test_compression_levels_apply_when_the_agent_recompresses(agent):
+    """KIP-390: a topic's `compression.<codec>.level` is the level batches
+    get when the agent recompresses them to the topic's codec."""
+    admin = admin_for(agent)
+    levels = {"zstd": (1, 19), "gzip": (1, 9)}
+    admin.create_topics([
+        NewTopic(f"{codec}-{level}", 1, 1, topic_configs={
+            "compression.type": codec, f"compression.{codec}.level": str(level)})
+        for codec, pair in levels.items() for level in pair
+    ])
+    # Text-like values, compressible but not trivially.
+    values = [(" ".join(f"w{(i * 7919 + j * 104729) % 3001}" for j in range(120))).encode()
+              for i in range(300)]
+    for codec, pair in levels.items():
+        for level in pair:
+            produce(agent, f"{codec}-{level}", values, **{"compression.type": "none", "linger.ms": 50})
+    (broker,) = admin.describe_log_dirs()
+    sizes = {t["name"]: t["partitions"][0]["partition_size"] for t in broker["log_dirs"][0]["topics"]}
+    print(sizes)
+    for codec, (fast, best) in levels.items():
+        assert sizes[f"{codec}-{best}"] < sizes[f"{codec}-{fast}"], sizes
+    for codec, pair in levels.items():
+        for level in pair:
+            c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "levels",
+                          "auto.offset.reset": "earliest"})
+            c.subscribe([f"{codec}-{level}"])
+            got, deadline = [], time.time() + 30
+            while len(got) < len(values) and time.time() < deadline:
+                m = c.poll(1)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+            c.close()
+            assert got == values, (codec, level)
+    admin.close()
+
+
 def test_producers_are_described_per_partition(agent):
     admin = admin_for(agent)
     admin.create_topics([NewTopic("tracked", 2, 1)])

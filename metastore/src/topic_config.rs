@@ -28,6 +28,12 @@ pub const SEGMENT_MS: &str = "segment.ms";
 pub const DEFAULT_SEGMENT_MS: i64 = 7 * 24 * 3600 * 1000;
 
 const COMPRESSION_TYPE: &str = "compression.type";
+const GZIP_LEVEL: &str = "compression.gzip.level";
+const LZ4_LEVEL: &str = "compression.lz4.level";
+const ZSTD_LEVEL: &str = "compression.zstd.level";
+/// Kafka's defaults (KIP-390).
+const DEFAULT_LZ4_LEVEL: i32 = 9;
+const DEFAULT_ZSTD_LEVEL: i32 = 3;
 
 /// Kafka's default `retention.ms`: seven days.
 pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -90,6 +96,12 @@ pub struct TopicConfig {
     /// `compression.type`: batches in another codec are recompressed when
     /// produced, as Kafka does.
     pub compression: TopicCompression,
+    /// `compression.gzip.level`, `compression.lz4.level`,
+    /// `compression.zstd.level` (KIP-390): the level batches recompressed
+    /// to the topic's codec get (-1: gzip's default).
+    pub gzip_level: i32,
+    pub lz4_level: i32,
+    pub zstd_level: i32,
 }
 
 impl Default for TopicConfig {
@@ -175,6 +187,9 @@ impl TopicConfig {
                     .ok_or("a number between 0 and 1")
             })?,
             segment_ms: get(SEGMENT_MS).long_at_least(0, DEFAULT_SEGMENT_MS)?.max(1),
+            gzip_level: get(GZIP_LEVEL).level(-1)?,
+            lz4_level: get(LZ4_LEVEL).level(DEFAULT_LZ4_LEVEL)?,
+            zstd_level: get(ZSTD_LEVEL).level(DEFAULT_ZSTD_LEVEL)?,
             compression: get(COMPRESSION_TYPE).parsed(TopicCompression::Producer, |v| {
                 Ok(match v {
                     "producer" => TopicCompression::Producer,
@@ -196,6 +211,9 @@ impl TopicConfig {
         vec![
             (CLEANUP_POLICY, "delete".into()),
             (COMPRESSION_TYPE, "producer".into()),
+            (GZIP_LEVEL, "-1".into()),
+            (LZ4_LEVEL, DEFAULT_LZ4_LEVEL.to_string()),
+            (ZSTD_LEVEL, DEFAULT_ZSTD_LEVEL.to_string()),
             (DELETE_RETENTION_MS, DEFAULT_DELETE_RETENTION_MS.to_string()),
             (MAX_COMPACTION_LAG_MS, i64::MAX.to_string()),
             (MAX_MESSAGE_BYTES, message_max_bytes.to_string()),
@@ -226,6 +244,8 @@ enum Kind {
     Long(i64),
     /// A 32-bit integer at least this.
     Int(i32),
+    /// A 32-bit integer in one of these inclusive ranges (compression levels).
+    Levels(&'static [(i32, i32)]),
     /// A number within [0, 1].
     Ratio,
     Bool,
@@ -243,9 +263,9 @@ const KNOWN: &[(&str, Kind)] = &[
         COMPRESSION_TYPE,
         Kind::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
     ),
-    ("compression.gzip.level", Kind::Int(-1)),
-    ("compression.lz4.level", Kind::Int(1)),
-    ("compression.zstd.level", Kind::Int(-131_072)),
+    (GZIP_LEVEL, Kind::Levels(&[(-1, -1), (1, 9)])),
+    (LZ4_LEVEL, Kind::Levels(&[(1, 17)])),
+    (ZSTD_LEVEL, Kind::Levels(&[(-131_072, 22)])),
     (DELETE_RETENTION_MS, Kind::Long(0)),
     ("file.delete.delay.ms", Kind::Long(0)),
     ("flush.messages", Kind::Long(1)),
@@ -290,6 +310,10 @@ fn check_known(key: &str, value: &str) -> Result<(), String> {
     let fits = match kind {
         Kind::Long(min) => value.trim().parse::<i64>().is_ok_and(|v| v >= *min),
         Kind::Int(min) => value.trim().parse::<i32>().is_ok_and(|v| v >= *min),
+        Kind::Levels(ranges) => value
+            .trim()
+            .parse::<i32>()
+            .is_ok_and(|v| ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&v))),
         Kind::Ratio => value
             .trim()
             .parse::<f64>()
@@ -306,6 +330,14 @@ fn check_known(key: &str, value: &str) -> Result<(), String> {
         let want = match kind {
             Kind::Long(min) => format!("an integer >= {min}"),
             Kind::Int(min) => format!("a 32-bit integer >= {min}"),
+            Kind::Levels(ranges) => ranges
+                .iter()
+                .map(|(lo, hi)| match lo == hi {
+                    true => lo.to_string(),
+                    false => format!("[{lo},...,{hi}]"),
+                })
+                .collect::<Vec<_>>()
+                .join(" or "),
             Kind::Ratio => "a number between 0 and 1".into(),
             Kind::Bool => "true or false".into(),
             Kind::OneOf(words) => format!("one of {}", words.join(", ")),
@@ -361,11 +393,44 @@ impl Value<'_> {
             v.parse::<i64>().ok().filter(|v| *v >= min).ok_or(want)
         })
     }
+
+    /// A compression level, checked as [`KNOWN`] says for its key.
+    fn level(&self, default: i32) -> Result<i32, String> {
+        self.parsed(default, |v| {
+            check_known(self.key, v)
+                .ok()
+                .and_then(|()| v.trim().parse::<i32>().ok())
+                .ok_or("a level the codec takes")
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compression_levels_are_kept_within_their_codecs_ranges() {
+        let c = TopicConfig::parse(&configs(&[
+            ("compression.gzip.level", "9"),
+            ("compression.zstd.level", "-5"),
+        ]))
+        .unwrap();
+        assert_eq!((c.gzip_level, c.lz4_level, c.zstd_level), (9, 9, -5));
+        let d = TopicConfig::default();
+        assert_eq!((d.gzip_level, d.lz4_level, d.zstd_level), (-1, 9, 3));
+        for (key, bad) in [
+            ("compression.gzip.level", "0"),
+            ("compression.gzip.level", "10"),
+            ("compression.lz4.level", "18"),
+            ("compression.zstd.level", "23"),
+            ("compression.zstd.level", "fast"),
+        ] {
+            let refused = TopicConfig::parse(&configs(&[(key, bad)])).unwrap_err();
+            assert!(refused.contains(key), "{refused}");
+        }
+        assert!(TopicConfig::parse(&configs(&[("compression.gzip.level", "-1")])).is_ok());
+    }
 
     fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -428,6 +493,9 @@ mod tests {
                 min_cleanable_dirty_ratio: 0.5,
                 segment_ms: DEFAULT_SEGMENT_MS,
                 compression: TopicCompression::Producer,
+                gzip_level: -1,
+                lz4_level: DEFAULT_LZ4_LEVEL,
+                zstd_level: DEFAULT_ZSTD_LEVEL,
             }
         );
         assert_eq!(c, TopicConfig::default());

@@ -42,6 +42,52 @@ pub fn decompressed_limit(codec: Codec, compressed_len: usize) -> usize {
         .min(MAX_DECOMPRESSED_BATCH_BYTES)
 }
 
+/// Compresses a batch's records payload in `codec` at `level`, or at the
+/// codec's default as Kafka's (KIP-390): gzip 6, lz4 9, zstd 3. Snappy has
+/// no levels. LZ4 is written as Kafka reads it: a frame of independent blocks.
+pub fn compress(codec: Codec, level: Option<i32>, input: &[u8]) -> Result<Vec<u8>, BatchError> {
+    use std::io::Write;
+    let failed = |_| BatchError::Invalid("records do not compress");
+    match codec {
+        Codec::None => Ok(input.to_vec()),
+        Codec::Gzip => {
+            let level = level.filter(|l| (1..=9).contains(l)).unwrap_or(6) as u32;
+            let mut encoder = flate2::write::GzEncoder::new(
+                Vec::with_capacity(input.len() / 2),
+                flate2::Compression::new(level),
+            );
+            encoder.write_all(input).map_err(failed)?;
+            encoder.finish().map_err(failed)
+        }
+        Codec::Lz4 => {
+            let level = level.filter(|l| (1..=17).contains(l)).unwrap_or(9) as u32;
+            let mut encoder = lz4::EncoderBuilder::new()
+                .level(level)
+                .block_mode(lz4::BlockMode::Independent)
+                .build(Vec::with_capacity(input.len() / 2))
+                .map_err(failed)?;
+            encoder.write_all(input).map_err(failed)?;
+            let (out, finished) = encoder.finish();
+            finished.map_err(failed)?;
+            Ok(out)
+        }
+        Codec::Zstd => zstd::stream::encode_all(input, level.unwrap_or(3)).map_err(failed),
+        Codec::Snappy => {
+            use kafka_protocol::compression::{Compressor, Snappy};
+            let mut out = bytes::BytesMut::new();
+            Snappy::compress(
+                &mut out,
+                |buf: &mut bytes::BytesMut| -> anyhow::Result<()> {
+                    buf.extend_from_slice(input);
+                    Ok(())
+                },
+            )
+            .map_err(|_| BatchError::Invalid("records do not compress"))?;
+            Ok(out.to_vec())
+        }
+    }
+}
+
 /// Decompresses a batch's records payload, refusing output past `limit` bytes.
 pub fn decompress(codec: Codec, input: &[u8], limit: usize) -> Result<Bytes, BatchError> {
     let out = match codec {

@@ -61,16 +61,17 @@ pub const DELETE_HORIZON_FLAG: i16 = 0x40;
 /// ... (Kafka renumbers other deltas; floe refuses them as invalid). The
 /// header is kept but for its codec bits, length and CRC: producer fields
 /// (idempotence still recognises retries), timestamps and their type,
-/// leader epoch. Decompression is bounded as [`decode`]'s, and nothing is
+/// leader epoch. The records are compressed at `level` (the codec's
+/// default when `None`, see [`crate::compression::compress`]). Decompression is bounded as [`decode`]'s, and nothing is
 /// allocated per record; an uncompressed result larger than `max_bytes` is
 /// refused before it is built.
 pub fn recompress(
     batch: &RecordBatch,
     codec: Codec,
+    level: Option<i32>,
     max_bytes: usize,
 ) -> Result<RecordBatch, BatchError> {
     use bytes::BufMut;
-    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
     let payload = &batch.bytes()[HEADER_LEN..];
     let limit = decompressed_limit(batch.codec(), payload.len());
     let records = decompress(batch.codec(), payload, limit)?;
@@ -78,19 +79,7 @@ pub fn recompress(
         return Err(BatchError::TooLarge);
     }
     check_records(&records, batch.record_count())?;
-    let write = |buf: &mut bytes::BytesMut| -> anyhow::Result<()> {
-        buf.put_slice(&records);
-        Ok(())
-    };
-    let mut compressed = bytes::BytesMut::new();
-    match codec {
-        Codec::None => write(&mut compressed),
-        Codec::Gzip => Gzip::compress(&mut compressed, write),
-        Codec::Snappy => Snappy::compress(&mut compressed, write),
-        Codec::Lz4 => Lz4::compress(&mut compressed, write),
-        Codec::Zstd => Zstd::compress(&mut compressed, write),
-    }
-    .map_err(|_| BatchError::Invalid("records do not compress"))?;
+    let compressed = crate::compression::compress(codec, level, &records)?;
     if HEADER_LEN + compressed.len() > max_bytes {
         return Err(BatchError::TooLarge);
     }
@@ -345,7 +334,7 @@ mod tests {
                 .unwrap()
                 .remove(0);
             for codec in all {
-                let again = recompress(&batch, codec, usize::MAX).unwrap();
+                let again = recompress(&batch, codec, None, usize::MAX).unwrap();
                 assert_eq!(again.codec(), codec);
                 // The header but for codec, length and CRC; every record.
                 assert_eq!(again.attributes() & !0x07, batch.attributes() & !0x07);
@@ -415,13 +404,44 @@ mod tests {
     }
 
     #[test]
+    fn levels_change_the_bytes_not_the_records() {
+        let values: Vec<Vec<u8>> = (0..200)
+            .map(|i| format!("value {i} {}", "abcabcabd".repeat(i % 7)).into_bytes())
+            .collect();
+        let encoded = crate::testing::encode(&values, kafka_protocol::records::Compression::None);
+        let batch = RecordBatch::parse_one(&encoded).unwrap().0;
+        for (codec, low, high) in [
+            (Codec::Zstd, 1, 19),
+            (Codec::Gzip, 1, 9),
+            (Codec::Lz4, 1, 12),
+        ] {
+            let fast = recompress(&batch, codec, Some(low), usize::MAX).unwrap();
+            let small = recompress(&batch, codec, Some(high), usize::MAX).unwrap();
+            assert!(
+                small.len() < fast.len(),
+                "{codec:?}: {} vs {}",
+                small.len(),
+                fast.len()
+            );
+            for stored in [fast, small] {
+                let read: Vec<Vec<u8>> = decode(&stored)
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.value.unwrap().to_vec())
+                    .collect();
+                assert_eq!(read, values);
+            }
+        }
+    }
+
+    #[test]
     fn recompressing_keeps_records_byte_for_byte() {
         // Duplicate header keys and a key that is not UTF-8: kept as sent.
         let headers: &[(&[u8], &[u8])] = &[(b"k", b"1"), (b"k", b"2"), (&[0xff, 0xfe], b"x")];
         let records = [record(0, b"a", headers), record(1, b"b", &[])].concat();
         let batch = batch_of(&records, 2, Codec::None);
-        let zstd = recompress(&batch, Codec::Zstd, usize::MAX).unwrap();
-        let back = recompress(&zstd, Codec::None, usize::MAX).unwrap();
+        let zstd = recompress(&batch, Codec::Zstd, None, usize::MAX).unwrap();
+        let back = recompress(&zstd, Codec::None, None, usize::MAX).unwrap();
         assert_eq!(back.bytes(), batch.bytes());
     }
 
@@ -429,7 +449,7 @@ mod tests {
     fn a_log_append_time_header_survives_recompression() {
         let records = [record(0, b"a", &[]), record(1, b"b", &[])].concat();
         let stamped = batch_of(&records, 2, Codec::None).with_log_append_time(7_777);
-        let again = recompress(&stamped, Codec::Lz4, usize::MAX).unwrap();
+        let again = recompress(&stamped, Codec::Lz4, None, usize::MAX).unwrap();
         assert!(again.is_log_append_time());
         assert_eq!(again.max_timestamp(), 7_777);
     }
@@ -444,7 +464,7 @@ mod tests {
         broken[at] = 120;
         let batch = batch_of(&broken, 1, Codec::None);
         assert!(matches!(
-            recompress(&batch, Codec::Zstd, usize::MAX),
+            recompress(&batch, Codec::Zstd, None, usize::MAX),
             Err(BatchError::Invalid(_))
         ));
         // A record longer than its fields: refused too.
@@ -452,10 +472,18 @@ mod tests {
         padded[0] += 2; // one more byte (zigzag)
         padded.push(0);
         let batch = batch_of(&padded, 1, Codec::None);
-        assert!(recompress(&batch, Codec::Zstd, usize::MAX).is_err());
+        assert!(recompress(&batch, Codec::Zstd, None, usize::MAX).is_err());
         // Honest records of every shape pass.
         let ok = record(0, b"value", &[(b"k", b"v")]);
-        assert!(recompress(&batch_of(&ok, 1, Codec::None), Codec::Zstd, usize::MAX).is_ok());
+        assert!(
+            recompress(
+                &batch_of(&ok, 1, Codec::None),
+                Codec::Zstd,
+                None,
+                usize::MAX
+            )
+            .is_ok()
+        );
     }
 
     #[test]
@@ -464,7 +492,7 @@ mod tests {
             let records: Vec<u8> = deltas.iter().flat_map(|&d| record(d, b"v", &[])).collect();
             let batch = batch_of(&records, 2, Codec::None);
             assert!(matches!(
-                recompress(&batch, Codec::Zstd, usize::MAX),
+                recompress(&batch, Codec::Zstd, None, usize::MAX),
                 Err(BatchError::Invalid(_))
             ));
         }
@@ -472,9 +500,9 @@ mod tests {
         let v = [b'v'; 20];
         let three = [record(0, &v, &[]), record(1, &v, &[]), record(2, &v, &[])].concat();
         let batch = batch_of(&three, 2, Codec::None);
-        assert!(recompress(&batch, Codec::Zstd, usize::MAX).is_err());
+        assert!(recompress(&batch, Codec::Zstd, None, usize::MAX).is_err());
         let batch = batch_of(&three, 4, Codec::None);
-        assert!(recompress(&batch, Codec::Zstd, usize::MAX).is_err());
+        assert!(recompress(&batch, Codec::Zstd, None, usize::MAX).is_err());
     }
 
     #[test]
@@ -485,11 +513,11 @@ mod tests {
         let bomb = batch_of(&records, 1, Codec::Zstd);
         assert!(bomb.len() < 4096, "{}", bomb.len());
         assert!(matches!(
-            recompress(&bomb, Codec::None, 1 << 20),
+            recompress(&bomb, Codec::None, None, 1 << 20),
             Err(BatchError::TooLarge)
         ));
         // Within bounds it recompresses, and the result is checked again.
-        let lz4 = recompress(&bomb, Codec::Lz4, usize::MAX).unwrap();
+        let lz4 = recompress(&bomb, Codec::Lz4, None, usize::MAX).unwrap();
         assert_eq!(lz4.record_count(), 1);
     }
 

@@ -417,7 +417,7 @@ proptest! {
             // compressor's own state (fixed: a zstd context is a few MiB).
             let target = testing::CODECS[(codec + 1) % 5];
             let target = RecordBatch::parse_all(&testing::encode(&[vec![0]], target)).unwrap()[0].codec();
-            let (again, peak) = peak_of(|| records::recompress(&batch, target, usize::MAX));
+            let (again, peak) = peak_of(|| records::recompress(&batch, target, None, usize::MAX));
             prop_assert!(
                 peak <= 4 * limit.max(batch.len()) + SLACK + COMPRESSOR_STATE,
                 "recompress: {peak} bytes for {len}"

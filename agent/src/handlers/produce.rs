@@ -242,7 +242,9 @@ async fn admit_partition(
     let now_ms = crate::discovery::now_ms();
     let batch = rules.apply(batch, now_ms)?;
     let batch = match rules.recompress_to(&batch) {
-        Some(codec) => recompress(batch, codec, rules.max_message_bytes, due).await?,
+        Some((codec, level)) => {
+            recompress(batch, codec, level, rules.max_message_bytes, due).await?
+        }
         None => batch,
     };
     let bytes = batch.len() as u64;
@@ -270,11 +272,13 @@ async fn admit_partition(
 /// a core while it runs.
 static RECOMPRESSIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
-/// `batch` in `codec` (the topic's `compression.type`), off the runtime's
-/// threads, waiting for a turn no longer than the request's timeout.
+/// `batch` in `codec` at `level` (the topic's `compression.type` and
+/// level), off the runtime's threads, waiting for a turn no longer than the
+/// request's timeout.
 async fn recompress(
     batch: RecordBatch,
     codec: floe_protocol::batch::Codec,
+    level: Option<i32>,
     max_bytes: u64,
     due: Instant,
 ) -> Result<RecordBatch, (ResponseError, String)> {
@@ -293,7 +297,7 @@ async fn recompress(
     // future is dropped.
     tokio::task::spawn_blocking(move || {
         let _turn = turn;
-        floe_protocol::records::recompress(&batch, codec, max_bytes)
+        floe_protocol::records::recompress(&batch, codec, level, max_bytes)
     })
     .await
     .map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?

@@ -34,6 +34,9 @@ pub struct ProduceRules {
     /// `compression.type` other than `producer`: the codec batches are
     /// stored with, recompressed to it when they come in another.
     pub codec: Option<Codec>,
+    /// The topic's `compression.<codec>.level` for that codec (KIP-390);
+    /// `None`: the codec's default.
+    pub level: Option<i32>,
 }
 
 impl ProduceRules {
@@ -45,6 +48,12 @@ impl ProduceRules {
             before_max_ms: config.timestamp_before_max_ms,
             after_max_ms: config.timestamp_after_max_ms,
             keys_required: config.compact,
+            level: match config.compression {
+                TopicCompression::Gzip => Some(config.gzip_level).filter(|l| *l != -1),
+                TopicCompression::Lz4 => Some(config.lz4_level),
+                TopicCompression::Zstd => Some(config.zstd_level),
+                _ => None,
+            },
             codec: match config.compression {
                 TopicCompression::Producer => None,
                 TopicCompression::Uncompressed => Some(Codec::None),
@@ -56,12 +65,15 @@ impl ProduceRules {
         }
     }
 
-    /// The codec `batch` is to be stored in when it is not its own: the
-    /// topic's `compression.type` (Kafka's LogValidator recompresses too;
-    /// compression levels are the codecs' defaults). The one case floe
-    /// decompresses what it stores; see [`recompress`].
-    pub fn recompress_to(&self, batch: &RecordBatch) -> Option<Codec> {
-        self.codec.filter(|&codec| codec != batch.codec())
+    /// The codec (and level) `batch` is to be stored in when it is not its
+    /// own: the topic's `compression.type` and `compression.<codec>.level`.
+    /// As Kafka's LogValidator, a batch already in the topic's codec is kept
+    /// as it came, whatever level made it. The one case floe decompresses
+    /// what it stores; see [`recompress`].
+    pub fn recompress_to(&self, batch: &RecordBatch) -> Option<(Codec, Option<i32>)> {
+        self.codec
+            .filter(|&codec| codec != batch.codec())
+            .map(|codec| (codec, self.level))
     }
 
     /// The batch as it is to be stored (but for its codec: see
@@ -199,12 +211,25 @@ mod tests {
             "`producer`: as sent"
         );
         let zstd = rules(&[("compression.type", "zstd")]);
-        assert_eq!(zstd.recompress_to(&batch()), Some(Codec::Zstd));
+        assert_eq!(zstd.recompress_to(&batch()), Some((Codec::Zstd, Some(3))));
+        let zstd_9 = rules(&[
+            ("compression.type", "zstd"),
+            ("compression.zstd.level", "9"),
+        ]);
+        assert_eq!(zstd_9.recompress_to(&batch()), Some((Codec::Zstd, Some(9))));
+        let gzip = rules(&[("compression.type", "gzip")]);
+        assert_eq!(gzip.recompress_to(&batch()), Some((Codec::Gzip, None)));
         let none = rules(&[("compression.type", "uncompressed")]);
         assert_eq!(none.recompress_to(&batch()), None, "already uncompressed");
-        let stored = floe_protocol::records::recompress(&batch(), Codec::Zstd, usize::MAX).unwrap();
+        let stored =
+            floe_protocol::records::recompress(&batch(), Codec::Zstd, None, usize::MAX).unwrap();
         assert_eq!(zstd.recompress_to(&stored), None);
-        assert_eq!(none.recompress_to(&stored), Some(Codec::None));
+        assert_eq!(
+            zstd_9.recompress_to(&stored),
+            None,
+            "a level alone does not recompress"
+        );
+        assert_eq!(none.recompress_to(&stored), Some((Codec::None, None)));
     }
 
     #[test]
