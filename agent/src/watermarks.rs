@@ -7,14 +7,16 @@
 //! partition anyone waits on, however many consumers wait, and at once when
 //! this agent commits (`Broker::commits`). The answer holds the new extents
 //! too: they go into the [`ExtentCache`], so the woken fetches read them
-//! without asking again.
+//! without asking again. A partition that grows wakes only the fetches
+//! waiting on it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use floe_metastore::{Metastore, ReadPlan, Refusal, TopicId, TopicPartition};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::extent_cache::ExtentCache;
@@ -28,13 +30,25 @@ type Key = TopicPartition;
 struct Watched {
     /// The highest high watermark known (seen by a fetch or polled).
     high_watermark: i64,
-    waiters: usize,
+    /// The fetches waiting on this partition, by their number: woken when
+    /// it grows, and only then (a commit to one partition wakes none of the
+    /// fetches waiting on others).
+    waiters: HashMap<u64, Arc<Notify>>,
+}
+
+impl Watched {
+    fn wake(&self) {
+        // A permit is kept for a waiter not yet waiting: no wake-up is lost.
+        self.waiters.values().for_each(|n| n.notify_one());
+    }
 }
 
 pub struct Watermarks {
     watched: Mutex<HashMap<Key, Watched>>,
-    /// Bumped whenever a watched high watermark grows.
-    grew: watch::Sender<u64>,
+    /// Numbers the waiting fetches.
+    next_waiter: AtomicU64,
+    /// Times a waiting fetch was woken (grown or not), for tests.
+    wakeups: AtomicU64,
 }
 
 impl Watermarks {
@@ -49,7 +63,8 @@ impl Watermarks {
     ) -> Arc<Watermarks> {
         let watermarks = Arc::new(Watermarks {
             watched: Mutex::new(HashMap::new()),
-            grew: watch::Sender::new(0),
+            next_waiter: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
         });
         tokio::spawn(poll_loop(
             Arc::downgrade(&watermarks),
@@ -69,18 +84,18 @@ impl Watermarks {
         partitions: &[(TopicId, i32, i64)],
         deadline: Instant,
     ) -> bool {
-        let _watching = Watching::new(self, partitions);
-        let mut grew = self.grew.subscribe();
+        let watching = Watching::new(self, partitions);
         loop {
             if self.any_grew(partitions) {
                 return true;
             }
-            if tokio::time::timeout_at(deadline, grew.changed())
+            if tokio::time::timeout_at(deadline, watching.woken.notified())
                 .await
                 .is_err()
             {
                 return false;
             }
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -111,20 +126,14 @@ impl Watermarks {
     }
 
     fn update(&self, keys: &[Key], high_watermarks: &[Option<i64>]) {
-        let mut grew = false;
-        {
-            let mut watched = self.watched.lock().expect("watermarks lock poisoned");
-            for (key, polled) in keys.iter().zip(high_watermarks) {
-                if let (Some(w), Some(hw)) = (watched.get_mut(key), polled)
-                    && *hw > w.high_watermark
-                {
-                    w.high_watermark = *hw;
-                    grew = true;
-                }
+        let mut watched = self.watched.lock().expect("watermarks lock poisoned");
+        for (key, polled) in keys.iter().zip(high_watermarks) {
+            if let (Some(w), Some(hw)) = (watched.get_mut(key), polled)
+                && *hw > w.high_watermark
+            {
+                w.high_watermark = *hw;
+                w.wake();
             }
-        }
-        if grew {
-            self.grew.send_modify(|n| *n += 1);
         }
     }
 }
@@ -132,32 +141,36 @@ impl Watermarks {
 /// Registers a waiting fetch's partitions for as long as it lives.
 struct Watching<'a> {
     watermarks: &'a Watermarks,
+    number: u64,
+    woken: Arc<Notify>,
     keys: Vec<Key>,
 }
 
 impl<'a> Watching<'a> {
     fn new(watermarks: &'a Watermarks, partitions: &[(TopicId, i32, i64)]) -> Self {
+        let number = watermarks.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let woken = Arc::new(Notify::new());
         let mut watched = watermarks.watched.lock().expect("watermarks lock poisoned");
-        let mut grew = false;
         for &(topic, partition, seen) in partitions {
             let w = watched
                 .entry(TopicPartition::new(topic, partition))
                 .or_insert(Watched {
                     high_watermark: seen,
-                    waiters: 0,
+                    waiters: HashMap::new(),
                 });
             // A newcomer that saw more than the others: they wake to read
             // it (the poll would not, finding nothing above what it knows).
-            grew |= seen > w.high_watermark && w.waiters > 0;
-            w.high_watermark = w.high_watermark.max(seen);
-            w.waiters += 1;
+            if seen > w.high_watermark {
+                w.high_watermark = seen;
+                w.wake();
+            }
+            w.waiters.insert(number, woken.clone());
         }
         drop(watched);
-        if grew {
-            watermarks.grew.send_modify(|n| *n += 1);
-        }
         Watching {
             watermarks,
+            number,
+            woken,
             keys: partitions
                 .iter()
                 .map(|&(t, p, _)| TopicPartition::new(t, p))
@@ -175,8 +188,8 @@ impl Drop for Watching<'_> {
             .expect("watermarks lock poisoned");
         for key in &self.keys {
             if let Some(w) = watched.get_mut(key) {
-                w.waiters -= 1;
-                if w.waiters == 0 {
+                w.waiters.remove(&self.number);
+                if w.waiters.is_empty() {
                     watched.remove(key);
                 }
             }
@@ -366,5 +379,64 @@ mod tests {
                 .wait_for_growth(&[(topic.id, 1, 3)], deadline)
                 .await
         );
+    }
+
+    /// A commit to one partition wakes the fetches waiting on it, and none
+    /// of those waiting on another partition.
+    #[tokio::test]
+    async fn a_commit_wakes_only_its_partitions_waiters() {
+        let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
+        let topic = meta
+            .create_topic(NewTopic {
+                name: "p".into(),
+                partitions: 2,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let extents = Arc::new(ExtentCache::new(
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ));
+        let (_commits, committed) = watch::channel(0);
+        let watermarks =
+            Watermarks::start(meta.clone(), extents, Duration::from_millis(10), committed);
+        let wait_on = |partition: i32, for_ms: u64| {
+            let w = watermarks.clone();
+            let id = topic.id;
+            tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_millis(for_ms);
+                w.wait_for_growth(&[(id, partition, 0)], deadline).await
+            })
+        };
+        let on_zero: Vec<_> = (0..5).map(|_| wait_on(0, 10_000)).collect();
+        let on_one: Vec<_> = (0..5).map(|_| wait_on(1, 1_000)).collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let commit = Commit {
+            object_key: "elsewhere".into(),
+            object_size: 10,
+            batches: vec![CommitBatch {
+                topic_id: topic.id,
+                partition: 0,
+                position: 0,
+                length: 10,
+                record_count: 1,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms: meta.clock().await.unwrap(),
+        };
+        meta.commit(commit).await.unwrap();
+        for waiter in on_zero {
+            assert!(waiter.await.unwrap());
+        }
+        for waiter in on_one {
+            assert!(!waiter.await.unwrap(), "partition 1 never grew");
+        }
+        // Each of partition 0's waiters woke once; partition 1's never did
+        // (with one signal for every growth, all ten woke).
+        assert_eq!(watermarks.wakeups.load(Ordering::Relaxed), 5);
     }
 }
