@@ -374,3 +374,82 @@ def test_librdkafka_admin_lists_and_describes_groups_cleanly(agent):
         assert "described-group ConsumerGroupState.STABLE 1 ['describer']" in done.stdout, done.stdout
     finally:
         m.close()
+
+
+def exchange(bootstrap, request, response_class, version):
+    """One request as kafka-python's protocol classes encode it, on a
+    connection of its own; its decoded response."""
+    import socket
+    import struct
+
+    request.with_header(correlation_id=7, client_id="kip-814")
+    host, port = bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request.encode(version=version, header=True, framed=True))
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        body = b""
+        while len(body) < size:
+            chunk = sock.recv(size - len(body))
+            assert chunk, "the broker closed the connection"
+            body += chunk
+    return response_class.decode(body, version=version, header=True)
+
+
+def join_group_v9(bootstrap, group, instance, member_id=""):
+    """One JoinGroup v9 (KIP-814): no client library sends it but Java's."""
+    from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
+
+    request = JoinGroupRequest(
+        group_id=group, session_timeout_ms=30000, rebalance_timeout_ms=30000,
+        member_id=member_id, group_instance_id=instance, protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")],
+        reason=None, version=9)
+    return exchange(bootstrap, request, JoinGroupResponse, 9)
+
+
+def test_a_returning_static_leader_is_told_to_skip_the_assignment(agent):
+    """KIP-814: a static leader that restarts into a stable group gets the
+    members and SkipAssignment (the group keeps its assignment); a static
+    follower that restarts gets neither."""
+    group = "kip-814"
+    leader = join_group_v9(agent.bootstrap, group, "a")
+    assert leader.error_code == 0 and leader.leader == leader.member_id
+    assert not leader.skip_assignment
+    # A second static member joins: a rebalance both must rejoin.
+    import threading
+    answers = {}
+    second = threading.Thread(target=lambda: answers.update(b=join_group_v9(agent.bootstrap, group, "b")))
+    second.start()
+    again = join_group_v9(agent.bootstrap, group, "a", member_id=leader.member_id)
+    second.join()
+    follower = answers["b"]
+    assert again.error_code == 0 and follower.error_code == 0, (again, follower)
+    assert again.leader == again.member_id and follower.leader == again.member_id
+    # The leader syncs an assignment: the group is stable.
+    sync_group(agent.bootstrap, group, again)
+    # The leader restarts (same instance, no member id): no rebalance; it is
+    # told the members and to skip the assignment.
+    back = join_group_v9(agent.bootstrap, group, "a")
+    assert back.error_code == 0, back
+    assert back.member_id != again.member_id and back.leader == back.member_id
+    assert back.skip_assignment
+    assert sorted(m.group_instance_id for m in back.members) == ["a", "b"]
+    assert back.generation_id == again.generation_id, "no rebalance"
+    # The follower restarts: the leader named, no members, nothing to skip.
+    rejoined = join_group_v9(agent.bootstrap, group, "b")
+    assert rejoined.error_code == 0 and rejoined.leader == back.member_id
+    assert not rejoined.skip_assignment and not rejoined.members
+
+
+def sync_group(bootstrap, group, joined):
+    """The leader's SyncGroup v5 with an empty assignment for every member."""
+    from kafka.protocol.consumer.group import SyncGroupRequest, SyncGroupResponse
+
+    request = SyncGroupRequest(
+        group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+        group_instance_id="a", protocol_type="consumer", protocol_name="range",
+        assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=m.member_id, assignment=b"")
+                     for m in joined.members],
+        version=5)
+    response = exchange(bootstrap, request, SyncGroupResponse, 5)
+    assert response.error_code == 0, response

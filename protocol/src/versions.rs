@@ -25,7 +25,7 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::FindCoordinator, 0, 4),
-    (ApiKey::JoinGroup, 0, 8),
+    (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),

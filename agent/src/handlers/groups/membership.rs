@@ -141,8 +141,18 @@ pub async fn join(
                 }
                 Ok(Joined::Replaced { member_id, leader }) => {
                     return match await_group(broker, &group, &member_id, None, None).await {
-                        // A follower's answer: the leader named as it was,
-                        // and no members (Kafka's, before JoinGroup v9).
+                        // KIP-814 (v9): a leader is told its members and to
+                        // skip the assignment (the group keeps the one it
+                        // has); a follower, the leader as it is now.
+                        Ok(Some(mut view)) if version >= 9 => {
+                            let skip = view.leader.as_deref() == Some(member_id.as_str());
+                            if !skip {
+                                view.members.clear();
+                            }
+                            joined(&view, &member_id, None, version).with_skip_assignment(skip)
+                        }
+                        // Before v9: the leader named as it was, and no
+                        // members, so a returning leader does not assign.
                         Ok(Some(mut view)) => {
                             view.members.clear();
                             joined(&view, &member_id, Some(&leader), version)
