@@ -42,7 +42,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   jobs -p | xargs -r kill 2>/dev/null || true
-  [ -f "$OUT/s3/pid" ] && localstack/stop.sh "$OUT/s3" >/dev/null 2>&1 || true
+  [ -f "$OUT/s3/started" ] && localstack/stop.sh "$OUT/s3" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 

@@ -30,6 +30,13 @@ key=test
 secret=test
 
 docker_runs() { command -v docker >/dev/null && docker info >/dev/null 2>&1; }
+python3 -c 'import boto3' 2>/dev/null || "$here/install.sh"
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  echo "port $port is taken: something already answers there" >&2
+  exit 1
+fi
+# Whatever fails from here on, the server started is stopped.
+trap '"$here/stop.sh" "$state"' ERR INT TERM
 
 case "$server" in
   moto)
@@ -79,6 +86,7 @@ case "$server" in
       # rustfs 1.0 declares rustc 1.98.1; older toolchains may still build it.
       cargo install rustfs --locked --ignore-rust-version --root "$cached" >&2
     fi
+    mkdir -p "$state/data"
     RUSTFS_ACCESS_KEY=$key RUSTFS_SECRET_KEY=$secret RUSTFS_CONSOLE_ENABLE=false \
       "$binary" server --address "127.0.0.1:$port" "$state/data" >"$state/server.log" 2>&1 &
     echo "pid $!" >"$state/started"
@@ -89,7 +97,14 @@ case "$server" in
     ;;
 esac
 
-for _ in $(seq 1 300); do
+read -r kind what <"$state/started"
+deadline=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  # A server that died (its port taken, say) is not waited for; another
+  # one answering on that port is not taken for it.
+  if [ "$kind" = pid ] && ! kill -0 "$what" 2>/dev/null; then
+    break
+  fi
   if python3 - "$endpoint" "$bucket" "$key" "$secret" <<'PY' 2>/dev/null; then
 import sys, boto3
 s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
@@ -97,12 +112,13 @@ s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
 if sys.argv[2] not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
     s3.create_bucket(Bucket=sys.argv[2])
 PY
+    trap - ERR INT TERM
     echo "$endpoint"
     echo "$server: AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret" >&2
     exit 0
   fi
   sleep 0.2
 done
-echo "$server did not start within a minute; see $state/server.log" >&2
+echo "$server did not start (or answer) within a minute; see $state/server.log" >&2
 "$here/stop.sh" "$state"
 exit 1

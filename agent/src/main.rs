@@ -418,7 +418,9 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         let faults: Option<floe_storage::faults::Faults> =
             config.inject_faults.as_deref().map(str::parse).transpose()?;
         let connector = faults.filter(|f| f.in_http()).map(|f| {
-            floe_storage::http_faults::FaultyConnector::new(f, metrics.injected_faults.clone())
+            // Each process draws its own faults.
+            let seed = floe_metastore::random_id().as_u64_pair().0;
+            floe_storage::http_faults::FaultyConnector::new(f, metrics.injected_faults.clone(), seed)
         });
         let options = floe_storage::store::OpenOptions { connector, keys: None };
         let mut store = floe_storage::store::open_with(&config.object_store, options)?;

@@ -263,7 +263,9 @@ impl Metrics {
         let injected = &self.injected_faults;
         for (op, count) in [
             ("slowdown", &injected.slowdowns),
-            ("reset", &injected.resets),
+            ("reset_before", &injected.resets_before),
+            ("reset_after_put", &injected.resets_after_put),
+            ("reset_after_other", &injected.resets_after_other),
         ] {
             raise_to(
                 &self.injected_faults_seen.get_or_create(&OpLabel { op }),

@@ -5,7 +5,7 @@
 use bytes::{Bytes, BytesMut};
 use floe_cache::Reading;
 use floe_metastore::ExtentRef;
-use floe_protocol::batch::{crcs_hold, patch_base_offsets, skip_batches_before};
+use floe_protocol::batch::{batches_hold, patch_base_offsets, skip_batches_before};
 
 use crate::broker::Broker;
 
@@ -53,11 +53,13 @@ pub async fn read_extents(
             )
             .await?;
         // Blocks came from memory, disk or a peer: what reaches a consumer
-        // must be what was stored. A batch whose CRC fails is read again
-        // from the object store; if it fails there too, the read fails.
-        if !crcs_hold(&out[start..]) {
+        // must be what was stored. An extent that is not whole batches with
+        // their CRCs is read again from the object store; if the store's
+        // bytes fail too, the read fails (the metastore's ranges always hold
+        // whole batches: never hand out a torn one).
+        if !batches_hold(&out[start..]) {
             tracing::error!(object = %extent.object_key, ?range,
-                "a cached batch fails its CRC; reading it from the object store");
+                "cached bytes are not the batches stored; reading them from the object store");
             out.truncate(start);
             cache
                 .reread_into(
@@ -68,21 +70,16 @@ pub async fn read_extents(
                     reading,
                 )
                 .await?;
-            if !crcs_hold(&out[start..]) {
+            if !batches_hold(&out[start..]) {
                 return Err(floe_cache::CacheError::Load {
                     key: extent.object_key.clone(),
                     block: range.start / cache.block_bytes(),
-                    reason: "a stored batch fails its CRC".into(),
+                    reason: "the cached and the stored bytes both fail their batches' checks"
+                        .into(),
                 });
             }
         }
-        let whole = patch_base_offsets(&mut out[start..], extent.base_offset);
-        if whole != out.len() - start {
-            // The metastore's ranges always hold whole batches; never hand out a torn one.
-            tracing::error!(object = %extent.object_key, "extent does not end on a batch boundary");
-            out.truncate(start + whole);
-            break;
-        }
+        patch_base_offsets(&mut out[start..], extent.base_offset);
     }
     let skip = skip_batches_before(&out, from);
     let mut bytes = out.freeze();

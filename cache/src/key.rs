@@ -8,8 +8,9 @@ use foyer::{Code, Error, ErrorKind};
 /// Longest object key a block may name (floe's keys are under 100 bytes).
 pub const MAX_OBJECT_KEY_BYTES: usize = 1024;
 
-/// Written first in each key on disk: keys of another layout are not
-/// recovered (they read as a miss).
+/// Written first in each key on disk: a key of another layout does not
+/// decode. (Such a key hashes elsewhere than any key of this layout, so a
+/// lookup never meets it.)
 const KEY_FORMAT: u8 = 1;
 
 /// One block of one object. Objects are immutable and their keys are never

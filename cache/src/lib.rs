@@ -211,6 +211,15 @@ impl Loader {
     }
 }
 
+/// Where [`BlockCache::read_blocks`] takes blocks from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// The pools, loading what they miss (from the owner, else the store).
+    Cache,
+    /// The object store, replacing what the pools hold.
+    Store,
+}
+
 pub struct BlockCache {
     main: HybridCache<BlockKey, Bytes>,
     catch_up: Cache<BlockKey, Bytes>,
@@ -366,9 +375,25 @@ impl BlockCache {
         }
         tracing::error!(object = %key.object, block = key.block, got = bytes.len(), expected = key.length(),
             "cache: a block of the wrong length; reading it from the object store");
+        self.reload(key, reading).await
+    }
+
+    /// Block `key` read from the object store itself (not joining a load
+    /// in flight, nor taking what a pool or its disk still holds), put in
+    /// its pool over whatever was there.
+    async fn reload(&self, key: &BlockKey, reading: Reading) -> Result<Bytes, CacheError> {
         bump(&self.loader.counters.reloaded, 1);
         self.forget(key);
-        self.pooled(key, reading, false).await
+        let bytes = self.loader.load_from_store(key).await?;
+        match reading {
+            Reading::Tail => {
+                self.main.insert(key.clone(), bytes.clone());
+            }
+            Reading::CatchUp => {
+                self.catch_up.insert(key.clone(), bytes.clone());
+            }
+        }
+        Ok(bytes)
     }
 
     async fn pooled(
@@ -427,7 +452,7 @@ impl BlockCache {
         out: &mut BytesMut,
         reading: Reading,
     ) -> Result<(), CacheError> {
-        self.read_blocks(key, object_size, range, out, reading, true)
+        self.read_blocks(key, object_size, range, out, reading, Source::Cache)
             .await
     }
 
@@ -442,15 +467,7 @@ impl BlockCache {
         out: &mut BytesMut,
         reading: Reading,
     ) -> Result<(), CacheError> {
-        bump(&self.loader.counters.reloaded, 1);
-        let object: Arc<str> = Arc::from(key);
-        let block_bytes = self.loader.block_bytes;
-        if range.end > range.start {
-            for block in range.start / block_bytes..=(range.end - 1) / block_bytes {
-                self.forget(&self.key(&object, object_size, block));
-            }
-        }
-        self.read_blocks(key, object_size, range, out, reading, false)
+        self.read_blocks(key, object_size, range, out, reading, Source::Store)
             .await
     }
 
@@ -461,7 +478,7 @@ impl BlockCache {
         range: Range<u64>,
         out: &mut BytesMut,
         reading: Reading,
-        ask_owner: bool,
+        source: Source,
     ) -> Result<(), CacheError> {
         if range.start > range.end || range.end > object_size {
             return Err(CacheError::OutOfBounds {
@@ -479,7 +496,10 @@ impl BlockCache {
         out.reserve((range.end - range.start) as usize);
         for block in range.start / block_bytes..=(range.end - 1) / block_bytes {
             let key = self.key(&object, object_size, block);
-            let bytes = self.block(&key, reading, ask_owner).await?;
+            let bytes = match source {
+                Source::Cache => self.block(&key, reading, true).await?,
+                Source::Store => self.reload(&key, reading).await?,
+            };
             let block_range = key.range();
             let from = range.start.max(block_range.start) - block_range.start;
             let to = range.end.min(block_range.end) - block_range.start;

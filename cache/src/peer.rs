@@ -19,6 +19,9 @@ use crate::key::BlockKey;
 /// How long a peer that failed is not asked again.
 pub const DOWN_FOR: Duration = Duration::from_secs(5);
 
+/// How long an owner works on a block when the asker does not say.
+const DEFAULT_WITHIN: Duration = Duration::from_millis(750);
+
 /// The path blocks are served on, under an agent's admin address.
 pub const BLOCK_PATH: &str = "/cache/v1/block";
 
@@ -100,11 +103,13 @@ pub fn parse_block_query(query: &str) -> Option<(BlockKey, bool, Duration)> {
         Some(block),
         Some(block_bytes),
         Some(catch_up),
-        Some(within_ms),
+        within_ms,
     ] = numbers
     else {
         return None;
     };
+    // Agents of an older build do not say how long they wait.
+    let within_ms = within_ms.unwrap_or(DEFAULT_WITHIN.as_millis() as u64);
     let key = BlockKey {
         object: std::sync::Arc::from(object),
         object_size: size,
@@ -284,6 +289,8 @@ mod tests {
         let within = Duration::from_millis(750);
         let query = block_query(&key, true, within);
         assert_eq!(parse_block_query(&query), Some((key, true, within)));
+        let old = "object=ingest/a&size=1&block=0&block_bytes=4&catch_up=0";
+        assert_eq!(parse_block_query(old).map(|q| q.2), Some(DEFAULT_WITHIN));
         for bad in [
             "",
             "object=ingest/a&size=1&block=0&block_bytes=4&within_ms=1",

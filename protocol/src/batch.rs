@@ -325,19 +325,25 @@ pub fn patch_base_offsets(buf: &mut [u8], mut base_offset: i64) -> usize {
     at
 }
 
-/// Whether every whole batch at the start of `buf` (end to end) has the
-/// CRC32C it carries: bytes read back from a cache or a peer are what was
-/// stored. The base offset lies outside the CRC, so patched batches check.
-pub fn crcs_hold(buf: &[u8]) -> bool {
+/// Whether `buf` is whole v2 batches end to end, each with the CRC32C it
+/// carries: bytes read back from a cache or a peer are what was stored.
+/// (The base offset, length, leader epoch and magic lie outside the CRC;
+/// the lengths must tile `buf` exactly and the magic be 2, and the base
+/// offset is patched after. The leader epoch is not checked: floe stores 0
+/// and clients ignore it in fetched batches.)
+pub fn batches_hold(buf: &[u8]) -> bool {
     let mut at = 0;
-    while buf.len() - at >= HEADER_LEN {
+    while at < buf.len() {
+        if buf.len() - at < HEADER_LEN {
+            return false;
+        }
         let batch_length = be_i32(buf, at + 8);
         if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
             return false;
         }
         let total = LOG_OVERHEAD + batch_length as usize;
-        if buf.len() - at < total {
-            break;
+        if buf.len() - at < total || buf[at + 16] != 2 {
+            return false;
         }
         let stored = be_i32(buf, at + 17) as u32;
         if crc32c::crc32c(&buf[at + CRC_START..at + total]) != stored {
@@ -569,18 +575,27 @@ mod tests {
         }
 
         #[test]
-        fn crcs_hold_until_one_byte_changes(at in 0usize..200, cut in 0usize..40) {
+        fn batches_hold_until_one_byte_changes(at in 0usize..200, cut in 1usize..40) {
             let one = encode(&[b"abc".to_vec(), b"defgh".to_vec()], Compression::None);
             let mut two = BytesMut::from(&one[..]);
             two.extend_from_slice(&one);
-            // Patched base offsets and a partial batch at the end still check.
+            // Patched base offsets still check.
             patch_base_offsets(&mut two, 1000);
-            two.truncate(two.len() - cut);
-            prop_assert!(crcs_hold(&two));
-            // A byte changed inside the first batch's CRC span does not.
+            prop_assert!(batches_hold(&two));
+            // A torn batch at the end does not.
+            prop_assert!(!batches_hold(&two[..two.len() - cut]));
+            // Nor a byte changed inside the first batch's CRC span, its
+            // length or its magic.
+            let mut flipped = two.clone();
             let at = CRC_START + at % (one.len() - CRC_START);
-            two[at] ^= 0x40;
-            prop_assert!(!crcs_hold(&two));
+            flipped[at] ^= 0x40;
+            prop_assert!(!batches_hold(&flipped));
+            let mut long = two.clone();
+            long[11] ^= 0x01;
+            prop_assert!(!batches_hold(&long));
+            let mut magic = two.clone();
+            magic[16] = 1;
+            prop_assert!(!batches_hold(&magic));
         }
 
         #[test]

@@ -93,7 +93,19 @@ pub async fn check(
             .await
             .map_err(|e| (Step::Write, e))?;
         at(Step::Delete);
-        store.delete(probe).await.map_err(|e| (Step::Delete, e))
+        // A DELETE whose answer was lost is not retried by object_store
+        // (it retries only requests it knows are idempotent); deleting a
+        // key again is harmless, so a failed one is tried twice more.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match store.delete(probe).await {
+                Ok(()) => return Ok(()),
+                Err(object_store::Error::NotFound { .. }) if tries > 1 => return Ok(()),
+                Err(e) if tries >= 3 || !retriable(&e) => return Err((Step::Delete, e)),
+                Err(_) => {}
+            }
+        }
     };
     match tokio::time::timeout(within, run).await {
         Ok(Ok(())) => Ok(()),
@@ -107,6 +119,15 @@ pub async fn check(
             Err(CheckError::NoAnswer { url, step, within })
         }
     }
+}
+
+/// Whether trying a request again could help: not for refused
+/// credentials or a missing bucket.
+fn retriable(e: &object_store::Error) -> bool {
+    !matches!(
+        e,
+        object_store::Error::Unauthenticated { .. } | object_store::Error::PermissionDenied { .. }
+    ) && !format!("{e}").contains("NoSuchBucket")
 }
 
 /// Names what a store's error means. S3 says it in the error's code, which

@@ -29,29 +29,47 @@ use crate::faults::Faults;
 #[derive(Debug, Default)]
 pub struct Injected {
     pub slowdowns: AtomicU64,
-    pub resets: AtomicU64,
+    /// Connections reset before the request was sent.
+    pub resets_before: AtomicU64,
+    /// Connections reset after the server handled the request, by kind:
+    /// PUTs (the object stored, its writer told of an error) and others.
+    pub resets_after_put: AtomicU64,
+    pub resets_after_other: AtomicU64,
 }
 
-/// An [`HttpConnector`] whose clients misbehave as `faults` says.
+/// An [`HttpConnector`] whose clients misbehave as `faults` says, drawing
+/// from a generator seeded with `seed` (give each process its own).
 #[derive(Debug)]
 pub struct FaultyConnector {
     faults: Faults,
     injected: Arc<Injected>,
+    seed: u64,
 }
 
 impl FaultyConnector {
-    pub fn new(faults: Faults, injected: Arc<Injected>) -> Self {
-        FaultyConnector { faults, injected }
+    pub fn new(faults: Faults, injected: Arc<Injected>, seed: u64) -> Self {
+        FaultyConnector {
+            faults,
+            injected,
+            seed,
+        }
     }
 }
 
 impl HttpConnector for FaultyConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        // A request's deadline covers the injected latency too, as it would
+        // cover a slow server.
+        let timeout = options
+            .get_config_value(&object_store::ClientConfigKey::Timeout)
+            .and_then(|t| humantime::parse_duration(&t).ok())
+            .unwrap_or(Duration::from_secs(30));
         Ok(HttpClient::new(FaultyService {
             inner: ReqwestConnector::default().connect(options)?,
             faults: self.faults,
             injected: self.injected.clone(),
-            state: AtomicU64::new(0x2545_F491_4F6C_DD1D),
+            state: AtomicU64::new(self.seed),
+            timeout,
         }))
     }
 }
@@ -62,6 +80,7 @@ struct FaultyService {
     faults: Faults,
     injected: Arc<Injected>,
     state: AtomicU64,
+    timeout: Duration,
 }
 
 /// The standard normal quantile of 0.99: a log-normal's p99 is its median
@@ -118,6 +137,18 @@ fn slow_down() -> HttpResponse {
 #[async_trait]
 impl HttpService for FaultyService {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        match tokio::time::timeout(self.timeout, self.misbehave(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(HttpError::new(
+                HttpErrorKind::Timeout,
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "injected latency"),
+            )),
+        }
+    }
+}
+
+impl FaultyService {
+    async fn misbehave(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
         let wait = self.latency();
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
@@ -132,11 +163,18 @@ impl HttpService for FaultyService {
             return Ok(slow_down());
         }
         if self.roll(self.faults.reset_rate) {
-            self.injected.resets.fetch_add(1, Ordering::Relaxed);
             if self.roll(0.5) {
+                self.injected.resets_before.fetch_add(1, Ordering::Relaxed);
                 return Err(HttpError::new(HttpErrorKind::Request, reset()));
             }
             // The server handles it; its answer is lost on the way back.
+            // object_store retries this only for requests it knows are
+            // idempotent (GETs, PUTs), not DELETEs or POSTs.
+            let after = match *request.method() {
+                http::Method::PUT => &self.injected.resets_after_put,
+                _ => &self.injected.resets_after_other,
+            };
+            after.fetch_add(1, Ordering::Relaxed);
             let _ = self.inner.execute(request).await;
             return Err(HttpError::new(HttpErrorKind::Interrupted, reset()));
         }
@@ -154,6 +192,7 @@ mod tests {
             faults,
             injected: Default::default(),
             state: AtomicU64::new(1),
+            timeout: Duration::from_secs(30),
         }
     }
 

@@ -65,7 +65,7 @@ const KEYED_MARK: &str = "keyed-";
 
 /// Whether `key` names a key-compacted segment.
 pub fn is_keyed_segment(key: &str) -> bool {
-    key.starts_with("segment/") && key.contains(KEYED_MARK)
+    key.starts_with(SEGMENT_PREFIX) && key.contains(KEYED_MARK)
 }
 
 /// The earliest delete horizon of the tombstones in a key-compacted segment.

@@ -26,6 +26,8 @@ pub enum StoreUrlError {
     NotABool(String, String),
     #[error("s3 option `{0}` needs a duration such as 30s, not `{1}`")]
     NotADuration(String, String),
+    #[error("s3 options need 0 < backoff_init <= backoff_max, not {0:?} and {1:?}")]
+    Backoff(std::time::Duration, std::time::Duration),
     #[error("s3 option `{0}` needs a whole number, not `{1}`")]
     NotANumber(String, String),
     #[error(
@@ -193,6 +195,15 @@ fn open_s3(
             other => return Err(StoreUrlError::UnknownOption(other.to_string())),
         };
     }
+    // object_store draws each wait between the first and the last, so it
+    // needs 0 < backoff_init <= backoff_max (else it panics at a retry).
+    let backoff = &retry.backoff;
+    if backoff.init_backoff.is_zero() || backoff.init_backoff > backoff.max_backoff {
+        return Err(StoreUrlError::Backoff(
+            backoff.init_backoff,
+            backoff.max_backoff,
+        ));
+    }
     if let Some(connector) = connector {
         builder = builder.with_http_connector(connector);
     }
@@ -222,7 +233,8 @@ fn open_s3(
 ///   once the request rate drops, and an ingest PUT waits in the ordered
 ///   commit pipeline, so short waits matter.
 /// - No wait longer than 5 s: a produce request's answer waits for its
-///   PUT, and clients time out at 30 s (`request.timeout.ms`).
+///   PUT, and clients give up after 30 s by default (`request.timeout.ms`;
+///   the ingest PUT itself is abandoned after 60 s whatever the store).
 /// - At most 10 retries, and none begun after [`S3_TIMEOUTS`]`.retries`.
 pub fn s3_retries() -> RetryConfig {
     RetryConfig {
@@ -346,6 +358,12 @@ mod tests {
             open("s3://bucket?max_retries=many"),
             Err(StoreUrlError::NotANumber(..))
         ));
+        for bad in ["backoff_init=0s", "backoff_init=2s&backoff_max=1s"] {
+            assert!(matches!(
+                open(&format!("s3://bucket?{bad}")),
+                Err(StoreUrlError::Backoff(..))
+            ));
+        }
         assert!(open("s3://floe--use1-az4--x-s3/p?region=us-east-1&s3_express=true").is_ok());
         // Injected HTTP faults and given keys are for S3 only.
         let keys = OpenOptions {
