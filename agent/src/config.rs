@@ -31,6 +31,13 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the admin HTTP port (`/metrics`, `/healthz`, `/readyz`).
     pub admin_listen: SocketAddr,
+    /// A PEM certificate chain and its key: the Kafka listener speaks TLS
+    /// (Kafka's `SSL`), reloading them when they change.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: clients must present a certificate they signed
+    /// (mutual TLS, Kafka's `ssl.client.auth=required`).
+    pub tls_client_ca: Option<PathBuf>,
     /// `host:port` clients are told to connect to; defaults to `listen`.
     pub advertise: Option<String>,
     /// How clients find agents: `self` (each agent a broker in Metadata) or
@@ -158,6 +165,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// The listener's TLS files, if it speaks TLS.
+    pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
+        Some(crate::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
+
     /// The block cache's sizes, as configured.
     pub fn cache_options(&self) -> floe_cache::CacheOptions {
         floe_cache::CacheOptions {
@@ -178,6 +194,9 @@ impl Default for Config {
         Config {
             listen: "127.0.0.1:9092".parse().expect("valid address"),
             admin_listen: "127.0.0.1:9644".parse().expect("valid address"),
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
             advertise: None,
             roles: vec![Role::Kafka, Role::Jobs],
             discovery: Discovery::SelfAdvertise,
@@ -272,6 +291,14 @@ impl Config {
             (1..=floe_metastore::state::MAX_PARTITIONS).contains(&self.default_partitions),
             "default_partitions must be in 1..={}",
             floe_metastore::state::MAX_PARTITIONS
+        );
+        anyhow::ensure!(
+            self.tls_cert.is_some() == self.tls_key.is_some(),
+            "tls_cert and tls_key go together"
+        );
+        anyhow::ensure!(
+            self.tls_client_ca.is_none() || self.tls_cert.is_some(),
+            "tls_client_ca needs tls_cert and tls_key"
         );
         let block = self.cache_block_bytes.as_u64();
         anyhow::ensure!(

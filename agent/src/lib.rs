@@ -14,6 +14,7 @@ pub mod handlers;
 pub mod metrics;
 pub mod read;
 pub mod server;
+pub mod tls;
 pub mod tools;
 pub mod topic_cache;
 pub mod watermarks;

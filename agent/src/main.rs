@@ -160,6 +160,15 @@ struct AgentArgs {
     /// Admin HTTP address: /metrics, /healthz, /readyz
     #[arg(long, env = "FLOE_ADMIN_LISTEN")]
     admin_listen: Option<SocketAddr>,
+    /// PEM certificate chain: the Kafka listener speaks TLS (with --tls-key)
+    #[arg(long, env = "FLOE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert
+    #[arg(long, env = "FLOE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA certificates: clients must present a certificate they signed (mutual TLS)
+    #[arg(long, env = "FLOE_TLS_CLIENT_CA")]
+    tls_client_ca: Option<PathBuf>,
     /// e.g. kafka,jobs (the default): serve clients, run background jobs, or both
     #[arg(long, env = "FLOE_ROLES", value_enum, value_delimiter = ',')]
     roles: Option<Vec<Role>>,
@@ -345,6 +354,15 @@ impl AgentArgs {
         if self.cache_disk_dir.is_some() {
             c.cache_disk_dir = self.cache_disk_dir;
         }
+        for (flag, field) in [
+            (self.tls_cert, &mut c.tls_cert),
+            (self.tls_key, &mut c.tls_key),
+            (self.tls_client_ca, &mut c.tls_client_ca),
+        ] {
+            if flag.is_some() {
+                *field = flag;
+            }
+        }
         if self.cache_advertise.is_some() {
             c.cache_advertise = self.cache_advertise;
         }
@@ -501,6 +519,15 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         if let Some(compaction) = compaction {
             tokio::spawn(compaction.run(store, meta));
         }
+        let tls = match broker.config.tls_files() {
+            Some(files) if serves_kafka => {
+                let tls = floe_agent::tls::Tls::load(files)
+                    .map_err(|e| anyhow::anyhow!("TLS for the Kafka listener: {e:#}"))?;
+                tokio::spawn(tls.clone().watch());
+                Some(tls)
+            }
+            _ => None,
+        };
         let listener = match serves_kafka {
             true => Some(
                 tokio::net::TcpListener::bind(listen)
@@ -515,7 +542,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         tokio::select! {
             served = async {
                 match listener {
-                    Some(listener) => floe_agent::server::serve(listener, broker.clone()).await,
+                    Some(listener) => floe_agent::server::serve(listener, broker.clone(), tls).await,
                     // Jobs only: no Kafka listener.
                     None => std::future::pending().await,
                 }

@@ -28,9 +28,8 @@ use floe_protocol::request::{self, Decoded};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
@@ -91,7 +90,12 @@ impl Drop for Slot {
     }
 }
 
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {
+/// Serves Kafka on `listener`, over TLS when `tls` is given.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    tls: Option<Arc<crate::tls::Tls>>,
+) -> std::io::Result<()> {
     let open = Arc::new(Open::default());
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -112,8 +116,33 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Resul
             continue;
         };
         let broker = broker.clone();
+        let tls = tls.as_ref().map(|t| t.acceptor());
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, peer, broker).await {
+            let _ = stream.set_nodelay(true);
+            let served = match tls {
+                None => {
+                    let (read, write) = stream.into_split();
+                    connection(read, write, peer, broker).await
+                }
+                Some(acceptor) => {
+                    let handshake = crate::tls::HANDSHAKE_WITHIN;
+                    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let (read, write) = tokio::io::split(stream);
+                            connection(read, write, peer, broker).await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "no TLS handshake within {handshake:?}");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "connection ended with an I/O error");
             }
             drop(slot);
@@ -121,13 +150,17 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Resul
     }
 }
 
-async fn connection(
-    stream: TcpStream,
+/// One connection, plain or TLS, as its two halves.
+async fn connection<R, W>(
+    read: R,
+    mut write: W,
     peer: SocketAddr,
     broker: Arc<Broker>,
-) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    let (read, mut write) = stream.into_split();
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
     let max_frame = broker.config.max_frame_bytes.as_u64() as usize;
     let idle_for = broker.config.connections_max_idle;
     let stall = broker.config.stalled_client_timeout;
@@ -213,7 +246,7 @@ async fn connection(
 /// (`Ok(false)`): a client that reads slowly keeps its connection, one that
 /// stopped reading does not hold the response's memory for long.
 async fn write_progressing(
-    write: &mut OwnedWriteHalf,
+    write: &mut (impl AsyncWrite + Unpin),
     mut bytes: &[u8],
     stall: std::time::Duration,
 ) -> std::io::Result<bool> {
