@@ -115,3 +115,58 @@ def test_a_renewed_certificate_is_served_without_a_restart(make_agent, certs, tm
     assert not metadata(agent, *ssl_args(certs, ca="ca")), "the old one no longer"
     assert "TLS certificate reloaded" in agent.log()
     assert agent.alive()
+
+
+def sasl_args(user, password, tls_certs=None):
+    protocol = "sasl_ssl" if tls_certs else "sasl_plaintext"
+    args = ["-X", f"security.protocol={protocol}", "-X", "sasl.mechanisms=PLAIN",
+            "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+    if tls_certs:
+        args += ["-X", f"ssl.ca.location={tls_certs / 'ca.pem'}"]
+    return args
+
+
+def test_sasl_plain_over_tls_lets_in_the_users_it_knows(make_agent, certs, tmp_path):
+    users = tmp_path / "users"
+    users.write_text("# user:password\nalice:wonder-land\nbob:builder\n")
+    agent = make_agent("--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                       "--sasl-plain-users", str(users))
+    alice = sasl_args("alice", "wonder-land", certs)
+    sent = kcat("-P", "-b", agent.bootstrap, "-t", "guarded", *alice,
+                input="".join(f"v{i}\n" for i in range(50)))
+    assert sent.returncode == 0 and "Delivery failed" not in sent.stderr, sent.stderr
+    got = kcat("-C", "-b", agent.bootstrap, "-t", "guarded", "-o", "beginning", "-e", "-q", *alice)
+    assert got.stdout.split() == [f"v{i}" for i in range(50)], got.stderr
+
+    # A second client: kafka-python, as bob.
+    from kafka import KafkaConsumer
+    consumer = KafkaConsumer(
+        "guarded", bootstrap_servers=agent.bootstrap, security_protocol="SASL_SSL",
+        sasl_mechanism="PLAIN", sasl_plain_username="bob", sasl_plain_password="builder",
+        ssl_cafile=str(certs / "ca.pem"), auto_offset_reset="earliest",
+        consumer_timeout_ms=10000)
+    assert [m.value.decode() for m in consumer] == [f"v{i}" for i in range(50)]
+    consumer.close()
+
+    wrong = kcat("-L", "-b", agent.bootstrap, "-m", "5", *sasl_args("alice", "wonderland", certs))
+    assert wrong.returncode != 0 and "Authentication failed" in wrong.stderr, wrong.stderr
+    assert not metadata(agent, *sasl_args("carol", "wonder-land", certs)), "an unknown user"
+    assert not metadata(agent, *ssl_args(certs)), "TLS without SASL gets nothing"
+
+
+def test_sasl_plain_without_tls_and_its_absence(make_agent, tmp_path):
+    users = tmp_path / "users"
+    users.write_text("alice:wonder-land\n")
+    agent = make_agent("--sasl-plain-users", str(users))
+    assert metadata(agent, *sasl_args("alice", "wonder-land"))
+    assert not metadata(agent), "a client that does not authenticate gets nothing"
+    # Without SASL configured, a client that asks for it is told no mechanism is served.
+    from conftest import Agent
+    (tmp_path / "plain").mkdir()
+    plain = Agent(tmp_path / "plain").start()
+    try:
+        refused = kcat("-L", "-b", plain.bootstrap, "-m", "5", *sasl_args("alice", "wonder-land"))
+        assert refused.returncode != 0
+        assert metadata(plain), "while a client that does not ask is served"
+    finally:
+        plain.stop()

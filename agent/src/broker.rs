@@ -44,6 +44,8 @@ pub struct Broker {
     pub responses: ResponseBudget,
     /// Memory for requests being read, across every connection.
     pub requests: RequestBudget,
+    /// The users SASL/PLAIN authenticates, when the listener asks for SASL.
+    pub sasl: Option<Arc<crate::sasl::PlainUsers>>,
 }
 
 /// How often waiting fetches' partitions are checked for commits made
@@ -89,6 +91,13 @@ impl Broker {
             metrics.clone(),
             Arc::new(floe_storage::ids::RandomIds),
         );
+        let sasl = match &config.sasl_plain_users {
+            Some(path) => Some(Arc::new(
+                crate::sasl::PlainUsers::load(path)
+                    .map_err(|e| anyhow::anyhow!("SASL/PLAIN users: {e:#}"))?,
+            )),
+            None => None,
+        };
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
         Ok(Broker {
@@ -106,6 +115,7 @@ impl Broker {
             extents,
             responses,
             requests,
+            sasl,
         })
     }
 

@@ -38,6 +38,9 @@ pub struct Config {
     /// PEM CA certificates: clients must present a certificate they signed
     /// (mutual TLS, Kafka's `ssl.client.auth=required`).
     pub tls_client_ca: Option<PathBuf>,
+    /// A file of `user:password` lines: clients authenticate with SASL/PLAIN
+    /// before anything else (with TLS: Kafka's `SASL_SSL`).
+    pub sasl_plain_users: Option<PathBuf>,
     /// `host:port` clients are told to connect to; defaults to `listen`.
     pub advertise: Option<String>,
     /// How clients find agents: `self` (each agent a broker in Metadata) or
@@ -197,6 +200,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            sasl_plain_users: None,
             advertise: None,
             roles: vec![Role::Kafka, Role::Jobs],
             discovery: Discovery::SelfAdvertise,

@@ -102,6 +102,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// From now on, frames of at most `max_frame` bytes (a connection not
+    /// yet authenticated gets a smaller bound than one that is).
+    pub fn set_max_frame(&mut self, max_frame: usize) {
+        self.max_frame = max_frame;
+    }
+
     /// The next whole frame, or `None` when the client closed between
     /// frames. Cancel-safe: a call dropped while waiting loses nothing read.
     pub async fn next(&mut self) -> Option<io::Result<Frame>> {

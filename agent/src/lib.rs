@@ -13,6 +13,7 @@ pub mod frames;
 pub mod handlers;
 pub mod metrics;
 pub mod read;
+pub mod sasl;
 pub mod server;
 pub mod tls;
 pub mod tools;

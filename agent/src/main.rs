@@ -169,6 +169,9 @@ struct AgentArgs {
     /// PEM CA certificates: clients must present a certificate they signed (mutual TLS)
     #[arg(long, env = "FLOE_TLS_CLIENT_CA")]
     tls_client_ca: Option<PathBuf>,
+    /// A file of user:password lines: clients must authenticate with SASL/PLAIN
+    #[arg(long, env = "FLOE_SASL_PLAIN_USERS")]
+    sasl_plain_users: Option<PathBuf>,
     /// e.g. kafka,jobs (the default): serve clients, run background jobs, or both
     #[arg(long, env = "FLOE_ROLES", value_enum, value_delimiter = ',')]
     roles: Option<Vec<Role>>,
@@ -358,6 +361,7 @@ impl AgentArgs {
             (self.tls_cert, &mut c.tls_cert),
             (self.tls_key, &mut c.tls_key),
             (self.tls_client_ca, &mut c.tls_client_ca),
+            (self.sasl_plain_users, &mut c.sasl_plain_users),
         ] {
             if flag.is_some() {
                 *field = flag;

@@ -165,6 +165,17 @@ where
     let idle_for = broker.config.connections_max_idle;
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
+    if let Some(users) = &broker.sasl {
+        frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
+        match authenticate(&mut frames, &mut write, users, stall).await? {
+            Some(principal) => tracing::debug!(%peer, %principal, "authenticated"),
+            None => {
+                tracing::debug!(%peer, "closing connection: not authenticated");
+                return write.shutdown().await;
+            }
+        }
+        frames.set_max_frame(max_frame);
+    }
     let turn = Turn::default();
     let lane = handlers::groups::Lane::default();
     let mut in_flight = FuturesOrdered::new();
@@ -240,6 +251,108 @@ where
     // Kafka closes the connection after a request it cannot parse; earlier
     // requests still got their responses above.
     write.shutdown().await
+}
+
+/// SASL before anything else (see [`crate::sasl`]): the principal the client
+/// authenticated as, or `None` when the connection is to close (a request
+/// out of turn, a mechanism not served, wrong credentials, or no
+/// authentication within [`crate::sasl::AUTHENTICATE_WITHIN`]).
+async fn authenticate<R, W>(
+    frames: &mut FrameReader<R>,
+    write: &mut W,
+    users: &crate::sasl::PlainUsers,
+    stall: std::time::Duration,
+) -> std::io::Result<Option<crate::sasl::Principal>>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    use floe_protocol::ResponseError;
+    use floe_protocol::kafka_protocol::messages::{
+        RequestKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+    };
+    let mechanisms = vec![handlers::str_bytes(crate::sasl::PLAIN)];
+    let deadline = Instant::now() + crate::sasl::AUTHENTICATE_WITHIN;
+    let mut handshaken = false;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, frames.next()).await {
+            Ok(Some(frame)) => frame?,
+            Ok(None) | Err(_) => return Ok(None),
+        };
+        let Ok(decoded) = request::decode(frame.bytes.freeze()) else {
+            return Ok(None);
+        };
+        let (api, version, correlation_id, response, outcome) = match decoded {
+            Decoded::ApiVersionsTooNew { correlation_id } => {
+                let response = handlers::api_versions::unsupported();
+                (
+                    ApiKey::ApiVersions,
+                    0,
+                    correlation_id,
+                    ResponseKind::ApiVersions(response),
+                    None,
+                )
+            }
+            Decoded::Request { header, body } => {
+                let (version, correlation_id) = (header.request_api_version, header.correlation_id);
+                match *body {
+                    RequestKind::ApiVersions(_) => {
+                        let response = ResponseKind::ApiVersions(handlers::api_versions::handle());
+                        (ApiKey::ApiVersions, version, correlation_id, response, None)
+                    }
+                    RequestKind::SaslHandshake(req) if !handshaken => {
+                        // v0 would be followed by raw tokens: not served.
+                        let served = version >= 1 && req.mechanism.as_str() == crate::sasl::PLAIN;
+                        handshaken = served;
+                        let response = SaslHandshakeResponse::default()
+                            .with_mechanisms(mechanisms.clone())
+                            .with_error_code(match served {
+                                true => 0,
+                                false => ResponseError::UnsupportedSaslMechanism.code(),
+                            });
+                        let outcome = (!served).then_some(None);
+                        (
+                            ApiKey::SaslHandshake,
+                            version,
+                            correlation_id,
+                            ResponseKind::SaslHandshake(response),
+                            outcome,
+                        )
+                    }
+                    RequestKind::SaslAuthenticate(req) if handshaken => {
+                        let principal = users.authenticate(&req.auth_bytes);
+                        let response = match &principal {
+                            Some(_) => SaslAuthenticateResponse::default(),
+                            None => SaslAuthenticateResponse::default()
+                                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                                .with_error_message(Some(handlers::str_bytes(
+                                    "Authentication failed: Invalid username or password",
+                                ))),
+                        };
+                        (
+                            ApiKey::SaslAuthenticate,
+                            version,
+                            correlation_id,
+                            ResponseKind::SaslAuthenticate(response),
+                            Some(principal),
+                        )
+                    }
+                    // Anything else before authentication: Kafka closes.
+                    _ => return Ok(None),
+                }
+            }
+        };
+        drop(frame.held);
+        let Ok(Some(bytes)) = encode(api, version, correlation_id, Some(response)) else {
+            return Ok(None);
+        };
+        if !write_progressing(write, &bytes, stall).await? {
+            return Ok(None);
+        }
+        if let Some(principal) = outcome {
+            return Ok(principal);
+        }
+    }
 }
 
 /// Writes `bytes`, unless the client accepts none of them for `stall`

@@ -15,7 +15,10 @@ pub mod produce;
 pub mod produce_rules;
 pub mod topics;
 
-use floe_protocol::kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::{
+    RequestHeader, RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+};
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -192,6 +195,20 @@ async fn handle(
         RequestKind::ListOffsets(req) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
         }
+        // Authentication happens before any request reaches here (see
+        // `server::authenticate`): a handshake now is out of turn, and on a
+        // listener without SASL no mechanism is served.
+        RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(match &broker.sasl {
+            Some(_) => SaslHandshakeResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code())
+                .with_mechanisms(vec![str_bytes(crate::sasl::PLAIN)]),
+            None => SaslHandshakeResponse::default()
+                .with_error_code(ResponseError::UnsupportedSaslMechanism.code()),
+        }),
+        RequestKind::SaslAuthenticate(_) => ResponseKind::SaslAuthenticate(
+            SaslAuthenticateResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code()),
+        ),
         other => {
             // `request::decode` only lets served APIs through.
             tracing::error!(?other, "request of an API with no handler");
