@@ -205,6 +205,14 @@ fn default_request(api: ApiKey) -> RequestKind {
                     .with_partition_indexes(vec![0, 1]),
             ]))
         }
+        ApiKey::SaslHandshake => RequestKind::SaslHandshake(
+            kafka_protocol::messages::SaslHandshakeRequest::default()
+                .with_mechanism(StrBytes::from_static_str("PLAIN")),
+        ),
+        ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(
+            kafka_protocol::messages::SaslAuthenticateRequest::default()
+                .with_auth_bytes(bytes::Bytes::from_static(b"\0alice\0secret")),
+        ),
         other => panic!("no seed for {other:?}"),
     }
 }
