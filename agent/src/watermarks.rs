@@ -264,6 +264,32 @@ mod tests {
     use super::*;
     use floe_metastore::{Commit, CommitBatch, LocalMetastore, NewTopic};
 
+    /// `records` records of `partition` committed as another agent would.
+    async fn commit_elsewhere(
+        meta: &Arc<dyn Metastore>,
+        topic: TopicId,
+        partition: i32,
+        records: i32,
+    ) {
+        let commit = Commit {
+            object_key: format!("elsewhere-{partition}"),
+            object_size: 10,
+            batches: vec![CommitBatch {
+                topic_id: topic,
+                partition,
+                position: 0,
+                length: 10,
+                record_count: records,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms: meta.clock().await.unwrap(),
+        };
+        meta.commit(commit).await.unwrap();
+    }
+
     /// A waiter that saw more than those already waiting wakes them: the
     /// poll, finding nothing above what it was told, would not.
     #[tokio::test]
@@ -348,23 +374,7 @@ mod tests {
             .collect();
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(watermarks.watched_keys().len(), 2);
-        let commit = Commit {
-            object_key: "elsewhere".into(),
-            object_size: 10,
-            batches: vec![CommitBatch {
-                topic_id: topic.id,
-                partition: 1,
-                position: 0,
-                length: 10,
-                record_count: 3,
-                max_timestamp: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            }],
-            not_before_ms: meta.clock().await.unwrap(),
-        };
-        meta.commit(commit).await.unwrap();
+        commit_elsewhere(&meta, topic.id, 1, 3).await;
         for waiter in waiters {
             assert!(waiter.await.unwrap(), "woken before the deadline");
         }
@@ -412,23 +422,7 @@ mod tests {
         let on_zero: Vec<_> = (0..5).map(|_| wait_on(0, 10_000)).collect();
         let on_one: Vec<_> = (0..5).map(|_| wait_on(1, 1_000)).collect();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let commit = Commit {
-            object_key: "elsewhere".into(),
-            object_size: 10,
-            batches: vec![CommitBatch {
-                topic_id: topic.id,
-                partition: 0,
-                position: 0,
-                length: 10,
-                record_count: 1,
-                max_timestamp: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            }],
-            not_before_ms: meta.clock().await.unwrap(),
-        };
-        meta.commit(commit).await.unwrap();
+        commit_elsewhere(&meta, topic.id, 0, 1).await;
         for waiter in on_zero {
             assert!(waiter.await.unwrap());
         }
