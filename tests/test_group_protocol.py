@@ -420,6 +420,13 @@ def test_a_returning_static_leader_is_told_to_skip_the_assignment(agent):
     answers = {}
     second = threading.Thread(target=lambda: answers.update(b=join_group_v9(agent.bootstrap, group, "b")))
     second.start()
+    # b's join has begun the rebalance before a rejoins it (a rejoin first
+    # would be answered with the generation a already has).
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    wait_for(lambda: admin.describe_groups([group])[group]["group_state"] == "PreparingRebalance",
+             why="b's join to begin a rebalance")
+    admin.close()
     again = join_group_v9(agent.bootstrap, group, "a", member_id=leader.member_id)
     second.join()
     follower = answers["b"]

@@ -130,7 +130,7 @@ def test_compression_levels_apply_when_the_agent_recompresses(agent):
     """KIP-390: a topic's `compression.<codec>.level` is the level batches
     get when the agent recompresses them to the topic's codec."""
     admin = admin_for(agent)
-    levels = {"zstd": (1, 19), "gzip": (1, 9)}
+    levels = {"zstd": (1, 19), "gzip": (1, 9), "lz4": (1, 12)}
     admin.create_topics([
         NewTopic(f"{codec}-{level}", 1, 1, topic_configs={
             "compression.type": codec, f"compression.{codec}.level": str(level)})

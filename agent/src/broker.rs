@@ -46,6 +46,8 @@ pub struct Broker {
     pub requests: RequestBudget,
     /// The users SASL/PLAIN authenticates, when the listener asks for SASL.
     pub sasl: Option<Arc<crate::sasl::PlainUsers>>,
+    /// Memory for requests of connections not yet authenticated.
+    pub unauthenticated: RequestBudget,
 }
 
 /// How often waiting fetches' partitions are checked for commits made
@@ -91,6 +93,9 @@ impl Broker {
             metrics.clone(),
             Arc::new(floe_storage::ids::RandomIds),
         );
+        if config.sasl_plain_users.is_some() && config.tls_cert.is_none() {
+            tracing::warn!("SASL/PLAIN without TLS: passwords cross the network as they are");
+        }
         let sasl = match &config.sasl_plain_users {
             Some(path) => Some(Arc::new(
                 crate::sasl::PlainUsers::load(path)
@@ -116,6 +121,7 @@ impl Broker {
             responses,
             requests,
             sasl,
+            unauthenticated: RequestBudget::new(crate::sasl::UNAUTHENTICATED_BUDGET),
         })
     }
 

@@ -102,6 +102,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// From now on, frames' bytes are taken from `budget`. Only between
+    /// frames (nothing of one read and held): a frame begun keeps its own.
+    pub fn set_budget(&mut self, budget: RequestBudget) {
+        debug_assert!(self.held.is_none() && self.buf.is_empty());
+        if self.held.is_none() && self.buf.is_empty() {
+            self.budget = budget;
+        }
+    }
+
     /// From now on, frames of at most `max_frame` bytes (a connection not
     /// yet authenticated gets a smaller bound than one that is).
     pub fn set_max_frame(&mut self, max_frame: usize) {

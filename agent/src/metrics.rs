@@ -50,6 +50,8 @@ pub struct Metrics {
     process_peak_rss: Gauge,
     /// Connections closed on arrival by max_connections(_per_ip).
     pub connections_refused: Counter,
+    /// Connections closed because they did not authenticate (SASL).
+    pub authentication_failures: Counter,
     /// What the block cache did, by event (brought up to date when scraped).
     cache_blocks: Family<OpLabel, Counter>,
     /// Agents in this one's cache ring, itself included (set when scraped).
@@ -133,6 +135,12 @@ impl Metrics {
             "Connections closed on arrival by max_connections or max_connections_per_ip",
             connections_refused.clone(),
         );
+        let authentication_failures = Counter::default();
+        registry.register(
+            "authentication_failures",
+            "Connections closed because they did not authenticate (SASL): wrong credentials, a request out of turn, or too slow",
+            authentication_failures.clone(),
+        );
         let response_budget_free = Gauge::default();
         registry.register(
             "response_budget_free_bytes",
@@ -194,6 +202,7 @@ impl Metrics {
         let background = floe_compactor::Counters::default();
         background.register(&mut registry);
         Metrics {
+            authentication_failures,
             syncing: Default::default(),
             injected_faults: Default::default(),
             injected_faults_seen,

@@ -24,6 +24,13 @@ pub const MAX_UNAUTHENTICATED_FRAME: usize = 512 * 1024;
 /// How long a client has from connecting to being authenticated.
 pub const AUTHENTICATE_WITHIN: Duration = Duration::from_secs(30);
 
+/// Memory for the frames of all connections not yet authenticated.
+pub const UNAUTHENTICATED_BUDGET: usize = 32 * 1024 * 1024;
+
+/// How long a connection that failed to authenticate waits before it is
+/// closed (Kafka's `connection.failed.authentication.delay.ms`).
+pub const FAILED_AUTHENTICATION_DELAY: Duration = Duration::from_millis(100);
+
 /// The one mechanism served.
 pub const PLAIN: &str = "PLAIN";
 
@@ -53,8 +60,9 @@ impl PlainUsers {
     fn parse(text: &str) -> anyhow::Result<PlainUsers> {
         let mut passwords = BTreeMap::new();
         for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
+            // Passwords are taken as written: spaces in them are theirs.
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() || line.trim_start().starts_with('#') {
                 continue;
             }
             let (user, password) = line
@@ -82,14 +90,14 @@ impl PlainUsers {
             return None;
         }
         let user = std::str::from_utf8(user).ok()?;
-        let expected = self.passwords.get(user)?;
-        same_bytes(expected.as_bytes(), password).then(|| Principal(user.to_string()))
+        // An unknown user costs a comparison too, so timing tells nothing.
+        let (expected, known) = match self.passwords.get(user) {
+            Some(expected) => (expected.as_bytes(), true),
+            None => (password, false),
+        };
+        let same: bool = subtle::ConstantTimeEq::ct_eq(expected, password).into();
+        (same && known).then(|| Principal(user.to_string()))
     }
-}
-
-/// Compares in time independent of where the bytes first differ.
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -111,6 +119,9 @@ mod tests {
         assert_eq!(said(b"\0carol\0wonder"), None);
         assert_eq!(said(b"\0alice\0wonder\0more"), None);
         assert_eq!(said(b"alice"), None);
+        let spaced = PlainUsers::parse("carol: two words \r\n").unwrap();
+        let carol = Bytes::from_static(b"\0carol\0 two words ");
+        assert_eq!(spaced.authenticate(&carol), Some(Principal("carol".into())));
         assert!(PlainUsers::parse("alice\n").is_err());
         assert!(PlainUsers::parse("a:1\na:2\n").is_err());
         assert!(PlainUsers::parse("# none\n").is_err());

@@ -166,15 +166,24 @@ where
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
     if let Some(users) = &broker.sasl {
+        // Until authenticated, small frames from a budget of their own: a
+        // crowd of clients that never authenticate cannot take the memory
+        // authenticated ones read their requests with.
+        frames.set_budget(broker.unauthenticated.clone());
         frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
         match authenticate(&mut frames, &mut write, users, stall).await? {
             Some(principal) => tracing::debug!(%peer, %principal, "authenticated"),
             None => {
-                tracing::debug!(%peer, "closing connection: not authenticated");
-                return write.shutdown().await;
+                // As Kafka's connection.failed.authentication.delay.ms: a
+                // guesser waits before it learns and can try again.
+                broker.metrics.authentication_failures.inc();
+                tracing::info!(%peer, "closing connection: not authenticated");
+                tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
+                return close(&mut write, stall).await;
             }
         }
         frames.set_max_frame(max_frame);
+        frames.set_budget(broker.requests.clone());
     }
     let turn = Turn::default();
     let lane = handlers::groups::Lane::default();
@@ -249,8 +258,22 @@ where
         }
     }
     // Kafka closes the connection after a request it cannot parse; earlier
-    // requests still got their responses above.
-    write.shutdown().await
+    // requests still got their responses above. What is left in flight
+    // gives its budget back now, and a close that cannot be written (a TLS
+    // close to a client that stopped reading) is given up after `stall`.
+    drop(in_flight);
+    drop(frames);
+    close(&mut write, stall).await
+}
+
+/// Shuts the connection's write side, waiting at most `stall`.
+async fn close(
+    write: &mut (impl AsyncWrite + Unpin),
+    stall: std::time::Duration,
+) -> std::io::Result<()> {
+    tokio::time::timeout(stall, write.shutdown())
+        .await
+        .unwrap_or(Ok(()))
 }
 
 /// SASL before anything else (see [`crate::sasl`]): the principal the client
@@ -371,7 +394,13 @@ async fn write_progressing(
             Err(_) => return Ok(false),
         }
     }
-    Ok(true)
+    // TLS takes bytes into its own buffer ahead of the socket: pushed out
+    // now, or the end of a response would wait for the next one.
+    match tokio::time::timeout(stall, write.flush()).await {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(false),
+    }
 }
 
 fn is_produce(decoded: &Decoded) -> bool {

@@ -264,6 +264,37 @@ mod tests {
     use super::*;
     use floe_metastore::{Commit, CommitBatch, LocalMetastore, NewTopic};
 
+    /// A topic of two partitions, and watermarks polled every 10 ms.
+    async fn two_partitions() -> (
+        Arc<dyn Metastore>,
+        floe_metastore::TopicInfo,
+        Arc<ExtentCache>,
+        Arc<Watermarks>,
+        watch::Sender<u64>,
+    ) {
+        let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
+        let topic = meta
+            .create_topic(NewTopic {
+                name: "w".into(),
+                partitions: 2,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let extents = Arc::new(ExtentCache::new(
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ));
+        let (commits, committed) = watch::channel(0);
+        let watermarks = Watermarks::start(
+            meta.clone(),
+            extents.clone(),
+            Duration::from_millis(10),
+            committed,
+        );
+        (meta, topic, extents, watermarks, commits)
+    }
+
     /// `records` records of `partition` committed as another agent would.
     async fn commit_elsewhere(
         meta: &Arc<dyn Metastore>,
@@ -326,26 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_wake_when_another_agent_commits_and_share_one_poll() {
-        let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
-        let topic = meta
-            .create_topic(NewTopic {
-                name: "w".into(),
-                partitions: 2,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
-        let extents = Arc::new(ExtentCache::new(
-            Duration::from_secs(10),
-            Duration::from_secs(10),
-        ));
-        let (_commits, committed) = watch::channel(0);
-        let watermarks = Watermarks::start(
-            meta.clone(),
-            extents.clone(),
-            Duration::from_millis(10),
-            committed,
-        );
+        let (meta, topic, extents, watermarks, _commits) = two_partitions().await;
 
         // Nothing grows: the wait ends at its deadline.
         let started = Instant::now();
@@ -395,22 +407,7 @@ mod tests {
     /// of those waiting on another partition.
     #[tokio::test]
     async fn a_commit_wakes_only_its_partitions_waiters() {
-        let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
-        let topic = meta
-            .create_topic(NewTopic {
-                name: "p".into(),
-                partitions: 2,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
-        let extents = Arc::new(ExtentCache::new(
-            Duration::from_secs(10),
-            Duration::from_secs(10),
-        ));
-        let (_commits, committed) = watch::channel(0);
-        let watermarks =
-            Watermarks::start(meta.clone(), extents, Duration::from_millis(10), committed);
+        let (meta, topic, _extents, watermarks, _commits) = two_partitions().await;
         let wait_on = |partition: i32, for_ms: u64| {
             let w = watermarks.clone();
             let id = topic.id;

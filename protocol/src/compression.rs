@@ -44,7 +44,12 @@ pub fn decompressed_limit(codec: Codec, compressed_len: usize) -> usize {
 
 /// Compresses a batch's records payload in `codec` at `level`, or at the
 /// codec's default as Kafka's (KIP-390): gzip 6, lz4 9, zstd 3. Snappy has
-/// no levels. LZ4 is written as Kafka reads it: a frame of independent blocks.
+/// no levels. LZ4 is written as Kafka reads it, a frame of independent
+/// blocks, and as Kafka compresses it: its default level 9 is LZ4's fast
+/// compressor, any other level the high-compression one (liblz4 treats
+/// levels 1 and 2 as fast, and those above 12 as 12). zstd is told the
+/// input's size, so a high level's tables fit the batch (and the frame
+/// says its size, which spares a reader a window sized for any input).
 pub fn compress(codec: Codec, level: Option<i32>, input: &[u8]) -> Result<Vec<u8>, BatchError> {
     use std::io::Write;
     let failed = |_| BatchError::Invalid("records do not compress");
@@ -60,7 +65,10 @@ pub fn compress(codec: Codec, level: Option<i32>, input: &[u8]) -> Result<Vec<u8
             encoder.finish().map_err(failed)
         }
         Codec::Lz4 => {
-            let level = level.filter(|l| (1..=17).contains(l)).unwrap_or(9) as u32;
+            let level = match level.filter(|l| (1..=17).contains(l)).unwrap_or(9) {
+                9 => 0, // liblz4's fast compressor, as Kafka's default
+                other => other as u32,
+            };
             let mut encoder = lz4::EncoderBuilder::new()
                 .level(level)
                 .block_mode(lz4::BlockMode::Independent)
@@ -71,7 +79,7 @@ pub fn compress(codec: Codec, level: Option<i32>, input: &[u8]) -> Result<Vec<u8
             finished.map_err(failed)?;
             Ok(out)
         }
-        Codec::Zstd => zstd::stream::encode_all(input, level.unwrap_or(3)).map_err(failed),
+        Codec::Zstd => zstd::bulk::compress(input, level.unwrap_or(3)).map_err(failed),
         Codec::Snappy => {
             use kafka_protocol::compression::{Compressor, Snappy};
             let mut out = bytes::BytesMut::new();

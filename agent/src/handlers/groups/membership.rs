@@ -139,27 +139,34 @@ pub async fn join(
                 Ok(Joined::MemberIdRequired(id)) => {
                     return failed(ResponseError::MemberIdRequired, &id);
                 }
-                Ok(Joined::Replaced { member_id, leader }) => {
-                    return match await_group(broker, &group, &member_id, None, None).await {
-                        // KIP-814 (v9): a leader is told its members and to
-                        // skip the assignment (the group keeps the one it
-                        // has); a follower, the leader as it is now.
-                        Ok(Some(mut view)) if version >= 9 => {
-                            let skip = view.leader.as_deref() == Some(member_id.as_str());
-                            if !skip {
-                                view.members.clear();
-                            }
-                            joined(&view, &member_id, None, version).with_skip_assignment(skip)
-                        }
-                        // Before v9: the leader named as it was, and no
-                        // members, so a returning leader does not assign.
-                        Ok(Some(mut view)) => {
-                            view.members.clear();
-                            joined(&view, &member_id, Some(&leader), version)
-                        }
-                        Ok(None) => failed(ResponseError::UnknownMemberId, &member_id),
-                        Err(e) => failed(e, &member_id),
+                Ok(Joined::Replaced {
+                    member_id: id,
+                    leader,
+                }) => {
+                    let mut view = match await_group(broker, &group, &id, None, None).await {
+                        Ok(Some(view)) => view,
+                        Ok(None) => return failed(ResponseError::UnknownMemberId, &id),
+                        Err(e) => return failed(e, &id),
                     };
+                    // Before v9: the leader named as it was, and no
+                    // members, so a returning leader does not assign.
+                    if version < 9 {
+                        view.members.clear();
+                        return joined(&view, &id, Some(&leader), version);
+                    }
+                    // KIP-814 (v9): a leader is told its members and to
+                    // skip the assignment (the group keeps the one it has);
+                    // a follower, the leader as it is now. Only while the
+                    // group is as the replacement left it; if a rebalance
+                    // began since, this member waits for it as any other.
+                    if view.phase == Phase::Stable && view.member.is_some() {
+                        let skip = view.leader.as_deref() == Some(id.as_str());
+                        if !skip {
+                            view.members.clear();
+                        }
+                        return joined(&view, &id, None, version).with_skip_assignment(skip);
+                    }
+                    member_id = id;
                 }
                 Err(e) => return failed(e, &member_id),
             }
