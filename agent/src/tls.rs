@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use rustls::pki_types::pem::PemObject;
@@ -40,14 +40,11 @@ impl TlsFiles {
             .map(PathBuf::as_path)
     }
 
-    /// What the files are now: their modification times and sizes.
+    /// What the files hold now (a checksum each: a rewrite of the same
+    /// size within one modification-time tick is still seen).
     fn stamp(&self) -> Stamp {
         self.paths()
-            .map(|p| {
-                std::fs::metadata(p)
-                    .ok()
-                    .and_then(|m| Some((m.modified().ok()?, m.len())))
-            })
+            .map(|p| std::fs::read(p).ok().map(|bytes| crc32c::crc32c(&bytes)))
             .collect()
     }
 
@@ -92,8 +89,8 @@ impl TlsFiles {
     }
 }
 
-/// Each file's modification time and size (`None`: unreadable).
-type Stamp = Vec<Option<(SystemTime, u64)>>;
+/// Each file's checksum (`None`: unreadable).
+type Stamp = Vec<Option<u32>>;
 
 /// The listener's TLS configuration, kept up to date with its files.
 pub struct Tls {
