@@ -176,6 +176,18 @@ def test_sasl_plain_over_tls_lets_in_the_users_it_knows(make_agent, certs, tmp_p
     assert [m.value.decode() for m in consumer] == [f"v{i}" for i in range(50)]
     consumer.close()
 
+    # floe's own tools speak TLS and SASL too.
+    from conftest import FLOE
+    import os
+    tool = [FLOE, "topics", "list", "--bootstrap-server", agent.bootstrap,
+            "--tls-ca", str(certs / "ca.pem"), "--sasl-user", "alice"]
+    listed = subprocess.run(tool, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "FLOE_SASL_PASSWORD": "wonder-land"})
+    assert listed.returncode == 0 and "guarded" in listed.stdout, listed.stderr
+    refused = subprocess.run(tool, capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "FLOE_SASL_PASSWORD": "nope"})
+    assert refused.returncode != 0 and "Invalid username or password" in refused.stderr, refused.stderr
+
     wrong = kcat("-L", "-b", agent.bootstrap, "-m", "5", *sasl_args("alice", "wonderland", certs))
     assert wrong.returncode != 0 and "Authentication failed" in wrong.stderr, wrong.stderr
     assert not metadata(agent, *sasl_args("carol", "wonder-land", certs)), "an unknown user"

@@ -65,8 +65,36 @@ struct ToolArgs<C: clap::Subcommand> {
     bootstrap_server: String,
     #[arg(long, global = true, value_enum, default_value = "table")]
     output: floe_agent::tools::Output,
+    /// PEM CA certificates to trust: speak TLS to the broker
+    #[arg(long, global = true, env = "FLOE_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// Authenticate with SASL/PLAIN as this user (the password from FLOE_SASL_PASSWORD)
+    #[arg(long, global = true, env = "FLOE_SASL_USER")]
+    sasl_user: Option<String>,
+    #[arg(
+        long,
+        global = true,
+        env = "FLOE_SASL_PASSWORD",
+        hide_env_values = true
+    )]
+    sasl_password: Option<String>,
     #[command(subcommand)]
     command: C,
+}
+
+impl<C: clap::Subcommand> ToolArgs<C> {
+    /// How to reach the broker: TLS and SASL as the flags say.
+    fn security(&self) -> anyhow::Result<floe_protocol::client::Security> {
+        let sasl_plain = match (&self.sasl_user, &self.sasl_password) {
+            (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+            (None, None) => None,
+            _ => anyhow::bail!("--sasl-user and a password (FLOE_SASL_PASSWORD) go together"),
+        };
+        Ok(floe_protocol::client::Security {
+            tls_ca: self.tls_ca.clone(),
+            sasl_plain,
+        })
+    }
 }
 
 fn run_tool<T, F: std::future::Future<Output = anyhow::Result<T>>>(tool: F) -> anyhow::Result<T> {
@@ -410,16 +438,22 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => tokio::runtime::Runtime::new()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(floe_bench::main(*args))),
-        Command::Topics(args) => run_tool(floe_agent::tools::topics::run(
-            &args.bootstrap_server,
-            args.output,
-            args.command,
-        )),
-        Command::Groups(args) => run_tool(floe_agent::tools::groups::run(
-            &args.bootstrap_server,
-            args.output,
-            args.command,
-        )),
+        Command::Topics(args) => args.security().and_then(|security| {
+            run_tool(floe_agent::tools::topics::run(
+                &args.bootstrap_server,
+                &security,
+                args.output,
+                args.command,
+            ))
+        }),
+        Command::Groups(args) => args.security().and_then(|security| {
+            run_tool(floe_agent::tools::groups::run(
+                &args.bootstrap_server,
+                &security,
+                args.output,
+                args.command,
+            ))
+        }),
         Command::CheckStore { url } => run_tool(floe_agent::tools::check_store::run(&url)),
     };
     match result {

@@ -52,8 +52,13 @@ pub struct ResetArgs {
     execute: bool,
 }
 
-pub async fn run(bootstrap: &str, output: Output, command: GroupsCommand) -> anyhow::Result<()> {
-    let mut broker = Broker::connect(bootstrap).await?;
+pub async fn run(
+    bootstrap: &str,
+    security: &floe_protocol::client::Security,
+    output: Output,
+    command: GroupsCommand,
+) -> anyhow::Result<()> {
+    let mut broker = Broker::connect(bootstrap, security).await?;
     match command {
         GroupsCommand::List => {
             let response: ListGroupsResponse = broker

@@ -11,7 +11,7 @@ pub mod topics;
 
 use anyhow::{Context, bail};
 use floe_protocol::ResponseError;
-use floe_protocol::client::Connection;
+use floe_protocol::client::{Connection, Security};
 use floe_protocol::kafka_protocol::messages::ApiKey;
 use floe_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -182,10 +182,10 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub async fn connect(bootstrap: &str) -> anyhow::Result<Broker> {
+    pub async fn connect(bootstrap: &str, security: &Security) -> anyhow::Result<Broker> {
         let address = bootstrap.split(',').next().unwrap_or(bootstrap).trim();
         Ok(Broker {
-            connection: Connection::connect(address, "floe-tools").await?,
+            connection: Connection::connect_with(address, "floe-tools", security).await?,
         })
     }
 

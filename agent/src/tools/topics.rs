@@ -57,8 +57,13 @@ pub enum TopicsCommand {
 /// The TOPIC resource type of the config APIs.
 const TOPIC_RESOURCE: i8 = 2;
 
-pub async fn run(bootstrap: &str, output: Output, command: TopicsCommand) -> anyhow::Result<()> {
-    let mut broker = Broker::connect(bootstrap).await?;
+pub async fn run(
+    bootstrap: &str,
+    security: &floe_protocol::client::Security,
+    output: Output,
+    command: TopicsCommand,
+) -> anyhow::Result<()> {
+    let mut broker = Broker::connect(bootstrap, security).await?;
     match command {
         TopicsCommand::Create {
             name,
