@@ -218,22 +218,7 @@ async fn many(store: &Arc<dyn ObjectStore>, prefix: &Path) -> Check {
     if listed.len() != KEYS {
         return Err(format!("listed {} of {KEYS} keys", listed.len()));
     }
-    let stream = futures::stream::iter(keys.into_iter().map(Ok)).boxed();
-    let results: Vec<_> = store.delete_stream(stream).collect().await;
-    if let Some(e) = results.into_iter().find_map(Result::err) {
-        return Err(format!(
-            "{e} (for a store without DeleteObjects, add bulk_delete=false)"
-        ));
-    }
-    let left: Vec<_> = store
-        .list(Some(prefix))
-        .try_collect()
-        .await
-        .map_err(|e| e.to_string())?;
-    match left.len() {
-        0 => Ok(Outcome::Passed),
-        n => Err(format!("{n} keys left after the bulk delete")),
-    }
+    delete_in_bulk(store, keys, prefix).await
 }
 
 async fn missing(store: &Arc<dyn ObjectStore>, key: &Path) -> Check {
@@ -252,10 +237,15 @@ async fn bulk_delete(
 ) -> Check {
     let mut keys: Vec<Path> = sizes.iter().map(|(n, _)| key(n)).collect();
     keys.push(key("never-written"));
+    delete_in_bulk(store, keys, base).await
+}
+
+/// Deletes `keys` in bulk, as GC does, and checks nothing is left under
+/// `prefix`. A missing key may be answered as deleted (S3) or NotFound (a
+/// local folder): GC takes either as gone.
+async fn delete_in_bulk(store: &Arc<dyn ObjectStore>, keys: Vec<Path>, prefix: &Path) -> Check {
     let stream = futures::stream::iter(keys.into_iter().map(Ok)).boxed();
     let results: Vec<_> = store.delete_stream(stream).collect().await;
-    // A missing key may be answered as deleted (S3) or NotFound (a local
-    // folder): GC takes either as gone.
     let failed = results.into_iter().find_map(|r| match r {
         Err(object_store::Error::NotFound { .. }) | Ok(_) => None,
         Err(e) => Some(e),
@@ -267,14 +257,14 @@ async fn bulk_delete(
         ));
     }
     let left: Vec<_> = store
-        .list(Some(base))
+        .list(Some(prefix))
         .try_collect()
         .await
         .map_err(|e| e.to_string())?;
-    if !left.is_empty() {
-        return Err(format!("{} objects left after the delete", left.len()));
+    match left.len() {
+        0 => Ok(Outcome::Passed),
+        n => Err(format!("{n} objects left after the bulk delete")),
     }
-    Ok(Outcome::Passed)
 }
 
 async fn wrong_credentials(url: &str, base: &Path) -> Check {
