@@ -984,7 +984,7 @@ async fn a_node_joins_a_group_whose_state_is_larger_than_a_frame() {
     for n in 0..80 {
         commit(&client, &format!("s{n}"), vec![batch(&t, 0, 0, 1)]).await;
     }
-    let size = nodes[0].local_state(|s| postcard::to_stdvec(s).unwrap().len());
+    let size = nodes[0].local_state(|s| crate::format::encode_snapshot(s).unwrap().len());
     assert!(
         size > crate::rpc::MAX_FRAME_FOR_TESTS,
         "state of {size} bytes"

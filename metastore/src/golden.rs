@@ -25,9 +25,9 @@ use std::fmt::Write;
 
 use uuid::Uuid;
 
+use crate::format::FORMAT_VERSION;
 use crate::groups::*;
 use crate::ops::*;
-use crate::raft::node::FORMAT_VERSION;
 use crate::state::{Batch, Command, Proposal, State};
 use crate::types::*;
 
@@ -330,8 +330,8 @@ fn encode_all() -> String {
         let _ = writeln!(out, "{} {}", variant(&proposal.command), hex(&bytes));
         state.apply_proposal(proposal);
     }
-    let snapshot = postcard::to_stdvec(&state).unwrap();
-    let back: State = postcard::from_bytes(&snapshot).unwrap();
+    let snapshot = crate::format::encode_snapshot(&state).unwrap();
+    let back: State = crate::format::decode_snapshot(&snapshot).unwrap();
     assert_eq!(back, state, "snapshot round trip");
     let _ = writeln!(out, "snapshot {}", hex(&snapshot));
     out
@@ -354,6 +354,49 @@ fn golden_log_entries_and_snapshot_are_unchanged() {
         &encode_all(),
         "the persisted encoding changed: bump FORMAT_VERSION (see this module's doc)",
     );
+}
+
+/// Every format this floe opens still reads: each older golden file's log
+/// entries decode as today's commands, and replayed build the state its
+/// snapshot (decoded as an upgrade would) holds.
+#[test]
+fn older_formats_still_read() {
+    use crate::format::{OLDEST_READABLE_FORMAT, decode_snapshot_of};
+    for format in OLDEST_READABLE_FORMAT..=FORMAT_VERSION {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("golden")
+            .join(format!("format-{format}.txt"));
+        let golden =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut state = State::default();
+        let mut snapshot = None;
+        for line in golden.lines() {
+            let (name, hex) = line.split_once(' ').unwrap();
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            if name == "snapshot" {
+                snapshot = Some(bytes);
+                continue;
+            }
+            let proposal: Proposal = postcard::from_bytes(&bytes)
+                .unwrap_or_else(|e| panic!("format {format}: {name} no longer decodes: {e}"));
+            assert_eq!(variant(&proposal.command), name, "format {format}");
+            state.apply_proposal(proposal);
+        }
+        let decoded = decode_snapshot_of(format, &snapshot.expect("a snapshot line"))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "format {format}'s snapshot no longer reads ({e}): keep a copy of its \
+                     types in crate::format, or raise OLDEST_READABLE_FORMAT"
+                )
+            });
+        assert_eq!(
+            decoded, state,
+            "format {format}: snapshot and replayed log differ"
+        );
+    }
 }
 
 /// Compares `encoded` line by line with `golden/{file}` (or writes it there

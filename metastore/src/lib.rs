@@ -8,6 +8,7 @@
 
 pub mod agents;
 pub mod api;
+pub mod format;
 pub mod groups;
 pub mod leases;
 pub mod ledger;

@@ -31,8 +31,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::api::{Answer, Op, Request, Transport};
+use crate::format::FORMAT_VERSION;
 use crate::raft::network::{self, PeerRequest, PeerResponse};
-use crate::raft::node::FORMAT_VERSION;
 use crate::raft::{ClusterStatus, NodeId, RaftMetastore};
 use crate::types::*;
 

@@ -217,8 +217,10 @@ impl World {
         if replayed != self.state {
             return Err("replaying the log gives another state (divergence)".into());
         }
-        let bytes = postcard::to_stdvec(&self.state).map_err(|e| e.to_string())?;
-        let restored: State = postcard::from_bytes(&bytes).map_err(|e| e.to_string())?;
+        let bytes =
+            floe_metastore::format::encode_snapshot(&self.state).map_err(|e| e.to_string())?;
+        let restored: State =
+            floe_metastore::format::decode_snapshot(&bytes).map_err(|e| e.to_string())?;
         if restored != self.state {
             return Err("the snapshot does not restore the state".into());
         }

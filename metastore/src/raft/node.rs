@@ -25,8 +25,9 @@ use super::liveness::{GroupTimers, Liveness};
 use super::log_store::{LOG, LogStore, META};
 use super::network::{Network, PeerRequest, PeerResponse, PeerTransport};
 use super::stamps::Stamps;
-use super::state_machine::{SNAPSHOT, StateMachine};
+use super::state_machine::{SNAPSHOT, SNAPSHOT_DATA, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
+use crate::format::{FORMAT_VERSION, OLDEST_READABLE_FORMAT, decode_snapshot_of, encode_snapshot};
 use crate::groups::{AwaitGroup, Heard, MAX_GROUP_WAIT_MS, MemberView};
 use crate::state::{Command, Reply, State};
 use crate::types::*;
@@ -204,8 +205,10 @@ fn prepare_database(db: Database, path: Option<&PathBuf>) -> Result<Database, Me
             path.map(|p| p.display().to_string()).unwrap_or_default()
         )));
     }
+    let where_ = || path.map(|p| p.display().to_string()).unwrap_or_default();
     let txn = db.begin_write().map_err(storage)?;
     txn.open_table(LOG).map_err(storage)?;
+    txn.open_table(SNAPSHOT).map_err(storage)?;
     {
         let mut meta = txn.open_table(META).map_err(storage)?;
         let found = meta
@@ -214,19 +217,35 @@ fn prepare_database(db: Database, path: Option<&PathBuf>) -> Result<Database, Me
             .map(|v| v.value().to_vec());
         match found.as_deref() {
             Some([FORMAT_VERSION]) => {}
-            // A log written before formats were versioned (or by another
-            // version) would be decoded as something else: refuse it.
+            Some(&[old]) if (OLDEST_READABLE_FORMAT..FORMAT_VERSION).contains(&old) => {
+                upgrade_snapshot(&txn, old).map_err(|e| {
+                    MetaError::Storage(format!(
+                        "{}: upgrading metastore format {old} to {FORMAT_VERSION}: {e}",
+                        where_()
+                    ))
+                })?;
+                meta.insert(FORMAT_KEY, [FORMAT_VERSION].as_slice())
+                    .map_err(storage)?;
+                tracing::info!(
+                    file = %where_(),
+                    "metastore upgraded from format {old} to {FORMAT_VERSION}"
+                );
+            }
+            // A log written before formats were versioned, by a newer floe,
+            // or by one too old to upgrade would be decoded as something
+            // else: refuse it.
             Some(other) => {
                 return Err(MetaError::Storage(format!(
-                    "{} holds metastore format {other:?}; this floe reads format {FORMAT_VERSION}",
-                    path.map(|p| p.display().to_string()).unwrap_or_default()
+                    "{} holds metastore format {other:?}; this floe reads formats \
+                     {OLDEST_READABLE_FORMAT} to {FORMAT_VERSION}",
+                    where_()
                 )));
             }
             None if !meta.is_empty().map_err(storage)? => {
                 return Err(MetaError::Storage(format!(
                     "{} holds a metastore log from before format versions (0); this floe \
                      reads format {FORMAT_VERSION}: move it away to start a new metastore",
-                    path.map(|p| p.display().to_string()).unwrap_or_default()
+                    where_()
                 )));
             }
             None => {
@@ -235,22 +254,33 @@ fn prepare_database(db: Database, path: Option<&PathBuf>) -> Result<Database, Me
             }
         }
     }
-    txn.open_table(SNAPSHOT).map_err(storage)?;
     txn.commit().map_err(storage)?;
     Ok(db)
 }
 
+/// Rewrites the stored snapshot, written in format `old`, in the current
+/// encoding (inside the caller's transaction, which also records the new
+/// format: a crash leaves either the old file or the upgraded one). Log
+/// entries need no rewrite: every format this floe reads shares their
+/// encoding (see [`crate::format`]).
+fn upgrade_snapshot(txn: &redb::WriteTransaction, old: u8) -> Result<(), String> {
+    let mut table = txn.open_table(SNAPSHOT).map_err(|e| e.to_string())?;
+    let data = table
+        .get(SNAPSHOT_DATA)
+        .map_err(|e| e.to_string())?
+        .map(|v| v.value().to_vec());
+    if let Some(data) = data {
+        let state = decode_snapshot_of(old, &data)?;
+        let data = encode_snapshot(&state).map_err(|e| e.to_string())?;
+        table
+            .insert(SNAPSHOT_DATA, data.as_slice())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Where the format of the log entries and snapshots in a metastore file is kept.
 const FORMAT_KEY: &str = "format";
-/// The format of log entries ([`Proposal`]) and snapshots ([`State`]) this
-/// floe reads and writes. Bump it whenever their encoding changes: postcard
-/// is not self-describing, so old bytes read as the new types are garbage.
-/// 1: commands stamped with the leader's clock.
-/// 2: consumer groups as Kafka's classic protocol has them (static members,
-/// KIP-394 ids, sync deadlines, leader epochs of offsets); heartbeats no
-/// longer in the log. (Only on main between 1db030d and 9549d57.)
-/// 3: and consumer-protocol groups (KIP-848).
-pub const FORMAT_VERSION: u8 = 3;
 
 fn not_leader(forward: ForwardToLeader<NodeId, NodeAddress>) -> MetaError {
     MetaError::NotLeader(forward.leader_node.map(|n| n.address))
@@ -762,6 +792,77 @@ mod tests {
         // durable conformance test's part).
         let fresh = dir.path().join("fresh.redb");
         let m = crate::LocalMetastore::open(&fresh).await.unwrap();
+        let format =
+            m.db.begin_read()
+                .unwrap()
+                .open_table(META)
+                .unwrap()
+                .get(FORMAT_KEY)
+                .unwrap();
+        assert_eq!(format.unwrap().value(), [FORMAT_VERSION].as_slice());
+    }
+
+    /// A format-3 file (its snapshot postcard) opens: the snapshot is
+    /// rewritten in the current encoding, the format recorded, and the
+    /// topics in the snapshot and in the log after it are all there.
+    #[tokio::test]
+    async fn a_format_3_file_is_upgraded_in_place() {
+        use crate::Metastore;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let topic = |n: usize| NewTopic {
+            name: format!("t{n}"),
+            partitions: 1,
+            configs: Default::default(),
+        };
+        {
+            let m = crate::LocalMetastore::open_with(&path, 5).await.unwrap();
+            for n in 0..12 {
+                m.create_topic(topic(n)).await.unwrap();
+            }
+            let has_snapshot = || {
+                m.db.begin_read()
+                    .unwrap()
+                    .open_table(SNAPSHOT)
+                    .unwrap()
+                    .get(SNAPSHOT_DATA)
+                    .unwrap()
+                    .is_some()
+            };
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !has_snapshot() {
+                assert!(tokio::time::Instant::now() < deadline, "no snapshot taken");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            m.shutdown().await;
+            // What format 3 wrote: the snapshot as postcard.
+            let txn = m.db.begin_write().unwrap();
+            {
+                let mut table = txn.open_table(SNAPSHOT).unwrap();
+                let data = table.get(SNAPSHOT_DATA).unwrap().unwrap().value().to_vec();
+                let state = crate::format::decode_snapshot(&data).unwrap();
+                let old = postcard::to_stdvec(&state).unwrap();
+                table.insert(SNAPSHOT_DATA, old.as_slice()).unwrap();
+                txn.open_table(META)
+                    .unwrap()
+                    .insert(FORMAT_KEY, [3u8].as_slice())
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let m = crate::LocalMetastore::open_with(&path, 5).await.unwrap();
+        let names: Vec<String> = m
+            .topics()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        let mut want: Vec<String> = (0..12).map(|n| format!("t{n}")).collect();
+        want.sort();
+        let mut names = names;
+        names.sort();
+        assert_eq!(names, want);
         let format =
             m.db.begin_read()
                 .unwrap()

@@ -16,11 +16,12 @@ use super::{
     Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig, any, blocking,
 };
 use crate::Clock;
+use crate::format::{decode_snapshot, encode_snapshot};
 use crate::state::{Reply, State};
 
 pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
 const SNAPSHOT_META: &str = "meta";
-const SNAPSHOT_DATA: &str = "data";
+pub(crate) const SNAPSHOT_DATA: &str = "data";
 
 pub struct StateMachine {
     state: Arc<RwLock<State>>,
@@ -79,7 +80,7 @@ impl StateMachine {
         };
         let (state, last_applied, membership) = match loaded {
             Some((meta, data)) => {
-                let state: State = postcard::from_bytes(&data)
+                let state = decode_snapshot(&data)
                     .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), any(e)))?;
                 (state, meta.last_log_id, meta.last_membership)
             }
@@ -125,7 +126,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let (db, meta) = (self.db.clone(), self.meta.clone());
         // Encoding a large state takes a while: never on an async worker.
         let data = blocking(move || {
-            let data = postcard::to_stdvec(&state).map_err(any)?;
+            let data = encode_snapshot(&state).map_err(any)?;
             save_snapshot(&db, &meta, &data)?;
             Ok(data)
         })
@@ -227,7 +228,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Decoding and storing a large state: on a blocking thread.
         let (db, stored_meta) = (self.db.clone(), meta.clone());
         let state = blocking(move || {
-            let state: State = postcard::from_bytes(&snapshot).map_err(any)?;
+            let state = decode_snapshot(&snapshot).map_err(any)?;
             save_snapshot(&db, &stored_meta, &snapshot)?;
             Ok(state)
         })

@@ -446,7 +446,11 @@ pub async fn replicas_agree(group: &RaftGroup) -> Result<(), String> {
         }
         let encoded: Vec<Vec<u8>> = nodes
             .iter()
-            .map(|n| n.local_state(|s| postcard::to_stdvec(s).expect("the state encodes")))
+            .map(|n| {
+                n.local_state(|s| {
+                    floe_metastore::format::encode_snapshot(s).expect("the state encodes")
+                })
+            })
             .collect();
         differing = encoded.iter().position(|e| *e != encoded[0]);
         if differing.is_none() {
