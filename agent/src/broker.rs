@@ -45,7 +45,7 @@ pub struct Broker {
     /// Memory for requests being read, across every connection.
     pub requests: RequestBudget,
     /// The users SASL/PLAIN authenticates, when the listener asks for SASL.
-    pub sasl: Option<Arc<crate::sasl::PlainUsers>>,
+    pub sasl: Option<Arc<crate::sasl::Authenticator>>,
     /// Memory for requests of connections not yet authenticated.
     pub unauthenticated: RequestBudget,
 }
@@ -93,15 +93,25 @@ impl Broker {
             metrics.clone(),
             Arc::new(floe_storage::ids::RandomIds),
         );
-        if config.sasl_plain_users.is_some() && config.tls_cert.is_none() {
+        let mechanisms = config.sasl_mechanisms();
+        if mechanisms.iter().any(|m| m == crate::sasl::PLAIN) && config.tls_cert.is_none() {
             tracing::warn!("SASL/PLAIN without TLS: passwords cross the network as they are");
         }
-        let sasl = match &config.sasl_plain_users {
-            Some(path) => Some(Arc::new(
-                crate::sasl::PlainUsers::load(path)
-                    .map_err(|e| anyhow::anyhow!("SASL/PLAIN users: {e:#}"))?,
-            )),
-            None => None,
+        let sasl = match mechanisms.is_empty() {
+            true => None,
+            false => {
+                let plain = match &config.sasl_plain_users {
+                    Some(path) => Some(
+                        crate::sasl::PlainUsers::load(path)
+                            .map_err(|e| anyhow::anyhow!("SASL/PLAIN users: {e:#}"))?,
+                    ),
+                    None => None,
+                };
+                Some(Arc::new(crate::sasl::Authenticator::new(
+                    &mechanisms,
+                    plain,
+                )?))
+            }
         };
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);

@@ -41,6 +41,12 @@ pub struct Config {
     /// A file of `user:password` lines: clients authenticate with SASL/PLAIN
     /// before anything else (with TLS: Kafka's `SASL_SSL`).
     pub sasl_plain_users: Option<PathBuf>,
+    /// SASL mechanisms clients must authenticate with (Kafka's
+    /// `sasl.enabled.mechanisms`): `PLAIN` (with `sasl_plain_users`),
+    /// `SCRAM-SHA-256`, `SCRAM-SHA-512` (credentials in the metastore, set
+    /// with AlterUserScramCredentials). Empty: PLAIN if `sasl_plain_users`
+    /// is set, else no SASL.
+    pub sasl_mechanisms: Vec<String>,
     /// `host:port` clients are told to connect to; defaults to `listen`.
     pub advertise: Option<String>,
     /// How clients find agents: `self` (each agent a broker in Metadata) or
@@ -169,6 +175,14 @@ pub struct Config {
 
 impl Config {
     /// The listener's TLS files, if it speaks TLS.
+    /// The SASL mechanisms offered (none: no SASL).
+    pub fn sasl_mechanisms(&self) -> Vec<String> {
+        match (self.sasl_mechanisms.is_empty(), &self.sasl_plain_users) {
+            (true, Some(_)) => vec![crate::sasl::PLAIN.to_string()],
+            _ => self.sasl_mechanisms.clone(),
+        }
+    }
+
     pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
         Some(crate::tls::TlsFiles {
             cert: self.tls_cert.clone()?,
@@ -201,6 +215,7 @@ impl Default for Config {
             tls_key: None,
             tls_client_ca: None,
             sasl_plain_users: None,
+            sasl_mechanisms: Vec::new(),
             advertise: None,
             roles: vec![Role::Kafka, Role::Jobs],
             discovery: Discovery::SelfAdvertise,

@@ -14,6 +14,7 @@ pub mod handlers;
 pub mod metrics;
 pub mod read;
 pub mod sasl;
+pub mod scram;
 pub mod server;
 pub mod tls;
 pub mod tools;

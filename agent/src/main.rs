@@ -45,6 +45,8 @@ enum Command {
     Topics(ToolArgs<floe_agent::tools::topics::TopicsCommand>),
     /// List, describe, reset the offsets of and delete consumer groups (as kafka-consumer-groups.sh).
     Groups(ToolArgs<floe_agent::tools::groups::GroupsCommand>),
+    /// List, set and delete users' SCRAM credentials (as kafka-configs.sh --entity-type users).
+    Users(ToolArgs<floe_agent::tools::users::UsersCommand>),
     /// Try every call floe makes of an object store (PUT, ranged GET, LIST, bulk DELETE, errors) against s3://BUCKET[/PREFIX][?OPTIONS] or file://PATH.
     CheckStore {
         /// The store, as --object-store takes it.
@@ -200,6 +202,10 @@ struct AgentArgs {
     /// A file of user:password lines: clients must authenticate with SASL/PLAIN
     #[arg(long, env = "FLOE_SASL_PLAIN_USERS")]
     sasl_plain_users: Option<PathBuf>,
+    /// e.g. PLAIN,SCRAM-SHA-512: SASL mechanisms clients must authenticate with
+    /// (default: PLAIN with --sasl-plain-users, else none)
+    #[arg(long, env = "FLOE_SASL_MECHANISMS", value_delimiter = ',')]
+    sasl_mechanisms: Option<Vec<String>>,
     /// e.g. kafka,jobs (the default): serve clients, run background jobs, or both
     #[arg(long, env = "FLOE_ROLES", value_enum, value_delimiter = ',')]
     roles: Option<Vec<Role>>,
@@ -328,6 +334,7 @@ impl AgentArgs {
         }
         set!(
             roles,
+            sasl_mechanisms,
             listen,
             admin_listen,
             discovery,
@@ -448,6 +455,14 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Groups(args) => args.security().and_then(|security| {
             run_tool(floe_agent::tools::groups::run(
+                &args.bootstrap_server,
+                &security,
+                args.output,
+                args.command,
+            ))
+        }),
+        Command::Users(args) => args.security().and_then(|security| {
+            run_tool(floe_agent::tools::users::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,

@@ -1,12 +1,14 @@
-//! SASL on the Kafka listener: the PLAIN mechanism (RFC 4616) against a
-//! file of users, as Kafka's `PlainLoginModule` with its users in the JAAS
-//! configuration. Send it over TLS: PLAIN carries the password as it is.
+//! SASL on the Kafka listener: PLAIN (RFC 4616) against a file of users, as
+//! Kafka's `PlainLoginModule` with its users in the JAAS configuration, and
+//! SCRAM-SHA-256/512 (see [`crate::scram`]) against credentials kept in the
+//! metastore, managed with AlterUserScramCredentials. Send PLAIN over TLS:
+//! it carries the password as it is.
 //!
 //! A connection authenticates before anything else, as Kafka's
 //! `SaslServerAuthenticator` has it: ApiVersions, then SaslHandshake (v1)
-//! naming the mechanism, then SaslAuthenticate with the credentials. Any
-//! other request before that, a second handshake, or a failed attempt
-//! closes the connection (a failed attempt first gets
+//! naming the mechanism, then SaslAuthenticate rounds (one for PLAIN, two
+//! for SCRAM). Any other request before that, a second handshake, or a
+//! failed attempt closes the connection (a failed attempt first gets
 //! `SASL_AUTHENTICATION_FAILED`). Until authenticated a client may send
 //! frames of at most [`MAX_UNAUTHENTICATED_FRAME`] bytes (Kafka's
 //! `sasl.server.max.receive.size`), within [`AUTHENTICATE_WITHIN`].
@@ -17,6 +19,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use floe_metastore::Metastore;
+use floe_metastore::scram::ScramMechanism;
+
+use crate::scram::{ClientFirst, INVALID_CREDENTIALS, ServerFirst};
 
 /// Largest frame an unauthenticated client may send (Kafka's default).
 pub const MAX_UNAUTHENTICATED_FRAME: usize = 512 * 1024;
@@ -31,8 +37,132 @@ pub const UNAUTHENTICATED_BUDGET: usize = 32 * 1024 * 1024;
 /// closed (Kafka's `connection.failed.authentication.delay.ms`).
 pub const FAILED_AUTHENTICATION_DELAY: Duration = Duration::from_millis(100);
 
-/// The one mechanism served.
 pub const PLAIN: &str = "PLAIN";
+
+/// The mechanisms a listener offers (Kafka's `sasl.enabled.mechanisms`).
+pub struct Authenticator {
+    plain: Option<PlainUsers>,
+    scram: Vec<ScramMechanism>,
+    /// Makes up the salt an unknown SCRAM user is answered with. Per agent
+    /// process: stable across one agent's answers, not across agents.
+    fake_salt_seed: Vec<u8>,
+}
+
+impl Authenticator {
+    /// `mechanisms` by name; PLAIN needs `plain` users.
+    pub fn new(mechanisms: &[String], plain: Option<PlainUsers>) -> anyhow::Result<Authenticator> {
+        let mut scram = Vec::new();
+        let mut offers_plain = false;
+        for name in mechanisms {
+            match (name.as_str(), ScramMechanism::from_name(name)) {
+                (PLAIN, _) => offers_plain = true,
+                (_, Some(m)) => scram.push(m),
+                _ => anyhow::bail!(
+                    "SASL mechanism {name} is not served (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 are)"
+                ),
+            }
+        }
+        anyhow::ensure!(
+            offers_plain == plain.is_some(),
+            "SASL/PLAIN and a users file (sasl_plain_users) go together"
+        );
+        Ok(Authenticator {
+            plain,
+            scram,
+            fake_salt_seed: crate::scram::random_bytes(32),
+        })
+    }
+
+    /// The mechanisms' names, as SaslHandshake lists them.
+    pub fn mechanisms(&self) -> Vec<&'static str> {
+        let plain = self.plain.as_ref().map(|_| PLAIN);
+        plain
+            .into_iter()
+            .chain(self.scram.iter().map(|m| m.name()))
+            .collect()
+    }
+
+    /// The exchange a handshake naming `mechanism` starts, if it is offered.
+    pub fn start(&self, mechanism: &str) -> Option<Exchange> {
+        if mechanism == PLAIN && self.plain.is_some() {
+            return Some(Exchange::Plain);
+        }
+        let m = ScramMechanism::from_name(mechanism).filter(|m| self.scram.contains(m))?;
+        Some(Exchange::ScramFirst(m))
+    }
+}
+
+/// Where a connection's authentication stands, between SaslAuthenticate rounds.
+pub enum Exchange {
+    Plain,
+    /// Waiting for the client's first SCRAM message.
+    ScramFirst(ScramMechanism),
+    /// Waiting for the client's proof.
+    ScramFinal(Box<ServerFirst>),
+    /// Over (done or failed): nothing more is taken.
+    Over,
+}
+
+/// What one SaslAuthenticate round gives.
+pub enum Step {
+    /// More to say: these bytes back, and the next round.
+    Challenge(Vec<u8>),
+    /// Authenticated: these bytes back (SCRAM's server signature, or none).
+    Done(Principal, Vec<u8>),
+    /// Refused, with the message Kafka sends.
+    Failed(&'static str),
+}
+
+impl Exchange {
+    /// Takes the client's `bytes` of one SaslAuthenticate round; SCRAM asks
+    /// the metastore for the user's credential.
+    pub async fn step(
+        &mut self,
+        auth: &Authenticator,
+        bytes: &Bytes,
+        meta: &dyn Metastore,
+    ) -> Step {
+        match std::mem::replace(self, Exchange::Over) {
+            Exchange::Plain => match auth.plain.as_ref().and_then(|p| p.authenticate(bytes)) {
+                Some(principal) => Step::Done(principal, Vec::new()),
+                None => Step::Failed("Authentication failed: Invalid username or password"),
+            },
+            Exchange::ScramFirst(m) => {
+                let first = match ClientFirst::parse(bytes) {
+                    Ok(first) => first,
+                    Err(why) => {
+                        tracing::debug!(why, "SCRAM client-first-message refused");
+                        return Step::Failed(INVALID_CREDENTIALS);
+                    }
+                };
+                let credential = match meta.scram_credential(&first.user, m).await {
+                    Ok(credential) => credential,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "SCRAM credential lookup failed");
+                        return Step::Failed(
+                            "Authentication failed: the metastore did not answer; try again",
+                        );
+                    }
+                };
+                let server = ServerFirst::new(m, first, credential, &auth.fake_salt_seed);
+                let challenge = server.message().to_vec();
+                *self = Exchange::ScramFinal(Box::new(server));
+                Step::Challenge(challenge)
+            }
+            Exchange::ScramFinal(server) => {
+                let user = server.user().to_string();
+                match server.finish(bytes) {
+                    Ok(signature) => Step::Done(Principal(user), signature),
+                    Err(why) => {
+                        tracing::debug!(why, "SCRAM proof refused");
+                        Step::Failed(INVALID_CREDENTIALS)
+                    }
+                }
+            }
+            Exchange::Over => Step::Failed("Authentication failed: the exchange is over"),
+        }
+    }
+}
 
 /// Who a connection authenticated as (Kafka's `KafkaPrincipal`, `User:<name>`).
 #[derive(Debug, Clone, PartialEq, Eq)]

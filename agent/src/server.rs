@@ -165,13 +165,13 @@ where
     let idle_for = broker.config.connections_max_idle;
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
-    if let Some(users) = &broker.sasl {
+    if let Some(auth) = &broker.sasl {
         // Until authenticated, small frames from a budget of their own: a
         // crowd of clients that never authenticate cannot take the memory
         // authenticated ones read their requests with.
         frames.set_budget(broker.unauthenticated.clone());
         frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
-        match authenticate(&mut frames, &mut write, users, stall).await? {
+        match authenticate(&mut frames, &mut write, auth, &*broker.meta, stall).await? {
             Some(principal) => tracing::debug!(%peer, %principal, "authenticated"),
             None => {
                 // As Kafka's connection.failed.authentication.delay.ms: a
@@ -283,20 +283,26 @@ async fn close(
 async fn authenticate<R, W>(
     frames: &mut FrameReader<R>,
     write: &mut W,
-    users: &crate::sasl::PlainUsers,
+    auth: &crate::sasl::Authenticator,
+    meta: &dyn floe_metastore::Metastore,
     stall: std::time::Duration,
 ) -> std::io::Result<Option<crate::sasl::Principal>>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    use crate::sasl::Step;
     use floe_protocol::ResponseError;
     use floe_protocol::kafka_protocol::messages::{
         RequestKind, SaslAuthenticateResponse, SaslHandshakeResponse,
     };
-    let mechanisms = vec![handlers::str_bytes(crate::sasl::PLAIN)];
+    let mechanisms: Vec<_> = auth
+        .mechanisms()
+        .into_iter()
+        .map(handlers::str_bytes)
+        .collect();
     let deadline = Instant::now() + crate::sasl::AUTHENTICATE_WITHIN;
-    let mut handshaken = false;
+    let mut exchange: Option<crate::sasl::Exchange> = None;
     loop {
         let frame = match tokio::time::timeout_at(deadline, frames.next()).await {
             Ok(Some(frame)) => frame?,
@@ -323,10 +329,14 @@ where
                         let response = ResponseKind::ApiVersions(handlers::api_versions::handle());
                         (ApiKey::ApiVersions, version, correlation_id, response, None)
                     }
-                    RequestKind::SaslHandshake(req) if !handshaken => {
+                    RequestKind::SaslHandshake(req) if exchange.is_none() => {
                         // v0 would be followed by raw tokens: not served.
-                        let served = version >= 1 && req.mechanism.as_str() == crate::sasl::PLAIN;
-                        handshaken = served;
+                        let started = match version {
+                            0 => None,
+                            _ => auth.start(req.mechanism.as_str()),
+                        };
+                        let served = started.is_some();
+                        exchange = started;
                         let response = SaslHandshakeResponse::default()
                             .with_mechanisms(mechanisms.clone())
                             .with_error_code(match served {
@@ -342,22 +352,33 @@ where
                             outcome,
                         )
                     }
-                    RequestKind::SaslAuthenticate(req) if handshaken => {
-                        let principal = users.authenticate(&req.auth_bytes);
-                        let response = match &principal {
-                            Some(_) => SaslAuthenticateResponse::default(),
-                            None => SaslAuthenticateResponse::default()
-                                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
-                                .with_error_message(Some(handlers::str_bytes(
-                                    "Authentication failed: Invalid username or password",
-                                ))),
+                    RequestKind::SaslAuthenticate(req) if exchange.is_some() => {
+                        let step = match exchange.as_mut() {
+                            Some(exchange) => exchange.step(auth, &req.auth_bytes, meta).await,
+                            None => Step::Failed("Authentication failed"),
+                        };
+                        let (response, outcome) = match step {
+                            Step::Challenge(bytes) => (
+                                SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
+                                None,
+                            ),
+                            Step::Done(principal, bytes) => (
+                                SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
+                                Some(Some(principal)),
+                            ),
+                            Step::Failed(why) => (
+                                SaslAuthenticateResponse::default()
+                                    .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                                    .with_error_message(Some(handlers::str_bytes(why))),
+                                Some(None),
+                            ),
                         };
                         (
                             ApiKey::SaslAuthenticate,
                             version,
                             correlation_id,
                             ResponseKind::SaslAuthenticate(response),
-                            Some(principal),
+                            outcome,
                         )
                     }
                     // Anything else before authentication: Kafka closes.

@@ -278,6 +278,16 @@ metastore_api! {
     custom fn cache_peers(announce: Option<CachePeer>) -> CachePeers {
         CachePeers { announce }
     }
+    /// Sets and deletes SCRAM credentials; each user's outcome.
+    write fn alter_scram_credentials(alterations: Vec<crate::scram::ScramAlteration>) -> AlterScramCredentials {
+        AlterScramCredentials { alterations }
+    }
+    read fn scram_credential(user: &str, mechanism: crate::scram::ScramMechanism) -> ScramCredentialOf {
+        ScramCredentialOf { user: user.to_string(), mechanism }
+    }
+    read fn describe_scram_credentials(users: Option<Vec<String>>) -> DescribeScramCredentials {
+        DescribeScramCredentials { users }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

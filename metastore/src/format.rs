@@ -27,7 +27,8 @@ use crate::state::State;
 /// 3: and consumer-protocol groups (KIP-848).
 /// 4: snapshots in MessagePack (structs as arrays), so the state can gain
 ///    trailing defaulted fields; log entries as in 3.
-pub const FORMAT_VERSION: u8 = 4;
+/// 5: SCRAM credentials in the state (and their command).
+pub const FORMAT_VERSION: u8 = 5;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 3;
@@ -45,15 +46,19 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, rmp_serde::decode::Error> 
 /// A snapshot written in `format` (at least [`OLDEST_READABLE_FORMAT`]), as
 /// the current [`State`].
 ///
-/// Format 3's snapshot is postcard of the state as it was then; it decodes
-/// only while every persisted type keeps its format-3 layout. The golden test
+/// Format 3's snapshot is postcard of the state as it was then
+/// (`state::StateV3`); it decodes only while every type nested in it keeps
+/// its format-3 layout. The golden test
 /// `older_formats_still_read` fails the day one changes: then either keep a
 /// copy of the format-3 types here, or raise [`OLDEST_READABLE_FORMAT`] (an
 /// operator then upgrades through a release that reads format 3).
 pub fn decode_snapshot_of(format: u8, bytes: &[u8]) -> Result<State, String> {
     match format {
-        3 => postcard::from_bytes(bytes).map_err(|e| format!("format 3 snapshot: {e}")),
-        FORMAT_VERSION => decode_snapshot(bytes).map_err(|e| format!("snapshot: {e}")),
+        3 => postcard::from_bytes::<crate::state::StateV3>(bytes)
+            .map(State::from)
+            .map_err(|e| format!("format 3 snapshot: {e}")),
+        // MessagePack since 4; fields added since read as their defaults.
+        4..=FORMAT_VERSION => decode_snapshot(bytes).map_err(|e| format!("snapshot: {e}")),
         other => Err(format!("no reader for metastore format {other}")),
     }
 }

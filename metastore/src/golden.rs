@@ -62,6 +62,7 @@ fn variant(command: &Command) -> &'static str {
         Command::Tick(_) => "tick",
         Command::ReplaceRuns(_) => "replace_runs",
         Command::Batch(_) => "batch",
+        Command::AlterScramCredentials(_) => "alter_scram_credentials",
     }
 }
 
@@ -275,7 +276,30 @@ fn samples() -> Vec<Command> {
                 offset: 0,
             }),
         ])),
+        Command::AlterScramCredentials(AlterScramCredentials {
+            alterations: vec![
+                scram_upsert("alice"),
+                scram_upsert("bob"),
+                crate::scram::ScramAlteration::Delete {
+                    user: "bob".into(),
+                    mechanism: 1,
+                },
+            ],
+        }),
     ]
+}
+
+fn scram_upsert(user: &str) -> crate::scram::ScramAlteration {
+    crate::scram::ScramAlteration::Upsert {
+        user: user.into(),
+        mechanism: 1,
+        credential: crate::scram::ScramCredential {
+            salt: vec![1, 2, 3],
+            stored_key: vec![4, 5, 6],
+            server_key: vec![7, 8, 9],
+            iterations: 4096,
+        },
+    }
 }
 
 /// A merged file's swap of one run of partition 0 (`ingest/02/b`'s extent).
@@ -341,11 +365,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 18 commands, one of them with 9 group commands: `variant` is exhaustive,
+    // 19 commands, one of them with 9 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        26,
+        27,
         "a command without a golden sample: {named:?}"
     );
 
@@ -646,6 +670,19 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
                 zone: Some("us-east-1a".into()),
                 address: "10.0.0.3:9644".into(),
             }),
+        }
+        .into(),
+        AlterScramCredentials {
+            alterations: vec![scram_upsert("alice")],
+        }
+        .into(),
+        ScramCredentialOf {
+            user: "alice".into(),
+            mechanism: crate::scram::ScramMechanism::Sha512,
+        }
+        .into(),
+        DescribeScramCredentials {
+            users: Some(vec!["alice".into()]),
         }
         .into(),
     ];

@@ -17,6 +17,7 @@ pub mod ops;
 pub mod peers;
 pub mod raft;
 pub mod rpc;
+pub mod scram;
 pub mod sequencer;
 pub mod state;
 pub mod topic_config;

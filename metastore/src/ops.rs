@@ -278,3 +278,24 @@ pub struct ReleaseLease {
     pub job: String,
     pub holder: String,
 }
+
+/// Sets and deletes users' SCRAM credentials (AlterUserScramCredentials);
+/// each user's outcome (see [`crate::scram`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterScramCredentials {
+    pub alterations: Vec<crate::scram::ScramAlteration>,
+}
+
+/// One user's credential for one mechanism, to check a SCRAM client with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredentialOf {
+    pub user: String,
+    pub mechanism: crate::scram::ScramMechanism,
+}
+
+/// Users' SCRAM mechanisms and iteration counts (DescribeUserScramCredentials):
+/// every user's, or those named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeScramCredentials {
+    pub users: Option<Vec<String>>,
+}

@@ -14,6 +14,7 @@ use crate::groups::*;
 use crate::leases::Leases;
 use crate::ledger::{Ledger, Seen};
 use crate::ops::*;
+use crate::scram::{ScramCredential, ScramCredentials, ScramRefusal};
 use crate::types::*;
 
 /// The log's entries, one variant per write in the order of their variant
@@ -166,6 +167,7 @@ commands! {
     Tick(Tick),
     ReplaceRuns(ReplaceRuns),
     Batch(Batch),
+    AlterScramCredentials(AlterScramCredentials),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -434,6 +436,53 @@ pub struct State {
     clock_ms: i64,
     /// When (on `clock_ms`) expired state is next swept.
     next_expiry_ms: i64,
+    // Fields below were added after format 4: each appended, with a default,
+    // so older snapshots read (see `crate::format`).
+    /// Users' SCRAM credentials (format 5).
+    #[serde(default)]
+    scram: ScramCredentials,
+}
+
+/// The state as format 3 wrote it (postcard: every field, in order, no
+/// defaults), read only to upgrade a format-3 file (see `crate::format`).
+/// Its nested types are today's: when one of them changes, the golden test
+/// `older_formats_still_read` says so.
+#[derive(Deserialize)]
+pub(crate) struct StateV3 {
+    topics: BTreeMap<String, Topic>,
+    names_by_id: BTreeMap<TopicId, String>,
+    objects: BTreeMap<u64, Object>,
+    next_object: u64,
+    producers: BTreeMap<i64, IssuedProducer>,
+    next_producer_id: i64,
+    garbage: Vec<String>,
+    groups: Groups,
+    agents: Agents,
+    ledger: Ledger,
+    leases: Leases,
+    clock_ms: i64,
+    next_expiry_ms: i64,
+}
+
+impl From<StateV3> for State {
+    fn from(v3: StateV3) -> State {
+        State {
+            topics: v3.topics,
+            names_by_id: v3.names_by_id,
+            objects: v3.objects,
+            next_object: v3.next_object,
+            producers: v3.producers,
+            next_producer_id: v3.next_producer_id,
+            garbage: v3.garbage,
+            groups: v3.groups,
+            agents: v3.agents,
+            ledger: v3.ledger,
+            leases: v3.leases,
+            clock_ms: v3.clock_ms,
+            next_expiry_ms: v3.next_expiry_ms,
+            scram: ScramCredentials::default(),
+        }
+    }
 }
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -1806,6 +1855,31 @@ impl Query for ListAgents {
     type Output = Vec<AgentInfo>;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.agents(now_ms))
+    }
+}
+
+impl Apply for AlterScramCredentials {
+    type Output = Vec<(String, Result<(), ScramRefusal>)>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.scram.alter(self.alterations))
+    }
+    /// A blind retry landing after another client's change would undo it.
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Query for ScramCredentialOf {
+    type Output = Option<ScramCredential>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.scram.get(&self.user, self.mechanism).cloned())
+    }
+}
+
+impl Query for DescribeScramCredentials {
+    type Output = Vec<crate::scram::UserMechanisms>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.scram.describe(self.users.as_deref()))
     }
 }
 

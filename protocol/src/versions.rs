@@ -40,6 +40,8 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     // librdkafka looks for v0 before it will authenticate at all; a v0
     // handshake (raw SASL tokens after it) is refused, v1 with
     // SaslAuthenticate is what current clients send.

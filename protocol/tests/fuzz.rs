@@ -213,6 +213,28 @@ fn default_request(api: ApiKey) -> RequestKind {
             kafka_protocol::messages::SaslAuthenticateRequest::default()
                 .with_auth_bytes(bytes::Bytes::from_static(b"\0alice\0secret")),
         ),
+        ApiKey::DescribeUserScramCredentials => RequestKind::DescribeUserScramCredentials(
+            DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                describe_user_scram_credentials_request::UserName::default()
+                    .with_name(StrBytes::from_static_str("alice")),
+            ])),
+        ),
+        ApiKey::AlterUserScramCredentials => RequestKind::AlterUserScramCredentials(
+            AlterUserScramCredentialsRequest::default()
+                .with_upsertions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                        .with_name(StrBytes::from_static_str("alice"))
+                        .with_mechanism(1)
+                        .with_iterations(4096)
+                        .with_salt(Bytes::from_static(b"salt"))
+                        .with_salted_password(Bytes::from_static(&[7; 32])),
+                ])
+                .with_deletions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                        .with_name(StrBytes::from_static_str("bob"))
+                        .with_mechanism(2),
+                ]),
+        ),
         other => panic!("no seed for {other:?}"),
     }
 }

@@ -13,6 +13,7 @@ pub mod log_dirs;
 pub mod metadata;
 pub mod produce;
 pub mod produce_rules;
+pub mod scram_credentials;
 pub mod topics;
 
 use floe_protocol::ResponseError;
@@ -192,6 +193,14 @@ async fn handle(
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req).await)
         }
+        RequestKind::DescribeUserScramCredentials(req) => {
+            ResponseKind::DescribeUserScramCredentials(
+                scram_credentials::describe(broker, req).await,
+            )
+        }
+        RequestKind::AlterUserScramCredentials(req) => {
+            ResponseKind::AlterUserScramCredentials(scram_credentials::alter(broker, req).await)
+        }
         RequestKind::ListOffsets(req) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
         }
@@ -199,9 +208,9 @@ async fn handle(
         // `server::authenticate`): a handshake now is out of turn, and on a
         // listener without SASL no mechanism is served.
         RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(match &broker.sasl {
-            Some(_) => SaslHandshakeResponse::default()
+            Some(auth) => SaslHandshakeResponse::default()
                 .with_error_code(ResponseError::IllegalSaslState.code())
-                .with_mechanisms(vec![str_bytes(crate::sasl::PLAIN)]),
+                .with_mechanisms(auth.mechanisms().into_iter().map(str_bytes).collect()),
             None => SaslHandshakeResponse::default()
                 .with_error_code(ResponseError::UnsupportedSaslMechanism.code()),
         }),

@@ -1,6 +1,6 @@
-//! `floe topics` and `floe groups`: the administration tools, in the manner
-//! of Kafka's `kafka-topics.sh` and `kafka-consumer-groups.sh`. They speak
-//! the Kafka protocol to a broker (`--bootstrap-server`), so they work
+//! `floe topics`, `floe groups` and `floe users`: the administration tools,
+//! in the manner of Kafka's `kafka-topics.sh`, `kafka-consumer-groups.sh` and
+//! `kafka-configs.sh --entity-type users`. They speak the Kafka protocol to a broker (`--bootstrap-server`), so they work
 //! through a load balancer and against any agent; every agent serves every
 //! topic and group, so the tools send everything to the one they reach.
 //! `floe check-store` tries an object store instead (no broker needed).
@@ -8,6 +8,7 @@
 pub mod check_store;
 pub mod groups;
 pub mod topics;
+pub mod users;
 
 use anyhow::{Context, bail};
 use floe_protocol::ResponseError;

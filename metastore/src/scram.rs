@@ -1,0 +1,338 @@
+//! SCRAM credentials (RFC 5802), as Kafka's `ScramControlManager` keeps
+//! them: per user and mechanism, the salt, the iteration count and the two
+//! keys derived from the salted password. The password itself never reaches
+//! the metastore: the admin client salts it, the agent derives the keys.
+//!
+//! Alterations follow Kafka's rules: each user at most once per request
+//! (`DUPLICATE_RESOURCE`), a name, a known mechanism, 4096 to 16384
+//! iterations (`UNACCEPTABLE_CREDENTIAL`), and a deletion of a credential
+//! that exists (`RESOURCE_NOT_FOUND`). Valid alterations apply even when
+//! others in the request are refused, as in Kafka.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Kafka's SCRAM mechanisms, with their numbers on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ScramMechanism {
+    Sha256,
+    Sha512,
+}
+
+impl ScramMechanism {
+    pub const ALL: [ScramMechanism; 2] = [ScramMechanism::Sha256, ScramMechanism::Sha512];
+
+    /// The number Kafka's messages carry (`ScramMechanism.type()`).
+    pub fn from_type(t: i8) -> Option<ScramMechanism> {
+        match t {
+            1 => Some(ScramMechanism::Sha256),
+            2 => Some(ScramMechanism::Sha512),
+            _ => None,
+        }
+    }
+
+    pub fn as_type(self) -> i8 {
+        match self {
+            ScramMechanism::Sha256 => 1,
+            ScramMechanism::Sha512 => 2,
+        }
+    }
+
+    /// The SASL mechanism name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScramMechanism::Sha256 => "SCRAM-SHA-256",
+            ScramMechanism::Sha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ScramMechanism> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// Fewest iterations Kafka accepts for either mechanism.
+pub const MIN_ITERATIONS: i32 = 4096;
+/// Most iterations Kafka accepts (`ScramControlManager.MAX_ITERATIONS`).
+pub const MAX_ITERATIONS: i32 = 16384;
+/// Users with credentials at most: bounds the state a client can make grow.
+pub const MAX_USERS: usize = 100_000;
+/// Longest user name kept (Kafka has no limit; a bound is ours).
+pub const MAX_USER_NAME: usize = 1024;
+/// Longest salt or key kept (SHA-512's keys are 64 bytes).
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// What a server keeps to check a SCRAM client (RFC 5802 section 3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredential {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+/// One change asked of a user's credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScramAlteration {
+    Upsert {
+        user: String,
+        /// The number on the wire (checked here, as Kafka's controller does).
+        mechanism: i8,
+        credential: ScramCredential,
+    },
+    Delete {
+        user: String,
+        mechanism: i8,
+    },
+}
+
+impl ScramAlteration {
+    pub fn user(&self) -> &str {
+        match self {
+            ScramAlteration::Upsert { user, .. } | ScramAlteration::Delete { user, .. } => user,
+        }
+    }
+}
+
+/// Why an alteration of a user's credentials was refused (each is one of
+/// Kafka's error codes; see the agent's handler).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScramRefusal {
+    /// The user appears twice in one request (`DUPLICATE_RESOURCE`).
+    AlteredTwice,
+    /// `UNACCEPTABLE_CREDENTIAL`, with Kafka's message.
+    Unacceptable(String),
+    /// `UNSUPPORTED_SASL_MECHANISM`.
+    UnknownMechanism,
+    /// Deleting what does not exist (`RESOURCE_NOT_FOUND`).
+    NotFound,
+    /// Past [`MAX_USERS`] (`UNACCEPTABLE_CREDENTIAL` too).
+    TooManyUsers,
+}
+
+/// A user and its mechanisms with their iteration counts (`None`: a user
+/// asked for that has no credentials).
+pub type UserMechanisms = (String, Option<Vec<(ScramMechanism, i32)>>);
+
+/// Every user's credentials.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredentials {
+    users: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
+}
+
+impl ScramCredentials {
+    pub fn get(&self, user: &str, mechanism: ScramMechanism) -> Option<&ScramCredential> {
+        self.users.get(user)?.get(&mechanism)
+    }
+
+    /// Users and their mechanisms with iteration counts: all of them, or
+    /// those named (`None` for a named user without credentials).
+    pub fn describe(
+        &self,
+        users: Option<&[String]>,
+    ) -> Vec<UserMechanisms> {
+        let of = |by: &BTreeMap<ScramMechanism, ScramCredential>| {
+            by.iter().map(|(m, c)| (*m, c.iterations)).collect()
+        };
+        match users {
+            None => self
+                .users
+                .iter()
+                .map(|(user, by)| (user.clone(), Some(of(by))))
+                .collect(),
+            Some(names) => names
+                .iter()
+                .map(|user| (user.clone(), self.users.get(user).map(of)))
+                .collect(),
+        }
+    }
+
+    /// Applies what is valid of `alterations`; each user's outcome, in the
+    /// order users first appear.
+    pub fn alter(
+        &mut self,
+        alterations: Vec<ScramAlteration>,
+    ) -> Vec<(String, Result<(), ScramRefusal>)> {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for a in &alterations {
+            *seen.entry(a.user().to_string()).or_default() += 1;
+        }
+        let mut outcomes: Vec<(String, Result<(), ScramRefusal>)> = Vec::new();
+        for a in alterations {
+            let user = a.user().to_string();
+            match seen.get(&user) {
+                // Answered already (a duplicate, once).
+                None => continue,
+                Some(n) if *n > 1 => {
+                    seen.remove(&user);
+                    outcomes.push((user, Err(ScramRefusal::AlteredTwice)));
+                    continue;
+                }
+                Some(_) => {}
+            }
+            let outcome = self.alter_one(a);
+            outcomes.push((user, outcome));
+        }
+        outcomes
+    }
+
+    fn alter_one(&mut self, alteration: ScramAlteration) -> Result<(), ScramRefusal> {
+        let (user, mechanism) = match &alteration {
+            ScramAlteration::Upsert {
+                user, mechanism, ..
+            }
+            | ScramAlteration::Delete { user, mechanism } => (user, *mechanism),
+        };
+        if user.is_empty() {
+            return Err(ScramRefusal::Unacceptable(
+                "Username must not be empty".into(),
+            ));
+        }
+        if user.len() > MAX_USER_NAME {
+            return Err(ScramRefusal::Unacceptable(format!(
+                "Username longer than {MAX_USER_NAME} bytes"
+            )));
+        }
+        let mechanism =
+            ScramMechanism::from_type(mechanism).ok_or(ScramRefusal::UnknownMechanism)?;
+        match alteration {
+            ScramAlteration::Delete { user, .. } => {
+                let by = self.users.get_mut(&user).ok_or(ScramRefusal::NotFound)?;
+                by.remove(&mechanism).ok_or(ScramRefusal::NotFound)?;
+                if by.is_empty() {
+                    self.users.remove(&user);
+                }
+                Ok(())
+            }
+            ScramAlteration::Upsert {
+                user, credential, ..
+            } => {
+                if credential.iterations < MIN_ITERATIONS {
+                    return Err(ScramRefusal::Unacceptable("Too few iterations".into()));
+                }
+                if credential.iterations > MAX_ITERATIONS {
+                    return Err(ScramRefusal::Unacceptable("Too many iterations".into()));
+                }
+                let keys = [
+                    &credential.salt,
+                    &credential.stored_key,
+                    &credential.server_key,
+                ];
+                if keys.iter().any(|k| k.is_empty() || k.len() > MAX_KEY_BYTES) {
+                    return Err(ScramRefusal::Unacceptable(
+                        "Salt and keys must hold 1 to 256 bytes".into(),
+                    ));
+                }
+                if !self.users.contains_key(&user) && self.users.len() >= MAX_USERS {
+                    return Err(ScramRefusal::TooManyUsers);
+                }
+                self.users
+                    .entry(user)
+                    .or_default()
+                    .insert(mechanism, credential);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cred(iterations: i32) -> ScramCredential {
+        ScramCredential {
+            salt: vec![1; 16],
+            stored_key: vec![2; 32],
+            server_key: vec![3; 32],
+            iterations,
+        }
+    }
+
+    fn upsert(user: &str, mechanism: i8, iterations: i32) -> ScramAlteration {
+        ScramAlteration::Upsert {
+            user: user.into(),
+            mechanism,
+            credential: cred(iterations),
+        }
+    }
+
+    fn delete(user: &str, mechanism: i8) -> ScramAlteration {
+        ScramAlteration::Delete {
+            user: user.into(),
+            mechanism,
+        }
+    }
+
+    #[test]
+    fn alterations_follow_kafkas_rules() {
+        let mut s = ScramCredentials::default();
+        let out = s.alter(vec![
+            upsert("alice", 1, 4096),
+            upsert("bob", 1, 8192),
+            upsert("bob", 2, 8192),
+            upsert("", 1, 4096),
+            upsert("carol", 3, 4096),
+            upsert("dave", 1, 4095),
+            upsert("erin", 2, 16385),
+            delete("frank", 1),
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                ("alice".into(), Ok(())),
+                ("bob".into(), Err(ScramRefusal::AlteredTwice)),
+                (
+                    "".into(),
+                    Err(ScramRefusal::Unacceptable(
+                        "Username must not be empty".into()
+                    ))
+                ),
+                ("carol".into(), Err(ScramRefusal::UnknownMechanism)),
+                (
+                    "dave".into(),
+                    Err(ScramRefusal::Unacceptable("Too few iterations".into()))
+                ),
+                (
+                    "erin".into(),
+                    Err(ScramRefusal::Unacceptable("Too many iterations".into()))
+                ),
+                ("frank".into(), Err(ScramRefusal::NotFound)),
+            ]
+        );
+        assert_eq!(s.get("alice", ScramMechanism::Sha256), Some(&cred(4096)));
+        assert!(
+            s.get("bob", ScramMechanism::Sha256).is_none(),
+            "nothing of a refused user"
+        );
+        assert_eq!(
+            s.describe(None),
+            vec![("alice".into(), Some(vec![(ScramMechanism::Sha256, 4096)]))]
+        );
+        assert_eq!(
+            s.describe(Some(&["nobody".into()])),
+            vec![("nobody".into(), None)]
+        );
+
+        // Another mechanism for alice, then both deleted one at a time.
+        assert_eq!(
+            s.alter(vec![upsert("alice", 2, 8192)]),
+            vec![("alice".into(), Ok(()))]
+        );
+        assert_eq!(
+            s.alter(vec![delete("alice", 1)]),
+            vec![("alice".into(), Ok(()))]
+        );
+        assert!(s.get("alice", ScramMechanism::Sha256).is_none());
+        assert_eq!(
+            s.alter(vec![delete("alice", 1)]),
+            vec![("alice".into(), Err(ScramRefusal::NotFound))]
+        );
+        assert_eq!(
+            s.alter(vec![delete("alice", 2)]),
+            vec![("alice".into(), Ok(()))]
+        );
+        assert!(s.describe(None).is_empty());
+    }
+}
