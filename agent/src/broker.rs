@@ -46,6 +46,8 @@ pub struct Broker {
     pub requests: RequestBudget,
     /// The users SASL/PLAIN authenticates, when the listener asks for SASL.
     pub sasl: Option<Arc<crate::sasl::Authenticator>>,
+    /// Decides each request against the ACLs (see [`crate::authorizer`]).
+    pub authorizer: Arc<crate::authorizer::Authorizer>,
     /// Memory for requests of connections not yet authenticated.
     pub unauthenticated: RequestBudget,
 }
@@ -113,6 +115,12 @@ impl Broker {
                 )?))
             }
         };
+        let authorizer = Arc::new(crate::authorizer::Authorizer::new(
+            config.acls,
+            config.super_users.clone(),
+            config.allow_everyone_if_no_acl_found,
+        ));
+        authorizer.spawn_refresher(meta.clone());
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
         Ok(Broker {
@@ -131,6 +139,7 @@ impl Broker {
             responses,
             requests,
             sasl,
+            authorizer,
             unauthenticated: RequestBudget::new(crate::sasl::UNAUTHENTICATED_BUDGET),
         })
     }

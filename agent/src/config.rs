@@ -47,6 +47,13 @@ pub struct Config {
     /// with AlterUserScramCredentials). Empty: PLAIN if `sasl_plain_users`
     /// is set, else no SASL.
     pub sasl_mechanisms: Vec<String>,
+    /// Check every request against the ACLs kept in the metastore (Kafka's
+    /// `StandardAuthorizer`); off, everything is allowed.
+    pub acls: bool,
+    /// Principals allowed everything (`User:admin`; Kafka's `super.users`).
+    pub super_users: Vec<String>,
+    /// Allow what no ACL names (Kafka's `allow.everyone.if.no.acl.found`).
+    pub allow_everyone_if_no_acl_found: bool,
     /// `host:port` clients are told to connect to; defaults to `listen`.
     pub advertise: Option<String>,
     /// How clients find agents: `self` (each agent a broker in Metadata) or
@@ -216,6 +223,9 @@ impl Default for Config {
             tls_client_ca: None,
             sasl_plain_users: None,
             sasl_mechanisms: Vec::new(),
+            acls: false,
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
             advertise: None,
             roles: vec![Role::Kafka, Role::Jobs],
             discovery: Discovery::SelfAdvertise,

@@ -1,6 +1,7 @@
 //! The floe agent: a stateless Kafka-compatible broker.
 
 pub mod admin;
+pub mod authorizer;
 pub mod batcher;
 pub mod broker;
 pub mod budget;

@@ -47,6 +47,8 @@ enum Command {
     Groups(ToolArgs<floe_agent::tools::groups::GroupsCommand>),
     /// List, set and delete users' SCRAM credentials (as kafka-configs.sh --entity-type users).
     Users(ToolArgs<floe_agent::tools::users::UsersCommand>),
+    /// Add, list and remove ACLs (as kafka-acls.sh).
+    Acls(ToolArgs<floe_agent::tools::acls::AclsCommand>),
     /// Try every call floe makes of an object store (PUT, ranged GET, LIST, bulk DELETE, errors) against s3://BUCKET[/PREFIX][?OPTIONS] or file://PATH.
     CheckStore {
         /// The store, as --object-store takes it.
@@ -206,6 +208,20 @@ struct AgentArgs {
     /// (default: PLAIN with --sasl-plain-users, else none)
     #[arg(long, env = "FLOE_SASL_MECHANISMS", value_delimiter = ',')]
     sasl_mechanisms: Option<Vec<String>>,
+    /// Check every request against the ACLs (floe acls, or any admin client's CreateAcls)
+    #[arg(long, env = "FLOE_ACLS", num_args = 0..=1, default_missing_value = "true")]
+    acls: Option<bool>,
+    /// e.g. User:admin,User:ops: principals allowed everything
+    #[arg(long, env = "FLOE_SUPER_USERS", value_delimiter = ',')]
+    super_users: Option<Vec<String>>,
+    /// Allow what no ACL names (Kafka's allow.everyone.if.no.acl.found)
+    #[arg(
+        long,
+        env = "FLOE_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    allow_everyone_if_no_acl_found: Option<bool>,
     /// e.g. kafka,jobs (the default): serve clients, run background jobs, or both
     #[arg(long, env = "FLOE_ROLES", value_enum, value_delimiter = ',')]
     roles: Option<Vec<Role>>,
@@ -335,6 +351,9 @@ impl AgentArgs {
         set!(
             roles,
             sasl_mechanisms,
+            acls,
+            super_users,
+            allow_everyone_if_no_acl_found,
             listen,
             admin_listen,
             discovery,
@@ -463,6 +482,14 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Users(args) => args.security().and_then(|security| {
             run_tool(floe_agent::tools::users::run(
+                &args.bootstrap_server,
+                &security,
+                args.output,
+                args.command,
+            ))
+        }),
+        Command::Acls(args) => args.security().and_then(|security| {
+            run_tool(floe_agent::tools::acls::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,

@@ -165,6 +165,7 @@ where
     let idle_for = broker.config.connections_max_idle;
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
+    let mut principal = None;
     if let Some(auth) = &broker.sasl {
         // Until authenticated, small frames from a budget of their own: a
         // crowd of clients that never authenticate cannot take the memory
@@ -172,7 +173,10 @@ where
         frames.set_budget(broker.unauthenticated.clone());
         frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
         match authenticate(&mut frames, &mut write, auth, &*broker.meta, stall).await? {
-            Some(principal) => tracing::debug!(%peer, %principal, "authenticated"),
+            Some(authenticated) => {
+                tracing::debug!(%peer, principal = %authenticated, "authenticated");
+                principal = Some(authenticated);
+            }
             None => {
                 // As Kafka's connection.failed.authentication.delay.ms: a
                 // guesser waits before it learns and can try again.
@@ -185,6 +189,7 @@ where
         frames.set_max_frame(max_frame);
         frames.set_budget(broker.requests.clone());
     }
+    let session = crate::authorizer::Session::new(principal.as_ref(), peer.ip());
     let turn = Turn::default();
     let lane = handlers::groups::Lane::default();
     let mut in_flight = FuturesOrdered::new();
@@ -205,7 +210,7 @@ where
                         Ok(decoded) => {
                             let produce = is_produce(&decoded);
                             others += usize::from(!produce);
-                            let pending = admit(broker.clone(), decoded, &turn, &lane, peer.ip()).await;
+                            let pending = admit(broker.clone(), decoded, &turn, &lane, &session).await;
                             // Admitted: produced batches are now the produce
                             // buffer's to count, the rest is small.
                             drop(frame.held);
@@ -440,7 +445,7 @@ async fn admit(
     decoded: Decoded,
     turn: &Turn,
     lane: &handlers::groups::Lane,
-    peer: IpAddr,
+    session: &crate::authorizer::Session,
 ) -> Responding {
     match decoded {
         Decoded::ApiVersionsTooNew { correlation_id } => {
@@ -458,7 +463,7 @@ async fn admit(
                 correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
             let started = Instant::now();
             let metrics = broker.metrics.clone();
-            let pending = handlers::admit(broker, &header, *body, turn, lane, peer).await;
+            let pending = handlers::admit(broker, &header, *body, turn, lane, session).await;
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move {
                 let reply = pending.await;

@@ -288,6 +288,10 @@ metastore_api! {
     read fn describe_scram_credentials(users: Option<Vec<String>>) -> DescribeScramCredentials {
         DescribeScramCredentials { users }
     }
+    write fn create_acls(bindings: Vec<crate::acls::AclBinding>) -> CreateAcls { CreateAcls { bindings } }
+    write fn delete_acls(filters: Vec<crate::acls::AclFilter>) -> DeleteAcls { DeleteAcls { filters } }
+    read fn describe_acls(filter: crate::acls::AclFilter) -> DescribeAcls { DescribeAcls { filter } }
+    read fn acls_if_changed(known_version: Option<u64>) -> AclsIfChanged { AclsIfChanged { known_version } }
 }
 
 /// Soft state on the leader, like a heartbeat.

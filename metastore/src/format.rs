@@ -28,7 +28,8 @@ use crate::state::State;
 /// 4: snapshots in MessagePack (structs as arrays), so the state can gain
 ///    trailing defaulted fields; log entries as in 3.
 /// 5: SCRAM credentials in the state (and their command).
-pub const FORMAT_VERSION: u8 = 5;
+/// 6: ACLs in the state (and their commands).
+pub const FORMAT_VERSION: u8 = 6;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 3;

@@ -63,6 +63,8 @@ fn variant(command: &Command) -> &'static str {
         Command::ReplaceRuns(_) => "replace_runs",
         Command::Batch(_) => "batch",
         Command::AlterScramCredentials(_) => "alter_scram_credentials",
+        Command::CreateAcls(_) => "create_acls",
+        Command::DeleteAcls(_) => "delete_acls",
     }
 }
 
@@ -286,7 +288,37 @@ fn samples() -> Vec<Command> {
                 },
             ],
         }),
+        Command::CreateAcls(CreateAcls {
+            bindings: vec![acl("User:alice"), acl("User:bob")],
+        }),
+        Command::DeleteAcls(DeleteAcls {
+            filters: vec![acl_filter("User:bob")],
+        }),
     ]
+}
+
+fn acl(principal: &str) -> crate::acls::AclBinding {
+    crate::acls::AclBinding {
+        resource_type: crate::acls::resource::TOPIC,
+        resource_name: "orders-".into(),
+        pattern_type: crate::acls::pattern::PREFIXED,
+        principal: principal.into(),
+        host: "*".into(),
+        operation: crate::acls::operation::WRITE,
+        permission: crate::acls::permission::ALLOW,
+    }
+}
+
+fn acl_filter(principal: &str) -> crate::acls::AclFilter {
+    crate::acls::AclFilter {
+        resource_type: crate::acls::resource::ANY,
+        resource_name: None,
+        pattern_type: crate::acls::pattern::ANY,
+        principal: Some(principal.into()),
+        host: None,
+        operation: crate::acls::operation::ANY,
+        permission: crate::acls::permission::ANY,
+    }
 }
 
 fn scram_upsert(user: &str) -> crate::scram::ScramAlteration {
@@ -365,11 +397,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 19 commands, one of them with 9 group commands: `variant` is exhaustive,
+    // 21 commands, one of them with 9 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        27,
+        29,
         "a command without a golden sample: {named:?}"
     );
 
@@ -683,6 +715,22 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
         DescribeScramCredentials {
             users: Some(vec!["alice".into()]),
+        }
+        .into(),
+        CreateAcls {
+            bindings: vec![acl("User:carol")],
+        }
+        .into(),
+        DeleteAcls {
+            filters: vec![acl_filter("User:carol")],
+        }
+        .into(),
+        DescribeAcls {
+            filter: acl_filter("User:alice"),
+        }
+        .into(),
+        AclsIfChanged {
+            known_version: Some(1),
         }
         .into(),
     ];

@@ -6,6 +6,7 @@
 //! [`RemoteMetastore`] (a client of a served group) implement the
 //! [`Metastore`] trait that agents use.
 
+pub mod acls;
 pub mod agents;
 pub mod api;
 pub mod format;

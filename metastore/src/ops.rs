@@ -299,3 +299,30 @@ pub struct ScramCredentialOf {
 pub struct DescribeScramCredentials {
     pub users: Option<Vec<String>>,
 }
+
+/// Adds ACL bindings (CreateAcls); each one's outcome (why it is invalid).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateAcls {
+    pub bindings: Vec<crate::acls::AclBinding>,
+}
+
+/// Removes the bindings each filter matches (DeleteAcls); per filter, the
+/// bindings removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteAcls {
+    pub filters: Vec<crate::acls::AclFilter>,
+}
+
+/// The bindings a filter matches (DescribeAcls).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeAcls {
+    pub filter: crate::acls::AclFilter,
+}
+
+/// Every binding with their version, unless the asker already holds that
+/// version (then only the version): how agents keep their copy current
+/// without copying it every time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclsIfChanged {
+    pub known_version: Option<u64>,
+}

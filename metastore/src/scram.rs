@@ -128,10 +128,7 @@ impl ScramCredentials {
 
     /// Users and their mechanisms with iteration counts: all of them, or
     /// those named (`None` for a named user without credentials).
-    pub fn describe(
-        &self,
-        users: Option<&[String]>,
-    ) -> Vec<UserMechanisms> {
+    pub fn describe(&self, users: Option<&[String]>) -> Vec<UserMechanisms> {
         let of = |by: &BTreeMap<ScramMechanism, ScramCredential>| {
             by.iter().map(|(m, c)| (*m, c.iterations)).collect()
         };

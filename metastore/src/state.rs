@@ -168,6 +168,8 @@ commands! {
     ReplaceRuns(ReplaceRuns),
     Batch(Batch),
     AlterScramCredentials(AlterScramCredentials),
+    CreateAcls(CreateAcls),
+    DeleteAcls(DeleteAcls),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -441,6 +443,9 @@ pub struct State {
     /// Users' SCRAM credentials (format 5).
     #[serde(default)]
     scram: ScramCredentials,
+    /// ACLs (format 6).
+    #[serde(default)]
+    acls: crate::acls::Acls,
 }
 
 /// The state as format 3 wrote it (postcard: every field, in order, no
@@ -481,6 +486,7 @@ impl From<StateV3> for State {
             clock_ms: v3.clock_ms,
             next_expiry_ms: v3.next_expiry_ms,
             scram: ScramCredentials::default(),
+            acls: Default::default(),
         }
     }
 }
@@ -1880,6 +1886,46 @@ impl Query for DescribeScramCredentials {
     type Output = Vec<crate::scram::UserMechanisms>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.scram.describe(self.users.as_deref()))
+    }
+}
+
+impl Apply for CreateAcls {
+    type Output = Vec<Result<(), String>>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.acls.create(self.bindings))
+    }
+    /// Creating a binding that exists changes nothing.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for DeleteAcls {
+    type Output = Vec<Vec<crate::acls::AclBinding>>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.acls.delete(&self.filters))
+    }
+    /// A retry deletes what matches then (a binding created meanwhile too).
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Query for DescribeAcls {
+    type Output = Vec<crate::acls::AclBinding>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.acls.describe(&self.filter))
+    }
+}
+
+impl Query for AclsIfChanged {
+    type Output = (u64, Option<Vec<crate::acls::AclBinding>>);
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        let version = state.acls.version();
+        Ok(match self.known_version == Some(version) {
+            true => (version, None),
+            false => (version, Some(state.acls.bindings().cloned().collect())),
+        })
     }
 }
 

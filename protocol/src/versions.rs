@@ -42,6 +42,9 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
     // librdkafka looks for v0 before it will authenticate at all; a v0
     // handshake (raw SASL tokens after it) is refused, v1 with
     // SaslAuthenticate is what current clients send.

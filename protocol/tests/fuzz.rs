@@ -235,6 +235,35 @@ fn default_request(api: ApiKey) -> RequestKind {
                         .with_mechanism(2),
                 ]),
         ),
+        ApiKey::CreateAcls => {
+            RequestKind::CreateAcls(CreateAclsRequest::default().with_creations(vec![
+                create_acls_request::AclCreation::default()
+                    .with_resource_type(2)
+                    .with_resource_name(topic().into())
+                    .with_resource_pattern_type(3)
+                    .with_principal(StrBytes::from_static_str("User:alice"))
+                    .with_host(StrBytes::from_static_str("*"))
+                    .with_operation(3)
+                    .with_permission_type(3),
+            ]))
+        }
+        ApiKey::DescribeAcls => RequestKind::DescribeAcls(
+            DescribeAclsRequest::default()
+                .with_resource_type_filter(1)
+                .with_pattern_type_filter(1)
+                .with_operation(1)
+                .with_permission_type(1),
+        ),
+        ApiKey::DeleteAcls => {
+            RequestKind::DeleteAcls(DeleteAclsRequest::default().with_filters(vec![
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(1)
+                    .with_pattern_type_filter(1)
+                    .with_principal_filter(Some(StrBytes::from_static_str("User:bob")))
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ]))
+        }
         other => panic!("no seed for {other:?}"),
     }
 }

@@ -1,6 +1,8 @@
 //! One module per Kafka API.
 
+pub mod acls;
 pub mod api_versions;
+pub mod authorize;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
@@ -24,6 +26,7 @@ use floe_protocol::kafka_protocol::protocol::StrBytes;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
+use crate::authorizer::Session;
 use crate::broker::Broker;
 use crate::budget::{Held, Turn};
 
@@ -57,16 +60,30 @@ pub async fn admit(
     body: RequestKind,
     turn: &Turn,
     lane: &groups::Lane,
-    peer: std::net::IpAddr,
+    session: &Session,
 ) -> Pending {
     let version = header.request_api_version;
+    let peer = session.ip;
+    let (body, patch) = match authorize::gate(&broker, session, body, version).await {
+        authorize::Gate::Handle(body, patch) => (body, patch),
+        authorize::Gate::Answer(response) => {
+            return Box::pin(async move { Some(Reply::from(response)) });
+        }
+        authorize::Gate::Close => return Box::pin(async { None }),
+    };
+    let patched = move |mut response: ResponseKind| {
+        if let Some(patch) = patch {
+            patch(&mut response);
+        }
+        response
+    };
     if let RequestKind::Produce(req) = body {
         let admitted = produce::admit(&broker, req).await;
         return Box::pin(async move {
             admitted
                 .respond()
                 .await
-                .map(|r| Reply::from(ResponseKind::Produce(r)))
+                .map(|r| Reply::from(patched(ResponseKind::Produce(r))))
         });
     }
     if let RequestKind::Fetch(req) = body {
@@ -74,7 +91,7 @@ pub async fn admit(
         return Box::pin(async move {
             let (response, held) = fetch::handle(&broker, req, version, &turn).await;
             Some(Reply {
-                response: ResponseKind::Fetch(response),
+                response: patched(ResponseKind::Fetch(response)),
                 held,
             })
         });
@@ -94,7 +111,7 @@ pub async fn admit(
         }
         let reply = handle(&broker, body, version, client_id, peer)
             .await
-            .map(Reply::from);
+            .map(|r| Reply::from(patched(r)));
         drop(ticket);
         reply
     })
@@ -193,6 +210,11 @@ async fn handle(
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req).await)
         }
+        RequestKind::CreateAcls(req) => ResponseKind::CreateAcls(acls::create(broker, req).await),
+        RequestKind::DescribeAcls(req) => {
+            ResponseKind::DescribeAcls(acls::describe(broker, req).await)
+        }
+        RequestKind::DeleteAcls(req) => ResponseKind::DeleteAcls(acls::delete(broker, req).await),
         RequestKind::DescribeUserScramCredentials(req) => {
             ResponseKind::DescribeUserScramCredentials(
                 scram_credentials::describe(broker, req).await,

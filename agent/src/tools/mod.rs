@@ -1,10 +1,12 @@
-//! `floe topics`, `floe groups` and `floe users`: the administration tools,
-//! in the manner of Kafka's `kafka-topics.sh`, `kafka-consumer-groups.sh` and
-//! `kafka-configs.sh --entity-type users`. They speak the Kafka protocol to a broker (`--bootstrap-server`), so they work
+//! `floe topics`, `floe groups`, `floe users` and `floe acls`: the
+//! administration tools, in the manner of Kafka's `kafka-topics.sh`,
+//! `kafka-consumer-groups.sh`, `kafka-configs.sh --entity-type users` and
+//! `kafka-acls.sh`. They speak the Kafka protocol to a broker (`--bootstrap-server`), so they work
 //! through a load balancer and against any agent; every agent serves every
 //! topic and group, so the tools send everything to the one they reach.
 //! `floe check-store` tries an object store instead (no broker needed).
 
+pub mod acls;
 pub mod check_store;
 pub mod groups;
 pub mod topics;

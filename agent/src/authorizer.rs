@@ -1,0 +1,181 @@
+//! The agent's side of ACLs: who a connection is ([`Session`]), and the
+//! decision for each operation, taken from a copy of the metastore's ACLs
+//! kept in memory (so no request waits on the metastore to be authorized).
+//!
+//! The copy is refreshed every [`REFRESH_EVERY`] and right after this agent
+//! creates or deletes ACLs; a change made through another agent reaches this
+//! one within that interval (Kafka's brokers, too, apply ACLs as the
+//! metadata log reaches them). Until the first copy arrives every request
+//! but a super user's is denied: the authorizer fails closed.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use floe_metastore::Metastore;
+use floe_metastore::acls::{self, AclBinding, Requester};
+
+/// How often the copy of the ACLs is brought up to date.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// The principal of a connection that did not authenticate (Kafka's).
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// Who sent a request, and from where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// `User:alice`, or [`ANONYMOUS`].
+    pub principal: String,
+    /// The client's address, as ACLs name hosts.
+    pub host: String,
+    pub ip: std::net::IpAddr,
+}
+
+impl Session {
+    pub fn new(principal: Option<&crate::sasl::Principal>, ip: std::net::IpAddr) -> Session {
+        Session {
+            principal: principal.map_or_else(|| ANONYMOUS.to_string(), |p| p.to_string()),
+            host: ip.to_string(),
+            ip,
+        }
+    }
+
+    fn requester(&self) -> Requester<'_> {
+        Requester {
+            principal: &self.principal,
+            host: &self.host,
+        }
+    }
+}
+
+/// The ACLs as last read, and their version.
+#[derive(Default)]
+struct Copy {
+    version: Option<u64>,
+    bindings: Arc<Vec<AclBinding>>,
+}
+
+/// Decides requests against the ACLs (Kafka's `StandardAuthorizer`), or
+/// allows everything when ACLs are off.
+pub struct Authorizer {
+    enabled: bool,
+    /// Principals allowed everything (Kafka's `super.users`).
+    super_users: Vec<String>,
+    /// Kafka's `allow.everyone.if.no.acl.found`.
+    allow_if_no_acl: bool,
+    copy: RwLock<Copy>,
+}
+
+impl Authorizer {
+    pub fn new(enabled: bool, super_users: Vec<String>, allow_if_no_acl: bool) -> Authorizer {
+        Authorizer {
+            enabled,
+            super_users,
+            allow_if_no_acl,
+            copy: RwLock::default(),
+        }
+    }
+
+    /// Allows everything (no ACLs configured).
+    pub fn off() -> Authorizer {
+        Authorizer::new(false, Vec::new(), true)
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The bindings now, and whether any copy was read yet.
+    fn bindings(&self) -> Option<Arc<Vec<AclBinding>>> {
+        let copy = self.copy.read().expect("ACL copy lock poisoned");
+        copy.version.map(|_| copy.bindings.clone())
+    }
+
+    fn is_super(&self, session: &Session) -> bool {
+        self.super_users.contains(&session.principal)
+    }
+
+    /// Whether `session` may do `op` on the resource.
+    pub fn allows(&self, session: &Session, op: i8, resource_type: i8, name: &str) -> bool {
+        if !self.enabled || self.is_super(session) {
+            return true;
+        }
+        let Some(bindings) = self.bindings() else {
+            return false;
+        };
+        acls::authorize(
+            bindings.iter(),
+            &session.requester(),
+            op,
+            resource_type,
+            name,
+            self.allow_if_no_acl,
+        )
+    }
+
+    /// Whether `session` may do `op` on the cluster.
+    pub fn allows_cluster(&self, session: &Session, op: i8) -> bool {
+        self.allows(session, op, acls::resource::CLUSTER, acls::CLUSTER_NAME)
+    }
+
+    /// Whether `session` may do `op` on some resource of the type (KIP-679).
+    pub fn allows_any(&self, session: &Session, op: i8, resource_type: i8) -> bool {
+        if !self.enabled || self.is_super(session) {
+            return true;
+        }
+        let Some(bindings) = self.bindings() else {
+            return false;
+        };
+        if self.allow_if_no_acl && !bindings.iter().any(|b| b.resource_type == resource_type) {
+            return true;
+        }
+        acls::authorize_any(bindings.iter(), &session.requester(), op, resource_type)
+    }
+
+    /// Kafka's authorized-operations bit set for a resource: bit `op` for
+    /// each of `ops` allowed (what Metadata and DescribeGroups report when
+    /// asked).
+    pub fn operations(&self, session: &Session, resource_type: i8, name: &str, ops: &[i8]) -> i32 {
+        ops.iter()
+            .filter(|op| self.allows(session, **op, resource_type, name))
+            .fold(0, |bits, op| bits | (1 << op))
+    }
+
+    /// Reads the metastore's ACLs if they changed since the copy.
+    pub async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let known = self.copy.read().expect("ACL copy lock poisoned").version;
+        let (version, bindings) = meta.acls_if_changed(known).await?;
+        let mut copy = self.copy.write().expect("ACL copy lock poisoned");
+        if let Some(bindings) = bindings {
+            copy.bindings = Arc::new(bindings);
+        }
+        copy.version = Some(version);
+        Ok(())
+    }
+
+    /// Keeps the copy current while the authorizer is in use.
+    pub fn spawn_refresher(self: &Arc<Self>, meta: Arc<dyn Metastore>) {
+        if !self.enabled {
+            return;
+        }
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut failing = false;
+            while let Some(authz) = this.upgrade() {
+                let refreshed = authz.refresh(&*meta).await;
+                drop(authz);
+                match refreshed {
+                    Ok(()) => failing = false,
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %e, "ACLs not refreshed; keeping the last copy");
+                    }
+                    Err(_) => {}
+                }
+                tokio::time::sleep(REFRESH_EVERY).await;
+            }
+        });
+    }
+}

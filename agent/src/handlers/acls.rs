@@ -1,0 +1,198 @@
+//! CreateAcls, DescribeAcls and DeleteAcls: ACLs kept in the metastore (see
+//! `floe_metastore::acls`), applied by every agent's authorizer. Without
+//! ACLs configured (`acls = false`) they answer `SECURITY_DISABLED`, as a
+//! Kafka broker without an authorizer does.
+
+use std::collections::BTreeMap;
+
+use floe_metastore::acls::{AclBinding, AclFilter};
+use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::create_acls_response::AclCreationResult;
+use floe_protocol::kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+use floe_protocol::kafka_protocol::messages::delete_acls_response::{
+    DeleteAclsFilterResult, DeleteAclsMatchingAcl,
+};
+use floe_protocol::kafka_protocol::messages::describe_acls_response::{
+    AclDescription, DescribeAclsResource,
+};
+use floe_protocol::kafka_protocol::messages::*;
+
+use super::str_bytes;
+use crate::broker::{Broker, kafka_error};
+
+const DISABLED: &str = "No Authorizer is configured on the broker";
+
+pub async fn create(broker: &Broker, req: CreateAclsRequest) -> CreateAclsResponse {
+    let failed = |code: i16, message: &str| {
+        AclCreationResult::default()
+            .with_error_code(code)
+            .with_error_message(Some(str_bytes(message)))
+    };
+    if !broker.authorizer.enabled() {
+        let code = ResponseError::SecurityDisabled.code();
+        return CreateAclsResponse::default().with_results(
+            req.creations
+                .iter()
+                .map(|_| failed(code, DISABLED))
+                .collect(),
+        );
+    }
+    let bindings: Vec<AclBinding> = req
+        .creations
+        .into_iter()
+        .map(|c| AclBinding {
+            resource_type: c.resource_type,
+            resource_name: c.resource_name.to_string(),
+            pattern_type: c.resource_pattern_type,
+            principal: c.principal.to_string(),
+            host: c.host.to_string(),
+            operation: c.operation,
+            permission: c.permission_type,
+        })
+        .collect();
+    let count = bindings.len();
+    let results = match broker.meta.create_acls(bindings).await {
+        Ok(outcomes) => outcomes
+            .into_iter()
+            .map(|outcome| match outcome {
+                Ok(()) => AclCreationResult::default(),
+                Err(why) => failed(ResponseError::InvalidRequest.code(), &why),
+            })
+            .collect(),
+        Err(e) => (0..count)
+            .map(|_| failed(kafka_error(&e).code(), &e.to_string()))
+            .collect(),
+    };
+    refresh(broker).await;
+    CreateAclsResponse::default().with_results(results)
+}
+
+fn filter(
+    resource_type: i8,
+    resource_name: Option<&str>,
+    pattern_type: i8,
+    principal: Option<&str>,
+    host: Option<&str>,
+    operation: i8,
+    permission: i8,
+) -> AclFilter {
+    AclFilter {
+        resource_type,
+        resource_name: resource_name.map(str::to_string),
+        pattern_type,
+        principal: principal.map(str::to_string),
+        host: host.map(str::to_string),
+        operation,
+        permission,
+    }
+}
+
+pub async fn describe(broker: &Broker, req: DescribeAclsRequest) -> DescribeAclsResponse {
+    if !broker.authorizer.enabled() {
+        return DescribeAclsResponse::default()
+            .with_error_code(ResponseError::SecurityDisabled.code())
+            .with_error_message(Some(str_bytes(DISABLED)));
+    }
+    let wanted = filter(
+        req.resource_type_filter,
+        req.resource_name_filter.as_deref(),
+        req.pattern_type_filter,
+        req.principal_filter.as_deref(),
+        req.host_filter.as_deref(),
+        req.operation,
+        req.permission_type,
+    );
+    match broker.meta.describe_acls(wanted).await {
+        Ok(bindings) => {
+            // One entry per resource pattern, with its ACLs.
+            let mut by_resource: BTreeMap<(i8, String, i8), Vec<AclDescription>> = BTreeMap::new();
+            for b in bindings {
+                by_resource
+                    .entry((b.resource_type, b.resource_name, b.pattern_type))
+                    .or_default()
+                    .push(
+                        AclDescription::default()
+                            .with_principal(str_bytes(&b.principal))
+                            .with_host(str_bytes(&b.host))
+                            .with_operation(b.operation)
+                            .with_permission_type(b.permission),
+                    );
+            }
+            DescribeAclsResponse::default().with_resources(
+                by_resource
+                    .into_iter()
+                    .map(|((kind, name, pattern), acls)| {
+                        DescribeAclsResource::default()
+                            .with_resource_type(kind)
+                            .with_resource_name(str_bytes(&name))
+                            .with_pattern_type(pattern)
+                            .with_acls(acls)
+                    })
+                    .collect(),
+            )
+        }
+        Err(e) => DescribeAclsResponse::default()
+            .with_error_code(kafka_error(&e).code())
+            .with_error_message(Some(str_bytes(&e.to_string()))),
+    }
+}
+
+pub async fn delete(broker: &Broker, req: DeleteAclsRequest) -> DeleteAclsResponse {
+    let failed = |code: i16, message: &str| {
+        DeleteAclsFilterResult::default()
+            .with_error_code(code)
+            .with_error_message(Some(str_bytes(message)))
+    };
+    if !broker.authorizer.enabled() {
+        let code = ResponseError::SecurityDisabled.code();
+        return DeleteAclsResponse::default()
+            .with_filter_results(req.filters.iter().map(|_| failed(code, DISABLED)).collect());
+    }
+    let filters: Vec<AclFilter> = req.filters.iter().map(to_filter).collect();
+    let count = filters.len();
+    let results = match broker.meta.delete_acls(filters).await {
+        Ok(removed) => removed
+            .into_iter()
+            .map(|gone| {
+                DeleteAclsFilterResult::default().with_matching_acls(
+                    gone.into_iter()
+                        .map(|b| {
+                            DeleteAclsMatchingAcl::default()
+                                .with_resource_type(b.resource_type)
+                                .with_resource_name(str_bytes(&b.resource_name))
+                                .with_pattern_type(b.pattern_type)
+                                .with_principal(str_bytes(&b.principal))
+                                .with_host(str_bytes(&b.host))
+                                .with_operation(b.operation)
+                                .with_permission_type(b.permission)
+                        })
+                        .collect(),
+                )
+            })
+            .collect(),
+        Err(e) => (0..count)
+            .map(|_| failed(kafka_error(&e).code(), &e.to_string()))
+            .collect(),
+    };
+    refresh(broker).await;
+    DeleteAclsResponse::default().with_filter_results(results)
+}
+
+fn to_filter(f: &DeleteAclsFilter) -> AclFilter {
+    filter(
+        f.resource_type_filter,
+        f.resource_name_filter.as_deref(),
+        f.pattern_type_filter,
+        f.principal_filter.as_deref(),
+        f.host_filter.as_deref(),
+        f.operation,
+        f.permission_type,
+    )
+}
+
+/// This agent applies its own changes at once (others within a second).
+async fn refresh(broker: &Broker) {
+    if let Err(e) = broker.authorizer.refresh(&*broker.meta).await {
+        tracing::warn!(error = %e, "ACLs not refreshed after a change");
+    }
+}

@@ -1,0 +1,195 @@
+"""ACLs, as Kafka's StandardAuthorizer applies them: with --acls on, a
+principal without ACLs is refused on produce, consume and create with
+Kafka's error codes and does not see topics in Metadata; an ACL added with
+`floe acls` (or an admin client) lets it in; a DENY wins over an ALLOW;
+super users may do everything; `floe acls list|remove` show and take them
+away. Clients: confluent-kafka (producer, consumer, admin), kcat and
+kafka-python, over SASL/PLAIN."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                   AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType)
+
+from conftest import FLOE
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+def conf(agent, user):
+    return {"bootstrap.servers": agent.bootstrap, "security.protocol": "sasl_plaintext",
+            "sasl.mechanisms": "PLAIN", "sasl.username": user, "sasl.password": USERS[user]}
+
+
+@pytest.fixture
+def secured(make_agent, tmp_path):
+    users = tmp_path / "users"
+    users.write_text("".join(f"{u}:{p}\n" for u, p in USERS.items()))
+    agent = make_agent("--sasl-plain-users", str(users), "--acls", "--super-users", "User:admin")
+    admin = AdminClient(conf(agent, "admin"))
+    for f in admin.create_topics([NewTopic("orders", 2), NewTopic("secret", 1)]).values():
+        f.result(timeout=30)
+    return agent, admin
+
+
+def acls(agent, *args):
+    """`floe acls ...` as admin; the completed process."""
+    return subprocess.run([FLOE, "acls", *args, "--bootstrap-server", agent.bootstrap,
+                           "--sasl-user", "admin"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FLOE_SASL_PASSWORD": USERS["admin"]})
+
+
+def produce(agent, user, topic, n=5):
+    """Delivery errors of n records sent as `user` (empty: all delivered)."""
+    p = Producer({**conf(agent, user), "message.timeout.ms": 10000})
+    errors = []
+    for i in range(n):
+        p.produce(topic, f"{user}-{i}".encode(),
+                  on_delivery=lambda err, msg: err and errors.append(err.code()))
+    p.flush(30)
+    return errors
+
+
+def consume(agent, user, topic, group, want):
+    """What `user` reads of `topic` in `group` (up to `want` records), and
+    the errors it got."""
+    c = Consumer({**conf(agent, user), "group.id": group, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    values, errors = [], []
+    deadline = time.time() + 20
+    while len(values) < want and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            errors.append(m.error().code())
+            if len(errors) > 3:
+                break
+        else:
+            values.append(m.value().decode())
+    c.close()
+    return values, errors
+
+
+def test_a_principal_needs_acls_and_deny_wins(secured):
+    agent, admin = secured
+    assert produce(agent, "admin", "orders", 10) == [], "a super user needs no ACL"
+
+    # alice, without ACLs: refused with Kafka's codes, and sees no topic.
+    assert set(produce(agent, "alice", "orders")) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    values, errors = consume(agent, "alice", "orders", "alice-group", 1)
+    assert values == [] and errors, errors
+    assert set(errors) <= {KafkaError.GROUP_AUTHORIZATION_FAILED,
+                           KafkaError.TOPIC_AUTHORIZATION_FAILED}, errors
+    alice_admin = AdminClient(conf(agent, "alice"))
+    created = alice_admin.create_topics([NewTopic("alices", 1)])
+    with pytest.raises(KafkaException) as refused:
+        created["alices"].result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert alice_admin.list_topics(timeout=10).topics.keys().isdisjoint({"orders", "secret"})
+
+    # Allowed to write and read orders, and to use her group.
+    for args in (["--operation", "write", "--operation", "read", "--topic", "orders"],
+                 ["--operation", "read", "--group", "alice-", "--prefixed"]):
+        added = acls(agent, "add", "--principal", "User:alice", *args)
+        assert added.returncode == 0, added.stderr
+    assert produce(agent, "alice", "orders") == []
+    values, errors = consume(agent, "alice", "orders", "alice-group", 15)
+    assert len(values) == 15, (values, errors)
+    assert set(alice_admin.list_topics(timeout=10).topics) & {"orders", "secret"} == {"orders"}, \
+        "READ implies DESCRIBE; the other topic stays hidden"
+
+    # Another group is not hers.
+    values, errors = consume(agent, "alice", "orders", "bobs-group", 1)
+    assert values == [] and KafkaError.GROUP_AUTHORIZATION_FAILED in errors, errors
+
+    # A DENY wins over her ALLOW.
+    denied = acls(agent, "add", "--principal", "User:alice", "--operation", "read",
+                  "--topic", "orders", "--deny")
+    assert denied.returncode == 0, denied.stderr
+    values, errors = consume(agent, "alice", "orders", "alice-group2", 1)
+    assert values == [] and KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, errors
+
+    listed = acls(agent, "list", "--principal", "User:alice", "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {(r["resource"], r["name"], r["pattern"], r["operation"], r["permission"])
+            for r in json.loads(listed.stdout)["acls"]}
+    assert rows == {("topic", "orders", "literal", "write", "allow"),
+                    ("topic", "orders", "literal", "read", "allow"),
+                    ("topic", "orders", "literal", "read", "deny"),
+                    ("group", "alice-", "prefixed", "read", "allow")}
+
+    # Removed, she is out again.
+    removed = acls(agent, "remove", "--principal", "User:alice", "--topic", "orders")
+    assert removed.returncode == 0 and "removed 3" in removed.stderr, removed.stderr
+    assert set(produce(agent, "alice", "orders")) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+
+    # floe acls itself needs the cluster's ALTER: alice may not add ACLs.
+    by_alice = subprocess.run(
+        [FLOE, "acls", "add", "--principal", "User:alice", "--operation", "all", "--cluster",
+         "--bootstrap-server", agent.bootstrap, "--sasl-user", "alice"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "FLOE_SASL_PASSWORD": USERS["alice"]})
+    assert by_alice.returncode != 0 and "ClusterAuthorizationFailed" in by_alice.stderr, \
+        by_alice.stderr
+    assert agent.alive()
+
+
+def test_an_admin_client_manages_acls_and_kafka_python_is_held_to_them(secured):
+    agent, admin = secured
+    bob_reads = AclBinding(ResourceType.TOPIC, "ord", ResourcePatternType.PREFIXED, "User:bob",
+                           "*", AclOperation.READ, AclPermissionType.ALLOW)
+    bob_group = AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, "User:bob",
+                           "*", AclOperation.READ, AclPermissionType.ALLOW)
+    for f in admin.create_acls([bob_reads, bob_group]).values():
+        f.result(timeout=30)
+    found = admin.describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None, AclOperation.ANY,
+        AclPermissionType.ANY)).result(timeout=30)
+    assert set(found) == {bob_reads, bob_group}
+    assert produce(agent, "admin", "orders", 4) == []
+
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.errors import KafkaError as KafkaErrorPython
+    from kafka.errors import TopicAuthorizationFailedError
+    consumer = KafkaConsumer(
+        "orders", bootstrap_servers=agent.bootstrap, security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN", sasl_plain_username="bob", sasl_plain_password=USERS["bob"],
+        group_id="bobs", auto_offset_reset="earliest", consumer_timeout_ms=10000)
+    assert sorted(m.value for m in consumer) == [f"admin-{i}".encode() for i in range(4)]
+    consumer.close()
+    as_bob = dict(bootstrap_servers=agent.bootstrap, security_protocol="SASL_PLAINTEXT",
+                  sasl_mechanism="PLAIN", sasl_plain_username="bob",
+                  sasl_plain_password=USERS["bob"], max_block_ms=10000)
+    # Idempotent (kafka-python's default): WRITE on no topic, so no producer
+    # id (CLUSTER_AUTHORIZATION_FAILED, KIP-679); plain: the topic refuses.
+    producer = KafkaProducer(**as_bob)
+    with pytest.raises(KafkaErrorPython, match="ClusterAuthorizationFailed"):
+        producer.send("orders", b"nope").get(timeout=30)
+    producer.close()
+    producer = KafkaProducer(**as_bob, enable_idempotence=False)
+    with pytest.raises(TopicAuthorizationFailedError):
+        producer.send("orders", b"nope").get(timeout=30)
+    producer.close()
+
+    deleted = admin.delete_acls([AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None, AclOperation.ANY,
+        AclPermissionType.ANY)])
+    for f in deleted.values():
+        assert set(f.result(timeout=30)) == {bob_reads, bob_group}
+
+
+def test_without_acls_the_acl_apis_say_security_is_disabled(make_agent):
+    agent = make_agent()
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:x", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    with pytest.raises(KafkaException) as refused:
+        admin.create_acls([binding])[binding].result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
