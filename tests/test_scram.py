@@ -117,7 +117,8 @@ def test_scram_users_set_by_an_admin_authenticate_with_three_clients(secured, ce
     gone = admin.alter_user_scram_credentials([UserScramCredentialDeletion(
         "bob", ScramMechanism.SCRAM_SHA_512)])
     gone["bob"].result(timeout=30)
-    assert not can_list(agent, certs, "SCRAM-SHA-512", "bob", "bob-secret")[0]
+    ok, said = can_list(agent, certs, "SCRAM-SHA-512", "bob", "bob-secret")
+    assert not ok and "Invalid user credentials" in said, said
     assert can_list(agent, certs, "SCRAM-SHA-256", "alice", "alice-secret")[0]
 
 
@@ -153,6 +154,7 @@ def test_floe_users_sets_lists_and_deletes_credentials_that_outlive_the_agent(se
 
     deleted = run("delete", "carol", "--mechanism", "SCRAM-SHA-512")
     assert deleted.returncode == 0, deleted.stderr
-    assert not can_list(agent, certs, "SCRAM-SHA-512", "carol", "carol's secret")[0]
+    ok, said = can_list(agent, certs, "SCRAM-SHA-512", "carol", "carol's secret")
+    assert not ok and "Invalid user credentials" in said, said
     again = run("delete", "carol", "--mechanism", "SCRAM-SHA-512")
     assert again.returncode != 0 and "does not exist" in again.stderr, again.stderr

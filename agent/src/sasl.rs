@@ -111,6 +111,8 @@ pub enum Step {
     Done(Principal, Vec<u8>),
     /// Refused, with the message Kafka sends.
     Failed(&'static str),
+    /// Not decided (the credentials could not be read): close unanswered.
+    Unavailable,
 }
 
 impl Exchange {
@@ -138,10 +140,11 @@ impl Exchange {
                 let credential = match meta.scram_credential(&first.user, m).await {
                     Ok(credential) => credential,
                     Err(e) => {
+                        // Not the client's fault: no answer, so it reconnects
+                        // and tries again (SASL_AUTHENTICATION_FAILED is fatal
+                        // to Java clients).
                         tracing::warn!(error = %e, "SCRAM credential lookup failed");
-                        return Step::Failed(
-                            "Authentication failed: the metastore did not answer; try again",
-                        );
+                        return Step::Unavailable;
                     }
                 };
                 let server = ServerFirst::new(m, first, credential, &auth.fake_salt_seed);

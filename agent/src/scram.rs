@@ -174,8 +174,10 @@ pub struct ServerFirst {
     /// What the server sent: part of what both sides sign.
     message: String,
     nonce: String,
-    /// `None` for an unknown user: the proof then fails whatever it is.
-    credential: Option<ScramCredential>,
+    credential: ScramCredential,
+    /// False for an unknown user (its credential made up): the proof then
+    /// fails whatever it is.
+    known: bool,
 }
 
 impl ServerFirst {
@@ -189,20 +191,36 @@ impl ServerFirst {
         fake_seed: &[u8],
     ) -> ServerFirst {
         let nonce = format!("{}{}", client.nonce, BASE64.encode(random_bytes(24)));
-        let (salt, iterations) = match &credential {
-            Some(c) => (c.salt.clone(), c.iterations),
-            None => {
-                let salt = hmac(mechanism, fake_seed, client.user.as_bytes());
-                (salt[..16].to_vec(), MIN_ITERATIONS)
+        let known = credential.is_some();
+        // An unknown user gets a credential made up from the seed and the
+        // name (the same on every attempt, a salt as long as `floe users`
+        // makes), and its proof is checked against it as a real one would
+        // be, so neither the answer nor the time taken tells it apart.
+        let credential = credential.unwrap_or_else(|| {
+            let made_up = |what: &[u8]| {
+                let mut key = hmac(mechanism, fake_seed, what);
+                key.extend_from_slice(client.user.as_bytes());
+                hmac(mechanism, fake_seed, &key)
+            };
+            ScramCredential {
+                salt: made_up(b"salt")[..32].to_vec(),
+                stored_key: made_up(b"stored"),
+                server_key: made_up(b"server"),
+                iterations: MIN_ITERATIONS,
             }
-        };
-        let message = format!("r={nonce},s={},i={iterations}", BASE64.encode(salt));
+        });
+        let message = format!(
+            "r={nonce},s={},i={}",
+            BASE64.encode(&credential.salt),
+            credential.iterations
+        );
         ServerFirst {
             mechanism,
             client,
             message,
             nonce,
             credential,
+            known,
         }
     }
 
@@ -242,9 +260,7 @@ impl ServerFirst {
             return Err("nonce does not match");
         }
         let proof = BASE64.decode(proof).map_err(|_| "proof not base64")?;
-        let Some(credential) = &self.credential else {
-            return Err(INVALID_CREDENTIALS);
-        };
+        let credential = &self.credential;
         let auth_message = format!("{},{},{}", self.client.bare, self.message, without_proof);
         let m = self.mechanism;
         let signature = hmac(m, &credential.stored_key, auth_message.as_bytes());
@@ -257,7 +273,7 @@ impl ServerFirst {
             &credential.stored_key[..],
         )
         .into();
-        if !same {
+        if !same || !self.known {
             return Err(INVALID_CREDENTIALS);
         }
         let server_signature = hmac(m, &credential.server_key, auth_message.as_bytes());
@@ -364,6 +380,29 @@ mod tests {
             );
             assert_eq!(run(m, "pencil", None), Err(INVALID_CREDENTIALS));
         }
+    }
+
+    /// An unknown user's made-up salt is as long as a real one and the same
+    /// on every attempt, so a handshake does not tell who exists.
+    #[test]
+    fn an_unknown_users_salt_looks_real_and_stays_the_same() {
+        let m = ScramMechanism::Sha512;
+        let salt_of = |user: &str| {
+            let (_, first) = Client::first(m, user, "x");
+            let server = ServerFirst::new(m, ClientFirst::parse(&first).unwrap(), None, b"seed");
+            let text = String::from_utf8(server.message().to_vec()).unwrap();
+            let salt = text
+                .split(',')
+                .nth(1)
+                .unwrap()
+                .strip_prefix("s=")
+                .unwrap()
+                .to_string();
+            BASE64.decode(salt).unwrap()
+        };
+        assert_eq!(salt_of("mallory").len(), 32);
+        assert_eq!(salt_of("mallory"), salt_of("mallory"));
+        assert_ne!(salt_of("mallory"), salt_of("trudy"));
     }
 
     /// librdkafka's final message repeats its nonce before the server's, as

@@ -359,9 +359,15 @@ where
                     }
                     RequestKind::SaslAuthenticate(req) if exchange.is_some() => {
                         let step = match exchange.as_mut() {
-                            Some(exchange) => exchange.step(auth, &req.auth_bytes, meta).await,
+                            Some(exchange) => tokio::time::timeout_at(
+                                deadline,
+                                exchange.step(auth, &req.auth_bytes, meta),
+                            )
+                            .await
+                            .unwrap_or(Step::Unavailable),
                             None => Step::Failed("Authentication failed"),
                         };
+
                         let (response, outcome) = match step {
                             Step::Challenge(bytes) => (
                                 SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
@@ -371,6 +377,8 @@ where
                                 SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
                                 Some(Some(principal)),
                             ),
+                            // Closed unanswered: the client reconnects.
+                            Step::Unavailable => return Ok(None),
                             Step::Failed(why) => (
                                 SaslAuthenticateResponse::default()
                                     .with_error_code(ResponseError::SaslAuthenticationFailed.code())

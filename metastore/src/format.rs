@@ -10,10 +10,14 @@
 //! command variant keeps old entries readable (see `golden`). Snapshots,
 //! since format 4, are MessagePack with structs as arrays: a field appended
 //! at the end of a persisted struct with `#[serde(default)]` reads an older
-//! snapshot (the array is shorter; serde fills the default), so the state can
-//! grow without a new format. A node opening an older file it can read
-//! rewrites the snapshot in the current encoding and records the current
-//! format, in one transaction, before anything else touches the file.
+//! snapshot (the array is shorter; serde fills the default), so a new floe
+//! reads every older format without a copy of the old types. The format is
+//! still bumped for such a change: an older floe refuses the longer arrays,
+//! and nodes of different formats must not exchange them. A node opening an
+//! older file it can read rewrites the snapshot in the current encoding and
+//! records the current format, in one transaction, before anything else
+//! touches the file. There is no way back: an older floe refuses an upgraded
+//! file, so a rollback means restoring the file from a backup.
 
 use crate::state::State;
 

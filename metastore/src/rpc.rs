@@ -84,7 +84,11 @@ const PEER: u8 = 32;
 const CALL: u8 = 33;
 /// The encoding of [`Envelope`], every operation, its answer and
 /// [`MetaError`] (see the wire golden test). Bump it when any changes: a node
-/// closes the connection of a client of another version.
+/// closes the connection of a client of another version. Appending an
+/// operation (or a refusal) is the exception, as for log entries: old bytes
+/// decode as before, and an old node fails to decode the new operation (the
+/// client's call fails, as the metastore is unavailable to it); upgrade the
+/// metastore nodes before the agents.
 pub const WIRE_VERSION: u8 = 4;
 
 /// What a client sends: an operation on the metastore's state, or a request

@@ -175,26 +175,11 @@ impl ScramCredentials {
     }
 
     fn alter_one(&mut self, alteration: ScramAlteration) -> Result<(), ScramRefusal> {
-        let (user, mechanism) = match &alteration {
-            ScramAlteration::Upsert {
-                user, mechanism, ..
-            }
-            | ScramAlteration::Delete { user, mechanism } => (user, *mechanism),
-        };
-        if user.is_empty() {
-            return Err(ScramRefusal::Unacceptable(
-                "Username must not be empty".into(),
-            ));
-        }
-        if user.len() > MAX_USER_NAME {
-            return Err(ScramRefusal::Unacceptable(format!(
-                "Username longer than {MAX_USER_NAME} bytes"
-            )));
-        }
-        let mechanism =
-            ScramMechanism::from_type(mechanism).ok_or(ScramRefusal::UnknownMechanism)?;
+        check(&alteration)?;
         match alteration {
-            ScramAlteration::Delete { user, .. } => {
+            ScramAlteration::Delete { user, mechanism } => {
+                let mechanism =
+                    ScramMechanism::from_type(mechanism).ok_or(ScramRefusal::UnknownMechanism)?;
                 let by = self.users.get_mut(&user).ok_or(ScramRefusal::NotFound)?;
                 by.remove(&mechanism).ok_or(ScramRefusal::NotFound)?;
                 if by.is_empty() {
@@ -203,24 +188,12 @@ impl ScramCredentials {
                 Ok(())
             }
             ScramAlteration::Upsert {
-                user, credential, ..
+                user,
+                mechanism,
+                credential,
             } => {
-                if credential.iterations < MIN_ITERATIONS {
-                    return Err(ScramRefusal::Unacceptable("Too few iterations".into()));
-                }
-                if credential.iterations > MAX_ITERATIONS {
-                    return Err(ScramRefusal::Unacceptable("Too many iterations".into()));
-                }
-                let keys = [
-                    &credential.salt,
-                    &credential.stored_key,
-                    &credential.server_key,
-                ];
-                if keys.iter().any(|k| k.is_empty() || k.len() > MAX_KEY_BYTES) {
-                    return Err(ScramRefusal::Unacceptable(
-                        "Salt and keys must hold 1 to 256 bytes".into(),
-                    ));
-                }
+                let mechanism =
+                    ScramMechanism::from_type(mechanism).ok_or(ScramRefusal::UnknownMechanism)?;
                 if !self.users.contains_key(&user) && self.users.len() >= MAX_USERS {
                     return Err(ScramRefusal::TooManyUsers);
                 }
@@ -233,6 +206,53 @@ impl ScramCredentials {
         }
     }
 }
+
+/// Kafka's checks of one alteration that need no state: a name of at most
+/// [`MAX_USER_NAME`] bytes, a known mechanism, 4096 to 16384 iterations,
+/// a salt and keys of 1 to [`MAX_KEY_BYTES`]. Agents run them before a
+/// request reaches the log; the state machine runs them again.
+pub fn check(alteration: &ScramAlteration) -> Result<(), ScramRefusal> {
+    let (user, mechanism) = match alteration {
+        ScramAlteration::Upsert {
+            user, mechanism, ..
+        }
+        | ScramAlteration::Delete { user, mechanism } => (user, *mechanism),
+    };
+    if user.is_empty() {
+        return Err(ScramRefusal::Unacceptable(
+            "Username must not be empty".into(),
+        ));
+    }
+    if user.len() > MAX_USER_NAME {
+        return Err(ScramRefusal::Unacceptable(format!(
+            "Username longer than {MAX_USER_NAME} bytes"
+        )));
+    }
+    ScramMechanism::from_type(mechanism).ok_or(ScramRefusal::UnknownMechanism)?;
+    if let ScramAlteration::Upsert { credential, .. } = alteration {
+        if credential.iterations < MIN_ITERATIONS {
+            return Err(ScramRefusal::Unacceptable("Too few iterations".into()));
+        }
+        if credential.iterations > MAX_ITERATIONS {
+            return Err(ScramRefusal::Unacceptable("Too many iterations".into()));
+        }
+        let keys = [
+            &credential.salt,
+            &credential.stored_key,
+            &credential.server_key,
+        ];
+        if keys.iter().any(|k| k.is_empty() || k.len() > MAX_KEY_BYTES) {
+            return Err(ScramRefusal::Unacceptable(
+                "Salt and keys must hold 1 to 256 bytes".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Users whose alteration a request may carry at most (a bound on one log
+/// entry; Kafka has none).
+pub const MAX_ALTERATIONS: usize = 1000;
 
 #[cfg(test)]
 mod tests {

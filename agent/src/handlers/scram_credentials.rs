@@ -6,9 +6,11 @@
 //! controller does, and the metastore keeps those. Describing shows
 //! mechanisms and iteration counts only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use floe_metastore::scram::{ScramAlteration, ScramMechanism, ScramRefusal};
+use floe_metastore::scram::{
+    MAX_ALTERATIONS, MAX_KEY_BYTES, ScramAlteration, ScramMechanism, ScramRefusal, check,
+};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use floe_protocol::kafka_protocol::messages::describe_user_scram_credentials_response::{
@@ -90,7 +92,35 @@ pub async fn alter(
     broker: &Broker,
     req: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
-    let mut alterations = Vec::with_capacity(req.deletions.len() + req.upsertions.len());
+    let result = |user: &str, outcome: Result<(), ScramRefusal>| {
+        let result = AlterUserScramCredentialsResult::default().with_user(str_bytes(user));
+        match outcome {
+            Ok(()) => result,
+            Err(refusal) => {
+                let (error, message) = refused(&refusal);
+                result
+                    .with_error_code(error.code())
+                    .with_error_message(Some(str_bytes(&message)))
+            }
+        }
+    };
+    let count = req.deletions.len() + req.upsertions.len();
+    if count > MAX_ALTERATIONS {
+        let users: BTreeSet<String> = req
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(req.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
+        let why = format!("more than {MAX_ALTERATIONS} alterations in one request");
+        return AlterUserScramCredentialsResponse::default().with_results(
+            users
+                .iter()
+                .map(|u| result(u, Err(ScramRefusal::Unacceptable(why.clone()))))
+                .collect(),
+        );
+    }
+    let mut alterations = Vec::with_capacity(count);
     for d in req.deletions {
         alterations.push(ScramAlteration::Delete {
             user: d.name.to_string(),
@@ -98,56 +128,70 @@ pub async fn alter(
         });
     }
     for u in req.upsertions {
-        // The keys are derived here; the metastore checks the rest. An
-        // unknown mechanism is refused there, so any digest serves here.
+        // A salted password is a digest's length: a longer one is refused
+        // (as keys of no bytes) before it costs an HMAC.
         let m = ScramMechanism::from_type(u.mechanism).unwrap_or(ScramMechanism::Sha256);
+        let credential = match u.salted_password.len() {
+            1..=MAX_KEY_BYTES => {
+                crate::scram::credential(m, u.salt.to_vec(), &u.salted_password, u.iterations)
+            }
+            _ => floe_metastore::scram::ScramCredential {
+                salt: u.salt.to_vec(),
+                stored_key: Vec::new(),
+                server_key: Vec::new(),
+                iterations: u.iterations,
+            },
+        };
         alterations.push(ScramAlteration::Upsert {
             user: u.name.to_string(),
             mechanism: u.mechanism,
-            credential: crate::scram::credential(
-                m,
-                u.salt.to_vec(),
-                &u.salted_password,
-                u.iterations,
-            ),
+            credential,
         });
     }
-    let users: Vec<String> = alterations.iter().map(|a| a.user().to_string()).collect();
-    let results = match broker.meta.alter_scram_credentials(alterations).await {
-        Ok(outcomes) => outcomes
-            .into_iter()
-            .map(|(user, outcome)| {
-                let result = AlterUserScramCredentialsResult::default().with_user(str_bytes(&user));
-                match outcome {
-                    Ok(()) => {
-                        tracing::info!(user, "SCRAM credentials altered");
-                        result
-                    }
-                    Err(refusal) => {
-                        let (error, message) = refused(&refusal);
-                        result
-                            .with_error_code(error.code())
-                            .with_error_message(Some(str_bytes(&message)))
-                    }
-                }
-            })
-            .collect(),
-        // Not known to have applied: each user gets the error.
-        Err(e) => {
-            let mut seen = std::collections::BTreeSet::new();
-            users
-                .into_iter()
-                .filter(|u| seen.insert(u.clone()))
-                .map(|user| {
-                    AlterUserScramCredentialsResult::default()
-                        .with_user(str_bytes(&user))
-                        .with_error_code(kafka_error(&e).code())
-                        .with_error_message(Some(str_bytes(&e.to_string())))
-                })
-                .collect()
+    // Kafka's checks that need no state are made here, so only what may
+    // apply reaches the log; the metastore makes them again, and the rest.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for a in &alterations {
+        *seen.entry(a.user().to_string()).or_default() += 1;
+    }
+    let mut answered = Vec::new();
+    let mut proposed = Vec::new();
+    let mut twice = BTreeSet::new();
+    for a in alterations {
+        let user = a.user().to_string();
+        if seen[&user] > 1 {
+            if twice.insert(user.clone()) {
+                answered.push(result(&user, Err(ScramRefusal::AlteredTwice)));
+            }
+            continue;
         }
-    };
-    AlterUserScramCredentialsResponse::default().with_results(results)
+        match check(&a) {
+            Ok(()) => proposed.push(a),
+            Err(refusal) => answered.push(result(&user, Err(refusal))),
+        }
+    }
+    if proposed.is_empty() {
+        return AlterUserScramCredentialsResponse::default().with_results(answered);
+    }
+    let users: Vec<String> = proposed.iter().map(|a| a.user().to_string()).collect();
+    match broker.meta.alter_scram_credentials(proposed).await {
+        Ok(outcomes) => {
+            for (user, outcome) in outcomes {
+                if outcome.is_ok() {
+                    tracing::info!(user, "SCRAM credentials altered");
+                }
+                answered.push(result(&user, outcome));
+            }
+        }
+        // Not known to have applied: each user gets the error.
+        Err(e) => answered.extend(users.iter().map(|user| {
+            AlterUserScramCredentialsResult::default()
+                .with_user(str_bytes(user))
+                .with_error_code(kafka_error(&e).code())
+                .with_error_message(Some(str_bytes(&e.to_string())))
+        })),
+    }
+    AlterUserScramCredentialsResponse::default().with_results(answered)
 }
 
 /// Kafka's error and message for a refused alteration.
