@@ -243,3 +243,38 @@ def test_frozen_node_catches_up_and_membership_changes(tmp_path, metastore_group
         assert bad.returncode != 0 and "no metastore node" in bad.stderr
     finally:
         agent.stop()
+
+
+def test_a_cluster_secret_keeps_out_agents_and_tools_without_it(tmp_path):
+    """With --secret-file, a metastore node serves only those proving the
+    secret: an agent and `floe metastore status` holding it are served; a
+    tool without it, or with another, is refused before any request is read."""
+    secret, other = tmp_path / "secret", tmp_path / "other"
+    secret.write_text("the cluster's secret, 32 bytes.\n")
+    other.write_text("not the cluster's secret at all\n")
+    node = MetaNode(tmp_path, 1, free_port(), "--secret-file", str(secret)).start()
+    agent = None
+    try:
+        wait = time.time() + 30
+        while "role=Leader" not in floe_metastore("status", "--cluster", node.address,
+                                                  "--secret-file", str(secret),
+                                                  check=False).stdout:
+            assert time.time() < wait, node.log_path.read_text()
+            time.sleep(0.2)
+        for args in ([], ["--secret-file", str(other)]):
+            refused = floe_metastore("status", "--cluster", node.address, *args, check=False)
+            assert refused.returncode != 0 and "unreachable" in refused.stdout, refused.stdout
+        assert "refused a metastore connection" in node.log_path.read_text()
+
+        (tmp_path / "agent").mkdir()
+        agent = Agent(tmp_path / "agent", "--metastore", node.address,
+                      "--metastore-secret-file", str(secret)).start()
+        create_topic(agent.bootstrap, "kept", 1)
+        sent = subprocess.run(["kcat", "-P", "-b", agent.bootstrap, "-t", "kept"],
+                              input="a\nb\nc\n", capture_output=True, text=True, timeout=60)
+        assert sent.returncode == 0, sent.stderr
+        assert [v for _, _, v in kcat_consume(agent.bootstrap, "kept")] == ["a", "b", "c"]
+    finally:
+        if agent:
+            agent.stop()
+        node.stop()

@@ -50,6 +50,9 @@ pub struct Config {
     /// Check every request against the ACLs kept in the metastore (Kafka's
     /// `StandardAuthorizer`); off, everything is allowed.
     pub acls: bool,
+    /// A file holding the metastore cluster's secret (`floe metastore
+    /// --secret-file`): proved to the metastore on every connection.
+    pub metastore_secret_file: Option<PathBuf>,
     /// Principals allowed everything (`User:admin`; Kafka's `super.users`).
     pub super_users: Vec<String>,
     /// Allow what no ACL names (Kafka's `allow.everyone.if.no.acl.found`).
@@ -224,6 +227,7 @@ impl Default for Config {
             sasl_plain_users: None,
             sasl_mechanisms: Vec::new(),
             acls: false,
+            metastore_secret_file: None,
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
             advertise: None,

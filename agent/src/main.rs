@@ -211,6 +211,9 @@ struct AgentArgs {
     /// Check every request against the ACLs (floe acls, or any admin client's CreateAcls)
     #[arg(long, env = "FLOE_ACLS", num_args = 0..=1, default_missing_value = "true")]
     acls: Option<bool>,
+    /// A file holding the metastore cluster's secret (floe metastore --secret-file)
+    #[arg(long, env = "FLOE_METASTORE_SECRET_FILE")]
+    metastore_secret_file: Option<PathBuf>,
     /// e.g. User:admin,User:ops: principals allowed everything
     #[arg(long, env = "FLOE_SUPER_USERS", value_delimiter = ',')]
     super_users: Option<Vec<String>>,
@@ -416,6 +419,7 @@ impl AgentArgs {
             (self.tls_key, &mut c.tls_key),
             (self.tls_client_ca, &mut c.tls_client_ca),
             (self.sasl_plain_users, &mut c.sasl_plain_users),
+            (self.metastore_secret_file, &mut c.metastore_secret_file),
         ] {
             if flag.is_some() {
                 *field = flag;
@@ -544,8 +548,11 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
             Some(address) => {
                 let requests = metrics.metastore_requests.clone();
-                let client =
-                    RemoteMetastore::new(address).with_request_hook(Arc::new(move |op| {
+                let secret =
+                    metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
+                let client = RemoteMetastore::new(address)
+                    .with_secret(secret)
+                    .with_request_hook(Arc::new(move |op| {
                         requests.get_or_create(&OpLabel { op }).inc();
                     }));
                 (Arc::new(client), address.clone())

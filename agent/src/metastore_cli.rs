@@ -19,6 +19,18 @@ pub struct MetastoreArgs {
     admin: Option<MetastoreAdmin>,
     #[command(flatten)]
     node: MetastoreNodeArgs,
+    /// A file holding the cluster's secret (16 bytes or more): connections
+    /// to a node must prove it, and nodes prove it to each other.
+    #[arg(long, global = true, env = "FLOE_METASTORE_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
+}
+
+/// The cluster secret in `path`, if one is given.
+pub fn load_secret(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Option<floe_metastore::peer_auth::ClusterSecret>> {
+    path.map(|p| floe_metastore::peer_auth::ClusterSecret::load(p).map_err(anyhow::Error::msg))
+        .transpose()
 }
 
 /// Runs one metastore node. Alone (no `--peers`) it is a group of one;
@@ -96,13 +108,17 @@ pub fn run_metastore(args: MetastoreArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let secret = load_secret(args.secret_file.as_deref())?;
     match args.admin {
-        Some(admin) => runtime.block_on(metastore_admin(admin)),
-        None => runtime.block_on(run_metastore_node(args.node)),
+        Some(admin) => runtime.block_on(metastore_admin(admin, secret)),
+        None => runtime.block_on(run_metastore_node(args.node, secret)),
     }
 }
 
-async fn run_metastore_node(args: MetastoreNodeArgs) -> anyhow::Result<()> {
+async fn run_metastore_node(
+    args: MetastoreNodeArgs,
+    secret: Option<floe_metastore::peer_auth::ClusterSecret>,
+) -> anyhow::Result<()> {
     let peers: std::collections::BTreeMap<u64, String> = args.peers.iter().cloned().collect();
     if !peers.is_empty() && !peers.contains_key(&args.id) {
         anyhow::bail!("--peers must list this node's own id {}", args.id);
@@ -115,6 +131,12 @@ async fn run_metastore_node(args: MetastoreNodeArgs) -> anyhow::Result<()> {
     let mut options = NodeOptions::new(args.id, address.clone());
     options.path = Some(args.path.clone());
     options.snapshot_every = args.snapshot_every;
+    if secret.is_none() {
+        tracing::warn!(
+            "no --secret-file: anyone who reaches this node's port may send it commands"
+        );
+    }
+    options.secret = secret;
     options.bootstrap = if args.join {
         Bootstrap::Join
     } else if peers.is_empty() {
@@ -139,7 +161,10 @@ async fn run_metastore_node(args: MetastoreNodeArgs) -> anyhow::Result<()> {
     anyhow::Ok(())
 }
 
-async fn metastore_admin(admin: MetastoreAdmin) -> anyhow::Result<()> {
+async fn metastore_admin(
+    admin: MetastoreAdmin,
+    secret: Option<floe_metastore::peer_auth::ClusterSecret>,
+) -> anyhow::Result<()> {
     match admin {
         MetastoreAdmin::AddNode {
             cluster,
@@ -147,6 +172,7 @@ async fn metastore_admin(admin: MetastoreAdmin) -> anyhow::Result<()> {
             address,
         } => {
             RemoteMetastore::new(&cluster)
+                .with_secret(secret)
                 .add_node(id, address.clone())
                 .await
                 .map_err(|e| anyhow::anyhow!("adding node {id} at {address}: {e}"))?;
@@ -154,13 +180,14 @@ async fn metastore_admin(admin: MetastoreAdmin) -> anyhow::Result<()> {
         }
         MetastoreAdmin::RemoveNode { cluster, id } => {
             RemoteMetastore::new(&cluster)
+                .with_secret(secret)
                 .remove_node(id)
                 .await
                 .map_err(|e| anyhow::anyhow!("removing node {id}: {e}"))?;
             println!("node {id} removed");
         }
         MetastoreAdmin::Status { cluster } => {
-            let client = RemoteMetastore::new(&cluster);
+            let client = RemoteMetastore::new(&cluster).with_secret(secret);
             let mut reached = 0;
             for address in client.addresses() {
                 match client.status_of(address).await {

@@ -790,6 +790,18 @@ async fn three_nodes(
     Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
     String,
 ) {
+    three_nodes_with(dir, None).await
+}
+
+/// Three nodes that prove `secret` to each other and ask it of clients.
+async fn three_nodes_with(
+    dir: &std::path::Path,
+    secret: Option<crate::peer_auth::ClusterSecret>,
+) -> (
+    Vec<std::sync::Arc<RaftMetastore>>,
+    Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    String,
+) {
     let mut listeners = Vec::new();
     let mut peers = std::collections::BTreeMap::new();
     for id in 1..=3u64 {
@@ -805,6 +817,7 @@ async fn three_nodes(
         options.bootstrap = crate::raft::node::Bootstrap::Cluster(peers.clone());
         options.heartbeat_ms = 50;
         options.snapshot_every = 50;
+        options.secret = secret.clone();
         let node = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
         servers.push(tokio::spawn(crate::rpc::serve(listener, node.clone())));
         nodes.push(node);
@@ -1193,4 +1206,51 @@ async fn a_peer_of_another_format_is_refused() {
     );
     // The node's term is untouched by the refused vote.
     assert!(node.status().term < 9);
+}
+
+/// With a cluster secret, nodes replicate to each other (each proves it),
+/// a client holding it is served, and one without it or with another is
+/// refused before any request is read, as is a peer's vote without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_secret_keeps_out_who_does_not_hold_it() {
+    use crate::peer_auth::ClusterSecret;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = ClusterSecret::new(b"a secret of the cluster").unwrap();
+    let (nodes, _servers, addresses) = three_nodes_with(dir.path(), Some(secret.clone())).await;
+    let client = RemoteMetastore::new(&addresses).with_secret(Some(secret));
+    let t = topic(&client, "guarded", 1).await;
+    commit(&client, "g0", vec![batch(&t, 0, 0, 1)]).await;
+    // Replicated: every node applies it, so the nodes authenticated each other.
+    eventually(|| {
+        nodes
+            .iter()
+            .all(|n| n.local_state(|s| s.topic("guarded").is_some()))
+    })
+    .await;
+
+    let quick = |c: RemoteMetastore| {
+        c.with_retry_for(std::time::Duration::from_millis(300))
+            .with_attempt_timeout(std::time::Duration::from_secs(2))
+    };
+    let stranger = quick(RemoteMetastore::new(&addresses));
+    assert!(stranger.topics().await.is_err(), "no secret: refused");
+    let impostor = quick(RemoteMetastore::new(&addresses).with_secret(Some(
+        ClusterSecret::new(b"another secret, same length").unwrap(),
+    )));
+    let refused = impostor.topics().await.unwrap_err().to_string();
+    assert!(refused.contains("cluster secret"), "{refused}");
+    let term = nodes[0].status().term;
+    // A vote from a peer without the secret is not read.
+    let address = addresses.split(',').next().unwrap();
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let mut framed = tokio_util::codec::Framed::new(stream, crate::rpc::codec());
+    let vote = crate::raft::network::PeerRequest::Vote(openraft::raft::VoteRequest::new(
+        openraft::Vote::new(term + 100, 9),
+        None,
+    ));
+    let frame = crate::rpc::peer_frame(&vote).unwrap();
+    use futures::{SinkExt, StreamExt};
+    framed.send(frame).await.unwrap();
+    assert!(framed.next().await.is_none(), "closed without an answer");
+    assert!(nodes.iter().all(|n| n.status().term < term + 100));
 }

@@ -15,6 +15,7 @@ pub mod leases;
 pub mod ledger;
 pub mod local;
 pub mod ops;
+pub mod peer_auth;
 pub mod peers;
 pub mod raft;
 pub mod rpc;

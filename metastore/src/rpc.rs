@@ -207,6 +207,12 @@ pub async fn serve(listener: TcpListener, meta: Arc<RaftMetastore>) -> std::io::
         connections.spawn(async move {
             stream.set_nodelay(true).ok();
             let mut framed = Framed::new(stream, codec());
+            if let Some(secret) = meta.secret()
+                && let Err(why) = crate::peer_auth::server(&mut framed, secret).await
+            {
+                tracing::warn!(%peer, why, "refused a metastore connection");
+                return;
+            }
             while let Some(frame) = framed.next().await {
                 let frame = match frame {
                     Ok(frame) => frame,
@@ -257,6 +263,8 @@ pub struct RemoteMetastore {
     /// Called once per request sent, with its operation's name (for the
     /// agent's metrics).
     on_request: Option<Arc<dyn Fn(&'static str) + Send + Sync>>,
+    /// Proved to every node connected to.
+    secret: Option<crate::peer_auth::ClusterSecret>,
 }
 
 impl RemoteMetastore {
@@ -276,7 +284,14 @@ impl RemoteMetastore {
             retry_for: DEFAULT_RETRY_FOR,
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
             on_request: None,
+            secret: None,
         }
+    }
+
+    /// Proves `secret` to every node (see [`crate::peer_auth`]).
+    pub fn with_secret(mut self, secret: Option<crate::peer_auth::ClusterSecret>) -> Self {
+        self.secret = secret;
+        self
     }
 
     /// Calls `hook` once for every request sent to a node (retries
@@ -349,7 +364,16 @@ impl RemoteMetastore {
         };
         let mut conn = match pooled {
             Some(conn) => conn,
-            None => Framed::new(connect(address).await.map_err(Attempt::NotSent)?, codec()),
+            None => {
+                let mut conn =
+                    Framed::new(connect(address).await.map_err(Attempt::NotSent)?, codec());
+                if let Some(secret) = &self.secret {
+                    crate::peer_auth::client(&mut conn, secret)
+                        .await
+                        .map_err(|why| Attempt::NotSent(format!("{address}: {why}")))?;
+                }
+                conn
+            }
         };
         if let Some(hook) = &self.on_request {
             hook(name);

@@ -22,6 +22,10 @@ use crate::broker::{Broker, kafka_error};
 
 const DISABLED: &str = "No Authorizer is configured on the broker";
 
+/// ACLs (or filters) one request may carry at most: a bound on one log
+/// entry (Kafka has none).
+const MAX_PER_REQUEST: usize = 1000;
+
 pub async fn create(broker: &Broker, req: CreateAclsRequest) -> CreateAclsResponse {
     let failed = |code: i16, message: &str| {
         AclCreationResult::default()
@@ -50,21 +54,44 @@ pub async fn create(broker: &Broker, req: CreateAclsRequest) -> CreateAclsRespon
             permission: c.permission_type,
         })
         .collect();
-    let count = bindings.len();
-    let results = match broker.meta.create_acls(bindings).await {
-        Ok(outcomes) => outcomes
-            .into_iter()
-            .map(|outcome| match outcome {
-                Ok(()) => AclCreationResult::default(),
-                Err(why) => failed(ResponseError::InvalidRequest.code(), &why),
-            })
-            .collect(),
-        Err(e) => (0..count)
-            .map(|_| failed(kafka_error(&e).code(), &e.to_string()))
-            .collect(),
-    };
-    refresh(broker).await;
-    CreateAclsResponse::default().with_results(results)
+    if bindings.len() > MAX_PER_REQUEST {
+        let why = format!("more than {MAX_PER_REQUEST} ACLs in one request");
+        let code = ResponseError::InvalidRequest.code();
+        return CreateAclsResponse::default()
+            .with_results(bindings.iter().map(|_| failed(code, &why)).collect());
+    }
+    // Invalid bindings are answered here; only valid ones reach the log
+    // (the metastore checks them again).
+    let mut results: Vec<Option<AclCreationResult>> = bindings
+        .iter()
+        .map(|b| {
+            b.invalid()
+                .map(|why| failed(ResponseError::InvalidRequest.code(), &why))
+        })
+        .collect();
+    let valid: Vec<AclBinding> = bindings
+        .into_iter()
+        .filter(|b| b.invalid().is_none())
+        .collect();
+    if !valid.is_empty() {
+        let count = valid.len();
+        let outcomes: Vec<AclCreationResult> = match broker.meta.create_acls(valid).await {
+            Ok(outcomes) => outcomes
+                .into_iter()
+                .map(|outcome| match outcome {
+                    Ok(()) => AclCreationResult::default(),
+                    Err(why) => failed(ResponseError::InvalidRequest.code(), &why),
+                })
+                .collect(),
+            Err(e) => vec![failed(kafka_error(&e).code(), &e.to_string()); count],
+        };
+        let mut outcomes = outcomes.into_iter();
+        for slot in results.iter_mut().filter(|r| r.is_none()) {
+            *slot = outcomes.next();
+        }
+        refresh(broker).await;
+    }
+    CreateAclsResponse::default().with_results(results.into_iter().flatten().collect())
 }
 
 fn filter(
@@ -147,6 +174,12 @@ pub async fn delete(broker: &Broker, req: DeleteAclsRequest) -> DeleteAclsRespon
         let code = ResponseError::SecurityDisabled.code();
         return DeleteAclsResponse::default()
             .with_filter_results(req.filters.iter().map(|_| failed(code, DISABLED)).collect());
+    }
+    if req.filters.len() > MAX_PER_REQUEST {
+        let why = format!("more than {MAX_PER_REQUEST} filters in one request");
+        let code = ResponseError::InvalidRequest.code();
+        return DeleteAclsResponse::default()
+            .with_filter_results(req.filters.iter().map(|_| failed(code, &why)).collect());
     }
     let filters: Vec<AclFilter> = req.filters.iter().map(to_filter).collect();
     let count = filters.len();

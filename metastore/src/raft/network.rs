@@ -158,12 +158,22 @@ pub trait PeerTransport: std::fmt::Debug + Send + Sync + 'static {
 pub struct Network {
     from: NodeId,
     transport: Option<Arc<dyn PeerTransport>>,
+    /// Proved to every node connected to (see [`crate::peer_auth`]).
+    secret: Option<crate::peer_auth::ClusterSecret>,
 }
 
 impl Network {
     /// Node `from`'s network: TCP, unless `transport` is given.
-    pub fn new(from: NodeId, transport: Option<Arc<dyn PeerTransport>>) -> Network {
-        Network { from, transport }
+    pub fn new(
+        from: NodeId,
+        transport: Option<Arc<dyn PeerTransport>>,
+        secret: Option<crate::peer_auth::ClusterSecret>,
+    ) -> Network {
+        Network {
+            from,
+            transport,
+            secret,
+        }
     }
 }
 
@@ -177,6 +187,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             address: node.address.clone(),
             connection: None,
             transport: self.transport.clone(),
+            secret: self.secret.clone(),
         }
     }
 }
@@ -188,6 +199,7 @@ pub struct Peer {
     address: String,
     connection: Option<Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>>,
     transport: Option<Arc<dyn PeerTransport>>,
+    secret: Option<crate::peer_auth::ClusterSecret>,
 }
 
 /// Why a message to a peer got no answer.
@@ -241,7 +253,11 @@ impl Peer {
     async fn exchange(&mut self, frame: bytes::Bytes) -> Result<PeerResponse, String> {
         if self.connection.is_none() {
             let stream = rpc::connect(&self.address).await?;
-            self.connection = Some(Framed::new(stream, rpc::codec()));
+            let mut framed = Framed::new(stream, rpc::codec());
+            if let Some(secret) = &self.secret {
+                crate::peer_auth::client(&mut framed, secret).await?;
+            }
+            self.connection = Some(framed);
         }
         let connection = self.connection.as_mut().expect("connected above");
         connection.send(frame).await.map_err(|e| e.to_string())?;

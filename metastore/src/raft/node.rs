@@ -69,6 +69,9 @@ pub struct NodeOptions {
     pub clock: Arc<dyn Clock>,
     /// How Raft messages reach other nodes; `None`: TCP to their addresses.
     pub transport: Option<Arc<dyn PeerTransport>>,
+    /// With a secret, this node refuses connections that do not prove they
+    /// hold it, and proves it to the nodes it connects to.
+    pub secret: Option<crate::peer_auth::ClusterSecret>,
     /// An open database to use instead of `path`: the one a stopped node of
     /// this process used, so that it restarts from its log as after a crash
     /// (the simulation kills and restarts nodes so).
@@ -86,6 +89,7 @@ impl NodeOptions {
             heartbeat_ms: 100,
             clock: Arc::new(SystemClock),
             transport: None,
+            secret: None,
             database: None,
         }
     }
@@ -155,6 +159,8 @@ pub struct RaftMetastore {
     group_watch: Arc<GroupWatch>,
     /// Agents' cache addresses heard while leading (never in the log).
     peers: crate::peers::PeerBook,
+    /// What connections to this node must prove (see [`crate::peer_auth`]).
+    secret: Option<crate::peer_auth::ClusterSecret>,
     /// Expire sessions and end rebalances while this node leads.
     _group_timers: GroupTimers,
 }
@@ -338,7 +344,11 @@ impl RaftMetastore {
         let raft = Raft::new(
             options.id,
             Arc::new(config),
-            Network::new(options.id, options.transport.clone()),
+            Network::new(
+                options.id,
+                options.transport.clone(),
+                options.secret.clone(),
+            ),
             log_store,
             state_machine,
         )
@@ -409,6 +419,7 @@ impl RaftMetastore {
             liveness,
             group_watch,
             peers: Default::default(),
+            secret: options.secret.clone(),
             _group_timers: group_timers,
         })
     }
@@ -555,6 +566,11 @@ impl RaftMetastore {
             .map_err(write_error)?;
         tracing::info!(node = id, "metastore node removed");
         Ok(())
+    }
+
+    /// The secret connections to this node must prove, if any.
+    pub fn secret(&self) -> Option<&crate::peer_auth::ClusterSecret> {
+        self.secret.as_ref()
     }
 
     pub fn status(&self) -> ClusterStatus {
