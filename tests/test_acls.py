@@ -193,3 +193,40 @@ def test_without_acls_the_acl_apis_say_security_is_disabled(make_agent):
     with pytest.raises(KafkaException) as refused:
         admin.create_acls([binding])[binding].result(timeout=30)
     assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_auto_creation_needs_create_and_hidden_offsets_stay_hidden(secured):
+    """Producing to a missing topic creates it only with CREATE (WRITE is
+    not enough), and a group's offsets listed in full (OffsetFetch v8, as the
+    admin client asks) leave out topics the principal may not describe."""
+    agent, admin = secured
+    for args in (["--operation", "write", "--topic", "auto-", "--prefixed"],
+                 ["--operation", "all", "--group", "audit"],
+                 ["--operation", "describe", "--topic", "orders"]):
+        added = acls(agent, "add", "--principal", "User:alice", *args)
+        assert added.returncode == 0, added.stderr
+    errors = produce(agent, "alice", "auto-made", 1)
+    assert errors and set(errors) <= {KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                      KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                      KafkaError._MSG_TIMED_OUT}, errors
+    assert "auto-made" not in admin.list_topics(timeout=10).topics, "WRITE alone creates nothing"
+    added = acls(agent, "add", "--principal", "User:alice", "--operation", "create", "--topic",
+                 "auto-", "--prefixed")
+    assert added.returncode == 0, added.stderr
+    assert produce(agent, "alice", "auto-made", 1) == []
+    assert "auto-made" in admin.list_topics(timeout=10).topics
+
+    # The admin commits the group's offsets on a topic alice may see and one
+    # she may not; she lists them all and sees only hers.
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    done = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        "audit", [TopicPartition("orders", 0, 3), TopicPartition("secret", 0, 0)])])
+    for f in done.values():
+        f.result(timeout=30)
+    as_admin = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("audit")])
+    assert {tp.topic for tp in as_admin["audit"].result(timeout=30).topic_partitions} == \
+        {"orders", "secret"}
+    alice_admin = AdminClient(conf(agent, "alice"))
+    as_alice = alice_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("audit")])
+    assert {tp.topic for tp in as_alice["audit"].result(timeout=30).topic_partitions} == \
+        {"orders"}

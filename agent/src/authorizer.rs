@@ -34,7 +34,8 @@ impl Session {
     pub fn new(principal: Option<&crate::sasl::Principal>, ip: std::net::IpAddr) -> Session {
         Session {
             principal: principal.map_or_else(|| ANONYMOUS.to_string(), |p| p.to_string()),
-            host: ip.to_string(),
+            // An IPv4 client of a dual-stack listener is its IPv4 address.
+            host: ip.to_canonical().to_string(),
             ip,
         }
     }
@@ -112,6 +113,18 @@ impl Authorizer {
         )
     }
 
+    /// Whether `session` may create topic `name` (auto-creation by Produce
+    /// or Metadata too): CREATE on the cluster or on the topic, as Kafka.
+    pub fn may_create_topic(&self, session: &Session, name: &str) -> bool {
+        self.allows_cluster(session, acls::operation::CREATE)
+            || self.allows(
+                session,
+                acls::operation::CREATE,
+                acls::resource::TOPIC,
+                name,
+            )
+    }
+
     /// Whether `session` may do `op` on the cluster.
     pub fn allows_cluster(&self, session: &Session, op: i8) -> bool {
         self.allows(session, op, acls::resource::CLUSTER, acls::CLUSTER_NAME)
@@ -122,12 +135,12 @@ impl Authorizer {
         if !self.enabled || self.is_super(session) {
             return true;
         }
+        if self.allows(session, op, resource_type, acls::ANY_NAME_PROBE) {
+            return true;
+        }
         let Some(bindings) = self.bindings() else {
             return false;
         };
-        if self.allow_if_no_acl && !bindings.iter().any(|b| b.resource_type == resource_type) {
-            return true;
-        }
         acls::authorize_any(bindings.iter(), &session.requester(), op, resource_type)
     }
 
@@ -148,6 +161,10 @@ impl Authorizer {
         let known = self.copy.read().expect("ACL copy lock poisoned").version;
         let (version, bindings) = meta.acls_if_changed(known).await?;
         let mut copy = self.copy.write().expect("ACL copy lock poisoned");
+        // Two refreshes may cross: never go back to an older copy.
+        if copy.version.is_some_and(|held| held > version) {
+            return Ok(());
+        }
         if let Some(bindings) = bindings {
             copy.bindings = Arc::new(bindings);
         }

@@ -67,7 +67,7 @@ impl Broker {
     ) -> anyhow::Result<Broker> {
         config.validate()?;
         let (advertised_host, advertised_port) = config.advertised()?;
-        let cache = Arc::new(BlockCache::new(store.clone(), config.cache_options()).await?);
+        let cache = Arc::new(BlockCache::new(store.clone(), config.cache_options()?).await?);
         let (commit_tx, commits) = watch::channel(0);
         // Trusted for a quarter of the time GC leaves garbage readable (see
         // `ExtentCache`), and never long.
@@ -120,6 +120,19 @@ impl Broker {
             config.super_users.clone(),
             config.allow_everyone_if_no_acl_found,
         ));
+        // Clients take an authorization error as final: read the ACLs
+        // before serving anyone (for a while; then serve, refusing all but
+        // super users until they are read).
+        if authorizer.enabled() {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+            while let Err(e) = authorizer.refresh(&*meta).await {
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::warn!(error = %e, "ACLs not read yet: refusing all but super users");
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
         authorizer.spawn_refresher(meta.clone());
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
@@ -145,16 +158,18 @@ impl Broker {
     }
 
     /// The topic a produce request writes to, from the cache when it is
-    /// known to have partition `max_partition`.
+    /// known to have partition `max_partition`; created if missing when
+    /// `may_create` (auto-creation, and the principal's CREATE).
     pub async fn produce_topic(
         &self,
         name: &str,
         max_partition: i32,
+        may_create: bool,
     ) -> Result<TopicInfo, MetaError> {
         if let Some(topic) = self.topics.get(name, max_partition) {
             return Ok(topic);
         }
-        let topic = self.topic_or_create(name, true).await?;
+        let topic = self.topic_or_create(name, may_create).await?;
         self.topics.insert(&topic);
         Ok(topic)
     }

@@ -117,6 +117,24 @@ pub async fn run(broker: Arc<Broker>, me: CachePeer) {
     }
 }
 
+/// Block requests between agents signed with the metastore's cluster
+/// secret: an owner serves only agents of its cluster. The signature covers
+/// the query (object, block, deadline); a recorded request replays only the
+/// same block, which its recorder has already seen.
+pub struct SignedBlocks(pub floe_metastore::peer_auth::ClusterSecret);
+
+const BLOCK_CONTEXT: &[u8] = b"floe-block-request ";
+
+impl floe_cache::peer::PeerAuth for SignedBlocks {
+    fn sign(&self, message: &[u8]) -> Vec<u8> {
+        self.0.sign(BLOCK_CONTEXT, message)
+    }
+
+    fn verify(&self, message: &[u8], tag: &[u8]) -> bool {
+        self.0.verify_signed(BLOCK_CONTEXT, message, tag)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

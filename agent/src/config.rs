@@ -201,9 +201,16 @@ impl Config {
         })
     }
 
-    /// The block cache's sizes, as configured.
-    pub fn cache_options(&self) -> floe_cache::CacheOptions {
-        floe_cache::CacheOptions {
+    /// The block cache's sizes, as configured, and its peers' proof: the
+    /// metastore's cluster secret, when there is one.
+    pub fn cache_options(&self) -> anyhow::Result<floe_cache::CacheOptions> {
+        let secret = match &self.metastore_secret_file {
+            Some(path) => Some(
+                floe_metastore::peer_auth::ClusterSecret::load(path).map_err(anyhow::Error::msg)?,
+            ),
+            None => None,
+        };
+        Ok(floe_cache::CacheOptions {
             memory_bytes: self.cache_bytes.as_u64() as usize,
             disk: self
                 .cache_disk_dir
@@ -212,7 +219,11 @@ impl Config {
             catch_up_bytes: self.cache_catch_up_bytes.as_u64() as usize,
             block_bytes: self.cache_block_bytes.as_u64(),
             peer_timeout: self.cache_peer_timeout,
-        }
+            peer_auth: secret.map(|s| {
+                std::sync::Arc::new(crate::cache_ring::SignedBlocks(s))
+                    as std::sync::Arc<dyn floe_cache::peer::PeerAuth>
+            }),
+        })
     }
 }
 

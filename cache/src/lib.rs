@@ -84,8 +84,8 @@ pub enum Reading {
     CatchUp,
 }
 
-/// How big each part of the cache is.
-#[derive(Debug, Clone)]
+/// How big each part of the cache is, and how its peers prove themselves.
+#[derive(Clone)]
 pub struct CacheOptions {
     /// Memory for the main pool.
     pub memory_bytes: usize,
@@ -96,6 +96,9 @@ pub struct CacheOptions {
     pub block_bytes: u64,
     /// How long a peer may take to send a block before the object store is read.
     pub peer_timeout: Duration,
+    /// Signs requests to peers and checks theirs (none: the zone's agents
+    /// trust each other).
+    pub peer_auth: Option<Arc<dyn peer::PeerAuth>>,
 }
 
 impl CacheOptions {
@@ -107,6 +110,7 @@ impl CacheOptions {
             catch_up_bytes: memory_bytes / 8,
             block_bytes,
             peer_timeout: Duration::from_secs(1),
+            peer_auth: None,
         }
     }
 }
@@ -142,6 +146,8 @@ struct Loader {
     block_bytes: u64,
     ring: RwLock<Arc<Ring>>,
     peers: PeerClient,
+    /// Checks that a block request comes from a peer.
+    peer_auth: Option<Arc<dyn peer::PeerAuth>>,
     counters: CacheCounters,
 }
 
@@ -245,6 +251,11 @@ fn shards(capacity: usize, block_bytes: u64) -> usize {
 }
 
 impl BlockCache {
+    /// What a peer's block request must be signed with, if anything.
+    pub fn peer_auth(&self) -> Option<&Arc<dyn peer::PeerAuth>> {
+        self.loader.peer_auth.as_ref()
+    }
+
     pub async fn new(
         store: Arc<dyn ObjectStore>,
         options: CacheOptions,
@@ -301,7 +312,8 @@ impl BlockCache {
                 store,
                 block_bytes,
                 ring: RwLock::new(Arc::new(Ring::default())),
-                peers: PeerClient::new(options.peer_timeout),
+                peers: PeerClient::new(options.peer_timeout, options.peer_auth.clone()),
+                peer_auth: options.peer_auth.clone(),
                 counters: CacheCounters::default(),
             }),
             serving: Semaphore::new(MAX_SERVING),
@@ -742,12 +754,35 @@ mod tests {
 
     /// Three caches of one zone, each serving its blocks on a port of its own.
     async fn zone(store: Arc<dyn ObjectStore>, block: u64) -> Vec<Arc<BlockCache>> {
+        zone_signing(store, block, [None, None, None]).await
+    }
+
+    /// A toy signature for tests: the key, then a checksum of the message.
+    struct Keyed(u8);
+
+    impl peer::PeerAuth for Keyed {
+        fn sign(&self, message: &[u8]) -> Vec<u8> {
+            let sum = message.iter().fold(0u8, |a, b| a.wrapping_add(*b));
+            vec![self.0, sum]
+        }
+        fn verify(&self, message: &[u8], tag: &[u8]) -> bool {
+            self.sign(message) == tag
+        }
+    }
+
+    /// Three caches of one zone, each signing (and asking signatures) with its key.
+    async fn zone_signing(
+        store: Arc<dyn ObjectStore>,
+        block: u64,
+        keys: [Option<u8>; 3],
+    ) -> Vec<Arc<BlockCache>> {
         let mut caches = Vec::new();
         let mut addresses = Vec::new();
-        for _ in 0..3 {
+        for key in keys {
             // A generous deadline: a loaded test machine must not fall back.
             let mut options = CacheOptions::memory(1 << 20, block);
             options.peer_timeout = Duration::from_secs(10);
+            options.peer_auth = key.map(|k| Arc::new(Keyed(k)) as Arc<dyn peer::PeerAuth>);
             let cache = Arc::new(BlockCache::new(store.clone(), options).await.unwrap());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             addresses.push(listener.local_addr().unwrap().to_string());
@@ -809,6 +844,35 @@ mod tests {
                 .iter()
                 .all(|c| c.counters().store_gets.load(Ordering::Relaxed) > 0)
         );
+    }
+
+    /// With a cluster secret, an owner serves only requests signed with it:
+    /// a cache with another key is refused and reads the store itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn owners_serve_only_signed_requests() {
+        let data: Vec<u8> = (0..64 * 30).map(|i| (i % 251) as u8).collect();
+        let store = store_with("ingest/00/obj", &data).await;
+        let caches = zone_signing(store, 64, [Some(7), Some(7), Some(9)]).await;
+        for cache in &caches {
+            let out = read(cache, "ingest/00/obj", 64 * 30, 0..64 * 30, Reading::Tail).await;
+            assert_eq!(&out[..], &data[..]);
+        }
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let (a, b, stranger) = (
+            caches[0].counters(),
+            caches[1].counters(),
+            caches[2].counters(),
+        );
+        assert!(
+            count(&a.peer_hits) > 0 && count(&b.peer_hits) > 0,
+            "signed peers are served"
+        );
+        assert_eq!(
+            count(&stranger.peer_hits),
+            0,
+            "another key is served nothing"
+        );
+        assert!(count(&stranger.peer_fallbacks) > 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -119,8 +119,34 @@ pub fn parse_block_query(query: &str) -> Option<(BlockKey, bool, Duration)> {
     Some((key, catch_up != 0, Duration::from_millis(within_ms)))
 }
 
+/// Signs and checks block requests between the agents of a cluster (an HMAC
+/// under the cluster's secret), so an owner serves only its peers.
+pub trait PeerAuth: Send + Sync + 'static {
+    fn sign(&self, message: &[u8]) -> Vec<u8>;
+    fn verify(&self, message: &[u8], tag: &[u8]) -> bool;
+}
+
+/// The header carrying a request's signature (hex) over its query.
+pub const AUTH_HEADER: &str = "x-floe-peer-auth";
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || text.len() > 256 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 pub struct PeerClient {
     http: reqwest::Client,
+    /// Signs each request, when the cluster has a secret.
+    auth: Option<std::sync::Arc<dyn PeerAuth>>,
     timeout: Duration,
     /// Peers that failed lately, until when they are skipped. Bounded: only
     /// members of the ring are asked, and [`PeerClient::forget_others`]
@@ -129,7 +155,7 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
-    pub fn new(timeout: Duration) -> Self {
+    pub fn new(timeout: Duration, auth: Option<std::sync::Arc<dyn PeerAuth>>) -> Self {
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
             .timeout(timeout)
@@ -141,6 +167,7 @@ impl PeerClient {
             .expect("an HTTP client with no TLS always builds");
         PeerClient {
             http,
+            auth,
             timeout,
             down: Mutex::new(HashMap::new()),
         }
@@ -189,16 +216,22 @@ impl PeerClient {
         let expected = key.length();
         // The owner gets three quarters of the deadline for its own load,
         // so that a slow object store is answered 503 before the asker gives up.
-        let url = format!(
-            "http://{address}{BLOCK_PATH}?{}",
-            block_query(key, catch_up, self.timeout * 3 / 4)
-        );
+        let query = block_query(key, catch_up, self.timeout * 3 / 4);
+        let url = format!("http://{address}{BLOCK_PATH}?{query}");
+        let signature = self
+            .auth
+            .as_ref()
+            .map(|auth| hex(&auth.sign(query.as_bytes())));
         let failed = |reason: String| PeerError::Failed {
             address: address.to_string(),
             reason,
         };
         let exchange = async {
-            let mut response = self.http.get(&url).send().await.map_err(|e| {
+            let mut request = self.http.get(&url);
+            if let Some(signature) = &signature {
+                request = request.header(AUTH_HEADER, signature);
+            }
+            let mut response = request.send().await.map_err(|e| {
                 // Not even an answer: the peer is down or unreachable.
                 self.mark_down(address);
                 failed(e.to_string())

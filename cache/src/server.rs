@@ -9,7 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::peer::{BLOCK_PATH, parse_block_query};
+use crate::peer::{AUTH_HEADER, BLOCK_PATH, parse_block_query, unhex};
 use crate::{BlockCache, CacheError, Reading};
 
 pub fn routes(cache: Arc<BlockCache>) -> Router {
@@ -18,7 +18,23 @@ pub fn routes(cache: Arc<BlockCache>) -> Router {
         .with_state(cache)
 }
 
-async fn serve_block(State(cache): State<Arc<BlockCache>>, RawQuery(query): RawQuery) -> Response {
+async fn serve_block(
+    State(cache): State<Arc<BlockCache>>,
+    RawQuery(query): RawQuery,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    // With a cluster secret, only a peer that signed the query is served.
+    if let Some(auth) = cache.peer_auth() {
+        let signed = headers
+            .get(AUTH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(unhex)
+            .is_some_and(|tag| auth.verify(query.as_deref().unwrap_or("").as_bytes(), &tag));
+        if !signed {
+            tracing::debug!("cache: an unsigned block request refused");
+            return (StatusCode::FORBIDDEN, "not a peer of this cluster\n").into_response();
+        }
+    }
     let Some((key, catch_up, within)) = query.as_deref().and_then(parse_block_query) else {
         return (StatusCode::BAD_REQUEST, "not a block query\n").into_response();
     };

@@ -59,7 +59,7 @@ pub const WILDCARD: &str = "*";
 pub const ANY_PRINCIPAL: &str = "User:*";
 /// Most bindings kept: bounds what clients can make the state (and every
 /// agent's copy) grow to.
-pub const MAX_ACLS: usize = 100_000;
+pub const MAX_ACLS: usize = 10_000;
 
 /// One ACL.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -125,6 +125,16 @@ impl AclBinding {
     }
 }
 
+/// A host as ACLs compare it: an IP address in its canonical form (an
+/// IPv4-mapped IPv6 address is its IPv4 address, IPv6 is compressed), or
+/// the text as given (`*`, or a name).
+pub fn canonical_host(host: &str) -> String {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_canonical().to_string(),
+        Err(_) => host.to_string(),
+    }
+}
+
 /// What DescribeAcls and DeleteAcls select, as Kafka's `AclBindingFilter`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AclFilter {
@@ -138,6 +148,24 @@ pub struct AclFilter {
 }
 
 impl AclFilter {
+    /// Why Kafka would refuse this filter (`INVALID_REQUEST`): a code it
+    /// does not know.
+    pub fn invalid(&self) -> Option<String> {
+        if !(resource::ANY..=resource::USER).contains(&self.resource_type) {
+            return Some(format!("Unknown resource type {}", self.resource_type));
+        }
+        if !(pattern::ANY..=pattern::PREFIXED).contains(&self.pattern_type) {
+            return Some(format!("Unknown patternFilter {}", self.pattern_type));
+        }
+        if !(operation::ANY..=operation::DESCRIBE_TOKENS).contains(&self.operation) {
+            return Some(format!("Unknown operation {}", self.operation));
+        }
+        if !(permission::ANY..=permission::ALLOW).contains(&self.permission) {
+            return Some(format!("Unknown permission type {}", self.permission));
+        }
+        None
+    }
+
     pub fn matches(&self, b: &AclBinding) -> bool {
         let resource_type =
             self.resource_type == resource::ANY || self.resource_type == b.resource_type;
@@ -201,19 +229,13 @@ impl Acls {
     }
 
     /// Removes what each filter matches; per filter, the bindings removed.
+    /// Each filter's matches are taken from the bindings before any is
+    /// removed, so a binding two filters match is reported by both (Kafka's
+    /// answer).
     pub fn delete(&mut self, filters: &[AclFilter]) -> Vec<Vec<AclBinding>> {
-        let mut removed = Vec::with_capacity(filters.len());
-        for filter in filters {
-            let gone: Vec<AclBinding> = self
-                .bindings
-                .iter()
-                .filter(|b| filter.matches(b))
-                .cloned()
-                .collect();
-            for b in &gone {
-                self.bindings.remove(b);
-            }
-            removed.push(gone);
+        let removed: Vec<Vec<AclBinding>> = filters.iter().map(|f| self.describe(f)).collect();
+        for b in removed.iter().flatten() {
+            self.bindings.remove(b);
         }
         self.version += 1;
         removed
@@ -286,42 +308,61 @@ fn implies(granted: i8, asked: i8) -> bool {
     }
 }
 
-/// Whether any binding would let `who` do `op` on some resource of
-/// `resource_type` (Kafka's `authorizeByResourceType`, KIP-679: an
-/// idempotent producer needs WRITE on some topic): an ALLOW that applies to
-/// the principal and host, not cancelled by a DENY of the same pattern.
+/// Whether some resource of `resource_type` would let `who` do `op`, as
+/// Kafka's `Authorizer.authorizeByResourceType` decides it (KIP-679: an
+/// idempotent producer needs WRITE on some topic). The caller first asks
+/// [`authorize`] for a literal resource no ACL names specially (Kafka's
+/// "hardcode"), which settles super users and `allow_if_no_acl`; then an
+/// ALLOW for the principal and host counts unless a DENY names the same
+/// literal, or a DENY prefix covers its name, and a DENY on every name
+/// (`*` or the empty prefix) denies all.
 pub fn authorize_any<'a>(
-    bindings: impl IntoIterator<Item = &'a AclBinding> + Clone,
+    bindings: impl IntoIterator<Item = &'a AclBinding>,
     who: &Requester<'_>,
     op: i8,
     resource_type: i8,
 ) -> bool {
-    let applies = |b: &AclBinding| {
-        b.resource_type == resource_type
+    let mut deny_literals = BTreeSet::new();
+    let mut deny_prefixes = BTreeSet::new();
+    let mut allow_literals = Vec::new();
+    let mut allow_prefixes = Vec::new();
+    for b in bindings {
+        let applies = b.resource_type == resource_type
             && (b.principal == who.principal || b.principal == ANY_PRINCIPAL)
             && (b.host == who.host || b.host == WILDCARD)
-            && (b.operation == op || b.operation == operation::ALL)
-    };
-    let denied: Vec<&AclBinding> = bindings
-        .clone()
-        .into_iter()
-        .filter(|b| applies(b) && b.permission == permission::DENY)
-        .collect();
-    // A DENY on every name (literal `*` or the empty prefix) denies all.
-    if denied.iter().any(|b| {
-        (b.pattern_type == pattern::LITERAL && b.resource_name == WILDCARD)
-            || (b.pattern_type == pattern::PREFIXED && b.resource_name.is_empty())
-    }) {
-        return false;
+            && (b.operation == op || b.operation == operation::ALL);
+        if !applies {
+            continue;
+        }
+        match (b.permission, b.pattern_type) {
+            (permission::DENY, pattern::LITERAL) if b.resource_name == WILDCARD => return false,
+            (permission::DENY, pattern::PREFIXED) if b.resource_name.is_empty() => return false,
+            (permission::DENY, pattern::LITERAL) => {
+                deny_literals.insert(b.resource_name.as_str());
+            }
+            (permission::DENY, pattern::PREFIXED) => {
+                deny_prefixes.insert(b.resource_name.as_str());
+            }
+            (permission::ALLOW, pattern::LITERAL) => allow_literals.push(b.resource_name.as_str()),
+            (permission::ALLOW, pattern::PREFIXED) => allow_prefixes.push(b.resource_name.as_str()),
+            _ => {}
+        }
     }
-    bindings.into_iter().any(|b| {
-        applies(b)
-            && b.permission == permission::ALLOW
-            && !denied
-                .iter()
-                .any(|d| d.pattern_type == b.pattern_type && d.resource_name == b.resource_name)
-    })
+    // A DENY prefix of the allowed name (or the name itself) dominates it.
+    let dominated = |name: &str| {
+        name.char_indices()
+            .map(|(i, c)| &name[..i + c.len_utf8()])
+            .any(|prefix| deny_prefixes.contains(prefix))
+    };
+    allow_literals
+        .iter()
+        .any(|name| !deny_literals.contains(name) && !dominated(name))
+        || allow_prefixes.iter().any(|name| !dominated(name))
 }
+
+/// The literal name Kafka's `authorizeByResourceType` first checks (one no
+/// ACL is expected to name): what applies to every name applies to it.
+pub const ANY_NAME_PROBE: &str = "hardcode";
 
 #[cfg(test)]
 mod tests {
@@ -380,6 +421,23 @@ mod tests {
         assert!(!authorize(&from_elsewhere, &ALICE, READ, TOPIC, "t", false));
         assert!(authorize_any(&acls, &ALICE, WRITE, TOPIC));
         assert!(!authorize_any(&acls, &ALICE, WRITE, GROUP));
+        // Kafka's prefix rule: a DENY prefix dominates the ALLOWs under it.
+        let dominated = [
+            acl(TOPIC, "ab", LITERAL, "User:alice", WRITE, ALLOW),
+            acl(TOPIC, "abc", PREFIXED, "User:alice", WRITE, ALLOW),
+            acl(TOPIC, "a", PREFIXED, "User:alice", WRITE, DENY),
+        ];
+        assert!(!authorize_any(&dominated, &ALICE, WRITE, TOPIC));
+        let beside = [
+            acl(TOPIC, "ab", LITERAL, "User:alice", WRITE, ALLOW),
+            acl(TOPIC, "b", PREFIXED, "User:alice", WRITE, DENY),
+        ];
+        assert!(authorize_any(&beside, &ALICE, WRITE, TOPIC));
+        let everything_denied = [
+            acl(TOPIC, "ab", LITERAL, "User:alice", WRITE, ALLOW),
+            acl(TOPIC, "*", LITERAL, "User:*", ALL, DENY),
+        ];
+        assert!(!authorize_any(&everything_denied, &ALICE, WRITE, TOPIC));
     }
 
     #[test]
@@ -432,7 +490,8 @@ mod tests {
                 .iter()
                 .map(Vec::len)
                 .collect::<Vec<_>>(),
-            [1, 0]
+            [1, 1],
+            "each filter reports what it matched before any was removed"
         );
         assert!(acls.version() > version);
         assert_eq!(acls.describe(&all).len(), 2);

@@ -1894,9 +1894,10 @@ impl Apply for CreateAcls {
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.acls.create(self.bindings))
     }
-    /// Creating a binding that exists changes nothing.
+    /// A blind retry landing after another admin deleted the binding would
+    /// bring it back.
     fn retry_is_safe(&self) -> bool {
-        true
+        false
     }
 }
 

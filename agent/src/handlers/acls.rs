@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use floe_metastore::acls::{AclBinding, AclFilter};
+use floe_metastore::acls::{AclBinding, AclFilter, canonical_host};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::create_acls_response::AclCreationResult;
 use floe_protocol::kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
@@ -49,7 +49,7 @@ pub async fn create(broker: &Broker, req: CreateAclsRequest) -> CreateAclsRespon
             resource_name: c.resource_name.to_string(),
             pattern_type: c.resource_pattern_type,
             principal: c.principal.to_string(),
-            host: c.host.to_string(),
+            host: canonical_host(&c.host),
             operation: c.operation,
             permission: c.permission_type,
         })
@@ -108,7 +108,7 @@ fn filter(
         resource_name: resource_name.map(str::to_string),
         pattern_type,
         principal: principal.map(str::to_string),
-        host: host.map(str::to_string),
+        host: host.map(canonical_host),
         operation,
         permission,
     }
@@ -129,6 +129,11 @@ pub async fn describe(broker: &Broker, req: DescribeAclsRequest) -> DescribeAcls
         req.operation,
         req.permission_type,
     );
+    if let Some(why) = wanted.invalid() {
+        return DescribeAclsResponse::default()
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(str_bytes(&why)));
+    }
     match broker.meta.describe_acls(wanted).await {
         Ok(bindings) => {
             // One entry per resource pattern, with its ACLs.
@@ -182,6 +187,12 @@ pub async fn delete(broker: &Broker, req: DeleteAclsRequest) -> DeleteAclsRespon
             .with_filter_results(req.filters.iter().map(|_| failed(code, &why)).collect());
     }
     let filters: Vec<AclFilter> = req.filters.iter().map(to_filter).collect();
+    // Kafka refuses the whole request when a filter has an unknown code.
+    if let Some(why) = filters.iter().find_map(AclFilter::invalid) {
+        let code = ResponseError::InvalidRequest.code();
+        return DeleteAclsResponse::default()
+            .with_filter_results(filters.iter().map(|_| failed(code, &why)).collect());
+    }
     let count = filters.len();
     let results = match broker.meta.delete_acls(filters).await {
         Ok(removed) => removed

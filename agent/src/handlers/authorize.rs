@@ -81,8 +81,21 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
         // Before and around authentication, and the cluster's shape: open.
         RequestKind::ApiVersions(_)
         | RequestKind::SaslHandshake(_)
-        | RequestKind::SaslAuthenticate(_)
-        | RequestKind::DescribeCluster(_) => Gate::Handle(body, None),
+        | RequestKind::SaslAuthenticate(_) => Gate::Handle(body, None),
+        RequestKind::DescribeCluster(req) => {
+            let with_ops = req.include_cluster_authorized_operations;
+            let patch = patch!(DescribeCluster, |r| {
+                if with_ops {
+                    r.cluster_authorized_operations = authz.operations(
+                        &s,
+                        rt::CLUSTER,
+                        floe_metastore::acls::CLUSTER_NAME,
+                        &CLUSTER_OPERATIONS,
+                    );
+                }
+            });
+            Gate::Handle(RequestKind::DescribeCluster(req), patch)
+        }
 
         // ---- topics: data ----
         RequestKind::Produce(mut req) => {
@@ -122,11 +135,16 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             let mut kept = Vec::with_capacity(req.topics.len());
             for t in std::mem::take(&mut req.topics) {
                 let name = match version >= 13 {
-                    // By id: an unknown id is the handler's to answer.
-                    true => match broker.fetch_topic("", Some(t.topic_id), 0).await {
-                        Some(info) => info.name,
-                        None => {
+                    true => match name_of(broker, t.topic_id).await {
+                        // An unknown id is the handler's to answer.
+                        Ok(None) => {
                             kept.push(t);
+                            continue;
+                        }
+                        Ok(Some(name)) => name,
+                        // Not known to be allowed: denied.
+                        Err(()) => {
+                            denied.push(t);
                             continue;
                         }
                     },
@@ -202,16 +220,20 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
         }
 
         // ---- topics: metadata ----
-        RequestKind::Metadata(mut req) => {
-            // Auto-creation needs CREATE on the cluster or on each topic.
-            if req.allow_auto_topic_creation && !cluster(op::CREATE) {
-                req.allow_auto_topic_creation = req
-                    .topics
-                    .iter()
-                    .flatten()
-                    .all(|t| t.name.as_ref().is_some_and(|n| topic(op::CREATE, n)));
-            }
-            let listing_all = req.topics.is_none();
+        RequestKind::Metadata(req) => {
+            // Auto-creation is the handler's to decide, topic by topic
+            // (`Authorizer::may_create_topic`).
+            let listing_all = match &req.topics {
+                None => true,
+                // v0 asks for all topics with an empty list.
+                Some(topics) => version == 0 && topics.is_empty(),
+            };
+            let named: std::collections::BTreeSet<String> = req
+                .topics
+                .iter()
+                .flatten()
+                .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+                .collect();
             let with_topic_ops = req.include_topic_authorized_operations;
             let with_cluster_ops = req.include_cluster_authorized_operations;
             let patch = patch!(Metadata, |r| {
@@ -220,9 +242,16 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                         return true;
                     };
                     if !authz.allows(&s, op::DESCRIBE, rt::TOPIC, &name) {
-                        // Asked by name: told it is not allowed; else unseen.
+                        // Asked by name: told it is not allowed. Asked by
+                        // id: not told its name. Listed: unseen.
+                        let by_name = named.contains(&name);
                         *t = metadata_response::MetadataResponseTopic::default()
-                            .with_name(t.name.take())
+                            .with_name(by_name.then(|| t.name.take()).flatten())
+                            .with_topic_id(if by_name {
+                                Default::default()
+                            } else {
+                                t.topic_id
+                            })
                             .with_error_code(TOPIC_DENIED);
                         return !listing_all;
                     }
@@ -244,15 +273,20 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             Gate::Handle(RequestKind::Metadata(req), patch)
         }
         RequestKind::DescribeTopicPartitions(req) => {
+            let named: std::collections::BTreeSet<String> =
+                req.topics.iter().map(|t| t.name.to_string()).collect();
             let patch = patch!(DescribeTopicPartitions, |r| {
-                for t in &mut r.topics {
+                r.topics.retain_mut(|t| {
                     let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
-                    if !authz.allows(&s, op::DESCRIBE, rt::TOPIC, &name) {
-                        t.error_code = TOPIC_DENIED;
-                        t.partitions.clear();
-                        t.topic_id = Default::default();
+                    if authz.allows(&s, op::DESCRIBE, rt::TOPIC, &name) {
+                        return true;
                     }
-                }
+                    t.error_code = TOPIC_DENIED;
+                    t.partitions.clear();
+                    t.topic_id = Default::default();
+                    // Asked by name: told; listed: unseen.
+                    named.contains(&name)
+                });
             });
             Gate::Handle(RequestKind::DescribeTopicPartitions(req), patch)
         }
@@ -293,15 +327,14 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             let mut kept = Vec::new();
             for t in std::mem::take(&mut req.topics) {
                 let name = match &t.name {
-                    Some(n) => Some(n.to_string()),
-                    None => broker
-                        .fetch_topic("", Some(t.topic_id), 0)
-                        .await
-                        .map(|i| i.name),
+                    Some(n) => Ok(Some(n.to_string())),
+                    None => name_of(broker, t.topic_id).await,
                 };
                 match name {
-                    Some(n) if !topic(op::DELETE, &n) => denied.push(t),
-                    _ => kept.push(t),
+                    Ok(Some(n)) if !topic(op::DELETE, &n) => denied.push(t),
+                    // An unknown id is the handler's to answer.
+                    Ok(_) => kept.push(t),
+                    Err(()) => denied.push(t),
                 }
             }
             req.topics = kept;
@@ -523,12 +556,33 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 LeaveGroupResponse::default().with_error_code(GROUP_DENIED),
             )),
         },
-        RequestKind::ConsumerGroupHeartbeat(req) => match group(op::READ, &req.group_id) {
-            true => Gate::Handle(RequestKind::ConsumerGroupHeartbeat(req), None),
-            false => Gate::Answer(ResponseKind::ConsumerGroupHeartbeat(
-                ConsumerGroupHeartbeatResponse::default().with_error_code(GROUP_DENIED),
-            )),
-        },
+        RequestKind::ConsumerGroupHeartbeat(req) => {
+            let error = if !group(op::READ, &req.group_id) {
+                Some((GROUP_DENIED, "Group authorization failed".to_string()))
+            } else {
+                let hidden: Vec<String> = req
+                    .subscribed_topic_names
+                    .iter()
+                    .flatten()
+                    .filter(|t| !topic(op::DESCRIBE, t))
+                    .map(|t| t.to_string())
+                    .collect();
+                (!hidden.is_empty()).then(|| {
+                    (
+                        TOPIC_DENIED,
+                        format!("Topic authorization failed for topics {hidden:?}"),
+                    )
+                })
+            };
+            match error {
+                None => Gate::Handle(RequestKind::ConsumerGroupHeartbeat(req), None),
+                Some((code, message)) => Gate::Answer(ResponseKind::ConsumerGroupHeartbeat(
+                    ConsumerGroupHeartbeatResponse::default()
+                        .with_error_code(code)
+                        .with_error_message(Some(str_bytes(&message))),
+                )),
+            }
+        }
         RequestKind::OffsetCommit(mut req) => {
             let group_ok = group(op::READ, &req.group_id);
             let mut denied = Vec::new();
@@ -573,7 +627,15 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             }
         }
         RequestKind::OffsetFetch(req) => {
-            let listing_all = req.topics.is_none() && req.groups.iter().all(|g| g.topics.is_none());
+            // Asked for every offset (null topics): v0-7 for the one group,
+            // v8+ group by group.
+            let listing_all = req.topics.is_none();
+            let listing_all_of: std::collections::BTreeSet<String> = req
+                .groups
+                .iter()
+                .filter(|g| g.topics.is_none())
+                .map(|g| g.group_id.to_string())
+                .collect();
             let group_id = req.group_id.to_string();
             let patch = patch!(OffsetFetch, |r| {
                 // v0-7: one group, at the top.
@@ -602,6 +664,7 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                         g.topics.clear();
                         continue;
                     }
+                    let listing_all = listing_all_of.contains(g.group_id.as_str());
                     g.topics.retain_mut(|t| {
                         if authz.allows(&s, op::DESCRIBE, rt::TOPIC, &t.name) {
                             return true;
@@ -637,10 +700,31 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             let with_ops = req.include_authorized_operations;
             let patch = patch!(ConsumerGroupDescribe, |r| {
                 for g in &mut r.groups {
+                    let topics_hidden = g.members.iter().any(|m| {
+                        m.subscribed_topic_names
+                            .iter()
+                            .chain(m.assignment.topic_partitions.iter().map(|t| &t.topic_name))
+                            .chain(
+                                m.target_assignment
+                                    .topic_partitions
+                                    .iter()
+                                    .map(|t| &t.topic_name),
+                            )
+                            .any(|t| !authz.allows(&s, op::DESCRIBE, rt::TOPIC, t))
+                    });
                     if !authz.allows(&s, op::DESCRIBE, rt::GROUP, &g.group_id) {
                         *g = consumer_group_describe_response::DescribedGroup::default()
                             .with_group_id(g.group_id.clone())
                             .with_error_code(GROUP_DENIED);
+                    } else if topics_hidden {
+                        // Kafka's answer when members name topics the
+                        // principal may not describe.
+                        *g = consumer_group_describe_response::DescribedGroup::default()
+                            .with_group_id(g.group_id.clone())
+                            .with_error_code(TOPIC_DENIED)
+                            .with_error_message(Some(str_bytes(
+                                "The group has described topic(s) that the client is not authorized to describe.",
+                            )));
                     } else if with_ops {
                         g.authorized_operations =
                             authz.operations(&s, rt::GROUP, &g.group_id, &GROUP_OPERATIONS);
@@ -828,6 +912,21 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 Gate::Close
             }
         },
+    }
+}
+
+/// The name of the topic of this id: `Ok(None)` if there is none, `Err`
+/// when the metastore cannot say (then the request is not authorized).
+async fn name_of(broker: &Broker, id: uuid::Uuid) -> Result<Option<String>, ()> {
+    if let Some(info) = broker.topics.get_by_id(id, 0) {
+        return Ok(Some(info.name));
+    }
+    match broker.meta.topic_by_id(id).await {
+        Ok(found) => Ok(found.map(|info| info.name)),
+        Err(e) => {
+            tracing::debug!(error = %e, "authorizing by topic id: the metastore did not answer");
+            Err(())
+        }
     }
 }
 

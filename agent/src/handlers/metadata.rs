@@ -18,9 +18,9 @@ pub async fn handle(
     req: MetadataRequest,
     version: i16,
     client_id: &str,
-    peer: std::net::IpAddr,
+    session: &crate::authorizer::Session,
 ) -> MetadataResponse {
-    let (agents, node) = leader(broker, client_id, peer).await;
+    let (agents, node) = leader(broker, client_id, session.ip).await;
     let brokers = agents
         .iter()
         .map(|a| {
@@ -71,7 +71,8 @@ pub async fn handle(
                     });
                     continue;
                 };
-                out.push(match broker.topic_or_create(&name, auto_create).await {
+                let may_create = auto_create && broker.authorizer.may_create_topic(session, &name);
+                out.push(match broker.topic_or_create(&name, may_create).await {
                     Ok(info) => with_operations(topic_metadata(&info, node)),
                     Err(e) => MetadataResponseTopic::default()
                         .with_name(Some(name))

@@ -63,7 +63,6 @@ pub async fn admit(
     session: &Session,
 ) -> Pending {
     let version = header.request_api_version;
-    let peer = session.ip;
     let (body, patch) = match authorize::gate(&broker, session, body, version).await {
         authorize::Gate::Handle(body, patch) => (body, patch),
         authorize::Gate::Answer(response) => {
@@ -78,7 +77,7 @@ pub async fn admit(
         response
     };
     if let RequestKind::Produce(req) = body {
-        let admitted = produce::admit(&broker, req).await;
+        let admitted = produce::admit(&broker, req, session).await;
         return Box::pin(async move {
             admitted
                 .respond()
@@ -103,13 +102,14 @@ pub async fn admit(
         .unwrap_or_default();
     // Group requests run one after another, in the order they came.
     let mut ticket = groups::is_coordinator_request(&body).then(|| lane.ticket());
+    let session = session.clone();
     Box::pin(async move {
         if let Some(ticket) = &mut ticket
             && !ticket.wait().await
         {
             return None;
         }
-        let reply = handle(&broker, body, version, client_id, peer)
+        let reply = handle(&broker, body, version, client_id, &session)
             .await
             .map(|r| Reply::from(patched(r)));
         drop(ticket);
@@ -122,13 +122,14 @@ async fn handle(
     body: RequestKind,
     version: i16,
     client_id: String,
-    peer: std::net::IpAddr,
+    session: &Session,
 ) -> Option<ResponseKind> {
+    let peer = session.ip;
     Some(match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
-        RequestKind::Metadata(req) => {
-            ResponseKind::Metadata(metadata::handle(broker, req, version, &client_id, peer).await)
-        }
+        RequestKind::Metadata(req) => ResponseKind::Metadata(
+            metadata::handle(broker, req, version, &client_id, session).await,
+        ),
         RequestKind::CreateTopics(req) => {
             ResponseKind::CreateTopics(topics::create(broker, req, version).await)
         }

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::produce_rules::ProduceRules;
 use super::str_bytes;
+use crate::authorizer::Session;
 use crate::batcher::{AppendError, Committed};
 use crate::broker::{Broker, kafka_error, refusal_error};
 use crate::topic_cache::TopicCache;
@@ -46,7 +47,7 @@ enum Admission {
 }
 
 /// Validates every partition's batch and enqueues the good ones, in request order.
-pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
+pub async fn admit(broker: &Broker, req: ProduceRequest, session: &Session) -> Admitted {
     let timeout = answer_within(req.timeout_ms);
     let due = Instant::now() + timeout;
     let refusal = if !matches!(req.acks, -1..=1) {
@@ -75,6 +76,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest) -> Admitted {
                         .map(|p| p.index)
                         .max()
                         .unwrap_or(0),
+                    broker.authorizer.may_create_topic(session, &topic.name.0),
                 )
                 .await
                 .map_err(|e| (kafka_error(&e), e.to_string())),
