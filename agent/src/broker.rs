@@ -272,5 +272,15 @@ pub fn refusal_error(refusal: &Refusal) -> ResponseError {
         Refusal::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         Refusal::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         Refusal::UnknownProducerId(_) => ResponseError::UnknownProducerId,
+        // Each transactional API translates these as Kafka does for its
+        // version (see `handlers::txn`); these are their plain meanings.
+        Refusal::InvalidTxnState(_) | Refusal::NotInTransaction | Refusal::TxnEnded { .. } => {
+            ResponseError::InvalidTxnState
+        }
+        Refusal::ProducerFenced { .. } => ResponseError::ProducerFenced,
+        Refusal::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        Refusal::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+        Refusal::InvalidTxnTimeout(_) => ResponseError::InvalidTransactionTimeout,
+        Refusal::TxnLimit(_) => ResponseError::InvalidRequest,
     }
 }

@@ -292,6 +292,26 @@ metastore_api! {
     write fn delete_acls(filters: Vec<crate::acls::AclFilter>) -> DeleteAcls { DeleteAcls { filters } }
     read fn describe_acls(filter: crate::acls::AclFilter) -> DescribeAcls { DescribeAcls { filter } }
     read fn acls_if_changed(known_version: Option<u64>) -> AclsIfChanged { AclsIfChanged { known_version } }
+    /// InitProducerId with a transactional id.
+    write fn init_txn_producer(
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<ProducerIdentity>
+    ) -> InitTxnProducer {
+        InitTxnProducer { transactional_id: transactional_id.to_string(), timeout_ms, expected }
+    }
+    write fn add_to_txn(add: AddToTxn) -> AddToTxn { add }
+    write fn end_txn(end: crate::txn::TxnEnd) -> EndTxn { EndTxn { end } }
+    /// Sequences an uploaded object's batches and ends the transactions
+    /// whose markers it holds; per batch, as [`Metastore::commit`].
+    write fn ingest_commit(commit: IngestCommit) -> IngestCommit { commit }
+    read fn describe_txns(ids: Vec<String>) -> DescribeTxns { DescribeTxns { ids } }
+    read fn list_txns(list: ListTxns) -> ListTxns { list }
+    read fn expired_txns(limit: u32) -> ExpiredTxns { ExpiredTxns { limit } }
+    /// Read plans with last stable offsets and aborted transactions.
+    read fn txn_read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> TxnReadPlans {
+        TxnReadPlans { partitions, max_bytes }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

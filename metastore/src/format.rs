@@ -33,7 +33,9 @@ use crate::state::State;
 ///    trailing defaulted fields; log entries as in 3.
 /// 5: SCRAM credentials in the state (and their command).
 /// 6: ACLs in the state (and their commands).
-pub const FORMAT_VERSION: u8 = 6;
+/// 7: transactions: coordinator state, each partition's ongoing
+///    transactions and aborted index (and their commands).
+pub const FORMAT_VERSION: u8 = 7;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 3;

@@ -65,6 +65,10 @@ fn variant(command: &Command) -> &'static str {
         Command::AlterScramCredentials(_) => "alter_scram_credentials",
         Command::CreateAcls(_) => "create_acls",
         Command::DeleteAcls(_) => "delete_acls",
+        Command::InitTxnProducer(_) => "init_txn_producer",
+        Command::AddToTxn(_) => "add_to_txn",
+        Command::EndTxn(_) => "end_txn",
+        Command::IngestCommit(_) => "ingest_commit",
     }
 }
 
@@ -105,8 +109,8 @@ fn batch(position: u64, producer_id: i64) -> CommitBatch {
     }
 }
 
-/// One of every command, in an order that applies cleanly.
-fn samples() -> Vec<Command> {
+/// One of every command up to format 6, in an order that applies cleanly.
+fn wire_state_samples() -> Vec<Command> {
     let group = || "g".to_string();
     vec![
         Command::CreateTopic(CreateTopic {
@@ -297,6 +301,94 @@ fn samples() -> Vec<Command> {
     ]
 }
 
+/// Every sample: those of the wire's answers first (the wire's golden
+/// answers are read from the state they build), then the transactions'.
+fn samples() -> Vec<Command> {
+    let mut all = wire_state_samples();
+    all.extend(txn_samples());
+    all
+}
+
+/// Transactions' commands (format 7).
+fn txn_samples() -> Vec<Command> {
+    let group = || "g".to_string();
+    vec![
+        // Transaction "tx" (producer 1) writes three records to t/1 and aborts.
+        Command::InitTxnProducer(InitTxnProducer {
+            transactional_id: "tx".into(),
+            timeout_ms: 60_000,
+            expected: None,
+        }),
+        Command::AddToTxn(AddToTxn {
+            transactional_id: "tx".into(),
+            producer_id: 1,
+            epoch: 0,
+            partitions: vec![TopicPartition::new(TOPIC, 1)],
+            groups: vec![group()],
+        }),
+        Command::IngestCommit(IngestCommit {
+            object_key: "ingest/05/e".into(),
+            object_size: 1_000,
+            batches: vec![IngestBatch {
+                batch: CommitBatch {
+                    partition: 1,
+                    producer_epoch: 0,
+                    ..batch(0, 1)
+                },
+                kind: BatchKind::Transactional,
+            }],
+            ends: vec![],
+            not_before_ms: 1_700_000_030_000,
+        }),
+        Command::IngestCommit(IngestCommit {
+            object_key: "ingest/06/f".into(),
+            object_size: 1_000,
+            batches: vec![IngestBatch {
+                batch: CommitBatch {
+                    partition: 1,
+                    length: 78,
+                    record_count: 1,
+                    base_sequence: -1,
+                    ..batch(0, 1)
+                },
+                kind: BatchKind::Marker { end: 0 },
+            }],
+            ends: vec![crate::txn::TxnEnd {
+                transactional_id: "tx".into(),
+                producer_id: 1,
+                epoch: 0,
+                commit: false,
+                reason: crate::txn::EndReason::Client,
+                version: 1,
+            }],
+            not_before_ms: 1_700_000_030_000,
+        }),
+        // Transaction "tx2" (producer 2) only commits offsets.
+        Command::InitTxnProducer(InitTxnProducer {
+            transactional_id: "tx2".into(),
+            timeout_ms: 60_000,
+            expected: None,
+        }),
+        Command::AddToTxn(AddToTxn {
+            transactional_id: "tx2".into(),
+            producer_id: 2,
+            epoch: 0,
+            partitions: vec![],
+            groups: vec![group()],
+        }),
+        Command::EndTxn(EndTxn {
+            end: crate::txn::TxnEnd {
+                transactional_id: "tx2".into(),
+                producer_id: 2,
+                epoch: 0,
+                commit: true,
+                reason: crate::txn::EndReason::Client,
+                version: 1,
+            },
+        }),
+    ]
+}
+
 fn acl(principal: &str) -> crate::acls::AclBinding {
     crate::acls::AclBinding {
         resource_type: crate::acls::resource::TOPIC,
@@ -401,7 +493,7 @@ fn golden_log_entries_and_snapshot_are_unchanged() {
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        29,
+        33,
         "a command without a golden sample: {named:?}"
     );
 
@@ -733,6 +825,59 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             known_version: Some(1),
         }
         .into(),
+        // Transactions: answered once `txn_samples` are applied.
+        InitTxnProducer {
+            transactional_id: "tx3".into(),
+            timeout_ms: 60_000,
+            expected: None,
+        }
+        .into(),
+        AddToTxn {
+            transactional_id: "tx3".into(),
+            producer_id: 3,
+            epoch: 0,
+            partitions: vec![tp],
+            groups: vec![],
+        }
+        .into(),
+        EndTxn {
+            end: crate::txn::TxnEnd {
+                transactional_id: "tx".into(),
+                producer_id: 1,
+                epoch: 0,
+                commit: false,
+                reason: crate::txn::EndReason::Client,
+                version: 2,
+            },
+        }
+        .into(),
+        IngestCommit {
+            object_key: "ingest/07/g".into(),
+            object_size: 1_000,
+            batches: vec![IngestBatch {
+                batch: batch(0, -1),
+                kind: BatchKind::Plain,
+            }],
+            ends: vec![],
+            not_before_ms: GoldenNode::NOW_MS,
+        }
+        .into(),
+        DescribeTxns {
+            ids: vec!["tx".into(), "nope".into()],
+        }
+        .into(),
+        ListTxns {
+            phases: vec![crate::txn::TxnPhase::CompleteAbort],
+            producer_ids: vec![],
+            min_duration_ms: -1,
+        }
+        .into(),
+        ExpiredTxns { limit: 10 }.into(),
+        TxnReadPlans {
+            partitions: vec![(tp, 0)],
+            max_bytes: 1 << 20,
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -747,6 +892,18 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
     ];
     (requests, errors)
 }
+
+/// The requests added with transactions (format 7).
+const TXN_REQUESTS: &[&str] = &[
+    "InitTxnProducer",
+    "AddToTxn",
+    "EndTxn",
+    "IngestCommit",
+    "DescribeTxns",
+    "ListTxns",
+    "ExpiredTxns",
+    "TxnReadPlans",
+];
 
 #[test]
 fn golden_wire_requests_and_errors_are_unchanged() {
@@ -763,13 +920,20 @@ fn golden_wire_requests_and_errors_are_unchanged() {
     }
     // Each answer as a node sends it, from the state the log samples build:
     // this pins every operation's `Output` (and the refusals it gives).
-    let node = GoldenNode::default();
-    for command in samples() {
-        node.state.lock().unwrap().apply_proposal(Proposal {
-            at_ms: GoldenNode::NOW_MS,
-            command,
-        });
-    }
+    let built_of = |commands: Vec<Command>| {
+        let node = GoldenNode::default();
+        for command in commands {
+            node.state.lock().unwrap().apply_proposal(Proposal {
+                at_ms: GoldenNode::NOW_MS,
+                command,
+            });
+        }
+        node
+    };
+    // Requests older than transactions are answered as they always were;
+    // the transactions' from a state that holds some.
+    let node = built_of(wire_state_samples());
+    let txn_node = built_of(samples());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -780,7 +944,12 @@ fn golden_wire_requests_and_errors_are_unchanged() {
         .partition(|r| r.name() == "DeleteTopic");
     for request in others.into_iter().chain(deletes) {
         let name = request.name();
-        let bytes = runtime.block_on(request.answer_on(&node)).unwrap();
+        let on = if TXN_REQUESTS.contains(&name) {
+            &txn_node
+        } else {
+            &node
+        };
+        let bytes = runtime.block_on(request.answer_on(on)).unwrap();
         let _ = writeln!(encoded, "answer {name} {}", hex(&bytes));
     }
     for error in &errors {

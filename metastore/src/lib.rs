@@ -23,12 +23,15 @@ pub mod scram;
 pub mod sequencer;
 pub mod state;
 pub mod topic_config;
+pub mod txn;
 pub mod types;
 
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
 mod golden;
+#[cfg(test)]
+mod txn_tests;
 
 pub use agents::AgentInfo;
 pub use api::{Metastore, Op, Transport};

@@ -326,3 +326,98 @@ pub struct DescribeAcls {
 pub struct AclsIfChanged {
     pub known_version: Option<u64>,
 }
+
+// ---- transactions (see `crate::txn`) ----
+
+/// InitProducerId with a transactional id: the id's producer id at a new
+/// epoch (`expected`: the producer's current one, KIP-360), or
+/// `ConcurrentTransactions` while a transaction of it must first be fenced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitTxnProducer {
+    pub transactional_id: String,
+    pub timeout_ms: i32,
+    pub expected: Option<ProducerIdentity>,
+}
+
+/// AddPartitionsToTxn and AddOffsetsToTxn: adds partitions and groups to
+/// the producer's transaction, starting it if it was not ongoing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddToTxn {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub partitions: Vec<TopicPartition>,
+    pub groups: Vec<String>,
+}
+
+/// Ends a transaction that wrote to no partition (one that did ends with
+/// its markers, in an [`IngestCommit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndTxn {
+    pub end: crate::txn::TxnEnd,
+}
+
+/// A [`Commit`] that knows transactions: each batch says what it is, and
+/// `ends` are the transactions whose markers the object holds. Data batches
+/// are sequenced first, in order; then each end is decided and, if
+/// accepted, its markers sequenced and the transaction completed, all in
+/// this one entry; a refused end refuses all its markers. Answered per
+/// batch, and kept in the ledger, as a `Commit` is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestCommit {
+    pub object_key: String,
+    pub object_size: u64,
+    pub batches: Vec<IngestBatch>,
+    pub ends: Vec<crate::txn::TxnEnd>,
+    pub not_before_ms: i64,
+}
+
+impl From<Commit> for IngestCommit {
+    fn from(c: Commit) -> IngestCommit {
+        IngestCommit {
+            object_key: c.object_key,
+            object_size: c.object_size,
+            batches: c
+                .batches
+                .into_iter()
+                .map(|batch| IngestBatch {
+                    batch,
+                    kind: BatchKind::Plain,
+                })
+                .collect(),
+            ends: Vec::new(),
+            not_before_ms: c.not_before_ms,
+        }
+    }
+}
+
+/// Transactional ids as DescribeTransactions shows them (`None`: unknown).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeTxns {
+    pub ids: Vec<String>,
+}
+
+/// Transactional ids as ListTransactions filters them: in one of `phases`
+/// (all when empty), of one of `producer_ids` (all when empty), ongoing for
+/// at least `min_duration_ms` on the metastore's clock (all when negative).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListTxns {
+    pub phases: Vec<crate::txn::TxnPhase>,
+    pub producer_ids: Vec<i64>,
+    pub min_duration_ms: i64,
+}
+
+/// Ongoing transactions past their timeout on the metastore's clock, at
+/// most `limit`: what the timeout job aborts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpiredTxns {
+    pub limit: u32,
+}
+
+/// [`PlanReads`] with each partition's last stable offset and aborted
+/// transactions (what every fetch needs once transactions exist).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnReadPlans {
+    pub partitions: Vec<(TopicPartition, i64)>,
+    pub max_bytes: u64,
+}

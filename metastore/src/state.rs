@@ -4,7 +4,7 @@
 //! replica for the same sequence of commands, so it never reads clocks, random
 //! numbers or anything outside its arguments: ids and times come inside commands.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +15,7 @@ use crate::leases::Leases;
 use crate::ledger::{Ledger, Seen};
 use crate::ops::*;
 use crate::scram::{ScramCredential, ScramCredentials, ScramRefusal};
+use crate::txn::{AbortedTxn, IssueProducerId, TxnEnd, TxnPhase, TxnView, Txns};
 use crate::types::*;
 
 /// The log's entries, one variant per write in the order of their variant
@@ -170,6 +171,10 @@ commands! {
     AlterScramCredentials(AlterScramCredentials),
     CreateAcls(CreateAcls),
     DeleteAcls(DeleteAcls),
+    InitTxnProducer(InitTxnProducer),
+    AddToTxn(AddToTxn),
+    EndTxn(EndTxn),
+    IngestCommit(IngestCommit),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -206,6 +211,8 @@ impl Command {
     pub fn weight(&self) -> usize {
         match self {
             Command::Commit(c) => 1 + c.batches.len(),
+            Command::IngestCommit(c) => 1 + c.batches.len() + c.ends.len(),
+            Command::AddToTxn(a) => 1 + (a.partitions.len() + a.groups.len()) / 64,
             Command::ReplaceRuns(r) => {
                 1 + r
                     .runs
@@ -299,6 +306,85 @@ struct Partition {
     extents: BTreeMap<i64, Extent>,
     /// Idempotent producers that wrote here, by producer id.
     producers: BTreeMap<i64, ProducerPartition>,
+    // Fields below were added after format 4 (see `crate::format`).
+    /// Ongoing transactions with data here: first offset -> producer id.
+    /// The first one bounds the last stable offset (format 7).
+    #[serde(default)]
+    ongoing: BTreeMap<i64, i64>,
+    /// Aborted transactions with data here, in marker order (so sorted by
+    /// `last_offset`); pruned with the log start (format 7).
+    #[serde(default)]
+    aborted: VecDeque<AbortedTxn>,
+}
+
+impl Partition {
+    /// The last stable offset: the first offset of the oldest ongoing
+    /// transaction, or the high watermark (Kafka's `firstUnstableOffset`).
+    fn last_stable(&self) -> i64 {
+        self.ongoing
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.high_watermark)
+            .clamp(self.log_start_offset, self.high_watermark)
+    }
+
+    /// The aborted transactions with data in `[from, to)`, as Kafka's
+    /// `TransactionIndex.collectAbortedTxns` finds them: those whose marker
+    /// is at or past `from` and that began before `to`. The walk stops at
+    /// the first whose end left the last stable offset at `to` or past it:
+    /// every transaction that ended later began at or after that offset.
+    fn aborted_between(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        let mut found = Vec::new();
+        for a in self.aborted.range(start..) {
+            if a.first_offset < to {
+                found.push(*a);
+            }
+            if a.lso_after >= to {
+                break;
+            }
+        }
+        found
+    }
+
+    /// Gives `batch` the next offsets and stores where it lies: extending
+    /// the last extent when it continues it in the same object. Answers its
+    /// base offset and whether an extent was added.
+    fn place(&mut self, batch: &CommitBatch, object: u64, now_ms: i64) -> (i64, bool) {
+        let base_offset = self.high_watermark;
+        let last_offset = base_offset + batch.record_count as i64 - 1;
+        self.high_watermark = last_offset + 1;
+        let extends_last = self.extents.values_mut().next_back().filter(|e| {
+            e.object == object
+                && e.position + e.length == batch.position
+                && e.last_offset + 1 == base_offset
+        });
+        match extends_last {
+            Some(extent) => {
+                extent.last_offset = last_offset;
+                extent.length += batch.length as u64;
+                extent.max_timestamp = extent.max_timestamp.max(batch.max_timestamp);
+                extent.appended_ms = extent.appended_ms.max(now_ms);
+                (base_offset, false)
+            }
+            None => {
+                self.extents.insert(
+                    base_offset,
+                    Extent {
+                        base_offset,
+                        last_offset,
+                        max_timestamp: batch.max_timestamp,
+                        object,
+                        position: batch.position,
+                        length: batch.length as u64,
+                        appended_ms: now_ms,
+                    },
+                );
+                (base_offset, true)
+            }
+        }
+    }
 }
 
 /// Batches Kafka remembers per producer and partition to recognise retries.
@@ -446,6 +532,20 @@ pub struct State {
     /// ACLs (format 6).
     #[serde(default)]
     acls: crate::acls::Acls,
+    /// Transactions' coordinator state (format 7).
+    #[serde(default)]
+    txns: Txns,
+}
+
+/// Issues producer ids from the state's counter (for [`Txns::init`]).
+struct NextProducerId<'a>(&'a mut i64);
+
+impl IssueProducerId for NextProducerId<'_> {
+    fn issue(&mut self) -> i64 {
+        let id = *self.0;
+        *self.0 += 1;
+        id
+    }
 }
 
 /// The state as format 3 wrote it (postcard: every field, in order, no
@@ -454,7 +554,7 @@ pub struct State {
 /// `older_formats_still_read` says so.
 #[derive(Deserialize)]
 pub(crate) struct StateV3 {
-    topics: BTreeMap<String, Topic>,
+    topics: BTreeMap<String, TopicV3>,
     names_by_id: BTreeMap<TopicId, String>,
     objects: BTreeMap<u64, Object>,
     next_object: u64,
@@ -469,10 +569,50 @@ pub(crate) struct StateV3 {
     next_expiry_ms: i64,
 }
 
+/// A topic as format 3 wrote it.
+#[derive(Deserialize)]
+struct TopicV3 {
+    info: TopicInfo,
+    partitions: Vec<PartitionV3>,
+}
+
+/// A partition as format 3 wrote it (before transactions).
+#[derive(Deserialize)]
+struct PartitionV3 {
+    log_start_offset: i64,
+    high_watermark: i64,
+    extents: BTreeMap<i64, Extent>,
+    producers: BTreeMap<i64, ProducerPartition>,
+}
+
+impl From<TopicV3> for Topic {
+    fn from(v3: TopicV3) -> Topic {
+        Topic {
+            info: v3.info,
+            partitions: v3
+                .partitions
+                .into_iter()
+                .map(|p| Partition {
+                    log_start_offset: p.log_start_offset,
+                    high_watermark: p.high_watermark,
+                    extents: p.extents,
+                    producers: p.producers,
+                    ongoing: BTreeMap::new(),
+                    aborted: VecDeque::new(),
+                })
+                .collect(),
+        }
+    }
+}
+
 impl From<StateV3> for State {
     fn from(v3: StateV3) -> State {
         State {
-            topics: v3.topics,
+            topics: v3
+                .topics
+                .into_iter()
+                .map(|(name, t)| (name, t.into()))
+                .collect(),
             names_by_id: v3.names_by_id,
             objects: v3.objects,
             next_object: v3.next_object,
@@ -487,8 +627,82 @@ impl From<StateV3> for State {
             next_expiry_ms: v3.next_expiry_ms,
             scram: ScramCredentials::default(),
             acls: Default::default(),
+            txns: Txns::default(),
         }
     }
+}
+
+/// This state as format 3 wrote it (postcard, partitions without
+/// transactions, no later fields), for tests of the upgrade.
+#[cfg(test)]
+pub(crate) fn encode_as_format_3(state: &State) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct PartitionV3<'a> {
+        log_start_offset: i64,
+        high_watermark: i64,
+        extents: &'a BTreeMap<i64, Extent>,
+        producers: &'a BTreeMap<i64, ProducerPartition>,
+    }
+    #[derive(Serialize)]
+    struct TopicV3<'a> {
+        info: &'a TopicInfo,
+        partitions: Vec<PartitionV3<'a>>,
+    }
+    #[derive(Serialize)]
+    struct StateV3<'a> {
+        topics: BTreeMap<&'a String, TopicV3<'a>>,
+        names_by_id: &'a BTreeMap<TopicId, String>,
+        objects: &'a BTreeMap<u64, Object>,
+        next_object: u64,
+        producers: &'a BTreeMap<i64, IssuedProducer>,
+        next_producer_id: i64,
+        garbage: &'a Vec<String>,
+        groups: &'a Groups,
+        agents: &'a Agents,
+        ledger: &'a Ledger,
+        leases: &'a Leases,
+        clock_ms: i64,
+        next_expiry_ms: i64,
+    }
+    let topics = state
+        .topics
+        .iter()
+        .map(|(name, t)| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| PartitionV3 {
+                    log_start_offset: p.log_start_offset,
+                    high_watermark: p.high_watermark,
+                    extents: &p.extents,
+                    producers: &p.producers,
+                })
+                .collect();
+            (
+                name,
+                TopicV3 {
+                    info: &t.info,
+                    partitions,
+                },
+            )
+        })
+        .collect();
+    postcard::to_stdvec(&StateV3 {
+        topics,
+        names_by_id: &state.names_by_id,
+        objects: &state.objects,
+        next_object: state.next_object,
+        producers: &state.producers,
+        next_producer_id: state.next_producer_id,
+        garbage: &state.garbage,
+        groups: &state.groups,
+        agents: &state.agents,
+        ledger: &state.ledger,
+        leases: &state.leases,
+        clock_ms: state.clock_ms,
+        next_expiry_ms: state.next_expiry_ms,
+    })
+    .expect("a state encodes")
 }
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -534,7 +748,11 @@ impl State {
     /// and committed offsets of groups long empty (`offsets.retention.minutes`).
     fn expire(&mut self, now_ms: i64) {
         let horizon = now_ms.saturating_sub(PRODUCER_ID_EXPIRATION_MS);
-        self.producers.retain(|_, p| p.last_ms > horizon);
+        self.txns.expire(now_ms);
+        // A transactional id's producer id stays issued while the id is known.
+        let txns = &self.txns;
+        self.producers
+            .retain(|id, p| p.last_ms > horizon || txns.is_transactional(*id));
         for topic in self.topics.values_mut() {
             for partition in &mut topic.partitions {
                 partition.producers.retain(|_, p| p.last_ms > horizon);
@@ -645,8 +863,11 @@ impl State {
                         ));
                     }
                 }
+                let tp = TopicPartition::new(topic.info.id, n as i32);
+                self.check_partition_txns(&at, tp, p)?;
             }
         }
+        self.check_txns()?;
         for (id, object) in &self.objects {
             let count = pointing.get(id).copied().unwrap_or(0);
             if object.live_extents != count || count == 0 {
@@ -668,6 +889,67 @@ impl State {
             }
             if !self.ledger.awaiting_collection(key) {
                 return Err(format!("key {key} is on the GC list but not retired"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A partition's transactions: each ongoing entry is the first batch of
+    /// an ongoing transaction that holds this partition, below the high
+    /// watermark; the aborted index is in marker order, each range below
+    /// the high watermark.
+    fn check_partition_txns(
+        &self,
+        at: &str,
+        tp: TopicPartition,
+        p: &Partition,
+    ) -> Result<(), String> {
+        for (&first, &producer_id) in &p.ongoing {
+            let holds = self.txns.of_producer(producer_id).is_some_and(|(_, t)| {
+                t.phase == TxnPhase::Ongoing && t.partitions.get(&tp) == Some(&Some(first))
+            });
+            if !holds || first >= p.high_watermark {
+                return Err(format!(
+                    "{at}: ongoing entry {first} of producer {producer_id} has no transaction"
+                ));
+            }
+        }
+        let mut last = i64::MIN;
+        for a in &p.aborted {
+            if a.last_offset < last
+                || a.first_offset > a.last_offset
+                || a.last_offset >= p.high_watermark
+            {
+                return Err(format!("{at}: aborted index out of order at {a:?}"));
+            }
+            last = a.last_offset;
+        }
+        Ok(())
+    }
+
+    /// Transactions: [`Txns::check`]; each partition a transaction has data
+    /// in has its ongoing entry; its producer id is issued at its epoch.
+    fn check_txns(&self) -> Result<(), String> {
+        self.txns.check()?;
+        for (id, t) in self.txns.iter() {
+            if self.producers.get(&t.producer_id).map(|p| p.epoch) != Some(t.epoch) {
+                return Err(format!(
+                    "transactional id {id}: producer not issued at its epoch"
+                ));
+            }
+            for (tp, first) in &t.partitions {
+                let Ok(p) = self.partition(tp.topic_id, tp.partition) else {
+                    return Err(format!(
+                        "transactional id {id} holds a partition that is gone"
+                    ));
+                };
+                if let Some(first) = first
+                    && p.ongoing.get(first) != Some(&t.producer_id)
+                {
+                    return Err(format!(
+                        "transactional id {id}: no ongoing entry at {first}"
+                    ));
+                }
             }
         }
         Ok(())
@@ -705,6 +987,7 @@ impl State {
             .ok_or(Refusal::UnknownTopicOrPartition)?;
         self.names_by_id.remove(&topic.info.id);
         self.groups.forget_topic(name);
+        self.txns.forget_topic(topic.info.id, self.clock_ms);
         for partition in topic.partitions {
             for extent in partition.extents.into_values() {
                 self.release(extent.object);
@@ -728,7 +1011,8 @@ impl State {
 
     fn init_producer(&mut self, existing: Option<ProducerIdentity>) -> ProducerIdentity {
         let last_ms = self.clock_ms;
-        if let Some(known) = existing {
+        // A transactional id's producer is bumped through its id only.
+        if let Some(known) = existing.filter(|k| !self.txns.is_transactional(k.producer_id)) {
             let current = self.producers.get(&known.producer_id).map(|p| p.epoch);
             if current == Some(known.epoch) && known.epoch < i16::MAX {
                 let epoch = known.epoch + 1;
@@ -751,7 +1035,7 @@ impl State {
     }
 
     /// Sequences a commit exactly once per object key (see [`crate::ledger`]).
-    fn commit(&mut self, commit: Commit) -> Vec<Result<i64, Refusal>> {
+    fn commit(&mut self, commit: IngestCommit) -> Vec<Result<i64, Refusal>> {
         let refuse = |e: Refusal| vec![Err(e); commit.batches.len()];
         match self.ledger.seen(&commit.object_key) {
             Seen::Answered(answer) => answer,
@@ -773,103 +1057,44 @@ impl State {
         }
     }
 
-    fn sequence(&mut self, commit: Commit) -> Vec<Result<i64, Refusal>> {
+    /// Sequences an object's batches: data first, in the order listed, then
+    /// each transaction's end with its markers (see [`IngestCommit`]).
+    fn sequence(&mut self, commit: IngestCommit) -> Vec<Result<i64, Refusal>> {
         // Appends are dated by the metastore's clock, never the agent's.
         let now_ms = self.clock_ms;
         let object = self.next_object;
         self.next_object += 1;
         let mut live_extents = 0;
-        let mut results = Vec::with_capacity(commit.batches.len());
-        for batch in &commit.batches {
-            let issued_epoch = self.producers.get_mut(&batch.producer_id).map(|p| {
-                p.last_ms = now_ms;
-                p.epoch
-            });
-            let Some(partition) = self.partition_by_id_mut(batch.topic_id, batch.partition) else {
-                results.push(Err(Refusal::UnknownTopicOrPartition));
-                continue;
+        let mut results: Vec<Option<Result<i64, Refusal>>> = vec![None; commit.batches.len()];
+        for (at, b) in commit.batches.iter().enumerate() {
+            let transactional = match b.kind {
+                BatchKind::Marker { .. } => continue,
+                BatchKind::Transactional => true,
+                BatchKind::Plain => false,
             };
-            let base_offset = partition.high_watermark;
-            if batch.producer_id >= 0 {
-                let last_sequence = batch.base_sequence.wrapping_add(batch.record_count - 1);
-                let check = match issued_epoch {
-                    None => Err(Refusal::UnknownProducerId(batch.producer_id)),
-                    Some(current) if batch.producer_epoch < current => {
-                        Err(Refusal::InvalidProducerEpoch {
-                            producer_id: batch.producer_id,
-                            got: batch.producer_epoch,
-                            current,
-                        })
+            let result = self.sequence_data(&b.batch, transactional, object, now_ms);
+            if let Ok((_, true)) = result {
+                live_extents += 1;
+            }
+            results[at] = Some(result.map(|(offset, _)| offset));
+        }
+        for (n, end) in commit.ends.iter().enumerate() {
+            let markers: Vec<usize> = (0..commit.batches.len())
+                .filter(|&at| commit.batches[at].kind == BatchKind::Marker { end: n as u32 })
+                .collect();
+            match self.sequence_end(end, &markers, &commit.batches, object, now_ms) {
+                Ok((offsets, added)) => {
+                    live_extents += added;
+                    for (at, offset) in markers.into_iter().zip(offsets) {
+                        results[at] = Some(Ok(offset));
                     }
-                    Some(_) => {
-                        let state = partition.producers.entry(batch.producer_id).or_insert(
-                            ProducerPartition {
-                                epoch: -1,
-                                batches: Default::default(),
-                                last_ms: now_ms,
-                            },
-                        );
-                        state.check(
-                            batch.producer_id,
-                            batch.producer_epoch,
-                            batch.base_sequence,
-                            last_sequence,
-                        )
-                    }
-                };
-                match check {
-                    Ok(SequenceCheck::Append) => partition
-                        .producers
-                        .get_mut(&batch.producer_id)
-                        .expect("inserted above")
-                        .record(
-                            batch.producer_epoch,
-                            batch.base_sequence,
-                            last_sequence,
-                            base_offset,
-                            now_ms,
-                        ),
-                    Ok(SequenceCheck::Duplicate(original)) => {
-                        results.push(Ok(original));
-                        continue;
-                    }
-                    Err(e) => {
-                        results.push(Err(e));
-                        continue;
+                }
+                Err(refusal) => {
+                    for at in markers {
+                        results[at] = Some(Err(refusal.clone()));
                     }
                 }
             }
-            let last_offset = base_offset + batch.record_count as i64 - 1;
-            partition.high_watermark = last_offset + 1;
-            let extends_last = partition.extents.values_mut().next_back().filter(|e| {
-                e.object == object
-                    && e.position + e.length == batch.position
-                    && e.last_offset + 1 == base_offset
-            });
-            match extends_last {
-                Some(extent) => {
-                    extent.last_offset = last_offset;
-                    extent.length += batch.length as u64;
-                    extent.max_timestamp = extent.max_timestamp.max(batch.max_timestamp);
-                    extent.appended_ms = extent.appended_ms.max(now_ms);
-                }
-                None => {
-                    partition.extents.insert(
-                        base_offset,
-                        Extent {
-                            base_offset,
-                            last_offset,
-                            max_timestamp: batch.max_timestamp,
-                            object,
-                            position: batch.position,
-                            length: batch.length as u64,
-                            appended_ms: now_ms,
-                        },
-                    );
-                    live_extents += 1;
-                }
-            }
-            results.push(Ok(base_offset));
         }
         if live_extents == 0 {
             self.ledger.retire(&commit.object_key, now_ms);
@@ -886,6 +1111,252 @@ impl State {
             );
         }
         results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Refusal::InvalidTxnState("a marker of no end".into())))
+            })
+            .collect()
+    }
+
+    /// Sequences one data batch: the transaction check (a transactional
+    /// batch goes only into a partition of an ongoing transaction of its
+    /// producer, at its epoch: the KIP-890 check), the idempotence check,
+    /// then its offsets. Answers its base offset (a retry's original one)
+    /// and whether it added an extent.
+    fn sequence_data(
+        &mut self,
+        batch: &CommitBatch,
+        transactional: bool,
+        object: u64,
+        now_ms: i64,
+    ) -> Result<(i64, bool), Refusal> {
+        let tp = TopicPartition::new(batch.topic_id, batch.partition);
+        let producer_id = batch.producer_id;
+        // For a transactional batch: whether its transaction has data here yet.
+        let mut first_of_txn = false;
+        if transactional {
+            let Some((_, txn)) = self.txns.of_producer(producer_id) else {
+                return Err(Refusal::InvalidProducerIdMapping);
+            };
+            if batch.producer_epoch != txn.epoch || txn.expired(now_ms) {
+                return Err(Refusal::InvalidProducerEpoch {
+                    producer_id,
+                    got: batch.producer_epoch,
+                    current: txn.epoch,
+                });
+            }
+            match (txn.phase, txn.partitions.get(&tp)) {
+                (TxnPhase::Ongoing, Some(first)) => first_of_txn = first.is_none(),
+                _ => return Err(Refusal::NotInTransaction),
+            }
+        } else if producer_id >= 0
+            && let Some((_, txn)) = self.txns.of_producer(producer_id)
+            && matches!(txn.partitions.get(&tp), Some(Some(_)))
+        {
+            // ProducerAppendInfo: no plain batch in the middle of its own
+            // transaction.
+            return Err(Refusal::InvalidTxnState(
+                "a non-transactional batch from a producer with an open transaction here".into(),
+            ));
+        }
+        let issued_epoch = self.producers.get_mut(&producer_id).map(|p| {
+            p.last_ms = now_ms;
+            p.epoch
+        });
+        let partition = self
+            .partition_by_id_mut(batch.topic_id, batch.partition)
+            .ok_or(Refusal::UnknownTopicOrPartition)?;
+        if producer_id >= 0 {
+            let last_sequence = batch.base_sequence.wrapping_add(batch.record_count - 1);
+            let check = match issued_epoch {
+                None => Err(Refusal::UnknownProducerId(producer_id)),
+                Some(current) if batch.producer_epoch < current => {
+                    Err(Refusal::InvalidProducerEpoch {
+                        producer_id,
+                        got: batch.producer_epoch,
+                        current,
+                    })
+                }
+                Some(_) => {
+                    let state =
+                        partition
+                            .producers
+                            .entry(producer_id)
+                            .or_insert(ProducerPartition {
+                                epoch: -1,
+                                batches: Default::default(),
+                                last_ms: now_ms,
+                            });
+                    state.check(
+                        producer_id,
+                        batch.producer_epoch,
+                        batch.base_sequence,
+                        last_sequence,
+                    )
+                }
+            };
+            match check? {
+                SequenceCheck::Append => partition
+                    .producers
+                    .get_mut(&producer_id)
+                    .expect("inserted above")
+                    .record(
+                        batch.producer_epoch,
+                        batch.base_sequence,
+                        last_sequence,
+                        partition.high_watermark,
+                        now_ms,
+                    ),
+                SequenceCheck::Duplicate(original) => return Ok((original, false)),
+            }
+        }
+        let (base_offset, added) = partition.place(batch, object, now_ms);
+        if first_of_txn {
+            partition.ongoing.insert(base_offset, producer_id);
+            let txn = self
+                .txns
+                .of_producer_mut(producer_id)
+                .expect("checked above");
+            txn.partitions.insert(tp, Some(base_offset));
+        }
+        Ok((base_offset, added))
+    }
+
+    /// Ends a transaction with its markers (`batches[markers]`), if
+    /// [`Txns::check_end`] accepts it: each marker takes the next offset of
+    /// its partition, which leaves the transaction's ongoing entry (and, on
+    /// abort, enters the aborted index); then the transaction completes.
+    /// Answers the markers' offsets and the extents added.
+    fn sequence_end(
+        &mut self,
+        end: &TxnEnd,
+        markers: &[usize],
+        batches: &[IngestBatch],
+        object: u64,
+        now_ms: i64,
+    ) -> Result<(Vec<i64>, u64), Refusal> {
+        let tps: BTreeSet<TopicPartition> = markers
+            .iter()
+            .map(|&at| TopicPartition::new(batches[at].batch.topic_id, batches[at].batch.partition))
+            .collect();
+        if tps.len() != markers.len() {
+            return Err(Refusal::InvalidTxnState(
+                "two markers of one transaction in one partition".into(),
+            ));
+        }
+        self.txns.check_end(end, &tps, now_ms)?;
+        let malformed = markers.iter().any(|&at| {
+            let b = &batches[at].batch;
+            b.producer_id != end.producer_id
+                || b.producer_epoch != end.marker_epoch()
+                || b.record_count != 1
+        });
+        if malformed {
+            return Err(Refusal::InvalidTxnState(
+                "a marker of another producer, epoch or size".into(),
+            ));
+        }
+        let firsts = self
+            .txns
+            .get(&end.transactional_id)
+            .map(|t| t.partitions.clone())
+            .unwrap_or_default();
+        let mut offsets = Vec::with_capacity(markers.len());
+        let mut added = 0;
+        for &at in markers {
+            let batch = &batches[at].batch;
+            let tp = TopicPartition::new(batch.topic_id, batch.partition);
+            let partition = self
+                .partition_by_id_mut(batch.topic_id, batch.partition)
+                .expect("a transaction's partitions exist (deleted topics leave it)");
+            let (offset, new_extent) = partition.place(batch, object, now_ms);
+            added += new_extent as u64;
+            // A fence's markers carry the bumped epoch: the producer's
+            // sequence state starts over at it, as Kafka's marker append does.
+            if let Some(state) = partition.producers.get_mut(&end.producer_id)
+                && state.epoch < batch.producer_epoch
+            {
+                state.epoch = batch.producer_epoch;
+                state.batches.clear();
+            }
+            if let Some(Some(first)) = firsts.get(&tp) {
+                partition.ongoing.remove(first);
+                if !end.commit {
+                    let lso_after = partition.last_stable();
+                    partition.aborted.push_back(AbortedTxn {
+                        producer_id: end.producer_id,
+                        first_offset: *first,
+                        last_offset: offset,
+                        lso_after,
+                    });
+                }
+            }
+            offsets.push(offset);
+        }
+        self.finish_end(end, now_ms);
+        Ok((offsets, added))
+    }
+
+    /// Completes an accepted end; the producer id is issued at its epoch
+    /// from now on (a fenced producer's batches then fail the epoch check).
+    fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) {
+        let now = self.txns.finish_end(end, now_ms);
+        self.producers.insert(
+            now.producer_id,
+            IssuedProducer {
+                epoch: now.epoch,
+                last_ms: now_ms,
+            },
+        );
+    }
+
+    /// InitProducerId with a transactional id (see [`Txns::init`]).
+    fn init_txn_producer(&mut self, c: InitTxnProducer) -> Result<ProducerIdentity, Refusal> {
+        let now_ms = self.clock_ms;
+        let answer = self.txns.init(
+            &c.transactional_id,
+            c.timeout_ms,
+            c.expected,
+            now_ms,
+            &mut NextProducerId(&mut self.next_producer_id),
+        );
+        // Whatever it answered (a fence also bumps), the id's producer is
+        // issued at its current epoch.
+        if let Some(t) = self.txns.get(&c.transactional_id) {
+            self.producers.insert(
+                t.producer_id,
+                IssuedProducer {
+                    epoch: t.epoch,
+                    last_ms: now_ms,
+                },
+            );
+        }
+        answer
+    }
+
+    fn add_to_txn(&mut self, a: AddToTxn) -> Result<(), Refusal> {
+        if a.partitions
+            .iter()
+            .any(|tp| self.partition(tp.topic_id, tp.partition).is_err())
+        {
+            return Err(Refusal::UnknownTopicOrPartition);
+        }
+        self.txns.add(
+            &a.transactional_id,
+            a.producer_id,
+            a.epoch,
+            &a.partitions,
+            &a.groups,
+            self.clock_ms,
+        )
+    }
+
+    /// Ends a transaction that needs no marker.
+    fn end_txn(&mut self, end: TxnEnd) -> Result<(), Refusal> {
+        let now_ms = self.clock_ms;
+        self.txns.check_end(&end, &BTreeSet::new(), now_ms)?;
+        self.finish_end(&end, now_ms);
+        Ok(())
     }
 
     fn replace_extents(&mut self, r: ReplaceExtents) -> Result<(), Refusal> {
@@ -1069,6 +1540,10 @@ impl State {
             return Ok(p.log_start_offset);
         }
         p.log_start_offset = offset;
+        // Kafka drops a segment's transaction index with the segment.
+        while p.aborted.front().is_some_and(|a| a.last_offset < offset) {
+            p.aborted.pop_front();
+        }
         let below: Vec<i64> = p
             .extents
             .values()
@@ -1303,6 +1778,26 @@ impl State {
         })
     }
 
+    /// [`State::read_plan`] with the last stable offset and the aborted
+    /// transactions with data in the planned extents' offsets.
+    pub fn txn_read_plan(
+        &self,
+        id: TopicId,
+        partition: i32,
+        from: i64,
+        max_bytes: u64,
+    ) -> Result<TxnReadPlan, Refusal> {
+        let plan = self.read_plan(id, partition, from, max_bytes)?;
+        let p = self.partition(id, partition)?;
+        let start = plan.extents.first().map_or(from, |e| e.base_offset);
+        let end = plan.extents.last().map_or(from, |e| e.last_offset + 1);
+        Ok(TxnReadPlan {
+            last_stable_offset: p.last_stable(),
+            aborted: p.aborted_between(start, end),
+            plan,
+        })
+    }
+
     pub fn list_offsets(
         &self,
         id: TopicId,
@@ -1313,6 +1808,7 @@ impl State {
         Ok(match query {
             OffsetQuery::Earliest => OffsetAnswer::Offset(p.log_start_offset),
             OffsetQuery::Latest => OffsetAnswer::Offset(p.high_watermark),
+            OffsetQuery::LastStable => OffsetAnswer::Offset(p.last_stable()),
             OffsetQuery::Timestamp(ts) => p
                 .extents
                 .values()
@@ -1392,7 +1888,7 @@ impl Apply for Commit {
     /// Per batch, in commit order: its base offset, or why it was refused.
     type Output = Vec<Result<i64, Refusal>>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.commit(self))
+        Ok(state.commit(self.into()))
     }
     /// A repeated commit of an object key is answered from the ledger.
     fn retry_is_safe(&self) -> bool {
@@ -1927,6 +2423,98 @@ impl Query for AclsIfChanged {
             true => (version, None),
             false => (version, Some(state.acls.bindings().cloned().collect())),
         })
+    }
+}
+
+impl Apply for InitTxnProducer {
+    type Output = ProducerIdentity;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state.init_txn_producer(self)
+    }
+    /// A blind repeat bumps the epoch twice (the producer retries itself).
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for AddToTxn {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state.add_to_txn(self)
+    }
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for EndTxn {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state.end_txn(self.end)
+    }
+    /// A repeat is refused with `TxnEnded`, which answers a retried EndTxn.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for IngestCommit {
+    /// Per batch, as [`Commit`]'s.
+    type Output = Vec<Result<i64, Refusal>>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.commit(self))
+    }
+    /// A repeated commit of an object key is answered from the ledger.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Query for DescribeTxns {
+    type Output = Vec<Option<TxnView>>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(self.ids.iter().map(|id| state.txns.view(id)).collect())
+    }
+}
+
+impl Query for ListTxns {
+    type Output = Vec<TxnView>;
+    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
+        let now_ms = now_ms.max(state.clock_ms);
+        Ok(state
+            .txns
+            .iter()
+            .filter(|(_, t)| self.phases.is_empty() || self.phases.contains(&t.phase))
+            .filter(|(_, t)| {
+                self.producer_ids.is_empty() || self.producer_ids.contains(&t.producer_id)
+            })
+            .filter(|(_, t)| {
+                self.min_duration_ms < 0
+                    || (t.phase == TxnPhase::Ongoing
+                        && now_ms.saturating_sub(t.start_ms) >= self.min_duration_ms)
+            })
+            .filter_map(|(id, _)| state.txns.view(id))
+            .collect())
+    }
+}
+
+impl Query for ExpiredTxns {
+    type Output = Vec<TxnView>;
+    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state
+            .txns
+            .expired(now_ms.max(state.clock_ms), self.limit as usize))
+    }
+}
+
+impl Query for TxnReadPlans {
+    type Output = Vec<Result<TxnReadPlan, Refusal>>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(self
+            .partitions
+            .into_iter()
+            .map(|(p, from)| state.txn_read_plan(p.topic_id, p.partition, from, self.max_bytes))
+            .collect())
     }
 }
 

@@ -56,6 +56,36 @@ pub struct CommitBatch {
     pub base_sequence: i32,
 }
 
+/// What a batch of an [`IngestBatch`] is to the sequencer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchKind {
+    /// Records outside any transaction (idempotent or not).
+    Plain,
+    /// Records of a transaction (attribute bit 4): sequenced only into a
+    /// partition of an ongoing transaction of their producer and epoch.
+    Transactional,
+    /// A COMMIT or ABORT marker of `ends[end]` of its commit.
+    Marker { end: u32 },
+}
+
+/// One batch of an [`crate::ops::IngestCommit`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestBatch {
+    pub batch: CommitBatch,
+    pub kind: BatchKind,
+}
+
+/// A read plan with what `read_committed` consumers need: the last stable
+/// offset, and the aborted transactions that overlap the planned extents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnReadPlan {
+    pub plan: ReadPlan,
+    pub last_stable_offset: i64,
+    /// Every aborted transaction with data in the planned extents' offsets,
+    /// in marker order.
+    pub aborted: Vec<crate::txn::AbortedTxn>,
+}
+
 /// "This object is uploaded; sequence these batches in it." Batches of one
 /// partition are given offsets in the order listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +133,8 @@ pub enum OffsetQuery {
     Timestamp(i64),
     /// The (first) record with the largest timestamp (KIP-734).
     MaxTimestamp,
+    /// The last stable offset (ListOffsets latest with `read_committed`).
+    LastStable,
 }
 
 /// The answer to an [`OffsetQuery`].
@@ -200,6 +232,36 @@ pub enum Refusal {
     /// node, not the state machine; never stored).
     #[error("invalid membership change: {0}")]
     InvalidMembership(String),
+    // Transactions (see `crate::txn`), appended: a variant's index is its
+    // encoding.
+    /// INVALID_TXN_STATE: the request does not fit the transaction's state.
+    #[error("invalid transaction state: {0}")]
+    InvalidTxnState(String),
+    /// PRODUCER_FENCED: a newer producer holds the transactional id, or the
+    /// transaction timed out.
+    #[error("producer {producer_id} at epoch {epoch} is fenced")]
+    ProducerFenced { producer_id: i64, epoch: i16 },
+    /// INVALID_PRODUCER_ID_MAPPING: the producer id is not the transactional id's.
+    #[error("the producer id is not the transactional id's")]
+    InvalidProducerIdMapping,
+    /// CONCURRENT_TRANSACTIONS: the transaction is being ended, or changed
+    /// since the request was built; retriable.
+    #[error("the transaction is being ended or changed; try again")]
+    ConcurrentTransactions,
+    /// A retried EndTxn: the transaction already ended this way (`committed`)
+    /// or the other.
+    #[error("the transaction already ended (committed: {committed})")]
+    TxnEnded { committed: bool },
+    /// A transactional batch for a partition that is not in an ongoing
+    /// transaction of its producer (the KIP-890 check).
+    #[error("the partition is not in an ongoing transaction of this producer")]
+    NotInTransaction,
+    /// INVALID_TRANSACTION_TIMEOUT.
+    #[error("invalid transaction timeout {0} ms")]
+    InvalidTxnTimeout(i32),
+    /// A transaction, or the number of transactional ids, reached its bound.
+    #[error("{0}")]
+    TxnLimit(String),
 }
 
 /// Why a metastore call failed: refused by the metastore (see [`Refusal`]),

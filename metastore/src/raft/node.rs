@@ -857,7 +857,7 @@ mod tests {
                 let mut table = txn.open_table(SNAPSHOT).unwrap();
                 let data = table.get(SNAPSHOT_DATA).unwrap().unwrap().value().to_vec();
                 let state = crate::format::decode_snapshot(&data).unwrap();
-                let old = postcard::to_stdvec(&state).unwrap();
+                let old = crate::state::encode_as_format_3(&state);
                 table.insert(SNAPSHOT_DATA, old.as_slice()).unwrap();
                 txn.open_table(META)
                     .unwrap()

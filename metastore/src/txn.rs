@@ -1,0 +1,569 @@
+//! Transactions (KIP-98): the coordinator's state of every transactional id,
+//! and the rules that move it, as Kafka's `TransactionCoordinator` and
+//! `TransactionMetadata` (TV1) apply them.
+//!
+//! All of it lives in the metastore, so any agent coordinates any
+//! transaction and an agent's death loses nothing. What touches partitions
+//! (a transactional batch's check, the markers that end a transaction, the
+//! last stable offset and the aborted index) is sequenced in
+//! [`crate::state`]; this module decides, for one transactional id, whether
+//! a request may move it and where to.
+//!
+//! Two simplifications of Kafka's state machine, both invisible to clients:
+//! no `PrepareCommit`/`PrepareAbort` is ever stored, because a transaction's
+//! end and its markers are applied in one log entry (see
+//! [`crate::ops::IngestCommit`]); and no `Dead` state: an id unused for
+//! [`TRANSACTIONAL_ID_EXPIRATION_MS`] is forgotten.
+//!
+//! Invariants (checked by [`Txns::check`]): the producer-id index is exactly
+//! the inverse of the transactions; a transaction that is not `Ongoing` has
+//! no partitions or groups; `start_ms` is set exactly while `Ongoing`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{ProducerIdentity, Refusal, TopicPartition};
+
+/// Kafka's `transactional.id.expiration.ms` default: a transactional id
+/// not in a transaction and unused this long is forgotten.
+pub const TRANSACTIONAL_ID_EXPIRATION_MS: i64 = 7 * 24 * 3600 * 1000;
+/// Most transactional ids kept at once (a bound on the state, DESIGN rule 4).
+pub const MAX_TRANSACTIONAL_IDS: usize = 100_000;
+/// Most partitions one transaction may write to.
+pub const MAX_TXN_PARTITIONS: usize = 10_000;
+/// Most groups one transaction may commit offsets for.
+pub const MAX_TXN_GROUPS: usize = 64;
+/// Most bytes of a transactional id (Kafka bounds it by its string field).
+pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 32_767;
+
+/// Where a transaction is (Kafka's `TransactionState` without the
+/// transient ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnPhase {
+    Empty,
+    Ongoing,
+    CompleteCommit,
+    CompleteAbort,
+}
+
+impl TxnPhase {
+    /// The name Kafka's DescribeTransactions and ListTransactions report.
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            TxnPhase::Empty => "Empty",
+            TxnPhase::Ongoing => "Ongoing",
+            TxnPhase::CompleteCommit => "CompleteCommit",
+            TxnPhase::CompleteAbort => "CompleteAbort",
+        }
+    }
+}
+
+/// One transactional id's coordinator state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Txn {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The producer id and epoch before the last bump, so that a retried
+    /// InitProducerId (KIP-360) is recognised; epoch -1 after a fence.
+    pub last_producer_id: i64,
+    pub last_epoch: i16,
+    pub phase: TxnPhase,
+    pub timeout_ms: i32,
+    /// When (metastore clock) the ongoing transaction began; -1 otherwise.
+    pub start_ms: i64,
+    /// When (metastore clock) this id last changed.
+    pub last_update_ms: i64,
+    /// Partitions added to the ongoing transaction, each with the offset of
+    /// its first batch once one was sequenced there.
+    pub partitions: BTreeMap<TopicPartition, Option<i64>>,
+    /// Groups added to the ongoing transaction (AddOffsetsToTxn).
+    pub groups: BTreeSet<String>,
+    /// Bumped on every change: an end names the version it was built for,
+    /// so markers built for an older set of partitions are refused.
+    pub version: u64,
+}
+
+impl Txn {
+    /// Whether the ongoing transaction ran past its timeout at `now_ms`
+    /// (from its start, as `TransactionStateManager.timedOutTransactions`).
+    pub fn expired(&self, now_ms: i64) -> bool {
+        self.phase == TxnPhase::Ongoing
+            && self.start_ms.saturating_add(self.timeout_ms as i64) < now_ms
+    }
+
+    fn touch(&mut self, now_ms: i64) {
+        self.version += 1;
+        self.last_update_ms = now_ms;
+    }
+}
+
+/// A range of offsets an aborted transaction wrote in a partition (Kafka's
+/// `AbortedTxn`): from its first batch to its ABORT marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The ABORT marker's offset.
+    pub last_offset: i64,
+    /// The partition's last stable offset once this transaction ended: no
+    /// transaction that ended later began below it.
+    pub lso_after: i64,
+}
+
+/// Why a transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    /// EndTxn from the producer.
+    Client,
+    /// InitProducerId found it ongoing: aborted, and its epoch bumped so the
+    /// old producer is fenced.
+    Fence,
+    /// It ran past its timeout: aborted and fenced the same way.
+    Timeout,
+}
+
+/// A transaction's end, as an agent asks for it: alone ([`crate::ops::EndTxn`],
+/// when no partition needs a marker) or with its markers in an ingest file
+/// ([`crate::ops::IngestCommit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnEnd {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    /// The epoch the end is decided against (the producer's, or the one
+    /// being fenced).
+    pub epoch: i16,
+    pub commit: bool,
+    pub reason: EndReason,
+    /// The [`Txn::version`] its markers were built for.
+    pub version: u64,
+}
+
+impl TxnEnd {
+    /// The epoch its markers carry: the producer's, or one past it when the
+    /// end fences (as Kafka writes the bumped epoch into fencing markers).
+    pub fn marker_epoch(&self) -> i16 {
+        match self.reason {
+            EndReason::Client => self.epoch,
+            EndReason::Fence | EndReason::Timeout => self.epoch.saturating_add(1),
+        }
+    }
+}
+
+/// A transactional id as DescribeTransactions shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnView {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub phase: TxnPhase,
+    pub timeout_ms: i32,
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+    pub partitions: Vec<TopicPartition>,
+    pub groups: Vec<String>,
+    pub version: u64,
+}
+
+/// Every transactional id, and the index from producer id to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Txns {
+    by_id: BTreeMap<String, Txn>,
+    by_producer: BTreeMap<i64, String>,
+}
+
+/// What InitProducerId needs from the state outside this module: a fresh
+/// producer id when one must be issued.
+pub trait IssueProducerId {
+    fn issue(&mut self) -> i64;
+}
+
+impl Txns {
+    pub fn get(&self, id: &str) -> Option<&Txn> {
+        self.by_id.get(id)
+    }
+
+    /// The transaction a producer id belongs to.
+    pub fn of_producer(&self, producer_id: i64) -> Option<(&str, &Txn)> {
+        let id = self.by_producer.get(&producer_id)?;
+        Some((id.as_str(), &self.by_id[id]))
+    }
+
+    pub fn of_producer_mut(&mut self, producer_id: i64) -> Option<&mut Txn> {
+        let id = self.by_producer.get(&producer_id)?;
+        self.by_id.get_mut(id)
+    }
+
+    pub fn is_transactional(&self, producer_id: i64) -> bool {
+        self.by_producer.contains_key(&producer_id)
+    }
+
+    pub fn view(&self, id: &str) -> Option<TxnView> {
+        let t = self.by_id.get(id)?;
+        Some(TxnView {
+            transactional_id: id.to_string(),
+            producer_id: t.producer_id,
+            epoch: t.epoch,
+            phase: t.phase,
+            timeout_ms: t.timeout_ms,
+            start_ms: t.start_ms,
+            last_update_ms: t.last_update_ms,
+            partitions: t.partitions.keys().copied().collect(),
+            groups: t.groups.iter().cloned().collect(),
+            version: t.version,
+        })
+    }
+
+    /// InitProducerId with a transactional id (`handleInitProducerId`):
+    /// issues a producer id to a new id, or bumps the epoch of a known one.
+    /// An ongoing transaction is first fenced: with no partition it is
+    /// aborted here; with partitions its abort markers must be written
+    /// (a [`EndReason::Fence`] end). Either way the answer is
+    /// `ConcurrentTransactions` and the producer asks again.
+    pub fn init(
+        &mut self,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<ProducerIdentity>,
+        now_ms: i64,
+        ids: &mut impl IssueProducerId,
+    ) -> Result<ProducerIdentity, Refusal> {
+        if id.is_empty() || id.len() > MAX_TRANSACTIONAL_ID_BYTES {
+            return Err(Refusal::InvalidTxnState(
+                "a transactional id is 1 to 32767 bytes".into(),
+            ));
+        }
+        if timeout_ms <= 0 {
+            return Err(Refusal::InvalidTxnTimeout(timeout_ms));
+        }
+        let Some(txn) = self.by_id.get_mut(id) else {
+            if self.by_id.len() >= MAX_TRANSACTIONAL_IDS {
+                return Err(Refusal::TxnLimit(format!(
+                    "{MAX_TRANSACTIONAL_IDS} transactional ids are in use"
+                )));
+            }
+            let producer_id = ids.issue();
+            self.by_id.insert(
+                id.to_string(),
+                Txn {
+                    producer_id,
+                    epoch: 0,
+                    last_producer_id: -1,
+                    last_epoch: -1,
+                    phase: TxnPhase::Empty,
+                    timeout_ms,
+                    start_ms: -1,
+                    last_update_ms: now_ms,
+                    partitions: BTreeMap::new(),
+                    groups: BTreeSet::new(),
+                    version: 0,
+                },
+            );
+            self.by_producer.insert(producer_id, id.to_string());
+            return Ok(ProducerIdentity {
+                producer_id,
+                epoch: 0,
+            });
+        };
+        // `isValidProducerId`: the expected producer is this id's, or its
+        // previous one when that one's epochs ran out.
+        if let Some(e) = expected
+            && e.producer_id != txn.producer_id
+            && !(e.producer_id == txn.last_producer_id && epoch_exhausted(e.epoch))
+        {
+            return Err(Refusal::ProducerFenced {
+                producer_id: e.producer_id,
+                epoch: e.epoch,
+            });
+        }
+        if txn.phase == TxnPhase::Ongoing {
+            if txn.partitions.is_empty() {
+                fence(txn, now_ms);
+            }
+            return Err(Refusal::ConcurrentTransactions);
+        }
+        let old = ProducerIdentity {
+            producer_id: txn.producer_id,
+            epoch: txn.epoch,
+        };
+        if epoch_exhausted(txn.epoch) && expected.is_none_or(|e| e.epoch == txn.epoch) {
+            // `prepareProducerIdRotation`: a new producer id at epoch 0.
+            txn.last_producer_id = txn.producer_id;
+            txn.last_epoch = if expected.is_some() { txn.epoch } else { -1 };
+            txn.producer_id = ids.issue();
+            txn.epoch = 0;
+            self.by_producer.remove(&old.producer_id);
+            self.by_producer.insert(txn.producer_id, id.to_string());
+        } else {
+            // `prepareIncrementProducerEpoch`.
+            match expected {
+                None => {
+                    txn.last_epoch = -1;
+                    txn.epoch += 1;
+                }
+                Some(e) if e.epoch == txn.epoch => {
+                    txn.last_epoch = txn.epoch;
+                    txn.epoch += 1;
+                }
+                // A retry of the bump that made the current epoch.
+                Some(e) if e.epoch == txn.last_epoch => {}
+                Some(e) => {
+                    return Err(Refusal::ProducerFenced {
+                        producer_id: e.producer_id,
+                        epoch: e.epoch,
+                    });
+                }
+            }
+            txn.last_producer_id = txn.producer_id;
+        }
+        txn.phase = TxnPhase::Empty;
+        txn.timeout_ms = timeout_ms;
+        txn.start_ms = -1;
+        txn.touch(now_ms);
+        Ok(ProducerIdentity {
+            producer_id: txn.producer_id,
+            epoch: txn.epoch,
+        })
+    }
+
+    /// The transaction `id` as the producer `(producer_id, epoch)` may
+    /// change it, or the error Kafka sends.
+    fn owned_by(
+        &mut self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Result<&mut Txn, Refusal> {
+        let txn = self
+            .by_id
+            .get_mut(id)
+            .filter(|t| t.producer_id == producer_id)
+            .ok_or(Refusal::InvalidProducerIdMapping)?;
+        // A transaction past its timeout is as good as fenced: it can
+        // only be aborted (by its producer, or by the timeout job).
+        if txn.epoch != epoch || txn.expired(now_ms) {
+            return Err(Refusal::ProducerFenced { producer_id, epoch });
+        }
+        Ok(txn)
+    }
+
+    /// AddPartitionsToTxn and AddOffsetsToTxn (`prepareAddPartitions`):
+    /// starts the transaction if it was not ongoing.
+    pub fn add(
+        &mut self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[TopicPartition],
+        groups: &[String],
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
+        let txn = self.owned_by(id, producer_id, epoch, now_ms)?;
+        let new_partitions: BTreeSet<TopicPartition> = partitions
+            .iter()
+            .filter(|tp| !txn.partitions.contains_key(tp))
+            .copied()
+            .collect();
+        let new_groups: BTreeSet<&String> =
+            groups.iter().filter(|g| !txn.groups.contains(*g)).collect();
+        if txn.phase == TxnPhase::Ongoing && new_partitions.is_empty() && new_groups.is_empty() {
+            return Ok(());
+        }
+        if txn.partitions.len() + new_partitions.len() > MAX_TXN_PARTITIONS {
+            return Err(Refusal::TxnLimit(format!(
+                "a transaction writes to at most {MAX_TXN_PARTITIONS} partitions"
+            )));
+        }
+        if txn.groups.len() + new_groups.len() > MAX_TXN_GROUPS {
+            return Err(Refusal::TxnLimit(format!(
+                "a transaction commits offsets for at most {MAX_TXN_GROUPS} groups"
+            )));
+        }
+        if txn.phase != TxnPhase::Ongoing {
+            txn.phase = TxnPhase::Ongoing;
+            txn.start_ms = now_ms;
+        }
+        txn.partitions
+            .extend(new_partitions.into_iter().map(|tp| (tp, None)));
+        txn.groups.extend(new_groups.into_iter().cloned());
+        txn.touch(now_ms);
+        Ok(())
+    }
+
+    /// Whether `end` may be applied now, with markers for exactly
+    /// `markers` (`endTransaction`'s checks); the refusal Kafka's errors
+    /// come from otherwise.
+    pub fn check_end(
+        &self,
+        end: &TxnEnd,
+        markers: &BTreeSet<TopicPartition>,
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
+        let txn = self
+            .by_id
+            .get(&end.transactional_id)
+            .filter(|t| t.producer_id == end.producer_id)
+            .ok_or(Refusal::InvalidProducerIdMapping)?;
+        if txn.epoch != end.epoch {
+            return Err(Refusal::ProducerFenced {
+                producer_id: end.producer_id,
+                epoch: end.epoch,
+            });
+        }
+        match (txn.phase, end.reason) {
+            (TxnPhase::CompleteCommit, EndReason::Client) if end.commit => {
+                return Err(Refusal::TxnEnded { committed: true });
+            }
+            (TxnPhase::CompleteAbort, EndReason::Client) if !end.commit => {
+                return Err(Refusal::TxnEnded { committed: false });
+            }
+            (TxnPhase::Ongoing, _) => {}
+            (phase, _) => {
+                return Err(Refusal::InvalidTxnState(format!(
+                    "the transaction is {} and cannot {}",
+                    phase.kafka_name(),
+                    if end.commit { "commit" } else { "abort" }
+                )));
+            }
+        }
+        let expired = txn.expired(now_ms);
+        match end.reason {
+            EndReason::Client if end.commit && expired => {
+                return Err(Refusal::ProducerFenced {
+                    producer_id: end.producer_id,
+                    epoch: end.epoch,
+                });
+            }
+            EndReason::Timeout if !expired => {
+                return Err(Refusal::InvalidTxnState(
+                    "the transaction has not timed out".into(),
+                ));
+            }
+            EndReason::Fence | EndReason::Timeout if end.commit => {
+                return Err(Refusal::InvalidTxnState("a fence only aborts".into()));
+            }
+            _ => {}
+        }
+        if end.version != txn.version || !txn.partitions.keys().eq(markers.iter()) {
+            return Err(Refusal::ConcurrentTransactions);
+        }
+        Ok(())
+    }
+
+    /// Completes an end that [`Txns::check_end`] accepted, once its markers
+    /// are sequenced: the new phase, and for a fence the bumped epoch (what
+    /// the producer id is issued at from now on).
+    pub fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) -> ProducerIdentity {
+        let txn = self
+            .by_id
+            .get_mut(&end.transactional_id)
+            .expect("checked by check_end");
+        txn.partitions.clear();
+        txn.groups.clear();
+        txn.start_ms = -1;
+        match end.reason {
+            EndReason::Client => {
+                txn.phase = if end.commit {
+                    TxnPhase::CompleteCommit
+                } else {
+                    TxnPhase::CompleteAbort
+                };
+                txn.touch(now_ms);
+            }
+            EndReason::Fence | EndReason::Timeout => fence(txn, now_ms),
+        }
+        ProducerIdentity {
+            producer_id: txn.producer_id,
+            epoch: txn.epoch,
+        }
+    }
+
+    /// A deleted topic's partitions leave every transaction.
+    pub fn forget_topic(&mut self, topic_id: crate::types::TopicId, now_ms: i64) {
+        for txn in self.by_id.values_mut() {
+            let before = txn.partitions.len();
+            txn.partitions.retain(|tp, _| tp.topic_id != topic_id);
+            if txn.partitions.len() != before {
+                txn.touch(now_ms);
+            }
+        }
+    }
+
+    /// Forgets ids unused for [`TRANSACTIONAL_ID_EXPIRATION_MS`] and not in
+    /// a transaction; answers their producer ids, which may then expire.
+    pub fn expire(&mut self, now_ms: i64) {
+        let horizon = now_ms.saturating_sub(TRANSACTIONAL_ID_EXPIRATION_MS);
+        let by_producer = &mut self.by_producer;
+        self.by_id.retain(|_, t| {
+            let keep = t.phase == TxnPhase::Ongoing || t.last_update_ms > horizon;
+            if !keep {
+                by_producer.remove(&t.producer_id);
+            }
+            keep
+        });
+    }
+
+    /// Ongoing transactions past their timeout at `now_ms`, at most `limit`.
+    pub fn expired(&self, now_ms: i64, limit: usize) -> Vec<TxnView> {
+        self.by_id
+            .iter()
+            .filter(|(_, t)| t.expired(now_ms))
+            .take(limit)
+            .filter_map(|(id, _)| self.view(id))
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Txn)> {
+        self.by_id.iter()
+    }
+
+    /// This module's invariants (see the module doc).
+    pub fn check(&self) -> Result<(), String> {
+        if self.by_producer.len() != self.by_id.len() {
+            return Err(format!(
+                "{} transactional ids, {} in the producer index",
+                self.by_id.len(),
+                self.by_producer.len()
+            ));
+        }
+        for (id, t) in &self.by_id {
+            if self.by_producer.get(&t.producer_id) != Some(id) {
+                return Err(format!(
+                    "transactional id {id} is not indexed by its producer"
+                ));
+            }
+            let ongoing = t.phase == TxnPhase::Ongoing;
+            if !ongoing && (!t.partitions.is_empty() || !t.groups.is_empty()) {
+                return Err(format!(
+                    "transactional id {id} holds partitions while {:?}",
+                    t.phase
+                ));
+            }
+            if ongoing != (t.start_ms >= 0) {
+                return Err(format!(
+                    "transactional id {id}: start {} while {:?}",
+                    t.start_ms, t.phase
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Kafka rotates the producer id when its epoch is about to overflow.
+fn epoch_exhausted(epoch: i16) -> bool {
+    epoch >= i16::MAX - 1
+}
+
+/// Aborts (the caller has written any markers) and bumps the epoch, so the
+/// producer that held it is fenced (`prepareFenceProducerEpoch`).
+fn fence(txn: &mut Txn, now_ms: i64) {
+    txn.partitions.clear();
+    txn.groups.clear();
+    txn.start_ms = -1;
+    txn.phase = TxnPhase::CompleteAbort;
+    txn.epoch = txn.epoch.saturating_add(1);
+    txn.last_epoch = -1;
+    txn.touch(now_ms);
+}

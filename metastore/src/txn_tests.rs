@@ -1,0 +1,777 @@
+//! Transactions in the state machine, through its commands and queries
+//! only: Kafka's transitions row by row, the KIP-890 check, the last stable
+//! offset and the aborted index. Every command is applied as a leader
+//! proposes it, so the invariants (`State::check_invariants`) are checked
+//! after each one.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use crate::api::{Apply, Query};
+use crate::ops::*;
+use crate::state::{Proposal, State};
+use crate::txn::{AbortedTxn, EndReason, TxnEnd, TxnPhase, TxnView};
+use crate::types::*;
+
+const TIMEOUT_MS: i32 = 60_000;
+
+/// A state with topic "t" of three partitions, at time 1 000.
+fn state() -> (State, TopicId) {
+    let mut s = State::default();
+    let t = Uuid::from_u128(1);
+    at(
+        &mut s,
+        1_000,
+        CreateTopic {
+            id: t,
+            topic: NewTopic {
+                name: "t".into(),
+                partitions: 3,
+                configs: BTreeMap::new(),
+            },
+        },
+    )
+    .unwrap();
+    (s, t)
+}
+
+fn at<C: Apply>(s: &mut State, at_ms: i64, command: C) -> Result<C::Output, Refusal> {
+    let reply = s.apply_proposal(Proposal {
+        at_ms,
+        command: command.into(),
+    });
+    reply.answer::<C>().unwrap()
+}
+
+fn init(s: &mut State, now: i64, id: &str) -> Result<ProducerIdentity, Refusal> {
+    init_expecting(s, now, id, None)
+}
+
+fn init_expecting(
+    s: &mut State,
+    now: i64,
+    id: &str,
+    expected: Option<ProducerIdentity>,
+) -> Result<ProducerIdentity, Refusal> {
+    at(
+        s,
+        now,
+        InitTxnProducer {
+            transactional_id: id.into(),
+            timeout_ms: TIMEOUT_MS,
+            expected,
+        },
+    )
+}
+
+fn add(
+    s: &mut State,
+    now: i64,
+    id: &str,
+    p: ProducerIdentity,
+    partitions: &[TopicPartition],
+) -> Result<(), Refusal> {
+    at(
+        s,
+        now,
+        AddToTxn {
+            transactional_id: id.into(),
+            producer_id: p.producer_id,
+            epoch: p.epoch,
+            partitions: partitions.to_vec(),
+            groups: vec![],
+        },
+    )
+}
+
+fn tp(t: TopicId, partition: i32) -> TopicPartition {
+    TopicPartition::new(t, partition)
+}
+
+/// `count` records of producer `p` at sequence `seq` (`p` None: plain, not
+/// idempotent).
+fn data(tp: TopicPartition, p: Option<ProducerIdentity>, seq: i32, count: i32) -> CommitBatch {
+    CommitBatch {
+        topic_id: tp.topic_id,
+        partition: tp.partition,
+        position: 0,
+        length: 100,
+        record_count: count,
+        max_timestamp: 1_000,
+        producer_id: p.map_or(-1, |p| p.producer_id),
+        producer_epoch: p.map_or(-1, |p| p.epoch),
+        base_sequence: if p.is_some() { seq } else { -1 },
+    }
+}
+
+fn marker(tp: TopicPartition, producer_id: i64, epoch: i16) -> CommitBatch {
+    CommitBatch {
+        record_count: 1,
+        length: 78,
+        producer_id,
+        producer_epoch: epoch,
+        base_sequence: -1,
+        ..data(tp, None, 0, 1)
+    }
+}
+
+/// Sequences one object of `batches`, ending `ends`; each batch's answer.
+fn ingest(
+    s: &mut State,
+    now: i64,
+    key: &str,
+    batches: Vec<(CommitBatch, BatchKind)>,
+    ends: Vec<TxnEnd>,
+) -> Vec<Result<i64, Refusal>> {
+    at(
+        s,
+        now,
+        IngestCommit {
+            object_key: key.into(),
+            object_size: 1_000,
+            batches: batches
+                .into_iter()
+                .map(|(batch, kind)| IngestBatch { batch, kind })
+                .collect(),
+            ends,
+            not_before_ms: now,
+        },
+    )
+    .unwrap()
+}
+
+fn txn_data(s: &mut State, now: i64, key: &str, batch: CommitBatch) -> Result<i64, Refusal> {
+    ingest(s, now, key, vec![(batch, BatchKind::Transactional)], vec![])
+        .pop()
+        .unwrap()
+}
+
+fn known(s: &State, id: &str) -> Option<TxnView> {
+    DescribeTxns {
+        ids: vec![id.into()],
+    }
+    .query(s, s.clock_ms())
+    .unwrap()
+    .pop()
+    .unwrap()
+}
+
+fn view(s: &State, id: &str) -> TxnView {
+    DescribeTxns {
+        ids: vec![id.into()],
+    }
+    .query(s, s.clock_ms())
+    .unwrap()
+    .pop()
+    .unwrap()
+    .expect("a known transactional id")
+}
+
+fn end(s: &State, id: &str, commit: bool, reason: EndReason) -> TxnEnd {
+    let v = view(s, id);
+    TxnEnd {
+        transactional_id: id.into(),
+        producer_id: v.producer_id,
+        epoch: v.epoch,
+        commit,
+        reason,
+        version: v.version,
+    }
+}
+
+/// Ends `id` with one marker per partition of its transaction; the
+/// markers' answers.
+fn end_with_markers(
+    s: &mut State,
+    now: i64,
+    key: &str,
+    id: &str,
+    commit: bool,
+    reason: EndReason,
+) -> Vec<Result<i64, Refusal>> {
+    let e = end(s, id, commit, reason);
+    let markers = view(s, id)
+        .partitions
+        .into_iter()
+        .map(|p| {
+            (
+                marker(p, e.producer_id, e.marker_epoch()),
+                BatchKind::Marker { end: 0 },
+            )
+        })
+        .collect();
+    ingest(s, now, key, markers, vec![e])
+}
+
+fn lso(s: &State, tp: TopicPartition) -> i64 {
+    match s
+        .list_offsets(tp.topic_id, tp.partition, OffsetQuery::LastStable)
+        .unwrap()
+    {
+        OffsetAnswer::Offset(o) => o,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn hw(s: &State, tp: TopicPartition) -> i64 {
+    s.offsets(tp.topic_id, tp.partition).unwrap().high_watermark
+}
+
+fn aborted(s: &State, tp: TopicPartition, from: i64) -> Vec<AbortedTxn> {
+    s.txn_read_plan(tp.topic_id, tp.partition, from, u64::MAX)
+        .unwrap()
+        .aborted
+}
+
+#[test]
+fn an_open_transaction_holds_the_last_stable_offset_until_its_markers() {
+    let (mut s, t) = state();
+    let (p0, p1) = (tp(t, 0), tp(t, 1));
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    add(&mut s, 2_000, "tx", p, &[p0, p1]).unwrap();
+    // Plain records before, then the transaction's, then plain ones again.
+    ingest(
+        &mut s,
+        2_100,
+        "a",
+        vec![(data(p0, None, 0, 2), BatchKind::Plain)],
+        vec![],
+    );
+    assert_eq!(txn_data(&mut s, 2_200, "b", data(p0, Some(p), 0, 3)), Ok(2));
+    ingest(
+        &mut s,
+        2_300,
+        "c",
+        vec![(data(p0, None, 0, 4), BatchKind::Plain)],
+        vec![],
+    );
+    assert_eq!((lso(&s, p0), hw(&s, p0)), (2, 9));
+    // p1 was added but holds no data: nothing unstable there.
+    assert_eq!(lso(&s, p1), 0);
+    let plan = s.txn_read_plan(t, 0, 0, u64::MAX).unwrap();
+    assert_eq!((plan.last_stable_offset, plan.aborted.len()), (2, 0));
+
+    let markers = end_with_markers(&mut s, 2_400, "d", "tx", false, EndReason::Client);
+    assert_eq!(markers, vec![Ok(9), Ok(0)]);
+    assert_eq!((lso(&s, p0), hw(&s, p0)), (10, 10));
+    assert_eq!((lso(&s, p1), hw(&s, p1)), (1, 1));
+    // The aborted range runs from the first batch to the marker; a
+    // partition without data has a marker but no entry.
+    let entry = AbortedTxn {
+        producer_id: p.producer_id,
+        first_offset: 2,
+        last_offset: 9,
+        lso_after: 10,
+    };
+    assert_eq!(aborted(&s, p0, 0), vec![entry]);
+    assert_eq!(aborted(&s, p1, 0), vec![]);
+    assert_eq!(view(&s, "tx").phase, TxnPhase::CompleteAbort);
+
+    // The next transaction commits: no entry, the abort's stays.
+    add(&mut s, 3_000, "tx", p, &[p0]).unwrap();
+    assert_eq!(
+        txn_data(&mut s, 3_000, "e", data(p0, Some(p), 3, 1)),
+        Ok(10)
+    );
+    assert_eq!(lso(&s, p0), 10);
+    end_with_markers(&mut s, 3_100, "f", "tx", true, EndReason::Client);
+    assert_eq!((lso(&s, p0), hw(&s, p0)), (12, 12));
+    assert_eq!(aborted(&s, p0, 0), vec![entry]);
+    // A read from past the aborted range is not told of it.
+    assert_eq!(aborted(&s, p0, 10), vec![]);
+    assert_eq!(view(&s, "tx").phase, TxnPhase::CompleteCommit);
+}
+
+/// Jepsen's finding, KIP-890's check: a transactional batch is sequenced
+/// only into a partition of an ongoing transaction of its producer and
+/// epoch, so a produce retry that arrives after its transaction ended
+/// cannot land in the log (or in the next transaction).
+#[test]
+fn a_transactional_batch_outside_an_ongoing_transaction_is_refused() {
+    let (mut s, t) = state();
+    let (p0, p1) = (tp(t, 0), tp(t, 1));
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    // Before any AddPartitionsToTxn.
+    assert_eq!(
+        txn_data(&mut s, 2_000, "a", data(p0, Some(p), 0, 1)),
+        Err(Refusal::NotInTransaction)
+    );
+    add(&mut s, 2_000, "tx", p, &[p0]).unwrap();
+    // A partition that was not added.
+    assert_eq!(
+        txn_data(&mut s, 2_000, "b", data(p1, Some(p), 0, 1)),
+        Err(Refusal::NotInTransaction)
+    );
+    assert_eq!(txn_data(&mut s, 2_000, "c", data(p0, Some(p), 0, 2)), Ok(0));
+    end_with_markers(&mut s, 2_100, "d", "tx", true, EndReason::Client);
+    // The late retry of a batch of the ended transaction, and the next
+    // batch it would have sent.
+    assert_eq!(
+        txn_data(&mut s, 2_200, "e", data(p0, Some(p), 0, 2)),
+        Err(Refusal::NotInTransaction)
+    );
+    assert_eq!(
+        txn_data(&mut s, 2_200, "f", data(p0, Some(p), 2, 1)),
+        Err(Refusal::NotInTransaction)
+    );
+    // Another epoch, or a producer id the transactional id does not have.
+    add(&mut s, 2_300, "tx", p, &[p0]).unwrap();
+    let older = ProducerIdentity {
+        epoch: p.epoch - 1,
+        ..p
+    };
+    assert!(matches!(
+        txn_data(&mut s, 2_300, "g", data(p0, Some(older), 2, 1)),
+        Err(Refusal::InvalidProducerEpoch { .. })
+    ));
+    let idempotent = at(&mut s, 2_300, InitProducer { existing: None }).unwrap();
+    assert_eq!(
+        txn_data(&mut s, 2_300, "h", data(p0, Some(idempotent), 0, 1)),
+        Err(Refusal::InvalidProducerIdMapping)
+    );
+    // A plain batch from the producer in the middle of its transaction.
+    assert_eq!(txn_data(&mut s, 2_300, "i", data(p0, Some(p), 2, 1)), Ok(3));
+    let plain = ingest(
+        &mut s,
+        2_300,
+        "j",
+        vec![(data(p0, Some(p), 3, 1), BatchKind::Plain)],
+        vec![],
+    );
+    assert!(matches!(plain[0], Err(Refusal::InvalidTxnState(_))));
+    assert_eq!(hw(&s, p0), 4, "nothing refused reached the log");
+}
+
+#[test]
+fn ends_are_checked_as_kafkas_end_transaction() {
+    let (mut s, t) = state();
+    let (p0, p1) = (tp(t, 0), tp(t, 1));
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    // Nothing to end.
+    let empty = end(&s, "tx", true, EndReason::Client);
+    assert!(matches!(
+        at(&mut s, 2_000, EndTxn { end: empty.clone() }),
+        Err(Refusal::InvalidTxnState(_))
+    ));
+    add(&mut s, 2_000, "tx", p, &[p0]).unwrap();
+    let stale = end(&s, "tx", true, EndReason::Client);
+    add(&mut s, 2_000, "tx", p, &[p1]).unwrap();
+    // Markers built before p1 was added: refused whole, nothing written.
+    let refused = ingest(
+        &mut s,
+        2_100,
+        "a",
+        vec![(
+            marker(p0, p.producer_id, p.epoch),
+            BatchKind::Marker { end: 0 },
+        )],
+        vec![stale],
+    );
+    assert_eq!(refused, vec![Err(Refusal::ConcurrentTransactions)]);
+    assert_eq!(hw(&s, p0), 0);
+    // Markers of the wrong epoch.
+    let mut e = end(&s, "tx", true, EndReason::Client);
+    let wrong = ingest(
+        &mut s,
+        2_100,
+        "b",
+        vec![
+            (
+                marker(p0, p.producer_id, p.epoch + 1),
+                BatchKind::Marker { end: 0 },
+            ),
+            (
+                marker(p1, p.producer_id, p.epoch + 1),
+                BatchKind::Marker { end: 0 },
+            ),
+        ],
+        vec![e.clone()],
+    );
+    assert!(
+        wrong
+            .iter()
+            .all(|r| matches!(r, Err(Refusal::InvalidTxnState(_))))
+    );
+    // A transaction with partitions cannot end without markers.
+    assert_eq!(
+        at(&mut s, 2_100, EndTxn { end: e.clone() }),
+        Err(Refusal::ConcurrentTransactions)
+    );
+    // Another producer's epoch.
+    e.epoch += 1;
+    assert!(matches!(
+        at(&mut s, 2_100, EndTxn { end: e }),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    assert_eq!(
+        end_with_markers(&mut s, 2_200, "c", "tx", true, EndReason::Client),
+        vec![Ok(0), Ok(0)]
+    );
+    // EndTxn retried: answered as done; the other outcome is refused.
+    let done = TxnEnd {
+        version: view(&s, "tx").version,
+        ..end(&s, "tx", true, EndReason::Client)
+    };
+    assert_eq!(
+        at(&mut s, 2_300, EndTxn { end: done.clone() }),
+        Err(Refusal::TxnEnded { committed: true })
+    );
+    assert!(matches!(
+        at(
+            &mut s,
+            2_300,
+            EndTxn {
+                end: TxnEnd {
+                    commit: false,
+                    ..done
+                }
+            }
+        ),
+        Err(Refusal::InvalidTxnState(_))
+    ));
+    // A transaction of offsets only ends without markers.
+    at(
+        &mut s,
+        2_400,
+        AddToTxn {
+            transactional_id: "tx".into(),
+            producer_id: p.producer_id,
+            epoch: p.epoch,
+            partitions: vec![],
+            groups: vec!["g".into()],
+        },
+    )
+    .unwrap();
+    let offsets_only = end(&s, "tx", true, EndReason::Client);
+    at(&mut s, 2_400, EndTxn { end: offsets_only }).unwrap();
+    assert_eq!(view(&s, "tx").phase, TxnPhase::CompleteCommit);
+}
+
+/// A transaction past its timeout (on the metastore's clock, from its
+/// start) is as good as fenced: no more data, adds or commit; the timeout
+/// job aborts it with the epoch bumped, which fences its producer for good.
+#[test]
+fn a_timed_out_transaction_is_fenced_and_aborted() {
+    let (mut s, t) = state();
+    let p0 = tp(t, 0);
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    add(&mut s, 2_000, "tx", p, &[p0]).unwrap();
+    assert_eq!(txn_data(&mut s, 2_000, "a", data(p0, Some(p), 0, 1)), Ok(0));
+    // Not yet expired: the timeout job may not abort it.
+    let early = end_with_markers(
+        &mut s,
+        2_000 + TIMEOUT_MS as i64,
+        "b",
+        "tx",
+        false,
+        EndReason::Timeout,
+    );
+    assert!(matches!(early[0], Err(Refusal::InvalidTxnState(_))));
+    let late = 2_001 + TIMEOUT_MS as i64;
+    assert!(matches!(
+        txn_data(&mut s, late, "c", data(p0, Some(p), 1, 1)),
+        Err(Refusal::InvalidProducerEpoch { .. })
+    ));
+    assert!(matches!(
+        add(&mut s, late, "tx", p, &[tp(t, 1)]),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    assert_eq!(
+        ExpiredTxns { limit: 10 }.query(&s, late).unwrap().len(),
+        1,
+        "the timeout job finds it"
+    );
+    let commit = end_with_markers(&mut s, late, "d", "tx", true, EndReason::Client);
+    assert!(matches!(commit[0], Err(Refusal::ProducerFenced { .. })));
+    let abort = end_with_markers(&mut s, late, "e", "tx", false, EndReason::Timeout);
+    assert_eq!(abort, vec![Ok(1)]);
+    let v = view(&s, "tx");
+    assert_eq!((v.phase, v.epoch), (TxnPhase::CompleteAbort, p.epoch + 1));
+    assert_eq!(aborted(&s, p0, 0).len(), 1);
+    // The zombie's every request is fenced.
+    assert!(matches!(
+        add(&mut s, late, "tx", p, &[p0]),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    assert!(matches!(
+        init_expecting(&mut s, late, "tx", Some(p)),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    assert!(
+        ExpiredTxns { limit: 10 }
+            .query(&s, late)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// InitProducerId with a transactional id, as `handleInitProducerId`.
+#[test]
+fn init_bumps_epochs_and_fences_an_ongoing_transaction() {
+    let (mut s, t) = state();
+    let p0 = tp(t, 0);
+    let first = init(&mut s, 2_000, "tx").unwrap();
+    assert_eq!(first.epoch, 0);
+    let second = init(&mut s, 2_000, "tx").unwrap();
+    assert_eq!(second, ProducerIdentity { epoch: 1, ..first });
+    // KIP-360: with its current identity; a retry of that is answered alike.
+    let third = init_expecting(&mut s, 2_000, "tx", Some(second)).unwrap();
+    assert_eq!(third.epoch, 2);
+    assert_eq!(init_expecting(&mut s, 2_000, "tx", Some(second)), Ok(third));
+    assert!(matches!(
+        init_expecting(&mut s, 2_000, "tx", Some(first)),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    assert!(matches!(
+        init_expecting(
+            &mut s,
+            2_000,
+            "tx",
+            Some(ProducerIdentity {
+                producer_id: 99,
+                epoch: 0
+            })
+        ),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    // An ongoing transaction with data: a zombie's. Refused until its abort
+    // markers (epoch bumped) are written, then the new producer starts.
+    add(&mut s, 2_000, "tx", third, &[p0]).unwrap();
+    txn_data(&mut s, 2_000, "a", data(p0, Some(third), 0, 1)).unwrap();
+    assert_eq!(
+        init(&mut s, 2_100, "tx"),
+        Err(Refusal::ConcurrentTransactions)
+    );
+    assert_eq!(view(&s, "tx").phase, TxnPhase::Ongoing, "nothing changed");
+    let fence = end_with_markers(&mut s, 2_100, "b", "tx", false, EndReason::Fence);
+    assert_eq!(fence, vec![Ok(1)]);
+    assert_eq!(lso(&s, p0), 2);
+    let fresh = init(&mut s, 2_200, "tx").unwrap();
+    assert_eq!(
+        fresh.epoch,
+        third.epoch + 2,
+        "one bump for the fence, one for the init"
+    );
+    // The zombie's next batch fails the epoch check.
+    assert!(matches!(
+        txn_data(&mut s, 2_200, "c", data(p0, Some(third), 1, 1)),
+        Err(Refusal::InvalidProducerEpoch { .. })
+    ));
+    // Ongoing without partitions: fenced at once, the producer asks again.
+    at(
+        &mut s,
+        2_300,
+        AddToTxn {
+            transactional_id: "tx".into(),
+            producer_id: fresh.producer_id,
+            epoch: fresh.epoch,
+            partitions: vec![],
+            groups: vec!["g".into()],
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        init(&mut s, 2_300, "tx"),
+        Err(Refusal::ConcurrentTransactions)
+    );
+    assert_eq!(view(&s, "tx").phase, TxnPhase::CompleteAbort);
+    assert_eq!(init(&mut s, 2_300, "tx").unwrap().epoch, fresh.epoch + 2);
+    // An idempotent InitProducerId cannot bump a transactional producer.
+    let other = at(
+        &mut s,
+        2_300,
+        InitProducer {
+            existing: Some(fresh),
+        },
+    )
+    .unwrap();
+    assert_ne!(other.producer_id, fresh.producer_id);
+    assert!(matches!(
+        at(
+            &mut s,
+            2_300,
+            InitTxnProducer {
+                transactional_id: "tx".into(),
+                timeout_ms: 0,
+                expected: None
+            }
+        ),
+        Err(Refusal::InvalidTxnTimeout(0))
+    ));
+}
+
+#[test]
+fn a_retried_ingest_commit_is_answered_not_applied_again() {
+    let (mut s, t) = state();
+    let p0 = tp(t, 0);
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    add(&mut s, 2_000, "tx", p, &[p0]).unwrap();
+    txn_data(&mut s, 2_000, "a", data(p0, Some(p), 0, 1)).unwrap();
+    let first = end_with_markers(&mut s, 2_100, "b", "tx", false, EndReason::Client);
+    let e = TxnEnd {
+        version: view(&s, "tx").version - 1,
+        ..end(&s, "tx", false, EndReason::Client)
+    };
+    let again = ingest(
+        &mut s,
+        2_200,
+        "b",
+        vec![(
+            marker(p0, p.producer_id, p.epoch),
+            BatchKind::Marker { end: 0 },
+        )],
+        vec![e],
+    );
+    assert_eq!(again, first);
+    assert_eq!(aborted(&s, p0, 0).len(), 1);
+    assert_eq!(hw(&s, p0), 2);
+}
+
+#[test]
+fn trims_and_deletes_forget_what_they_remove() {
+    let (mut s, t) = state();
+    let p0 = tp(t, 0);
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    for (n, key) in ["a", "c"].into_iter().enumerate() {
+        add(&mut s, 2_000, "tx", p, &[p0]).unwrap();
+        txn_data(&mut s, 2_000, key, data(p0, Some(p), n as i32, 1)).unwrap();
+        end_with_markers(
+            &mut s,
+            2_000,
+            &format!("{key}-end"),
+            "tx",
+            false,
+            EndReason::Client,
+        );
+    }
+    assert_eq!(aborted(&s, p0, 0).len(), 2);
+    at(
+        &mut s,
+        2_100,
+        Trim {
+            partition: p0,
+            offset: 2,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        aborted(&s, p0, 2).len(),
+        1,
+        "the first abort's range is gone"
+    );
+    // A deleted topic leaves the transactions that held it.
+    add(&mut s, 2_200, "tx", p, &[p0]).unwrap();
+    txn_data(&mut s, 2_200, "e", data(p0, Some(p), 2, 1)).unwrap();
+    at(&mut s, 2_300, DeleteTopic { name: "t".into() }).unwrap();
+    let v = view(&s, "tx");
+    assert_eq!((v.phase, v.partitions.len()), (TxnPhase::Ongoing, 0));
+    let e = end(&s, "tx", true, EndReason::Client);
+    at(&mut s, 2_300, EndTxn { end: e }).unwrap();
+}
+
+/// Seeded random transactions, plain and idempotent producers, trims and
+/// timeouts interleaved: the invariants hold after every command (checked
+/// by `apply_proposal`), the LSO never passes the HW nor moves back, and
+/// every aborted range ends at a marker under the high watermark.
+#[test]
+fn random_transactions_keep_the_invariants() {
+    use rand08::{Rng, SeedableRng};
+    // Transactions ended with markers: aborted, committed.
+    let mut ended = [0; 2];
+    for seed in 0..40u64 {
+        let mut rng = rand08::rngs::StdRng::seed_from_u64(seed);
+        let (mut s, t) = state();
+        let ids = ["a", "b", "c"];
+        let mut now = 2_000i64;
+        let mut seqs: BTreeMap<(i64, i32), i32> = BTreeMap::new();
+        let mut last_lso = [0i64; 3];
+        for step in 0..300 {
+            now += rng.gen_range(0..2_000);
+            let id = ids[rng.gen_range(0..ids.len())];
+            let key = format!("k{step}");
+            match rng.gen_range(0..10) {
+                0 => {
+                    let _ = init(&mut s, now, id);
+                }
+                1 | 2 => {
+                    if let Some(v) = known(&s, id) {
+                        let p = ProducerIdentity {
+                            producer_id: v.producer_id,
+                            epoch: v.epoch,
+                        };
+                        let part = tp(t, rng.gen_range(0..3));
+                        let _ = add(&mut s, now, id, p, &[part]);
+                    }
+                }
+                3..=5 => {
+                    if let Some(v) = known(&s, id) {
+                        let p = ProducerIdentity {
+                            producer_id: v.producer_id,
+                            epoch: v.epoch,
+                        };
+                        let part = rng.gen_range(0..3);
+                        let seq = seqs.entry((p.producer_id, part)).or_insert(0);
+                        if txn_data(&mut s, now, &key, data(tp(t, part), Some(p), *seq, 2)).is_ok()
+                        {
+                            *seq += 2;
+                        }
+                    }
+                }
+                6 => {
+                    let part = tp(t, rng.gen_range(0..3));
+                    ingest(
+                        &mut s,
+                        now,
+                        &key,
+                        vec![(data(part, None, 0, 1), BatchKind::Plain)],
+                        vec![],
+                    );
+                }
+                7 | 8 => {
+                    if known(&s, id).is_some() {
+                        let commit = rng.gen_bool(0.5);
+                        let reason = if rng.gen_bool(0.2) {
+                            EndReason::Timeout
+                        } else {
+                            EndReason::Client
+                        };
+                        let answers = end_with_markers(&mut s, now, &key, id, commit, reason);
+                        if !answers.is_empty() && answers.iter().all(Result::is_ok) {
+                            ended[commit as usize] += 1;
+                        }
+                    }
+                }
+                _ => {
+                    let part = tp(t, rng.gen_range(0..3));
+                    let lso = lso(&s, part);
+                    let _ = at(
+                        &mut s,
+                        now,
+                        Trim {
+                            partition: part,
+                            offset: lso / 2,
+                        },
+                    );
+                }
+            }
+            for n in 0..3 {
+                let part = tp(t, n);
+                let (l, h) = (lso(&s, part), hw(&s, part));
+                assert!(
+                    l <= h && l >= last_lso[n as usize],
+                    "seed {seed}: lso {l} hw {h}"
+                );
+                last_lso[n as usize] = l;
+                let start = s.offsets(t, n).unwrap().log_start_offset;
+                for a in aborted(&s, part, start) {
+                    assert!(
+                        a.first_offset <= a.last_offset && a.last_offset < h,
+                        "seed {seed}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(ended[0] > 100 && ended[1] > 100, "too few ends: {ended:?}");
+}
