@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floe_cache::BlockCache;
-use floe_metastore::{Commit, CommitBatch, Metastore, Refusal, TopicId};
+use floe_metastore::txn::TxnEnd;
+use floe_metastore::{
+    BatchKind, CommitBatch, IngestBatch, Metastore, Refusal, TopicId, ops::IngestCommit,
+};
 use floe_protocol::batch::RecordBatch;
 use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
@@ -39,6 +42,9 @@ struct Append {
     topic_id: TopicId,
     partition: i32,
     batch: RecordBatch,
+    /// What the sequencer makes of it (a marker's end is numbered when its
+    /// file is built).
+    kind: BatchKind,
     reply: oneshot::Sender<Result<i64, AppendError>>,
     /// Whether to store the batch even if nobody waits for its answer any
     /// more (acks=0). Otherwise a batch whose connection closed before its
@@ -49,10 +55,17 @@ struct Append {
     _budget: OwnedSemaphorePermit,
 }
 
+/// What the batcher is handed: a batch, or a transaction's end with its
+/// markers, which go into one file together.
+enum Enqueued {
+    One(Append),
+    End(TxnEnd, Vec<Append>),
+}
+
 /// Handle to the batcher task; cheap to clone.
 #[derive(Clone)]
 pub struct Batcher {
-    appends: mpsc::Sender<Append>,
+    appends: mpsc::Sender<Enqueued>,
     budget: Arc<Semaphore>,
     budget_bytes: u32,
     tasks: Arc<[tokio::task::AbortHandle; 2]>,
@@ -123,8 +136,53 @@ impl Batcher {
         partition: i32,
         batch: RecordBatch,
         keep_if_abandoned: bool,
+        kind: BatchKind,
     ) -> Result<Committed, AppendError> {
-        let gone = || AppendError::Storage("agent is shutting down".into());
+        let (append, committed) = self
+            .append(topic_id, partition, batch, keep_if_abandoned, kind)
+            .await?;
+        self.appends
+            .send(Enqueued::One(append))
+            .await
+            .map_err(|_| gone())?;
+        Ok(committed)
+    }
+
+    /// Ends a transaction with `markers` (one control batch per partition
+    /// of it), all in one ingest file, committed with the end: the metastore
+    /// decides the end and sequences the markers in one step. Each marker
+    /// resolves to its offset, or to why the end was refused.
+    pub async fn enqueue_end(
+        &self,
+        end: TxnEnd,
+        markers: Vec<(TopicId, i32, RecordBatch)>,
+    ) -> Result<Vec<Committed>, AppendError> {
+        let mut appends = Vec::with_capacity(markers.len());
+        let mut committed = Vec::with_capacity(markers.len());
+        for (topic_id, partition, batch) in markers {
+            // Stored whoever waits: the end is decided when it commits.
+            let (append, answer) = self
+                .append(topic_id, partition, batch, true, BatchKind::Plain)
+                .await?;
+            appends.push(append);
+            committed.push(answer);
+        }
+        self.appends
+            .send(Enqueued::End(end, appends))
+            .await
+            .map_err(|_| gone())?;
+        Ok(committed)
+    }
+
+    /// An append holding its share of the memory budget (waiting for it).
+    async fn append(
+        &self,
+        topic_id: TopicId,
+        partition: i32,
+        batch: RecordBatch,
+        keep_if_abandoned: bool,
+        kind: BatchKind,
+    ) -> Result<(Append, Committed), AppendError> {
         let cost = (batch.len() as u64).clamp(1, self.budget_bytes as u64) as u32;
         let budget = self
             .budget
@@ -137,13 +195,17 @@ impl Batcher {
             topic_id,
             partition,
             batch,
+            kind,
             reply,
             keep_if_abandoned,
             _budget: budget,
         };
-        self.appends.send(append).await.map_err(|_| gone())?;
-        Ok(Committed(answer))
+        Ok((append, Committed(answer)))
     }
+}
+
+fn gone() -> AppendError {
+    AppendError::Storage("agent is shutting down".into())
 }
 
 impl Batcher {
@@ -180,6 +242,8 @@ struct PendingFile {
     partitions: Vec<((TopicId, i32), Vec<Append>)>,
     index: HashMap<(TopicId, i32), usize>,
     bytes: u64,
+    /// Transactions this file ends (their markers are among the appends).
+    ends: Vec<TxnEnd>,
 }
 
 impl PendingFile {
@@ -189,6 +253,21 @@ impl PendingFile {
             partitions: Vec::new(),
             index: HashMap::new(),
             bytes: 0,
+            ends: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, enqueued: Enqueued) {
+        match enqueued {
+            Enqueued::One(append) => self.push(append),
+            Enqueued::End(end, markers) => {
+                let end_at = self.ends.len() as u32;
+                self.ends.push(end);
+                for mut marker in markers {
+                    marker.kind = BatchKind::Marker { end: end_at };
+                    self.push(marker);
+                }
+            }
         }
     }
 
@@ -212,7 +291,7 @@ impl PendingFile {
 
     /// Lays the batches out as an ingest file and lists them for the commit,
     /// stamped with the metastore's time read before the upload.
-    fn build(self, not_before_ms: i64) -> (Bytes, Commit, Vec<Append>) {
+    fn build(self, not_before_ms: i64) -> (Bytes, IngestCommit, Vec<Append>) {
         let key = self.key;
         let mut writer = IngestWriter::new();
         let mut batches = Vec::new();
@@ -227,7 +306,7 @@ impl PendingFile {
             let entry = writer.add_chunk(topic_id, partition, &raw);
             let mut position = entry.position;
             for append in group {
-                batches.push(CommitBatch {
+                let batch = CommitBatch {
                     topic_id,
                     partition,
                     position,
@@ -237,16 +316,21 @@ impl PendingFile {
                     producer_id: append.batch.producer_id(),
                     producer_epoch: append.batch.producer_epoch(),
                     base_sequence: append.batch.base_sequence(),
+                };
+                batches.push(IngestBatch {
+                    batch,
+                    kind: append.kind,
                 });
                 position += append.batch.len() as u64;
                 appends.push(append);
             }
         }
         let bytes = writer.finish();
-        let commit = Commit {
+        let commit = IngestCommit {
             object_key: key.to_string(),
             object_size: bytes.len() as u64,
             batches,
+            ends: self.ends,
             not_before_ms,
         };
         (bytes, commit, appends)
@@ -255,7 +339,7 @@ impl PendingFile {
 
 /// Gathers appends until `flush_bytes` or `flush_interval` after the first one.
 async fn collect(
-    mut appends: mpsc::Receiver<Append>,
+    mut appends: mpsc::Receiver<Enqueued>,
     files: mpsc::Sender<PendingFile>,
     flush_interval: Duration,
     flush_bytes: u64,
@@ -264,7 +348,7 @@ async fn collect(
     while let Some(first) = appends.recv().await {
         let deadline = Instant::now() + flush_interval;
         let mut file = PendingFile::new(keys::new_ingest_key(ids.next_id()));
-        file.push(first);
+        file.add(first);
         while file.bytes < flush_bytes {
             // Biased, deadline first: a steady stream of appends cannot hold
             // a file open past its interval, and the choice does not depend
@@ -273,7 +357,7 @@ async fn collect(
                 biased;
                 _ = tokio::time::sleep_until(deadline) => break,
                 next = appends.recv() => match next {
-                    Some(append) => file.push(append),
+                    Some(append) => file.add(append),
                     None => break,
                 },
             }
@@ -288,7 +372,7 @@ struct Uploaded {
     key: String,
     appends: Vec<Append>,
     /// The file and its commit, once stored.
-    result: Result<(Bytes, Commit), Failed>,
+    result: Result<(Bytes, IngestCommit), Failed>,
 }
 
 /// Why an ingest file was not uploaded.
@@ -374,7 +458,7 @@ async fn upload_and_commit(
         // retries); this bounds the whole commit whatever the metastore is,
         // so producers always hear back. A commit that timed out is declared
         // an orphan below, which the metastore resolves safely either way.
-        let committed = tokio::time::timeout(COMMIT_DEADLINE, meta.commit(commit))
+        let committed = tokio::time::timeout(COMMIT_DEADLINE, meta.ingest_commit(commit))
             .await
             .unwrap_or_else(|_| {
                 Err(floe_metastore::MetaError::maybe_applied(format!(
@@ -489,6 +573,7 @@ mod tests {
             topic_id: TopicId::from_u128(1),
             partition: 0,
             batch: RecordBatch::parse_all(&bytes).unwrap().remove(0),
+            kind: BatchKind::Plain,
             reply,
             keep_if_abandoned,
             _budget: budget.clone().try_acquire_owned().unwrap(),
@@ -555,7 +640,7 @@ mod tests {
         let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
         let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
         let committed = batcher
-            .enqueue(TopicId::from_u128(1), 0, batch, false)
+            .enqueue(TopicId::from_u128(1), 0, batch, false, BatchKind::Plain)
             .await
             .unwrap();
         (batcher, committed)

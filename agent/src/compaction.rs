@@ -47,7 +47,7 @@ pub struct Background {
 /// and told apart by its admin address, which no two processes share, so a
 /// compactor started in an agent's folder does not hold the agent's leases.
 /// Without a writable data dir, a fresh name each start.
-fn lease_holder(data_dir: &Path) -> String {
+pub fn lease_holder(data_dir: &Path) -> String {
     let file = data_dir.join("agent-id");
     if let Ok(id) = std::fs::read_to_string(&file)
         && !id.trim().is_empty()

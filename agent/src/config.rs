@@ -127,6 +127,10 @@ pub struct Config {
     /// (`group.consumer.heartbeat.interval.ms`).
     #[serde(with = "humantime_serde")]
     pub consumer_heartbeat_interval: Duration,
+    /// The longest transaction timeout a producer may ask for (Kafka's
+    /// `transaction.max.timeout.ms`); longer ones get INVALID_TRANSACTION_TIMEOUT.
+    #[serde(with = "humantime_serde")]
+    pub transaction_max_timeout: Duration,
     /// Memory for cached object blocks.
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
@@ -268,6 +272,7 @@ impl Default for Config {
             stalled_client_timeout: Duration::from_secs(30),
             consumer_session_timeout: Duration::from_secs(45),
             consumer_heartbeat_interval: Duration::from_secs(5),
+            transaction_max_timeout: Duration::from_secs(900),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
             cache_disk_dir: None,

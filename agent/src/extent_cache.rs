@@ -22,12 +22,22 @@
 //! meanwhile, as a Kafka follower does until it hears of the new log start.
 //! A view's high watermark never moves back: an answer older than what is
 //! known is dropped, so a waiting fetch never sees its partition shrink.
+//!
+//! Transactions: a view also keeps the last stable offset (never moving
+//! back) and the aborted transactions of its offsets. Claim: they are
+//! complete for every offset below the view's LSO. Each answer's list is
+//! complete for its extents' offsets as of its answer; a transaction that
+//! aborted later was ongoing then, so its data lies at or past that
+//! answer's LSO, and its marker at or past its high watermark, where the
+//! next answer that extends the view (the poll asks from the high
+//! watermark) starts: that answer lists it, and brings the new LSO with it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use floe_metastore::{ExtentRef, ReadPlan, TopicPartition};
+use floe_metastore::txn::AbortedTxn;
+use floe_metastore::{ExtentRef, ReadPlan, TopicPartition, TxnReadPlan};
 use tokio::time::Instant;
 
 /// Partitions with a view at most; past it, expired views go first, then all.
@@ -35,10 +45,17 @@ const MAX_VIEWS: usize = 10_000;
 /// Extents one view keeps at most (the oldest go first). With the views,
 /// this bounds the cache near 80 MiB (an extent is about 130 bytes).
 const MAX_EXTENTS_PER_VIEW: usize = 64;
+/// Aborted transactions one view keeps at most; a partition with more in
+/// its view's offsets is not cached (each fetch asks).
+const MAX_ABORTED_PER_VIEW: usize = 1_024;
 
 struct View {
     log_start: i64,
     high_watermark: i64,
+    /// The last stable offset as last learnt (never moving back).
+    last_stable: i64,
+    /// Aborted transactions with data in the view's offsets, by marker.
+    aborted: Vec<AbortedTxn>,
     /// End to end, each holding offsets below `high_watermark`.
     extents: VecDeque<ExtentRef>,
     /// When the oldest of `extents` was learnt (from the metastore).
@@ -77,17 +94,25 @@ impl ExtentCache {
 
     /// The plan for reading `tp` from `from` (about `max_bytes`, at least
     /// one extent), if the view can answer it.
-    pub fn plan(&self, tp: TopicPartition, from: i64, max_bytes: u64) -> Option<ReadPlan> {
+    pub fn plan(&self, tp: TopicPartition, from: i64, max_bytes: u64) -> Option<TxnReadPlan> {
         let views = self.views.lock().expect("extent cache lock poisoned");
         let view = views.get(&tp)?;
         if view.learnt.elapsed() >= self.ttl || from < view.log_start || from > view.high_watermark
         {
             return None;
         }
-        let plan = |extents| ReadPlan {
-            log_start_offset: view.log_start,
-            high_watermark: view.high_watermark,
-            extents,
+        let plan = |extents: Vec<ExtentRef>| {
+            let start = extents.first().map_or(from, |e| e.base_offset);
+            let end = extents.last().map_or(from, |e| e.last_offset + 1);
+            TxnReadPlan {
+                plan: ReadPlan {
+                    log_start_offset: view.log_start,
+                    high_watermark: view.high_watermark,
+                    extents,
+                },
+                last_stable_offset: view.last_stable,
+                aborted: overlapping(&view.aborted, start, end),
+            }
         };
         if from == view.high_watermark {
             // Nothing new, if the high watermark is recent enough to say so.
@@ -112,7 +137,8 @@ impl ExtentCache {
     /// What the metastore answered for `tp` (its plan from some offset), to
     /// a request sent at `asked` (the view's age counts from then: the
     /// extents were live when the metastore answered, which was after).
-    pub fn learn(&self, tp: TopicPartition, answer: &ReadPlan, asked: Instant) {
+    pub fn learn(&self, tp: TopicPartition, txn_answer: &TxnReadPlan, asked: Instant) {
+        let answer = &txn_answer.plan;
         if self.ttl.is_zero() {
             return;
         }
@@ -127,6 +153,8 @@ impl ExtentCache {
         let fresh = || View {
             log_start: answer.log_start_offset,
             high_watermark: answer.high_watermark,
+            last_stable: txn_answer.last_stable_offset,
+            aborted: Vec::new(),
             extents: VecDeque::new(),
             learnt: now,
             confirmed: now,
@@ -144,10 +172,18 @@ impl ExtentCache {
             && Some(first.base_offset) != view.covered_to()
         {
             view.extents.clear();
+            view.aborted.clear();
             view.learnt = now;
         }
         view.extents.extend(answer.extents.iter().cloned());
+        for a in &txn_answer.aborted {
+            if !view.aborted.contains(a) {
+                view.aborted.push(*a);
+            }
+        }
+        view.aborted.sort_by_key(|a| a.last_offset);
         view.high_watermark = answer.high_watermark;
+        view.last_stable = view.last_stable.max(txn_answer.last_stable_offset);
         view.confirmed = view.confirmed.max(now);
         view.log_start = view.log_start.max(answer.log_start_offset);
         let log_start = view.log_start;
@@ -158,6 +194,11 @@ impl ExtentCache {
             || view.extents.len() > MAX_EXTENTS_PER_VIEW
         {
             view.extents.pop_front();
+        }
+        view.aborted.retain(|a| a.last_offset >= log_start);
+        if view.aborted.len() > MAX_ABORTED_PER_VIEW {
+            views.remove(&tp);
+            return;
         }
         debug_assert!(
             view.extents
@@ -177,6 +218,17 @@ impl ExtentCache {
     }
 }
 
+/// The aborted transactions with data in `[from, to)` (for an empty range,
+/// those that began before `from` and ended at or after it), as Kafka's
+/// `collectAbortedTxns` selects them.
+fn overlapping(aborted: &[AbortedTxn], from: i64, to: i64) -> Vec<AbortedTxn> {
+    aborted
+        .iter()
+        .filter(|a| a.last_offset >= from && a.first_offset < to.max(from))
+        .copied()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,11 +246,15 @@ mod tests {
         }
     }
 
-    fn answer(log_start: i64, hw: i64, extents: Vec<ExtentRef>) -> ReadPlan {
-        ReadPlan {
-            log_start_offset: log_start,
-            high_watermark: hw,
-            extents,
+    fn answer(log_start: i64, hw: i64, extents: Vec<ExtentRef>) -> TxnReadPlan {
+        TxnReadPlan {
+            plan: ReadPlan {
+                log_start_offset: log_start,
+                high_watermark: hw,
+                extents,
+            },
+            last_stable_offset: hw,
+            aborted: vec![],
         }
     }
 
@@ -206,8 +262,8 @@ mod tests {
         TopicPartition::new(uuid::Uuid::nil(), 0)
     }
 
-    fn bases(plan: Option<ReadPlan>) -> Option<Vec<i64>> {
-        plan.map(|p| p.extents.iter().map(|e| e.base_offset).collect())
+    fn bases(plan: Option<TxnReadPlan>) -> Option<Vec<i64>> {
+        plan.map(|p| p.plan.extents.iter().map(|e| e.base_offset).collect())
     }
 
     #[test]
@@ -232,7 +288,7 @@ mod tests {
         assert_eq!(bases(cache.plan(tp(), 0, 100)), Some(vec![0, 10, 20]));
         // At the high watermark: nothing new, without asking.
         let tail = cache.plan(tp(), 40, 100).unwrap();
-        assert_eq!((tail.extents.len(), tail.high_watermark), (0, 40));
+        assert_eq!((tail.plan.extents.len(), tail.plan.high_watermark), (0, 40));
     }
 
     #[test]
@@ -263,7 +319,7 @@ mod tests {
             Instant::now(),
         );
         cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
-        assert_eq!(cache.plan(tp(), 20, 100).unwrap().high_watermark, 20);
+        assert_eq!(cache.plan(tp(), 20, 100).unwrap().plan.high_watermark, 20);
         // A trim seen in a later answer drops what lies below it.
         cache.learn(
             tp(),
@@ -287,5 +343,48 @@ mod tests {
         let none = ExtentCache::new(Duration::ZERO, Duration::ZERO);
         none.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
         assert_eq!(none.plan(tp(), 0, 100), None);
+    }
+
+    fn aborted(first: i64, last: i64, lso_after: i64) -> AbortedTxn {
+        AbortedTxn {
+            producer_id: 1,
+            first_offset: first,
+            last_offset: last,
+            lso_after,
+        }
+    }
+
+    /// A transaction open when the view was learnt holds its LSO; the poll's
+    /// answer from the high watermark brings its marker, the new LSO and
+    /// its aborted range, which later plans of the earlier offsets carry.
+    #[test]
+    fn a_view_keeps_the_last_stable_offset_and_the_aborted_transactions() {
+        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
+        let mut open = answer(0, 20, vec![extent(0, 9), extent(10, 19)]);
+        open.last_stable_offset = 10;
+        cache.learn(tp(), &open, Instant::now());
+        let plan = cache.plan(tp(), 0, 100).unwrap();
+        assert_eq!((plan.last_stable_offset, plan.aborted.len()), (10, 0));
+        // The poll, from the high watermark: the abort marker at 20.
+        let mut ended = answer(0, 21, vec![extent(20, 20)]);
+        ended.aborted = vec![aborted(10, 20, 21)];
+        cache.learn(tp(), &ended, Instant::now());
+        let plan = cache.plan(tp(), 0, 100).unwrap();
+        assert_eq!(plan.last_stable_offset, 21);
+        assert_eq!(plan.aborted, vec![aborted(10, 20, 21)]);
+        // Reading only below it: not told of it.
+        let plan = cache.plan(tp(), 0, 1).unwrap();
+        assert_eq!(
+            (bases(Some(plan.clone())), plan.aborted.len()),
+            (Some(vec![0]), 0)
+        );
+        // An older answer moves nothing back.
+        cache.learn(tp(), &open, Instant::now());
+        assert_eq!(cache.plan(tp(), 0, 100).unwrap().last_stable_offset, 21);
+        // A trim past the range forgets it.
+        let mut trimmed = answer(21, 21, vec![]);
+        trimmed.last_stable_offset = 21;
+        cache.learn(tp(), &trimmed, Instant::now());
+        assert!(cache.plan(tp(), 21, 100).unwrap().aborted.is_empty());
     }
 }

@@ -20,4 +20,5 @@ pub mod server;
 pub mod tls;
 pub mod tools;
 pub mod topic_cache;
+pub mod txn_timeouts;
 pub mod watermarks;

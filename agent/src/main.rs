@@ -606,6 +606,9 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         if let Some(compaction) = compaction {
             tokio::spawn(compaction.run(store, meta));
         }
+        if broker.config.roles.contains(&Role::Jobs) {
+            tokio::spawn(floe_agent::txn_timeouts::run(broker.clone()));
+        }
         let tls = match broker.config.tls_files() {
             Some(files) if serves_kafka => {
                 let tls = floe_agent::tls::Tls::load(files)

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use floe_metastore::{Metastore, ReadPlan, Refusal, TopicId, TopicPartition};
+use floe_metastore::{Metastore, Refusal, TopicId, TopicPartition, TxnReadPlan};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
@@ -219,7 +219,7 @@ async fn poll_loop(
             continue;
         }
         let asked = Instant::now();
-        match meta.read_plans(asks.clone(), POLL_BYTES).await {
+        match meta.txn_read_plans(asks.clone(), POLL_BYTES).await {
             Ok(plans) => {
                 let Some(w) = watermarks.upgrade() else {
                     return;
@@ -241,13 +241,13 @@ async fn poll_loop(
 fn learn(
     extents: &ExtentCache,
     key: Key,
-    plan: &Result<ReadPlan, Refusal>,
+    plan: &Result<TxnReadPlan, Refusal>,
     asked: Instant,
 ) -> Option<i64> {
     match plan {
         Ok(plan) => {
             extents.learn(key, plan, asked);
-            Some(plan.high_watermark)
+            Some(plan.plan.high_watermark)
         }
         // Trimmed past what the view knew: forget it, so the next fetch
         // asks and gets the new log start (or its error).
@@ -393,7 +393,7 @@ mod tests {
         // The poll brought the new extent: a fetch reads it without asking.
         let tp1 = TopicPartition::new(topic.id, 1);
         let plan = extents.plan(tp1, 0, 1 << 20).expect("learnt by the poll");
-        assert_eq!((plan.extents.len(), plan.high_watermark), (1, 3));
+        assert_eq!((plan.plan.extents.len(), plan.plan.high_watermark), (1, 3));
         // A caller that already saw the new high watermark keeps waiting.
         let deadline = Instant::now() + Duration::from_millis(50);
         assert!(

@@ -207,11 +207,16 @@ pub fn keep_latest(
     };
     // Pass 1: each key's latest offset. Control batches (transaction
     // markers) pass through untouched, and so do batches that do not decode
-    // (their keys take no part).
+    // (their keys take no part). So do transactional batches, for now: an
+    // aborted or undecided record must never evict a committed one (Kafka's
+    // cleaner knows which transactions aborted; this one keeps them all,
+    // which costs space and loses nothing).
+    let untouched =
+        |b: &RecordBatch| b.is_control() || b.is_transactional() || b.record_count() == 0;
     let mut latest: HashMap<u128, i64> = HashMap::new();
     let mut undecodable = std::collections::HashSet::new();
     for (n, batch) in batches.iter().enumerate() {
-        if batch.is_control() || batch.record_count() == 0 {
+        if untouched(batch) {
             continue;
         }
         match records::decode(batch) {
@@ -232,7 +237,7 @@ pub fn keep_latest(
     // Pass 2: rewrite one batch at a time.
     let mut rewritten_batches = Vec::with_capacity(batches.len());
     for (n, batch) in batches.iter().enumerate() {
-        if batch.is_control() || batch.record_count() == 0 || undecodable.contains(&n) {
+        if untouched(batch) || undecodable.contains(&n) {
             rewritten_batches.push(Some(batch.clone()));
             continue;
         }
@@ -278,15 +283,18 @@ pub fn keep_latest(
             // The records before this batch's first are gone: the previous
             // batch stretches over them, or an empty one stands in.
             match out.last_mut() {
-                Some(previous) => stretch(previous, start - 1)?,
-                None => out.push(RecordBatch::empty(next, start - 1)),
+                Some(previous) if stretchable(previous) => stretch(previous, start - 1)?,
+                _ => out.push(RecordBatch::empty(next, start - 1)),
             }
         }
         next = start + rewritten.last_offset_delta() as i64 + 1;
         out.push(rewritten);
     }
     match out.last_mut() {
-        Some(previous) if next <= last_offset => stretch(previous, last_offset)?,
+        Some(previous) if next <= last_offset && stretchable(previous) => {
+            stretch(previous, last_offset)?
+        }
+        Some(_) if next <= last_offset => out.push(RecordBatch::empty(next, last_offset)),
         Some(_) => {}
         None => out.push(RecordBatch::empty(first.base_offset(), last_offset)),
     }
@@ -294,6 +302,14 @@ pub fn keep_latest(
         batches: out,
         undecodable,
     })
+}
+
+/// Whether a gap after `batch` may be covered by stretching it: not a
+/// transaction's batch or marker (a consumer decides whether a batch was
+/// aborted by its range, so a stretched one could be dropped with an abort
+/// of its producer, or a marker read over records it does not end).
+fn stretchable(batch: &RecordBatch) -> bool {
+    !batch.is_transactional() && !batch.is_control()
 }
 
 /// Makes `batch` end at `last_offset`.
@@ -343,6 +359,54 @@ mod tests {
             }
         }
         (records, ranges)
+    }
+
+    /// `b` as producer 7's transactional batch.
+    fn transactional(b: RecordBatch) -> RecordBatch {
+        let mut bytes = b.bytes().to_vec();
+        let attributes = i16::from_be_bytes([bytes[21], bytes[22]]) | 0x10;
+        bytes[21..23].copy_from_slice(&attributes.to_be_bytes());
+        bytes[43..51].copy_from_slice(&7i64.to_be_bytes());
+        bytes[51..53].copy_from_slice(&0i16.to_be_bytes());
+        bytes[53..57].copy_from_slice(&0i32.to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[21..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch::parse_all(&Bytes::from(bytes))
+            .unwrap()
+            .remove(0)
+    }
+
+    /// A transaction's records never evict others (the transaction may have
+    /// aborted: its record for `a` must not take the committed one's place),
+    /// are kept whole, and no gap is covered by stretching one of its
+    /// batches or markers.
+    #[test]
+    fn transactions_records_and_markers_are_kept_as_they_are() {
+        let aborted = transactional(batch(1, &[(Some("a"), Some("aborted"))], Compression::None));
+        let marker = RecordBatch::end_txn_marker(7, 0, false, 1_000).with_offsets(2, 0);
+        let batches = vec![
+            batch(0, &[(Some("a"), Some("committed"))], Compression::None),
+            aborted.clone(),
+            marker.clone(),
+            batch(3, &[(Some("b"), Some("1"))], Compression::None),
+            batch(4, &[(Some("b"), Some("2"))], Compression::None),
+        ];
+        let out = keep_latest(&batches, 60_000, 1_010, 4).unwrap().batches;
+        let (records, ranges) = contents(&out);
+        assert_eq!(
+            records,
+            vec![
+                (0, Some("a".into()), Some("committed".into())),
+                (1, Some("a".into()), Some("aborted".into())),
+                // The ABORT marker's control record.
+                (2, Some("\0\0\0\0".into()), Some("\0\0\0\0\0\0".into())),
+                (4, Some("b".into()), Some("2".into())),
+            ]
+        );
+        // b@3 is gone: an empty batch stands in, the marker is not stretched.
+        assert_eq!(ranges, vec![(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]);
+        assert_eq!(out[1].bytes(), aborted.bytes());
+        assert_eq!(out[2].bytes(), marker.bytes());
     }
 
     #[test]

@@ -1078,10 +1078,15 @@ impl State {
             }
             results[at] = Some(result.map(|(offset, _)| offset));
         }
-        for (n, end) in commit.ends.iter().enumerate() {
-            let markers: Vec<usize> = (0..commit.batches.len())
-                .filter(|&at| commit.batches[at].kind == BatchKind::Marker { end: n as u32 })
-                .collect();
+        let mut markers_of: Vec<Vec<usize>> = vec![Vec::new(); commit.ends.len()];
+        for (at, b) in commit.batches.iter().enumerate() {
+            if let BatchKind::Marker { end } = b.kind
+                && let Some(markers) = markers_of.get_mut(end as usize)
+            {
+                markers.push(at);
+            }
+        }
+        for (end, markers) in commit.ends.iter().zip(markers_of) {
             match self.sequence_end(end, &markers, &commit.batches, object, now_ms) {
                 Ok((offsets, added)) => {
                     live_extents += added;

@@ -82,6 +82,11 @@ pub struct Txn {
     /// Bumped on every change: an end names the version it was built for,
     /// so markers built for an older set of partitions are refused.
     pub version: u64,
+    /// An InitProducerId found it ongoing and bumped its epoch (fencing
+    /// its producer at once, as Kafka's `PrepareEpochFence`); it now waits
+    /// only for its abort markers (a [`EndReason::Fence`] end).
+    #[serde(default)]
+    pub fencing: bool,
 }
 
 impl Txn {
@@ -140,12 +145,13 @@ pub struct TxnEnd {
 }
 
 impl TxnEnd {
-    /// The epoch its markers carry: the producer's, or one past it when the
-    /// end fences (as Kafka writes the bumped epoch into fencing markers).
+    /// The epoch its markers carry: the producer's, or one past it when a
+    /// timeout fences (as Kafka writes the bumped epoch into fencing
+    /// markers; a fence's epoch was bumped when it began).
     pub fn marker_epoch(&self) -> i16 {
         match self.reason {
-            EndReason::Client => self.epoch,
-            EndReason::Fence | EndReason::Timeout => self.epoch.saturating_add(1),
+            EndReason::Client | EndReason::Fence => self.epoch,
+            EndReason::Timeout => self.epoch.saturating_add(1),
         }
     }
 }
@@ -163,6 +169,8 @@ pub struct TxnView {
     pub partitions: Vec<TopicPartition>,
     pub groups: Vec<String>,
     pub version: u64,
+    /// Ongoing, fenced, waiting for its abort markers (see [`Txn::fencing`]).
+    pub fencing: bool,
 }
 
 /// Every transactional id, and the index from producer id to it.
@@ -211,15 +219,17 @@ impl Txns {
             partitions: t.partitions.keys().copied().collect(),
             groups: t.groups.iter().cloned().collect(),
             version: t.version,
+            fencing: t.fencing,
         })
     }
 
     /// InitProducerId with a transactional id (`handleInitProducerId`):
     /// issues a producer id to a new id, or bumps the epoch of a known one.
-    /// An ongoing transaction is first fenced: with no partition it is
-    /// aborted here; with partitions its abort markers must be written
-    /// (a [`EndReason::Fence`] end). Either way the answer is
-    /// `ConcurrentTransactions` and the producer asks again.
+    /// An ongoing transaction is first fenced: its epoch is bumped here, so
+    /// its producer (a zombie) is refused from now on; with no partition it
+    /// is aborted here too, with partitions its abort markers must then be
+    /// written (a [`EndReason::Fence`] end at the bumped epoch). Either way
+    /// the answer is `ConcurrentTransactions` and the producer asks again.
     pub fn init(
         &mut self,
         id: &str,
@@ -236,12 +246,15 @@ impl Txns {
         if timeout_ms <= 0 {
             return Err(Refusal::InvalidTxnTimeout(timeout_ms));
         }
+        if expected.is_some_and(|e| e.producer_id < 0 || e.epoch < 0) {
+            return Err(Refusal::InvalidTxnState(
+                "an expected producer needs an id and an epoch".into(),
+            ));
+        }
+        if !self.by_id.contains_key(id) && self.by_id.len() >= MAX_TRANSACTIONAL_IDS {
+            self.evict_oldest_idle()?;
+        }
         let Some(txn) = self.by_id.get_mut(id) else {
-            if self.by_id.len() >= MAX_TRANSACTIONAL_IDS {
-                return Err(Refusal::TxnLimit(format!(
-                    "{MAX_TRANSACTIONAL_IDS} transactional ids are in use"
-                )));
-            }
             let producer_id = ids.issue();
             self.by_id.insert(
                 id.to_string(),
@@ -257,6 +270,7 @@ impl Txns {
                     partitions: BTreeMap::new(),
                     groups: BTreeSet::new(),
                     version: 0,
+                    fencing: false,
                 },
             );
             self.by_producer.insert(producer_id, id.to_string());
@@ -279,6 +293,11 @@ impl Txns {
         if txn.phase == TxnPhase::Ongoing {
             if txn.partitions.is_empty() {
                 fence(txn, now_ms);
+            } else if !txn.fencing {
+                txn.epoch = txn.epoch.saturating_add(1);
+                txn.last_epoch = -1;
+                txn.fencing = true;
+                txn.touch(now_ms);
             }
             return Err(Refusal::ConcurrentTransactions);
         }
@@ -306,7 +325,7 @@ impl Txns {
                     txn.epoch += 1;
                 }
                 // A retry of the bump that made the current epoch.
-                Some(e) if e.epoch == txn.last_epoch => {}
+                Some(e) if txn.last_epoch >= 0 && e.epoch == txn.last_epoch => {}
                 Some(e) => {
                     return Err(Refusal::ProducerFenced {
                         producer_id: e.producer_id,
@@ -314,7 +333,6 @@ impl Txns {
                     });
                 }
             }
-            txn.last_producer_id = txn.producer_id;
         }
         txn.phase = TxnPhase::Empty;
         txn.timeout_ms = timeout_ms;
@@ -344,6 +362,9 @@ impl Txns {
         // only be aborted (by its producer, or by the timeout job).
         if txn.epoch != epoch || txn.expired(now_ms) {
             return Err(Refusal::ProducerFenced { producer_id, epoch });
+        }
+        if txn.fencing {
+            return Err(Refusal::ConcurrentTransactions);
         }
         Ok(txn)
     }
@@ -428,6 +449,15 @@ impl Txns {
             }
         }
         let expired = txn.expired(now_ms);
+        // While fenced, only the fence's abort may end it (or the timeout).
+        if txn.fencing && end.reason == EndReason::Client {
+            return Err(Refusal::ConcurrentTransactions);
+        }
+        if end.reason == EndReason::Fence && !txn.fencing {
+            return Err(Refusal::InvalidTxnState(
+                "the transaction is not being fenced".into(),
+            ));
+        }
         match end.reason {
             EndReason::Client if end.commit && expired => {
                 return Err(Refusal::ProducerFenced {
@@ -471,7 +501,13 @@ impl Txns {
                 };
                 txn.touch(now_ms);
             }
-            EndReason::Fence | EndReason::Timeout => fence(txn, now_ms),
+            // Its epoch was bumped when the fence began.
+            EndReason::Fence => {
+                txn.phase = TxnPhase::CompleteAbort;
+                txn.fencing = false;
+                txn.touch(now_ms);
+            }
+            EndReason::Timeout => fence(txn, now_ms),
         }
         ProducerIdentity {
             producer_id: txn.producer_id,
@@ -540,6 +576,12 @@ impl Txns {
                     t.phase
                 ));
             }
+            if t.fencing && !ongoing {
+                return Err(format!(
+                    "transactional id {id} is fencing while {:?}",
+                    t.phase
+                ));
+            }
             if ongoing != (t.start_ms >= 0) {
                 return Err(format!(
                     "transactional id {id}: start {} while {:?}",
@@ -556,6 +598,27 @@ fn epoch_exhausted(epoch: i16) -> bool {
     epoch >= i16::MAX - 1
 }
 
+impl Txns {
+    /// Makes room for a new transactional id: forgets the one unused
+    /// longest that is not in a transaction (as expiry would, early).
+    fn evict_oldest_idle(&mut self) -> Result<(), Refusal> {
+        let oldest = self
+            .by_id
+            .iter()
+            .filter(|(_, t)| t.phase != TxnPhase::Ongoing)
+            .min_by_key(|(_, t)| t.last_update_ms)
+            .map(|(id, t)| (id.clone(), t.producer_id));
+        let Some((id, producer_id)) = oldest else {
+            return Err(Refusal::TxnLimit(format!(
+                "{MAX_TRANSACTIONAL_IDS} transactions are ongoing"
+            )));
+        };
+        self.by_id.remove(&id);
+        self.by_producer.remove(&producer_id);
+        Ok(())
+    }
+}
+
 /// Aborts (the caller has written any markers) and bumps the epoch, so the
 /// producer that held it is fenced (`prepareFenceProducerEpoch`).
 fn fence(txn: &mut Txn, now_ms: i64) {
@@ -565,5 +628,6 @@ fn fence(txn: &mut Txn, now_ms: i64) {
     txn.phase = TxnPhase::CompleteAbort;
     txn.epoch = txn.epoch.saturating_add(1);
     txn.last_epoch = -1;
+    txn.fencing = false;
     txn.touch(now_ms);
 }

@@ -543,7 +543,35 @@ fn init_bumps_epochs_and_fences_an_ongoing_transaction() {
         init(&mut s, 2_100, "tx"),
         Err(Refusal::ConcurrentTransactions)
     );
-    assert_eq!(view(&s, "tx").phase, TxnPhase::Ongoing, "nothing changed");
+    let fenced = view(&s, "tx");
+    assert_eq!(
+        (fenced.phase, fenced.fencing, fenced.epoch),
+        (TxnPhase::Ongoing, true, third.epoch + 1)
+    );
+    // The zombie is refused at once, before the abort markers are written:
+    // no more data, partitions or end of its own.
+    assert!(matches!(
+        txn_data(&mut s, 2_100, "z1", data(p0, Some(third), 1, 1)),
+        Err(Refusal::InvalidProducerEpoch { .. })
+    ));
+    assert!(matches!(
+        add(&mut s, 2_100, "tx", third, &[tp(t, 2)]),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    let zombie_end = TxnEnd {
+        epoch: third.epoch,
+        ..end(&s, "tx", true, EndReason::Client)
+    };
+    assert!(matches!(
+        at(&mut s, 2_100, EndTxn { end: zombie_end }),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    // Asking again while the markers are pending bumps nothing more.
+    assert_eq!(
+        init(&mut s, 2_100, "tx"),
+        Err(Refusal::ConcurrentTransactions)
+    );
+    assert_eq!(view(&s, "tx").epoch, third.epoch + 1);
     let fence = end_with_markers(&mut s, 2_100, "b", "tx", false, EndReason::Fence);
     assert_eq!(fence, vec![Ok(1)]);
     assert_eq!(lso(&s, p0), 2);
@@ -598,6 +626,35 @@ fn init_bumps_epochs_and_fences_an_ongoing_transaction() {
             }
         ),
         Err(Refusal::InvalidTxnTimeout(0))
+    ));
+}
+
+/// Kafka's `prepareProducerIdRotation`: when the epoch is about to
+/// overflow, the id gets a new producer id at epoch 0, and a retry of that
+/// InitProducerId is recognised through the previous one.
+#[test]
+fn an_exhausted_epoch_rotates_the_producer_id() {
+    let (mut s, _) = state();
+    let mut p = init(&mut s, 2_000, "tx").unwrap();
+    while p.epoch < i16::MAX - 1 {
+        p = init_expecting(&mut s, 2_000, "tx", Some(p)).unwrap();
+    }
+    let rotated = init_expecting(&mut s, 2_000, "tx", Some(p)).unwrap();
+    assert_ne!(rotated.producer_id, p.producer_id);
+    assert_eq!(rotated.epoch, 0);
+    // The producer retries with the identity it had: answered alike.
+    assert_eq!(init_expecting(&mut s, 2_000, "tx", Some(p)), Ok(rotated));
+    assert_eq!(init_expecting(&mut s, 2_000, "tx", Some(p)), Ok(rotated));
+    let v = view(&s, "tx");
+    assert_eq!((v.producer_id, v.epoch), (rotated.producer_id, 0));
+    // An expected identity without an epoch is a client's mistake.
+    let no_epoch = ProducerIdentity {
+        epoch: -1,
+        ..rotated
+    };
+    assert!(matches!(
+        init_expecting(&mut s, 2_000, "tx", Some(no_epoch)),
+        Err(Refusal::InvalidTxnState(_))
     ));
 }
 
@@ -731,10 +788,10 @@ fn random_transactions_keep_the_invariants() {
                 7 | 8 => {
                     if known(&s, id).is_some() {
                         let commit = rng.gen_bool(0.5);
-                        let reason = if rng.gen_bool(0.2) {
-                            EndReason::Timeout
-                        } else {
-                            EndReason::Client
+                        let reason = match rng.gen_range(0..5) {
+                            0 => EndReason::Timeout,
+                            1 => EndReason::Fence,
+                            _ => EndReason::Client,
                         };
                         let answers = end_with_markers(&mut s, now, &key, id, commit, reason);
                         if !answers.is_empty() && answers.iter().all(Result::is_ok) {

@@ -240,6 +240,47 @@ impl RecordBatch {
         RecordBatch { bytes: b.freeze() }
     }
 
+    /// A COMMIT or ABORT marker of a transaction (a control batch, as
+    /// `MemoryRecords.withEndTransactionMarker` writes it): attributes
+    /// transactional and control, the producer's id and `epoch`, no sequence,
+    /// one record whose key is the marker's version (0) and type (0 ABORT,
+    /// 1 COMMIT) and whose value is its version (0) and the coordinator epoch.
+    /// 78 bytes; its base offset is set when it is sequenced.
+    pub fn end_txn_marker(producer_id: i64, epoch: i16, commit: bool, now_ms: i64) -> RecordBatch {
+        // The record: length, attributes, timestamp delta, offset delta,
+        // key (4 bytes), value (6 bytes), no headers; varints zigzagged.
+        let mut record = vec![
+            16 << 1, // length of what follows: 16
+            0,       // attributes
+            0,       // timestamp delta
+            0,       // offset delta
+            4 << 1,  // key length
+        ];
+        record.extend_from_slice(&0i16.to_be_bytes()); // key version
+        record.extend_from_slice(&(commit as i16).to_be_bytes()); // type
+        record.push(6 << 1); // value length
+        record.extend_from_slice(&0i16.to_be_bytes()); // value version
+        record.extend_from_slice(&0i32.to_be_bytes()); // coordinator epoch
+        record.push(0); // headers
+        let mut b = bytes::BytesMut::zeroed(HEADER_LEN);
+        b[8..12]
+            .copy_from_slice(&((HEADER_LEN + record.len() - LOG_OVERHEAD) as i32).to_be_bytes());
+        b[12..16].copy_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+        b[16] = 2; // magic
+        b[21..23].copy_from_slice(&0x30i16.to_be_bytes()); // transactional | control
+        // last offset delta 0 (already zero)
+        b[27..35].copy_from_slice(&now_ms.to_be_bytes()); // base timestamp
+        b[35..43].copy_from_slice(&now_ms.to_be_bytes()); // max timestamp
+        b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&(-1i32).to_be_bytes()); // base sequence
+        b[57..61].copy_from_slice(&1i32.to_be_bytes()); // record count
+        b.extend_from_slice(&record);
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch { bytes: b.freeze() }
+    }
+
     pub fn bytes(&self) -> &Bytes {
         &self.bytes
     }
@@ -372,6 +413,22 @@ pub fn whole_batches_within(buf: &[u8], limit: usize, at_least_one: bool) -> usi
         at += total;
     }
     at
+}
+
+/// The last offset of the last whole batch in `buf` (whole batches end to
+/// end, offsets patched), if there is one.
+pub fn last_offset_of(buf: &[u8]) -> Option<i64> {
+    let mut at = 0;
+    let mut last = None;
+    while buf.len() - at >= HEADER_LEN {
+        let total = LOG_OVERHEAD + be_i32(buf, at + 8).max(0) as usize;
+        if buf.len() - at < total {
+            break;
+        }
+        last = Some(be_i64(buf, at) + be_i32(buf, at + 23) as i64);
+        at += total;
+    }
+    last
 }
 
 /// Byte position of the first whole batch in `buf` whose last offset is at
@@ -519,6 +576,50 @@ mod tests {
             set.records
                 .iter()
                 .all(|r| r.timestamp_type == TimestampType::LogAppend)
+        );
+    }
+
+    /// A marker is what Kafka writes: kafka-protocol's decoder (Kafka's
+    /// rules) reads a control record of the right type, producer and epoch,
+    /// and its bytes stay as pinned here.
+    #[test]
+    fn end_transaction_markers_are_kafkas_control_batches() {
+        for (commit, kind) in [(false, 0u8), (true, 1)] {
+            let marker = RecordBatch::end_txn_marker(7, 3, commit, 1_700_000_000_000);
+            assert_eq!(marker.len(), 78);
+            assert!(marker.is_control() && marker.is_transactional());
+            assert_eq!(
+                (
+                    marker.producer_id(),
+                    marker.producer_epoch(),
+                    marker.record_count()
+                ),
+                (7, 3, 1)
+            );
+            assert_eq!(
+                RecordBatch::parse_all(marker.bytes()).unwrap(),
+                vec![marker.clone()]
+            );
+            let mut cursor = marker.bytes().clone();
+            let set = RecordBatchDecoder::decode(&mut cursor).unwrap();
+            let record = &set.records[0];
+            assert!(record.control && record.transactional);
+            assert_eq!(
+                (record.producer_id, record.producer_epoch, record.sequence),
+                (7, 3, -1)
+            );
+            assert_eq!(record.key.as_deref(), Some(&[0u8, 0, 0, kind][..]));
+            assert_eq!(record.value.as_deref(), Some(&[0u8; 6][..]));
+        }
+        let hex: String = RecordBatch::end_txn_marker(7, 3, true, 1_700_000_000_000)
+            .bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "000000000000000000000042ffffffff029b250fb60030000000000000018bcfe568000000018bcfe56800000000000000000700\
+             03ffffffff000000012000000008000000010c00000000000000"
         );
     }
 

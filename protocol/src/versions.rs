@@ -17,6 +17,10 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
+    // Transactions as Kafka's TV1: v4+ of AddPartitionsToTxn are between
+    // brokers, EndTxn v5 is TV2 (an epoch bump per transaction).
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeConfigs, 1, 4),
@@ -82,6 +86,6 @@ mod tests {
 
     #[test]
     fn unserved_api_has_no_range() {
-        assert!(served(ApiKey::AddPartitionsToTxn).is_none());
+        assert!(served(ApiKey::DescribeQuorum).is_none());
     }
 }

@@ -161,6 +161,27 @@ fn default_request(api: ApiKey) -> RequestKind {
         ApiKey::ApiVersions => RequestKind::ApiVersions(Default::default()),
         ApiKey::DeleteTopics => RequestKind::DeleteTopics(Default::default()),
         ApiKey::InitProducerId => RequestKind::InitProducerId(Default::default()),
+        ApiKey::AddPartitionsToTxn => RequestKind::AddPartitionsToTxn(
+            AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_static_str(
+                    "tx",
+                )))
+                .with_v3_and_below_topics(vec![
+                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![0, 1]),
+                ]),
+        ),
+        ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(
+            AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
+                .with_group_id(GroupId(StrBytes::from_static_str("g"))),
+        ),
+        ApiKey::EndTxn => RequestKind::EndTxn(
+            EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
+                .with_committed(true),
+        ),
         ApiKey::DeleteRecords => RequestKind::DeleteRecords(Default::default()),
         ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
         ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),

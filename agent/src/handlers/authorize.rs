@@ -35,6 +35,7 @@ pub enum Gate {
 const TOPIC_DENIED: i16 = ResponseError::TopicAuthorizationFailed.code();
 const GROUP_DENIED: i16 = ResponseError::GroupAuthorizationFailed.code();
 const CLUSTER_DENIED: i16 = ResponseError::ClusterAuthorizationFailed.code();
+const TXN_DENIED: i16 = ResponseError::TransactionalIdAuthorizationFailed.code();
 
 /// The operations Metadata reports for a topic when asked (Kafka's).
 const TOPIC_OPERATIONS: [i8; 8] = [
@@ -98,6 +99,34 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
         }
 
         // ---- topics: data ----
+        // A transactional produce needs WRITE on its transactional id, or
+        // nothing of it is written (`handleProduceRequest`).
+        RequestKind::Produce(req)
+            if req
+                .transactional_id
+                .as_ref()
+                .is_some_and(|id| !authz.allows(session, op::WRITE, rt::TRANSACTIONAL_ID, id)) =>
+        {
+            if req.acks == 0 {
+                return Gate::Close;
+            }
+            let topics = req.topic_data.iter().map(|t| {
+                let parts = t.partition_data.iter().map(|p| {
+                    produce_response::PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(TXN_DENIED)
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                });
+                produce_response::TopicProduceResponse::default()
+                    .with_name(t.name.clone())
+                    .with_partition_responses(parts.collect())
+            });
+            Gate::Answer(ResponseKind::Produce(
+                ProduceResponse::default().with_responses(topics.collect()),
+            ))
+        }
         RequestKind::Produce(mut req) => {
             let mut denied = Vec::new();
             req.topic_data.retain(|t| {
@@ -820,6 +849,84 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 false => Gate::Answer(ResponseKind::InitProducerId(
                     InitProducerIdResponse::default()
                         .with_error_code(error)
+                        .with_producer_id((-1).into())
+                        .with_producer_epoch(-1),
+                )),
+            }
+        }
+
+        // ---- transactions (KafkaApis' checks) ----
+        RequestKind::AddPartitionsToTxn(req) => {
+            let txn_ok = authz.allows(
+                session,
+                op::WRITE,
+                rt::TRANSACTIONAL_ID,
+                &req.v3_and_below_transactional_id,
+            );
+            let denied_topics: Vec<String> = req
+                .v3_and_below_topics
+                .iter()
+                .filter(|t| !topic(op::WRITE, &t.name))
+                .map(|t| t.name.to_string())
+                .collect();
+            if txn_ok && denied_topics.is_empty() {
+                return Gate::Handle(RequestKind::AddPartitionsToTxn(req), None);
+            }
+            // Nothing is added: the denied get their error, the others
+            // OPERATION_NOT_ATTEMPTED.
+            use add_partitions_to_txn_response::*;
+            let results = req.v3_and_below_topics.iter().map(|t| {
+                let code = match (txn_ok, denied_topics.contains(&t.name.to_string())) {
+                    (false, _) => TXN_DENIED,
+                    (true, true) => TOPIC_DENIED,
+                    (true, false) => ResponseError::OperationNotAttempted.code(),
+                };
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_results_by_partition(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                AddPartitionsToTxnPartitionResult::default()
+                                    .with_partition_index(p)
+                                    .with_partition_error_code(code)
+                            })
+                            .collect(),
+                    )
+            });
+            Gate::Answer(ResponseKind::AddPartitionsToTxn(
+                AddPartitionsToTxnResponse::default()
+                    .with_results_by_topic_v3_and_below(results.collect()),
+            ))
+        }
+        RequestKind::AddOffsetsToTxn(req) => {
+            let code = if !authz.allows(
+                session,
+                op::WRITE,
+                rt::TRANSACTIONAL_ID,
+                &req.transactional_id,
+            ) {
+                TXN_DENIED
+            } else if !group(op::READ, &req.group_id) {
+                GROUP_DENIED
+            } else {
+                return Gate::Handle(RequestKind::AddOffsetsToTxn(req), None);
+            };
+            Gate::Answer(ResponseKind::AddOffsetsToTxn(
+                AddOffsetsToTxnResponse::default().with_error_code(code),
+            ))
+        }
+        RequestKind::EndTxn(req) => {
+            match authz.allows(
+                session,
+                op::WRITE,
+                rt::TRANSACTIONAL_ID,
+                &req.transactional_id,
+            ) {
+                true => Gate::Handle(RequestKind::EndTxn(req), None),
+                false => Gate::Answer(ResponseKind::EndTxn(
+                    EndTxnResponse::default()
+                        .with_error_code(TXN_DENIED)
                         .with_producer_id((-1).into())
                         .with_producer_epoch(-1),
                 )),

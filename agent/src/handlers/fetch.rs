@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_metastore::{MetaError, ReadPlan, Refusal, TopicId, TopicInfo, TopicPartition};
+use floe_metastore::{MetaError, Refusal, TopicId, TopicInfo, TopicPartition, TxnReadPlan};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
 use floe_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use futures::future::join_all;
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::broker::{Broker, kafka_error};
 use crate::budget::{Held, Turn};
 use crate::read::read_extents;
-use floe_protocol::batch::whole_batches_within;
+use floe_protocol::batch::{last_offset_of, skip_batches_before, whole_batches_within};
 
 /// Longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
@@ -67,9 +67,12 @@ pub async fn handle(
     } else {
         req.max_bytes.min(cap)
     } as usize;
+    // read_committed (KIP-98): records only below the last stable offset,
+    // with the aborted transactions among them for the client to drop.
+    let committed = req.isolation_level == 1;
     loop {
         let (responses, bytes, seen, held) =
-            read_all(broker, &wanted, max_bytes, by_id, deadline, turn).await;
+            read_all(broker, &wanted, max_bytes, by_id, committed, deadline, turn).await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
             broker.metrics.fetched_bytes.inc_by(bytes as u64);
             return (FetchResponse::default().with_responses(responses), held);
@@ -105,6 +108,7 @@ async fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
     by_id: bool,
+    committed: bool,
     deadline: Instant,
     turn: &Turn,
 ) -> (
@@ -138,8 +142,16 @@ async fn read_all(
                                 let asked = Instant::now();
                                 let answer = broker
                                     .meta
-                                    .read_plan(topic.id, partition, offset, budget.max(1) as u64)
+                                    .txn_read_plans(vec![(tp, offset)], budget.max(1) as u64)
                                     .await
+                                    .and_then(|mut plans| {
+                                        plans
+                                            .pop()
+                                            .ok_or_else(|| {
+                                                MetaError::unavailable("no read plan in the answer")
+                                            })?
+                                            .map_err(MetaError::Refused)
+                                    })
                                     .map_err(|e| plan_error(&e));
                                 if let Ok(plan) = &answer {
                                     broker.extents.learn(tp, plan, asked);
@@ -154,13 +166,17 @@ async fn read_all(
                 // Nothing fits, and an earlier partition already has data:
                 // answer this one's offsets only.
                 if budget == 0 && planned > 0 {
-                    plan.extents.clear();
+                    plan.plan.extents.clear();
                 }
+                // Nothing at or past the last stable offset for read_committed.
+                let upper = readable_end(&plan, committed);
+                plan.plan.extents.retain(|e| e.base_offset < upper);
                 plan
             });
             if let (Ok(plan), Some(topic)) = (&plan, &w.topic) {
-                seen.push((topic.id, partition, plan.high_watermark));
+                seen.push((topic.id, partition, plan.plan.high_watermark));
                 planned += plan
+                    .plan
                     .extents
                     .iter()
                     .map(|e| e.length as usize)
@@ -185,7 +201,7 @@ async fn read_all(
                 for (_, partitions) in &mut plans {
                     for (_, _, _, plan) in partitions.iter_mut() {
                         if let Ok(plan) = plan {
-                            plan.extents.clear();
+                            plan.plan.extents.clear();
                         }
                     }
                 }
@@ -198,16 +214,26 @@ async fn read_all(
         let partitions = join_all(partitions.into_iter().map(
             |(partition, offset, partition_max, plan)| async move {
                 let data = match plan {
-                    Ok(plan) => read_extents(broker, &plan.extents, offset, plan.high_watermark)
-                        .await
-                        .map(|records| (plan.high_watermark, plan.log_start_offset, records))
-                        .map_err(|e| {
-                            tracing::warn!(partition, error = %e, "fetch: reading objects failed");
-                            ResponseError::KafkaStorageError
-                        }),
+                    Ok(plan) => read_extents(
+                        broker,
+                        &plan.plan.extents,
+                        offset,
+                        plan.plan.high_watermark,
+                    )
+                    .await
+                    .map(|mut records| {
+                        let upper = readable_end(&plan, committed);
+                        // The LSO is a batch boundary (a transaction's first batch).
+                        records.truncate(skip_batches_before(&records, upper));
+                        (plan, records)
+                    })
+                    .map_err(|e| {
+                        tracing::warn!(partition, error = %e, "fetch: reading objects failed");
+                        ResponseError::KafkaStorageError
+                    }),
                     Err(e) => Err(e),
                 };
-                (partition, partition_max, data)
+                (partition, offset, partition_max, data)
             },
         ))
         .await;
@@ -219,19 +245,21 @@ async fn read_all(
     let mut responses = Vec::with_capacity(read.len());
     for (w, partitions) in read {
         let mut out = Vec::with_capacity(partitions.len());
-        for (partition, partition_max, data) in partitions {
+        for (partition, offset, partition_max, data) in partitions {
             let response = PartitionData::default().with_partition_index(partition);
             out.push(match data {
-                Ok((hw, log_start, mut records)) => {
+                Ok((plan, mut records)) => {
                     let limit =
                         (partition_max.max(0) as usize).min(max_bytes.saturating_sub(total));
                     let keep = whole_batches_within(&records, limit, total == 0);
                     records.truncate(keep);
                     total += keep;
+                    let aborted = committed.then(|| aborted_within(&plan, offset, &records));
                     response
-                        .with_high_watermark(hw)
-                        .with_last_stable_offset(hw)
-                        .with_log_start_offset(log_start)
+                        .with_high_watermark(plan.plan.high_watermark)
+                        .with_last_stable_offset(plan.last_stable_offset)
+                        .with_log_start_offset(plan.plan.log_start_offset)
+                        .with_aborted_transactions(aborted)
                         .with_records(Some(records))
                 }
                 // As Kafka: invalid offsets with an error, so no client takes
@@ -254,6 +282,31 @@ async fn read_all(
     (responses, total, seen, held)
 }
 
+/// Where a fetch stops: the last stable offset for `read_committed`, the
+/// high watermark otherwise.
+fn readable_end(plan: &TxnReadPlan, committed: bool) -> i64 {
+    match committed {
+        true => plan.last_stable_offset.min(plan.plan.high_watermark),
+        false => plan.plan.high_watermark,
+    }
+}
+
+/// The aborted transactions with data among `records` (read from `from`),
+/// as Kafka lists them for a `read_committed` fetch: those whose marker is
+/// at or past `from` and that began before the records end.
+fn aborted_within(plan: &TxnReadPlan, from: i64, records: &[u8]) -> Vec<AbortedTransaction> {
+    let end = last_offset_of(records).map_or(from, |last| last + 1);
+    plan.aborted
+        .iter()
+        .filter(|a| a.last_offset >= from && a.first_offset < end)
+        .map(|a| {
+            AbortedTransaction::default()
+                .with_producer_id(a.producer_id.into())
+                .with_first_offset(a.first_offset)
+        })
+        .collect()
+}
+
 /// Asks the metastore, in one request, for every partition of the fetch the
 /// extent cache cannot plan, and teaches the cache the answers: the answers
 /// by (partition, offset), errors as the client gets them.
@@ -261,7 +314,7 @@ async fn ask_misses(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
-) -> HashMap<(TopicPartition, i64), Result<ReadPlan, ResponseError>> {
+) -> HashMap<(TopicPartition, i64), Result<TxnReadPlan, ResponseError>> {
     let mut per_partition = 1;
     let misses: Vec<(TopicPartition, i64)> = wanted
         .iter()
@@ -290,7 +343,7 @@ async fn ask_misses(
     // (a response takes no more of any one partition).
     let asked = Instant::now();
     let ask = per_partition.min(max_bytes).max(1) as u64;
-    match broker.meta.read_plans(misses.clone(), ask).await {
+    match broker.meta.txn_read_plans(misses.clone(), ask).await {
         Ok(answers) => misses
             .into_iter()
             .zip(answers)
@@ -318,7 +371,8 @@ async fn ask_misses(
 
 /// A plan cut to about `max_bytes` from `offset`, as the metastore plans:
 /// at least one extent, the first one holding `offset`.
-fn cut(mut plan: ReadPlan, offset: i64, max_bytes: usize) -> ReadPlan {
+fn cut(mut txn_plan: TxnReadPlan, offset: i64, max_bytes: usize) -> TxnReadPlan {
+    let plan = &mut txn_plan.plan;
     let mut bytes = 0usize;
     let mut keep = 0;
     for extent in plan.extents.iter().filter(|e| e.last_offset >= offset) {
@@ -330,7 +384,7 @@ fn cut(mut plan: ReadPlan, offset: i64, max_bytes: usize) -> ReadPlan {
     }
     plan.extents.retain(|e| e.last_offset >= offset);
     plan.extents.truncate(keep);
-    plan
+    txn_plan
 }
 
 /// The error a client gets for a plan the metastore refused.

@@ -1,4 +1,5 @@
-//! InitProducerId for idempotent (non-transactional) producers.
+//! InitProducerId for idempotent producers (a transactional id's is the
+//! coordinator's, see [`super::txn`]).
 //!
 //! Producer ids, epochs and the per-partition sequence state all live in the
 //! metastore, so a producer may move between agents and survive restarts.
@@ -11,16 +12,19 @@ use floe_protocol::kafka_protocol::messages::{
 
 use crate::broker::{Broker, kafka_error};
 
-pub async fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn handle(
+    broker: &Broker,
+    req: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
     let refused = |error: ResponseError| {
         InitProducerIdResponse::default()
             .with_error_code(error.code())
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1)
     };
-    if req.transactional_id.is_some() {
-        tracing::info!(transactional_id = ?req.transactional_id, "transactions are not supported yet");
-        return refused(ResponseError::TransactionalIdAuthorizationFailed);
+    if let Some(id) = req.transactional_id.clone() {
+        return super::txn::init_producer_id(broker, req, &id, version).await;
     }
     // v3+: a producer that already has an id asks for an epoch bump (KIP-360).
     let existing = (req.producer_id.0 >= 0).then_some(ProducerIdentity {

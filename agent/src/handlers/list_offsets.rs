@@ -24,6 +24,8 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
 pub async fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    // read_committed (v2+): nothing at or past the last stable offset.
+    let committed = version >= 2 && req.isolation_level == 1;
     let mut topics = Vec::with_capacity(req.topics.len());
     for topic in req.topics {
         let info = broker.meta.topic(&topic.name.0).await.ok().flatten();
@@ -33,7 +35,9 @@ pub async fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> L
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             let answer = match &info {
                 None => Err(ResponseError::UnknownTopicOrPartition),
-                Some(info) => lookup(broker, info.id, p.partition_index, p.timestamp).await,
+                Some(info) => {
+                    lookup(broker, info.id, p.partition_index, p.timestamp, committed).await
+                }
             };
             partitions.push(match answer {
                 Ok((timestamp, offset)) => response
@@ -62,9 +66,39 @@ async fn lookup(
     topic: uuid::Uuid,
     partition: i32,
     timestamp: i64,
+    committed: bool,
+) -> Result<(i64, i64), ResponseError> {
+    if !committed {
+        return lookup_any(broker, topic, partition, timestamp, OffsetQuery::Latest).await;
+    }
+    // read_committed: the latest offset is the last stable one, and a record
+    // found at or past it is not there yet (`Partition.fetchOffsetForTimestamp`).
+    let found = lookup_any(broker, topic, partition, timestamp, OffsetQuery::LastStable).await?;
+    if timestamp == LATEST || matches!(timestamp, EARLIEST | EARLIEST_LOCAL) || found.1 < 0 {
+        return Ok(found);
+    }
+    let stable = match broker
+        .meta
+        .list_offsets(topic, partition, OffsetQuery::LastStable)
+        .await
+        .map_err(|e| kafka_error(&e))?
+    {
+        OffsetAnswer::Offset(offset) => offset,
+        _ => return Err(ResponseError::UnknownServerError),
+    };
+    Ok(if found.1 >= stable { (-1, -1) } else { found })
+}
+
+/// `(timestamp, offset)`, `latest` being the query for the latest offset.
+async fn lookup_any(
+    broker: &Broker,
+    topic: uuid::Uuid,
+    partition: i32,
+    timestamp: i64,
+    latest: OffsetQuery,
 ) -> Result<(i64, i64), ResponseError> {
     let query = match timestamp {
-        LATEST => OffsetQuery::Latest,
+        LATEST => latest,
         EARLIEST | EARLIEST_LOCAL => OffsetQuery::Earliest,
         MAX_TIMESTAMP => OffsetQuery::MaxTimestamp,
         t if t >= 0 => OffsetQuery::Timestamp(t),

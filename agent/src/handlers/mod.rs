@@ -17,6 +17,7 @@ pub mod produce;
 pub mod produce_rules;
 pub mod scram_credentials;
 pub mod topics;
+pub mod txn;
 
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::{
@@ -77,7 +78,7 @@ pub async fn admit(
         response
     };
     if let RequestKind::Produce(req) = body {
-        let admitted = produce::admit(&broker, req, session).await;
+        let admitted = produce::admit(&broker, req, version, session).await;
         return Box::pin(async move {
             admitted
                 .respond()
@@ -209,8 +210,15 @@ async fn handle(
             ResponseKind::DeleteRecords(delete_records::handle(broker, req).await)
         }
         RequestKind::InitProducerId(req) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(broker, req).await)
+            ResponseKind::InitProducerId(init_producer_id::handle(broker, req, version).await)
         }
+        RequestKind::AddPartitionsToTxn(req) => {
+            ResponseKind::AddPartitionsToTxn(txn::add_partitions(broker, req, version).await)
+        }
+        RequestKind::AddOffsetsToTxn(req) => {
+            ResponseKind::AddOffsetsToTxn(txn::add_offsets(broker, req, version).await)
+        }
+        RequestKind::EndTxn(req) => ResponseKind::EndTxn(txn::end_txn(broker, req, version).await),
         RequestKind::CreateAcls(req) => ResponseKind::CreateAcls(acls::create(broker, req).await),
         RequestKind::DescribeAcls(req) => {
             ResponseKind::DescribeAcls(acls::describe(broker, req).await)

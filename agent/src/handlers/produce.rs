@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe_metastore::Refusal;
+use floe_metastore::{BatchKind, Refusal};
 use floe_protocol::ResponseError;
 use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::messages::produce_request::PartitionProduceData;
@@ -30,6 +30,8 @@ use crate::topic_cache::TopicCache;
 /// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
 pub struct Admitted {
     acks: i16,
+    /// The request's version (some errors depend on it).
+    version: i16,
     /// How long the client waits for its answer (the request's `timeout_ms`).
     timeout: Duration,
     /// When the answer is due: `timeout` after the request was read,
@@ -47,18 +49,18 @@ enum Admission {
 }
 
 /// Validates every partition's batch and enqueues the good ones, in request order.
-pub async fn admit(broker: &Broker, req: ProduceRequest, session: &Session) -> Admitted {
+pub async fn admit(
+    broker: &Broker,
+    req: ProduceRequest,
+    version: i16,
+    session: &Session,
+) -> Admitted {
     let timeout = answer_within(req.timeout_ms);
     let due = Instant::now() + timeout;
     let refusal = if !matches!(req.acks, -1..=1) {
         Some((
             ResponseError::InvalidRequiredAcks,
             "acks must be -1, 0 or 1",
-        ))
-    } else if req.transactional_id.is_some() {
-        Some((
-            ResponseError::TransactionalIdAuthorizationFailed,
-            "transactions are not supported yet",
         ))
     } else {
         None
@@ -92,7 +94,10 @@ pub async fn admit(broker: &Broker, req: ProduceRequest, session: &Session) -> A
             let admission = match &info {
                 Err((error, why)) => Admission::Refused(*error, why.clone()),
                 Ok((info, rules)) => {
-                    match admit_partition(broker, info, rules, data, req.acks, due).await {
+                    let transactional = req.transactional_id.is_some();
+                    match admit_partition(broker, info, rules, data, req.acks, transactional, due)
+                        .await
+                    {
                         Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
                         Err((error, why)) => {
                             tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
@@ -107,6 +112,7 @@ pub async fn admit(broker: &Broker, req: ProduceRequest, session: &Session) -> A
     }
     Admitted {
         acks: req.acks,
+        version,
         timeout,
         due,
         topics,
@@ -123,7 +129,7 @@ impl Admitted {
     /// `REQUEST_TIMED_OUT`, as Kafka answers a produce whose replication
     /// outlived it: the batch may still be stored, and the producer retries.
     pub async fn respond(self) -> Option<ProduceResponse> {
-        let acks = self.acks;
+        let (acks, version) = (self.acks, self.version);
         let (timeout, due) = (self.timeout, self.due);
         let cache = &self.topic_cache;
         let topics = join_all(
@@ -139,7 +145,7 @@ impl Admitted {
                                     append_time = stamped;
                                     match tokio::time::timeout_at(due, committed.offset()).await {
                                         Ok(answered) => {
-                                            answered.map_err(|e| refusal(e, cache, topic))
+                                            answered.map_err(|e| refusal(e, cache, topic, version))
                                         }
                                         Err(_) => Err((
                                             ResponseError::RequestTimedOut,
@@ -171,7 +177,12 @@ impl Admitted {
 }
 
 /// The Kafka error for a batch the batcher did not commit.
-fn refusal(error: AppendError, cache: &TopicCache, topic: &str) -> (ResponseError, String) {
+fn refusal(
+    error: AppendError,
+    cache: &TopicCache,
+    topic: &str,
+    version: i16,
+) -> (ResponseError, String) {
     match error {
         AppendError::Storage(why) => (ResponseError::KafkaStorageError, why),
         AppendError::Refused(refusal) => {
@@ -180,7 +191,16 @@ fn refusal(error: AppendError, cache: &TopicCache, topic: &str) -> (ResponseErro
                 cache.invalidate(topic);
                 tracing::debug!(%topic, "forgot topic {topic}: the metastore refused its id");
             }
-            (refusal_error(&refusal), refusal.to_string())
+            let error = match refusal {
+                // KIP-890: a transactional batch for a partition not in an
+                // ongoing transaction of its producer. Produce v11+ clients
+                // know TRANSACTION_ABORTABLE (they abort and go on).
+                Refusal::NotInTransaction if version >= 11 => ResponseError::TransactionAbortable,
+                // Kafka answers a fenced transactional producer's batches so.
+                Refusal::ProducerFenced { .. } => ResponseError::InvalidProducerEpoch,
+                _ => refusal_error(&refusal),
+            };
+            (error, refusal.to_string())
         }
     }
 }
@@ -208,6 +228,7 @@ async fn admit_partition(
     rules: &ProduceRules,
     data: PartitionProduceData,
     acks: i16,
+    transactional: bool,
     due: Instant,
 ) -> Result<(Committed, Option<i64>), (ResponseError, String)> {
     if data.index < 0 || data.index >= topic.partitions {
@@ -233,12 +254,19 @@ async fn admit_partition(
             "clients may not produce control batches".into(),
         ));
     }
-    if batch.is_transactional() {
-        return Err((
-            ResponseError::InvalidTxnState,
-            "transactions are not supported yet".into(),
-        ));
-    }
+    // A transactional batch comes with its transactional id (Kafka's
+    // `ProduceRequest.validateRecords`), and is sequenced only into a
+    // partition of its producer's ongoing transaction (the metastore's check).
+    let kind = match (batch.is_transactional(), transactional) {
+        (true, true) => BatchKind::Transactional,
+        (true, false) => {
+            return Err((
+                ResponseError::InvalidRecord,
+                "a transactional batch in a request without a transactional id".into(),
+            ));
+        }
+        (false, _) => BatchKind::Plain,
+    };
     // The agent's clock, as a Kafka leader uses its own: this stamps data,
     // it decides nothing.
     let now_ms = crate::discovery::now_ms();
@@ -255,7 +283,7 @@ async fn admit_partition(
     // is then not enqueued, and the producer retries it.
     let enqueue = broker
         .batcher
-        .enqueue(topic.id, data.index, batch, acks == 0);
+        .enqueue(topic.id, data.index, batch, acks == 0, kind);
     let committed = tokio::time::timeout_at(due, enqueue)
         .await
         .map_err(|_| {

@@ -667,7 +667,16 @@ async fn produce(
             // Kafka's producer gives up on a batch after `delivery.timeout.ms`
             // (two minutes), whatever became of it.
             let delivery = async {
-                match batcher.enqueue(topic.id, partition, batch, false).await {
+                match batcher
+                    .enqueue(
+                        topic.id,
+                        partition,
+                        batch,
+                        false,
+                        floe_metastore::BatchKind::Plain,
+                    )
+                    .await
+                {
                     Ok(committed) => committed.offset().await,
                     Err(e) => Err(e),
                 }

@@ -1,0 +1,312 @@
+//! The transaction coordinator's APIs (KIP-98, Kafka's TV1): InitProducerId
+//! with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn.
+//!
+//! Every decision is the metastore's (`floe_metastore::txn`), so any agent
+//! coordinates any transaction and a client may move between agents between
+//! any two requests. An end that needs markers is written through this
+//! agent's batcher: one control batch per partition of the transaction, all
+//! in one ingest file, whose commit decides the end and sequences the
+//! markers in one step ([`write_end`]); the fence of a zombie
+//! (InitProducerId) and the timeout job's aborts take the same path.
+
+use floe_metastore::txn::{EndReason, TxnEnd, TxnPhase, TxnView};
+use floe_metastore::{MetaError, ProducerIdentity, Refusal, TopicPartition, ops::AddToTxn};
+use floe_protocol::ResponseError;
+use floe_protocol::batch::RecordBatch;
+use floe_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use floe_protocol::kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProducerId,
+};
+
+use crate::batcher::AppendError;
+use crate::broker::Broker;
+
+/// How often EndTxn builds its markers again when the transaction gained a
+/// partition meanwhile (a produce racing the end), before answering
+/// CONCURRENT_TRANSACTIONS (which the client retries).
+const END_ATTEMPTS: usize = 3;
+
+/// No error.
+const NONE: i16 = 0;
+
+/// The error Kafka sends for a coordinator's refusal. `fenced_code`: the
+/// request's version knows PRODUCER_FENCED (older ones get
+/// INVALID_PRODUCER_EPOCH, as `KafkaApis` translates).
+pub fn coordinator_error(e: &MetaError, fenced_code: bool) -> ResponseError {
+    let MetaError::Refused(refusal) = e else {
+        // The metastore did not answer: the client finds its coordinator
+        // again and retries.
+        return ResponseError::CoordinatorNotAvailable;
+    };
+    match refusal {
+        Refusal::ProducerFenced { .. } if fenced_code => ResponseError::ProducerFenced,
+        Refusal::ProducerFenced { .. } | Refusal::InvalidProducerEpoch { .. } => {
+            ResponseError::InvalidProducerEpoch
+        }
+        Refusal::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        Refusal::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+        Refusal::InvalidTxnTimeout(_) => ResponseError::InvalidTransactionTimeout,
+        Refusal::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        Refusal::InvalidTxnState(_) | Refusal::NotInTransaction | Refusal::TxnEnded { .. } => {
+            ResponseError::InvalidTxnState
+        }
+        other => {
+            tracing::warn!(refusal = %other, "transaction request refused");
+            crate::broker::refusal_error(other)
+        }
+    }
+}
+
+/// InitProducerId with a transactional id (`handleInitProducerId`).
+pub async fn init_producer_id(
+    broker: &Broker,
+    req: InitProducerIdRequest,
+    id: &str,
+    version: i16,
+) -> InitProducerIdResponse {
+    let answer = |error: i16, p: Option<ProducerIdentity>| {
+        InitProducerIdResponse::default()
+            .with_error_code(error)
+            .with_producer_id(ProducerId(p.map_or(-1, |p| p.producer_id)))
+            .with_producer_epoch(p.map_or(-1, |p| p.epoch))
+    };
+    let max = broker.config.transaction_max_timeout.as_millis();
+    if req.transaction_timeout_ms <= 0 || req.transaction_timeout_ms as u128 > max {
+        return answer(ResponseError::InvalidTransactionTimeout.code(), None);
+    }
+    // v3+: the producer's current identity, for KIP-360's bump.
+    let expected = (req.producer_id.0 >= 0).then_some(ProducerIdentity {
+        producer_id: req.producer_id.0,
+        epoch: req.producer_epoch,
+    });
+    let fenced_code = version >= 4;
+    match broker
+        .meta
+        .init_txn_producer(id, req.transaction_timeout_ms, expected)
+        .await
+    {
+        Ok(p) => answer(NONE, Some(p)),
+        Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => {
+            // A transaction of the id is ongoing: a zombie's, fenced now
+            // (its epoch bumped). Write its abort markers, as Kafka does
+            // before answering CONCURRENT_TRANSACTIONS; the producer asks again.
+            if let Ok(Some(txn)) = describe(broker, id).await
+                && txn.phase == TxnPhase::Ongoing
+                && txn.fencing
+            {
+                let end = TxnEnd {
+                    transactional_id: id.to_string(),
+                    producer_id: txn.producer_id,
+                    epoch: txn.epoch,
+                    commit: false,
+                    reason: EndReason::Fence,
+                    version: txn.version,
+                };
+                if let Err(e) = write_end(broker, end, &txn.partitions).await {
+                    tracing::info!(transactional_id = id, error = %e, "fencing an ongoing transaction did not complete; the producer retries");
+                }
+            }
+            answer(ResponseError::ConcurrentTransactions.code(), None)
+        }
+        Err(e) => answer(coordinator_error(&e, fenced_code).code(), None),
+    }
+}
+
+/// AddPartitionsToTxn v0-3 (v4+ are between brokers).
+pub async fn add_partitions(
+    broker: &Broker,
+    req: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
+    let topics = req.v3_and_below_topics;
+    let answer = |code: &dyn Fn(&str, i32) -> i16| {
+        let results = topics
+            .iter()
+            .map(|t| {
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_results_by_partition(
+                        t.partitions
+                            .iter()
+                            .map(|&p| {
+                                AddPartitionsToTxnPartitionResult::default()
+                                    .with_partition_index(p)
+                                    .with_partition_error_code(code(&t.name.0, p))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+    };
+    // Every partition must exist, or nothing is added (KafkaApis).
+    let mut partitions = Vec::new();
+    let mut unknown = std::collections::HashSet::new();
+    for t in &topics {
+        let max = t.partitions.iter().copied().max().unwrap_or(0);
+        let info = match broker.topics.get(&t.name.0, max) {
+            Some(info) => Some(info),
+            None => match broker.meta.topic(&t.name.0).await {
+                Ok(info) => info,
+                Err(e) => {
+                    let error = coordinator_error(&e, false).code();
+                    return answer(&|_, _| error);
+                }
+            },
+        };
+        for &p in &t.partitions {
+            match &info {
+                Some(info) if (0..info.partitions).contains(&p) => {
+                    partitions.push(TopicPartition::new(info.id, p))
+                }
+                _ => {
+                    unknown.insert((t.name.0.to_string(), p));
+                }
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        return answer(&|name, p| match unknown.contains(&(name.to_string(), p)) {
+            true => ResponseError::UnknownTopicOrPartition.code(),
+            false => ResponseError::OperationNotAttempted.code(),
+        });
+    }
+    let add = AddToTxn {
+        transactional_id: req.v3_and_below_transactional_id.to_string(),
+        producer_id: req.v3_and_below_producer_id.0,
+        epoch: req.v3_and_below_producer_epoch,
+        partitions,
+        groups: vec![],
+    };
+    let error = match broker.meta.add_to_txn(add).await {
+        Ok(()) => NONE,
+        Err(e) => coordinator_error(&e, version >= 2).code(),
+    };
+    answer(&|_, _| error)
+}
+
+/// AddOffsetsToTxn: the group whose offsets the transaction will commit.
+pub async fn add_offsets(
+    broker: &Broker,
+    req: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let add = AddToTxn {
+        transactional_id: req.transactional_id.to_string(),
+        producer_id: req.producer_id.0,
+        epoch: req.producer_epoch,
+        partitions: vec![],
+        groups: vec![req.group_id.to_string()],
+    };
+    let error = match broker.meta.add_to_txn(add).await {
+        Ok(()) => NONE,
+        Err(e) => coordinator_error(&e, version >= 2).code(),
+    };
+    AddOffsetsToTxnResponse::default().with_error_code(error)
+}
+
+/// EndTxn: commit or abort, with a marker in every partition of the
+/// transaction (`endTransaction`).
+pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let id = req.transactional_id.to_string();
+    let fenced_code = version >= 2;
+    let answer = |error: i16| {
+        EndTxnResponse::default()
+            .with_error_code(error)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    };
+    for _ in 0..END_ATTEMPTS {
+        let txn = match describe(broker, &id).await {
+            Ok(Some(txn)) if txn.producer_id == req.producer_id.0 => txn,
+            Ok(_) => return answer(ResponseError::InvalidProducerIdMapping.code()),
+            Err(e) => return answer(coordinator_error(&e, fenced_code).code()),
+        };
+        let end = TxnEnd {
+            transactional_id: id.clone(),
+            producer_id: req.producer_id.0,
+            epoch: req.producer_epoch,
+            commit: req.committed,
+            reason: EndReason::Client,
+            version: txn.version,
+        };
+        return match write_end(broker, end, &txn.partitions).await {
+            Ok(()) => answer(NONE),
+            // A retried EndTxn whose first attempt completed.
+            Err(MetaError::Refused(Refusal::TxnEnded { committed }))
+                if committed == req.committed =>
+            {
+                answer(NONE)
+            }
+            // Partitions were added since it was read: build the markers again.
+            Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => continue,
+            Err(e) => answer(coordinator_error(&e, fenced_code).code()),
+        };
+    }
+    answer(ResponseError::ConcurrentTransactions.code())
+}
+
+/// The transactional id's state.
+pub async fn describe(broker: &Broker, id: &str) -> Result<Option<TxnView>, MetaError> {
+    Ok(broker
+        .meta
+        .describe_txns(vec![id.to_string()])
+        .await?
+        .pop()
+        .flatten())
+}
+
+/// Writes a transaction's end: alone when no partition needs a marker, or
+/// with one marker per partition through the batcher, committed with the
+/// end in one metastore entry. `Ok` once the end is applied; a refusal is
+/// the metastore's decision, anything else leaves the outcome unknown (a
+/// retry finds it).
+pub async fn write_end(
+    broker: &Broker,
+    end: TxnEnd,
+    partitions: &[TopicPartition],
+) -> Result<(), MetaError> {
+    if partitions.is_empty() {
+        return broker.meta.end_txn(end).await;
+    }
+    // The agent's clock stamps the markers (it decides nothing).
+    let now_ms = crate::discovery::now_ms();
+    let markers = partitions
+        .iter()
+        .map(|tp| {
+            let marker = RecordBatch::end_txn_marker(
+                end.producer_id,
+                end.marker_epoch(),
+                end.commit,
+                now_ms,
+            );
+            (tp.topic_id, tp.partition, marker)
+        })
+        .collect();
+    let committed = broker
+        .batcher
+        .enqueue_end(end, markers)
+        .await
+        .map_err(append_error)?;
+    // One commit answers them all: the first answer is the end's outcome.
+    let mut outcome = Ok(());
+    for marker in committed {
+        if let Err(e) = marker.offset().await
+            && outcome.is_ok()
+        {
+            outcome = Err(append_error(e));
+        }
+    }
+    outcome
+}
+
+fn append_error(e: AppendError) -> MetaError {
+    match e {
+        AppendError::Refused(refusal) => MetaError::Refused(refusal),
+        AppendError::Storage(why) => MetaError::maybe_applied(why),
+    }
+}

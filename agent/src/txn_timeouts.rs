@@ -1,0 +1,73 @@
+//! Aborts transactions that ran past their timeout (Kafka's
+//! `transaction.timeout.ms`, enforced as `TransactionCoordinator`'s
+//! `abortTimedOutTransactions` does, every second here).
+//!
+//! Expiry is the metastore's decision, on its clock: from the moment a
+//! transaction is past its timeout, its producer's batches, adds and commit
+//! are refused there. This job writes the abort that follows (its markers
+//! carry the epoch bumped, which fences the producer for good), so that the
+//! last stable offset moves on. One agent with the jobs role runs it at a
+//! time, under a lease; one that dies loses nothing: the next holder finds
+//! the transaction still ongoing, and the metastore checks the expiry again
+//! when it applies the abort.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floe_metastore::Metastore;
+use floe_metastore::txn::{EndReason, TxnEnd};
+
+use crate::broker::Broker;
+use crate::handlers::txn::write_end;
+
+const LEASE: &str = "txn-timeouts";
+const EVERY: Duration = Duration::from_secs(1);
+const LEASE_TTL: Duration = Duration::from_secs(10);
+/// Transactions aborted per pass at most.
+const PER_PASS: u32 = 100;
+
+pub async fn run(broker: Arc<Broker>) {
+    let holder = format!(
+        "{}@{}",
+        crate::compaction::lease_holder(&broker.config.data_dir),
+        broker.config.admin_listen
+    );
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = pass(&broker, &holder).await {
+            tracing::debug!(error = %e, "transaction timeouts: pass skipped");
+        }
+    }
+}
+
+/// One pass: with the lease, abort every expired transaction found.
+async fn pass(broker: &Broker, holder: &str) -> Result<(), floe_metastore::MetaError> {
+    let meta: &dyn Metastore = broker.meta.as_ref();
+    let now_ms = meta.clock().await?;
+    let ttl_ms = LEASE_TTL.as_millis() as i64;
+    if !meta
+        .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
+        .await?
+    {
+        return Ok(());
+    }
+    for txn in meta.expired_txns(PER_PASS).await? {
+        let end = TxnEnd {
+            transactional_id: txn.transactional_id.clone(),
+            producer_id: txn.producer_id,
+            epoch: txn.epoch,
+            commit: false,
+            reason: EndReason::Timeout,
+            version: txn.version,
+        };
+        match write_end(broker, end, &txn.partitions).await {
+            Ok(()) => tracing::info!(transactional_id = %txn.transactional_id,
+                producer_id = txn.producer_id, "aborted a transaction past its timeout"),
+            Err(e) => tracing::info!(transactional_id = %txn.transactional_id, error = %e,
+                "aborting a transaction past its timeout did not complete; the next pass retries"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,183 @@
+"""Transactions (KIP-98) with real clients: confluent-kafka's transactional
+producer and read_committed consumers, and kafka-python's."""
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+FAST = ("--flush-interval", "20ms")
+
+
+def create(bootstrap, *topics, partitions=3):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
+        f.result(timeout=30)
+
+
+def txn_producer(bootstrap, tid, **extra):
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                  "linger.ms": 5, **extra})
+    p.init_transactions(30)
+    return p
+
+
+def read(bootstrap, topics, isolation, idle_polls=6, partitions=3):
+    """Every record of `topics` from offset 0 (assigned, no group), as
+    (topic, partition, value), in each partition's order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                  "enable.auto.commit": False, "isolation.level": isolation,
+                  "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(t, p, 0) for t in topics for p in range(partitions)])
+    rows, idle = [], 0
+    while idle < idle_polls:
+        batch = c.consume(num_messages=1000, timeout=0.5)
+        idle = 0 if batch else idle + 1
+        for m in batch:
+            assert m.error() is None, m.error()
+            rows.append((m.topic(), m.partition(), m.value().decode()))
+    c.close()
+    return rows
+
+
+def send(p, topic, values, partitions=3):
+    for i, v in enumerate(values):
+        p.produce(topic, value=v.encode(), partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def test_committed_transactions_are_read_and_aborted_ones_are_not(make_agent):
+    agent = make_agent(*FAST)
+    create(agent.bootstrap, "tx-a", "tx-b")
+    p = txn_producer(agent.bootstrap, "t1")
+    batches = {}
+    for name, commit in [("A", True), ("B", False), ("C", True)]:
+        p.begin_transaction()
+        values = [f"{name}-{i}" for i in range(60)]
+        send(p, "tx-a", values[:30])
+        send(p, "tx-b", values[30:])
+        batches[name] = values
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+
+    committed = read(agent.bootstrap, ["tx-a", "tx-b"], "read_committed")
+    everything = read(agent.bootstrap, ["tx-a", "tx-b"], "read_uncommitted")
+    assert sorted(v for _, _, v in committed) == sorted(batches["A"] + batches["C"])
+    assert sorted(v for _, _, v in everything) == sorted(batches["A"] + batches["B"] + batches["C"])
+    # Per partition, in the order produced.
+    for part in range(3):
+        seen = [v for t, pt, v in committed if (t, pt) == ("tx-a", part)]
+        assert seen == [v for v in batches["A"][:30] + batches["C"][:30]
+                        if int(v.split("-")[1]) % 3 == part]
+    # Every partition holds one marker per transaction: the high watermark
+    # counts them, and both isolation levels agree on it once all ended.
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "unused",
+                  "isolation.level": "read_committed"})
+    highs = [c.get_watermark_offsets(TopicPartition("tx-a", part), timeout=10)[1] for part in range(3)]
+    assert sum(highs) == 90 + 3 * 3
+    c.close()
+
+
+def test_an_open_transaction_holds_read_committed_consumers_at_the_lso(make_agent):
+    agent = make_agent(*FAST)
+    create(agent.bootstrap, "open", partitions=1)
+    plain = Producer({"bootstrap.servers": agent.bootstrap})
+    send(plain, "open", ["before"], partitions=1)
+    p = txn_producer(agent.bootstrap, "t-open")
+    p.begin_transaction()
+    send(p, "open", [f"t-{i}" for i in range(10)], partitions=1)
+    send(plain, "open", ["after"], partitions=1)
+
+    assert [v for _, _, v in read(agent.bootstrap, ["open"], "read_committed", partitions=1)] == ["before"]
+    assert len(read(agent.bootstrap, ["open"], "read_uncommitted", partitions=1)) == 12
+    # ListOffsets with read_committed answers the last stable offset.
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "unused",
+                  "isolation.level": "read_committed"})
+    assert c.get_watermark_offsets(TopicPartition("open", 0), timeout=10)[1] == 1
+    u = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "unused",
+                  "isolation.level": "read_uncommitted"})
+    assert u.get_watermark_offsets(TopicPartition("open", 0), timeout=10)[1] == 12
+
+    # A consumer waiting at the LSO wakes when the transaction commits.
+    waiting = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "unused",
+                        "isolation.level": "read_committed", "fetch.wait.max.ms": 500})
+    waiting.assign([TopicPartition("open", 0, 1)])
+    assert waiting.consume(num_messages=100, timeout=1.0) == []
+    p.commit_transaction(30)
+    got, deadline = [], time.time() + 15
+    while len(got) < 11 and time.time() < deadline:
+        got += [m.value().decode() for m in waiting.consume(num_messages=100, timeout=0.5)]
+    assert got == [f"t-{i}" for i in range(10)] + ["after"]
+    assert c.get_watermark_offsets(TopicPartition("open", 0), timeout=10)[1] == 13
+    for consumer in (c, u, waiting):
+        consumer.close()
+
+
+def test_a_zombie_producer_is_fenced(make_agent):
+    agent = make_agent(*FAST)
+    create(agent.bootstrap, "zombie", partitions=1)
+    old = txn_producer(agent.bootstrap, "t-zombie")
+    old.begin_transaction()
+    send(old, "zombie", ["old-1"], partitions=1)
+    # A new instance with the same transactional id: the open transaction
+    # is aborted and the old instance fenced.
+    new = txn_producer(agent.bootstrap, "t-zombie")
+    new.begin_transaction()
+    send(new, "zombie", ["new-1"], partitions=1)
+    new.commit_transaction(30)
+    with pytest.raises(KafkaException) as fenced:
+        old.produce("zombie", value=b"old-2", partition=0)
+        old.flush(10)
+        old.commit_transaction(10)
+    assert fenced.value.args[0].fatal() or "fenced" in str(fenced.value).lower(), fenced.value
+    assert [v for _, _, v in read(agent.bootstrap, ["zombie"], "read_committed", partitions=1)] == ["new-1"]
+
+
+def test_a_stalled_transaction_is_aborted_by_its_timeout(make_agent):
+    agent = make_agent(*FAST)
+    create(agent.bootstrap, "stall", partitions=1)
+    p = txn_producer(agent.bootstrap, "t-stall", **{"transaction.timeout.ms": 2000})
+    p.begin_transaction()
+    send(p, "stall", ["lost-1", "lost-2"], partitions=1)
+    plain = Producer({"bootstrap.servers": agent.bootstrap})
+    send(plain, "stall", ["later"], partitions=1)
+    # The timeout job aborts it about a second after it expires; the
+    # records behind it become readable, its own never do.
+    deadline, rows = time.time() + 20, []
+    while time.time() < deadline:
+        rows = read(agent.bootstrap, ["stall"], "read_committed", idle_polls=2, partitions=1)
+        if rows:
+            break
+    assert [v for _, _, v in rows] == ["later"]
+    with pytest.raises(KafkaException):
+        p.commit_transaction(10)
+
+
+def test_kafka_python_commits_and_aborts(make_agent):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    agent = make_agent(*FAST)
+    create(agent.bootstrap, "kp-tx", partitions=1)
+    p = KafkaProducer(bootstrap_servers=agent.bootstrap, transactional_id="kp-t1")
+    p.init_transactions()
+    for name, commit in [("A", True), ("B", False), ("C", True)]:
+        p.begin_transaction()
+        for i in range(5):
+            p.send("kp-tx", value=f"{name}-{i}".encode(), partition=0)
+        p.flush()
+        if commit:
+            p.commit_transaction()
+        else:
+            p.abort_transaction()
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=agent.bootstrap, isolation_level="read_committed",
+                      enable_auto_commit=False, consumer_timeout_ms=3000)
+    c.assign([KTopicPartition("kp-tx", 0)])
+    c.seek_to_beginning()
+    values = [m.value.decode() for m in c]
+    c.close()
+    assert values == [f"A-{i}" for i in range(5)] + [f"C-{i}" for i in range(5)]
