@@ -156,6 +156,55 @@ def test_a_stalled_transaction_is_aborted_by_its_timeout(make_agent):
         p.commit_transaction(10)
 
 
+def test_consume_transform_produce_processes_each_record_once(make_agent):
+    """KIP-98's loop: read committed input, write output and the input's
+    offsets in one transaction. An aborted round leaves neither its output
+    nor its offsets, so the next consumer of the group reads its input
+    again: the output is the input, each record once."""
+    agent = make_agent(*FAST)
+    create(agent.bootstrap, "ctp-in", "ctp-out")
+    inputs = [f"r-{i}" for i in range(300)]
+    send(Producer({"bootstrap.servers": agent.bootstrap}), "ctp-in", inputs)
+    p = txn_producer(agent.bootstrap, "t-ctp")
+
+    def run(rounds, abort_round=None):
+        c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "ctp",
+                      "enable.auto.commit": False, "isolation.level": "read_committed",
+                      "auto.offset.reset": "earliest"})
+        c.subscribe(["ctp-in"])
+        done, idle = 0, 0
+        while done < rounds and idle < 10:
+            msgs = c.consume(num_messages=40, timeout=1.0)
+            if not msgs:
+                idle += 1
+                continue
+            p.begin_transaction()
+            for m in msgs:
+                assert m.error() is None, m.error()
+                p.produce("ctp-out", value=m.value(), partition=m.partition())
+            p.send_offsets_to_transaction(c.position(c.assignment()),
+                                          c.consumer_group_metadata(), 30)
+            if done == abort_round:
+                p.abort_transaction(30)
+            else:
+                p.commit_transaction(30)
+            done += 1
+        c.close()
+        return done
+
+    # One committed round, one aborted: this consumer stops there (its
+    # position is past what it aborted), as an application restarts.
+    assert run(2, abort_round=1) == 2
+    run(1_000)
+    out = read(agent.bootstrap, ["ctp-out"], "read_committed")
+    assert sorted(v for _, _, v in out) == sorted(inputs)
+    # The group's committed offsets are the input's end.
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "ctp"})
+    committed = c.committed([TopicPartition("ctp-in", part) for part in range(3)], timeout=10)
+    assert sum(tp.offset for tp in committed) == len(inputs)
+    c.close()
+
+
 def test_kafka_python_commits_and_aborts(make_agent):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.structs import TopicPartition as KTopicPartition

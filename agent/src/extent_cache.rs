@@ -168,9 +168,15 @@ impl ExtentCache {
             *view = fresh();
         }
         // Extents that continue the view are added to it; others replace it.
-        if let Some(first) = answer.extents.first()
-            && Some(first.base_offset) != view.covered_to()
-        {
+        // So does an answer without extents whose high watermark moved: it
+        // was asked from elsewhere (a fetch from past the view's end), so
+        // its aborted transactions say nothing of the view's offsets, and
+        // its LSO must not cover them.
+        let continues = match answer.extents.first() {
+            Some(first) => Some(first.base_offset) == view.covered_to(),
+            None => answer.high_watermark == view.high_watermark || view.extents.is_empty(),
+        };
+        if !continues {
             view.extents.clear();
             view.aborted.clear();
             view.learnt = now;
@@ -378,13 +384,21 @@ mod tests {
             (bases(Some(plan.clone())), plan.aborted.len()),
             (Some(vec![0]), 0)
         );
+        // An answer from past the view's end (a fetch at a later offset)
+        // moves its LSO on: the view must not claim its offsets are stable
+        // without the aborted transactions among them.
+        let mut later = answer(0, 31, vec![]);
+        later.last_stable_offset = 31;
+        cache.learn(tp(), &later, Instant::now());
+        assert_eq!(cache.plan(tp(), 0, 100), None, "asked again");
+        cache.learn(tp(), &ended, Instant::now());
         // An older answer moves nothing back.
         cache.learn(tp(), &open, Instant::now());
-        assert_eq!(cache.plan(tp(), 0, 100).unwrap().last_stable_offset, 21);
+        assert_eq!(cache.plan(tp(), 31, 100).unwrap().last_stable_offset, 31);
         // A trim past the range forgets it.
-        let mut trimmed = answer(21, 21, vec![]);
-        trimmed.last_stable_offset = 21;
+        let mut trimmed = answer(31, 31, vec![]);
+        trimmed.last_stable_offset = 31;
         cache.learn(tp(), &trimmed, Instant::now());
-        assert!(cache.plan(tp(), 21, 100).unwrap().aborted.is_empty());
+        assert!(cache.plan(tp(), 31, 100).unwrap().aborted.is_empty());
     }
 }

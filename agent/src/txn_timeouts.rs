@@ -54,6 +54,15 @@ async fn pass(broker: &Broker, holder: &str) -> Result<(), floe_metastore::MetaE
         return Ok(());
     }
     for txn in meta.expired_txns(PER_PASS).await? {
+        // Each end takes a flush, a PUT and a commit: the lease is renewed
+        // before each, so no other agent writes the same aborts meanwhile.
+        let now_ms = meta.clock().await?;
+        if !meta
+            .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
+            .await?
+        {
+            return Ok(());
+        }
         let end = TxnEnd {
             transactional_id: txn.transactional_id.clone(),
             producer_id: txn.producer_id,

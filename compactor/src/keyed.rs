@@ -53,13 +53,22 @@ fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
 /// not keyed segments) is at least `min.cleanable.dirty.ratio` of the
 /// bytes, or was appended `max.compaction.lag.ms` ago, or a kept
 /// tombstone's delete horizon has passed.
-fn cleanable(all: Vec<ExtentRef>, topic: &TopicInfo, now_ms: i64) -> Option<Vec<ExtentRef>> {
+fn cleanable(
+    all: Vec<ExtentRef>,
+    topic: &TopicInfo,
+    now_ms: i64,
+    last_stable: i64,
+) -> Option<Vec<ExtentRef>> {
     let config = topic.config();
     let settled = now_ms.saturating_sub(config.min_compaction_lag_ms);
     let run: Vec<ExtentRef> = all
         .into_iter()
         .take_while(|e| {
-            !e.object_key.starts_with(keys::INGEST_PREFIX)
+            // Never past the last stable offset (as Kafka's cleaner stops at
+            // the first unstable one): a record there must not evict one a
+            // read_committed reader still sees as the latest.
+            e.last_offset < last_stable
+                && !e.object_key.starts_with(keys::INGEST_PREFIX)
                 && (keys::is_keyed_segment(&e.object_key) || e.appended_ms <= settled)
         })
         .collect();
@@ -100,14 +109,14 @@ pub async fn compact_keys(
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     // A read first, so that a partition with nothing to do costs no lease.
-    let all = whole_partition(meta, topic.id, partition).await?.extents;
-    if cleanable(all, topic, now_ms).is_none() {
+    let (all, stable) = stable_partition(meta, topic.id, partition).await?;
+    if cleanable(all, topic, now_ms, stable).is_none() {
         return Ok(None);
     }
     let job = format!("compact/{}/{partition}", topic.id);
     leased(worker, meta, job, async {
-        let all = whole_partition(meta, topic.id, partition).await?.extents;
-        let Some(run) = cleanable(all, topic, now_ms) else {
+        let (all, stable) = stable_partition(meta, topic.id, partition).await?;
+        let Some(run) = cleanable(all, topic, now_ms, stable) else {
             return Ok(None);
         };
         let total: u64 = run.iter().map(|e| e.length).sum();
@@ -122,6 +131,23 @@ pub async fn compact_keys(
         .await
     })
     .await
+}
+
+/// A partition's extents and its last stable offset.
+async fn stable_partition(
+    meta: &Arc<dyn Metastore>,
+    topic_id: floe_metastore::TopicId,
+    partition: i32,
+) -> Result<(Vec<ExtentRef>, i64), floe_metastore::MetaError> {
+    let extents = whole_partition(meta, topic_id, partition).await?.extents;
+    let stable = match meta
+        .list_offsets(topic_id, partition, floe_metastore::OffsetQuery::LastStable)
+        .await?
+    {
+        floe_metastore::OffsetAnswer::Offset(offset) => offset,
+        _ => 0,
+    };
+    Ok((extents, stable))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -214,8 +240,24 @@ pub fn keep_latest(
     let untouched =
         |b: &RecordBatch| b.is_control() || b.is_transactional() || b.record_count() == 0;
     let mut latest: HashMap<u128, i64> = HashMap::new();
+    // Keys a kept transactional record holds: their tombstones stay, or
+    // the transaction's older value would come back once they went.
+    let mut in_transactions = std::collections::HashSet::new();
     let mut undecodable = std::collections::HashSet::new();
     for (n, batch) in batches.iter().enumerate() {
+        if batch.is_transactional() && !batch.is_control() && batch.record_count() > 0 {
+            // Undecodable: its keys are unknown, every tombstone stays.
+            match records::decode(batch) {
+                Ok(decoded) => in_transactions.extend(
+                    decoded
+                        .iter()
+                        .filter_map(|r| r.key.as_ref().map(|k| digest(k))),
+                ),
+                Err(_) => {
+                    in_transactions.insert(u128::MAX);
+                }
+            }
+        }
         if untouched(batch) {
             continue;
         }
@@ -251,8 +293,12 @@ pub fn keep_latest(
             .filter(|r| match &r.key {
                 None => true,
                 Some(key) => {
-                    latest.get(&digest(key)) == Some(&r.offset)
-                        && !(r.value.is_none() && tombstones_expire)
+                    let digest = digest(key);
+                    let tombstone_may_go = tombstones_expire
+                        && !in_transactions.contains(&digest)
+                        && !in_transactions.contains(&u128::MAX);
+                    latest.get(&digest) == Some(&r.offset)
+                        && !(r.value.is_none() && tombstone_may_go)
                 }
             })
             .collect();

@@ -312,6 +312,10 @@ metastore_api! {
     read fn txn_read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> TxnReadPlans {
         TxnReadPlans { partitions, max_bytes }
     }
+    write fn txn_commit_offsets(commit: TxnCommitOffsets) -> TxnCommitOffsets { commit }
+    read fn pending_txn_offsets(group: &str) -> PendingTxnOffsets {
+        PendingTxnOffsets { group: group.to_string() }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

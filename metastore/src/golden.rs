@@ -69,6 +69,7 @@ fn variant(command: &Command) -> &'static str {
         Command::AddToTxn(_) => "add_to_txn",
         Command::EndTxn(_) => "end_txn",
         Command::IngestCommit(_) => "ingest_commit",
+        Command::TxnCommitOffsets(_) => "txn_commit_offsets",
     }
 }
 
@@ -309,6 +310,24 @@ fn samples() -> Vec<Command> {
     all
 }
 
+/// Offsets of "t"/0 for group "g", sent outside the group protocol.
+fn txn_offsets() -> CommitOffsets {
+    CommitOffsets {
+        group: "g".into(),
+        generation: -1,
+        member_id: String::new(),
+        instance_id: None,
+        offsets: vec![OffsetToCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: 2,
+            leader_epoch: 0,
+            metadata: Some("txn".into()),
+        }],
+        now_ms: 1_700_000_040_000,
+    }
+}
+
 /// Transactions' commands (format 7).
 fn txn_samples() -> Vec<Command> {
     let group = || "g".to_string();
@@ -375,6 +394,12 @@ fn txn_samples() -> Vec<Command> {
             epoch: 0,
             partitions: vec![],
             groups: vec![group()],
+        }),
+        Command::TxnCommitOffsets(TxnCommitOffsets {
+            transactional_id: "tx2".into(),
+            producer_id: 2,
+            epoch: 0,
+            commit: txn_offsets(),
         }),
         Command::EndTxn(EndTxn {
             end: crate::txn::TxnEnd {
@@ -493,7 +518,7 @@ fn golden_log_entries_and_snapshot_are_unchanged() {
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        33,
+        34,
         "a command without a golden sample: {named:?}"
     );
 
@@ -878,6 +903,14 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             max_bytes: 1 << 20,
         }
         .into(),
+        TxnCommitOffsets {
+            transactional_id: "tx3".into(),
+            producer_id: 3,
+            epoch: 0,
+            commit: txn_offsets(),
+        }
+        .into(),
+        PendingTxnOffsets { group: "g".into() }.into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -903,6 +936,8 @@ const TXN_REQUESTS: &[&str] = &[
     "ListTxns",
     "ExpiredTxns",
     "TxnReadPlans",
+    "TxnCommitOffsets",
+    "PendingTxnOffsets",
 ];
 
 #[test]

@@ -421,3 +421,20 @@ pub struct TxnReadPlans {
     pub partitions: Vec<(TopicPartition, i64)>,
     pub max_bytes: u64,
 }
+
+/// TxnOffsetCommit: offsets for a group, committed with the producer's
+/// transaction (dropped if it aborts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnCommitOffsets {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub commit: crate::groups::CommitOffsets,
+}
+
+/// The partitions of a group with offsets in an ongoing transaction
+/// (OffsetFetch's `require_stable` answers them UNSTABLE_OFFSET_COMMIT).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingTxnOffsets {
+    pub group: String,
+}

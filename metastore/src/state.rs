@@ -175,6 +175,7 @@ commands! {
     AddToTxn(AddToTxn),
     EndTxn(EndTxn),
     IngestCommit(IngestCommit),
+    TxnCommitOffsets(TxnCommitOffsets),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -213,6 +214,7 @@ impl Command {
             Command::Commit(c) => 1 + c.batches.len(),
             Command::IngestCommit(c) => 1 + c.batches.len() + c.ends.len(),
             Command::AddToTxn(a) => 1 + (a.partitions.len() + a.groups.len()) / 64,
+            Command::TxnCommitOffsets(c) => 1 + c.commit.offsets.len(),
             Command::ReplaceRuns(r) => {
                 1 + r
                     .runs
@@ -1305,7 +1307,13 @@ impl State {
     /// Completes an accepted end; the producer id is issued at its epoch
     /// from now on (a fenced producer's batches then fail the epoch check).
     fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) {
-        let now = self.txns.finish_end(end, now_ms);
+        let (now, pending) = self.txns.finish_end(end, now_ms);
+        if end.commit {
+            for (group, offsets) in pending {
+                self.groups
+                    .store_txn_offsets(&group, offsets.into_values().collect(), now_ms);
+            }
+        }
         self.producers.insert(
             now.producer_id,
             IssuedProducer {
@@ -1354,6 +1362,36 @@ impl State {
             &a.groups,
             self.clock_ms,
         )
+    }
+
+    /// TxnOffsetCommit: the transaction's checks, then the group's, then
+    /// the offsets wait in the transaction for its end.
+    fn txn_commit_offsets(
+        &mut self,
+        c: TxnCommitOffsets,
+    ) -> Result<Result<(), GroupError>, Refusal> {
+        let now_ms = self.clock_ms;
+        // Nothing is stored unless both checks pass.
+        self.txns.check_offsets(
+            &c.transactional_id,
+            c.producer_id,
+            c.epoch,
+            &c.commit.group,
+            c.commit.offsets.len(),
+            now_ms,
+        )?;
+        if let Err(e) = self.groups.check_txn_commit(&c.commit) {
+            return Ok(Err(e));
+        }
+        self.txns.add_offsets(
+            &c.transactional_id,
+            c.producer_id,
+            c.epoch,
+            &c.commit.group,
+            c.commit.offsets,
+            now_ms,
+        )?;
+        Ok(Ok(()))
     }
 
     /// Ends a transaction that needs no marker.
@@ -2472,6 +2510,31 @@ impl Apply for IngestCommit {
     /// A repeated commit of an object key is answered from the ledger.
     fn retry_is_safe(&self) -> bool {
         true
+    }
+}
+
+impl Apply for TxnCommitOffsets {
+    type Output = Result<(), GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state.txn_commit_offsets(self)
+    }
+    /// A repeat stores the same offsets again.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.commit.now_ms = now_ms;
+    }
+}
+
+impl Query for PendingTxnOffsets {
+    type Output = Vec<(String, i32)>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state
+            .txns
+            .pending_partitions(&self.group)
+            .into_iter()
+            .collect())
     }
 }
 

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::groups::OffsetToCommit;
 use crate::types::{ProducerIdentity, Refusal, TopicPartition};
 
 /// Kafka's `transactional.id.expiration.ms` default: a transactional id
@@ -34,6 +35,8 @@ pub const MAX_TRANSACTIONAL_IDS: usize = 100_000;
 pub const MAX_TXN_PARTITIONS: usize = 10_000;
 /// Most groups one transaction may commit offsets for.
 pub const MAX_TXN_GROUPS: usize = 64;
+/// Most offsets one transaction may hold for its groups.
+pub const MAX_TXN_OFFSETS: usize = 10_000;
 /// Most bytes of a transactional id (Kafka bounds it by its string field).
 pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 32_767;
 
@@ -87,6 +90,10 @@ pub struct Txn {
     /// only for its abort markers (a [`EndReason::Fence`] end).
     #[serde(default)]
     pub fencing: bool,
+    /// Offsets sent with TxnOffsetCommit, by group and partition: stored
+    /// for the group when the transaction commits, dropped when it aborts.
+    #[serde(default)]
+    pub pending_offsets: BTreeMap<String, BTreeMap<(String, i32), OffsetToCommit>>,
 }
 
 impl Txn {
@@ -178,7 +185,13 @@ pub struct TxnView {
 pub struct Txns {
     by_id: BTreeMap<String, Txn>,
     by_producer: BTreeMap<i64, String>,
+    /// Group -> the transactions holding offsets for it (OffsetFetch's
+    /// `require_stable` asks).
+    pending_groups: BTreeMap<String, BTreeSet<String>>,
 }
+
+/// Offsets a transaction held for its groups, as it ends.
+pub type PendingOffsets = BTreeMap<String, BTreeMap<(String, i32), OffsetToCommit>>;
 
 /// What InitProducerId needs from the state outside this module: a fresh
 /// producer id when one must be issued.
@@ -271,6 +284,7 @@ impl Txns {
                     groups: BTreeSet::new(),
                     version: 0,
                     fencing: false,
+                    pending_offsets: BTreeMap::new(),
                 },
             );
             self.by_producer.insert(producer_id, id.to_string());
@@ -293,6 +307,7 @@ impl Txns {
         if txn.phase == TxnPhase::Ongoing {
             if txn.partitions.is_empty() {
                 fence(txn, now_ms);
+                self.take_pending(id);
             } else if !txn.fencing {
                 txn.epoch = txn.epoch.saturating_add(1);
                 txn.last_epoch = -1;
@@ -353,9 +368,20 @@ impl Txns {
         epoch: i16,
         now_ms: i64,
     ) -> Result<&mut Txn, Refusal> {
+        self.check_owner(id, producer_id, epoch, now_ms)?;
+        Ok(self.by_id.get_mut(id).expect("checked"))
+    }
+
+    fn check_owner(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Result<&Txn, Refusal> {
         let txn = self
             .by_id
-            .get_mut(id)
+            .get(id)
             .filter(|t| t.producer_id == producer_id)
             .ok_or(Refusal::InvalidProducerIdMapping)?;
         // A transaction past its timeout is as good as fenced: it can
@@ -410,6 +436,83 @@ impl Txns {
         txn.groups.extend(new_groups.into_iter().cloned());
         txn.touch(now_ms);
         Ok(())
+    }
+
+    /// TxnOffsetCommit: offsets `group` gets if the transaction commits. The
+    /// group must have been added (AddOffsetsToTxn); later offsets of a
+    /// partition replace earlier ones.
+    pub fn add_offsets(
+        &mut self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        offsets: Vec<OffsetToCommit>,
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
+        self.check_offsets(id, producer_id, epoch, group, offsets.len(), now_ms)?;
+        let txn = self.by_id.get_mut(id).expect("checked");
+        let pending = txn.pending_offsets.entry(group.to_string()).or_default();
+        for o in offsets {
+            pending.insert((o.topic.clone(), o.partition), o);
+        }
+        txn.touch(now_ms);
+        self.pending_groups
+            .entry(group.to_string())
+            .or_default()
+            .insert(id.to_string());
+        Ok(())
+    }
+
+    /// Whether [`Txns::add_offsets`] of `count` offsets would be accepted.
+    pub fn check_offsets(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        count: usize,
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
+        let txn = self.check_owner(id, producer_id, epoch, now_ms)?;
+        if txn.phase != TxnPhase::Ongoing || !txn.groups.contains(group) {
+            return Err(Refusal::NotInTransaction);
+        }
+        let held: usize = txn.pending_offsets.values().map(BTreeMap::len).sum();
+        if held + count > MAX_TXN_OFFSETS {
+            return Err(Refusal::TxnLimit(format!(
+                "a transaction commits at most {MAX_TXN_OFFSETS} offsets"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The partitions of `group` with offsets in an ongoing transaction.
+    pub fn pending_partitions(&self, group: &str) -> BTreeSet<(String, i32)> {
+        let Some(ids) = self.pending_groups.get(group) else {
+            return BTreeSet::new();
+        };
+        ids.iter()
+            .filter_map(|id| self.by_id.get(id)?.pending_offsets.get(group))
+            .flat_map(|offsets| offsets.keys().cloned())
+            .collect()
+    }
+
+    /// Takes a transaction's pending offsets out (it is ending).
+    fn take_pending(&mut self, id: &str) -> PendingOffsets {
+        let Some(txn) = self.by_id.get_mut(id) else {
+            return PendingOffsets::new();
+        };
+        let pending = std::mem::take(&mut txn.pending_offsets);
+        for group in pending.keys() {
+            if let Some(ids) = self.pending_groups.get_mut(group) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    self.pending_groups.remove(group);
+                }
+            }
+        }
+        pending
     }
 
     /// Whether `end` may be applied now, with markers for exactly
@@ -484,7 +587,9 @@ impl Txns {
     /// Completes an end that [`Txns::check_end`] accepted, once its markers
     /// are sequenced: the new phase, and for a fence the bumped epoch (what
     /// the producer id is issued at from now on).
-    pub fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) -> ProducerIdentity {
+    /// Answers the offsets it held for its groups (to store if it committed).
+    pub fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) -> (ProducerIdentity, PendingOffsets) {
+        let pending = self.take_pending(&end.transactional_id);
         let txn = self
             .by_id
             .get_mut(&end.transactional_id)
@@ -509,10 +614,11 @@ impl Txns {
             }
             EndReason::Timeout => fence(txn, now_ms),
         }
-        ProducerIdentity {
+        let now = ProducerIdentity {
             producer_id: txn.producer_id,
             epoch: txn.epoch,
-        }
+        };
+        (now, pending)
     }
 
     /// A deleted topic's partitions leave every transaction.
@@ -556,6 +662,16 @@ impl Txns {
 
     /// This module's invariants (see the module doc).
     pub fn check(&self) -> Result<(), String> {
+        for (group, ids) in &self.pending_groups {
+            let holds = |id: &String| {
+                self.by_id
+                    .get(id)
+                    .is_some_and(|t| t.pending_offsets.contains_key(group))
+            };
+            if ids.is_empty() || !ids.iter().all(holds) {
+                return Err(format!("group {group}'s pending offsets are misindexed"));
+            }
+        }
         if self.by_producer.len() != self.by_id.len() {
             return Err(format!(
                 "{} transactional ids, {} in the producer index",
@@ -575,6 +691,23 @@ impl Txns {
                     "transactional id {id} holds partitions while {:?}",
                     t.phase
                 ));
+            }
+            if !ongoing && !t.pending_offsets.is_empty() {
+                return Err(format!(
+                    "transactional id {id} holds offsets while {:?}",
+                    t.phase
+                ));
+            }
+            for group in t.pending_offsets.keys() {
+                if !self
+                    .pending_groups
+                    .get(group)
+                    .is_some_and(|ids| ids.contains(id))
+                {
+                    return Err(format!(
+                        "transactional id {id}'s offsets for {group} are not indexed"
+                    ));
+                }
             }
             if t.fencing && !ongoing {
                 return Err(format!(

@@ -832,3 +832,84 @@ fn random_transactions_keep_the_invariants() {
     }
     assert!(ended[0] > 100 && ended[1] > 100, "too few ends: {ended:?}");
 }
+
+fn offsets_for(group: &str, offset: i64) -> crate::groups::CommitOffsets {
+    crate::groups::CommitOffsets {
+        group: group.into(),
+        generation: -1,
+        member_id: String::new(),
+        instance_id: None,
+        offsets: vec![crate::groups::OffsetToCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+        now_ms: 0,
+    }
+}
+
+fn group_offset(s: &State, group: &str) -> Option<i64> {
+    crate::groups::GroupOffsets {
+        group: group.into(),
+        partitions: Some(vec![("t".into(), 0)]),
+    }
+    .query(s, s.clock_ms())
+    .unwrap()
+    .into_iter()
+    .next()
+    .and_then(|(_, o)| o.map(|o| o.offset))
+}
+
+/// KIP-98's offsets in a transaction (send_offsets_to_transaction): held
+/// by the transaction, visible to OffsetFetch(require_stable) as pending,
+/// stored for the group only if it commits.
+#[test]
+fn offsets_sent_in_a_transaction_are_stored_only_when_it_commits() {
+    let (mut s, _) = state();
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    let commit_offsets = |s: &mut State, offset: i64| {
+        at(
+            s,
+            2_000,
+            TxnCommitOffsets {
+                transactional_id: "tx".into(),
+                producer_id: p.producer_id,
+                epoch: p.epoch,
+                commit: offsets_for("g", offset),
+            },
+        )
+    };
+    // The group was not added (AddOffsetsToTxn).
+    assert_eq!(commit_offsets(&mut s, 5), Err(Refusal::NotInTransaction));
+    for (offset, commit) in [(5, false), (7, true)] {
+        at(
+            &mut s,
+            2_000,
+            AddToTxn {
+                transactional_id: "tx".into(),
+                producer_id: p.producer_id,
+                epoch: p.epoch,
+                partitions: vec![],
+                groups: vec!["g".into()],
+            },
+        )
+        .unwrap();
+        assert_eq!(commit_offsets(&mut s, offset), Ok(Ok(())));
+        let pending = PendingTxnOffsets { group: "g".into() }
+            .query(&s, 2_000)
+            .unwrap();
+        assert_eq!(pending, vec![("t".to_string(), 0)]);
+        let e = end(&s, "tx", commit, EndReason::Client);
+        at(&mut s, 2_100, EndTxn { end: e }).unwrap();
+        assert!(
+            PendingTxnOffsets { group: "g".into() }
+                .query(&s, 2_100)
+                .unwrap()
+                .is_empty()
+        );
+        // Aborted: nothing stored (the group does not even exist yet).
+        assert_eq!(group_offset(&s, "g"), commit.then_some(offset));
+    }
+}

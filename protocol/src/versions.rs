@@ -20,6 +20,8 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     // Transactions as Kafka's TV1: v4+ of AddPartitionsToTxn are between
     // brokers, EndTxn v5 is TV2 (an epoch bump per transaction).
     (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),

@@ -177,6 +177,19 @@ fn default_request(api: ApiKey) -> RequestKind {
                 .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
                 .with_group_id(GroupId(StrBytes::from_static_str("g"))),
         ),
+        ApiKey::TxnOffsetCommit => RequestKind::TxnOffsetCommit(
+            TxnOffsetCommitRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
+                .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                .with_topics(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![
+                            txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                                .with_committed_offset(5),
+                        ]),
+                ]),
+        ),
         ApiKey::EndTxn => RequestKind::EndTxn(
             EndTxnRequest::default()
                 .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))

@@ -916,6 +916,53 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 AddOffsetsToTxnResponse::default().with_error_code(code),
             ))
         }
+        RequestKind::TxnOffsetCommit(mut req) => {
+            use txn_offset_commit_response::*;
+            let whole = if !authz.allows(
+                session,
+                op::WRITE,
+                rt::TRANSACTIONAL_ID,
+                &req.transactional_id,
+            ) {
+                Some(TXN_DENIED)
+            } else if !group(op::READ, &req.group_id) {
+                Some(GROUP_DENIED)
+            } else {
+                None
+            };
+            let answer = |t: &txn_offset_commit_request::TxnOffsetCommitRequestTopic, code: i16| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(code)
+                            })
+                            .collect(),
+                    )
+            };
+            if let Some(code) = whole {
+                let topics = req.topics.iter().map(|t| answer(t, code)).collect();
+                return Gate::Answer(ResponseKind::TxnOffsetCommit(
+                    TxnOffsetCommitResponse::default().with_topics(topics),
+                ));
+            }
+            // Partitions of topics it may not read are answered so; the
+            // others are committed.
+            let (kept, denied): (Vec<_>, Vec<_>) = req
+                .topics
+                .into_iter()
+                .partition(|t| topic(op::READ, &t.name));
+            req.topics = kept;
+            let denied: Vec<_> = denied.iter().map(|t| answer(t, TOPIC_DENIED)).collect();
+            let patch = patch!(TxnOffsetCommit, |r| {
+                r.topics.extend(denied);
+            });
+            Gate::Handle(RequestKind::TxnOffsetCommit(req), patch)
+        }
         RequestKind::EndTxn(req) => {
             match authz.allows(
                 session,

@@ -219,6 +219,9 @@ async fn handle(
             ResponseKind::AddOffsetsToTxn(txn::add_offsets(broker, req, version).await)
         }
         RequestKind::EndTxn(req) => ResponseKind::EndTxn(txn::end_txn(broker, req, version).await),
+        RequestKind::TxnOffsetCommit(req) => {
+            ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req).await)
+        }
         RequestKind::CreateAcls(req) => ResponseKind::CreateAcls(acls::create(broker, req).await),
         RequestKind::DescribeAcls(req) => {
             ResponseKind::DescribeAcls(acls::describe(broker, req).await)

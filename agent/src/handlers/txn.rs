@@ -54,9 +54,12 @@ pub fn coordinator_error(e: &MetaError, fenced_code: bool) -> ResponseError {
         Refusal::InvalidTxnState(_) | Refusal::NotInTransaction | Refusal::TxnEnded { .. } => {
             ResponseError::InvalidTxnState
         }
+        Refusal::TxnLimit(_) => ResponseError::InvalidRequest,
+        // Not a decision about the transaction (a file committed too late,
+        // a key used): nothing was decided, the client retries.
         other => {
-            tracing::warn!(refusal = %other, "transaction request refused");
-            crate::broker::refusal_error(other)
+            tracing::info!(refusal = %other, "transaction request not applied; the client retries");
+            ResponseError::CoordinatorNotAvailable
         }
     }
 }
@@ -74,6 +77,10 @@ pub async fn init_producer_id(
             .with_producer_id(ProducerId(p.map_or(-1, |p| p.producer_id)))
             .with_producer_epoch(p.map_or(-1, |p| p.epoch))
     };
+    // As KafkaApis: a producer id comes with an epoch.
+    if id.is_empty() || (req.producer_id.0 >= 0 && req.producer_epoch < 0) {
+        return answer(ResponseError::InvalidRequest.code(), None);
+    }
     let max = broker.config.transaction_max_timeout.as_millis();
     if req.transaction_timeout_ms <= 0 || req.transaction_timeout_ms as u128 > max {
         return answer(ResponseError::InvalidTransactionTimeout.code(), None);
@@ -143,8 +150,12 @@ pub async fn add_partitions(
             .collect();
         AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
     };
+    let asked: usize = topics.iter().map(|t| t.partitions.len()).sum();
+    if asked > floe_metastore::txn::MAX_TXN_PARTITIONS {
+        return answer(&|_, _| ResponseError::InvalidRequest.code());
+    }
     // Every partition must exist, or nothing is added (KafkaApis).
-    let mut partitions = Vec::new();
+    let mut partitions = std::collections::BTreeSet::new();
     let mut unknown = std::collections::HashSet::new();
     for t in &topics {
         let max = t.partitions.iter().copied().max().unwrap_or(0);
@@ -161,7 +172,7 @@ pub async fn add_partitions(
         for &p in &t.partitions {
             match &info {
                 Some(info) if (0..info.partitions).contains(&p) => {
-                    partitions.push(TopicPartition::new(info.id, p))
+                    partitions.insert(TopicPartition::new(info.id, p));
                 }
                 _ => {
                     unknown.insert((t.name.0.to_string(), p));
@@ -179,7 +190,7 @@ pub async fn add_partitions(
         transactional_id: req.v3_and_below_transactional_id.to_string(),
         producer_id: req.v3_and_below_producer_id.0,
         epoch: req.v3_and_below_producer_epoch,
-        partitions,
+        partitions: partitions.into_iter().collect(),
         groups: vec![],
     };
     let error = match broker.meta.add_to_txn(add).await {
@@ -226,6 +237,14 @@ pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTx
             Ok(_) => return answer(ResponseError::InvalidProducerIdMapping.code()),
             Err(e) => return answer(coordinator_error(&e, fenced_code).code()),
         };
+        // A fenced producer's end costs no file: refused before markers.
+        if txn.epoch != req.producer_epoch {
+            let fenced = MetaError::Refused(Refusal::ProducerFenced {
+                producer_id: txn.producer_id,
+                epoch: req.producer_epoch,
+            });
+            return answer(coordinator_error(&fenced, fenced_code).code());
+        }
         let end = TxnEnd {
             transactional_id: id.clone(),
             producer_id: req.producer_id.0,

@@ -655,6 +655,48 @@ impl Groups {
         Ok(())
     }
 
+    /// Whether a transaction may commit these offsets for the group at its
+    /// end (`validateTransactionalOffsetCommit`): a member's commit is
+    /// checked as OffsetCommit's; one without generation or member (clients
+    /// before TxnOffsetCommit v3) is not checked.
+    pub fn check_txn_commit(&self, commit: &CommitOffsets) -> Result<(), GroupError> {
+        let anonymous = commit.generation < 0 && commit.member_id.is_empty();
+        if let Some(g) = self.consumer.get(&commit.group) {
+            return if anonymous {
+                Ok(())
+            } else {
+                g.check_commit(commit)
+            };
+        }
+        match self.groups.get(&commit.group) {
+            Some(_) if anonymous => Ok(()),
+            Some(g) => g.check_commit(commit),
+            None if commit.generation < 0 => Ok(()),
+            None => Err(GroupError::GroupIdNotFound),
+        }
+    }
+
+    /// Stores offsets a transaction committed (checked when they were sent),
+    /// creating the group to hold them if it is gone or never was, as a
+    /// simple commit would (unless the groups are at their bound).
+    pub fn store_txn_offsets(&mut self, group: &str, offsets: Vec<OffsetToCommit>, now_ms: i64) {
+        if let Some(g) = self.consumer.get_mut(group) {
+            store_offsets(&mut g.offsets, offsets, now_ms);
+            return;
+        }
+        if !self.groups.contains_key(group) && self.count() >= MAX_GROUPS {
+            return;
+        }
+        let g = self
+            .groups
+            .entry(group.to_string())
+            .or_insert_with(|| Group {
+                empty_since_ms: now_ms,
+                ..Group::default()
+            });
+        store_offsets(&mut g.offsets, offsets, now_ms);
+    }
+
     /// Per group, in order.
     pub fn delete(&mut self, delete: DeleteGroups) -> Vec<Result<(), GroupError>> {
         delete

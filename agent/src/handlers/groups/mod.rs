@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 pub use admin::{delete, describe, find_coordinator, list};
 pub use membership::{heartbeat, join, leave, sync};
-pub use offsets::{commit_offsets, delete_offsets, fetch_offsets};
+pub use offsets::{commit_offsets, delete_offsets, fetch_offsets, txn_commit_offsets};
 
 fn group_error(e: GroupError) -> ResponseError {
     match e {
@@ -54,6 +54,7 @@ pub fn is_coordinator_request(body: &RequestKind) -> bool {
             | RequestKind::OffsetDelete(_)
             | RequestKind::DeleteGroups(_)
             | RequestKind::ConsumerGroupHeartbeat(_)
+            | RequestKind::TxnOffsetCommit(_)
     )
 }
 

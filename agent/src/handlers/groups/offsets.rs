@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use floe_metastore::ops::TxnCommitOffsets;
 use floe_metastore::{CommitOffsets, CommittedOffset, OffsetToCommit};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::offset_commit_response::{
@@ -14,9 +15,13 @@ use floe_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use floe_protocol::kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use floe_protocol::kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
-    OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 
 use super::{answer, group_error, meta_error};
@@ -35,40 +40,16 @@ pub async fn commit_offsets(
     if req.group_id.0.is_empty() {
         return refuse_all(&req, ResponseError::InvalidGroupId);
     }
-    let mut offsets = Vec::new();
-    let mut refused = HashMap::new();
-    for topic in &req.topics {
-        let max_partition = topic.partitions.iter().map(|p| p.partition_index).max();
-        let partitions = match max_partition {
-            Some(max) => broker
-                .fetch_topic(&topic.name.0, None, max.max(0))
-                .await
-                .map(|t| t.partitions),
-            None => None,
-        };
-        for p in &topic.partitions {
-            let metadata_len = p.committed_metadata.as_ref().map_or(0, |m| m.len());
-            let refusal = if !partitions.is_some_and(|n| (0..n).contains(&p.partition_index)) {
-                Some(ResponseError::UnknownTopicOrPartition)
-            } else if metadata_len > floe_metastore::groups::OFFSET_METADATA_MAX_BYTES {
-                Some(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                None
-            };
-            match refusal {
-                Some(e) => {
-                    refused.insert((topic.name.clone(), p.partition_index), e);
-                }
-                None => offsets.push(OffsetToCommit {
-                    topic: topic.name.0.to_string(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                }),
-            }
-        }
-    }
+    let asked = req.topics.iter().map(|t| {
+        let partitions = t.partitions.iter().map(|p| Asked {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+        });
+        (t.name.clone(), partitions.collect())
+    });
+    let (offsets, refused) = sort_offsets(broker, asked.collect()).await;
     let commit = CommitOffsets {
         group: req.group_id.0.to_string(),
         generation: req.generation_id_or_member_epoch,
@@ -108,6 +89,128 @@ pub async fn commit_offsets(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// One partition's offset as a commit asks it.
+struct Asked {
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<String>,
+}
+
+/// The offsets to store, and the partitions refused one by one: of unknown
+/// topics, or with metadata over Kafka's `offset.metadata.max.bytes`.
+async fn sort_offsets(
+    broker: &Broker,
+    topics: Vec<(TopicName, Vec<Asked>)>,
+) -> (
+    Vec<OffsetToCommit>,
+    HashMap<(TopicName, i32), ResponseError>,
+) {
+    let mut offsets = Vec::new();
+    let mut refused = HashMap::new();
+    for (name, asked) in topics {
+        let max_partition = asked.iter().map(|p| p.partition).max();
+        let partitions = match max_partition {
+            Some(max) => broker
+                .fetch_topic(&name.0, None, max.max(0))
+                .await
+                .map(|t| t.partitions),
+            None => None,
+        };
+        for p in asked {
+            let metadata_len = p.metadata.as_ref().map_or(0, |m| m.len());
+            let refusal = if !partitions.is_some_and(|n| (0..n).contains(&p.partition)) {
+                Some(ResponseError::UnknownTopicOrPartition)
+            } else if metadata_len > floe_metastore::groups::OFFSET_METADATA_MAX_BYTES {
+                Some(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                None
+            };
+            match refusal {
+                Some(e) => {
+                    refused.insert((name.clone(), p.partition), e);
+                }
+                None => offsets.push(OffsetToCommit {
+                    topic: name.0.to_string(),
+                    partition: p.partition,
+                    offset: p.offset,
+                    leader_epoch: p.leader_epoch,
+                    metadata: p.metadata,
+                }),
+            }
+        }
+    }
+    (offsets, refused)
+}
+
+/// TxnOffsetCommit v0-3: offsets stored for the group when the producer's
+/// transaction commits (the group must have been added with
+/// AddOffsetsToTxn). Checked now as the group coordinator would.
+pub async fn txn_commit_offsets(
+    broker: &Broker,
+    req: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let asked = req.topics.iter().map(|t| {
+        let partitions = t.partitions.iter().map(|p| Asked {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+        });
+        (t.name.clone(), partitions.collect())
+    });
+    let (offsets, refused) = sort_offsets(broker, asked.collect()).await;
+    let commit = TxnCommitOffsets {
+        transactional_id: req.transactional_id.to_string(),
+        producer_id: req.producer_id.0,
+        epoch: req.producer_epoch,
+        commit: CommitOffsets {
+            group: req.group_id.0.to_string(),
+            generation: req.generation_id,
+            member_id: req.member_id.to_string(),
+            instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+            offsets,
+            now_ms: now_ms(),
+        },
+    };
+    let result = match broker.meta.txn_commit_offsets(commit).await {
+        Ok(Ok(())) => Ok(()),
+        // As OffsetCommit before v9: a group that cannot have this generation.
+        Ok(Err(floe_metastore::GroupError::GroupIdNotFound)) => {
+            Err(ResponseError::IllegalGeneration)
+        }
+        Ok(Err(e)) => Err(group_error(e)),
+        // The group coordinator's answer to a fenced transactional producer.
+        Err(floe_metastore::MetaError::Refused(floe_metastore::Refusal::ProducerFenced {
+            ..
+        })) => Err(ResponseError::InvalidProducerEpoch),
+        Err(e) => Err(crate::handlers::txn::coordinator_error(&e, false)),
+    };
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let error = match refused.get(&(t.name.clone(), p.partition_index)) {
+                        Some(refusal) => refusal.code(),
+                        None => result.err().map_or(0, |e| e.code()),
+                    };
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error)
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
 /// Every partition of the request answered with one error.
 fn refuse_all(req: &OffsetCommitRequest, e: ResponseError) -> OffsetCommitResponse {
     let topics = req
@@ -137,6 +240,9 @@ struct Row {
     offset: i64,
     leader_epoch: i32,
     metadata: String,
+    /// UNSTABLE_OFFSET_COMMIT for a partition a transaction holds offsets
+    /// of, when the client asked for stable offsets.
+    error: i16,
 }
 
 /// A group's committed offsets by topic, for the partitions asked (every
@@ -145,7 +251,20 @@ async fn committed(
     broker: &Broker,
     group: &str,
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Vec<(TopicName, Vec<Row>)>, ResponseError> {
+    // KIP-447: a read_committed consumer must not start from an offset a
+    // transaction is about to replace; it retries until the end.
+    let unstable: std::collections::BTreeSet<(String, i32)> = match require_stable {
+        true => broker
+            .meta
+            .pending_txn_offsets(group)
+            .await
+            .map_err(meta_error)?
+            .into_iter()
+            .collect(),
+        false => Default::default(),
+    };
     let partitions = wanted.map(|topics| {
         topics
             .into_iter()
@@ -159,6 +278,17 @@ async fn committed(
         .map_err(meta_error)?;
     let mut by_topic: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for ((topic, partition), offset) in found {
+        if unstable.contains(&(topic.clone(), partition)) {
+            let row = Row {
+                partition,
+                offset: -1,
+                leader_epoch: -1,
+                metadata: String::new(),
+                error: ResponseError::UnstableOffsetCommit.code(),
+            };
+            by_topic.entry(topic).or_default().push(row);
+            continue;
+        }
         let row = match offset {
             Some(CommittedOffset {
                 offset,
@@ -170,12 +300,14 @@ async fn committed(
                 offset,
                 leader_epoch,
                 metadata: metadata.unwrap_or_default(),
+                error: 0,
             },
             None => Row {
                 partition,
                 offset: -1,
                 leader_epoch: -1,
                 metadata: String::new(),
+                error: 0,
             },
         };
         by_topic.entry(topic).or_default().push(row);
@@ -201,29 +333,33 @@ pub async fn fetch_offsets(
             });
             let response =
                 OffsetFetchResponseGroup::default().with_group_id(group.group_id.clone());
-            groups.push(match committed(broker, &group.group_id.0, wanted).await {
-                Ok(topics) => response.with_topics(
-                    topics
-                        .into_iter()
-                        .map(|(name, rows)| {
-                            OffsetFetchResponseTopics::default()
-                                .with_name(name)
-                                .with_partitions(
-                                    rows.into_iter()
-                                        .map(|row| {
-                                            OffsetFetchResponsePartitions::default()
-                                                .with_partition_index(row.partition)
-                                                .with_committed_offset(row.offset)
-                                                .with_committed_leader_epoch(row.leader_epoch)
-                                                .with_metadata(Some(str_bytes(&row.metadata)))
-                                        })
-                                        .collect(),
-                                )
-                        })
-                        .collect(),
-                ),
-                Err(e) => response.with_error_code(e.code()),
-            });
+            let stable = req.require_stable;
+            groups.push(
+                match committed(broker, &group.group_id.0, wanted, stable).await {
+                    Ok(topics) => response.with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(name, rows)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(name)
+                                    .with_partitions(
+                                        rows.into_iter()
+                                            .map(|row| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_error_code(row.error)
+                                                    .with_partition_index(row.partition)
+                                                    .with_committed_offset(row.offset)
+                                                    .with_committed_leader_epoch(row.leader_epoch)
+                                                    .with_metadata(Some(str_bytes(&row.metadata)))
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                    Err(e) => response.with_error_code(e.code()),
+                },
+            );
         }
         return OffsetFetchResponse::default().with_groups(groups);
     }
@@ -232,7 +368,8 @@ pub async fn fetch_offsets(
             .map(|t| (t.name, t.partition_indexes))
             .collect()
     });
-    match committed(broker, &req.group_id.0, wanted).await {
+    let stable = version >= 7 && req.require_stable;
+    match committed(broker, &req.group_id.0, wanted, stable).await {
         Ok(topics) => OffsetFetchResponse::default().with_topics(
             topics
                 .into_iter()
@@ -243,6 +380,7 @@ pub async fn fetch_offsets(
                             rows.into_iter()
                                 .map(|row| {
                                     OffsetFetchResponsePartition::default()
+                                        .with_error_code(row.error)
                                         .with_partition_index(row.partition)
                                         .with_committed_offset(row.offset)
                                         .with_committed_leader_epoch(row.leader_epoch)
