@@ -230,3 +230,25 @@ def test_kafka_python_commits_and_aborts(make_agent):
     values = [m.value.decode() for m in c]
     c.close()
     assert values == [f"A-{i}" for i in range(5)] + [f"C-{i}" for i in range(5)]
+
+
+def test_transactions_are_described_and_listed(make_agent):
+    from kafka.admin import KafkaAdminClient
+
+    agent = make_agent(*FAST)
+    create(agent.bootstrap, "desc", partitions=2)
+    p = txn_producer(agent.bootstrap, "t-desc")
+    p.begin_transaction()
+    p.produce("desc", value=b"x", partition=1)
+    assert p.flush(30) == 0
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    described = admin.describe_transactions(["t-desc"])["t-desc"]
+    text = str(described)
+    assert "Ongoing" in text and "desc" in text, text
+    listed = admin.list_transactions(state_filters=["Ongoing"])
+    assert "t-desc" in str(listed), listed
+    p.commit_transaction(30)
+    listed = admin.list_transactions(state_filters=["Ongoing"])
+    assert "t-desc" not in str(listed), listed
+    assert "t-desc" in str(admin.list_transactions(state_filters=["CompleteCommit"]))
+    admin.close()

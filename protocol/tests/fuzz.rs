@@ -177,6 +177,14 @@ fn default_request(api: ApiKey) -> RequestKind {
                 .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
                 .with_group_id(GroupId(StrBytes::from_static_str("g"))),
         ),
+        ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(
+            DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(StrBytes::from_static_str("tx"))]),
+        ),
+        ApiKey::ListTransactions => RequestKind::ListTransactions(
+            ListTransactionsRequest::default()
+                .with_state_filters(vec![StrBytes::from_static_str("Ongoing")]),
+        ),
         ApiKey::TxnOffsetCommit => RequestKind::TxnOffsetCommit(
             TxnOffsetCommitRequest::default()
                 .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))

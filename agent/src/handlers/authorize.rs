@@ -963,6 +963,27 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             });
             Gate::Handle(RequestKind::TxnOffsetCommit(req), patch)
         }
+        RequestKind::DescribeTransactions(req) => {
+            let patch = patch!(DescribeTransactions, |r| {
+                for t in &mut r.transaction_states {
+                    if !authz.allows(&s, op::DESCRIBE, rt::TRANSACTIONAL_ID, &t.transactional_id) {
+                        *t = describe_transactions_response::TransactionState::default()
+                            .with_transactional_id(t.transactional_id.clone())
+                            .with_error_code(TXN_DENIED);
+                    }
+                }
+            });
+            Gate::Handle(RequestKind::DescribeTransactions(req), patch)
+        }
+        // Lists only what the principal may describe (`handleListTransactionsRequest`).
+        RequestKind::ListTransactions(req) => {
+            let patch = patch!(ListTransactions, |r| {
+                r.transaction_states.retain(|t| {
+                    authz.allows(&s, op::DESCRIBE, rt::TRANSACTIONAL_ID, &t.transactional_id)
+                });
+            });
+            Gate::Handle(RequestKind::ListTransactions(req), patch)
+        }
         RequestKind::EndTxn(req) => {
             match authz.allows(
                 session,

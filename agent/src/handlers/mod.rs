@@ -219,6 +219,12 @@ async fn handle(
             ResponseKind::AddOffsetsToTxn(txn::add_offsets(broker, req, version).await)
         }
         RequestKind::EndTxn(req) => ResponseKind::EndTxn(txn::end_txn(broker, req, version).await),
+        RequestKind::DescribeTransactions(req) => {
+            ResponseKind::DescribeTransactions(txn::describe_transactions(broker, req).await)
+        }
+        RequestKind::ListTransactions(req) => {
+            ResponseKind::ListTransactions(txn::list_transactions(broker, req).await)
+        }
         RequestKind::TxnOffsetCommit(req) => {
             ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req).await)
         }

@@ -18,8 +18,9 @@ use floe_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{
 };
 use floe_protocol::kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
-    InitProducerIdResponse, ProducerId,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ProducerId,
 };
 
 use crate::batcher::AppendError;
@@ -327,5 +328,109 @@ fn append_error(e: AppendError) -> MetaError {
     match e {
         AppendError::Refused(refusal) => MetaError::Refused(refusal),
         AppendError::Storage(why) => MetaError::maybe_applied(why),
+    }
+}
+
+/// DescribeTransactions v0: each id's state as the coordinator holds it.
+pub async fn describe_transactions(
+    broker: &Broker,
+    req: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    use floe_protocol::kafka_protocol::messages::describe_transactions_response::{
+        TopicData, TransactionState,
+    };
+    let ids: Vec<String> = req
+        .transactional_ids
+        .iter()
+        .map(|i| i.to_string())
+        .collect();
+    let views = broker.meta.describe_txns(ids.clone()).await;
+    let mut states = Vec::with_capacity(ids.len());
+    for (n, id) in req.transactional_ids.into_iter().enumerate() {
+        let state = TransactionState::default().with_transactional_id(id);
+        let view = match &views {
+            Ok(views) => views.get(n).cloned().flatten(),
+            Err(e) => {
+                states.push(state.with_error_code(coordinator_error(e, true).code()));
+                continue;
+            }
+        };
+        let Some(v) = view else {
+            states.push(state.with_error_code(ResponseError::TransactionalIdNotFound.code()));
+            continue;
+        };
+        // Partitions by topic name (a deleted topic's are gone from it).
+        let mut topics: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+        for tp in &v.partitions {
+            if let Ok(Some(info)) = broker.meta.topic_by_id(tp.topic_id).await {
+                topics.entry(info.name).or_default().push(tp.partition);
+            }
+        }
+        states.push(
+            state
+                .with_transaction_state(super::str_bytes(v.phase.kafka_name()))
+                .with_transaction_timeout_ms(v.timeout_ms)
+                .with_transaction_start_time_ms(v.start_ms)
+                .with_producer_id(ProducerId(v.producer_id))
+                .with_producer_epoch(v.epoch)
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(name, partitions)| {
+                            TopicData::default()
+                                .with_topic(super::str_bytes(&name).into())
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+/// ListTransactions v0-1: the transactional ids in the states, of the
+/// producers and running longer than asked (every agent knows them all).
+pub async fn list_transactions(
+    broker: &Broker,
+    req: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    use floe_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
+    let known = [
+        TxnPhase::Empty,
+        TxnPhase::Ongoing,
+        TxnPhase::CompleteCommit,
+        TxnPhase::CompleteAbort,
+    ];
+    let mut phases = Vec::new();
+    let mut unknown = Vec::new();
+    for filter in &req.state_filters {
+        match known.iter().find(|p| p.kafka_name() == filter.as_str()) {
+            Some(p) => phases.push(*p),
+            None => unknown.push(filter.clone()),
+        }
+    }
+    let response = ListTransactionsResponse::default().with_unknown_state_filters(unknown.clone());
+    // Only unknown states asked: nothing can match.
+    if phases.is_empty() && !unknown.is_empty() {
+        return response;
+    }
+    let list = floe_metastore::ops::ListTxns {
+        phases,
+        producer_ids: req.producer_id_filters.iter().map(|p| p.0).collect(),
+        min_duration_ms: req.duration_filter,
+    };
+    match broker.meta.list_txns(list).await {
+        Ok(views) => response.with_transaction_states(
+            views
+                .into_iter()
+                .map(|v| {
+                    TransactionState::default()
+                        .with_transactional_id(super::str_bytes(&v.transactional_id).into())
+                        .with_producer_id(ProducerId(v.producer_id))
+                        .with_transaction_state(super::str_bytes(v.phase.kafka_name()))
+                })
+                .collect(),
+        ),
+        Err(e) => response.with_error_code(coordinator_error(&e, true).code()),
     }
 }
