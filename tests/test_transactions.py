@@ -252,3 +252,27 @@ def test_transactions_are_described_and_listed(make_agent):
     assert "t-desc" not in str(listed), listed
     assert "t-desc" in str(admin.list_transactions(state_filters=["CompleteCommit"]))
     admin.close()
+
+
+def test_a_transaction_survives_its_agent_across_agents(peer_agents):
+    """The coordinator's state is in the metastore: a transaction begun
+    through agent A, whose agent is then killed, is fenced and aborted by a
+    new producer through agent B, and read_committed consumers of B never
+    see its records; B's own transaction commits what A's produced before."""
+    a, b = peer_agents(2, *FAST)
+    create(a.bootstrap, "across", partitions=2)
+    first = txn_producer(a.bootstrap, "t-across")
+    first.begin_transaction()
+    send(first, "across", ["committed-a"], partitions=2)
+    first.commit_transaction(30)
+    first.begin_transaction()
+    send(first, "across", ["open-a-1", "open-a-2"], partitions=2)
+    a.kill()
+    second = txn_producer(b.bootstrap, "t-across")
+    second.begin_transaction()
+    send(second, "across", ["committed-b"], partitions=2)
+    second.commit_transaction(30)
+    rows = read(b.bootstrap, ["across"], "read_committed", partitions=2)
+    assert sorted(v for _, _, v in rows) == ["committed-a", "committed-b"]
+    everything = read(b.bootstrap, ["across"], "read_uncommitted", partitions=2)
+    assert sorted(v for _, _, v in everything) == ["committed-a", "committed-b", "open-a-1", "open-a-2"]
