@@ -989,7 +989,7 @@ impl State {
             .ok_or(Refusal::UnknownTopicOrPartition)?;
         self.names_by_id.remove(&topic.info.id);
         self.groups.forget_topic(name);
-        self.txns.forget_topic(topic.info.id, self.clock_ms);
+        self.txns.forget_topic(topic.info.id, name, self.clock_ms);
         for partition in topic.partitions {
             for extent in partition.extents.into_values() {
                 self.release(extent.object);
@@ -2518,9 +2518,10 @@ impl Apply for TxnCommitOffsets {
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         state.txn_commit_offsets(self)
     }
-    /// A repeat stores the same offsets again.
+    /// A blind repeat could land in the producer's next transaction (TV1
+    /// keeps the epoch), moving its offsets back: the client retries.
     fn retry_is_safe(&self) -> bool {
-        true
+        false
     }
     fn restamp(&mut self, now_ms: i64) {
         self.commit.now_ms = now_ms;

@@ -90,10 +90,12 @@ pub struct Txn {
     /// only for its abort markers (a [`EndReason::Fence`] end).
     #[serde(default)]
     pub fencing: bool,
-    /// Offsets sent with TxnOffsetCommit, by group and partition: stored
-    /// for the group when the transaction commits, dropped when it aborts.
+    /// Offsets sent with TxnOffsetCommit, by group and partition, each with
+    /// when (metastore clock) it was sent: stored for the group when the
+    /// transaction commits, unless the group committed that partition
+    /// since (Kafka keeps the most recent commit), dropped when it aborts.
     #[serde(default)]
-    pub pending_offsets: BTreeMap<String, BTreeMap<(String, i32), OffsetToCommit>>,
+    pub pending_offsets: PendingOffsets,
 }
 
 impl Txn {
@@ -187,11 +189,13 @@ pub struct Txns {
     by_producer: BTreeMap<i64, String>,
     /// Group -> the transactions holding offsets for it (OffsetFetch's
     /// `require_stable` asks).
+    #[serde(default)]
     pending_groups: BTreeMap<String, BTreeSet<String>>,
 }
 
-/// Offsets a transaction held for its groups, as it ends.
-pub type PendingOffsets = BTreeMap<String, BTreeMap<(String, i32), OffsetToCommit>>;
+/// Offsets a transaction holds for its groups: by group and partition, the
+/// offset and when it was sent.
+pub type PendingOffsets = BTreeMap<String, BTreeMap<(String, i32), (OffsetToCommit, i64)>>;
 
 /// What InitProducerId needs from the state outside this module: a fresh
 /// producer id when one must be issued.
@@ -454,7 +458,7 @@ impl Txns {
         let txn = self.by_id.get_mut(id).expect("checked");
         let pending = txn.pending_offsets.entry(group.to_string()).or_default();
         for o in offsets {
-            pending.insert((o.topic.clone(), o.partition), o);
+            pending.insert((o.topic.clone(), o.partition), (o, now_ms));
         }
         txn.touch(now_ms);
         self.pending_groups
@@ -621,11 +625,15 @@ impl Txns {
         (now, pending)
     }
 
-    /// A deleted topic's partitions leave every transaction.
-    pub fn forget_topic(&mut self, topic_id: crate::types::TopicId, now_ms: i64) {
+    /// A deleted topic's partitions, and offsets of it, leave every
+    /// transaction (a topic re-created under its name starts afresh).
+    pub fn forget_topic(&mut self, topic_id: crate::types::TopicId, name: &str, now_ms: i64) {
         for txn in self.by_id.values_mut() {
             let before = txn.partitions.len();
             txn.partitions.retain(|tp, _| tp.topic_id != topic_id);
+            for offsets in txn.pending_offsets.values_mut() {
+                offsets.retain(|(topic, _), _| topic != name);
+            }
             if txn.partitions.len() != before {
                 txn.touch(now_ms);
             }

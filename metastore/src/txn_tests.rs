@@ -913,3 +913,39 @@ fn offsets_sent_in_a_transaction_are_stored_only_when_it_commits() {
         assert_eq!(group_offset(&s, "g"), commit.then_some(offset));
     }
 }
+
+/// Kafka keeps a group's most recent commit: a plain OffsetCommit made after
+/// the transaction sent its offset is not replaced when it commits.
+#[test]
+fn a_later_plain_commit_is_not_replaced_by_a_transactions_older_offset() {
+    let (mut s, _) = state();
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    at(
+        &mut s,
+        2_000,
+        AddToTxn {
+            transactional_id: "tx".into(),
+            producer_id: p.producer_id,
+            epoch: p.epoch,
+            partitions: vec![],
+            groups: vec!["g".into()],
+        },
+    )
+    .unwrap();
+    at(
+        &mut s,
+        2_000,
+        TxnCommitOffsets {
+            transactional_id: "tx".into(),
+            producer_id: p.producer_id,
+            epoch: p.epoch,
+            commit: offsets_for("g", 5),
+        },
+    )
+    .unwrap()
+    .unwrap();
+    at(&mut s, 2_500, offsets_for("g", 9)).unwrap().unwrap();
+    let e = end(&s, "tx", true, EndReason::Client);
+    at(&mut s, 3_000, EndTxn { end: e }).unwrap();
+    assert_eq!(group_offset(&s, "g"), Some(9));
+}

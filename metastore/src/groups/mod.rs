@@ -660,7 +660,8 @@ impl Groups {
     /// checked as OffsetCommit's; one without generation or member (clients
     /// before TxnOffsetCommit v3) is not checked.
     pub fn check_txn_commit(&self, commit: &CommitOffsets) -> Result<(), GroupError> {
-        let anonymous = commit.generation < 0 && commit.member_id.is_empty();
+        let anonymous =
+            commit.generation < 0 && commit.member_id.is_empty() && commit.instance_id.is_none();
         if let Some(g) = self.consumer.get(&commit.group) {
             return if anonymous {
                 Ok(())
@@ -670,23 +671,49 @@ impl Groups {
         }
         match self.groups.get(&commit.group) {
             Some(_) if anonymous => Ok(()),
-            Some(g) => g.check_commit(commit),
-            None if commit.generation < 0 => Ok(()),
-            None => Err(GroupError::GroupIdNotFound),
+            // A transactional commit is not refused while the generation
+            // forms (`validateOffsetCommit` skips that check for it): the
+            // Syncing check is the last, so every other one passed.
+            Some(g) => match g.check_commit(commit) {
+                Err(GroupError::RebalanceInProgress) => Ok(()),
+                other => other,
+            },
+            None if commit.generation >= 0 => Err(GroupError::GroupIdNotFound),
+            // Created at the commit: the groups must have room for it.
+            None if self.count() >= MAX_GROUPS => Err(GroupError::GroupMaxSizeReached),
+            None => Ok(()),
         }
     }
 
-    /// Stores offsets a transaction committed (checked when they were sent),
-    /// creating the group to hold them if it is gone or never was, as a
-    /// simple commit would (unless the groups are at their bound).
-    pub fn store_txn_offsets(&mut self, group: &str, offsets: Vec<OffsetToCommit>, now_ms: i64) {
+    /// Stores offsets a transaction committed (checked when they were sent,
+    /// each with when it was sent), creating the group to hold them if it
+    /// is gone or never was, as a simple commit would; a partition the group
+    /// committed since an offset was sent keeps its newer commit (Kafka
+    /// keeps the most recent).
+    pub fn store_txn_offsets(
+        &mut self,
+        group: &str,
+        offsets: Vec<(OffsetToCommit, i64)>,
+        now_ms: i64,
+    ) {
+        let newest = |stored: &BTreeMap<(String, i32), CommittedOffset>| {
+            offsets
+                .iter()
+                .filter(|(o, sent_ms)| {
+                    stored
+                        .get(&(o.topic.clone(), o.partition))
+                        .is_none_or(|c| c.commit_ms <= *sent_ms)
+                })
+                .map(|(o, _)| o.clone())
+                .collect::<Vec<_>>()
+        };
         if let Some(g) = self.consumer.get_mut(group) {
+            let offsets = newest(&g.offsets);
             store_offsets(&mut g.offsets, offsets, now_ms);
             return;
         }
-        if !self.groups.contains_key(group) && self.count() >= MAX_GROUPS {
-            return;
-        }
+        // Past the bound only by what ongoing transactions checked in (at
+        // most 64 groups each).
         let g = self
             .groups
             .entry(group.to_string())
@@ -694,6 +721,7 @@ impl Groups {
                 empty_since_ms: now_ms,
                 ..Group::default()
             });
+        let offsets = newest(&g.offsets);
         store_offsets(&mut g.offsets, offsets, now_ms);
     }
 

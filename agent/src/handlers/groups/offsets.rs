@@ -160,6 +160,7 @@ pub async fn txn_commit_offsets(
         (t.name.clone(), partitions.collect())
     });
     let (offsets, refused) = sort_offsets(broker, asked.collect()).await;
+    let nothing_to_commit = offsets.is_empty();
     let commit = TxnCommitOffsets {
         transactional_id: req.transactional_id.to_string(),
         producer_id: req.producer_id.0,
@@ -173,12 +174,20 @@ pub async fn txn_commit_offsets(
             now_ms: now_ms(),
         },
     };
-    let result = match broker.meta.txn_commit_offsets(commit).await {
+    // Nothing left to commit (every partition refused): nothing is asked.
+    let result = match nothing_to_commit {
+        true => Ok(Ok(())),
+        false => broker.meta.txn_commit_offsets(commit).await,
+    };
+    let result = match result {
         Ok(Ok(())) => Ok(()),
-        // As OffsetCommit before v9: a group that cannot have this generation.
-        Ok(Err(floe_metastore::GroupError::GroupIdNotFound)) => {
-            Err(ResponseError::IllegalGeneration)
-        }
+        // As OffsetCommit before v9: a group that cannot have this
+        // generation; a KIP-848 member's stale epoch is told so too
+        // (`validateTransactionalOffsetCommit`).
+        Ok(Err(
+            floe_metastore::GroupError::GroupIdNotFound
+            | floe_metastore::GroupError::StaleMemberEpoch,
+        )) => Err(ResponseError::IllegalGeneration),
         Ok(Err(e)) => Err(group_error(e)),
         // The group coordinator's answer to a fenced transactional producer.
         Err(floe_metastore::MetaError::Refused(floe_metastore::Refusal::ProducerFenced {
