@@ -290,7 +290,8 @@ def commits_in_revoke_are_never_lost(agent, conf):
         time.sleep(1)
         read = [v for m in members for _, _, v in m.read]
         twice = {v for v in read if read.count(v) > 1}
-        assert not twice, f"{len(twice)} records processed twice"
+        assert not twice, (f"{len(twice)} records processed twice, e.g. {sorted(twice)[:5]}; "
+                           f"errors: {[m.errors for m in members]}")
         assert not any(m.errors for m in members), [m.errors for m in members]
     finally:
         for m in members:
