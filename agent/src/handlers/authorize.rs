@@ -874,29 +874,13 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             }
             // Nothing is added: the denied get their error, the others
             // OPERATION_NOT_ATTEMPTED.
-            use add_partitions_to_txn_response::*;
-            let results = req.v3_and_below_topics.iter().map(|t| {
-                let code = match (txn_ok, denied_topics.contains(&t.name.to_string())) {
-                    (false, _) => TXN_DENIED,
-                    (true, true) => TOPIC_DENIED,
-                    (true, false) => ResponseError::OperationNotAttempted.code(),
-                };
-                AddPartitionsToTxnTopicResult::default()
-                    .with_name(t.name.clone())
-                    .with_results_by_partition(
-                        t.partitions
-                            .iter()
-                            .map(|&p| {
-                                AddPartitionsToTxnPartitionResult::default()
-                                    .with_partition_index(p)
-                                    .with_partition_error_code(code)
-                            })
-                            .collect(),
-                    )
-            });
+            let code = |name: &str, _| match (txn_ok, denied_topics.iter().any(|d| d == name)) {
+                (false, _) => TXN_DENIED,
+                (true, true) => TOPIC_DENIED,
+                (true, false) => ResponseError::OperationNotAttempted.code(),
+            };
             Gate::Answer(ResponseKind::AddPartitionsToTxn(
-                AddPartitionsToTxnResponse::default()
-                    .with_results_by_topic_v3_and_below(results.collect()),
+                super::txn::add_partitions_answer(&req.v3_and_below_topics, &code),
             ))
         }
         RequestKind::AddOffsetsToTxn(req) => {

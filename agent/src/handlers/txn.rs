@@ -13,6 +13,7 @@ use floe_metastore::txn::{EndReason, TxnEnd, TxnPhase, TxnView};
 use floe_metastore::{MetaError, ProducerIdentity, Refusal, TopicPartition, ops::AddToTxn};
 use floe_protocol::ResponseError;
 use floe_protocol::batch::RecordBatch;
+use floe_protocol::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use floe_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
@@ -131,26 +132,7 @@ pub async fn add_partitions(
     version: i16,
 ) -> AddPartitionsToTxnResponse {
     let topics = req.v3_and_below_topics;
-    let answer = |code: &dyn Fn(&str, i32) -> i16| {
-        let results = topics
-            .iter()
-            .map(|t| {
-                AddPartitionsToTxnTopicResult::default()
-                    .with_name(t.name.clone())
-                    .with_results_by_partition(
-                        t.partitions
-                            .iter()
-                            .map(|&p| {
-                                AddPartitionsToTxnPartitionResult::default()
-                                    .with_partition_index(p)
-                                    .with_partition_error_code(code(&t.name.0, p))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect();
-        AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
-    };
+    let answer = |code: &dyn Fn(&str, i32) -> i16| add_partitions_answer(&topics, code);
     let asked: usize = topics.iter().map(|t| t.partitions.len()).sum();
     if asked > floe_metastore::txn::MAX_TXN_PARTITIONS {
         return answer(&|_, _| ResponseError::InvalidRequest.code());
@@ -199,6 +181,32 @@ pub async fn add_partitions(
         Err(e) => coordinator_error(&e, version >= 2).code(),
     };
     answer(&|_, _| error)
+}
+
+/// The AddPartitionsToTxn v0-3 answer: every partition asked, with `code`'s
+/// error for it (one error decides the whole request, or none does).
+pub fn add_partitions_answer(
+    topics: &[AddPartitionsToTxnTopic],
+    code: &dyn Fn(&str, i32) -> i16,
+) -> AddPartitionsToTxnResponse {
+    let results = topics
+        .iter()
+        .map(|t| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|&p| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(p)
+                                .with_partition_error_code(code(&t.name.0, p))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
 }
 
 /// AddOffsetsToTxn: the group whose offsets the transaction will commit.
