@@ -70,6 +70,7 @@ class Member:
         self.assigns = 0
         self.revokes = 0
         self.errors = []
+        self.events = []  # (time, what, [(partition, offset)]) for a failure's story
         self.stop = threading.Event()
         self.closed = threading.Event()
         self.leave = True
@@ -78,13 +79,17 @@ class Member:
 
     def on_assign(self, consumer, partitions):
         self.assigns += 1
+        self.events.append((time.time(), "assign", [(tp.partition, tp.offset) for tp in partitions]))
 
     def on_revoke(self, consumer, partitions):
         self.revokes += 1
         if self.commit_on_revoke and partitions:
             # The last commit of the old generation: what was processed.
             try:
-                consumer.commit(offsets=consumer.position(partitions), asynchronous=False)
+                positions = consumer.position(partitions)
+                self.events.append((time.time(), "revoke, committing",
+                                    [(tp.partition, tp.offset) for tp in positions]))
+                consumer.commit(offsets=positions, asynchronous=False)
             except Exception as e:  # noqa: BLE001 - reported by the test
                 self.errors.append(f"commit in revoke: {e}")
 
@@ -291,11 +296,25 @@ def commits_in_revoke_are_never_lost(agent, conf):
         read = [v for m in members for _, _, v in m.read]
         twice = {v for v in read if read.count(v) > 1}
         assert not twice, (f"{len(twice)} records processed twice, e.g. {sorted(twice)[:5]}; "
-                           f"errors: {[m.errors for m in members]}")
+                           f"errors: {[m.errors for m in members]}; " + story(members, twice))
         assert not any(m.errors for m in members), [m.errors for m in members]
     finally:
         for m in members:
             m.close()
+
+
+def story(members, twice):
+    """Who read the records read twice (first and last offsets), and every
+    member's assignments and revocations, in time order."""
+    lines = []
+    for n, m in enumerate(members):
+        rows = [(p, o) for p, o, v in m.read if v in twice]
+        if rows:
+            lines.append(f"member {n} read them at {rows[0]}..{rows[-1]} ({len(rows)})")
+    events = sorted((t, n, what, parts) for n, m in enumerate(members) for t, what, parts in m.events)
+    start = events[0][0] if events else 0
+    lines += [f"{t - start:7.3f} member {n} {what} {parts}" for t, n, what, parts in events]
+    return "\n".join(lines)
 
 
 def test_one_group_spans_agents(peer_agents):

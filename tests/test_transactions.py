@@ -276,3 +276,22 @@ def test_a_transaction_survives_its_agent_across_agents(peer_agents):
     assert sorted(v for _, _, v in rows) == ["committed-a", "committed-b"]
     everything = read(b.bootstrap, ["across"], "read_uncommitted", partitions=2)
     assert sorted(v for _, _, v in everything) == ["committed-a", "committed-b", "open-a-1", "open-a-2"]
+
+
+def test_kafkajs_commits_aborts_and_sends_offsets(make_agent):
+    import json
+    import pathlib
+    import subprocess
+
+    agent = make_agent(*FAST)
+    script = pathlib.Path(__file__).resolve().parent / "node" / "transactions.js"
+    done = subprocess.run(["node", str(script), agent.bootstrap, "js-tx"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(seen["read"]) == sorted([f"A-{i}" for i in range(4)] + [f"C-{i}" for i in range(4)])
+    assert sorted((o["partition"], o["offset"]) for o in seen["offsets"]) == [(0, "7"), (1, "9")]
+    # librdkafka agrees: B's records are in the log, and aborted.
+    assert len(read(agent.bootstrap, ["js-tx"], "read_uncommitted", partitions=2)) == 12
+    assert sorted(v for _, _, v in read(agent.bootstrap, ["js-tx"], "read_committed", partitions=2)) \
+        == sorted(seen["read"])
