@@ -303,6 +303,47 @@ def commits_in_revoke_are_never_lost(agent, conf):
             m.close()
 
 
+def test_commits_in_a_row_are_written_together_and_answered_one_by_one(peer_agents):
+    """A consumer committing after every record (asynchronously, as
+    librdkafka's commit(message, asynchronous=True)) is not held to one
+    metastore write per commit: commits queued on its connection are written
+    together. Each is still answered on its own (one naming a partition that
+    does not exist is refused alone), and the offsets stored are the last
+    ones committed, as one after another."""
+    from test_metrics import metric
+
+    (agent,) = peer_agents(1, "--compaction-interval", "0s")
+    make_topic(agent.bootstrap, "every", 2)
+    answers = []
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "every-record",
+                  "enable.auto.commit": False,
+                  "on_commit": lambda err, parts: answers.append(
+                      (err, [(p.partition, p.error) for p in parts]))})
+    # The group exists and the connection is up before counting.
+    c.commit(offsets=[TopicPartition("every", 0, 0)], asynchronous=False)
+    answers.clear()
+    before = agent.admin("/metrics")[1]
+    count = 1_000
+    for i in range(count):
+        c.commit(offsets=[TopicPartition("every", i % 2, i)], asynchronous=True)
+        if i == count // 2:
+            c.commit(offsets=[TopicPartition("every", 7, 1)], asynchronous=True)
+    deadline = time.time() + 60
+    while len(answers) < count + 1 and time.time() < deadline:
+        c.poll(0.1)
+    after = agent.admin("/metrics")[1]
+    assert len(answers) == count + 1
+    refused = [a for a in answers if a[0] is not None or any(e is not None for _, e in a[1])]
+    assert len(refused) == 1 and refused[0][1][0][0] == 7, refused[:3]
+    committed = c.committed([TopicPartition("every", 0), TopicPartition("every", 1)], timeout=10)
+    assert [tp.offset for tp in committed] == [count - 2, count - 1]
+    writes = metric(after, "floe_metastore_requests_total", op="CommitOffsets") - \
+        metric(before, "floe_metastore_requests_total", op="CommitOffsets")
+    print(f"{count + 1} commits, {writes:.0f} metastore writes")
+    assert 0 < writes <= count / 4, after
+    c.close()
+
+
 def story(members, twice):
     """Who read the records read twice (first and last offsets), and every
     member's assignments and revocations, in time order."""

@@ -8,7 +8,10 @@
 //! come from the agent-wide request budget ([`crate::frames`]) until the
 //! request is admitted, and a read buffer grows only with the bytes sent; at
 //! most [`MAX_IN_FLIGHT_PER_CONNECTION`] requests are handled at once, of
-//! which at most [`MAX_OTHER_IN_FLIGHT_PER_CONNECTION`] are not produces;
+//! which at most [`MAX_OTHER_IN_FLIGHT_PER_CONNECTION`] are neither produces
+//! nor offset commits (commits in a row are written together, see
+//! `handlers::groups::commit_runs`, so a consumer committing every record
+//! keeps up);
 //! fetched bytes come from the agent-wide response budget ([`crate::budget`])
 //! until written, one response per connection at a time; a connection idle
 //! for `connections_max_idle` is closed, and so is one whose client stops
@@ -43,6 +46,18 @@ pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
 /// Of those, requests other than Produce (Kafka handles one request per
 /// connection at a time; a few let a consumer's heartbeat pass its fetch).
 pub const MAX_OTHER_IN_FLIGHT_PER_CONNECTION: usize = 4;
+
+fn is_produce(decoded: &Decoded) -> bool {
+    matches!(decoded, Decoded::Request { header, .. } if header.request_api_key == ApiKey::Produce as i16)
+}
+
+/// What a request counts against: Produce and OffsetCommit are pipelined
+/// (up to [`MAX_IN_FLIGHT_PER_CONNECTION`]), the rest bounded tighter.
+fn is_pipelined(decoded: &Decoded) -> bool {
+    const PIPELINED: [ApiKey; 2] = [ApiKey::Produce, ApiKey::OffsetCommit];
+    matches!(decoded, Decoded::Request { header, .. }
+        if PIPELINED.iter().any(|api| *api as i16 == header.request_api_key))
+}
 
 /// Open connections, in total and by client address.
 #[derive(Default)]
@@ -208,13 +223,20 @@ where
                         // Admission runs before the next request is read, so
                         // produced batches are enqueued in request order.
                         Ok(decoded) => {
+                            let pipelined = is_pipelined(&decoded);
                             let produce = is_produce(&decoded);
-                            others += usize::from(!produce);
+                            others += usize::from(!pipelined);
                             let pending = admit(broker.clone(), decoded, &turn, &lane, &session).await;
                             // Admitted: produced batches are now the produce
-                            // buffer's to count, the rest is small.
-                            drop(frame.held);
-                            in_flight.push_back(async move { (produce, pending.await) });
+                            // buffer's to count. Offset commits, many of
+                            // which may wait in flight, keep counting until
+                            // answered; the rest is few and small.
+                            let held = (!produce && pipelined).then_some(frame.held);
+                            in_flight.push_back(async move {
+                                let response = pending.await;
+                                drop(held);
+                                (pipelined, response)
+                            });
                         }
                         Err(e) => {
                             tracing::warn!(%peer, error = %e, "closing connection: undecodable request");
@@ -231,8 +253,8 @@ where
                     lane.close();
                 }
             }
-            Some((produce, response)) = in_flight.next() => {
-                others -= usize::from(!produce);
+            Some((pipelined, response)) = in_flight.next() => {
+                others -= usize::from(!pipelined);
                 match response {
                     Ok(Some((bytes, held))) => {
                         // A client that does not read its responses holds
@@ -435,10 +457,6 @@ async fn write_progressing(
         Ok(Err(e)) => Err(e),
         Err(_) => Ok(false),
     }
-}
-
-fn is_produce(decoded: &Decoded) -> bool {
-    matches!(decoded, Decoded::Request { header, .. } if header.request_api_key == ApiKey::Produce as i16)
 }
 
 /// A response frame being prepared: `Ok(None)` means no response (as for

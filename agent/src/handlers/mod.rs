@@ -101,7 +101,19 @@ pub async fn admit(
         .as_ref()
         .map(|c| c.to_string())
         .unwrap_or_default();
-    // Group requests run one after another, in the order they came.
+    // Group requests run one after another, in the order they came; offset
+    // commits in a row are written together.
+    if let RequestKind::OffsetCommit(req) = body {
+        let (mut ticket, joined) = lane.commit(req, version);
+        return Box::pin(async move {
+            if !ticket.wait().await {
+                return None;
+            }
+            let response = joined.respond(&broker).await;
+            drop(ticket);
+            Some(Reply::from(patched(ResponseKind::OffsetCommit(response))))
+        });
+    }
     let mut ticket = groups::is_coordinator_request(&body).then(|| lane.ticket());
     let session = session.clone();
     Box::pin(async move {
@@ -149,9 +161,6 @@ async fn handle(
         }
         RequestKind::LeaveGroup(req) => {
             ResponseKind::LeaveGroup(groups::leave(broker, req, version).await)
-        }
-        RequestKind::OffsetCommit(req) => {
-            ResponseKind::OffsetCommit(groups::commit_offsets(broker, req, version).await)
         }
         RequestKind::OffsetFetch(req) => {
             ResponseKind::OffsetFetch(groups::fetch_offsets(broker, req, version).await)

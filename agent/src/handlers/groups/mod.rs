@@ -7,6 +7,7 @@
 //! - [`admin`]: FindCoordinator, ListGroups, DescribeGroups, DeleteGroups.
 
 pub mod admin;
+pub mod commit_runs;
 pub mod consumer;
 pub mod membership;
 pub mod offsets;
@@ -18,7 +19,7 @@ use tokio::sync::oneshot;
 
 pub use admin::{delete, describe, find_coordinator, list};
 pub use membership::{heartbeat, join, leave, sync};
-pub use offsets::{commit_offsets, delete_offsets, fetch_offsets, txn_commit_offsets};
+pub use offsets::{delete_offsets, fetch_offsets, txn_commit_offsets};
 
 fn group_error(e: GroupError) -> ResponseError {
     match e {
@@ -72,6 +73,8 @@ pub struct Lane {
     /// heartbeat saying what a member owned must not land after that
     /// member, reconnected, said something newer).
     closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Offset commits admitted in a row, written together.
+    runs: commit_runs::Runs,
 }
 
 /// A group request's place in its connection's [`Lane`].
@@ -85,6 +88,22 @@ pub struct Ticket {
 impl Lane {
     /// Taken at admission, which runs in request order.
     pub fn ticket(&self) -> Ticket {
+        self.runs.seal();
+        self.next_ticket()
+    }
+
+    /// An OffsetCommit's ticket, and its place in a run of commits (see
+    /// [`commit_runs`]). Taken at admission.
+    pub fn commit(
+        &self,
+        req: floe_protocol::kafka_protocol::messages::OffsetCommitRequest,
+        version: i16,
+    ) -> (Ticket, commit_runs::Joined) {
+        let joined = self.runs.join(req, version);
+        (self.next_ticket(), joined)
+    }
+
+    fn next_ticket(&self) -> Ticket {
         let (done, after) = oneshot::channel();
         let before = self.last.lock().expect("lane lock").replace(after);
         Ticket {

@@ -29,41 +29,81 @@ use crate::broker::Broker;
 use crate::discovery::now_ms;
 use crate::handlers::str_bytes;
 
-pub async fn commit_offsets(
+/// OffsetCommit: several commits of one member of one group, written in
+/// one metastore command (see [`super::commit_runs`]), each answered on its
+/// own. Partitions of unknown topics, or with metadata over Kafka's
+/// `offset.metadata.max.bytes`, are refused one by one; the rest are
+/// committed together, a later commit's offset for a partition replacing an
+/// earlier one's, as one after another.
+pub async fn commit_offsets_together(
     broker: &Broker,
-    req: OffsetCommitRequest,
-    version: i16,
-) -> OffsetCommitResponse {
-    // Partitions of unknown topics, or with metadata over Kafka's
-    // offset.metadata.max.bytes, are refused one by one; the rest are
-    // committed together.
-    if req.group_id.0.is_empty() {
-        return refuse_all(&req, ResponseError::InvalidGroupId);
+    commits: Vec<(OffsetCommitRequest, i16)>,
+) -> Vec<OffsetCommitResponse> {
+    let Some((first, _)) = commits.first() else {
+        return Vec::new();
+    };
+    if first.group_id.0.is_empty() {
+        return commits
+            .iter()
+            .map(|(req, _)| refuse_all(req, ResponseError::InvalidGroupId))
+            .collect();
     }
-    let asked = req.topics.iter().map(|t| {
-        let partitions = t.partitions.iter().map(|p| Asked {
-            partition: p.partition_index,
-            offset: p.committed_offset,
-            leader_epoch: p.committed_leader_epoch,
-            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+    let mut offsets: Vec<OffsetToCommit> = Vec::new();
+    let mut index: HashMap<(String, i32), usize> = HashMap::new();
+    let mut refusals = Vec::with_capacity(commits.len());
+    for (req, _) in &commits {
+        let asked = req.topics.iter().map(|t| {
+            let partitions = t.partitions.iter().map(|p| Asked {
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            });
+            (t.name.clone(), partitions.collect())
         });
-        (t.name.clone(), partitions.collect())
-    });
-    let (offsets, refused) = sort_offsets(broker, asked.collect()).await;
+        let (accepted, refused) = sort_offsets(broker, asked.collect()).await;
+        for offset in accepted {
+            let at = (offset.topic.clone(), offset.partition);
+            match index.get(&at) {
+                Some(&i) => offsets[i] = offset,
+                None => {
+                    index.insert(at, offsets.len());
+                    offsets.push(offset);
+                }
+            }
+        }
+        refusals.push(refused);
+    }
     let commit = CommitOffsets {
-        group: req.group_id.0.to_string(),
-        generation: req.generation_id_or_member_epoch,
-        member_id: req.member_id.to_string(),
-        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        group: first.group_id.0.to_string(),
+        generation: first.generation_id_or_member_epoch,
+        member_id: first.member_id.to_string(),
+        instance_id: first.group_instance_id.as_ref().map(|i| i.to_string()),
         offsets,
         now_ms: now_ms(),
     };
-    let result = answer(broker.meta.commit_offsets(commit).await).map_err(|e| match e {
-        // A group that does not exist: named so from v9 (KIP-848), before
-        // as a generation that cannot be.
-        ResponseError::GroupIdNotFound if version < 9 => ResponseError::IllegalGeneration,
-        e => e,
-    });
+    let result = answer(broker.meta.commit_offsets(commit).await);
+    commits
+        .iter()
+        .zip(refusals)
+        .map(|((req, version), refused)| {
+            let result = result.map_err(|e| match e {
+                // A group that does not exist: named so from v9 (KIP-848),
+                // before as a generation that cannot be.
+                ResponseError::GroupIdNotFound if *version < 9 => ResponseError::IllegalGeneration,
+                e => e,
+            });
+            answer_commit(req, &refused, result)
+        })
+        .collect()
+}
+
+/// One commit's answer: its own refusals, else the group's.
+fn answer_commit(
+    req: &OffsetCommitRequest,
+    refused: &HashMap<(TopicName, i32), ResponseError>,
+    result: Result<(), ResponseError>,
+) -> OffsetCommitResponse {
     let topics = req
         .topics
         .iter()
