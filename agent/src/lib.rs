@@ -20,5 +20,6 @@ pub mod server;
 pub mod tls;
 pub mod tools;
 pub mod topic_cache;
+pub mod txn_coordinator;
 pub mod txn_timeouts;
 pub mod watermarks;

@@ -14,14 +14,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe_metastore::Metastore;
 use floe_metastore::txn::{EndReason, TxnEnd};
+use floe_metastore::{MetaError, Metastore};
 
+use crate::batcher::Batcher;
 use crate::broker::Broker;
-use crate::handlers::txn::write_end;
+use crate::txn_coordinator::write_end;
 
 const LEASE: &str = "txn-timeouts";
-const EVERY: Duration = Duration::from_secs(1);
+/// How often a pass runs.
+pub const EVERY: Duration = Duration::from_secs(1);
 const LEASE_TTL: Duration = Duration::from_secs(10);
 /// Transactions aborted per pass at most.
 const PER_PASS: u32 = 100;
@@ -36,23 +38,25 @@ pub async fn run(broker: Arc<Broker>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = pass(&broker, &holder).await {
+        if let Err(e) = pass(broker.meta.as_ref(), &broker.batcher, &holder).await {
             tracing::debug!(error = %e, "transaction timeouts: pass skipped");
         }
     }
 }
 
-/// One pass: with the lease, abort every expired transaction found.
-async fn pass(broker: &Broker, holder: &str) -> Result<(), floe_metastore::MetaError> {
-    let meta: &dyn Metastore = broker.meta.as_ref();
+/// One pass: with the lease, abort every expired transaction found, its
+/// markers written through `batcher` and stamped with the metastore's time.
+/// Returns how many aborts completed.
+pub async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Result<u32, MetaError> {
     let now_ms = meta.clock().await?;
     let ttl_ms = LEASE_TTL.as_millis() as i64;
     if !meta
         .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
         .await?
     {
-        return Ok(());
+        return Ok(0);
     }
+    let mut aborted = 0;
     for txn in meta.expired_txns(PER_PASS).await? {
         // Each end takes a flush, a PUT and a commit: the lease is renewed
         // before each, so no other agent writes the same aborts meanwhile.
@@ -61,7 +65,7 @@ async fn pass(broker: &Broker, holder: &str) -> Result<(), floe_metastore::MetaE
             .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
             .await?
         {
-            return Ok(());
+            return Ok(aborted);
         }
         let end = TxnEnd {
             transactional_id: txn.transactional_id.clone(),
@@ -71,12 +75,15 @@ async fn pass(broker: &Broker, holder: &str) -> Result<(), floe_metastore::MetaE
             reason: EndReason::Timeout,
             version: txn.version,
         };
-        match write_end(broker, end, &txn.partitions).await {
-            Ok(()) => tracing::info!(transactional_id = %txn.transactional_id,
-                producer_id = txn.producer_id, "aborted a transaction past its timeout"),
+        match write_end(meta, batcher, end, &txn.partitions, now_ms).await {
+            Ok(()) => {
+                aborted += 1;
+                tracing::info!(transactional_id = %txn.transactional_id,
+                    producer_id = txn.producer_id, "aborted a transaction past its timeout")
+            }
             Err(e) => tracing::info!(transactional_id = %txn.transactional_id, error = %e,
                 "aborting a transaction past its timeout did not complete; the next pass retries"),
         }
     }
-    Ok(())
+    Ok(aborted)
 }

@@ -3,16 +3,12 @@
 //!
 //! Every decision is the metastore's (`floe_metastore::txn`), so any agent
 //! coordinates any transaction and a client may move between agents between
-//! any two requests. An end that needs markers is written through this
-//! agent's batcher: one control batch per partition of the transaction, all
-//! in one ingest file, whose commit decides the end and sequences the
-//! markers in one step ([`write_end`]); the fence of a zombie
-//! (InitProducerId) and the timeout job's aborts take the same path.
+//! any two requests. What writes (an end's markers, a zombie's fence) is
+//! [`crate::txn_coordinator`]'s, through this agent's batcher.
 
-use floe_metastore::txn::{EndReason, TxnEnd, TxnPhase, TxnView};
+use floe_metastore::txn::TxnPhase;
 use floe_metastore::{MetaError, ProducerIdentity, Refusal, TopicPartition, ops::AddToTxn};
 use floe_protocol::ResponseError;
-use floe_protocol::batch::RecordBatch;
 use floe_protocol::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use floe_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
@@ -24,13 +20,8 @@ use floe_protocol::kafka_protocol::messages::{
     ListTransactionsRequest, ListTransactionsResponse, ProducerId,
 };
 
-use crate::batcher::AppendError;
 use crate::broker::Broker;
-
-/// How often EndTxn builds its markers again when the transaction gained a
-/// partition meanwhile (a produce racing the end), before answering
-/// CONCURRENT_TRANSACTIONS (which the client retries).
-const END_ATTEMPTS: usize = 3;
+use crate::txn_coordinator;
 
 /// No error.
 const NONE: i16 = 0;
@@ -93,34 +84,17 @@ pub async fn init_producer_id(
         epoch: req.producer_epoch,
     });
     let fenced_code = version >= 4;
-    match broker
-        .meta
-        .init_txn_producer(id, req.transaction_timeout_ms, expected)
-        .await
+    match txn_coordinator::init_producer(
+        broker.meta.as_ref(),
+        &broker.batcher,
+        id,
+        req.transaction_timeout_ms,
+        expected,
+        now_ms(),
+    )
+    .await
     {
         Ok(p) => answer(NONE, Some(p)),
-        Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => {
-            // A transaction of the id is ongoing: a zombie's, fenced now
-            // (its epoch bumped). Write its abort markers, as Kafka does
-            // before answering CONCURRENT_TRANSACTIONS; the producer asks again.
-            if let Ok(Some(txn)) = describe(broker, id).await
-                && txn.phase == TxnPhase::Ongoing
-                && txn.fencing
-            {
-                let end = TxnEnd {
-                    transactional_id: id.to_string(),
-                    producer_id: txn.producer_id,
-                    epoch: txn.epoch,
-                    commit: false,
-                    reason: EndReason::Fence,
-                    version: txn.version,
-                };
-                if let Err(e) = write_end(broker, end, &txn.partitions).await {
-                    tracing::info!(transactional_id = id, error = %e, "fencing an ongoing transaction did not complete; the producer retries");
-                }
-            }
-            answer(ResponseError::ConcurrentTransactions.code(), None)
-        }
         Err(e) => answer(coordinator_error(&e, fenced_code).code(), None),
     }
 }
@@ -240,103 +214,28 @@ pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTx
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1)
     };
-    for _ in 0..END_ATTEMPTS {
-        let txn = match describe(broker, &id).await {
-            Ok(Some(txn)) if txn.producer_id == req.producer_id.0 => txn,
-            Ok(_) => return answer(ResponseError::InvalidProducerIdMapping.code()),
-            Err(e) => return answer(coordinator_error(&e, fenced_code).code()),
-        };
-        // A fenced producer's end costs no file: refused before markers.
-        if txn.epoch != req.producer_epoch {
-            let fenced = MetaError::Refused(Refusal::ProducerFenced {
-                producer_id: txn.producer_id,
-                epoch: req.producer_epoch,
-            });
-            return answer(coordinator_error(&fenced, fenced_code).code());
-        }
-        let end = TxnEnd {
-            transactional_id: id.clone(),
-            producer_id: req.producer_id.0,
-            epoch: req.producer_epoch,
-            commit: req.committed,
-            reason: EndReason::Client,
-            version: txn.version,
-        };
-        return match write_end(broker, end, &txn.partitions).await {
-            Ok(()) => answer(NONE),
-            // A retried EndTxn whose first attempt completed.
-            Err(MetaError::Refused(Refusal::TxnEnded { committed }))
-                if committed == req.committed =>
-            {
-                answer(NONE)
-            }
-            // Partitions were added since it was read: build the markers again.
-            Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => continue,
-            Err(e) => answer(coordinator_error(&e, fenced_code).code()),
-        };
+    let producer = ProducerIdentity {
+        producer_id: req.producer_id.0,
+        epoch: req.producer_epoch,
+    };
+    let ended = txn_coordinator::end(
+        broker.meta.as_ref(),
+        &broker.batcher,
+        &id,
+        producer,
+        req.committed,
+        now_ms(),
+    )
+    .await;
+    match ended {
+        Ok(()) => answer(NONE),
+        Err(e) => answer(coordinator_error(&e, fenced_code).code()),
     }
-    answer(ResponseError::ConcurrentTransactions.code())
 }
 
-/// The transactional id's state.
-pub async fn describe(broker: &Broker, id: &str) -> Result<Option<TxnView>, MetaError> {
-    Ok(broker
-        .meta
-        .describe_txns(vec![id.to_string()])
-        .await?
-        .pop()
-        .flatten())
-}
-
-/// Writes a transaction's end: alone when no partition needs a marker, or
-/// with one marker per partition through the batcher, committed with the
-/// end in one metastore entry. `Ok` once the end is applied; a refusal is
-/// the metastore's decision, anything else leaves the outcome unknown (a
-/// retry finds it).
-pub async fn write_end(
-    broker: &Broker,
-    end: TxnEnd,
-    partitions: &[TopicPartition],
-) -> Result<(), MetaError> {
-    if partitions.is_empty() {
-        return broker.meta.end_txn(end).await;
-    }
-    // The agent's clock stamps the markers (it decides nothing).
-    let now_ms = crate::discovery::now_ms();
-    let markers = partitions
-        .iter()
-        .map(|tp| {
-            let marker = RecordBatch::end_txn_marker(
-                end.producer_id,
-                end.marker_epoch(),
-                end.commit,
-                now_ms,
-            );
-            (tp.topic_id, tp.partition, marker)
-        })
-        .collect();
-    let committed = broker
-        .batcher
-        .enqueue_end(end, markers)
-        .await
-        .map_err(append_error)?;
-    // One commit answers them all: the first answer is the end's outcome.
-    let mut outcome = Ok(());
-    for marker in committed {
-        if let Err(e) = marker.offset().await
-            && outcome.is_ok()
-        {
-            outcome = Err(append_error(e));
-        }
-    }
-    outcome
-}
-
-fn append_error(e: AppendError) -> MetaError {
-    match e {
-        AppendError::Refused(refusal) => MetaError::Refused(refusal),
-        AppendError::Storage(why) => MetaError::maybe_applied(why),
-    }
+/// The agent's clock, which stamps markers (it decides nothing).
+fn now_ms() -> i64 {
+    crate::discovery::now_ms()
 }
 
 /// DescribeTransactions v0: each id's state as the coordinator holds it.

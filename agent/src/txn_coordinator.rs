@@ -1,0 +1,158 @@
+//! The transaction coordinator's steps that write, on a metastore and a
+//! batcher alone: the Kafka handlers (`handlers::txn`), the timeout job
+//! (`txn_timeouts`) and the deterministic simulation all run these.
+//!
+//! Every decision is the metastore's (`floe_metastore::txn`). An end that
+//! needs markers is written through the given batcher: one control batch per
+//! partition of the transaction, all in one ingest file, whose commit
+//! decides the end and sequences the markers in one step ([`write_end`]).
+
+use floe_metastore::txn::{EndReason, TxnEnd, TxnPhase, TxnView};
+use floe_metastore::{MetaError, Metastore, ProducerIdentity, Refusal, TopicPartition};
+use floe_protocol::batch::RecordBatch;
+
+use crate::batcher::{AppendError, Batcher};
+
+/// How often an end builds its markers again when the transaction gained a
+/// partition meanwhile (a produce racing the end), before answering
+/// CONCURRENT_TRANSACTIONS (which the client retries).
+const END_ATTEMPTS: usize = 3;
+
+/// The transactional id's state.
+pub async fn describe(meta: &dyn Metastore, id: &str) -> Result<Option<TxnView>, MetaError> {
+    Ok(meta
+        .describe_txns(vec![id.to_string()])
+        .await?
+        .pop()
+        .flatten())
+}
+
+/// InitProducerId with a transactional id (`handleInitProducerId`). A
+/// transaction of the id still ongoing is a zombie's, fenced by this call
+/// (its epoch bumped): its abort markers are written here, as Kafka does
+/// before answering CONCURRENT_TRANSACTIONS, and the producer asks again.
+pub async fn init_producer(
+    meta: &dyn Metastore,
+    batcher: &Batcher,
+    id: &str,
+    timeout_ms: i32,
+    expected: Option<ProducerIdentity>,
+    now_ms: i64,
+) -> Result<ProducerIdentity, MetaError> {
+    let refused = match meta.init_txn_producer(id, timeout_ms, expected).await {
+        Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => {
+            MetaError::Refused(Refusal::ConcurrentTransactions)
+        }
+        other => return other,
+    };
+    if let Ok(Some(txn)) = describe(meta, id).await
+        && txn.phase == TxnPhase::Ongoing
+        && txn.fencing
+    {
+        let end = TxnEnd {
+            transactional_id: id.to_string(),
+            producer_id: txn.producer_id,
+            epoch: txn.epoch,
+            commit: false,
+            reason: EndReason::Fence,
+            version: txn.version,
+        };
+        if let Err(e) = write_end(meta, batcher, end, &txn.partitions, now_ms).await {
+            tracing::info!(transactional_id = id, error = %e, "fencing an ongoing transaction did not complete; the producer retries");
+        }
+    }
+    Err(refused)
+}
+
+/// EndTxn (`endTransaction`): commit or abort the producer's transaction,
+/// with a marker in every partition of it. A retried end whose first
+/// attempt completed is answered `Ok`.
+pub async fn end(
+    meta: &dyn Metastore,
+    batcher: &Batcher,
+    id: &str,
+    producer: ProducerIdentity,
+    commit: bool,
+    now_ms: i64,
+) -> Result<(), MetaError> {
+    for _ in 0..END_ATTEMPTS {
+        let txn = match describe(meta, id).await? {
+            Some(txn) if txn.producer_id == producer.producer_id => txn,
+            _ => return Err(MetaError::Refused(Refusal::InvalidProducerIdMapping)),
+        };
+        // A fenced producer's end costs no file: refused before markers.
+        if txn.epoch != producer.epoch {
+            return Err(MetaError::Refused(Refusal::ProducerFenced {
+                producer_id: txn.producer_id,
+                epoch: producer.epoch,
+            }));
+        }
+        let end = TxnEnd {
+            transactional_id: id.to_string(),
+            producer_id: producer.producer_id,
+            epoch: producer.epoch,
+            commit,
+            reason: EndReason::Client,
+            version: txn.version,
+        };
+        return match write_end(meta, batcher, end, &txn.partitions, now_ms).await {
+            Err(MetaError::Refused(Refusal::TxnEnded { committed })) if committed == commit => {
+                Ok(())
+            }
+            // Partitions were added since it was read: build the markers again.
+            Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => continue,
+            other => other,
+        };
+    }
+    Err(MetaError::Refused(Refusal::ConcurrentTransactions))
+}
+
+/// Writes a transaction's end: alone when no partition needs a marker, or
+/// with one marker per partition through `batcher`, committed with the end
+/// in one metastore entry. `Ok` once the end is applied; a refusal is the
+/// metastore's decision, anything else leaves the outcome unknown (a retry
+/// finds it). `now_ms` stamps the markers (it decides nothing).
+pub async fn write_end(
+    meta: &dyn Metastore,
+    batcher: &Batcher,
+    end: TxnEnd,
+    partitions: &[TopicPartition],
+    now_ms: i64,
+) -> Result<(), MetaError> {
+    if partitions.is_empty() {
+        return meta.end_txn(end).await;
+    }
+    let markers = partitions
+        .iter()
+        .map(|tp| {
+            let marker = RecordBatch::end_txn_marker(
+                end.producer_id,
+                end.marker_epoch(),
+                end.commit,
+                now_ms,
+            );
+            (tp.topic_id, tp.partition, marker)
+        })
+        .collect();
+    let committed = batcher
+        .enqueue_end(end, markers)
+        .await
+        .map_err(append_error)?;
+    // One commit answers them all: the first answer is the end's outcome.
+    let mut outcome = Ok(());
+    for marker in committed {
+        if let Err(e) = marker.offset().await
+            && outcome.is_ok()
+        {
+            outcome = Err(append_error(e));
+        }
+    }
+    outcome
+}
+
+fn append_error(e: AppendError) -> MetaError {
+    match e {
+        AppendError::Refused(refusal) => MetaError::Refused(refusal),
+        AppendError::Storage(why) => MetaError::maybe_applied(why),
+    }
+}
