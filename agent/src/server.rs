@@ -51,6 +51,13 @@ fn is_produce(decoded: &Decoded) -> bool {
     matches!(decoded, Decoded::Request { header, .. } if header.request_api_key == ApiKey::Produce as i16)
 }
 
+/// Bytes of OffsetCommit requests a connection has in flight (until their
+/// responses are written) before reading pauses; one is always let in.
+/// Commits may wait in the connection's group lane behind a JoinGroup for a
+/// whole rebalance, so they are bounded per connection rather than holding
+/// the agent-wide request budget that every connection reads with.
+pub const MAX_COMMIT_BYTES_IN_FLIGHT_PER_CONNECTION: usize = 4 << 20;
+
 /// What a request counts against: Produce and OffsetCommit are pipelined
 /// (up to [`MAX_IN_FLIGHT_PER_CONNECTION`]), the rest bounded tighter.
 fn is_pipelined(decoded: &Decoded) -> bool {
@@ -209,40 +216,47 @@ where
     let lane = handlers::groups::Lane::default();
     let mut in_flight = FuturesOrdered::new();
     let mut others = 0usize;
+    let mut commits_in_flight = 0usize;
     let mut reading = true;
     let mut last_active = Instant::now();
     loop {
         let can_read = reading
             && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION
-            && others < MAX_OTHER_IN_FLIGHT_PER_CONNECTION;
+            && others < MAX_OTHER_IN_FLIGHT_PER_CONNECTION
+            && commits_in_flight < MAX_COMMIT_BYTES_IN_FLIGHT_PER_CONNECTION;
         tokio::select! {
             next = frames.next(), if can_read => {
                 last_active = Instant::now();
                 match next {
-                    Some(Ok(frame)) => match request::decode(frame.bytes.freeze()) {
-                        // Admission runs before the next request is read, so
-                        // produced batches are enqueued in request order.
-                        Ok(decoded) => {
-                            let pipelined = is_pipelined(&decoded);
-                            let produce = is_produce(&decoded);
-                            others += usize::from(!pipelined);
-                            let pending = admit(broker.clone(), decoded, &turn, &lane, &session).await;
-                            // Admitted: produced batches are now the produce
-                            // buffer's to count. Offset commits, many of
-                            // which may wait in flight, keep counting until
-                            // answered; the rest is few and small.
-                            let held = (!produce && pipelined).then_some(frame.held);
-                            in_flight.push_back(async move {
-                                let response = pending.await;
-                                drop(held);
-                                (pipelined, response)
-                            });
+                    Some(Ok(frame)) => {
+                        let frame_len = frame.bytes.len();
+                        match request::decode(frame.bytes.freeze()) {
+                            // Admission runs before the next request is read, so
+                            // produced batches are enqueued in request order.
+                            Ok(decoded) => {
+                                let pipelined = is_pipelined(&decoded);
+                                // Commits wait in the connection's lane, maybe
+                                // behind a long JoinGroup: what they hold is
+                                // counted here, not lent from the agent's budget.
+                                let commit_bytes = if pipelined && !is_produce(&decoded) {
+                                    frame_len
+                                } else {
+                                    0
+                                };
+                                others += usize::from(!pipelined);
+                                commits_in_flight += commit_bytes;
+                                let pending = admit(broker.clone(), decoded, &turn, &lane, &session).await;
+                                // Admitted: produced batches are now the produce
+                                // buffer's to count, the rest is small.
+                                drop(frame.held);
+                                in_flight.push_back(async move { (pipelined, commit_bytes, pending.await) });
+                            }
+                            Err(e) => {
+                                tracing::warn!(%peer, error = %e, "closing connection: undecodable request");
+                                reading = false;
+                            }
                         }
-                        Err(e) => {
-                            tracing::warn!(%peer, error = %e, "closing connection: undecodable request");
-                            reading = false;
-                        }
-                    },
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(%peer, error = %e, "closing connection: bad frame");
                         reading = false;
@@ -253,8 +267,9 @@ where
                     lane.close();
                 }
             }
-            Some((pipelined, response)) = in_flight.next() => {
+            Some((pipelined, commit_bytes, response)) = in_flight.next() => {
                 others -= usize::from(!pipelined);
+                commits_in_flight -= commit_bytes;
                 match response {
                     Ok(Some((bytes, held))) => {
                         // A client that does not read its responses holds

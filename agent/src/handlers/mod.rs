@@ -107,7 +107,9 @@ pub async fn admit(
         let (mut ticket, joined) = lane.commit(req, version);
         return Box::pin(async move {
             if !ticket.wait().await {
-                return None;
+                return joined
+                    .written()
+                    .map(|r| Reply::from(patched(ResponseKind::OffsetCommit(r))));
             }
             let response = joined.respond(&broker).await;
             drop(ticket);

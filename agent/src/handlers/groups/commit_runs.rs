@@ -75,6 +75,9 @@ pub struct Runs {
 pub struct Joined {
     run: Arc<Run>,
     answer: oneshot::Receiver<OffsetCommitResponse>,
+    /// The answer if its run's writer is dropped mid-write (its connection
+    /// closed): nothing is known of the write, the client retries.
+    unknown: OffsetCommitResponse,
 }
 
 impl Runs {
@@ -83,6 +86,8 @@ impl Runs {
     pub fn join(&self, req: OffsetCommitRequest, version: i16) -> Joined {
         let (answer, receiver) = oneshot::channel();
         let key = RunKey::of(&req);
+        let unknown =
+            super::offsets::refuse_all(&req, floe_protocol::ResponseError::CoordinatorNotAvailable);
         let mut entry = Some(Entry {
             req,
             version,
@@ -109,6 +114,7 @@ impl Runs {
         Joined {
             run,
             answer: receiver,
+            unknown,
         }
     }
 
@@ -135,9 +141,13 @@ impl Joined {
                 let _ = answer.send(response);
             }
         }
-        // Only a writer dropped mid-write (its connection closed, so this
-        // answer is never sent either) leaves none.
-        self.answer.await.unwrap_or_default()
+        self.answer.await.unwrap_or(self.unknown)
+    }
+
+    /// The answer, if the run was already written (the connection closed
+    /// before this commit's turn: it was stored all the same, and says so).
+    pub fn written(mut self) -> Option<OffsetCommitResponse> {
+        self.answer.try_recv().ok()
     }
 }
 
@@ -179,5 +189,16 @@ mod tests {
         let f = runs.join(commit("g", "m", 4), 8);
         assert!(!Arc::ptr_eq(&e.run, &f.run));
         assert_eq!(size(&f), Some(1));
+    }
+
+    #[test]
+    fn a_connection_s_other_group_request_ends_the_run_of_commits_before_it() {
+        let lane = super::super::Lane::default();
+        let (_t1, a) = lane.commit(commit("g", "m", 1), 8);
+        let (_t2, b) = lane.commit(commit("g", "m", 1), 8);
+        let _heartbeat = lane.ticket();
+        let (_t3, c) = lane.commit(commit("g", "m", 1), 8);
+        assert!(Arc::ptr_eq(&a.run, &b.run));
+        assert!(!Arc::ptr_eq(&b.run, &c.run));
     }
 }

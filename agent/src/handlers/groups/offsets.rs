@@ -261,7 +261,7 @@ pub async fn txn_commit_offsets(
 }
 
 /// Every partition of the request answered with one error.
-fn refuse_all(req: &OffsetCommitRequest, e: ResponseError) -> OffsetCommitResponse {
+pub(super) fn refuse_all(req: &OffsetCommitRequest, e: ResponseError) -> OffsetCommitResponse {
     let topics = req
         .topics
         .iter()
