@@ -103,6 +103,9 @@ fn whole(args: &Args) -> std::process::ExitCode {
                 total.node_kills += s.node_kills;
                 total.store_faults += s.store_faults;
                 total.stalls += s.stalls;
+                total.committed_txns += s.committed_txns;
+                total.aborted_txns += s.aborted_txns;
+                total.unknown_txns += s.unknown_txns;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -133,7 +136,8 @@ fn whole(args: &Args) -> std::process::ExitCode {
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
          {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
-         {} store faults, {} stalls after a PUT, {} live segments at the end, {} records polled, {:.1} simulated hours",
+         {} store faults, {} stalls after a PUT, {} live segments at the end, {} records polled, \
+         {} transactions committed, {} aborted, {} unsure, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -146,6 +150,9 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.stalls,
         total.segments_live,
         total.polled_records,
+        total.committed_txns,
+        total.aborted_txns,
+        total.unknown_txns,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

@@ -34,12 +34,17 @@ use super::Shared;
 use floe_metastore::Sequencer;
 
 /// One record as stored: its offset, key, and the name the producer gave it
-/// (its value, or for a tombstone, which has none, its header).
-struct Stored {
-    offset: i64,
-    key: Option<String>,
-    value: String,
-    tombstone: bool,
+/// (its value, or for a tombstone, which has none, its header); its batch's
+/// producer and whether it is transactional, or a COMMIT (`Some(true)`) or
+/// ABORT marker.
+pub struct Stored {
+    pub offset: i64,
+    pub key: Option<String>,
+    pub value: String,
+    pub tombstone: bool,
+    pub producer_id: i64,
+    pub transactional: bool,
+    pub marker: Option<bool>,
 }
 
 fn text(bytes: &Option<bytes::Bytes>) -> Option<String> {
@@ -94,11 +99,24 @@ async fn read_extent(
     for batch in &batches {
         for r in floe_protocol::records::decode(batch).map_err(|e| corrupt(&e))? {
             let name = r.headers.get(b"sim".as_slice()).and_then(text);
+            // A control record's key: version, then type (0 ABORT, 1 COMMIT).
+            let marker = r
+                .control
+                .then(|| {
+                    r.key
+                        .as_ref()
+                        .and_then(|k| k.get(2..4))
+                        .map(|t| t == [0, 1])
+                })
+                .flatten();
             records.push(Stored {
                 offset: r.offset,
                 key: text(&r.key),
                 value: name.unwrap_or_default(),
                 tombstone: r.value.is_none(),
+                producer_id: r.producer_id,
+                transactional: r.transactional,
+                marker,
             });
         }
     }
@@ -241,6 +259,26 @@ pub async fn poll(
                     }
                     Err(_) => continue,
                 };
+                // The retained topic holds transactions: what its last
+                // stable offset says now is checked at the end (every
+                // transaction with data below it had ended by now).
+                if t == 0 {
+                    let tp = floe_metastore::TopicPartition {
+                        topic_id: topic.id,
+                        partition: p,
+                    };
+                    if let Ok(mut plans) = meta.txn_read_plans(vec![(tp, *pos)], 1).await
+                        && let Some(Ok(seen)) = plans.pop()
+                    {
+                        shared.with(|w| {
+                            w.stable_seen.push((
+                                p,
+                                seen.last_stable_offset,
+                                seen.plan.high_watermark,
+                            ))
+                        });
+                    }
+                }
                 for extent in &plan.extents {
                     let records = match read_extent(&store, extent).await {
                         Ok(r) => r,
@@ -312,10 +350,15 @@ pub async fn poll(
     }
 }
 
-/// One partition's log at the end: its start and its records by offset.
-struct Log {
-    start: i64,
-    records: BTreeMap<i64, Stored>,
+/// One partition's log at the end: its start and its records by offset,
+/// and what the metastore says of its transactions.
+pub struct Log {
+    pub start: i64,
+    pub records: BTreeMap<i64, Stored>,
+    pub high_watermark: i64,
+    pub last_stable: i64,
+    /// The aborted transactions with data in the log.
+    pub aborted: Vec<floe_metastore::txn::AbortedTxn>,
 }
 
 /// Reads a partition whole from the bucket as the state describes it,
@@ -330,16 +373,17 @@ async fn read_log(
 ) -> Log {
     let name = &topic.name;
     let id = topic.id;
-    let (offsets, plan) = meta
+    let (offsets, txn_plan) = meta
         .read(move |s| {
             let o = s.offsets(id, p).expect("the partition exists");
             let plan = s
-                .read_plan(id, p, o.log_start_offset, u64::MAX)
+                .txn_read_plan(id, p, o.log_start_offset, u64::MAX)
                 .expect("a plan from the log start");
             (o, plan)
         })
         .await
         .expect("the metastore answers once calm");
+    let plan = &txn_plan.plan;
     let mut records = BTreeMap::new();
     let mut next = offsets.log_start_offset;
     for (i, e) in plan.extents.iter().enumerate() {
@@ -399,6 +443,9 @@ async fn read_log(
     Log {
         start: offsets.log_start_offset,
         records,
+        high_watermark: offsets.high_watermark,
+        last_stable: txn_plan.last_stable_offset,
+        aborted: txn_plan.aborted,
     }
 }
 
@@ -447,6 +494,20 @@ pub async fn settle_and_check(
             logs.insert((t, p), log);
         }
     }
+
+    // Transactions, on the retained topic they write to.
+    let (txns, stable_seen) = shared.with(|w| (w.txns.clone(), std::mem::take(&mut w.stable_seen)));
+    let retained: BTreeMap<i32, &Log> = logs
+        .iter()
+        .filter(|((t, _), _)| *t == 0)
+        .map(|((_, p), log)| (*p, log))
+        .collect();
+    anomalies.extend(super::txns::check(
+        &topics[0],
+        &retained,
+        &txns,
+        &stable_seen,
+    ));
 
     let (acks, polled, deleted_before, unacked_tombstones) = shared.with(|w| {
         (

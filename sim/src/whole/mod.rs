@@ -18,6 +18,7 @@ pub mod disk;
 pub mod meta;
 pub mod raft;
 pub mod store;
+pub mod txns;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -58,6 +59,8 @@ pub struct Settings {
     /// The metastore as a three-node Raft group over a faulty network
     /// ([`raft`]) rather than one state behind injected faults ([`meta`]).
     pub raft: bool,
+    /// Transactional producers ([`txns`]), each with its transactional id.
+    pub txn_producers: usize,
 }
 
 impl Default for Settings {
@@ -68,6 +71,7 @@ impl Default for Settings {
             producers: 4,
             partitions: 3,
             raft: false,
+            txn_producers: 2,
         }
     }
 }
@@ -94,6 +98,10 @@ pub struct Summary {
     pub store_faults: u64,
     /// Agents stalled for minutes between storing an object and going on.
     pub stalls: u64,
+    /// Transactions as their producers were told they ended.
+    pub committed_txns: u64,
+    pub aborted_txns: u64,
+    pub unknown_txns: u64,
     pub simulated_ms: u64,
 }
 
@@ -136,6 +144,11 @@ pub struct World {
     pub meta_faults: MetaFaults,
     pub net: raft::NetFaults,
     pub acks: Vec<Ack>,
+    /// Every transaction, as its producer saw it end.
+    pub txns: Vec<txns::TxnRecord>,
+    /// The retained topic's (partition, last stable offset, high watermark)
+    /// as the poller read them along the way.
+    pub stable_seen: Vec<(i32, i64, i64)>,
     pub summary: Summary,
     pub trace: Vec<String>,
     pub anomalies: Vec<String>,
@@ -239,6 +252,8 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             meta_faults: MetaFaults::default(),
             net: raft::NetFaults::default(),
             acks: Vec::new(),
+            txns: Vec::new(),
+            stable_seen: Vec::new(),
             summary: Summary::default(),
             trace: Vec::new(),
             anomalies: Vec::new(),
@@ -296,10 +311,12 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
     }
 }
 
-/// One agent: its batcher and background loop, which a crash stops mid-step.
+/// One agent: its batcher, background loop and transaction timeout job,
+/// which a crash stops mid-step.
 struct Agent {
     batcher: Option<Batcher>,
     background: Option<JoinHandle<()>>,
+    txn_timeouts: Option<JoinHandle<()>>,
 }
 
 struct Cluster {
@@ -356,9 +373,20 @@ impl Cluster {
             ids,
         };
         let background = tokio::spawn(background.run(store, self.meta.clone()));
+        let txn_timeouts = tokio::spawn({
+            let (meta, batcher) = (self.meta.clone(), batcher.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(floe_agent::txn_timeouts::EVERY).await;
+                    let holder = format!("agent-{i}");
+                    let _ = floe_agent::txn_timeouts::pass(meta.as_ref(), &batcher, &holder).await;
+                }
+            }
+        });
         self.agents[i] = Agent {
             batcher: Some(batcher),
             background: Some(background),
+            txn_timeouts: Some(txn_timeouts),
         };
     }
 
@@ -368,6 +396,9 @@ impl Cluster {
         }
         if let Some(bg) = self.agents[i].background.take() {
             bg.abort();
+        }
+        if let Some(job) = self.agents[i].txn_timeouts.take() {
+            job.abort();
         }
     }
 
@@ -459,6 +490,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
             .map(|_| Agent {
                 batcher: None,
                 background: None,
+                txn_timeouts: None,
             })
             .collect(),
         gc_grace,
@@ -487,6 +519,16 @@ async fn simulate(shared: &Shared, settings: Settings) {
             topics.clone(),
             p,
             idempotent,
+            stop,
+        )));
+    }
+    for me in 0..settings.txn_producers {
+        actors.push(tokio::spawn(txns::transact(
+            shared.clone(),
+            cluster.clone(),
+            meta.clone(),
+            topics[0].clone(),
+            me,
             stop,
         )));
     }
@@ -652,38 +694,24 @@ async fn produce(
             sent_ms,
             identity.filter(|_| idempotent),
             sequence,
+            false,
         );
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let pick = shared.with(|w| w.rng_below(1 << 20));
-            let Some(batcher) = cluster.lock().await.live_batcher(pick) else {
+            let Some(answer) = deliver(
+                &shared,
+                &cluster,
+                topic.id,
+                partition,
+                &bytes,
+                floe_metastore::BatchKind::Plain,
+            )
+            .await
+            else {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             };
-            let mut batches = RecordBatch::parse_all(&bytes).expect("the producer's batch parses");
-            assert_eq!(batches.len(), 1, "one batch per produce");
-            let batch = batches.remove(0);
-            // Kafka's producer gives up on a batch after `delivery.timeout.ms`
-            // (two minutes), whatever became of it.
-            let delivery = async {
-                match batcher
-                    .enqueue(
-                        topic.id,
-                        partition,
-                        batch,
-                        false,
-                        floe_metastore::BatchKind::Plain,
-                    )
-                    .await
-                {
-                    Ok(committed) => committed.offset().await,
-                    Err(e) => Err(e),
-                }
-            };
-            let answer = tokio::time::timeout(DELIVERY_TIMEOUT, delivery)
-                .await
-                .unwrap_or_else(|_| Err(AppendError::Storage("delivery timed out".into())));
             match answer {
                 Ok(offset) => {
                     shared.with(|w| {
@@ -761,6 +789,40 @@ async fn produce(
     }
 }
 
+/// One attempt to produce `bytes` (one batch) through a random live agent,
+/// as a Kafka producer's request: its offset, or why not (`None` when no
+/// agent is up).
+async fn deliver(
+    shared: &Shared,
+    cluster: &tokio::sync::Mutex<Cluster>,
+    topic_id: TopicId,
+    partition: i32,
+    bytes: &Bytes,
+    kind: floe_metastore::BatchKind,
+) -> Option<Result<i64, AppendError>> {
+    let pick = shared.with(|w| w.rng_below(1 << 20));
+    let batcher = cluster.lock().await.live_batcher(pick)?;
+    let mut batches = RecordBatch::parse_all(bytes).expect("the producer's batch parses");
+    assert_eq!(batches.len(), 1, "one batch per produce");
+    let batch = batches.remove(0);
+    // Kafka's producer gives up on a batch after `delivery.timeout.ms`
+    // (two minutes), whatever became of it.
+    let delivery = async {
+        match batcher
+            .enqueue(topic_id, partition, batch, false, kind)
+            .await
+        {
+            Ok(committed) => committed.offset().await,
+            Err(e) => Err(e),
+        }
+    };
+    Some(
+        tokio::time::timeout(DELIVERY_TIMEOUT, delivery)
+            .await
+            .unwrap_or_else(|_| Err(AppendError::Storage("delivery timed out".into()))),
+    )
+}
+
 /// Whether a Kafka client would retry a produce that failed so.
 fn retriable(e: &AppendError) -> bool {
     match e {
@@ -786,11 +848,12 @@ fn encode(
     timestamp: i64,
     identity: Option<ProducerIdentity>,
     base_sequence: i32,
+    transactional: bool,
 ) -> Bytes {
     let (producer_id, producer_epoch) = identity.map_or((-1, -1), |p| (p.producer_id, p.epoch));
     let records: Vec<Record> = (0..keys.len() as i32)
         .map(|i| Record {
-            transactional: false,
+            transactional,
             control: false,
             partition_leader_epoch: 0,
             producer_id,

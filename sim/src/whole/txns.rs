@@ -1,0 +1,530 @@
+//! Transactions in the simulation. Transactional producers drive the
+//! coordinator as a Kafka client does (InitProducerId, AddPartitionsToTxn,
+//! transactional produces, EndTxn; retried on what a client retries), through
+//! the agents' own coordinator steps (`floe_agent::txn_coordinator`) and
+//! random live agents, while agents crash, the store and the metastore fail,
+//! and each agent runs the timeout job. Now and then an application stalls
+//! past its transaction's timeout, or restarts and fences what it left.
+//!
+//! The audit ([`check`]) holds the retained topic's log to Jepsen's
+//! transactional anomalies:
+//!
+//! - aborted read: a record of an aborted transaction is visible to a
+//!   read_committed consumer (filtering as Kafka's consumer does, with the
+//!   metastore's last stable offset and aborted-transaction index);
+//! - lost committed write: a record of a committed transaction, or one
+//!   outside any transaction, below the last stable offset, is not visible;
+//! - torn transaction: one transaction committed in one partition and
+//!   aborted in another;
+//! - a transaction a producer was told committed is aborted in the log, or
+//!   one it aborted is committed;
+//! - a transaction still open once everything settled (its timeout must
+//!   have ended it), or a record of an open one below the last stable offset;
+//! - a last stable offset read along the way above a transaction that had
+//!   not ended then (its marker is at or past the high watermark read with it).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use floe_agent::txn_coordinator;
+use floe_metastore::ops::AddToTxn;
+use floe_metastore::{
+    BatchKind, MetaError, Metastore, ProducerIdentity, Refusal, TopicInfo, TopicPartition,
+};
+use tokio::time::{Duration, Instant};
+
+use super::audit::Log;
+use super::{Ack, Cluster, Shared};
+
+/// What a producer was told of a transaction's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Committed,
+    Aborted,
+    /// A commit whose answer never came: committed or aborted, but whole.
+    Unknown,
+}
+
+/// One transaction as its producer saw it.
+#[derive(Debug, Clone)]
+pub struct TxnRecord {
+    /// For the trace: `t<producer>.<n>`.
+    pub name: String,
+    pub producer: ProducerIdentity,
+    /// Batches sent: partition, batch id, and offset when acknowledged.
+    pub batches: Vec<(i32, u64, Option<i64>)>,
+    pub outcome: Outcome,
+}
+
+/// Transactional batches' ids, apart from the other producers' (`me << 40`).
+const BATCH_IDS: u64 = 1 << 48;
+
+/// A transactional producer writing to `topic` (the retained one, index 0)
+/// until `stop`.
+pub(super) async fn transact(
+    shared: Shared,
+    cluster: Arc<tokio::sync::Mutex<Cluster>>,
+    meta: Arc<dyn Metastore>,
+    topic: TopicInfo,
+    me: usize,
+    stop: Instant,
+) {
+    let id = format!("txn-{me}");
+    let timeout_ms = shared.with(|w| 5_000 + w.rng_below(25_000)) as i32;
+    let mut producer: Option<ProducerIdentity> = None;
+    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut n = 0u64;
+    let mut batches = 0u64;
+    while Instant::now() < stop {
+        let pause = shared.with(|w| w.rng_below(2_000));
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        // A restarted application, now and then: its InitProducerId fences
+        // (and aborts) whatever its previous incarnation left open.
+        if producer.is_none() || shared.with(|w| w.chance(0.03)) {
+            producer = init(&shared, &cluster, meta.as_ref(), &id, timeout_ms).await;
+            sequences.clear();
+        }
+        let Some(p) = producer else {
+            continue;
+        };
+        n += 1;
+        let mut txn = Transaction {
+            shared: &shared,
+            cluster: &cluster,
+            meta: meta.as_ref(),
+            topic: &topic,
+            id: &id,
+            record: TxnRecord {
+                name: format!("t{me}.{n}"),
+                producer: p,
+                batches: Vec::new(),
+                outcome: Outcome::Aborted,
+            },
+            next_batch: &mut batches,
+            sequences: &mut sequences,
+            me,
+            timeout_ms,
+        };
+        let ended_as_asked = txn.run().await;
+        let record = txn.record;
+        shared.with(|w| {
+            match record.outcome {
+                Outcome::Committed => w.summary.committed_txns += 1,
+                Outcome::Aborted => w.summary.aborted_txns += 1,
+                Outcome::Unknown => w.summary.unknown_txns += 1,
+            }
+            w.log(format!(
+                "txn {} {:?} ({} batches)",
+                record.name,
+                record.outcome,
+                record.batches.len()
+            ));
+            w.txns.push(record);
+        });
+        // Fenced, timed out or unsure: a new epoch (which fences and aborts
+        // whatever is left open), as a Kafka client must after a fatal error.
+        if !ended_as_asked {
+            producer = None;
+        }
+    }
+}
+
+/// InitProducerId through a random live agent, retried; `None` if it never
+/// answered.
+async fn init(
+    shared: &Shared,
+    cluster: &tokio::sync::Mutex<Cluster>,
+    meta: &dyn Metastore,
+    id: &str,
+    timeout_ms: i32,
+) -> Option<ProducerIdentity> {
+    for _ in 0..20 {
+        let pick = shared.with(|w| w.rng_below(1 << 20));
+        let Some(batcher) = cluster.lock().await.live_batcher(pick) else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        let now_ms = shared.with(|w| w.now_ms());
+        match txn_coordinator::init_producer(meta, &batcher, id, timeout_ms, None, now_ms).await {
+            Ok(p) => {
+                shared.with(|w| w.log(format!("{id}: producer {p:?}")));
+                return Some(p);
+            }
+            Err(e) => {
+                shared.with(|w| w.log(format!("{id}: InitProducerId: {e}")));
+                let backoff = shared.with(|w| w.rng_below(1_000));
+                tokio::time::sleep(Duration::from_millis(100 + backoff)).await;
+            }
+        }
+    }
+    None
+}
+
+/// One transaction of one producer.
+struct Transaction<'a> {
+    shared: &'a Shared,
+    cluster: &'a tokio::sync::Mutex<Cluster>,
+    meta: &'a dyn Metastore,
+    topic: &'a TopicInfo,
+    id: &'a str,
+    record: TxnRecord,
+    next_batch: &'a mut u64,
+    /// The producer's next sequence per partition, in its epoch (they go on
+    /// across its transactions).
+    sequences: &'a mut BTreeMap<i32, i32>,
+    me: usize,
+    timeout_ms: i32,
+}
+
+impl Transaction<'_> {
+    /// Adds partitions, produces to them, ends. True if it ended as the
+    /// producer asked (the producer may go on with its epoch).
+    async fn run(&mut self) -> bool {
+        let shared = self.shared;
+        let count = shared.with(|w| 1 + w.rng_below(3)) as usize;
+        let partitions: BTreeSet<i32> = (0..count)
+            .map(|_| shared.with(|w| w.rng_below(self.topic.partitions as u64) as i32))
+            .collect();
+        let mut abandon = !self.add(&partitions).await;
+        if !abandon {
+            'produce: for &partition in &partitions {
+                for _ in 0..1 + shared.with(|w| w.rng_below(2)) {
+                    if !self.produce(partition).await {
+                        abandon = true;
+                        break 'produce;
+                    }
+                }
+            }
+        }
+        // An application that stalls past its transaction's timeout: the
+        // coordinator aborts the transaction and fences the producer.
+        if !abandon && shared.with(|w| w.chance(0.05)) {
+            let extra = shared.with(|w| w.rng_below(5_000));
+            shared.with(|w| w.log(format!("txn {} stalls past its timeout", self.record.name)));
+            tokio::time::sleep(Duration::from_millis(self.timeout_ms as u64 + extra)).await;
+        }
+        let commit = !abandon && shared.with(|w| w.chance(0.7));
+        self.end(commit).await && !abandon
+    }
+
+    /// AddPartitionsToTxn, retried while the metastore does not answer.
+    /// False if refused (fenced, timed out) or never answered.
+    async fn add(&mut self, partitions: &BTreeSet<i32>) -> bool {
+        let add = AddToTxn {
+            transactional_id: self.id.to_string(),
+            producer_id: self.record.producer.producer_id,
+            epoch: self.record.producer.epoch,
+            partitions: partitions
+                .iter()
+                .map(|&partition| TopicPartition {
+                    topic_id: self.topic.id,
+                    partition,
+                })
+                .collect(),
+            groups: Vec::new(),
+        };
+        for _ in 0..10 {
+            match self.meta.add_to_txn(add.clone()).await {
+                Ok(_) => return true,
+                Err(MetaError::Refused(r)) => {
+                    self.shared
+                        .with(|w| w.log(format!("txn {}: add refused: {r}", self.record.name)));
+                    return false;
+                }
+                Err(_) => self.backoff().await,
+            }
+        }
+        false
+    }
+
+    /// One transactional batch, retried as a Kafka producer retries (the
+    /// same sequence). False if refused or given up on.
+    async fn produce(&mut self, partition: i32) -> bool {
+        let shared = self.shared;
+        *self.next_batch += 1;
+        let batch = BATCH_IDS | (self.me as u64) << 40 | *self.next_batch;
+        let records = 1 + shared.with(|w| w.rng_below(3)) as i32;
+        let sequence = self.sequences.get(&partition).copied().unwrap_or(0);
+        let sent_ms = shared.with(|w| w.now_ms());
+        let keys = vec![None; records as usize];
+        let tombstones = vec![false; records as usize];
+        let bytes = super::encode(
+            batch,
+            &keys,
+            &tombstones,
+            sent_ms,
+            Some(self.record.producer),
+            sequence,
+            true,
+        );
+        for _ in 0..10 {
+            let answer = super::deliver(
+                shared,
+                self.cluster,
+                self.topic.id,
+                partition,
+                &bytes,
+                BatchKind::Transactional,
+            )
+            .await;
+            match answer {
+                Some(Ok(offset)) => {
+                    shared.with(|w| {
+                        w.summary.acked_batches += 1;
+                        w.log(format!(
+                            "ack b{batch:x} {}/{partition}@{offset} x{records} in txn {}",
+                            self.topic.name, self.record.name
+                        ));
+                        w.acks.push(Ack {
+                            topic: 0,
+                            topic_id: self.topic.id,
+                            partition,
+                            offset,
+                            batch,
+                            records,
+                            keys: keys.clone(),
+                            tombstones: tombstones.clone(),
+                            idempotent: true,
+                            sent_ms,
+                        });
+                    });
+                    self.record.batches.push((partition, batch, Some(offset)));
+                    self.sequences
+                        .insert(partition, sequence.wrapping_add(records));
+                    return true;
+                }
+                Some(Err(e)) if super::retriable(&e) => self.backoff().await,
+                None => tokio::time::sleep(Duration::from_millis(500)).await,
+                Some(Err(e)) => {
+                    shared.with(|w| {
+                        w.log(format!(
+                            "txn {}: b{batch:x} {}/{partition} refused: {e}",
+                            self.record.name, self.topic.name
+                        ))
+                    });
+                    break;
+                }
+            }
+        }
+        // It may still land (an answer lost): the audit looks for it.
+        self.record.batches.push((partition, batch, None));
+        false
+    }
+
+    /// EndTxn through random live agents, retried while its outcome is
+    /// unknown. Records the outcome; true if it ended as asked.
+    async fn end(&mut self, commit: bool) -> bool {
+        let mut maybe_applied = false;
+        for _ in 0..10 {
+            let pick = self.shared.with(|w| w.rng_below(1 << 20));
+            let Some(batcher) = self.cluster.lock().await.live_batcher(pick) else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            let now_ms = self.shared.with(|w| w.now_ms());
+            let ended = txn_coordinator::end(
+                self.meta,
+                &batcher,
+                self.id,
+                self.record.producer,
+                commit,
+                now_ms,
+            )
+            .await;
+            match ended {
+                Ok(()) => {
+                    self.record.outcome = if commit {
+                        Outcome::Committed
+                    } else {
+                        Outcome::Aborted
+                    };
+                    return true;
+                }
+                Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => self.backoff().await,
+                // The coordinator decided: the transaction was not this
+                // producer's to end (it timed out, or was fenced), so it
+                // ends aborted.
+                Err(MetaError::Refused(r)) => {
+                    self.shared
+                        .with(|w| w.log(format!("txn {}: end refused: {r}", self.record.name)));
+                    self.record.outcome = if commit && maybe_applied {
+                        Outcome::Unknown
+                    } else {
+                        Outcome::Aborted
+                    };
+                    return false;
+                }
+                Err(e) => {
+                    maybe_applied |= !e.certainly_not_applied();
+                    self.backoff().await;
+                }
+            }
+        }
+        // Never answered: an abort is an abort (the timeout ends it if this
+        // did not); a commit may or may not have landed.
+        self.record.outcome = if commit {
+            Outcome::Unknown
+        } else {
+            Outcome::Aborted
+        };
+        false
+    }
+
+    async fn backoff(&self) {
+        let backoff = self.shared.with(|w| w.rng_below(1_000));
+        tokio::time::sleep(Duration::from_millis(100 + backoff)).await;
+    }
+}
+
+/// Each transactional record's fate by its partition's markers: the first
+/// COMMIT or ABORT of its producer after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Committed,
+    Aborted,
+}
+
+/// The final audit of transactions on `topic`'s logs (see the module).
+/// `stable_seen`: (partition, last stable offset, high watermark) as read
+/// along the way.
+pub fn check(
+    topic: &TopicInfo,
+    logs: &BTreeMap<i32, &Log>,
+    txns: &[TxnRecord],
+    stable_seen: &[(i32, i64, i64)],
+) -> Vec<String> {
+    let name = &topic.name;
+    let mut anomalies = Vec::new();
+    let mut fates: BTreeMap<(i32, i64), Fate> = BTreeMap::new();
+    // Per partition, each transactional record's marker offset.
+    let mut ends: BTreeMap<i32, BTreeMap<i64, i64>> = BTreeMap::new();
+    let mut where_batch: BTreeMap<String, (i32, i64)> = BTreeMap::new();
+    for (&p, log) in logs {
+        // Fates, from the markers.
+        let mut pending: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        for (&offset, r) in &log.records {
+            if let Some(commit) = r.marker {
+                let fate = if commit {
+                    Fate::Committed
+                } else {
+                    Fate::Aborted
+                };
+                for o in pending.remove(&r.producer_id).unwrap_or_default() {
+                    fates.insert((p, o), fate);
+                    ends.entry(p).or_default().insert(o, offset);
+                }
+            } else if r.transactional {
+                pending.entry(r.producer_id).or_default().push(offset);
+            }
+            where_batch.entry(r.value.clone()).or_insert((p, offset));
+        }
+        for (pid, offsets) in &pending {
+            anomalies.push(format!(
+                "{name}/{p}: producer {pid}'s transaction at {}..={} is still open once everything settled",
+                offsets[0],
+                offsets[offsets.len() - 1]
+            ));
+        }
+        if log.last_stable != log.high_watermark {
+            anomalies.push(format!(
+                "{name}/{p}: the last stable offset is {}, the high watermark {}, once everything settled",
+                log.last_stable, log.high_watermark
+            ));
+        }
+        // What a read_committed consumer sees: records below the last
+        // stable offset, without those of the aborted transactions the
+        // metastore lists (Kafka's consumer filter, as its Fetcher applies
+        // it), nor markers.
+        let mut aborted: VecDeque<_> = {
+            let mut a = log.aborted.clone();
+            a.sort_by_key(|a| a.first_offset);
+            a.into()
+        };
+        let mut aborted_producers = BTreeSet::new();
+        for (&offset, r) in log.records.range(..log.last_stable) {
+            while aborted.front().is_some_and(|a| a.first_offset <= offset) {
+                let a = aborted.pop_front().expect("a front");
+                aborted_producers.insert(a.producer_id);
+            }
+            if let Some(commit) = r.marker {
+                if !commit {
+                    aborted_producers.remove(&r.producer_id);
+                }
+                continue;
+            }
+            let visible = !(r.transactional && aborted_producers.contains(&r.producer_id));
+            let fate = fates.get(&(p, offset)).copied();
+            let expected = match (r.transactional, fate) {
+                (false, _) => true,
+                (true, Some(Fate::Committed)) => true,
+                (true, Some(Fate::Aborted)) => false,
+                (true, None) => {
+                    anomalies.push(format!(
+                        "{name}/{p}@{offset} ({}) of an open transaction is below the last stable offset {}",
+                        r.value, log.last_stable
+                    ));
+                    continue;
+                }
+            };
+            if visible && !expected {
+                anomalies.push(format!(
+                    "aborted read: {name}/{p}@{offset} ({}) of an aborted transaction is visible to read_committed consumers",
+                    r.value
+                ));
+            } else if !visible && expected {
+                anomalies.push(format!(
+                    "lost write: {name}/{p}@{offset} ({}) is hidden from read_committed consumers (its transaction committed, or it is in none)",
+                    r.value
+                ));
+            }
+        }
+    }
+    // A last stable offset read along the way: every transaction with data
+    // below it had ended, so its marker was below the high watermark read
+    // with it. (Records since removed are not checked.)
+    for &(p, stable, high) in stable_seen {
+        let Some(ends) = ends.get(&p) else { continue };
+        if let Some((data, marker)) = ends.range(..stable).find(|(_, m)| **m >= high) {
+            anomalies.push(format!(
+                "{name}/{p}: the last stable offset was read as {stable} (high watermark {high}), above {data} whose transaction ended later, at {marker}"
+            ));
+        }
+    }
+    // Each transaction whole, and as its producer was told.
+    for t in txns {
+        let mut seen: Vec<(u64, i32, i64, Fate)> = Vec::new();
+        for &(partition, batch, acked) in &t.batches {
+            let found = match acked {
+                Some(offset) => Some((partition, offset)),
+                None => where_batch.get(&super::value(batch, 0)).copied(),
+            };
+            // Removed by retention or DeleteRecords, or never landed.
+            let Some((p, offset)) = found.filter(|(p, o)| logs[p].records.contains_key(o)) else {
+                continue;
+            };
+            if let Some(&fate) = fates.get(&(p, offset)) {
+                seen.push((batch, p, offset, fate));
+            }
+        }
+        let committed = seen.iter().find(|s| s.3 == Fate::Committed);
+        let aborted = seen.iter().find(|s| s.3 == Fate::Aborted);
+        if let (Some(c), Some(a)) = (committed, aborted) {
+            anomalies.push(format!(
+                "torn transaction {}: b{:x} at {name}/{}@{} committed, b{:x} at {name}/{}@{} aborted",
+                t.name, c.0, c.1, c.2, a.0, a.1, a.2
+            ));
+        }
+        match (t.outcome, committed, aborted) {
+            (Outcome::Committed, _, Some(a)) => anomalies.push(format!(
+                "lost write: transaction {} was committed, yet b{:x} at {name}/{}@{} is aborted",
+                t.name, a.0, a.1, a.2
+            )),
+            (Outcome::Aborted, Some(c), _) => anomalies.push(format!(
+                "aborted read: transaction {} was aborted, yet b{:x} at {name}/{}@{} is committed",
+                t.name, c.0, c.1, c.2
+            )),
+            _ => {}
+        }
+    }
+    anomalies
+}
