@@ -14,14 +14,19 @@ fn check(seed: u64, settings: Settings) -> (whole::Summary, Vec<String>) {
 fn a_fixed_set_of_seeds_finds_no_anomaly() {
     let mut acked = 0;
     let mut crashes = 0;
+    let (mut committed, mut aborted) = (0, 0);
     for seed in 0..30 {
         let (summary, _) = check(seed, Settings::default());
         acked += summary.acked_batches;
         crashes += summary.crashes;
+        committed += summary.committed_txns;
+        aborted += summary.aborted_txns;
     }
-    // The run did something: produces landed and agents crashed.
+    // The run did something: produces landed, agents crashed, transactions
+    // committed and aborted.
     assert!(acked > 10_000, "{acked} batches acknowledged");
     assert!(crashes > 0);
+    assert!(committed > 1_000 && aborted > 500, "{committed} committed, {aborted} aborted");
 }
 
 #[test]
