@@ -2209,10 +2209,18 @@ impl Apply for ConsumerHeartbeat {
 }
 
 impl Apply for DeleteGroups {
-    /// Per group, in order.
+    /// Per group, in order. A deleted group's offsets held by open
+    /// transactions go with it.
     type Output = Vec<Result<(), GroupError>>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.groups.delete(self))
+        let names = self.groups.clone();
+        let results = state.groups.delete(self);
+        for (name, result) in names.iter().zip(&results) {
+            if result.is_ok() {
+                state.txns.forget_group_offsets(name, None);
+            }
+        }
+        Ok(results)
     }
     /// A retry after a member joined a re-created group of the name would
     /// be refused (not empty), never delete a live group; but its answer
@@ -2223,9 +2231,21 @@ impl Apply for DeleteGroups {
 }
 
 impl Apply for DeleteOffsets {
+    /// Deleted offsets held by open transactions go too.
     type Output = Result<Vec<Result<(), GroupError>>, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.groups.delete_offsets(self))
+        let (group, partitions) = (self.group.clone(), self.partitions.clone());
+        let result = state.groups.delete_offsets(self);
+        if let Ok(results) = &result {
+            let deleted: BTreeSet<(String, i32)> = partitions
+                .into_iter()
+                .zip(results)
+                .filter(|(_, r)| r.is_ok())
+                .map(|(at, _)| at)
+                .collect();
+            state.txns.forget_group_offsets(&group, Some(&deleted));
+        }
+        Ok(result)
     }
     /// A blind retry landing after a new commit of the partition (to an
     /// empty group) would delete that commit.

@@ -502,6 +502,41 @@ impl Txns {
             .collect()
     }
 
+    /// A group deleted (`partitions` is `None`) or offsets of it deleted:
+    /// what transactions hold for them goes too, so that a transaction
+    /// committing later does not bring them back (Kafka's offset tombstones
+    /// remove pending transactional offsets as well).
+    pub fn forget_group_offsets(
+        &mut self,
+        group: &str,
+        partitions: Option<&BTreeSet<(String, i32)>>,
+    ) {
+        let Some(ids) = self.pending_groups.get(group).cloned() else {
+            return;
+        };
+        for id in ids {
+            let Some(txn) = self.by_id.get_mut(&id) else {
+                continue;
+            };
+            let Some(offsets) = txn.pending_offsets.get_mut(group) else {
+                continue;
+            };
+            match partitions {
+                None => offsets.clear(),
+                Some(gone) => offsets.retain(|at, _| !gone.contains(at)),
+            }
+            if offsets.is_empty() {
+                txn.pending_offsets.remove(group);
+                if let Some(holders) = self.pending_groups.get_mut(group) {
+                    holders.remove(&id);
+                    if holders.is_empty() {
+                        self.pending_groups.remove(group);
+                    }
+                }
+            }
+        }
+    }
+
     /// Takes a transaction's pending offsets out (it is ending).
     fn take_pending(&mut self, id: &str) -> PendingOffsets {
         let Some(txn) = self.by_id.get_mut(id) else {

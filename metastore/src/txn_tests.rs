@@ -949,3 +949,71 @@ fn a_later_plain_commit_is_not_replaced_by_a_transactions_older_offset() {
     at(&mut s, 3_000, EndTxn { end: e }).unwrap();
     assert_eq!(group_offset(&s, "g"), Some(9));
 }
+
+/// As Kafka's offset tombstones: DeleteGroups and OffsetDelete drop what
+/// open transactions hold for the group, so their commit restores nothing.
+#[test]
+fn deleted_groups_and_offsets_leave_open_transactions() {
+    for delete_group in [true, false] {
+        let (mut s, _) = state();
+        // The group exists, empty, with a committed offset.
+        at(&mut s, 1_000, offsets_for("g", 1)).unwrap().unwrap();
+        let p = init(&mut s, 2_000, "tx").unwrap();
+        at(
+            &mut s,
+            2_000,
+            AddToTxn {
+                transactional_id: "tx".into(),
+                producer_id: p.producer_id,
+                epoch: p.epoch,
+                partitions: vec![],
+                groups: vec!["g".into()],
+            },
+        )
+        .unwrap();
+        at(
+            &mut s,
+            2_000,
+            TxnCommitOffsets {
+                transactional_id: "tx".into(),
+                producer_id: p.producer_id,
+                epoch: p.epoch,
+                commit: offsets_for("g", 5),
+            },
+        )
+        .unwrap()
+        .unwrap();
+        if delete_group {
+            let deleted = at(
+                &mut s,
+                2_100,
+                crate::groups::DeleteGroups {
+                    groups: vec!["g".into()],
+                },
+            )
+            .unwrap();
+            assert_eq!(deleted, vec![Ok(())]);
+        } else {
+            let deleted = at(
+                &mut s,
+                2_100,
+                crate::groups::DeleteOffsets {
+                    group: "g".into(),
+                    partitions: vec![("t".into(), 0)],
+                },
+            )
+            .unwrap();
+            assert_eq!(deleted, Ok(vec![Ok(())]));
+        }
+        assert!(
+            PendingTxnOffsets { group: "g".into() }
+                .query(&s, 2_100)
+                .unwrap()
+                .is_empty()
+        );
+        let e = end(&s, "tx", true, EndReason::Client);
+        at(&mut s, 3_000, EndTxn { end: e }).unwrap();
+        assert_eq!(group_offset(&s, "g"), None, "delete_group: {delete_group}");
+        s.check_invariants().unwrap();
+    }
+}

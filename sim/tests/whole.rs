@@ -26,7 +26,10 @@ fn a_fixed_set_of_seeds_finds_no_anomaly() {
     // committed and aborted.
     assert!(acked > 10_000, "{acked} batches acknowledged");
     assert!(crashes > 0);
-    assert!(committed > 1_000 && aborted > 500, "{committed} committed, {aborted} aborted");
+    assert!(
+        committed > 1_000 && aborted > 500,
+        "{committed} committed, {aborted} aborted"
+    );
 }
 
 #[test]
