@@ -1146,10 +1146,17 @@ impl State {
                 return Err(Refusal::InvalidProducerIdMapping);
             };
             if batch.producer_epoch != txn.epoch || txn.expired(now_ms) {
+                // Past its timeout, the transaction is as good as aborted
+                // with its epoch bumped (what the timeout's markers carry).
+                let current = if txn.expired(now_ms) {
+                    txn.epoch.saturating_add(1)
+                } else {
+                    txn.epoch
+                };
                 return Err(Refusal::InvalidProducerEpoch {
                     producer_id,
                     got: batch.producer_epoch,
-                    current: txn.epoch,
+                    current,
                 });
             }
             match (txn.phase, txn.partitions.get(&tp)) {

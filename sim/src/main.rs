@@ -106,6 +106,8 @@ fn whole(args: &Args) -> std::process::ExitCode {
                 total.committed_txns += s.committed_txns;
                 total.aborted_txns += s.aborted_txns;
                 total.unknown_txns += s.unknown_txns;
+                total.zombies += s.zombies;
+                total.txn_records_audited += s.txn_records_audited;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -137,7 +139,8 @@ fn whole(args: &Args) -> std::process::ExitCode {
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
          {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
          {} store faults, {} stalls after a PUT, {} live segments at the end, {} records polled, \
-         {} transactions committed, {} aborted, {} unsure, {:.1} simulated hours",
+         {} transactions committed, {} aborted, {} unsure, {} zombies, {} transactional records audited, \
+         {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -153,6 +156,8 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.committed_txns,
         total.aborted_txns,
         total.unknown_txns,
+        total.zombies,
+        total.txn_records_audited,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

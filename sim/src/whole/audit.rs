@@ -100,15 +100,16 @@ async fn read_extent(
         for r in floe_protocol::records::decode(batch).map_err(|e| corrupt(&e))? {
             let name = r.headers.get(b"sim".as_slice()).and_then(text);
             // A control record's key: version, then type (0 ABORT, 1 COMMIT).
-            let marker = r
-                .control
-                .then(|| {
-                    r.key
-                        .as_ref()
-                        .and_then(|k| k.get(2..4))
-                        .map(|t| t == [0, 1])
-                })
-                .flatten();
+            let marker = match (r.control, r.key.as_ref().and_then(|k| k.get(2..4))) {
+                (false, _) => None,
+                (true, Some([0, 1])) => Some(true),
+                (true, Some([0, 0])) => Some(false),
+                (true, other) => {
+                    return Err(corrupt(&format!(
+                        "a control record of an unknown type {other:?}"
+                    )));
+                }
+            };
             records.push(Stored {
                 offset: r.offset,
                 key: text(&r.key),
@@ -502,12 +503,9 @@ pub async fn settle_and_check(
         .filter(|((t, _), _)| *t == 0)
         .map(|((_, p), log)| (*p, log))
         .collect();
-    anomalies.extend(super::txns::check(
-        &topics[0],
-        &retained,
-        &txns,
-        &stable_seen,
-    ));
+    let (found, audited) = super::txns::check(&topics[0], &retained, &txns, &stable_seen);
+    anomalies.extend(found);
+    shared.with(|w| w.summary.txn_records_audited = audited);
 
     let (acks, polled, deleted_before, unacked_tombstones) = shared.with(|w| {
         (

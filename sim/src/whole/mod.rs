@@ -102,6 +102,10 @@ pub struct Summary {
     pub committed_txns: u64,
     pub aborted_txns: u64,
     pub unknown_txns: u64,
+    /// Transactions whose application restarted elsewhere while they went on.
+    pub zombies: u64,
+    /// Transactional records whose fate and visibility the audit checked.
+    pub txn_records_audited: u64,
     pub simulated_ms: u64,
 }
 

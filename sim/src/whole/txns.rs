@@ -26,11 +26,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+use floe_agent::handlers::txn::coordinator_error;
 use floe_agent::txn_coordinator;
 use floe_metastore::ops::AddToTxn;
 use floe_metastore::{
-    BatchKind, MetaError, Metastore, ProducerIdentity, Refusal, TopicInfo, TopicPartition,
+    BatchKind, MetaError, Metastore, ProducerIdentity, TopicInfo, TopicPartition,
 };
+use floe_protocol::ResponseError;
 use tokio::time::{Duration, Instant};
 
 use super::audit::Log;
@@ -81,7 +83,7 @@ pub(super) async fn transact(
         // A restarted application, now and then: its InitProducerId fences
         // (and aborts) whatever its previous incarnation left open.
         if producer.is_none() || shared.with(|w| w.chance(0.03)) {
-            producer = init(&shared, &cluster, meta.as_ref(), &id, timeout_ms).await;
+            producer = init(&shared, &cluster, meta.as_ref(), &id, timeout_ms, None).await;
             sequences.clear();
         }
         let Some(p) = producer else {
@@ -105,7 +107,7 @@ pub(super) async fn transact(
             me,
             timeout_ms,
         };
-        let ended_as_asked = txn.run().await;
+        let next = txn.run().await;
         let record = txn.record;
         shared.with(|w| {
             match record.outcome {
@@ -114,29 +116,60 @@ pub(super) async fn transact(
                 Outcome::Unknown => w.summary.unknown_txns += 1,
             }
             w.log(format!(
-                "txn {} {:?} ({} batches)",
+                "txn {} {:?} ({} batches), then {next:?}",
                 record.name,
                 record.outcome,
                 record.batches.len()
             ));
             w.txns.push(record);
         });
-        // Fenced, timed out or unsure: a new epoch (which fences and aborts
-        // whatever is left open), as a Kafka client must after a fatal error.
-        if !ended_as_asked {
-            producer = None;
+        match next {
+            Next::Continue => {}
+            // The producer's sequences are in doubt: KIP-360's bump, which
+            // names the identity it had (librdkafka's abortable idempotence
+            // errors), half the time; else the application starts over.
+            Next::Bump => {
+                sequences.clear();
+                producer = if shared.with(|w| w.chance(0.5)) {
+                    init(&shared, &cluster, meta.as_ref(), &id, timeout_ms, Some(p)).await
+                } else {
+                    None
+                };
+            }
+            Next::Fenced => producer = None,
+            Next::Successor(successor) => {
+                producer = Some(successor);
+                sequences.clear();
+            }
         }
     }
 }
 
+/// What a producer does after a transaction.
+#[derive(Debug, Clone, Copy)]
+enum Next {
+    /// It ended as asked: the next transaction, same epoch.
+    Continue,
+    /// An abort after a batch given up on: its sequences are in doubt.
+    Bump,
+    /// Fenced or timed out: a fatal error, the application starts over.
+    Fenced,
+    /// Its application restarted while it went on (a zombie): the new
+    /// incarnation's identity.
+    Successor(ProducerIdentity),
+}
+
 /// InitProducerId through a random live agent, retried; `None` if it never
 /// answered.
+/// `expected`: the identity it had, for KIP-360's bump (asked again as it
+/// was when an answer is lost; refused, the application starts over).
 async fn init(
     shared: &Shared,
     cluster: &tokio::sync::Mutex<Cluster>,
     meta: &dyn Metastore,
     id: &str,
     timeout_ms: i32,
+    mut expected: Option<ProducerIdentity>,
 ) -> Option<ProducerIdentity> {
     for _ in 0..20 {
         let pick = shared.with(|w| w.rng_below(1 << 20));
@@ -145,13 +178,21 @@ async fn init(
             continue;
         };
         let now_ms = shared.with(|w| w.now_ms());
-        match txn_coordinator::init_producer(meta, &batcher, id, timeout_ms, None, now_ms).await {
+        let asked =
+            txn_coordinator::init_producer(meta, &batcher, id, timeout_ms, expected, now_ms);
+        match asked.await {
             Ok(p) => {
-                shared.with(|w| w.log(format!("{id}: producer {p:?}")));
+                shared.with(|w| w.log(format!("{id}: producer {p:?} (had {expected:?})")));
                 return Some(p);
             }
             Err(e) => {
-                shared.with(|w| w.log(format!("{id}: InitProducerId: {e}")));
+                shared.with(|w| w.log(format!("{id}: InitProducerId (had {expected:?}): {e}")));
+                if matches!(
+                    coordinator_error(&e, true),
+                    ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch
+                ) {
+                    expected = None;
+                }
                 let backoff = shared.with(|w| w.rng_below(1_000));
                 tokio::time::sleep(Duration::from_millis(100 + backoff)).await;
             }
@@ -177,24 +218,51 @@ struct Transaction<'a> {
 }
 
 impl Transaction<'_> {
-    /// Adds partitions, produces to them, ends. True if it ended as the
-    /// producer asked (the producer may go on with its epoch).
-    async fn run(&mut self) -> bool {
+    /// Adds partitions, produces to them, ends; what the producer does next.
+    async fn run(&mut self) -> Next {
         let shared = self.shared;
         let count = shared.with(|w| 1 + w.rng_below(3)) as usize;
         let partitions: BTreeSet<i32> = (0..count)
             .map(|_| shared.with(|w| w.rng_below(self.topic.partitions as u64) as i32))
             .collect();
-        let mut abandon = !self.add(&partitions).await;
-        if !abandon {
-            'produce: for &partition in &partitions {
-                for _ in 0..1 + shared.with(|w| w.rng_below(2)) {
-                    if !self.produce(partition).await {
-                        abandon = true;
-                        break 'produce;
-                    }
+        if !self.add(&partitions).await {
+            // Refused (fenced, timed out) or never answered: whatever it
+            // started ends aborted (fenced now, or at its timeout).
+            return Next::Fenced;
+        }
+        let mut abandon = false;
+        'produce: for &partition in &partitions {
+            for _ in 0..1 + shared.with(|w| w.rng_below(2)) {
+                if !self.produce(partition).await {
+                    abandon = true;
+                    break 'produce;
                 }
             }
+        }
+        // Its application restarts elsewhere while this one goes on (a
+        // zombie): the new incarnation's InitProducerId fences this
+        // transaction, whose next batch and commit must then be refused.
+        if !abandon && shared.with(|w| w.chance(0.04)) {
+            shared.with(|w| {
+                w.summary.zombies += 1;
+                w.log(format!(
+                    "txn {}: its application restarts elsewhere",
+                    self.record.name
+                ))
+            });
+            let successor = init(
+                shared,
+                self.cluster,
+                self.meta,
+                self.id,
+                self.timeout_ms,
+                None,
+            )
+            .await;
+            let partition = *partitions.first().expect("at least one partition");
+            self.produce(partition).await;
+            self.end(true).await;
+            return successor.map_or(Next::Fenced, Next::Successor);
         }
         // An application that stalls past its transaction's timeout: the
         // coordinator aborts the transaction and fences the producer.
@@ -204,7 +272,11 @@ impl Transaction<'_> {
             tokio::time::sleep(Duration::from_millis(self.timeout_ms as u64 + extra)).await;
         }
         let commit = !abandon && shared.with(|w| w.chance(0.7));
-        self.end(commit).await && !abandon
+        match (self.end(commit).await, abandon) {
+            (true, false) => Next::Continue,
+            (true, true) => Next::Bump,
+            (false, _) => Next::Fenced,
+        }
     }
 
     /// AddPartitionsToTxn, retried while the metastore does not answer.
@@ -226,12 +298,10 @@ impl Transaction<'_> {
         for _ in 0..10 {
             match self.meta.add_to_txn(add.clone()).await {
                 Ok(_) => return true,
-                Err(MetaError::Refused(r)) => {
-                    self.shared
-                        .with(|w| w.log(format!("txn {}: add refused: {r}", self.record.name)));
-                    return false;
-                }
-                Err(_) => self.backoff().await,
+                Err(e) => match take(self.shared, &self.record.name, "add", &e) {
+                    Take::Retry => self.backoff().await,
+                    Take::Fatal => return false,
+                },
             }
         }
         false
@@ -340,24 +410,24 @@ impl Transaction<'_> {
                     };
                     return true;
                 }
-                Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => self.backoff().await,
-                // The coordinator decided: the transaction was not this
-                // producer's to end (it timed out, or was fenced), so it
-                // ends aborted.
-                Err(MetaError::Refused(r)) => {
-                    self.shared
-                        .with(|w| w.log(format!("txn {}: end refused: {r}", self.record.name)));
-                    self.record.outcome = if commit && maybe_applied {
-                        Outcome::Unknown
-                    } else {
-                        Outcome::Aborted
-                    };
-                    return false;
-                }
-                Err(e) => {
-                    maybe_applied |= !e.certainly_not_applied();
-                    self.backoff().await;
-                }
+                Err(e) => match take(self.shared, &self.record.name, "end", &e) {
+                    Take::Retry => {
+                        maybe_applied |= !e.certainly_not_applied();
+                        self.backoff().await;
+                    }
+                    // The coordinator decided: the transaction was not
+                    // this producer's to end (it timed out, or was
+                    // fenced), so it ends aborted, unless an attempt of
+                    // this commit may have landed first.
+                    Take::Fatal => {
+                        self.record.outcome = if commit && maybe_applied {
+                            Outcome::Unknown
+                        } else {
+                            Outcome::Aborted
+                        };
+                        return false;
+                    }
+                },
             }
         }
         // Never answered: an abort is an abort (the timeout ends it if this
@@ -376,6 +446,40 @@ impl Transaction<'_> {
     }
 }
 
+/// How a Kafka client takes a coordinator's refusal.
+enum Take {
+    Retry,
+    Fatal,
+}
+
+/// The error the agents would send for `e` (`coordinator_error`), taken as
+/// a Kafka client takes it: COORDINATOR_NOT_AVAILABLE (the metastore did
+/// not answer, or refused without deciding) and CONCURRENT_TRANSACTIONS are
+/// retried; a fence or a state the producer cannot leave is fatal; any other
+/// is not an answer a coordinator gives here (an anomaly).
+fn take(shared: &Shared, txn: &str, what: &str, e: &MetaError) -> Take {
+    match coordinator_error(e, true) {
+        ResponseError::CoordinatorNotAvailable | ResponseError::ConcurrentTransactions => {
+            Take::Retry
+        }
+        error @ (ResponseError::ProducerFenced
+        | ResponseError::InvalidProducerEpoch
+        | ResponseError::InvalidProducerIdMapping
+        | ResponseError::InvalidTxnState) => {
+            shared.with(|w| w.log(format!("txn {txn}: {what} refused: {error:?} ({e})")));
+            Take::Fatal
+        }
+        error => {
+            shared.with(|w| {
+                w.anomaly(format!(
+                    "txn {txn}: {what} answered {error:?} ({e}), which a coordinator does not answer here"
+                ))
+            });
+            Take::Fatal
+        }
+    }
+}
+
 /// Each transactional record's fate by its partition's markers: the first
 /// COMMIT or ABORT of its producer after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,15 +490,17 @@ enum Fate {
 
 /// The final audit of transactions on `topic`'s logs (see the module).
 /// `stable_seen`: (partition, last stable offset, high watermark) as read
-/// along the way.
+/// along the way. Answers the anomalies, and how many transactional records
+/// were checked.
 pub fn check(
     topic: &TopicInfo,
     logs: &BTreeMap<i32, &Log>,
     txns: &[TxnRecord],
     stable_seen: &[(i32, i64, i64)],
-) -> Vec<String> {
+) -> (Vec<String>, u64) {
     let name = &topic.name;
     let mut anomalies = Vec::new();
+    let mut audited = 0u64;
     let mut fates: BTreeMap<(i32, i64), Fate> = BTreeMap::new();
     // Per partition, each transactional record's marker offset.
     let mut ends: BTreeMap<i32, BTreeMap<i64, i64>> = BTreeMap::new();
@@ -453,6 +559,7 @@ pub fn check(
                 continue;
             }
             let visible = !(r.transactional && aborted_producers.contains(&r.producer_id));
+            audited += u64::from(r.transactional);
             let fate = fates.get(&(p, offset)).copied();
             let expected = match (r.transactional, fate) {
                 (false, _) => true,
@@ -526,5 +633,5 @@ pub fn check(
             _ => {}
         }
     }
-    anomalies
+    (anomalies, audited)
 }
