@@ -37,6 +37,7 @@ use floe_metastore::Sequencer;
 /// (its value, or for a tombstone, which has none, its header); its batch's
 /// producer and whether it is transactional, or a COMMIT (`Some(true)`) or
 /// ABORT marker.
+#[derive(Clone)]
 pub struct Stored {
     pub offset: i64,
     pub key: Option<String>,
@@ -326,11 +327,17 @@ pub async fn poll(
                                 ))
                             });
                         }
+                        let offset = r.offset;
                         shared.with(|w| {
                             w.summary.polled_records += 1;
-                            w.polled.insert((t, p, r.offset), r.value);
+                            w.polled.insert((t, p, offset), r.value.clone());
+                            // The retained topic's transactions are judged
+                            // also on what retention removed before the end.
+                            if t == 0 {
+                                w.polled_retained.insert((p, offset), r);
+                            }
                         });
-                        *pos = r.offset + 1;
+                        *pos = offset + 1;
                     }
                     if *pos <= extent.last_offset && !compacted {
                         let at = *pos;
@@ -497,13 +504,20 @@ pub async fn settle_and_check(
     }
 
     // Transactions, on the retained topic they write to.
-    let (txns, stable_seen) = shared.with(|w| (w.txns.clone(), std::mem::take(&mut w.stable_seen)));
+    let (txns, stable_seen, polled_retained) = shared.with(|w| {
+        (
+            w.txns.clone(),
+            std::mem::take(&mut w.stable_seen),
+            std::mem::take(&mut w.polled_retained),
+        )
+    });
     let retained: BTreeMap<i32, &Log> = logs
         .iter()
         .filter(|((t, _), _)| *t == 0)
         .map(|((_, p), log)| (*p, log))
         .collect();
-    let (found, audited) = super::txns::check(&topics[0], &retained, &txns, &stable_seen);
+    let (found, audited) =
+        super::txns::check(&topics[0], &retained, &polled_retained, &txns, &stable_seen);
     anomalies.extend(found);
     shared.with(|w| w.summary.txn_records_audited = audited);
 

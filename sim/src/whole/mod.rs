@@ -158,6 +158,9 @@ pub struct World {
     pub anomalies: Vec<String>,
     /// What the poller read, by (topic, partition, offset).
     pub polled: BTreeMap<(usize, i32, i64), String>,
+    /// What it read of the retained topic, whole (transactions are judged
+    /// on records retention removed before the end too).
+    pub polled_retained: BTreeMap<(i32, i64), audit::Stored>,
     /// Per (topic, partition), the highest DeleteRecords offset asked for:
     /// records below it may be gone (the call may apply, its answer lost).
     pub deleted_before: BTreeMap<(usize, i32), i64>,
@@ -262,6 +265,7 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             trace: Vec::new(),
             anomalies: Vec::new(),
             polled: BTreeMap::new(),
+            polled_retained: BTreeMap::new(),
             deleted_before: BTreeMap::new(),
             unacked_tombstones: BTreeSet::new(),
             scratch: None,

@@ -35,7 +35,7 @@ use floe_metastore::{
 use floe_protocol::ResponseError;
 use tokio::time::{Duration, Instant};
 
-use super::audit::Log;
+use super::audit::{Log, Stored};
 use super::{Ack, Cluster, Shared};
 
 /// What a producer was told of a transaction's end.
@@ -490,25 +490,42 @@ enum Fate {
 
 /// The final audit of transactions on `topic`'s logs (see the module).
 /// `stable_seen`: (partition, last stable offset, high watermark) as read
-/// along the way. Answers the anomalies, and how many transactional records
-/// were checked.
+/// along the way; `polled`, what the poller read of the topic. Answers the
+/// anomalies, and how many transactional records had their fate judged.
 pub fn check(
     topic: &TopicInfo,
     logs: &BTreeMap<i32, &Log>,
+    polled: &BTreeMap<(i32, i64), Stored>,
     txns: &[TxnRecord],
     stable_seen: &[(i32, i64, i64)],
 ) -> (Vec<String>, u64) {
     let name = &topic.name;
     let mut anomalies = Vec::new();
-    let mut audited = 0u64;
     let mut fates: BTreeMap<(i32, i64), Fate> = BTreeMap::new();
     // Per partition, each transactional record's marker offset.
     let mut ends: BTreeMap<i32, BTreeMap<i64, i64>> = BTreeMap::new();
     let mut where_batch: BTreeMap<String, (i32, i64)> = BTreeMap::new();
+    // Every record known: what was polled before the log start, then the log.
+    let mut history: BTreeMap<i32, BTreeMap<i64, &Stored>> = BTreeMap::new();
     for (&p, log) in logs {
-        // Fates, from the markers.
+        let known = history.entry(p).or_default();
+        for ((_, offset), r) in polled.range((p, i64::MIN)..(p, log.start)) {
+            known.insert(*offset, r);
+        }
+        known.extend(log.records.iter().map(|(o, r)| (*o, r)));
+    }
+    for (&p, log) in logs {
+        // Fates, from the markers: a transactional record's is the first
+        // marker of its producer after it. Across a gap in what is known
+        // (retention ran ahead of the poller) a marker may be missing, so
+        // records before a gap without one are left undecided.
         let mut pending: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-        for (&offset, r) in &log.records {
+        let mut next = None;
+        for (&offset, r) in &history[&p] {
+            if next.is_some_and(|n| n != offset) {
+                pending.clear();
+            }
+            next = Some(offset + 1);
             if let Some(commit) = r.marker {
                 let fate = if commit {
                     Fate::Committed
@@ -524,12 +541,15 @@ pub fn check(
             }
             where_batch.entry(r.value.clone()).or_insert((p, offset));
         }
+        // The log itself runs to the high watermark without gaps: what is
+        // pending there has no marker at all.
         for (pid, offsets) in &pending {
-            anomalies.push(format!(
-                "{name}/{p}: producer {pid}'s transaction at {}..={} is still open once everything settled",
-                offsets[0],
-                offsets[offsets.len() - 1]
-            ));
+            let open: Vec<&i64> = offsets.iter().filter(|o| **o >= log.start).collect();
+            if let (Some(first), Some(last)) = (open.first(), open.last()) {
+                anomalies.push(format!(
+                    "{name}/{p}: producer {pid}'s transaction at {first}..={last} is still open once everything settled"
+                ));
+            }
         }
         if log.last_stable != log.high_watermark {
             anomalies.push(format!(
@@ -559,7 +579,6 @@ pub fn check(
                 continue;
             }
             let visible = !(r.transactional && aborted_producers.contains(&r.producer_id));
-            audited += u64::from(r.transactional);
             let fate = fates.get(&(p, offset)).copied();
             let expected = match (r.transactional, fate) {
                 (false, _) => true,
@@ -605,8 +624,8 @@ pub fn check(
                 Some(offset) => Some((partition, offset)),
                 None => where_batch.get(&super::value(batch, 0)).copied(),
             };
-            // Removed by retention or DeleteRecords, or never landed.
-            let Some((p, offset)) = found.filter(|(p, o)| logs[p].records.contains_key(o)) else {
+            // Removed unseen by retention or DeleteRecords, or never landed.
+            let Some((p, offset)) = found.filter(|(p, o)| history[p].contains_key(o)) else {
                 continue;
             };
             if let Some(&fate) = fates.get(&(p, offset)) {
@@ -633,5 +652,5 @@ pub fn check(
             _ => {}
         }
     }
-    (anomalies, audited)
+    (anomalies, fates.len() as u64)
 }
