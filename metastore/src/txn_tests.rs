@@ -914,14 +914,11 @@ fn offsets_sent_in_a_transaction_are_stored_only_when_it_commits() {
     }
 }
 
-/// Kafka keeps a group's most recent commit: a plain OffsetCommit made after
-/// the transaction sent its offset is not replaced when it commits.
-#[test]
-fn a_later_plain_commit_is_not_replaced_by_a_transactions_older_offset() {
-    let (mut s, _) = state();
-    let p = init(&mut s, 2_000, "tx").unwrap();
+/// Adds group "g" to producer `p`'s transaction "tx" and sends it `offset`
+/// for partition t/0 (send_offsets_to_transaction), at 2,000.
+fn send_offsets(s: &mut State, p: ProducerIdentity, offset: i64) {
     at(
-        &mut s,
+        s,
         2_000,
         AddToTxn {
             transactional_id: "tx".into(),
@@ -933,17 +930,26 @@ fn a_later_plain_commit_is_not_replaced_by_a_transactions_older_offset() {
     )
     .unwrap();
     at(
-        &mut s,
+        s,
         2_000,
         TxnCommitOffsets {
             transactional_id: "tx".into(),
             producer_id: p.producer_id,
             epoch: p.epoch,
-            commit: offsets_for("g", 5),
+            commit: offsets_for("g", offset),
         },
     )
     .unwrap()
     .unwrap();
+}
+
+/// Kafka keeps a group's most recent commit: a plain OffsetCommit made after
+/// the transaction sent its offset is not replaced when it commits.
+#[test]
+fn a_later_plain_commit_is_not_replaced_by_a_transactions_older_offset() {
+    let (mut s, _) = state();
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    send_offsets(&mut s, p, 5);
     at(&mut s, 2_500, offsets_for("g", 9)).unwrap().unwrap();
     let e = end(&s, "tx", true, EndReason::Client);
     at(&mut s, 3_000, EndTxn { end: e }).unwrap();
@@ -959,30 +965,7 @@ fn deleted_groups_and_offsets_leave_open_transactions() {
         // The group exists, empty, with a committed offset.
         at(&mut s, 1_000, offsets_for("g", 1)).unwrap().unwrap();
         let p = init(&mut s, 2_000, "tx").unwrap();
-        at(
-            &mut s,
-            2_000,
-            AddToTxn {
-                transactional_id: "tx".into(),
-                producer_id: p.producer_id,
-                epoch: p.epoch,
-                partitions: vec![],
-                groups: vec!["g".into()],
-            },
-        )
-        .unwrap();
-        at(
-            &mut s,
-            2_000,
-            TxnCommitOffsets {
-                transactional_id: "tx".into(),
-                producer_id: p.producer_id,
-                epoch: p.epoch,
-                commit: offsets_for("g", 5),
-            },
-        )
-        .unwrap()
-        .unwrap();
+        send_offsets(&mut s, p, 5);
         if delete_group {
             let deleted = at(
                 &mut s,

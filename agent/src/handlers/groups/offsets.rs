@@ -29,6 +29,25 @@ use crate::broker::Broker;
 use crate::discovery::now_ms;
 use crate::handlers::str_bytes;
 
+/// The offsets a commit's topics ask for, as [`Asked`] by topic: OffsetCommit
+/// and TxnOffsetCommit name them alike in types of their own.
+macro_rules! asked {
+    ($topics:expr) => {
+        $topics
+            .iter()
+            .map(|t| {
+                let partitions = t.partitions.iter().map(|p| Asked {
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                });
+                (t.name.clone(), partitions.collect())
+            })
+            .collect()
+    };
+}
+
 /// OffsetCommit: several commits of one member of one group, written in
 /// one metastore command (see [`super::commit_runs`]), each answered on its
 /// own. Partitions of unknown topics, or with metadata over Kafka's
@@ -52,16 +71,7 @@ pub async fn commit_offsets_together(
     let mut index: HashMap<(String, i32), usize> = HashMap::new();
     let mut refusals = Vec::with_capacity(commits.len());
     for (req, _) in &commits {
-        let asked = req.topics.iter().map(|t| {
-            let partitions = t.partitions.iter().map(|p| Asked {
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
-                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-            });
-            (t.name.clone(), partitions.collect())
-        });
-        let (accepted, refused) = sort_offsets(broker, asked.collect()).await;
+        let (accepted, refused) = sort_offsets(broker, asked!(req.topics)).await;
         for offset in accepted {
             let at = (offset.topic.clone(), offset.partition);
             match index.get(&at) {
@@ -190,16 +200,7 @@ pub async fn txn_commit_offsets(
     broker: &Broker,
     req: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
-    let asked = req.topics.iter().map(|t| {
-        let partitions = t.partitions.iter().map(|p| Asked {
-            partition: p.partition_index,
-            offset: p.committed_offset,
-            leader_epoch: p.committed_leader_epoch,
-            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-        });
-        (t.name.clone(), partitions.collect())
-    });
-    let (offsets, refused) = sort_offsets(broker, asked.collect()).await;
+    let (offsets, refused) = sort_offsets(broker, asked!(req.topics)).await;
     let nothing_to_commit = offsets.is_empty();
     let commit = TxnCommitOffsets {
         transactional_id: req.transactional_id.to_string(),
