@@ -275,6 +275,7 @@ pub async fn poll(
                         shared.with(|w| {
                             w.stable_seen.push((
                                 p,
+                                seen.plan.log_start_offset,
                                 seen.last_stable_offset,
                                 seen.plan.high_watermark,
                             ))

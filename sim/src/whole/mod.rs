@@ -150,9 +150,9 @@ pub struct World {
     pub acks: Vec<Ack>,
     /// Every transaction, as its producer saw it end.
     pub txns: Vec<txns::TxnRecord>,
-    /// The retained topic's (partition, last stable offset, high watermark)
-    /// as the poller read them along the way.
-    pub stable_seen: Vec<(i32, i64, i64)>,
+    /// The retained topic's (partition, log start, last stable offset, high
+    /// watermark) as the poller read them along the way.
+    pub stable_seen: Vec<(i32, i64, i64, i64)>,
     pub summary: Summary,
     pub trace: Vec<String>,
     pub anomalies: Vec<String>,

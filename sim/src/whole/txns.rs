@@ -489,7 +489,7 @@ enum Fate {
 }
 
 /// The final audit of transactions on `topic`'s logs (see the module).
-/// `stable_seen`: (partition, last stable offset, high watermark) as read
+/// `stable_seen`: (partition, log start, last stable offset, high watermark) as read
 /// along the way; `polled`, what the poller read of the topic. Answers the
 /// anomalies, and how many transactional records had their fate judged.
 pub fn check(
@@ -497,7 +497,7 @@ pub fn check(
     logs: &BTreeMap<i32, &Log>,
     polled: &BTreeMap<(i32, i64), Stored>,
     txns: &[TxnRecord],
-    stable_seen: &[(i32, i64, i64)],
+    stable_seen: &[(i32, i64, i64, i64)],
 ) -> (Vec<String>, u64) {
     let name = &topic.name;
     let mut anomalies = Vec::new();
@@ -608,11 +608,12 @@ pub fn check(
     // A last stable offset read along the way: every transaction with data
     // below it had ended, so its marker was below the high watermark read
     // with it. (Records since removed are not checked.)
-    for &(p, stable, high) in stable_seen {
+    for &(p, start, stable, high) in stable_seen {
         let Some(ends) = ends.get(&p) else { continue };
-        if let Some((data, marker)) = ends.range(..stable).find(|(_, m)| **m >= high) {
+        // Kafka's LSO is never below the log start: data below it does not count.
+        if let Some((data, marker)) = ends.range(start..stable).find(|(_, m)| **m >= high) {
             anomalies.push(format!(
-                "{name}/{p}: the last stable offset was read as {stable} (high watermark {high}), above {data} whose transaction ended later, at {marker}"
+                "{name}/{p}: the last stable offset was read as {stable} (log start {start}, high watermark {high}), above {data} whose transaction ended later, at {marker}"
             ));
         }
     }
