@@ -61,6 +61,9 @@ pub struct TxnRecord {
 /// Transactional batches' ids, apart from the other producers' (`me << 40`).
 const BATCH_IDS: u64 = 1 << 48;
 
+/// Records in a transactional batch at most.
+const MAX_RECORDS: i32 = 3;
+
 /// A transactional producer writing to `topic` (the retained one, index 0)
 /// until `stop`.
 pub(super) async fn transact(
@@ -313,7 +316,7 @@ impl Transaction<'_> {
         let shared = self.shared;
         *self.next_batch += 1;
         let batch = BATCH_IDS | (self.me as u64) << 40 | *self.next_batch;
-        let records = 1 + shared.with(|w| w.rng_below(3)) as i32;
+        let records = 1 + shared.with(|w| w.rng_below(MAX_RECORDS as u64)) as i32;
         let sequence = self.sequences.get(&partition).copied().unwrap_or(0);
         let sent_ms = shared.with(|w| w.now_ms());
         let keys = vec![None; records as usize];
@@ -504,7 +507,8 @@ pub fn check(
     let mut fates: BTreeMap<(i32, i64), Fate> = BTreeMap::new();
     // Per partition, each transactional record's marker offset.
     let mut ends: BTreeMap<i32, BTreeMap<i64, i64>> = BTreeMap::new();
-    let mut where_batch: BTreeMap<String, (i32, i64)> = BTreeMap::new();
+    // Where each record (by its name) is in what is known: once, if at all.
+    let mut copies: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
     // Every record known: what was polled before the log start, then the log.
     let mut history: BTreeMap<i32, BTreeMap<i64, &Stored>> = BTreeMap::new();
     for (&p, log) in logs {
@@ -539,13 +543,21 @@ pub fn check(
             } else if r.transactional {
                 pending.entry(r.producer_id).or_default().push(offset);
             }
-            where_batch.entry(r.value.clone()).or_insert((p, offset));
+            if r.marker.is_none() {
+                copies
+                    .entry(r.value.as_str())
+                    .or_default()
+                    .push((p, offset));
+            }
         }
-        // The log itself runs to the high watermark without gaps: what is
-        // pending there has no marker at all.
+        // Known up to the high watermark (the log has no gaps, but may be
+        // empty, its records all removed unseen), what is pending after the
+        // last gap has no marker at all.
+        if next.is_some_and(|n| n != log.high_watermark) {
+            pending.clear();
+        }
         for (pid, offsets) in &pending {
-            let open: Vec<&i64> = offsets.iter().filter(|o| **o >= log.start).collect();
-            if let (Some(first), Some(last)) = (open.first(), open.last()) {
+            if let (Some(first), Some(last)) = (offsets.first(), offsets.last()) {
                 anomalies.push(format!(
                     "{name}/{p}: producer {pid}'s transaction at {first}..={last} is still open once everything settled"
                 ));
@@ -609,6 +621,12 @@ pub fn check(
     // below it had ended, so its marker was below the high watermark read
     // with it. (Records since removed are not checked.)
     for &(p, start, stable, high) in stable_seen {
+        if !(start <= stable && stable <= high) {
+            anomalies.push(format!(
+                "{name}/{p}: the last stable offset was read as {stable}, outside the log [{start}, {high}]"
+            ));
+            continue;
+        }
         let Some(ends) = ends.get(&p) else { continue };
         // Kafka's LSO is never below the log start: data below it does not count.
         if let Some((data, marker)) = ends.range(start..stable).find(|(_, m)| **m >= high) {
@@ -620,17 +638,23 @@ pub fn check(
     // Each transaction whole, and as its producer was told.
     for t in txns {
         let mut seen: Vec<(u64, i32, i64, Fate)> = Vec::new();
-        for &(partition, batch, acked) in &t.batches {
-            let found = match acked {
-                Some(offset) => Some((partition, offset)),
-                None => where_batch.get(&super::value(batch, 0)).copied(),
-            };
-            // Removed unseen by retention or DeleteRecords, or never landed.
-            let Some((p, offset)) = found.filter(|(p, o)| history[p].contains_key(o)) else {
-                continue;
-            };
-            if let Some(&fate) = fates.get(&(p, offset)) {
-                seen.push((batch, p, offset, fate));
+        for &(_, batch, _) in &t.batches {
+            // Every record of it that is known (a trim may have cut the
+            // batch), wherever it is (an acknowledgement may have been lost).
+            for i in 0..MAX_RECORDS {
+                let Some(at) = copies.get(super::value(batch, i).as_str()) else {
+                    continue;
+                };
+                if at.len() > 1 {
+                    anomalies.push(format!(
+                        "duplicate: record {i} of transactional b{batch:x} is at {at:?} of {name}"
+                    ));
+                }
+                for &(p, offset) in at {
+                    if let Some(&fate) = fates.get(&(p, offset)) {
+                        seen.push((batch, p, offset, fate));
+                    }
+                }
             }
         }
         let committed = seen.iter().find(|s| s.3 == Fate::Committed);
