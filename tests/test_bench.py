@@ -100,7 +100,15 @@ def test_a_stalled_broker_shows_in_the_latency_of_every_record_due_meanwhile(age
          "--duration", "5s", "--progress", "0s", "--in-flight", "2",
          "--json", str(report_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(2.5)
+    # Stopped within the measured span whatever the bench's start-up took
+    # (a fixed sleep from its launch failed once under CI's load): from its
+    # first produced bytes, past the 1 s warm-up.
+    from test_metrics import metric
+    deadline = time.time() + 60
+    while metric(agent.admin("/metrics")[1], "floe_produced_bytes_total") == 0:
+        assert time.time() < deadline and bench.poll() is None, "the bench never produced"
+        time.sleep(0.05)
+    time.sleep(1.5)
     os.kill(agent.proc.pid, signal.SIGSTOP)
     time.sleep(3)
     os.kill(agent.proc.pid, signal.SIGCONT)
