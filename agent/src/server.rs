@@ -47,10 +47,6 @@ pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
 /// connection at a time; a few let a consumer's heartbeat pass its fetch).
 pub const MAX_OTHER_IN_FLIGHT_PER_CONNECTION: usize = 4;
 
-fn is_produce(decoded: &Decoded) -> bool {
-    matches!(decoded, Decoded::Request { header, .. } if header.request_api_key == ApiKey::Produce as i16)
-}
-
 /// Bytes of OffsetCommit requests a connection has in flight (until their
 /// responses are written) before reading pauses; one is always let in.
 /// Commits may wait in the connection's group lane behind a JoinGroup for a
@@ -58,12 +54,9 @@ fn is_produce(decoded: &Decoded) -> bool {
 /// the agent-wide request budget that every connection reads with.
 pub const MAX_COMMIT_BYTES_IN_FLIGHT_PER_CONNECTION: usize = 4 << 20;
 
-/// What a request counts against: Produce and OffsetCommit are pipelined
-/// (up to [`MAX_IN_FLIGHT_PER_CONNECTION`]), the rest bounded tighter.
-fn is_pipelined(decoded: &Decoded) -> bool {
-    const PIPELINED: [ApiKey; 2] = [ApiKey::Produce, ApiKey::OffsetCommit];
-    matches!(decoded, Decoded::Request { header, .. }
-        if PIPELINED.iter().any(|api| *api as i16 == header.request_api_key))
+/// Whether `decoded` is a request of `api`.
+fn is_api(decoded: &Decoded, api: ApiKey) -> bool {
+    matches!(decoded, Decoded::Request { header, .. } if header.request_api_key == api as i16)
 }
 
 /// Open connections, in total and by client address.
@@ -234,15 +227,14 @@ where
                             // Admission runs before the next request is read, so
                             // produced batches are enqueued in request order.
                             Ok(decoded) => {
-                                let pipelined = is_pipelined(&decoded);
-                                // Commits wait in the connection's lane, maybe
-                                // behind a long JoinGroup: what they hold is
+                                // Produces and commits are pipelined (up to
+                                // MAX_IN_FLIGHT_PER_CONNECTION), the rest bounded
+                                // tighter. Commits wait in the connection's lane,
+                                // maybe behind a long JoinGroup: what they hold is
                                 // counted here, not lent from the agent's budget.
-                                let commit_bytes = if pipelined && !is_produce(&decoded) {
-                                    frame_len
-                                } else {
-                                    0
-                                };
+                                let commit = is_api(&decoded, ApiKey::OffsetCommit);
+                                let pipelined = commit || is_api(&decoded, ApiKey::Produce);
+                                let commit_bytes = if commit { frame_len } else { 0 };
                                 others += usize::from(!pipelined);
                                 commits_in_flight += commit_bytes;
                                 let pending = admit(broker.clone(), decoded, &turn, &lane, &session).await;

@@ -23,7 +23,7 @@ use crate::txn_coordinator::write_end;
 
 const LEASE: &str = "txn-timeouts";
 /// How often a pass runs.
-pub const EVERY: Duration = Duration::from_secs(1);
+const EVERY: Duration = Duration::from_secs(1);
 const LEASE_TTL: Duration = Duration::from_secs(10);
 /// Transactions aborted per pass at most.
 const PER_PASS: u32 = 100;
@@ -34,11 +34,16 @@ pub async fn run(broker: Arc<Broker>) {
         crate::compaction::lease_holder(&broker.config.data_dir),
         broker.config.admin_listen
     );
+    run_on(broker.meta.as_ref(), &broker.batcher, &holder).await
+}
+
+/// A pass every [`EVERY`], as `holder`, writing through `batcher`.
+pub async fn run_on(meta: &dyn Metastore, batcher: &Batcher, holder: &str) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = pass(broker.meta.as_ref(), &broker.batcher, &holder).await {
+        if let Err(e) = pass(meta, batcher, holder).await {
             tracing::debug!(error = %e, "transaction timeouts: pass skipped");
         }
     }
@@ -46,17 +51,15 @@ pub async fn run(broker: Arc<Broker>) {
 
 /// One pass: with the lease, abort every expired transaction found, its
 /// markers written through `batcher` and stamped with the metastore's time.
-/// Returns how many aborts completed.
-pub async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Result<u32, MetaError> {
+async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Result<(), MetaError> {
     let now_ms = meta.clock().await?;
     let ttl_ms = LEASE_TTL.as_millis() as i64;
     if !meta
         .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
         .await?
     {
-        return Ok(0);
+        return Ok(());
     }
-    let mut aborted = 0;
     for txn in meta.expired_txns(PER_PASS).await? {
         // Each end takes a flush, a PUT and a commit: the lease is renewed
         // before each, so no other agent writes the same aborts meanwhile.
@@ -65,7 +68,7 @@ pub async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Resu
             .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
             .await?
         {
-            return Ok(aborted);
+            return Ok(());
         }
         let end = TxnEnd {
             transactional_id: txn.transactional_id.clone(),
@@ -76,14 +79,11 @@ pub async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Resu
             version: txn.version,
         };
         match write_end(meta, batcher, end, &txn.partitions, now_ms).await {
-            Ok(()) => {
-                aborted += 1;
-                tracing::info!(transactional_id = %txn.transactional_id,
-                    producer_id = txn.producer_id, "aborted a transaction past its timeout")
-            }
+            Ok(()) => tracing::info!(transactional_id = %txn.transactional_id,
+                producer_id = txn.producer_id, "aborted a transaction past its timeout"),
             Err(e) => tracing::info!(transactional_id = %txn.transactional_id, error = %e,
                 "aborting a transaction past its timeout did not complete; the next pass retries"),
         }
     }
-    Ok(aborted)
+    Ok(())
 }

@@ -21,6 +21,8 @@ use floe_protocol::kafka_protocol::messages::{
 };
 
 use crate::broker::Broker;
+// The agent's clock stamps markers (it decides nothing).
+use crate::discovery::now_ms;
 use crate::txn_coordinator;
 
 /// No error.
@@ -231,11 +233,6 @@ pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTx
         Ok(()) => answer(NONE),
         Err(e) => answer(coordinator_error(&e, fenced_code).code()),
     }
-}
-
-/// The agent's clock, which stamps markers (it decides nothing).
-fn now_ms() -> i64 {
-    crate::discovery::now_ms()
 }
 
 /// DescribeTransactions v0: each id's state as the coordinator holds it.

@@ -384,11 +384,8 @@ impl Cluster {
         let txn_timeouts = tokio::spawn({
             let (meta, batcher) = (self.meta.clone(), batcher.clone());
             async move {
-                loop {
-                    tokio::time::sleep(floe_agent::txn_timeouts::EVERY).await;
-                    let holder = format!("agent-{i}");
-                    let _ = floe_agent::txn_timeouts::pass(meta.as_ref(), &batcher, &holder).await;
-                }
+                floe_agent::txn_timeouts::run_on(meta.as_ref(), &batcher, &format!("agent-{i}"))
+                    .await
             }
         });
         self.agents[i] = Agent {
@@ -797,6 +794,16 @@ async fn produce(
     }
 }
 
+/// A random live agent's batcher, as a client picks a broker; `None` when
+/// every agent is down.
+async fn any_live_batcher(
+    shared: &Shared,
+    cluster: &tokio::sync::Mutex<Cluster>,
+) -> Option<Batcher> {
+    let pick = shared.with(|w| w.rng_below(1 << 20));
+    cluster.lock().await.live_batcher(pick)
+}
+
 /// One attempt to produce `bytes` (one batch) through a random live agent,
 /// as a Kafka producer's request: its offset, or why not (`None` when no
 /// agent is up).
@@ -808,8 +815,7 @@ async fn deliver(
     bytes: &Bytes,
     kind: floe_metastore::BatchKind,
 ) -> Option<Result<i64, AppendError>> {
-    let pick = shared.with(|w| w.rng_below(1 << 20));
-    let batcher = cluster.lock().await.live_batcher(pick)?;
+    let batcher = any_live_batcher(shared, cluster).await?;
     let mut batches = RecordBatch::parse_all(bytes).expect("the producer's batch parses");
     assert_eq!(batches.len(), 1, "one batch per produce");
     let batch = batches.remove(0);

@@ -175,8 +175,7 @@ async fn init(
     mut expected: Option<ProducerIdentity>,
 ) -> Option<ProducerIdentity> {
     for _ in 0..20 {
-        let pick = shared.with(|w| w.rng_below(1 << 20));
-        let Some(batcher) = cluster.lock().await.live_batcher(pick) else {
+        let Some(batcher) = super::any_live_batcher(shared, cluster).await else {
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         };
@@ -389,8 +388,7 @@ impl Transaction<'_> {
     async fn end(&mut self, commit: bool) -> bool {
         let mut maybe_applied = false;
         for _ in 0..10 {
-            let pick = self.shared.with(|w| w.rng_below(1 << 20));
-            let Some(batcher) = self.cluster.lock().await.live_batcher(pick) else {
+            let Some(batcher) = super::any_live_batcher(self.shared, self.cluster).await else {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             };
