@@ -282,5 +282,6 @@ pub fn refusal_error(refusal: &Refusal) -> ResponseError {
         Refusal::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
         Refusal::InvalidTxnTimeout(_) => ResponseError::InvalidTransactionTimeout,
         Refusal::TxnLimit(_) => ResponseError::InvalidRequest,
+        Refusal::InvalidConfig(_) => ResponseError::InvalidConfig,
     }
 }

@@ -45,6 +45,8 @@ enum Command {
     Topics(ToolArgs<floe_agent::tools::topics::TopicsCommand>),
     /// List, describe, reset the offsets of and delete consumer groups (as kafka-consumer-groups.sh).
     Groups(ToolArgs<floe_agent::tools::groups::GroupsCommand>),
+    /// Describe and alter the configs of a topic, a group, a broker or the cluster (as kafka-configs.sh).
+    Configs(ToolArgs<floe_agent::tools::configs::ConfigsCommand>),
     /// List, set and delete users' SCRAM credentials (as kafka-configs.sh --entity-type users).
     Users(ToolArgs<floe_agent::tools::users::UsersCommand>),
     /// Add, list and remove ACLs (as kafka-acls.sh).
@@ -478,6 +480,14 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Groups(args) => args.security().and_then(|security| {
             run_tool(floe_agent::tools::groups::run(
+                &args.bootstrap_server,
+                &security,
+                args.output,
+                args.command,
+            ))
+        }),
+        Command::Configs(args) => args.security().and_then(|security| {
+            run_tool(floe_agent::tools::configs::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,

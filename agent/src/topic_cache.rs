@@ -109,6 +109,7 @@ mod tests {
             id: floe_metastore::random_id(),
             partitions,
             configs: Default::default(),
+            inherited: Default::default(),
         }
     }
 

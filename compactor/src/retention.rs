@@ -156,6 +156,7 @@ mod tests {
             name: "t".into(),
             partitions: 1,
             configs: Default::default(),
+            inherited: Default::default(),
         };
         assert_eq!(
             Retention::of(&topic),

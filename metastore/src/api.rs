@@ -313,6 +313,17 @@ metastore_api! {
         TxnReadPlans { partitions, max_bytes }
     }
     write fn txn_commit_offsets(commit: TxnCommitOffsets) -> TxnCommitOffsets { commit }
+    /// Sets and deletes a dynamic config entity's keys (all or none).
+    write fn alter_dynamic_configs(
+        entity: crate::dynamic_config::ConfigEntity,
+        set: std::collections::BTreeMap<String, String>,
+        delete: Vec<String>
+    ) -> AlterDynamicConfigs {
+        AlterDynamicConfigs { entity, set, delete }
+    }
+    read fn dynamic_configs_of(entity: crate::dynamic_config::ConfigEntity) -> DynamicConfigsOf {
+        DynamicConfigsOf { entity }
+    }
     read fn pending_txn_offsets(group: &str) -> PendingTxnOffsets {
         PendingTxnOffsets { group: group.to_string() }
     }

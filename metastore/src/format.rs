@@ -35,7 +35,8 @@ use crate::state::State;
 /// 6: ACLs in the state (and their commands).
 /// 7: transactions: coordinator state, each partition's ongoing
 ///    transactions and aborted index (and their commands).
-pub const FORMAT_VERSION: u8 = 7;
+/// 8: dynamic cluster and group configs (and their command).
+pub const FORMAT_VERSION: u8 = 8;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 3;

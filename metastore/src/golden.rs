@@ -70,6 +70,7 @@ fn variant(command: &Command) -> &'static str {
         Command::EndTxn(_) => "end_txn",
         Command::IngestCommit(_) => "ingest_commit",
         Command::TxnCommitOffsets(_) => "txn_commit_offsets",
+        Command::AlterDynamicConfigs(_) => "alter_dynamic_configs",
     }
 }
 
@@ -411,6 +412,11 @@ fn txn_samples() -> Vec<Command> {
                 version: 1,
             },
         }),
+        Command::AlterDynamicConfigs(AlterDynamicConfigs {
+            entity: crate::ConfigEntity::Group("g".into()),
+            set: [("consumer.session.timeout.ms".into(), "50000".into())].into(),
+            delete: vec!["consumer.heartbeat.interval.ms".into()],
+        }),
     ]
 }
 
@@ -514,11 +520,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 21 commands, one of them with 9 group commands: `variant` is exhaustive,
+    // 27 commands, one of them with 9 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        34,
+        35,
         "a command without a golden sample: {named:?}"
     );
 
@@ -911,6 +917,16 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
         PendingTxnOffsets { group: "g".into() }.into(),
+        AlterDynamicConfigs {
+            entity: crate::ConfigEntity::Cluster,
+            set: [("offsets.retention.minutes".into(), "1440".into())].into(),
+            delete: vec![],
+        }
+        .into(),
+        DynamicConfigsOf {
+            entity: crate::ConfigEntity::Group("g".into()),
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -926,8 +942,11 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
     (requests, errors)
 }
 
-/// The requests added with transactions (format 7).
+/// The requests added with transactions (format 7) and since: answered
+/// from the state the log samples build.
 const TXN_REQUESTS: &[&str] = &[
+    "AlterDynamicConfigs",
+    "DynamicConfigsOf",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

@@ -9,6 +9,7 @@
 pub mod acls;
 pub mod agents;
 pub mod api;
+pub mod dynamic_config;
 pub mod format;
 pub mod groups;
 pub mod leases;
@@ -35,6 +36,7 @@ mod txn_tests;
 
 pub use agents::AgentInfo;
 pub use api::{Metastore, Op, Transport};
+pub use dynamic_config::ConfigEntity;
 pub use groups::{
     AwaitGroup, CommitOffsets, CommittedOffset, ConsumerAnswer, ConsumerGroupDescription,
     ConsumerHeartbeat, ConsumerMemberDescription, GroupCommand, GroupDescription, GroupError,

@@ -327,6 +327,21 @@ pub struct AclsIfChanged {
     pub known_version: Option<u64>,
 }
 
+/// Sets and deletes one entity's dynamic configs, all or none
+/// (AlterConfigs and IncrementalAlterConfigs on BROKER and GROUP).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterDynamicConfigs {
+    pub entity: crate::dynamic_config::ConfigEntity,
+    pub set: std::collections::BTreeMap<String, String>,
+    pub delete: Vec<String>,
+}
+
+/// What one entity sets (DescribeConfigs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DynamicConfigsOf {
+    pub entity: crate::dynamic_config::ConfigEntity,
+}
+
 // ---- transactions (see `crate::txn`) ----
 
 /// InitProducerId with a transactional id: the id's producer id at a new

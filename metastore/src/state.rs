@@ -176,6 +176,7 @@ commands! {
     EndTxn(EndTxn),
     IngestCommit(IngestCommit),
     TxnCommitOffsets(TxnCommitOffsets),
+    AlterDynamicConfigs(AlterDynamicConfigs),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -537,6 +538,9 @@ pub struct State {
     /// Transactions' coordinator state (format 7).
     #[serde(default)]
     txns: Txns,
+    /// Dynamic cluster and group configs (format 8).
+    #[serde(default)]
+    configs: crate::dynamic_config::DynamicConfigs,
 }
 
 /// Issues producer ids from the state's counter (for [`Txns::init`]).
@@ -574,8 +578,17 @@ pub(crate) struct StateV3 {
 /// A topic as format 3 wrote it.
 #[derive(Deserialize)]
 struct TopicV3 {
-    info: TopicInfo,
+    info: TopicInfoV3,
     partitions: Vec<PartitionV3>,
+}
+
+/// A topic's description as formats 3 to 7 wrote it (before `inherited`).
+#[derive(Serialize, Deserialize)]
+struct TopicInfoV3 {
+    id: TopicId,
+    name: String,
+    partitions: i32,
+    configs: BTreeMap<String, String>,
 }
 
 /// A partition as format 3 wrote it (before transactions).
@@ -589,8 +602,20 @@ struct PartitionV3 {
 
 impl From<TopicV3> for Topic {
     fn from(v3: TopicV3) -> Topic {
+        let TopicInfoV3 {
+            id,
+            name,
+            partitions,
+            configs,
+        } = v3.info;
         Topic {
-            info: v3.info,
+            info: TopicInfo {
+                id,
+                name,
+                partitions,
+                configs,
+                inherited: BTreeMap::new(),
+            },
             partitions: v3
                 .partitions
                 .into_iter()
@@ -630,6 +655,7 @@ impl From<StateV3> for State {
             scram: ScramCredentials::default(),
             acls: Default::default(),
             txns: Txns::default(),
+            configs: Default::default(),
         }
     }
 }
@@ -647,7 +673,7 @@ pub(crate) fn encode_as_format_3(state: &State) -> Vec<u8> {
     }
     #[derive(Serialize)]
     struct TopicV3<'a> {
-        info: &'a TopicInfo,
+        info: TopicInfoV3,
         partitions: Vec<PartitionV3<'a>>,
     }
     #[derive(Serialize)]
@@ -683,7 +709,12 @@ pub(crate) fn encode_as_format_3(state: &State) -> Vec<u8> {
             (
                 name,
                 TopicV3 {
-                    info: &t.info,
+                    info: TopicInfoV3 {
+                        id: t.info.id,
+                        name: t.info.name.clone(),
+                        partitions: t.info.partitions,
+                        configs: t.info.configs.clone(),
+                    },
                     partitions,
                 },
             )
@@ -760,7 +791,8 @@ impl State {
                 partition.producers.retain(|_, p| p.last_ms > horizon);
             }
         }
-        self.groups.expire_offsets(now_ms);
+        self.groups
+            .expire_offsets(now_ms, self.configs.offsets_retention_ms());
         self.ledger.expire(now_ms);
     }
 
@@ -970,6 +1002,7 @@ impl State {
             name: topic.name.clone(),
             partitions: topic.partitions,
             configs: topic.configs,
+            inherited: BTreeMap::new(),
         };
         self.names_by_id.insert(id, topic.name.clone());
         self.topics.insert(
@@ -1669,8 +1702,9 @@ impl State {
                 });
             }
         }
+        let inherited = self.configs.topic_defaults();
         for topic in self.topics.values() {
-            let keyed = topic.info.config().compact;
+            let keyed = self.answered(topic, &inherited).config().compact;
             for (n, p) in topic.partitions.iter().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
                 let mut run: Vec<ExtentRef> = Vec::new();
@@ -1722,12 +1756,26 @@ impl State {
         backlog
     }
 
+    /// Every topic, as clients see it (with the cluster's topic defaults).
     pub fn topics(&self) -> Vec<TopicInfo> {
-        self.topics.values().map(|t| t.info.clone()).collect()
+        let inherited = self.configs.topic_defaults();
+        self.topics
+            .values()
+            .map(|t| self.answered(t, &inherited))
+            .collect()
     }
 
     pub fn topic(&self, name: &str) -> Option<TopicInfo> {
-        self.topics.get(name).map(|t| t.info.clone())
+        let inherited = self.configs.topic_defaults();
+        self.topics.get(name).map(|t| self.answered(t, &inherited))
+    }
+
+    /// A topic's description as an answer carries it.
+    fn answered(&self, topic: &Topic, inherited: &BTreeMap<String, String>) -> TopicInfo {
+        TopicInfo {
+            inherited: inherited.clone(),
+            ..topic.info.clone()
+        }
     }
 
     pub fn offsets(&self, id: TopicId, partition: i32) -> Result<PartitionOffsets, Refusal> {
@@ -1915,7 +1963,11 @@ impl State {
 impl Apply for CreateTopic {
     type Output = TopicInfo;
     fn apply(self, state: &mut State) -> Result<TopicInfo, Refusal> {
-        state.create_topic(self.id, self.topic)
+        let created = state.create_topic(self.id, self.topic)?;
+        Ok(TopicInfo {
+            inherited: state.configs.topic_defaults(),
+            ..created
+        })
     }
     /// A blind retry after another client deleted the topic would create it again.
     fn retry_is_safe(&self) -> bool {
@@ -2195,16 +2247,41 @@ impl State {
         &self,
         hb: &ConsumerHeartbeat,
     ) -> Option<Result<ConsumerAnswer, GroupError>> {
+        let hb = self.with_group_timeouts(std::borrow::Cow::Borrowed(hb));
         self.groups
-            .consumer_unchanged(hb, &TopicsByName(&self.topics))
+            .consumer_unchanged(&hb, &TopicsByName(&self.topics))
+    }
+
+    /// The heartbeat with its group's session timeout and heartbeat
+    /// interval where the group's configs set them (KIP-848 group configs
+    /// win over the agents'), so a change reaches each member at its next
+    /// heartbeat.
+    fn with_group_timeouts<'a>(
+        &self,
+        mut hb: std::borrow::Cow<'a, ConsumerHeartbeat>,
+    ) -> std::borrow::Cow<'a, ConsumerHeartbeat> {
+        let (session, interval) = self.configs.consumer_timeouts(
+            &hb.group,
+            hb.session_timeout_ms,
+            hb.heartbeat_interval_ms,
+        );
+        if (session, interval) != (hb.session_timeout_ms, hb.heartbeat_interval_ms) {
+            let hb = hb.to_mut();
+            hb.session_timeout_ms = session;
+            hb.heartbeat_interval_ms = interval;
+        }
+        hb
     }
 }
 
 impl Apply for ConsumerHeartbeat {
     type Output = Result<ConsumerAnswer, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let hb = state
+            .with_group_timeouts(std::borrow::Cow::Owned(self))
+            .into_owned();
         let State { groups, topics, .. } = state;
-        Ok(groups.consumer_heartbeat(self, &TopicsByName(topics)))
+        Ok(groups.consumer_heartbeat(hb, &TopicsByName(topics)))
     }
     /// A join again would be a second join; a leave again is refused.
     fn retry_is_safe(&self) -> bool {
@@ -2493,6 +2570,29 @@ impl Query for AclsIfChanged {
             true => (version, None),
             false => (version, Some(state.acls.bindings().cloned().collect())),
         })
+    }
+}
+
+impl Apply for AlterDynamicConfigs {
+    type Output = ();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state
+            .configs
+            .alter(self.entity, self.set, self.delete)
+            .map_err(Refusal::InvalidConfig)
+    }
+    /// Setting and deleting the same keys again leaves what once did
+    /// (a retry may undo a change another admin made meanwhile, as a
+    /// second AlterConfigs from the client would).
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Query for DynamicConfigsOf {
+    type Output = std::collections::BTreeMap<String, String>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.configs.of(&self.entity))
     }
 }
 
@@ -3203,8 +3303,19 @@ mod tests {
     /// (1,000 junk heartbeats left 1,000 groups); offsets never expired.
     #[test]
     fn groups_are_created_only_by_joins_and_standalone_commits_and_expire() {
-        use crate::groups::OFFSETS_RETENTION_MS;
+        // Retention as `offsets.retention.minutes` sets it (an hour here).
+        const OFFSETS_RETENTION_MS: i64 = 3_600_000;
         let mut s = State::default();
+        at(
+            &mut s,
+            500,
+            AlterDynamicConfigs {
+                entity: crate::ConfigEntity::Cluster,
+                set: [("offsets.retention.minutes".to_string(), "60".to_string())].into(),
+                delete: vec![],
+            },
+        )
+        .unwrap();
         for n in 0..100 {
             let group = format!("junk-{n}");
             let beat = s.groups().check_heartbeat(&GroupHeartbeat {
@@ -3308,6 +3419,105 @@ mod tests {
         )
         .unwrap();
         assert!(s.groups().get("standalone").is_none());
+    }
+
+    /// Dynamic configs act where they are read: the cluster's topic
+    /// defaults in every answer about a topic (and in which topics are
+    /// keyed), a group's timeouts in its members' next heartbeat.
+    #[test]
+    fn dynamic_configs_reach_topics_and_consumer_groups() {
+        let mut s = State::default();
+        create(&mut s, "t", 1);
+        let alter = |entity: crate::ConfigEntity, pairs: &[(&str, &str)]| AlterDynamicConfigs {
+            entity,
+            set: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            delete: vec![],
+        };
+        let cluster = alter(
+            crate::ConfigEntity::Cluster,
+            &[
+                ("log.retention.ms", "1000"),
+                ("log.cleanup.policy", "compact"),
+            ],
+        );
+        at(&mut s, 1_000, cluster).unwrap();
+        let t = s.topic("t").unwrap();
+        assert_eq!((t.config().retention_ms, t.config().compact), (1_000, true));
+        assert!(t.configs.is_empty(), "the topic itself sets nothing");
+        // The topic's own setting wins.
+        at(
+            &mut s,
+            1_000,
+            AlterTopicConfigs {
+                name: "t".into(),
+                set: [("retention.ms".to_string(), "5".to_string())].into(),
+                delete: vec![],
+            },
+        )
+        .unwrap();
+        assert_eq!(s.topic("t").unwrap().config().retention_ms, 5);
+        let bad = alter(crate::ConfigEntity::Cluster, &[("log.retention.ms", "x")]);
+        assert!(matches!(
+            at(&mut s, 1_000, bad),
+            Err(Refusal::InvalidConfig(_))
+        ));
+
+        // A group's session timeout reaches its member at its next heartbeat.
+        let group = alter(
+            crate::ConfigEntity::Group("g".into()),
+            &[("consumer.session.timeout.ms", "12000")],
+        );
+        at(&mut s, 1_000, group).unwrap();
+        let mut owned = vec![];
+        let beat = |member_epoch: i32,
+                    heartbeat_interval_ms: i32,
+                    owned: &Vec<(TopicId, Vec<i32>)>| ConsumerHeartbeat {
+            group: "g".into(),
+            member_id: "m".into(),
+            member_epoch,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topics: Some(vec!["t".into()]),
+            subscribed_regex: None,
+            assignor: None,
+            owned: Some(owned.clone()),
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms,
+            now_ms: 0,
+        };
+        let answer = at(&mut s, 2_000, beat(0, 5_000, &owned)).unwrap().unwrap();
+        assert_eq!(answer.heartbeat_interval_ms, 5_000);
+        owned = answer.assignment.clone().unwrap();
+        let member = |s: &State| {
+            let m = &s.groups().consumer_group("g").unwrap().members["m"];
+            (m.session_timeout_ms, m.heartbeat_interval_ms)
+        };
+        assert_eq!(member(&s), (12_000, 5_000));
+        // A shorter session, and agents whose interval would miss it: cut.
+        let group = alter(
+            crate::ConfigEntity::Group("g".into()),
+            &[("consumer.session.timeout.ms", "9000")],
+        );
+        at(&mut s, 3_000, group).unwrap();
+        let epoch = answer.member_epoch;
+        assert!(
+            s.consumer_unchanged(&beat(epoch, 10_000, &owned)).is_none(),
+            "a changed timeout is written, not answered from the state"
+        );
+        let answer = at(&mut s, 4_000, beat(epoch, 10_000, &owned))
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.heartbeat_interval_ms, 3_000);
+        assert_eq!(member(&s), (9_000, 3_000));
+        // Then the leader answers it from its state, with the group's interval.
+        let unchanged = s.consumer_unchanged(&beat(epoch, 10_000, &owned));
+        assert_eq!(unchanged.unwrap().unwrap().heartbeat_interval_ms, 3_000);
     }
 
     /// Offsets of a deleted topic went on applying to a topic re-created

@@ -230,10 +230,76 @@ impl TopicConfig {
 }
 
 impl TopicInfo {
-    /// This topic's configs, parsed (see [`TopicConfig::of`]).
+    /// This topic's configs over the cluster's defaults, parsed (see
+    /// [`TopicConfig::of`]).
     pub fn config(&self) -> TopicConfig {
-        TopicConfig::of(&self.configs)
+        if self.inherited.is_empty() {
+            return TopicConfig::of(&self.configs);
+        }
+        let mut merged = self.inherited.clone();
+        merged.extend(self.configs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        TopicConfig::of(&merged)
     }
+}
+
+/// Each topic config with its broker synonym, the name the cluster-wide
+/// default goes by (Kafka's `ServerTopicConfigSynonyms`, first synonyms).
+pub const BROKER_SYNONYMS: &[(&str, &str)] = &[
+    (CLEANUP_POLICY, "log.cleanup.policy"),
+    (COMPRESSION_TYPE, "compression.type"),
+    (GZIP_LEVEL, "compression.gzip.level"),
+    (LZ4_LEVEL, "compression.lz4.level"),
+    (ZSTD_LEVEL, "compression.zstd.level"),
+    (DELETE_RETENTION_MS, "log.cleaner.delete.retention.ms"),
+    ("file.delete.delay.ms", "log.segment.delete.delay.ms"),
+    ("flush.messages", "log.flush.interval.messages"),
+    ("flush.ms", "log.flush.interval.ms"),
+    ("index.interval.bytes", "log.index.interval.bytes"),
+    ("local.retention.bytes", "log.local.retention.bytes"),
+    ("local.retention.ms", "log.local.retention.ms"),
+    (MAX_COMPACTION_LAG_MS, "log.cleaner.max.compaction.lag.ms"),
+    (MAX_MESSAGE_BYTES, "message.max.bytes"),
+    (TIMESTAMP_AFTER_MAX_MS, "log.message.timestamp.after.max.ms"),
+    (
+        TIMESTAMP_BEFORE_MAX_MS,
+        "log.message.timestamp.before.max.ms",
+    ),
+    (TIMESTAMP_TYPE, "log.message.timestamp.type"),
+    (MIN_CLEANABLE_DIRTY_RATIO, "log.cleaner.min.cleanable.ratio"),
+    (MIN_COMPACTION_LAG_MS, "log.cleaner.min.compaction.lag.ms"),
+    ("min.insync.replicas", "min.insync.replicas"),
+    ("preallocate", "log.preallocate"),
+    (RETENTION_BYTES, "log.retention.bytes"),
+    (RETENTION_MS, "log.retention.ms"),
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.index.bytes", "log.index.size.max.bytes"),
+    ("segment.jitter.ms", "log.roll.jitter.ms"),
+    (SEGMENT_MS, "log.roll.ms"),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+    ),
+];
+
+/// The topic config a broker config name is the cluster default of.
+pub fn topic_key_of(broker_key: &str) -> Option<&'static str> {
+    BROKER_SYNONYMS
+        .iter()
+        .find(|(_, b)| *b == broker_key)
+        .map(|(t, _)| *t)
+}
+
+/// The broker config name of a topic config's cluster default.
+pub fn broker_key_of(topic_key: &str) -> Option<&'static str> {
+    BROKER_SYNONYMS
+        .iter()
+        .find(|(t, _)| *t == topic_key)
+        .map(|(_, b)| *b)
+}
+
+/// Whether Kafka would take `key = value` as a topic config, or why not.
+pub fn check(key: &str, value: &str) -> Result<(), String> {
+    check_known(key, value)
 }
 
 /// What a topic config's value must be (Kafka's `ConfigDef` types and

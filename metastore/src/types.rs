@@ -29,7 +29,14 @@ pub struct TopicInfo {
     pub id: TopicId,
     pub name: String,
     pub partitions: i32,
+    /// What the topic itself sets, as its client sent it.
     pub configs: BTreeMap<String, String>,
+    /// The cluster's dynamic defaults of topic configs (`log.retention.ms`
+    /// as `retention.ms`, see [`crate::dynamic_config`]) in force when the
+    /// topic was read: filled by the metastore's answers, empty in the
+    /// state. The topic's own configs win over them.
+    #[serde(default)]
+    pub inherited: BTreeMap<String, String>,
 }
 
 /// A request to create a topic.
@@ -262,6 +269,10 @@ pub enum Refusal {
     /// A transaction, or the number of transactional ids, reached its bound.
     #[error("{0}")]
     TxnLimit(String),
+    /// INVALID_CONFIG: a dynamic config Kafka would refuse (see
+    /// `crate::dynamic_config`).
+    #[error("{0}")]
+    InvalidConfig(String),
 }
 
 /// Why a metastore call failed: refused by the metastore (see [`Refusal`]),

@@ -1089,8 +1089,8 @@ async fn name_of(broker: &Broker, id: uuid::Uuid) -> Result<Option<String>, ()> 
     }
 }
 
-/// Configs of a topic need the operation on the topic; of a broker (or its
-/// loggers), on the cluster.
+/// Configs of a topic need the operation on the topic; of a group, on the
+/// group (KIP-848); of a broker (or its loggers), on the cluster.
 fn config_allowed(
     authz: &crate::authorizer::Authorizer,
     session: &Session,
@@ -1100,16 +1100,19 @@ fn config_allowed(
 ) -> bool {
     match kind {
         TOPIC_CONFIG => authz.allows(session, o, rt::TOPIC, name),
+        GROUP_CONFIG => authz.allows(session, o, rt::GROUP, name),
         _ => authz.allows_cluster(session, o),
     }
 }
 
-/// The ConfigResource type of a topic.
+/// The ConfigResource types of a topic and of a group.
 const TOPIC_CONFIG: i8 = 2;
+const GROUP_CONFIG: i8 = 32;
 
 fn config_denied(kind: i8) -> i16 {
     match kind {
         TOPIC_CONFIG => TOPIC_DENIED,
+        GROUP_CONFIG => GROUP_DENIED,
         _ => CLUSTER_DENIED,
     }
 }

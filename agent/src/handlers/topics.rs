@@ -123,6 +123,7 @@ async fn create_one(
             name: new.name,
             partitions,
             configs: new.configs,
+            inherited: Default::default(),
         });
     }
     let info = broker.meta.create_topic(new).await.map_err(refuse)?;

@@ -8,6 +8,7 @@
 
 pub mod acls;
 pub mod check_store;
+pub mod configs;
 pub mod groups;
 pub mod topics;
 pub mod users;

@@ -231,7 +231,7 @@ pub async fn run(
 }
 
 /// `KEY=VALUE` pairs.
-fn parse_configs(configs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+pub(super) fn parse_configs(configs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     configs
         .iter()
         .map(|c| {

@@ -65,7 +65,7 @@ pub struct Group {
     pub sync_deadline_ms: Option<i64>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// When (metastore time) the group last had no members; offsets expire
-    /// [`OFFSETS_RETENTION_MS`] after this or their commit, whichever is later.
+    /// `offsets.retention.minutes` after this or their commit, whichever is later.
     pub empty_since_ms: i64,
     /// Bumped by every change waiters care about (see [`AwaitGroup`]).
     pub version: u64,

@@ -75,10 +75,6 @@ pub const MAX_GROUP_SIZE: usize = 10_000;
 /// Groups the metastore holds at most (each is replicated and snapshotted):
 /// a join or commit that would create one more is refused.
 pub const MAX_GROUPS: usize = 100_000;
-/// Kafka's `offsets.retention.minutes` default (7 days): committed offsets
-/// of a group that has had no members for this long (and that were not
-/// committed since) are forgotten, and the group with them.
-pub const OFFSETS_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 /// Kafka's `offset.metadata.max.bytes` default: longer commit metadata is
 /// refused (OFFSET_METADATA_TOO_LARGE).
 pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
@@ -485,8 +481,8 @@ impl Groups {
     /// from when it became empty or their commit, whichever is later; a
     /// stable consumer group's of topics it no longer subscribes to, from
     /// their commit), and then groups left with neither members nor offsets.
-    pub fn expire_offsets(&mut self, now_ms: i64) {
-        let horizon = now_ms.saturating_sub(OFFSETS_RETENTION_MS);
+    pub fn expire_offsets(&mut self, now_ms: i64, retention_ms: i64) {
+        let horizon = now_ms.saturating_sub(retention_ms);
         self.groups.retain(|_, g| {
             if g.members.is_empty() {
                 let empty_since = g.empty_since_ms;
