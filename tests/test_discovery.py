@@ -84,3 +84,47 @@ def test_zones_leaders_and_liveness(zoned_agents):
     while time.time() < deadline and len(metadata(a1.bootstrap, "floe_az=a", "zoned")[0]) != 1:
         time.sleep(0.5)
     assert metadata(a1.bootstrap, "floe_az=a", "zoned") == ([addr(a1)], {addr(a1)})
+
+
+def test_each_group_is_listed_once_by_its_coordinator(zoned_agents):
+    """Admin clients ask every broker for its groups and concatenate: each
+    agent lists only the groups it coordinates for the client, so each group
+    appears once (every agent knowing every group listed each three times)."""
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    from test_cli import floe
+
+    a1, a2, b1 = zoned_agents
+    admin = AdminClient({"bootstrap.servers": a1.bootstrap})
+    admin.create_topics([NewTopic("listed", 1, 1)])["listed"].result(timeout=30)
+    names = sorted(f"listed-{n}" for n in range(12))
+    for name in names:  # standalone commits: a group each, no members
+        c = KafkaConsumer(bootstrap_servers=a1.bootstrap, group_id=name, enable_auto_commit=False)
+        c.commit({KTopicPartition("listed", 0): OffsetAndMetadata(0, "", -1)})
+        c.close()
+
+    listed = admin.list_consumer_groups().result(30).valid
+    assert sorted(g.group_id for g in listed) == names
+    kadmin = KafkaAdminClient(bootstrap_servers=b1.bootstrap)
+    assert sorted(g["group_id"] for g in kadmin.list_groups()) == names
+    kadmin.close()
+    # The agents split them, each group to its FindCoordinator answer.
+    per_agent = []
+    for agent in zoned_agents:
+        kadmin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+        coordinator = {name: kadmin._manager.run(kadmin._find_coordinator_id, name) for name in names}
+        [broker] = [b["broker_id"] for b in kadmin.describe_cluster()["brokers"]
+                    if f"{b['host']}:{b['port']}" == agent.bootstrap]
+        mine = sorted(g["group_id"] for g in kadmin.list_groups(broker_ids=[broker]))
+        kadmin.close()
+        assert mine == sorted(n for n, c in coordinator.items() if c == broker)
+        per_agent.append(mine)
+    assert sorted(sum(per_agent, [])) == names and all(per_agent), per_agent
+    # A zone's client sees its zone's agents, which list every group between them.
+    zoned = AdminClient({"bootstrap.servers": a1.bootstrap, "client.id": "ops,floe_az=a"})
+    assert sorted(g.group_id for g in zoned.list_consumer_groups().result(30).valid) == names
+    # floe groups list asks every broker too.
+    shown = floe(a2, "groups", "list").stdout
+    assert sorted(line.split()[0] for line in shown.splitlines()[1:]) == names

@@ -51,6 +51,17 @@ pub fn pick(key: &str, n: usize) -> usize {
     (crc32c::crc32c(key.as_bytes()) as u64 % n.max(1) as u64) as usize
 }
 
+/// Whether this agent (`me`) is the coordinator FindCoordinator names for
+/// `key` among the agents a client sees. ListGroups and ListTransactions
+/// answer only such keys: clients ask every broker and concatenate the
+/// answers (Java's, librdkafka's, kafka-python's and kafkajs's admin
+/// clients all do), so each key is listed once, by its coordinator, as in
+/// Kafka. While agents disagree on who is live a key may be listed twice or
+/// not at all, as during a coordinator move in Kafka.
+pub fn coordinates(agents: &[Endpoint], me: i32, key: &str) -> bool {
+    agents.is_empty() || agents[pick(key, agents.len())].node_id == me
+}
+
 /// A broker as Metadata and FindCoordinator describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {

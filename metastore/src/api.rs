@@ -313,19 +313,19 @@ metastore_api! {
         TxnReadPlans { partitions, max_bytes }
     }
     write fn txn_commit_offsets(commit: TxnCommitOffsets) -> TxnCommitOffsets { commit }
-    /// Sets and deletes a dynamic config entity's keys (all or none).
-    write fn alter_dynamic_configs(
-        entity: crate::dynamic_config::ConfigEntity,
-        set: std::collections::BTreeMap<String, String>,
-        delete: Vec<String>
-    ) -> AlterDynamicConfigs {
-        AlterDynamicConfigs { entity, set, delete }
+    read fn pending_txn_offsets(group: &str) -> PendingTxnOffsets {
+        PendingTxnOffsets { group: group.to_string() }
+    }
+    /// Changes a topic's or a dynamic entity's configs (all or none).
+    write fn alter_configs(
+        target: crate::dynamic_config::ConfigTarget,
+        ops: Vec<crate::dynamic_config::ConfigOp>,
+        replace: bool
+    ) -> AlterConfigs {
+        AlterConfigs { target, ops, replace }
     }
     read fn dynamic_configs_of(entity: crate::dynamic_config::ConfigEntity) -> DynamicConfigsOf {
         DynamicConfigsOf { entity }
-    }
-    read fn pending_txn_offsets(group: &str) -> PendingTxnOffsets {
-        PendingTxnOffsets { group: group.to_string() }
     }
 }
 

@@ -42,12 +42,20 @@ pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "consumer.heartbeat.interval.ms
 /// The shortest heartbeat interval a group may ask for.
 pub const MIN_HEARTBEAT_INTERVAL_MS: i32 = 1_000;
 
-/// Keys one entity may set, and the bytes of one value: the state is
-/// replicated and snapshotted, so nothing in it is unbounded.
+/// Bounds: the state is replicated and snapshotted, and the cluster's
+/// topic defaults are copied into every answer about a topic, so nothing
+/// here is unbounded. Keys one entity may set; operations in one change;
+/// the bytes of a key, of a value, of a cluster value (its values are
+/// numbers, words and short lists) and of a group id.
 pub const MAX_KEYS: usize = 64;
+pub const MAX_OPS: usize = 256;
+pub const MAX_KEY_BYTES: usize = 256;
 pub const MAX_VALUE_BYTES: usize = 1_024;
-/// Entities with configs set at most (one per group, as many as groups).
-pub const MAX_ENTITIES: usize = crate::groups::MAX_GROUPS;
+pub const MAX_CLUSTER_VALUE_BYTES: usize = 64;
+pub const MAX_GROUP_ID_BYTES: usize = 1_024;
+/// Groups with configs set at most (as many as groups); the cluster entity
+/// is never refused for their number.
+pub const MAX_GROUP_ENTITIES: usize = crate::groups::MAX_GROUPS;
 
 /// What a config is set on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -56,6 +64,111 @@ pub enum ConfigEntity {
     Cluster,
     /// A group (Kafka's GROUP resource), by group id.
     Group(String),
+}
+
+/// What a change applies to: a topic's configs, or an entity's dynamic ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConfigTarget {
+    Topic(String),
+    Dynamic(ConfigEntity),
+}
+
+/// One operation of a change (IncrementalAlterConfigs' SET, DELETE, APPEND
+/// and SUBTRACT), applied in the metastore to the configs as they are then,
+/// so concurrent changes never undo each other's keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConfigOp {
+    Set(String, String),
+    Delete(String),
+    /// Adds list items not there yet (list configs only).
+    Append(String, String),
+    /// Removes list items (list configs only).
+    Subtract(String, String),
+}
+
+impl ConfigOp {
+    pub fn key(&self) -> &str {
+        match self {
+            ConfigOp::Set(k, _) | ConfigOp::Append(k, _) | ConfigOp::Subtract(k, _) => k,
+            ConfigOp::Delete(k) => k,
+        }
+    }
+}
+
+/// Kafka's list-valued configs (which APPEND and SUBTRACT change), with the
+/// value they start from when not set.
+const LIST_CONFIGS: &[(&str, &str)] = &[
+    (topic_config::CLEANUP_POLICY, "delete"),
+    ("log.cleanup.policy", "delete"),
+    ("follower.replication.throttled.replicas", ""),
+    ("leader.replication.throttled.replicas", ""),
+];
+
+/// A comma-separated list's items, trimmed, empty ones dropped.
+fn items(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|i| !i.is_empty())
+}
+
+/// Configs after a change's operations (from nothing when `replace`, as
+/// AlterConfigs replaces them all), or why it is refused. The result's
+/// values are checked by the target ([`TopicConfig::parse`], [`checked`]).
+pub fn apply_ops(
+    current: &BTreeMap<String, String>,
+    ops: &[ConfigOp],
+    replace: bool,
+) -> Result<BTreeMap<String, String>, String> {
+    if ops.len() > MAX_OPS {
+        return Err(format!(
+            "more than {MAX_OPS} config operations in one change"
+        ));
+    }
+    let mut configs = match replace {
+        true => BTreeMap::new(),
+        false => current.clone(),
+    };
+    for op in ops {
+        let key = op.key();
+        if key.len() > MAX_KEY_BYTES {
+            return Err(format!("a config name is over {MAX_KEY_BYTES} bytes"));
+        }
+        match op {
+            ConfigOp::Set(k, v) => {
+                if v.len() > MAX_VALUE_BYTES {
+                    return Err(format!("the value of {k} is over {MAX_VALUE_BYTES} bytes"));
+                }
+                configs.insert(k.clone(), v.clone());
+            }
+            ConfigOp::Delete(k) => {
+                configs.remove(k);
+            }
+            ConfigOp::Append(k, v) | ConfigOp::Subtract(k, v) => {
+                let appending = matches!(op, ConfigOp::Append(..));
+                let Some((_, default)) = LIST_CONFIGS.iter().find(|(l, _)| l == k) else {
+                    let what = if appending { "append" } else { "subtract" };
+                    return Err(format!(
+                        "Config value {what} is not allowed for config key: {k}"
+                    ));
+                };
+                let was = configs.get(k).map_or(*default, String::as_str);
+                let mut list: Vec<&str> = items(was).collect();
+                for item in items(v) {
+                    if appending {
+                        if !list.contains(&item) {
+                            list.push(item);
+                        }
+                    } else {
+                        list.retain(|i| *i != item);
+                    }
+                }
+                let joined = list.join(",");
+                if joined.len() > MAX_VALUE_BYTES {
+                    return Err(format!("the value of {k} is over {MAX_VALUE_BYTES} bytes"));
+                }
+                configs.insert(k.clone(), joined);
+            }
+        }
+    }
+    Ok(configs)
 }
 
 /// The range of an integer key's value.
@@ -87,7 +200,7 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
     };
     if let (ConfigEntity::Cluster, Some(topic_key)) = (entity, topic_config::topic_key_of(key)) {
         // Checked as the topic config it is the default of.
-        let as_topic = BTreeMap::from([(topic_key.to_string(), value.to_string())]);
+        let as_topic = BTreeMap::from([(topic_key.to_string(), value.trim().to_string())]);
         return TopicConfig::parse(&as_topic)
             .map(drop)
             .map_err(|why| format!("Invalid value {value} for configuration {key}: {why}"));
@@ -103,36 +216,48 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
     }
 }
 
-/// An entity's configs after a change, or why the change is refused: every
-/// value is checked, and so is the result (a group's heartbeat must be
-/// shorter than its session). Deletes apply before sets.
-pub fn altered(
+/// An entity's configs as they would be stored, or why they are refused:
+/// every value checked (and stored trimmed; a cluster list without repeats,
+/// so padding cannot grow what every topic answer carries), and the whole
+/// (a group's heartbeat must be shorter than its session).
+pub fn checked(
     entity: &ConfigEntity,
-    mut configs: BTreeMap<String, String>,
-    set: BTreeMap<String, String>,
-    delete: &[String],
+    configs: BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>, String> {
-    if let ConfigEntity::Group(group) = entity
-        && group.is_empty()
-    {
-        return Err("a group config needs a group id".into());
-    }
-    for (key, value) in &set {
-        if value.len() > MAX_VALUE_BYTES {
-            return Err(format!(
-                "the value of {key} is over {MAX_VALUE_BYTES} bytes"
-            ));
+    if let ConfigEntity::Group(group) = entity {
+        if group.is_empty() {
+            return Err("a group config needs a group id".into());
         }
-        check(entity, key, value)?;
+        if group.len() > MAX_GROUP_ID_BYTES {
+            return Err(format!("a group id is over {MAX_GROUP_ID_BYTES} bytes"));
+        }
     }
-    for key in delete {
-        configs.remove(key);
-    }
-    configs.extend(set);
     if configs.len() > MAX_KEYS {
         return Err(format!("more than {MAX_KEYS} configs on one resource"));
     }
-    let int = |key: &str| configs.get(key).and_then(|v| v.trim().parse::<i64>().ok());
+    let mut stored = BTreeMap::new();
+    for (key, value) in configs {
+        check(entity, &key, &value)?;
+        let value = match LIST_CONFIGS.iter().any(|(l, _)| *l == key) {
+            true => {
+                let mut list: Vec<&str> = Vec::new();
+                for item in items(&value) {
+                    if !list.contains(&item) {
+                        list.push(item);
+                    }
+                }
+                list.join(",")
+            }
+            false => value.trim().to_string(),
+        };
+        if matches!(entity, ConfigEntity::Cluster) && value.len() > MAX_CLUSTER_VALUE_BYTES {
+            return Err(format!(
+                "the value of {key} is over {MAX_CLUSTER_VALUE_BYTES} bytes"
+            ));
+        }
+        stored.insert(key, value);
+    }
+    let int = |key: &str| stored.get(key).and_then(|v| v.parse::<i64>().ok());
     if let (Some(session), Some(interval)) = (
         int(CONSUMER_SESSION_TIMEOUT_MS),
         int(CONSUMER_HEARTBEAT_INTERVAL_MS),
@@ -142,11 +267,10 @@ pub fn altered(
             "{CONSUMER_SESSION_TIMEOUT_MS} must be greater than {CONSUMER_HEARTBEAT_INTERVAL_MS} ({session} <= {interval})"
         ));
     }
-    Ok(configs)
+    Ok(stored)
 }
 
-/// Every entity's configs as set, with a version that every change bumps
-/// (so agents copy them only when they changed).
+/// Every entity's configs as set, with a version that every change bumps.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DynamicConfigs {
     version: u64,
@@ -163,17 +287,24 @@ impl DynamicConfigs {
         self.entities.get(entity).cloned().unwrap_or_default()
     }
 
-    /// Sets and deletes keys of one entity, all or none (see [`altered`]).
+    /// Applies a change to one entity, all or none (see [`apply_ops`] and
+    /// [`checked`]).
     pub fn alter(
         &mut self,
         entity: ConfigEntity,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
+        ops: &[ConfigOp],
+        replace: bool,
     ) -> Result<(), String> {
-        let configs = altered(&entity, self.of(&entity), set, &delete)?;
-        if !self.entities.contains_key(&entity) && self.entities.len() >= MAX_ENTITIES {
+        let configs = checked(&entity, apply_ops(&self.of(&entity), ops, replace)?)?;
+        let groups =
+            self.entities.len() - usize::from(self.entities.contains_key(&ConfigEntity::Cluster));
+        if matches!(entity, ConfigEntity::Group(_))
+            && !configs.is_empty()
+            && !self.entities.contains_key(&entity)
+            && groups >= MAX_GROUP_ENTITIES
+        {
             return Err(format!(
-                "configs are set on {MAX_ENTITIES} resources already"
+                "configs are set on {MAX_GROUP_ENTITIES} groups already"
             ));
         }
         if configs.is_empty() {
@@ -230,10 +361,17 @@ impl DynamicConfigs {
 mod tests {
     use super::*;
 
-    fn set(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn set(pairs: &[(&str, &str)]) -> Vec<ConfigOp> {
+        pairs
+            .iter()
+            .map(|(k, v)| ConfigOp::Set(k.to_string(), v.to_string()))
             .collect()
     }
 
@@ -244,8 +382,8 @@ mod tests {
         let err = c
             .alter(
                 ConfigEntity::Cluster,
-                set(&[("dummy.doesntexist", "1")]),
-                vec![],
+                &set(&[("dummy.doesntexist", "1")]),
+                false,
             )
             .unwrap_err();
         assert!(err.contains("Unknown dynamic broker config"), "{err}");
@@ -253,8 +391,8 @@ mod tests {
             assert!(
                 c.alter(
                     ConfigEntity::Cluster,
-                    set(&[(OFFSETS_RETENTION_MINUTES, bad)]),
-                    vec![]
+                    &set(&[(OFFSETS_RETENTION_MINUTES, bad)]),
+                    false
                 )
                 .is_err()
             );
@@ -263,16 +401,16 @@ mod tests {
         assert!(
             c.alter(
                 group.clone(),
-                set(&[
+                &set(&[
                     (CONSUMER_SESSION_TIMEOUT_MS, "10000"),
                     (CONSUMER_HEARTBEAT_INTERVAL_MS, "10")
                 ]),
-                vec![]
+                false
             )
             .is_err()
         );
         assert!(
-            c.alter(ConfigEntity::Group(String::new()), set(&[]), vec![])
+            c.alter(ConfigEntity::Group(String::new()), &set(&[]), false)
                 .is_err()
         );
         assert_eq!((c.version(), c.of(&group)), (0, BTreeMap::new()));
@@ -286,8 +424,8 @@ mod tests {
         assert_eq!(c.consumer_timeouts("g", 45_000, 5_000), (45_000, 5_000));
         c.alter(
             group.clone(),
-            set(&[(CONSUMER_SESSION_TIMEOUT_MS, "12000")]),
-            vec![],
+            &set(&[(CONSUMER_SESSION_TIMEOUT_MS, "12000")]),
+            false,
         )
         .unwrap();
         assert_eq!(c.consumer_timeouts("g", 45_000, 5_000), (12_000, 5_000));
@@ -298,15 +436,15 @@ mod tests {
         assert!(
             c.alter(
                 group.clone(),
-                set(&[(CONSUMER_HEARTBEAT_INTERVAL_MS, "12000")]),
-                vec![]
+                &set(&[(CONSUMER_HEARTBEAT_INTERVAL_MS, "12000")]),
+                false
             )
             .is_err()
         );
         c.alter(
             group.clone(),
-            set(&[]),
-            vec![CONSUMER_SESSION_TIMEOUT_MS.into()],
+            &[ConfigOp::Delete(CONSUMER_SESSION_TIMEOUT_MS.into())],
+            false,
         )
         .unwrap();
         assert_eq!(c.of(&group), BTreeMap::new());
@@ -322,27 +460,94 @@ mod tests {
             ("log.retention.minutes", "5"),
         ] {
             assert!(
-                c.alter(ConfigEntity::Cluster, set(&[(key, bad)]), vec![])
+                c.alter(ConfigEntity::Cluster, &set(&[(key, bad)]), false)
                     .is_err(),
                 "{key}={bad}"
             );
         }
         c.alter(
             ConfigEntity::Cluster,
-            set(&[
+            &set(&[
                 ("log.retention.ms", "60000"),
                 ("log.cleanup.policy", "compact,delete"),
                 (OFFSETS_RETENTION_MINUTES, "5"),
             ]),
-            vec![],
+            false,
         )
         .unwrap();
         assert_eq!(
             c.topic_defaults(),
-            set(&[
+            map(&[
                 ("retention.ms", "60000"),
                 ("cleanup.policy", "compact,delete")
             ])
+        );
+    }
+
+    #[test]
+    fn operations_apply_to_the_configs_as_they_are() {
+        let mut c = DynamicConfigs::default();
+        let cluster = ConfigEntity::Cluster;
+        let append = |v: &str| ConfigOp::Append("log.cleanup.policy".into(), v.into());
+        c.alter(cluster.clone(), &[append("compact")], false)
+            .unwrap();
+        // Appending what is there, or padding, changes nothing stored.
+        c.alter(cluster.clone(), &[append(" compact ,compact")], false)
+            .unwrap();
+        c.alter(
+            cluster.clone(),
+            &set(&[("log.retention.ms", "  5  ")]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            c.of(&cluster),
+            map(&[
+                ("log.cleanup.policy", "delete,compact"),
+                ("log.retention.ms", "5")
+            ])
+        );
+        let subtract = ConfigOp::Subtract("log.cleanup.policy".into(), "delete".into());
+        c.alter(cluster.clone(), &[subtract], false).unwrap();
+        assert_eq!(c.of(&cluster)["log.cleanup.policy"], "compact");
+        // APPEND is for lists only; a replace keeps only what it sets.
+        let err = c
+            .alter(
+                cluster.clone(),
+                &[ConfigOp::Append("log.retention.ms".into(), "1".into())],
+                false,
+            )
+            .unwrap_err();
+        assert!(err.contains("append is not allowed"), "{err}");
+        c.alter(
+            cluster.clone(),
+            &set(&[(OFFSETS_RETENTION_MINUTES, "9")]),
+            true,
+        )
+        .unwrap();
+        assert_eq!(c.of(&cluster), map(&[(OFFSETS_RETENTION_MINUTES, "9")]));
+        // Over the bounds: refused.
+        let long = "9".repeat(MAX_CLUSTER_VALUE_BYTES + 1);
+        assert!(
+            c.alter(
+                cluster.clone(),
+                &set(&[(OFFSETS_RETENTION_MINUTES, &long)]),
+                false
+            )
+            .is_err()
+        );
+        let many: Vec<ConfigOp> = (0..=MAX_OPS)
+            .map(|n| ConfigOp::Delete(format!("k{n}")))
+            .collect();
+        assert!(c.alter(cluster.clone(), &many, false).is_err());
+        let name = "g".repeat(MAX_GROUP_ID_BYTES + 1);
+        assert!(
+            c.alter(
+                ConfigEntity::Group(name),
+                &set(&[(CONSUMER_SESSION_TIMEOUT_MS, "9000")]),
+                false
+            )
+            .is_err()
         );
     }
 
@@ -351,8 +556,8 @@ mod tests {
         let mut c = DynamicConfigs::default();
         c.alter(
             ConfigEntity::Cluster,
-            set(&[(OFFSETS_RETENTION_MINUTES, "2")]),
-            vec![],
+            &set(&[(OFFSETS_RETENTION_MINUTES, "2")]),
+            false,
         )
         .unwrap();
         assert_eq!(c.offsets_retention_ms(), 120_000);

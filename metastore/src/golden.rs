@@ -25,6 +25,7 @@ use std::fmt::Write;
 
 use uuid::Uuid;
 
+use crate::dynamic_config::{ConfigOp, ConfigTarget};
 use crate::format::FORMAT_VERSION;
 use crate::groups::*;
 use crate::ops::*;
@@ -70,7 +71,7 @@ fn variant(command: &Command) -> &'static str {
         Command::EndTxn(_) => "end_txn",
         Command::IngestCommit(_) => "ingest_commit",
         Command::TxnCommitOffsets(_) => "txn_commit_offsets",
-        Command::AlterDynamicConfigs(_) => "alter_dynamic_configs",
+        Command::AlterConfigs(_) => "alter_configs",
     }
 }
 
@@ -412,10 +413,18 @@ fn txn_samples() -> Vec<Command> {
                 version: 1,
             },
         }),
-        Command::AlterDynamicConfigs(AlterDynamicConfigs {
-            entity: crate::ConfigEntity::Group("g".into()),
-            set: [("consumer.session.timeout.ms".into(), "50000".into())].into(),
-            delete: vec!["consumer.heartbeat.interval.ms".into()],
+        Command::AlterConfigs(AlterConfigs {
+            target: ConfigTarget::Dynamic(crate::ConfigEntity::Group("g".into())),
+            ops: vec![
+                ConfigOp::Set("consumer.session.timeout.ms".into(), "50000".into()),
+                ConfigOp::Delete("consumer.heartbeat.interval.ms".into()),
+            ],
+            replace: false,
+        }),
+        Command::AlterConfigs(AlterConfigs {
+            target: ConfigTarget::Topic("t".into()),
+            ops: vec![ConfigOp::Append("cleanup.policy".into(), "compact".into())],
+            replace: false,
         }),
     ]
 }
@@ -917,10 +926,13 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
         PendingTxnOffsets { group: "g".into() }.into(),
-        AlterDynamicConfigs {
-            entity: crate::ConfigEntity::Cluster,
-            set: [("offsets.retention.minutes".into(), "1440".into())].into(),
-            delete: vec![],
+        AlterConfigs {
+            target: ConfigTarget::Dynamic(crate::ConfigEntity::Cluster),
+            ops: vec![ConfigOp::Set(
+                "offsets.retention.minutes".into(),
+                "1440".into(),
+            )],
+            replace: true,
         }
         .into(),
         DynamicConfigsOf {
@@ -945,7 +957,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
 /// The requests added with transactions (format 7) and since: answered
 /// from the state the log samples build.
 const TXN_REQUESTS: &[&str] = &[
-    "AlterDynamicConfigs",
+    "AlterConfigs",
     "DynamicConfigsOf",
     "InitTxnProducer",
     "AddToTxn",

@@ -327,13 +327,14 @@ pub struct AclsIfChanged {
     pub known_version: Option<u64>,
 }
 
-/// Sets and deletes one entity's dynamic configs, all or none
-/// (AlterConfigs and IncrementalAlterConfigs on BROKER and GROUP).
+/// Changes one resource's configs, all or none (AlterConfigs with
+/// `replace`, IncrementalAlterConfigs without): the operations apply to the
+/// configs as the state holds them then, and the result is checked whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AlterDynamicConfigs {
-    pub entity: crate::dynamic_config::ConfigEntity,
-    pub set: std::collections::BTreeMap<String, String>,
-    pub delete: Vec<String>,
+pub struct AlterConfigs {
+    pub target: crate::dynamic_config::ConfigTarget,
+    pub ops: Vec<crate::dynamic_config::ConfigOp>,
+    pub replace: bool,
 }
 
 /// What one entity sets (DescribeConfigs).

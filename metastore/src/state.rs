@@ -176,7 +176,7 @@ commands! {
     EndTxn(EndTxn),
     IngestCommit(IngestCommit),
     TxnCommitOffsets(TxnCommitOffsets),
-    AlterDynamicConfigs(AlterDynamicConfigs),
+    AlterConfigs(AlterConfigs),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -1704,7 +1704,8 @@ impl State {
         }
         let inherited = self.configs.topic_defaults();
         for topic in self.topics.values() {
-            let keyed = self.answered(topic, &inherited).config().compact;
+            let keyed =
+                crate::topic_config::TopicConfig::over(&inherited, &topic.info.configs).compact;
             for (n, p) in topic.partitions.iter().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
                 let mut run: Vec<ExtentRef> = Vec::new();
@@ -2573,19 +2574,31 @@ impl Query for AclsIfChanged {
     }
 }
 
-impl Apply for AlterDynamicConfigs {
+impl Apply for AlterConfigs {
     type Output = ();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        state
-            .configs
-            .alter(self.entity, self.set, self.delete)
-            .map_err(Refusal::InvalidConfig)
+        use crate::dynamic_config::{ConfigTarget, apply_ops};
+        match self.target {
+            ConfigTarget::Topic(name) => {
+                let topic = state
+                    .topics
+                    .get_mut(&name)
+                    .ok_or(Refusal::UnknownTopicOrPartition)?;
+                let configs = apply_ops(&topic.info.configs, &self.ops, self.replace)
+                    .map_err(Refusal::InvalidConfig)?;
+                crate::TopicConfig::parse(&configs).map_err(Refusal::InvalidConfig)?;
+                topic.info.configs = configs;
+                Ok(())
+            }
+            ConfigTarget::Dynamic(entity) => state
+                .configs
+                .alter(entity, &self.ops, self.replace)
+                .map_err(Refusal::InvalidConfig),
+        }
     }
-    /// Setting and deleting the same keys again leaves what once did
-    /// (a retry may undo a change another admin made meanwhile, as a
-    /// second AlterConfigs from the client would).
+    /// A blind retry landing after another admin's change would undo it.
     fn retry_is_safe(&self) -> bool {
-        true
+        false
     }
 }
 
@@ -3309,10 +3322,13 @@ mod tests {
         at(
             &mut s,
             500,
-            AlterDynamicConfigs {
-                entity: crate::ConfigEntity::Cluster,
-                set: [("offsets.retention.minutes".to_string(), "60".to_string())].into(),
-                delete: vec![],
+            AlterConfigs {
+                target: crate::dynamic_config::ConfigTarget::Dynamic(crate::ConfigEntity::Cluster),
+                ops: vec![crate::dynamic_config::ConfigOp::Set(
+                    "offsets.retention.minutes".into(),
+                    "60".into(),
+                )],
+                replace: false,
             },
         )
         .unwrap();
@@ -3428,13 +3444,14 @@ mod tests {
     fn dynamic_configs_reach_topics_and_consumer_groups() {
         let mut s = State::default();
         create(&mut s, "t", 1);
-        let alter = |entity: crate::ConfigEntity, pairs: &[(&str, &str)]| AlterDynamicConfigs {
-            entity,
-            set: pairs
+        use crate::dynamic_config::{ConfigOp, ConfigTarget};
+        let alter = |entity: crate::ConfigEntity, pairs: &[(&str, &str)]| AlterConfigs {
+            target: ConfigTarget::Dynamic(entity),
+            ops: pairs
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .map(|(k, v)| ConfigOp::Set(k.to_string(), v.to_string()))
                 .collect(),
-            delete: vec![],
+            replace: false,
         };
         let cluster = alter(
             crate::ConfigEntity::Cluster,
@@ -3447,18 +3464,28 @@ mod tests {
         let t = s.topic("t").unwrap();
         assert_eq!((t.config().retention_ms, t.config().compact), (1_000, true));
         assert!(t.configs.is_empty(), "the topic itself sets nothing");
-        // The topic's own setting wins.
+        // The topic's own setting wins; its whole result is checked.
+        let topic = |ops: Vec<ConfigOp>| AlterConfigs {
+            target: ConfigTarget::Topic("t".into()),
+            ops,
+            replace: false,
+        };
         at(
             &mut s,
             1_000,
-            AlterTopicConfigs {
-                name: "t".into(),
-                set: [("retention.ms".to_string(), "5".to_string())].into(),
-                delete: vec![],
-            },
+            topic(vec![ConfigOp::Set("retention.ms".into(), "5".into())]),
         )
         .unwrap();
         assert_eq!(s.topic("t").unwrap().config().retention_ms, 5);
+        let refused = at(
+            &mut s,
+            1_000,
+            topic(vec![ConfigOp::Set("dummy.doesntexist".into(), "1".into())]),
+        );
+        assert!(
+            matches!(refused, Err(Refusal::InvalidConfig(_))),
+            "{refused:?}"
+        );
         let bad = alter(crate::ConfigEntity::Cluster, &[("log.retention.ms", "x")]);
         assert!(matches!(
             at(&mut s, 1_000, bad),

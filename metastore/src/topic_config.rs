@@ -233,11 +233,21 @@ impl TopicInfo {
     /// This topic's configs over the cluster's defaults, parsed (see
     /// [`TopicConfig::of`]).
     pub fn config(&self) -> TopicConfig {
-        if self.inherited.is_empty() {
-            return TopicConfig::of(&self.configs);
+        TopicConfig::over(&self.inherited, &self.configs)
+    }
+}
+
+impl TopicConfig {
+    /// A topic's own configs over defaults (the cluster's), parsed.
+    pub fn over(
+        defaults: &BTreeMap<String, String>,
+        own: &BTreeMap<String, String>,
+    ) -> TopicConfig {
+        if defaults.is_empty() {
+            return TopicConfig::of(own);
         }
-        let mut merged = self.inherited.clone();
-        merged.extend(self.configs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut merged = defaults.clone();
+        merged.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
         TopicConfig::of(&merged)
     }
 }

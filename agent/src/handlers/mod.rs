@@ -180,7 +180,7 @@ async fn handle(
             configs::incremental_alter_configs(broker, req).await,
         ),
         RequestKind::ListGroups(req) => {
-            ResponseKind::ListGroups(groups::list(broker, req, version).await)
+            ResponseKind::ListGroups(groups::list(broker, req, version, &client_id).await)
         }
         RequestKind::DescribeGroups(req) => {
             ResponseKind::DescribeGroups(groups::describe(broker, req, version).await)
@@ -234,7 +234,7 @@ async fn handle(
             ResponseKind::DescribeTransactions(txn::describe_transactions(broker, req).await)
         }
         RequestKind::ListTransactions(req) => {
-            ResponseKind::ListTransactions(txn::list_transactions(broker, req).await)
+            ResponseKind::ListTransactions(txn::list_transactions(broker, req, &client_id).await)
         }
         RequestKind::TxnOffsetCommit(req) => {
             ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req).await)

@@ -293,10 +293,13 @@ pub async fn describe_transactions(
 }
 
 /// ListTransactions v0-1: the transactional ids in the states, of the
-/// producers and running longer than asked (every agent knows them all).
+/// producers and running longer than asked, that this agent coordinates
+/// for the client (every agent knows them all; see
+/// [`crate::discovery::coordinates`]).
 pub async fn list_transactions(
     broker: &Broker,
     req: ListTransactionsRequest,
+    client_id: &str,
 ) -> ListTransactionsResponse {
     use floe_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
     let known = [
@@ -323,10 +326,13 @@ pub async fn list_transactions(
         producer_ids: req.producer_id_filters.iter().map(|p| p.0).collect(),
         min_duration_ms: req.duration_filter,
     };
+    let agents = crate::discovery::visible(broker, client_id).await;
+    let me = broker.config.node_id;
     match broker.meta.list_txns(list).await {
         Ok(views) => response.with_transaction_states(
             views
                 .into_iter()
+                .filter(|v| crate::discovery::coordinates(&agents, me, &v.transactional_id))
                 .map(|v| {
                     TransactionState::default()
                         .with_transactional_id(super::str_bytes(&v.transactional_id).into())

@@ -100,6 +100,15 @@ pub async fn run(
     match command {
         ConfigsCommand::Describe { entity, all } => {
             let (kind, name) = entity.resource();
+            // A broker describes only its own configs: ask that one.
+            if let Some(id) = entity.broker {
+                let Some((_, address)) =
+                    broker.brokers().await?.into_iter().find(|(b, _)| *b == id)
+                else {
+                    bail!("no broker {id} in the cluster's metadata");
+                };
+                broker = Broker::connect(&address, security).await?;
+            }
             let request = DescribeConfigsRequest::default().with_resources(vec![
                 DescribeConfigsResource::default()
                     .with_resource_type(kind)

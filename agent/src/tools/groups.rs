@@ -61,12 +61,25 @@ pub async fn run(
     let mut broker = Broker::connect(bootstrap, security).await?;
     match command {
         GroupsCommand::List => {
-            let response: ListGroupsResponse = broker
-                .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
-                .await?;
-            check(response.error_code, "listing groups", None)?;
-            let mut groups = response.groups;
-            groups.sort_by(|a, b| a.group_id.0.cmp(&b.group_id.0));
+            // Each broker lists the groups it coordinates: ask them all, as
+            // kafka-consumer-groups.sh does (one listed twice while brokers
+            // disagree on who is live is shown once).
+            let mut groups = BTreeMap::new();
+            for address in broker.addresses().await? {
+                let mut each = Broker::connect(&address, security).await?;
+                let response: ListGroupsResponse = each
+                    .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
+                    .await?;
+                check(
+                    response.error_code,
+                    &format!("listing groups at {address}"),
+                    None,
+                )?;
+                for g in response.groups {
+                    groups.insert(g.group_id.0.to_string(), g);
+                }
+            }
+            let groups = groups.into_values();
             let mut table = Table::new(&["GROUP", "STATE", "PROTOCOL-TYPE"]);
             for g in groups {
                 table.push(vec![

@@ -193,6 +193,28 @@ impl Broker {
         })
     }
 
+    /// Every broker's `host:port`, as Metadata lists them.
+    pub async fn addresses(&mut self) -> anyhow::Result<Vec<String>> {
+        Ok(self.brokers().await?.into_iter().map(|(_, a)| a).collect())
+    }
+
+    /// Every broker's id and `host:port`, as Metadata lists them.
+    pub async fn brokers(&mut self) -> anyhow::Result<Vec<(i32, String)>> {
+        use floe_protocol::kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+        let response: MetadataResponse = self
+            .call(
+                ApiKey::Metadata,
+                12,
+                &MetadataRequest::default().with_topics(Some(Vec::new())),
+            )
+            .await?;
+        Ok(response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+            .collect())
+    }
+
     /// One request at a version floe and recent Kafka brokers both serve.
     pub async fn call<Req: Encodable, Resp: Decodable>(
         &mut self,

@@ -20,7 +20,8 @@ mod topic;
 
 use std::collections::BTreeMap;
 
-use floe_metastore::{ConfigEntity, TopicConfig, dynamic_config};
+use floe_metastore::dynamic_config::{self, ConfigOp, ConfigTarget};
+use floe_metastore::{ConfigEntity, TopicConfig};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as AlterResult;
 use floe_protocol::kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
@@ -177,44 +178,47 @@ async fn dynamic_of(
         .map_err(meta_refused)
 }
 
-/// What a resource sets now (what APPEND, SUBTRACT and AlterConfigs'
-/// replacement start from).
-async fn current(broker: &Broker, target: &Target) -> Result<BTreeMap<String, String>, Refused> {
-    match target {
-        Target::Topic(name) => Ok(topic_of(broker, name).await?.configs),
-        Target::ThisBroker => Ok(BTreeMap::new()),
-        Target::Dynamic(entity) => dynamic_of(broker, entity).await,
-    }
-}
-
-/// Applies one resource's change: `set` and `delete` of its keys.
+/// Applies one resource's change. It is checked here first, against the
+/// configs as they are now (so a refusal costs the metastore no write, and
+/// `validate_only` answers as a change would), then sent as operations that
+/// the metastore applies to the configs as they are then, and checks again.
 async fn alter(
     broker: &Broker,
     target: Target,
-    set: BTreeMap<String, String>,
-    delete: Vec<String>,
+    ops: Vec<ConfigOp>,
+    replace: bool,
     validate_only: bool,
 ) -> Result<(), Refused> {
-    match target {
-        Target::Topic(name) => {
-            validate(&set)?;
-            topic_of(broker, &name).await?;
-            if validate_only {
-                return Ok(());
-            }
-            broker
-                .meta
-                .alter_topic_configs(&name, set, delete)
-                .await
-                .map_err(meta_refused)
+    let invalid_config = |why: String| (ResponseError::InvalidConfig, why);
+    let mut keys = std::collections::BTreeSet::new();
+    if !ops.iter().all(|op| keys.insert(op.key())) {
+        return Err((
+            ResponseError::InvalidRequest,
+            "Error due to duplicate config keys".into(),
+        ));
+    }
+    let target = match target {
+        Target::Topic(name) => ConfigTarget::Topic(name),
+        Target::Dynamic(entity) => ConfigTarget::Dynamic(entity),
+        Target::ThisBroker => {
+            return Err((
+                ResponseError::InvalidRequest,
+                "a broker's own configs cannot be altered".into(),
+            ));
         }
-        Target::ThisBroker => unreachable!("`target` refuses to alter a broker id"),
-        Target::Dynamic(entity) => {
+    };
+    let now = match &target {
+        ConfigTarget::Topic(name) => topic_of(broker, name).await?.configs,
+        ConfigTarget::Dynamic(entity) => dynamic_of(broker, entity).await?,
+    };
+    let result = dynamic_config::apply_ops(&now, &ops, replace).map_err(invalid_config)?;
+    match &target {
+        ConfigTarget::Topic(_) => validate(&result).map(drop)?,
+        ConfigTarget::Dynamic(entity) => {
             // Kafka's answer to a config it reads only at start-up.
-            let fixed: Vec<&str> = set
-                .keys()
-                .chain(&delete)
-                .map(String::as_str)
+            let fixed: Vec<&str> = ops
+                .iter()
+                .map(ConfigOp::key)
                 .filter(|k| broker::is_static(k))
                 .collect();
             if matches!(entity, ConfigEntity::Cluster) && !fixed.is_empty() {
@@ -226,38 +230,38 @@ async fn alter(
                     ),
                 ));
             }
-            if validate_only {
-                let now = dynamic_of(broker, &entity).await?;
-                return dynamic_config::altered(&entity, now, set, &delete)
-                    .map(drop)
-                    .map_err(|why| (ResponseError::InvalidConfig, why));
-            }
-            broker
-                .meta
-                .alter_dynamic_configs(entity, set, delete)
-                .await
-                .map_err(meta_refused)
+            dynamic_config::checked(entity, result)
+                .map(drop)
+                .map_err(invalid_config)?;
         }
     }
+    if validate_only {
+        return Ok(());
+    }
+    broker
+        .meta
+        .alter_configs(target, ops, replace)
+        .await
+        .map_err(meta_refused)
 }
 
 pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
     for r in req.resources {
-        let set: BTreeMap<String, String> = r
-            .configs
-            .iter()
-            .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
-            .collect();
         let result = async {
             let target = target(broker, r.resource_type, &r.resource_name, true)?;
-            // AlterConfigs replaces: every key not given is deleted.
-            let delete = current(broker, &target)
-                .await?
-                .into_keys()
-                .filter(|k| !set.contains_key(k))
-                .collect();
-            alter(broker, target, set, delete, req.validate_only).await
+            // AlterConfigs replaces the resource's configs with those given.
+            let mut ops = Vec::with_capacity(r.configs.len());
+            for c in &r.configs {
+                let Some(value) = &c.value else {
+                    return Err((
+                        ResponseError::InvalidRequest,
+                        format!("Null value not supported for : {}", c.name),
+                    ));
+                };
+                ops.push(ConfigOp::Set(c.name.to_string(), value.to_string()));
+            }
+            alter(broker, target, ops, true, req.validate_only).await
         }
         .await;
         let response = AlterResult::default()
@@ -273,75 +277,33 @@ pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterCo
     AlterConfigsResponse::default().with_responses(responses)
 }
 
-/// Kafka's list-valued configs, which APPEND and SUBTRACT change, with the
-/// default they start from when not set.
-const LIST_CONFIGS: &[(&str, &str)] = &[
-    (floe_metastore::topic_config::CLEANUP_POLICY, "delete"),
-    ("log.cleanup.policy", "delete"),
-    ("follower.replication.throttled.replicas", ""),
-    ("leader.replication.throttled.replicas", ""),
-];
-
-/// IncrementalAlterConfigs' operations (0 SET, 1 DELETE, 2 APPEND, 3
-/// SUBTRACT) as the keys to set and to delete. APPEND and SUBTRACT start
-/// from the resource's value (or the key's default) and apply only to lists.
-async fn incremental_changes(
-    broker: &Broker,
-    target: &Target,
-    configs: &[AlterableConfig],
-) -> Result<(BTreeMap<String, String>, Vec<String>), Refused> {
-    let mut set = BTreeMap::new();
-    let mut delete = Vec::new();
-    let mut now: Option<BTreeMap<String, String>> = None;
-    for c in configs {
-        let key = c.name.to_string();
-        let value = c.value.as_ref().map(|v| v.to_string());
-        match (c.config_operation, value) {
-            (0, Some(value)) => {
-                set.insert(key, value);
-            }
-            (1, _) => delete.push(key),
-            (op @ (2 | 3), Some(value)) => {
-                let Some((_, default)) = LIST_CONFIGS.iter().find(|(k, _)| *k == key) else {
+/// IncrementalAlterConfigs' operations (0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT).
+fn incremental_ops(configs: &[AlterableConfig]) -> Result<Vec<ConfigOp>, Refused> {
+    configs
+        .iter()
+        .map(|c| {
+            let key = c.name.to_string();
+            let value = c.value.as_ref().map(|v| v.to_string());
+            Ok(match (c.config_operation, value) {
+                (1, _) => ConfigOp::Delete(key),
+                (0, Some(v)) => ConfigOp::Set(key, v),
+                (2, Some(v)) => ConfigOp::Append(key, v),
+                (3, Some(v)) => ConfigOp::Subtract(key, v),
+                (0..=3, None) => {
                     return Err((
-                        ResponseError::InvalidConfig,
-                        format!("Config value append is not allowed for config key: {key}"),
+                        ResponseError::InvalidRequest,
+                        format!("Null value not supported for : {key}"),
                     ));
-                };
-                if now.is_none() {
-                    now = Some(current(broker, target).await?);
                 }
-                let was = set
-                    .get(&key)
-                    .cloned()
-                    .or_else(|| now.as_ref()?.get(&key).cloned())
-                    .unwrap_or_else(|| default.to_string());
-                let mut items: Vec<String> = was
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|i| !i.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-                    if op == 2 {
-                        if !items.iter().any(|i| i == item) {
-                            items.push(item.to_string());
-                        }
-                    } else {
-                        items.retain(|i| i != item);
-                    }
+                (op, _) => {
+                    return Err((
+                        ResponseError::InvalidRequest,
+                        format!("unknown config operation {op} on {key}"),
+                    ));
                 }
-                set.insert(key, items.join(","));
-            }
-            (op, _) => {
-                return Err((
-                    ResponseError::InvalidRequest,
-                    format!("Null value not supported for : {key} (operation {op})"),
-                ));
-            }
-        }
-    }
-    Ok((set, delete))
+            })
+        })
+        .collect()
 }
 
 pub async fn incremental_alter_configs(
@@ -352,8 +314,8 @@ pub async fn incremental_alter_configs(
     for r in req.resources {
         let result = async {
             let target = target(broker, r.resource_type, &r.resource_name, true)?;
-            let (set, delete) = incremental_changes(broker, &target, &r.configs).await?;
-            alter(broker, target, set, delete, req.validate_only).await
+            let ops = incremental_ops(&r.configs)?;
+            alter(broker, target, ops, false, req.validate_only).await
         }
         .await;
         let response = IncrementalResult::default()

@@ -50,18 +50,29 @@ pub async fn find_coordinator(
         .with_port(a.port)
 }
 
-pub async fn list(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+/// ListGroups: the groups this agent coordinates for the client (see
+/// [`discovery::coordinates`]).
+pub async fn list(
+    broker: &Broker,
+    req: ListGroupsRequest,
+    version: i16,
+    client_id: &str,
+) -> ListGroupsResponse {
     let groups = match broker.meta.groups().await {
         Ok(groups) => groups,
         Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
     };
+    let agents = discovery::visible(broker, client_id).await;
+    let me = broker.config.node_id;
     let matches = |filter: &[floe_protocol::kafka_protocol::protocol::StrBytes], value: &str| {
         filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
     };
     let listed = groups
         .iter()
         .filter(|g| {
-            matches(&req.states_filter, &g.state) && matches(&req.types_filter, &g.group_type)
+            discovery::coordinates(&agents, me, &g.name)
+                && matches(&req.states_filter, &g.state)
+                && matches(&req.types_filter, &g.group_type)
         })
         .map(|g| {
             let listed = ListedGroup::default()
