@@ -128,7 +128,8 @@ def test_cluster_defaults_reach_every_topic_on_every_agent(peer_agents):
     # configs are the cluster's). None of them changes anything.
     for change, code in (("dummy.doesntexist=1", "InvalidConfig"),
                          ("log.retention.ms=soon", "InvalidConfig"),
-                         ("max.connections=5", "InvalidRequest")):
+                         ("max.connections=5", "InvalidRequest"),
+                         ("log.retention.hours=5", "InvalidRequest")):
         done = cluster_alter(a, "--config", change)
         assert done.returncode != 0 and code in done.stderr, (change, done.stderr)
     assert "INVALID_REQUEST" in refused(alter(admin_a, ResourceType.BROKER, broker_id(admin_a),

@@ -169,9 +169,20 @@ const STATIC_KEYS: &[StaticKey] = &[
     },
 ];
 
-/// Whether `name` is a broker config this agent reads at start-up only.
+/// Kafka's synonyms that are read only at start-up (only a config's first
+/// synonym is dynamic): `kafka-configs --add-config log.retention.hours=...`
+/// gets Kafka's answer.
+const READ_ONLY_SYNONYMS: &[&str] = &[
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.roll.hours",
+    "log.roll.jitter.hours",
+    "log.flush.scheduler.interval.ms",
+];
+
+/// Whether `name` is a broker config read at start-up only.
 pub fn is_static(name: &str) -> bool {
-    STATIC_KEYS.iter().any(|k| k.name == name)
+    STATIC_KEYS.iter().any(|k| k.name == name) || READ_ONLY_SYNONYMS.contains(&name)
 }
 
 /// The agent's value of a broker config set at start-up, when it sets one
