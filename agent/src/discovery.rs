@@ -68,9 +68,6 @@ pub struct Endpoint {
     pub node_id: i32,
     pub host: String,
     pub port: i32,
-    /// Its zone, which Metadata and DescribeCluster report as the broker's
-    /// rack (clients compare it with their `client.rack`).
-    pub rack: Option<String>,
 }
 
 /// The agents a client should see, ordered by node id (never empty).
@@ -79,7 +76,6 @@ pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
         node_id: broker.config.node_id,
         host: broker.advertised_host.clone(),
         port: broker.advertised_port,
-        rack: broker.config.zone.clone(),
     };
     if broker.config.discovery == Discovery::LoadBalancer {
         return vec![me];
@@ -112,7 +108,6 @@ pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
             node_id: a.node_id,
             host: a.host.clone(),
             port: a.port,
-            rack: a.zone.clone(),
         })
         .collect();
     if endpoints.is_empty() {

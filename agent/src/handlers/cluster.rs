@@ -62,7 +62,6 @@ pub async fn describe_cluster(
                 .with_broker_id(BrokerId(a.node_id))
                 .with_host(str_bytes(&a.host))
                 .with_port(a.port)
-                .with_rack(a.rack.as_deref().map(str_bytes))
         })
         .collect();
     let operations = if req.include_cluster_authorized_operations {

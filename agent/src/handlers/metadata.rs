@@ -28,7 +28,6 @@ pub async fn handle(
                 .with_node_id(BrokerId(a.node_id))
                 .with_host(str_bytes(&a.host))
                 .with_port(a.port)
-                .with_rack(a.rack.as_deref().map(str_bytes))
         })
         .collect();
     // v0 asks for all topics with an empty list, later versions with null.
