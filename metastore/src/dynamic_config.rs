@@ -111,7 +111,11 @@ fn items(list: &str) -> impl Iterator<Item = &str> {
 
 /// Configs after a change's operations (from nothing when `replace`, as
 /// AlterConfigs replaces them all), or why it is refused. The result's
-/// values are checked by the target ([`TopicConfig::parse`], [`checked`]).
+/// values are checked by the target ([`check_topic_change`], [`checked`]).
+///
+/// This and the checks run in `apply`: a change to what they accept changes
+/// how logged changes replay, so it needs a `FORMAT_VERSION` bump (nodes of
+/// different formats never replicate to each other).
 pub fn apply_ops(
     current: &BTreeMap<String, String>,
     ops: &[ConfigOp],
@@ -142,6 +146,9 @@ pub fn apply_ops(
                 configs.remove(k);
             }
             ConfigOp::Append(k, v) | ConfigOp::Subtract(k, v) => {
+                if v.len() > MAX_VALUE_BYTES {
+                    return Err(format!("the value of {k} is over {MAX_VALUE_BYTES} bytes"));
+                }
                 let appending = matches!(op, ConfigOp::Append(..));
                 let Some((_, default)) = LIST_CONFIGS.iter().find(|(l, _)| l == k) else {
                     let what = if appending { "append" } else { "subtract" };
@@ -214,6 +221,22 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
             "Invalid value {value} for configuration {key}: must be an integer in [{min}, {max}]"
         )),
     }
+}
+
+/// Whether a topic's change may be stored: each key it sets is checked
+/// strictly (Kafka's definitions), the others left as they were stored, so
+/// a value older floe took (before keys were checked) never blocks a change
+/// to another key. Topic configs have no rules across keys.
+pub fn check_topic_change(
+    result: &BTreeMap<String, String>,
+    ops: &[ConfigOp],
+) -> Result<(), String> {
+    let touched: BTreeMap<String, String> = ops
+        .iter()
+        .filter(|op| !matches!(op, ConfigOp::Delete(_)))
+        .filter_map(|op| Some((op.key().to_string(), result.get(op.key())?.clone())))
+        .collect();
+    TopicConfig::parse(&touched).map(drop)
 }
 
 /// An entity's configs as they would be stored, or why they are refused:

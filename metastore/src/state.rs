@@ -2586,7 +2586,8 @@ impl Apply for AlterConfigs {
                     .ok_or(Refusal::UnknownTopicOrPartition)?;
                 let configs = apply_ops(&topic.info.configs, &self.ops, self.replace)
                     .map_err(Refusal::InvalidConfig)?;
-                crate::TopicConfig::parse(&configs).map_err(Refusal::InvalidConfig)?;
+                crate::dynamic_config::check_topic_change(&configs, &self.ops)
+                    .map_err(Refusal::InvalidConfig)?;
                 topic.info.configs = configs;
                 Ok(())
             }
@@ -3486,6 +3487,24 @@ mod tests {
             matches!(refused, Err(Refusal::InvalidConfig(_))),
             "{refused:?}"
         );
+        // A value older floe stored unchecked does not block other keys.
+        at(
+            &mut s,
+            1_000,
+            AlterTopicConfigs {
+                name: "t".into(),
+                set: [("cleanup.policy".to_string(), "compact,shred".to_string())].into(),
+                delete: vec![],
+            },
+        )
+        .unwrap();
+        at(
+            &mut s,
+            1_000,
+            topic(vec![ConfigOp::Set("retention.ms".into(), "7".into())]),
+        )
+        .unwrap();
+        assert_eq!(s.topic("t").unwrap().config().retention_ms, 7);
         let bad = alter(crate::ConfigEntity::Cluster, &[("log.retention.ms", "x")]);
         assert!(matches!(
             at(&mut s, 1_000, bad),

@@ -65,23 +65,32 @@ pub async fn run(
             // kafka-consumer-groups.sh does (one listed twice while brokers
             // disagree on who is live is shown once).
             let mut groups = BTreeMap::new();
+            let mut failed = Vec::new();
             for address in broker.addresses().await? {
-                let mut each = Broker::connect(&address, security).await?;
-                let response: ListGroupsResponse = each
-                    .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
-                    .await?;
-                check(
-                    response.error_code,
-                    &format!("listing groups at {address}"),
-                    None,
-                )?;
-                for g in response.groups {
-                    groups.insert(g.group_id.0.to_string(), g);
+                let listed = async {
+                    let mut each = Broker::connect(&address, security).await?;
+                    let response: ListGroupsResponse = each
+                        .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
+                        .await?;
+                    check(
+                        response.error_code,
+                        &format!("listing groups at {address}"),
+                        None,
+                    )?;
+                    anyhow::Ok(response.groups)
+                }
+                .await;
+                match listed {
+                    Ok(listed) => {
+                        for g in listed {
+                            groups.insert(g.group_id.0.to_string(), g);
+                        }
+                    }
+                    Err(e) => failed.push(format!("{address}: {e:#}")),
                 }
             }
-            let groups = groups.into_values();
             let mut table = Table::new(&["GROUP", "STATE", "PROTOCOL-TYPE"]);
-            for g in groups {
+            for g in groups.into_values() {
                 table.push(vec![
                     g.group_id.0.to_string().into(),
                     g.group_state.to_string().into(),
@@ -89,6 +98,14 @@ pub async fn run(
                 ]);
             }
             print(output, &[("groups", &table)]);
+            // What the others listed is printed; the list is incomplete.
+            if !failed.is_empty() {
+                bail!(
+                    "the groups of {} broker(s) are missing: {}",
+                    failed.len(),
+                    failed.join("; ")
+                );
+            }
         }
         GroupsCommand::Describe { group } => describe(&mut broker, output, &group).await?,
         GroupsCommand::ResetOffsets(args) => reset(&mut broker, output, args).await?,

@@ -211,7 +211,13 @@ impl Broker {
         Ok(response
             .brokers
             .iter()
-            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+            .map(|b| {
+                let host = b.host.as_str();
+                match host.contains(':') {
+                    true => (b.node_id.0, format!("[{host}]:{}", b.port)),
+                    false => (b.node_id.0, format!("{host}:{}", b.port)),
+                }
+            })
             .collect())
     }
 

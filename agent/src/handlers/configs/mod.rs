@@ -190,6 +190,12 @@ async fn alter(
     validate_only: bool,
 ) -> Result<(), Refused> {
     let invalid_config = |why: String| (ResponseError::InvalidConfig, why);
+    if ops.len() > dynamic_config::MAX_OPS {
+        return Err(invalid_config(format!(
+            "more than {} config operations in one change",
+            dynamic_config::MAX_OPS
+        )));
+    }
     let mut keys = std::collections::BTreeSet::new();
     if !ops.iter().all(|op| keys.insert(op.key())) {
         return Err((
@@ -213,7 +219,9 @@ async fn alter(
     };
     let result = dynamic_config::apply_ops(&now, &ops, replace).map_err(invalid_config)?;
     match &target {
-        ConfigTarget::Topic(_) => validate(&result).map(drop)?,
+        ConfigTarget::Topic(_) => {
+            dynamic_config::check_topic_change(&result, &ops).map_err(invalid_config)?
+        }
         ConfigTarget::Dynamic(entity) => {
             // Kafka's answer to a config it reads only at start-up.
             let fixed: Vec<&str> = ops
