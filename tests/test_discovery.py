@@ -128,3 +128,15 @@ def test_each_group_is_listed_once_by_its_coordinator(zoned_agents):
     # floe groups list asks every broker too.
     shown = floe(a2, "groups", "list").stdout
     assert sorted(line.split()[0] for line in shown.splitlines()[1:]) == names
+
+    # Transactional ids likewise: each listed once, by its coordinator.
+    from test_transactions import txn_producer
+    ids = sorted(f"txn-{n}" for n in range(8))
+    producers = [txn_producer(a1.bootstrap, tid) for tid in ids]
+    kadmin = KafkaAdminClient(bootstrap_servers=b1.bootstrap)
+    by_broker = kadmin.list_transactions()
+    kadmin.close()
+    listed = [str(t.transactional_id) for listings in by_broker.values() for t in listings]
+    assert sorted(listed) == ids, by_broker
+    assert sum(1 for listings in by_broker.values() if listings) > 1, "one agent listed them all"
+    assert len(producers) == len(ids)
