@@ -148,36 +148,51 @@ pub async fn run(
                 bail!("nothing to alter: give --config or --delete-config");
             }
             let (kind, name) = entity.resource();
-            // Kafka's operations: 0 SET, 1 DELETE.
-            let set = parse_configs(&configs)?.into_iter().map(|(k, v)| {
-                AlterableConfig::default()
-                    .with_name(str_bytes(&k))
-                    .with_config_operation(0)
-                    .with_value(Some(str_bytes(&v)))
-            });
-            let delete = delete_configs.iter().map(|k| {
-                AlterableConfig::default()
-                    .with_name(str_bytes(k))
-                    .with_config_operation(1)
-            });
-            let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
-                AlterConfigsResource::default()
-                    .with_resource_type(kind)
-                    .with_resource_name(str_bytes(&name))
-                    .with_configs(set.chain(delete).collect()),
-            ]);
-            let response: IncrementalAlterConfigsResponse = broker
-                .call(ApiKey::IncrementalAlterConfigs, 1, &request)
-                .await?;
-            for r in &response.responses {
-                check(
-                    r.error_code,
-                    &format!("altering the configs of {}", entity.shown()),
-                    r.error_message.as_ref(),
-                )?;
-            }
+            let what = entity.shown();
+            alter(&mut broker, kind, &name, &configs, &delete_configs, &what).await?;
             eprintln!("the configs of {} altered", entity.shown());
         }
+    }
+    Ok(())
+}
+
+/// Sets (`KEY=VALUE`) and deletes configs of one resource with
+/// IncrementalAlterConfigs; `what` names it in errors.
+pub(super) async fn alter(
+    broker: &mut Broker,
+    kind: i8,
+    name: &str,
+    configs: &[String],
+    delete_configs: &[String],
+    what: &str,
+) -> anyhow::Result<()> {
+    // Kafka's operations: 0 SET, 1 DELETE.
+    let set = parse_configs(configs)?.into_iter().map(|(k, v)| {
+        AlterableConfig::default()
+            .with_name(str_bytes(&k))
+            .with_config_operation(0)
+            .with_value(Some(str_bytes(&v)))
+    });
+    let delete = delete_configs.iter().map(|k| {
+        AlterableConfig::default()
+            .with_name(str_bytes(k))
+            .with_config_operation(1)
+    });
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(str_bytes(name))
+            .with_configs(set.chain(delete).collect()),
+    ]);
+    let response: IncrementalAlterConfigsResponse = broker
+        .call(ApiKey::IncrementalAlterConfigs, 1, &request)
+        .await?;
+    for r in &response.responses {
+        check(
+            r.error_code,
+            &format!("altering the configs of {what}"),
+            r.error_message.as_ref(),
+        )?;
     }
     Ok(())
 }

@@ -9,9 +9,6 @@ use floe_protocol::kafka_protocol::messages::create_topics_request::{
 };
 use floe_protocol::kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use floe_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use floe_protocol::kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
 use floe_protocol::kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsTopic,
 };
@@ -166,34 +163,15 @@ pub async fn run(
                 eprintln!("{name} now has {count} partitions");
             }
             if !configs.is_empty() || !delete_configs.is_empty() {
-                // Kafka's operations: 0 SET, 1 DELETE.
-                let set = parse_configs(&configs)?.into_iter().map(|(k, v)| {
-                    AlterableConfig::default()
-                        .with_name(str_bytes(&k))
-                        .with_config_operation(0)
-                        .with_value(Some(str_bytes(&v)))
-                });
-                let delete = delete_configs.iter().map(|k| {
-                    AlterableConfig::default()
-                        .with_name(str_bytes(k))
-                        .with_config_operation(1)
-                });
-                let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
-                    AlterConfigsResource::default()
-                        .with_resource_type(TOPIC_RESOURCE)
-                        .with_resource_name(str_bytes(&name))
-                        .with_configs(set.chain(delete).collect()),
-                ]);
-                let response: IncrementalAlterConfigsResponse = broker
-                    .call(ApiKey::IncrementalAlterConfigs, 1, &request)
-                    .await?;
-                for r in &response.responses {
-                    check(
-                        r.error_code,
-                        &format!("altering {name}'s configs"),
-                        r.error_message.as_ref(),
-                    )?;
-                }
+                super::configs::alter(
+                    &mut broker,
+                    TOPIC_RESOURCE,
+                    &name,
+                    &configs,
+                    &delete_configs,
+                    &name,
+                )
+                .await?;
                 eprintln!("{name}'s configs altered");
             }
         }

@@ -35,6 +35,22 @@ use floe_protocol::kafka_protocol::messages::{
 use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
 
+/// One resource's answer to AlterConfigs or IncrementalAlterConfigs (two
+/// types with the same fields).
+macro_rules! answered {
+    ($ty:ty, $resource:expr, $result:expr) => {{
+        let response = <$ty>::default()
+            .with_resource_type($resource.resource_type)
+            .with_resource_name($resource.resource_name);
+        match $result {
+            Ok(()) => response,
+            Err((e, why)) => response
+                .with_error_code(e.code())
+                .with_error_message(Some(str_bytes(&why))),
+        }
+    }};
+}
+
 /// ConfigResource types.
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
@@ -272,15 +288,7 @@ pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterCo
             alter(broker, target, ops, true, req.validate_only).await
         }
         .await;
-        let response = AlterResult::default()
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
-        responses.push(match result {
-            Ok(()) => response,
-            Err((e, why)) => response
-                .with_error_code(e.code())
-                .with_error_message(Some(str_bytes(&why))),
-        });
+        responses.push(answered!(AlterResult, r, result));
     }
     AlterConfigsResponse::default().with_responses(responses)
 }
@@ -326,15 +334,7 @@ pub async fn incremental_alter_configs(
             alter(broker, target, ops, false, req.validate_only).await
         }
         .await;
-        let response = IncrementalResult::default()
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
-        responses.push(match result {
-            Ok(()) => response,
-            Err((e, why)) => response
-                .with_error_code(e.code())
-                .with_error_message(Some(str_bytes(&why))),
-        });
+        responses.push(answered!(IncrementalResult, r, result));
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
