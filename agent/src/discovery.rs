@@ -70,23 +70,39 @@ pub struct Endpoint {
     pub port: i32,
 }
 
-/// The agents a client should see, ordered by node id (never empty).
-pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
-    let me = Endpoint {
+/// This agent as a broker.
+fn me(broker: &Broker) -> Endpoint {
+    Endpoint {
         node_id: broker.config.node_id,
         host: broker.advertised_host.clone(),
         port: broker.advertised_port,
-    };
-    if broker.config.discovery == Discovery::LoadBalancer {
-        return vec![me];
     }
-    let agents = match broker.meta.agents().await {
+}
+
+/// The agents a client should see, ordered by node id (never empty): only
+/// this one when the metastore cannot list them.
+pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
+    match known_visible(broker, client_id).await {
         Ok(agents) => agents,
         Err(e) => {
             tracing::warn!(error = %e, "listing agents failed; advertising only this one");
-            return vec![me];
+            vec![me(broker)]
         }
-    };
+    }
+}
+
+/// As [`visible`], or the metastore's error when it cannot list the agents
+/// (what ListGroups answers then, rather than listing every group here as
+/// if this agent were the only one).
+pub async fn known_visible(
+    broker: &Broker,
+    client_id: &str,
+) -> Result<Vec<Endpoint>, floe_metastore::MetaError> {
+    let me = me(broker);
+    if broker.config.discovery == Discovery::LoadBalancer {
+        return Ok(vec![me]);
+    }
+    let agents = broker.meta.agents().await?;
     // Ages come from the metastore's clock: this agent's own clock may differ.
     let ttl = broker.config.agent_ttl.as_millis() as i64;
     let live: Vec<&AgentInfo> = agents
@@ -113,7 +129,7 @@ pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
     if endpoints.is_empty() {
         endpoints.push(me);
     }
-    endpoints
+    Ok(endpoints)
 }
 
 /// Registers this agent (self mode) and returns its node id.

@@ -326,7 +326,10 @@ pub async fn list_transactions(
         producer_ids: req.producer_id_filters.iter().map(|p| p.0).collect(),
         min_duration_ms: req.duration_filter,
     };
-    let agents = crate::discovery::visible(broker, client_id).await;
+    let agents = match crate::discovery::known_visible(broker, client_id).await {
+        Ok(agents) => agents,
+        Err(e) => return response.with_error_code(coordinator_error(&e, true).code()),
+    };
     let me = broker.config.node_id;
     match broker.meta.list_txns(list).await {
         Ok(views) => response.with_transaction_states(

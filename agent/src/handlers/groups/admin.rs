@@ -62,7 +62,10 @@ pub async fn list(
         Ok(groups) => groups,
         Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
     };
-    let agents = discovery::visible(broker, client_id).await;
+    let agents = match discovery::known_visible(broker, client_id).await {
+        Ok(agents) => agents,
+        Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
+    };
     let me = broker.config.node_id;
     let matches = |filter: &[floe_protocol::kafka_protocol::protocol::StrBytes], value: &str| {
         filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
