@@ -86,10 +86,13 @@ class Member:
         if self.commit_on_revoke and partitions:
             # The last commit of the old generation: what was processed.
             try:
-                positions = consumer.position(partitions)
+                # A partition revoked before anything was fetched from it
+                # has no position: nothing processed, nothing to commit.
+                positions = [tp for tp in consumer.position(partitions) if tp.offset >= 0]
                 self.events.append((time.time(), "revoke, committing",
                                     [(tp.partition, tp.offset) for tp in positions]))
-                consumer.commit(offsets=positions, asynchronous=False)
+                if positions:
+                    consumer.commit(offsets=positions, asynchronous=False)
             except Exception as e:  # noqa: BLE001 - reported by the test
                 self.errors.append(f"commit in revoke: {e}")
 

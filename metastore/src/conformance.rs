@@ -268,6 +268,7 @@ fn join_request(member_id: &str, session_timeout_ms: i32) -> JoinGroup {
         require_known_member_id: true,
         fresh_id: crate::random_id().to_string(),
         now_ms: 0,
+        owned: None,
     }
 }
 
@@ -281,6 +282,7 @@ fn sync_request(member: &str, generation: i32) -> SyncGroup {
         protocol: Some("range".into()),
         assignments: vec![(member.into(), b"all".to_vec())],
         now_ms: 0,
+        decoded: vec![],
     }
 }
 

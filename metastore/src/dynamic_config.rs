@@ -35,6 +35,12 @@ use crate::topic_config::{self, TopicConfig};
 pub const OFFSETS_RETENTION_MINUTES: &str = "offsets.retention.minutes";
 pub const DEFAULT_OFFSETS_RETENTION_MINUTES: i64 = 7 * 24 * 60;
 
+/// Kafka's `group.consumer.migration.policy`: whether groups with members
+/// move between the classic and the consumer protocol (see
+/// [`crate::groups::convert`]). Kafka reads it at start-up; here it is
+/// dynamic, as `offsets.retention.minutes` is.
+pub const GROUP_CONSUMER_MIGRATION_POLICY: &str = "group.consumer.migration.policy";
+
 /// KIP-848 group configs: a consumer-protocol group's session timeout and
 /// heartbeat interval, instead of the agents' (`group.consumer.*`).
 pub const CONSUMER_SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
@@ -212,6 +218,14 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
             .map(drop)
             .map_err(|why| format!("Invalid value {value} for configuration {key}: {why}"));
     }
+    if let (ConfigEntity::Cluster, GROUP_CONSUMER_MIGRATION_POLICY) = (entity, key) {
+        return match crate::groups::MigrationPolicy::parse(value) {
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "Invalid value {value} for configuration {key}: must be one of bidirectional, upgrade, downgrade, disabled"
+            )),
+        };
+    }
     let Some((min, max)) = bounds(entity, key) else {
         return Err(format!("Unknown {what} config name: {key}"));
     };
@@ -352,6 +366,15 @@ impl DynamicConfigs {
             .iter()
             .filter_map(|(k, v)| Some((topic_config::topic_key_of(k)?.to_string(), v.clone())))
             .collect()
+    }
+
+    /// `group.consumer.migration.policy` (Kafka's default, bidirectional).
+    pub fn migration_policy(&self) -> crate::groups::MigrationPolicy {
+        self.entities
+            .get(&ConfigEntity::Cluster)
+            .and_then(|c| c.get(GROUP_CONSUMER_MIGRATION_POLICY))
+            .and_then(|v| crate::groups::MigrationPolicy::parse(v))
+            .unwrap_or_default()
     }
 
     /// `offsets.retention.minutes`, in milliseconds.

@@ -36,10 +36,14 @@ use crate::state::State;
 /// 7: transactions: coordinator state, each partition's ongoing
 ///    transactions and aborted index (and their commands).
 /// 8: dynamic cluster and group configs (and their command).
-pub const FORMAT_VERSION: u8 = 8;
+/// 9: groups moving between the classic and the consumer protocol: JoinGroup
+///    with owned partitions and SyncGroup with decoded assignments (new
+///    variants), classic groups keep decoded assignments, consumer members
+///    may be classic ones.
+pub const FORMAT_VERSION: u8 = 9;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
-pub const OLDEST_READABLE_FORMAT: u8 = 3;
+pub const OLDEST_READABLE_FORMAT: u8 = 4;
 
 /// A snapshot in the current encoding.
 pub fn encode_snapshot(state: &State) -> Result<Vec<u8>, rmp_serde::encode::Error> {
@@ -52,21 +56,13 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, rmp_serde::decode::Error> 
 }
 
 /// A snapshot written in `format` (at least [`OLDEST_READABLE_FORMAT`]), as
-/// the current [`State`].
-///
-/// Format 3's snapshot is postcard of the state as it was then
-/// (`state::StateV3`); it decodes only while every type nested in it keeps
-/// its format-3 layout. The golden test
-/// `older_formats_still_read` fails the day one changes: then either keep a
-/// copy of the format-3 types here, or raise [`OLDEST_READABLE_FORMAT`] (an
-/// operator then upgrades through a release that reads format 3).
+/// the current [`State`]: MessagePack since format 4, so fields added
+/// since read as their defaults.
 pub fn decode_snapshot_of(format: u8, bytes: &[u8]) -> Result<State, String> {
     match format {
-        3 => postcard::from_bytes::<crate::state::StateV3>(bytes)
-            .map(State::from)
-            .map_err(|e| format!("format 3 snapshot: {e}")),
-        // MessagePack since 4; fields added since read as their defaults.
-        4..=FORMAT_VERSION => decode_snapshot(bytes).map_err(|e| format!("snapshot: {e}")),
+        OLDEST_READABLE_FORMAT..=FORMAT_VERSION => {
+            decode_snapshot(bytes).map_err(|e| format!("snapshot: {e}"))
+        }
         other => Err(format!("no reader for metastore format {other}")),
     }
 }

@@ -29,7 +29,7 @@ use crate::dynamic_config::{ConfigOp, ConfigTarget};
 use crate::format::FORMAT_VERSION;
 use crate::groups::*;
 use crate::ops::*;
-use crate::state::{Batch, Command, Proposal, State};
+use crate::state::{Batch, Command, JoinGroupV8, Proposal, State, SyncGroupV8};
 use crate::types::*;
 
 /// Every command variant's name; exhaustive, so a new variant must get a sample.
@@ -57,6 +57,8 @@ fn variant(command: &Command) -> &'static str {
             GroupCommand::Delete(_) => "group_delete",
             GroupCommand::DeleteOffsets(_) => "group_delete_offsets",
             GroupCommand::Consumer(_) => "group_consumer_heartbeat",
+            GroupCommand::JoinWithOwned(_) => "group_join_with_owned",
+            GroupCommand::SyncWithDecoded(_) => "group_sync_with_decoded",
         },
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
@@ -191,7 +193,7 @@ fn wire_state_samples() -> Vec<Command> {
             partition: TopicPartition::new(TOPIC, 0),
             offset: 2,
         }),
-        Command::Group(GroupCommand::Join(JoinGroup {
+        Command::Group(GroupCommand::Join(JoinGroupV8 {
             group: group(),
             member_id: String::new(),
             instance_id: Some("instance-1".into()),
@@ -206,7 +208,7 @@ fn wire_state_samples() -> Vec<Command> {
             fresh_id: "1".into(),
             now_ms: 9,
         })),
-        Command::Group(GroupCommand::Sync(SyncGroup {
+        Command::Group(GroupCommand::Sync(SyncGroupV8 {
             group: group(),
             generation: 1,
             member_id: "instance-1-1".into(),
@@ -255,6 +257,33 @@ fn wire_state_samples() -> Vec<Command> {
             groups: vec!["nothing".into()],
         })),
         Command::Group(GroupCommand::Consumer(consumer_heartbeat("cg", 0))),
+        Command::Group(GroupCommand::JoinWithOwned(JoinGroup {
+            group: group(),
+            member_id: "instance-2-1".into(),
+            instance_id: Some("instance-2".into()),
+            client_id: "c".into(),
+            client_host: "/10.0.0.9".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 20_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("cooperative-sticky".into(), vec![1, 2, 3])],
+            subscribed_topics: Some(vec!["t".into()]),
+            require_known_member_id: true,
+            fresh_id: "2".into(),
+            now_ms: 15,
+            owned: Some(vec![("t".into(), vec![0, 2])]),
+        })),
+        Command::Group(GroupCommand::SyncWithDecoded(SyncGroup {
+            group: group(),
+            generation: 2,
+            member_id: "instance-2-1".into(),
+            instance_id: Some("instance-2".into()),
+            protocol_type: Some("consumer".into()),
+            protocol: Some("cooperative-sticky".into()),
+            assignments: vec![("instance-2-1".into(), vec![6, 7])],
+            now_ms: 15,
+            decoded: vec![("instance-2-1".into(), vec![("t".into(), vec![0, 2])])],
+        })),
         Command::AcquireLease(AcquireLease {
             job: "maintenance".into(),
             holder: "agent-1".into(),
@@ -529,11 +558,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 27 commands, one of them with 9 group commands: `variant` is exhaustive,
+    // 27 commands, one of them with 11 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        35,
+        37,
         "a command without a golden sample: {named:?}"
     );
 
@@ -673,6 +702,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             require_known_member_id: false,
             fresh_id: "2".into(),
             now_ms: 9,
+            owned: Some(vec![("t".into(), vec![1])]),
         }
         .into(),
         SyncGroup {
@@ -684,6 +714,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             protocol: None,
             assignments: vec![("c-2".into(), vec![2])],
             now_ms: 9,
+            decoded: vec![("c-2".into(), vec![("t".into(), vec![1])])],
         }
         .into(),
         CommitOffsets {

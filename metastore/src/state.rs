@@ -120,8 +120,8 @@ macro_rules! group_commands {
 }
 
 group_commands! {
-    Join(JoinGroup),
-    Sync(SyncGroup),
+    Join(JoinGroupV8),
+    Sync(SyncGroupV8),
     Leave(LeaveGroup),
     Tick(TickGroup),
     CommitOffsets(CommitOffsets),
@@ -129,6 +129,78 @@ group_commands! {
     Delete(DeleteGroups),
     DeleteOffsets(DeleteOffsets),
     Consumer(ConsumerHeartbeat),
+    JoinWithOwned(JoinGroup),
+    SyncWithDecoded(SyncGroup),
+}
+
+/// A JoinGroup as the log held it up to format 8 (postcard keeps no field
+/// names, so a command that gains fields is a new variant; entries written
+/// before are read as this and applied as the new one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGroupV8 {
+    pub group: String,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Vec<u8>)>,
+    pub subscribed_topics: Option<Vec<String>>,
+    pub require_known_member_id: bool,
+    pub fresh_id: String,
+    pub now_ms: i64,
+}
+
+impl From<JoinGroupV8> for JoinGroup {
+    fn from(j: JoinGroupV8) -> JoinGroup {
+        JoinGroup {
+            group: j.group,
+            member_id: j.member_id,
+            instance_id: j.instance_id,
+            client_id: j.client_id,
+            client_host: j.client_host,
+            session_timeout_ms: j.session_timeout_ms,
+            rebalance_timeout_ms: j.rebalance_timeout_ms,
+            protocol_type: j.protocol_type,
+            protocols: j.protocols,
+            subscribed_topics: j.subscribed_topics,
+            require_known_member_id: j.require_known_member_id,
+            fresh_id: j.fresh_id,
+            now_ms: j.now_ms,
+            owned: None,
+        }
+    }
+}
+
+/// A SyncGroup as the log held it up to format 8 (see [`JoinGroupV8`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncGroupV8 {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub assignments: Vec<(String, Vec<u8>)>,
+    pub now_ms: i64,
+}
+
+impl From<SyncGroupV8> for SyncGroup {
+    fn from(s: SyncGroupV8) -> SyncGroup {
+        SyncGroup {
+            group: s.group,
+            generation: s.generation,
+            member_id: s.member_id,
+            instance_id: s.instance_id,
+            protocol_type: s.protocol_type,
+            protocol: s.protocol,
+            assignments: s.assignments,
+            now_ms: s.now_ms,
+            decoded: Vec::new(),
+        }
+    }
 }
 
 impl GroupCommand {
@@ -138,11 +210,14 @@ impl GroupCommand {
         match self {
             GroupCommand::Join(c) => Some(&c.group),
             GroupCommand::Sync(c) => Some(&c.group),
+            GroupCommand::JoinWithOwned(c) => Some(&c.group),
+            GroupCommand::SyncWithDecoded(c) => Some(&c.group),
+            // A join may upgrade a classic group, whose waiters must learn.
+            GroupCommand::Consumer(c) => Some(&c.group),
             GroupCommand::Leave(c) => Some(&c.group),
             GroupCommand::Tick(c) => Some(&c.group),
             GroupCommand::Expire(c) => Some(&c.group),
-            GroupCommand::Consumer(_)
-            | GroupCommand::CommitOffsets(_)
+            GroupCommand::CommitOffsets(_)
             | GroupCommand::Delete(_)
             | GroupCommand::DeleteOffsets(_) => None,
         }
@@ -229,10 +304,10 @@ impl Command {
             Command::ForgetGarbage(f) => 1 + f.keys.len(),
             Command::CreateTopic(c) => 1 + c.topic.partitions.max(0) as usize / 16,
             Command::Group(GroupCommand::CommitOffsets(c)) => 1 + c.offsets.len(),
-            Command::Group(GroupCommand::Join(j)) => {
+            Command::Group(GroupCommand::JoinWithOwned(j)) => {
                 1 + j.protocols.iter().map(|(_, m)| m.len()).sum::<usize>() / 64
             }
-            Command::Group(GroupCommand::Sync(s)) => {
+            Command::Group(GroupCommand::SyncWithDecoded(s)) => {
                 1 + s.assignments.iter().map(|(_, a)| a.len()).sum::<usize>() / 64
             }
             _ => 1,
@@ -552,190 +627,6 @@ impl IssueProducerId for NextProducerId<'_> {
         *self.0 += 1;
         id
     }
-}
-
-/// The state as format 3 wrote it (postcard: every field, in order, no
-/// defaults), read only to upgrade a format-3 file (see `crate::format`).
-/// Its nested types are today's: when one of them changes, the golden test
-/// `older_formats_still_read` says so.
-#[derive(Deserialize)]
-pub(crate) struct StateV3 {
-    topics: BTreeMap<String, TopicV3>,
-    names_by_id: BTreeMap<TopicId, String>,
-    objects: BTreeMap<u64, Object>,
-    next_object: u64,
-    producers: BTreeMap<i64, IssuedProducer>,
-    next_producer_id: i64,
-    garbage: Vec<String>,
-    groups: Groups,
-    agents: Agents,
-    ledger: Ledger,
-    leases: Leases,
-    clock_ms: i64,
-    next_expiry_ms: i64,
-}
-
-/// A topic as format 3 wrote it.
-#[derive(Deserialize)]
-struct TopicV3 {
-    info: TopicInfoV3,
-    partitions: Vec<PartitionV3>,
-}
-
-/// A topic's description as formats 3 to 7 wrote it (before `inherited`).
-#[derive(Serialize, Deserialize)]
-struct TopicInfoV3 {
-    id: TopicId,
-    name: String,
-    partitions: i32,
-    configs: BTreeMap<String, String>,
-}
-
-/// A partition as format 3 wrote it (before transactions).
-#[derive(Deserialize)]
-struct PartitionV3 {
-    log_start_offset: i64,
-    high_watermark: i64,
-    extents: BTreeMap<i64, Extent>,
-    producers: BTreeMap<i64, ProducerPartition>,
-}
-
-impl From<TopicV3> for Topic {
-    fn from(v3: TopicV3) -> Topic {
-        let TopicInfoV3 {
-            id,
-            name,
-            partitions,
-            configs,
-        } = v3.info;
-        Topic {
-            info: TopicInfo {
-                id,
-                name,
-                partitions,
-                configs,
-                inherited: BTreeMap::new(),
-            },
-            partitions: v3
-                .partitions
-                .into_iter()
-                .map(|p| Partition {
-                    log_start_offset: p.log_start_offset,
-                    high_watermark: p.high_watermark,
-                    extents: p.extents,
-                    producers: p.producers,
-                    ongoing: BTreeMap::new(),
-                    aborted: VecDeque::new(),
-                })
-                .collect(),
-        }
-    }
-}
-
-impl From<StateV3> for State {
-    fn from(v3: StateV3) -> State {
-        State {
-            topics: v3
-                .topics
-                .into_iter()
-                .map(|(name, t)| (name, t.into()))
-                .collect(),
-            names_by_id: v3.names_by_id,
-            objects: v3.objects,
-            next_object: v3.next_object,
-            producers: v3.producers,
-            next_producer_id: v3.next_producer_id,
-            garbage: v3.garbage,
-            groups: v3.groups,
-            agents: v3.agents,
-            ledger: v3.ledger,
-            leases: v3.leases,
-            clock_ms: v3.clock_ms,
-            next_expiry_ms: v3.next_expiry_ms,
-            scram: ScramCredentials::default(),
-            acls: Default::default(),
-            txns: Txns::default(),
-            configs: Default::default(),
-        }
-    }
-}
-
-/// This state as format 3 wrote it (postcard, partitions without
-/// transactions, no later fields), for tests of the upgrade.
-#[cfg(test)]
-pub(crate) fn encode_as_format_3(state: &State) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct PartitionV3<'a> {
-        log_start_offset: i64,
-        high_watermark: i64,
-        extents: &'a BTreeMap<i64, Extent>,
-        producers: &'a BTreeMap<i64, ProducerPartition>,
-    }
-    #[derive(Serialize)]
-    struct TopicV3<'a> {
-        info: TopicInfoV3,
-        partitions: Vec<PartitionV3<'a>>,
-    }
-    #[derive(Serialize)]
-    struct StateV3<'a> {
-        topics: BTreeMap<&'a String, TopicV3<'a>>,
-        names_by_id: &'a BTreeMap<TopicId, String>,
-        objects: &'a BTreeMap<u64, Object>,
-        next_object: u64,
-        producers: &'a BTreeMap<i64, IssuedProducer>,
-        next_producer_id: i64,
-        garbage: &'a Vec<String>,
-        groups: &'a Groups,
-        agents: &'a Agents,
-        ledger: &'a Ledger,
-        leases: &'a Leases,
-        clock_ms: i64,
-        next_expiry_ms: i64,
-    }
-    let topics = state
-        .topics
-        .iter()
-        .map(|(name, t)| {
-            let partitions = t
-                .partitions
-                .iter()
-                .map(|p| PartitionV3 {
-                    log_start_offset: p.log_start_offset,
-                    high_watermark: p.high_watermark,
-                    extents: &p.extents,
-                    producers: &p.producers,
-                })
-                .collect();
-            (
-                name,
-                TopicV3 {
-                    info: TopicInfoV3 {
-                        id: t.info.id,
-                        name: t.info.name.clone(),
-                        partitions: t.info.partitions,
-                        configs: t.info.configs.clone(),
-                    },
-                    partitions,
-                },
-            )
-        })
-        .collect();
-    postcard::to_stdvec(&StateV3 {
-        topics,
-        names_by_id: &state.names_by_id,
-        objects: &state.objects,
-        next_object: state.next_object,
-        producers: &state.producers,
-        next_producer_id: state.next_producer_id,
-        garbage: &state.garbage,
-        groups: &state.groups,
-        agents: &state.agents,
-        ledger: &state.ledger,
-        leases: &state.leases,
-        clock_ms: state.clock_ms,
-        next_expiry_ms: state.next_expiry_ms,
-    })
-    .expect("a state encodes")
 }
 
 /// Kafka's rule for topic names: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -2143,10 +2034,37 @@ impl Apply for RecordOrphans {
     }
 }
 
+impl Apply for JoinGroupV8 {
+    type Output = Result<Joined, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        JoinGroup::from(self).apply(state)
+    }
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for SyncGroupV8 {
+    type Output = Result<Synced, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        SyncGroup::from(self).apply(state)
+    }
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
 impl Apply for JoinGroup {
     type Output = Result<Joined, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.groups.join(self))
+        let State { groups, topics, .. } = state;
+        Ok(groups.join(self, &TopicsByName(topics)))
     }
     /// A retry of a new member's join would add a second member.
     fn retry_is_safe(&self) -> bool {
@@ -2158,7 +2076,7 @@ impl Apply for JoinGroup {
 }
 
 impl Apply for SyncGroup {
-    type Output = Result<(), GroupError>;
+    type Output = Result<Synced, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.groups.sync(self))
     }
@@ -2176,7 +2094,8 @@ impl Apply for LeaveGroup {
     /// Per member, in order.
     type Output = Vec<Result<(), GroupError>>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.groups.leave(self))
+        let policy = state.configs.migration_policy();
+        Ok(state.groups.leave(self, policy))
     }
     fn retry_is_safe(&self) -> bool {
         false
@@ -2189,7 +2108,8 @@ impl Apply for LeaveGroup {
 impl Apply for TickGroup {
     type Output = ();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
-        state.groups.tick(self);
+        let policy = state.configs.migration_policy();
+        state.groups.tick(self, policy);
         Ok(())
     }
     fn retry_is_safe(&self) -> bool {
@@ -2203,7 +2123,8 @@ impl Apply for TickGroup {
 impl Apply for ExpireMembers {
     type Output = ();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
-        state.groups.expire_members(self);
+        let policy = state.configs.migration_policy();
+        state.groups.expire_members(self, policy);
         Ok(())
     }
     /// A member expired once is gone; a second time finds nothing.
@@ -2281,8 +2202,9 @@ impl Apply for ConsumerHeartbeat {
         let hb = state
             .with_group_timeouts(std::borrow::Cow::Owned(self))
             .into_owned();
+        let policy = state.configs.migration_policy();
         let State { groups, topics, .. } = state;
-        Ok(groups.consumer_heartbeat(hb, &TopicsByName(topics)))
+        Ok(groups.consumer_heartbeat(hb, &TopicsByName(topics), policy))
     }
     /// A join again would be a second join; a leave again is refused.
     fn retry_is_safe(&self) -> bool {
@@ -3288,6 +3210,7 @@ mod tests {
             require_known_member_id: false,
             fresh_id: "1".into(),
             now_ms: 1_000_000 - hour,
+            owned: None,
         };
         let member = match at(&mut s, 1_000_000, join) {
             Ok(Ok(Joined::Member(id))) => id,
@@ -3354,6 +3277,7 @@ mod tests {
                     protocol: None,
                     assignments: vec![],
                     now_ms: 0,
+                    decoded: vec![],
                 },
             );
             assert_eq!(sync, Ok(Err(GroupError::UnknownMemberId)));

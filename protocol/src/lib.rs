@@ -44,3 +44,20 @@ where
     let mut buf = bytes::Bytes::copy_from_slice(rest);
     T::decode(&mut buf, version).ok()
 }
+
+/// A message of the `consumer` group protocol as bytes: its version (the
+/// newest the codec knows at most), then the message at that version.
+pub fn encode_consumer_protocol<T>(message: &T, version: i16) -> bytes::Bytes
+where
+    T: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::Message,
+{
+    use bytes::BufMut;
+    let version = version.clamp(T::VERSIONS.min, T::VERSIONS.max);
+    let mut buf = bytes::BytesMut::new();
+    buf.put_i16(version);
+    // Every field of these messages encodes at every version they have.
+    if message.encode(&mut buf, version).is_err() {
+        buf.truncate(2);
+    }
+    buf.freeze()
+}

@@ -69,6 +69,11 @@ pub struct Group {
     pub empty_since_ms: i64,
     /// Bumped by every change waiters care about (see [`AwaitGroup`]).
     pub version: u64,
+    /// The leader's assignments as the agent read them (ConsumerProtocol),
+    /// by member: what each member owns if the group is upgraded to the
+    /// consumer protocol. Meaningful only for members in `assignments`.
+    #[serde(default)]
+    pub decoded: BTreeMap<String, TopicPartitions>,
 }
 
 impl Default for Group {
@@ -88,6 +93,7 @@ impl Default for Group {
             offsets: BTreeMap::new(),
             empty_since_ms: 0,
             version: 0,
+            decoded: BTreeMap::new(),
         }
     }
 }
@@ -182,6 +188,7 @@ impl Group {
                 .assignments
                 .get(member_id)
                 .map(|a| (self.assignments_generation, a.clone())),
+            converted: false,
         }
     }
 
@@ -364,6 +371,9 @@ impl Group {
         if let Some(assignment) = self.assignments.remove(&old_id) {
             self.assignments.insert(new_id.clone(), assignment);
         }
+        if let Some(decoded) = self.decoded.remove(&old_id) {
+            self.decoded.insert(new_id.clone(), decoded);
+        }
         self.add_member(new_id.clone(), join);
         // Kafka keeps the old member's place in the generation formed.
         self.members
@@ -430,7 +440,7 @@ impl Group {
     /// Kafka's `prepareRebalance`: everyone must rejoin by the deadline.
     /// Assignments of a stable generation stay readable (a SyncGroup parked
     /// when it formed is answered with them); those being formed do not.
-    fn start_rebalance(&mut self, now_ms: i64) {
+    pub(super) fn start_rebalance(&mut self, now_ms: i64) {
         if self.phase == Phase::Syncing {
             self.assignments.clear();
         }
@@ -508,7 +518,7 @@ impl Group {
     /// Kafka's `selectProtocol`: each member votes for the first of its
     /// protocols that every member supports; the most votes win (a tie goes
     /// to the leader's preference).
-    fn select_protocol(&self) -> Option<String> {
+    pub(super) fn select_protocol(&self) -> Option<String> {
         let shared: Vec<&String> = self
             .members
             .values()
@@ -620,6 +630,11 @@ impl Group {
                         given.entry(id.clone()).or_default();
                     }
                     self.assignments = given;
+                    self.decoded = sync
+                        .decoded
+                        .into_iter()
+                        .filter(|(m, _)| self.assignments.contains_key(m))
+                        .collect();
                     self.assignments_generation = self.generation;
                     self.phase = Phase::Stable;
                     for m in self.members.values_mut() {
@@ -771,21 +786,25 @@ mod tests {
         fresh: &str,
         now_ms: i64,
     ) -> Result<Joined, GroupError> {
-        gs.join(JoinGroup {
-            group: "g".into(),
-            member_id: member.into(),
-            instance_id: instance.map(str::to_string),
-            client_id: "c".into(),
-            client_host: "/127.0.0.1".into(),
-            session_timeout_ms: 10_000,
-            rebalance_timeout_ms: 5_000,
-            protocol_type: "consumer".into(),
-            protocols: vec![("range".into(), b"t".to_vec())],
-            subscribed_topics: Some(vec!["t".into()]),
-            require_known_member_id: instance.is_none(),
-            fresh_id: fresh.into(),
-            now_ms,
-        })
+        gs.join(
+            JoinGroup {
+                group: "g".into(),
+                member_id: member.into(),
+                instance_id: instance.map(str::to_string),
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 5_000,
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), b"t".to_vec())],
+                subscribed_topics: Some(vec!["t".into()]),
+                require_known_member_id: instance.is_none(),
+                fresh_id: fresh.into(),
+                now_ms,
+                owned: None,
+            },
+            &NoTopics,
+        )
     }
 
     /// A new dynamic member: handed an id, then joins with it.
@@ -810,7 +829,9 @@ mod tests {
             protocol: Some("range".into()),
             assignments: vec![(member.into(), member.as_bytes().to_vec())],
             now_ms,
+            decoded: vec![],
         })
+        .map(drop)
     }
 
     fn beat(
@@ -956,15 +977,21 @@ mod tests {
         let c = join_new(&mut gs, "c", 1_000);
         join_as(&mut gs, &a, None, "x", 1_100).unwrap();
         assert_eq!(group(&gs).phase, Phase::Joining { deadline_ms: 6_000 });
-        gs.tick(TickGroup {
-            group: "g".into(),
-            now_ms: 5_999,
-        });
+        gs.tick(
+            TickGroup {
+                group: "g".into(),
+                now_ms: 5_999,
+            },
+            MigrationPolicy::default(),
+        );
         assert_eq!(group(&gs).generation, 2);
-        gs.tick(TickGroup {
-            group: "g".into(),
-            now_ms: 6_000,
-        });
+        gs.tick(
+            TickGroup {
+                group: "g".into(),
+                now_ms: 6_000,
+            },
+            MigrationPolicy::default(),
+        );
         let g = group(&gs);
         assert_eq!((g.generation, g.phase), (3, Phase::Syncing));
         assert!(g.members.contains_key(&a) && g.members.contains_key(&c));
@@ -972,10 +999,13 @@ mod tests {
         // `c` syncs, the leader `a` never does: at the sync deadline the
         // members still awaiting sync leave and the rest rebalance.
         sync(&mut gs, &c, 3, 6_100).unwrap();
-        gs.tick(TickGroup {
-            group: "g".into(),
-            now_ms: 11_000,
-        });
+        gs.tick(
+            TickGroup {
+                group: "g".into(),
+                now_ms: 11_000,
+            },
+            MigrationPolicy::default(),
+        );
         let g = group(&gs);
         assert!(!g.members.contains_key(&a), "{g:?}");
         assert!(matches!(g.phase, Phase::Joining { .. }));
@@ -987,11 +1017,14 @@ mod tests {
         let a = join_new(&mut gs, "a", 0);
         sync(&mut gs, &a, 1, 0).unwrap();
         let expire = |gs: &mut Groups, heard_ms: i64, now_ms: i64| {
-            gs.expire_members(ExpireMembers {
-                group: "g".into(),
-                members: vec![(a.clone(), heard_ms)],
-                now_ms,
-            })
+            gs.expire_members(
+                ExpireMembers {
+                    group: "g".into(),
+                    members: vec![(a.clone(), heard_ms)],
+                    now_ms,
+                },
+                MigrationPolicy::default(),
+            )
         };
         expire(&mut gs, 5_000, 14_999);
         assert_eq!(group(&gs).members.len(), 1, "heard at 5 s, session 10 s");
@@ -1031,6 +1064,7 @@ mod tests {
             protocol: None,
             assignments: vec![(old.clone(), b"p0".to_vec()), (b.clone(), b"p1".to_vec())],
             now_ms: 0,
+            decoded: vec![],
         })
         .unwrap();
         assert_eq!(group(&gs).phase, Phase::Stable);
@@ -1057,14 +1091,17 @@ mod tests {
         );
         assert_eq!(beat(&gs, "i1-2", Some("i1"), 2), (Ok(()), true));
         // Leaving by instance id alone.
-        let left = gs.leave(LeaveGroup {
-            group: "g".into(),
-            members: vec![Leaving {
-                member_id: String::new(),
-                instance_id: Some("i1".into()),
-            }],
-            now_ms: 2_000,
-        });
+        let left = gs.leave(
+            LeaveGroup {
+                group: "g".into(),
+                members: vec![Leaving {
+                    member_id: String::new(),
+                    instance_id: Some("i1".into()),
+                }],
+                now_ms: 2_000,
+            },
+            MigrationPolicy::default(),
+        );
         assert_eq!(left, vec![Ok(())]);
         assert!(matches!(group(&gs).phase, Phase::Joining { .. }));
         assert!(group(&gs).instances.is_empty());
@@ -1078,10 +1115,13 @@ mod tests {
         };
         sync(&mut gs, &s, 1, 0).unwrap();
         let d = join_new(&mut gs, "d", 0);
-        gs.tick(TickGroup {
-            group: "g".into(),
-            now_ms: 5_000,
-        });
+        gs.tick(
+            TickGroup {
+                group: "g".into(),
+                now_ms: 5_000,
+            },
+            MigrationPolicy::default(),
+        );
         let g = group(&gs);
         assert_eq!((g.phase, g.generation), (Phase::Syncing, 2));
         assert!(g.members.contains_key(&s) && g.members.contains_key(&d));
@@ -1100,10 +1140,13 @@ mod tests {
             Phase::Stable,
             "no rebalance for an id handed out"
         );
-        gs.tick(TickGroup {
-            group: "g".into(),
-            now_ms: 10_100,
-        });
+        gs.tick(
+            TickGroup {
+                group: "g".into(),
+                now_ms: 10_100,
+            },
+            MigrationPolicy::default(),
+        );
         assert!(group(&gs).pending.is_empty());
         assert_eq!(
             join_as(&mut gs, &pending, None, "x", 10_200),
@@ -1115,21 +1158,25 @@ mod tests {
     fn protocols_must_be_shared_and_syncs_must_match_them() {
         let mut gs = Groups::default();
         let a = join_new(&mut gs, "a", 0);
-        let other = gs.join(JoinGroup {
-            group: "g".into(),
-            member_id: String::new(),
-            instance_id: None,
-            client_id: "c".into(),
-            client_host: String::new(),
-            session_timeout_ms: 10_000,
-            rebalance_timeout_ms: 5_000,
-            protocol_type: "consumer".into(),
-            protocols: vec![("roundrobin".into(), vec![])],
-            subscribed_topics: None,
-            require_known_member_id: false,
-            fresh_id: "z".into(),
-            now_ms: 0,
-        });
+        let other = gs.join(
+            JoinGroup {
+                group: "g".into(),
+                member_id: String::new(),
+                instance_id: None,
+                client_id: "c".into(),
+                client_host: String::new(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 5_000,
+                protocol_type: "consumer".into(),
+                protocols: vec![("roundrobin".into(), vec![])],
+                subscribed_topics: None,
+                require_known_member_id: false,
+                fresh_id: "z".into(),
+                now_ms: 0,
+                owned: None,
+            },
+            &NoTopics,
+        );
         assert_eq!(other, Err(GroupError::InconsistentGroupProtocol));
         let wrong = gs.sync(SyncGroup {
             group: "g".into(),
@@ -1140,6 +1187,7 @@ mod tests {
             protocol: Some("roundrobin".into()),
             assignments: vec![],
             now_ms: 0,
+            decoded: vec![],
         });
         assert_eq!(wrong, Err(GroupError::InconsistentGroupProtocol));
     }

@@ -125,8 +125,14 @@ pub struct ConsumerMember {
     pub target: Partitions,
     /// When a command last showed it alive (the leader's memory adds to it).
     pub last_seen_ms: i64,
-    /// It is fenced if it still owns what it must give up at this time.
+    /// It is fenced if it still owns what it must give up at this time
+    /// (a classic member: if it has not rejoined since the group's epoch
+    /// moved past its own, Kafka's join timeout).
     pub revoke_deadline_ms: Option<i64>,
+    /// A member speaking the classic protocol (JoinGroup, SyncGroup,
+    /// Heartbeat) in a group of the consumer protocol (see `convert`).
+    #[serde(default)]
+    pub classic: Option<ClassicMeta>,
 }
 
 /// What the group needs to know of the topics (the state's, at apply).
@@ -483,6 +489,7 @@ impl ConsumerGroup {
                 target: Partitions::new(),
                 last_seen_ms: now_ms,
                 revoke_deadline_ms: None,
+                classic: None,
             };
             // A static member back from a temporary leave takes its place:
             // what it had and what it was to get.
@@ -530,27 +537,7 @@ impl ConsumerGroup {
                 bump = true;
             }
         }
-        if self.regexes_due(now_ms) {
-            let before = self.regexes.clone();
-            self.resolve_regexes(topics, now_ms);
-            bump |= before != self.regexes;
-        }
-        self.wanted = self
-            .members
-            .values()
-            .flat_map(|m| self.topics_of(m))
-            .collect();
-        let subscribed = self.resolve_subscribed(topics);
-        if subscribed != self.subscribed {
-            self.subscribed = subscribed;
-            bump = true;
-        }
-        if bump {
-            self.epoch += 1;
-        }
-        if self.epoch > self.assignment_epoch {
-            self.assign_targets();
-        }
+        self.rebalance_if(bump, topics, now_ms);
         let before = self.members[&id].assigned.clone();
         let owned = hb.owned();
         self.reconcile(&id, owned.clone(), now_ms);
@@ -571,6 +558,40 @@ impl ConsumerGroup {
         })
     }
 
+    /// What the members subscribe to, resolved again (regexes when due);
+    /// whether it changed.
+    pub(super) fn refresh_subscriptions(&mut self, topics: &dyn TopicLookup, now_ms: i64) -> bool {
+        let mut changed = false;
+        if self.regexes_due(now_ms) {
+            let before = self.regexes.clone();
+            self.resolve_regexes(topics, now_ms);
+            changed |= before != self.regexes;
+        }
+        self.wanted = self
+            .members
+            .values()
+            .flat_map(|m| self.topics_of(m))
+            .collect();
+        let subscribed = self.resolve_subscribed(topics);
+        if subscribed != self.subscribed {
+            self.subscribed = subscribed;
+            changed = true;
+        }
+        changed
+    }
+
+    /// After a member changed (`bump`: joined, or its subscription did):
+    /// the epoch moves if anything members subscribe to changed, and the
+    /// targets are computed at the new epoch.
+    fn rebalance_if(&mut self, bump: bool, topics: &dyn TopicLookup, now_ms: i64) {
+        if self.refresh_subscriptions(topics, now_ms) || bump {
+            self.epoch += 1;
+        }
+        if self.epoch > self.assignment_epoch {
+            self.assign_targets(now_ms);
+        }
+    }
+
     /// The assignor most members prefer (ties to the first by name), else
     /// Kafka's default, `uniform`.
     pub fn assignor(&self) -> &str {
@@ -586,7 +607,7 @@ impl ConsumerGroup {
     }
 
     /// Every member's target at the group's epoch.
-    fn assign_targets(&mut self) {
+    fn assign_targets(&mut self, now_ms: i64) {
         let counts: BTreeMap<TopicId, i32> = self.subscribed.values().copied().collect();
         let subscribers: Vec<Subscriber<'_>> = self
             .members
@@ -605,6 +626,13 @@ impl ConsumerGroup {
         let mut targets = assign::assign(self.assignor(), &subscribers, &counts);
         for (id, m) in &mut self.members {
             m.target = targets.remove(id).unwrap_or_default();
+            // A classic member learns of the new epoch from its heartbeat
+            // and must rejoin within its rebalance timeout (Kafka's join
+            // timeout), or it is fenced and what it holds moves.
+            if m.classic.is_some() && m.epoch < self.epoch {
+                m.revoke_deadline_ms
+                    .get_or_insert(now_ms + m.rebalance_timeout_ms as i64);
+            }
         }
         self.assignment_epoch = self.epoch;
     }
@@ -722,9 +750,293 @@ impl ConsumerGroup {
             .get(&commit.member_id)
             .ok_or(GroupError::UnknownMemberId)?;
         if commit.generation != m.epoch {
-            return Err(GroupError::StaleMemberEpoch);
+            // A classic member's client knows its generation's error.
+            return Err(match m.classic {
+                Some(_) => GroupError::IllegalGeneration,
+                None => GroupError::StaleMemberEpoch,
+            });
         }
         Ok(())
+    }
+
+    /// Whether `protocols` may join as a classic member: of type `consumer`,
+    /// sharing a protocol with every classic member (Kafka's
+    /// `throwIfClassicProtocolIsNotSupported`).
+    fn supports_classic(&self, protocol_type: &str, protocols: &[(String, Vec<u8>)]) -> bool {
+        protocol_type == "consumer"
+            && !protocols.is_empty()
+            && protocols.iter().any(|(name, _)| {
+                self.members
+                    .values()
+                    .filter_map(|m| m.classic.as_ref())
+                    .all(|c| c.protocols.iter().any(|(n, _)| n == name))
+            })
+    }
+
+    /// A classic member's JoinGroup (Kafka's `classicGroupJoinToConsumerGroup`):
+    /// the member is created or updated from its subscription and reconciled
+    /// as a heartbeat would be, what it owns taken from the subscription's
+    /// owned partitions (an eager member, owning none, gives up at once; a
+    /// cooperative one keeps them until it rejoins without them). Answered
+    /// at once, at the member's epoch.
+    pub(super) fn classic_join(
+        &mut self,
+        join: JoinGroup,
+        topics: &dyn TopicLookup,
+    ) -> Result<Joined, GroupError> {
+        let now_ms = join.now_ms;
+        let holder = join
+            .instance_id
+            .as_ref()
+            .and_then(|i| self.instances.get(i))
+            .cloned();
+        let new = join.member_id.is_empty();
+        if new && holder.is_none() && self.members.len() >= MAX_GROUP_SIZE {
+            return Err(GroupError::GroupMaxSizeReached);
+        }
+        if !self.supports_classic(&join.protocol_type, &join.protocols) {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        let prefix = join.instance_id.as_deref().unwrap_or(&join.client_id);
+        let id = match new {
+            true => format!("{prefix}-{}", join.fresh_id),
+            false => join.member_id.clone(),
+        };
+        // KIP-394: a new dynamic member is given an id to come back with;
+        // nothing is kept (any id comes back as a new member, as in Kafka).
+        if new && join.instance_id.is_none() && join.require_known_member_id {
+            return Ok(Joined::MemberIdRequired(id));
+        }
+        match (&holder, new) {
+            (Some(h), false) if *h != id => return Err(GroupError::FencedInstanceId),
+            (None, false) if join.instance_id.is_some() => {
+                return Err(GroupError::UnknownMemberId);
+            }
+            _ => {}
+        }
+        if self.members.get(&id).is_some_and(|m| m.classic.is_none()) {
+            return Err(GroupError::UnknownMemberId);
+        }
+        let Some(mut subscribed) = join.subscribed_topics.clone() else {
+            return Err(GroupError::InconsistentGroupProtocol);
+        };
+        subscribed.sort();
+        subscribed.dedup();
+        let mut bump = false;
+        if !self.members.contains_key(&id) {
+            let mut member = ConsumerMember {
+                epoch: JOIN_EPOCH,
+                previous_epoch: -1,
+                state: Reconciliation::Stable,
+                instance_id: join.instance_id.clone(),
+                rack_id: None,
+                client_id: String::new(),
+                client_host: String::new(),
+                subscribed_topics: Vec::new(),
+                subscribed_regex: None,
+                assignor: None,
+                rebalance_timeout_ms: 0,
+                session_timeout_ms: 0,
+                heartbeat_interval_ms: 0,
+                assigned: Partitions::new(),
+                revoking: Partitions::new(),
+                target: Partitions::new(),
+                last_seen_ms: now_ms,
+                revoke_deadline_ms: None,
+                classic: None,
+            };
+            // A static member restarted: it takes its instance's place.
+            if let Some(old_id) = &holder
+                && let Some(old) = self.members.remove(old_id)
+            {
+                member.epoch = old.epoch;
+                member.previous_epoch = old.previous_epoch;
+                member.state = old.state;
+                member.assigned = old.assigned;
+                member.revoking = old.revoking;
+                member.target = old.target;
+                member.subscribed_topics = old.subscribed_topics;
+            } else {
+                bump = true;
+            }
+            if let Some(instance) = &join.instance_id {
+                self.instances.insert(instance.clone(), id.clone());
+            }
+            self.members.insert(id.clone(), member);
+        }
+        let m = self.members.get_mut(&id).expect("present");
+        m.last_seen_ms = now_ms;
+        m.client_id = join.client_id;
+        m.client_host = join.client_host;
+        m.session_timeout_ms = join.session_timeout_ms;
+        if join.rebalance_timeout_ms >= 0 {
+            m.rebalance_timeout_ms = join.rebalance_timeout_ms;
+        }
+        if subscribed != m.subscribed_topics {
+            m.subscribed_topics = subscribed;
+            bump = true;
+        }
+        m.classic = Some(ClassicMeta {
+            protocols: join.protocols,
+        });
+        self.rebalance_if(bump, topics, now_ms);
+        let owned = convert::by_id(&join.owned.unwrap_or_default(), topics);
+        self.reconcile(&id, Some(owned), now_ms);
+        let m = &self.members[&id];
+        Ok(Joined::InConsumerGroup {
+            member_id: id.clone(),
+            generation: m.epoch,
+            protocol: m.classic.as_ref().expect("just set").protocol().to_string(),
+        })
+    }
+
+    /// Kafka's checks of a classic member's SyncGroup or Heartbeat: who it
+    /// is, its generation, and (SyncGroup) its protocol.
+    fn check_classic(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<&ConsumerMember, GroupError> {
+        if let Some(instance) = instance_id {
+            match self.instances.get(instance) {
+                None => return Err(GroupError::UnknownMemberId),
+                Some(holder) if holder != member_id => return Err(GroupError::FencedInstanceId),
+                Some(_) => {}
+            }
+        }
+        let m = self
+            .members
+            .get(member_id)
+            .filter(|m| m.classic.is_some())
+            .ok_or(GroupError::UnknownMemberId)?;
+        if generation != m.epoch {
+            return Err(GroupError::IllegalGeneration);
+        }
+        Ok(m)
+    }
+
+    /// A classic member's SyncGroup (Kafka's `classicGroupSyncToConsumerGroup`):
+    /// what the group assigned it, whatever the client sent.
+    pub(super) fn classic_sync(
+        &mut self,
+        sync: &SyncGroup,
+    ) -> Result<ClassicAssignment, GroupError> {
+        let m = self.check_classic(
+            &sync.member_id,
+            sync.instance_id.as_deref(),
+            sync.generation,
+        )?;
+        let meta = m.classic.as_ref().expect("checked");
+        let inconsistent =
+            |asked: &Option<String>, ours: &str| asked.as_deref().is_some_and(|a| a != ours);
+        if inconsistent(&sync.protocol_type, "consumer")
+            || inconsistent(&sync.protocol, meta.protocol())
+        {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        if self.epoch > m.epoch && m.state != Reconciliation::UnrevokedPartitions {
+            return Err(GroupError::RebalanceInProgress);
+        }
+        let names: BTreeMap<TopicId, &String> = self
+            .subscribed
+            .iter()
+            .map(|(name, (id, _))| (*id, name))
+            .collect();
+        let answer = ClassicAssignment {
+            protocol: meta.protocol().to_string(),
+            subscription: meta.subscription().to_vec(),
+            partitions: m
+                .assigned
+                .iter()
+                .filter_map(|(t, ps)| {
+                    Some(((*names.get(t)?).clone(), ps.iter().copied().collect()))
+                })
+                .collect(),
+        };
+        self.members
+            .get_mut(&sync.member_id)
+            .expect("checked")
+            .last_seen_ms = sync.now_ms;
+        Ok(answer)
+    }
+
+    /// A classic member's Heartbeat (Kafka's
+    /// `classicGroupHeartbeatToConsumerGroup`): REBALANCE_IN_PROGRESS tells
+    /// it to rejoin, when the group moved past its epoch, it must give
+    /// partitions up, or partitions it waits for are now free. The session
+    /// is extended unless the member or its generation is refused.
+    pub(super) fn classic_heartbeat(
+        &self,
+        beat: &GroupHeartbeat,
+    ) -> (Result<(), GroupError>, bool) {
+        let m = match self.check_classic(
+            &beat.member_id,
+            beat.instance_id.as_deref(),
+            beat.generation,
+        ) {
+            Ok(m) => m,
+            Err(e) => return (Err(e), false),
+        };
+        let freed = m.state == Reconciliation::UnreleasedPartitions && {
+            let mut held = Partitions::new();
+            for (other, o) in &self.members {
+                if *other != beat.member_id {
+                    for (t, ps) in o.assigned.iter().chain(&o.revoking) {
+                        held.entry(*t).or_default().extend(ps);
+                    }
+                }
+            }
+            !is_empty(&minus(&minus(&m.target, &m.assigned), &held))
+        };
+        let rejoin =
+            m.epoch < self.epoch || m.state == Reconciliation::UnrevokedPartitions || freed;
+        match rejoin {
+            true => (Err(GroupError::RebalanceInProgress), true),
+            false => (Ok(()), true),
+        }
+    }
+
+    /// LeaveGroup in a consumer group: each member, by member id or (an
+    /// administrator's) by instance id, is removed.
+    pub(super) fn classic_leave(
+        &mut self,
+        leaving: Vec<Leaving>,
+        now_ms: i64,
+    ) -> Vec<Result<(), GroupError>> {
+        leaving
+            .into_iter()
+            .map(
+                |Leaving {
+                     member_id,
+                     instance_id,
+                 }| {
+                    let id = match member_id.is_empty() {
+                        true => instance_id
+                            .as_ref()
+                            .and_then(|i| self.instances.get(i))
+                            .cloned()
+                            .ok_or(GroupError::UnknownMemberId)?,
+                        false => {
+                            if let Some(instance) = &instance_id
+                                && self.instances.get(instance) != Some(&member_id)
+                            {
+                                return Err(match self.instances.contains_key(instance) {
+                                    true => GroupError::FencedInstanceId,
+                                    false => GroupError::UnknownMemberId,
+                                });
+                            }
+                            member_id
+                        }
+                    };
+                    if !self.members.contains_key(&id) {
+                        return Err(GroupError::UnknownMemberId);
+                    }
+                    self.fence(&id, now_ms);
+                    Ok(())
+                },
+            )
+            .collect()
     }
 
     pub fn describe(&self, topics: &dyn Fn(TopicId) -> Option<String>) -> ConsumerGroupDescription {

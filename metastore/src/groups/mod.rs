@@ -20,6 +20,7 @@
 pub mod assign;
 pub mod classic;
 pub mod consumer;
+pub mod convert;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +31,7 @@ pub use consumer::{
     ConsumerAnswer, ConsumerGroup, ConsumerGroupDescription, ConsumerHeartbeat,
     ConsumerMemberDescription, DescribeConsumerGroup, TopicLookup,
 };
+pub use convert::{ClassicMeta, MigrationPolicy};
 
 /// Why a group operation was refused; each is one Kafka error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -105,7 +107,15 @@ pub struct JoinGroup {
     /// machine draws nothing.
     pub fresh_id: String,
     pub now_ms: i64,
+    /// The partitions a `consumer` member says it owns (its subscription's
+    /// `ownedPartitions`, v1+), as the agent read them: a cooperative
+    /// member joining a consumer-protocol group keeps them until it gives
+    /// them up. `None` when not known (an eager member sends none).
+    pub owned: Option<TopicPartitions>,
 }
+
+/// Partitions by topic name, as a `consumer` protocol's metadata names them.
+pub type TopicPartitions = Vec<(String, Vec<i32>)>;
 
 /// What a JoinGroup did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +129,30 @@ pub enum Joined {
     /// rebalance: answered at once with the current generation, naming the
     /// leader as it was before (Kafka's answer to JoinGroup before v9).
     Replaced { member_id: String, leader: String },
+    /// A classic member of a group that runs the consumer protocol
+    /// (KIP-848's migration): answered at once, a follower with no leader,
+    /// at its member epoch; its SyncGroup gets what the group assigned it.
+    InConsumerGroup {
+        member_id: String,
+        generation: i32,
+        protocol: String,
+    },
+}
+
+/// A SyncGroup's answer from the state: `None` in a classic group (the
+/// member waits for the leader's assignments, [`AwaitGroup`]); in a
+/// consumer-protocol group, what it assigned the member.
+pub type Synced = Option<ClassicAssignment>;
+
+/// What a consumer-protocol group assigned one of its classic members, for
+/// the agent to encode as a ConsumerProtocol assignment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassicAssignment {
+    pub protocol: String,
+    /// The member's metadata for `protocol` (the assignment is encoded at
+    /// the version of its subscription, as Kafka does).
+    pub subscription: Vec<u8>,
+    pub partitions: TopicPartitions,
 }
 
 /// SyncGroup: the leader's assignments for the generation (none from a follower).
@@ -133,6 +167,10 @@ pub struct SyncGroup {
     pub protocol: Option<String>,
     pub assignments: Vec<(String, Vec<u8>)>,
     pub now_ms: i64,
+    /// The assignments of `assignments` that the agent could read as
+    /// ConsumerProtocol assignments (without custom user data): what an
+    /// upgrade to the consumer protocol takes each member to own.
+    pub decoded: Vec<(String, TopicPartitions)>,
 }
 
 /// Heartbeat: a member says it is alive, and learns of a rebalance. Not a
@@ -258,6 +296,11 @@ pub struct MemberView {
     pub members: Vec<(String, Option<String>, Vec<u8>)>,
     /// The member's assignment and the generation it is of.
     pub assignment: Option<(i32, Vec<u8>)>,
+    /// The group now runs the consumer protocol (it was upgraded while the
+    /// member waited): a waiting JoinGroup or SyncGroup is answered
+    /// REBALANCE_IN_PROGRESS, as Kafka completes them, and the member
+    /// rejoins the consumer group.
+    pub converted: bool,
 }
 
 /// DescribeGroups of one group.
@@ -392,14 +435,25 @@ impl Groups {
     }
 
     /// A heartbeat of the consumer protocol. A join (epoch 0) creates the
-    /// group, or takes over an empty classic group's name and offsets; a
-    /// classic group with members is not converted (Kafka's `disabled`
-    /// migration policy for those: GROUP_ID_NOT_FOUND).
+    /// group, takes over an empty classic group's name and offsets, or
+    /// upgrades a classic group with members as the migration policy allows
+    /// (see [`convert`]); a member leaving may leave classic members alone,
+    /// and the group is then downgraded.
     pub fn consumer_heartbeat(
         &mut self,
         hb: ConsumerHeartbeat,
         topics: &dyn TopicLookup,
+        policy: MigrationPolicy,
     ) -> Result<ConsumerAnswer, GroupError> {
+        if !self.consumer.contains_key(&hb.group)
+            && hb.member_epoch == consumer::JOIN_EPOCH
+            && self
+                .groups
+                .get(&hb.group)
+                .is_some_and(|g| !g.members.is_empty() || !g.pending.is_empty())
+        {
+            return self.upgrade_and_join(hb, topics, policy);
+        }
         if !self.consumer.contains_key(&hb.group) {
             if hb.member_epoch != consumer::JOIN_EPOCH {
                 return Err(GroupError::GroupIdNotFound);
@@ -423,8 +477,11 @@ impl Groups {
             }
             self.consumer.insert(hb.group.clone(), created);
         }
-        let g = self.consumer.get_mut(&hb.group).expect("present");
-        g.heartbeat(hb, topics)
+        let (group, now_ms) = (hb.group.clone(), hb.now_ms);
+        let g = self.consumer.get_mut(&group).expect("present");
+        let answer = g.heartbeat(hb, topics);
+        self.maybe_downgrade(&group, now_ms, policy);
+        answer
     }
 
     pub fn describe_consumer(
@@ -445,6 +502,23 @@ impl Groups {
         member_id: &str,
         instance_id: Option<&str>,
     ) -> Option<MemberView> {
+        if let Some(g) = self.consumer.get(group) {
+            // Upgraded while the member waited in a classic JoinGroup or
+            // SyncGroup: it is told to rejoin, as Kafka completes them.
+            return Some(MemberView {
+                version: u64::MAX,
+                generation: g.epoch,
+                phase: Phase::Joining { deadline_ms: 0 },
+                protocol_type: Some("consumer".into()),
+                protocol: None,
+                leader: None,
+                member: g.members.contains_key(member_id).then_some(false),
+                fenced: false,
+                members: Vec::new(),
+                assignment: None,
+                converted: true,
+            });
+        }
         self.groups
             .get(group)
             .map(|g| g.view(member_id, instance_id))
@@ -523,15 +597,20 @@ impl Groups {
         }
     }
 
-    pub fn join(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
+    pub fn join(
+        &mut self,
+        join: JoinGroup,
+        topics: &dyn TopicLookup,
+    ) -> Result<Joined, GroupError> {
         if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
             return Err(GroupError::InvalidSessionTimeout);
         }
-        // A consumer group's name: taken over (with its offsets) by a new
-        // member, only if the group is empty.
-        if let Some(consumer) = self.consumer.get(&join.group) {
+        // A consumer group with members serves a classic member (see
+        // `convert`); an empty one's name is taken over (with its offsets)
+        // by a new member.
+        if let Some(consumer) = self.consumer.get_mut(&join.group) {
             if !consumer.members.is_empty() {
-                return Err(GroupError::InconsistentGroupProtocol);
+                return consumer.classic_join(join, topics);
             }
             if !join.member_id.is_empty() {
                 return Err(GroupError::UnknownMemberId);
@@ -559,7 +638,10 @@ impl Groups {
         joined
     }
 
-    pub fn sync(&mut self, sync: SyncGroup) -> Result<(), GroupError> {
+    pub fn sync(&mut self, sync: SyncGroup) -> Result<Synced, GroupError> {
+        if let Some(g) = self.consumer.get_mut(&sync.group) {
+            return g.classic_sync(&sync).map(Some);
+        }
         // Only JoinGroup and standalone offset commits create groups: any
         // name in a Sync, Heartbeat or Leave would otherwise leave one behind.
         let g = self
@@ -568,13 +650,16 @@ impl Groups {
             .ok_or(GroupError::UnknownMemberId)?;
         let synced = g.sync(sync);
         g.version += 1;
-        synced
+        synced.map(|()| None)
     }
 
     /// Checks a heartbeat against the state: its answer, and whether the
     /// member's session is to be extended (Kafka extends it in every case
     /// but a refusal of the member or its generation).
     pub fn check_heartbeat(&self, beat: &GroupHeartbeat) -> (Result<(), GroupError>, bool) {
+        if let Some(g) = self.consumer.get(&beat.group) {
+            return g.classic_heartbeat(beat);
+        }
         match self.groups.get(&beat.group) {
             None => (Err(GroupError::UnknownMemberId), false),
             Some(g) => g.check_heartbeat(beat),
@@ -582,7 +667,16 @@ impl Groups {
     }
 
     /// Answers per member, in order.
-    pub fn leave(&mut self, leave: LeaveGroup) -> Vec<Result<(), GroupError>> {
+    pub fn leave(
+        &mut self,
+        leave: LeaveGroup,
+        policy: MigrationPolicy,
+    ) -> Vec<Result<(), GroupError>> {
+        if let Some(g) = self.consumer.get_mut(&leave.group) {
+            let left = g.classic_leave(leave.members, leave.now_ms);
+            self.maybe_downgrade(&leave.group, leave.now_ms, policy);
+            return left;
+        }
         let Some(g) = self.groups.get_mut(&leave.group) else {
             return leave
                 .members
@@ -595,21 +689,23 @@ impl Groups {
         left
     }
 
-    pub fn tick(&mut self, tick: TickGroup) {
+    pub fn tick(&mut self, tick: TickGroup, policy: MigrationPolicy) {
         if let Some(g) = self.groups.get_mut(&tick.group) {
             g.tick(tick.now_ms);
             g.version += 1;
         } else if let Some(g) = self.consumer.get_mut(&tick.group) {
             g.tick(tick.now_ms);
+            self.maybe_downgrade(&tick.group, tick.now_ms, policy);
         }
     }
 
-    pub fn expire_members(&mut self, expire: ExpireMembers) {
+    pub fn expire_members(&mut self, expire: ExpireMembers, policy: MigrationPolicy) {
         if let Some(g) = self.groups.get_mut(&expire.group) {
             g.expire_members(&expire.members, expire.now_ms);
             g.version += 1;
         } else if let Some(g) = self.consumer.get_mut(&expire.group) {
             g.expire_members(&expire.members, expire.now_ms);
+            self.maybe_downgrade(&expire.group, expire.now_ms, policy);
         }
     }
 
@@ -823,5 +919,19 @@ fn store_offsets(
                 commit_ms: now_ms,
             },
         );
+    }
+}
+
+/// No topics at all (tests of classic groups, which look none up).
+#[cfg(test)]
+pub(crate) struct NoTopics;
+
+#[cfg(test)]
+impl TopicLookup for NoTopics {
+    fn find(&self, _: &str) -> Option<(crate::types::TopicId, i32)> {
+        None
+    }
+    fn names(&self) -> Vec<String> {
+        Vec::new()
     }
 }

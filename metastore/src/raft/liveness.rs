@@ -237,6 +237,7 @@ mod tests {
             require_known_member_id: false,
             fresh_id: "1".into(),
             now_ms: 0,
+            owned: None,
         };
         let reply = state.apply_proposal(crate::state::Proposal {
             at_ms: 0,
@@ -255,6 +256,7 @@ mod tests {
             protocol: None,
             assignments: vec![],
             now_ms: 0,
+            decoded: vec![],
         };
         state.apply_proposal(crate::state::Proposal {
             at_ms: 0,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use floe_metastore::dynamic_config::{
-    DEFAULT_OFFSETS_RETENTION_MINUTES, OFFSETS_RETENTION_MINUTES,
+    DEFAULT_OFFSETS_RETENTION_MINUTES, GROUP_CONSUMER_MIGRATION_POLICY, OFFSETS_RETENTION_MINUTES,
 };
 use floe_metastore::groups::{MAX_SESSION_TIMEOUT_MS, MIN_SESSION_TIMEOUT_MS};
 use floe_metastore::topic_config::BROKER_SYNONYMS;
@@ -281,6 +281,12 @@ fn dynamic_keys() -> impl Iterator<Item = (&'static str, Type, String, &'static 
         DEFAULT_OFFSETS_RETENTION_MINUTES.to_string(),
         "Committed offsets of a group empty this long (and not committed since) are forgotten. Kafka reads it at start-up; in floe the cluster sets it while running.",
     ))
+    .chain(std::iter::once((
+        GROUP_CONSUMER_MIGRATION_POLICY,
+        Type::String,
+        "bidirectional".to_string(),
+        "Whether a group with members moves between the classic and the consumer protocol: bidirectional, upgrade (classic to consumer only), downgrade (consumer to classic only) or disabled. Kafka reads it at start-up; in floe the cluster sets it while running.",
+    )))
     .chain(topic_defaults)
 }
 
@@ -290,7 +296,7 @@ mod tests {
 
     #[test]
     fn every_cluster_default_of_a_topic_config_is_described() {
-        assert_eq!(dynamic_keys().count(), BROKER_SYNONYMS.len() + 1);
+        assert_eq!(dynamic_keys().count(), BROKER_SYNONYMS.len() + 2);
         assert!(dynamic_keys().all(|(name, ..)| !is_static(name)));
     }
 

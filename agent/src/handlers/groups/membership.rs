@@ -12,16 +12,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floe_metastore::groups::MAX_GROUP_WAIT_MS;
+use floe_metastore::groups::{ClassicAssignment, TopicPartitions};
 use floe_metastore::{
     AwaitGroup, GroupHeartbeat, JoinGroup, Joined, LeaveGroup, Leaving, MemberView, Phase,
     SyncGroup,
 };
 use floe_protocol::ResponseError;
+use floe_protocol::kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedPartition;
 use floe_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use floe_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
 use floe_protocol::kafka_protocol::messages::{
-    ConsumerProtocolSubscription, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
 };
 use tokio::time::Instant;
 
@@ -64,15 +67,73 @@ fn gone(view: &MemberView) -> ResponseError {
     }
 }
 
-/// The topics of a `consumer` member's subscription (the metastore keeps
-/// them for OffsetDelete and offset expiry); `None` if unreadable.
-fn subscribed_topics(protocol_type: &str, metadata: &[u8]) -> Option<Vec<String>> {
+/// A `consumer` member's subscription, read from its metadata (the
+/// metastore does not read Kafka's bytes); `None` if unreadable.
+fn subscription(protocol_type: &str, metadata: &[u8]) -> Option<ConsumerProtocolSubscription> {
     if protocol_type != "consumer" {
         return None;
     }
-    let subscription: ConsumerProtocolSubscription =
-        floe_protocol::decode_consumer_protocol(metadata)?;
+    floe_protocol::decode_consumer_protocol(metadata)
+}
+
+/// The topics of a `consumer` member's subscription (the metastore keeps
+/// them for OffsetDelete, offset expiry and a group's upgrade).
+fn subscribed_topics(protocol_type: &str, metadata: &[u8]) -> Option<Vec<String>> {
+    let subscription = subscription(protocol_type, metadata)?;
     Some(subscription.topics.iter().map(|t| t.to_string()).collect())
+}
+
+/// The partitions a `consumer` member says it owns (v1+ subscriptions; a
+/// cooperative member's): what it keeps while it is a classic member of a
+/// consumer-protocol group.
+fn owned_partitions(protocol_type: &str, metadata: &[u8]) -> Option<TopicPartitions> {
+    let subscription = subscription(protocol_type, metadata)?;
+    Some(
+        subscription
+            .owned_partitions
+            .iter()
+            .map(|tp| (tp.topic.to_string(), tp.partitions.clone()))
+            .collect(),
+    )
+}
+
+/// A leader's assignment read as a ConsumerProtocol assignment, if it is
+/// one with no custom user data (which a consumer-protocol group could not
+/// keep, so Kafka does not upgrade such a group: floe takes the member to
+/// own nothing known).
+fn decoded_assignment(assignment: &[u8]) -> Option<TopicPartitions> {
+    let decoded: ConsumerProtocolAssignment = floe_protocol::decode_consumer_protocol(assignment)?;
+    if decoded.user_data.as_ref().is_some_and(|d| !d.is_empty()) {
+        return None;
+    }
+    Some(
+        decoded
+            .assigned_partitions
+            .iter()
+            .map(|tp| (tp.topic.to_string(), tp.partitions.clone()))
+            .collect(),
+    )
+}
+
+/// What a consumer-protocol group assigned a classic member, encoded as a
+/// ConsumerProtocol assignment at its subscription's version (as Kafka).
+fn encode_assignment(assigned: &ClassicAssignment) -> Bytes {
+    let version = assigned
+        .subscription
+        .first_chunk::<2>()
+        .map_or(0, |v| i16::from_be_bytes(*v));
+    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
+        assigned
+            .partitions
+            .iter()
+            .map(|(topic, partitions)| {
+                AssignedPartition::default()
+                    .with_topic(TopicName(str_bytes(topic)))
+                    .with_partitions(partitions.clone())
+            })
+            .collect(),
+    );
+    floe_protocol::encode_consumer_protocol(&assignment, version)
 }
 
 pub async fn join(
@@ -122,6 +183,9 @@ pub async fn join(
         subscribed_topics: protocols
             .first()
             .and_then(|(_, metadata)| subscribed_topics(&protocol_type, metadata)),
+        owned: protocols
+            .first()
+            .and_then(|(_, metadata)| owned_partitions(&protocol_type, metadata)),
         require_known_member_id: version >= 4,
         fresh_id: floe_metastore::random_id().to_string(),
         now_ms: now_ms(),
@@ -138,6 +202,20 @@ pub async fn join(
                 Ok(Joined::Member(id)) => member_id = id,
                 Ok(Joined::MemberIdRequired(id)) => {
                     return failed(ResponseError::MemberIdRequired, &id);
+                }
+                // A classic member of a consumer-protocol group: a follower
+                // answered at once, its SyncGroup to get the group's choice.
+                Ok(Joined::InConsumerGroup {
+                    member_id: id,
+                    generation,
+                    protocol,
+                }) => {
+                    return JoinGroupResponse::default()
+                        .with_generation_id(generation)
+                        .with_protocol_type(Some(str_bytes("consumer")))
+                        .with_protocol_name(Some(str_bytes(&protocol)))
+                        .with_leader(str_bytes(""))
+                        .with_member_id(str_bytes(&id));
                 }
                 Ok(Joined::Replaced {
                     member_id: id,
@@ -178,6 +256,10 @@ pub async fn join(
             Ok(None) => return failed(ResponseError::UnknownMemberId, &member_id),
             Err(e) => return failed(e, &member_id),
         };
+        // Upgraded to the consumer protocol meanwhile: rejoin it.
+        if view.converted {
+            return failed(ResponseError::RebalanceInProgress, &member_id);
+        }
         let Some(rejoined) = view.member else {
             return failed(gone(&view), &member_id);
         };
@@ -251,9 +333,22 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
             .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
             .collect(),
         now_ms: now_ms(),
+        decoded: req
+            .assignments
+            .iter()
+            .filter_map(|a| Some((a.member_id.to_string(), decoded_assignment(&a.assignment)?)))
+            .collect(),
     };
-    if let Err(e) = answer(broker.meta.sync_group(sync).await) {
-        return failed(e);
+    match answer(broker.meta.sync_group(sync).await) {
+        Err(e) => return failed(e),
+        // A classic member of a consumer-protocol group: what it assigned.
+        Ok(Some(assigned)) => {
+            return SyncGroupResponse::default()
+                .with_protocol_type(Some(str_bytes("consumer")))
+                .with_protocol_name(Some(str_bytes(&assigned.protocol)))
+                .with_assignment(encode_assignment(&assigned));
+        }
+        Ok(None) => {}
     }
     let mut give_up = None;
     let mut seen = None;
@@ -263,6 +358,9 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
             Ok(None) => return failed(ResponseError::UnknownMemberId),
             Err(e) => return failed(e),
         };
+        if view.converted {
+            return failed(ResponseError::RebalanceInProgress);
+        }
         if view.member.is_none() {
             return failed(gone(&view));
         }

@@ -1,0 +1,794 @@
+//! Groups moving between the classic and the consumer protocol while they
+//! have members (Kafka 4's online migration, KIP-848): a rolling restart
+//! moves an application to `group.protocol=consumer` one member at a time,
+//! and a rollback moves it back. The rules are those of Kafka's
+//! `GroupMetadataManager` (`convertToConsumerGroup`,
+//! `convertToClassicGroup`), `ConsumerGroup.fromClassicGroup` and
+//! `ClassicGroup.fromConsumerGroup`; `docs/plans/group-conversion.md` lists
+//! them.
+//!
+//! - **Upgrade**: a consumer-protocol member joining a classic group with
+//!   members turns it into a consumer group. Each classic member becomes a
+//!   member at the classic generation, owning (and targeted at) what the
+//!   classic leader last assigned it; the joiner then bumps the epoch.
+//! - **Classic members in a consumer group** keep using JoinGroup, SyncGroup
+//!   and Heartbeat ([`ConsumerGroup::classic_join`] and its siblings).
+//! - **Downgrade**: when the last consumer-protocol member goes and classic
+//!   members remain, the group becomes a classic group again, at once in a
+//!   rebalance, so the classic members reassign among themselves.
+//!
+//! Conversions keep the invariant that no partition is owned by two
+//! members: an upgrade gives each partition to at most one member (the
+//! first that the classic assignments name), and a downgrade owns nothing
+//! until the next generation forms.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::assign::Partitions;
+use super::consumer::{ConsumerMember, Reconciliation};
+use super::*;
+
+/// Kafka's `group.consumer.migration.policy`: which conversions of groups
+/// with members are allowed (empty groups always convert).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MigrationPolicy {
+    #[default]
+    Bidirectional,
+    Upgrade,
+    Downgrade,
+    Disabled,
+}
+
+impl MigrationPolicy {
+    /// Kafka's names, in any case.
+    pub fn parse(value: &str) -> Option<MigrationPolicy> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "bidirectional" => Some(MigrationPolicy::Bidirectional),
+            "upgrade" => Some(MigrationPolicy::Upgrade),
+            "downgrade" => Some(MigrationPolicy::Downgrade),
+            "disabled" => Some(MigrationPolicy::Disabled),
+            _ => None,
+        }
+    }
+
+    pub fn upgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
+        )
+    }
+
+    pub fn downgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade
+        )
+    }
+}
+
+/// What a member of a consumer group that speaks the classic protocol
+/// brought with its JoinGroup (Kafka's `ClassicMemberMetadata`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassicMeta {
+    /// Its assignors and their metadata, in its order of preference.
+    pub protocols: Vec<(String, Vec<u8>)>,
+}
+
+impl ClassicMeta {
+    /// The protocol its answers name (Kafka: the member's first).
+    pub fn protocol(&self) -> &str {
+        self.protocols.first().map_or("", |(name, _)| name)
+    }
+
+    /// Its metadata for its first protocol.
+    pub fn subscription(&self) -> &[u8] {
+        self.protocols.first().map_or(&[], |(_, meta)| meta)
+    }
+}
+
+/// Partitions named by topic, as the state knows them now: unknown topics
+/// and partitions past a topic's count are dropped.
+pub(super) fn by_id(named: &TopicPartitions, topics: &dyn TopicLookup) -> Partitions {
+    let mut out = Partitions::new();
+    for (topic, partitions) in named {
+        if let Some((id, count)) = topics.find(topic) {
+            let valid = partitions.iter().filter(|p| (0..count).contains(*p));
+            out.entry(id).or_default().extend(valid);
+        }
+    }
+    out.retain(|_, ps| !ps.is_empty());
+    out
+}
+
+/// Whether a classic group may become a consumer group now (Kafka's
+/// `validateOnlineUpgrade`): the policy allows it, it is a `consumer` group,
+/// and every member's subscription could be read.
+pub(super) fn can_upgrade(group: &Group, policy: MigrationPolicy) -> bool {
+    policy.upgrades()
+        && group.protocol_type.as_deref() == Some("consumer")
+        && group.members.len() < MAX_GROUP_SIZE
+        && group
+            .members
+            .values()
+            .all(|m| m.subscribed_topics.is_some())
+}
+
+/// Kafka's `ConsumerGroup.fromClassicGroup`: the group at the classic
+/// generation, each member owning (and targeted at) what the leader last
+/// assigned it. A member with no readable assignment (none was made yet in
+/// this generation) owns nothing; a partition two assignments name goes to
+/// the first member only.
+pub(super) fn to_consumer(
+    classic: Group,
+    topics: &dyn TopicLookup,
+    heartbeat_interval_ms: i32,
+    now_ms: i64,
+) -> ConsumerGroup {
+    let generation = classic.generation;
+    let mut taken: BTreeSet<(crate::types::TopicId, i32)> = BTreeSet::new();
+    let mut members = BTreeMap::new();
+    for (id, m) in classic.members {
+        let mut assigned = match classic.decoded.get(&id) {
+            Some(named) if classic.assignments.contains_key(&id) => by_id(named, topics),
+            _ => Partitions::new(),
+        };
+        for (topic, partitions) in &mut assigned {
+            partitions.retain(|p| taken.insert((*topic, *p)));
+        }
+        assigned.retain(|_, ps| !ps.is_empty());
+        let mut subscribed_topics = m.subscribed_topics.unwrap_or_default();
+        subscribed_topics.sort();
+        subscribed_topics.dedup();
+        members.insert(
+            id,
+            ConsumerMember {
+                epoch: generation,
+                previous_epoch: generation,
+                state: Reconciliation::Stable,
+                instance_id: m.instance_id,
+                rack_id: None,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                subscribed_topics,
+                subscribed_regex: None,
+                assignor: None,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                session_timeout_ms: m.session_timeout_ms,
+                heartbeat_interval_ms,
+                target: assigned.clone(),
+                assigned,
+                revoking: Partitions::new(),
+                last_seen_ms: m.last_seen_ms,
+                revoke_deadline_ms: None,
+                classic: Some(ClassicMeta {
+                    protocols: m.protocols,
+                }),
+            },
+        );
+    }
+    let mut group = ConsumerGroup {
+        epoch: generation,
+        assignment_epoch: generation,
+        members,
+        instances: classic.instances,
+        offsets: classic.offsets,
+        empty_since_ms: classic.empty_since_ms,
+        ..ConsumerGroup::default()
+    };
+    group.refresh_subscriptions(topics, now_ms);
+    group
+}
+
+/// Whether a consumer group has only classic members left and may become
+/// a classic group (Kafka's `validateOnlineDowngrade`).
+pub(super) fn can_downgrade(group: &ConsumerGroup, policy: MigrationPolicy) -> bool {
+    policy.downgrades()
+        && !group.members.is_empty()
+        && group.members.values().all(|m| m.classic.is_some())
+}
+
+/// Kafka's `ClassicGroup.fromConsumerGroup` followed by its rebalance: a
+/// classic group at the members' latest epoch, already preparing the next
+/// generation, so the classic members rejoin and their leader assigns.
+/// Nothing is assigned until then (Kafka keeps the consumer group's targets
+/// as the stable generation's assignments, which only a member that does not
+/// rejoin would read); what each member was assigned is kept readable for a
+/// later upgrade.
+pub(super) fn to_classic(consumer: ConsumerGroup, now_ms: i64) -> Group {
+    let generation = consumer
+        .members
+        .values()
+        .map(|m| m.epoch)
+        .max()
+        .unwrap_or(consumer.epoch);
+    let names: BTreeMap<crate::types::TopicId, String> = consumer
+        .subscribed
+        .iter()
+        .map(|(name, (id, _))| (*id, name.clone()))
+        .collect();
+    let mut group = Group {
+        generation,
+        protocol_type: Some("consumer".into()),
+        instances: consumer.instances,
+        offsets: consumer.offsets,
+        empty_since_ms: consumer.empty_since_ms,
+        ..Group::default()
+    };
+    for (id, m) in consumer.members {
+        let named: TopicPartitions = m
+            .assigned
+            .iter()
+            .filter_map(|(t, ps)| Some((names.get(t)?.clone(), ps.iter().copied().collect())))
+            .collect();
+        group.decoded.insert(id.clone(), named);
+        group.members.insert(
+            id,
+            Member {
+                instance_id: m.instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocols: m.classic.map(|c| c.protocols).unwrap_or_default(),
+                subscribed_topics: Some(m.subscribed_topics),
+                last_seen_ms: m.last_seen_ms,
+                joined: false,
+                awaiting_sync: false,
+            },
+        );
+    }
+    group.leader = group.members.keys().next().cloned();
+    group.protocol = group.select_protocol();
+    group.start_rebalance(now_ms);
+    group
+}
+
+impl Groups {
+    /// A consumer-protocol member joins a classic group that has members:
+    /// the group is upgraded if the policy and its members allow, and the
+    /// member joins it; else GROUP_ID_NOT_FOUND (Kafka's answer). Nothing
+    /// changes if the join is refused.
+    pub(super) fn upgrade_and_join(
+        &mut self,
+        hb: ConsumerHeartbeat,
+        topics: &dyn TopicLookup,
+        policy: MigrationPolicy,
+    ) -> Result<ConsumerAnswer, GroupError> {
+        let classic = self.groups.get(&hb.group).expect("checked by the caller");
+        if !can_upgrade(classic, policy) {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        let mut upgraded =
+            to_consumer(classic.clone(), topics, hb.heartbeat_interval_ms, hb.now_ms);
+        let group = hb.group.clone();
+        let answer = upgraded.heartbeat(hb, topics)?;
+        self.groups.remove(&group);
+        self.consumer.insert(group, upgraded);
+        Ok(answer)
+    }
+
+    /// After members left a consumer group: classic members alone remain
+    /// and the policy allows it, the group becomes a classic group.
+    pub(super) fn maybe_downgrade(&mut self, group: &str, now_ms: i64, policy: MigrationPolicy) {
+        if !self
+            .consumer
+            .get(group)
+            .is_some_and(|g| can_downgrade(g, policy))
+        {
+            return;
+        }
+        let consumer = self.consumer.remove(group).expect("just seen");
+        self.groups
+            .insert(group.to_string(), to_classic(consumer, now_ms));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::TopicId;
+
+    struct Topics;
+
+    const T: TopicId = TopicId::from_u128(7);
+
+    impl TopicLookup for Topics {
+        fn find(&self, name: &str) -> Option<(TopicId, i32)> {
+            (name == "t").then_some((T, 6))
+        }
+        fn names(&self) -> Vec<String> {
+            vec!["t".into()]
+        }
+    }
+
+    const COOPERATIVE: &str = "cooperative-sticky";
+
+    /// A classic member's JoinGroup, `owned` as its subscription says.
+    fn join(member: &str, fresh: &str, owned: Option<&[i32]>, now_ms: i64) -> JoinGroup {
+        JoinGroup {
+            group: "g".into(),
+            member_id: member.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 5_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![(COOPERATIVE.into(), b"sub".to_vec())],
+            subscribed_topics: Some(vec!["t".into()]),
+            require_known_member_id: false,
+            fresh_id: fresh.into(),
+            now_ms,
+            owned: owned.map(|ps| vec![("t".to_string(), ps.to_vec())]),
+        }
+    }
+
+    fn sync(member: &str, generation: i32, given: &[(&str, &[i32])], now_ms: i64) -> SyncGroup {
+        SyncGroup {
+            group: "g".into(),
+            generation,
+            member_id: member.into(),
+            instance_id: None,
+            protocol_type: Some("consumer".into()),
+            protocol: Some(COOPERATIVE.into()),
+            assignments: given
+                .iter()
+                .map(|(m, _)| (m.to_string(), b"bytes".to_vec()))
+                .collect(),
+            decoded: given
+                .iter()
+                .map(|(m, ps)| (m.to_string(), vec![("t".to_string(), ps.to_vec())]))
+                .collect(),
+            now_ms,
+        }
+    }
+
+    fn beat(member: &str, generation: i32) -> GroupHeartbeat {
+        GroupHeartbeat {
+            group: "g".into(),
+            generation,
+            member_id: member.into(),
+            instance_id: None,
+        }
+    }
+
+    fn consumer_join(now_ms: i64) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            group: "g".into(),
+            member_id: "new".into(),
+            member_epoch: consumer::JOIN_EPOCH,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: 5_000,
+            subscribed_topics: Some(vec!["t".into()]),
+            subscribed_regex: None,
+            assignor: None,
+            owned: Some(vec![]),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            now_ms,
+        }
+    }
+
+    /// A classic group of two members, a and b, stable at generation 2
+    /// with 0-2 and 3-5 (the first generation formed with a alone).
+    fn classic_pair() -> Groups {
+        let mut gs = Groups::default();
+        for fresh in ["a", "b"] {
+            assert!(matches!(
+                gs.join(join("", fresh, None, 0), &Topics),
+                Ok(Joined::Member(_))
+            ));
+        }
+        let _ = gs.join(join("c-a", "x", None, 0), &Topics);
+        assert_eq!(gs.get("g").unwrap().generation, 2);
+        let both: &[(&str, &[i32])] = &[("c-a", &[0, 1, 2]), ("c-b", &[3, 4, 5])];
+        assert_eq!(gs.sync(sync("c-a", 2, both, 1)), Ok(None));
+        assert_eq!(gs.sync(sync("c-b", 2, &[], 1)), Ok(None));
+        assert_eq!(gs.get("g").unwrap().phase, Phase::Stable);
+        gs
+    }
+
+    fn owners(gs: &Groups) -> BTreeMap<i32, Vec<String>> {
+        let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+        for (id, m) in &gs.consumer_group("g").unwrap().members {
+            for p in m.assigned.values().chain(m.revoking.values()).flatten() {
+                owners.entry(*p).or_default().push(id.clone());
+            }
+        }
+        owners
+    }
+
+    fn no_partition_owned_twice(gs: &Groups) {
+        for (p, who) in owners(gs) {
+            assert!(who.len() <= 1, "partition {p} owned by {who:?}");
+        }
+    }
+
+    #[test]
+    fn a_consumer_member_upgrades_a_classic_group_and_cooperative_members_hand_over() {
+        let mut gs = classic_pair();
+        let policy = MigrationPolicy::Bidirectional;
+        // The consumer-protocol member joins: the group is upgraded at
+        // generation 1, a and b keep what they own, the newcomer waits.
+        let new = gs
+            .consumer_heartbeat(consumer_join(10), &Topics, policy)
+            .unwrap();
+        assert!(gs.get("g").is_none(), "no longer a classic group");
+        let g = gs.consumer_group("g").unwrap();
+        assert_eq!(g.epoch, 3);
+        assert_eq!(g.members["c-a"].epoch, 2);
+        assert_eq!(new.assignment, Some(vec![]), "all six are still owned");
+        no_partition_owned_twice(&gs);
+        assert_eq!(gs.list()[0].group_type, "consumer");
+        // Classic members learn of it from their heartbeat.
+        assert_eq!(
+            gs.check_heartbeat(&beat("c-a", 2)),
+            (Err(GroupError::RebalanceInProgress), true)
+        );
+        assert_eq!(
+            gs.check_heartbeat(&beat("c-a", 1)),
+            (Err(GroupError::IllegalGeneration), false)
+        );
+        // a rejoins owning 0-2 (cooperative): it keeps its share, must give
+        // up the rest, and stays at its epoch meanwhile.
+        let Ok(Joined::InConsumerGroup {
+            generation,
+            protocol,
+            ..
+        }) = gs.join(join("c-a", "x", Some(&[0, 1, 2]), 20), &Topics)
+        else {
+            panic!()
+        };
+        assert_eq!((generation, protocol.as_str()), (2, COOPERATIVE));
+        let kept = gs.sync(sync("c-a", 2, &[], 21)).unwrap().unwrap();
+        assert_eq!(kept.subscription, b"sub".to_vec());
+        let kept: Vec<i32> = kept.partitions[0].1.clone();
+        assert_eq!(kept.len(), 2, "a keeps two of six for three members");
+        // Its commit in the revoke callback, at its generation, is taken.
+        let commit = CommitOffsets {
+            group: "g".into(),
+            generation: 2,
+            member_id: "c-a".into(),
+            instance_id: None,
+            offsets: vec![],
+            now_ms: 22,
+        };
+        assert_eq!(gs.commit_offsets(commit.clone()), Ok(()));
+        no_partition_owned_twice(&gs);
+        // a rejoins without the revoked one: it moves to epoch 3.
+        let Ok(Joined::InConsumerGroup { generation, .. }) =
+            gs.join(join("c-a", "x", Some(&kept), 30), &Topics)
+        else {
+            panic!()
+        };
+        assert_eq!(generation, 3);
+        assert_eq!(gs.check_heartbeat(&beat("c-a", 3)), (Ok(()), true));
+        // An old generation's commit is refused as the classic client knows.
+        assert_eq!(
+            gs.commit_offsets(commit),
+            Err(GroupError::IllegalGeneration)
+        );
+        // b does the same; then the newcomer receives what they gave up.
+        let _ = gs.join(join("c-b", "x", Some(&[3, 4, 5]), 40), &Topics);
+        let b_kept = gs
+            .sync(sync("c-b", 2, &[], 41))
+            .unwrap()
+            .unwrap()
+            .partitions[0]
+            .1
+            .clone();
+        let _ = gs.join(join("c-b", "x", Some(&b_kept), 42), &Topics);
+        let mut hb = consumer_join(50);
+        hb.member_epoch = 3;
+        hb.owned = None;
+        hb.subscribed_topics = None;
+        hb.rebalance_timeout_ms = -1;
+        let got = gs.consumer_heartbeat(hb, &Topics, policy).unwrap();
+        assert_eq!(got.assignment.map(|a| a[0].1.len()), Some(2));
+        no_partition_owned_twice(&gs);
+        assert_eq!(owners(&gs).len(), 6, "every partition owned");
+        assert_eq!(gs.consumer_group("g").unwrap().state_name(), "Stable");
+    }
+
+    #[test]
+    fn an_eager_member_gives_up_at_once_and_the_last_consumer_member_leaving_downgrades() {
+        let mut gs = classic_pair();
+        let policy = MigrationPolicy::Bidirectional;
+        gs.consumer_heartbeat(consumer_join(10), &Topics, policy)
+            .unwrap();
+        // Eager: a rejoins owning nothing; its share moves on at once.
+        let Ok(Joined::InConsumerGroup { generation, .. }) =
+            gs.join(join("c-a", "x", None, 20), &Topics)
+        else {
+            panic!()
+        };
+        assert_eq!(generation, 3);
+        no_partition_owned_twice(&gs);
+        // The consumer member leaves: a and b are classic members alone,
+        // and the group is classic again, preparing a generation above
+        // every epoch they hold.
+        let mut leave = consumer_join(30);
+        leave.member_epoch = consumer::LEAVE_EPOCH;
+        gs.consumer_heartbeat(leave, &Topics, policy).unwrap();
+        assert!(gs.consumer_group("g").is_none());
+        let g = gs.get("g").unwrap();
+        assert_eq!(g.state_name(), "PreparingRebalance");
+        assert_eq!(g.generation, 3);
+        assert_eq!(g.protocol.as_deref(), Some(COOPERATIVE));
+        assert_eq!(
+            gs.check_heartbeat(&beat("c-a", 3)),
+            (Err(GroupError::RebalanceInProgress), true)
+        );
+        // Both rejoin: generation 4 forms, with a leader to assign.
+        let _ = gs.join(join("c-a", "x", None, 40), &Topics);
+        let _ = gs.join(join("c-b", "x", None, 41), &Topics);
+        let g = gs.get("g").unwrap();
+        assert_eq!((g.generation, g.state_name()), (4, "CompletingRebalance"));
+        assert!(g.leader.is_some());
+    }
+
+    #[test]
+    fn the_policy_decides_which_conversions_happen() {
+        // Disabled: the consumer member is refused and nothing changes.
+        let mut gs = classic_pair();
+        let before = gs.clone();
+        assert_eq!(
+            gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Disabled),
+            Err(GroupError::GroupIdNotFound)
+        );
+        assert_eq!(gs, before);
+        assert_eq!(
+            gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Downgrade),
+            Err(GroupError::GroupIdNotFound)
+        );
+        // Upgrade only: the group stays a consumer group when the consumer
+        // member leaves, and still serves its classic members.
+        let policy = MigrationPolicy::Upgrade;
+        gs.consumer_heartbeat(consumer_join(10), &Topics, policy)
+            .unwrap();
+        let mut leave = consumer_join(30);
+        leave.member_epoch = consumer::LEAVE_EPOCH;
+        gs.consumer_heartbeat(leave, &Topics, policy).unwrap();
+        assert!(gs.consumer_group("g").is_some());
+        assert!(matches!(
+            gs.join(join("c-a", "x", None, 40), &Topics),
+            Ok(Joined::InConsumerGroup { .. })
+        ));
+        // A classic group whose members' subscriptions are unknown cannot
+        // be upgraded.
+        let mut gs = classic_pair();
+        gs.groups
+            .get_mut("g")
+            .unwrap()
+            .members
+            .get_mut("c-a")
+            .unwrap()
+            .subscribed_topics = None;
+        assert_eq!(
+            gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Bidirectional),
+            Err(GroupError::GroupIdNotFound)
+        );
+    }
+
+    #[test]
+    fn a_classic_member_that_does_not_rejoin_in_time_is_fenced() {
+        let mut gs = classic_pair();
+        let policy = MigrationPolicy::Upgrade;
+        gs.consumer_heartbeat(consumer_join(10), &Topics, policy)
+            .unwrap();
+        let deadline = gs.consumer_group("g").unwrap().next_deadline_ms();
+        assert_eq!(deadline, Some(10 + 5_000), "its join timeout");
+        gs.tick(
+            TickGroup {
+                group: "g".into(),
+                now_ms: 5_010,
+            },
+            policy,
+        );
+        let g = gs.consumer_group("g").unwrap();
+        assert_eq!(g.members.len(), 1, "a and b are gone");
+        assert_eq!(
+            gs.check_heartbeat(&beat("c-a", 2)),
+            (Err(GroupError::UnknownMemberId), false)
+        );
+    }
+
+    #[test]
+    fn a_waiting_classic_request_learns_the_group_was_upgraded() {
+        let mut gs = classic_pair();
+        gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Bidirectional)
+            .unwrap();
+        let view = gs.view("g", "c-a", None).unwrap();
+        assert!(view.converted);
+        assert_eq!(view.member, Some(false));
+    }
+
+    mod mixed {
+        //! Classic cooperative clients and consumer-protocol clients in one
+        //! upgraded group, requests in any order, answers sometimes lost:
+        //! no two clients ever consume one partition.
+        use proptest::prelude::*;
+
+        use super::*;
+
+        #[derive(Debug, Clone)]
+        enum Step {
+            /// Classic client `n` takes its next step (heartbeat, join or
+            /// sync, as its state calls for); `lose` drops the answer.
+            Classic {
+                n: usize,
+                lose: bool,
+            },
+            /// Consumer-protocol client `n` heartbeats (joining if out).
+            Consumer {
+                n: usize,
+                lose: bool,
+            },
+            ConsumerLeaves(usize),
+            Tick,
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                6 => (0..2usize, proptest::bool::weighted(0.1))
+                    .prop_map(|(n, lose)| Step::Classic { n, lose }),
+                4 => (0..2usize, proptest::bool::weighted(0.1))
+                    .prop_map(|(n, lose)| Step::Consumer { n, lose }),
+                1 => (0..2usize).prop_map(Step::ConsumerLeaves),
+                1 => Just(Step::Tick),
+            ]
+        }
+
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        enum Phase {
+            Beating,
+            Joining,
+            Syncing,
+        }
+
+        #[derive(Debug, Clone)]
+        struct ClassicClient {
+            id: String,
+            generation: i32,
+            phase: Phase,
+            owned: BTreeSet<i32>,
+        }
+
+        #[derive(Debug, Clone, Default)]
+        struct ConsumerClient {
+            epoch: i32,
+            owned: BTreeSet<i32>,
+        }
+
+        proptest! {
+            #[test]
+            fn no_partition_is_consumed_by_two_clients(steps in proptest::collection::vec(step(), 1..150)) {
+                let policy = MigrationPolicy::Upgrade;
+                let mut gs = classic_pair();
+                let mut classic = vec![
+                    ClassicClient { id: "c-a".into(), generation: 2, phase: Phase::Beating, owned: [0, 1, 2].into() },
+                    ClassicClient { id: "c-b".into(), generation: 2, phase: Phase::Beating, owned: [3, 4, 5].into() },
+                ];
+                let mut consumers = vec![ConsumerClient::default(); 2];
+                let mut now_ms = 100;
+                for step in steps {
+                    now_ms += 100;
+                    match step {
+                        Step::Tick => {
+                            gs.tick(TickGroup { group: "g".into(), now_ms: now_ms + 10_000 }, policy);
+                            // A client past its rebalance timeout knows it and stops.
+                            if let Some(g) = gs.consumer_group("g") {
+                                for c in &mut classic {
+                                    if !g.members.contains_key(&c.id) {
+                                        c.owned.clear();
+                                    }
+                                }
+                                for (n, c) in consumers.iter_mut().enumerate() {
+                                    if !g.members.contains_key(&format!("k{n}")) {
+                                        *c = ConsumerClient::default();
+                                    }
+                                }
+                            }
+                        }
+                        Step::ConsumerLeaves(n) => {
+                            let mut hb = consumer_join(now_ms);
+                            hb.member_id = format!("k{n}");
+                            hb.member_epoch = consumer::LEAVE_EPOCH;
+                            let _ = gs.consumer_heartbeat(hb, &Topics, policy);
+                            consumers[n] = ConsumerClient::default();
+                        }
+                        Step::Consumer { n, lose } => {
+                            let c = &consumers[n];
+                            let mut hb = consumer_join(now_ms);
+                            hb.member_id = format!("k{n}");
+                            hb.member_epoch = c.epoch;
+                            hb.owned = Some(match c.owned.is_empty() {
+                                true => vec![],
+                                false => vec![(T, c.owned.iter().copied().collect())],
+                            });
+                            let answer = gs.consumer_heartbeat(hb, &Topics, policy);
+                            if lose {
+                                continue;
+                            }
+                            match answer {
+                                Ok(a) => {
+                                    consumers[n].epoch = a.member_epoch;
+                                    if let Some(assigned) = a.assignment {
+                                        consumers[n].owned = assigned.into_iter().flat_map(|(_, ps)| ps).collect();
+                                    }
+                                }
+                                Err(_) => consumers[n] = ConsumerClient::default(),
+                            }
+                        }
+                        Step::Classic { n, lose } => {
+                            let c = classic[n].clone();
+                            let lost = |c: &mut ClassicClient| {
+                                c.owned.clear();
+                                c.phase = Phase::Joining;
+                            };
+                            match c.phase {
+                                Phase::Beating => {
+                                    let (answer, _) = gs.check_heartbeat(&beat(&c.id, c.generation));
+                                    match answer {
+                                        Ok(()) => {}
+                                        Err(GroupError::RebalanceInProgress) => classic[n].phase = Phase::Joining,
+                                        Err(_) => lost(&mut classic[n]),
+                                    }
+                                }
+                                Phase::Joining => {
+                                    let owned: Vec<i32> = c.owned.iter().copied().collect();
+                                    let answer = gs.join(join(&c.id, "x", Some(&owned), now_ms), &Topics);
+                                    if lose {
+                                        continue;
+                                    }
+                                    match answer {
+                                        Ok(Joined::InConsumerGroup { generation, .. }) => {
+                                            classic[n].generation = generation;
+                                            classic[n].phase = Phase::Syncing;
+                                        }
+                                        // Gone from the group: it rejoins from scratch.
+                                        _ => classic[n].owned.clear(),
+                                    }
+                                }
+                                Phase::Syncing => {
+                                    let answer = gs.sync(sync(&c.id, c.generation, &[], now_ms));
+                                    if lose {
+                                        continue;
+                                    }
+                                    match answer {
+                                        Ok(Some(assigned)) => {
+                                            let given: BTreeSet<i32> = assigned.partitions.into_iter().flat_map(|(_, ps)| ps).collect();
+                                            let revoked = c.owned.difference(&given).count() > 0;
+                                            classic[n].owned = given;
+                                            classic[n].phase = if revoked { Phase::Joining } else { Phase::Beating };
+                                        }
+                                        Err(GroupError::RebalanceInProgress) => classic[n].phase = Phase::Joining,
+                                        _ => lost(&mut classic[n]),
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let mut seen: BTreeMap<i32, String> = BTreeMap::new();
+                    let all = classic.iter().map(|c| (c.id.clone(), &c.owned))
+                        .chain(consumers.iter().enumerate().map(|(n, c)| (format!("k{n}"), &c.owned)));
+                    for (who, owned) in all {
+                        for p in owned {
+                            if let Some(other) = seen.insert(*p, who.clone()) {
+                                prop_assert!(false, "partition {} consumed by {} and {}", p, other, who);
+                            }
+                        }
+                    }
+                    if gs.consumer_group("g").is_some() {
+                        no_partition_owned_twice(&gs);
+                    }
+                }
+            }
+        }
+    }
+}
