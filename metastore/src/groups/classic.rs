@@ -69,9 +69,11 @@ pub struct Group {
     pub empty_since_ms: i64,
     /// Bumped by every change waiters care about (see [`AwaitGroup`]).
     pub version: u64,
-    /// The leader's assignments as the agent read them (ConsumerProtocol),
-    /// by member: what each member owns if the group is upgraded to the
-    /// consumer protocol. Meaningful only for members in `assignments`.
+    /// The leader's assignments of the last generation that synced, as the
+    /// agent read them (ConsumerProtocol), by member: what each member is
+    /// taken to own if the group is upgraded to the consumer protocol (kept
+    /// through a rebalance, in which a cooperative member still consumes
+    /// them). Entries of members gone are never read.
     #[serde(default)]
     pub decoded: BTreeMap<String, TopicPartitions>,
 }

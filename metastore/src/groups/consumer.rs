@@ -1071,6 +1071,7 @@ impl ConsumerGroup {
                     subscribed_regex: m.subscribed_regex.clone(),
                     assignment: named(&m.assigned),
                     target: named(&m.target),
+                    classic: m.classic.is_some(),
                 })
                 .collect(),
         }
@@ -1107,6 +1108,8 @@ pub struct ConsumerMemberDescription {
     pub subscribed_regex: Option<String>,
     pub assignment: Vec<NamedPartitions>,
     pub target: Vec<NamedPartitions>,
+    /// A member speaking the classic protocol (KIP-1099's member type 0).
+    pub classic: bool,
 }
 
 #[cfg(test)]

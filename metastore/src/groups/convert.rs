@@ -117,9 +117,9 @@ pub(super) fn can_upgrade(group: &Group, policy: MigrationPolicy) -> bool {
 
 /// Kafka's `ConsumerGroup.fromClassicGroup`: the group at the classic
 /// generation, each member owning (and targeted at) what the leader last
-/// assigned it. A member with no readable assignment (none was made yet in
-/// this generation) owns nothing; a partition two assignments name goes to
-/// the first member only.
+/// assigned it. A member with no readable assignment (it never synced, or
+/// the leader's assignment was not the consumer protocol's) owns nothing; a
+/// partition two assignments name goes to the first member only.
 pub(super) fn to_consumer(
     classic: Group,
     topics: &dyn TopicLookup,
@@ -130,10 +130,13 @@ pub(super) fn to_consumer(
     let mut taken: BTreeSet<(crate::types::TopicId, i32)> = BTreeSet::new();
     let mut members = BTreeMap::new();
     for (id, m) in classic.members {
-        let mut assigned = match classic.decoded.get(&id) {
-            Some(named) if classic.assignments.contains_key(&id) => by_id(named, topics),
-            _ => Partitions::new(),
-        };
+        // What its last completed sync gave it, even if a rebalance began
+        // since: a cooperative member still consumes it, and an eager one
+        // that gave it up costs the newcomer only a wait.
+        let mut assigned = classic
+            .decoded
+            .get(&id)
+            .map_or_else(Partitions::new, |named| by_id(named, topics));
         for (topic, partitions) in &mut assigned {
             partitions.retain(|p| taken.insert((*topic, *p)));
         }
@@ -530,6 +533,29 @@ mod tests {
         let g = gs.get("g").unwrap();
         assert_eq!((g.generation, g.state_name()), (4, "CompletingRebalance"));
         assert!(g.leader.is_some());
+    }
+
+    #[test]
+    fn an_upgrade_while_a_generation_forms_keeps_what_members_last_synced() {
+        let mut gs = classic_pair();
+        // A third classic member: a generation forms (its assignments not
+        // yet made) while a and b still consume what they synced.
+        let _ = gs.join(join("", "c", None, 5), &Topics);
+        let _ = gs.join(join("c-a", "x", None, 5), &Topics);
+        let _ = gs.join(join("c-b", "x", None, 5), &Topics);
+        assert_eq!(gs.get("g").unwrap().state_name(), "CompletingRebalance");
+        let new = gs
+            .consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Bidirectional)
+            .unwrap();
+        assert_eq!(new.assignment, Some(vec![]), "nothing is free");
+        let g = gs.consumer_group("g").unwrap();
+        let held =
+            |m: &str| -> Vec<i32> { g.members[m].assigned.values().flatten().copied().collect() };
+        assert_eq!(
+            (held("c-a"), held("c-b"), held("c-c")),
+            (vec![0, 1, 2], vec![3, 4, 5], vec![])
+        );
+        no_partition_owned_twice(&gs);
     }
 
     #[test]

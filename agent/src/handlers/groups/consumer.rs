@@ -208,8 +208,8 @@ pub async fn describe(
                             )
                             .with_assignment(assignment(m.assignment))
                             .with_target_assignment(assignment(m.target))
-                            // KIP-1099: 1 is a member of the consumer protocol.
-                            .with_member_type(1)
+                            // KIP-1099: 0 a classic member, 1 a consumer-protocol one.
+                            .with_member_type(if m.classic { 0 } else { 1 })
                     })
                     .collect();
                 response
