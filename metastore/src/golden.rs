@@ -29,7 +29,9 @@ use crate::dynamic_config::{ConfigOp, ConfigTarget};
 use crate::format::FORMAT_VERSION;
 use crate::groups::*;
 use crate::ops::*;
-use crate::state::{Batch, Command, JoinGroupV8, Proposal, State, SyncGroupV8};
+use crate::state::{
+    Batch, Command, ConsumerHeartbeatV8, JoinGroupV8, Proposal, State, SyncGroupV8,
+};
 use crate::types::*;
 
 /// Every command variant's name; exhaustive, so a new variant must get a sample.
@@ -59,6 +61,7 @@ fn variant(command: &Command) -> &'static str {
             GroupCommand::Consumer(_) => "group_consumer_heartbeat",
             GroupCommand::JoinWithOwned(_) => "group_join_with_owned",
             GroupCommand::SyncWithDecoded(_) => "group_sync_with_decoded",
+            GroupCommand::ConsumerMigrating(_) => "group_consumer_heartbeat_migrating",
         },
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
@@ -256,7 +259,12 @@ fn wire_state_samples() -> Vec<Command> {
         Command::Group(GroupCommand::Delete(DeleteGroups {
             groups: vec!["nothing".into()],
         })),
-        Command::Group(GroupCommand::Consumer(consumer_heartbeat("cg", 0))),
+        Command::Group(GroupCommand::Consumer(ConsumerHeartbeatV8(
+            consumer_heartbeat("cg", 0),
+        ))),
+        Command::Group(GroupCommand::ConsumerMigrating(consumer_heartbeat(
+            "cg2", 0,
+        ))),
         Command::Group(GroupCommand::JoinWithOwned(JoinGroup {
             group: group(),
             member_id: "instance-2-1".into(),
@@ -558,11 +566,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 27 commands, one of them with 11 group commands: `variant` is exhaustive,
+    // 27 commands, one of them with 12 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        37,
+        38,
         "a command without a golden sample: {named:?}"
     );
 

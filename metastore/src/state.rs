@@ -128,14 +128,22 @@ group_commands! {
     Expire(ExpireMembers),
     Delete(DeleteGroups),
     DeleteOffsets(DeleteOffsets),
-    Consumer(ConsumerHeartbeat),
+    Consumer(ConsumerHeartbeatV8),
     JoinWithOwned(JoinGroup),
     SyncWithDecoded(SyncGroup),
+    ConsumerMigrating(ConsumerHeartbeat),
 }
+
+/// A ConsumerGroupHeartbeat as format 8 logged it: the same fields, applied
+/// with format 8's rules (no group with members changes protocol), so a
+/// replica replaying it decides as the one whose snapshot holds it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerHeartbeatV8(pub ConsumerHeartbeat);
 
 /// A JoinGroup as the log held it up to format 8 (postcard keeps no field
 /// names, so a command that gains fields is a new variant; entries written
-/// before are read as this and applied as the new one).
+/// before are read as this and applied as the new one, with format 8's
+/// rules: see [`Rules`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinGroupV8 {
     pub group: String,
@@ -212,8 +220,9 @@ impl GroupCommand {
             GroupCommand::Sync(c) => Some(&c.group),
             GroupCommand::JoinWithOwned(c) => Some(&c.group),
             GroupCommand::SyncWithDecoded(c) => Some(&c.group),
+            GroupCommand::Consumer(c) => Some(&c.0.group),
             // A join may upgrade a classic group, whose waiters must learn.
-            GroupCommand::Consumer(c) => Some(&c.group),
+            GroupCommand::ConsumerMigrating(c) => Some(&c.group),
             GroupCommand::Leave(c) => Some(&c.group),
             GroupCommand::Tick(c) => Some(&c.group),
             GroupCommand::Expire(c) => Some(&c.group),
@@ -2037,7 +2046,8 @@ impl Apply for RecordOrphans {
 impl Apply for JoinGroupV8 {
     type Output = Result<Joined, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        JoinGroup::from(self).apply(state)
+        let State { groups, topics, .. } = state;
+        Ok(groups.join(self.into(), &TopicsByName(topics), Rules::Format8))
     }
     fn retry_is_safe(&self) -> bool {
         false
@@ -2063,8 +2073,9 @@ impl Apply for SyncGroupV8 {
 impl Apply for JoinGroup {
     type Output = Result<Joined, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let rules = Rules::Migrating(state.configs.migration_policy());
         let State { groups, topics, .. } = state;
-        Ok(groups.join(self, &TopicsByName(topics)))
+        Ok(groups.join(self, &TopicsByName(topics), rules))
     }
     /// A retry of a new member's join would add a second member.
     fn retry_is_safe(&self) -> bool {
@@ -2095,7 +2106,8 @@ impl Apply for LeaveGroup {
     type Output = Vec<Result<(), GroupError>>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let policy = state.configs.migration_policy();
-        Ok(state.groups.leave(self, policy))
+        let State { groups, topics, .. } = state;
+        Ok(groups.leave(self, &TopicsByName(topics), policy))
     }
     fn retry_is_safe(&self) -> bool {
         false
@@ -2109,7 +2121,8 @@ impl Apply for TickGroup {
     type Output = ();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let policy = state.configs.migration_policy();
-        state.groups.tick(self, policy);
+        let State { groups, topics, .. } = state;
+        groups.tick(self, &TopicsByName(topics), policy);
         Ok(())
     }
     fn retry_is_safe(&self) -> bool {
@@ -2124,7 +2137,8 @@ impl Apply for ExpireMembers {
     type Output = ();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let policy = state.configs.migration_policy();
-        state.groups.expire_members(self, policy);
+        let State { groups, topics, .. } = state;
+        groups.expire_members(self, &TopicsByName(topics), policy);
         Ok(())
     }
     /// A member expired once is gone; a second time finds nothing.
@@ -2196,15 +2210,38 @@ impl State {
     }
 }
 
+impl State {
+    fn apply_consumer_heartbeat(
+        &mut self,
+        hb: ConsumerHeartbeat,
+        rules: Option<Rules>,
+    ) -> Result<ConsumerAnswer, GroupError> {
+        let hb = self
+            .with_group_timeouts(std::borrow::Cow::Owned(hb))
+            .into_owned();
+        let rules = rules.unwrap_or(Rules::Migrating(self.configs.migration_policy()));
+        let State { groups, topics, .. } = self;
+        groups.consumer_heartbeat(hb, &TopicsByName(topics), rules)
+    }
+}
+
+impl Apply for ConsumerHeartbeatV8 {
+    type Output = Result<ConsumerAnswer, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.apply_consumer_heartbeat(self.0, Some(Rules::Format8)))
+    }
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.0.now_ms = now_ms;
+    }
+}
+
 impl Apply for ConsumerHeartbeat {
     type Output = Result<ConsumerAnswer, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        let hb = state
-            .with_group_timeouts(std::borrow::Cow::Owned(self))
-            .into_owned();
-        let policy = state.configs.migration_policy();
-        let State { groups, topics, .. } = state;
-        Ok(groups.consumer_heartbeat(hb, &TopicsByName(topics), policy))
+        Ok(state.apply_consumer_heartbeat(self, None))
     }
     /// A join again would be a second join; a leave again is refused.
     fn retry_is_safe(&self) -> bool {

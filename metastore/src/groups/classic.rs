@@ -806,6 +806,7 @@ mod tests {
                 owned: None,
             },
             &NoTopics,
+            TEST_RULES,
         )
     }
 
@@ -984,6 +985,7 @@ mod tests {
                 group: "g".into(),
                 now_ms: 5_999,
             },
+            &NoTopics,
             MigrationPolicy::default(),
         );
         assert_eq!(group(&gs).generation, 2);
@@ -992,6 +994,7 @@ mod tests {
                 group: "g".into(),
                 now_ms: 6_000,
             },
+            &NoTopics,
             MigrationPolicy::default(),
         );
         let g = group(&gs);
@@ -1006,6 +1009,7 @@ mod tests {
                 group: "g".into(),
                 now_ms: 11_000,
             },
+            &NoTopics,
             MigrationPolicy::default(),
         );
         let g = group(&gs);
@@ -1025,6 +1029,7 @@ mod tests {
                     members: vec![(a.clone(), heard_ms)],
                     now_ms,
                 },
+                &NoTopics,
                 MigrationPolicy::default(),
             )
         };
@@ -1102,6 +1107,7 @@ mod tests {
                 }],
                 now_ms: 2_000,
             },
+            &NoTopics,
             MigrationPolicy::default(),
         );
         assert_eq!(left, vec![Ok(())]);
@@ -1122,6 +1128,7 @@ mod tests {
                 group: "g".into(),
                 now_ms: 5_000,
             },
+            &NoTopics,
             MigrationPolicy::default(),
         );
         let g = group(&gs);
@@ -1147,6 +1154,7 @@ mod tests {
                 group: "g".into(),
                 now_ms: 10_100,
             },
+            &NoTopics,
             MigrationPolicy::default(),
         );
         assert!(group(&gs).pending.is_empty());
@@ -1178,6 +1186,7 @@ mod tests {
                 owned: None,
             },
             &NoTopics,
+            TEST_RULES,
         );
         assert_eq!(other, Err(GroupError::InconsistentGroupProtocol));
         let wrong = gs.sync(SyncGroup {

@@ -135,6 +135,22 @@ pub struct ConsumerMember {
     pub classic: Option<ClassicMeta>,
 }
 
+impl ConsumerMember {
+    /// How long it may hold what it must give up. A consumer-protocol
+    /// member: its rebalance timeout (Kafka's revocation timeout). A classic
+    /// member learns of a new epoch only from its next heartbeat (which the
+    /// state does not see) and must then rejoin, sync, revoke and rejoin: its
+    /// session timeout more (Kafka times each step from the heartbeat that
+    /// told it, on the coordinator's memory).
+    fn grace_ms(&self) -> i64 {
+        let rebalance = self.rebalance_timeout_ms as i64;
+        match self.classic {
+            Some(_) => rebalance + self.session_timeout_ms as i64,
+            None => rebalance,
+        }
+    }
+}
+
 /// What the group needs to know of the topics (the state's, at apply).
 pub trait TopicLookup {
     /// A topic's id and partition count.
@@ -387,14 +403,24 @@ impl ConsumerGroup {
         if hb.assignor.as_deref().is_some_and(|a| !assign::is_known(a)) {
             return Err(GroupError::UnsupportedAssignor);
         }
+        // A classic member's id is not the consumer protocol's to use.
+        if self
+            .members
+            .get(&hb.member_id)
+            .is_some_and(|m| m.classic.is_some())
+        {
+            return Err(GroupError::UnknownMemberId);
+        }
         if hb.member_epoch == JOIN_EPOCH {
             let holder = hb.instance_id.as_ref().and_then(|i| self.instances.get(i));
+            // A static member switching protocol (restarted with the
+            // consumer protocol) takes its classic self's place, as Kafka.
             if let Some(holder) = holder
                 && *holder != hb.member_id
                 && self
                     .members
                     .get(holder)
-                    .is_some_and(|m| m.epoch != STATIC_LEAVE_EPOCH)
+                    .is_some_and(|m| m.epoch != STATIC_LEAVE_EPOCH && m.classic.is_none())
             {
                 return Err(GroupError::UnreleasedInstanceId);
             }
@@ -630,8 +656,8 @@ impl ConsumerGroup {
             // and must rejoin within its rebalance timeout (Kafka's join
             // timeout), or it is fenced and what it holds moves.
             if m.classic.is_some() && m.epoch < self.epoch {
-                m.revoke_deadline_ms
-                    .get_or_insert(now_ms + m.rebalance_timeout_ms as i64);
+                let grace = m.grace_ms();
+                m.revoke_deadline_ms.get_or_insert(now_ms + grace);
             }
         }
         self.assignment_epoch = self.epoch;
@@ -666,14 +692,13 @@ impl ConsumerGroup {
         let revoke = minus(&m.assigned, &keep);
         let wanted = minus(&m.target, &keep);
         let free = minus(&wanted, &held);
-        let rebalance_timeout_ms = m.rebalance_timeout_ms as i64;
+        let grace_ms = m.grace_ms();
         let m = self.members.get_mut(id).expect("present");
         if !is_empty(&revoke) && still_owns(&revoke) {
             m.state = Reconciliation::UnrevokedPartitions;
             m.assigned = keep;
             m.revoking = revoke;
-            m.revoke_deadline_ms
-                .get_or_insert(now_ms + rebalance_timeout_ms);
+            m.revoke_deadline_ms.get_or_insert(now_ms + grace_ms);
             return;
         }
         if m.epoch != target_epoch {
@@ -791,7 +816,10 @@ impl ConsumerGroup {
             .and_then(|i| self.instances.get(i))
             .cloned();
         let new = join.member_id.is_empty();
-        if new && holder.is_none() && self.members.len() >= MAX_GROUP_SIZE {
+        if holder.is_none()
+            && !self.members.contains_key(&join.member_id)
+            && self.members.len() >= MAX_GROUP_SIZE
+        {
             return Err(GroupError::GroupMaxSizeReached);
         }
         if !self.supports_classic(&join.protocol_type, &join.protocols) {
@@ -881,6 +909,13 @@ impl ConsumerGroup {
         });
         self.rebalance_if(bump, topics, now_ms);
         let owned = convert::by_id(&join.owned.unwrap_or_default(), topics);
+        // Each JoinGroup is the member at work: its join timeout starts
+        // again from here (Kafka cancels it at every JoinGroup).
+        self.members
+            .get_mut(&id)
+            .expect("present")
+            .revoke_deadline_ms = None;
+        self.hold_back_unknown_owned(&id, &owned, now_ms);
         self.reconcile(&id, Some(owned), now_ms);
         let m = &self.members[&id];
         Ok(Joined::InConsumerGroup {
@@ -888,6 +923,29 @@ impl ConsumerGroup {
             generation: m.epoch,
             protocol: m.classic.as_ref().expect("just set").protocol().to_string(),
         })
+    }
+
+    /// Partitions a classic member says it owns that nobody is assigned (a
+    /// group upgraded while its assignment was unknown, or a client ahead of
+    /// what the group recorded): it must give them up before it moves on, so
+    /// no other member is given them meanwhile.
+    fn hold_back_unknown_owned(&mut self, id: &str, owned: &Partitions, now_ms: i64) {
+        let mut held = Partitions::new();
+        for o in self.members.values() {
+            for (t, ps) in o.assigned.iter().chain(&o.revoking) {
+                held.entry(*t).or_default().extend(ps);
+            }
+        }
+        let unknown = minus(owned, &held);
+        if is_empty(&unknown) {
+            return;
+        }
+        let m = self.members.get_mut(id).expect("present");
+        for (t, ps) in unknown {
+            m.revoking.entry(t).or_default().extend(ps);
+        }
+        m.state = Reconciliation::UnrevokedPartitions;
+        m.revoke_deadline_ms.get_or_insert(now_ms + m.grace_ms());
     }
 
     /// Kafka's checks of a classic member's SyncGroup or Heartbeat: who it
@@ -1029,7 +1087,11 @@ impl ConsumerGroup {
                             member_id
                         }
                     };
-                    if !self.members.contains_key(&id) {
+                    // Kafka lets an administrator remove a consumer-protocol
+                    // static member by instance id; floe's LeaveGroup removes
+                    // classic members only (format 8 refused LeaveGroup in a
+                    // consumer group, and its logged ones replay the same).
+                    if self.members.get(&id).is_none_or(|m| m.classic.is_none()) {
                         return Err(GroupError::UnknownMemberId);
                     }
                     self.fence(&id, now_ms);

@@ -68,6 +68,17 @@ impl MigrationPolicy {
     }
 }
 
+/// The rules a group command is applied with. A JoinGroup or
+/// ConsumerGroupHeartbeat logged by format 8 (before groups with members
+/// converted) is replayed as it was applied then, so replicas agree whatever
+/// their snapshot's place in the log; one logged since migrates as the
+/// cluster's policy says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rules {
+    Format8,
+    Migrating(MigrationPolicy),
+}
+
 /// What a member of a consumer group that speaks the classic protocol
 /// brought with its JoinGroup (Kafka's `ClassicMemberMetadata`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,15 +115,18 @@ pub(super) fn by_id(named: &TopicPartitions, topics: &dyn TopicLookup) -> Partit
 
 /// Whether a classic group may become a consumer group now (Kafka's
 /// `validateOnlineUpgrade`): the policy allows it, it is a `consumer` group,
-/// and every member's subscription could be read.
+/// and every member's subscription and current assignment could be read
+/// (Kafka refuses a group whose embedded protocol does not decode).
 pub(super) fn can_upgrade(group: &Group, policy: MigrationPolicy) -> bool {
     policy.upgrades()
         && group.protocol_type.as_deref() == Some("consumer")
         && group.members.len() < MAX_GROUP_SIZE
-        && group
-            .members
-            .values()
-            .all(|m| m.subscribed_topics.is_some())
+        && group.members.iter().all(|(id, m)| {
+            // An empty assignment (a member the leader left out) is nothing.
+            let unread = group.assignments.get(id).is_some_and(|a| !a.is_empty())
+                && !group.decoded.contains_key(id);
+            m.subscribed_topics.is_some() && !unread
+        })
 }
 
 /// Kafka's `ConsumerGroup.fromClassicGroup`: the group at the classic
@@ -185,31 +199,36 @@ pub(super) fn to_consumer(
 }
 
 /// Whether a consumer group has only classic members left and may become
-/// a classic group (Kafka's `validateOnlineDowngrade`).
+/// a classic group (Kafka's `validateOnlineDowngrade`), and they are all
+/// reconciled at the group's epoch. Kafka downgrades at once; floe waits
+/// until the members agree on one epoch (they rejoin when told, as for any
+/// new epoch), so the classic generation is every member's: none is told
+/// ILLEGAL_GENERATION, and a cooperative assignor never sees owned
+/// partitions of an older generation (which it would take as unowned and
+/// give to another member while their owner still consumes them).
 pub(super) fn can_downgrade(group: &ConsumerGroup, policy: MigrationPolicy) -> bool {
     policy.downgrades()
         && !group.members.is_empty()
-        && group.members.values().all(|m| m.classic.is_some())
+        && group.epoch == group.assignment_epoch
+        && group.members.values().all(|m| {
+            m.classic.is_some() && m.epoch == group.epoch && m.state == Reconciliation::Stable
+        })
 }
 
 /// Kafka's `ClassicGroup.fromConsumerGroup` followed by its rebalance: a
-/// classic group at the members' latest epoch, already preparing the next
-/// generation, so the classic members rejoin and their leader assigns.
-/// Nothing is assigned until then (Kafka keeps the consumer group's targets
-/// as the stable generation's assignments, which only a member that does not
-/// rejoin would read); what each member was assigned is kept readable for a
-/// later upgrade.
-pub(super) fn to_classic(consumer: ConsumerGroup, now_ms: i64) -> Group {
-    let generation = consumer
-        .members
-        .values()
-        .map(|m| m.epoch)
-        .max()
-        .unwrap_or(consumer.epoch);
-    let names: BTreeMap<crate::types::TopicId, String> = consumer
-        .subscribed
-        .iter()
-        .map(|(name, (id, _))| (*id, name.clone()))
+/// classic group at the members' epoch (see [`can_downgrade`]), already
+/// preparing the next generation, so the classic members rejoin and their
+/// leader assigns. Nothing is assigned until then (Kafka keeps the consumer
+/// group's targets as the stable generation's assignments, which only a
+/// member that does not rejoin would read); what each member holds is kept
+/// readable for a later upgrade.
+pub(super) fn to_classic(consumer: ConsumerGroup, topics: &dyn TopicLookup, now_ms: i64) -> Group {
+    let generation = consumer.epoch;
+    // Every topic a member holds partitions of, subscribed or not.
+    let names: BTreeMap<crate::types::TopicId, String> = topics
+        .names()
+        .into_iter()
+        .filter_map(|name| Some((topics.find(&name)?.0, name)))
         .collect();
     let mut group = Group {
         generation,
@@ -220,8 +239,11 @@ pub(super) fn to_classic(consumer: ConsumerGroup, now_ms: i64) -> Group {
         ..Group::default()
     };
     for (id, m) in consumer.members {
-        let named: TopicPartitions = m
-            .assigned
+        let mut held = m.assigned.clone();
+        for (t, ps) in &m.revoking {
+            held.entry(*t).or_default().extend(ps);
+        }
+        let named: TopicPartitions = held
             .iter()
             .filter_map(|(t, ps)| Some((names.get(t)?.clone(), ps.iter().copied().collect())))
             .collect();
@@ -259,6 +281,8 @@ impl Groups {
         topics: &dyn TopicLookup,
         policy: MigrationPolicy,
     ) -> Result<ConsumerAnswer, GroupError> {
+        // Refused before anything is converted.
+        ConsumerGroup::default().check(&hb)?;
         let classic = self.groups.get(&hb.group).expect("checked by the caller");
         if !can_upgrade(classic, policy) {
             return Err(GroupError::GroupIdNotFound);
@@ -274,7 +298,13 @@ impl Groups {
 
     /// After members left a consumer group: classic members alone remain
     /// and the policy allows it, the group becomes a classic group.
-    pub(super) fn maybe_downgrade(&mut self, group: &str, now_ms: i64, policy: MigrationPolicy) {
+    pub(super) fn maybe_downgrade(
+        &mut self,
+        group: &str,
+        topics: &dyn TopicLookup,
+        now_ms: i64,
+        policy: MigrationPolicy,
+    ) {
         if !self
             .consumer
             .get(group)
@@ -284,7 +314,7 @@ impl Groups {
         }
         let consumer = self.consumer.remove(group).expect("just seen");
         self.groups
-            .insert(group.to_string(), to_classic(consumer, now_ms));
+            .insert(group.to_string(), to_classic(consumer, topics, now_ms));
     }
 }
 
@@ -383,11 +413,11 @@ mod tests {
         let mut gs = Groups::default();
         for fresh in ["a", "b"] {
             assert!(matches!(
-                gs.join(join("", fresh, None, 0), &Topics),
+                gs.join(join("", fresh, None, 0), &Topics, TEST_RULES),
                 Ok(Joined::Member(_))
             ));
         }
-        let _ = gs.join(join("c-a", "x", None, 0), &Topics);
+        let _ = gs.join(join("c-a", "x", None, 0), &Topics, TEST_RULES);
         assert_eq!(gs.get("g").unwrap().generation, 2);
         let both: &[(&str, &[i32])] = &[("c-a", &[0, 1, 2]), ("c-b", &[3, 4, 5])];
         assert_eq!(gs.sync(sync("c-a", 2, both, 1)), Ok(None));
@@ -419,7 +449,7 @@ mod tests {
         // The consumer-protocol member joins: the group is upgraded at
         // generation 1, a and b keep what they own, the newcomer waits.
         let new = gs
-            .consumer_heartbeat(consumer_join(10), &Topics, policy)
+            .consumer_heartbeat(consumer_join(10), &Topics, Rules::Migrating(policy))
             .unwrap();
         assert!(gs.get("g").is_none(), "no longer a classic group");
         let g = gs.consumer_group("g").unwrap();
@@ -443,7 +473,7 @@ mod tests {
             generation,
             protocol,
             ..
-        }) = gs.join(join("c-a", "x", Some(&[0, 1, 2]), 20), &Topics)
+        }) = gs.join(join("c-a", "x", Some(&[0, 1, 2]), 20), &Topics, TEST_RULES)
         else {
             panic!()
         };
@@ -465,7 +495,7 @@ mod tests {
         no_partition_owned_twice(&gs);
         // a rejoins without the revoked one: it moves to epoch 3.
         let Ok(Joined::InConsumerGroup { generation, .. }) =
-            gs.join(join("c-a", "x", Some(&kept), 30), &Topics)
+            gs.join(join("c-a", "x", Some(&kept), 30), &Topics, TEST_RULES)
         else {
             panic!()
         };
@@ -477,7 +507,7 @@ mod tests {
             Err(GroupError::IllegalGeneration)
         );
         // b does the same; then the newcomer receives what they gave up.
-        let _ = gs.join(join("c-b", "x", Some(&[3, 4, 5]), 40), &Topics);
+        let _ = gs.join(join("c-b", "x", Some(&[3, 4, 5]), 40), &Topics, TEST_RULES);
         let b_kept = gs
             .sync(sync("c-b", 2, &[], 41))
             .unwrap()
@@ -485,13 +515,15 @@ mod tests {
             .partitions[0]
             .1
             .clone();
-        let _ = gs.join(join("c-b", "x", Some(&b_kept), 42), &Topics);
+        let _ = gs.join(join("c-b", "x", Some(&b_kept), 42), &Topics, TEST_RULES);
         let mut hb = consumer_join(50);
         hb.member_epoch = 3;
         hb.owned = None;
         hb.subscribed_topics = None;
         hb.rebalance_timeout_ms = -1;
-        let got = gs.consumer_heartbeat(hb, &Topics, policy).unwrap();
+        let got = gs
+            .consumer_heartbeat(hb, &Topics, Rules::Migrating(policy))
+            .unwrap();
         assert_eq!(got.assignment.map(|a| a[0].1.len()), Some(2));
         no_partition_owned_twice(&gs);
         assert_eq!(owners(&gs).len(), 6, "every partition owned");
@@ -502,36 +534,49 @@ mod tests {
     fn an_eager_member_gives_up_at_once_and_the_last_consumer_member_leaving_downgrades() {
         let mut gs = classic_pair();
         let policy = MigrationPolicy::Bidirectional;
-        gs.consumer_heartbeat(consumer_join(10), &Topics, policy)
+        gs.consumer_heartbeat(consumer_join(10), &Topics, Rules::Migrating(policy))
             .unwrap();
         // Eager: a rejoins owning nothing; its share moves on at once.
         let Ok(Joined::InConsumerGroup { generation, .. }) =
-            gs.join(join("c-a", "x", None, 20), &Topics)
+            gs.join(join("c-a", "x", None, 20), &Topics, TEST_RULES)
         else {
             panic!()
         };
         assert_eq!(generation, 3);
         no_partition_owned_twice(&gs);
         // The consumer member leaves: a and b are classic members alone,
-        // and the group is classic again, preparing a generation above
-        // every epoch they hold.
+        // but at different epochs (b never rejoined): the group stays a
+        // consumer group until they agree, as any new epoch has them rejoin.
         let mut leave = consumer_join(30);
         leave.member_epoch = consumer::LEAVE_EPOCH;
-        gs.consumer_heartbeat(leave, &Topics, policy).unwrap();
+        gs.consumer_heartbeat(leave, &Topics, Rules::Migrating(policy))
+            .unwrap();
+        assert_eq!(gs.consumer_group("g").unwrap().epoch, 4);
+        assert_eq!(
+            gs.check_heartbeat(&beat("c-b", 2)),
+            (Err(GroupError::RebalanceInProgress), true)
+        );
+        let _ = gs.join(join("c-a", "x", None, 31), &Topics, TEST_RULES);
+        assert!(gs.consumer_group("g").is_some(), "b is still at epoch 2");
+        // b rejoins: both are at epoch 4, and the group is classic again,
+        // at that generation, preparing the next.
+        let _ = gs.join(join("c-b", "x", Some(&[3, 4, 5]), 32), &Topics, TEST_RULES);
         assert!(gs.consumer_group("g").is_none());
         let g = gs.get("g").unwrap();
         assert_eq!(g.state_name(), "PreparingRebalance");
-        assert_eq!(g.generation, 3);
+        assert_eq!(g.generation, 4);
         assert_eq!(g.protocol.as_deref(), Some(COOPERATIVE));
-        assert_eq!(
-            gs.check_heartbeat(&beat("c-a", 3)),
-            (Err(GroupError::RebalanceInProgress), true)
-        );
-        // Both rejoin: generation 4 forms, with a leader to assign.
-        let _ = gs.join(join("c-a", "x", None, 40), &Topics);
-        let _ = gs.join(join("c-b", "x", None, 41), &Topics);
+        for member in ["c-a", "c-b"] {
+            assert_eq!(
+                gs.check_heartbeat(&beat(member, 4)),
+                (Err(GroupError::RebalanceInProgress), true)
+            );
+        }
+        // Both rejoin: generation 5 forms, with a leader to assign.
+        let _ = gs.join(join("c-a", "x", None, 40), &Topics, TEST_RULES);
+        let _ = gs.join(join("c-b", "x", None, 41), &Topics, TEST_RULES);
         let g = gs.get("g").unwrap();
-        assert_eq!((g.generation, g.state_name()), (4, "CompletingRebalance"));
+        assert_eq!((g.generation, g.state_name()), (5, "CompletingRebalance"));
         assert!(g.leader.is_some());
     }
 
@@ -540,12 +585,16 @@ mod tests {
         let mut gs = classic_pair();
         // A third classic member: a generation forms (its assignments not
         // yet made) while a and b still consume what they synced.
-        let _ = gs.join(join("", "c", None, 5), &Topics);
-        let _ = gs.join(join("c-a", "x", None, 5), &Topics);
-        let _ = gs.join(join("c-b", "x", None, 5), &Topics);
+        let _ = gs.join(join("", "c", None, 5), &Topics, TEST_RULES);
+        let _ = gs.join(join("c-a", "x", None, 5), &Topics, TEST_RULES);
+        let _ = gs.join(join("c-b", "x", None, 5), &Topics, TEST_RULES);
         assert_eq!(gs.get("g").unwrap().state_name(), "CompletingRebalance");
         let new = gs
-            .consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Bidirectional)
+            .consumer_heartbeat(
+                consumer_join(10),
+                &Topics,
+                Rules::Migrating(MigrationPolicy::Bidirectional),
+            )
             .unwrap();
         assert_eq!(new.assignment, Some(vec![]), "nothing is free");
         let g = gs.consumer_group("g").unwrap();
@@ -564,25 +613,34 @@ mod tests {
         let mut gs = classic_pair();
         let before = gs.clone();
         assert_eq!(
-            gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Disabled),
+            gs.consumer_heartbeat(
+                consumer_join(10),
+                &Topics,
+                Rules::Migrating(MigrationPolicy::Disabled)
+            ),
             Err(GroupError::GroupIdNotFound)
         );
         assert_eq!(gs, before);
         assert_eq!(
-            gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Downgrade),
+            gs.consumer_heartbeat(
+                consumer_join(10),
+                &Topics,
+                Rules::Migrating(MigrationPolicy::Downgrade)
+            ),
             Err(GroupError::GroupIdNotFound)
         );
         // Upgrade only: the group stays a consumer group when the consumer
         // member leaves, and still serves its classic members.
         let policy = MigrationPolicy::Upgrade;
-        gs.consumer_heartbeat(consumer_join(10), &Topics, policy)
+        gs.consumer_heartbeat(consumer_join(10), &Topics, Rules::Migrating(policy))
             .unwrap();
         let mut leave = consumer_join(30);
         leave.member_epoch = consumer::LEAVE_EPOCH;
-        gs.consumer_heartbeat(leave, &Topics, policy).unwrap();
+        gs.consumer_heartbeat(leave, &Topics, Rules::Migrating(policy))
+            .unwrap();
         assert!(gs.consumer_group("g").is_some());
         assert!(matches!(
-            gs.join(join("c-a", "x", None, 40), &Topics),
+            gs.join(join("c-a", "x", None, 40), &Topics, TEST_RULES),
             Ok(Joined::InConsumerGroup { .. })
         ));
         // A classic group whose members' subscriptions are unknown cannot
@@ -596,24 +654,136 @@ mod tests {
             .unwrap()
             .subscribed_topics = None;
         assert_eq!(
-            gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Bidirectional),
+            gs.consumer_heartbeat(
+                consumer_join(10),
+                &Topics,
+                Rules::Migrating(MigrationPolicy::Bidirectional)
+            ),
             Err(GroupError::GroupIdNotFound)
         );
+    }
+
+    #[test]
+    fn unread_assignments_and_format_8_commands_convert_nothing() {
+        let bidirectional = Rules::Migrating(MigrationPolicy::Bidirectional);
+        // A current assignment that did not read as the consumer protocol's.
+        let mut gs = classic_pair();
+        gs.groups.get_mut("g").unwrap().decoded.remove("c-b");
+        assert_eq!(
+            gs.consumer_heartbeat(consumer_join(10), &Topics, bidirectional),
+            Err(GroupError::GroupIdNotFound)
+        );
+        // A heartbeat logged by format 8 is applied as format 8 did.
+        let mut gs = classic_pair();
+        assert_eq!(
+            gs.consumer_heartbeat(consumer_join(10), &Topics, Rules::Format8),
+            Err(GroupError::GroupIdNotFound)
+        );
+        gs.consumer_heartbeat(consumer_join(10), &Topics, bidirectional)
+            .unwrap();
+        // And a JoinGroup of format 8 to a consumer group with members.
+        assert_eq!(
+            gs.join(join("", "z", None, 20), &Topics, Rules::Format8),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+    }
+
+    #[test]
+    fn members_keep_to_their_protocol_and_the_group_to_its_size() {
+        let mut gs = classic_pair();
+        let rules = Rules::Migrating(MigrationPolicy::Bidirectional);
+        gs.consumer_heartbeat(consumer_join(10), &Topics, rules)
+            .unwrap();
+        // A classic member's id is not the consumer protocol's to use...
+        let mut as_consumer = consumer_join(20);
+        as_consumer.member_id = "c-a".into();
+        assert_eq!(
+            gs.consumer_heartbeat(as_consumer, &Topics, rules),
+            Err(GroupError::UnknownMemberId)
+        );
+        // ...nor the other way round.
+        assert_eq!(
+            gs.join(join("new", "x", None, 20), &Topics, rules),
+            Err(GroupError::UnknownMemberId)
+        );
+        // LeaveGroup removes classic members only.
+        let left = gs.leave(
+            LeaveGroup {
+                group: "g".into(),
+                members: vec![Leaving {
+                    member_id: "new".into(),
+                    instance_id: None,
+                }],
+                now_ms: 21,
+            },
+            &Topics,
+            MigrationPolicy::Bidirectional,
+        );
+        assert_eq!(left, vec![Err(GroupError::UnknownMemberId)]);
+        // Unknown ids join as members (Kafka's rule) up to the group's size.
+        let g = gs.consumer.get_mut("g").unwrap();
+        let filler = g.members["c-a"].clone();
+        for n in g.members.len()..MAX_GROUP_SIZE {
+            g.members.insert(format!("filler-{n}"), filler.clone());
+        }
+        assert_eq!(
+            gs.join(join("random-id", "x", None, 30), &Topics, rules),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+    }
+
+    #[test]
+    fn a_static_member_restarted_with_the_consumer_protocol_takes_its_place() {
+        let mut gs = Groups::default();
+        let rules = Rules::Migrating(MigrationPolicy::Bidirectional);
+        let mut static_join = join("", "1", None, 0);
+        static_join.instance_id = Some("i".into());
+        let Ok(Joined::Member(id)) = gs.join(static_join, &Topics, rules) else {
+            panic!()
+        };
+        assert_eq!(
+            gs.sync(sync(&id, 1, &[(&id, &[0, 1, 2, 3, 4, 5])], 1)),
+            Ok(None)
+        );
+        // The same instance comes back speaking the consumer protocol.
+        let mut hb = consumer_join(10);
+        hb.instance_id = Some("i".into());
+        let answer = gs.consumer_heartbeat(hb, &Topics, rules).unwrap();
+        let g = gs.consumer_group("g").unwrap();
+        assert_eq!(g.members.keys().collect::<Vec<_>>(), vec!["new"]);
+        assert_eq!(answer.assignment.map(|a| a[0].1.len()), Some(6));
+    }
+
+    #[test]
+    fn a_group_with_only_ids_handed_out_is_empty_to_a_consumer_member() {
+        let mut gs = Groups::default();
+        let mut pending = join("", "p", None, 0);
+        pending.require_known_member_id = true;
+        assert!(matches!(
+            gs.join(pending, &Topics, TEST_RULES),
+            Ok(Joined::MemberIdRequired(_))
+        ));
+        let answer = gs
+            .consumer_heartbeat(consumer_join(10), &Topics, TEST_RULES)
+            .unwrap();
+        assert_eq!(answer.assignment.map(|a| a[0].1.len()), Some(6));
     }
 
     #[test]
     fn a_classic_member_that_does_not_rejoin_in_time_is_fenced() {
         let mut gs = classic_pair();
         let policy = MigrationPolicy::Upgrade;
-        gs.consumer_heartbeat(consumer_join(10), &Topics, policy)
+        gs.consumer_heartbeat(consumer_join(10), &Topics, Rules::Migrating(policy))
             .unwrap();
         let deadline = gs.consumer_group("g").unwrap().next_deadline_ms();
-        assert_eq!(deadline, Some(10 + 5_000), "its join timeout");
+        // Its rebalance timeout, and its session to hear of it.
+        assert_eq!(deadline, Some(10 + 5_000 + 10_000), "its join timeout");
         gs.tick(
             TickGroup {
                 group: "g".into(),
-                now_ms: 5_010,
+                now_ms: 15_010,
             },
+            &Topics,
             policy,
         );
         let g = gs.consumer_group("g").unwrap();
@@ -627,8 +797,12 @@ mod tests {
     #[test]
     fn a_waiting_classic_request_learns_the_group_was_upgraded() {
         let mut gs = classic_pair();
-        gs.consumer_heartbeat(consumer_join(10), &Topics, MigrationPolicy::Bidirectional)
-            .unwrap();
+        gs.consumer_heartbeat(
+            consumer_join(10),
+            &Topics,
+            Rules::Migrating(MigrationPolicy::Bidirectional),
+        )
+        .unwrap();
         let view = gs.view("g", "c-a", None).unwrap();
         assert!(view.converted);
         assert_eq!(view.member, Some(false));
@@ -675,6 +849,7 @@ mod tests {
             Beating,
             Joining,
             Syncing,
+            Waiting,
         }
 
         #[derive(Debug, Clone)]
@@ -693,8 +868,16 @@ mod tests {
 
         proptest! {
             #[test]
-            fn no_partition_is_consumed_by_two_clients(steps in proptest::collection::vec(step(), 1..150)) {
-                let policy = MigrationPolicy::Upgrade;
+            fn no_partition_is_consumed_by_two_clients(
+                steps in proptest::collection::vec(step(), 1..150),
+                policy in prop_oneof![
+                    Just(MigrationPolicy::Bidirectional),
+                    Just(MigrationPolicy::Upgrade),
+                    Just(MigrationPolicy::Downgrade),
+                ],
+            ) {
+                let rules = Rules::Migrating(policy);
+                let mut fresh = 0u32;
                 let mut gs = classic_pair();
                 let mut classic = vec![
                     ClassicClient { id: "c-a".into(), generation: 2, phase: Phase::Beating, owned: [0, 1, 2].into() },
@@ -706,18 +889,23 @@ mod tests {
                     now_ms += 100;
                     match step {
                         Step::Tick => {
-                            gs.tick(TickGroup { group: "g".into(), now_ms: now_ms + 10_000 }, policy);
-                            // A client past its rebalance timeout knows it and stops.
-                            if let Some(g) = gs.consumer_group("g") {
-                                for c in &mut classic {
-                                    if !g.members.contains_key(&c.id) {
-                                        c.owned.clear();
-                                    }
+                            gs.tick(TickGroup { group: "g".into(), now_ms: now_ms + 20_000 }, &Topics, policy);
+                            // A client dropped past its timeouts knows it (its
+                            // own poll timer) and stops, as Kafka's clients do.
+                            let member = |gs: &Groups, id: &str| {
+                                gs.consumer_group("g").is_some_and(|g| g.members.contains_key(id))
+                                    || gs.get("g").is_some_and(|g| g.members.contains_key(id))
+                            };
+                            for c in &mut classic {
+                                if !member(&gs, &c.id) {
+                                    c.owned.clear();
+                                    c.id.clear();
+                                    c.phase = Phase::Joining;
                                 }
-                                for (n, c) in consumers.iter_mut().enumerate() {
-                                    if !g.members.contains_key(&format!("k{n}")) {
-                                        *c = ConsumerClient::default();
-                                    }
+                            }
+                            for (n, c) in consumers.iter_mut().enumerate() {
+                                if !member(&gs, &format!("k{n}")) {
+                                    *c = ConsumerClient::default();
                                 }
                             }
                         }
@@ -725,7 +913,7 @@ mod tests {
                             let mut hb = consumer_join(now_ms);
                             hb.member_id = format!("k{n}");
                             hb.member_epoch = consumer::LEAVE_EPOCH;
-                            let _ = gs.consumer_heartbeat(hb, &Topics, policy);
+                            let _ = gs.consumer_heartbeat(hb, &Topics, rules);
                             consumers[n] = ConsumerClient::default();
                         }
                         Step::Consumer { n, lose } => {
@@ -737,7 +925,7 @@ mod tests {
                                 true => vec![],
                                 false => vec![(T, c.owned.iter().copied().collect())],
                             });
-                            let answer = gs.consumer_heartbeat(hb, &Topics, policy);
+                            let answer = gs.consumer_heartbeat(hb, &Topics, rules);
                             if lose {
                                 continue;
                             }
@@ -753,32 +941,41 @@ mod tests {
                         }
                         Step::Classic { n, lose } => {
                             let c = classic[n].clone();
-                            let lost = |c: &mut ClassicClient| {
+                            // Dropped from the group: it stops consuming and
+                            // joins again as a new member.
+                            let lost = |c: &mut ClassicClient, fresh: &mut u32| {
                                 c.owned.clear();
                                 c.phase = Phase::Joining;
+                                c.id.clear();
+                                *fresh += 1;
                             };
                             match c.phase {
-                                Phase::Beating => {
-                                    let (answer, _) = gs.check_heartbeat(&beat(&c.id, c.generation));
-                                    match answer {
-                                        Ok(()) => {}
-                                        Err(GroupError::RebalanceInProgress) => classic[n].phase = Phase::Joining,
-                                        Err(_) => lost(&mut classic[n]),
-                                    }
-                                }
+                                Phase::Beating => match gs.check_heartbeat(&beat(&c.id, c.generation)).0 {
+                                    Ok(()) => {}
+                                    Err(GroupError::RebalanceInProgress) => classic[n].phase = Phase::Joining,
+                                    Err(_) => lost(&mut classic[n], &mut fresh),
+                                },
                                 Phase::Joining => {
                                     let owned: Vec<i32> = c.owned.iter().copied().collect();
-                                    let answer = gs.join(join(&c.id, "x", Some(&owned), now_ms), &Topics);
+                                    let fresh_id = format!("{n}f{fresh}");
+                                    let answer = gs.join(join(&c.id, &fresh_id, Some(&owned), now_ms), &Topics, rules);
                                     if lose {
                                         continue;
                                     }
                                     match answer {
-                                        Ok(Joined::InConsumerGroup { generation, .. }) => {
+                                        Ok(Joined::InConsumerGroup { member_id, generation, .. }) => {
+                                            classic[n].id = member_id;
                                             classic[n].generation = generation;
                                             classic[n].phase = Phase::Syncing;
                                         }
-                                        // Gone from the group: it rejoins from scratch.
-                                        _ => classic[n].owned.clear(),
+                                        // A classic rebalance: it keeps consuming (a
+                                        // cooperative member) while the generation forms.
+                                        Ok(Joined::Member(member_id)) => {
+                                            classic[n].id = member_id;
+                                            classic[n].phase = Phase::Waiting;
+                                        }
+                                        Err(GroupError::RebalanceInProgress) => {}
+                                        _ => lost(&mut classic[n], &mut fresh),
                                     }
                                 }
                                 Phase::Syncing => {
@@ -793,10 +990,20 @@ mod tests {
                                             classic[n].owned = given;
                                             classic[n].phase = if revoked { Phase::Joining } else { Phase::Beating };
                                         }
+                                        // A classic group's sync waits for its leader.
+                                        Ok(None) => classic[n].phase = Phase::Waiting,
                                         Err(GroupError::RebalanceInProgress) => classic[n].phase = Phase::Joining,
-                                        _ => lost(&mut classic[n]),
+                                        _ => lost(&mut classic[n], &mut fresh),
                                     }
                                 }
+                                // Waiting in a classic JoinGroup or SyncGroup (no
+                                // leader assigns in this model): told to rejoin if
+                                // the group was upgraded, dropped if removed.
+                                Phase::Waiting => match gs.view("g", &c.id, None) {
+                                    Some(view) if view.converted => classic[n].phase = Phase::Joining,
+                                    Some(view) if view.member.is_some() => {}
+                                    _ => lost(&mut classic[n], &mut fresh),
+                                },
                             }
                         }
                     }

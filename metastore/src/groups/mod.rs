@@ -31,7 +31,7 @@ pub use consumer::{
     ConsumerAnswer, ConsumerGroup, ConsumerGroupDescription, ConsumerHeartbeat,
     ConsumerMemberDescription, DescribeConsumerGroup, TopicLookup,
 };
-pub use convert::{ClassicMeta, MigrationPolicy};
+pub use convert::{ClassicMeta, MigrationPolicy, Rules};
 
 /// Why a group operation was refused; each is one Kafka error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -168,7 +168,7 @@ pub struct SyncGroup {
     pub assignments: Vec<(String, Vec<u8>)>,
     pub now_ms: i64,
     /// The assignments of `assignments` that the agent could read as
-    /// ConsumerProtocol assignments (without custom user data): what an
+    /// ConsumerProtocol assignments (user data dropped): what an
     /// upgrade to the consumer protocol takes each member to own.
     pub decoded: Vec<(String, TopicPartitions)>,
 }
@@ -443,16 +443,21 @@ impl Groups {
         &mut self,
         hb: ConsumerHeartbeat,
         topics: &dyn TopicLookup,
-        policy: MigrationPolicy,
+        rules: Rules,
     ) -> Result<ConsumerAnswer, GroupError> {
+        let classic_in_use = |g: &Group| match rules {
+            Rules::Format8 => !g.members.is_empty() || !g.pending.is_empty(),
+            // Ids handed out (KIP-394) hold nothing: the group is empty.
+            Rules::Migrating(_) => !g.members.is_empty(),
+        };
         if !self.consumer.contains_key(&hb.group)
             && hb.member_epoch == consumer::JOIN_EPOCH
-            && self
-                .groups
-                .get(&hb.group)
-                .is_some_and(|g| !g.members.is_empty() || !g.pending.is_empty())
+            && self.groups.get(&hb.group).is_some_and(classic_in_use)
         {
-            return self.upgrade_and_join(hb, topics, policy);
+            return match rules {
+                Rules::Format8 => Err(GroupError::GroupIdNotFound),
+                Rules::Migrating(policy) => self.upgrade_and_join(hb, topics, policy),
+            };
         }
         if !self.consumer.contains_key(&hb.group) {
             if hb.member_epoch != consumer::JOIN_EPOCH {
@@ -467,10 +472,7 @@ impl Groups {
                 empty_since_ms: hb.now_ms,
                 ..ConsumerGroup::default()
             };
-            if let Some(classic) = self.groups.get(&hb.group) {
-                if !classic.members.is_empty() || !classic.pending.is_empty() {
-                    return Err(GroupError::GroupIdNotFound);
-                }
+            if self.groups.contains_key(&hb.group) {
                 let classic = self.groups.remove(&hb.group).expect("just seen");
                 created.offsets = classic.offsets;
                 created.empty_since_ms = classic.empty_since_ms;
@@ -480,7 +482,9 @@ impl Groups {
         let (group, now_ms) = (hb.group.clone(), hb.now_ms);
         let g = self.consumer.get_mut(&group).expect("present");
         let answer = g.heartbeat(hb, topics);
-        self.maybe_downgrade(&group, now_ms, policy);
+        if let Rules::Migrating(policy) = rules {
+            self.maybe_downgrade(&group, topics, now_ms, policy);
+        }
         answer
     }
 
@@ -601,6 +605,7 @@ impl Groups {
         &mut self,
         join: JoinGroup,
         topics: &dyn TopicLookup,
+        rules: Rules,
     ) -> Result<Joined, GroupError> {
         if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
             return Err(GroupError::InvalidSessionTimeout);
@@ -610,7 +615,14 @@ impl Groups {
         // by a new member.
         if let Some(consumer) = self.consumer.get_mut(&join.group) {
             if !consumer.members.is_empty() {
-                return consumer.classic_join(join, topics);
+                let Rules::Migrating(policy) = rules else {
+                    return Err(GroupError::InconsistentGroupProtocol);
+                };
+                let (group, now_ms) = (join.group.clone(), join.now_ms);
+                let joined = consumer.classic_join(join, topics);
+                // Its members may now agree on an epoch (see `convert`).
+                self.maybe_downgrade(&group, topics, now_ms, policy);
+                return joined;
             }
             if !join.member_id.is_empty() {
                 return Err(GroupError::UnknownMemberId);
@@ -670,11 +682,12 @@ impl Groups {
     pub fn leave(
         &mut self,
         leave: LeaveGroup,
+        topics: &dyn TopicLookup,
         policy: MigrationPolicy,
     ) -> Vec<Result<(), GroupError>> {
         if let Some(g) = self.consumer.get_mut(&leave.group) {
             let left = g.classic_leave(leave.members, leave.now_ms);
-            self.maybe_downgrade(&leave.group, leave.now_ms, policy);
+            self.maybe_downgrade(&leave.group, topics, leave.now_ms, policy);
             return left;
         }
         let Some(g) = self.groups.get_mut(&leave.group) else {
@@ -689,23 +702,28 @@ impl Groups {
         left
     }
 
-    pub fn tick(&mut self, tick: TickGroup, policy: MigrationPolicy) {
+    pub fn tick(&mut self, tick: TickGroup, topics: &dyn TopicLookup, policy: MigrationPolicy) {
         if let Some(g) = self.groups.get_mut(&tick.group) {
             g.tick(tick.now_ms);
             g.version += 1;
         } else if let Some(g) = self.consumer.get_mut(&tick.group) {
             g.tick(tick.now_ms);
-            self.maybe_downgrade(&tick.group, tick.now_ms, policy);
+            self.maybe_downgrade(&tick.group, topics, tick.now_ms, policy);
         }
     }
 
-    pub fn expire_members(&mut self, expire: ExpireMembers, policy: MigrationPolicy) {
+    pub fn expire_members(
+        &mut self,
+        expire: ExpireMembers,
+        topics: &dyn TopicLookup,
+        policy: MigrationPolicy,
+    ) {
         if let Some(g) = self.groups.get_mut(&expire.group) {
             g.expire_members(&expire.members, expire.now_ms);
             g.version += 1;
         } else if let Some(g) = self.consumer.get_mut(&expire.group) {
             g.expire_members(&expire.members, expire.now_ms);
-            self.maybe_downgrade(&expire.group, expire.now_ms, policy);
+            self.maybe_downgrade(&expire.group, topics, expire.now_ms, policy);
         }
     }
 
@@ -935,3 +953,7 @@ impl TopicLookup for NoTopics {
         Vec::new()
     }
 }
+
+/// Today's rules with Kafka's default policy (tests).
+#[cfg(test)]
+pub(crate) const TEST_RULES: Rules = Rules::Migrating(MigrationPolicy::Bidirectional);

@@ -97,15 +97,12 @@ fn owned_partitions(protocol_type: &str, metadata: &[u8]) -> Option<TopicPartiti
     )
 }
 
-/// A leader's assignment read as a ConsumerProtocol assignment, if it is
-/// one with no custom user data (which a consumer-protocol group could not
-/// keep, so Kafka does not upgrade such a group: floe takes the member to
-/// own nothing known).
+/// A leader's assignment read as a ConsumerProtocol assignment: what the
+/// member owns if the group is upgraded. An assignor's user data (the
+/// sticky assignors put the member's partitions and generation there) is
+/// not kept, as Kafka keeps none in a consumer-protocol group.
 fn decoded_assignment(assignment: &[u8]) -> Option<TopicPartitions> {
     let decoded: ConsumerProtocolAssignment = floe_protocol::decode_consumer_protocol(assignment)?;
-    if decoded.user_data.as_ref().is_some_and(|d| !d.is_empty()) {
-        return None;
-    }
     Some(
         decoded
             .assigned_partitions
