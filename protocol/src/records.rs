@@ -57,8 +57,9 @@ pub const DELETE_HORIZON_FLAG: i16 = 0x40;
 /// A v2 batch compresses its records section as a whole, and the records'
 /// bytes are the same whatever the codec: they are carried over byte for
 /// byte (keys, values, headers with any keys, timestamps and offset
-/// deltas), after checking they are `record_count` records numbered 0, 1,
-/// ... (Kafka renumbers other deltas; floe refuses them as invalid). The
+/// deltas), after checking they are `record_count` well-formed records.
+/// Records not numbered 0, 1, ... are renumbered, as Kafka's LogValidator
+/// rebuilds such a batch rather than refuse it. The
 /// header is kept but for its codec bits, length and CRC: producer fields
 /// (idempotence still recognises retries), timestamps and their type,
 /// leader epoch. The records are compressed at `level` (the codec's
@@ -78,8 +79,9 @@ pub fn recompress(
     if codec == Codec::None && HEADER_LEN + records.len() > max_bytes {
         return Err(BatchError::TooLarge);
     }
-    check_records(&records, batch.record_count())?;
-    let compressed = crate::compression::compress(codec, level, &records)?;
+    let renumbered = check_records(&records, batch.record_count())?;
+    let records = renumbered.as_deref().unwrap_or(&records);
+    let compressed = crate::compression::compress(codec, level, records)?;
     if HEADER_LEN + compressed.len() > max_bytes {
         return Err(BatchError::TooLarge);
     }
@@ -99,11 +101,16 @@ pub fn recompress(
 
 /// Checks, without decoding them, that `records` holds exactly `count`
 /// well-formed records (as a consumer reads them: every length within its
-/// record, the record's fields filling it) whose offset deltas are 0, 1, ...
-/// in order.
-fn check_records(records: &[u8], count: i32) -> Result<(), BatchError> {
-    let bad = || BatchError::Invalid("records are not well formed and numbered as counted");
+/// record, the record's fields filling it). If their offset deltas are not
+/// 0, 1, ... in order, the records numbered so (the rest of each record
+/// byte for byte); `None` if they already are.
+fn check_records(records: &[u8], count: i32) -> Result<Option<Vec<u8>>, BatchError> {
+    let bad = || BatchError::Invalid("records are not well formed as counted");
     let mut at = 0usize;
+    // Each record's body and where its offset delta lies in it (bounded by
+    // the records present: each takes at least a byte).
+    let mut spans = Vec::new();
+    let mut numbered = true;
     for expected in 0..count.max(0) {
         let length = read_varint(records, &mut at).ok_or_else(bad)?;
         let end = usize::try_from(length)
@@ -115,9 +122,10 @@ fn check_records(records: &[u8], count: i32) -> Result<(), BatchError> {
         let record = &records[..end];
         let mut field = at + 1; // past the record's attributes
         read_varlong(record, &mut field).ok_or_else(bad)?; // timestamp delta
-        if read_varint(record, &mut field) != Some(expected) {
-            return Err(bad());
-        }
+        let delta_at = field;
+        let delta = read_varint(record, &mut field).ok_or_else(bad)?;
+        numbered &= delta == expected;
+        spans.push((at, delta_at, field, end));
         skip_bytes(record, &mut field).ok_or_else(bad)?; // key
         skip_bytes(record, &mut field).ok_or_else(bad)?; // value
         let headers = read_varint(record, &mut field)
@@ -142,7 +150,27 @@ fn check_records(records: &[u8], count: i32) -> Result<(), BatchError> {
     if at != records.len() {
         return Err(bad());
     }
-    Ok(())
+    if numbered {
+        return Ok(None);
+    }
+    Ok(Some(renumber(records, &spans)))
+}
+
+/// `records` numbered 0, 1, ...: each span is a record's body (start,
+/// where its offset delta starts and ends, end), rewritten with its new
+/// delta and length and otherwise byte for byte.
+fn renumber(records: &[u8], spans: &[(usize, usize, usize, usize)]) -> Vec<u8> {
+    let mut out = bytes::BytesMut::with_capacity(records.len() + 10 * spans.len());
+    let mut body = bytes::BytesMut::new();
+    for (n, &(start, delta_at, delta_end, end)) in spans.iter().enumerate() {
+        body.clear();
+        body.extend_from_slice(&records[start..delta_at]);
+        varlong(&mut body, n as i64);
+        body.extend_from_slice(&records[delta_end..end]);
+        varlong(&mut out, body.len() as i64);
+        out.extend_from_slice(&body);
+    }
+    out.to_vec()
 }
 
 /// Moves `at` past a length-prefixed field (-1: null); `None` if it runs
@@ -487,16 +515,26 @@ mod tests {
     }
 
     #[test]
-    fn records_not_numbered_as_counted_are_refused() {
-        for deltas in [vec![0, 0], vec![1, 0], vec![0, 2]] {
-            let records: Vec<u8> = deltas.iter().flat_map(|&d| record(d, b"v", &[])).collect();
+    fn records_not_numbered_as_counted_are_renumbered_as_kafka_does() {
+        // Deltas wrong, repeated, out of order, or a varint longer than the
+        // right one (the record's length changes with it).
+        for deltas in [vec![0, 0], vec![1, 0], vec![0, 2], vec![5_000, 70_000]] {
+            let records: Vec<u8> = deltas
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &d)| record(d, format!("v{i}").as_bytes(), &[(b"h", b"x")]))
+                .collect();
             let batch = batch_of(&records, 2, Codec::None);
-            assert!(matches!(
-                recompress(&batch, Codec::Zstd, None, usize::MAX),
-                Err(BatchError::Invalid(_))
-            ));
+            let fixed = recompress(&batch, Codec::Zstd, None, usize::MAX).unwrap();
+            let read = decode(&fixed).unwrap();
+            let seen: Vec<(i64, &[u8])> = read
+                .iter()
+                .map(|r| (r.offset, r.value.as_deref().unwrap_or_default()))
+                .collect();
+            assert_eq!(seen, vec![(0, &b"v0"[..]), (1, &b"v1"[..])], "{deltas:?}");
+            assert_eq!(read[1].headers.len(), 1);
         }
-        // More bytes than the count's records, or fewer.
+        // More bytes than the count's records, or fewer: refused.
         let v = [b'v'; 20];
         let three = [record(0, &v, &[]), record(1, &v, &[]), record(2, &v, &[])].concat();
         let batch = batch_of(&three, 2, Codec::None);
