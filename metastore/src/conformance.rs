@@ -283,6 +283,7 @@ fn sync_request(member: &str, generation: i32) -> SyncGroup {
         assignments: vec![(member.into(), b"all".to_vec())],
         now_ms: 0,
         decoded: vec![],
+        decodes: true,
     }
 }
 

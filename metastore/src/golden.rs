@@ -291,6 +291,7 @@ fn wire_state_samples() -> Vec<Command> {
             assignments: vec![("instance-2-1".into(), vec![6, 7])],
             now_ms: 15,
             decoded: vec![("instance-2-1".into(), vec![("t".into(), vec![0, 2])])],
+            decodes: true,
         })),
         Command::AcquireLease(AcquireLease {
             job: "maintenance".into(),
@@ -723,6 +724,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             assignments: vec![("c-2".into(), vec![2])],
             now_ms: 9,
             decoded: vec![("c-2".into(), vec![("t".into(), vec![1])])],
+            decodes: true,
         }
         .into(),
         CommitOffsets {

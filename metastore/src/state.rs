@@ -207,6 +207,7 @@ impl From<SyncGroupV8> for SyncGroup {
             assignments: s.assignments,
             now_ms: s.now_ms,
             decoded: Vec::new(),
+            decodes: false,
         }
     }
 }
@@ -3315,6 +3316,7 @@ mod tests {
                     assignments: vec![],
                     now_ms: 0,
                     decoded: vec![],
+                    decodes: true,
                 },
             );
             assert_eq!(sync, Ok(Err(GroupError::UnknownMemberId)));

@@ -40,6 +40,11 @@ pub struct Member {
     pub joined: bool,
     /// In the formed generation, and has not sent its SyncGroup yet.
     pub awaiting_sync: bool,
+    /// What it said it owned at its last JoinGroup (a cooperative member
+    /// keeps consuming it until its next sync tells it what to give up):
+    /// what an upgrade takes it to be giving up still.
+    #[serde(default)]
+    pub owned: Option<TopicPartitions>,
 }
 
 /// One group, as stored.
@@ -76,6 +81,14 @@ pub struct Group {
     /// them). Entries of members gone are never read.
     #[serde(default)]
     pub decoded: BTreeMap<String, TopicPartitions>,
+    /// The generation whose leader's sync filled `decoded` (none if the
+    /// last sync was logged before format 9, or there was none).
+    #[serde(default)]
+    pub decoded_generation: Option<i32>,
+    /// Members of that sync whose assignment (not empty) did not read as
+    /// the consumer protocol's: the group cannot be upgraded (Kafka's rule).
+    #[serde(default)]
+    pub undecoded: BTreeSet<String>,
 }
 
 impl Default for Group {
@@ -96,6 +109,8 @@ impl Default for Group {
             empty_since_ms: 0,
             version: 0,
             decoded: BTreeMap::new(),
+            decoded_generation: None,
+            undecoded: BTreeSet::new(),
         }
     }
 }
@@ -337,13 +352,14 @@ impl Group {
                 last_seen_ms: join.now_ms,
                 joined: true,
                 awaiting_sync: false,
+                owned: join.owned,
             },
         );
     }
 
     /// A member was added or rejoined: a rebalance starts unless one is in
     /// progress, which completes if it was the last one awaited.
-    fn after_join(&mut self, member_id: &str, now_ms: i64) {
+    pub(super) fn after_join(&mut self, member_id: &str, now_ms: i64) {
         if !matches!(self.phase, Phase::Joining { .. }) {
             self.start_rebalance(now_ms);
         }
@@ -435,6 +451,7 @@ impl Group {
         m.rebalance_timeout_ms = join.rebalance_timeout_ms;
         m.protocols = join.protocols;
         m.subscribed_topics = join.subscribed_topics;
+        m.owned = join.owned;
         m.last_seen_ms = join.now_ms;
         m.joined = true;
     }
@@ -637,6 +654,18 @@ impl Group {
                         .into_iter()
                         .filter(|(m, _)| self.assignments.contains_key(m))
                         .collect();
+                    // (A sync logged before format 9 read nothing: what its
+                    // members hold stays unknown, as a snapshot of then has it.)
+                    self.undecoded = match sync.decodes {
+                        true => self
+                            .assignments
+                            .iter()
+                            .filter(|(m, a)| !a.is_empty() && !self.decoded.contains_key(*m))
+                            .map(|(m, _)| m.clone())
+                            .collect(),
+                        false => BTreeSet::new(),
+                    };
+                    self.decoded_generation = sync.decodes.then_some(self.generation);
                     self.assignments_generation = self.generation;
                     self.phase = Phase::Stable;
                     for m in self.members.values_mut() {
@@ -833,6 +862,7 @@ mod tests {
             assignments: vec![(member.into(), member.as_bytes().to_vec())],
             now_ms,
             decoded: vec![],
+            decodes: true,
         })
         .map(drop)
     }
@@ -1072,6 +1102,7 @@ mod tests {
             assignments: vec![(old.clone(), b"p0".to_vec()), (b.clone(), b"p1".to_vec())],
             now_ms: 0,
             decoded: vec![],
+            decodes: true,
         })
         .unwrap();
         assert_eq!(group(&gs).phase, Phase::Stable);
@@ -1199,6 +1230,7 @@ mod tests {
             assignments: vec![],
             now_ms: 0,
             decoded: vec![],
+            decodes: true,
         });
         assert_eq!(wrong, Err(GroupError::InconsistentGroupProtocol));
     }

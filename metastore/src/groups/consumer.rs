@@ -142,7 +142,7 @@ impl ConsumerMember {
     /// state does not see) and must then rejoin, sync, revoke and rejoin: its
     /// session timeout more (Kafka times each step from the heartbeat that
     /// told it, on the coordinator's memory).
-    fn grace_ms(&self) -> i64 {
+    pub(super) fn grace_ms(&self) -> i64 {
         let rebalance = self.rebalance_timeout_ms as i64;
         match self.classic {
             Some(_) => rebalance + self.session_timeout_ms as i64,
@@ -207,7 +207,7 @@ fn intersect(a: &Partitions, b: &Partitions) -> Partitions {
         .collect()
 }
 
-fn minus(a: &Partitions, b: &Partitions) -> Partitions {
+pub(super) fn minus(a: &Partitions, b: &Partitions) -> Partitions {
     a.iter()
         .filter_map(|(t, ps)| {
             let left: BTreeSet<i32> = match b.get(t) {
@@ -909,14 +909,26 @@ impl ConsumerGroup {
         });
         self.rebalance_if(bump, topics, now_ms);
         let owned = convert::by_id(&join.owned.unwrap_or_default(), topics);
-        // Each JoinGroup is the member at work: its join timeout starts
-        // again from here (Kafka cancels it at every JoinGroup).
-        self.members
-            .get_mut(&id)
-            .expect("present")
-            .revoke_deadline_ms = None;
+        let before = {
+            let m = &self.members[&id];
+            (m.epoch, m.revoking.clone())
+        };
         self.hold_back_unknown_owned(&id, &owned, now_ms);
         self.reconcile(&id, Some(owned), now_ms);
+        // Its join timeout: none once reconciled; restarted when it made
+        // progress (moved on, or gave something up), so a JoinGroup loop
+        // that gives nothing up cannot hold partitions forever.
+        let target_epoch = self.assignment_epoch;
+        let m = self.members.get_mut(&id).expect("present");
+        let behind = m.state == Reconciliation::UnrevokedPartitions || m.epoch < target_epoch;
+        if !behind {
+            m.revoke_deadline_ms = None;
+        } else if (m.epoch, &m.revoking) != (before.0, &before.1) {
+            m.revoke_deadline_ms = Some(now_ms + m.grace_ms());
+        } else {
+            let grace = m.grace_ms();
+            m.revoke_deadline_ms.get_or_insert(now_ms + grace);
+        }
         let m = &self.members[&id];
         Ok(Joined::InConsumerGroup {
             member_id: id.clone(),

@@ -115,18 +115,26 @@ pub(super) fn by_id(named: &TopicPartitions, topics: &dyn TopicLookup) -> Partit
 
 /// Whether a classic group may become a consumer group now (Kafka's
 /// `validateOnlineUpgrade`): the policy allows it, it is a `consumer` group,
-/// and every member's subscription and current assignment could be read
+/// and every member's subscription and last assignment could be read
 /// (Kafka refuses a group whose embedded protocol does not decode).
 pub(super) fn can_upgrade(group: &Group, policy: MigrationPolicy) -> bool {
     policy.upgrades()
         && group.protocol_type.as_deref() == Some("consumer")
         && group.members.len() < MAX_GROUP_SIZE
-        && group.members.iter().all(|(id, m)| {
-            // An empty assignment (a member the leader left out) is nothing.
-            let unread = group.assignments.get(id).is_some_and(|a| !a.is_empty())
-                && !group.decoded.contains_key(id);
-            m.subscribed_topics.is_some() && !unread
-        })
+        && group
+            .members
+            .values()
+            .all(|m| m.subscribed_topics.is_some())
+        && !group.members.keys().any(|id| group.undecoded.contains(id))
+}
+
+/// Whether what each member was last assigned is known: its last sync was
+/// read by a floe of format 9 (or there was none). A group last synced
+/// before cannot be taken over yet: its members would be taken to own
+/// nothing while they consume.
+pub(super) fn ownership_known(group: &Group) -> bool {
+    group.assignments_generation < 0
+        || group.decoded_generation == Some(group.assignments_generation)
 }
 
 /// Kafka's `ConsumerGroup.fromClassicGroup`: the group at the classic
@@ -143,6 +151,14 @@ pub(super) fn to_consumer(
     let generation = classic.generation;
     let mut taken: BTreeSet<(crate::types::TopicId, i32)> = BTreeSet::new();
     let mut members = BTreeMap::new();
+    // What members said they owned at their last JoinGroup and were not
+    // assigned since: a cooperative member may still be giving it up.
+    let mut giving_up: BTreeMap<String, Partitions> = BTreeMap::new();
+    for (id, m) in &classic.members {
+        if let Some(owned) = &m.owned {
+            giving_up.insert(id.clone(), by_id(owned, topics));
+        }
+    }
     for (id, m) in classic.members {
         // What its last completed sync gave it, even if a rebalance began
         // since: a cooperative member still consumes it, and an eager one
@@ -177,13 +193,33 @@ pub(super) fn to_consumer(
                 target: assigned.clone(),
                 assigned,
                 revoking: Partitions::new(),
-                last_seen_ms: m.last_seen_ms,
+                // A new session from now, as Kafka schedules one for each
+                // converted member (one waiting in a JoinGroup sent no
+                // heartbeats, which the classic group did not need).
+                last_seen_ms: now_ms,
                 revoke_deadline_ms: None,
                 classic: Some(ClassicMeta {
                     protocols: m.protocols,
                 }),
             },
         );
+    }
+    // Then what they may still be giving up, where no assignment (which
+    // comes first) names it: never a partition twice.
+    for (id, owned) in giving_up {
+        let Some(m) = members.get_mut(&id) else {
+            continue;
+        };
+        let mut revoking = consumer::minus(&owned, &m.assigned);
+        for (topic, partitions) in &mut revoking {
+            partitions.retain(|p| taken.insert((*topic, *p)));
+        }
+        revoking.retain(|_, ps| !ps.is_empty());
+        if !revoking.is_empty() {
+            m.revoking = revoking;
+            m.state = Reconciliation::UnrevokedPartitions;
+            m.revoke_deadline_ms = Some(now_ms + m.grace_ms());
+        }
     }
     let mut group = ConsumerGroup {
         epoch: generation,
@@ -247,7 +283,7 @@ pub(super) fn to_classic(consumer: ConsumerGroup, topics: &dyn TopicLookup, now_
             .iter()
             .filter_map(|(t, ps)| Some((names.get(t)?.clone(), ps.iter().copied().collect())))
             .collect();
-        group.decoded.insert(id.clone(), named);
+        group.decoded.insert(id.clone(), named.clone());
         group.members.insert(
             id,
             Member {
@@ -258,9 +294,10 @@ pub(super) fn to_classic(consumer: ConsumerGroup, topics: &dyn TopicLookup, now_
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 protocols: m.classic.map(|c| c.protocols).unwrap_or_default(),
                 subscribed_topics: Some(m.subscribed_topics),
-                last_seen_ms: m.last_seen_ms,
+                last_seen_ms: now_ms,
                 joined: false,
                 awaiting_sync: false,
+                owned: Some(named.clone()),
             },
         );
     }
@@ -286,6 +323,16 @@ impl Groups {
         let classic = self.groups.get(&hb.group).expect("checked by the caller");
         if !can_upgrade(classic, policy) {
             return Err(GroupError::GroupIdNotFound);
+        }
+        if !ownership_known(classic) {
+            // Synced before format 9: a rebalance makes the leader sync
+            // again, read this time; the newcomer retries meanwhile.
+            let classic = self.groups.get_mut(&hb.group).expect("just seen");
+            if matches!(classic.phase, Phase::Stable | Phase::Syncing) {
+                classic.start_rebalance(hb.now_ms);
+                classic.version += 1;
+            }
+            return Err(GroupError::CoordinatorLoadInProgress);
         }
         let mut upgraded =
             to_consumer(classic.clone(), topics, hb.heartbeat_interval_ms, hb.now_ms);
@@ -375,6 +422,7 @@ mod tests {
                 .map(|(m, ps)| (m.to_string(), vec![("t".to_string(), ps.to_vec())]))
                 .collect(),
             now_ms,
+            decodes: true,
         }
     }
 
@@ -608,6 +656,29 @@ mod tests {
     }
 
     #[test]
+    fn an_upgrade_keeps_what_a_cooperative_member_is_still_giving_up() {
+        // a joined owning 0-5, its sync gave it 0-2 only: until it rejoins
+        // it may still be consuming 3-5 (in its revoke callback).
+        let mut gs = Groups::default();
+        let Ok(Joined::Member(a)) = gs.join(
+            join("", "a", Some(&[0, 1, 2, 3, 4, 5]), 0),
+            &Topics,
+            TEST_RULES,
+        ) else {
+            panic!()
+        };
+        assert_eq!(gs.sync(sync(&a, 1, &[(&a, &[0, 1, 2])], 1)), Ok(None));
+        let new = gs
+            .consumer_heartbeat(consumer_join(10), &Topics, TEST_RULES)
+            .unwrap();
+        assert_eq!(new.assignment, Some(vec![]), "3-5 are still a's");
+        let m = &gs.consumer_group("g").unwrap().members[&a];
+        assert_eq!(m.state, Reconciliation::UnrevokedPartitions);
+        assert!(m.revoke_deadline_ms.is_some());
+        no_partition_owned_twice(&gs);
+    }
+
+    #[test]
     fn the_policy_decides_which_conversions_happen() {
         // Disabled: the consumer member is refused and nothing changes.
         let mut gs = classic_pair();
@@ -668,11 +739,25 @@ mod tests {
         let bidirectional = Rules::Migrating(MigrationPolicy::Bidirectional);
         // A current assignment that did not read as the consumer protocol's.
         let mut gs = classic_pair();
-        gs.groups.get_mut("g").unwrap().decoded.remove("c-b");
+        gs.groups
+            .get_mut("g")
+            .unwrap()
+            .undecoded
+            .insert("c-b".into());
         assert_eq!(
             gs.consumer_heartbeat(consumer_join(10), &Topics, bidirectional),
             Err(GroupError::GroupIdNotFound)
         );
+        // A group last synced before format 9 (what its members hold is
+        // unknown): the newcomer retries while the group rebalances, and its
+        // leader's next sync is read.
+        let mut gs = classic_pair();
+        gs.groups.get_mut("g").unwrap().decoded_generation = None;
+        assert_eq!(
+            gs.consumer_heartbeat(consumer_join(10), &Topics, bidirectional),
+            Err(GroupError::CoordinatorLoadInProgress)
+        );
+        assert_eq!(gs.get("g").unwrap().state_name(), "PreparingRebalance");
         // A heartbeat logged by format 8 is applied as format 8 did.
         let mut gs = classic_pair();
         assert_eq!(

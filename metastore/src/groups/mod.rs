@@ -66,6 +66,10 @@ pub enum GroupError {
     StaleMemberEpoch,
     #[error("the subscription's regular expression does not compile")]
     InvalidRegularExpression,
+    /// Retriable: the group cannot convert yet (its members' assignments
+    /// are not known in a form it can take over; a rebalance was started).
+    #[error("the group is not ready to convert; retry")]
+    CoordinatorLoadInProgress,
 }
 
 /// Shortest and longest session timeout accepted (Kafka's group.min/max.session.timeout.ms).
@@ -171,6 +175,9 @@ pub struct SyncGroup {
     /// ConsumerProtocol assignments (user data dropped): what an
     /// upgrade to the consumer protocol takes each member to own.
     pub decoded: Vec<(String, TopicPartitions)>,
+    /// The agent read the assignments (`decoded` is complete): false for a
+    /// SyncGroup logged before format 9.
+    pub decodes: bool,
 }
 
 /// Heartbeat: a member says it is alive, and learns of a rebalance. Not a
@@ -620,8 +627,18 @@ impl Groups {
                 };
                 let (group, now_ms) = (join.group.clone(), join.now_ms);
                 let joined = consumer.classic_join(join, topics);
-                // Its members may now agree on an epoch (see `convert`).
+                // Its members may now agree on an epoch (see `convert`):
+                // then this member joins the classic group's rebalance and
+                // waits for it as any classic member (its protocol is now
+                // the group's vote, not its own first choice).
                 self.maybe_downgrade(&group, topics, now_ms, policy);
+                if let Ok(Joined::InConsumerGroup { member_id, .. }) = &joined
+                    && let Some(classic) = self.groups.get_mut(&group)
+                {
+                    classic.after_join(member_id, now_ms);
+                    classic.version += 1;
+                    return Ok(Joined::Member(member_id.clone()));
+                }
                 return joined;
             }
             if !join.member_id.is_empty() {

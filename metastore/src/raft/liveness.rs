@@ -257,6 +257,7 @@ mod tests {
             assignments: vec![],
             now_ms: 0,
             decoded: vec![],
+            decodes: true,
         };
         state.apply_proposal(crate::state::Proposal {
             at_ms: 0,

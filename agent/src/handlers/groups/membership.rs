@@ -335,6 +335,7 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
             .iter()
             .filter_map(|a| Some((a.member_id.to_string(), decoded_assignment(&a.assignment)?)))
             .collect(),
+        decodes: true,
     };
     match answer(broker.meta.sync_group(sync).await) {
         Err(e) => return failed(e),

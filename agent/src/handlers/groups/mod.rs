@@ -38,6 +38,7 @@ fn group_error(e: GroupError) -> ResponseError {
         GroupError::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
         GroupError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
         GroupError::InvalidRegularExpression => ResponseError::InvalidRegularExpression,
+        GroupError::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress,
     }
 }
 
