@@ -12,8 +12,8 @@ from kafka.admin import KafkaAdminClient
 
 from test_consumer_protocol import FAST, consumer_settings
 from test_cli import floe
-from test_group_protocol import (Member, disjoint_cover, make_topic, produce, settings, story,
-                                 wait_for)
+from test_group_protocol import (Member, disjoint_cover, each_read_once, make_topic, produce,
+                                 settings, wait_for)
 
 
 def group_type(bootstrap, group):
@@ -56,14 +56,7 @@ def upgrade_and_roll_back(agent, strategy, group):
                  why="the group classic again once its consumer member left")
         wait_for(lambda: disjoint_cover(a, b), why="the classic members sharing again")
         producing.join()
-        wait_for(lambda: len({v for m in members for _, _, v in m.read}) >= len(values),
-                 why="every record read")
-        time.sleep(1)
-        read = [v for m in members for _, _, v in m.read]
-        twice = {v for v in read if read.count(v) > 1}
-        assert not twice, (f"{len(twice)} records processed twice, e.g. {sorted(twice)[:5]}; "
-                           + story(members, twice))
-        assert not any(m.errors for m in members), [m.errors for m in members]
+        each_read_once(members, values)
     finally:
         for m in members:
             m.close()

@@ -136,6 +136,31 @@ pub struct ConsumerMember {
 }
 
 impl ConsumerMember {
+    /// A member joining (epoch 0), owning and subscribing to nothing yet.
+    fn joining(instance_id: Option<String>, now_ms: i64) -> ConsumerMember {
+        ConsumerMember {
+            epoch: JOIN_EPOCH,
+            previous_epoch: -1,
+            state: Reconciliation::Stable,
+            instance_id,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            subscribed_topics: Vec::new(),
+            subscribed_regex: None,
+            assignor: None,
+            rebalance_timeout_ms: 0,
+            session_timeout_ms: 0,
+            heartbeat_interval_ms: 0,
+            assigned: Partitions::new(),
+            revoking: Partitions::new(),
+            target: Partitions::new(),
+            last_seen_ms: now_ms,
+            revoke_deadline_ms: None,
+            classic: None,
+        }
+    }
+
     /// How long it may hold what it must give up. A consumer-protocol
     /// member: its rebalance timeout (Kafka's revocation timeout). A classic
     /// member learns of a new epoch only from its next heartbeat (which the
@@ -496,27 +521,8 @@ impl ConsumerGroup {
         }
         let mut bump = false;
         if hb.member_epoch == JOIN_EPOCH && !self.members.contains_key(&id) {
-            let mut member = ConsumerMember {
-                epoch: JOIN_EPOCH,
-                previous_epoch: -1,
-                state: Reconciliation::Stable,
-                instance_id: hb.instance_id.clone(),
-                rack_id: None,
-                client_id: hb.client_id.clone(),
-                client_host: hb.client_host.clone(),
-                subscribed_topics: Vec::new(),
-                subscribed_regex: None,
-                assignor: None,
-                rebalance_timeout_ms: hb.rebalance_timeout_ms.max(0),
-                session_timeout_ms: hb.session_timeout_ms,
-                heartbeat_interval_ms: hb.heartbeat_interval_ms,
-                assigned: Partitions::new(),
-                revoking: Partitions::new(),
-                target: Partitions::new(),
-                last_seen_ms: now_ms,
-                revoke_deadline_ms: None,
-                classic: None,
-            };
+            let mut member = ConsumerMember::joining(hb.instance_id.clone(), now_ms);
+            member.rebalance_timeout_ms = hb.rebalance_timeout_ms.max(0);
             // A static member back from a temporary leave takes its place:
             // what it had and what it was to get.
             if let Some(instance) = &hb.instance_id
@@ -852,27 +858,7 @@ impl ConsumerGroup {
         subscribed.dedup();
         let mut bump = false;
         if !self.members.contains_key(&id) {
-            let mut member = ConsumerMember {
-                epoch: JOIN_EPOCH,
-                previous_epoch: -1,
-                state: Reconciliation::Stable,
-                instance_id: join.instance_id.clone(),
-                rack_id: None,
-                client_id: String::new(),
-                client_host: String::new(),
-                subscribed_topics: Vec::new(),
-                subscribed_regex: None,
-                assignor: None,
-                rebalance_timeout_ms: 0,
-                session_timeout_ms: 0,
-                heartbeat_interval_ms: 0,
-                assigned: Partitions::new(),
-                revoking: Partitions::new(),
-                target: Partitions::new(),
-                last_seen_ms: now_ms,
-                revoke_deadline_ms: None,
-                classic: None,
-            };
+            let mut member = ConsumerMember::joining(join.instance_id.clone(), now_ms);
             // A static member restarted: it takes its instance's place.
             if let Some(old_id) = &holder
                 && let Some(old) = self.members.remove(old_id)
