@@ -20,7 +20,6 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let mut app = Router::new()
         .route("/metrics", get(metrics))
-        .route("/client-metrics", get(client_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(broker.clone());
@@ -43,17 +42,6 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         broker.metrics.render(),
-    )
-}
-
-/// What clients pushed of their metrics (KIP-714), as Prometheus text.
-async fn client_metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        broker.telemetry.render(),
     )
 }
 

@@ -50,8 +50,6 @@ pub struct Broker {
     pub authorizer: Arc<crate::authorizer::Authorizer>,
     /// Memory for requests of connections not yet authenticated.
     pub unauthenticated: RequestBudget,
-    /// What clients push of their metrics (KIP-714).
-    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// How often waiting fetches' partitions are checked for commits made
@@ -138,10 +136,6 @@ impl Broker {
         authorizer.spawn_refresher(meta.clone());
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
-        let telemetry = crate::telemetry::Telemetry::new(
-            &config.client_metrics,
-            config.client_metrics_interval,
-        );
         Ok(Broker {
             config,
             advertised_host,
@@ -160,7 +154,6 @@ impl Broker {
             sasl,
             authorizer,
             unauthenticated: RequestBudget::new(crate::sasl::UNAUTHENTICATED_BUDGET),
-            telemetry,
         })
     }
 

@@ -127,12 +127,6 @@ pub struct Config {
     /// (`group.consumer.heartbeat.interval.ms`).
     #[serde(with = "humantime_serde")]
     pub consumer_heartbeat_interval: Duration,
-    /// KIP-714: metric name prefixes clients are asked to push (`*` for
-    /// every metric; none: clients push nothing), shown on the admin port.
-    pub client_metrics: Vec<String>,
-    /// How often clients push them.
-    #[serde(with = "humantime_serde")]
-    pub client_metrics_interval: Duration,
     /// The longest transaction timeout a producer may ask for (Kafka's
     /// `transaction.max.timeout.ms`); longer ones get INVALID_TRANSACTION_TIMEOUT.
     #[serde(with = "humantime_serde")]
@@ -278,8 +272,6 @@ impl Default for Config {
             stalled_client_timeout: Duration::from_secs(30),
             consumer_session_timeout: Duration::from_secs(45),
             consumer_heartbeat_interval: Duration::from_secs(5),
-            client_metrics: Vec::new(),
-            client_metrics_interval: Duration::from_secs(300),
             transaction_max_timeout: Duration::from_secs(900),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),

@@ -294,12 +294,6 @@ struct AgentArgs {
     /// e.g. 5s: how often consumer-protocol members heartbeat
     #[arg(long, env = "FLOE_CONSUMER_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     consumer_heartbeat_interval: Option<Duration>,
-    /// e.g. org.apache.kafka.producer.,org.apache.kafka.consumer. (or *): metrics clients push (KIP-714), shown at the admin port's /client-metrics
-    #[arg(long, env = "FLOE_CLIENT_METRICS", value_delimiter = ',')]
-    client_metrics: Option<Vec<String>>,
-    /// e.g. 5m: how often clients push their metrics
-    #[arg(long, env = "FLOE_CLIENT_METRICS_INTERVAL", value_parser = humantime::parse_duration)]
-    client_metrics_interval: Option<Duration>,
     #[arg(long, env = "FLOE_CACHE_BYTES")]
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
@@ -387,8 +381,6 @@ impl AgentArgs {
             stalled_client_timeout,
             consumer_session_timeout,
             consumer_heartbeat_interval,
-            client_metrics,
-            client_metrics_interval,
             cache_bytes,
             cache_block_bytes,
             cache_disk_bytes,

@@ -49,10 +49,6 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
-    // KIP-714: every agent receives client metrics (see the agent's
-    // `telemetry`), as a Kafka broker with a receiver plugin does.
-    (ApiKey::GetTelemetrySubscriptions, 0, 0),
-    (ApiKey::PushTelemetry, 0, 0),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::CreateAcls, 1, 3),

@@ -252,16 +252,6 @@ async fn handle(
         RequestKind::AlterUserScramCredentials(req) => {
             ResponseKind::AlterUserScramCredentials(scram_credentials::alter(broker, req).await)
         }
-        RequestKind::GetTelemetrySubscriptions(req) => ResponseKind::GetTelemetrySubscriptions(
-            broker
-                .telemetry
-                .subscribe(&req, &client_id, crate::discovery::now_ms()),
-        ),
-        RequestKind::PushTelemetry(req) => ResponseKind::PushTelemetry(broker.telemetry.push(
-            &req,
-            &client_id,
-            crate::discovery::now_ms(),
-        )),
         RequestKind::ListOffsets(req) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
         }
