@@ -458,15 +458,7 @@ impl ConsumerGroup {
             }
             return Ok(());
         }
-        if let Some(instance) = &hb.instance_id {
-            match self.instances.get(instance) {
-                None => return Err(GroupError::UnknownMemberId),
-                Some(holder) if *holder != hb.member_id => {
-                    return Err(GroupError::FencedInstanceId);
-                }
-                Some(_) => {}
-            }
-        }
+        self.check_instance(&hb.member_id, hb.instance_id.as_deref())?;
         let m = self
             .members
             .get(&hb.member_id)
@@ -685,15 +677,7 @@ impl ConsumerGroup {
         if !ready {
             return;
         }
-        // Held by others: assigned to them, or not yet given up by them.
-        let mut held = Partitions::new();
-        for (other, o) in &self.members {
-            if other != id {
-                for (t, ps) in o.assigned.iter().chain(&o.revoking) {
-                    held.entry(*t).or_default().extend(ps);
-                }
-            }
-        }
+        let held = self.held(Some(id));
         let keep = intersect(&m.assigned, &m.target);
         let revoke = minus(&m.assigned, &keep);
         let wanted = minus(&m.target, &keep);
@@ -928,13 +912,7 @@ impl ConsumerGroup {
     /// what the group recorded): it must give them up before it moves on, so
     /// no other member is given them meanwhile.
     fn hold_back_unknown_owned(&mut self, id: &str, owned: &Partitions, now_ms: i64) {
-        let mut held = Partitions::new();
-        for o in self.members.values() {
-            for (t, ps) in o.assigned.iter().chain(&o.revoking) {
-                held.entry(*t).or_default().extend(ps);
-            }
-        }
-        let unknown = minus(owned, &held);
+        let unknown = minus(owned, &self.held(None));
         if is_empty(&unknown) {
             return;
         }
@@ -946,6 +924,30 @@ impl ConsumerGroup {
         m.revoke_deadline_ms.get_or_insert(now_ms + m.grace_ms());
     }
 
+    /// Partitions assigned to members, or not yet given up by them (all
+    /// but `except`).
+    fn held(&self, except: Option<&str>) -> Partitions {
+        let mut held = Partitions::new();
+        for (id, m) in &self.members {
+            if except != Some(id.as_str()) {
+                for (t, ps) in m.assigned.iter().chain(&m.revoking) {
+                    held.entry(*t).or_default().extend(ps);
+                }
+            }
+        }
+        held
+    }
+
+    /// A `group.instance.id` sent with a request must name its member:
+    /// unknown, UNKNOWN_MEMBER_ID; another member's, FENCED_INSTANCE_ID.
+    fn check_instance(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), GroupError> {
+        match instance_id.map(|i| self.instances.get(i)) {
+            Some(None) => Err(GroupError::UnknownMemberId),
+            Some(Some(holder)) if holder != member_id => Err(GroupError::FencedInstanceId),
+            _ => Ok(()),
+        }
+    }
+
     /// Kafka's checks of a classic member's SyncGroup or Heartbeat: who it
     /// is, its generation, and (SyncGroup) its protocol.
     fn check_classic(
@@ -954,13 +956,7 @@ impl ConsumerGroup {
         instance_id: Option<&str>,
         generation: i32,
     ) -> Result<&ConsumerMember, GroupError> {
-        if let Some(instance) = instance_id {
-            match self.instances.get(instance) {
-                None => return Err(GroupError::UnknownMemberId),
-                Some(holder) if holder != member_id => return Err(GroupError::FencedInstanceId),
-                Some(_) => {}
-            }
-        }
+        self.check_instance(member_id, instance_id)?;
         let m = self
             .members
             .get(member_id)
@@ -1035,14 +1031,7 @@ impl ConsumerGroup {
             Err(e) => return (Err(e), false),
         };
         let freed = m.state == Reconciliation::UnreleasedPartitions && {
-            let mut held = Partitions::new();
-            for (other, o) in &self.members {
-                if *other != beat.member_id {
-                    for (t, ps) in o.assigned.iter().chain(&o.revoking) {
-                        held.entry(*t).or_default().extend(ps);
-                    }
-                }
-            }
+            let held = self.held(Some(&beat.member_id));
             !is_empty(&minus(&minus(&m.target, &m.assigned), &held))
         };
         let rejoin =
@@ -1074,14 +1063,7 @@ impl ConsumerGroup {
                             .cloned()
                             .ok_or(GroupError::UnknownMemberId)?,
                         false => {
-                            if let Some(instance) = &instance_id
-                                && self.instances.get(instance) != Some(&member_id)
-                            {
-                                return Err(match self.instances.contains_key(instance) {
-                                    true => GroupError::FencedInstanceId,
-                                    false => GroupError::UnknownMemberId,
-                                });
-                            }
+                            self.check_instance(&member_id, instance_id.as_deref())?;
                             member_id
                         }
                     };

@@ -78,23 +78,19 @@ fn subscription(protocol_type: &str, metadata: &[u8]) -> Option<ConsumerProtocol
 
 /// The topics of a `consumer` member's subscription (the metastore keeps
 /// them for OffsetDelete, offset expiry and a group's upgrade).
-fn subscribed_topics(protocol_type: &str, metadata: &[u8]) -> Option<Vec<String>> {
-    let subscription = subscription(protocol_type, metadata)?;
-    Some(subscription.topics.iter().map(|t| t.to_string()).collect())
+fn subscribed_topics(subscription: &ConsumerProtocolSubscription) -> Vec<String> {
+    subscription.topics.iter().map(|t| t.to_string()).collect()
 }
 
 /// The partitions a `consumer` member says it owns (v1+ subscriptions; a
 /// cooperative member's): what it keeps while it is a classic member of a
 /// consumer-protocol group.
-fn owned_partitions(protocol_type: &str, metadata: &[u8]) -> Option<TopicPartitions> {
-    let subscription = subscription(protocol_type, metadata)?;
-    Some(
-        subscription
-            .owned_partitions
-            .iter()
-            .map(|tp| (tp.topic.to_string(), tp.partitions.clone()))
-            .collect(),
-    )
+fn owned_partitions(subscription: &ConsumerProtocolSubscription) -> TopicPartitions {
+    subscription
+        .owned_partitions
+        .iter()
+        .map(|tp| (tp.topic.to_string(), tp.partitions.clone()))
+        .collect()
 }
 
 /// A leader's assignment read as a ConsumerProtocol assignment: what the
@@ -162,6 +158,10 @@ pub async fn join(
         .iter()
         .map(|p| (p.name.to_string(), p.metadata.to_vec()))
         .collect();
+    // The first protocol's subscription, read once for every (re)join.
+    let first = protocols
+        .first()
+        .and_then(|(_, metadata)| subscription(&protocol_type, metadata));
     let join = |member_id: String| JoinGroup {
         group: group.clone(),
         member_id,
@@ -177,12 +177,8 @@ pub async fn join(
         },
         protocol_type: protocol_type.clone(),
         protocols: protocols.clone(),
-        subscribed_topics: protocols
-            .first()
-            .and_then(|(_, metadata)| subscribed_topics(&protocol_type, metadata)),
-        owned: protocols
-            .first()
-            .and_then(|(_, metadata)| owned_partitions(&protocol_type, metadata)),
+        subscribed_topics: first.as_ref().map(subscribed_topics),
+        owned: first.as_ref().map(owned_partitions),
         require_known_member_id: version >= 4,
         fresh_id: floe_metastore::random_id().to_string(),
         now_ms: now_ms(),
@@ -468,23 +464,32 @@ mod tests {
     #[test]
     fn a_consumer_subscription_is_read_and_junk_is_not() {
         for version in 0..=3 {
-            let subscription = ConsumerProtocolSubscription::default().with_topics(vec![
+            let sent = ConsumerProtocolSubscription::default().with_topics(vec![
                 StrBytes::from_static_str("a"),
                 StrBytes::from_static_str("b"),
             ]);
             let mut buf = bytes::BytesMut::new();
             bytes::BufMut::put_i16(&mut buf, version);
-            subscription.encode(&mut buf, version).unwrap();
+            sent.encode(&mut buf, version).unwrap();
             assert_eq!(
-                subscribed_topics("consumer", &buf),
+                subscription("consumer", &buf)
+                    .as_ref()
+                    .map(subscribed_topics),
                 Some(vec!["a".to_string(), "b".to_string()]),
                 "v{version}"
             );
         }
         assert_eq!(
-            subscribed_topics("consumer", &[0, 0, 0x7f, 0xff, 0xff, 0xff]),
+            subscription("consumer", &[0, 0, 0x7f, 0xff, 0xff, 0xff])
+                .as_ref()
+                .map(subscribed_topics),
             None
         );
-        assert_eq!(subscribed_topics("connect", &[0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(
+            subscription("connect", &[0, 0, 0, 0, 0, 0])
+                .as_ref()
+                .map(subscribed_topics),
+            None
+        );
     }
 }
