@@ -1,4 +1,5 @@
-//! The admin HTTP port: `/metrics` (Prometheus), `/healthz`, `/readyz`, and
+//! The admin HTTP port: `/metrics` (Prometheus), `/healthz`, `/readyz`,
+//! `/client-metrics` (what clients pushed, see `crate::telemetry`), and
 //! cached blocks for the other agents of the zone (`floe_cache::server`).
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .route("/client-metrics", get(client_metrics))
         .with_state(broker.clone());
     if blocks {
         app = app.merge(floe_cache::server::routes(broker.cache.clone()));
@@ -42,6 +44,17 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         broker.metrics.render(),
+    )
+}
+
+/// What clients pushed (KIP-714; see [`crate::telemetry`]).
+async fn client_metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        broker.telemetry.render(),
     )
 }
 

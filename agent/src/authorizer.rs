@@ -28,15 +28,56 @@ pub struct Session {
     /// The client's address, as ACLs name hosts.
     pub host: String,
     pub ip: std::net::IpAddr,
+    pub port: u16,
+    /// The client's software, as its last ApiVersions (v3+) named it.
+    pub software: Option<Arc<ClientSoftware>>,
+}
+
+/// A client's software name and version (KIP-511), kept to
+/// [`ClientSoftware::MAX_BYTES`] each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSoftware {
+    pub name: String,
+    pub version: String,
+}
+
+impl ClientSoftware {
+    pub const MAX_BYTES: usize = 256;
+
+    /// From an ApiVersions request (`None` before v3, where it names none).
+    pub fn of(
+        req: &floe_protocol::kafka_protocol::messages::ApiVersionsRequest,
+    ) -> Option<Arc<ClientSoftware>> {
+        let cut = |s: &str| {
+            let mut end = s.len().min(Self::MAX_BYTES);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_string()
+        };
+        (!req.client_software_name.is_empty()).then(|| {
+            Arc::new(ClientSoftware {
+                name: cut(&req.client_software_name),
+                version: cut(&req.client_software_version),
+            })
+        })
+    }
 }
 
 impl Session {
-    pub fn new(principal: Option<&crate::sasl::Principal>, ip: std::net::IpAddr) -> Session {
+    pub fn new(
+        principal: Option<&crate::sasl::Principal>,
+        peer: std::net::SocketAddr,
+        software: Option<Arc<ClientSoftware>>,
+    ) -> Session {
+        let ip = peer.ip();
         Session {
             principal: principal.map_or_else(|| ANONYMOUS.to_string(), |p| p.to_string()),
             // An IPv4 client of a dual-stack listener is its IPv4 address.
             host: ip.to_canonical().to_string(),
             ip,
+            port: peer.port(),
+            software,
         }
     }
 

@@ -50,6 +50,8 @@ pub struct Broker {
     pub authorizer: Arc<crate::authorizer::Authorizer>,
     /// Memory for requests of connections not yet authenticated.
     pub unauthenticated: RequestBudget,
+    /// Client metrics subscriptions and what clients pushed (KIP-714).
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 /// How often waiting fetches' partitions are checked for commits made
@@ -134,6 +136,14 @@ impl Broker {
             }
         }
         authorizer.spawn_refresher(meta.clone());
+        let telemetry = Arc::new(crate::telemetry::Telemetry::default());
+        // Read once before serving, so a client's first ApiVersions
+        // already tells it to push when asked (not waited for: telemetry
+        // is never worth delaying clients).
+        if let Err(e) = telemetry.refresh(&*meta).await {
+            tracing::debug!(error = %e, "client metrics subscriptions not read yet");
+        }
+        telemetry.spawn_refresher(meta.clone());
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
         Ok(Broker {
@@ -154,6 +164,7 @@ impl Broker {
             sasl,
             authorizer,
             unauthenticated: RequestBudget::new(crate::sasl::UNAUTHENTICATED_BUDGET),
+            telemetry,
         })
     }
 

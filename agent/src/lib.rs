@@ -17,6 +17,7 @@ pub mod read;
 pub mod sasl;
 pub mod scram;
 pub mod server;
+pub mod telemetry;
 pub mod tls;
 pub mod tools;
 pub mod topic_cache;

@@ -181,13 +181,25 @@ where
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
     let mut principal = None;
+    let mut software = None;
     if let Some(auth) = &broker.sasl {
         // Until authenticated, small frames from a budget of their own: a
         // crowd of clients that never authenticate cannot take the memory
         // authenticated ones read their requests with.
         frames.set_budget(broker.unauthenticated.clone());
         frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
-        match authenticate(&mut frames, &mut write, auth, &*broker.meta, stall).await? {
+        let telemetry = broker.telemetry.advertised();
+        match authenticate(
+            &mut frames,
+            &mut write,
+            auth,
+            &*broker.meta,
+            stall,
+            telemetry,
+            &mut software,
+        )
+        .await?
+        {
             Some(authenticated) => {
                 tracing::debug!(%peer, principal = %authenticated, "authenticated");
                 principal = Some(authenticated);
@@ -204,7 +216,7 @@ where
         frames.set_max_frame(max_frame);
         frames.set_budget(broker.requests.clone());
     }
-    let session = crate::authorizer::Session::new(principal.as_ref(), peer.ip());
+    let mut session = crate::authorizer::Session::new(principal.as_ref(), peer, software);
     let turn = Turn::default();
     let lane = handlers::groups::Lane::default();
     let mut in_flight = FuturesOrdered::new();
@@ -227,6 +239,11 @@ where
                             // Admission runs before the next request is read, so
                             // produced batches are enqueued in request order.
                             Ok(decoded) => {
+                                if let Decoded::Request { body, .. } = &decoded
+                                    && let floe_protocol::kafka_protocol::messages::RequestKind::ApiVersions(req) = &**body
+                                {
+                                    session.software = crate::authorizer::ClientSoftware::of(req);
+                                }
                                 // Produces and commits are pipelined (up to
                                 // MAX_IN_FLIGHT_PER_CONNECTION), the rest bounded
                                 // tighter. Commits wait in the connection's lane,
@@ -320,6 +337,8 @@ async fn authenticate<R, W>(
     auth: &crate::sasl::Authenticator,
     meta: &dyn floe_metastore::Metastore,
     stall: std::time::Duration,
+    telemetry: bool,
+    software: &mut Option<Arc<crate::authorizer::ClientSoftware>>,
 ) -> std::io::Result<Option<crate::sasl::Principal>>
 where
     R: AsyncRead + Unpin,
@@ -359,8 +378,10 @@ where
             Decoded::Request { header, body } => {
                 let (version, correlation_id) = (header.request_api_version, header.correlation_id);
                 match *body {
-                    RequestKind::ApiVersions(_) => {
-                        let response = ResponseKind::ApiVersions(handlers::api_versions::handle());
+                    RequestKind::ApiVersions(req) => {
+                        *software = crate::authorizer::ClientSoftware::of(&req);
+                        let response =
+                            ResponseKind::ApiVersions(handlers::api_versions::handle(telemetry));
                         (ApiKey::ApiVersions, version, correlation_id, response, None)
                     }
                     RequestKind::SaslHandshake(req) if exchange.is_none() => {

@@ -327,6 +327,9 @@ metastore_api! {
     read fn dynamic_configs_of(entity: crate::dynamic_config::ConfigEntity) -> DynamicConfigsOf {
         DynamicConfigsOf { entity }
     }
+    read fn client_metrics_if_changed(known_version: Option<u64>) -> ClientMetricsIfChanged {
+        ClientMetricsIfChanged { known_version }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

@@ -19,6 +19,11 @@
 //! A group's configs do not need the group to exist, and outlive its
 //! deletion, as Kafka's (they are configs of a name, not group state).
 //!
+//! KIP-714's client metrics subscriptions (resource type CLIENT_METRICS)
+//! are named entities too: which metrics matching clients push, and how
+//! often. Agents keep a copy and answer GetTelemetrySubscriptions from it
+//! (`floe_agent::telemetry`).
+//!
 //! Each key is known with its type and bounds; anything else is refused
 //! (`INVALID_CONFIG`). Kafka stores unknown broker keys and ignores them;
 //! floe refuses them, so a misspelt key is an error rather than nothing.
@@ -48,6 +53,35 @@ pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "consumer.heartbeat.interval.ms
 /// The shortest heartbeat interval a group may ask for.
 pub const MIN_HEARTBEAT_INTERVAL_MS: i32 = 1_000;
 
+/// KIP-714 subscription configs (Kafka's `ClientMetricsConfigs`): the
+/// metric name prefixes asked for (`*`: every metric), the push interval,
+/// and which clients the subscription is for (`selector=regex` items; none:
+/// every client).
+pub const CLIENT_METRICS_METRICS: &str = "metrics";
+pub const CLIENT_METRICS_INTERVAL_MS: &str = "interval.ms";
+pub const CLIENT_METRICS_MATCH: &str = "match";
+pub const ALL_CLIENT_METRICS: &str = "*";
+pub const DEFAULT_PUSH_INTERVAL_MS: i32 = 5 * 60 * 1000;
+pub const MIN_PUSH_INTERVAL_MS: i32 = 100;
+pub const MAX_PUSH_INTERVAL_MS: i32 = 3_600_000;
+/// What a `match` item may select on: a client's attributes as KIP-714
+/// names them.
+pub const CLIENT_SELECTORS: [&str; 6] = [
+    "client_instance_id",
+    "client_id",
+    "client_software_name",
+    "client_software_version",
+    "client_source_address",
+    "client_source_port",
+];
+/// Subscriptions at most (Kafka sets no limit; every agent holds a copy and
+/// matches each client against all of them), and the bytes of a name.
+pub const MAX_CLIENT_METRICS_ENTITIES: usize = 256;
+pub const MAX_SUBSCRIPTION_NAME_BYTES: usize = 255;
+/// A `match` regex compiled at most this large (the regex crate matches
+/// in linear time; this bounds its memory).
+const MAX_MATCH_REGEX_BYTES: usize = 1 << 20;
+
 /// Bounds: the state is replicated and snapshotted, and the cluster's
 /// topic defaults are copied into every answer about a topic, so nothing
 /// here is unbounded. Keys one entity may set; operations in one change;
@@ -70,6 +104,9 @@ pub enum ConfigEntity {
     Cluster,
     /// A group (Kafka's GROUP resource), by group id.
     Group(String),
+    /// A client metrics subscription (KIP-714's CLIENT_METRICS resource),
+    /// by name.
+    ClientMetrics(String),
 }
 
 /// What a change applies to: a topic's configs, or an entity's dynamic ones.
@@ -105,6 +142,8 @@ impl ConfigOp {
 /// value they start from when not set.
 const LIST_CONFIGS: &[(&str, &str)] = &[
     (topic_config::CLEANUP_POLICY, "delete"),
+    (CLIENT_METRICS_METRICS, ""),
+    (CLIENT_METRICS_MATCH, ""),
     ("log.cleanup.policy", "delete"),
     ("follower.replication.throttled.replicas", ""),
     ("leader.replication.throttled.replicas", ""),
@@ -201,7 +240,40 @@ fn bounds(entity: &ConfigEntity, key: &str) -> Option<(i64, i64)> {
             )),
             _ => None,
         },
+        ConfigEntity::ClientMetrics(_) => match key {
+            CLIENT_METRICS_INTERVAL_MS => {
+                Some((MIN_PUSH_INTERVAL_MS as i64, MAX_PUSH_INTERVAL_MS as i64))
+            }
+            _ => None,
+        },
     }
+}
+
+/// A subscription's `match` list as (selector, regex) pairs, each regex
+/// matching a whole attribute (Java's `Matcher.matches`), or why it is
+/// refused (Kafka's message). An item is `selector=regex` with exactly one
+/// `=`, as Kafka splits it. The regex crate's syntax is close to Java's but
+/// has no look-around or back-references; such patterns are refused.
+pub fn parse_match(list: &str) -> Result<Vec<(String, regex::Regex)>, String> {
+    items(list)
+        .map(|item| {
+            let illegal = || format!("Illegal client matching pattern: {item}");
+            let mut parts = item.split('=');
+            let (Some(selector), Some(pattern), None) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(illegal());
+            };
+            let selector = selector.trim();
+            if !CLIENT_SELECTORS.contains(&selector) {
+                return Err(illegal());
+            }
+            let regex = regex::RegexBuilder::new(&format!("^(?:{})$", pattern.trim()))
+                .size_limit(MAX_MATCH_REGEX_BYTES)
+                .build()
+                .map_err(|_| illegal())?;
+            Ok((selector.to_string(), regex))
+        })
+        .collect()
 }
 
 /// Whether `key = value` may be set on `entity`, or why not (Kafka's
@@ -210,6 +282,7 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
     let what = match entity {
         ConfigEntity::Cluster => "dynamic broker",
         ConfigEntity::Group(_) => "group",
+        ConfigEntity::ClientMetrics(_) => "client metrics",
     };
     if let (ConfigEntity::Cluster, Some(topic_key)) = (entity, topic_config::topic_key_of(key)) {
         // Checked as the topic config it is the default of.
@@ -225,6 +298,14 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
                 "Invalid value {value} for configuration {key}: must be one of bidirectional, upgrade, downgrade, disabled"
             )),
         };
+    }
+    if let ConfigEntity::ClientMetrics(_) = entity {
+        match key {
+            // Any names: a client pushes those it has.
+            CLIENT_METRICS_METRICS => return Ok(()),
+            CLIENT_METRICS_MATCH => return parse_match(value).map(drop),
+            _ => {}
+        }
     }
     let Some((min, max)) = bounds(entity, key) else {
         return Err(format!("Unknown {what} config name: {key}"));
@@ -267,6 +348,16 @@ pub fn checked(
         }
         if group.len() > MAX_GROUP_ID_BYTES {
             return Err(format!("a group id is over {MAX_GROUP_ID_BYTES} bytes"));
+        }
+    }
+    if let ConfigEntity::ClientMetrics(name) = entity {
+        if name.is_empty() {
+            return Err("Subscription name can't be empty".into());
+        }
+        if name.len() > MAX_SUBSCRIPTION_NAME_BYTES {
+            return Err(format!(
+                "a subscription name is over {MAX_SUBSCRIPTION_NAME_BYTES} bytes"
+            ));
         }
     }
     if configs.len() > MAX_KEYS {
@@ -333,16 +424,23 @@ impl DynamicConfigs {
         replace: bool,
     ) -> Result<(), String> {
         let configs = checked(&entity, apply_ops(&self.of(&entity), ops, replace)?)?;
-        let groups =
-            self.entities.len() - usize::from(self.entities.contains_key(&ConfigEntity::Cluster));
-        if matches!(entity, ConfigEntity::Group(_))
-            && !configs.is_empty()
-            && !self.entities.contains_key(&entity)
-            && groups >= MAX_GROUP_ENTITIES
-        {
-            return Err(format!(
-                "configs are set on {MAX_GROUP_ENTITIES} groups already"
-            ));
+        if !configs.is_empty() && !self.entities.contains_key(&entity) {
+            let same_kind =
+                |e: &&ConfigEntity| std::mem::discriminant(*e) == std::mem::discriminant(&entity);
+            let held = self.entities.keys().filter(same_kind).count();
+            match entity {
+                ConfigEntity::Group(_) if held >= MAX_GROUP_ENTITIES => {
+                    return Err(format!(
+                        "configs are set on {MAX_GROUP_ENTITIES} groups already"
+                    ));
+                }
+                ConfigEntity::ClientMetrics(_) if held >= MAX_CLIENT_METRICS_ENTITIES => {
+                    return Err(format!(
+                        "there are {MAX_CLIENT_METRICS_ENTITIES} client metrics subscriptions already"
+                    ));
+                }
+                _ => {}
+            }
         }
         if configs.is_empty() {
             self.entities.remove(&entity);
@@ -355,6 +453,17 @@ impl DynamicConfigs {
 
     fn int(&self, entity: &ConfigEntity, key: &str) -> Option<i64> {
         self.entities.get(entity)?.get(key)?.trim().parse().ok()
+    }
+
+    /// Every client metrics subscription's configs, by name.
+    pub fn client_metrics(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.entities
+            .iter()
+            .filter_map(|(entity, configs)| match entity {
+                ConfigEntity::ClientMetrics(name) => Some((name.clone(), configs.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The cluster's defaults of topic configs, by topic config name.
@@ -608,5 +717,105 @@ mod tests {
         .unwrap();
         assert_eq!(c.offsets_retention_ms(), 120_000);
         assert_eq!(c.version(), 1);
+    }
+
+    /// Subscriptions are checked as Kafka's `ClientMetricsConfigs` checks
+    /// them, listed by name, and bounded in number.
+    #[test]
+    fn client_metrics_subscriptions() {
+        let mut c = DynamicConfigs::default();
+        let sub = |name: &str| ConfigEntity::ClientMetrics(name.into());
+        c.alter(
+            sub("producers"),
+            &set(&[
+                (
+                    CLIENT_METRICS_METRICS,
+                    "org.apache.kafka.producer., org.apache.kafka.producer.",
+                ),
+                (CLIENT_METRICS_INTERVAL_MS, "1000"),
+                (
+                    CLIENT_METRICS_MATCH,
+                    "client_id=app-.*,client_software_name=librdkafka",
+                ),
+            ]),
+            false,
+        )
+        .unwrap();
+        let listed = c.client_metrics();
+        assert_eq!(listed.len(), 1);
+        // Repeats dropped, as every list config.
+        assert_eq!(
+            listed["producers"][CLIENT_METRICS_METRICS],
+            "org.apache.kafka.producer."
+        );
+        c.alter(
+            sub("producers"),
+            &[ConfigOp::Append(CLIENT_METRICS_METRICS.into(), "*".into())],
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            c.of(&sub("producers"))[CLIENT_METRICS_METRICS],
+            "org.apache.kafka.producer.,*"
+        );
+
+        for (key, bad) in [
+            (CLIENT_METRICS_INTERVAL_MS, "99"),
+            (CLIENT_METRICS_INTERVAL_MS, "3600001"),
+            (CLIENT_METRICS_MATCH, "client_id"),
+            (CLIENT_METRICS_MATCH, "client_id=a=b"),
+            (CLIENT_METRICS_MATCH, "user=alice"),
+            (CLIENT_METRICS_MATCH, "client_id=(unclosed"),
+            // Look-around is Java's, not the regex crate's: refused, never
+            // matched differently.
+            (CLIENT_METRICS_MATCH, "client_id=(?!x).*"),
+            ("retention.ms", "1"),
+        ] {
+            assert!(
+                c.alter(sub("s"), &set(&[(key, bad)]), false).is_err(),
+                "{key}={bad}"
+            );
+        }
+        assert!(
+            c.alter(sub(""), &set(&[(CLIENT_METRICS_METRICS, "*")]), false)
+                .is_err()
+        );
+
+        // A match is of the whole attribute.
+        let matched = parse_match("client_id=app-.*").unwrap();
+        assert!(matched[0].1.is_match("app-1"));
+        assert!(!matched[0].1.is_match("my-app-1"));
+
+        for n in 1..MAX_CLIENT_METRICS_ENTITIES {
+            c.alter(
+                sub(&format!("s{n}")),
+                &set(&[(CLIENT_METRICS_METRICS, "*")]),
+                false,
+            )
+            .unwrap();
+        }
+        assert!(
+            c.alter(
+                sub("one-too-many"),
+                &set(&[(CLIENT_METRICS_METRICS, "*")]),
+                false
+            )
+            .is_err()
+        );
+        // Group configs are counted apart.
+        c.alter(
+            ConfigEntity::Group("g".into()),
+            &set(&[(CONSUMER_SESSION_TIMEOUT_MS, "9000")]),
+            false,
+        )
+        .unwrap();
+        // Deleting every key removes the subscription.
+        c.alter(
+            sub("s1"),
+            &[ConfigOp::Delete(CLIENT_METRICS_METRICS.into())],
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.client_metrics().len(), MAX_CLIENT_METRICS_ENTITIES - 1);
     }
 }

@@ -464,6 +464,15 @@ fn txn_samples() -> Vec<Command> {
             ops: vec![ConfigOp::Append("cleanup.policy".into(), "compact".into())],
             replace: false,
         }),
+        Command::AlterConfigs(AlterConfigs {
+            target: ConfigTarget::Dynamic(crate::ConfigEntity::ClientMetrics("producers".into())),
+            ops: vec![
+                ConfigOp::Set("metrics".into(), "org.apache.kafka.producer.".into()),
+                ConfigOp::Set("interval.ms".into(), "60000".into()),
+                ConfigOp::Set("match".into(), "client_software_name=librdkafka".into()),
+            ],
+            replace: false,
+        }),
     ]
 }
 
@@ -980,6 +989,10 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             entity: crate::ConfigEntity::Group("g".into()),
         }
         .into(),
+        ClientMetricsIfChanged {
+            known_version: None,
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -1000,6 +1013,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
 const TXN_REQUESTS: &[&str] = &[
     "AlterConfigs",
     "DynamicConfigsOf",
+    "ClientMetricsIfChanged",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

@@ -337,6 +337,14 @@ pub struct AlterConfigs {
     pub replace: bool,
 }
 
+/// Every client metrics subscription with the configs' version, unless the
+/// asker holds that version already (then only the version): how agents
+/// keep their copy current (see [`AclsIfChanged`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientMetricsIfChanged {
+    pub known_version: Option<u64>,
+}
+
 /// What one entity sets (DescribeConfigs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DynamicConfigsOf {

@@ -2570,6 +2570,17 @@ impl Query for DynamicConfigsOf {
     }
 }
 
+impl Query for ClientMetricsIfChanged {
+    type Output = (u64, Option<BTreeMap<String, BTreeMap<String, String>>>);
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        let version = state.configs.version();
+        Ok(match self.known_version == Some(version) {
+            true => (version, None),
+            false => (version, Some(state.configs.client_metrics())),
+        })
+    }
+}
+
 impl Apply for InitTxnProducer {
     type Output = ProducerIdentity;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {

@@ -123,8 +123,12 @@ fn corrupt() -> BatchError {
     BatchError::Corrupt("compressed records do not decompress")
 }
 
+/// Why [`decompress`] refused output past its limit (as
+/// `BatchError::Corrupt`'s text).
+pub const PAST_THE_LIMIT: &str = "compressed records decompress past the limit";
+
 fn too_large() -> BatchError {
-    BatchError::Corrupt("compressed records decompress past the limit")
+    BatchError::Corrupt(PAST_THE_LIMIT)
 }
 
 /// Reads a decoder to its end, but never more than `limit` bytes. The buffer

@@ -59,7 +59,17 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     // SaslAuthenticate is what current clients send.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // KIP-714, advertised only while a subscription exists (see the
+    // agent's `telemetry`).
+    (ApiKey::GetTelemetrySubscriptions, 0, 0),
+    (ApiKey::PushTelemetry, 0, 0),
+    // v0 is ListClientMetricsResources; v1 (KIP-1142) lists other
+    // resource types too, not served.
+    (ApiKey::ListConfigResources, 0, 0),
 ];
+
+/// The APIs advertised only while client telemetry is asked for.
+pub const TELEMETRY: [ApiKey; 2] = [ApiKey::GetTelemetrySubscriptions, ApiKey::PushTelemetry];
 
 /// The versions of `api` floe serves, or `None` if it does not serve `api`.
 pub fn served(api: ApiKey) -> Option<VersionRange> {

@@ -247,6 +247,19 @@ fn default_request(api: ApiKey) -> RequestKind {
                     .with_partition_indexes(vec![0, 1]),
             ]))
         }
+        ApiKey::GetTelemetrySubscriptions => RequestKind::GetTelemetrySubscriptions(
+            GetTelemetrySubscriptionsRequest::default().with_client_instance_id(Default::default()),
+        ),
+        ApiKey::PushTelemetry => RequestKind::PushTelemetry(
+            PushTelemetryRequest::default()
+                .with_client_instance_id(Default::default())
+                .with_subscription_id(3)
+                .with_compression_type(4)
+                .with_metrics(Bytes::from_static(&[10, 2, 18, 0])),
+        ),
+        ApiKey::ListConfigResources => RequestKind::ListConfigResources(
+            kafka_protocol::messages::ListConfigResourcesRequest::default(),
+        ),
         ApiKey::SaslHandshake => RequestKind::SaslHandshake(
             kafka_protocol::messages::SaslHandshakeRequest::default()
                 .with_mechanism(StrBytes::from_static_str("PLAIN")),

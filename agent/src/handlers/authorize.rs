@@ -80,9 +80,13 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
     let cluster = |o: i8| authz.allows_cluster(session, o);
     match body {
         // Before and around authentication, and the cluster's shape: open.
+        // Client telemetry too: Kafka checks no ACL for it (KIP-714), a
+        // client pushes what it is asked.
         RequestKind::ApiVersions(_)
         | RequestKind::SaslHandshake(_)
-        | RequestKind::SaslAuthenticate(_) => Gate::Handle(body, None),
+        | RequestKind::SaslAuthenticate(_)
+        | RequestKind::GetTelemetrySubscriptions(_)
+        | RequestKind::PushTelemetry(_) => Gate::Handle(body, None),
         RequestKind::DescribeCluster(req) => {
             let with_ops = req.include_cluster_authorized_operations;
             let patch = patch!(DescribeCluster, |r| {
@@ -1023,6 +1027,14 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                     ),
                 ))
             }
+        },
+        // Kafka's `handleListClientMetricsResources`: DESCRIBE_CONFIGS on
+        // the cluster.
+        RequestKind::ListConfigResources(req) => match cluster(op::DESCRIBE_CONFIGS) {
+            true => Gate::Handle(RequestKind::ListConfigResources(req), None),
+            false => Gate::Answer(ResponseKind::ListConfigResources(
+                ListConfigResourcesResponse::default().with_error_code(CLUSTER_DENIED),
+            )),
         },
         RequestKind::DescribeAcls(req) => match cluster(op::DESCRIBE) {
             true => Gate::Handle(RequestKind::DescribeAcls(req), None),

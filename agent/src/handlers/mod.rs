@@ -132,6 +132,22 @@ pub async fn admit(
     })
 }
 
+/// A client as KIP-714's `match` selectors name it (the instance id is the
+/// request's).
+fn client_attributes<'a>(
+    client_id: &'a str,
+    session: &'a Session,
+) -> crate::telemetry::ClientAttributes<'a> {
+    crate::telemetry::ClientAttributes {
+        instance_id: uuid::Uuid::nil(),
+        client_id,
+        software_name: session.software.as_ref().map(|s| s.name.as_str()),
+        software_version: session.software.as_ref().map(|s| s.version.as_str()),
+        source_address: &session.host,
+        source_port: session.port,
+    }
+}
+
 async fn handle(
     broker: &Broker,
     body: RequestKind,
@@ -141,7 +157,22 @@ async fn handle(
 ) -> Option<ResponseKind> {
     let peer = session.ip;
     Some(match body {
-        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
+        RequestKind::ApiVersions(_) => {
+            ResponseKind::ApiVersions(api_versions::handle(broker.telemetry.advertised()))
+        }
+        RequestKind::GetTelemetrySubscriptions(req) => ResponseKind::GetTelemetrySubscriptions(
+            broker
+                .telemetry
+                .subscribe(&req, client_attributes(&client_id, session)),
+        ),
+        RequestKind::PushTelemetry(req) => ResponseKind::PushTelemetry(
+            broker
+                .telemetry
+                .push(&req, client_attributes(&client_id, session)),
+        ),
+        RequestKind::ListConfigResources(_) => {
+            ResponseKind::ListConfigResources(configs::list_client_metrics(broker).await)
+        }
         RequestKind::Metadata(req) => ResponseKind::Metadata(
             metadata::handle(broker, req, version, &client_id, session).await,
         ),

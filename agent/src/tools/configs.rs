@@ -1,7 +1,9 @@
 //! `floe configs describe|alter`, in the manner of `kafka-configs.sh`: the
-//! configs of a topic, a group (KIP-848), a broker, or the cluster (Kafka's
+//! configs of a topic, a group (KIP-848), a broker, the cluster (Kafka's
 //! default broker entity, `--entity-default`, which Kafka's Python and
-//! JavaScript admin clients cannot name).
+//! JavaScript admin clients cannot name), or a client metrics subscription
+//! (KIP-714, as `kafka-client-metrics.sh`); `floe configs
+//! list-client-metrics` names the subscriptions.
 
 use anyhow::bail;
 use floe_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -29,11 +31,18 @@ pub struct Entity {
     /// `--entity-type brokers --entity-default`).
     #[arg(long)]
     cluster: bool,
+    /// A client metrics subscription (KIP-714): `metrics` (name prefixes,
+    /// `*` for all), `interval.ms`, `match` (`client_id=REGEX`, ...).
+    #[arg(long, value_name = "NAME")]
+    client_metrics: Option<String>,
 }
 
 impl Entity {
     /// The ConfigResource type and name.
     fn resource(&self) -> (i8, String) {
+        if let Some(name) = &self.client_metrics {
+            return (16, name.clone());
+        }
         match (&self.topic, &self.group, self.broker) {
             (Some(topic), ..) => (2, topic.clone()),
             (_, Some(group), _) => (32, group.clone()),
@@ -48,6 +57,7 @@ impl Entity {
             (4, name) if name.is_empty() => "the cluster".into(),
             (4, name) => format!("broker {name}"),
             (2, name) => format!("topic {name}"),
+            (16, name) => format!("client metrics subscription {name}"),
             (_, name) => format!("group {name}"),
         }
     }
@@ -73,6 +83,8 @@ pub enum ConfigsCommand {
         #[arg(long = "delete-config", value_name = "KEY")]
         delete_configs: Vec<String>,
     },
+    /// The names of the client metrics subscriptions.
+    ListClientMetrics,
 }
 
 /// Kafka's names of config sources.
@@ -151,6 +163,25 @@ pub async fn run(
             let what = entity.shown();
             alter(&mut broker, kind, &name, &configs, &delete_configs, &what).await?;
             eprintln!("the configs of {} altered", entity.shown());
+        }
+        ConfigsCommand::ListClientMetrics => {
+            let response: ListConfigResourcesResponse = broker
+                .call(
+                    ApiKey::ListConfigResources,
+                    0,
+                    &ListConfigResourcesRequest::default(),
+                )
+                .await?;
+            check(
+                response.error_code,
+                "listing client metrics subscriptions",
+                None,
+            )?;
+            let mut table = Table::new(&["SUBSCRIPTION"]);
+            for r in response.config_resources {
+                table.push(vec![r.resource_name.to_string().into()]);
+            }
+            print(output, &[("subscriptions", &table)]);
         }
     }
     Ok(())

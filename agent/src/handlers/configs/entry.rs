@@ -14,6 +14,7 @@ pub mod source {
     pub const STATIC_BROKER: i8 = 4;
     pub const DEFAULT: i8 = 5;
     pub const GROUP: i8 = 8;
+    pub const CLIENT_METRICS: i8 = 7;
 }
 
 /// Kafka's `ConfigType` numbers.

@@ -12,11 +12,16 @@
 //!   change goes.
 //! - Groups (KIP-848): a consumer group's session timeout and heartbeat
 //!   interval ([`group`]), kept in the metastore.
+//! - Client metrics subscriptions (KIP-714, [`client_metrics`]), kept in
+//!   the metastore and read by every agent's `crate::telemetry`.
 
 mod broker;
+mod client_metrics;
 mod entry;
 mod group;
 mod topic;
+
+pub use client_metrics::list as list_client_metrics;
 
 use std::collections::BTreeMap;
 
@@ -55,6 +60,7 @@ macro_rules! answered {
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 const BROKER_LOGGER: i8 = 8;
+const CLIENT_METRICS: i8 = 16;
 const GROUP: i8 = 32;
 
 type Refused = (ResponseError, String);
@@ -88,6 +94,13 @@ fn target(broker: &Broker, kind: i8, name: &str, altering: bool) -> Result<Targe
             false => "Group name must not be empty".into(),
         }),
         GROUP => Ok(Target::Dynamic(ConfigEntity::Group(name.to_string()))),
+        CLIENT_METRICS if name.is_empty() => invalid(match altering {
+            true => "Subscription name can't be empty".into(),
+            false => "Client metrics subscription name must not be empty".into(),
+        }),
+        CLIENT_METRICS => Ok(Target::Dynamic(ConfigEntity::ClientMetrics(
+            name.to_string(),
+        ))),
         BROKER_LOGGER => invalid(
             "floe has no broker loggers to configure: an agent's log levels are set with RUST_LOG"
                 .into(),
@@ -133,6 +146,7 @@ async fn entries(broker: &Broker, target: &Target) -> Result<Vec<entry::Entry>, 
             Ok(match entity {
                 ConfigEntity::Cluster => broker::default_entity_entries(&set),
                 ConfigEntity::Group(_) => group::entries(&broker.config, &set),
+                ConfigEntity::ClientMetrics(_) => client_metrics::entries(&set),
             })
         }
     }
@@ -253,6 +267,22 @@ async fn alter(
                         fixed.join(", ")
                     ),
                 ));
+            }
+            // Kafka refuses unknown keys and intervals out of range of a
+            // subscription as invalid requests, bad `match` items as
+            // invalid configs.
+            let code = |op: &ConfigOp| match (entity, op.key()) {
+                (ConfigEntity::ClientMetrics(_), dynamic_config::CLIENT_METRICS_MATCH) => {
+                    ResponseError::InvalidConfig
+                }
+                (ConfigEntity::ClientMetrics(_), _) => ResponseError::InvalidRequest,
+                _ => ResponseError::InvalidConfig,
+            };
+            for op in &ops {
+                if let Some(value) = result.get(op.key()) {
+                    dynamic_config::check(entity, op.key(), value)
+                        .map_err(|why| (code(op), why))?;
+                }
             }
             dynamic_config::checked(entity, result)
                 .map(drop)

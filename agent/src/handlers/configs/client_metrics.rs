@@ -1,0 +1,67 @@
+//! A client metrics subscription's configs (KIP-714's CLIENT_METRICS
+//! resource): as Kafka describes them, only the keys the subscription sets,
+//! with no synonyms; and the names of every subscription
+//! (ListClientMetricsResources, v0 of ListConfigResources).
+
+use std::collections::BTreeMap;
+
+use floe_metastore::dynamic_config::{
+    CLIENT_METRICS_INTERVAL_MS, CLIENT_METRICS_MATCH, CLIENT_METRICS_METRICS,
+};
+use floe_protocol::kafka_protocol::messages::ListConfigResourcesResponse;
+use floe_protocol::kafka_protocol::messages::list_config_resources_response::ConfigResource;
+
+use super::entry::{Entry, Synonym, Type, source};
+use super::str_bytes;
+use crate::broker::{Broker, kafka_error};
+
+/// The subscription's configs as set.
+pub fn entries(set: &BTreeMap<String, String>) -> Vec<Entry> {
+    set.iter()
+        .map(|(name, value)| {
+            let (kind, doc) = match name.as_str() {
+                CLIENT_METRICS_METRICS => (
+                    Type::List,
+                    "Prefixes of the metric names matching clients push (`*`: every metric).",
+                ),
+                CLIENT_METRICS_INTERVAL_MS => {
+                    (Type::Int, "How often matching clients push their metrics.")
+                }
+                CLIENT_METRICS_MATCH => (
+                    Type::List,
+                    "`selector=regex` items a client must all match (none: every client).",
+                ),
+                _ => (Type::String, ""),
+            };
+            Entry {
+                name: name.clone(),
+                kind,
+                read_only: false,
+                doc,
+                synonyms: vec![Synonym::new(
+                    name,
+                    Some(value.clone()),
+                    source::CLIENT_METRICS,
+                )],
+            }
+        })
+        .collect()
+}
+
+/// ListClientMetricsResources: every subscription's name.
+pub async fn list(broker: &Broker) -> ListConfigResourcesResponse {
+    match broker.meta.client_metrics_if_changed(None).await {
+        Ok((_, subscriptions)) => ListConfigResourcesResponse::default().with_config_resources(
+            subscriptions
+                .unwrap_or_default()
+                .keys()
+                .map(|name| {
+                    ConfigResource::default()
+                        .with_resource_name(str_bytes(name))
+                        .with_resource_type(super::CLIENT_METRICS)
+                })
+                .collect(),
+        ),
+        Err(e) => ListConfigResourcesResponse::default().with_error_code(kafka_error(&e).code()),
+    }
+}

@@ -1,0 +1,404 @@
+//! The client instances that pushed metrics to this agent: when each last
+//! asked and pushed (Kafka's throttling), whether it said it was
+//! terminating, and the latest value of each of its series.
+//!
+//! Everything is bounded: instances (the one closest to expiry goes first),
+//! series per instance, and the bytes of every kept name. An instance not
+//! heard from for three push intervals (at least a minute, Kafka's cache
+//! expiry) is forgotten.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use uuid::Uuid;
+
+use super::otlp::Point;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub instances: usize,
+    pub stored_bytes: usize,
+    pub series_per_instance: usize,
+}
+
+/// Kafka's `ClientMetricsManager` cache size and expiry.
+pub const LIMITS: Limits = Limits {
+    instances: 16_384,
+    stored_bytes: 16 << 20,
+    series_per_instance: 1_000,
+};
+const MIN_EXPIRY_MS: i64 = 60_000;
+/// Client ids and software names and versions are kept to this many bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
+
+/// Who an instance is, as shown with its metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub client_id: String,
+    pub software_name: String,
+    pub software_version: String,
+}
+
+impl Identity {
+    pub fn new(client_id: &str, software_name: &str, software_version: &str) -> Identity {
+        Identity {
+            client_id: truncated(client_id),
+            software_name: truncated(software_name),
+            software_version: truncated(software_version),
+        }
+    }
+
+    fn cost(&self) -> usize {
+        self.client_id.len() + self.software_name.len() + self.software_version.len()
+    }
+}
+
+fn truncated(s: &str) -> String {
+    let mut end = s.len().min(MAX_LABEL_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// A series: the metric's name and its attributes.
+type Series = (String, String);
+
+fn series_cost((name, attributes): &Series) -> usize {
+    name.len() + attributes.len() + 48
+}
+
+/// An instance as shown: its id, who it is, and its series' values.
+pub type Shown = (Uuid, Identity, Vec<(Series, f64)>);
+
+/// What an instance costs besides its series.
+const INSTANCE_COST: usize = 128;
+
+#[derive(Debug)]
+struct Instance {
+    identity: Identity,
+    last_get_ms: Option<i64>,
+    last_push_ms: Option<i64>,
+    terminating: bool,
+    deadline_ms: i64,
+    series: BTreeMap<Series, f64>,
+    cost: usize,
+}
+
+/// Why a push is refused before its metrics are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// It pushed with `terminating` already (INVALID_REQUEST).
+    Terminated,
+    /// Sooner than its interval after its last push (THROTTLING_QUOTA_EXCEEDED).
+    Throttled,
+}
+
+/// Every instance heard from.
+#[derive(Debug)]
+pub struct Instances {
+    limits: Limits,
+    by_id: HashMap<Uuid, Instance>,
+    by_deadline: BTreeSet<(i64, Uuid)>,
+    stored: usize,
+}
+
+impl Instances {
+    pub fn new(limits: Limits) -> Instances {
+        Instances {
+            limits,
+            by_id: HashMap::new(),
+            by_deadline: BTreeSet::new(),
+            stored: 0,
+        }
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn stored_bytes(&self) -> usize {
+        self.stored
+    }
+
+    /// A GetTelemetrySubscriptions from `id`: lets its next push come at
+    /// once (the client jitters its first push). Nothing is stored for an
+    /// instance not known yet: only pushes take memory.
+    pub fn asked(&mut self, id: Uuid, now_ms: i64) {
+        if let Some(instance) = self.by_id.get_mut(&id) {
+            instance.last_get_ms = Some(now_ms);
+        }
+    }
+
+    /// Kafka's checks of a push that need the instance's past: refused
+    /// after a terminating push, or sooner than `interval_ms` after the
+    /// last push unless the client asked for its subscription since (or is
+    /// terminating). An unknown instance passes.
+    pub fn check_push(
+        &self,
+        id: Uuid,
+        now_ms: i64,
+        interval_ms: i32,
+        terminating: bool,
+    ) -> Result<(), Refused> {
+        let Some(instance) = self.by_id.get(&id) else {
+            return Ok(());
+        };
+        if instance.terminating {
+            return Err(Refused::Terminated);
+        }
+        let asked_since = match (instance.last_get_ms, instance.last_push_ms) {
+            (Some(get), Some(push)) => get >= push,
+            (_, None) => true,
+            (None, Some(_)) => false,
+        };
+        let waited = instance
+            .last_push_ms
+            .is_none_or(|at| now_ms - at >= i64::from(interval_ms));
+        match asked_since || waited || terminating {
+            true => Ok(()),
+            false => Err(Refused::Throttled),
+        }
+    }
+
+    /// Records an accepted push and its points (those past the bounds are
+    /// dropped; a series already kept always takes its new value).
+    pub fn pushed(
+        &mut self,
+        id: Uuid,
+        identity: Identity,
+        now_ms: i64,
+        interval_ms: i32,
+        terminating: bool,
+        points: Vec<Point>,
+    ) {
+        self.expire(now_ms);
+        let deadline_ms = now_ms + (3 * i64::from(interval_ms)).max(MIN_EXPIRY_MS);
+        if !self.by_id.contains_key(&id) {
+            while self.by_id.len() >= self.limits.instances {
+                let Some(&(_, oldest)) = self.by_deadline.first() else {
+                    break;
+                };
+                self.remove(oldest);
+            }
+            // The identity's cost is added below, as for a known instance.
+            let cost = INSTANCE_COST;
+            self.stored += cost;
+            self.by_id.insert(
+                id,
+                Instance {
+                    identity: Identity::default(),
+                    last_get_ms: None,
+                    last_push_ms: None,
+                    terminating: false,
+                    deadline_ms,
+                    series: BTreeMap::new(),
+                    cost,
+                },
+            );
+            self.by_deadline.insert((deadline_ms, id));
+        }
+        let Instances {
+            limits,
+            by_id,
+            by_deadline,
+            stored,
+        } = self;
+        let Some(instance) = by_id.get_mut(&id) else {
+            return;
+        };
+        by_deadline.remove(&(instance.deadline_ms, id));
+        by_deadline.insert((deadline_ms, id));
+        instance.deadline_ms = deadline_ms;
+        *stored = *stored - instance.identity.cost() + identity.cost();
+        instance.cost = instance.cost - instance.identity.cost() + identity.cost();
+        instance.identity = identity;
+        instance.last_push_ms = Some(now_ms);
+        instance.terminating |= terminating;
+        for point in points {
+            let series = (point.name, point.attributes);
+            if let Some(kept) = instance.series.get_mut(&series) {
+                *kept = point.value;
+                continue;
+            }
+            let cost = series_cost(&series);
+            if instance.series.len() >= limits.series_per_instance
+                || *stored + cost > limits.stored_bytes
+            {
+                continue;
+            }
+            *stored += cost;
+            instance.cost += cost;
+            instance.series.insert(series, point.value);
+        }
+    }
+
+    fn remove(&mut self, id: Uuid) {
+        if let Some(instance) = self.by_id.remove(&id) {
+            self.by_deadline.remove(&(instance.deadline_ms, id));
+            self.stored -= instance.cost;
+        }
+    }
+
+    /// Forgets the instances past their deadline.
+    pub fn expire(&mut self, now_ms: i64) {
+        while let Some(&(deadline, id)) = self.by_deadline.first() {
+            if deadline > now_ms {
+                break;
+            }
+            self.remove(id);
+        }
+    }
+
+    /// A copy of every instance's series, to render without the lock.
+    pub fn snapshot(&self) -> Vec<Shown> {
+        self.by_id
+            .iter()
+            .map(|(id, i)| {
+                let series = i.series.iter().map(|(s, v)| (s.clone(), *v)).collect();
+                (*id, i.identity.clone(), series)
+            })
+            .collect()
+    }
+
+    /// Checks the byte count and the deadline index (tests).
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        let counted: usize = self.by_id.values().map(|i| i.cost).sum();
+        assert_eq!(counted, self.stored);
+        for i in self.by_id.values() {
+            let series: usize = i.series.keys().map(series_cost).sum();
+            assert_eq!(i.cost, INSTANCE_COST + i.identity.cost() + series);
+            assert!(i.series.len() <= self.limits.series_per_instance);
+        }
+        assert_eq!(self.by_deadline.len(), self.by_id.len());
+        for (deadline, id) in &self.by_deadline {
+            assert_eq!(self.by_id[id].deadline_ms, *deadline);
+        }
+        assert!(self.by_id.len() <= self.limits.instances);
+        assert!(
+            self.stored
+                <= self.limits.stored_bytes
+                    + self.limits.instances * (INSTANCE_COST + 3 * MAX_LABEL_BYTES)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(name: &str, value: f64) -> Point {
+        Point {
+            name: name.into(),
+            attributes: String::new(),
+            value,
+        }
+    }
+
+    fn who() -> Identity {
+        Identity::new("app", "librdkafka", "2.16.0")
+    }
+
+    /// Kafka's throttling: a push comes a whole interval after the last,
+    /// or right after the client asked again; terminating is never
+    /// throttled, and nothing is accepted after it.
+    #[test]
+    fn throttling_and_terminating() {
+        let mut m = Instances::new(LIMITS);
+        let id = Uuid::from_u128(1);
+        assert_eq!(m.check_push(id, 0, 1000, false), Ok(()));
+        m.pushed(id, who(), 0, 1000, false, vec![point("a", 1.0)]);
+        assert_eq!(m.check_push(id, 999, 1000, false), Err(Refused::Throttled));
+        assert_eq!(m.check_push(id, 1000, 1000, false), Ok(()));
+        m.asked(id, 10);
+        assert_eq!(m.check_push(id, 11, 1000, false), Ok(()));
+        m.pushed(id, who(), 11, 1000, false, vec![point("a", 2.0)]);
+        assert_eq!(m.check_push(id, 12, 1000, false), Err(Refused::Throttled));
+        assert_eq!(m.check_push(id, 12, 1000, true), Ok(()));
+        m.pushed(id, who(), 12, 1000, true, vec![point("a", 3.0)]);
+        assert_eq!(
+            m.check_push(id, 5000, 1000, false),
+            Err(Refused::Terminated)
+        );
+        let snap = m.snapshot();
+        assert_eq!(snap[0].2, vec![(("a".to_string(), String::new()), 3.0)]);
+        // Asking creates nothing.
+        m.asked(Uuid::from_u128(2), 0);
+        assert_eq!(m.len(), 1);
+        m.check_invariants();
+    }
+
+    #[test]
+    fn instances_series_and_bytes_are_bounded() {
+        let limits = Limits {
+            instances: 3,
+            stored_bytes: 4_000,
+            series_per_instance: 5,
+        };
+        let mut m = Instances::new(limits);
+        for n in 0..10u128 {
+            let points = (0..20)
+                .map(|k| point(&format!("metric.{k}"), k as f64))
+                .collect();
+            m.pushed(Uuid::from_u128(n), who(), n as i64, 1000, false, points);
+            m.check_invariants();
+        }
+        assert_eq!(m.len(), 3);
+        // The newest three, each with at most five series.
+        let mut ids: Vec<u128> = m.snapshot().iter().map(|(id, _, _)| id.as_u128()).collect();
+        ids.sort();
+        assert_eq!(ids, vec![7, 8, 9]);
+        assert!(m.snapshot().iter().all(|(_, _, s)| s.len() == 5));
+
+        // Long names run into the byte budget, not past it.
+        let mut m = Instances::new(limits);
+        let long: Vec<Point> = (0..5)
+            .map(|k| point(&format!("{k}{}", "x".repeat(1000)), 0.0))
+            .collect();
+        m.pushed(Uuid::from_u128(1), who(), 0, 1000, false, long);
+        m.check_invariants();
+        assert!(m.stored_bytes() <= limits.stored_bytes);
+        assert_eq!(m.snapshot()[0].2.len(), 3);
+    }
+
+    #[test]
+    fn silent_instances_expire() {
+        let mut m = Instances::new(LIMITS);
+        m.pushed(
+            Uuid::from_u128(1),
+            who(),
+            0,
+            1000,
+            false,
+            vec![point("a", 1.0)],
+        );
+        m.pushed(
+            Uuid::from_u128(2),
+            who(),
+            0,
+            100_000,
+            false,
+            vec![point("a", 1.0)],
+        );
+        m.expire(MIN_EXPIRY_MS);
+        assert_eq!(m.len(), 1, "a minute at least, three intervals when longer");
+        m.expire(300_000);
+        assert!(m.is_empty());
+        assert_eq!(m.stored_bytes(), 0);
+        m.check_invariants();
+    }
+
+    #[test]
+    fn labels_are_truncated_on_a_char_boundary() {
+        let id = Identity::new(&"é".repeat(200), "", "");
+        assert!(id.client_id.len() <= MAX_LABEL_BYTES);
+        assert!(id.client_id.chars().all(|c| c == 'é'));
+    }
+}
