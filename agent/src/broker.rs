@@ -52,7 +52,13 @@ pub struct Broker {
     pub unauthenticated: RequestBudget,
     /// Client metrics subscriptions and what clients pushed (KIP-714).
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+    /// Client quotas and the rates they limit.
+    pub quotas: Arc<crate::quotas::Quotas>,
 }
+
+/// How long a starting agent waits for its first copy of client metrics
+/// subscriptions and of client quotas (their refreshers go on after).
+const FIRST_READ_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How often waiting fetches' partitions are checked for commits made
 /// through other agents.
@@ -140,10 +146,21 @@ impl Broker {
         // Read once before serving, so a client's first ApiVersions
         // already tells it to push when asked (not waited for: telemetry
         // is never worth delaying clients).
-        if let Err(e) = telemetry.refresh(&*meta).await {
-            tracing::debug!(error = %e, "client metrics subscriptions not read yet");
+        match tokio::time::timeout(FIRST_READ_WITHIN, telemetry.refresh(&*meta)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "client metrics subscriptions not read yet"),
+            Err(_) => tracing::debug!("client metrics subscriptions not read yet"),
         }
         telemetry.spawn_refresher(meta.clone());
+        let quotas = Arc::new(crate::quotas::Quotas::default());
+        // Quotas are read before serving, for a while, so a restarted agent
+        // does not let clients run unthrottled at first.
+        match tokio::time::timeout(FIRST_READ_WITHIN, quotas.refresh(&*meta)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "client quotas not read yet"),
+            Err(_) => tracing::warn!("client quotas not read yet"),
+        }
+        quotas.spawn_refresher(meta.clone());
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
         Ok(Broker {
@@ -165,6 +182,7 @@ impl Broker {
             authorizer,
             unauthenticated: RequestBudget::new(crate::sasl::UNAUTHENTICATED_BUDGET),
             telemetry,
+            quotas,
         })
     }
 

@@ -49,6 +49,8 @@ enum Command {
     Configs(ToolArgs<floe_agent::tools::configs::ConfigsCommand>),
     /// List, set and delete users' SCRAM credentials (as kafka-configs.sh --entity-type users).
     Users(ToolArgs<floe_agent::tools::users::UsersCommand>),
+    /// Describe and alter client quotas (as kafka-configs.sh --entity-type users|clients).
+    Quotas(ToolArgs<floe_agent::tools::quotas::QuotasCommand>),
     /// Add, list and remove ACLs (as kafka-acls.sh).
     Acls(ToolArgs<floe_agent::tools::acls::AclsCommand>),
     /// Try every call floe makes of an object store (PUT, ranged GET, LIST, bulk DELETE, errors) against s3://BUCKET[/PREFIX][?OPTIONS] or file://PATH.
@@ -488,6 +490,14 @@ fn main() -> std::process::ExitCode {
         }),
         Command::Configs(args) => args.security().and_then(|security| {
             run_tool(floe_agent::tools::configs::run(
+                &args.bootstrap_server,
+                &security,
+                args.output,
+                args.command,
+            ))
+        }),
+        Command::Quotas(args) => args.security().and_then(|security| {
+            run_tool(floe_agent::tools::quotas::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,

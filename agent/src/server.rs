@@ -219,13 +219,17 @@ where
     let mut session = crate::authorizer::Session::new(principal.as_ref(), peer, software);
     let turn = Turn::default();
     let lane = handlers::groups::Lane::default();
+    // Set while the client is throttled (client quotas, `crate::quotas`).
+    let mute = Arc::new(crate::quotas::Mute::default());
     let mut in_flight = FuturesOrdered::new();
     let mut others = 0usize;
     let mut commits_in_flight = 0usize;
     let mut reading = true;
     let mut last_active = Instant::now();
     loop {
+        let muted = mute.until();
         let can_read = reading
+            && muted.is_none()
             && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION
             && others < MAX_OTHER_IN_FLIGHT_PER_CONNECTION
             && commits_in_flight < MAX_COMMIT_BYTES_IN_FLIGHT_PER_CONNECTION;
@@ -254,7 +258,7 @@ where
                                 let commit_bytes = if commit { frame_len } else { 0 };
                                 others += usize::from(!pipelined);
                                 commits_in_flight += commit_bytes;
-                                let pending = admit(broker.clone(), decoded, &turn, &lane, &session).await;
+                                let pending = admit(broker.clone(), decoded, &turn, &lane, &session, &mute).await;
                                 // Admitted: produced batches are now the produce
                                 // buffer's to count, the rest is small.
                                 drop(frame.held);
@@ -297,8 +301,11 @@ where
                     Err(()) => break,
                 }
             }
+            // A throttled client's next request is read when its mute ends.
+            _ = tokio::time::sleep_until(muted.unwrap_or(last_active)), if muted.is_some() && reading => {}
             // Nothing in flight and no whole request for this long (a
             // client gone quiet, or one trickling half a frame): close.
+            // (A mute longer than that closes it too, as in Kafka.)
             _ = tokio::time::sleep_until(last_active + idle_for), if in_flight.is_empty() => {
                 tracing::debug!(%peer, "closing idle connection");
                 break;
@@ -500,6 +507,7 @@ async fn admit(
     turn: &Turn,
     lane: &handlers::groups::Lane,
     session: &crate::authorizer::Session,
+    mute: &Arc<crate::quotas::Mute>,
 ) -> Responding {
     match decoded {
         Decoded::ApiVersionsTooNew { correlation_id } => {
@@ -517,10 +525,30 @@ async fn admit(
                 correlation_id = header.correlation_id, client_id = ?header.client_id, "request");
             let started = Instant::now();
             let metrics = broker.metrics.clone();
-            let pending = handlers::admit(broker, &header, *body, turn, lane, session).await;
+            // The request quota counts the time spent running the request's
+            // handler, admission and the rest (timed only while quotas are set).
+            let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
+            let quota =
+                crate::quotas::Client::of(&broker.quotas, &session.principal, client_id, mute);
+            let admitting = handlers::admit(broker, &header, *body, turn, lane, session, mute);
+            let (pending, admitted_in) = match quota {
+                Some(_) => crate::quotas::Timed::new(std::pin::pin!(admitting)).await,
+                None => (admitting.await, std::time::Duration::ZERO),
+            };
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move {
-                let reply = pending.await;
+                let reply = match quota {
+                    Some(quota) => {
+                        let (mut reply, spent) = crate::quotas::Timed::new(pending).await;
+                        let percent_seconds = (admitted_in + spent).as_secs_f64() * 100.0;
+                        let throttle = quota.record(crate::quotas::Kind::Request, percent_seconds);
+                        if let Some(r) = &mut reply {
+                            handlers::throttled(&mut r.response, throttle as i32);
+                        }
+                        reply
+                    }
+                    None => pending.await,
+                };
                 metrics.request(&format!("{api:?}"), started.elapsed());
                 let (response, held) = match reply {
                     Some(r) => (Some(r.response), r.held),

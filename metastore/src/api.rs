@@ -330,6 +330,9 @@ metastore_api! {
     read fn client_metrics_if_changed(known_version: Option<u64>) -> ClientMetricsIfChanged {
         ClientMetricsIfChanged { known_version }
     }
+    read fn client_quotas_if_changed(known_version: Option<u64>) -> ClientQuotasIfChanged {
+        ClientQuotasIfChanged { known_version }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

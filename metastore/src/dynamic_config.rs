@@ -79,8 +79,9 @@ pub const CLIENT_SELECTORS: [&str; 6] = [
 pub const MAX_CLIENT_METRICS_ENTITIES: usize = 256;
 pub const MAX_SUBSCRIPTION_NAME_BYTES: usize = 255;
 /// A `match` regex compiled at most this large (the regex crate matches
-/// in linear time; this bounds its memory).
-const MAX_MATCH_REGEX_BYTES: usize = 1 << 20;
+/// in linear time; this bounds its memory: a subscription has at most one
+/// regex per selector).
+const MAX_MATCH_REGEX_BYTES: usize = 64 << 10;
 
 /// Bounds: the state is replicated and snapshotted, and the cluster's
 /// topic defaults are copied into every answer about a topic, so nothing
@@ -107,6 +108,8 @@ pub enum ConfigEntity {
     /// A client metrics subscription (KIP-714's CLIENT_METRICS resource),
     /// by name.
     ClientMetrics(String),
+    /// A client quota's entity (see [`crate::quotas`]).
+    ClientQuota(crate::quotas::QuotaEntity),
 }
 
 /// What a change applies to: a topic's configs, or an entity's dynamic ones.
@@ -246,31 +249,50 @@ fn bounds(entity: &ConfigEntity, key: &str) -> Option<(i64, i64)> {
             }
             _ => None,
         },
+        ConfigEntity::ClientQuota(_) => None,
     }
 }
 
+/// A subscription's `match` list as (selector, pattern) pairs, or why it
+/// is refused (Kafka's message): each item `selector=pattern` with exactly
+/// one `=` and a pattern, as Java's `split("=")` leaves them; a selector
+/// given twice keeps its last pattern, as Kafka's map does.
+///
+/// This is what the metastore checks. It does not compile the patterns:
+/// what a regex engine accepts can change with its version, and a replayed
+/// log entry must be decided the same by every floe. The agents compile
+/// them ([`parse_match`]) and refuse, before proposing, what their engine
+/// does not take.
+pub fn match_items(list: &str) -> Result<BTreeMap<&str, &str>, String> {
+    let mut matched = BTreeMap::new();
+    for item in items(list) {
+        let illegal = || format!("Illegal client matching pattern: {item}");
+        let mut parts = item.split('=');
+        let (Some(selector), Some(pattern), None) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(illegal());
+        };
+        let (selector, pattern) = (selector.trim(), pattern.trim());
+        if !CLIENT_SELECTORS.contains(&selector) || pattern.is_empty() {
+            return Err(illegal());
+        }
+        matched.insert(selector, pattern);
+    }
+    Ok(matched)
+}
+
 /// A subscription's `match` list as (selector, regex) pairs, each regex
-/// matching a whole attribute (Java's `Matcher.matches`), or why it is
-/// refused (Kafka's message). An item is `selector=regex` with exactly one
-/// `=`, as Kafka splits it. The regex crate's syntax is close to Java's but
-/// has no look-around or back-references; such patterns are refused.
+/// matching a whole attribute (Java's `Matcher.matches`). The regex
+/// crate's syntax is close to Java's but has no look-around or
+/// back-references; such patterns are refused.
 pub fn parse_match(list: &str) -> Result<Vec<(String, regex::Regex)>, String> {
-    items(list)
-        .map(|item| {
-            let illegal = || format!("Illegal client matching pattern: {item}");
-            let mut parts = item.split('=');
-            let (Some(selector), Some(pattern), None) = (parts.next(), parts.next(), parts.next())
-            else {
-                return Err(illegal());
-            };
-            let selector = selector.trim();
-            if !CLIENT_SELECTORS.contains(&selector) {
-                return Err(illegal());
-            }
-            let regex = regex::RegexBuilder::new(&format!("^(?:{})$", pattern.trim()))
+    match_items(list)?
+        .into_iter()
+        .map(|(selector, pattern)| {
+            let regex = regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
                 .size_limit(MAX_MATCH_REGEX_BYTES)
                 .build()
-                .map_err(|_| illegal())?;
+                .map_err(|_| format!("Illegal client matching pattern: {selector}={pattern}"))?;
             Ok((selector.to_string(), regex))
         })
         .collect()
@@ -283,6 +305,7 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
         ConfigEntity::Cluster => "dynamic broker",
         ConfigEntity::Group(_) => "group",
         ConfigEntity::ClientMetrics(_) => "client metrics",
+        ConfigEntity::ClientQuota(_) => return crate::quotas::check(key, value),
     };
     if let (ConfigEntity::Cluster, Some(topic_key)) = (entity, topic_config::topic_key_of(key)) {
         // Checked as the topic config it is the default of.
@@ -303,7 +326,7 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
         match key {
             // Any names: a client pushes those it has.
             CLIENT_METRICS_METRICS => return Ok(()),
-            CLIENT_METRICS_MATCH => return parse_match(value).map(drop),
+            CLIENT_METRICS_MATCH => return match_items(value).map(drop),
             _ => {}
         }
     }
@@ -359,6 +382,9 @@ pub fn checked(
                 "a subscription name is over {MAX_SUBSCRIPTION_NAME_BYTES} bytes"
             ));
         }
+    }
+    if let ConfigEntity::ClientQuota(quota) = entity {
+        quota.check()?;
     }
     if configs.len() > MAX_KEYS {
         return Err(format!("more than {MAX_KEYS} configs on one resource"));
@@ -439,6 +465,12 @@ impl DynamicConfigs {
                         "there are {MAX_CLIENT_METRICS_ENTITIES} client metrics subscriptions already"
                     ));
                 }
+                ConfigEntity::ClientQuota(_) if held >= crate::quotas::MAX_QUOTA_ENTITIES => {
+                    return Err(format!(
+                        "quotas are set on {} entities already",
+                        crate::quotas::MAX_QUOTA_ENTITIES
+                    ));
+                }
                 _ => {}
             }
         }
@@ -461,6 +493,17 @@ impl DynamicConfigs {
             .iter()
             .filter_map(|(entity, configs)| match entity {
                 ConfigEntity::ClientMetrics(name) => Some((name.clone(), configs.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every client quota entity's quotas.
+    pub fn client_quotas(&self) -> BTreeMap<crate::quotas::QuotaEntity, BTreeMap<String, String>> {
+        self.entities
+            .iter()
+            .filter_map(|(entity, configs)| match entity {
+                ConfigEntity::ClientQuota(quota) => Some((quota.clone(), configs.clone())),
                 _ => None,
             })
             .collect()
@@ -765,10 +808,7 @@ mod tests {
             (CLIENT_METRICS_MATCH, "client_id"),
             (CLIENT_METRICS_MATCH, "client_id=a=b"),
             (CLIENT_METRICS_MATCH, "user=alice"),
-            (CLIENT_METRICS_MATCH, "client_id=(unclosed"),
-            // Look-around is Java's, not the regex crate's: refused, never
-            // matched differently.
-            (CLIENT_METRICS_MATCH, "client_id=(?!x).*"),
+            (CLIENT_METRICS_MATCH, "client_id="),
             ("retention.ms", "1"),
         ] {
             assert!(
@@ -781,10 +821,18 @@ mod tests {
                 .is_err()
         );
 
-        // A match is of the whole attribute.
-        let matched = parse_match("client_id=app-.*").unwrap();
+        // A match is of the whole attribute; a selector given twice keeps
+        // its last pattern.
+        let matched = parse_match("client_id=x,client_id=app-.*").unwrap();
+        assert_eq!(matched.len(), 1);
         assert!(matched[0].1.is_match("app-1"));
         assert!(!matched[0].1.is_match("my-app-1"));
+        // Patterns the regex crate does not take are the agents' to refuse
+        // (the state does not compile them: see `match_items`).
+        for agent_refuses in ["client_id=(unclosed", "client_id=(?!x).*"] {
+            assert!(match_items(agent_refuses).is_ok());
+            assert!(parse_match(agent_refuses).is_err(), "{agent_refuses}");
+        }
 
         for n in 1..MAX_CLIENT_METRICS_ENTITIES {
             c.alter(

@@ -473,6 +473,16 @@ fn txn_samples() -> Vec<Command> {
             ],
             replace: false,
         }),
+        Command::AlterConfigs(AlterConfigs {
+            target: ConfigTarget::Dynamic(crate::ConfigEntity::ClientQuota(
+                crate::quotas::QuotaEntity {
+                    user: Some(crate::quotas::QuotaName::Named("alice".into())),
+                    client_id: Some(crate::quotas::QuotaName::Default),
+                },
+            )),
+            ops: vec![ConfigOp::Set("producer_byte_rate".into(), "1048576".into())],
+            replace: false,
+        }),
     ]
 }
 
@@ -993,6 +1003,10 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             known_version: None,
         }
         .into(),
+        ClientQuotasIfChanged {
+            known_version: None,
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -1014,6 +1028,7 @@ const TXN_REQUESTS: &[&str] = &[
     "AlterConfigs",
     "DynamicConfigsOf",
     "ClientMetricsIfChanged",
+    "ClientQuotasIfChanged",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

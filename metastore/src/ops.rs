@@ -345,6 +345,13 @@ pub struct ClientMetricsIfChanged {
     pub known_version: Option<u64>,
 }
 
+/// Every client quota entity's quotas with the configs' version, unless
+/// the asker holds that version already (see [`AclsIfChanged`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientQuotasIfChanged {
+    pub known_version: Option<u64>,
+}
+
 /// What one entity sets (DescribeConfigs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DynamicConfigsOf {

@@ -2581,6 +2581,20 @@ impl Query for ClientMetricsIfChanged {
     }
 }
 
+impl Query for ClientQuotasIfChanged {
+    type Output = (
+        u64,
+        Option<BTreeMap<crate::quotas::QuotaEntity, BTreeMap<String, String>>>,
+    );
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        let version = state.configs.version();
+        Ok(match self.known_version == Some(version) {
+            true => (version, None),
+            false => (version, Some(state.configs.client_quotas())),
+        })
+    }
+}
+
 impl Apply for InitTxnProducer {
     type Output = ProducerIdentity;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {

@@ -59,6 +59,8 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     // SaslAuthenticate is what current clients send.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
     // KIP-714, advertised only while a subscription exists (see the
     // agent's `telemetry`).
     (ApiKey::GetTelemetrySubscriptions, 0, 0),

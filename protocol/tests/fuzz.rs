@@ -257,6 +257,30 @@ fn default_request(api: ApiKey) -> RequestKind {
                 .with_compression_type(4)
                 .with_metrics(Bytes::from_static(&[10, 2, 18, 0])),
         ),
+        ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(
+            kafka_protocol::messages::DescribeClientQuotasRequest::default().with_components(vec![
+                kafka_protocol::messages::describe_client_quotas_request::ComponentData::default()
+                    .with_entity_type(StrBytes::from_static_str("user"))
+                    .with_match_type(0)
+                    .with_match(Some(StrBytes::from_static_str("alice"))),
+            ]),
+        ),
+        ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(
+            kafka_protocol::messages::AlterClientQuotasRequest::default().with_entries(vec![
+                kafka_protocol::messages::alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![
+                        kafka_protocol::messages::alter_client_quotas_request::EntityData::default(
+                        )
+                        .with_entity_type(StrBytes::from_static_str("client-id"))
+                        .with_entity_name(None),
+                    ])
+                    .with_ops(vec![
+                        kafka_protocol::messages::alter_client_quotas_request::OpData::default()
+                            .with_key(StrBytes::from_static_str("producer_byte_rate"))
+                            .with_value(1024.0),
+                    ]),
+            ]),
+        ),
         ApiKey::ListConfigResources => RequestKind::ListConfigResources(
             kafka_protocol::messages::ListConfigResourcesRequest::default(),
         ),

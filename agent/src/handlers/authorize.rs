@@ -1028,6 +1028,39 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 ))
             }
         },
+        // Kafka's client quota APIs: DESCRIBE_CONFIGS and ALTER_CONFIGS on
+        // the cluster.
+        RequestKind::DescribeClientQuotas(req) => match cluster(op::DESCRIBE_CONFIGS) {
+            true => Gate::Handle(RequestKind::DescribeClientQuotas(req), None),
+            false => Gate::Answer(ResponseKind::DescribeClientQuotas(
+                DescribeClientQuotasResponse::default()
+                    .with_error_code(CLUSTER_DENIED)
+                    .with_error_message(Some(str_bytes("Cluster authorization failed"))),
+            )),
+        },
+        RequestKind::AlterClientQuotas(req) => match cluster(op::ALTER_CONFIGS) {
+            true => Gate::Handle(RequestKind::AlterClientQuotas(req), None),
+            false => {
+                use alter_client_quotas_response::{EntityData, EntryData};
+                let entries = req.entries.iter().map(|e| {
+                    EntryData::default()
+                        .with_error_code(CLUSTER_DENIED)
+                        .with_entity(
+                            e.entity
+                                .iter()
+                                .map(|p| {
+                                    EntityData::default()
+                                        .with_entity_type(p.entity_type.clone())
+                                        .with_entity_name(p.entity_name.clone())
+                                })
+                                .collect(),
+                        )
+                });
+                Gate::Answer(ResponseKind::AlterClientQuotas(
+                    AlterClientQuotasResponse::default().with_entries(entries.collect()),
+                ))
+            }
+        },
         // Kafka's `handleListClientMetricsResources`: DESCRIBE_CONFIGS on
         // the cluster.
         RequestKind::ListConfigResources(req) => match cluster(op::DESCRIBE_CONFIGS) {

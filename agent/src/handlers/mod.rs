@@ -3,6 +3,7 @@
 pub mod acls;
 pub mod api_versions;
 pub mod authorize;
+pub mod client_quotas;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use crate::authorizer::Session;
 use crate::broker::Broker;
 use crate::budget::{Held, Turn};
+use crate::quotas;
 
 /// A response, with the response budget it holds until written (fetches).
 pub struct Reply {
@@ -62,8 +64,15 @@ pub async fn admit(
     turn: &Turn,
     lane: &groups::Lane,
     session: &Session,
+    mute: &Arc<crate::quotas::Mute>,
 ) -> Pending {
     let version = header.request_api_version;
+    let client_id = header
+        .client_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    let quota = crate::quotas::Client::of(&broker.quotas, &session.principal, &client_id, mute);
     let (body, patch) = match authorize::gate(&broker, session, body, version).await {
         authorize::Gate::Handle(body, patch) => (body, patch),
         authorize::Gate::Answer(response) => {
@@ -78,29 +87,58 @@ pub async fn admit(
         response
     };
     if let RequestKind::Produce(req) = body {
+        // Kafka counts a produce request's bytes against the producer's
+        // quota as it answers it (acks=0 included: it is only muted).
+        let bytes: usize = req
+            .topic_data
+            .iter()
+            .flat_map(|t| &t.partition_data)
+            .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+            .sum();
         let admitted = produce::admit(&broker, req, version, session).await;
         return Box::pin(async move {
-            admitted
-                .respond()
-                .await
-                .map(|r| Reply::from(patched(ResponseKind::Produce(r))))
+            let response = admitted.respond().await;
+            let throttle = quota.map_or(0, |q| q.record(quotas::Kind::Produce, bytes as f64));
+            response.map(|mut r| {
+                r.throttle_time_ms = r.throttle_time_ms.max(throttle as i32);
+                Reply::from(patched(ResponseKind::Produce(r)))
+            })
         });
     }
-    if let RequestKind::Fetch(req) = body {
+    if let RequestKind::Fetch(mut req) = body {
         let turn = turn.clone();
+        if let Some(cap) = quota
+            .as_ref()
+            .and_then(|q| q.max_in_window(quotas::Kind::Fetch))
+        {
+            req.max_bytes = req.max_bytes.min(cap.min(i32::MAX as f64) as i32);
+            req.min_bytes = req.min_bytes.min(req.max_bytes);
+        }
         return Box::pin(async move {
-            let (response, held) = fetch::handle(&broker, req, version, &turn).await;
+            let (mut response, mut held) = fetch::handle(&broker, req, version, &turn).await;
+            if let Some(q) = quota {
+                // Kafka's throttled fetch: answered empty, its bytes not
+                // counted, and the consumer muted.
+                let bytes: usize = response
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+                    .sum();
+                let throttle = q.record(quotas::Kind::Fetch, bytes as f64);
+                if throttle > 0 {
+                    q.unrecord(quotas::Kind::Fetch, bytes as f64);
+                    response = floe_protocol::kafka_protocol::messages::FetchResponse::default()
+                        .with_throttle_time_ms(throttle as i32);
+                    held = None;
+                }
+            }
             Some(Reply {
                 response: patched(ResponseKind::Fetch(response)),
                 held,
             })
         });
     }
-    let client_id = header
-        .client_id
-        .as_ref()
-        .map(|c| c.to_string())
-        .unwrap_or_default();
     // Group requests run one after another, in the order they came; offset
     // commits in a row are written together.
     if let RequestKind::OffsetCommit(req) = body {
@@ -148,6 +186,68 @@ fn client_attributes<'a>(
     }
 }
 
+/// Sets a response's `throttle_time_ms` to at least `ms` (a field every
+/// response of a served API has; versions without it do not send it).
+pub fn throttled(response: &mut ResponseKind, ms: i32) {
+    macro_rules! each {
+        ($($kind:ident),* $(,)?) => {
+            match response {
+                $(ResponseKind::$kind(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),)*
+                _ => {}
+            }
+        };
+    }
+    each!(
+        AddOffsetsToTxn,
+        AddPartitionsToTxn,
+        AlterConfigs,
+        AlterUserScramCredentials,
+        ApiVersions,
+        ConsumerGroupDescribe,
+        ConsumerGroupHeartbeat,
+        CreateAcls,
+        CreatePartitions,
+        CreateTopics,
+        DeleteAcls,
+        DeleteGroups,
+        DeleteRecords,
+        DeleteTopics,
+        DescribeAcls,
+        DescribeCluster,
+        DescribeConfigs,
+        DescribeGroups,
+        DescribeLogDirs,
+        DescribeProducers,
+        DescribeTopicPartitions,
+        DescribeTransactions,
+        DescribeUserScramCredentials,
+        EndTxn,
+        Fetch,
+        FindCoordinator,
+        GetTelemetrySubscriptions,
+        Heartbeat,
+        IncrementalAlterConfigs,
+        InitProducerId,
+        JoinGroup,
+        LeaveGroup,
+        ListConfigResources,
+        ListGroups,
+        ListOffsets,
+        ListTransactions,
+        Metadata,
+        OffsetCommit,
+        OffsetDelete,
+        OffsetFetch,
+        OffsetForLeaderEpoch,
+        Produce,
+        PushTelemetry,
+        SyncGroup,
+        TxnOffsetCommit,
+        DescribeClientQuotas,
+        AlterClientQuotas
+    );
+}
+
 async fn handle(
     broker: &Broker,
     body: RequestKind,
@@ -170,6 +270,12 @@ async fn handle(
                 .telemetry
                 .push(&req, client_attributes(&client_id, session)),
         ),
+        RequestKind::DescribeClientQuotas(req) => {
+            ResponseKind::DescribeClientQuotas(client_quotas::describe(broker, req).await)
+        }
+        RequestKind::AlterClientQuotas(req) => {
+            ResponseKind::AlterClientQuotas(client_quotas::alter(broker, req).await)
+        }
         RequestKind::ListConfigResources(_) => {
             ResponseKind::ListConfigResources(configs::list_client_metrics(broker).await)
         }

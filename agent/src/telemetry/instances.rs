@@ -2,10 +2,12 @@
 //! asked and pushed (Kafka's throttling), whether it said it was
 //! terminating, and the latest value of each of its series.
 //!
-//! Everything is bounded: instances (the one closest to expiry goes first),
-//! series per instance, and the bytes of every kept name. An instance not
-//! heard from for three push intervals (at least a minute, Kafka's cache
-//! expiry) is forgotten.
+//! Everything is bounded: instances, series and bytes per instance, and the
+//! bytes of all of them, counted as they render at `/client-metrics` (so a
+//! scrape is bounded too). When the instances or the bytes run out, the
+//! instance closest to expiry is forgotten: one client cannot keep the
+//! others out. An instance not heard from for three push intervals (at
+//! least a minute, Kafka's cache expiry) is forgotten.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -18,13 +20,16 @@ pub struct Limits {
     pub instances: usize,
     pub stored_bytes: usize,
     pub series_per_instance: usize,
+    pub bytes_per_instance: usize,
 }
 
-/// Kafka's `ClientMetricsManager` cache size and expiry.
+/// Kafka's `ClientMetricsManager` cache size (and its expiry below); the
+/// byte bounds are floe's.
 pub const LIMITS: Limits = Limits {
     instances: 16_384,
-    stored_bytes: 16 << 20,
+    stored_bytes: 32 << 20,
     series_per_instance: 1_000,
+    bytes_per_instance: 512 << 10,
 };
 const MIN_EXPIRY_MS: i64 = 60_000;
 /// Client ids and software names and versions are kept to this many bytes.
@@ -47,8 +52,9 @@ impl Identity {
         }
     }
 
+    /// As rendered (escaping at most doubles a label).
     fn cost(&self) -> usize {
-        self.client_id.len() + self.software_name.len() + self.software_version.len()
+        2 * (self.client_id.len() + self.software_name.len() + self.software_version.len())
     }
 }
 
@@ -63,15 +69,18 @@ fn truncated(s: &str) -> String {
 /// A series: the metric's name and its attributes.
 type Series = (String, String);
 
+/// A series' line as rendered: its name and attributes (escaping at most
+/// doubles them), the instance id and the value.
 fn series_cost((name, attributes): &Series) -> usize {
-    name.len() + attributes.len() + 48
+    2 * (name.len() + attributes.len()) + 128
 }
 
 /// An instance as shown: its id, who it is, and its series' values.
 pub type Shown = (Uuid, Identity, Vec<(Series, f64)>);
 
-/// What an instance costs besides its series.
-const INSTANCE_COST: usize = 128;
+/// What an instance costs besides its series (its info line, with the
+/// identity's cost).
+const INSTANCE_COST: usize = 256;
 
 #[derive(Debug)]
 struct Instance {
@@ -139,15 +148,17 @@ impl Instances {
     /// Kafka's checks of a push that need the instance's past: refused
     /// after a terminating push, or sooner than `interval_ms` after the
     /// last push unless the client asked for its subscription since (or is
-    /// terminating). An unknown instance passes.
-    pub fn check_push(
-        &self,
+    /// terminating). Passing them counts as a push (and a terminating one
+    /// ends the instance) whatever the later checks say, as in Kafka. An
+    /// unknown instance passes, and is kept only if its push is accepted.
+    pub fn admit_push(
+        &mut self,
         id: Uuid,
         now_ms: i64,
         interval_ms: i32,
         terminating: bool,
     ) -> Result<(), Refused> {
-        let Some(instance) = self.by_id.get(&id) else {
+        let Some(instance) = self.by_id.get_mut(&id) else {
             return Ok(());
         };
         if instance.terminating {
@@ -161,14 +172,17 @@ impl Instances {
         let waited = instance
             .last_push_ms
             .is_none_or(|at| now_ms - at >= i64::from(interval_ms));
-        match asked_since || waited || terminating {
-            true => Ok(()),
-            false => Err(Refused::Throttled),
+        if !(asked_since || waited || terminating) {
+            return Err(Refused::Throttled);
         }
+        instance.last_push_ms = Some(now_ms);
+        instance.terminating |= terminating;
+        Ok(())
     }
-
-    /// Records an accepted push and its points (those past the bounds are
-    /// dropped; a series already kept always takes its new value).
+    /// Records an accepted push and its points: a series already kept
+    /// takes its new value; new ones are kept within the instance's bounds,
+    /// room being made in the whole by forgetting the instances closest to
+    /// expiry.
     pub fn pushed(
         &mut self,
         id: Uuid,
@@ -188,8 +202,7 @@ impl Instances {
                 self.remove(oldest);
             }
             // The identity's cost is added below, as for a known instance.
-            let cost = INSTANCE_COST;
-            self.stored += cost;
+            self.stored += INSTANCE_COST;
             self.by_id.insert(
                 id,
                 Instance {
@@ -199,43 +212,55 @@ impl Instances {
                     terminating: false,
                     deadline_ms,
                     series: BTreeMap::new(),
-                    cost,
+                    cost: INSTANCE_COST,
                 },
             );
             self.by_deadline.insert((deadline_ms, id));
         }
-        let Instances {
-            limits,
-            by_id,
-            by_deadline,
-            stored,
-        } = self;
-        let Some(instance) = by_id.get_mut(&id) else {
+        let limits = self.limits;
+        let Some(instance) = self.by_id.get_mut(&id) else {
             return;
         };
-        by_deadline.remove(&(instance.deadline_ms, id));
-        by_deadline.insert((deadline_ms, id));
+        self.by_deadline.remove(&(instance.deadline_ms, id));
+        self.by_deadline.insert((deadline_ms, id));
         instance.deadline_ms = deadline_ms;
-        *stored = *stored - instance.identity.cost() + identity.cost();
+        self.stored = self.stored - instance.identity.cost() + identity.cost();
         instance.cost = instance.cost - instance.identity.cost() + identity.cost();
         instance.identity = identity;
         instance.last_push_ms = Some(now_ms);
         instance.terminating |= terminating;
+        let mut new = Vec::new();
+        let (mut count, mut cost) = (instance.series.len(), instance.cost);
         for point in points {
             let series = (point.name, point.attributes);
             if let Some(kept) = instance.series.get_mut(&series) {
                 *kept = point.value;
                 continue;
             }
-            let cost = series_cost(&series);
-            if instance.series.len() >= limits.series_per_instance
-                || *stored + cost > limits.stored_bytes
-            {
-                continue;
+            let more = series_cost(&series);
+            if count < limits.series_per_instance && cost + more <= limits.bytes_per_instance {
+                count += 1;
+                cost += more;
+                new.push((series, point.value, more));
             }
-            *stored += cost;
-            instance.cost += cost;
-            instance.series.insert(series, point.value);
+        }
+        let needed: usize = new.iter().map(|(_, _, c)| c).sum();
+        while self.stored + needed > limits.stored_bytes {
+            let Some(&(_, oldest)) = self.by_deadline.iter().find(|(_, other)| *other != id) else {
+                break;
+            };
+            self.remove(oldest);
+        }
+        let Some(instance) = self.by_id.get_mut(&id) else {
+            return;
+        };
+        for (series, value, more) in new {
+            if self.stored + more > limits.stored_bytes {
+                break;
+            }
+            self.stored += more;
+            instance.cost += more;
+            instance.series.insert(series, value);
         }
     }
 
@@ -313,18 +338,20 @@ mod tests {
     fn throttling_and_terminating() {
         let mut m = Instances::new(LIMITS);
         let id = Uuid::from_u128(1);
-        assert_eq!(m.check_push(id, 0, 1000, false), Ok(()));
+        assert_eq!(m.admit_push(id, 0, 1000, false), Ok(()));
         m.pushed(id, who(), 0, 1000, false, vec![point("a", 1.0)]);
-        assert_eq!(m.check_push(id, 999, 1000, false), Err(Refused::Throttled));
-        assert_eq!(m.check_push(id, 1000, 1000, false), Ok(()));
-        m.asked(id, 10);
-        assert_eq!(m.check_push(id, 11, 1000, false), Ok(()));
-        m.pushed(id, who(), 11, 1000, false, vec![point("a", 2.0)]);
-        assert_eq!(m.check_push(id, 12, 1000, false), Err(Refused::Throttled));
-        assert_eq!(m.check_push(id, 12, 1000, true), Ok(()));
-        m.pushed(id, who(), 12, 1000, true, vec![point("a", 3.0)]);
+        assert_eq!(m.admit_push(id, 999, 1000, false), Err(Refused::Throttled));
+        assert_eq!(m.admit_push(id, 1000, 1000, false), Ok(()));
+        // Passing the checks counted as a push, accepted or not.
+        assert_eq!(m.admit_push(id, 1001, 1000, false), Err(Refused::Throttled));
+        m.asked(id, 1010);
+        assert_eq!(m.admit_push(id, 1011, 1000, false), Ok(()));
+        m.pushed(id, who(), 1011, 1000, false, vec![point("a", 2.0)]);
+        assert_eq!(m.admit_push(id, 1012, 1000, false), Err(Refused::Throttled));
+        assert_eq!(m.admit_push(id, 1012, 1000, true), Ok(()));
+        m.pushed(id, who(), 1012, 1000, true, vec![point("a", 3.0)]);
         assert_eq!(
-            m.check_push(id, 5000, 1000, false),
+            m.admit_push(id, 5000, 1000, false),
             Err(Refused::Terminated)
         );
         let snap = m.snapshot();
@@ -339,8 +366,9 @@ mod tests {
     fn instances_series_and_bytes_are_bounded() {
         let limits = Limits {
             instances: 3,
-            stored_bytes: 4_000,
+            stored_bytes: 20_000,
             series_per_instance: 5,
+            bytes_per_instance: 4_000,
         };
         let mut m = Instances::new(limits);
         for n in 0..10u128 {
@@ -357,15 +385,40 @@ mod tests {
         assert_eq!(ids, vec![7, 8, 9]);
         assert!(m.snapshot().iter().all(|(_, _, s)| s.len() == 5));
 
-        // Long names run into the byte budget, not past it.
+        // Long names run into the instance's byte bound, not past it.
         let mut m = Instances::new(limits);
         let long: Vec<Point> = (0..5)
             .map(|k| point(&format!("{k}{}", "x".repeat(1000)), 0.0))
             .collect();
         m.pushed(Uuid::from_u128(1), who(), 0, 1000, false, long);
         m.check_invariants();
-        assert!(m.stored_bytes() <= limits.stored_bytes);
-        assert_eq!(m.snapshot()[0].2.len(), 3);
+        assert_eq!(m.snapshot()[0].2.len(), 1);
+
+        // Instances that filled the whole make room for a newcomer: the
+        // one closest to expiry goes.
+        let limits = Limits {
+            instances: 100,
+            stored_bytes: 10_000,
+            series_per_instance: 100,
+            bytes_per_instance: 4_000,
+        };
+        let mut m = Instances::new(limits);
+        let many = |n: usize| -> Vec<Point> {
+            (0..n).map(|k| point(&format!("metric.{k}"), 1.0)).collect()
+        };
+        for n in 0..5u128 {
+            m.pushed(Uuid::from_u128(n), who(), n as i64, 1000, false, many(20));
+            m.check_invariants();
+            assert!(m.stored_bytes() <= limits.stored_bytes);
+        }
+        let kept = |m: &Instances, id: u128| {
+            m.snapshot()
+                .iter()
+                .find(|(i, _, _)| i.as_u128() == id)
+                .map(|(_, _, s)| s.len())
+        };
+        assert!(kept(&m, 4).unwrap() > 0, "the newest pusher is kept");
+        assert_eq!(kept(&m, 0), None, "the oldest made room");
     }
 
     #[test]

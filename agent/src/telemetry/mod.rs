@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use floe_metastore::Metastore;
+use floe_metastore::dynamic_config::ALL_CLIENT_METRICS;
 use floe_protocol::ResponseError;
 use floe_protocol::batch::{BatchError, Codec};
 use floe_protocol::kafka_protocol::messages::{
@@ -194,7 +195,7 @@ impl Telemetry {
         let now_ms = self.now_ms();
         match self
             .instances()
-            .check_push(id, now_ms, asked.interval_ms, req.terminating)
+            .admit_push(id, now_ms, asked.interval_ms, req.terminating)
         {
             Ok(()) => {}
             Err(instances::Refused::Terminated) => {
@@ -223,7 +224,7 @@ impl Telemetry {
         // Nothing asked (or nothing sent): nothing to read.
         let points = match asked.metrics.is_empty() || req.metrics.is_empty() {
             true => Vec::new(),
-            false => match read_push(codec, &req.metrics) {
+            false => match read_push(codec, &req.metrics, &asked.metrics) {
                 Ok(points) => points,
                 Err(e) => return answer(Some(e)),
             },
@@ -251,17 +252,28 @@ impl Telemetry {
             instances.expire(self.now_ms());
             instances.snapshot()
         };
+        // Who each instance is, once; its series by instance id (bounded
+        // as `instances` counts them).
         let mut out = String::from(
-            "# HELP floe_client_metric The latest value a client pushed of a metric (KIP-714); `name` is the metric's, `attributes` its data point's.\n# TYPE floe_client_metric gauge\n",
+            "# HELP floe_client_info A client instance that pushed metrics (KIP-714).\n# TYPE floe_client_info gauge\n",
         );
-        for (id, who, series) in snapshot {
+        for (id, who, _) in &snapshot {
+            let _ = writeln!(
+                out,
+                "floe_client_info{{client_instance_id=\"{id}\",client_id=\"{}\",client_software_name=\"{}\",client_software_version=\"{}\"}} 1",
+                label(&who.client_id),
+                label(&who.software_name),
+                label(&who.software_version),
+            );
+        }
+        out.push_str(
+            "# HELP floe_client_metric The latest value a client instance pushed of a metric; `name` is the metric's, `attributes` its data point's.\n# TYPE floe_client_metric gauge\n",
+        );
+        for (id, _, series) in snapshot {
             for ((name, attributes), value) in series {
                 let _ = writeln!(
                     out,
-                    "floe_client_metric{{client_instance_id=\"{id}\",client_id=\"{}\",client_software_name=\"{}\",client_software_version=\"{}\",name=\"{}\",attributes=\"{}\"}} {value}",
-                    label(&who.client_id),
-                    label(&who.software_name),
-                    label(&who.software_version),
+                    "floe_client_metric{{client_instance_id=\"{id}\",name=\"{}\",attributes=\"{}\"}} {value}",
                     label(&name),
                     label(&attributes),
                 );
@@ -274,7 +286,12 @@ impl Telemetry {
 /// A push's series, or the error to answer: decompressed within
 /// [`MAX_DECOMPRESSED_BYTES`] (TELEMETRY_TOO_LARGE past it, so the client
 /// does not take it as a permanent failure), then read.
-fn read_push(codec: Codec, metrics: &[u8]) -> Result<Vec<otlp::Point>, ResponseError> {
+/// Only the metrics asked for are kept (a client may push more).
+fn read_push(
+    codec: Codec,
+    metrics: &[u8],
+    asked: &[String],
+) -> Result<Vec<otlp::Point>, ResponseError> {
     let data = floe_protocol::compression::decompress(codec, metrics, MAX_DECOMPRESSED_BYTES)
         .map_err(|e| match e {
             BatchError::Corrupt(why) if why == floe_protocol::compression::PAST_THE_LIMIT => {
@@ -282,7 +299,9 @@ fn read_push(codec: Codec, metrics: &[u8]) -> Result<Vec<otlp::Point>, ResponseE
             }
             _ => ResponseError::InvalidRecord,
         })?;
-    otlp::points(&data, MAX_SERIES_PER_PUSH).map_err(|_| ResponseError::InvalidRecord)
+    let all = asked.iter().any(|m| m == ALL_CLIENT_METRICS);
+    let wanted = |name: &str| all || asked.iter().any(|prefix| name.starts_with(prefix.as_str()));
+    otlp::points(&data, MAX_SERIES_PER_PUSH, &wanted).map_err(|_| ResponseError::InvalidRecord)
 }
 
 /// A Prometheus label value, escaped.
@@ -394,16 +413,21 @@ mod tests {
         subscribe(&t, id);
         assert_eq!(push(&t, id, sub, 0, data()), 0);
         let shown = t.render();
-        assert!(
-            shown.contains(&format!(
-                "floe_client_metric{{client_instance_id=\"{id}\",client_id=\"app\",client_software_name=\"librdkafka\",client_software_version=\"2.16.0\",name=\"org.apache.kafka.producer.x\",attributes=\"\"}} 2.5"
-            )),
-            "{shown}"
-        );
+        for line in [
+            format!(
+                "floe_client_info{{client_instance_id=\"{id}\",client_id=\"app\",client_software_name=\"librdkafka\",client_software_version=\"2.16.0\"}} 1"
+            ),
+            format!(
+                "floe_client_metric{{client_instance_id=\"{id}\",name=\"org.apache.kafka.producer.x\",attributes=\"\"}} 2.5"
+            ),
+        ] {
+            assert!(shown.lines().any(|l| l == line), "{line} in {shown}");
+        }
     }
 
     /// A small push that decompresses past the bound is refused as too
-    /// large, without holding more than the bound.
+    /// large (decompression stops one byte past the bound:
+    /// `compression::decompress`).
     #[test]
     fn a_compression_bomb_is_too_large() {
         let t = telemetry("*", "60000");

@@ -5,7 +5,9 @@
 //! The bytes are walked field by field, borrowing, never decoded into
 //! structs: a push is hostile input, and decoding into `Vec`s of messages
 //! lets a few MiB of empty messages allocate hundreds. Only what is kept
-//! allocates, and at most `max_series` series are read.
+//! allocates: at most `max_series` series, each with a name of at most
+//! [`MAX_NAME_BYTES`] that the caller wants and attributes of at most
+//! [`MAX_ATTRIBUTES_BYTES`]; anything longer is checked before it is copied.
 
 /// One series of a push: a metric, its data point's attributes (`k=v`
 /// pairs, sorted, comma-joined; empty without), and the point's value.
@@ -107,11 +109,14 @@ fn text(bytes: &[u8]) -> Result<&str, Malformed> {
 /// Attributes longer than this (joined) are dropped from a series, keeping
 /// its name and value.
 pub const MAX_ATTRIBUTES_BYTES: usize = 256;
+/// Metrics with longer names are skipped.
+pub const MAX_NAME_BYTES: usize = 256;
 
 /// A data point's attributes (OTLP `KeyValue`s, field 7), as `k=v,...`
-/// sorted; values that are not strings, bools or numbers are skipped.
+/// sorted; values that are not strings, bools or numbers are skipped. Past
+/// [`MAX_ATTRIBUTES_BYTES`] none are kept, and nothing longer is copied.
 fn attributes(point: &[u8]) -> Result<String, Malformed> {
-    let mut pairs = Vec::new();
+    let mut pairs: Vec<String> = Vec::new();
     let mut bytes = 0;
     for kv in messages(point, 7) {
         let kv = kv?;
@@ -135,15 +140,17 @@ fn attributes(point: &[u8]) -> Result<String, Malformed> {
     Ok(pairs.join(","))
 }
 
-/// An OTLP `AnyValue` that is a string (1), bool (2), int (3) or double (4).
-fn any_value(any: &[u8]) -> Result<Option<String>, Malformed> {
+/// An OTLP `AnyValue` that is a string (1, borrowed), bool (2), int (3) or
+/// double (4).
+fn any_value(any: &[u8]) -> Result<Option<std::borrow::Cow<'_, str>>, Malformed> {
+    use std::borrow::Cow;
     let mut value = None;
     for field in fields(any) {
         value = match field? {
-            (1, Value::Bytes(s)) => Some(text(s)?.to_string()),
-            (2, Value::Varint(b)) => Some((b != 0).to_string()),
-            (3, Value::Varint(i)) => Some((i as i64).to_string()),
-            (4, Value::Fixed64(d)) => Some(f64::from_le_bytes(d).to_string()),
+            (1, Value::Bytes(s)) => Some(Cow::Borrowed(text(s)?)),
+            (2, Value::Varint(b)) => Some(Cow::Owned((b != 0).to_string())),
+            (3, Value::Varint(i)) => Some(Cow::Owned((i as i64).to_string())),
+            (4, Value::Fixed64(d)) => Some(Cow::Owned(f64::from_le_bytes(d).to_string())),
             _ => continue,
         };
     }
@@ -163,9 +170,13 @@ fn point_value(point: &[u8]) -> Result<Option<f64>, Malformed> {
     Ok(value)
 }
 
-/// Every gauge's and sum's data points in `data` (a `MetricsData`), at most
-/// `max_series` of them; the last point of a series wins.
-pub fn points(data: &[u8], max_series: usize) -> Result<Vec<Point>, Malformed> {
+/// Every gauge's and sum's data points in `data` (a `MetricsData`) whose
+/// metric name is `wanted`, at most `max_series` of them.
+pub fn points(
+    data: &[u8],
+    max_series: usize,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<Vec<Point>, Malformed> {
     let mut out: Vec<Point> = Vec::new();
     // MetricsData.resource_metrics (1) → ResourceMetrics.scope_metrics (2)
     // → ScopeMetrics.metrics (2) → Metric: name (1), gauge (5), sum (7).
@@ -173,17 +184,23 @@ pub fn points(data: &[u8], max_series: usize) -> Result<Vec<Point>, Malformed> {
         for scope in messages(resource?, 2) {
             for metric in messages(scope?, 2) {
                 let metric = metric?;
+                // Twice over the metric: its name first, then its points
+                // (nothing collected in between).
                 let mut name = "";
-                let mut number_points = Vec::new();
                 for field in fields(metric) {
-                    match field? {
-                        (1, Value::Bytes(n)) => name = text(n)?,
-                        // Gauge and Sum both hold their points in field 1.
-                        (5 | 7, Value::Bytes(points)) => number_points.push(points),
-                        _ => {}
+                    if let (1, Value::Bytes(n)) = field? {
+                        name = text(n)?;
                     }
                 }
-                for holder in number_points {
+                if name.len() > MAX_NAME_BYTES || !wanted(name) {
+                    continue;
+                }
+                // Gauge and Sum both hold their points in field 1.
+                let holders = fields(metric).filter_map(|f| match f {
+                    Ok((5 | 7, Value::Bytes(points))) => Some(points),
+                    _ => None,
+                });
+                for holder in holders {
                     for point in messages(holder, 1) {
                         let point = point?;
                         let Some(value) = point_value(point)? else {
@@ -268,7 +285,7 @@ pub(crate) mod tests {
                 7.0,
             ),
         ]);
-        let got = points(&data, 100).unwrap();
+        let got = points(&data, 100, &|_| true).unwrap();
         assert_eq!(
             got,
             vec![
@@ -284,7 +301,7 @@ pub(crate) mod tests {
                 },
             ]
         );
-        assert_eq!(points(&data, 1).unwrap().len(), 1);
+        assert_eq!(points(&data, 1, &|_| true).unwrap().len(), 1);
     }
 
     #[test]
@@ -295,7 +312,7 @@ pub(crate) mod tests {
         let mut metric = bytes_field(1, b"org.apache.kafka.producer.record.send.total");
         metric.extend(bytes_field(7, &sum));
         let data = bytes_field(1, &bytes_field(2, &bytes_field(2, &metric)));
-        assert_eq!(points(&data, 10).unwrap()[0].value, 42.0);
+        assert_eq!(points(&data, 10, &|_| true).unwrap()[0].value, 42.0);
     }
 
     /// Truncated, mistyped or overlong input is refused, never read past.
@@ -303,27 +320,62 @@ pub(crate) mod tests {
     fn malformed_input_is_refused() {
         let data = metrics_data(&[("m", None, 1.0)]);
         for cut in 1..data.len() {
-            assert!(points(&data[..cut], 10).is_err(), "cut at {cut}");
+            assert!(points(&data[..cut], 10, &|_| true).is_err(), "cut at {cut}");
         }
         // A length past the end.
         let mut lying = key(1, 2);
         lying.extend(encode_varint(u64::MAX));
-        assert_eq!(points(&lying, 10), Err(Malformed));
+        assert_eq!(points(&lying, 10, &|_| true), Err(Malformed));
         // A start-group wire type.
-        assert_eq!(points(&key(1, 3), 10), Err(Malformed));
+        assert_eq!(points(&key(1, 3), 10, &|_| true), Err(Malformed));
         // A varint of eleven bytes.
-        assert_eq!(points(&[0x80; 11], 10), Err(Malformed));
+        assert_eq!(points(&[0x80; 11], 10, &|_| true), Err(Malformed));
         // Field 1 that is not a message.
-        assert_eq!(points(&[0x08, 0x01], 10), Err(Malformed));
+        assert_eq!(points(&[0x08, 0x01], 10, &|_| true), Err(Malformed));
     }
 
-    /// Megabytes of empty metrics cost no memory beyond the input: nothing
-    /// is kept for a metric without points.
+    /// A hostile push: a name of megabytes on thousands of points, and
+    /// names nobody asked for, are skipped before anything is copied.
+    #[test]
+    fn long_and_unwanted_names_are_skipped() {
+        let long = "x".repeat(4 << 20);
+        let mut points_of_long = Vec::new();
+        for _ in 0..2000 {
+            let mut point = key(4, 1);
+            point.extend(1.0f64.to_le_bytes());
+            points_of_long.extend(bytes_field(1, &point));
+        }
+        let mut metric = bytes_field(1, long.as_bytes());
+        metric.extend(bytes_field(5, &points_of_long));
+        let data = bytes_field(1, &bytes_field(2, &bytes_field(2, &metric)));
+        assert!(points(&data, 10_000, &|_| true).unwrap().is_empty());
+
+        let data = metrics_data(&[("a.x", None, 1.0), ("b.y", None, 2.0)]);
+        let got = points(&data, 10, &|n| n.starts_with("b.")).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].name, "b.y");
+
+        // An attribute value of megabytes: the series is kept without it.
+        let mut point = key(4, 1);
+        point.extend(3.0f64.to_le_bytes());
+        let any = bytes_field(1, long.as_bytes());
+        let mut kv = bytes_field(1, b"k");
+        kv.extend(bytes_field(2, &any));
+        point.extend(bytes_field(7, &kv));
+        let mut metric = bytes_field(1, b"m");
+        metric.extend(bytes_field(5, &bytes_field(1, &point)));
+        let data = bytes_field(1, &bytes_field(2, &bytes_field(2, &metric)));
+        let got = points(&data, 10, &|_| true).unwrap();
+        assert_eq!((got[0].attributes.as_str(), got[0].value), ("", 3.0));
+    }
+
+    /// Megabytes of empty metrics read without error, and nothing is kept
+    /// for them (the walk collects nothing per metric: see `points`).
     #[test]
     fn empty_metrics_cost_nothing() {
         let empty_metric = bytes_field(2, &[]);
         let scope: Vec<u8> = empty_metric.iter().copied().cycle().take(4 << 20).collect();
         let data = bytes_field(1, &bytes_field(2, &scope));
-        assert!(points(&data, 1000).unwrap().is_empty());
+        assert!(points(&data, 1000, &|_| true).unwrap().is_empty());
     }
 }

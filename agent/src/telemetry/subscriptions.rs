@@ -37,13 +37,17 @@ pub struct ClientAttributes<'a> {
     pub source_port: u16,
 }
 
+const UNKNOWN: &str = "unknown";
+
 impl ClientAttributes<'_> {
     fn get(&self, selector: &str) -> Option<String> {
         Some(match selector {
             "client_instance_id" => self.instance_id.to_string(),
             "client_id" => self.client_id.to_string(),
-            "client_software_name" => self.software_name?.to_string(),
-            "client_software_version" => self.software_version?.to_string(),
+            // Kafka's `ClientInformation.UNKNOWN_NAME_OR_VERSION` for a
+            // client that sent no ApiVersions v3.
+            "client_software_name" => self.software_name.unwrap_or(UNKNOWN).to_string(),
+            "client_software_version" => self.software_version.unwrap_or(UNKNOWN).to_string(),
             "client_source_address" => self.source_address.to_string(),
             "client_source_port" => self.source_port.to_string(),
             _ => return None,
@@ -80,7 +84,13 @@ impl Subscriptions {
                         .unwrap_or_default()
                 };
                 let interval_ms = match set.get(CLIENT_METRICS_INTERVAL_MS) {
-                    Some(v) => v.trim().parse().ok()?,
+                    Some(v) => match v.trim().parse() {
+                        Ok(ms) => ms,
+                        Err(_) => {
+                            tracing::warn!(subscription = %name, interval = %v, "skipping a client metrics subscription");
+                            return None;
+                        }
+                    },
                     None => DEFAULT_PUSH_INTERVAL_MS,
                 };
                 let matches =
@@ -237,15 +247,16 @@ mod tests {
         assert_eq!(subs.asked(&client("c")).metrics, vec!["*"]);
     }
 
-    /// A selector on an attribute the client did not send matches nothing.
+    /// A client that did not name its software is `unknown`, as in Kafka.
     #[test]
-    fn a_missing_attribute_never_matches() {
-        let subs = subscriptions(&[(
-            "s",
-            &[("metrics", "*"), ("match", "client_software_name=.*")],
-        )]);
+    fn unnamed_software_is_unknown() {
+        let named = |pattern: &str| {
+            let m = format!("client_software_name={pattern}");
+            subscriptions(&[("s", &[("metrics", "*"), ("match", m.as_str())])])
+        };
         let mut c = client("c");
         c.software_name = None;
-        assert!(subs.asked(&c).metrics.is_empty());
+        assert!(named("librdkafka").asked(&c).metrics.is_empty());
+        assert_eq!(named("unknown").asked(&c).metrics, vec!["*"]);
     }
 }

@@ -10,6 +10,7 @@ pub mod acls;
 pub mod check_store;
 pub mod configs;
 pub mod groups;
+pub mod quotas;
 pub mod topics;
 pub mod users;
 

@@ -1,6 +1,7 @@
 //! A client metrics subscription's configs (KIP-714's CLIENT_METRICS
-//! resource): as Kafka describes them, only the keys the subscription sets,
-//! with no synonyms; and the names of every subscription
+//! resource): as Kafka describes them, only the keys the subscription sets
+//! (each its own only synonym, where Kafka lists none); and the names of
+//! every subscription
 //! (ListClientMetricsResources, v0 of ListConfigResources).
 
 use std::collections::BTreeMap;

@@ -147,6 +147,9 @@ async fn entries(broker: &Broker, target: &Target) -> Result<Vec<entry::Entry>, 
                 ConfigEntity::Cluster => broker::default_entity_entries(&set),
                 ConfigEntity::Group(_) => group::entries(&broker.config, &set),
                 ConfigEntity::ClientMetrics(_) => client_metrics::entries(&set),
+                // Not a config resource: quotas are described by
+                // DescribeClientQuotas (`target` never names one).
+                ConfigEntity::ClientQuota(_) => Vec::new(),
             })
         }
     }
@@ -282,6 +285,14 @@ async fn alter(
                 if let Some(value) = result.get(op.key()) {
                     dynamic_config::check(entity, op.key(), value)
                         .map_err(|why| (code(op), why))?;
+                    // The patterns too, which the metastore leaves to the
+                    // agents (see `dynamic_config::match_items`).
+                    if let (ConfigEntity::ClientMetrics(_), dynamic_config::CLIENT_METRICS_MATCH) =
+                        (entity, op.key())
+                    {
+                        dynamic_config::parse_match(value)
+                            .map_err(|why| (ResponseError::InvalidConfig, why))?;
+                    }
                 }
             }
             dynamic_config::checked(entity, result)

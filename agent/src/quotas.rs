@@ -1,0 +1,589 @@
+//! Client quotas, enforced in each agent as Kafka's `ClientQuotaManager`
+//! enforces them in each broker: a rate per user, client id or a user's
+//! client id (the most specific entity that sets a quota, in Kafka's order
+//! of eight), measured over 11 one-second samples; a client over its quota
+//! gets the time it must wait to be back under it (`throttle_time_ms` in
+//! its responses), and its connection reads nothing more for that long.
+//!
+//! - Produce: the bytes of each request, recorded as it is answered (the
+//!   records are written whatever the rate; later requests wait).
+//! - Fetch: the bytes of each response; a fetch that would go over is
+//!   answered empty, and its bytes not counted (Kafka's throttled fetch).
+//! - Request time: the time the agent spends running a request's handler
+//!   (its future's polls, not its waits), in percent of one thread.
+//!
+//! A quota holds per agent, as Kafka's per broker. floe gives each client
+//! one agent for all its partitions (chosen by client id and address, see
+//! `handlers::metadata::leader`), so a client's produce and fetch quotas
+//! hold across the cluster; a quota shared by clients that land on several
+//! agents (a user's, or the default's) is granted on each of them.
+//!
+//! The quotas come from the metastore (AlterClientQuotas), copied every
+//! [`REFRESH_EVERY`]; the rates are this agent's, kept for at most
+//! [`MAX_SENSORS`] (user, client id) pairs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use floe_metastore::Metastore;
+use floe_metastore::quotas::{
+    CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaEntity, QuotaName, REQUEST_PERCENTAGE,
+};
+
+/// How often the copy of the quotas is brought up to date.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
+/// Kafka's `quota.window.num` and `quota.window.size.seconds`.
+const SAMPLES: usize = 11;
+const SAMPLE_MS: i64 = 1_000;
+/// Rates kept at most; beyond, those idle for a whole window go first.
+pub const MAX_SENSORS: usize = 50_000;
+/// Kafka's cap on request-time throttling (one quota window); byte-rate
+/// throttles are not capped, as in Kafka.
+const MAX_REQUEST_THROTTLE_MS: f64 = SAMPLE_MS as f64;
+
+/// What a quota limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Produce,
+    Fetch,
+    Request,
+}
+
+impl Kind {
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Produce => PRODUCER_BYTE_RATE,
+            Kind::Fetch => CONSUMER_BYTE_RATE,
+            Kind::Request => REQUEST_PERCENTAGE,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Kafka's windowed `Rate`: values summed in samples of [`SAMPLE_MS`], the
+/// rate the sum over the samples' span, at least `SAMPLES - 1` of them (so
+/// a first burst is not taken as a rate over a few milliseconds).
+#[derive(Debug, Clone)]
+struct Rate {
+    /// Each sample's start and sum.
+    samples: [(i64, f64); SAMPLES],
+    current: usize,
+}
+
+impl Rate {
+    fn new(now_ms: i64) -> Rate {
+        Rate {
+            samples: [(now_ms, 0.0); SAMPLES],
+            current: 0,
+        }
+    }
+
+    /// Samples too old to count start again, empty, now.
+    fn purge(&mut self, now_ms: i64) {
+        for sample in &mut self.samples {
+            if now_ms - sample.0 >= SAMPLES as i64 * SAMPLE_MS {
+                *sample = (now_ms, 0.0);
+            }
+        }
+    }
+
+    fn record(&mut self, value: f64, now_ms: i64) {
+        self.purge(now_ms);
+        if now_ms - self.samples[self.current].0 >= SAMPLE_MS {
+            self.current = (self.current + 1) % SAMPLES;
+            self.samples[self.current] = (now_ms, 0.0);
+        }
+        self.samples[self.current].1 += value;
+    }
+
+    /// The span the rate is taken over (Kafka's `Rate.windowSize`).
+    fn window_ms(&self, now_ms: i64) -> i64 {
+        let oldest = self.samples.iter().map(|s| s.0).min().unwrap_or(now_ms);
+        let elapsed = (now_ms - oldest).max(0);
+        let full = elapsed / SAMPLE_MS;
+        let min_full = SAMPLES as i64 - 1;
+        match full < min_full {
+            true => elapsed + (min_full - full) * SAMPLE_MS,
+            false => elapsed,
+        }
+    }
+
+    /// Per second.
+    fn measure(&mut self, now_ms: i64) -> f64 {
+        self.purge(now_ms);
+        let total: f64 = self.samples.iter().map(|s| s.1).sum();
+        total * 1000.0 / self.window_ms(now_ms) as f64
+    }
+
+    fn idle_since(&self, now_ms: i64) -> bool {
+        self.samples
+            .iter()
+            .all(|s| now_ms - s.0 >= SAMPLES as i64 * SAMPLE_MS || s.1 == 0.0)
+    }
+}
+
+/// Which rate a client's requests count against: the tags Kafka gives it
+/// (user and client id, each empty when the quota's entity leaves it out).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SensorKey {
+    kind: Kind,
+    user: String,
+    client_id: String,
+}
+
+/// The quotas as last read: each entity's limits by kind.
+#[derive(Debug, Default)]
+struct Table {
+    version: Option<u64>,
+    limits: HashMap<QuotaEntity, [Option<f64>; 3]>,
+}
+
+impl Table {
+    fn compile(version: u64, quotas: &BTreeMap<QuotaEntity, BTreeMap<String, String>>) -> Table {
+        let limits = quotas
+            .iter()
+            .map(|(entity, set)| {
+                let limit = |kind: Kind| {
+                    set.get(kind.key())
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                };
+                (
+                    entity.clone(),
+                    [
+                        limit(Kind::Produce),
+                        limit(Kind::Fetch),
+                        limit(Kind::Request),
+                    ],
+                )
+            })
+            .collect();
+        Table {
+            version: Some(version),
+            limits,
+        }
+    }
+
+    /// The quota of `kind` for `user`'s `client_id` and the rate it counts
+    /// against, in Kafka's order: the user's client id, the user's default
+    /// client id, the user, the default user's client id, the default
+    /// user's default client id, the default user, the client id, the
+    /// default client id.
+    fn quota(&self, kind: Kind, user: &str, client_id: &str) -> Option<(f64, SensorKey)> {
+        if self.limits.is_empty() {
+            return None;
+        }
+        let named = |n: &str| Some(QuotaName::Named(n.to_string()));
+        let default = || Some(QuotaName::Default);
+        let both = (user.to_string(), client_id.to_string());
+        let user_only = (user.to_string(), String::new());
+        let client_only = (String::new(), client_id.to_string());
+        let levels = [
+            (named(user), named(client_id), &both),
+            (named(user), default(), &both),
+            (named(user), None, &user_only),
+            (default(), named(client_id), &both),
+            (default(), default(), &both),
+            (default(), None, &user_only),
+            (None, named(client_id), &client_only),
+            (None, default(), &client_only),
+        ];
+        levels.into_iter().find_map(|(user, client_id, tags)| {
+            let limit = self.limits.get(&QuotaEntity { user, client_id })?[kind.index()]?;
+            Some((
+                limit,
+                SensorKey {
+                    kind,
+                    user: tags.0.clone(),
+                    client_id: tags.1.clone(),
+                },
+            ))
+        })
+    }
+}
+
+pub struct Quotas {
+    table: RwLock<Arc<Table>>,
+    sensors: Mutex<HashMap<SensorKey, Rate>>,
+    max_sensors: usize,
+    /// The clock of the rates (this agent's own: how fast it serves a
+    /// client is its own decision).
+    started: tokio::time::Instant,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas::new(MAX_SENSORS)
+    }
+}
+
+/// One request's client, as quotas see it: its principal and client id,
+/// and its connection's mute. Made only while quotas are set.
+#[derive(Clone)]
+pub struct Client {
+    quotas: Arc<Quotas>,
+    principal: String,
+    client_id: String,
+    mute: Arc<Mute>,
+}
+
+impl Client {
+    pub fn of(
+        quotas: &Arc<Quotas>,
+        principal: &str,
+        client_id: &str,
+        mute: &Arc<Mute>,
+    ) -> Option<Client> {
+        quotas.any().then(|| Client {
+            quotas: quotas.clone(),
+            principal: principal.to_string(),
+            client_id: client_id.to_string(),
+            mute: mute.clone(),
+        })
+    }
+
+    /// Counts `value` against the client's quota of `kind`; when over it,
+    /// mutes the connection for the throttle time, which it answers.
+    pub fn record(&self, kind: Kind, value: f64) -> u32 {
+        let throttle = self
+            .quotas
+            .record(kind, &self.principal, &self.client_id, value);
+        self.mute.extend(throttle);
+        throttle
+    }
+
+    pub fn unrecord(&self, kind: Kind, value: f64) {
+        self.quotas
+            .unrecord(kind, &self.principal, &self.client_id, value);
+    }
+
+    pub fn max_in_window(&self, kind: Kind) -> Option<f64> {
+        self.quotas
+            .max_in_window(kind, &self.principal, &self.client_id)
+    }
+}
+
+/// A connection's throttle: until when it reads no more requests (Kafka
+/// mutes a throttled client's channel). Shared by the connection and its
+/// requests in flight, which extend it.
+#[derive(Debug, Default)]
+pub struct Mute(Mutex<Option<tokio::time::Instant>>);
+
+impl Mute {
+    /// Reads nothing more for `ms` from now (or longer, if already muted).
+    pub fn extend(&self, ms: u32) {
+        if ms == 0 {
+            return;
+        }
+        let until = tokio::time::Instant::now() + Duration::from_millis(ms.into());
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *held = Some(held.map_or(until, |u| u.max(until)));
+    }
+
+    /// Until when reading waits, if it does.
+    pub fn until(&self) -> Option<tokio::time::Instant> {
+        let held = *self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.filter(|u| *u > tokio::time::Instant::now())
+    }
+}
+
+/// A future and the time spent in its polls (a request's handler time,
+/// which the request quota counts: not the time it waits).
+pub struct Timed<F> {
+    inner: F,
+    spent: Duration,
+}
+
+impl<F> Timed<F> {
+    pub fn new(inner: F) -> Timed<F> {
+        Timed {
+            inner,
+            spent: Duration::ZERO,
+        }
+    }
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for Timed<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let started = tokio::time::Instant::now();
+        let polled = std::pin::Pin::new(&mut self.inner).poll(cx);
+        self.spent += started.elapsed();
+        polled.map(|out| (out, self.spent))
+    }
+}
+
+/// The user a principal's quotas are set for (`User:alice`: `alice`).
+pub fn user_of(principal: &str) -> &str {
+    principal.strip_prefix("User:").unwrap_or(principal)
+}
+
+impl Quotas {
+    pub fn new(max_sensors: usize) -> Quotas {
+        Quotas {
+            table: RwLock::default(),
+            sensors: Mutex::new(HashMap::new()),
+            max_sensors,
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.started.elapsed().as_millis() as i64
+    }
+
+    fn table(&self) -> Arc<Table> {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether any quota is set (none: nothing is measured).
+    pub fn any(&self) -> bool {
+        !self.table().limits.is_empty()
+    }
+
+    /// Takes the quotas the metastore holds (the refresher, and tests).
+    pub fn set(&self, version: u64, quotas: &BTreeMap<QuotaEntity, BTreeMap<String, String>>) {
+        let table = Table::compile(version, quotas);
+        let mut held = self.table.write().unwrap_or_else(|p| p.into_inner());
+        // Two refreshes may cross: never go back to an older copy.
+        if held.version <= table.version {
+            *held = Arc::new(table);
+        }
+    }
+
+    pub async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
+        let known = self.table().version;
+        let (version, quotas) = meta.client_quotas_if_changed(known).await?;
+        if let Some(quotas) = quotas {
+            self.set(version, &quotas);
+        }
+        Ok(())
+    }
+
+    /// Keeps the copy current while the agent runs.
+    pub fn spawn_refresher(self: &Arc<Self>, meta: Arc<dyn Metastore>) {
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut failing = false;
+            while let Some(quotas) = this.upgrade() {
+                let refreshed = quotas.refresh(&*meta).await;
+                drop(quotas);
+                match refreshed {
+                    Ok(()) => failing = false,
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %e, "client quotas not refreshed; keeping the last copy");
+                    }
+                    Err(_) => {}
+                }
+                tokio::time::sleep(REFRESH_EVERY).await;
+            }
+        });
+    }
+
+    /// Counts `value` against the client's quota of `kind`, and answers how
+    /// long it must wait (0: within its quota, or none set).
+    pub fn record(&self, kind: Kind, principal: &str, client_id: &str, value: f64) -> u32 {
+        let Some((limit, key)) = self.table().quota(kind, user_of(principal), client_id) else {
+            return 0;
+        };
+        let now_ms = self.now_ms();
+        let mut sensors = self.sensors.lock().unwrap_or_else(|p| p.into_inner());
+        if !sensors.contains_key(&key) && sensors.len() >= self.max_sensors {
+            sensors.retain(|_, rate| !rate.idle_since(now_ms));
+            if sensors.len() >= self.max_sensors {
+                // Still full of busy clients: one is forgotten (it starts
+                // again from nothing, as after an agent restart).
+                let any = sensors.keys().next().cloned();
+                if let Some(any) = any {
+                    sensors.remove(&any);
+                }
+            }
+        }
+        let rate = sensors.entry(key).or_insert_with(|| Rate::new(now_ms));
+        rate.record(value, now_ms);
+        let measured = rate.measure(now_ms);
+        if measured <= limit {
+            return 0;
+        }
+        // Kafka's `QuotaUtils.throttleTime`: long enough for the rate over
+        // the window to come back to the quota.
+        let throttle = (measured - limit) / limit * rate.window_ms(now_ms) as f64;
+        let throttle = match kind {
+            Kind::Request => throttle.min(MAX_REQUEST_THROTTLE_MS),
+            _ => throttle,
+        };
+        throttle.round().clamp(0.0, i32::MAX as f64) as u32
+    }
+
+    /// The most one response may hold without being throttled whatever came
+    /// before (Kafka's `getMaxValueInQuotaWindow`): fetches ask for no more,
+    /// so a consumer under a small quota is not refused every fetch.
+    pub fn max_in_window(&self, kind: Kind, principal: &str, client_id: &str) -> Option<f64> {
+        let (limit, _) = self.table().quota(kind, user_of(principal), client_id)?;
+        Some(limit * (SAMPLES as f64 - 1.0) * SAMPLE_MS as f64 / 1000.0)
+    }
+
+    /// Takes back a value recorded for a fetch answered empty (Kafka's
+    /// `unrecordQuotaSensor`).
+    pub fn unrecord(&self, kind: Kind, principal: &str, client_id: &str, value: f64) {
+        let Some((_, key)) = self.table().quota(kind, user_of(principal), client_id) else {
+            return;
+        };
+        let now_ms = self.now_ms();
+        let mut sensors = self.sensors.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rate) = sensors.get_mut(&key) {
+            rate.record(-value, now_ms);
+        }
+    }
+
+    #[cfg(test)]
+    fn sensors(&self) -> usize {
+        self.sensors.lock().unwrap().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entity(user: Option<Option<&str>>, client_id: Option<Option<&str>>) -> QuotaEntity {
+        let name = |n: Option<&str>| QuotaName::of(n);
+        QuotaEntity {
+            user: user.map(name),
+            client_id: client_id.map(name),
+        }
+    }
+
+    fn quotas(set: &[(QuotaEntity, &str, f64)]) -> Quotas {
+        let mut table: BTreeMap<QuotaEntity, BTreeMap<String, String>> = BTreeMap::new();
+        for (e, key, value) in set {
+            table
+                .entry(e.clone())
+                .or_default()
+                .insert(key.to_string(), value.to_string());
+        }
+        let q = Quotas::default();
+        q.set(1, &table);
+        q
+    }
+
+    /// Kafka's eight levels, most specific first; an entity counts only
+    /// for the kinds it sets.
+    #[test]
+    fn the_most_specific_entity_that_sets_a_quota_wins() {
+        let levels = [
+            entity(Some(Some("alice")), Some(Some("app"))),
+            entity(Some(Some("alice")), Some(None)),
+            entity(Some(Some("alice")), None),
+            entity(Some(None), Some(Some("app"))),
+            entity(Some(None), Some(None)),
+            entity(Some(None), None),
+            entity(None, Some(Some("app"))),
+            entity(None, Some(None)),
+        ];
+        for first in 0..levels.len() {
+            let set: Vec<_> = levels[first..]
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (e.clone(), PRODUCER_BYTE_RATE, (first + i + 1) as f64))
+                .collect();
+            let q = quotas(&set);
+            let (limit, key) = q.table().quota(Kind::Produce, "alice", "app").unwrap();
+            assert_eq!(limit, (first + 1) as f64, "level {first}");
+            let tags = (key.user.as_str(), key.client_id.as_str());
+            let want = match first {
+                2 | 5 => ("alice", ""),
+                6 | 7 => ("", "app"),
+                _ => ("alice", "app"),
+            };
+            assert_eq!(tags, want, "level {first}");
+            assert!(q.table().quota(Kind::Fetch, "alice", "app").is_none());
+        }
+        // Another client of another user: only the defaults apply.
+        let q = quotas(&[
+            (levels[0].clone(), PRODUCER_BYTE_RATE, 1.0),
+            (levels[7].clone(), PRODUCER_BYTE_RATE, 8.0),
+        ]);
+        assert_eq!(
+            q.table().quota(Kind::Produce, "bob", "other").unwrap().0,
+            8.0
+        );
+    }
+
+    /// Kafka's rate: a first burst counts over ten seconds; the throttle is
+    /// the time for the rate to come back to the quota.
+    #[test]
+    fn the_rate_and_the_throttle_are_kafkas() {
+        let mut rate = Rate::new(0);
+        rate.record(10_000.0, 0);
+        assert_eq!(rate.window_ms(0), 10_000);
+        assert_eq!(rate.measure(0), 1_000.0);
+        // 2,000 bytes/s over 10 s against a 1,000 bytes/s quota: 10 s more.
+        let q = quotas(&[(entity(None, Some(None)), PRODUCER_BYTE_RATE, 1_000.0)]);
+        assert_eq!(
+            q.record(Kind::Produce, "User:ANONYMOUS", "app", 10_000.0),
+            0
+        );
+        let throttle = q.record(Kind::Produce, "User:ANONYMOUS", "app", 10_000.0);
+        assert!((9_900..=10_000).contains(&throttle), "{throttle}");
+        // Another client id has a rate of its own (the default client id's
+        // quota is per client id).
+        assert_eq!(
+            q.record(Kind::Produce, "User:ANONYMOUS", "other", 10_000.0),
+            0
+        );
+        // Samples older than the window no longer count.
+        let mut rate = Rate::new(0);
+        rate.record(10_000.0, 0);
+        assert_eq!(rate.measure(11_000), 0.0);
+        assert!(rate.idle_since(11_000));
+    }
+
+    #[test]
+    fn request_throttles_are_capped_at_a_window() {
+        let q = quotas(&[(entity(Some(None), None), REQUEST_PERCENTAGE, 1.0)]);
+        // 500 percent-seconds: far over 1 %.
+        assert_eq!(
+            q.record(Kind::Request, "User:alice", "app", 500.0),
+            SAMPLE_MS as u32
+        );
+    }
+
+    #[test]
+    fn an_unrecorded_fetch_does_not_count() {
+        let q = quotas(&[(entity(None, Some(None)), CONSUMER_BYTE_RATE, 1_000.0)]);
+        assert_eq!(q.record(Kind::Fetch, "", "app", 10_000.0), 0);
+        assert!(q.record(Kind::Fetch, "", "app", 10_000.0) > 0);
+        q.unrecord(Kind::Fetch, "", "app", 10_000.0);
+        assert_eq!(q.record(Kind::Fetch, "", "app", 0.0), 0);
+    }
+
+    #[test]
+    fn without_quotas_nothing_is_kept_and_sensors_are_bounded() {
+        let q = Quotas::default();
+        assert_eq!(q.record(Kind::Produce, "User:a", "c", 1e12), 0);
+        assert_eq!(q.sensors(), 0);
+        let mut table = BTreeMap::new();
+        table.insert(
+            entity(None, Some(None)),
+            BTreeMap::from([(PRODUCER_BYTE_RATE.to_string(), "1000".to_string())]),
+        );
+        let q = Quotas::new(10);
+        q.set(1, &table);
+        for n in 0..100 {
+            q.record(Kind::Produce, "", &format!("client-{n}"), 1.0);
+            assert!(q.sensors() <= 10);
+        }
+        // An older copy never replaces a newer one.
+        q.set(0, &BTreeMap::new());
+        assert!(q.any());
+    }
+}

@@ -1,0 +1,190 @@
+"""Client quotas (Kafka's client-quotas): set and described with
+kafka-python's AlterClientQuotas/DescribeClientQuotas requests and with
+`floe quotas`, refused as Kafka refuses bad ones; a producer and a consumer
+over their byte-rate quotas are throttled (librdkafka reports the throttle
+times the agent sends) and move data at about the quota; a client over its
+request-time quota is throttled too."""
+
+import subprocess
+import time
+
+from confluent_kafka import Consumer, Producer
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+from conftest import FLOE
+from test_group_protocol import make_topic
+
+INVALID_REQUEST = 42
+# How long an agent may take to see changed quotas (it reads them every 2 s).
+SEEN_WITHIN = 5
+
+
+def alter(admin, entity, ops, validate_only=False):
+    """AlterClientQuotas with kafka-python's request: entity as
+    [(type, name or None)], ops as [(key, value or None to remove)];
+    each entry's (error code, message)."""
+    E = AlterClientQuotasRequest.EntryData
+    request = AlterClientQuotasRequest(
+        entries=[E(entity=[E.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                   ops=[E.OpData(key=k, value=v or 0.0, remove=v is None) for k, v in ops])],
+        validate_only=validate_only)
+    response = admin._manager.run(admin._manager.send, request)
+    return [(e.error_code, e.error_message) for e in response.entries]
+
+
+def describe(admin, components=(), strict=False):
+    """DescribeClientQuotas: {((type, name), ...): {key: value}}."""
+    C = DescribeClientQuotasRequest.ComponentData
+    request = DescribeClientQuotasRequest(
+        components=[C(entity_type=t, match_type=m, match=n) for t, m, n in components],
+        strict=strict)
+    response = admin._manager.run(admin._manager.send, request)
+    assert response.error_code == 0, response
+    return {tuple((p.entity_type, p.entity_name) for p in e.entity):
+            {v.key: v.value for v in e.values} for e in response.entries}
+
+
+def floe_quotas(agent, *args):
+    done = subprocess.run([FLOE, "quotas", *args, "--bootstrap-server", agent.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_quotas_are_set_described_and_refused_as_kafka_does(agent):
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    try:
+        assert alter(admin, [("client-id", None)], [("producer_byte_rate", 1048576.0)]) \
+            == [(0, None)]
+        assert alter(admin, [("user", "alice"), ("client-id", "app")],
+                     [("consumer_byte_rate", 2048.0), ("request_percentage", 12.5)]) == [(0, None)]
+        # validate_only changes nothing.
+        assert alter(admin, [("user", "bob")], [("producer_byte_rate", 10.0)],
+                     validate_only=True) == [(0, None)]
+        for entity, ops in [
+            ([("client-id", None)], [("producer_byte_rate", 0.0)]),
+            ([("client-id", None)], [("producer_byte_rate", 10.5)]),
+            ([("client-id", None)], [("no_such_quota", 1.0)]),
+            ([("client-id", None)], [("controller_mutation_rate", 1.0)]),
+            ([("ip", "10.0.0.1")], [("connection_creation_rate", 1.0)]),
+            ([("user", "")], [("producer_byte_rate", 1.0)]),
+            ([], [("producer_byte_rate", 1.0)]),
+        ]:
+            [(code, message)] = alter(admin, entity, ops)
+            assert code == INVALID_REQUEST, (entity, ops, code, message)
+
+        everything = describe(admin)
+        assert everything == {
+            (("client-id", None),): {"producer_byte_rate": 1048576.0},
+            (("user", "alice"), ("client-id", "app")):
+                {"consumer_byte_rate": 2048.0, "request_percentage": 12.5},
+        }, everything
+        # Match types: exact (0), default (1), specified (2); strict.
+        assert list(describe(admin, [("user", 0, "alice")])) == \
+            [(("user", "alice"), ("client-id", "app"))]
+        assert describe(admin, [("user", 0, "alice")], strict=True) == {}
+        assert list(describe(admin, [("client-id", 1, None)])) == [(("client-id", None),)]
+        assert len(describe(admin, [("client-id", 2, None)])) == 2
+
+        shown = floe_quotas(agent, "describe")
+        assert "producer_byte_rate" in shown and "alice" in shown and "<default>" in shown, shown
+        floe_quotas(agent, "alter", "--user", "alice", "--client-id", "app",
+                    "--delete-quota", "consumer_byte_rate", "--delete-quota", "request_percentage")
+        floe_quotas(agent, "alter", "--user-default", "--quota", "producer_byte_rate=5000")
+        assert describe(admin) == {
+            (("client-id", None),): {"producer_byte_rate": 1048576.0},
+            (("user", None),): {"producer_byte_rate": 5000.0},
+        }
+    finally:
+        admin.close()
+
+
+def produce_for(producer, topic, seconds, value):
+    """Sends `value` as fast as the producer takes it for `seconds`; the
+    bytes delivered and the time taken to deliver them."""
+    delivered = []
+    started = time.time()
+    while time.time() - started < seconds:
+        try:
+            producer.produce(topic, value=value,
+                             on_delivery=lambda e, m: e is None and delivered.append(len(m.value())))
+            producer.poll(0)
+        except BufferError:
+            producer.poll(0.05)
+    producer.flush(60)
+    return sum(delivered), time.time() - started
+
+
+def within_quota(moved, took, quota):
+    """Kafka's quota is an average over an 11 s window (a first burst may
+    use ten seconds' worth at once): what moved in `took` seconds is at
+    most the quota over `took` plus that window, and not far below it."""
+    assert moved <= quota * (took + 11) * 1.1, (moved, took)
+    assert moved >= quota * took * 0.6, (moved, took)
+
+
+def test_producers_and_consumers_are_held_to_their_byte_rates(agent):
+    quota = 200_000
+    floe_quotas(agent, "alter", "--client-id", "slow", "--quota", f"producer_byte_rate={quota}",
+                "--quota", f"consumer_byte_rate={quota}")
+    make_topic(agent.bootstrap, "metered", 1)
+    time.sleep(SEEN_WITHIN)
+
+    throttles = []
+    conf = {"bootstrap.servers": agent.bootstrap, "linger.ms": 5,
+            "queue.buffering.max.kbytes": 1024, "throttle_cb": lambda e: throttles.append(e)}
+    slow = Producer({**conf, "client.id": "slow"})
+    sent, took = produce_for(slow, "metered", 15, b"x" * 10_000)
+    rate = sent / took
+    print(f"producer: {sent} bytes in {took:.1f} s = {rate:.0f} B/s against {quota}; "
+          f"{len(throttles)} throttles reported")
+    assert throttles and max(t.throttle_time for t in throttles) > 0
+    within_quota(sent, took, quota)
+
+    # Another client id has no quota: it is not held back.
+    fast_throttles = []
+    make_topic(agent.bootstrap, "unmetered", 1)
+    fast = Producer({**conf, "client.id": "fast", "throttle_cb": fast_throttles.append})
+    fast_sent, fast_took = produce_for(fast, "unmetered", 1.5, b"y" * 10_000)
+    print(f"unthrottled producer: {fast_sent / fast_took:.0f} B/s")
+    assert fast_throttles == [] and fast_sent / fast_took > 2 * quota
+
+    # Fetches of 100 KB (Kafka's fetch size granularity matters: a throttled
+    # fetch is answered empty and asked again).
+    consumer_throttles = []
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "client.id": "slow", "group.id": "g",
+                  "auto.offset.reset": "earliest", "fetch.max.bytes": 100_000,
+                  "max.partition.fetch.bytes": 100_000, "message.max.bytes": 50_000,
+                  "throttle_cb": consumer_throttles.append})
+    c.subscribe(["unmetered"])
+    got, started = 0, None
+    deadline = time.time() + 120
+    while got < fast_sent and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            started = started or time.time()
+            got += len(m.value())
+    took = time.time() - started
+    c.close()
+    print(f"consumer: {got} bytes in {took:.1f} s = {got / took:.0f} B/s against {quota}; "
+          f"{len(consumer_throttles)} throttles reported")
+    assert got == fast_sent
+    assert consumer_throttles
+    within_quota(got, took, quota)
+
+
+def test_a_client_over_its_request_time_quota_is_throttled(agent):
+    floe_quotas(agent, "alter", "--client-id", "busy", "--quota", "request_percentage=0.01")
+    make_topic(agent.bootstrap, "busy", 1)
+    time.sleep(SEEN_WITHIN)
+    throttles = []
+    p = Producer({"bootstrap.servers": agent.bootstrap, "client.id": "busy",
+                  "throttle_cb": throttles.append})
+    for i in range(100):
+        p.produce("busy", value=b"v")
+        p.flush(10)
+        if len(throttles) >= 3:
+            break
+    assert throttles, "no throttle reported"
+    assert all(t.throttle_time <= 1000 for t in throttles), "capped at one window, as Kafka"
