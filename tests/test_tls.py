@@ -22,10 +22,11 @@ def make_ca(d, name):
             "-days", "2", "-subj", f"/CN={name}", cwd=d)
 
 
-def make_cert(d, name, ca, ip="127.0.0.1"):
-    """A certificate for `name` signed by `ca`, valid for `ip`."""
+def make_cert(d, name, ca, ip="127.0.0.1", subject=None):
+    """A certificate for `name` (subject /CN=name unless given) signed by
+    `ca`, valid for `ip`."""
     openssl("req", *KEYS, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-            "-subj", f"/CN={name}", cwd=d)
+            "-subj", subject or f"/CN={name}", cwd=d)
     (d / f"{name}.ext").write_text(f"subjectAltName=IP:{ip}\n")
     openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
@@ -210,3 +211,52 @@ def test_sasl_plain_without_tls_and_its_absence(make_agent, tmp_path):
         assert metadata(plain), "while a client that does not ask is served"
     finally:
         plain.stop()
+
+
+def test_a_client_certificate_names_its_principal(make_agent, tmp_path):
+    """Mutual TLS with ACLs: the certificate subject, mapped by Kafka's
+    ssl.principal.mapping.rules, is the principal ACLs are checked for."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
+                                       AdminClient, NewTopic, ResourcePatternType,
+                                       ResourceType)
+    d = tmp_path / "subjects"
+    d.mkdir()
+    make_ca(d, "ca")
+    make_cert(d, "server", "ca")
+    for name, subject in [("admin", "/O=Acme/OU=eng/CN=Admin"),
+                          ("alice", "/O=Acme/OU=eng/CN=Alice"),
+                          ("bob", "/O=Other/CN=bob")]:
+        make_cert(d, name, "ca", subject=subject)
+    agent = make_agent("--tls-cert", str(d / "server.pem"), "--tls-key", str(d / "server.key"),
+                       "--tls-client-ca", str(d / "ca.pem"), "--acls",
+                       "--super-users", "User:admin",
+                       "--ssl-principal-mapping-rules",
+                       "RULE:^CN=(.*?),OU=eng,O=Acme$/$1/L,DEFAULT")
+
+    def conf(who):
+        return {"bootstrap.servers": agent.bootstrap, "security.protocol": "ssl",
+                "ssl.ca.location": str(d / "ca.pem"),
+                "ssl.certificate.location": str(d / f"{who}.pem"),
+                "ssl.key.location": str(d / f"{who}.key")}
+
+    def produce(who):
+        errors = []
+        p = Producer({**conf(who), "message.timeout.ms": 10000})
+        p.produce("certified", b"v", on_delivery=lambda e, m: e and errors.append(e.code()))
+        p.flush(30)
+        return errors
+
+    admin = AdminClient(conf("admin"))
+    admin.create_topics([NewTopic("certified", 1)])["certified"].result(timeout=30)
+    assert produce("alice") == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert produce("bob") == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    # The rule maps alice's subject to `alice`; bob's, by DEFAULT, is his
+    # whole distinguished name in RFC 2253 form.
+    for principal in ("User:alice", "User:CN=bob,O=Other"):
+        acl = AclBinding(ResourceType.TOPIC, "certified", ResourcePatternType.LITERAL,
+                         principal, "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+        admin.create_acls([acl])[acl].result(timeout=30)
+    time.sleep(2)
+    assert produce("alice") == []
+    assert produce("bob") == []

@@ -54,6 +54,8 @@ pub struct Broker {
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// Client quotas and the rates they limit.
     pub quotas: Arc<crate::quotas::Quotas>,
+    /// How a client certificate's subject becomes its principal.
+    pub ssl_principals: crate::ssl_principal::PrincipalMapper,
 }
 
 /// How long a starting agent waits for its first copy of client metrics
@@ -161,6 +163,8 @@ impl Broker {
             Err(_) => tracing::warn!("client quotas not read yet"),
         }
         quotas.spawn_refresher(meta.clone());
+        let ssl_principals =
+            crate::ssl_principal::PrincipalMapper::parse(&config.ssl_principal_mapping_rules)?;
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
         Ok(Broker {
@@ -183,6 +187,7 @@ impl Broker {
             unauthenticated: RequestBudget::new(crate::sasl::UNAUTHENTICATED_BUDGET),
             telemetry,
             quotas,
+            ssl_principals,
         })
     }
 

@@ -38,6 +38,9 @@ pub struct Config {
     /// PEM CA certificates: clients must present a certificate they signed
     /// (mutual TLS, Kafka's `ssl.client.auth=required`).
     pub tls_client_ca: Option<PathBuf>,
+    /// How a client certificate's subject becomes its principal (Kafka's
+    /// `ssl.principal.mapping.rules`; see `crate::ssl_principal`).
+    pub ssl_principal_mapping_rules: String,
     /// A file of `user:password` lines: clients authenticate with SASL/PLAIN
     /// before anything else (with TLS: Kafka's `SASL_SSL`).
     pub sasl_plain_users: Option<PathBuf>,
@@ -239,6 +242,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            ssl_principal_mapping_rules: "DEFAULT".into(),
             sasl_plain_users: None,
             sasl_mechanisms: Vec::new(),
             acls: false,
@@ -349,6 +353,7 @@ impl Config {
             self.tls_client_ca.is_none() || self.tls_cert.is_some(),
             "tls_client_ca needs tls_cert and tls_key"
         );
+        crate::ssl_principal::PrincipalMapper::parse(&self.ssl_principal_mapping_rules)?;
         let block = self.cache_block_bytes.as_u64();
         anyhow::ensure!(
             (4096..=self.cache_bytes.as_u64() / 4).contains(&block),

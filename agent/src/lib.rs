@@ -18,6 +18,7 @@ pub mod read;
 pub mod sasl;
 pub mod scram;
 pub mod server;
+pub mod ssl_principal;
 pub mod telemetry;
 pub mod tls;
 pub mod tools;

@@ -205,6 +205,9 @@ struct AgentArgs {
     /// PEM CA certificates: clients must present a certificate they signed (mutual TLS)
     #[arg(long, env = "FLOE_TLS_CLIENT_CA")]
     tls_client_ca: Option<PathBuf>,
+    /// e.g. RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT: how a client certificate's subject becomes its principal (Kafka's ssl.principal.mapping.rules)
+    #[arg(long, env = "FLOE_SSL_PRINCIPAL_MAPPING_RULES")]
+    ssl_principal_mapping_rules: Option<String>,
     /// A file of user:password lines: clients must authenticate with SASL/PLAIN
     #[arg(long, env = "FLOE_SASL_PLAIN_USERS")]
     sasl_plain_users: Option<PathBuf>,
@@ -356,6 +359,7 @@ impl AgentArgs {
             ($($field:ident),*) => { $( if let Some(v) = self.$field { c.$field = v; } )* };
         }
         set!(
+            ssl_principal_mapping_rules,
             roles,
             sasl_mechanisms,
             acls,

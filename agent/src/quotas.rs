@@ -22,8 +22,11 @@
 //! [`REFRESH_EVERY`]; the rates are this agent's, kept for at most
 //! [`MAX_SENSORS`] (user, client id) pairs.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use floe_metastore::Metastore;
@@ -36,8 +39,11 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
 /// Kafka's `quota.window.num` and `quota.window.size.seconds`.
 const SAMPLES: usize = 11;
 const SAMPLE_MS: i64 = 1_000;
-/// Rates kept at most; beyond, those idle for a whole window go first.
+/// Rates kept at most (each about 200 bytes: its key is a hash of the
+/// client's names, whatever their length); when full, those idle for a
+/// whole window are dropped, at most once a second, and then any one.
 pub const MAX_SENSORS: usize = 50_000;
+const SWEEP_EVERY_MS: i64 = 1_000;
 /// Kafka's cap on request-time throttling (one quota window); byte-rate
 /// throttles are not capped, as in Kafka.
 const MAX_REQUEST_THROTTLE_MS: f64 = SAMPLE_MS as f64;
@@ -135,6 +141,21 @@ struct SensorKey {
     client_id: String,
 }
 
+/// A [`SensorKey`] as the rates are kept by: its names hashed (with this
+/// agent's random keys), so a long client id costs nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SensorId {
+    kind: Kind,
+    names: u64,
+}
+
+/// The rates, and when idle ones were last dropped.
+#[derive(Debug, Default)]
+struct Sensors {
+    rates: HashMap<SensorId, Rate>,
+    swept_ms: i64,
+}
+
 /// The quotas as last read: each entity's limits by kind.
 #[derive(Debug, Default)]
 struct Table {
@@ -207,7 +228,11 @@ impl Table {
 
 pub struct Quotas {
     table: RwLock<Arc<Table>>,
-    sensors: Mutex<HashMap<SensorKey, Rate>>,
+    /// Whether any entity sets a quota of each kind: read on every request,
+    /// so a cluster without quotas pays an atomic load.
+    set_kinds: [AtomicBool; 3],
+    sensors: Mutex<Sensors>,
+    hasher: RandomState,
     max_sensors: usize,
     /// The clock of the rates (this agent's own: how fast it serves a
     /// client is its own decision).
@@ -245,19 +270,20 @@ impl Client {
         })
     }
 
-    /// Counts `value` against the client's quota of `kind`; when over it,
-    /// mutes the connection for the throttle time, which it answers.
-    pub fn record(&self, kind: Kind, value: f64) -> u32 {
+    /// Counts `value` against the client's quota of `kind` (taken back
+    /// when over it, with `undo`); when over it, mutes the connection for
+    /// the throttle time, which it answers.
+    pub fn record(&self, kind: Kind, value: f64, undo: bool) -> u32 {
         let throttle = self
             .quotas
-            .record(kind, &self.principal, &self.client_id, value);
+            .record(kind, &self.principal, &self.client_id, value, undo);
         self.mute.extend(throttle);
         throttle
     }
 
-    pub fn unrecord(&self, kind: Kind, value: f64) {
-        self.quotas
-            .unrecord(kind, &self.principal, &self.client_id, value);
+    /// Whether a quota of `kind` may apply (any entity sets one).
+    pub fn enabled(&self, kind: Kind) -> bool {
+        self.quotas.enabled(kind)
     }
 
     pub fn max_in_window(&self, kind: Kind) -> Option<f64> {
@@ -268,9 +294,17 @@ impl Client {
 
 /// A connection's throttle: until when it reads no more requests (Kafka
 /// mutes a throttled client's channel). Shared by the connection and its
-/// requests in flight, which extend it.
+/// requests in flight, which extend it; read on every turn of the
+/// connection's loop, so an atomic (milliseconds since [`epoch`], 0: not
+/// muted).
 #[derive(Debug, Default)]
-pub struct Mute(Mutex<Option<tokio::time::Instant>>);
+pub struct Mute(AtomicU64);
+
+/// The instant mute deadlines count from.
+fn epoch() -> tokio::time::Instant {
+    static EPOCH: OnceLock<tokio::time::Instant> = OnceLock::new();
+    *EPOCH.get_or_init(tokio::time::Instant::now)
+}
 
 impl Mute {
     /// Reads nothing more for `ms` from now (or longer, if already muted).
@@ -278,15 +312,19 @@ impl Mute {
         if ms == 0 {
             return;
         }
-        let until = tokio::time::Instant::now() + Duration::from_millis(ms.into());
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *held = Some(held.map_or(until, |u| u.max(until)));
+        let until = epoch().elapsed().as_millis() as u64 + u64::from(ms) + 1;
+        self.0.fetch_max(until, Ordering::Relaxed);
     }
 
     /// Until when reading waits, if it does.
     pub fn until(&self) -> Option<tokio::time::Instant> {
-        let held = *self.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.filter(|u| *u > tokio::time::Instant::now())
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            ms => {
+                let until = epoch() + Duration::from_millis(ms);
+                (until > tokio::time::Instant::now()).then_some(until)
+            }
+        }
     }
 }
 
@@ -329,7 +367,9 @@ impl Quotas {
     pub fn new(max_sensors: usize) -> Quotas {
         Quotas {
             table: RwLock::default(),
-            sensors: Mutex::new(HashMap::new()),
+            set_kinds: Default::default(),
+            sensors: Mutex::default(),
+            hasher: RandomState::new(),
             max_sensors,
             started: tokio::time::Instant::now(),
         }
@@ -345,7 +385,12 @@ impl Quotas {
 
     /// Whether any quota is set (none: nothing is measured).
     pub fn any(&self) -> bool {
-        !self.table().limits.is_empty()
+        self.set_kinds.iter().any(|k| k.load(Ordering::Relaxed))
+    }
+
+    /// Whether any entity sets a quota of `kind`.
+    pub fn enabled(&self, kind: Kind) -> bool {
+        self.set_kinds[kind.index()].load(Ordering::Relaxed)
     }
 
     /// Takes the quotas the metastore holds (the refresher, and tests).
@@ -354,6 +399,12 @@ impl Quotas {
         let mut held = self.table.write().unwrap_or_else(|p| p.into_inner());
         // Two refreshes may cross: never go back to an older copy.
         if held.version <= table.version {
+            for (i, set) in self.set_kinds.iter().enumerate() {
+                set.store(
+                    table.limits.values().any(|l| l[i].is_some()),
+                    Ordering::Relaxed,
+                );
+            }
             *held = Arc::new(table);
         }
     }
@@ -389,25 +440,44 @@ impl Quotas {
     }
 
     /// Counts `value` against the client's quota of `kind`, and answers how
-    /// long it must wait (0: within its quota, or none set).
-    pub fn record(&self, kind: Kind, principal: &str, client_id: &str, value: f64) -> u32 {
+    /// long it must wait (0: within its quota, or none set). With `undo`, a
+    /// value that goes over is taken back at once, under the same lock and
+    /// clock (Kafka's throttled fetch, which is answered empty).
+    pub fn record(
+        &self,
+        kind: Kind,
+        principal: &str,
+        client_id: &str,
+        value: f64,
+        undo: bool,
+    ) -> u32 {
+        if !self.enabled(kind) {
+            return 0;
+        }
         let Some((limit, key)) = self.table().quota(kind, user_of(principal), client_id) else {
             return 0;
         };
+        let id = SensorId {
+            kind,
+            names: self.hasher.hash_one((&key.user, &key.client_id)),
+        };
         let now_ms = self.now_ms();
         let mut sensors = self.sensors.lock().unwrap_or_else(|p| p.into_inner());
-        if !sensors.contains_key(&key) && sensors.len() >= self.max_sensors {
-            sensors.retain(|_, rate| !rate.idle_since(now_ms));
-            if sensors.len() >= self.max_sensors {
-                // Still full of busy clients: one is forgotten (it starts
-                // again from nothing, as after an agent restart).
-                let any = sensors.keys().next().cloned();
+        if !sensors.rates.contains_key(&id) && sensors.rates.len() >= self.max_sensors {
+            if now_ms - sensors.swept_ms >= SWEEP_EVERY_MS {
+                sensors.swept_ms = now_ms;
+                sensors.rates.retain(|_, rate| !rate.idle_since(now_ms));
+            }
+            if sensors.rates.len() >= self.max_sensors {
+                // Full of busy clients: one is forgotten (it starts again
+                // from nothing, as after an agent restart).
+                let any = sensors.rates.keys().next().copied();
                 if let Some(any) = any {
-                    sensors.remove(&any);
+                    sensors.rates.remove(&any);
                 }
             }
         }
-        let rate = sensors.entry(key).or_insert_with(|| Rate::new(now_ms));
+        let rate = sensors.rates.entry(id).or_insert_with(|| Rate::new(now_ms));
         rate.record(value, now_ms);
         let measured = rate.measure(now_ms);
         if measured <= limit {
@@ -416,6 +486,9 @@ impl Quotas {
         // Kafka's `QuotaUtils.throttleTime`: long enough for the rate over
         // the window to come back to the quota.
         let throttle = (measured - limit) / limit * rate.window_ms(now_ms) as f64;
+        if undo {
+            rate.record(-value, now_ms);
+        }
         let throttle = match kind {
             Kind::Request => throttle.min(MAX_REQUEST_THROTTLE_MS),
             _ => throttle,
@@ -427,26 +500,16 @@ impl Quotas {
     /// before (Kafka's `getMaxValueInQuotaWindow`): fetches ask for no more,
     /// so a consumer under a small quota is not refused every fetch.
     pub fn max_in_window(&self, kind: Kind, principal: &str, client_id: &str) -> Option<f64> {
+        if !self.enabled(kind) {
+            return None;
+        }
         let (limit, _) = self.table().quota(kind, user_of(principal), client_id)?;
         Some(limit * (SAMPLES as f64 - 1.0) * SAMPLE_MS as f64 / 1000.0)
     }
 
-    /// Takes back a value recorded for a fetch answered empty (Kafka's
-    /// `unrecordQuotaSensor`).
-    pub fn unrecord(&self, kind: Kind, principal: &str, client_id: &str, value: f64) {
-        let Some((_, key)) = self.table().quota(kind, user_of(principal), client_id) else {
-            return;
-        };
-        let now_ms = self.now_ms();
-        let mut sensors = self.sensors.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rate) = sensors.get_mut(&key) {
-            rate.record(-value, now_ms);
-        }
-    }
-
     #[cfg(test)]
     fn sensors(&self) -> usize {
-        self.sensors.lock().unwrap().len()
+        self.sensors.lock().unwrap().rates.len()
     }
 }
 
@@ -529,15 +592,15 @@ mod tests {
         // 2,000 bytes/s over 10 s against a 1,000 bytes/s quota: 10 s more.
         let q = quotas(&[(entity(None, Some(None)), PRODUCER_BYTE_RATE, 1_000.0)]);
         assert_eq!(
-            q.record(Kind::Produce, "User:ANONYMOUS", "app", 10_000.0),
+            q.record(Kind::Produce, "User:ANONYMOUS", "app", 10_000.0, false),
             0
         );
-        let throttle = q.record(Kind::Produce, "User:ANONYMOUS", "app", 10_000.0);
+        let throttle = q.record(Kind::Produce, "User:ANONYMOUS", "app", 10_000.0, false);
         assert!((9_900..=10_000).contains(&throttle), "{throttle}");
         // Another client id has a rate of its own (the default client id's
         // quota is per client id).
         assert_eq!(
-            q.record(Kind::Produce, "User:ANONYMOUS", "other", 10_000.0),
+            q.record(Kind::Produce, "User:ANONYMOUS", "other", 10_000.0, false),
             0
         );
         // Samples older than the window no longer count.
@@ -552,7 +615,7 @@ mod tests {
         let q = quotas(&[(entity(Some(None), None), REQUEST_PERCENTAGE, 1.0)]);
         // 500 percent-seconds: far over 1 %.
         assert_eq!(
-            q.record(Kind::Request, "User:alice", "app", 500.0),
+            q.record(Kind::Request, "User:alice", "app", 500.0, false),
             SAMPLE_MS as u32
         );
     }
@@ -560,16 +623,18 @@ mod tests {
     #[test]
     fn an_unrecorded_fetch_does_not_count() {
         let q = quotas(&[(entity(None, Some(None)), CONSUMER_BYTE_RATE, 1_000.0)]);
-        assert_eq!(q.record(Kind::Fetch, "", "app", 10_000.0), 0);
-        assert!(q.record(Kind::Fetch, "", "app", 10_000.0) > 0);
-        q.unrecord(Kind::Fetch, "", "app", 10_000.0);
-        assert_eq!(q.record(Kind::Fetch, "", "app", 0.0), 0);
+        assert_eq!(q.record(Kind::Fetch, "", "app", 10_000.0, false), 0);
+        // Over, and taken back: the next one of the same size is over too,
+        // but nothing counts meanwhile.
+        assert!(q.record(Kind::Fetch, "", "app", 10_000.0, true) > 0);
+        assert!(q.record(Kind::Fetch, "", "app", 10_000.0, true) > 0);
+        assert_eq!(q.record(Kind::Fetch, "", "app", 0.0, false), 0);
     }
 
     #[test]
     fn without_quotas_nothing_is_kept_and_sensors_are_bounded() {
         let q = Quotas::default();
-        assert_eq!(q.record(Kind::Produce, "User:a", "c", 1e12), 0);
+        assert_eq!(q.record(Kind::Produce, "User:a", "c", 1e12, false), 0);
         assert_eq!(q.sensors(), 0);
         let mut table = BTreeMap::new();
         table.insert(
@@ -579,7 +644,7 @@ mod tests {
         let q = Quotas::new(10);
         q.set(1, &table);
         for n in 0..100 {
-            q.record(Kind::Produce, "", &format!("client-{n}"), 1.0);
+            q.record(Kind::Produce, "", &format!("client-{n}"), 1.0, false);
             assert!(q.sensors() <= 10);
         }
         // An older copy never replaces a newer one.

@@ -137,14 +137,26 @@ pub async fn serve(
             let served = match tls {
                 None => {
                     let (read, write) = stream.into_split();
-                    connection(read, write, peer, broker).await
+                    connection(read, write, peer, broker, None).await
                 }
                 Some(acceptor) => {
                     let handshake = crate::tls::HANDSHAKE_WITHIN;
                     match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
+                            // Mutual TLS: the certificate's principal.
+                            let certified = match stream.get_ref().1.peer_certificates() {
+                                Some([cert, ..]) => match certificate_principal(&broker, cert) {
+                                    Ok(principal) => Some(principal),
+                                    Err(e) => {
+                                        tracing::info!(%peer, error = %e, "closing connection: no principal for the client certificate");
+                                        drop(slot);
+                                        return;
+                                    }
+                                },
+                                _ => None,
+                            };
                             let (read, write) = tokio::io::split(stream);
-                            connection(read, write, peer, broker).await
+                            connection(read, write, peer, broker, certified).await
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -165,12 +177,26 @@ pub async fn serve(
     }
 }
 
-/// One connection, plain or TLS, as its two halves.
+/// The principal a verified client certificate maps to.
+fn certificate_principal(
+    broker: &Broker,
+    cert: &rustls::pki_types::CertificateDer<'_>,
+) -> anyhow::Result<crate::sasl::Principal> {
+    let dn = crate::ssl_principal::subject_name(cert)?;
+    match broker.ssl_principals.name(&dn) {
+        Some(name) => Ok(crate::sasl::Principal(name)),
+        None => anyhow::bail!("no ssl principal mapping rule applies to {dn}"),
+    }
+}
+
+/// One connection, plain or TLS, as its two halves; `certified` is the
+/// principal of a client certificate (mutual TLS), which SASL replaces.
 async fn connection<R, W>(
     read: R,
     mut write: W,
     peer: SocketAddr,
     broker: Arc<Broker>,
+    certified: Option<crate::sasl::Principal>,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin + Send,
@@ -180,7 +206,7 @@ where
     let idle_for = broker.config.connections_max_idle;
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
-    let mut principal = None;
+    let mut principal = certified;
     let mut software = None;
     if let Some(auth) = &broker.sasl {
         // Until authenticated, small frames from a budget of their own: a
@@ -302,7 +328,9 @@ where
                 }
             }
             // A throttled client's next request is read when its mute ends.
-            _ = tokio::time::sleep_until(muted.unwrap_or(last_active)), if muted.is_some() && reading => {}
+            // (A future that makes no timer unless polled: it is built on
+            // every turn, muted or not.)
+            _ = async { if let Some(until) = muted { tokio::time::sleep_until(until).await } }, if muted.is_some() && reading => {}
             // Nothing in flight and no whole request for this long (a
             // client gone quiet, or one trickling half a frame): close.
             // (A mute longer than that closes it too, as in Kafka.)
@@ -529,7 +557,8 @@ async fn admit(
             // handler, admission and the rest (timed only while quotas are set).
             let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
             let quota =
-                crate::quotas::Client::of(&broker.quotas, &session.principal, client_id, mute);
+                crate::quotas::Client::of(&broker.quotas, &session.principal, client_id, mute)
+                    .filter(|q| q.enabled(crate::quotas::Kind::Request));
             let admitting = handlers::admit(broker, &header, *body, turn, lane, session, mute);
             let (pending, admitted_in) = match quota {
                 Some(_) => crate::quotas::Timed::new(std::pin::pin!(admitting)).await,
@@ -540,10 +569,16 @@ async fn admit(
                 let reply = match quota {
                     Some(quota) => {
                         let (mut reply, spent) = crate::quotas::Timed::new(pending).await;
-                        let percent_seconds = (admitted_in + spent).as_secs_f64() * 100.0;
-                        let throttle = quota.record(crate::quotas::Kind::Request, percent_seconds);
-                        if let Some(r) = &mut reply {
-                            handlers::throttled(&mut r.response, throttle as i32);
+                        // Kafka leaves acks=0 produces (no response) out
+                        // of the request quota.
+                        let unanswered_produce = api == ApiKey::Produce && reply.is_none();
+                        if !unanswered_produce {
+                            let percent_seconds = (admitted_in + spent).as_secs_f64() * 100.0;
+                            let throttle =
+                                quota.record(crate::quotas::Kind::Request, percent_seconds, false);
+                            if let Some(r) = &mut reply {
+                                handlers::throttled(&mut r.response, throttle as i32);
+                            }
                         }
                         reply
                     }

@@ -101,6 +101,11 @@ pub fn check(key: &str, value: &str) -> Result<(), String> {
     if key != REQUEST_PERCENTAGE && v.fract().abs() > 1e-6 {
         return Err(format!("{key} cannot be a fractional value."));
     }
+    // Kafka takes any positive whole-ish value (1e-7 passes its 1e-6
+    // tolerance, and throttles everything for ever); floe wants a byte.
+    if key != REQUEST_PERCENTAGE && v < 1.0 {
+        return Err(format!("Quota {key} must be at least 1"));
+    }
     if key != REQUEST_PERCENTAGE && v > i64::MAX as f64 {
         return Err(format!("Proposed value for {key} is too large for a LONG."));
     }
@@ -121,6 +126,7 @@ mod tests {
             (CONSUMER_BYTE_RATE, "10.5"),
             (CONSUMER_BYTE_RATE, "NaN"),
             (CONSUMER_BYTE_RATE, "inf"),
+            (CONSUMER_BYTE_RATE, "0.0000001"),
             (REQUEST_PERCENTAGE, "x"),
             ("controller_mutation_rate", "10"),
             ("producer.byte.rate", "10"),

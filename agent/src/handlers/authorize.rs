@@ -1045,6 +1045,7 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 let entries = req.entries.iter().map(|e| {
                     EntryData::default()
                         .with_error_code(CLUSTER_DENIED)
+                        .with_error_message(Some(str_bytes("Cluster authorization failed")))
                         .with_entity(
                             e.entity
                                 .iter()

@@ -130,6 +130,7 @@ pub async fn describe(
         DescribeClientQuotasResponse::default()
             .with_error_code(e.code())
             .with_error_message(Some(str_bytes(&why)))
+            .with_entries(None)
     };
     let filter = match filter_of(&req) {
         Ok(f) => f,
@@ -233,9 +234,17 @@ fn ops_of(ops: &[alter_client_quotas_request::OpData]) -> Result<Vec<ConfigOp>, 
 pub async fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
     use alter_client_quotas_response::{EntityData, EntryData};
     let mut entries = Vec::with_capacity(req.entries.len());
+    let mut seen = std::collections::BTreeSet::new();
     for entry in req.entries {
         let result = async {
             let entity = entity_of(&entry.entity)?;
+            // Kafka's answer to one entity given twice in a request.
+            if !seen.insert(entity.clone()) {
+                return Err((
+                    ResponseError::InvalidRequest,
+                    "Ignoring duplicate entity".to_string(),
+                ));
+            }
             let ops = ops_of(&entry.ops)?;
             if req.validate_only || ops.is_empty() {
                 return Ok(());

@@ -67,12 +67,12 @@ pub async fn admit(
     mute: &Arc<crate::quotas::Mute>,
 ) -> Pending {
     let version = header.request_api_version;
-    let client_id = header
-        .client_id
-        .as_ref()
-        .map(|c| c.to_string())
-        .unwrap_or_default();
-    let quota = crate::quotas::Client::of(&broker.quotas, &session.principal, &client_id, mute);
+    let quota = crate::quotas::Client::of(
+        &broker.quotas,
+        &session.principal,
+        header.client_id.as_ref().map_or("", |c| c.as_str()),
+        mute,
+    );
     let (body, patch) = match authorize::gate(&broker, session, body, version).await {
         authorize::Gate::Handle(body, patch) => (body, patch),
         authorize::Gate::Answer(response) => {
@@ -98,7 +98,8 @@ pub async fn admit(
         let admitted = produce::admit(&broker, req, version, session).await;
         return Box::pin(async move {
             let response = admitted.respond().await;
-            let throttle = quota.map_or(0, |q| q.record(quotas::Kind::Produce, bytes as f64));
+            let throttle =
+                quota.map_or(0, |q| q.record(quotas::Kind::Produce, bytes as f64, false));
             response.map(|mut r| {
                 r.throttle_time_ms = r.throttle_time_ms.max(throttle as i32);
                 Reply::from(patched(ResponseKind::Produce(r)))
@@ -125,9 +126,8 @@ pub async fn admit(
                     .flat_map(|t| &t.partitions)
                     .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
                     .sum();
-                let throttle = q.record(quotas::Kind::Fetch, bytes as f64);
+                let throttle = q.record(quotas::Kind::Fetch, bytes as f64, true);
                 if throttle > 0 {
-                    q.unrecord(quotas::Kind::Fetch, bytes as f64);
                     response = floe_protocol::kafka_protocol::messages::FetchResponse::default()
                         .with_throttle_time_ms(throttle as i32);
                     held = None;
@@ -139,6 +139,11 @@ pub async fn admit(
             })
         });
     }
+    let client_id = header
+        .client_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
     // Group requests run one after another, in the order they came; offset
     // commits in a row are written together.
     if let RequestKind::OffsetCommit(req) = body {
