@@ -116,6 +116,12 @@ pub struct Config {
     /// long is closed (Kafka's `connections.max.idle.ms`).
     #[serde(with = "humantime_serde")]
     pub connections_max_idle: Duration,
+    /// A SASL session lasts this long; the client must re-authenticate on
+    /// its connection before then, or the connection is closed at its next
+    /// request (Kafka's `connections.max.reauth.ms`, KIP-368). Zero: for
+    /// ever.
+    #[serde(with = "humantime_serde")]
+    pub connections_max_reauth: Duration,
     /// A connection whose client sends none of a request it began, or reads
     /// none of a response, for this long is closed, giving back the memory
     /// it held. (A Kafka client gives up on a request after its
@@ -273,6 +279,7 @@ impl Default for Config {
             max_connections: 4096,
             max_connections_per_ip: 4096,
             connections_max_idle: Duration::from_secs(600),
+            connections_max_reauth: Duration::ZERO,
             stalled_client_timeout: Duration::from_secs(30),
             consumer_session_timeout: Duration::from_secs(45),
             consumer_heartbeat_interval: Duration::from_secs(5),

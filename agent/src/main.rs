@@ -290,6 +290,9 @@ struct AgentArgs {
     /// e.g. 10m: connections idle this long are closed
     #[arg(long, env = "FLOE_CONNECTIONS_MAX_IDLE", value_parser = humantime::parse_duration)]
     connections_max_idle: Option<Duration>,
+    /// e.g. 1h: SASL clients re-authenticate this often or are disconnected (KIP-368; default never)
+    #[arg(long, env = "FLOE_CONNECTIONS_MAX_REAUTH", value_parser = humantime::parse_duration)]
+    connections_max_reauth: Option<Duration>,
     /// e.g. 30s: a client sending none of a begun request, or reading none of a response, this long is disconnected
     #[arg(long, env = "FLOE_STALLED_CLIENT_TIMEOUT", value_parser = humantime::parse_duration)]
     stalled_client_timeout: Option<Duration>,
@@ -384,6 +387,7 @@ impl AgentArgs {
             max_connections,
             max_connections_per_ip,
             connections_max_idle,
+            connections_max_reauth,
             stalled_client_timeout,
             consumer_session_timeout,
             consumer_heartbeat_interval,

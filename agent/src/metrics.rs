@@ -52,6 +52,7 @@ pub struct Metrics {
     pub connections_refused: Counter,
     /// Connections closed because they did not authenticate (SASL).
     pub authentication_failures: Counter,
+    pub reauthentications: Counter,
     /// What the block cache did, by event (brought up to date when scraped).
     cache_blocks: Family<OpLabel, Counter>,
     /// Agents in this one's cache ring, itself included (set when scraped).
@@ -141,6 +142,12 @@ impl Metrics {
             "Connections closed because they did not authenticate (SASL): wrong credentials, a request out of turn, or too slow",
             authentication_failures.clone(),
         );
+        let reauthentications = Counter::default();
+        registry.register(
+            "sasl_reauthentications",
+            "SASL sessions renewed on their connection (KIP-368)",
+            reauthentications.clone(),
+        );
         let response_budget_free = Gauge::default();
         registry.register(
             "response_budget_free_bytes",
@@ -203,6 +210,7 @@ impl Metrics {
         background.register(&mut registry);
         Metrics {
             authentication_failures,
+            reauthentications,
             syncing: Default::default(),
             injected_faults: Default::default(),
             injected_faults_seen,

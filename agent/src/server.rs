@@ -223,6 +223,7 @@ where
             stall,
             telemetry,
             &mut software,
+            Reauthentication::first(broker.config.connections_max_reauth),
         )
         .await?
         {
@@ -247,6 +248,10 @@ where
     let lane = handlers::groups::Lane::default();
     // Set while the client is throttled (client quotas, `crate::quotas`).
     let mute = Arc::new(crate::quotas::Mute::default());
+    // KIP-368: a SASL session ends; the client re-authenticates before.
+    let reauth = broker.config.connections_max_reauth;
+    let mut session_expires = (broker.sasl.is_some() && principal.is_some() && !reauth.is_zero())
+        .then(|| Instant::now() + reauth);
     let mut in_flight = FuturesOrdered::new();
     let mut others = 0usize;
     let mut commits_in_flight = 0usize;
@@ -269,6 +274,61 @@ where
                             // Admission runs before the next request is read, so
                             // produced batches are enqueued in request order.
                             Ok(decoded) => {
+                                // Re-authentication (KIP-368), once the
+                                // responses before it are written.
+                                if let (true, Some(auth), Some(current)) =
+                                    (is_api(&decoded, ApiKey::SaslHandshake), &broker.sasl, &principal)
+                                {
+                                    drop(frame.held);
+                                    let mut written = true;
+                                    while let Some((_, _, response)) = in_flight.next().await {
+                                        let response: Result<Option<(Bytes, Option<Held>)>, ()> = response;
+                                        if let Ok(Some((bytes, held))) = response {
+                                            written = write_progressing(&mut write, &bytes, stall).await?;
+                                            drop(held);
+                                            if !written {
+                                                break;
+                                            }
+                                        }
+                                    }
+                                    (others, commits_in_flight) = (0, 0);
+                                    let again = match written {
+                                        false => None,
+                                        true => authenticate(
+                                            &mut frames,
+                                            &mut write,
+                                            auth,
+                                            &*broker.meta,
+                                            stall,
+                                            broker.telemetry.advertised(),
+                                            &mut session.software,
+                                            Reauthentication::again(decoded, current, reauth),
+                                        )
+                                        .await?,
+                                    };
+                                    match again {
+                                        Some(_) => {
+                                            tracing::debug!(%peer, principal = %current, "re-authenticated");
+                                            broker.metrics.reauthentications.inc();
+                                            session_expires = (!reauth.is_zero()).then(|| Instant::now() + reauth);
+                                        }
+                                        None => {
+                                            broker.metrics.authentication_failures.inc();
+                                            tracing::info!(%peer, "closing connection: re-authentication failed");
+                                            reading = false;
+                                            lane.close();
+                                        }
+                                    }
+                                    continue;
+                                }
+                                if session_expires.is_some_and(|at| Instant::now() >= at)
+                                    && !is_api(&decoded, ApiKey::ApiVersions)
+                                {
+                                    tracing::info!(%peer, "closing connection: its SASL session expired without re-authentication (connections_max_reauth)");
+                                    reading = false;
+                                    lane.close();
+                                    continue;
+                                }
                                 if let Decoded::Request { body, .. } = &decoded
                                     && let floe_protocol::kafka_protocol::messages::RequestKind::ApiVersions(req) = &**body
                                 {
@@ -362,10 +422,46 @@ async fn close(
         .unwrap_or(Ok(()))
 }
 
-/// SASL before anything else (see [`crate::sasl`]): the principal the client
+/// Whether an exchange is a connection's first or a re-authentication
+/// (KIP-368), and how long the session it opens lasts.
+struct Reauthentication<'a> {
+    /// The SaslHandshake that began a re-authentication, already read.
+    handshake: Option<Decoded>,
+    /// Who the connection is: re-authentication may not change it.
+    principal: Option<&'a crate::sasl::Principal>,
+    /// The session's lifetime (zero: for ever).
+    lifetime: std::time::Duration,
+}
+
+impl<'a> Reauthentication<'a> {
+    fn first(lifetime: std::time::Duration) -> Self {
+        Reauthentication {
+            handshake: None,
+            principal: None,
+            lifetime,
+        }
+    }
+
+    fn again(
+        handshake: Decoded,
+        principal: &'a crate::sasl::Principal,
+        lifetime: std::time::Duration,
+    ) -> Self {
+        Reauthentication {
+            handshake: Some(handshake),
+            principal: Some(principal),
+            lifetime,
+        }
+    }
+}
+
+/// SASL before anything else (see [`crate::sasl`]), or again on an
+/// authenticated connection (KIP-368): the principal the client
 /// authenticated as, or `None` when the connection is to close (a request
-/// out of turn, a mechanism not served, wrong credentials, or no
-/// authentication within [`crate::sasl::AUTHENTICATE_WITHIN`]).
+/// out of turn, a mechanism not served, wrong credentials, another
+/// principal than before, or no authentication within
+/// [`crate::sasl::AUTHENTICATE_WITHIN`]).
+#[allow(clippy::too_many_arguments)]
 async fn authenticate<R, W>(
     frames: &mut FrameReader<R>,
     write: &mut W,
@@ -374,6 +470,7 @@ async fn authenticate<R, W>(
     stall: std::time::Duration,
     telemetry: bool,
     software: &mut Option<Arc<crate::authorizer::ClientSoftware>>,
+    mut round: Reauthentication<'_>,
 ) -> std::io::Result<Option<crate::sasl::Principal>>
 where
     R: AsyncRead + Unpin,
@@ -392,12 +489,18 @@ where
     let deadline = Instant::now() + crate::sasl::AUTHENTICATE_WITHIN;
     let mut exchange: Option<crate::sasl::Exchange> = None;
     loop {
-        let frame = match tokio::time::timeout_at(deadline, frames.next()).await {
-            Ok(Some(frame)) => frame?,
-            Ok(None) | Err(_) => return Ok(None),
-        };
-        let Ok(decoded) = request::decode(frame.bytes.freeze()) else {
-            return Ok(None);
+        let (decoded, held) = match round.handshake.take() {
+            Some(handshake) => (handshake, None),
+            None => {
+                let frame = match tokio::time::timeout_at(deadline, frames.next()).await {
+                    Ok(Some(frame)) => frame?,
+                    Ok(None) | Err(_) => return Ok(None),
+                };
+                let Ok(decoded) = request::decode(frame.bytes.freeze()) else {
+                    return Ok(None);
+                };
+                (decoded, Some(frame.held))
+            }
         };
         let (api, version, correlation_id, response, outcome) = match decoded {
             Decoded::ApiVersionsTooNew { correlation_id } => {
@@ -458,8 +561,26 @@ where
                                 SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
                                 None,
                             ),
+                            // Kafka's `SaslServerAuthenticator`: no other
+                            // principal on a re-authenticated connection.
+                            Step::Done(principal, _)
+                                if round.principal.is_some_and(|was| *was != principal) =>
+                            {
+                                (
+                                    SaslAuthenticateResponse::default()
+                                        .with_error_code(
+                                            ResponseError::SaslAuthenticationFailed.code(),
+                                        )
+                                        .with_error_message(Some(handlers::str_bytes(
+                                            "Cannot change principals during re-authentication",
+                                        ))),
+                                    Some(None),
+                                )
+                            }
                             Step::Done(principal, bytes) => (
-                                SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
+                                SaslAuthenticateResponse::default()
+                                    .with_auth_bytes(bytes.into())
+                                    .with_session_lifetime_ms(round.lifetime.as_millis() as i64),
                                 Some(Some(principal)),
                             ),
                             // Closed unanswered: the client reconnects.
@@ -484,7 +605,7 @@ where
                 }
             }
         };
-        drop(frame.held);
+        drop(held);
         let Ok(Some(bytes)) = encode(api, version, correlation_id, Some(response)) else {
             return Ok(None);
         };
