@@ -119,9 +119,22 @@ impl Broker {
                     ),
                     None => None,
                 };
+                let oauth = match mechanisms
+                    .iter()
+                    .any(|m| m == crate::oauthbearer::OAUTHBEARER)
+                {
+                    false => None,
+                    true => Some(crate::oauthbearer::Validator::new(
+                        config.sasl_oauthbearer_jwks.as_deref(),
+                        config.sasl_oauthbearer_unsecured,
+                        config.sasl_oauthbearer_expected_issuer.clone(),
+                        config.sasl_oauthbearer_expected_audience.clone(),
+                    )?),
+                };
                 Some(Arc::new(crate::sasl::Authenticator::new(
                     &mechanisms,
                     plain,
+                    oauth,
                 )?))
             }
         };

@@ -50,6 +50,18 @@ pub struct Config {
     /// with AlterUserScramCredentials). Empty: PLAIN if `sasl_plain_users`
     /// is set, else no SASL.
     pub sasl_mechanisms: Vec<String>,
+    /// OAUTHBEARER: a JSON Web Key Set file signed tokens are checked
+    /// against (Kafka's `sasl.oauthbearer.jwks.endpoint.url`, as a file).
+    pub sasl_oauthbearer_jwks: Option<PathBuf>,
+    /// OAUTHBEARER: take unsecured (`alg: none`) tokens, for tests (Kafka's
+    /// unsecured validator, which it uses unless configured otherwise).
+    pub sasl_oauthbearer_unsecured: bool,
+    /// OAUTHBEARER: the `iss` tokens must have (Kafka's
+    /// `sasl.oauthbearer.expected.issuer`).
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// OAUTHBEARER: an `aud` tokens must have one of (Kafka's
+    /// `sasl.oauthbearer.expected.audience`).
+    pub sasl_oauthbearer_expected_audience: Vec<String>,
     /// Check every request against the ACLs kept in the metastore (Kafka's
     /// `StandardAuthorizer`); off, everything is allowed.
     pub acls: bool,
@@ -251,6 +263,10 @@ impl Default for Config {
             ssl_principal_mapping_rules: "DEFAULT".into(),
             sasl_plain_users: None,
             sasl_mechanisms: Vec::new(),
+            sasl_oauthbearer_jwks: None,
+            sasl_oauthbearer_unsecured: false,
+            sasl_oauthbearer_expected_issuer: None,
+            sasl_oauthbearer_expected_audience: Vec::new(),
             acls: false,
             metastore_secret_file: None,
             super_users: Vec::new(),

@@ -13,6 +13,7 @@ pub mod extent_cache;
 pub mod frames;
 pub mod handlers;
 pub mod metrics;
+pub mod oauthbearer;
 pub mod quotas;
 pub mod read;
 pub mod sasl;

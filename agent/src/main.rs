@@ -215,14 +215,30 @@ struct AgentArgs {
     /// (default: PLAIN with --sasl-plain-users, else none)
     #[arg(long, env = "FLOE_SASL_MECHANISMS", value_delimiter = ',')]
     sasl_mechanisms: Option<Vec<String>>,
+    /// OAUTHBEARER: a JSON Web Key Set file that signed tokens are checked against
+    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_JWKS")]
+    sasl_oauthbearer_jwks: Option<PathBuf>,
+    /// OAUTHBEARER: take unsecured (alg none) tokens, for tests
+    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_UNSECURED", num_args = 0..=1, default_missing_value = "true")]
+    sasl_oauthbearer_unsecured: Option<bool>,
+    /// OAUTHBEARER: the issuer (iss) tokens must name
+    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    /// OAUTHBEARER: audiences (aud), one of which tokens must name
+    #[arg(
+        long,
+        env = "FLOE_SASL_OAUTHBEARER_EXPECTED_AUDIENCE",
+        value_delimiter = ','
+    )]
+    sasl_oauthbearer_expected_audience: Option<Vec<String>>,
     /// Check every request against the ACLs (floe acls, or any admin client's CreateAcls)
     #[arg(long, env = "FLOE_ACLS", num_args = 0..=1, default_missing_value = "true")]
     acls: Option<bool>,
     /// A file holding the metastore cluster's secret (floe metastore --secret-file)
     #[arg(long, env = "FLOE_METASTORE_SECRET_FILE")]
     metastore_secret_file: Option<PathBuf>,
-    /// e.g. User:admin,User:ops: principals allowed everything
-    #[arg(long, env = "FLOE_SUPER_USERS", value_delimiter = ',')]
+    /// e.g. User:admin;User:ops: principals allowed everything (separated by ';', as Kafka's super.users, since certificate principals hold commas)
+    #[arg(long, env = "FLOE_SUPER_USERS", value_delimiter = ';')]
     super_users: Option<Vec<String>>,
     /// Allow what no ACL names (Kafka's allow.everyone.if.no.acl.found)
     #[arg(
@@ -363,6 +379,8 @@ impl AgentArgs {
         }
         set!(
             ssl_principal_mapping_rules,
+            sasl_oauthbearer_unsecured,
+            sasl_oauthbearer_expected_audience,
             roles,
             sasl_mechanisms,
             acls,
@@ -420,6 +438,9 @@ impl AgentArgs {
         if self.metastore.is_some() {
             c.metastore = self.metastore;
         }
+        if self.sasl_oauthbearer_expected_issuer.is_some() {
+            c.sasl_oauthbearer_expected_issuer = self.sasl_oauthbearer_expected_issuer;
+        }
         if self.zone.is_some() {
             c.zone = self.zone;
         }
@@ -432,6 +453,7 @@ impl AgentArgs {
             (self.tls_client_ca, &mut c.tls_client_ca),
             (self.sasl_plain_users, &mut c.sasl_plain_users),
             (self.metastore_secret_file, &mut c.metastore_secret_file),
+            (self.sasl_oauthbearer_jwks, &mut c.sasl_oauthbearer_jwks),
         ] {
             if flag.is_some() {
                 *field = flag;

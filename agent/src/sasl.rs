@@ -1,7 +1,8 @@
 //! SASL on the Kafka listener: PLAIN (RFC 4616) against a file of users, as
 //! Kafka's `PlainLoginModule` with its users in the JAAS configuration, and
 //! SCRAM-SHA-256/512 (see [`crate::scram`]) against credentials kept in the
-//! metastore, managed with AlterUserScramCredentials. Send PLAIN over TLS:
+//! metastore, managed with AlterUserScramCredentials, and OAUTHBEARER (see
+//! [`crate::oauthbearer`]) against a JSON Web Key Set. Send PLAIN over TLS:
 //! it carries the password as it is.
 //!
 //! A connection authenticates before anything else, as Kafka's
@@ -42,6 +43,7 @@ pub const PLAIN: &str = "PLAIN";
 /// The mechanisms a listener offers (Kafka's `sasl.enabled.mechanisms`).
 pub struct Authenticator {
     plain: Option<PlainUsers>,
+    oauth: Option<crate::oauthbearer::Validator>,
     scram: Vec<ScramMechanism>,
     /// Makes up the salt an unknown SCRAM user is answered with. Per agent
     /// process: stable across one agent's answers, not across agents.
@@ -49,16 +51,23 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// `mechanisms` by name; PLAIN needs `plain` users.
-    pub fn new(mechanisms: &[String], plain: Option<PlainUsers>) -> anyhow::Result<Authenticator> {
+    /// `mechanisms` by name; PLAIN needs `plain` users, OAUTHBEARER a
+    /// token validator.
+    pub fn new(
+        mechanisms: &[String],
+        plain: Option<PlainUsers>,
+        oauth: Option<crate::oauthbearer::Validator>,
+    ) -> anyhow::Result<Authenticator> {
         let mut scram = Vec::new();
         let mut offers_plain = false;
+        let mut offers_oauth = false;
         for name in mechanisms {
             match (name.as_str(), ScramMechanism::from_name(name)) {
                 (PLAIN, _) => offers_plain = true,
+                (crate::oauthbearer::OAUTHBEARER, _) => offers_oauth = true,
                 (_, Some(m)) => scram.push(m),
                 _ => anyhow::bail!(
-                    "SASL mechanism {name} is not served (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 are)"
+                    "SASL mechanism {name} is not served (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER are)"
                 ),
             }
         }
@@ -66,8 +75,13 @@ impl Authenticator {
             offers_plain == plain.is_some(),
             "SASL/PLAIN and a users file (sasl_plain_users) go together"
         );
+        anyhow::ensure!(
+            offers_oauth == oauth.is_some(),
+            "SASL/OAUTHBEARER and a token validator (sasl_oauthbearer_jwks or sasl_oauthbearer_unsecured) go together"
+        );
         Ok(Authenticator {
             plain,
+            oauth,
             scram,
             fake_salt_seed: crate::scram::random_bytes(32),
         })
@@ -76,9 +90,11 @@ impl Authenticator {
     /// The mechanisms' names, as SaslHandshake lists them.
     pub fn mechanisms(&self) -> Vec<&'static str> {
         let plain = self.plain.as_ref().map(|_| PLAIN);
+        let oauth = self.oauth.as_ref().map(|_| crate::oauthbearer::OAUTHBEARER);
         plain
             .into_iter()
             .chain(self.scram.iter().map(|m| m.name()))
+            .chain(oauth)
             .collect()
     }
 
@@ -86,6 +102,9 @@ impl Authenticator {
     pub fn start(&self, mechanism: &str) -> Option<Exchange> {
         if mechanism == PLAIN && self.plain.is_some() {
             return Some(Exchange::Plain);
+        }
+        if mechanism == crate::oauthbearer::OAUTHBEARER && self.oauth.is_some() {
+            return Some(Exchange::OAuthBearer);
         }
         let m = ScramMechanism::from_name(mechanism).filter(|m| self.scram.contains(m))?;
         Some(Exchange::ScramFirst(m))
@@ -99,6 +118,11 @@ pub enum Exchange {
     ScramFirst(ScramMechanism),
     /// Waiting for the client's proof.
     ScramFinal(Box<ServerFirst>),
+    /// Waiting for the client's token.
+    OAuthBearer,
+    /// Its token was refused (and told so): the client's next message
+    /// ends the exchange, failed (RFC 7628).
+    OAuthBearerRefused,
     /// Over (done or failed): nothing more is taken.
     Over,
 }
@@ -107,8 +131,10 @@ pub enum Exchange {
 pub enum Step {
     /// More to say: these bytes back, and the next round.
     Challenge(Vec<u8>),
-    /// Authenticated: these bytes back (SCRAM's server signature, or none).
-    Done(Principal, Vec<u8>),
+    /// Authenticated: these bytes back (SCRAM's server signature, or none),
+    /// and when its credential expires (an OAUTHBEARER token's `exp`, in ms
+    /// since the epoch).
+    Done(Principal, Vec<u8>, Option<i64>),
     /// Refused, with the message Kafka sends.
     Failed(&'static str),
     /// Not decided (the credentials could not be read): close unanswered.
@@ -126,7 +152,7 @@ impl Exchange {
     ) -> Step {
         match std::mem::replace(self, Exchange::Over) {
             Exchange::Plain => match auth.plain.as_ref().and_then(|p| p.authenticate(bytes)) {
-                Some(principal) => Step::Done(principal, Vec::new()),
+                Some(principal) => Step::Done(principal, Vec::new(), None),
                 None => Step::Failed("Authentication failed: Invalid username or password"),
             },
             Exchange::ScramFirst(m) => {
@@ -155,13 +181,40 @@ impl Exchange {
             Exchange::ScramFinal(server) => {
                 let user = server.user().to_string();
                 match server.finish(bytes) {
-                    Ok(signature) => Step::Done(Principal(user), signature),
+                    Ok(signature) => Step::Done(Principal(user), signature, None),
                     Err(why) => {
                         tracing::debug!(why, "SCRAM proof refused");
                         Step::Failed(INVALID_CREDENTIALS)
                     }
                 }
             }
+            Exchange::OAuthBearer => {
+                let validated = match crate::oauthbearer::Validator::token_of(bytes) {
+                    None => Err("not an OAUTHBEARER client message".to_string()),
+                    Some((token, authzid)) => auth
+                        .oauth
+                        .as_ref()
+                        .ok_or_else(|| "OAUTHBEARER is not served".to_string())
+                        .and_then(|v| v.validate(token, floe_metastore::now_ms()))
+                        .and_then(|t| match authzid {
+                            // Kafka: an authorization id must be the token's
+                            // principal.
+                            Some(id) if id != t.principal => {
+                                Err("the authorization id is not the token's subject".into())
+                            }
+                            _ => Ok(t),
+                        }),
+                };
+                match validated {
+                    Ok(t) => Step::Done(Principal(t.principal), Vec::new(), Some(t.expires_at_ms)),
+                    Err(why) => {
+                        tracing::debug!(why, "OAUTHBEARER token refused");
+                        *self = Exchange::OAuthBearerRefused;
+                        Step::Challenge(crate::oauthbearer::INVALID_TOKEN.to_vec())
+                    }
+                }
+            }
+            Exchange::OAuthBearerRefused => Step::Failed("Authentication failed: invalid_token"),
             Exchange::Over => Step::Failed("Authentication failed: the exchange is over"),
         }
     }

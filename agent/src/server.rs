@@ -143,8 +143,14 @@ pub async fn serve(
                     let handshake = crate::tls::HANDSHAKE_WITHIN;
                     match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
-                            // Mutual TLS: the certificate's principal.
-                            let certified = match stream.get_ref().1.peer_certificates() {
+                            // Mutual TLS: the certificate's principal, unless
+                            // SASL names it (Kafka maps no certificate on a
+                            // SASL_SSL listener).
+                            let certificate = match broker.sasl {
+                                Some(_) => None,
+                                None => stream.get_ref().1.peer_certificates(),
+                            };
+                            let certified = match certificate {
                                 Some([cert, ..]) => match certificate_principal(&broker, cert) {
                                     Ok(principal) => Some(principal),
                                     Err(e) => {
@@ -185,7 +191,7 @@ fn certificate_principal(
     let dn = crate::ssl_principal::subject_name(cert)?;
     match broker.ssl_principals.name(&dn) {
         Some(name) => Ok(crate::sasl::Principal(name)),
-        None => anyhow::bail!("no ssl principal mapping rule applies to {dn}"),
+        None => anyhow::bail!("no ssl principal mapping rule applies to {dn:?}"),
     }
 }
 
@@ -208,6 +214,9 @@ where
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
     let mut principal = certified;
     let mut software = None;
+    let mut session_lifetime_now = std::time::Duration::ZERO;
+    let mut mechanism = String::new();
+    let mut authenticated_at = Instant::now();
     if let Some(auth) = &broker.sasl {
         // Until authenticated, small frames from a budget of their own: a
         // crowd of clients that never authenticate cannot take the memory
@@ -227,9 +236,11 @@ where
         )
         .await?
         {
-            Some(authenticated) => {
-                tracing::debug!(%peer, principal = %authenticated, "authenticated");
-                principal = Some(authenticated);
+            Some(done) => {
+                tracing::debug!(%peer, principal = %done.principal, "authenticated");
+                principal = Some(done.principal);
+                session_lifetime_now = done.lifetime;
+                mechanism = done.mechanism;
             }
             None => {
                 // As Kafka's connection.failed.authentication.delay.ms: a
@@ -250,14 +261,17 @@ where
     let mute = Arc::new(crate::quotas::Mute::default());
     // KIP-368: a SASL session ends; the client re-authenticates before.
     let reauth = broker.config.connections_max_reauth;
-    let mut session_expires = (broker.sasl.is_some() && principal.is_some() && !reauth.is_zero())
-        .then(|| Instant::now() + reauth);
+    let mut session_expires =
+        (!session_lifetime_now.is_zero()).then(|| Instant::now() + session_lifetime_now);
     let mut in_flight = FuturesOrdered::new();
     let mut others = 0usize;
     let mut commits_in_flight = 0usize;
     let mut reading = true;
     let mut last_active = Instant::now();
-    loop {
+    'serving: loop {
+        if !reading && in_flight.is_empty() {
+            break;
+        }
         let muted = mute.until();
         let can_read = reading
             && muted.is_none()
@@ -276,25 +290,34 @@ where
                             Ok(decoded) => {
                                 // Re-authentication (KIP-368), once the
                                 // responses before it are written.
-                                if let (true, Some(auth), Some(current)) =
-                                    (is_api(&decoded, ApiKey::SaslHandshake), &broker.sasl, &principal)
+                                // Only while the session ends (else Kafka's
+                                // handler refuses it), and not within a second
+                                // of the last (Kafka's MIN_REAUTH_INTERVAL).
+                                let handshake = is_api(&decoded, ApiKey::SaslHandshake);
+                                if let (true, Some(auth), Some(current), Some(_)) =
+                                    (handshake, &broker.sasl, &principal, session_expires)
+                                    && authenticated_at.elapsed() >= MIN_REAUTH_INTERVAL
                                 {
                                     drop(frame.held);
-                                    let mut written = true;
-                                    while let Some((_, _, response)) = in_flight.next().await {
-                                        let response: Result<Option<(Bytes, Option<Held>)>, ()> = response;
-                                        if let Ok(Some((bytes, held))) = response {
-                                            written = write_progressing(&mut write, &bytes, stall).await?;
-                                            drop(held);
-                                            if !written {
-                                                break;
+                                    while let Some((pipelined, commit_bytes, response)) = in_flight.next().await {
+                                        let (pipelined, commit_bytes, response): (bool, usize, Encoded) =
+                                            (pipelined, commit_bytes, response);
+                                        others -= usize::from(!pipelined);
+                                        commits_in_flight -= commit_bytes;
+                                        match response {
+                                            Ok(Some((bytes, held))) => {
+                                                let written = write_progressing(&mut write, &bytes, stall).await?;
+                                                drop(held);
+                                                if !written {
+                                                    tracing::warn!(%peer, "closing connection: the client stopped reading its response");
+                                                    break 'serving;
+                                                }
                                             }
+                                            Ok(None) => {}
+                                            Err(()) => break 'serving,
                                         }
                                     }
-                                    (others, commits_in_flight) = (0, 0);
-                                    let again = match written {
-                                        false => None,
-                                        true => authenticate(
+                                    let again = authenticate(
                                             &mut frames,
                                             &mut write,
                                             auth,
@@ -302,28 +325,29 @@ where
                                             stall,
                                             broker.telemetry.advertised(),
                                             &mut session.software,
-                                            Reauthentication::again(decoded, current, reauth),
+                                            Reauthentication::again(decoded, current, &mechanism, reauth),
                                         )
-                                        .await?,
-                                    };
+                                        .await?;
                                     match again {
-                                        Some(_) => {
+                                        Some(done) => {
                                             tracing::debug!(%peer, principal = %current, "re-authenticated");
                                             broker.metrics.reauthentications.inc();
-                                            session_expires = (!reauth.is_zero()).then(|| Instant::now() + reauth);
+                                            authenticated_at = Instant::now();
+                                            session_expires = (!done.lifetime.is_zero())
+                                                .then(|| Instant::now() + done.lifetime);
                                         }
                                         None => {
                                             broker.metrics.authentication_failures.inc();
                                             tracing::info!(%peer, "closing connection: re-authentication failed");
-                                            reading = false;
-                                            lane.close();
+                                            tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
+                                            break 'serving;
                                         }
                                     }
                                     continue;
                                 }
-                                if session_expires.is_some_and(|at| Instant::now() >= at)
-                                    && !is_api(&decoded, ApiKey::ApiVersions)
-                                {
+                                // Past its session, nothing but a new handshake
+                                // (Kafka closes on anything else).
+                                if session_expires.is_some_and(|at| Instant::now() >= at) && !handshake {
                                     tracing::info!(%peer, "closing connection: its SASL session expired without re-authentication (connections_max_reauth)");
                                     reading = false;
                                     lane.close();
@@ -422,13 +446,41 @@ async fn close(
         .unwrap_or(Ok(()))
 }
 
+/// How long a session lasts: `max` (zero: for ever, KIP-368 off), and no
+/// longer than its credential (an OAUTHBEARER token's expiry).
+fn session_lifetime(max: std::time::Duration, expires_at_ms: Option<i64>) -> std::time::Duration {
+    // Kafka's `SaslServerAuthenticator.calcCompletionTimesAndReturnSessionLifetimeMs`.
+    let Some(at) = expires_at_ms else {
+        return max;
+    };
+    let left = std::time::Duration::from_millis((at - floe_metastore::now_ms()).max(1) as u64);
+    match max.is_zero() {
+        true => left,
+        false => max.min(left),
+    }
+}
+
+/// A connection's authentication, done.
+struct Authenticated {
+    principal: crate::sasl::Principal,
+    /// How long its session lasts (zero: for ever).
+    lifetime: std::time::Duration,
+    mechanism: String,
+}
+
+/// Re-authentications closer together than this are not taken (Kafka's
+/// `MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS`).
+const MIN_REAUTH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Whether an exchange is a connection's first or a re-authentication
 /// (KIP-368), and how long the session it opens lasts.
 struct Reauthentication<'a> {
     /// The SaslHandshake that began a re-authentication, already read.
     handshake: Option<Decoded>,
-    /// Who the connection is: re-authentication may not change it.
+    /// Who the connection is, and with what mechanism it authenticated:
+    /// re-authentication may change neither.
     principal: Option<&'a crate::sasl::Principal>,
+    mechanism: Option<&'a str>,
     /// The session's lifetime (zero: for ever).
     lifetime: std::time::Duration,
 }
@@ -438,6 +490,7 @@ impl<'a> Reauthentication<'a> {
         Reauthentication {
             handshake: None,
             principal: None,
+            mechanism: None,
             lifetime,
         }
     }
@@ -445,11 +498,13 @@ impl<'a> Reauthentication<'a> {
     fn again(
         handshake: Decoded,
         principal: &'a crate::sasl::Principal,
+        mechanism: &'a str,
         lifetime: std::time::Duration,
     ) -> Self {
         Reauthentication {
             handshake: Some(handshake),
             principal: Some(principal),
+            mechanism: Some(mechanism),
             lifetime,
         }
     }
@@ -457,7 +512,7 @@ impl<'a> Reauthentication<'a> {
 
 /// SASL before anything else (see [`crate::sasl`]), or again on an
 /// authenticated connection (KIP-368): the principal the client
-/// authenticated as, or `None` when the connection is to close (a request
+/// authenticated as and its session's lifetime (zero: for ever), or `None` when the connection is to close (a request
 /// out of turn, a mechanism not served, wrong credentials, another
 /// principal than before, or no authentication within
 /// [`crate::sasl::AUTHENTICATE_WITHIN`]).
@@ -471,7 +526,7 @@ async fn authenticate<R, W>(
     telemetry: bool,
     software: &mut Option<Arc<crate::authorizer::ClientSoftware>>,
     mut round: Reauthentication<'_>,
-) -> std::io::Result<Option<crate::sasl::Principal>>
+) -> std::io::Result<Option<Authenticated>>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -488,6 +543,7 @@ where
         .collect();
     let deadline = Instant::now() + crate::sasl::AUTHENTICATE_WITHIN;
     let mut exchange: Option<crate::sasl::Exchange> = None;
+    let mut mechanism = String::new();
     loop {
         let (decoded, held) = match round.handshake.take() {
             Some(handshake) => (handshake, None),
@@ -516,6 +572,8 @@ where
             Decoded::Request { header, body } => {
                 let (version, correlation_id) = (header.request_api_version, header.correlation_id);
                 match *body {
+                    // Kafka takes no ApiVersions within a re-authentication.
+                    RequestKind::ApiVersions(_) if round.principal.is_some() => return Ok(None),
                     RequestKind::ApiVersions(req) => {
                         *software = crate::authorizer::ClientSoftware::of(&req);
                         let response =
@@ -524,10 +582,15 @@ where
                     }
                     RequestKind::SaslHandshake(req) if exchange.is_none() => {
                         // v0 would be followed by raw tokens: not served.
+                        // A re-authentication keeps its mechanism (Kafka's
+                        // REAUTH_BAD_MECHANISM).
+                        let same = round.mechanism.is_none_or(|m| m == req.mechanism.as_str());
                         let started = match version {
                             0 => None,
+                            _ if !same => None,
                             _ => auth.start(req.mechanism.as_str()),
                         };
+                        mechanism = req.mechanism.to_string();
                         let served = started.is_some();
                         exchange = started;
                         let response = SaslHandshakeResponse::default()
@@ -563,7 +626,7 @@ where
                             ),
                             // Kafka's `SaslServerAuthenticator`: no other
                             // principal on a re-authenticated connection.
-                            Step::Done(principal, _)
+                            Step::Done(principal, _, _)
                                 if round.principal.is_some_and(|was| *was != principal) =>
                             {
                                 (
@@ -577,12 +640,19 @@ where
                                     Some(None),
                                 )
                             }
-                            Step::Done(principal, bytes) => (
-                                SaslAuthenticateResponse::default()
-                                    .with_auth_bytes(bytes.into())
-                                    .with_session_lifetime_ms(round.lifetime.as_millis() as i64),
-                                Some(Some(principal)),
-                            ),
+                            Step::Done(principal, bytes, expires_at_ms) => {
+                                let lifetime = session_lifetime(round.lifetime, expires_at_ms);
+                                (
+                                    SaslAuthenticateResponse::default()
+                                        .with_auth_bytes(bytes.into())
+                                        .with_session_lifetime_ms(lifetime.as_millis() as i64),
+                                    Some(Some(Authenticated {
+                                        principal,
+                                        lifetime,
+                                        mechanism: mechanism.clone(),
+                                    })),
+                                )
+                            }
                             // Closed unanswered: the client reconnects.
                             Step::Unavailable => return Ok(None),
                             Step::Failed(why) => (
@@ -646,7 +716,11 @@ async fn write_progressing(
 /// A response frame being prepared: `Ok(None)` means no response (as for
 /// `acks=0` produces), `Err` that the response could not be encoded. The
 /// frame comes with the response budget it holds until written.
-type Responding = BoxFuture<'static, Result<Option<(Bytes, Option<Held>)>, ()>>;
+type Responding = BoxFuture<'static, Encoded>;
+
+/// A response frame with the budget it holds (`Ok(None)`: no response),
+/// or `Err` when it could not be encoded.
+type Encoded = Result<Option<(Bytes, Option<Held>)>, ()>;
 
 /// Starts handling one request (see [`handlers::admit`]) and returns the future
 /// that finishes it and encodes its response frame.

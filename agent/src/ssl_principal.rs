@@ -83,6 +83,61 @@ fn split(rules: &str) -> Vec<String> {
         .collect()
 }
 
+/// A replacement as Java's `replaceAll` reads it, in the regex crate's
+/// syntax: `\\x` is `x`; `$` and digits name a group, taking as many digits
+/// as make a group that exists, and a reference to no group is kept as
+/// text (as Kafka's `escapeLiteralBackReferences` has it); a `$` with no
+/// digit after it is refused (Java throws).
+fn java_replacement(java: &str, groups: usize) -> Option<String> {
+    let mut out = String::with_capacity(java.len() + 8);
+    let literal = |out: &mut String, c: char| match c {
+        '$' => out.push_str("$$"),
+        c => out.push(c),
+    };
+    let chars: Vec<char> = java.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => {
+                literal(&mut out, *chars.get(i + 1)?);
+                i += 2;
+            }
+            '$' => {
+                let digits: String = chars[i + 1..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect();
+                if digits.is_empty() {
+                    return None;
+                }
+                // Java: the longest prefix of the digits naming a group
+                // (the first digit always counts).
+                let mut taken = digits.len();
+                while taken > 1 && digits[..taken].parse::<usize>().ok()? > groups {
+                    taken -= 1;
+                }
+                let n: usize = digits[..taken].parse().ok()?;
+                match n <= groups {
+                    true => {
+                        out.push_str(&format!("${{{n}}}"));
+                        out.push_str(&digits[taken..]);
+                    }
+                    false => {
+                        out.push_str("$$");
+                        out.push_str(&digits);
+                    }
+                }
+                i += 1 + digits.len();
+            }
+            c => {
+                literal(&mut out, c);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Takes an unescaped part of a rule up to the next unescaped `/`.
 fn until_slash(s: &str) -> Option<(String, &str)> {
     let mut out = String::new();
@@ -118,14 +173,21 @@ impl PrincipalMapper {
             let body = rule.strip_prefix("RULE:").ok_or_else(invalid)?;
             let (pattern, rest) = until_slash(body).ok_or_else(invalid)?;
             let (replacement, flags) = until_slash(rest).ok_or_else(invalid)?;
-            let case = match flags.trim() {
+            let case = match flags {
                 "" => None,
                 "L" => Some(Case::Lower),
                 "U" => Some(Case::Upper),
                 _ => return Err(invalid()),
             };
+            // Whole on its own first, so the anchoring below cannot change
+            // what it means (`a)|(b`).
+            let groups = regex::Regex::new(&pattern)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", invalid()))?
+                .captures_len()
+                - 1;
             let pattern = regex::Regex::new(&format!("^(?:{pattern})$"))
                 .map_err(|e| anyhow::anyhow!("{}: {e}", invalid()))?;
+            let replacement = java_replacement(&replacement, groups).ok_or_else(invalid)?;
             parsed.push(Rule::Map {
                 pattern,
                 replacement,
@@ -173,51 +235,86 @@ const KEYWORDS: [(&str, &str); 9] = [
     ("0.9.2342.19200300.100.1.1", "UID"),
 ];
 
-/// A value escaped as RFC 2253 has it.
+/// A value as Java's `AVA.toRFC2253String` writes it: `,=+<>#;"\` escaped
+/// wherever they are, NUL as `\00`, and every leading and trailing space
+/// or carriage return escaped.
 fn escaped(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    let last = value.chars().count().saturating_sub(1);
-    for (i, c) in value.chars().enumerate() {
-        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
-            || (i == 0 && (c == '#' || c == ' '))
-            || (i == last && c == ' ');
-        if special {
+    let mut body = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            ',' | '=' | '+' | '<' | '>' | '#' | ';' | '"' | '\\' => {
+                body.push('\\');
+                body.push(c);
+            }
+            '\0' => body.push_str("\\00"),
+            c => body.push(c),
+        }
+    }
+    let chars: Vec<char> = body.chars().collect();
+    let blank = |c: &char| *c == ' ' || *c == '\r';
+    let lead = chars.iter().take_while(|c| blank(c)).count();
+    let trail = chars.iter().rev().take_while(|c| blank(c)).count();
+    let mut out = String::with_capacity(body.len() + 4);
+    for (i, c) in chars.iter().enumerate() {
+        if i < lead || i >= chars.len() - trail {
             out.push('\\');
         }
-        out.push(c);
+        out.push(*c);
     }
     out
 }
 
-/// The subject of a DER certificate as RFC 2253 writes it: the most
-/// specific RDN first, comma-separated, multi-valued RDNs joined by `+`.
+/// A value as Java reads it into a string (`DerValue.getAsString`), for
+/// the string types `AVA.isDerString` writes as text; other types (among
+/// them NumericString) are written in hex.
+fn as_text(value: &x509_parser::asn1_rs::Any<'_>) -> Option<String> {
+    use x509_parser::asn1_rs::Tag;
+    let data = value.data;
+    match value.tag() {
+        Tag::PrintableString | Tag::Ia5String | Tag::GeneralString | Tag::Utf8String => {
+            Some(String::from_utf8_lossy(data).into_owned())
+        }
+        Tag::TeletexString => Some(data.iter().map(|b| char::from(*b)).collect()),
+        Tag::BmpString => {
+            let units: Vec<u16> = data
+                .chunks(2)
+                .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]))
+                .collect();
+            Some(String::from_utf16_lossy(&units))
+        }
+        _ => None,
+    }
+}
+
+/// The subject of a DER certificate as Java's `X500Principal.getName()`
+/// (RFC 2253) writes it: the most specific RDN first, comma-separated,
+/// multi-valued RDNs joined by `+` in their order.
 pub fn subject_name(der: &[u8]) -> anyhow::Result<String> {
     let (_, cert) = X509Certificate::from_der(der)
         .map_err(|e| anyhow::anyhow!("the client certificate does not parse: {e}"))?;
-    let rdns: Vec<String> = cert
-        .subject()
-        .iter()
-        .map(|rdn| {
-            rdn.iter()
-                .map(|attr| {
-                    let oid = attr.attr_type().to_id_string();
-                    let keyword = KEYWORDS.iter().find(|(o, _)| *o == oid).map(|(_, k)| *k);
-                    match (keyword, attr.as_str()) {
-                        (Some(k), Ok(value)) => format!("{k}={}", escaped(value)),
-                        _ => {
-                            let value = attr.attr_value();
-                            let mut hex = String::new();
-                            for b in value.to_der_vec().unwrap_or_default() {
-                                let _ = write!(hex, "{b:02x}");
-                            }
-                            format!("{}=#{hex}", keyword.map_or(oid, str::to_string))
-                        }
+    let mut rdns = Vec::new();
+    for rdn in cert.subject().iter() {
+        let mut avas = Vec::new();
+        for attr in rdn.iter() {
+            let oid = attr.attr_type().to_id_string();
+            let keyword = KEYWORDS.iter().find(|(o, _)| *o == oid).map(|(_, k)| *k);
+            let value = attr.attr_value();
+            avas.push(match (keyword, as_text(value)) {
+                (Some(k), Some(text)) => format!("{k}={}", escaped(&text)),
+                _ => {
+                    let der = value
+                        .to_der_vec()
+                        .map_err(|e| anyhow::anyhow!("a subject attribute does not encode: {e}"))?;
+                    let mut hex = String::with_capacity(2 * der.len());
+                    for b in der {
+                        let _ = write!(hex, "{b:02x}");
                     }
-                })
-                .collect::<Vec<_>>()
-                .join("+")
-        })
-        .collect();
+                    format!("{}=#{hex}", keyword.map_or(oid, str::to_string))
+                }
+            });
+        }
+        rdns.push(avas.join("+"));
+    }
     Ok(rdns.into_iter().rev().collect::<Vec<_>>().join(","))
 }
 
@@ -267,10 +364,49 @@ mod tests {
         }
     }
 
+    /// As Java's `AVA.toRFC2253String`: specials escaped wherever they
+    /// are (so `OU=CN=admin` cannot pass for a CN), NUL as `\00`, every
+    /// leading and trailing blank.
     #[test]
-    fn values_are_escaped_as_rfc_2253_has_them() {
+    fn values_are_escaped_as_java_escapes_them() {
         assert_eq!(escaped("a,b+c"), "a\\,b\\+c");
-        assert_eq!(escaped(" x "), "\\ x\\ ");
-        assert_eq!(escaped("#1"), "\\#1");
+        assert_eq!(escaped("CN=admin"), "CN\\=admin");
+        assert_eq!(escaped("a#b;c<d>e\"x\\"), "a\\#b\\;c\\<d\\>e\\\"x\\\\");
+        assert_eq!(escaped("  x \r"), "\\ \\ x\\ \\\r");
+        assert_eq!(escaped("a\0b"), "a\\00b");
+        assert_eq!(escaped("   "), "\\ \\ \\ ");
+    }
+
+    /// Java's replacement syntax: `$n` takes the digits naming a group,
+    /// a reference to no group stays text, `\\$` is a dollar.
+    #[test]
+    fn replacements_read_as_javas() {
+        let rule = |r: &str| PrincipalMapper::parse(r).unwrap();
+        let dn = "CN=duke,OU=ServiceUsers";
+        assert_eq!(
+            rule("RULE:^CN=(.*?),OU=(.*)$/$1svc/").name(dn).as_deref(),
+            Some("dukesvc")
+        );
+        assert_eq!(
+            rule("RULE:^CN=(.*?),OU=(.*)$/$1_$2/").name(dn).as_deref(),
+            Some("duke_ServiceUsers")
+        );
+        assert_eq!(
+            rule("RULE:^CN=(.*?),OU=(.*)$/$12/").name(dn).as_deref(),
+            Some("duke2")
+        );
+        assert_eq!(
+            rule("RULE:^CN=(.*?),OU=(.*)$/$3x/").name(dn).as_deref(),
+            Some("$3x")
+        );
+        assert_eq!(
+            rule("RULE:^CN=(.*?),OU=(.*)$/\\$1/").name(dn).as_deref(),
+            Some("$1")
+        );
+        assert!(PrincipalMapper::parse("RULE:^CN=(.*)$/$x/").is_err());
+        // An unbalanced pattern cannot change the anchoring.
+        assert!(PrincipalMapper::parse("RULE:a)|(b/x/").is_err());
+        // No blank before the flag, as Kafka's parser.
+        assert!(PrincipalMapper::parse("RULE:^CN=(.*)$/$1/ L").is_err());
     }
 }

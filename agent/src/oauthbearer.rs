@@ -1,0 +1,312 @@
+//! SASL/OAUTHBEARER (RFC 7628, KIP-255/KIP-768): a client authenticates
+//! with a JWT access token, as with Kafka's `OAuthBearerValidatorCallbackHandler`:
+//!
+//! - signed tokens are checked against a JSON Web Key Set (Kafka's
+//!   `sasl.oauthbearer.jwks.endpoint.url`, here a file): the key named by
+//!   the token's `kid` (or the set's only key), its algorithm (RSA, EC or
+//!   EdDSA; never a shared-secret HMAC), `exp` (and `nbf`) within a clock
+//!   skew of 30 s, and the issuer and audience when configured;
+//! - unsecured tokens (`alg: none`, what librdkafka's and Java's test
+//!   login modules make) only with `--sasl-oauthbearer-unsecured`, for
+//!   tests: Kafka accepts them by default, floe only when asked.
+//!
+//! The principal is the token's `sub` claim (Kafka's
+//! `sasl.oauthbearer.sub.claim.name`). A token's expiry bounds its session
+//! (KIP-368): with re-authentication on, the session ends when the token
+//! does, whichever comes first.
+
+use std::path::Path;
+
+use anyhow::Context;
+use base64::Engine;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+pub const OAUTHBEARER: &str = "OAUTHBEARER";
+
+/// Kafka's `sasl.oauthbearer.clock.skew.seconds` default.
+const CLOCK_SKEW_SECONDS: u64 = 30;
+/// A token longer than this is refused unread (the frame holding it is
+/// bounded anyway: `sasl::MAX_UNAUTHENTICATED_FRAME`).
+const MAX_TOKEN_BYTES: usize = 64 << 10;
+
+/// Kafka's answer to a token it refuses, sent as a challenge; the client
+/// then sends `\x01` and gets SASL_AUTHENTICATION_FAILED.
+pub const INVALID_TOKEN: &[u8] = br#"{"status":"invalid_token"}"#;
+
+/// Where tokens are checked against.
+pub struct Validator {
+    /// Each key of the set: its id, the algorithms it verifies, the key.
+    keys: Vec<(Option<String>, Vec<Algorithm>, DecodingKey)>,
+    unsecured: bool,
+    issuer: Option<String>,
+    audience: Vec<String>,
+}
+
+/// A token that passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validated {
+    pub principal: String,
+    /// Its `exp`, in ms since the epoch.
+    pub expires_at_ms: i64,
+}
+
+/// The algorithms a key may verify (never an HMAC: a public key is no
+/// shared secret).
+fn algorithms_of(params: &AlgorithmParameters) -> Vec<Algorithm> {
+    match params {
+        AlgorithmParameters::RSA(_) => vec![
+            Algorithm::RS256,
+            Algorithm::RS384,
+            Algorithm::RS512,
+            Algorithm::PS256,
+            Algorithm::PS384,
+            Algorithm::PS512,
+        ],
+        AlgorithmParameters::EllipticCurve(ec) => match ec.curve {
+            EllipticCurve::P256 => vec![Algorithm::ES256],
+            EllipticCurve::P384 => vec![Algorithm::ES384],
+            _ => Vec::new(),
+        },
+        AlgorithmParameters::OctetKeyPair(_) => vec![Algorithm::EdDSA],
+        // HMAC secrets, and kinds the library may add.
+        _ => Vec::new(),
+    }
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+    exp: f64,
+}
+
+impl Validator {
+    /// `jwks`: a JSON Web Key Set file; `unsecured`: take `alg: none`.
+    pub fn new(
+        jwks: Option<&Path>,
+        unsecured: bool,
+        issuer: Option<String>,
+        audience: Vec<String>,
+    ) -> anyhow::Result<Validator> {
+        let mut keys = Vec::new();
+        if let Some(path) = jwks {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let set: JwkSet = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a JSON Web Key Set", path.display()))?;
+            for jwk in &set.keys {
+                let algorithms = algorithms_of(&jwk.algorithm);
+                if algorithms.is_empty() {
+                    tracing::warn!(kid = ?jwk.common.key_id, "skipping a JWK floe does not verify with (HMAC or an unknown curve)");
+                    continue;
+                }
+                let key = DecodingKey::from_jwk(jwk)
+                    .with_context(|| format!("a key in {}", path.display()))?;
+                keys.push((jwk.common.key_id.clone(), algorithms, key));
+            }
+            anyhow::ensure!(!keys.is_empty(), "{} holds no usable key", path.display());
+        }
+        anyhow::ensure!(
+            !keys.is_empty() || unsecured,
+            "OAUTHBEARER needs a key set (sasl_oauthbearer_jwks) or unsecured tokens (sasl_oauthbearer_unsecured)"
+        );
+        Ok(Validator {
+            keys,
+            unsecured,
+            issuer,
+            audience,
+        })
+    }
+
+    /// The token of a client's first message (RFC 7628: a GS2 header, then
+    /// `auth=Bearer <token>` among \x01-separated pairs), and its authzid.
+    pub fn token_of(message: &[u8]) -> Option<(&str, Option<&str>)> {
+        let message = std::str::from_utf8(message).ok()?;
+        let (gs2, pairs) = message.split_once('\x01')?;
+        let authzid = match gs2 {
+            "n,," | "y,," => None,
+            _ => Some(gs2.strip_prefix("n,a=")?.strip_suffix(',')?),
+        };
+        let token = pairs
+            .split('\x01')
+            .find_map(|pair| pair.strip_prefix("auth="))?
+            .strip_prefix("Bearer ")?
+            .trim();
+        Some((token, authzid))
+    }
+
+    /// Checks a token, or says why not.
+    pub fn validate(&self, token: &str, now_ms: i64) -> Result<Validated, String> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err("the token is too long".into());
+        }
+        let header = jsonwebtoken::decode_header(token);
+        let claims: Claims = match header {
+            Ok(header) => {
+                let key = match &header.kid {
+                    Some(kid) => self
+                        .keys
+                        .iter()
+                        .find(|(id, _, _)| id.as_deref() == Some(kid)),
+                    None if self.keys.len() == 1 => self.keys.first(),
+                    None => None,
+                };
+                let Some((_, algorithms, key)) = key else {
+                    return Err(format!("no key for the token's kid {:?}", header.kid));
+                };
+                if !algorithms.contains(&header.alg) {
+                    return Err(format!("the key does not verify {:?}", header.alg));
+                }
+                let mut validation = Validation::new(header.alg);
+                validation.leeway = CLOCK_SKEW_SECONDS;
+                validation.validate_nbf = true;
+                validation.set_required_spec_claims(&["exp", "sub"]);
+                if let Some(issuer) = &self.issuer {
+                    validation.set_issuer(&[issuer]);
+                }
+                match self.audience.is_empty() {
+                    true => validation.validate_aud = false,
+                    false => validation.set_audience(&self.audience),
+                }
+                jsonwebtoken::decode::<Claims>(token, key, &validation)
+                    .map_err(|e| format!("the token is not valid: {e}"))?
+                    .claims
+            }
+            // No algorithm the library knows: an unsecured token, if taken.
+            Err(_) if self.unsecured => unsecured_claims(token, now_ms)?,
+            Err(e) => return Err(format!("the token is not valid: {e}")),
+        };
+        if claims.sub.is_empty() {
+            return Err("the token has no subject".into());
+        }
+        Ok(Validated {
+            principal: claims.sub,
+            expires_at_ms: (claims.exp * 1000.0) as i64,
+        })
+    }
+}
+
+/// The claims of an unsecured JWS (`alg: none`, no signature), checked as
+/// Kafka's `OAuthBearerUnsecuredJws` checks them: a subject and an expiry
+/// not past.
+fn unsecured_claims(token: &str, now_ms: i64) -> Result<Claims, String> {
+    let invalid = |why: &str| Err(format!("the unsecured token is not valid: {why}"));
+    let mut parts = token.split('.');
+    let (Some(header), Some(payload), Some(""), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return invalid("not header.payload. with no signature");
+    };
+    let decode = |part: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part.trim_end_matches('='))
+    };
+    let Ok(header) = decode(header) else {
+        return invalid("the header is not base64url");
+    };
+    #[derive(Deserialize)]
+    struct Header {
+        alg: String,
+    }
+    match serde_json::from_slice::<Header>(&header) {
+        Ok(h) if h.alg == "none" => {}
+        _ => return invalid("its alg is not none"),
+    }
+    let Ok(payload) = decode(payload) else {
+        return invalid("the payload is not base64url");
+    };
+    let Ok(claims) = serde_json::from_slice::<Claims>(&payload) else {
+        return invalid("no sub and exp claims");
+    };
+    if claims.exp * 1000.0 + (CLOCK_SKEW_SECONDS * 1000) as f64 <= now_ms as f64 {
+        return invalid("it expired");
+    }
+    Ok(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    fn unsecured(sub: &str, exp_s: i64) -> String {
+        format!(
+            "{}.{}.",
+            b64(br#"{"alg":"none"}"#),
+            b64(format!(r#"{{"sub":"{sub}","exp":{exp_s},"iat":0}}"#).as_bytes())
+        )
+    }
+
+    #[test]
+    fn the_token_is_read_from_the_client_message() {
+        let message = b"n,,\x01auth=Bearer abc.def.\x01\x01";
+        assert_eq!(Validator::token_of(message), Some(("abc.def.", None)));
+        let with_authzid = b"n,a=alice,\x01host=x\x01auth=Bearer t\x01\x01";
+        assert_eq!(
+            Validator::token_of(with_authzid),
+            Some(("t", Some("alice")))
+        );
+        for bad in [
+            &b"auth=Bearer t"[..],
+            b"n,,\x01auth=Basic t\x01\x01",
+            b"p=x,,\x01auth=Bearer t\x01\x01",
+            b"\xff",
+        ] {
+            assert_eq!(Validator::token_of(bad), None);
+        }
+    }
+
+    #[test]
+    fn unsecured_tokens_only_when_asked_and_not_expired() {
+        let now_ms = 1_800_000_000_000;
+        let token = unsecured("alice", now_ms / 1000 + 60);
+        let taking = Validator::new(None, true, None, Vec::new()).unwrap();
+        assert_eq!(
+            taking.validate(&token, now_ms),
+            Ok(Validated {
+                principal: "alice".into(),
+                expires_at_ms: now_ms + 60_000
+            })
+        );
+        assert!(
+            taking
+                .validate(&unsecured("alice", now_ms / 1000 - 60), now_ms)
+                .is_err()
+        );
+        assert!(taking.validate("x.y.z", now_ms).is_err());
+        // Without a key set or unsecured tokens: no validator at all.
+        assert!(Validator::new(None, false, None, Vec::new()).is_err());
+    }
+
+    /// A signed token is checked against the key set; an HMAC key in the
+    /// set is never used (a public key is no secret).
+    #[test]
+    fn signed_tokens_need_a_key_of_the_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let jwks = dir.path().join("jwks.json");
+        std::fs::write(
+            &jwks,
+            r#"{"keys":[{"kty":"oct","kid":"h","k":"c2VjcmV0"}]}"#,
+        )
+        .unwrap();
+        assert!(
+            Validator::new(Some(&jwks), false, None, Vec::new()).is_err(),
+            "no usable key"
+        );
+        // An HS256 token signed with that secret, offered to a validator
+        // with an RSA key: refused.
+        std::fs::write(
+            &jwks,
+            r#"{"keys":[{"kty":"RSA","kid":"r","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw","e":"AQAB"}]}"#,
+        )
+        .unwrap();
+        let v = Validator::new(Some(&jwks), false, None, Vec::new()).unwrap();
+        let hs256 = "eyJhbGciOiJIUzI1NiIsImtpZCI6InIifQ.eyJzdWIiOiJldmUiLCJleHAiOjk5OTk5OTk5OTl9.x";
+        assert!(v.validate(hs256, 0).is_err());
+        // Unsecured tokens are not taken unless asked.
+        assert!(v.validate(&unsecured("eve", 9_999_999_999), 0).is_err());
+    }
+}
