@@ -42,7 +42,9 @@ class Issuer:
     def token(self, sub, lifetime_s=300, iss=ISSUER):
         now = int(time.time())
         header = {"alg": "RS256", "typ": "JWT", "kid": self.kid}
-        claims = {"sub": sub, "iss": iss, "iat": now, "exp": now + lifetime_s}
+        claims = {"sub": sub, "iat": now, "exp": now + lifetime_s}
+        if iss is not None:
+            claims["iss"] = iss
         signing = b64u(json.dumps(header).encode()) + "." + b64u(json.dumps(claims).encode())
         signature = self.key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
         return signing + "." + b64u(signature), now + lifetime_s
@@ -115,9 +117,13 @@ def test_signed_tokens_are_checked_against_the_key_set(make_agent, tmp_path):
         time.sleep(0.5)
     assert produce(alice, "tokens") == ([], False)
 
-    # Another key, another issuer, an unsecured token: refused.
+    # Another key (under its own kid, and forging the set's), another
+    # issuer, no issuer: refused.
+    forger = Issuer("k1")
     for refused in (lambda: other.token("alice"),
-                    lambda: good.token("alice", iss="https://elsewhere.test")):
+                    lambda: forger.token("alice"),
+                    lambda: good.token("alice", iss="https://elsewhere.test"),
+                    lambda: good.token("alice", iss=None)):
         errors, auth_failed = produce(client(agent, refused), "tokens")
         assert auth_failed and errors, errors
     # An expired token (librdkafka will not send one): RFC 7628's answer,
@@ -127,6 +133,9 @@ def test_signed_tokens_are_checked_against_the_key_set(make_agent, tmp_path):
                                                           separators=(",", ":")).encode(), 58)
     valid, _ = good.token("alice")
     assert raw_oauthbearer(agent, valid) == (b"", 0)
+    none = (b64u(b'{"alg":"none"}') + "." +
+            b64u(json.dumps({"sub": "admin", "exp": int(time.time()) + 60}).encode()) + ".")
+    assert raw_oauthbearer(agent, none)[1] == 58, "unsecured tokens only when asked"
     unsecured = {"bootstrap.servers": agent.bootstrap, "security.protocol": "sasl_plaintext",
                  "sasl.mechanisms": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
                  "sasl.oauthbearer.config": "principal=admin"}

@@ -218,22 +218,9 @@ impl Authorizer {
         if !self.enabled {
             return;
         }
-        let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut failing = false;
-            while let Some(authz) = this.upgrade() {
-                let refreshed = authz.refresh(&*meta).await;
-                drop(authz);
-                match refreshed {
-                    Ok(()) => failing = false,
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!(error = %e, "ACLs not refreshed; keeping the last copy");
-                    }
-                    Err(_) => {}
-                }
-                tokio::time::sleep(REFRESH_EVERY).await;
-            }
+        crate::refresher::spawn(self, REFRESH_EVERY, "ACLs", move |authz: Arc<Self>| {
+            let meta = meta.clone();
+            async move { authz.refresh(&*meta).await }
         });
     }
 }

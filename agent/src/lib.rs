@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod oauthbearer;
 pub mod quotas;
 pub mod read;
+pub mod refresher;
 pub mod sasl;
 pub mod scram;
 pub mod server;

@@ -79,6 +79,23 @@ fn algorithms_of(params: &AlgorithmParameters) -> Vec<Algorithm> {
 struct Claims {
     sub: String,
     exp: f64,
+    #[serde(default)]
+    nbf: Option<f64>,
+}
+
+impl Claims {
+    /// `exp` and `nbf` against the agent's clock, with Kafka's skew.
+    fn check_times(&self, now_ms: i64) -> Result<(), String> {
+        let skew_ms = (CLOCK_SKEW_SECONDS * 1000) as f64;
+        let now = now_ms as f64;
+        if self.exp * 1000.0 + skew_ms <= now {
+            return Err("the token expired".into());
+        }
+        if self.nbf.is_some_and(|nbf| nbf * 1000.0 - skew_ms > now) {
+            return Err("the token is not valid yet".into());
+        }
+        Ok(())
+    }
 }
 
 impl Validator {
@@ -125,15 +142,21 @@ impl Validator {
         let message = std::str::from_utf8(message).ok()?;
         let (gs2, pairs) = message.split_once('\x01')?;
         let authzid = match gs2 {
-            "n,," | "y,," => None,
+            "n,," => None,
             _ => Some(gs2.strip_prefix("n,a=")?.strip_suffix(',')?),
         };
-        let token = pairs
+        // The pairs end with an empty one (`\x01\x01`).
+        let pairs = pairs.strip_suffix("\x01\x01")?;
+        let auth = pairs
             .split('\x01')
-            .find_map(|pair| pair.strip_prefix("auth="))?
-            .strip_prefix("Bearer ")?
-            .trim();
-        Some((token, authzid))
+            .find_map(|pair| pair.strip_prefix("auth="))?;
+        // `Bearer`, any case, then one or more spaces (Kafka's pattern).
+        let (scheme, token) = auth.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("Bearer") {
+            return None;
+        }
+        let token = token.trim_start_matches(' ');
+        (!token.is_empty()).then_some((token, authzid))
     }
 
     /// Checks a token, or says why not.
@@ -158,20 +181,28 @@ impl Validator {
                 if !algorithms.contains(&header.alg) {
                     return Err(format!("the key does not verify {:?}", header.alg));
                 }
+                // As Kafka's validator (jose4j): `exp`, `iat` and `sub`
+                // required, and `iss` and `aud` when expected; a token with
+                // an `aud` when none is expected is refused. Times are
+                // checked below, on the agent's clock.
                 let mut validation = Validation::new(header.alg);
-                validation.leeway = CLOCK_SKEW_SECONDS;
-                validation.validate_nbf = true;
-                validation.set_required_spec_claims(&["exp", "sub"]);
+                validation.validate_exp = false;
+                validation.validate_nbf = false;
+                let mut required = vec!["exp", "iat", "sub"];
                 if let Some(issuer) = &self.issuer {
                     validation.set_issuer(&[issuer]);
+                    required.push("iss");
                 }
-                match self.audience.is_empty() {
-                    true => validation.validate_aud = false,
-                    false => validation.set_audience(&self.audience),
+                if !self.audience.is_empty() {
+                    validation.set_audience(&self.audience);
+                    required.push("aud");
                 }
-                jsonwebtoken::decode::<Claims>(token, key, &validation)
+                validation.set_required_spec_claims(&required);
+                let claims = jsonwebtoken::decode::<Claims>(token, key, &validation)
                     .map_err(|e| format!("the token is not valid: {e}"))?
-                    .claims
+                    .claims;
+                claims.check_times(now_ms)?;
+                claims
             }
             // No algorithm the library knows: an unsecured token, if taken.
             Err(_) if self.unsecured => unsecured_claims(token, now_ms)?,
@@ -218,9 +249,7 @@ fn unsecured_claims(token: &str, now_ms: i64) -> Result<Claims, String> {
     let Ok(claims) = serde_json::from_slice::<Claims>(&payload) else {
         return invalid("no sub and exp claims");
     };
-    if claims.exp * 1000.0 + (CLOCK_SKEW_SECONDS * 1000) as f64 <= now_ms as f64 {
-        return invalid("it expired");
-    }
+    claims.check_times(now_ms)?;
     Ok(claims)
 }
 
@@ -249,10 +278,16 @@ mod tests {
             Validator::token_of(with_authzid),
             Some(("t", Some("alice")))
         );
+        assert_eq!(
+            Validator::token_of(b"n,,\x01auth=bearer   t\x01\x01"),
+            Some(("t", None))
+        );
         for bad in [
             &b"auth=Bearer t"[..],
             b"n,,\x01auth=Basic t\x01\x01",
             b"p=x,,\x01auth=Bearer t\x01\x01",
+            b"y,,\x01auth=Bearer t\x01\x01",
+            b"n,,\x01auth=Bearer t",
             b"\xff",
         ] {
             assert_eq!(Validator::token_of(bad), None);

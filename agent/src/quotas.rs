@@ -420,22 +420,9 @@ impl Quotas {
 
     /// Keeps the copy current while the agent runs.
     pub fn spawn_refresher(self: &Arc<Self>, meta: Arc<dyn Metastore>) {
-        let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut failing = false;
-            while let Some(quotas) = this.upgrade() {
-                let refreshed = quotas.refresh(&*meta).await;
-                drop(quotas);
-                match refreshed {
-                    Ok(()) => failing = false,
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!(error = %e, "client quotas not refreshed; keeping the last copy");
-                    }
-                    Err(_) => {}
-                }
-                tokio::time::sleep(REFRESH_EVERY).await;
-            }
+        crate::refresher::spawn(self, REFRESH_EVERY, "client quotas", move |q: Arc<Self>| {
+            let meta = meta.clone();
+            async move { q.refresh(&*meta).await }
         });
     }
 

@@ -189,23 +189,22 @@ impl Exchange {
                 }
             }
             Exchange::OAuthBearer => {
-                let validated = match crate::oauthbearer::Validator::token_of(bytes) {
-                    None => Err("not an OAUTHBEARER client message".to_string()),
-                    Some((token, authzid)) => auth
-                        .oauth
-                        .as_ref()
-                        .ok_or_else(|| "OAUTHBEARER is not served".to_string())
-                        .and_then(|v| v.validate(token, floe_metastore::now_ms()))
-                        .and_then(|t| match authzid {
-                            // Kafka: an authorization id must be the token's
-                            // principal.
-                            Some(id) if id != t.principal => {
-                                Err("the authorization id is not the token's subject".into())
-                            }
-                            _ => Ok(t),
-                        }),
+                // A malformed message fails at once; a token that does not
+                // validate gets RFC 7628's error challenge (as Kafka's
+                // `OAuthBearerSaslServer`).
+                let (Some((token, authzid)), Some(validator)) = (
+                    crate::oauthbearer::Validator::token_of(bytes),
+                    auth.oauth.as_ref(),
+                ) else {
+                    return Step::Failed(
+                        "Authentication failed: invalid OAUTHBEARER client message",
+                    );
                 };
-                match validated {
+                match validator.validate(token, floe_metastore::now_ms()) {
+                    // Kafka: an authorization id must be the token's principal.
+                    Ok(t) if authzid.is_some_and(|id| id != t.principal) => Step::Failed(
+                        "Authentication failed: the authorization id is not the token's principal",
+                    ),
                     Ok(t) => Step::Done(Principal(t.principal), Vec::new(), Some(t.expires_at_ms)),
                     Err(why) => {
                         tracing::debug!(why, "OAUTHBEARER token refused");

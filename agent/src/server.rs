@@ -216,7 +216,9 @@ where
     let mut software = None;
     let mut session_lifetime_now = std::time::Duration::ZERO;
     let mut mechanism = String::new();
-    let mut authenticated_at = Instant::now();
+    // When the last re-authentication began (Kafka limits the second and
+    // later ones, not the first).
+    let mut last_reauth: Option<Instant> = None;
     if let Some(auth) = &broker.sasl {
         // Until authenticated, small frames from a budget of their own: a
         // crowd of clients that never authenticate cannot take the memory
@@ -296,8 +298,9 @@ where
                                 let handshake = is_api(&decoded, ApiKey::SaslHandshake);
                                 if let (true, Some(auth), Some(current), Some(_)) =
                                     (handshake, &broker.sasl, &principal, session_expires)
-                                    && authenticated_at.elapsed() >= MIN_REAUTH_INTERVAL
+                                    && last_reauth.is_none_or(|at| at.elapsed() >= MIN_REAUTH_INTERVAL)
                                 {
+                                    last_reauth = Some(Instant::now());
                                     drop(frame.held);
                                     while let Some((pipelined, commit_bytes, response)) = in_flight.next().await {
                                         let (pipelined, commit_bytes, response): (bool, usize, Encoded) =
@@ -332,7 +335,6 @@ where
                                         Some(done) => {
                                             tracing::debug!(%peer, principal = %current, "re-authenticated");
                                             broker.metrics.reauthentications.inc();
-                                            authenticated_at = Instant::now();
                                             session_expires = (!done.lifetime.is_zero())
                                                 .then(|| Instant::now() + done.lifetime);
                                         }

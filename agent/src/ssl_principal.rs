@@ -23,6 +23,9 @@ use x509_parser::prelude::*;
 enum Rule {
     Default,
     Map {
+        /// The pattern anchored (Java's `matches`), and as written, for
+        /// the replacement (Java's `replaceAll`, every match replaced).
+        whole: regex::Regex,
         pattern: regex::Regex,
         replacement: String,
         case: Option<Case>,
@@ -107,7 +110,9 @@ fn java_replacement(java: &str, groups: usize) -> Option<String> {
                     .iter()
                     .take_while(|c| c.is_ascii_digit())
                     .collect();
-                if digits.is_empty() {
+                // Java throws on a `$` naming no group (Kafka leaves a
+                // pattern without groups alone): refused.
+                if digits.is_empty() || groups == 0 {
                     return None;
                 }
                 // Java: the longest prefix of the digits naming a group
@@ -181,15 +186,15 @@ impl PrincipalMapper {
             };
             // Whole on its own first, so the anchoring below cannot change
             // what it means (`a)|(b`).
-            let groups = regex::Regex::new(&pattern)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", invalid()))?
-                .captures_len()
-                - 1;
-            let pattern = regex::Regex::new(&format!("^(?:{pattern})$"))
+            let unanchored =
+                regex::Regex::new(&pattern).map_err(|e| anyhow::anyhow!("{}: {e}", invalid()))?;
+            let groups = unanchored.captures_len() - 1;
+            let whole = regex::Regex::new(&format!("^(?:{pattern})$"))
                 .map_err(|e| anyhow::anyhow!("{}: {e}", invalid()))?;
             let replacement = java_replacement(&replacement, groups).ok_or_else(invalid)?;
             parsed.push(Rule::Map {
-                pattern,
+                whole,
+                pattern: unanchored,
                 replacement,
                 case,
             });
@@ -204,13 +209,17 @@ impl PrincipalMapper {
         self.rules.iter().find_map(|rule| match rule {
             Rule::Default => Some(dn.to_string()),
             Rule::Map {
+                whole,
                 pattern,
                 replacement,
                 case,
             } => {
-                let caps = pattern.captures(dn)?;
-                let mut name = String::new();
-                caps.expand(replacement, &mut name);
+                if !whole.is_match(dn) {
+                    return None;
+                }
+                // Kafka's `dn.replaceAll(pattern, replacement)`: every
+                // match of the pattern as written, the rest kept.
+                let name = pattern.replace_all(dn, replacement.as_str()).into_owned();
                 Some(match case {
                     None => name,
                     Some(Case::Lower) => name.to_lowercase(),
@@ -271,16 +280,27 @@ fn as_text(value: &x509_parser::asn1_rs::Any<'_>) -> Option<String> {
     use x509_parser::asn1_rs::Tag;
     let data = value.data;
     match value.tag() {
-        Tag::PrintableString | Tag::Ia5String | Tag::GeneralString | Tag::Utf8String => {
-            Some(String::from_utf8_lossy(data).into_owned())
-        }
+        Tag::Utf8String => Some(String::from_utf8_lossy(data).into_owned()),
+        // US-ASCII, as Java reads them: other bytes are U+FFFD.
+        Tag::PrintableString | Tag::Ia5String | Tag::GeneralString => Some(
+            data.iter()
+                .map(|b| match b.is_ascii() {
+                    true => char::from(*b),
+                    false => char::REPLACEMENT_CHARACTER,
+                })
+                .collect(),
+        ),
         Tag::TeletexString => Some(data.iter().map(|b| char::from(*b)).collect()),
         Tag::BmpString => {
             let units: Vec<u16> = data
-                .chunks(2)
-                .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]))
+                .chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]))
                 .collect();
-            Some(String::from_utf16_lossy(&units))
+            let mut text = String::from_utf16_lossy(&units);
+            if data.len() % 2 == 1 {
+                text.push(char::REPLACEMENT_CHARACTER);
+            }
+            Some(text)
         }
         _ => None,
     }
@@ -404,6 +424,20 @@ mod tests {
             Some("$1")
         );
         assert!(PrincipalMapper::parse("RULE:^CN=(.*)$/$x/").is_err());
+        // Java throws on a group reference in a pattern without groups.
+        assert!(PrincipalMapper::parse("RULE:^CN=admin$/$1/").is_err());
+        // Kafka replaces every match of the pattern as written, keeping the
+        // rest (`dn.replaceAll`), once the whole name matched.
+        assert_eq!(
+            rule("RULE:CN=(.*?)/$1@X/").name("CN=bob,O=x").as_deref(),
+            Some("@Xbob,O=x")
+        );
+        assert_eq!(
+            rule("RULE:CN=admin|CN=admin,O=evil/admin/")
+                .name("CN=admin,O=evil")
+                .as_deref(),
+            Some("admin,O=evil")
+        );
         // An unbalanced pattern cannot change the anchoring.
         assert!(PrincipalMapper::parse("RULE:a)|(b/x/").is_err());
         // No blank before the flag, as Kafka's parser.

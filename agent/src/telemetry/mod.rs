@@ -128,23 +128,15 @@ impl Telemetry {
 
     /// Keeps the copy current while the agent runs.
     pub fn spawn_refresher(self: &Arc<Self>, meta: Arc<dyn Metastore>) {
-        let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut failing = false;
-            while let Some(telemetry) = this.upgrade() {
-                let refreshed = telemetry.refresh(&*meta).await;
-                drop(telemetry);
-                match refreshed {
-                    Ok(()) => failing = false,
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!(error = %e, "client metrics subscriptions not refreshed; keeping the last copy");
-                    }
-                    Err(_) => {}
-                }
-                tokio::time::sleep(REFRESH_EVERY).await;
-            }
-        });
+        crate::refresher::spawn(
+            self,
+            REFRESH_EVERY,
+            "client metrics subscriptions",
+            move |t: Arc<Self>| {
+                let meta = meta.clone();
+                async move { t.refresh(&*meta).await }
+            },
+        );
     }
 
     /// GetTelemetrySubscriptions: what the client is asked for, and its
