@@ -143,6 +143,21 @@ def test_signed_tokens_are_checked_against_the_key_set(make_agent, tmp_path):
     assert auth_failed, "unsecured tokens are taken only when asked"
 
 
+def test_a_rotated_key_set_is_read_again(make_agent, tmp_path):
+    old, new = Issuer("old"), Issuer("new")
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [old.jwk()]}))
+    agent = make_agent("--sasl-mechanisms", "OAUTHBEARER", "--sasl-oauthbearer-jwks", str(jwks))
+    assert raw_oauthbearer(agent, old.token("alice")[0])[1] == 0
+    assert raw_oauthbearer(agent, new.token("alice")[0])[1] == 58
+    jwks.write_text(json.dumps({"keys": [new.jwk()]}))
+    deadline = time.time() + 30  # looked at every 10 s
+    while raw_oauthbearer(agent, new.token("alice")[0])[1] != 0 and time.time() < deadline:
+        time.sleep(1)
+    assert raw_oauthbearer(agent, new.token("alice")[0])[1] == 0
+    assert raw_oauthbearer(agent, old.token("alice")[0])[1] == 58
+
+
 def test_a_session_ends_with_its_token_and_the_client_renews_it(make_agent, tmp_path):
     issuer = Issuer("k1")
     jwks = tmp_path / "jwks.json"

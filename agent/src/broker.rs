@@ -124,13 +124,17 @@ impl Broker {
                     .any(|m| m == crate::oauthbearer::OAUTHBEARER)
                 {
                     false => None,
-                    true => Some(crate::oauthbearer::Validator::new(
+                    true => Some(Arc::new(crate::oauthbearer::Validator::new(
                         config.sasl_oauthbearer_jwks.as_deref(),
                         config.sasl_oauthbearer_unsecured,
                         config.sasl_oauthbearer_expected_issuer.clone(),
                         config.sasl_oauthbearer_expected_audience.clone(),
-                    )?),
+                    )?)),
                 };
+                // Keys rotate: the key set's file is read again on change.
+                if let Some(validator) = &oauth {
+                    tokio::spawn(validator.clone().watch());
+                }
                 Some(Arc::new(crate::sasl::Authenticator::new(
                     &mechanisms,
                     plain,

@@ -37,11 +37,45 @@ pub const INVALID_TOKEN: &[u8] = br#"{"status":"invalid_token"}"#;
 
 /// Where tokens are checked against.
 pub struct Validator {
-    /// Each key of the set: its id, the algorithms it verifies, the key.
-    keys: Vec<(Option<String>, Vec<Algorithm>, DecodingKey)>,
+    /// The key set's file, if any.
+    jwks: Option<std::path::PathBuf>,
+    /// The keys as last loaded, and the file's checksum then.
+    keys: std::sync::RwLock<(std::sync::Arc<Keys>, Option<u32>)>,
     unsecured: bool,
     issuer: Option<String>,
     audience: Vec<String>,
+}
+
+/// Each key of a set: its id, the algorithms it verifies, the key.
+type Keys = Vec<(Option<String>, Vec<Algorithm>, DecodingKey)>;
+
+/// How often the key set's file is looked at for changes (keys rotate: an
+/// identity provider publishes a new key before it signs with it).
+pub const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The usable keys of a JWKS file, or why there are none.
+fn load_keys(path: &Path) -> anyhow::Result<Keys> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let set: JwkSet = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a JSON Web Key Set", path.display()))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let algorithms = algorithms_of(&jwk.algorithm);
+        if algorithms.is_empty() {
+            tracing::warn!(kid = ?jwk.common.key_id, "skipping a JWK floe does not verify with (HMAC or an unknown curve)");
+            continue;
+        }
+        let key =
+            DecodingKey::from_jwk(jwk).with_context(|| format!("a key in {}", path.display()))?;
+        keys.push((jwk.common.key_id.clone(), algorithms, key));
+    }
+    anyhow::ensure!(!keys.is_empty(), "{} holds no usable key", path.display());
+    Ok(keys)
+}
+
+fn checksum(path: &Path) -> Option<u32> {
+    std::fs::read(path).ok().map(|bytes| crc32c::crc32c(&bytes))
 }
 
 /// A token that passed.
@@ -106,34 +140,66 @@ impl Validator {
         issuer: Option<String>,
         audience: Vec<String>,
     ) -> anyhow::Result<Validator> {
-        let mut keys = Vec::new();
-        if let Some(path) = jwks {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let set: JwkSet = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not a JSON Web Key Set", path.display()))?;
-            for jwk in &set.keys {
-                let algorithms = algorithms_of(&jwk.algorithm);
-                if algorithms.is_empty() {
-                    tracing::warn!(kid = ?jwk.common.key_id, "skipping a JWK floe does not verify with (HMAC or an unknown curve)");
-                    continue;
-                }
-                let key = DecodingKey::from_jwk(jwk)
-                    .with_context(|| format!("a key in {}", path.display()))?;
-                keys.push((jwk.common.key_id.clone(), algorithms, key));
-            }
-            anyhow::ensure!(!keys.is_empty(), "{} holds no usable key", path.display());
-        }
+        let (keys, stamp) = match jwks {
+            Some(path) => (load_keys(path)?, checksum(path)),
+            None => (Vec::new(), None),
+        };
         anyhow::ensure!(
             !keys.is_empty() || unsecured,
             "OAUTHBEARER needs a key set (sasl_oauthbearer_jwks) or unsecured tokens (sasl_oauthbearer_unsecured)"
         );
         Ok(Validator {
-            keys,
+            jwks: jwks.map(Path::to_path_buf),
+            keys: std::sync::RwLock::new((std::sync::Arc::new(keys), stamp)),
             unsecured,
             issuer,
             audience,
         })
+    }
+
+    fn keys(&self) -> std::sync::Arc<Keys> {
+        self.keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+
+    /// Loads the key set again if its file changed; a file that does not
+    /// load keeps the keys before it (with a warning), as the TLS files do.
+    pub fn reload_if_changed(&self) -> bool {
+        let Some(path) = &self.jwks else {
+            return false;
+        };
+        let stamp = checksum(path);
+        if stamp == self.keys.read().unwrap_or_else(|p| p.into_inner()).1 {
+            return false;
+        }
+        let loaded = load_keys(path);
+        let mut held = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        held.1 = stamp;
+        match loaded {
+            Ok(keys) => {
+                held.0 = std::sync::Arc::new(keys);
+                tracing::info!(jwks = %path.display(), "OAUTHBEARER key set reloaded");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the OAUTHBEARER key set changed but does not load; keeping the previous keys");
+                false
+            }
+        }
+    }
+
+    /// Reloads the key set on change, for ever.
+    pub async fn watch(self: std::sync::Arc<Self>) {
+        let mut tick = tokio::time::interval(RELOAD_EVERY);
+        loop {
+            tick.tick().await;
+            // A small file read; off the async workers all the same.
+            let validator = self.clone();
+            let _ = tokio::task::spawn_blocking(move || validator.reload_if_changed()).await;
+        }
     }
 
     /// The token of a client's first message (RFC 7628: a GS2 header, then
@@ -167,12 +233,10 @@ impl Validator {
         let header = jsonwebtoken::decode_header(token);
         let claims: Claims = match header {
             Ok(header) => {
+                let keys = self.keys();
                 let key = match &header.kid {
-                    Some(kid) => self
-                        .keys
-                        .iter()
-                        .find(|(id, _, _)| id.as_deref() == Some(kid)),
-                    None if self.keys.len() == 1 => self.keys.first(),
+                    Some(kid) => keys.iter().find(|(id, _, _)| id.as_deref() == Some(kid)),
+                    None if keys.len() == 1 => keys.first(),
                     None => None,
                 };
                 let Some((_, algorithms, key)) = key else {
@@ -343,5 +407,28 @@ mod tests {
         assert!(v.validate(hs256, 0).is_err());
         // Unsecured tokens are not taken unless asked.
         assert!(v.validate(&unsecured("eve", 9_999_999_999), 0).is_err());
+    }
+
+    /// A changed key set file is loaded again; one that does not load
+    /// keeps the keys before it.
+    #[test]
+    fn the_key_set_reloads_on_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let jwks = dir.path().join("jwks.json");
+        let rsa = |kid: &str| {
+            format!(
+                r#"{{"keys":[{{"kty":"RSA","kid":"{kid}","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw","e":"AQAB"}}]}}"#
+            )
+        };
+        std::fs::write(&jwks, rsa("old")).unwrap();
+        let v = Validator::new(Some(&jwks), false, None, Vec::new()).unwrap();
+        let kid = |v: &Validator| v.keys()[0].0.clone();
+        assert!(!v.reload_if_changed(), "unchanged");
+        std::fs::write(&jwks, "not json").unwrap();
+        assert!(!v.reload_if_changed());
+        assert_eq!(kid(&v).as_deref(), Some("old"));
+        std::fs::write(&jwks, rsa("new")).unwrap();
+        assert!(v.reload_if_changed());
+        assert_eq!(kid(&v).as_deref(), Some("new"));
     }
 }

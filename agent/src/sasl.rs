@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -43,7 +44,7 @@ pub const PLAIN: &str = "PLAIN";
 /// The mechanisms a listener offers (Kafka's `sasl.enabled.mechanisms`).
 pub struct Authenticator {
     plain: Option<PlainUsers>,
-    oauth: Option<crate::oauthbearer::Validator>,
+    oauth: Option<Arc<crate::oauthbearer::Validator>>,
     scram: Vec<ScramMechanism>,
     /// Makes up the salt an unknown SCRAM user is answered with. Per agent
     /// process: stable across one agent's answers, not across agents.
@@ -56,7 +57,7 @@ impl Authenticator {
     pub fn new(
         mechanisms: &[String],
         plain: Option<PlainUsers>,
-        oauth: Option<crate::oauthbearer::Validator>,
+        oauth: Option<Arc<crate::oauthbearer::Validator>>,
     ) -> anyhow::Result<Authenticator> {
         let mut scram = Vec::new();
         let mut offers_plain = false;
