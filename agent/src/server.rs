@@ -753,10 +753,13 @@ async fn admit(
             // The request quota counts the time spent running the request's
             // handler, admission and the rest (timed only while quotas are set).
             let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
-            let quota =
-                crate::quotas::Client::of(&broker.quotas, &session.principal, client_id, mute)
-                    .filter(|q| q.enabled(crate::quotas::Kind::Request));
-            let admitting = handlers::admit(broker, &header, *body, turn, lane, session, mute);
+            let client =
+                crate::quotas::Client::of(&broker.quotas, &session.principal, client_id, mute);
+            let quota = client
+                .as_ref()
+                .filter(|q| q.enabled(crate::quotas::Kind::Request))
+                .cloned();
+            let admitting = handlers::admit(broker, &header, *body, turn, lane, session, client);
             let (pending, admitted_in) = match quota {
                 Some(_) => crate::quotas::Timed::new(std::pin::pin!(admitting)).await,
                 None => (admitting.await, std::time::Duration::ZERO),

@@ -57,6 +57,7 @@ pub type Pending = BoxFuture<'static, Option<Reply>>;
 /// `turn` is the connection's, for the response budget (see [`crate::budget`]).
 /// `peer` is the client's address (which agent Metadata names depends on it).
 /// `lane` is the connection's, for group requests (see [`groups::Lane`]).
+/// `quota` is the request's client while quotas are set (see [`quotas`]).
 pub async fn admit(
     broker: Arc<Broker>,
     header: &RequestHeader,
@@ -64,15 +65,9 @@ pub async fn admit(
     turn: &Turn,
     lane: &groups::Lane,
     session: &Session,
-    mute: &Arc<crate::quotas::Mute>,
+    quota: Option<quotas::Client>,
 ) -> Pending {
     let version = header.request_api_version;
-    let quota = crate::quotas::Client::of(
-        &broker.quotas,
-        &session.principal,
-        header.client_id.as_ref().map_or("", |c| c.as_str()),
-        mute,
-    );
     let (body, patch) = match authorize::gate(&broker, session, body, version).await {
         authorize::Gate::Handle(body, patch) => (body, patch),
         authorize::Gate::Answer(response) => {

@@ -237,13 +237,7 @@ pub fn entries(config: &Config, dynamic: &BTreeMap<String, String>) -> Vec<Entry
         synonyms.push(Synonym::new(name, Some(default), source::DEFAULT));
         out.insert(
             name.to_string(),
-            Entry {
-                name: name.to_string(),
-                kind,
-                read_only: false,
-                doc,
-                synonyms,
-            },
+            Entry::alterable(name, kind, doc, synonyms),
         );
     }
     out.into_values().collect()
@@ -254,17 +248,8 @@ pub fn default_entity_entries(dynamic: &BTreeMap<String, String>) -> Vec<Entry> 
     dynamic_keys()
         .filter_map(|(name, kind, _, doc)| {
             let value = dynamic.get(name)?;
-            Some(Entry {
-                name: name.to_string(),
-                kind,
-                read_only: false,
-                doc,
-                synonyms: vec![Synonym::new(
-                    name,
-                    Some(value.clone()),
-                    source::DYNAMIC_DEFAULT_BROKER,
-                )],
-            })
+            let set = Synonym::new(name, Some(value.clone()), source::DYNAMIC_DEFAULT_BROKER);
+            Some(Entry::alterable(name, kind, doc, vec![set]))
         })
         .collect()
 }

@@ -34,17 +34,8 @@ pub fn entries(set: &BTreeMap<String, String>) -> Vec<Entry> {
                 ),
                 _ => (Type::String, ""),
             };
-            Entry {
-                name: name.clone(),
-                kind,
-                read_only: false,
-                doc,
-                synonyms: vec![Synonym::new(
-                    name,
-                    Some(value.clone()),
-                    source::CLIENT_METRICS,
-                )],
-            }
+            let set = Synonym::new(name, Some(value.clone()), source::CLIENT_METRICS);
+            Entry::alterable(name, kind, doc, vec![set])
         })
         .collect()
 }

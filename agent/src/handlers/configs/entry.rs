@@ -61,6 +61,17 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry that can be altered, with where its value comes from.
+    pub fn alterable(name: &str, kind: Type, doc: &'static str, synonyms: Vec<Synonym>) -> Entry {
+        Entry {
+            name: name.to_string(),
+            kind,
+            read_only: false,
+            doc,
+            synonyms,
+        }
+    }
+
     pub fn source(&self) -> i8 {
         self.synonyms.first().map_or(source::DEFAULT, |s| s.source)
     }

@@ -30,13 +30,7 @@ pub fn entries(config: &Config, set: &BTreeMap<String, String>) -> Vec<Entry> {
             Some(v) => Synonym::new(name, Some(v.clone()), source::GROUP),
             None => Synonym::new(name, Some(agents.as_millis().to_string()), source::DEFAULT),
         };
-        Entry {
-            name: name.to_string(),
-            kind: Type::Int,
-            read_only: false,
-            doc,
-            synonyms: vec![synonym],
-        }
+        Entry::alterable(name, Type::Int, doc, vec![synonym])
     })
     .collect()
 }
