@@ -31,6 +31,8 @@ pub struct Session {
     pub port: u16,
     /// The client's software, as its last ApiVersions (v3+) named it.
     pub software: Option<Arc<ClientSoftware>>,
+    /// The listener it came in on: it is told of agents on that listener.
+    pub listener: Arc<crate::listeners::Listener>,
 }
 
 /// A client's software name and version (KIP-511), kept to
@@ -69,6 +71,7 @@ impl Session {
         principal: Option<&crate::sasl::Principal>,
         peer: std::net::SocketAddr,
         software: Option<Arc<ClientSoftware>>,
+        listener: Arc<crate::listeners::Listener>,
     ) -> Session {
         let ip = peer.ip();
         Session {
@@ -78,6 +81,7 @@ impl Session {
             ip,
             port: peer.port(),
             software,
+            listener,
         }
     }
 

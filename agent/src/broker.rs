@@ -25,8 +25,12 @@ const MAX_EXTENT_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 
 pub struct Broker {
     pub config: Config,
+    /// Its first listener's advertised address: the agent's identity in
+    /// the metastore.
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// Its Kafka listeners (see [`crate::listeners`]); never empty.
+    pub listeners: Vec<Arc<crate::listeners::Listener>>,
     pub meta: Arc<dyn Metastore>,
     pub store: Arc<dyn ObjectStore>,
     pub cache: Arc<BlockCache>,
@@ -44,7 +48,7 @@ pub struct Broker {
     pub responses: ResponseBudget,
     /// Memory for requests being read, across every connection.
     pub requests: RequestBudget,
-    /// The users SASL/PLAIN authenticates, when the listener asks for SASL.
+    /// How clients authenticate on SASL listeners (none without one).
     pub sasl: Option<Arc<crate::sasl::Authenticator>>,
     /// Decides each request against the ACLs (see [`crate::authorizer`]).
     pub authorizer: Arc<crate::authorizer::Authorizer>,
@@ -76,7 +80,14 @@ impl Broker {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Broker> {
         config.validate()?;
-        let (advertised_host, advertised_port) = config.advertised()?;
+        let listeners: Vec<Arc<crate::listeners::Listener>> = crate::listeners::resolve(&config)?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let (advertised_host, advertised_port) = (
+            listeners[0].advertised_host.clone(),
+            listeners[0].advertised_port,
+        );
         let cache = Arc::new(BlockCache::new(store.clone(), config.cache_options()?).await?);
         let (commit_tx, commits) = watch::channel(0);
         // Trusted for a quarter of the time GC leaves garbage readable (see
@@ -106,10 +117,16 @@ impl Broker {
             Arc::new(floe_storage::ids::RandomIds),
         );
         let mechanisms = config.sasl_mechanisms();
-        if mechanisms.iter().any(|m| m == crate::sasl::PLAIN) && config.tls_cert.is_none() {
-            tracing::warn!("SASL/PLAIN without TLS: passwords cross the network as they are");
+        let sasl_plaintext = listeners
+            .iter()
+            .any(|l| l.protocol == crate::listeners::SecurityProtocol::SaslPlaintext);
+        if mechanisms.iter().any(|m| m == crate::sasl::PLAIN) && sasl_plaintext {
+            tracing::warn!(
+                "SASL/PLAIN on a SASL_PLAINTEXT listener: passwords cross the network as they are"
+            );
         }
-        let sasl = match mechanisms.is_empty() {
+        let serves_sasl = listeners.iter().any(|l| l.protocol.sasl());
+        let sasl = match mechanisms.is_empty() || !serves_sasl {
             true => None,
             false => {
                 let plain = match &config.sasl_plain_users {
@@ -188,6 +205,7 @@ impl Broker {
             config,
             advertised_host,
             advertised_port,
+            listeners,
             meta,
             store,
             cache,

@@ -27,8 +27,18 @@ pub struct Config {
     /// What this agent does: `kafka` (serves clients) and `jobs` (compaction,
     /// retention, the orphan sweep, GC); both by default.
     pub roles: Vec<Role>,
-    /// Address the Kafka listener binds.
+    /// Address the Kafka listener binds (with `listeners` unset).
     pub listen: SocketAddr,
+    /// Kafka's `listeners`: `NAME://host:port` each, replacing `listen`
+    /// and `advertise` (see `crate::listeners`).
+    pub listeners: Vec<String>,
+    /// Kafka's `advertised.listeners`: `NAME://host:port` clients of the
+    /// listener NAME are told (default: the listener's own address).
+    pub advertised_listeners: Vec<String>,
+    /// Kafka's `listener.security.protocol.map`: `NAME:PROTOCOL` each
+    /// (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); a listener named as a
+    /// protocol speaks it.
+    pub listener_security_protocol_map: Vec<String>,
     /// Address of the admin HTTP port (`/metrics`, `/healthz`, `/readyz`).
     pub admin_listen: SocketAddr,
     /// A PEM certificate chain and its key: the Kafka listener speaks TLS
@@ -256,6 +266,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:9092".parse().expect("valid address"),
+            listeners: Vec::new(),
+            advertised_listeners: Vec::new(),
+            listener_security_protocol_map: Vec::new(),
             admin_listen: "127.0.0.1:9644".parse().expect("valid address"),
             tls_cert: None,
             tls_key: None,
@@ -451,6 +464,7 @@ impl Config {
             "compaction_min_extents must be positive"
         );
         self.advertised()?;
+        crate::listeners::resolve(self)?;
         if let Some(spec) = &self.inject_faults {
             spec.parse::<floe_storage::faults::Faults>()?;
         }

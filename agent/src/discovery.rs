@@ -1,7 +1,9 @@
 //! How clients find agents.
 //!
-//! - `self` (default): every agent registers its address and zone in the
-//!   metastore and heartbeats. Metadata lists the live agents — only those in
+//! - `self` (default): every agent registers its listeners' addresses and
+//!   its zone in the metastore and heartbeats. Metadata lists the live
+//!   agents, at their addresses on the listener the client came in on (see
+//!   [`crate::listeners`]) — only those in
 //!   the client's zone when its `client.id` contains `floe_az=<zone>` — and
 //!   names one of them, picked by hashing the client id and host, leader of every
 //!   partition, so a client's Produce carries all its partitions in one request.
@@ -11,10 +13,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use floe_metastore::agents::ListenerEndpoint;
 use floe_metastore::{AgentInfo, Metastore};
 use serde::Deserialize;
 
 use crate::broker::Broker;
+use crate::listeners::Listener;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -70,23 +74,23 @@ pub struct Endpoint {
     pub port: i32,
 }
 
-/// This agent as a broker.
-fn me(broker: &Broker) -> Endpoint {
+/// This agent as a broker, to clients of `listener`.
+fn me(broker: &Broker, listener: &Listener) -> Endpoint {
     Endpoint {
         node_id: broker.config.node_id,
-        host: broker.advertised_host.clone(),
-        port: broker.advertised_port,
+        host: listener.advertised_host.clone(),
+        port: listener.advertised_port,
     }
 }
 
-/// The agents a client should see, ordered by node id (never empty): only
-/// this one when the metastore cannot list them.
-pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
-    match known_visible(broker, client_id).await {
+/// The agents a client of `listener` should see, ordered by node id (never
+/// empty): only this one when the metastore cannot list them.
+pub async fn visible(broker: &Broker, listener: &Listener, client_id: &str) -> Vec<Endpoint> {
+    match known_visible(broker, listener, client_id).await {
         Ok(agents) => agents,
         Err(e) => {
             tracing::warn!(error = %e, "listing agents failed; advertising only this one");
-            vec![me(broker)]
+            vec![me(broker, listener)]
         }
     }
 }
@@ -96,13 +100,14 @@ pub async fn visible(broker: &Broker, client_id: &str) -> Vec<Endpoint> {
 /// if this agent were the only one).
 pub async fn known_visible(
     broker: &Broker,
+    listener: &Listener,
     client_id: &str,
 ) -> Result<Vec<Endpoint>, floe_metastore::MetaError> {
-    let me = me(broker);
+    let me = me(broker, listener);
     if broker.config.discovery == Discovery::LoadBalancer {
         return Ok(vec![me]);
     }
-    let agents = broker.meta.agents().await?;
+    let agents = broker.meta.agents_on(&listener.name).await?;
     // Ages come from the metastore's clock: this agent's own clock may differ.
     let ttl = broker.config.agent_ttl.as_millis() as i64;
     let live: Vec<&AgentInfo> = agents
@@ -132,24 +137,23 @@ pub async fn known_visible(
     Ok(endpoints)
 }
 
-/// Registers this agent (self mode) and returns its node id.
+/// Registers this agent (self mode) with its listeners, the first its own
+/// address, and returns its node id.
 pub async fn register(
     meta: &dyn Metastore,
-    host: &str,
-    port: i32,
+    listeners: Vec<ListenerEndpoint>,
     zone: Option<String>,
-) -> anyhow::Result<i32> {
-    meta.register_agent(host.to_string(), port, zone, now_ms())
+) -> Result<i32, floe_metastore::MetaError> {
+    let (host, port) = (listeners[0].host.clone(), listeners[0].port);
+    meta.register_agent_listeners(host, port, zone, listeners, now_ms())
         .await
-        .map_err(|e| anyhow::anyhow!("registering with the metastore: {e}"))
 }
 
 /// Heartbeats every `ttl / 4`, re-registering if the metastore forgot us.
 pub async fn heartbeat(
     meta: Arc<dyn Metastore>,
     node_id: i32,
-    host: String,
-    port: i32,
+    listeners: Vec<ListenerEndpoint>,
     zone: Option<String>,
     ttl: Duration,
 ) {
@@ -159,10 +163,7 @@ pub async fn heartbeat(
         match meta.agent_heartbeat(node_id, now_ms()).await {
             Ok(true) => {}
             Ok(false) => {
-                if let Err(e) = meta
-                    .register_agent(host.clone(), port, zone.clone(), now_ms())
-                    .await
-                {
+                if let Err(e) = register(&*meta, listeners.clone(), zone.clone()).await {
                     tracing::warn!(error = %e, "re-registering failed");
                 }
             }

@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod extent_cache;
 pub mod frames;
 pub mod handlers;
+pub mod listeners;
 pub mod metrics;
 pub mod oauthbearer;
 pub mod quotas;

@@ -193,6 +193,19 @@ struct AgentArgs {
     config: Option<PathBuf>,
     #[arg(long, env = "FLOE_LISTEN")]
     listen: Option<SocketAddr>,
+    /// e.g. INTERNAL://10.0.0.1:9092,EXTERNAL://0.0.0.0:9094: several listeners, replacing --listen (Kafka's listeners)
+    #[arg(long, env = "FLOE_LISTENERS", value_delimiter = ',')]
+    listeners: Option<Vec<String>>,
+    /// e.g. EXTERNAL://kafka-1.example.com:9094: what clients of each listener are told (Kafka's advertised.listeners)
+    #[arg(long, env = "FLOE_ADVERTISED_LISTENERS", value_delimiter = ',')]
+    advertised_listeners: Option<Vec<String>>,
+    /// e.g. INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL (Kafka's listener.security.protocol.map)
+    #[arg(
+        long,
+        env = "FLOE_LISTENER_SECURITY_PROTOCOL_MAP",
+        value_delimiter = ','
+    )]
+    listener_security_protocol_map: Option<Vec<String>>,
     /// Admin HTTP address: /metrics, /healthz, /readyz
     #[arg(long, env = "FLOE_ADMIN_LISTEN")]
     admin_listen: Option<SocketAddr>,
@@ -387,6 +400,9 @@ impl AgentArgs {
             super_users,
             allow_everyone_if_no_acl_found,
             listen,
+            listeners,
+            advertised_listeners,
+            listener_security_protocol_map,
             admin_listen,
             discovery,
             agent_ttl,
@@ -616,15 +632,16 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
                 meta_path.display().to_string(),
             ),
         };
-        let listen = config.listen;
         let object_store = config.object_store.clone();
         let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(metered(store, metrics.clone()));
         let serves_kafka = config.roles.contains(&Role::Kafka);
         // Only agents that serve clients are advertised to them.
         if serves_kafka && config.discovery == Discovery::SelfAdvertise {
-            let (host, port) = config.advertised()?;
-            config.node_id = discovery::register(meta.as_ref(), &host, port, config.zone.clone()).await?;
-            tokio::spawn(discovery::heartbeat(meta.clone(), config.node_id, host, port, config.zone.clone(), config.agent_ttl));
+            let listeners: Vec<_> = floe_agent::listeners::resolve(&config)?.iter().map(|l| l.endpoint()).collect();
+            config.node_id = discovery::register(meta.as_ref(), listeners.clone(), config.zone.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))?;
+            tokio::spawn(discovery::heartbeat(meta.clone(), config.node_id, listeners, config.zone.clone(), config.agent_ttl));
         }
         let compaction = config
             .roles
@@ -659,33 +676,26 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         if broker.config.roles.contains(&Role::Jobs) {
             tokio::spawn(floe_agent::txn_timeouts::run(broker.clone()));
         }
-        let tls = match broker.config.tls_files() {
-            Some(files) if serves_kafka => {
-                let tls = floe_agent::tls::Tls::load(files)
-                    .map_err(|e| anyhow::anyhow!("TLS for the Kafka listener: {e:#}"))?;
-                tokio::spawn(tls.clone().watch());
-                Some(tls)
-            }
-            _ => None,
+        // Jobs only: no Kafka listener.
+        let listeners = match serves_kafka {
+            true => bind_listeners(&broker).await?,
+            false => Vec::new(),
         };
-        let listener = match serves_kafka {
-            true => Some(
-                tokio::net::TcpListener::bind(listen)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?,
-            ),
-            false => None,
-        };
-        tracing::info!(%listen, advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
-            %object_store, metastore = %meta_name, roles = ?broker.config.roles, "floe agent ready");
+        for (listener, _, _) in &listeners {
+            tracing::info!(listener = %listener.name, protocol = listener.protocol.name(), listen = %listener.bind,
+                advertised = %format!("{}:{}", listener.advertised_host, listener.advertised_port), "Kafka listener");
+        }
+        tracing::info!(%object_store, metastore = %meta_name, roles = ?broker.config.roles, "floe agent ready");
         tracing::info!(admin = %admin_listen, "admin endpoint ready: /metrics /healthz /readyz");
+        let open = Arc::new(floe_agent::server::Open::default());
+        let serving = futures::future::try_join_all(listeners.into_iter().map(|(listener, socket, tls)| {
+            floe_agent::server::serve(socket, listener, broker.clone(), tls, open.clone())
+        }));
         tokio::select! {
             served = async {
-                match listener {
-                    Some(listener) => floe_agent::server::serve(listener, broker.clone(), tls).await,
-                    // Jobs only: no Kafka listener.
-                    None => std::future::pending().await,
-                }
+                serving.await?;
+                // No listener (jobs only): serve the admin port until stopped.
+                std::future::pending::<std::io::Result<()>>().await
             } => served?,
             served = floe_agent::admin::serve(admin, broker.clone(), serves_blocks) => served?,
             _ = shutdown_signal() => {
@@ -702,6 +712,55 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// Binds every Kafka listener, each with its TLS (reloaded when its files
+/// change): SSL listeners ask for client certificates when a client CA is
+/// set, SASL_SSL ones do not (see `Listener::asks_client_certificates`).
+async fn bind_listeners(
+    broker: &floe_agent::broker::Broker,
+) -> anyhow::Result<
+    Vec<(
+        Arc<floe_agent::listeners::Listener>,
+        tokio::net::TcpListener,
+        Option<Arc<floe_agent::tls::Tls>>,
+    )>,
+> {
+    let mut tls_of = std::collections::HashMap::new();
+    let mut bound = Vec::new();
+    for listener in &broker.listeners {
+        let tls = match (listener.protocol.tls(), broker.config.tls_files()) {
+            (true, Some(mut files)) => {
+                let mutual = listener.asks_client_certificates(&broker.config);
+                if !mutual {
+                    files.client_ca = None;
+                }
+                match tls_of.get(&mutual) {
+                    Some(tls) => Some(Arc::clone(tls)),
+                    None => {
+                        let tls = floe_agent::tls::Tls::load(files).map_err(|e| {
+                            anyhow::anyhow!("TLS for the Kafka listener {}: {e:#}", listener.name)
+                        })?;
+                        tokio::spawn(tls.clone().watch());
+                        tls_of.insert(mutual, tls.clone());
+                        Some(tls)
+                    }
+                }
+            }
+            _ => None,
+        };
+        let socket = tokio::net::TcpListener::bind(listener.bind)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on {} (listener {}): {e}",
+                    listener.bind,
+                    listener.name
+                )
+            })?;
+        bound.push((listener.clone(), socket, tls));
+    }
+    Ok(bound)
 }
 
 async fn shutdown_signal() {

@@ -61,7 +61,7 @@ fn is_api(decoded: &Decoded, api: ApiKey) -> bool {
 
 /// Open connections, in total and by client address.
 #[derive(Default)]
-struct Open {
+pub struct Open {
     by_ip: Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -105,15 +105,18 @@ impl Drop for Slot {
     }
 }
 
-/// Serves Kafka on `listener`, over TLS when `tls` is given.
+/// Serves Kafka's `listener` on `socket`, over TLS when `tls` is given
+/// (its protocol says whether clients authenticate with SASL). Connection
+/// limits are counted over every listener in `open`.
 pub async fn serve(
-    listener: TcpListener,
+    socket: TcpListener,
+    listener: Arc<crate::listeners::Listener>,
     broker: Arc<Broker>,
     tls: Option<Arc<crate::tls::Tls>>,
+    open: Arc<Open>,
 ) -> std::io::Result<()> {
-    let open = Arc::new(Open::default());
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let (stream, peer) = match socket.accept().await {
             Ok(accepted) => accepted,
             // E.g. out of file descriptors: keep serving the connections we
             // have and try again shortly, rather than stopping the agent.
@@ -131,13 +134,14 @@ pub async fn serve(
             continue;
         };
         let broker = broker.clone();
+        let listener = listener.clone();
         let tls = tls.as_ref().map(|t| t.acceptor());
         tokio::spawn(async move {
             let _ = stream.set_nodelay(true);
             let served = match tls {
                 None => {
                     let (read, write) = stream.into_split();
-                    connection(read, write, peer, broker, None).await
+                    connection(read, write, peer, broker, listener, None).await
                 }
                 Some(acceptor) => {
                     let handshake = crate::tls::HANDSHAKE_WITHIN;
@@ -146,9 +150,9 @@ pub async fn serve(
                             // Mutual TLS: the certificate's principal, unless
                             // SASL names it (Kafka maps no certificate on a
                             // SASL_SSL listener).
-                            let certificate = match broker.sasl {
-                                Some(_) => None,
-                                None => stream.get_ref().1.peer_certificates(),
+                            let certificate = match listener.protocol.sasl() {
+                                true => None,
+                                false => stream.get_ref().1.peer_certificates(),
                             };
                             let certified = match certificate {
                                 Some([cert, ..]) => match certificate_principal(&broker, cert) {
@@ -162,7 +166,7 @@ pub async fn serve(
                                 _ => None,
                             };
                             let (read, write) = tokio::io::split(stream);
-                            connection(read, write, peer, broker, certified).await
+                            connection(read, write, peer, broker, listener, certified).await
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -202,6 +206,7 @@ async fn connection<R, W>(
     mut write: W,
     peer: SocketAddr,
     broker: Arc<Broker>,
+    listener: Arc<crate::listeners::Listener>,
     certified: Option<crate::sasl::Principal>,
 ) -> std::io::Result<()>
 where
@@ -219,7 +224,9 @@ where
     // When the last re-authentication began (Kafka limits the second and
     // later ones, not the first).
     let mut last_reauth: Option<Instant> = None;
-    if let Some(auth) = &broker.sasl {
+    // SASL on this listener's connections only.
+    let sasl = broker.sasl.clone().filter(|_| listener.protocol.sasl());
+    if let Some(auth) = &sasl {
         // Until authenticated, small frames from a budget of their own: a
         // crowd of clients that never authenticate cannot take the memory
         // authenticated ones read their requests with.
@@ -256,7 +263,7 @@ where
         frames.set_max_frame(max_frame);
         frames.set_budget(broker.requests.clone());
     }
-    let mut session = crate::authorizer::Session::new(principal.as_ref(), peer, software);
+    let mut session = crate::authorizer::Session::new(principal.as_ref(), peer, software, listener);
     let turn = Turn::default();
     let lane = handlers::groups::Lane::default();
     // Set while the client is throttled (client quotas, `crate::quotas`).
@@ -297,7 +304,7 @@ where
                                 // of the last (Kafka's MIN_REAUTH_INTERVAL).
                                 let handshake = is_api(&decoded, ApiKey::SaslHandshake);
                                 if let (true, Some(auth), Some(current), Some(_)) =
-                                    (handshake, &broker.sasl, &principal, session_expires)
+                                    (handshake, &sasl, &principal, session_expires)
                                     && last_reauth.is_none_or(|at| at.elapsed() >= MIN_REAUTH_INTERVAL)
                                 {
                                     last_reauth = Some(Instant::now());

@@ -21,6 +21,52 @@ pub struct AgentInfo {
     pub age_ms: i64,
 }
 
+/// One of an agent's listeners as clients are told about it (Kafka's
+/// `advertised.listeners` entry): a client that came in on the listener
+/// `name` is only ever sent `host:port` addresses of that name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerEndpoint {
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+}
+
+/// Most listeners one agent registers, and the longest name and host the
+/// state keeps (a registration is a log entry: its size is bounded).
+pub const MAX_LISTENERS: usize = 16;
+pub const MAX_LISTENER_NAME_BYTES: usize = 64;
+pub const MAX_HOST_BYTES: usize = 255;
+
+/// Why a registration's listeners are refused, if they are.
+pub fn check_listeners(listeners: &[ListenerEndpoint]) -> Result<(), String> {
+    if listeners.is_empty() || listeners.len() > MAX_LISTENERS {
+        return Err(format!("an agent has 1 to {MAX_LISTENERS} listeners"));
+    }
+    for (i, l) in listeners.iter().enumerate() {
+        if l.name.is_empty() || l.name.len() > MAX_LISTENER_NAME_BYTES {
+            return Err(format!(
+                "listener names have 1 to {MAX_LISTENER_NAME_BYTES} bytes"
+            ));
+        }
+        if l.host.is_empty() || l.host.len() > MAX_HOST_BYTES {
+            return Err(format!(
+                "listener {}: hosts have 1 to {MAX_HOST_BYTES} bytes",
+                l.name
+            ));
+        }
+        if !(1..=65535).contains(&l.port) {
+            return Err(format!(
+                "listener {}: port {} is not a TCP port",
+                l.name, l.port
+            ));
+        }
+        if listeners[..i].iter().any(|other| other.name == l.name) {
+            return Err(format!("listener {} is named twice", l.name));
+        }
+    }
+    Ok(())
+}
+
 /// Agents not heard from for this long are forgotten on the next registration.
 const FORGET_AFTER_MS: i64 = 3_600_000;
 
@@ -28,15 +74,32 @@ const FORGET_AFTER_MS: i64 = 3_600_000;
 pub struct Agents {
     by_node: BTreeMap<i32, AgentInfo>,
     next_node_id: i32,
+    /// Each agent's listeners, first the one its `host:port` is. An agent
+    /// missing here registered before agents had several (format 10): it
+    /// has one listener, of a name it never said.
+    #[serde(default)]
+    listeners: BTreeMap<i32, Vec<ListenerEndpoint>>,
 }
 
 impl Agents {
     /// Registers (or re-registers) the agent at `host:port`; the same address
     /// keeps its node id across restarts. Returns the node id.
-    pub fn register(&mut self, host: String, port: i32, zone: Option<String>, now_ms: i64) -> i32 {
+    /// `listeners`, when given, are its advertised listeners (the first at
+    /// `host:port`); an agent registering without them has one listener
+    /// whose name it does not say.
+    pub fn register(
+        &mut self,
+        host: String,
+        port: i32,
+        zone: Option<String>,
+        listeners: Option<Vec<ListenerEndpoint>>,
+        now_ms: i64,
+    ) -> i32 {
         self.by_node.retain(|_, a| {
             now_ms - a.last_seen_ms < FORGET_AFTER_MS || (a.host == host && a.port == port)
         });
+        let by_node = &self.by_node;
+        self.listeners.retain(|node, _| by_node.contains_key(node));
         let node_id = match self
             .by_node
             .values()
@@ -60,6 +123,10 @@ impl Agents {
                 age_ms: 0,
             },
         );
+        match listeners {
+            Some(listeners) => self.listeners.insert(node_id, listeners),
+            None => self.listeners.remove(&node_id),
+        };
         node_id
     }
 
@@ -84,6 +151,28 @@ impl Agents {
             })
             .collect()
     }
+
+    /// The agents a client of the listener `name` is told about, each at
+    /// its address on that listener, as Kafka's brokers answer by the
+    /// listener a request came in on. An agent without such a listener is
+    /// left out (a Kafka broker missing a listener is not in that
+    /// listener's metadata); one that registered before listeners were
+    /// recorded is listed at its one address, so a rolling upgrade keeps
+    /// every agent visible.
+    pub fn list_on(&self, name: &str, now_ms: i64) -> Vec<AgentInfo> {
+        self.list(now_ms)
+            .into_iter()
+            .filter_map(|mut a| match self.listeners.get(&a.node_id) {
+                None => Some(a),
+                Some(listeners) => {
+                    let l = listeners.iter().find(|l| l.name == name)?;
+                    a.host.clone_from(&l.host);
+                    a.port = l.port;
+                    Some(a)
+                }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -93,19 +182,83 @@ mod tests {
     #[test]
     fn an_address_keeps_its_node_id() {
         let mut agents = Agents::default();
-        let a = agents.register("h".into(), 1, Some("z1".into()), 0);
-        let b = agents.register("h".into(), 2, None, 0);
+        let a = agents.register("h".into(), 1, Some("z1".into()), None, 0);
+        let b = agents.register("h".into(), 2, None, None, 0);
         assert_ne!(a, b);
-        assert_eq!(agents.register("h".into(), 1, Some("z2".into()), 10), a);
+        assert_eq!(
+            agents.register("h".into(), 1, Some("z2".into()), None, 10),
+            a
+        );
         assert_eq!(agents.list(0).len(), 2);
         assert_eq!(agents.list(0)[0].zone.as_deref(), Some("z2"));
         assert!(agents.heartbeat(b, 20));
         assert!(!agents.heartbeat(99, 20));
         // Long-silent agents are forgotten when another registers.
-        agents.register("h".into(), 3, None, FORGET_AFTER_MS + 100);
+        agents.register("h".into(), 3, None, None, FORGET_AFTER_MS + 100);
         assert_eq!(
             agents.list(0).iter().map(|a| a.port).collect::<Vec<_>>(),
             vec![3]
         );
+    }
+
+    fn listener(name: &str, host: &str, port: i32) -> ListenerEndpoint {
+        ListenerEndpoint {
+            name: name.into(),
+            host: host.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn clients_see_the_agents_of_their_listener_only() {
+        let mut agents = Agents::default();
+        let both = vec![
+            listener("INTERNAL", "10.0.0.1", 9092),
+            listener("EXTERNAL", "kafka-1.example.com", 9094),
+        ];
+        let a = agents.register("10.0.0.1".into(), 9092, None, Some(both), 0);
+        let internal_only = vec![listener("INTERNAL", "10.0.0.2", 9092)];
+        let b = agents.register("10.0.0.2".into(), 9092, None, Some(internal_only), 0);
+        // Registered before listeners were recorded: listed on every one.
+        let c = agents.register("10.0.0.3".into(), 9092, None, None, 0);
+        let on = |agents: &Agents, name: &str| -> Vec<(i32, String, i32)> {
+            let listed = agents.list_on(name, 0).into_iter();
+            listed.map(|a| (a.node_id, a.host, a.port)).collect()
+        };
+        assert_eq!(
+            on(&agents, "EXTERNAL"),
+            vec![
+                (a, "kafka-1.example.com".into(), 9094),
+                (c, "10.0.0.3".into(), 9092)
+            ]
+        );
+        assert_eq!(
+            on(&agents, "INTERNAL"),
+            vec![
+                (a, "10.0.0.1".into(), 9092),
+                (b, "10.0.0.2".into(), 9092),
+                (c, "10.0.0.3".into(), 9092)
+            ]
+        );
+        // Re-registering without listeners (an older agent binary) forgets them.
+        agents.register("10.0.0.1".into(), 9092, None, None, 1);
+        assert_eq!(on(&agents, "EXTERNAL").len(), 2);
+        // A forgotten agent's listeners go with it.
+        agents.register("10.0.0.9".into(), 9092, None, None, FORGET_AFTER_MS + 100);
+        assert_eq!(agents.listeners.len(), 0);
+    }
+
+    #[test]
+    fn listeners_are_bounded() {
+        assert!(check_listeners(&[listener("A", "h", 1)]).is_ok());
+        assert!(check_listeners(&[]).is_err());
+        assert!(check_listeners(&[listener("A", "h", 1), listener("A", "g", 2)]).is_err());
+        assert!(check_listeners(&[listener("", "h", 1)]).is_err());
+        assert!(check_listeners(&[listener("A", "h", 0)]).is_err());
+        assert!(check_listeners(&[listener("A", &"h".repeat(256), 1)]).is_err());
+        let many: Vec<_> = (0..17)
+            .map(|i| listener(&format!("L{i}"), "h", 1))
+            .collect();
+        assert!(check_listeners(&many).is_err());
     }
 }

@@ -333,6 +333,19 @@ metastore_api! {
     read fn client_quotas_if_changed(known_version: Option<u64>) -> ClientQuotasIfChanged {
         ClientQuotasIfChanged { known_version }
     }
+    /// As `register_agent`, with the agent's advertised listeners.
+    write fn register_agent_listeners(
+        host: String,
+        port: i32,
+        zone: Option<String>,
+        listeners: Vec<crate::agents::ListenerEndpoint>,
+        now_ms: i64
+    ) -> RegisterAgentListeners {
+        RegisterAgentListeners { host, port, zone, listeners, now_ms }
+    }
+    read fn agents_on(listener: &str) -> ListAgentsOn {
+        ListAgentsOn { listener: listener.to_string() }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

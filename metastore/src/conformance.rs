@@ -239,6 +239,50 @@ async fn agents_register_once_on_the_metastores_clock(m: &dyn Metastore) {
     assert!((now_ms() - 60_000..=now_ms() + 60_000).contains(&clock));
 }
 
+async fn agents_are_listed_by_listener(m: &dyn Metastore) {
+    use crate::agents::ListenerEndpoint;
+    let endpoint = |name: &str, host: &str, port| ListenerEndpoint {
+        name: name.into(),
+        host: host.into(),
+        port,
+    };
+    let listeners = vec![
+        endpoint("INTERNAL", "10.1.0.1", 9092),
+        endpoint("EXTERNAL", "kafka.example.com", 9094),
+    ];
+    let a = m
+        .register_agent_listeners("10.1.0.1".into(), 9092, None, listeners.clone(), 1)
+        .await
+        .unwrap();
+    let on = |name: &'static str| async move {
+        let listed = m.agents_on(name).await.unwrap().into_iter();
+        listed
+            .map(|a| (a.node_id, a.host, a.port))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        on("EXTERNAL").await,
+        vec![(a, "kafka.example.com".into(), 9094)]
+    );
+    assert_eq!(on("INTERNAL").await, vec![(a, "10.1.0.1".into(), 9092)]);
+    assert_eq!(on("OTHER").await, vec![]);
+    // The same address is the same node; a first listener elsewhere, or
+    // one name twice, is refused.
+    let again = m.register_agent_listeners("10.1.0.1".into(), 9092, None, listeners.clone(), 2);
+    assert_eq!(again.await.unwrap(), a);
+    let elsewhere = m.register_agent_listeners("10.1.0.2".into(), 9092, None, listeners, 3);
+    assert!(matches!(
+        elsewhere.await,
+        Err(MetaError::Refused(Refusal::InvalidConfig(_)))
+    ));
+    let twice = vec![endpoint("A", "10.1.0.3", 1), endpoint("A", "10.1.0.3", 2)];
+    let twice = m.register_agent_listeners("10.1.0.3".into(), 1, None, twice, 4);
+    assert!(matches!(
+        twice.await,
+        Err(MetaError::Refused(Refusal::InvalidConfig(_)))
+    ));
+}
+
 async fn agents_find_each_others_caches(m: &dyn Metastore) {
     let peer = |node_id: i32| crate::peers::CachePeer {
         node_id,
@@ -707,6 +751,7 @@ macro_rules! conformance_suite {
             idempotent_batches_are_stored_once_and_epochs_fence,
             partition_states_report_bytes_and_producers,
             agents_register_once_on_the_metastores_clock,
+            agents_are_listed_by_listener,
             agents_find_each_others_caches,
             a_group_forms_and_keeps_its_offsets,
             a_silent_member_is_expired_by_the_leader,

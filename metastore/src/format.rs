@@ -40,7 +40,9 @@ use crate::state::State;
 ///    with owned partitions and SyncGroup with decoded assignments (new
 ///    variants), classic groups keep decoded assignments, consumer members
 ///    may be classic ones.
-pub const FORMAT_VERSION: u8 = 9;
+/// 10: agents' advertised listeners in the state (a trailing field of
+///    `Agents`), registered by a new command.
+pub const FORMAT_VERSION: u8 = 10;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 4;

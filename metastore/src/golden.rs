@@ -77,6 +77,7 @@ fn variant(command: &Command) -> &'static str {
         Command::IngestCommit(_) => "ingest_commit",
         Command::TxnCommitOffsets(_) => "txn_commit_offsets",
         Command::AlterConfigs(_) => "alter_configs",
+        Command::RegisterAgentListeners(_) => "register_agent_listeners",
     }
 }
 
@@ -483,6 +484,28 @@ fn txn_samples() -> Vec<Command> {
             ops: vec![ConfigOp::Set("producer_byte_rate".into(), "1048576".into())],
             replace: false,
         }),
+        Command::RegisterAgentListeners(RegisterAgentListeners {
+            host: "10.0.0.5".into(),
+            port: 9092,
+            zone: Some("b".into()),
+            listeners: listeners_sample(),
+            now_ms: 9,
+        }),
+    ]
+}
+
+fn listeners_sample() -> Vec<crate::agents::ListenerEndpoint> {
+    vec![
+        crate::agents::ListenerEndpoint {
+            name: "INTERNAL".into(),
+            host: "10.0.0.5".into(),
+            port: 9092,
+        },
+        crate::agents::ListenerEndpoint {
+            name: "EXTERNAL".into(),
+            host: "kafka-5.example.com".into(),
+            port: 9094,
+        },
     ]
 }
 
@@ -586,11 +609,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 27 commands, one of them with 12 group commands: `variant` is exhaustive,
+    // 28 commands, one of them with 12 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        38,
+        39,
         "a command without a golden sample: {named:?}"
     );
 
@@ -1007,6 +1030,22 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             known_version: None,
         }
         .into(),
+        RegisterAgentListeners {
+            host: "10.0.0.6".into(),
+            port: 9092,
+            zone: None,
+            listeners: vec![crate::agents::ListenerEndpoint {
+                name: "INTERNAL".into(),
+                host: "10.0.0.6".into(),
+                port: 9092,
+            }],
+            now_ms: 10,
+        }
+        .into(),
+        ListAgentsOn {
+            listener: "EXTERNAL".into(),
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -1029,6 +1068,8 @@ const TXN_REQUESTS: &[&str] = &[
     "DynamicConfigsOf",
     "ClientMetricsIfChanged",
     "ClientQuotasIfChanged",
+    "RegisterAgentListeners",
+    "ListAgentsOn",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

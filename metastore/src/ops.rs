@@ -223,6 +223,25 @@ pub struct RegisterAgent {
     pub now_ms: i64,
 }
 
+/// Registers an agent with its advertised listeners (Kafka's
+/// `advertised.listeners`), the first at `host:port`; answers its node id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterAgentListeners {
+    pub host: String,
+    pub port: i32,
+    pub zone: Option<String>,
+    pub listeners: Vec<crate::agents::ListenerEndpoint>,
+    /// Replaced by the leader's stamp when applied.
+    pub now_ms: i64,
+}
+
+/// The agents a client of one listener is told about, at their addresses
+/// on it (see [`crate::agents::Agents::list_on`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListAgentsOn {
+    pub listener: String,
+}
+
 /// An agent is alive; answers false if it is not registered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentHeartbeat {

@@ -262,6 +262,7 @@ commands! {
     IngestCommit(IngestCommit),
     TxnCommitOffsets(TxnCommitOffsets),
     AlterConfigs(AlterConfigs),
+    RegisterAgentListeners(RegisterAgentListeners),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -1836,6 +1837,11 @@ impl State {
         self.agents.list(now_ms.max(self.clock_ms))
     }
 
+    /// As [`State::agents`], at their addresses on `listener`.
+    pub fn agents_on(&self, listener: &str, now_ms: i64) -> Vec<AgentInfo> {
+        self.agents.list_on(listener, now_ms.max(self.clock_ms))
+    }
+
     pub fn groups(&self) -> &Groups {
         &self.groups
     }
@@ -1955,7 +1961,34 @@ impl Apply for RegisterAgent {
     fn apply(self, state: &mut State) -> Result<i32, Refusal> {
         Ok(state
             .agents
-            .register(self.host, self.port, self.zone, self.now_ms))
+            .register(self.host, self.port, self.zone, None, self.now_ms))
+    }
+    /// The same address registers as the same node.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for RegisterAgentListeners {
+    type Output = i32;
+    fn apply(self, state: &mut State) -> Result<i32, Refusal> {
+        crate::agents::check_listeners(&self.listeners).map_err(Refusal::InvalidConfig)?;
+        let first = &self.listeners[0];
+        if (first.host.as_str(), first.port) != (self.host.as_str(), self.port) {
+            return Err(Refusal::InvalidConfig(
+                "an agent's first listener is its own address".into(),
+            ));
+        }
+        Ok(state.agents.register(
+            self.host,
+            self.port,
+            self.zone,
+            Some(self.listeners),
+            self.now_ms,
+        ))
     }
     /// The same address registers as the same node.
     fn retry_is_safe(&self) -> bool {
@@ -2578,6 +2611,13 @@ impl Query for ClientMetricsIfChanged {
             true => (version, None),
             false => (version, Some(state.configs.client_metrics())),
         })
+    }
+}
+
+impl Query for ListAgentsOn {
+    type Output = Vec<AgentInfo>;
+    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.agents_on(&self.listener, now_ms))
     }
 }
 

@@ -42,8 +42,8 @@ pub const CLUSTER_OPERATIONS: &[i32] = &[
 pub async fn describe_cluster(
     broker: &Broker,
     req: DescribeClusterRequest,
+    session: &crate::authorizer::Session,
     client_id: &str,
-    peer: std::net::IpAddr,
 ) -> DescribeClusterResponse {
     if req.endpoint_type != BROKERS {
         return DescribeClusterResponse::default()
@@ -52,8 +52,8 @@ pub async fn describe_cluster(
                 "floe has no controllers to describe: its metastore nodes are not Kafka brokers",
             )));
     }
-    let agents = discovery::visible(broker, client_id).await;
-    let client = discovery::client_key(client_id, peer.to_canonical());
+    let agents = discovery::visible(broker, &session.listener, client_id).await;
+    let client = discovery::client_key(client_id, session.ip.to_canonical());
     let controller = agents[discovery::pick(&client, agents.len())].node_id;
     let brokers = agents
         .iter()

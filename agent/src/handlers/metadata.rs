@@ -20,7 +20,7 @@ pub async fn handle(
     client_id: &str,
     session: &crate::authorizer::Session,
 ) -> MetadataResponse {
-    let (agents, node) = leader(broker, client_id, session.ip).await;
+    let (agents, node) = leader(broker, session, client_id).await;
     let brokers = agents
         .iter()
         .map(|a| {
@@ -103,18 +103,18 @@ pub async fn handle(
 /// address.
 pub async fn leader(
     broker: &Broker,
+    session: &crate::authorizer::Session,
     client_id: &str,
-    peer: std::net::IpAddr,
 ) -> (Vec<discovery::Endpoint>, BrokerId) {
-    let agents = discovery::visible(broker, client_id).await;
-    let client = discovery::client_key(client_id, peer.to_canonical());
+    let agents = discovery::visible(broker, &session.listener, client_id).await;
+    let client = discovery::client_key(client_id, session.ip.to_canonical());
     let node = BrokerId(agents[discovery::pick(&client, agents.len())].node_id);
     (agents, node)
 }
 
 /// Whether this agent is the one that leads every partition for the client.
-pub async fn leads(broker: &Broker, client_id: &str, peer: std::net::IpAddr) -> bool {
-    leader(broker, client_id, peer).await.1 == BrokerId(broker.config.node_id)
+pub async fn leads(broker: &Broker, session: &crate::authorizer::Session, client_id: &str) -> bool {
+    leader(broker, session, client_id).await.1 == BrokerId(broker.config.node_id)
 }
 
 /// Kafka's ACL operations on a topic; with no authorizer, every one is

@@ -289,7 +289,7 @@ async fn handle(
             ResponseKind::DeleteTopics(topics::delete(broker, req, version).await)
         }
         RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(
-            groups::find_coordinator(broker, req, version, &client_id).await,
+            groups::find_coordinator(broker, req, version, session, &client_id).await,
         ),
         RequestKind::JoinGroup(req) => {
             ResponseKind::JoinGroup(groups::join(broker, req, version, client_id, peer).await)
@@ -317,7 +317,7 @@ async fn handle(
             configs::incremental_alter_configs(broker, req).await,
         ),
         RequestKind::ListGroups(req) => {
-            ResponseKind::ListGroups(groups::list(broker, req, version, &client_id).await)
+            ResponseKind::ListGroups(groups::list(broker, req, version, session, &client_id).await)
         }
         RequestKind::DescribeGroups(req) => {
             ResponseKind::DescribeGroups(groups::describe(broker, req, version).await)
@@ -332,21 +332,21 @@ async fn handle(
             groups::consumer::heartbeat(broker, req, version, client_id, peer).await,
         ),
         RequestKind::DescribeTopicPartitions(req) => {
-            let (_, leader) = metadata::leader(broker, &client_id, peer).await;
+            let (_, leader) = metadata::leader(broker, session, &client_id).await;
             ResponseKind::DescribeTopicPartitions(
                 describe_topic_partitions::handle(broker, req, leader).await,
             )
         }
         RequestKind::DescribeLogDirs(req) => {
-            let leads = metadata::leads(broker, &client_id, peer).await;
+            let leads = metadata::leads(broker, session, &client_id).await;
             ResponseKind::DescribeLogDirs(log_dirs::describe_log_dirs(broker, req, leads).await)
         }
         RequestKind::DescribeProducers(req) => {
-            let leads = metadata::leads(broker, &client_id, peer).await;
+            let leads = metadata::leads(broker, session, &client_id).await;
             ResponseKind::DescribeProducers(log_dirs::describe_producers(broker, req, leads).await)
         }
         RequestKind::DescribeCluster(req) => ResponseKind::DescribeCluster(
-            cluster::describe_cluster(broker, req, &client_id, peer).await,
+            cluster::describe_cluster(broker, req, session, &client_id).await,
         ),
         RequestKind::OffsetForLeaderEpoch(req) => {
             ResponseKind::OffsetForLeaderEpoch(cluster::offset_for_leader_epoch(broker, req).await)
@@ -370,9 +370,9 @@ async fn handle(
         RequestKind::DescribeTransactions(req) => {
             ResponseKind::DescribeTransactions(txn::describe_transactions(broker, req).await)
         }
-        RequestKind::ListTransactions(req) => {
-            ResponseKind::ListTransactions(txn::list_transactions(broker, req, &client_id).await)
-        }
+        RequestKind::ListTransactions(req) => ResponseKind::ListTransactions(
+            txn::list_transactions(broker, req, session, &client_id).await,
+        ),
         RequestKind::TxnOffsetCommit(req) => {
             ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req).await)
         }
@@ -395,13 +395,19 @@ async fn handle(
         // Authentication happens before any request reaches here (see
         // `server::authenticate`): a handshake now is out of turn, and on a
         // listener without SASL no mechanism is served.
-        RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(match &broker.sasl {
-            Some(auth) => SaslHandshakeResponse::default()
-                .with_error_code(ResponseError::IllegalSaslState.code())
-                .with_mechanisms(auth.mechanisms().into_iter().map(str_bytes).collect()),
-            None => SaslHandshakeResponse::default()
-                .with_error_code(ResponseError::UnsupportedSaslMechanism.code()),
-        }),
+        RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(
+            match broker
+                .sasl
+                .as_ref()
+                .filter(|_| session.listener.protocol.sasl())
+            {
+                Some(auth) => SaslHandshakeResponse::default()
+                    .with_error_code(ResponseError::IllegalSaslState.code())
+                    .with_mechanisms(auth.mechanisms().into_iter().map(str_bytes).collect()),
+                None => SaslHandshakeResponse::default()
+                    .with_error_code(ResponseError::UnsupportedSaslMechanism.code()),
+            },
+        ),
         RequestKind::SaslAuthenticate(_) => ResponseKind::SaslAuthenticate(
             SaslAuthenticateResponse::default()
                 .with_error_code(ResponseError::IllegalSaslState.code()),

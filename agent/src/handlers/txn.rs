@@ -299,6 +299,7 @@ pub async fn describe_transactions(
 pub async fn list_transactions(
     broker: &Broker,
     req: ListTransactionsRequest,
+    session: &crate::authorizer::Session,
     client_id: &str,
 ) -> ListTransactionsResponse {
     use floe_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
@@ -326,7 +327,7 @@ pub async fn list_transactions(
         producer_ids: req.producer_id_filters.iter().map(|p| p.0).collect(),
         min_duration_ms: req.duration_filter,
     };
-    let agents = match crate::discovery::known_visible(broker, client_id).await {
+    let agents = match crate::discovery::known_visible(broker, &session.listener, client_id).await {
         Ok(agents) => agents,
         Err(e) => return response.with_error_code(coordinator_error(&e, true).code()),
     };

@@ -22,11 +22,12 @@ pub async fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    session: &crate::authorizer::Session,
     client_id: &str,
 ) -> FindCoordinatorResponse {
     // All group state is in the metastore, so any agent can coordinate any
     // group; hashing the key onto the client's visible agents spreads the work.
-    let agents = discovery::visible(broker, client_id).await;
+    let agents = discovery::visible(broker, &session.listener, client_id).await;
     let for_key = |key: &str| &agents[discovery::pick(key, agents.len())];
     if version >= 4 {
         let coordinators = req
@@ -56,13 +57,14 @@ pub async fn list(
     broker: &Broker,
     req: ListGroupsRequest,
     version: i16,
+    session: &crate::authorizer::Session,
     client_id: &str,
 ) -> ListGroupsResponse {
     let groups = match broker.meta.groups().await {
         Ok(groups) => groups,
         Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
     };
-    let agents = match discovery::known_visible(broker, client_id).await {
+    let agents = match discovery::known_visible(broker, &session.listener, client_id).await {
         Ok(agents) => agents,
         Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
     };
