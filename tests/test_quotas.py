@@ -12,8 +12,9 @@ from confluent_kafka import Consumer, Producer
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
-from conftest import FLOE
+from conftest import FLOE, Agent
 from test_group_protocol import make_topic
+from test_metrics import metric
 
 INVALID_REQUEST = 42
 # How long an agent may take to see changed quotas (it reads them every 2 s).
@@ -175,6 +176,34 @@ def test_producers_and_consumers_are_held_to_their_byte_rates(agent):
     assert got == fast_sent
     assert consumer_throttles
     within_quota(got, took, quota)
+
+
+def test_a_client_is_held_to_its_quota_across_agents(tmp_path, metastore):
+    """Two agents (each telling clients of both): a client's partitions all
+    have one leader for it, so its produce goes through one agent and its
+    quota holds across the cluster (README "Client quotas")."""
+    agents = []
+    for i in range(2):
+        (tmp_path / f"a{i}").mkdir()
+        agents.append(Agent(tmp_path / f"a{i}", "--metastore", metastore.address,
+                            "--object-store", f"file://{tmp_path / 'objects'}").start())
+    try:
+        quota = 200_000
+        floe_quotas(agents[0], "alter", "--client-id", "spread", "--quota",
+                    f"producer_byte_rate={quota}")
+        make_topic(agents[0].bootstrap, "across", 6)
+        time.sleep(SEEN_WITHIN)
+        p = Producer({"bootstrap.servers": ",".join(a.bootstrap for a in agents),
+                      "client.id": "spread", "linger.ms": 5, "queue.buffering.max.kbytes": 1024})
+        sent, took = produce_for(p, "across", 15, b"s" * 10_000)
+        print(f"across two agents: {sent} bytes in {took:.1f} s = {sent / took:.0f} B/s "
+              f"against {quota}")
+        within_quota(sent, took, quota)
+        produced = [metric(a.admin("/metrics")[1], "floe_produced_bytes_total") for a in agents]
+        assert sorted(produced)[0] == 0 and sorted(produced)[1] > 0, produced
+    finally:
+        for a in agents:
+            a.stop()
 
 
 def test_a_client_over_its_request_time_quota_is_throttled(agent):
