@@ -6,10 +6,21 @@
 //! the horizon drops them. A producer's timestamp never decides it, so a
 //! tombstone stamped in the past still reaches lagging consumers.
 //!
-//! Memory stays bounded by the partition's stored (compressed) bytes plus one
-//! decoded batch: a first pass records each key's latest offset (by a 128-bit
-//! hash of the key, as Kafka's offset map keeps a digest), a second decodes
-//! and rewrites one batch at a time.
+//! Memory stays bounded whatever the partition's size, as in Kafka's
+//! cleaner: the run is read in groups of at most a segment's bytes. A first
+//! pass records, for each key written since the last key compaction (the
+//! *dirty* part), its latest offset by a 128-bit digest of the key (Kafka's
+//! offset map), up to [`CompactionPolicy::max_cleaner_keys`] keys; the run is
+//! cut where the map is full, and the rest waits for the next pass. A second
+//! pass rewrites each group into its own keyed segment, swapped in for that
+//! group with its own compare-and-set. A record of the already-compacted
+//! (*clean*) part is dropped only when the map holds a later offset of its
+//! key; one of the dirty part is kept only at its key's latest offset.
+//!
+//! Why a group swapped alone loses nothing: a record is dropped only for a
+//! later record of its key, in the same run, which stays readable in its
+//! own group whether that group's swap happens or not; the groups are
+//! swapped in offset order and the pass stops at the first lost swap.
 //!
 //! Offsets never change. Each rewritten batch keeps its base offset where it
 //! can and its range is stretched (lastOffsetDelta) to reach the next one, so
@@ -18,7 +29,7 @@
 //! lays batches end to end, needs no change. A range left with no record at
 //! all becomes an empty batch.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use floe_metastore::{ExtentRef, Metastore, TopicInfo};
@@ -32,10 +43,6 @@ use crate::{
     CompactError, Compacted, CompactionPolicy, Counters, Worker, leased, read_run, swap_in,
     whole_partition,
 };
-
-/// Largest partition rewritten at once; a larger one is left as it is (and
-/// said so in the log) rather than held in memory whole.
-pub const MAX_KEYED_BYTES: u64 = 512 * 1024 * 1024;
 
 fn corrupt(extent: &ExtentRef, reason: impl ToString) -> CompactError {
     CompactError::Corrupt {
@@ -119,13 +126,7 @@ pub async fn compact_keys(
         let Some(run) = cleanable(all, topic, now_ms, stable) else {
             return Ok(None);
         };
-        let total: u64 = run.iter().map(|e| e.length).sum();
-        if total > MAX_KEYED_BYTES {
-            tracing::warn!(topic = %topic.name, partition, bytes = total,
-                "partition too large to key-compact at once; left as it is");
-            return Ok(None);
-        }
-        rewrite(
+        clean(
             store, meta, topic, partition, policy, run, now_ms, counters, ids,
         )
         .await
@@ -150,46 +151,154 @@ async fn stable_partition(
     Ok((extents, stable))
 }
 
+/// Whether `extent` was written since the partition's last key compaction.
+fn is_dirty(extent: &ExtentRef) -> bool {
+    !keys::is_keyed_segment(&extent.object_key)
+}
+
+/// `run` cut into groups of extents of at most `max_bytes` stored bytes
+/// (one extent at least), the unit read and rewritten at once.
+fn groups(run: &[ExtentRef], max_bytes: u64) -> Vec<&[ExtentRef]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, extent) in run.iter().enumerate() {
+        if i > start && bytes.saturating_add(extent.length) > max_bytes {
+            out.push(&run[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(extent.length);
+    }
+    if start < run.len() {
+        out.push(&run[start..]);
+    }
+    out
+}
+
+/// The batches of `group` that each of its extents holds (they tile it).
+fn by_extent<'a>(
+    group: &'a [ExtentRef],
+    batches: &'a [RecordBatch],
+) -> impl Iterator<Item = (&'a ExtentRef, &'a [RecordBatch])> {
+    let mut rest = batches;
+    group.iter().map(move |extent| {
+        let n = rest
+            .iter()
+            .take_while(|b| b.base_offset() <= extent.last_offset)
+            .count();
+        let (these, after) = rest.split_at(n);
+        rest = after;
+        (extent, these)
+    })
+}
+
+/// Key-compacts `run` in groups (see the module's doc); what was swapped
+/// in, if anything.
 #[allow(clippy::too_many_arguments)]
-async fn rewrite(
+async fn clean(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
     topic: &TopicInfo,
     partition: i32,
     policy: &CompactionPolicy,
-    run: Vec<ExtentRef>,
+    mut run: Vec<ExtentRef>,
     now_ms: i64,
     counters: &Counters,
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
-    let batches = read_run(store, &run).await?;
-    let last_offset = run[run.len() - 1].last_offset;
-    let kept = keep_latest(
-        &batches,
-        topic.config().delete_retention_ms,
-        now_ms,
-        last_offset,
-    )
-    .map_err(|e| corrupt(&run[0], e))?;
-    if kept.undecodable > 0 {
-        counters.undecodable_batches.inc_by(kept.undecodable as u64);
-        tracing::warn!(topic = %topic.name, partition, batches = kept.undecodable,
-            "key compaction kept batches it could not decode as they were");
+    // Pass 1: the map, extent by extent, until it is full. The first dirty
+    // extent is always taken, so every pass moves on.
+    let mut map = KeyMap::default();
+    let mut mapped = 0;
+    let mut dirty_mapped = false;
+    let mut read_once = None;
+    let whole = groups(&run, policy.max_segment_bytes);
+    'mapping: for group in &whole {
+        let batches = read_run(store, group).await?;
+        for (extent, batches) in by_extent(group, &batches) {
+            let dirty = is_dirty(extent);
+            if dirty && dirty_mapped && map.keys() >= policy.max_cleaner_keys {
+                break 'mapping;
+            }
+            map.add(batches, dirty);
+            dirty_mapped |= dirty;
+            mapped += 1;
+        }
+        if whole.len() == 1 {
+            read_once = Some(batches);
+        }
     }
-    let horizon = kept
-        .batches
-        .iter()
-        .filter_map(records::delete_horizon)
-        .min();
-    let kept = kept.batches;
-    let key = keys::new_keyed_segment_key(
-        topic.id,
-        partition,
-        run[0].base_offset,
-        horizon,
-        ids.next_id(),
-    );
-    swap_in(store, meta, (topic.id, partition), policy, run, &kept, key).await
+    if mapped < run.len() {
+        tracing::info!(topic = %topic.name, partition, keys = map.keys(),
+            cleaned_to = run[mapped - 1].last_offset,
+            "the cleaner's map is full; the rest of the partition waits for the next pass");
+        run.truncate(mapped);
+        read_once = None;
+    }
+    // Pass 2: each group rewritten into its own segment, in offset order.
+    let mut done: Option<Compacted> = None;
+    for group in groups(&run, policy.max_segment_bytes) {
+        let batches = match read_once.take() {
+            Some(batches) => batches,
+            None => read_run(store, group).await?,
+        };
+        let last_offset = group[group.len() - 1].last_offset;
+        let dirty_from = |offset: i64| {
+            group
+                .iter()
+                .find(|e| offset <= e.last_offset)
+                .is_some_and(is_dirty)
+        };
+        let kept = keep_latest_with(
+            &map,
+            &batches,
+            &dirty_from,
+            topic.config().delete_retention_ms,
+            now_ms,
+            last_offset,
+        )
+        .map_err(|e| corrupt(&group[0], e))?;
+        drop(batches);
+        if kept.undecodable > 0 {
+            counters.undecodable_batches.inc_by(kept.undecodable as u64);
+            tracing::warn!(topic = %topic.name, partition, batches = kept.undecodable,
+                "key compaction kept batches it could not decode as they were");
+        }
+        let horizon = kept
+            .batches
+            .iter()
+            .filter_map(records::delete_horizon)
+            .min();
+        let key = keys::new_keyed_segment_key(
+            topic.id,
+            partition,
+            group[0].base_offset,
+            horizon,
+            ids.next_id(),
+        );
+        let swapped = swap_in(
+            store,
+            meta,
+            (topic.id, partition),
+            policy,
+            group.to_vec(),
+            &kept.batches,
+            key,
+        )
+        .await?;
+        // A lost swap: the partition changed; what is left waits.
+        let Some(swapped) = swapped else { break };
+        done = Some(match done {
+            None => swapped,
+            Some(before) => Compacted {
+                segment_key: before.segment_key,
+                extents: before.extents + swapped.extents,
+                bytes: before.bytes + swapped.bytes,
+                base_offset: before.base_offset,
+                last_offset: swapped.last_offset,
+            },
+        });
+    }
+    Ok(done)
 }
 
 /// A 128-bit digest of a key: the cleaner's map holds this, not the key.
@@ -214,13 +323,114 @@ pub struct Kept {
     pub undecodable: usize,
 }
 
+/// The cleaner's map (Kafka's `OffsetMap`): each key written in the dirty
+/// part of a run, by digest, with its latest offset; and the keys that kept
+/// transactional records hold.
+#[derive(Debug, Default)]
+pub struct KeyMap {
+    latest: HashMap<u128, i64>,
+    /// Keys a kept transactional record holds: their tombstones stay, or
+    /// the transaction's older value would come back once they went.
+    in_transactions: HashSet<u128>,
+    /// A transactional batch did not decode: its keys are unknown, so
+    /// every tombstone stays.
+    unknown_transactional_keys: bool,
+}
+
+impl KeyMap {
+    /// Keys held, what bounds the map's memory.
+    pub fn keys(&self) -> usize {
+        self.latest.len() + self.in_transactions.len()
+    }
+
+    /// Takes in `batches`: their records' keys as latest when `dirty`, and
+    /// transactional records' keys wherever they are. Control batches
+    /// (transaction markers) take no part, nor do batches that do not
+    /// decode (they are kept as they are). Transactional batches are kept
+    /// as they are, for now: an aborted or undecided record must never
+    /// evict a committed one (Kafka's cleaner knows which transactions
+    /// aborted; this one keeps them all, which costs space and loses
+    /// nothing).
+    pub fn add(&mut self, batches: &[RecordBatch], dirty: bool) {
+        for batch in batches {
+            if batch.is_control() || batch.record_count() == 0 {
+                continue;
+            }
+            if batch.is_transactional() {
+                match records::decode(batch) {
+                    Ok(decoded) => self
+                        .in_transactions
+                        .extend(decoded.iter().filter_map(|r| r.key.as_deref().map(digest))),
+                    Err(_) => self.unknown_transactional_keys = true,
+                }
+                continue;
+            }
+            if !dirty {
+                continue;
+            }
+            match records::decode(batch) {
+                Ok(decoded) => {
+                    for r in &decoded {
+                        if let Some(key) = &r.key {
+                            let latest = self.latest.entry(digest(key)).or_insert(r.offset);
+                            *latest = (*latest).max(r.offset);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(offset = batch.base_offset(), error = %e, "undecodable stored batch")
+                }
+            }
+        }
+    }
+
+    /// Whether the record of `key` at `offset` stays: in the dirty part only
+    /// at its key's latest offset, in the clean part unless the dirty part
+    /// has a later one.
+    fn keeps(&self, key: u128, offset: i64, dirty: bool) -> bool {
+        match dirty {
+            true => self.latest.get(&key) == Some(&offset),
+            false => self.latest.get(&key).is_none_or(|&latest| latest <= offset),
+        }
+    }
+
+    /// Whether a tombstone of `key` may be dropped once its horizon passed.
+    fn tombstone_may_go(&self, key: u128) -> bool {
+        !self.unknown_transactional_keys && !self.in_transactions.contains(&key)
+    }
+}
+
 /// The batches (tiling `[first base offset, last_offset]`, real offsets)
 /// rewritten to hold only each key's latest record, still tiling the same
-/// offsets. Records without a key are kept. A batch keeping tombstones gets a
-/// delete horizon of `now_ms + delete_retention_ms` the first time; its
-/// tombstones are dropped by a pass at or after that horizon.
+/// offsets, all of them taken as dirty (see [`keep_latest_with`]).
 pub fn keep_latest(
     batches: &[RecordBatch],
+    delete_retention_ms: i64,
+    now_ms: i64,
+    last_offset: i64,
+) -> Result<Kept, String> {
+    let mut map = KeyMap::default();
+    map.add(batches, true);
+    keep_latest_with(
+        &map,
+        batches,
+        &|_| true,
+        delete_retention_ms,
+        now_ms,
+        last_offset,
+    )
+}
+
+/// The batches (tiling `[first base offset, last_offset]`, real offsets)
+/// rewritten by `map` (see [`KeyMap::keeps`]; `dirty(offset)` says which
+/// part a batch is of), still tiling the same offsets. Records without a
+/// key are kept. A batch keeping tombstones gets a delete horizon of
+/// `now_ms + delete_retention_ms` the first time; its tombstones are
+/// dropped by a pass at or after that horizon.
+pub fn keep_latest_with(
+    map: &KeyMap,
+    batches: &[RecordBatch],
+    dirty: &dyn Fn(i64) -> bool,
     delete_retention_ms: i64,
     now_ms: i64,
     last_offset: i64,
@@ -231,60 +441,24 @@ pub fn keep_latest(
             undecodable: 0,
         });
     };
-    // Pass 1: each key's latest offset. Control batches (transaction
-    // markers) pass through untouched, and so do batches that do not decode
-    // (their keys take no part). So do transactional batches, for now: an
-    // aborted or undecided record must never evict a committed one (Kafka's
-    // cleaner knows which transactions aborted; this one keeps them all,
-    // which costs space and loses nothing).
     let untouched =
         |b: &RecordBatch| b.is_control() || b.is_transactional() || b.record_count() == 0;
-    let mut latest: HashMap<u128, i64> = HashMap::new();
-    // Keys a kept transactional record holds: their tombstones stay, or
-    // the transaction's older value would come back once they went.
-    let mut in_transactions = std::collections::HashSet::new();
-    let mut undecodable = std::collections::HashSet::new();
-    for (n, batch) in batches.iter().enumerate() {
-        if batch.is_transactional() && !batch.is_control() && batch.record_count() > 0 {
-            // Undecodable: its keys are unknown, every tombstone stays.
-            match records::decode(batch) {
-                Ok(decoded) => in_transactions.extend(
-                    decoded
-                        .iter()
-                        .filter_map(|r| r.key.as_ref().map(|k| digest(k))),
-                ),
-                Err(_) => {
-                    in_transactions.insert(u128::MAX);
-                }
-            }
-        }
-        if untouched(batch) {
-            continue;
-        }
-        match records::decode(batch) {
-            Ok(decoded) => {
-                for r in &decoded {
-                    if let Some(key) = &r.key {
-                        latest.insert(digest(key), r.offset);
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::debug!(offset = batch.base_offset(), error = %e, "undecodable stored batch");
-                undecodable.insert(n);
-            }
-        }
-    }
-
-    // Pass 2: rewrite one batch at a time.
+    let mut undecodable = 0;
+    // One batch at a time.
     let mut rewritten_batches = Vec::with_capacity(batches.len());
-    for (n, batch) in batches.iter().enumerate() {
-        if untouched(batch) || undecodable.contains(&n) {
+    for batch in batches {
+        if untouched(batch) {
             rewritten_batches.push(Some(batch.clone()));
             continue;
         }
-        let decoded =
-            records::decode(batch).map_err(|e| format!("batch at {}: {e}", batch.base_offset()))?;
+        let Ok(decoded) = records::decode(batch) else {
+            // Its keys are unknown: kept as it is, never fatal (the cleaner
+            // must not stop, and retry forever, on one bad batch).
+            undecodable += 1;
+            rewritten_batches.push(Some(batch.clone()));
+            continue;
+        };
+        let in_dirty = dirty(batch.base_offset());
         let horizon = records::delete_horizon(batch);
         let tombstones_expire = horizon.is_some_and(|h| now_ms >= h);
         let total = decoded.len();
@@ -294,10 +468,8 @@ pub fn keep_latest(
                 None => true,
                 Some(key) => {
                     let digest = digest(key);
-                    let tombstone_may_go = tombstones_expire
-                        && !in_transactions.contains(&digest)
-                        && !in_transactions.contains(&u128::MAX);
-                    latest.get(&digest) == Some(&r.offset)
+                    let tombstone_may_go = tombstones_expire && map.tombstone_may_go(digest);
+                    map.keeps(digest, r.offset, in_dirty)
                         && !(r.value.is_none() && tombstone_may_go)
                 }
             })
@@ -321,7 +493,6 @@ pub fn keep_latest(
     let mut out: Vec<RecordBatch> = Vec::new();
     // The first offset the next output batch must start at.
     let mut next = first.base_offset();
-    let undecodable = undecodable.len();
     for rewritten in rewritten_batches {
         let Some(rewritten) = rewritten else { continue };
         let start = rewritten.base_offset();

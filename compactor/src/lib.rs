@@ -65,6 +65,10 @@ pub struct CompactionPolicy {
     /// A partition's small chunks in a row merged however small they are,
     /// so its extents stay few.
     pub max_chunks: usize,
+    /// Most keys key compaction maps in one pass (Kafka's
+    /// `log.cleaner.dedupe.buffer.size`): a partition with more keys written
+    /// since it was last cleaned is cleaned in several passes.
+    pub max_cleaner_keys: usize,
 }
 
 impl Default for CompactionPolicy {
@@ -76,6 +80,8 @@ impl Default for CompactionPolicy {
             job_bytes: 128 * 1024 * 1024,
             max_age: Duration::from_secs(300),
             max_chunks: 64,
+            // About 128 MiB of map, as Kafka's default dedupe buffer.
+            max_cleaner_keys: 4_000_000,
         }
     }
 }

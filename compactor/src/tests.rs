@@ -656,3 +656,118 @@ async fn a_leased_job_is_left_to_its_holder() {
         "b must not merge a's partition"
     );
 }
+
+/// Commits one ingest file holding one batch of `records` (key, value) to
+/// `topic`'s partition 0.
+async fn commit_records(s: &Setup, topic: &TopicInfo, records: &[(Option<&str>, Option<&str>)]) {
+    let mut writer = IngestWriter::new();
+    let batch = encode_batch(0, records, Compression::None);
+    let entry = writer.add_chunk(topic.id, 0, std::slice::from_ref(&batch));
+    let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
+    let file = writer.finish();
+    s.store.put(&key, file.clone().into()).await.unwrap();
+    s.meta
+        .commit(Commit {
+            object_key: key.to_string(),
+            object_size: file.len() as u64,
+            batches: vec![CommitBatch {
+                topic_id: topic.id,
+                partition: 0,
+                position: entry.position,
+                length: entry.length,
+                record_count: records.len() as i32,
+                max_timestamp: 1_000,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms: s.meta.clock().await.unwrap(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A compacted partition larger than what key compaction holds at once,
+/// with more keys than its map takes: it is cleaned group by group, over
+/// several passes, into several keyed segments, and ends holding each
+/// key's latest value and nothing else (the 512 MiB limit it replaces left
+/// such a partition uncleaned for ever).
+#[tokio::test]
+async fn a_partition_larger_than_a_group_is_cleaned_in_groups_and_passes() {
+    let s = setup(0).await;
+    let table = s
+        .meta
+        .create_topic(NewTopic {
+            name: "table".into(),
+            partitions: 1,
+            // Tiny records, next to which the empty batches keeping the
+            // offsets tiled weigh much: clean whatever is dirty.
+            configs: [
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("min.cleanable.dirty.ratio".to_string(), "0.01".to_string()),
+            ]
+            .into(),
+        })
+        .await
+        .unwrap();
+    let mut latest = std::collections::BTreeMap::new();
+    let mut offset = 0;
+    for n in 0..40 {
+        let rows: Vec<(String, String)> = (0..5)
+            .map(|i| {
+                let key = format!("k{}", (n * 5 + i) % 16);
+                (key.clone(), format!("{key}:{offset}", offset = offset + i))
+            })
+            .collect();
+        offset += 5;
+        for (k, v) in &rows {
+            latest.insert(k.clone(), v.clone());
+        }
+        let records: Vec<_> = rows
+            .iter()
+            .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
+            .collect();
+        commit_records(&s, &table, &records).await;
+    }
+    let policy = CompactionPolicy {
+        min_extents: 1,
+        // A few batches per group, a batch per extent, 8 keys per pass.
+        max_segment_bytes: 400,
+        extent_bytes: 1,
+        max_cleaner_keys: 8,
+        ..CompactionPolicy::default()
+    };
+    let mut keyed_passes = 0;
+    let mut most_segments = 0;
+    for _ in 0..100 {
+        let done = pass(&s, &policy).await;
+        let plan = s.meta.read_plan(table.id, 0, 0, u64::MAX).await.unwrap();
+        let segments: std::collections::BTreeSet<_> = plan
+            .extents
+            .iter()
+            .filter(|e| floe_storage::keys::is_keyed_segment(&e.object_key))
+            .map(|e| e.object_key.clone())
+            .collect();
+        most_segments = most_segments.max(segments.len());
+        if done.compacted.is_empty() && done.merged.is_empty() {
+            break;
+        }
+        keyed_passes += usize::from(!done.compacted.is_empty());
+    }
+    let values: Vec<String> = read_values(&s, &table)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    let mut want: Vec<String> = latest.into_values().collect();
+    want.sort_by_key(|v| v.split(':').nth(1).unwrap().parse::<i64>().unwrap());
+    assert_eq!(values, want, "each key's latest value, in offset order");
+    assert!(
+        keyed_passes >= 3,
+        "the map's bound made it take passes: {keyed_passes}"
+    );
+    assert!(most_segments >= 2, "groups made segments: {most_segments}");
+    // The offsets still tile the partition: the next offset is where it was.
+    let offsets = s.meta.offsets(table.id, 0).await.unwrap();
+    assert_eq!(offsets.high_watermark, 200);
+}

@@ -507,6 +507,8 @@ async fn simulate(shared: &Shared, settings: Settings) {
             job_bytes: 256 << 10,
             max_age: Duration::from_secs(2),
             max_chunks: 4,
+            // Few, so key compaction cleans in several passes and groups.
+            max_cleaner_keys: 6,
         },
     }));
     for i in 0..settings.agents {
