@@ -33,19 +33,40 @@ def setup(tmp_path):
     return d, users
 
 
-def two_listeners(workdir, certs, users, *extra):
+def two_listeners(workdir, certs, users, *extra, mutual=False):
     """An agent with INTERNAL (PLAINTEXT, at agent.port) and EXTERNAL
-    (SASL_SSL, at agent.external); not started."""
+    (SASL_SSL, at agent.external), and with `mutual` a third, SECURE (SSL
+    asking for client certificates, at agent.secure); not started."""
     workdir.mkdir(exist_ok=True)
     agent = Agent(workdir)
     agent.external = free_port()
+    listeners = f"INTERNAL://127.0.0.1:{agent.port},EXTERNAL://127.0.0.1:{agent.external}"
+    protocols = "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL"
+    more = []
+    if mutual:
+        agent.secure = free_port()
+        listeners += f",SECURE://127.0.0.1:{agent.secure}"
+        protocols += ",SECURE:SSL"
+        more = ["--tls-client-ca", str(certs / "ca.pem")]
     agent.extra_args = [
-        "--listeners", f"INTERNAL://127.0.0.1:{agent.port},EXTERNAL://127.0.0.1:{agent.external}",
-        "--listener-security-protocol-map", "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL",
+        "--listeners", listeners, "--listener-security-protocol-map", protocols,
         "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
-        "--sasl-plain-users", str(users), *extra,
+        "--sasl-plain-users", str(users), *more, *extra,
     ]
     return agent
+
+
+def kcat_metadata(port, *args):
+    """kcat -L against a port: (whether it got metadata, its stderr)."""
+    done = subprocess.run(["kcat", "-L", "-b", f"127.0.0.1:{port}", "-m", "5", *args],
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode == 0, done.stderr
+
+
+def kcat_sasl_ssl(certs, password=PASSWORD):
+    return ["-X", "security.protocol=sasl_ssl", "-X", f"ssl.ca.location={certs / 'ca.pem'}",
+            "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=alice",
+            "-X", f"sasl.password={password}"]
 
 
 def internal(agent):
@@ -93,7 +114,7 @@ def consume(conf, topic, group, want):
 
 def test_each_listener_is_told_its_own_addresses(tmp_path, setup):
     certs, users = setup
-    agent = two_listeners(tmp_path / "a", certs, users).start()
+    agent = two_listeners(tmp_path / "a", certs, users, mutual=True).start()
     try:
         assert brokers(internal(agent)) == [("127.0.0.1", agent.port)]
         assert brokers(external(agent, certs)) == [("127.0.0.1", agent.external)]
@@ -102,17 +123,31 @@ def test_each_listener_is_told_its_own_addresses(tmp_path, setup):
         assert produce(internal(agent), "orders", values) == []
         assert consume(external(agent, certs), "orders", "outside", 50) == values
 
-        # A plaintext client gets nothing from the SASL_SSL listener; a
-        # wrong password is refused there.
-        plain = subprocess.run(["kcat", "-L", "-b", f"127.0.0.1:{agent.external}", "-m", "5"],
-                               capture_output=True, text=True, timeout=60)
-        assert plain.returncode != 0
-        assert brokers(internal(agent)) == [("127.0.0.1", agent.port)]
-        wrong = Producer({**external(agent, certs, "nope"), "message.timeout.ms": 5000})
-        errors = []
-        wrong.produce("orders", b"x", on_delivery=lambda err, _: errors.append(err and err.code()))
-        wrong.flush(15)
-        assert errors and errors[0] is not None
+        # The SASL_SSL listener: alice with her password gets metadata
+        # without a client certificate; a plaintext client, a TLS client
+        # that does not authenticate, and a wrong password get nothing.
+        assert kcat_metadata(agent.external, *kcat_sasl_ssl(certs))[0]
+        assert not kcat_metadata(agent.external)[0]
+        tls_only = ["-X", "security.protocol=ssl", "-X", f"ssl.ca.location={certs / 'ca.pem'}"]
+        assert not kcat_metadata(agent.external, *tls_only)[0]
+        ok, stderr = kcat_metadata(agent.external, *kcat_sasl_ssl(certs, "nope"))
+        assert not ok and "Authentication failed" in stderr, stderr
+        # The PLAINTEXT listener serves no SASL.
+        sasl_plaintext = ["-X", "security.protocol=sasl_plaintext", "-X", "sasl.mechanisms=PLAIN",
+                          "-X", "sasl.username=alice", "-X", f"sasl.password={PASSWORD}"]
+        assert not kcat_metadata(agent.port, *sasl_plaintext)[0]
+        # The SSL listener asks for a client certificate (the SASL_SSL one
+        # did not): refused without one, served with one.
+        assert not kcat_metadata(agent.secure, *tls_only)[0]
+        make_cert(certs, "client", "ca")
+        with_cert = tls_only + ["-X", f"ssl.certificate.location={certs / 'client.pem'}",
+                                "-X", f"ssl.key.location={certs / 'client.key'}"]
+        assert kcat_metadata(agent.secure, *with_cert)[0]
+        ssl_brokers = {"bootstrap.servers": f"127.0.0.1:{agent.secure}",
+                       "security.protocol": "ssl", "ssl.ca.location": str(certs / "ca.pem"),
+                       "ssl.certificate.location": str(certs / "client.pem"),
+                       "ssl.key.location": str(certs / "client.key")}
+        assert brokers(ssl_brokers) == [("127.0.0.1", agent.secure)]
     finally:
         agent.stop()
 
@@ -169,6 +204,15 @@ def test_two_agents_send_clients_within_their_listener(tmp_path, setup, metastor
         # internal one would refuse the SASL_SSL client).
         got = consume(external(agents[0], certs), "spread", "outside", 40)
         assert sorted(got) == sorted(values)
+        # Groups whose coordinators are either agent are named at their
+        # external addresses to clients of the external listener.
+        groups = [f"g{i}" for i in range(8)]
+        for g in groups:
+            assert consume(external(agents[0], certs), "spread", g, 1)
+        outside = AdminClient(external(agents[0], certs))  # kept: its futures need it
+        described = [d.result(timeout=30) for d in outside.describe_consumer_groups(groups).values()]
+        coordinators = {(d.coordinator.host, d.coordinator.port) for d in described}
+        assert coordinators == set(want_external), coordinators
     finally:
         for a in agents:
             a.stop()

@@ -23,7 +23,13 @@ pub const ANNOUNCE_EVERY: Duration = Duration::from_secs(2);
 /// one clients are given). `None`, with a warning, when no peer could dial
 /// the result: a wildcard, or an admin port on loopback while clients are
 /// sent elsewhere.
-pub fn address(config: &Config, advertised_host: &str, admin_port: u16) -> Option<String> {
+/// (`listen_ip` is the agent's first Kafka listener's bind address.)
+pub fn address(
+    config: &Config,
+    advertised_host: &str,
+    listen_ip: std::net::IpAddr,
+    admin_port: u16,
+) -> Option<String> {
     let off = |why: &str| {
         tracing::warn!(
             "the cache ring is off: {why}; set cache_advertise to the host:port other agents reach this one's admin port at"
@@ -48,7 +54,7 @@ pub fn address(config: &Config, advertised_host: &str, admin_port: u16) -> Optio
     } else {
         match config.discovery {
             Discovery::SelfAdvertise => advertised_host.to_string(),
-            Discovery::LoadBalancer => config.listen.ip().to_string(),
+            Discovery::LoadBalancer => listen_ip.to_string(),
         }
     };
     if host
@@ -152,28 +158,34 @@ mod tests {
         let mut c = Config::default();
         // Default: admin on loopback, clients told 127.0.0.1 (one host).
         assert_eq!(
-            address(&c, "127.0.0.1", 9644).as_deref(),
+            address(&c, "127.0.0.1", c.listen.ip(), 9644).as_deref(),
             Some("127.0.0.1:9644")
         );
         // Admin on loopback, clients sent to another host: peers cannot dial it.
-        assert_eq!(address(&c, "10.0.0.5", 9644), None);
+        assert_eq!(address(&c, "10.0.0.5", c.listen.ip(), 9644), None);
         c.admin_listen = "0.0.0.0:9644".parse().unwrap();
         assert_eq!(
-            address(&c, "10.0.0.5", 9644).as_deref(),
+            address(&c, "10.0.0.5", c.listen.ip(), 9644).as_deref(),
             Some("10.0.0.5:9644")
         );
-        assert_eq!(address(&c, "0.0.0.0", 9644), None);
+        assert_eq!(address(&c, "0.0.0.0", c.listen.ip(), 9644), None);
         c.admin_listen = "10.0.0.7:9644".parse().unwrap();
         assert_eq!(
-            address(&c, "10.0.0.5", 9644).as_deref(),
+            address(&c, "10.0.0.5", c.listen.ip(), 9644).as_deref(),
             Some("10.0.0.7:9644")
         );
         c.admin_listen = "[::]:9644".parse().unwrap();
-        assert_eq!(address(&c, "fd00::5", 1).as_deref(), Some("[fd00::5]:1"));
+        assert_eq!(
+            address(&c, "fd00::5", c.listen.ip(), 1).as_deref(),
+            Some("[fd00::5]:1")
+        );
         c.cache_advertise = Some("cache.internal:9700".into());
-        assert_eq!(address(&c, "x", 1).as_deref(), Some("cache.internal:9700"));
+        assert_eq!(
+            address(&c, "x", c.listen.ip(), 1).as_deref(),
+            Some("cache.internal:9700")
+        );
         c.cache_advertise = Some("http://evil/?".into());
-        assert_eq!(address(&c, "x", 1), None);
+        assert_eq!(address(&c, "x", c.listen.ip(), 1), None);
     }
 
     #[test]

@@ -107,7 +107,10 @@ pub async fn known_visible(
     if broker.config.discovery == Discovery::LoadBalancer {
         return Ok(vec![me]);
     }
-    let agents = broker.meta.agents_on(&listener.name).await?;
+    let agents = broker
+        .meta
+        .agents_on(&listener.name, listener.protocol.name())
+        .await?;
     // Ages come from the metastore's clock: this agent's own clock may differ.
     let ttl = broker.config.agent_ttl.as_millis() as i64;
     let live: Vec<&AgentInfo> = agents

@@ -73,6 +73,13 @@ pub struct Listener {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub protocol: SecurityProtocol,
+    /// Whether its TLS asks clients for certificates signed by
+    /// `tls_client_ca` (mutual TLS). Named SSL listeners do when a client
+    /// CA is set; named SASL_SSL listeners authenticate with SASL and do
+    /// not (Kafka applies `ssl.client.auth` to a SASL_SSL listener only
+    /// when set for that listener, KIP-684). The one listener of an agent
+    /// without `listeners` does whatever its protocol, as it always has.
+    pub client_auth: bool,
 }
 
 impl Listener {
@@ -82,15 +89,14 @@ impl Listener {
             name: self.name.clone(),
             host: self.advertised_host.clone(),
             port: self.advertised_port,
+            protocol: self.protocol.name().to_string(),
         }
     }
 
-    /// Whether it asks clients for certificates (mutual TLS): on SSL
-    /// listeners when a client CA is configured. SASL_SSL listeners
-    /// authenticate with SASL and do not (Kafka applies `ssl.client.auth`
-    /// to SASL_SSL listeners only when set for that listener, KIP-684).
-    pub fn asks_client_certificates(&self, config: &Config) -> bool {
-        self.protocol == SecurityProtocol::Ssl && config.tls_client_ca.is_some()
+    /// Whether its clients may be `User:ANONYMOUS`: neither SASL nor a
+    /// client certificate names them.
+    pub fn anonymous(&self) -> bool {
+        !self.protocol.sasl() && !self.client_auth
     }
 }
 
@@ -164,9 +170,19 @@ pub fn resolve(config: &Config) -> anyhow::Result<Vec<Listener>> {
                 advertised_host,
                 advertised_port,
                 protocol,
+                client_auth: protocol.tls() && config.tls_client_ca.is_some(),
             }]
         }
-        false => named(config)?,
+        false => {
+            let listeners = named(config)?;
+            anyhow::ensure!(
+                config.tls_client_ca.is_none() || listeners.iter().any(|l| l.client_auth),
+                "tls_client_ca asks clients of SSL listeners for certificates, and no listener \
+                 is SSL (SASL_SSL listeners authenticate with SASL, as Kafka's without a \
+                 listener's own ssl.client.auth)"
+            );
+            listeners
+        }
     };
     let tls = listeners.iter().any(|l| l.protocol.tls());
     let sasl = listeners.iter().any(|l| l.protocol.sasl());
@@ -177,15 +193,6 @@ pub fn resolve(config: &Config) -> anyhow::Result<Vec<Listener>> {
     anyhow::ensure!(
         !sasl || !config.sasl_mechanisms().is_empty(),
         "SASL_PLAINTEXT and SASL_SSL listeners need sasl_mechanisms (or sasl_plain_users)"
-    );
-    anyhow::ensure!(
-        config.tls_client_ca.is_none()
-            || listeners
-                .iter()
-                .any(|l| l.protocol == SecurityProtocol::Ssl),
-        "tls_client_ca asks clients of SSL listeners for certificates, and no listener is SSL \
-         (SASL_SSL listeners authenticate with SASL, as Kafka's without a listener's own \
-         ssl.client.auth)"
     );
     Ok(listeners)
 }
@@ -216,14 +223,20 @@ fn named(config: &Config) -> anyhow::Result<Vec<Listener>> {
         })?;
         protocols.push((name.trim().to_ascii_uppercase(), protocol));
     }
-    // As Kafka's default map: a listener named as a protocol speaks it.
+    // Kafka's default map names each protocol as itself; a map given
+    // replaces it, as in Kafka.
+    if protocols.is_empty() {
+        protocols = SecurityProtocol::ALL
+            .into_iter()
+            .map(|p| (p.name().to_string(), p))
+            .collect();
+    }
     let protocol_of = |name: &str| {
         protocols
             .iter()
             .rev()
             .find(|(n, _)| n == name)
             .map(|(_, p)| *p)
-            .or_else(|| SecurityProtocol::parse(name))
     };
     let mut advertised = Vec::new();
     for entry in &config.advertised_listeners {
@@ -249,8 +262,8 @@ fn named(config: &Config) -> anyhow::Result<Vec<Listener>> {
         })?;
         let bind = bind_address(&host, port)?;
         anyhow::ensure!(
-            !listeners.iter().any(|l| l.bind.port() == bind.port()),
-            "two listeners on port {port}"
+            !listeners.iter().any(|l| l.bind == bind),
+            "two listeners on {bind}"
         );
         let (advertised_host, advertised_port) =
             match advertised.iter().find(|(n, _, _)| *n == name) {
@@ -271,8 +284,18 @@ fn named(config: &Config) -> anyhow::Result<Vec<Listener>> {
             advertised_host,
             advertised_port: i32::from(advertised_port),
             protocol,
+            client_auth: protocol == SecurityProtocol::Ssl && config.tls_client_ca.is_some(),
         });
     }
+    // `listen` has a default, so it cannot be told apart from unset: one
+    // set to anything else must be one of the listeners, or it would be
+    // silently ignored.
+    anyhow::ensure!(
+        config.listen == Config::default().listen
+            || listeners.iter().any(|l| l.bind == config.listen),
+        "listen ({}) is replaced by listeners, and none binds it",
+        config.listen
+    );
     if let Some((name, _, _)) = advertised
         .iter()
         .find(|(n, _, _)| !listeners.iter().any(|l| l.name == *n))
@@ -307,12 +330,18 @@ mod tests {
                 "EXTERNAL://kafka-1.example.com:19094",
                 "SSL://10.0.0.1:9095",
             ],
-            &["INTERNAL:PLAINTEXT", "EXTERNAL:sasl_ssl"],
+            &["INTERNAL:PLAINTEXT", "EXTERNAL:sasl_ssl", "SSL:SSL"],
         );
         c.tls_cert = Some("c.pem".into());
         c.tls_key = Some("k.pem".into());
         c.sasl_mechanisms = vec!["SCRAM-SHA-512".into()];
+        c.tls_client_ca = Some("ca.pem".into());
         let got = resolve(&c).unwrap();
+        assert_eq!(
+            got.iter().map(|l| l.client_auth).collect::<Vec<_>>(),
+            vec![false, false, true],
+            "client certificates on the SSL listener only"
+        );
         let summary: Vec<_> = got
             .iter()
             .map(|l| {
@@ -396,8 +425,16 @@ mod tests {
         );
         refused(
             config(&["PLAINTEXT://127.0.0.1:1", "SSL://127.0.0.1:1"], &[], &[]),
-            "port 1",
+            "two listeners on 127.0.0.1:1",
         );
+        // A map given replaces Kafka's default one.
+        refused(
+            config(&["SSL://127.0.0.1:1"], &[], &["A:PLAINTEXT"]),
+            "no security protocol",
+        );
+        let mut elsewhere = config(&["PLAINTEXT://127.0.0.1:1"], &[], &[]);
+        elsewhere.listen = "127.0.0.1:2".parse().unwrap();
+        refused(elsewhere, "replaced by listeners");
         refused(
             config(&["PLAINTEXT://:9092"], &[], &[]),
             "advertised_listeners",
@@ -435,7 +472,11 @@ mod tests {
         mutual.tls_client_ca = Some("ca.pem".into());
         mutual.sasl_mechanisms = vec!["PLAIN".into()];
         mutual.sasl_plain_users = Some("users".into());
-        refused(mutual, "no listener is SSL");
+        refused(mutual.clone(), "no listener is SSL");
+        // Without listeners, the one SASL_SSL listener asks for client
+        // certificates with tls_client_ca, as it always has.
+        mutual.listeners.clear();
+        assert!(resolve(&mutual).unwrap()[0].client_auth);
         refused(config(&[], &["PLAINTEXT://h:1"], &[]), "go with listeners");
     }
 }

@@ -636,8 +636,16 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(metered(store, metrics.clone()));
         let serves_kafka = config.roles.contains(&Role::Kafka);
         // Only agents that serve clients are advertised to them.
+        // Every listener bound, and its TLS loaded, before the agent is
+        // advertised to clients (jobs only: no Kafka listener).
+        let listeners: Vec<_> = floe_agent::listeners::resolve(&config)?.into_iter().map(Arc::new).collect();
+        let bound = match serves_kafka {
+            true => bind_listeners(&config, &listeners).await?,
+            false => Vec::new(),
+        };
+        warn_if_anonymous_is_super(&config, &listeners);
         if serves_kafka && config.discovery == Discovery::SelfAdvertise {
-            let listeners: Vec<_> = floe_agent::listeners::resolve(&config)?.iter().map(|l| l.endpoint()).collect();
+            let listeners: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
             config.node_id = discovery::register(meta.as_ref(), listeners.clone(), config.zone.clone())
                 .await
                 .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))?;
@@ -658,7 +666,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         let admin_port = admin.local_addr()?.port();
         let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics).await?);
         let cache_address = (serves_kafka && broker.config.cache_ring)
-            .then(|| floe_agent::cache_ring::address(&broker.config, &broker.advertised_host, admin_port))
+            .then(|| floe_agent::cache_ring::address(&broker.config, &broker.advertised_host, broker.listeners[0].bind.ip(), admin_port))
             .flatten();
         let serves_blocks = cache_address.is_some();
         if let Some(address) = cache_address {
@@ -676,20 +684,18 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         if broker.config.roles.contains(&Role::Jobs) {
             tokio::spawn(floe_agent::txn_timeouts::run(broker.clone()));
         }
-        // Jobs only: no Kafka listener.
-        let listeners = match serves_kafka {
-            true => bind_listeners(&broker).await?,
-            false => Vec::new(),
-        };
-        for (listener, _, _) in &listeners {
+        for (listener, _, _) in &bound {
             tracing::info!(listener = %listener.name, protocol = listener.protocol.name(), listen = %listener.bind,
                 advertised = %format!("{}:{}", listener.advertised_host, listener.advertised_port), "Kafka listener");
         }
         tracing::info!(%object_store, metastore = %meta_name, roles = ?broker.config.roles, "floe agent ready");
         tracing::info!(admin = %admin_listen, "admin endpoint ready: /metrics /healthz /readyz");
-        let open = Arc::new(floe_agent::server::Open::default());
-        let serving = futures::future::try_join_all(listeners.into_iter().map(|(listener, socket, tls)| {
-            floe_agent::server::serve(socket, listener, broker.clone(), tls, open.clone())
+        // Connection limits hold per listener (as Kafka's
+        // listener.name.<name>.max.connections), so a crowd on a public
+        // listener does not lock clients out of an internal one.
+        let serving = futures::future::try_join_all(bound.into_iter().map(|(listener, socket, tls)| {
+            let open = Arc::new(floe_agent::server::Open::default());
+            floe_agent::server::serve(socket, listener, broker.clone(), tls, open)
         }));
         tokio::select! {
             served = async {
@@ -714,40 +720,44 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
     })
 }
 
-/// Binds every Kafka listener, each with its TLS (reloaded when its files
-/// change): SSL listeners ask for client certificates when a client CA is
-/// set, SASL_SSL ones do not (see `Listener::asks_client_certificates`).
+/// A Kafka listener, bound, with its TLS if it speaks TLS (reloaded when
+/// its files change).
+type Bound = (
+    Arc<floe_agent::listeners::Listener>,
+    tokio::net::TcpListener,
+    Option<Arc<floe_agent::tls::Tls>>,
+);
+
+/// Binds every Kafka listener, with its TLS when its protocol speaks it:
+/// with the client CA when it asks for client certificates (see
+/// `Listener::client_auth`).
 async fn bind_listeners(
-    broker: &floe_agent::broker::Broker,
-) -> anyhow::Result<
-    Vec<(
-        Arc<floe_agent::listeners::Listener>,
-        tokio::net::TcpListener,
-        Option<Arc<floe_agent::tls::Tls>>,
-    )>,
-> {
+    config: &Config,
+    listeners: &[Arc<floe_agent::listeners::Listener>],
+) -> anyhow::Result<Vec<Bound>> {
     let mut tls_of = std::collections::HashMap::new();
     let mut bound = Vec::new();
-    for listener in &broker.listeners {
-        let tls = match (listener.protocol.tls(), broker.config.tls_files()) {
+    for listener in listeners {
+        let tls = match (listener.protocol.tls(), config.tls_files()) {
+            (false, _) => None,
+            // Refused by `listeners::resolve`; never served in plaintext.
+            (true, None) => anyhow::bail!("listener {} speaks TLS without tls_cert", listener.name),
             (true, Some(mut files)) => {
-                let mutual = listener.asks_client_certificates(&broker.config);
-                if !mutual {
+                if !listener.client_auth {
                     files.client_ca = None;
                 }
-                match tls_of.get(&mutual) {
+                match tls_of.get(&listener.client_auth) {
                     Some(tls) => Some(Arc::clone(tls)),
                     None => {
                         let tls = floe_agent::tls::Tls::load(files).map_err(|e| {
                             anyhow::anyhow!("TLS for the Kafka listener {}: {e:#}", listener.name)
                         })?;
                         tokio::spawn(tls.clone().watch());
-                        tls_of.insert(mutual, tls.clone());
+                        tls_of.insert(listener.client_auth, tls.clone());
                         Some(tls)
                     }
                 }
             }
-            _ => None,
         };
         let socket = tokio::net::TcpListener::bind(listener.bind)
             .await
@@ -761,6 +771,25 @@ async fn bind_listeners(
         bound.push((listener.clone(), socket, tls));
     }
     Ok(bound)
+}
+
+/// `User:ANONYMOUS` as a super user is meant for a trusted plaintext
+/// listener; on an agent where clients of another listener are anonymous
+/// too (an SSL one without client certificates, a second plaintext one),
+/// they would be super users as well.
+fn warn_if_anonymous_is_super(config: &Config, listeners: &[Arc<floe_agent::listeners::Listener>]) {
+    let anonymous: Vec<_> = listeners.iter().filter(|l| l.anonymous()).collect();
+    let risky = anonymous.len() > 1 || anonymous.iter().any(|l| l.protocol.tls());
+    if config.acls
+        && risky
+        && config
+            .super_users
+            .iter()
+            .any(|u| u == floe_agent::authorizer::ANONYMOUS)
+    {
+        let names: Vec<_> = anonymous.iter().map(|l| l.name.as_str()).collect();
+        tracing::warn!(listeners = ?names, "User:ANONYMOUS is a super user, and the clients of each of these listeners are anonymous: all of them may do anything");
+    }
 }
 
 async fn shutdown_signal() {

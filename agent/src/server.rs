@@ -226,6 +226,11 @@ where
     let mut last_reauth: Option<Instant> = None;
     // SASL on this listener's connections only.
     let sasl = broker.sasl.clone().filter(|_| listener.protocol.sasl());
+    if listener.protocol.sasl() && sasl.is_none() {
+        // Refused at start (`listeners::resolve`); never served open.
+        tracing::error!(listener = %listener.name, "a SASL listener without SASL mechanisms; closing");
+        return close(&mut write, stall).await;
+    }
     if let Some(auth) = &sasl {
         // Until authenticated, small frames from a budget of their own: a
         // crowd of clients that never authenticate cannot take the memory

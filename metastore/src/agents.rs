@@ -22,20 +22,28 @@ pub struct AgentInfo {
 }
 
 /// One of an agent's listeners as clients are told about it (Kafka's
-/// `advertised.listeners` entry): a client that came in on the listener
-/// `name` is only ever sent `host:port` addresses of that name.
+/// `advertised.listeners` entry, with its security protocol as Kafka's
+/// broker registration has it): a client that came in on the listener
+/// `name` is only ever sent `host:port` addresses of that name and protocol.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenerEndpoint {
     pub name: String,
     pub host: String,
     pub port: i32,
+    /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    pub protocol: String,
 }
+
+/// Kafka's security protocols, which are also the names of listeners
+/// nobody named (an agent's one listener, before agents had several).
+pub const SECURITY_PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
 
 /// Most listeners one agent registers, and the longest name and host the
 /// state keeps (a registration is a log entry: its size is bounded).
 pub const MAX_LISTENERS: usize = 16;
 pub const MAX_LISTENER_NAME_BYTES: usize = 64;
 pub const MAX_HOST_BYTES: usize = 255;
+pub const MAX_ZONE_BYTES: usize = 255;
 
 /// Why a registration's listeners are refused, if they are.
 pub fn check_listeners(listeners: &[ListenerEndpoint]) -> Result<(), String> {
@@ -43,9 +51,19 @@ pub fn check_listeners(listeners: &[ListenerEndpoint]) -> Result<(), String> {
         return Err(format!("an agent has 1 to {MAX_LISTENERS} listeners"));
     }
     for (i, l) in listeners.iter().enumerate() {
-        if l.name.is_empty() || l.name.len() > MAX_LISTENER_NAME_BYTES {
+        let name_chars = |c: char| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_';
+        if l.name.is_empty()
+            || l.name.len() > MAX_LISTENER_NAME_BYTES
+            || !l.name.chars().all(name_chars)
+        {
             return Err(format!(
-                "listener names have 1 to {MAX_LISTENER_NAME_BYTES} bytes"
+                "listener names are 1 to {MAX_LISTENER_NAME_BYTES} of A-Z, 0-9 and _"
+            ));
+        }
+        if !SECURITY_PROTOCOLS.contains(&l.protocol.as_str()) {
+            return Err(format!(
+                "listener {}: no security protocol {:?}",
+                l.name, l.protocol
             ));
         }
         if l.host.is_empty() || l.host.len() > MAX_HOST_BYTES {
@@ -152,20 +170,26 @@ impl Agents {
             .collect()
     }
 
-    /// The agents a client of the listener `name` is told about, each at
-    /// its address on that listener, as Kafka's brokers answer by the
-    /// listener a request came in on. An agent without such a listener is
-    /// left out (a Kafka broker missing a listener is not in that
-    /// listener's metadata); one that registered before listeners were
-    /// recorded is listed at its one address, so a rolling upgrade keeps
-    /// every agent visible.
-    pub fn list_on(&self, name: &str, now_ms: i64) -> Vec<AgentInfo> {
+    /// The agents a client of the listener `name` (speaking `protocol`) is
+    /// told about, each at its address on that listener, as Kafka's brokers
+    /// answer by the listener a request came in on. An agent without such
+    /// a listener, or whose listener of that name speaks another protocol,
+    /// is left out (a Kafka broker missing a listener is not in that
+    /// listener's metadata). One that registered before listeners were
+    /// recorded had one listener, named by its protocol: it is listed at
+    /// its one address on a listener named by the same protocol, so a
+    /// rolling upgrade keeps agents of the default configuration visible
+    /// to each other, and never shows it to clients of a named listener.
+    pub fn list_on(&self, name: &str, protocol: &str, now_ms: i64) -> Vec<AgentInfo> {
+        let unnamed = name == protocol && SECURITY_PROTOCOLS.contains(&name);
         self.list(now_ms)
             .into_iter()
             .filter_map(|mut a| match self.listeners.get(&a.node_id) {
-                None => Some(a),
+                None => unnamed.then_some(a),
                 Some(listeners) => {
-                    let l = listeners.iter().find(|l| l.name == name)?;
+                    let l = listeners
+                        .iter()
+                        .find(|l| l.name == name && l.protocol == protocol)?;
                     a.host.clone_from(&l.host);
                     a.port = l.port;
                     Some(a)
@@ -202,10 +226,15 @@ mod tests {
     }
 
     fn listener(name: &str, host: &str, port: i32) -> ListenerEndpoint {
+        let protocol = match name {
+            "EXTERNAL" => "SASL_SSL",
+            _ => "PLAINTEXT",
+        };
         ListenerEndpoint {
             name: name.into(),
             host: host.into(),
             port,
+            protocol: protocol.into(),
         }
     }
 
@@ -219,30 +248,32 @@ mod tests {
         let a = agents.register("10.0.0.1".into(), 9092, None, Some(both), 0);
         let internal_only = vec![listener("INTERNAL", "10.0.0.2", 9092)];
         let b = agents.register("10.0.0.2".into(), 9092, None, Some(internal_only), 0);
-        // Registered before listeners were recorded: listed on every one.
+        // Registered before listeners were recorded: one listener, named
+        // by its protocol.
         let c = agents.register("10.0.0.3".into(), 9092, None, None, 0);
-        let on = |agents: &Agents, name: &str| -> Vec<(i32, String, i32)> {
-            let listed = agents.list_on(name, 0).into_iter();
+        let plain = vec![listener("PLAINTEXT", "10.0.0.4", 9092)];
+        let d = agents.register("10.0.0.4".into(), 9092, None, Some(plain), 0);
+        let on = |agents: &Agents, name: &str, protocol: &str| -> Vec<(i32, String, i32)> {
+            let listed = agents.list_on(name, protocol, 0).into_iter();
             listed.map(|a| (a.node_id, a.host, a.port)).collect()
         };
         assert_eq!(
-            on(&agents, "EXTERNAL"),
-            vec![
-                (a, "kafka-1.example.com".into(), 9094),
-                (c, "10.0.0.3".into(), 9092)
-            ]
+            on(&agents, "EXTERNAL", "SASL_SSL"),
+            vec![(a, "kafka-1.example.com".into(), 9094)]
+        );
+        assert_eq!(on(&agents, "EXTERNAL", "SSL"), vec![], "another protocol");
+        assert_eq!(
+            on(&agents, "INTERNAL", "PLAINTEXT"),
+            vec![(a, "10.0.0.1".into(), 9092), (b, "10.0.0.2".into(), 9092)]
         );
         assert_eq!(
-            on(&agents, "INTERNAL"),
-            vec![
-                (a, "10.0.0.1".into(), 9092),
-                (b, "10.0.0.2".into(), 9092),
-                (c, "10.0.0.3".into(), 9092)
-            ]
+            on(&agents, "PLAINTEXT", "PLAINTEXT"),
+            vec![(c, "10.0.0.3".into(), 9092), (d, "10.0.0.4".into(), 9092)]
         );
         // Re-registering without listeners (an older agent binary) forgets them.
         agents.register("10.0.0.1".into(), 9092, None, None, 1);
-        assert_eq!(on(&agents, "EXTERNAL").len(), 2);
+        assert_eq!(on(&agents, "EXTERNAL", "SASL_SSL").len(), 0);
+        assert_eq!(on(&agents, "PLAINTEXT", "PLAINTEXT").len(), 3);
         // A forgotten agent's listeners go with it.
         agents.register("10.0.0.9".into(), 9092, None, None, FORGET_AFTER_MS + 100);
         assert_eq!(agents.listeners.len(), 0);
@@ -251,6 +282,10 @@ mod tests {
     #[test]
     fn listeners_are_bounded() {
         assert!(check_listeners(&[listener("A", "h", 1)]).is_ok());
+        assert!(check_listeners(&[listener("a", "h", 1)]).is_err());
+        let mut unknown = listener("A", "h", 1);
+        unknown.protocol = "TLS".into();
+        assert!(check_listeners(&[unknown]).is_err());
         assert!(check_listeners(&[]).is_err());
         assert!(check_listeners(&[listener("A", "h", 1), listener("A", "g", 2)]).is_err());
         assert!(check_listeners(&[listener("", "h", 1)]).is_err());

@@ -343,8 +343,8 @@ metastore_api! {
     ) -> RegisterAgentListeners {
         RegisterAgentListeners { host, port, zone, listeners, now_ms }
     }
-    read fn agents_on(listener: &str) -> ListAgentsOn {
-        ListAgentsOn { listener: listener.to_string() }
+    read fn agents_on(listener: &str, protocol: &str) -> ListAgentsOn {
+        ListAgentsOn { listener: listener.to_string(), protocol: protocol.to_string() }
     }
 }
 

@@ -245,6 +245,7 @@ async fn agents_are_listed_by_listener(m: &dyn Metastore) {
         name: name.into(),
         host: host.into(),
         port,
+        protocol: "SSL".into(),
     };
     let listeners = vec![
         endpoint("INTERNAL", "10.1.0.1", 9092),
@@ -255,7 +256,7 @@ async fn agents_are_listed_by_listener(m: &dyn Metastore) {
         .await
         .unwrap();
     let on = |name: &'static str| async move {
-        let listed = m.agents_on(name).await.unwrap().into_iter();
+        let listed = m.agents_on(name, "SSL").await.unwrap().into_iter();
         listed
             .map(|a| (a.node_id, a.host, a.port))
             .collect::<Vec<_>>()
@@ -273,6 +274,13 @@ async fn agents_are_listed_by_listener(m: &dyn Metastore) {
     let elsewhere = m.register_agent_listeners("10.1.0.2".into(), 9092, None, listeners, 3);
     assert!(matches!(
         elsewhere.await,
+        Err(MetaError::Refused(Refusal::InvalidConfig(_)))
+    ));
+    let zone = Some("z".repeat(256));
+    let one = vec![endpoint("INTERNAL", "10.1.0.1", 9092)];
+    let long_zone = m.register_agent_listeners("10.1.0.1".into(), 9092, zone, one, 3);
+    assert!(matches!(
+        long_zone.await,
         Err(MetaError::Refused(Refusal::InvalidConfig(_)))
     ));
     let twice = vec![endpoint("A", "10.1.0.3", 1), endpoint("A", "10.1.0.3", 2)];

@@ -500,11 +500,13 @@ fn listeners_sample() -> Vec<crate::agents::ListenerEndpoint> {
             name: "INTERNAL".into(),
             host: "10.0.0.5".into(),
             port: 9092,
+            protocol: "PLAINTEXT".into(),
         },
         crate::agents::ListenerEndpoint {
             name: "EXTERNAL".into(),
             host: "kafka-5.example.com".into(),
             port: 9094,
+            protocol: "SASL_SSL".into(),
         },
     ]
 }
@@ -1038,12 +1040,14 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
                 name: "INTERNAL".into(),
                 host: "10.0.0.6".into(),
                 port: 9092,
+                protocol: "PLAINTEXT".into(),
             }],
             now_ms: 10,
         }
         .into(),
         ListAgentsOn {
             listener: "EXTERNAL".into(),
+            protocol: "SASL_SSL".into(),
         }
         .into(),
     ];

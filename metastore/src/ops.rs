@@ -240,6 +240,7 @@ pub struct RegisterAgentListeners {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListAgentsOn {
     pub listener: String,
+    pub protocol: String,
 }
 
 /// An agent is alive; answers false if it is not registered.

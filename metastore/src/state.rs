@@ -1838,8 +1838,9 @@ impl State {
     }
 
     /// As [`State::agents`], at their addresses on `listener`.
-    pub fn agents_on(&self, listener: &str, now_ms: i64) -> Vec<AgentInfo> {
-        self.agents.list_on(listener, now_ms.max(self.clock_ms))
+    pub fn agents_on(&self, listener: &str, protocol: &str, now_ms: i64) -> Vec<AgentInfo> {
+        self.agents
+            .list_on(listener, protocol, now_ms.max(self.clock_ms))
     }
 
     pub fn groups(&self) -> &Groups {
@@ -1976,6 +1977,16 @@ impl Apply for RegisterAgentListeners {
     type Output = i32;
     fn apply(self, state: &mut State) -> Result<i32, Refusal> {
         crate::agents::check_listeners(&self.listeners).map_err(Refusal::InvalidConfig)?;
+        if self
+            .zone
+            .as_ref()
+            .is_some_and(|z| z.len() > crate::agents::MAX_ZONE_BYTES)
+        {
+            return Err(Refusal::InvalidConfig(format!(
+                "zones have at most {} bytes",
+                crate::agents::MAX_ZONE_BYTES
+            )));
+        }
         let first = &self.listeners[0];
         if (first.host.as_str(), first.port) != (self.host.as_str(), self.port) {
             return Err(Refusal::InvalidConfig(
@@ -2617,7 +2628,7 @@ impl Query for ClientMetricsIfChanged {
 impl Query for ListAgentsOn {
     type Output = Vec<AgentInfo>;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
-        Ok(state.agents_on(&self.listener, now_ms))
+        Ok(state.agents_on(&self.listener, &self.protocol, now_ms))
     }
 }
 

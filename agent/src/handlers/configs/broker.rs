@@ -53,16 +53,46 @@ const STATIC_KEYS: &[StaticKey] = &[
     StaticKey {
         name: "listeners",
         kind: Type::String,
-        doc: "The Kafka listener (`listen`, with `tls_cert` and SASL settings).",
-        value: |c| Some(format!("{}://{}", protocol(c), c.listen)),
+        doc: "The Kafka listeners (`listeners`, or `listen` with `tls_cert` and SASL settings).",
+        value: |c| {
+            Some(match c.listeners.is_empty() {
+                true => format!("{}://{}", protocol(c), c.listen),
+                false => c.listeners.join(","),
+            })
+        },
     },
     StaticKey {
         name: "advertised.listeners",
         kind: Type::String,
-        doc: "The address clients are told to connect to (`advertise`).",
+        doc: "The addresses clients are told to connect to (`advertised_listeners`, or `advertise`).",
         value: |c| {
-            let at = c.advertise.clone().unwrap_or_else(|| c.listen.to_string());
-            Some(format!("{}://{at}", protocol(c)))
+            if c.listeners.is_empty() {
+                let at = c.advertise.clone().unwrap_or_else(|| c.listen.to_string());
+                return Some(format!("{}://{at}", protocol(c)));
+            }
+            let name = |entry: &str| entry.split("://").next().unwrap_or("").to_ascii_uppercase();
+            let told = c.listeners.iter().map(|listener| {
+                c.advertised_listeners
+                    .iter()
+                    .find(|advertised| name(advertised) == name(listener))
+                    .unwrap_or(listener)
+                    .as_str()
+            });
+            Some(told.collect::<Vec<_>>().join(","))
+        },
+    },
+    StaticKey {
+        name: "listener.security.protocol.map",
+        kind: Type::String,
+        doc: "Each listener's security protocol (`listener_security_protocol_map`).",
+        value: |c| {
+            Some(match c.listener_security_protocol_map.is_empty() {
+                true => {
+                    "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+                        .to_string()
+                }
+                false => c.listener_security_protocol_map.join(","),
+            })
         },
     },
     StaticKey {
