@@ -79,6 +79,8 @@ impl Background {
                 max_segment_bytes: config.segment_bytes.as_u64(),
                 max_age: config.compaction_max_age,
                 job_bytes: config.compaction_job_bytes.as_u64(),
+                // Key compaction holds a job's worth at once too.
+                keyed_group_bytes: config.compaction_job_bytes.as_u64(),
                 ..CompactionPolicy::default()
             },
             gc: Gc::new(config.gc_grace),

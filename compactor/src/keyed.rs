@@ -121,15 +121,23 @@ pub async fn compact_keys(
         return Ok(None);
     }
     let job = format!("compact/{}/{partition}", topic.id);
-    leased(worker, meta, job, async {
+    leased(worker, meta, job.clone(), async {
         let (all, stable) = stable_partition(meta, topic.id, partition).await?;
         let Some(run) = cleanable(all, topic, now_ms, stable) else {
             return Ok(None);
         };
-        clean(
-            store, meta, topic, partition, policy, run, now_ms, counters, ids,
-        )
-        .await
+        let cleaner = Cleaner {
+            store,
+            meta,
+            topic,
+            partition,
+            policy,
+            now_ms,
+            counters,
+            ids,
+            lease: worker.map(|w| (w, job.as_str())),
+        };
+        cleaner.clean(run).await
     })
     .await
 }
@@ -191,126 +199,164 @@ fn by_extent<'a>(
     })
 }
 
-/// Key-compacts `run` in groups (see the module's doc); what was swapped
-/// in, if anything.
-#[allow(clippy::too_many_arguments)]
-async fn clean(
-    store: &Arc<dyn ObjectStore>,
-    meta: &Arc<dyn Metastore>,
-    topic: &TopicInfo,
-    partition: i32,
-    policy: &CompactionPolicy,
-    mut run: Vec<ExtentRef>,
-    now_ms: i64,
-    counters: &Counters,
-    ids: &dyn Ids,
-) -> Result<Option<Compacted>, CompactError> {
-    // Pass 1: the map, extent by extent, until it is full. The first dirty
-    // extent is always taken, so every pass moves on.
-    let mut map = KeyMap::default();
-    let mut mapped = 0;
-    let mut dirty_mapped = false;
-    let mut read_once = None;
-    let whole = groups(&run, policy.max_segment_bytes);
-    'mapping: for group in &whole {
-        let batches = read_run(store, group).await?;
-        for (extent, batches) in by_extent(group, &batches) {
-            let dirty = is_dirty(extent);
-            if dirty && dirty_mapped && map.keys() >= policy.max_cleaner_keys {
-                break 'mapping;
+/// One key compaction of a partition (see the module's doc).
+pub(crate) struct Cleaner<'a> {
+    pub(crate) store: &'a Arc<dyn ObjectStore>,
+    pub(crate) meta: &'a Arc<dyn Metastore>,
+    pub(crate) topic: &'a TopicInfo,
+    pub(crate) partition: i32,
+    pub(crate) policy: &'a CompactionPolicy,
+    pub(crate) now_ms: i64,
+    pub(crate) counters: &'a Counters,
+    pub(crate) ids: &'a dyn Ids,
+    /// The job's lease, renewed before each group (a partition of any
+    /// size may take longer than one lease).
+    pub(crate) lease: Option<(&'a Worker, &'a str)>,
+}
+
+impl Cleaner<'_> {
+    /// Key-compacts `run` (keyed segments first, then what was written
+    /// since): what was swapped in, if anything.
+    pub(crate) async fn clean(
+        &self,
+        mut run: Vec<ExtentRef>,
+    ) -> Result<Option<Compacted>, CompactError> {
+        let group_bytes = self.policy.keyed_group_bytes;
+        // Everything from the first extent written since the last cleaning
+        // on is dirty (keyed segments only ever form a prefix; were one to
+        // follow, taking it as dirty keeps its records by the map).
+        let dirty_from = run.iter().position(is_dirty).unwrap_or(run.len());
+        let dirty_offset = run.get(dirty_from).map_or(i64::MAX, |e| e.base_offset);
+        // Pass 1: the dirty part's keys, extent by extent, until the map is
+        // full. The first dirty extent is always taken, so every pass
+        // moves on.
+        let mut map = KeyMap::default();
+        let mut mapped = dirty_from;
+        let mut read_once = None;
+        let dirty_groups = groups(&run[dirty_from..], group_bytes);
+        'mapping: for group in &dirty_groups {
+            let batches = read_run(self.store, group).await?;
+            for (_, batches) in by_extent(group, &batches) {
+                if mapped > dirty_from && map.latest.len() >= self.policy.max_cleaner_keys {
+                    break 'mapping;
+                }
+                map.add_latest(batches);
+                mapped += 1;
             }
-            map.add(batches, dirty);
-            dirty_mapped |= dirty;
-            mapped += 1;
+            if dirty_from == 0 && dirty_groups.len() == 1 {
+                read_once = Some(batches);
+            }
         }
-        if whole.len() == 1 {
-            read_once = Some(batches);
+        if mapped < run.len() {
+            tracing::info!(topic = %self.topic.name, partition = self.partition,
+                keys = map.latest.len(), cleaned_to = run[mapped - 1].last_offset,
+                "the cleaner's map is full; the rest of the partition waits for the next pass");
+            run.truncate(mapped);
+            read_once = None;
         }
+        // Pass 2: each group rewritten into its own segment, in offset
+        // order, learning the keys transactional records hold as it goes
+        // (only those older than a tombstone, or beside it, keep it).
+        let mut done: Option<Compacted> = None;
+        for group in groups(&run, group_bytes) {
+            if let Some((worker, job)) = self.lease
+                && !worker.lease(self.meta, job).await?
+            {
+                tracing::info!(%job, "lost the key compaction lease; the rest waits");
+                break;
+            }
+            let batches = match read_once.take() {
+                Some(batches) => batches,
+                None => read_run(self.store, group).await?,
+            };
+            map.add_transactional(&batches, self.policy.max_cleaner_keys);
+            let Some(swapped) = self.rewrite(group, &batches, &map, dirty_offset).await? else {
+                // A lost swap: the partition changed; what is left waits.
+                break;
+            };
+            done = Some(match done {
+                None => swapped,
+                Some(before) => Compacted {
+                    segment_key: before.segment_key,
+                    extents: before.extents + swapped.extents,
+                    bytes: before.bytes + swapped.bytes,
+                    base_offset: before.base_offset,
+                    last_offset: swapped.last_offset,
+                },
+            });
+        }
+        Ok(done)
     }
-    if mapped < run.len() {
-        tracing::info!(topic = %topic.name, partition, keys = map.keys(),
-            cleaned_to = run[mapped - 1].last_offset,
-            "the cleaner's map is full; the rest of the partition waits for the next pass");
-        run.truncate(mapped);
-        read_once = None;
-    }
-    // Pass 2: each group rewritten into its own segment, in offset order.
-    let mut done: Option<Compacted> = None;
-    for group in groups(&run, policy.max_segment_bytes) {
-        let batches = match read_once.take() {
-            Some(batches) => batches,
-            None => read_run(store, group).await?,
-        };
+
+    /// Rewrites one group's `batches` by `map` into a keyed segment and
+    /// swaps it in for the group.
+    async fn rewrite(
+        &self,
+        group: &[ExtentRef],
+        batches: &[RecordBatch],
+        map: &KeyMap,
+        dirty_offset: i64,
+    ) -> Result<Option<Compacted>, CompactError> {
         let last_offset = group[group.len() - 1].last_offset;
-        let dirty_from = |offset: i64| {
-            group
-                .iter()
-                .find(|e| offset <= e.last_offset)
-                .is_some_and(is_dirty)
-        };
         let kept = keep_latest_with(
-            &map,
-            &batches,
-            &dirty_from,
-            topic.config().delete_retention_ms,
-            now_ms,
+            map,
+            batches,
+            &|offset| offset >= dirty_offset,
+            self.topic.config().delete_retention_ms,
+            self.now_ms,
             last_offset,
         )
         .map_err(|e| corrupt(&group[0], e))?;
-        drop(batches);
         if kept.undecodable > 0 {
-            counters.undecodable_batches.inc_by(kept.undecodable as u64);
-            tracing::warn!(topic = %topic.name, partition, batches = kept.undecodable,
+            self.counters
+                .undecodable_batches
+                .inc_by(kept.undecodable as u64);
+            tracing::warn!(topic = %self.topic.name, partition = self.partition,
+                batches = kept.undecodable,
                 "key compaction kept batches it could not decode as they were");
         }
+        // Only a horizon still ahead schedules a pass: a tombstone kept past
+        // its own (a transaction's record holds its key) would otherwise
+        // have every pass rewrite the partition.
         let horizon = kept
             .batches
             .iter()
             .filter_map(records::delete_horizon)
+            .filter(|&h| h > self.now_ms)
             .min();
         let key = keys::new_keyed_segment_key(
-            topic.id,
-            partition,
+            self.topic.id,
+            self.partition,
             group[0].base_offset,
             horizon,
-            ids.next_id(),
+            self.ids.next_id(),
         );
-        let swapped = swap_in(
-            store,
-            meta,
-            (topic.id, partition),
-            policy,
+        swap_in(
+            self.store,
+            self.meta,
+            (self.topic.id, self.partition),
+            self.policy,
             group.to_vec(),
             &kept.batches,
             key,
         )
-        .await?;
-        // A lost swap: the partition changed; what is left waits.
-        let Some(swapped) = swapped else { break };
-        done = Some(match done {
-            None => swapped,
-            Some(before) => Compacted {
-                segment_key: before.segment_key,
-                extents: before.extents + swapped.extents,
-                bytes: before.bytes + swapped.bytes,
-                base_offset: before.base_offset,
-                last_offset: swapped.last_offset,
-            },
-        });
+        .await
     }
-    Ok(done)
 }
 
-/// A 128-bit digest of a key: the cleaner's map holds this, not the key.
-fn digest(key: &[u8]) -> u128 {
+/// A 128-bit digest of a key: the cleaner's map holds this, not the key
+/// (two halves, so a map entry is 24 bytes, not a u128's aligned 32).
+type Digest = (u64, u64);
+
+fn digest(key: &[u8]) -> Digest {
     use std::hash::{Hash, Hasher};
     let half = |salt: u8| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         salt.hash(&mut h);
         key.hash(&mut h);
-        h.finish() as u128
+        h.finish()
     };
-    (half(0) << 64) | half(1)
+    (half(0), half(1))
 }
 
 /// What [`keep_latest`] made of a run of batches.
@@ -328,44 +374,26 @@ pub struct Kept {
 /// transactional records hold.
 #[derive(Debug, Default)]
 pub struct KeyMap {
-    latest: HashMap<u128, i64>,
+    latest: HashMap<Digest, i64>,
     /// Keys a kept transactional record holds: their tombstones stay, or
     /// the transaction's older value would come back once they went.
-    in_transactions: HashSet<u128>,
-    /// A transactional batch did not decode: its keys are unknown, so
-    /// every tombstone stays.
+    in_transactions: HashSet<Digest>,
+    /// A transactional batch did not decode, or there were too many such
+    /// keys to hold: every tombstone stays.
     unknown_transactional_keys: bool,
 }
 
 impl KeyMap {
-    /// Keys held, what bounds the map's memory.
-    pub fn keys(&self) -> usize {
-        self.latest.len() + self.in_transactions.len()
-    }
-
-    /// Takes in `batches`: their records' keys as latest when `dirty`, and
-    /// transactional records' keys wherever they are. Control batches
-    /// (transaction markers) take no part, nor do batches that do not
-    /// decode (they are kept as they are). Transactional batches are kept
-    /// as they are, for now: an aborted or undecided record must never
-    /// evict a committed one (Kafka's cleaner knows which transactions
-    /// aborted; this one keeps them all, which costs space and loses
-    /// nothing).
-    pub fn add(&mut self, batches: &[RecordBatch], dirty: bool) {
+    /// Takes in the keys of `batches` (of the dirty part) with their
+    /// latest offsets. Control batches (transaction markers) take no part,
+    /// nor do batches that do not decode (they are kept as they are), nor
+    /// transactional batches: they are kept as they are, for now, since an
+    /// aborted or undecided record must never evict a committed one
+    /// (Kafka's cleaner knows which transactions aborted; this one keeps
+    /// them all, which costs space and loses nothing).
+    pub fn add_latest(&mut self, batches: &[RecordBatch]) {
         for batch in batches {
-            if batch.is_control() || batch.record_count() == 0 {
-                continue;
-            }
-            if batch.is_transactional() {
-                match records::decode(batch) {
-                    Ok(decoded) => self
-                        .in_transactions
-                        .extend(decoded.iter().filter_map(|r| r.key.as_deref().map(digest))),
-                    Err(_) => self.unknown_transactional_keys = true,
-                }
-                continue;
-            }
-            if !dirty {
+            if batch.is_control() || batch.is_transactional() || batch.record_count() == 0 {
                 continue;
             }
             match records::decode(batch) {
@@ -384,10 +412,33 @@ impl KeyMap {
         }
     }
 
+    /// Takes in the keys transactional records of `batches` hold, at most
+    /// `max` of them (past that, every tombstone stays).
+    pub fn add_transactional(&mut self, batches: &[RecordBatch], max: usize) {
+        for batch in batches {
+            if self.unknown_transactional_keys {
+                return;
+            }
+            if batch.is_control() || !batch.is_transactional() || batch.record_count() == 0 {
+                continue;
+            }
+            match records::decode(batch) {
+                Ok(decoded) => self
+                    .in_transactions
+                    .extend(decoded.iter().filter_map(|r| r.key.as_deref().map(digest))),
+                Err(_) => self.unknown_transactional_keys = true,
+            }
+            if self.in_transactions.len() > max {
+                self.unknown_transactional_keys = true;
+                self.in_transactions = HashSet::new();
+            }
+        }
+    }
+
     /// Whether the record of `key` at `offset` stays: in the dirty part only
     /// at its key's latest offset, in the clean part unless the dirty part
     /// has a later one.
-    fn keeps(&self, key: u128, offset: i64, dirty: bool) -> bool {
+    fn keeps(&self, key: Digest, offset: i64, dirty: bool) -> bool {
         match dirty {
             true => self.latest.get(&key) == Some(&offset),
             false => self.latest.get(&key).is_none_or(|&latest| latest <= offset),
@@ -395,7 +446,7 @@ impl KeyMap {
     }
 
     /// Whether a tombstone of `key` may be dropped once its horizon passed.
-    fn tombstone_may_go(&self, key: u128) -> bool {
+    fn tombstone_may_go(&self, key: Digest) -> bool {
         !self.unknown_transactional_keys && !self.in_transactions.contains(&key)
     }
 }
@@ -410,7 +461,8 @@ pub fn keep_latest(
     last_offset: i64,
 ) -> Result<Kept, String> {
     let mut map = KeyMap::default();
-    map.add(batches, true);
+    map.add_latest(batches);
+    map.add_transactional(batches, usize::MAX);
     keep_latest_with(
         &map,
         batches,

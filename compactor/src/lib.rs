@@ -67,8 +67,13 @@ pub struct CompactionPolicy {
     pub max_chunks: usize,
     /// Most keys key compaction maps in one pass (Kafka's
     /// `log.cleaner.dedupe.buffer.size`): a partition with more keys written
-    /// since it was last cleaned is cleaned in several passes.
+    /// since it was last cleaned is cleaned in several passes. (Also the
+    /// most keys of transactional records it keeps track of.)
     pub max_cleaner_keys: usize,
+    /// Stored bytes key compaction reads, rewrites and swaps in at once
+    /// (one extent at least): what it holds in memory is about three times
+    /// this, beside the map.
+    pub keyed_group_bytes: u64,
 }
 
 impl Default for CompactionPolicy {
@@ -80,8 +85,10 @@ impl Default for CompactionPolicy {
             job_bytes: 128 * 1024 * 1024,
             max_age: Duration::from_secs(300),
             max_chunks: 64,
-            // About 128 MiB of map, as Kafka's default dedupe buffer.
-            max_cleaner_keys: 4_000_000,
+            // 24-byte entries in a table of 4 Mi slots: about 100 MiB, as
+            // Kafka's default dedupe buffer of 128 MiB.
+            max_cleaner_keys: 2_000_000,
+            keyed_group_bytes: 128 * 1024 * 1024,
         }
     }
 }

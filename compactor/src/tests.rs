@@ -733,6 +733,7 @@ async fn a_partition_larger_than_a_group_is_cleaned_in_groups_and_passes() {
         min_extents: 1,
         // A few batches per group, a batch per extent, 8 keys per pass.
         max_segment_bytes: 400,
+        keyed_group_bytes: 400,
         extent_bytes: 1,
         max_cleaner_keys: 8,
         ..CompactionPolicy::default()
@@ -770,4 +771,139 @@ async fn a_partition_larger_than_a_group_is_cleaned_in_groups_and_passes() {
     // The offsets still tile the partition: the next offset is where it was.
     let offsets = s.meta.offsets(table.id, 0).await.unwrap();
     assert_eq!(offsets.high_watermark, 200);
+}
+
+/// A key compaction whose later group lost its compare-and-set (the
+/// partition changed under it) keeps the groups it swapped and stops there:
+/// every key's latest value is still read, and a later pass finishes.
+#[tokio::test]
+async fn a_lost_swap_in_a_later_group_loses_nothing() {
+    let s = setup(0).await;
+    let table = s
+        .meta
+        .create_topic(NewTopic {
+            name: "table".into(),
+            partitions: 1,
+            configs: [
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("min.cleanable.dirty.ratio".to_string(), "0.01".to_string()),
+                // Not cleaned until the test says so.
+                ("min.compaction.lag.ms".to_string(), "86400000".to_string()),
+            ]
+            .into(),
+        })
+        .await
+        .unwrap();
+    let mut latest = std::collections::BTreeMap::new();
+    for n in 0..12 {
+        let rows: Vec<(String, String)> = (0..5)
+            .map(|i| {
+                let key = format!("k{}", (n * 5 + i) % 7);
+                (key.clone(), format!("{key}:{}", n * 5 + i))
+            })
+            .collect();
+        for (k, v) in &rows {
+            latest.insert(k.clone(), v.clone());
+        }
+        let records: Vec<_> = rows
+            .iter()
+            .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
+            .collect();
+        commit_records(&s, &table, &records).await;
+    }
+    let policy = CompactionPolicy {
+        min_extents: 1,
+        max_segment_bytes: 400,
+        keyed_group_bytes: 400,
+        extent_bytes: 1,
+        ..CompactionPolicy::default()
+    };
+    pass(&s, &policy).await; // ingest files merged, nothing cleaned
+    s.meta
+        .alter_topic_configs(
+            "table",
+            [("min.compaction.lag.ms".into(), "0".into())].into(),
+            vec![],
+        )
+        .await
+        .unwrap();
+    let table = s.meta.topic("table").await.unwrap().unwrap();
+    let run = s
+        .meta
+        .read_plan(table.id, 0, 0, u64::MAX)
+        .await
+        .unwrap()
+        .extents;
+    assert!(
+        run.iter()
+            .all(|e| !floe_storage::keys::is_keyed_segment(&e.object_key))
+    );
+    // The last three extents change under the cleaner (as a merge would).
+    let tail = run[run.len() - 3..].to_vec();
+    let batches = read_run(&s.store, &tail).await.unwrap();
+    let segment =
+        floe_storage::keys::new_segment_key(table.id, 0, tail[0].base_offset, RandomIds.next_id());
+    swap_in(
+        &s.store,
+        &s.meta,
+        (table.id, 0),
+        &policy,
+        tail.clone(),
+        &batches,
+        segment,
+    )
+    .await
+    .unwrap()
+    .expect("the tail moved");
+
+    let now_ms = s.meta.clock().await.unwrap();
+    let cleaner = keyed::Cleaner {
+        store: &s.store,
+        meta: &s.meta,
+        topic: &table,
+        partition: 0,
+        policy: &policy,
+        now_ms,
+        counters: &Counters::default(),
+        ids: &RandomIds,
+        lease: None,
+    };
+    let done = cleaner
+        .clean(run)
+        .await
+        .unwrap()
+        .expect("the first groups swapped");
+    assert!(
+        done.last_offset < tail[0].base_offset,
+        "stopped at the lost swap: {done:?}"
+    );
+    let values: std::collections::BTreeSet<String> = read_values(&s, &table)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    for v in latest.values() {
+        assert!(values.contains(v), "{v} lost: {values:?}");
+    }
+    assert!(values.len() < 60, "the first groups were cleaned");
+    assert_eq!(
+        s.meta.offsets(table.id, 0).await.unwrap().high_watermark,
+        60
+    );
+
+    for _ in 0..20 {
+        let done = pass(&s, &policy).await;
+        if done.compacted.is_empty() && done.merged.is_empty() {
+            break;
+        }
+    }
+    let mut values: Vec<String> = read_values(&s, &table)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    values.sort();
+    let mut want: Vec<String> = latest.into_values().collect();
+    want.sort();
+    assert_eq!(values, want);
 }

@@ -507,8 +507,10 @@ async fn simulate(shared: &Shared, settings: Settings) {
             job_bytes: 256 << 10,
             max_age: Duration::from_secs(2),
             max_chunks: 4,
-            // Few, so key compaction cleans in several passes and groups.
+            // Few keys and small groups, so key compaction cleans in
+            // several passes and groups.
             max_cleaner_keys: 6,
+            keyed_group_bytes: 1 << 10,
         },
     }));
     for i in 0..settings.agents {
