@@ -687,6 +687,54 @@ async fn commit_records(s: &Setup, topic: &TopicInfo, records: &[(Option<&str>, 
         .unwrap();
 }
 
+/// A compacted topic "table" that cleans whatever is dirty (its records
+/// are tiny, next to which the empty batches keeping offsets tiled weigh
+/// much), with `more` configs.
+async fn compacted_table(s: &Setup, more: &[(&str, &str)]) -> TopicInfo {
+    let mut configs: std::collections::BTreeMap<String, String> = [
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        ("min.cleanable.dirty.ratio".to_string(), "0.01".to_string()),
+    ]
+    .into();
+    configs.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    s.meta
+        .create_topic(NewTopic {
+            name: "table".into(),
+            partitions: 1,
+            configs,
+        })
+        .await
+        .unwrap()
+}
+
+/// `files` ingest files of five records each, record n keyed `k{n % keys}`
+/// with the value `k{key}:{n}`; each key's latest value.
+async fn write_keyed(
+    s: &Setup,
+    table: &TopicInfo,
+    files: usize,
+    keys: usize,
+) -> std::collections::BTreeMap<String, String> {
+    let mut latest = std::collections::BTreeMap::new();
+    for n in 0..files {
+        let rows: Vec<(String, String)> = (n * 5..n * 5 + 5)
+            .map(|offset| {
+                let key = format!("k{}", offset % keys);
+                (key.clone(), format!("{key}:{offset}"))
+            })
+            .collect();
+        for (k, v) in &rows {
+            latest.insert(k.clone(), v.clone());
+        }
+        let records: Vec<_> = rows
+            .iter()
+            .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
+            .collect();
+        commit_records(s, table, &records).await;
+    }
+    latest
+}
+
 /// A compacted partition larger than what key compaction holds at once,
 /// with more keys than its map takes: it is cleaned group by group, over
 /// several passes, into several keyed segments, and ends holding each
@@ -695,40 +743,8 @@ async fn commit_records(s: &Setup, topic: &TopicInfo, records: &[(Option<&str>, 
 #[tokio::test]
 async fn a_partition_larger_than_a_group_is_cleaned_in_groups_and_passes() {
     let s = setup(0).await;
-    let table = s
-        .meta
-        .create_topic(NewTopic {
-            name: "table".into(),
-            partitions: 1,
-            // Tiny records, next to which the empty batches keeping the
-            // offsets tiled weigh much: clean whatever is dirty.
-            configs: [
-                ("cleanup.policy".to_string(), "compact".to_string()),
-                ("min.cleanable.dirty.ratio".to_string(), "0.01".to_string()),
-            ]
-            .into(),
-        })
-        .await
-        .unwrap();
-    let mut latest = std::collections::BTreeMap::new();
-    let mut offset = 0;
-    for n in 0..40 {
-        let rows: Vec<(String, String)> = (0..5)
-            .map(|i| {
-                let key = format!("k{}", (n * 5 + i) % 16);
-                (key.clone(), format!("{key}:{offset}", offset = offset + i))
-            })
-            .collect();
-        offset += 5;
-        for (k, v) in &rows {
-            latest.insert(k.clone(), v.clone());
-        }
-        let records: Vec<_> = rows
-            .iter()
-            .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
-            .collect();
-        commit_records(&s, &table, &records).await;
-    }
+    let table = compacted_table(&s, &[]).await;
+    let latest = write_keyed(&s, &table, 40, 16).await;
     let policy = CompactionPolicy {
         min_extents: 1,
         // A few batches per group, a batch per extent, 8 keys per pass.
@@ -779,38 +795,9 @@ async fn a_partition_larger_than_a_group_is_cleaned_in_groups_and_passes() {
 #[tokio::test]
 async fn a_lost_swap_in_a_later_group_loses_nothing() {
     let s = setup(0).await;
-    let table = s
-        .meta
-        .create_topic(NewTopic {
-            name: "table".into(),
-            partitions: 1,
-            configs: [
-                ("cleanup.policy".to_string(), "compact".to_string()),
-                ("min.cleanable.dirty.ratio".to_string(), "0.01".to_string()),
-                // Not cleaned until the test says so.
-                ("min.compaction.lag.ms".to_string(), "86400000".to_string()),
-            ]
-            .into(),
-        })
-        .await
-        .unwrap();
-    let mut latest = std::collections::BTreeMap::new();
-    for n in 0..12 {
-        let rows: Vec<(String, String)> = (0..5)
-            .map(|i| {
-                let key = format!("k{}", (n * 5 + i) % 7);
-                (key.clone(), format!("{key}:{}", n * 5 + i))
-            })
-            .collect();
-        for (k, v) in &rows {
-            latest.insert(k.clone(), v.clone());
-        }
-        let records: Vec<_> = rows
-            .iter()
-            .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
-            .collect();
-        commit_records(&s, &table, &records).await;
-    }
+    // Not cleaned until the test says so.
+    let table = compacted_table(&s, &[("min.compaction.lag.ms", "86400000")]).await;
+    let latest = write_keyed(&s, &table, 12, 7).await;
     let policy = CompactionPolicy {
         min_extents: 1,
         max_segment_bytes: 400,
