@@ -130,3 +130,34 @@ def test_segment_ms_and_dirty_ratio_make_compaction_prompt(make_agent):
         time.sleep(0.5)
     assert sorted(rows) == sorted(f"k{i} new-{i}" for i in range(10)), rows
     assert keyed_segments(agent)
+
+
+def test_idle_compacted_partitions_cost_a_request_per_pass(peer_agents):
+    """Key compaction looks at every compacted partition in a few batched
+    metastore requests per pass (TxnReadPlans, 256 partitions each), not
+    three requests for each partition."""
+    from test_metrics import metric, metric_sum
+    (agent,) = peer_agents(1, "--compaction-interval", "500ms")
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    admin.create_topics([NewTopic("wide", 300, 1, topic_configs={"cleanup.policy": "compact"})])
+    admin.close()
+    kcat("-P", "-b", agent.bootstrap, "-t", "wide", "-K:", input="".join(
+        f"k{i}:v{i}\n" for i in range(600)))
+    time.sleep(3)  # passes have seen the new topic
+    before = agent.admin("/metrics")[1]
+    time.sleep(5)
+    after = agent.admin("/metrics")[1]
+
+    def asked(op):
+        return metric(after, "floe_metastore_requests_total", op=op) - \
+            metric(before, "floe_metastore_requests_total", op=op)
+    total = metric_sum(after, "floe_metastore_requests_total") - \
+        metric_sum(before, "floe_metastore_requests_total")
+    looks = asked("TxnReadPlans")
+    per_partition = asked("Offsets") + asked("PlanRead") + asked("FindOffset")
+    print(f"5 s of passes over 300 idle compacted partitions: {total:.0f} metastore requests, "
+          f"{looks:.0f} TxnReadPlans, {per_partition:.0f} per-partition reads")
+    assert per_partition == 0
+    # About 10 passes, 2 looks each (300 partitions in chunks of 256).
+    assert 4 <= looks <= 30
+    assert total < 300, "not a request per partition per pass"

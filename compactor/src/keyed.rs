@@ -99,24 +99,67 @@ fn cleanable(
     (dirty || expired_tombstones).then_some(run)
 }
 
+/// How many partitions' extents one request of [`first_looks`] asks for.
+const LOOKS_PER_REQUEST: usize = 256;
+
+/// Each of `partitions`' extents and last stable offset, as
+/// [`stable_partition`] reads them, in a request per
+/// [`LOOKS_PER_REQUEST`] partitions (and one more for those whose log no
+/// longer starts at 0), so that a pass costs a few metastore requests
+/// whatever the number of compacted partitions, not three for each. A
+/// partition gone meanwhile is left out.
+pub async fn first_looks(
+    meta: &Arc<dyn Metastore>,
+    partitions: &[floe_metastore::TopicPartition],
+) -> Result<HashMap<floe_metastore::TopicPartition, (Vec<ExtentRef>, i64)>, floe_metastore::MetaError>
+{
+    let mut looks = HashMap::new();
+    for chunk in partitions.chunks(LOOKS_PER_REQUEST) {
+        let mut asks: Vec<_> = chunk.iter().map(|tp| (*tp, 0)).collect();
+        // At most twice: from 0, then from each refused log start.
+        for _ in 0..2 {
+            let answers = meta.txn_read_plans(asks.clone(), u64::MAX).await?;
+            let mut again = Vec::new();
+            for ((tp, _), answer) in asks.iter().zip(answers) {
+                match answer {
+                    Ok(plan) => {
+                        looks.insert(*tp, (plan.plan.extents, plan.last_stable_offset));
+                    }
+                    Err(floe_metastore::Refusal::OffsetOutOfRange {
+                        log_start_offset, ..
+                    }) => again.push((*tp, log_start_offset)),
+                    Err(_) => {}
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            asks = again;
+        }
+    }
+    Ok(looks)
+}
+
 /// Key-compacts one partition of a compacted topic when it is worth it (see
-/// [`cleanable`]). `Ok(None)`: nothing to do, or another compactor holds
-/// the job. The extents are read again under the lease, so two compactors
-/// never both rewrite the same run.
+/// [`cleanable`]), judged first from `first_look` (its extents and last
+/// stable offset, see [`first_looks`]), so that a partition with nothing to
+/// do costs no lease nor request. `Ok(None)`: nothing to do, or another
+/// compactor holds the job. The extents are read again under the lease, so
+/// two compactors never both rewrite the same run.
 #[allow(clippy::too_many_arguments)]
 pub async fn compact_keys(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
     topic: &TopicInfo,
     partition: i32,
+    first_look: (Vec<ExtentRef>, i64),
     policy: &CompactionPolicy,
     worker: Option<&Worker>,
     now_ms: i64,
     counters: &Counters,
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
-    // A read first, so that a partition with nothing to do costs no lease.
-    let (all, stable) = stable_partition(meta, topic.id, partition).await?;
+    let (all, stable) = first_look;
     if cleanable(all, topic, now_ms, stable).is_none() {
         return Ok(None);
     }
@@ -315,14 +358,15 @@ impl Cleaner<'_> {
                 batches = kept.undecodable,
                 "key compaction kept batches it could not decode as they were");
         }
-        // Only a horizon still ahead schedules a pass: a tombstone kept past
-        // its own (a transaction's record holds its key) would otherwise
-        // have every pass rewrite the partition.
+        // Only a horizon not yet passed schedules a pass (one stamped now,
+        // with delete.retention.ms of 0, is now): a tombstone kept past its
+        // own (a transaction's record holds its key) would otherwise have
+        // every pass rewrite the partition.
         let horizon = kept
             .batches
             .iter()
             .filter_map(records::delete_horizon)
-            .filter(|&h| h > self.now_ms)
+            .filter(|&h| h >= self.now_ms)
             .min();
         let key = keys::new_keyed_segment_key(
             self.topic.id,

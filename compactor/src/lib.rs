@@ -589,9 +589,24 @@ pub async fn compact_all(
         let at = start % keyed.len();
         keyed.rotate_left(at);
     }
+    let all: Vec<TopicPartition> = keyed
+        .iter()
+        .map(|(t, p)| TopicPartition::new(t.id, *p))
+        .collect();
+    let mut looks = match keyed::first_looks(meta, &all).await {
+        Ok(looks) => looks,
+        Err(e) => {
+            counters.compaction_failures.inc();
+            tracing::warn!(error = %e, "reading compacted partitions failed; key compaction waits");
+            return Ok(pass);
+        }
+    };
     for (topic, partition) in keyed {
+        let Some(look) = looks.remove(&TopicPartition::new(topic.id, partition)) else {
+            continue;
+        };
         let done = keyed::compact_keys(
-            store, meta, topic, partition, policy, worker, now_ms, counters, ids,
+            store, meta, topic, partition, look, policy, worker, now_ms, counters, ids,
         )
         .await;
         note(
