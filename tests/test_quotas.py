@@ -10,13 +10,15 @@ import time
 
 from confluent_kafka import Consumer, Producer
 from kafka.admin import KafkaAdminClient
-from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from kafka.protocol.admin import (AlterClientQuotasRequest, CreateTopicsRequest,
+                                  DescribeClientQuotasRequest)
 
 from conftest import FLOE, Agent
 from test_group_protocol import make_topic
 from test_metrics import metric
 
 INVALID_REQUEST = 42
+THROTTLING_QUOTA_EXCEEDED = 89
 # How long an agent may take to see changed quotas (it reads them every 2 s).
 SEEN_WITHIN = 5
 
@@ -67,7 +69,7 @@ def test_quotas_are_set_described_and_refused_as_kafka_does(agent):
             ([("client-id", None)], [("producer_byte_rate", 0.0)]),
             ([("client-id", None)], [("producer_byte_rate", 10.5)]),
             ([("client-id", None)], [("no_such_quota", 1.0)]),
-            ([("client-id", None)], [("controller_mutation_rate", 1.0)]),
+            ([("client-id", None)], [("controller_mutation_rate", 0.0)]),
             ([("ip", "10.0.0.1")], [("connection_creation_rate", 1.0)]),
             ([("user", "")], [("producer_byte_rate", 1.0)]),
             ([], [("producer_byte_rate", 1.0)]),
@@ -220,3 +222,51 @@ def test_a_client_over_its_request_time_quota_is_throttled(agent):
         p.flush(10)
     assert throttles, "no throttle reported"
     assert all(t.throttle_time <= 1000 for t in throttles), "capped at one window, as Kafka"
+
+
+def test_topic_mutations_are_held_to_their_controller_mutation_rate(agent):
+    """controller_mutation_rate (KIP-599): partitions created, added or
+    deleted per second, with 11 seconds' worth at once. kafka-python sends
+    CreateTopics v7, DeleteTopics v6 and CreatePartitions v3: a topic asked
+    for while the client's bucket is empty is refused with
+    THROTTLING_QUOTA_EXCEEDED and the time to wait; another client id is
+    not held back."""
+    floe_quotas(agent, "alter", "--client-id", "mutator", "--quota", "controller_mutation_rate=2")
+    described = floe_quotas(agent, "describe", "--client-id", "mutator")
+    assert "controller_mutation_rate" in described, described
+    time.sleep(SEEN_WITHIN)
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap, client_id="mutator")
+    other = KafkaAdminClient(bootstrap_servers=agent.bootstrap, client_id="other")
+    try:
+        def created(client, name, partitions):
+            """(error code, throttle_time_ms) of a CreateTopics request
+            (kafka-python's create_topics drops the throttle time)."""
+            topics = client._process_create_topics_input({name: {"num_partitions": partitions}})
+            request = CreateTopicsRequest(topics=topics, timeout_ms=30000, validate_only=False)
+            response = client._manager.run(client._send_request_to_controller, request,
+                                           lambda r: (), False)
+            (topic,) = response.topics
+            return topic.error_code, response.throttle_time_ms
+
+        # The bucket holds 22 (11 s at 2/s): 30 partitions are taken,
+        # leaving it 8 below zero, about 4 s to wait.
+        assert created(admin, "burst", 30) == (0, 0)
+        code, throttle = created(admin, "refused", 1)
+        assert code == THROTTLING_QUOTA_EXCEEDED and 2000 <= throttle <= 4500, (code, throttle)
+        assert created(other, "unheld", 30) == (0, 0)
+        # kafka-python waits out a throttle on its connection; a second
+        # client with the same id shares the quota. Deleting takes the
+        # topic's partitions too, and is refused alike.
+        again = KafkaAdminClient(bootstrap_servers=agent.bootstrap, client_id="mutator")
+        deleted = again.delete_topics(["burst"], raise_errors=False)
+        (result,) = deleted["topics"]
+        assert result["error_code"] == THROTTLING_QUOTA_EXCEEDED, deleted
+        again.close()
+        # Once the bucket refilled past zero, the client is let in again.
+        time.sleep(throttle / 1000 + 0.5)
+        later = KafkaAdminClient(bootstrap_servers=agent.bootstrap, client_id="mutator")
+        assert created(later, "later", 1) == (0, 0)
+        later.close()
+    finally:
+        admin.close()
+        other.close()

@@ -11,6 +11,12 @@
 //!   answered empty, and its bytes not counted (Kafka's throttled fetch).
 //! - Request time: the time the agent spends running a request's handler
 //!   (its future's polls, not its waits), in percent of one thread.
+//! - Controller mutations (KIP-599): partitions created, added or deleted,
+//!   in a token bucket of 11 seconds' worth, as Kafka's
+//!   `ControllerMutationQuotaManager`: a topic asked for while the bucket is
+//!   empty is refused with THROTTLING_QUOTA_EXCEEDED (requests from
+//!   CreateTopics v6, CreatePartitions v3 and DeleteTopics v5 on; older
+//!   ones are taken and throttled).
 //!
 //! A quota holds per agent, as Kafka's per broker. floe gives each client
 //! one agent for all its partitions (chosen by client id and address, see
@@ -31,7 +37,8 @@ use std::time::Duration;
 
 use floe_metastore::Metastore;
 use floe_metastore::quotas::{
-    CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaEntity, QuotaName, REQUEST_PERCENTAGE,
+    CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE, QuotaEntity, QuotaName,
+    REQUEST_PERCENTAGE,
 };
 
 /// How often the copy of the quotas is brought up to date.
@@ -54,7 +61,11 @@ pub enum Kind {
     Produce,
     Fetch,
     Request,
+    ControllerMutation,
 }
+
+/// How many kinds there are.
+const KINDS: usize = 4;
 
 impl Kind {
     fn key(self) -> &'static str {
@@ -62,6 +73,7 @@ impl Kind {
             Kind::Produce => PRODUCER_BYTE_RATE,
             Kind::Fetch => CONSUMER_BYTE_RATE,
             Kind::Request => REQUEST_PERCENTAGE,
+            Kind::ControllerMutation => CONTROLLER_MUTATION_RATE,
         }
     }
 
@@ -149,10 +161,51 @@ struct SensorId {
     names: u64,
 }
 
-/// The rates, and when idle ones were last dropped.
+/// Kafka's `TokenBucket`: up to `SAMPLES` seconds' worth of permits,
+/// refilled at the quota's rate, taken by each mutation (and allowed below
+/// zero by the one that empties it).
+#[derive(Debug, Clone)]
+struct Bucket {
+    tokens: f64,
+    at_ms: i64,
+}
+
+impl Bucket {
+    fn burst(quota: f64) -> f64 {
+        SAMPLES as f64 * SAMPLE_MS as f64 / 1000.0 * quota
+    }
+
+    fn refill(&mut self, quota: f64, now_ms: i64) {
+        let refilled = quota * (now_ms - self.at_ms).max(0) as f64 / 1000.0;
+        self.tokens = (self.tokens + refilled).min(Self::burst(quota));
+        self.at_ms = now_ms;
+    }
+
+    /// How long until the bucket is no longer below zero.
+    fn throttle_ms(&self, quota: f64) -> u32 {
+        match self.tokens < 0.0 {
+            true => (-self.tokens / quota * 1000.0)
+                .round()
+                .clamp(0.0, i32::MAX as f64) as u32,
+            false => 0,
+        }
+    }
+}
+
+/// What a controller mutation quota made of a topic's mutation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// Done; the client waits this long (permissive requests past the quota).
+    Taken { throttle_ms: u32 },
+    /// Refused (THROTTLING_QUOTA_EXCEEDED): the bucket was empty.
+    Refused { throttle_ms: u32 },
+}
+
+/// The rates, the buckets, and when idle ones were last dropped.
 #[derive(Debug, Default)]
 struct Sensors {
     rates: HashMap<SensorId, Rate>,
+    buckets: HashMap<SensorId, Bucket>,
     swept_ms: i64,
 }
 
@@ -160,7 +213,7 @@ struct Sensors {
 #[derive(Debug, Default)]
 struct Table {
     version: Option<u64>,
-    limits: HashMap<QuotaEntity, [Option<f64>; 3]>,
+    limits: HashMap<QuotaEntity, [Option<f64>; KINDS]>,
 }
 
 impl Table {
@@ -178,6 +231,7 @@ impl Table {
                         limit(Kind::Produce),
                         limit(Kind::Fetch),
                         limit(Kind::Request),
+                        limit(Kind::ControllerMutation),
                     ],
                 )
             })
@@ -230,7 +284,7 @@ pub struct Quotas {
     table: RwLock<Arc<Table>>,
     /// Whether any entity sets a quota of each kind: read on every request,
     /// so a cluster without quotas pays an atomic load.
-    set_kinds: [AtomicBool; 3],
+    set_kinds: [AtomicBool; KINDS],
     sensors: Mutex<Sensors>,
     hasher: RandomState,
     max_sensors: usize,
@@ -289,6 +343,17 @@ impl Client {
     pub fn max_in_window(&self, kind: Kind) -> Option<f64> {
         self.quotas
             .max_in_window(kind, &self.principal, &self.client_id)
+    }
+
+    /// Takes `permits` partitions from the client's controller mutation
+    /// quota (see [`Quotas::mutate`]); a throttle mutes the connection.
+    pub fn mutate(&self, permits: f64, strict: bool) -> Mutation {
+        let done = self
+            .quotas
+            .mutate(&self.principal, &self.client_id, permits, strict);
+        let (Mutation::Taken { throttle_ms } | Mutation::Refused { throttle_ms }) = done;
+        self.mute.extend(throttle_ms);
+        done
     }
 }
 
@@ -483,6 +548,57 @@ impl Quotas {
         throttle.round().clamp(0.0, i32::MAX as f64) as u32
     }
 
+    /// Takes `permits` (partitions created, added or deleted) from the
+    /// client's controller mutation bucket, as Kafka's strict quota (newer
+    /// requests: refused while the bucket is below zero, else taken even
+    /// past it) or permissive one (older requests: always taken, throttled
+    /// once below zero).
+    pub fn mutate(&self, principal: &str, client_id: &str, permits: f64, strict: bool) -> Mutation {
+        let kind = Kind::ControllerMutation;
+        let taken = Mutation::Taken { throttle_ms: 0 };
+        if !self.enabled(kind) {
+            return taken;
+        }
+        let Some((quota, key)) = self.table().quota(kind, user_of(principal), client_id) else {
+            return taken;
+        };
+        let id = SensorId {
+            kind,
+            names: self.hasher.hash_one((&key.user, &key.client_id)),
+        };
+        let now_ms = self.now_ms();
+        let mut sensors = self.sensors.lock().unwrap_or_else(|p| p.into_inner());
+        if !sensors.buckets.contains_key(&id) && sensors.buckets.len() >= self.max_sensors {
+            // Full buckets are idle ones: they go first, then any one.
+            sensors.buckets.retain(|_, b| {
+                let mut b = b.clone();
+                b.refill(quota, now_ms);
+                b.tokens < Bucket::burst(quota)
+            });
+            let any = sensors.buckets.keys().next().copied();
+            if let (true, Some(any)) = (sensors.buckets.len() >= self.max_sensors, any) {
+                sensors.buckets.remove(&any);
+            }
+        }
+        let bucket = sensors.buckets.entry(id).or_insert(Bucket {
+            tokens: Bucket::burst(quota),
+            at_ms: now_ms,
+        });
+        bucket.refill(quota, now_ms);
+        if strict && bucket.tokens < 0.0 {
+            return Mutation::Refused {
+                throttle_ms: bucket.throttle_ms(quota),
+            };
+        }
+        bucket.tokens -= permits;
+        Mutation::Taken {
+            throttle_ms: match strict {
+                true => 0,
+                false => bucket.throttle_ms(quota),
+            },
+        }
+    }
+
     /// The most one response may hold without being throttled whatever came
     /// before (Kafka's `getMaxValueInQuotaWindow`): fetches ask for no more,
     /// so a consumer under a small quota is not refused every fetch.
@@ -523,6 +639,24 @@ mod tests {
         let q = Quotas::default();
         q.set(1, &table);
         q
+    }
+
+    /// Kafka's controller mutation quota: a token bucket of 11 s, taken
+    /// past zero by the mutation that empties it; then strict requests are
+    /// refused and permissive ones throttled until it refills.
+    #[tokio::test(start_paused = true)]
+    async fn mutations_take_from_a_token_bucket() {
+        let q = quotas(&[(entity(None, Some(Some("m"))), CONTROLLER_MUTATION_RATE, 2.0)]);
+        let mutate = |permits, strict| q.mutate("User:ANONYMOUS", "m", permits, strict);
+        assert_eq!(mutate(30.0, true), Mutation::Taken { throttle_ms: 0 });
+        // 22 - 30 = -8 tokens: 4 s at 2 a second.
+        assert_eq!(mutate(1.0, true), Mutation::Refused { throttle_ms: 4000 });
+        assert_eq!(mutate(2.0, false), Mutation::Taken { throttle_ms: 5000 });
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(mutate(1.0, true), Mutation::Taken { throttle_ms: 0 });
+        // Another client id has no quota.
+        let other = q.mutate("User:ANONYMOUS", "n", 1_000.0, true);
+        assert_eq!(other, Mutation::Taken { throttle_ms: 0 });
     }
 
     /// Kafka's eight levels, most specific first; an entity counts only

@@ -5,10 +5,10 @@
 //! copy and enforce them (`floe_agent::quotas`).
 //!
 //! Kafka's keys for users and client ids, checked as its
-//! `ClientQuotaControlManager` checks them. Kafka's `controller_mutation_rate`
-//! (KIP-599) and IP entities (`connection_creation_rate`) are refused: floe
-//! does not enforce them, and a quota that is stored but not enforced would
-//! mislead.
+//! `ClientQuotaControlManager` checks them, `controller_mutation_rate`
+//! (KIP-599) among them. IP entities (`connection_creation_rate`) are
+//! refused: floe does not enforce them, and a quota that is stored but not
+//! enforced would mislead.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +20,21 @@ pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 /// percent (Kafka's DOUBLE): here, the time an agent spends running its
 /// requests' handlers.
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+/// Partitions a client may create, add or delete per second on one agent
+/// (Kafka's DOUBLE, KIP-599).
+pub const CONTROLLER_MUTATION_RATE: &str = "controller_mutation_rate";
 /// Every key floe enforces.
-pub const KEYS: [&str; 3] = [PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
+pub const KEYS: [&str; 4] = [
+    PRODUCER_BYTE_RATE,
+    CONSUMER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    CONTROLLER_MUTATION_RATE,
+];
+
+/// Whether a key is a whole number of bytes (Kafka's LONG quotas).
+fn is_long(key: &str) -> bool {
+    key == PRODUCER_BYTE_RATE || key == CONSUMER_BYTE_RATE
+}
 
 /// Quota entities at most, and the bytes of a name in one.
 pub const MAX_QUOTA_ENTITIES: usize = 10_000;
@@ -86,7 +99,7 @@ impl QuotaEntity {
 pub fn check(key: &str, value: &str) -> Result<(), String> {
     if !KEYS.contains(&key) {
         return Err(match key {
-            "controller_mutation_rate" | "connection_creation_rate" => {
+            "connection_creation_rate" => {
                 format!("{key} is not enforced by floe, so it is not taken")
             }
             _ => format!("Invalid configuration key {key}"),
@@ -98,15 +111,15 @@ pub fn check(key: &str, value: &str) -> Result<(), String> {
     if v.is_nan() || v <= 0.0 || v.is_infinite() {
         return Err(format!("Quota {key} must be greater than 0"));
     }
-    if key != REQUEST_PERCENTAGE && v.fract().abs() > 1e-6 {
+    if is_long(key) && v.fract().abs() > 1e-6 {
         return Err(format!("{key} cannot be a fractional value."));
     }
     // Kafka takes any positive whole-ish value (1e-7 passes its 1e-6
     // tolerance, and throttles everything for ever); floe wants a byte.
-    if key != REQUEST_PERCENTAGE && v < 1.0 {
+    if is_long(key) && v < 1.0 {
         return Err(format!("Quota {key} must be at least 1"));
     }
-    if key != REQUEST_PERCENTAGE && v > i64::MAX as f64 {
+    if is_long(key) && v > i64::MAX as f64 {
         return Err(format!("Proposed value for {key} is too large for a LONG."));
     }
     Ok(())
@@ -120,6 +133,7 @@ mod tests {
     fn quotas_are_checked_as_kafka_checks_them() {
         assert!(check(PRODUCER_BYTE_RATE, "1048576").is_ok());
         assert!(check(REQUEST_PERCENTAGE, "12.5").is_ok());
+        assert!(check(CONTROLLER_MUTATION_RATE, "0.5").is_ok());
         for (key, bad) in [
             (PRODUCER_BYTE_RATE, "0"),
             (PRODUCER_BYTE_RATE, "-5"),
@@ -128,7 +142,8 @@ mod tests {
             (CONSUMER_BYTE_RATE, "inf"),
             (CONSUMER_BYTE_RATE, "0.0000001"),
             (REQUEST_PERCENTAGE, "x"),
-            ("controller_mutation_rate", "10"),
+            ("connection_creation_rate", "10"),
+            (CONTROLLER_MUTATION_RATE, "0"),
             ("producer.byte.rate", "10"),
         ] {
             assert!(check(key, bad).is_err(), "{key}={bad}");

@@ -14,6 +14,7 @@ pub mod init_producer_id;
 pub mod list_offsets;
 pub mod log_dirs;
 pub mod metadata;
+pub mod mutation_quota;
 pub mod produce;
 pub mod produce_rules;
 pub mod scram_credentials;
@@ -162,9 +163,17 @@ pub async fn admit(
         {
             return None;
         }
+        // Topics created, grown or deleted take from the client's
+        // controller mutation quota first (KIP-599).
+        let (body, mutated) = mutation_quota::take(&broker, quota.as_ref(), body, version).await;
         let reply = handle(&broker, body, version, client_id, &session)
             .await
-            .map(|r| Reply::from(patched(r)));
+            .map(|mut r| {
+                if let Some(mutated) = mutated {
+                    mutated.apply(&mut r);
+                }
+                Reply::from(patched(r))
+            });
         drop(ticket);
         reply
     })

@@ -1,7 +1,8 @@
 //! `floe quotas describe|alter`, as `kafka-configs.sh --entity-type
 //! users|clients` does for quotas: a user's, a client id's or a user's
-//! client id's `producer_byte_rate`, `consumer_byte_rate` and
-//! `request_percentage` (DescribeClientQuotas, AlterClientQuotas).
+//! client id's `producer_byte_rate`, `consumer_byte_rate`,
+//! `request_percentage` and `controller_mutation_rate`
+//! (DescribeClientQuotas, AlterClientQuotas).
 
 use anyhow::bail;
 use floe_protocol::kafka_protocol::messages::*;
@@ -53,7 +54,7 @@ pub enum QuotasCommand {
         entity: Entity,
         /// KEY=VALUE to set (repeatable): producer_byte_rate,
         /// consumer_byte_rate (bytes per second, per agent),
-        /// request_percentage.
+        /// request_percentage, controller_mutation_rate (partitions per second).
         #[arg(long = "quota", value_name = "KEY=VALUE")]
         quotas: Vec<String>,
         /// KEY to delete (repeatable).
