@@ -83,8 +83,14 @@ case "$server" in
         echo "rustfs: not on PATH nor in $cached; FLOE_INSTALL_RUSTFS=1 builds it there (cargo install rustfs, long)" >&2
         exit 1
       fi
-      # rustfs 1.0 declares rustc 1.98.1; older toolchains may still build it.
-      cargo install rustfs --locked --ignore-rust-version --root "$cached" >&2
+      # rustfs 1.0 declares rustc 1.98.1; 1.0.1 built here with a 1.97
+      # nightly (a debug build: about 75 minutes on 2 cores; needs protoc).
+      toolchain=
+      if command -v rustup >/dev/null && rustup toolchain list | grep -q '^nightly'; then
+        toolchain=+nightly
+      fi
+      cargo $toolchain install rustfs@1.0.1 --locked --ignore-rust-version --debug \
+        --root "$cached" >&2
     fi
     mkdir -p "$state/data"
     RUSTFS_ACCESS_KEY=$key RUSTFS_SECRET_KEY=$secret RUSTFS_CONSOLE_ENABLE=false \

@@ -161,16 +161,28 @@ def peer_agents(tmp_path, metastore):
         a.stop()
 
 
+# Which server `s3_endpoint` starts (localstack/start.sh --server): moto in
+# CI; FLOE_TEST_S3_SERVER=rustfs (or minio, localstack) runs the S3 tests
+# against another, by hand. Its keys, as start.sh prints them.
+S3_SERVER = os.environ.get("FLOE_TEST_S3_SERVER", "moto")
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory):
     """A local S3-compatible server (localstack/start.sh) with bucket `floe-test`."""
+    import re
     state = tmp_path_factory.mktemp("s3")
     port = free_port()
     started = subprocess.run(
-        [str(ROOT / "localstack" / "start.sh"), str(port), "floe-test", str(state)],
+        [str(ROOT / "localstack" / "start.sh"), "--server", S3_SERVER, str(port), "floe-test",
+         str(state)],
         capture_output=True, text=True, timeout=120,
     )
     assert started.returncode == 0, started.stderr
+    keys = re.search(r"AWS_ACCESS_KEY_ID=(\S+) AWS_SECRET_ACCESS_KEY=(\S+)", started.stderr)
+    if keys:
+        S3_KEYS.update(AWS_ACCESS_KEY_ID=keys.group(1), AWS_SECRET_ACCESS_KEY=keys.group(2))
     yield started.stdout.strip()
     subprocess.run([str(ROOT / "localstack" / "stop.sh"), str(state)], check=False)
 

@@ -9,6 +9,7 @@ import time
 from confluent_kafka import Producer
 
 from clients import create_topic, kcat_consume
+from conftest import S3_KEYS
 from test_metrics import metric
 
 PARTITIONS = 3
@@ -46,7 +47,7 @@ def test_slowdowns_and_resets_on_puts_lose_and_duplicate_nothing(make_agent, s3_
     agent = make_agent("--object-store", s3_url(s3_endpoint), "--compaction-interval", "0s",
                        "--flush-interval", "10ms", "--inject-faults",
                        "put_slowdown_rate=0.4,reset_rate=0.4,latency_p50=2ms,latency_p99=40ms",
-                       env={"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"})
+                       env=S3_KEYS)
     create_topic(agent.bootstrap, "slow-puts", PARTITIONS)
     produce(agent.bootstrap, "slow-puts")
     check_exactly_once(agent.bootstrap, "slow-puts")
@@ -65,7 +66,7 @@ def test_slowdowns_and_resets_on_puts_lose_and_duplicate_nothing(make_agent, s3_
 
 def test_slowdowns_and_resets_on_gets_do_not_reach_consumers(make_agent, s3_endpoint):
     url = s3_url(s3_endpoint)
-    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+    keys = S3_KEYS
     agent = make_agent("--object-store", url, "--compaction-interval", "0s",
                        "--flush-interval", "10ms", env=keys)
     create_topic(agent.bootstrap, "slow-gets", PARTITIONS)
