@@ -27,7 +27,8 @@ def test_compaction_and_gc_keep_every_record(make_agent):
         values.extend(batch)
     before = sorted(kcat_consume(agent.bootstrap, "compacted"))
     check_partitions(before, values)
-    assert len(object_files(agent, "ingest")) == 12
+    # (A run whose produce straddles a flush, on a loaded machine, makes two.)
+    assert len(object_files(agent, "ingest")) >= 12
 
     # ...then restart with it on: one job reads the 12 ingest files into one
     # merged file holding both partitions' runs.
@@ -54,7 +55,7 @@ def test_compaction_and_gc_keep_every_record(make_agent):
              input="".join(f"k{i % 7}:{v}\n" for i, v in enumerate(batch)))
         values.extend(batch)
     time.sleep(3)
-    assert len(object_files(agent, "ingest")) == 2
+    assert 2 <= len(object_files(agent, "ingest")) < 4, "fewer than compaction_min_extents"
     # ...until they are old: a job takes them, and each partition's two small
     # chunks (old too) are merged into a segment of its own, which frees
     # both merged files.
