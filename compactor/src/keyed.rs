@@ -99,51 +99,17 @@ fn cleanable(
     (dirty || expired_tombstones).then_some(run)
 }
 
-/// How many partitions' extents one request of [`first_looks`] asks for.
-const LOOKS_PER_REQUEST: usize = 256;
-
-/// Each of `partitions`' extents and last stable offset, as
-/// [`stable_partition`] reads them, in a request per
-/// [`LOOKS_PER_REQUEST`] partitions (and one more for those whose log no
-/// longer starts at 0), so that a pass costs a few metastore requests
-/// whatever the number of compacted partitions, not three for each. A
-/// partition gone meanwhile is left out.
-pub async fn first_looks(
-    meta: &Arc<dyn Metastore>,
-    partitions: &[floe_metastore::TopicPartition],
-) -> Result<HashMap<floe_metastore::TopicPartition, (Vec<ExtentRef>, i64)>, floe_metastore::MetaError>
-{
-    let mut looks = HashMap::new();
-    for chunk in partitions.chunks(LOOKS_PER_REQUEST) {
-        let mut asks: Vec<_> = chunk.iter().map(|tp| (*tp, 0)).collect();
-        // At most twice: from 0, then from each refused log start.
-        for _ in 0..2 {
-            let answers = meta.txn_read_plans(asks.clone(), u64::MAX).await?;
-            let mut again = Vec::new();
-            for ((tp, _), answer) in asks.iter().zip(answers) {
-                match answer {
-                    Ok(plan) => {
-                        looks.insert(*tp, (plan.plan.extents, plan.last_stable_offset));
-                    }
-                    Err(floe_metastore::Refusal::OffsetOutOfRange {
-                        log_start_offset, ..
-                    }) => again.push((*tp, log_start_offset)),
-                    Err(_) => {}
-                }
-            }
-            if again.is_empty() {
-                break;
-            }
-            asks = again;
-        }
-    }
-    Ok(looks)
-}
+/// Compacted partitions looked at with one metastore request
+/// (`PartitionLooks`: extents and last stable offset, no aborted
+/// transactions); those worth it are cleaned before the next are looked at,
+/// so a pass holds one chunk's extent lists at a time.
+pub const LOOKS_PER_REQUEST: usize = 64;
 
 /// Key-compacts one partition of a compacted topic when it is worth it (see
 /// [`cleanable`]), judged first from `first_look` (its extents and last
-/// stable offset, see [`first_looks`]), so that a partition with nothing to
-/// do costs no lease nor request. `Ok(None)`: nothing to do, or another
+/// stable offset, read for many partitions at once, see
+/// [`LOOKS_PER_REQUEST`]), so that a partition with nothing to do costs no
+/// lease nor request. `Ok(None)`: nothing to do, or another
 /// compactor holds the job. The extents are read again under the lease, so
 /// two compactors never both rewrite the same run.
 #[allow(clippy::too_many_arguments)]

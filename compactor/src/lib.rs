@@ -589,32 +589,34 @@ pub async fn compact_all(
         let at = start % keyed.len();
         keyed.rotate_left(at);
     }
-    let all: Vec<TopicPartition> = keyed
-        .iter()
-        .map(|(t, p)| TopicPartition::new(t.id, *p))
-        .collect();
-    let mut looks = match keyed::first_looks(meta, &all).await {
-        Ok(looks) => looks,
-        Err(e) => {
-            counters.compaction_failures.inc();
-            tracing::warn!(error = %e, "reading compacted partitions failed; key compaction waits");
-            return Ok(pass);
-        }
-    };
-    for (topic, partition) in keyed {
-        let Some(look) = looks.remove(&TopicPartition::new(topic.id, partition)) else {
-            continue;
+    for chunk in keyed.chunks(keyed::LOOKS_PER_REQUEST) {
+        let partitions = chunk
+            .iter()
+            .map(|(t, p)| TopicPartition::new(t.id, *p))
+            .collect();
+        let looks = match meta.partition_looks(partitions).await {
+            Ok(looks) => looks,
+            Err(e) => {
+                counters.compaction_failures.inc();
+                tracing::warn!(error = %e, "looking at compacted partitions failed; they wait for the next pass");
+                continue;
+            }
         };
-        let done = keyed::compact_keys(
-            store, meta, topic, partition, look, policy, worker, now_ms, counters, ids,
-        )
-        .await;
-        note(
-            &mut pass,
-            done,
-            counters,
-            &TopicPartition::new(topic.id, partition),
-        );
+        for (&(topic, partition), look) in chunk.iter().zip(looks) {
+            let tp = TopicPartition::new(topic.id, partition);
+            let look = match look {
+                Ok(look) => (look.extents, look.last_stable_offset),
+                Err(e) => {
+                    note(&mut pass, Err(MetaError::Refused(e).into()), counters, &tp);
+                    continue;
+                }
+            };
+            let done = keyed::compact_keys(
+                store, meta, topic, partition, look, policy, worker, now_ms, counters, ids,
+            )
+            .await;
+            note(&mut pass, done, counters, &tp);
+        }
     }
     Ok(pass)
 }

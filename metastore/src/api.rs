@@ -346,6 +346,10 @@ metastore_api! {
     read fn agents_on(listener: &str, protocol: &str) -> ListAgentsOn {
         ListAgentsOn { listener: listener.to_string(), protocol: protocol.to_string() }
     }
+    /// Key compaction's look at many partitions (see [`PartitionLooks`]).
+    read fn partition_looks(partitions: Vec<TopicPartition>) -> PartitionLooks {
+        PartitionLooks { partitions }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

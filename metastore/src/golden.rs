@@ -1050,6 +1050,13 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             protocol: "SASL_SSL".into(),
         }
         .into(),
+        PartitionLooks {
+            partitions: vec![
+                TopicPartition::new(TOPIC, 0),
+                TopicPartition::new(TOPIC, 99),
+            ],
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -1074,6 +1081,7 @@ const TXN_REQUESTS: &[&str] = &[
     "ClientQuotasIfChanged",
     "RegisterAgentListeners",
     "ListAgentsOn",
+    "PartitionLooks",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

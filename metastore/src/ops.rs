@@ -235,6 +235,21 @@ pub struct RegisterAgentListeners {
     pub now_ms: i64,
 }
 
+/// Key compaction's look at many partitions: each one's extents from its
+/// log start and its last stable offset (no aborted transactions, which it
+/// does not need), so a pass costs a request per chunk of partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionLooks {
+    pub partitions: Vec<TopicPartition>,
+}
+
+/// One partition as [`PartitionLooks`] answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionLook {
+    pub extents: Vec<ExtentRef>,
+    pub last_stable_offset: i64,
+}
+
 /// The agents a client of one listener is told about, at their addresses
 /// on it (see [`crate::agents::Agents::list_on`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

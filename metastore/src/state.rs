@@ -2625,6 +2625,23 @@ impl Query for ClientMetricsIfChanged {
     }
 }
 
+impl Query for PartitionLooks {
+    type Output = Vec<Result<PartitionLook, Refusal>>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(self
+            .partitions
+            .into_iter()
+            .map(|p| {
+                let at = state.partition(p.topic_id, p.partition)?;
+                Ok(PartitionLook {
+                    extents: at.extents.values().map(|e| state.extent_ref(e)).collect(),
+                    last_stable_offset: at.last_stable(),
+                })
+            })
+            .collect())
+    }
+}
+
 impl Query for ListAgentsOn {
     type Output = Vec<AgentInfo>;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
