@@ -19,6 +19,7 @@ from test_metrics import metric
 
 INVALID_REQUEST = 42
 THROTTLING_QUOTA_EXCEEDED = 89
+INVALID_PARTITIONS = 37
 # How long an agent may take to see changed quotas (it reads them every 2 s).
 SEEN_WITHIN = 5
 
@@ -238,15 +239,27 @@ def test_topic_mutations_are_held_to_their_controller_mutation_rate(agent):
     admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap, client_id="mutator")
     other = KafkaAdminClient(bootstrap_servers=agent.bootstrap, client_id="other")
     try:
-        def created(client, name, partitions):
-            """(error code, throttle_time_ms) of a CreateTopics request
-            (kafka-python's create_topics drops the throttle time)."""
-            topics = client._process_create_topics_input({name: {"num_partitions": partitions}})
-            request = CreateTopicsRequest(topics=topics, timeout_ms=30000, validate_only=False)
+        def create(client, *topics):
+            """Each topic's error code, and the throttle_time_ms, of a
+            CreateTopics request of (name, partitions) (kafka-python's
+            create_topics drops the throttle time)."""
+            request = CreateTopicsRequest(topics=[
+                CreateTopicsRequest.CreatableTopic(name=name, num_partitions=n, replication_factor=-1,
+                                                   assignments=[], configs=[])
+                for name, n in topics], timeout_ms=30000, validate_only=False)
             response = client._manager.run(client._send_request_to_controller, request,
                                            lambda r: (), False)
-            (topic,) = response.topics
-            return topic.error_code, response.throttle_time_ms
+            return [t.error_code for t in response.topics], response.throttle_time_ms
+
+        def created(client, name, partitions):
+            ([code], throttle) = create(client, (name, partitions))
+            return code, throttle
+
+        # Topics that mutate nothing take nothing: a partition count out of
+        # range, a name given twice (both refused, neither created).
+        assert create(admin, ("huge", 2**31 - 1))[0] == [INVALID_PARTITIONS]
+        assert create(admin, ("twice", 5), ("twice", 5))[0] == [INVALID_REQUEST, INVALID_REQUEST]
+        assert "twice" not in admin.list_topics()
 
         # The bucket holds 22 (11 s at 2/s): 30 partitions are taken,
         # leaving it 8 below zero, about 4 s to wait.

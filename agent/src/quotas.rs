@@ -168,6 +168,8 @@ struct SensorId {
 struct Bucket {
     tokens: f64,
     at_ms: i64,
+    /// The quota it was last taken under (what refills it).
+    quota: f64,
 }
 
 impl Bucket {
@@ -179,6 +181,13 @@ impl Bucket {
         let refilled = quota * (now_ms - self.at_ms).max(0) as f64 / 1000.0;
         self.tokens = (self.tokens + refilled).min(Self::burst(quota));
         self.at_ms = now_ms;
+        self.quota = quota;
+    }
+
+    /// Whether it would be full by now: forgetting it changes nothing.
+    fn full_at(&self, now_ms: i64) -> bool {
+        let refilled = self.quota * (now_ms - self.at_ms).max(0) as f64 / 1000.0;
+        self.tokens + refilled >= Self::burst(self.quota)
     }
 
     /// How long until the bucket is no longer below zero.
@@ -207,6 +216,7 @@ struct Sensors {
     rates: HashMap<SensorId, Rate>,
     buckets: HashMap<SensorId, Bucket>,
     swept_ms: i64,
+    buckets_swept_ms: i64,
 }
 
 /// The quotas as last read: each entity's limits by kind.
@@ -343,6 +353,16 @@ impl Client {
     pub fn max_in_window(&self, kind: Kind) -> Option<f64> {
         self.quotas
             .max_in_window(kind, &self.principal, &self.client_id)
+    }
+
+    /// Whether a quota of `kind` applies to this client.
+    pub fn has_quota(&self, kind: Kind) -> bool {
+        self.quotas.enabled(kind)
+            && self
+                .quotas
+                .table()
+                .quota(kind, user_of(&self.principal), &self.client_id)
+                .is_some()
     }
 
     /// Takes `permits` partitions from the client's controller mutation
@@ -569,12 +589,12 @@ impl Quotas {
         let now_ms = self.now_ms();
         let mut sensors = self.sensors.lock().unwrap_or_else(|p| p.into_inner());
         if !sensors.buckets.contains_key(&id) && sensors.buckets.len() >= self.max_sensors {
-            // Full buckets are idle ones: they go first, then any one.
-            sensors.buckets.retain(|_, b| {
-                let mut b = b.clone();
-                b.refill(quota, now_ms);
-                b.tokens < Bucket::burst(quota)
-            });
+            // Buckets that would be full again are idle: they go first (at
+            // most once a second), then any one.
+            if now_ms - sensors.buckets_swept_ms >= SWEEP_EVERY_MS {
+                sensors.buckets_swept_ms = now_ms;
+                sensors.buckets.retain(|_, b| !b.full_at(now_ms));
+            }
             let any = sensors.buckets.keys().next().copied();
             if let (true, Some(any)) = (sensors.buckets.len() >= self.max_sensors, any) {
                 sensors.buckets.remove(&any);
@@ -583,6 +603,7 @@ impl Quotas {
         let bucket = sensors.buckets.entry(id).or_insert(Bucket {
             tokens: Bucket::burst(quota),
             at_ms: now_ms,
+            quota,
         });
         bucket.refill(quota, now_ms);
         if strict && bucket.tokens < 0.0 {

@@ -7,7 +7,14 @@
 //! answered THROTTLING_QUOTA_EXCEEDED; older requests are done whole, and
 //! their client throttled. The response carries the throttle time, and the
 //! connection is muted for it, as Kafka's `sendResponseMaybeThrottleWithControllerQuota`.
-//! A validate-only request takes nothing.
+//! Validate-only requests take from it too, as in Kafka.
+//!
+//! A topic takes only what it would mutate: nothing if it exists (create),
+//! is unknown (delete), does not grow (create partitions), asks for a
+//! partition count out of range, or is named twice (the handler refuses it,
+//! as Kafka does before its quota is looked at). One difference is left: a
+//! topic refused later for another reason (a bad config, say) has taken its
+//! partitions, bounded by `MAX_PARTITIONS`.
 
 use floe_protocol::kafka_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -16,8 +23,23 @@ use floe_protocol::kafka_protocol::messages::delete_topics_response::DeletableTo
 use floe_protocol::kafka_protocol::messages::{RequestKind, ResponseKind};
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 
+use std::collections::HashMap;
+
+use floe_metastore::state::MAX_PARTITIONS;
+
 use crate::broker::Broker;
-use crate::quotas::{Client, Mutation};
+use crate::quotas::{Client, Kind, Mutation};
+
+/// Whether each key occurs more than once in `keys`.
+fn repeated<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> HashMap<K, bool> {
+    let mut seen = HashMap::new();
+    for key in keys {
+        seen.entry(key)
+            .and_modify(|twice| *twice = true)
+            .or_insert(false);
+    }
+    seen
+}
 
 /// What is added to the response once the request is handled: the topics
 /// refused, and the throttle.
@@ -47,7 +69,8 @@ pub async fn take(
     body: RequestKind,
     version: i16,
 ) -> (RequestKind, Option<After>) {
-    let Some(quota) = quota.filter(|q| q.enabled(crate::quotas::Kind::ControllerMutation)) else {
+    // Only a client with a quota of its own pays for the lookups below.
+    let Some(quota) = quota.filter(|q| q.has_quota(Kind::ControllerMutation)) else {
         return (body, None);
     };
     let mut throttle_ms = 0;
@@ -67,20 +90,26 @@ pub async fn take(
         },
     };
     match body {
-        RequestKind::CreateTopics(mut req) if !req.validate_only => {
+        RequestKind::CreateTopics(mut req) => {
             let strict = version >= 6;
             let default = broker.config.default_partitions;
+            let twice = repeated(req.topics.iter().map(|t| t.name.clone()));
             let mut refused = Vec::new();
             let mut kept = Vec::with_capacity(req.topics.len());
             for t in std::mem::take(&mut req.topics) {
-                // A topic that exists takes nothing (it gets its own error,
-                // as Kafka takes only topics it goes on to create).
-                let exists = matches!(broker.meta.topic(&t.name).await, Ok(Some(_)));
-                let partitions = match (exists, t.num_partitions, t.assignments.len()) {
-                    (true, _, _) => 0,
-                    (false, n, _) if n > 0 => n,
-                    (false, _, 0) => default,
-                    (false, _, assigned) => assigned as i32,
+                let valid = |n: i32| (1..=MAX_PARTITIONS).contains(&n).then_some(n);
+                let asked = match (t.num_partitions, t.assignments.len()) {
+                    (-1, 0) => Some(default),
+                    (n, 0) => valid(n),
+                    (-1, assigned) => valid(assigned.min(i32::MAX as usize) as i32),
+                    _ => None,
+                };
+                let partitions = match (asked, twice[&t.name]) {
+                    (Some(n), false) => match broker.meta.topic(&t.name).await {
+                        Ok(None) => n,
+                        _ => 0,
+                    },
+                    _ => 0,
                 };
                 if take_one(partitions, strict) {
                     kept.push(t);
@@ -102,18 +131,22 @@ pub async fn take(
             };
             (RequestKind::CreateTopics(req), Some(after))
         }
-        RequestKind::CreatePartitions(mut req) if !req.validate_only => {
+        RequestKind::CreatePartitions(mut req) => {
             let strict = version >= 3;
+            let twice = repeated(req.topics.iter().map(|t| t.name.clone()));
             let mut refused = Vec::new();
             let mut kept = Vec::with_capacity(req.topics.len());
             for t in std::mem::take(&mut req.topics) {
-                // Partitions added; a topic unknown or not growing takes
-                // nothing (it gets its own error).
-                let now = match broker.meta.topic(&t.name).await {
-                    Ok(Some(topic)) => topic.partitions,
-                    _ => t.count,
+                // Partitions added; a topic unknown, named twice, not
+                // growing or past the limit takes nothing.
+                let added = match (twice[&t.name], t.count <= MAX_PARTITIONS) {
+                    (false, true) => match broker.meta.topic(&t.name).await {
+                        Ok(Some(topic)) => t.count.saturating_sub(topic.partitions),
+                        _ => 0,
+                    },
+                    _ => 0,
                 };
-                if take_one(t.count - now, strict) {
+                if take_one(added, strict) {
                     kept.push(t);
                 } else {
                     refused.push(
@@ -134,12 +167,18 @@ pub async fn take(
         RequestKind::DeleteTopics(mut req) => {
             let strict = version >= 5;
             let mut refused = Vec::new();
-            // Before v6 the topics are names; from v6 on, each a name or an id.
+            // Before v6 the topics are names; from v6 on, each a name or an
+            // id. One named twice takes nothing (the handler refuses it).
+            let names_twice = repeated(req.topic_names.iter().cloned());
+            let states_twice = repeated(req.topics.iter().map(|s| (s.name.clone(), s.topic_id)));
             let mut kept_names = Vec::with_capacity(req.topic_names.len());
             for name in std::mem::take(&mut req.topic_names) {
-                let partitions = match broker.meta.topic(&name).await {
-                    Ok(Some(topic)) => topic.partitions,
-                    _ => 0,
+                let partitions = match names_twice[&name] {
+                    true => 0,
+                    false => match broker.meta.topic(&name).await {
+                        Ok(Some(topic)) => topic.partitions,
+                        _ => 0,
+                    },
                 };
                 if take_one(partitions, strict) {
                     kept_names.push(name);
@@ -155,9 +194,13 @@ pub async fn take(
             req.topic_names = kept_names;
             let mut kept = Vec::with_capacity(req.topics.len());
             for state in std::mem::take(&mut req.topics) {
-                let topic = match &state.name {
-                    Some(name) => broker.meta.topic(name).await,
-                    None => broker.meta.topic_by_id(state.topic_id).await,
+                let topic = match (
+                    states_twice[&(state.name.clone(), state.topic_id)],
+                    &state.name,
+                ) {
+                    (true, _) => Ok(None),
+                    (false, Some(name)) => broker.meta.topic(name).await,
+                    (false, None) => broker.meta.topic_by_id(state.topic_id).await,
                 };
                 let partitions = topic.ok().flatten().map_or(0, |t| t.partitions);
                 if take_one(partitions, strict) {
