@@ -227,10 +227,36 @@ enum Source {
 }
 
 pub struct BlockCache {
+    /// Held while the cache lives: no other agent may use its disk tier.
+    _disk_lock: Option<std::fs::File>,
     main: HybridCache<BlockKey, Bytes>,
     catch_up: Cache<BlockKey, Bytes>,
     loader: Arc<Loader>,
     serving: Semaphore,
+}
+
+/// Locks the disk tier's directory for this process: two agents writing one
+/// device would each take the other's blocks for its own (the lock goes
+/// with the process, however it ends).
+fn lock_disk(dir: &std::path::Path) -> Result<std::fs::File, CacheError> {
+    let error = |reason: String| CacheError::Disk {
+        dir: dir.display().to_string(),
+        reason,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| error(e.to_string()))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("floe-cache.lock"))
+        .map_err(|e| error(e.to_string()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(error(
+            "another agent uses it (floe-cache.lock is held): give each agent its own".into(),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(error(e.to_string())),
+    }
 }
 
 /// The disk tier's unit of writing: several cached blocks (foyer's default is 16 MiB).
@@ -268,6 +294,10 @@ impl BlockCache {
             .with_shards(shards(options.memory_bytes, block_bytes))
             .with_weighter(weigh)
             .storage();
+        let disk_lock = match &options.disk {
+            Some((dir, _)) => Some(lock_disk(dir)?),
+            None => None,
+        };
         let main = match &options.disk {
             None => main.build().await.map_err(|e| CacheError::Disk {
                 dir: "(none)".into(),
@@ -306,6 +336,7 @@ impl BlockCache {
             .with_weighter(weigh)
             .build();
         Ok(BlockCache {
+            _disk_lock: disk_lock,
             main,
             catch_up,
             loader: Arc::new(Loader {
@@ -729,6 +760,12 @@ mod tests {
         };
         let size = data.len() as u64;
         let first = open(16 << 10).await.unwrap();
+        // A second cache on the same directory (another agent) is refused
+        // while the first lives.
+        match open(16 << 10).await {
+            Err(e) => assert!(e.to_string().contains("another agent uses it"), "{e}"),
+            Ok(_) => panic!("two caches on one disk directory"),
+        }
         read(&first, "obj", size, 0..size, Reading::Tail).await;
         first.main.storage().wait().await;
         first.main.close().await.unwrap();
