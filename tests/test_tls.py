@@ -213,6 +213,26 @@ def test_sasl_plain_without_tls_and_its_absence(make_agent, tmp_path):
         plain.stop()
 
 
+def test_a_changed_users_file_is_taken_without_a_restart(make_agent, tmp_path):
+    users = tmp_path / "users"
+    users.write_text("alice:wonder-land\n")
+    agent = make_agent("--sasl-plain-users", str(users))
+    assert metadata(agent, *sasl_args("alice", "wonder-land"))
+    assert not metadata(agent, *sasl_args("bob", "builder"))
+    # Bob comes, alice goes: looked at every 10 s.
+    users.write_text("bob:builder\n")
+    deadline = time.time() + 30
+    while not metadata(agent, *sasl_args("bob", "builder")) and time.time() < deadline:
+        time.sleep(1)
+    assert metadata(agent, *sasl_args("bob", "builder"))
+    assert not metadata(agent, *sasl_args("alice", "wonder-land"))
+    # A file that does not load keeps the users before it.
+    users.write_text("no colon here\n")
+    time.sleep(12)
+    assert metadata(agent, *sasl_args("bob", "builder"))
+    assert "does not load; keeping the previous users" in agent.log()
+
+
 def test_a_client_certificate_names_its_principal(make_agent, tmp_path):
     """Mutual TLS with ACLs: the certificate subject, mapped by Kafka's
     ssl.principal.mapping.rules, is the principal ACLs are checked for."""

@@ -131,11 +131,15 @@ impl Broker {
             false => {
                 let plain = match &config.sasl_plain_users {
                     Some(path) => Some(
-                        crate::sasl::PlainUsers::load(path)
+                        crate::sasl::PlainUsersFile::load(path)
                             .map_err(|e| anyhow::anyhow!("SASL/PLAIN users: {e:#}"))?,
                     ),
                     None => None,
                 };
+                // Users come and go: the file is read again on change.
+                if let Some(users) = &plain {
+                    tokio::spawn(users.clone().watch());
+                }
                 let oauth = match mechanisms
                     .iter()
                     .any(|m| m == crate::oauthbearer::OAUTHBEARER)

@@ -74,9 +74,7 @@ fn load_keys(path: &Path) -> anyhow::Result<Keys> {
     Ok(keys)
 }
 
-fn checksum(path: &Path) -> Option<u32> {
-    std::fs::read(path).ok().map(|bytes| crc32c::crc32c(&bytes))
-}
+use crate::sasl::checksum;
 
 /// A token that passed.
 #[derive(Debug, Clone, PartialEq, Eq)]

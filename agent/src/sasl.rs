@@ -43,7 +43,7 @@ pub const PLAIN: &str = "PLAIN";
 
 /// The mechanisms a listener offers (Kafka's `sasl.enabled.mechanisms`).
 pub struct Authenticator {
-    plain: Option<PlainUsers>,
+    plain: Option<Arc<PlainUsersFile>>,
     oauth: Option<Arc<crate::oauthbearer::Validator>>,
     scram: Vec<ScramMechanism>,
     /// Makes up the salt an unknown SCRAM user is answered with. Per agent
@@ -56,7 +56,7 @@ impl Authenticator {
     /// token validator.
     pub fn new(
         mechanisms: &[String],
-        plain: Option<PlainUsers>,
+        plain: Option<Arc<PlainUsersFile>>,
         oauth: Option<Arc<crate::oauthbearer::Validator>>,
     ) -> anyhow::Result<Authenticator> {
         let mut scram = Vec::new();
@@ -152,7 +152,11 @@ impl Exchange {
         meta: &dyn Metastore,
     ) -> Step {
         match std::mem::replace(self, Exchange::Over) {
-            Exchange::Plain => match auth.plain.as_ref().and_then(|p| p.authenticate(bytes)) {
+            Exchange::Plain => match auth
+                .plain
+                .as_ref()
+                .and_then(|p| p.current().authenticate(bytes))
+            {
                 Some(principal) => Step::Done(principal, Vec::new(), None),
                 None => Step::Failed("Authentication failed: Invalid username or password"),
             },
@@ -233,6 +237,73 @@ impl std::fmt::Display for Principal {
 /// The users PLAIN checks passwords against.
 pub struct PlainUsers {
     passwords: BTreeMap<String, String>,
+}
+
+/// The users file, read again when it changes (looked at every
+/// [`crate::tls::RELOAD_EVERY`], as the TLS files): a user added or removed,
+/// or a password changed, counts from the next authentication, without a
+/// restart. A file that does not load keeps the users before it.
+pub struct PlainUsersFile {
+    path: std::path::PathBuf,
+    /// The users, and a checksum of the file they came from.
+    users: std::sync::RwLock<(Arc<PlainUsers>, Option<u32>)>,
+}
+
+impl PlainUsersFile {
+    pub fn load(path: &Path) -> anyhow::Result<Arc<PlainUsersFile>> {
+        let stamp = checksum(path);
+        let users = PlainUsers::load(path)?;
+        Ok(Arc::new(PlainUsersFile {
+            path: path.to_path_buf(),
+            users: std::sync::RwLock::new((Arc::new(users), stamp)),
+        }))
+    }
+
+    pub fn current(&self) -> Arc<PlainUsers> {
+        self.users
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+
+    /// Reads the file again if it changed; whether the users were replaced.
+    pub fn reload_if_changed(&self) -> bool {
+        let stamp = checksum(&self.path);
+        if stamp == self.users.read().unwrap_or_else(|p| p.into_inner()).1 {
+            return false;
+        }
+        let loaded = PlainUsers::load(&self.path);
+        let mut held = self.users.write().unwrap_or_else(|p| p.into_inner());
+        held.1 = stamp;
+        match loaded {
+            Ok(users) => {
+                held.0 = Arc::new(users);
+                tracing::info!(users = %self.path.display(), "SASL/PLAIN users reloaded");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the SASL/PLAIN users file changed but does not load; keeping the previous users");
+                false
+            }
+        }
+    }
+
+    /// Reloads on change, for ever.
+    pub async fn watch(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(crate::tls::RELOAD_EVERY);
+        loop {
+            tick.tick().await;
+            let users = self.clone();
+            let _ = tokio::task::spawn_blocking(move || users.reload_if_changed()).await;
+        }
+    }
+}
+
+/// What tells a file's versions apart (its bytes' CRC32C; `None` when it
+/// cannot be read).
+pub(crate) fn checksum(path: &Path) -> Option<u32> {
+    std::fs::read(path).ok().map(|bytes| crc32c::crc32c(&bytes))
 }
 
 impl PlainUsers {
