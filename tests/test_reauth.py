@@ -112,3 +112,22 @@ def test_a_client_that_does_not_reauthenticate_is_disconnected(make_agent, tmp_p
         time.sleep(1.1)  # Kafka takes no re-authentication within a second
         assert plain(s, "bob", 3)[0] == 58  # SASL_AUTHENTICATION_FAILED
         assert closed_at_request(s, 5)
+
+
+def test_only_sasl_authenticate_follows_a_handshake(make_agent, tmp_path):
+    """Kafka's AUTHENTICATE state: after a SaslHandshake, an ApiVersions (or
+    anything but SaslAuthenticate) closes the connection; before it,
+    ApiVersions is answered."""
+    agent = sasl_agent(make_agent, tmp_path)
+    with socket.create_connection(("127.0.0.1", agent.port), timeout=10) as s:
+        call(s, 18, 0, 1, b"")  # ApiVersions v0 first: answered
+        handshake = call(s, 17, 1, 2, string("PLAIN"))
+        assert struct.unpack(">h", handshake[:2])[0] == 0
+        frame = struct.pack(">hhi", 18, 0, 3) + string("raw")
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        s.settimeout(3)
+        try:
+            closed = s.recv(1) == b""
+        except ConnectionResetError:
+            closed = True
+        assert closed, "an ApiVersions between handshake and authentication closes"

@@ -573,6 +573,9 @@ where
             }
         };
         let (api, version, correlation_id, response, outcome) = match decoded {
+            // After a handshake only SaslAuthenticate is taken (Kafka's
+            // AUTHENTICATE state); anything else closes the connection.
+            Decoded::ApiVersionsTooNew { .. } if exchange.is_some() => return Ok(None),
             Decoded::ApiVersionsTooNew { correlation_id } => {
                 let response = handlers::api_versions::unsupported();
                 (
@@ -587,7 +590,11 @@ where
                 let (version, correlation_id) = (header.request_api_version, header.correlation_id);
                 match *body {
                     // Kafka takes no ApiVersions within a re-authentication.
-                    RequestKind::ApiVersions(_) if round.principal.is_some() => return Ok(None),
+                    RequestKind::ApiVersions(_)
+                        if round.principal.is_some() || exchange.is_some() =>
+                    {
+                        return Ok(None);
+                    }
                     RequestKind::ApiVersions(req) => {
                         *software = crate::authorizer::ClientSoftware::of(&req);
                         let response =
