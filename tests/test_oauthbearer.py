@@ -181,3 +181,54 @@ def test_unsecured_tokens_when_asked(make_agent):
             "sasl.mechanisms": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
             "sasl.oauthbearer.config": "principal=alice"}
     assert produce(conf, "unsecured") == ([], False)
+
+
+def test_a_key_set_endpoint_is_fetched_and_follows_a_rotation(make_agent):
+    """Kafka's sasl.oauthbearer.jwks.endpoint.url: the key set is fetched
+    from the identity provider at start and again soon after a token names
+    a key it does not hold (at most every 10 s, however many such tokens
+    come), so a rotation needs no restart and no refresh interval."""
+    import http.server
+    import threading
+
+    old, new = Issuer("old"), Issuer("new")
+    served = {"keys": [old.jwk()]}
+    fetches = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            fetches.append(time.time())
+            body = json.dumps(served).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/jwks.json"
+        agent = make_agent("--sasl-mechanisms", "OAUTHBEARER", "--sasl-oauthbearer-jwks", url,
+                           "--sasl-oauthbearer-jwks-refresh", "1h")
+        assert raw_oauthbearer(agent, old.token("alice")[0])[1] == 0
+        assert len(fetches) == 1, "fetched once, at start"
+        # The provider rotates its key; tokens signed with the new one are
+        # refused until the agent fetches again, which they make it do.
+        served["keys"] = [new.jwk()]
+        deadline = time.time() + 30
+        while raw_oauthbearer(agent, new.token("alice")[0])[1] != 0 and time.time() < deadline:
+            time.sleep(0.5)
+        assert raw_oauthbearer(agent, new.token("alice")[0])[1] == 0
+        assert raw_oauthbearer(agent, old.token("alice")[0])[1] == 58
+        # Many tokens naming unknown keys: at most one fetch per 10 s.
+        before = len(fetches)
+        for i in range(20):
+            assert raw_oauthbearer(agent, Issuer(f"made-up-{i}").token("mallory")[0])[1] == 58
+        time.sleep(3)
+        assert len(fetches) - before <= 1, fetches
+    finally:
+        server.shutdown()

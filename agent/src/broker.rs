@@ -146,14 +146,23 @@ impl Broker {
                 {
                     false => None,
                     true => Some(Arc::new(crate::oauthbearer::Validator::new(
-                        config.sasl_oauthbearer_jwks.as_deref(),
+                        config
+                            .sasl_oauthbearer_jwks
+                            .as_deref()
+                            .map(crate::oauthbearer::KeySource::parse),
                         config.sasl_oauthbearer_unsecured,
                         config.sasl_oauthbearer_expected_issuer.clone(),
                         config.sasl_oauthbearer_expected_audience.clone(),
+                        config.sasl_oauthbearer_jwks_refresh,
                     )?)),
                 };
-                // Keys rotate: the key set's file is read again on change.
                 if let Some(validator) = &oauth {
+                    // An endpoint's keys are fetched before serving (tokens
+                    // are refused until they are, if the provider is down).
+                    if let Ok(client) = crate::oauthbearer::endpoint_client() {
+                        validator.refresh(&client).await;
+                    }
+                    // Keys rotate: the set is read again on change.
                     tokio::spawn(validator.clone().watch());
                 }
                 Some(Arc::new(crate::sasl::Authenticator::new(

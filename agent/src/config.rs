@@ -60,9 +60,15 @@ pub struct Config {
     /// with AlterUserScramCredentials). Empty: PLAIN if `sasl_plain_users`
     /// is set, else no SASL.
     pub sasl_mechanisms: Vec<String>,
-    /// OAUTHBEARER: a JSON Web Key Set file signed tokens are checked
-    /// against (Kafka's `sasl.oauthbearer.jwks.endpoint.url`, as a file).
-    pub sasl_oauthbearer_jwks: Option<PathBuf>,
+    /// OAUTHBEARER: the JSON Web Key Set signed tokens are checked against
+    /// (Kafka's `sasl.oauthbearer.jwks.endpoint.url`): an `https://` (or
+    /// `http://`) endpoint, or a file.
+    pub sasl_oauthbearer_jwks: Option<String>,
+    /// OAUTHBEARER: how often an endpoint's key set is fetched again
+    /// (Kafka's `sasl.oauthbearer.jwks.endpoint.refresh.ms`); it is also
+    /// fetched soon after a token names a key it does not hold.
+    #[serde(with = "humantime_serde")]
+    pub sasl_oauthbearer_jwks_refresh: Duration,
     /// OAUTHBEARER: take unsecured (`alg: none`) tokens, for tests (Kafka's
     /// unsecured validator, which it uses unless configured otherwise).
     pub sasl_oauthbearer_unsecured: bool,
@@ -277,6 +283,7 @@ impl Default for Config {
             sasl_plain_users: None,
             sasl_mechanisms: Vec::new(),
             sasl_oauthbearer_jwks: None,
+            sasl_oauthbearer_jwks_refresh: Duration::from_secs(3600),
             sasl_oauthbearer_unsecured: false,
             sasl_oauthbearer_expected_issuer: None,
             sasl_oauthbearer_expected_audience: Vec::new(),

@@ -228,9 +228,12 @@ struct AgentArgs {
     /// (default: PLAIN with --sasl-plain-users, else none)
     #[arg(long, env = "FLOE_SASL_MECHANISMS", value_delimiter = ',')]
     sasl_mechanisms: Option<Vec<String>>,
-    /// OAUTHBEARER: a JSON Web Key Set file that signed tokens are checked against
+    /// OAUTHBEARER: the JSON Web Key Set signed tokens are checked against: an https:// endpoint or a file
     #[arg(long, env = "FLOE_SASL_OAUTHBEARER_JWKS")]
-    sasl_oauthbearer_jwks: Option<PathBuf>,
+    sasl_oauthbearer_jwks: Option<String>,
+    /// e.g. 1h: how often a key set endpoint is fetched again
+    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_JWKS_REFRESH", value_parser = humantime::parse_duration)]
+    sasl_oauthbearer_jwks_refresh: Option<Duration>,
     /// OAUTHBEARER: take unsecured (alg none) tokens, for tests
     #[arg(long, env = "FLOE_SASL_OAUTHBEARER_UNSECURED", num_args = 0..=1, default_missing_value = "true")]
     sasl_oauthbearer_unsecured: Option<bool>,
@@ -391,6 +394,7 @@ impl AgentArgs {
             ($($field:ident),*) => { $( if let Some(v) = self.$field { c.$field = v; } )* };
         }
         set!(
+            sasl_oauthbearer_jwks_refresh,
             ssl_principal_mapping_rules,
             sasl_oauthbearer_unsecured,
             sasl_oauthbearer_expected_audience,
@@ -460,6 +464,9 @@ impl AgentArgs {
         if self.zone.is_some() {
             c.zone = self.zone;
         }
+        if self.sasl_oauthbearer_jwks.is_some() {
+            c.sasl_oauthbearer_jwks = self.sasl_oauthbearer_jwks;
+        }
         if self.cache_disk_dir.is_some() {
             c.cache_disk_dir = self.cache_disk_dir;
         }
@@ -469,7 +476,6 @@ impl AgentArgs {
             (self.tls_client_ca, &mut c.tls_client_ca),
             (self.sasl_plain_users, &mut c.sasl_plain_users),
             (self.metastore_secret_file, &mut c.metastore_secret_file),
-            (self.sasl_oauthbearer_jwks, &mut c.sasl_oauthbearer_jwks),
         ] {
             if flag.is_some() {
                 *field = flag;

@@ -2,7 +2,11 @@
 //! with a JWT access token, as with Kafka's `OAuthBearerValidatorCallbackHandler`:
 //!
 //! - signed tokens are checked against a JSON Web Key Set (Kafka's
-//!   `sasl.oauthbearer.jwks.endpoint.url`, here a file): the key named by
+//!   `sasl.oauthbearer.jwks.endpoint.url`: an `https://` (or `http://`)
+//!   endpoint, fetched at start, every `sasl_oauthbearer_jwks_refresh`
+//!   (Kafka's one hour) and soon after a token names a key it does not
+//!   hold (a rotation), or a file, read again within 10 s of a change;
+//!   what does not load keeps the keys before it): the key named by
 //!   the token's `kid` (or the set's only key), its algorithm (RSA, EC or
 //!   EdDSA; never a shared-secret HMAC), `exp` (and `nbf`) within a clock
 //!   skew of 30 s, and the issuer and audience when configured;
@@ -35,16 +39,51 @@ const MAX_TOKEN_BYTES: usize = 64 << 10;
 /// then sends `\x01` and gets SASL_AUTHENTICATION_FAILED.
 pub const INVALID_TOKEN: &[u8] = br#"{"status":"invalid_token"}"#;
 
+/// Where a key set comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    File(std::path::PathBuf),
+    /// An `https://` or `http://` endpoint.
+    Url(String),
+}
+
+impl KeySource {
+    /// `https://…` and `http://…` are endpoints; `file:…` and anything
+    /// else a file, as Kafka's `sasl.oauthbearer.jwks.endpoint.url` takes them.
+    pub fn parse(setting: &str) -> KeySource {
+        let lower = setting.to_ascii_lowercase();
+        if lower.starts_with("https://") || lower.starts_with("http://") {
+            return KeySource::Url(setting.to_string());
+        }
+        let path = setting
+            .strip_prefix("file://")
+            .or_else(|| setting.strip_prefix("file:"));
+        KeySource::File(path.unwrap_or(setting).into())
+    }
+}
+
 /// Where tokens are checked against.
 pub struct Validator {
-    /// The key set's file, if any.
-    jwks: Option<std::path::PathBuf>,
-    /// The keys as last loaded, and the file's checksum then.
+    /// The key set's source, if any.
+    jwks: Option<KeySource>,
+    /// The keys as last loaded, and a checksum of what they came from.
     keys: std::sync::RwLock<(std::sync::Arc<Keys>, Option<u32>)>,
     unsecured: bool,
     issuer: Option<String>,
     audience: Vec<String>,
+    /// An endpoint's refresh interval.
+    refresh: std::time::Duration,
+    /// Set when a token named a key the set does not hold: an endpoint is
+    /// fetched again soon (at most every [`REFETCH_AFTER_UNKNOWN_KID`]).
+    unknown_kid: std::sync::atomic::AtomicBool,
 }
+
+/// The least time between two fetches of an endpoint asked for by unknown
+/// keys, so a client sending made-up kids cannot hammer the provider.
+const REFETCH_AFTER_UNKNOWN_KID: std::time::Duration = std::time::Duration::from_secs(10);
+/// An endpoint's answer must come within this, and hold at most this much.
+const FETCH_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+const MAX_JWKS_BYTES: usize = 1 << 20;
 
 /// Each key of a set: its id, the algorithms it verifies, the key.
 type Keys = Vec<(Option<String>, Vec<Algorithm>, DecodingKey)>;
@@ -55,10 +94,14 @@ pub const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(10)
 
 /// The usable keys of a JWKS file, or why there are none.
 fn load_keys(path: &Path) -> anyhow::Result<Keys> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let set: JwkSet = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a JSON Web Key Set", path.display()))?;
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_keys(&text, &path.display().to_string())
+}
+
+/// The usable keys of a JWKS document read from `from`.
+fn parse_keys(text: &[u8], from: &str) -> anyhow::Result<Keys> {
+    let set: JwkSet = serde_json::from_slice(text)
+        .with_context(|| format!("{from} is not a JSON Web Key Set"))?;
     let mut keys = Vec::new();
     for jwk in &set.keys {
         let algorithms = algorithms_of(&jwk.algorithm);
@@ -66,12 +109,38 @@ fn load_keys(path: &Path) -> anyhow::Result<Keys> {
             tracing::warn!(kid = ?jwk.common.key_id, "skipping a JWK floe does not verify with (HMAC or an unknown curve)");
             continue;
         }
-        let key =
-            DecodingKey::from_jwk(jwk).with_context(|| format!("a key in {}", path.display()))?;
+        let key = DecodingKey::from_jwk(jwk).with_context(|| format!("a key in {from}"))?;
         keys.push((jwk.common.key_id.clone(), algorithms, key));
     }
-    anyhow::ensure!(!keys.is_empty(), "{} holds no usable key", path.display());
+    anyhow::ensure!(!keys.is_empty(), "{from} holds no usable key");
     Ok(keys)
+}
+
+/// An endpoint's key set: one GET, bounded in time and size, no redirects.
+async fn fetch_keys(client: &reqwest::Client, url: &str) -> anyhow::Result<(Keys, u32)> {
+    let mut response = client
+        .get(url)
+        .send()
+        .await
+        .with_context(|| format!("fetching {url}"))?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "{url} answered {}",
+        response.status()
+    );
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .with_context(|| format!("reading {url}"))?
+    {
+        anyhow::ensure!(
+            body.len() + chunk.len() <= MAX_JWKS_BYTES,
+            "{url} sent more than {MAX_JWKS_BYTES} bytes"
+        );
+        body.extend_from_slice(&chunk);
+    }
+    Ok((parse_keys(&body, url)?, crc32c::crc32c(&body)))
 }
 
 use crate::sasl::checksum;
@@ -131,27 +200,32 @@ impl Claims {
 }
 
 impl Validator {
-    /// `jwks`: a JSON Web Key Set file; `unsecured`: take `alg: none`.
+    /// `jwks`: where the JSON Web Key Set is (a file is read now, an
+    /// endpoint fetched by [`Validator::refresh`]); `unsecured`: take
+    /// `alg: none`; `refresh`: how often an endpoint is fetched again.
     pub fn new(
-        jwks: Option<&Path>,
+        jwks: Option<KeySource>,
         unsecured: bool,
         issuer: Option<String>,
         audience: Vec<String>,
+        refresh: std::time::Duration,
     ) -> anyhow::Result<Validator> {
-        let (keys, stamp) = match jwks {
-            Some(path) => (load_keys(path)?, checksum(path)),
-            None => (Vec::new(), None),
+        let (keys, stamp) = match &jwks {
+            Some(KeySource::File(path)) => (load_keys(path)?, checksum(path)),
+            _ => (Vec::new(), None),
         };
         anyhow::ensure!(
-            !keys.is_empty() || unsecured,
+            jwks.is_some() || unsecured,
             "OAUTHBEARER needs a key set (sasl_oauthbearer_jwks) or unsecured tokens (sasl_oauthbearer_unsecured)"
         );
         Ok(Validator {
-            jwks: jwks.map(Path::to_path_buf),
+            jwks,
             keys: std::sync::RwLock::new((std::sync::Arc::new(keys), stamp)),
             unsecured,
             issuer,
             audience,
+            refresh,
+            unknown_kid: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -163,40 +237,90 @@ impl Validator {
             .clone()
     }
 
-    /// Loads the key set again if its file changed; a file that does not
-    /// load keeps the keys before it (with a warning), as the TLS files do.
+    /// Takes `loaded` (from `source`, whose checksum is `stamp`): new keys
+    /// replace the old, a failure keeps them (with a warning).
+    fn take(&self, source: &str, stamp: Option<u32>, loaded: anyhow::Result<Keys>) -> bool {
+        let mut held = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        held.1 = stamp;
+        match loaded {
+            Ok(keys) => {
+                held.0 = std::sync::Arc::new(keys);
+                tracing::info!(jwks = %source, "OAUTHBEARER key set loaded");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the OAUTHBEARER key set does not load; keeping the previous keys");
+                false
+            }
+        }
+    }
+
+    /// Loads a key set file again if it changed; whether the keys changed.
     pub fn reload_if_changed(&self) -> bool {
-        let Some(path) = &self.jwks else {
+        let Some(KeySource::File(path)) = &self.jwks else {
             return false;
         };
         let stamp = checksum(path);
         if stamp == self.keys.read().unwrap_or_else(|p| p.into_inner()).1 {
             return false;
         }
-        let loaded = load_keys(path);
-        let mut held = self.keys.write().unwrap_or_else(|p| p.into_inner());
-        held.1 = stamp;
-        match loaded {
-            Ok(keys) => {
-                held.0 = std::sync::Arc::new(keys);
-                tracing::info!(jwks = %path.display(), "OAUTHBEARER key set reloaded");
-                true
+        self.take(&path.display().to_string(), stamp, load_keys(path))
+    }
+
+    /// Fetches an endpoint's key set; whether the keys changed.
+    pub async fn refresh(&self, client: &reqwest::Client) -> bool {
+        let Some(KeySource::Url(url)) = &self.jwks else {
+            return false;
+        };
+        match fetch_keys(client, url).await {
+            Ok((keys, stamp)) => {
+                if Some(stamp) == self.keys.read().unwrap_or_else(|p| p.into_inner()).1 {
+                    return false;
+                }
+                self.take(url, Some(stamp), Ok(keys))
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "the OAUTHBEARER key set changed but does not load; keeping the previous keys");
+                tracing::warn!(error = %format!("{e:#}"), "fetching the OAUTHBEARER key set failed; keeping the previous keys");
                 false
             }
         }
     }
 
-    /// Reloads the key set on change, for ever.
+    /// Keeps the key set current, for ever: a file looked at every
+    /// [`RELOAD_EVERY`]; an endpoint fetched every `refresh`, and again
+    /// soon after a token named a key it does not hold.
     pub async fn watch(self: std::sync::Arc<Self>) {
-        let mut tick = tokio::time::interval(RELOAD_EVERY);
-        loop {
-            tick.tick().await;
-            // A small file read; off the async workers all the same.
-            let validator = self.clone();
-            let _ = tokio::task::spawn_blocking(move || validator.reload_if_changed()).await;
+        match &self.jwks {
+            Some(KeySource::File(_)) => {
+                let mut tick = tokio::time::interval(RELOAD_EVERY);
+                loop {
+                    tick.tick().await;
+                    // A small file read; off the async workers all the same.
+                    let validator = self.clone();
+                    let _ =
+                        tokio::task::spawn_blocking(move || validator.reload_if_changed()).await;
+                }
+            }
+            Some(KeySource::Url(_)) => {
+                let Ok(client) = endpoint_client() else {
+                    tracing::error!("no HTTP client for the OAUTHBEARER key set endpoint");
+                    return;
+                };
+                let mut last = tokio::time::Instant::now();
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    let asked = self.unknown_kid.load(std::sync::atomic::Ordering::Relaxed)
+                        && last.elapsed() >= REFETCH_AFTER_UNKNOWN_KID;
+                    if asked || last.elapsed() >= self.refresh {
+                        self.unknown_kid
+                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                        last = tokio::time::Instant::now();
+                        self.refresh(&client).await;
+                    }
+                }
+            }
+            None => {}
         }
     }
 
@@ -238,6 +362,9 @@ impl Validator {
                     None => None,
                 };
                 let Some((_, algorithms, key)) = key else {
+                    // Perhaps a rotated key: an endpoint is fetched again.
+                    self.unknown_kid
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                     return Err(format!("no key for the token's kid {:?}", header.kid));
                 };
                 if !algorithms.contains(&header.alg) {
@@ -280,6 +407,16 @@ impl Validator {
     }
 }
 
+/// The client key sets are fetched with: bounded in time, no redirects.
+pub fn endpoint_client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(FETCH_WITHIN)
+        .connect_timeout(FETCH_WITHIN)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .context("building the HTTP client for the key set endpoint")
+}
+
 /// The claims of an unsecured JWS (`alg: none`, no signature), checked as
 /// Kafka's `OAuthBearerUnsecuredJws` checks them: a subject and an expiry
 /// not past.
@@ -318,6 +455,28 @@ fn unsecured_claims(token: &str, now_ms: i64) -> Result<Claims, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    #[test]
+    fn key_sources_are_read_as_kafka_reads_them() {
+        let url = |s: &str| KeySource::Url(s.into());
+        let file = |s: &str| KeySource::File(s.into());
+        assert_eq!(
+            KeySource::parse("https://idp/jwks"),
+            url("https://idp/jwks")
+        );
+        assert_eq!(KeySource::parse("HTTP://idp/jwks"), url("HTTP://idp/jwks"));
+        assert_eq!(
+            KeySource::parse("file:///etc/jwks.json"),
+            file("/etc/jwks.json")
+        );
+        assert_eq!(
+            KeySource::parse("file:/etc/jwks.json"),
+            file("/etc/jwks.json")
+        );
+        assert_eq!(KeySource::parse("/etc/jwks.json"), file("/etc/jwks.json"));
+    }
 
     fn b64(bytes: &[u8]) -> String {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
@@ -360,7 +519,7 @@ mod tests {
     fn unsecured_tokens_only_when_asked_and_not_expired() {
         let now_ms = 1_800_000_000_000;
         let token = unsecured("alice", now_ms / 1000 + 60);
-        let taking = Validator::new(None, true, None, Vec::new()).unwrap();
+        let taking = Validator::new(None, true, None, Vec::new(), HOUR).unwrap();
         assert_eq!(
             taking.validate(&token, now_ms),
             Ok(Validated {
@@ -375,7 +534,7 @@ mod tests {
         );
         assert!(taking.validate("x.y.z", now_ms).is_err());
         // Without a key set or unsecured tokens: no validator at all.
-        assert!(Validator::new(None, false, None, Vec::new()).is_err());
+        assert!(Validator::new(None, false, None, Vec::new(), HOUR).is_err());
     }
 
     /// A signed token is checked against the key set; an HMAC key in the
@@ -390,7 +549,14 @@ mod tests {
         )
         .unwrap();
         assert!(
-            Validator::new(Some(&jwks), false, None, Vec::new()).is_err(),
+            Validator::new(
+                Some(KeySource::File(jwks.clone())),
+                false,
+                None,
+                Vec::new(),
+                HOUR
+            )
+            .is_err(),
             "no usable key"
         );
         // An HS256 token signed with that secret, offered to a validator
@@ -400,7 +566,14 @@ mod tests {
             r#"{"keys":[{"kty":"RSA","kid":"r","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw","e":"AQAB"}]}"#,
         )
         .unwrap();
-        let v = Validator::new(Some(&jwks), false, None, Vec::new()).unwrap();
+        let v = Validator::new(
+            Some(KeySource::File(jwks.clone())),
+            false,
+            None,
+            Vec::new(),
+            HOUR,
+        )
+        .unwrap();
         let hs256 = "eyJhbGciOiJIUzI1NiIsImtpZCI6InIifQ.eyJzdWIiOiJldmUiLCJleHAiOjk5OTk5OTk5OTl9.x";
         assert!(v.validate(hs256, 0).is_err());
         // Unsecured tokens are not taken unless asked.
@@ -419,7 +592,14 @@ mod tests {
             )
         };
         std::fs::write(&jwks, rsa("old")).unwrap();
-        let v = Validator::new(Some(&jwks), false, None, Vec::new()).unwrap();
+        let v = Validator::new(
+            Some(KeySource::File(jwks.clone())),
+            false,
+            None,
+            Vec::new(),
+            HOUR,
+        )
+        .unwrap();
         let kid = |v: &Validator| v.keys()[0].0.clone();
         assert!(!v.reload_if_changed(), "unchanged");
         std::fs::write(&jwks, "not json").unwrap();
