@@ -157,10 +157,19 @@ impl Broker {
                     )?)),
                 };
                 if let Some(validator) = &oauth {
-                    // An endpoint's keys are fetched before serving (tokens
-                    // are refused until they are, if the provider is down).
-                    if let Ok(client) = crate::oauthbearer::endpoint_client() {
-                        validator.refresh(&client).await;
+                    // An endpoint's keys are fetched before serving (if the
+                    // provider is down, tokens are refused until a fetch,
+                    // tried again every 10 s, succeeds).
+                    let endpoint = config
+                        .sasl_oauthbearer_jwks
+                        .as_deref()
+                        .map(crate::oauthbearer::KeySource::parse);
+                    if matches!(endpoint, Some(crate::oauthbearer::KeySource::Url(_)))
+                        && !validator.refresh().await
+                    {
+                        tracing::error!(
+                            "the OAUTHBEARER key set could not be fetched: signed tokens are refused until it is"
+                        );
                     }
                     // Keys rotate: the set is read again on change.
                     tokio::spawn(validator.clone().watch());

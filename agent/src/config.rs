@@ -472,6 +472,10 @@ impl Config {
         );
         self.advertised()?;
         crate::listeners::resolve(self)?;
+        anyhow::ensure!(
+            self.sasl_oauthbearer_jwks_refresh >= Duration::from_secs(10),
+            "sasl_oauthbearer_jwks_refresh must be at least 10s"
+        );
         if let Some(spec) = &self.inject_faults {
             spec.parse::<floe_storage::faults::Faults>()?;
         }

@@ -76,6 +76,8 @@ pub struct Validator {
     /// Set when a token named a key the set does not hold: an endpoint is
     /// fetched again soon (at most every [`REFETCH_AFTER_UNKNOWN_KID`]).
     unknown_kid: std::sync::atomic::AtomicBool,
+    /// An endpoint's client.
+    client: Option<reqwest::Client>,
 }
 
 /// The least time between two fetches of an endpoint asked for by unknown
@@ -104,25 +106,54 @@ fn parse_keys(text: &[u8], from: &str) -> anyhow::Result<Keys> {
         .with_context(|| format!("{from} is not a JSON Web Key Set"))?;
     let mut keys = Vec::new();
     for jwk in &set.keys {
-        let algorithms = algorithms_of(&jwk.algorithm);
+        let mut algorithms = algorithms_of(&jwk.algorithm);
+        // A key declared for one algorithm verifies only that one; a key
+        // for encryption verifies nothing (Kafka's `use=sig` selection).
+        if let Some(declared) = &jwk.common.key_algorithm {
+            let declared = format!("{declared:?}");
+            algorithms.retain(|a| format!("{a:?}") == declared);
+        }
+        if jwk.common.public_key_use == Some(jsonwebtoken::jwk::PublicKeyUse::Encryption) {
+            algorithms.clear();
+        }
         if algorithms.is_empty() {
-            tracing::warn!(kid = ?jwk.common.key_id, "skipping a JWK floe does not verify with (HMAC or an unknown curve)");
+            tracing::warn!(kid = ?jwk.common.key_id, "skipping a JWK floe does not verify with (HMAC, an unknown curve, an encryption key)");
             continue;
         }
-        let key = DecodingKey::from_jwk(jwk).with_context(|| format!("a key in {from}"))?;
-        keys.push((jwk.common.key_id.clone(), algorithms, key));
+        // One bad key does not take the others with it (a rotation
+        // published beside it must still load).
+        match DecodingKey::from_jwk(jwk) {
+            Ok(key) => keys.push((jwk.common.key_id.clone(), algorithms, key)),
+            Err(e) => {
+                tracing::warn!(kid = ?jwk.common.key_id, error = %e, "skipping a JWK that does not load")
+            }
+        }
     }
     anyhow::ensure!(!keys.is_empty(), "{from} holds no usable key");
     Ok(keys)
 }
 
+/// `url` as logs show it: without credentials or a query.
+fn shown(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            u.set_query(None);
+            u.to_string()
+        }
+        Err(_) => "(an endpoint)".into(),
+    }
+}
+
 /// An endpoint's key set: one GET, bounded in time and size, no redirects.
-async fn fetch_keys(client: &reqwest::Client, url: &str) -> anyhow::Result<(Keys, u32)> {
+async fn fetch_keys(client: &reqwest::Client, endpoint: &str) -> anyhow::Result<(Keys, u32)> {
+    let url = &shown(endpoint);
     let mut response = client
-        .get(url)
+        .get(endpoint)
         .send()
         .await
-        .with_context(|| format!("fetching {url}"))?;
+        .map_err(|e| anyhow::anyhow!("fetching {url}: {}", e.without_url()))?;
     anyhow::ensure!(
         response.status().is_success(),
         "{url} answered {}",
@@ -218,7 +249,17 @@ impl Validator {
             jwks.is_some() || unsecured,
             "OAUTHBEARER needs a key set (sasl_oauthbearer_jwks) or unsecured tokens (sasl_oauthbearer_unsecured)"
         );
+        let client = match &jwks {
+            Some(KeySource::Url(url)) => {
+                if url.to_ascii_lowercase().starts_with("http://") {
+                    tracing::warn!(jwks = %shown(url), "the OAUTHBEARER key set comes over plain HTTP: whoever sits on the path can put in a key and sign any token");
+                }
+                Some(endpoint_client()?)
+            }
+            _ => None,
+        };
         Ok(Validator {
+            client,
             jwks,
             keys: std::sync::RwLock::new((std::sync::Arc::new(keys), stamp)),
             unsecured,
@@ -267,20 +308,21 @@ impl Validator {
         self.take(&path.display().to_string(), stamp, load_keys(path))
     }
 
-    /// Fetches an endpoint's key set; whether the keys changed.
-    pub async fn refresh(&self, client: &reqwest::Client) -> bool {
-        let Some(KeySource::Url(url)) = &self.jwks else {
+    /// Fetches an endpoint's key set: whether it was fetched and loaded
+    /// (changed or not).
+    pub async fn refresh(&self) -> bool {
+        let (Some(KeySource::Url(url)), Some(client)) = (&self.jwks, &self.client) else {
             return false;
         };
         match fetch_keys(client, url).await {
             Ok((keys, stamp)) => {
-                if Some(stamp) == self.keys.read().unwrap_or_else(|p| p.into_inner()).1 {
-                    return false;
+                if Some(stamp) != self.keys.read().unwrap_or_else(|p| p.into_inner()).1 {
+                    self.take(&shown(url), Some(stamp), Ok(keys));
                 }
-                self.take(url, Some(stamp), Ok(keys))
+                true
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "fetching the OAUTHBEARER key set failed; keeping the previous keys");
+                tracing::warn!(error = %format!("{e:#}"), "fetching the OAUTHBEARER key set failed; keeping the previous keys, trying again within 10 s");
                 false
             }
         }
@@ -302,21 +344,20 @@ impl Validator {
                 }
             }
             Some(KeySource::Url(_)) => {
-                let Ok(client) = endpoint_client() else {
-                    tracing::error!("no HTTP client for the OAUTHBEARER key set endpoint");
-                    return;
-                };
                 let mut last = tokio::time::Instant::now();
+                // After a failed fetch (or none yet), again within 10 s.
+                let mut failing = self.keys().is_empty();
                 let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
                 loop {
                     tick.tick().await;
-                    let asked = self.unknown_kid.load(std::sync::atomic::Ordering::Relaxed)
+                    let asked = (failing
+                        || self.unknown_kid.load(std::sync::atomic::Ordering::Relaxed))
                         && last.elapsed() >= REFETCH_AFTER_UNKNOWN_KID;
                     if asked || last.elapsed() >= self.refresh {
                         self.unknown_kid
                             .store(false, std::sync::atomic::Ordering::Relaxed);
                         last = tokio::time::Instant::now();
-                        self.refresh(&client).await;
+                        failing = !self.refresh().await;
                     }
                 }
             }
