@@ -380,8 +380,21 @@ async fn commit_alone(s: &Setup, topic: &TopicInfo, files: usize) -> Vec<ObjectP
 /// Commits one ingest file holding one batch of `topic` with `value`, its
 /// extent claiming `short` bytes fewer than the batch has.
 async fn commit_claiming(s: &Setup, topic: &TopicInfo, value: &str, short: u32) -> ObjectPath {
-    let mut writer = IngestWriter::new();
     let batch = encode(&[value.to_string()], Compression::None);
+    commit_batch(s, topic, batch, 1, short).await
+}
+
+/// Commits one ingest file holding `batch` (of `record_count` records) to
+/// `topic`'s partition 0, its extent claiming `short` bytes fewer than the
+/// batch has.
+async fn commit_batch(
+    s: &Setup,
+    topic: &TopicInfo,
+    batch: Bytes,
+    record_count: i32,
+    short: u32,
+) -> ObjectPath {
+    let mut writer = IngestWriter::new();
     let entry = writer.add_chunk(topic.id, 0, std::slice::from_ref(&batch));
     let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
     let file = writer.finish();
@@ -395,7 +408,7 @@ async fn commit_claiming(s: &Setup, topic: &TopicInfo, value: &str, short: u32) 
                 partition: 0,
                 position: entry.position,
                 length: entry.length - short,
-                record_count: 1,
+                record_count,
                 max_timestamp: 1_000,
                 producer_id: -1,
                 producer_epoch: -1,
@@ -660,31 +673,8 @@ async fn a_leased_job_is_left_to_its_holder() {
 /// Commits one ingest file holding one batch of `records` (key, value) to
 /// `topic`'s partition 0.
 async fn commit_records(s: &Setup, topic: &TopicInfo, records: &[(Option<&str>, Option<&str>)]) {
-    let mut writer = IngestWriter::new();
     let batch = encode_batch(0, records, Compression::None);
-    let entry = writer.add_chunk(topic.id, 0, std::slice::from_ref(&batch));
-    let key = floe_storage::keys::new_ingest_key(RandomIds.next_id());
-    let file = writer.finish();
-    s.store.put(&key, file.clone().into()).await.unwrap();
-    s.meta
-        .commit(Commit {
-            object_key: key.to_string(),
-            object_size: file.len() as u64,
-            batches: vec![CommitBatch {
-                topic_id: topic.id,
-                partition: 0,
-                position: entry.position,
-                length: entry.length,
-                record_count: records.len() as i32,
-                max_timestamp: 1_000,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            }],
-            not_before_ms: s.meta.clock().await.unwrap(),
-        })
-        .await
-        .unwrap();
+    commit_batch(s, topic, batch, records.len() as i32, 0).await;
 }
 
 /// A compacted topic "table" that cleans whatever is dirty (its records
