@@ -160,13 +160,7 @@ impl Broker {
                     // An endpoint's keys are fetched before serving (if the
                     // provider is down, tokens are refused until a fetch,
                     // tried again every 10 s, succeeds).
-                    let endpoint = config
-                        .sasl_oauthbearer_jwks
-                        .as_deref()
-                        .map(crate::oauthbearer::KeySource::parse);
-                    if matches!(endpoint, Some(crate::oauthbearer::KeySource::Url(_)))
-                        && !validator.refresh().await
-                    {
+                    if validator.from_endpoint() && !validator.refresh().await {
                         tracing::error!(
                             "the OAUTHBEARER key set could not be fetched: signed tokens are refused until it is"
                         );

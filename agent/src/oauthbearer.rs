@@ -308,6 +308,11 @@ impl Validator {
         self.take(&path.display().to_string(), stamp, load_keys(path))
     }
 
+    /// Whether the key set comes from an endpoint (fetched, not read).
+    pub fn from_endpoint(&self) -> bool {
+        matches!(self.jwks, Some(KeySource::Url(_)))
+    }
+
     /// Fetches an endpoint's key set: whether it was fetched and loaded
     /// (changed or not).
     pub async fn refresh(&self) -> bool {
