@@ -53,6 +53,9 @@ pub struct Metrics {
     /// Connections closed because they did not authenticate (SASL).
     pub authentication_failures: Counter,
     pub reauthentications: Counter,
+    /// Reads a segment's offset index sent to a batch other than the one it
+    /// names (read again from the extent's start).
+    pub index_misses: Counter,
     /// What the block cache did, by event (brought up to date when scraped).
     cache_blocks: Family<OpLabel, Counter>,
     /// Agents in this one's cache ring, itself included (set when scraped).
@@ -142,6 +145,12 @@ impl Metrics {
             "Connections closed because they did not authenticate (SASL): wrong credentials, a request out of turn, or too slow",
             authentication_failures.clone(),
         );
+        let index_misses = Counter::default();
+        registry.register(
+            "segment_index_misses",
+            "Reads a segment's offset index sent to a batch other than the one it names (then read from the segment's start)",
+            index_misses.clone(),
+        );
         let reauthentications = Counter::default();
         registry.register(
             "sasl_reauthentications",
@@ -210,6 +219,7 @@ impl Metrics {
         background.register(&mut registry);
         Metrics {
             authentication_failures,
+            index_misses,
             reauthentications,
             syncing: Default::default(),
             injected_faults: Default::default(),

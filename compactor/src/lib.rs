@@ -53,9 +53,14 @@ pub struct CompactionPolicy {
     /// A segment stops growing past this size; a partition's chunks of merged
     /// files smaller than an eighth of it are merged into one.
     pub max_segment_bytes: u64,
-    /// A segment is described to the metastore as extents of about this size,
-    /// so a fetch from its middle reads little more than it returns.
+    /// A partition's chunk of a merged file is described to the metastore as
+    /// extents of about this size, so a fetch from its middle reads little
+    /// more than it returns. (A segment is one extent, however large: its
+    /// offset index takes a fetch to the middle.)
     pub extent_bytes: u64,
+    /// Bytes of batches between two entries of a segment's offset index: at
+    /// most what a fetch landing in a segment reads before its offset.
+    pub index_interval: u64,
     /// The most bytes of ingest files one job reads, and holds, at once.
     pub job_bytes: u64,
     /// However few files wait, a job starts once the oldest append in them
@@ -82,6 +87,7 @@ impl Default for CompactionPolicy {
             min_extents: 8,
             max_segment_bytes: 256 * 1024 * 1024,
             extent_bytes: 1024 * 1024,
+            index_interval: floe_storage::segment_index::DEFAULT_INTERVAL,
             job_bytes: 128 * 1024 * 1024,
             max_age: Duration::from_secs(300),
             max_chunks: 64,
@@ -116,15 +122,17 @@ pub fn plan(
     let by_object: Vec<&[ExtentRef]> = extents
         .chunk_by(|a, b| a.object_key == b.object_key)
         .collect();
+    let work = merge::work(policy, 0);
     let chunks: Vec<Chunk> = by_object
         .iter()
         .map(|extents| Chunk {
-            merged: extents[0].object_key.starts_with(keys::MERGED_PREFIX),
+            kind: work.kind_of(&extents[0].object_key),
             bytes: extents.iter().map(|e| e.length).sum(),
+            extents: extents.len().min(u32::MAX as usize) as u32,
             oldest_appended_ms: extents.iter().map(|e| e.appended_ms).min().unwrap_or(0),
         })
         .collect();
-    let run = merge::work(policy, 0).merge_run(&chunks, now_ms)?;
+    let run = work.merge_run(&chunks, now_ms)?;
     Some(by_object[run].concat())
 }
 
@@ -365,7 +373,7 @@ pub(crate) async fn swap_in(
     // arrives after the commit window (this compactor paused for long).
     let not_before_ms = meta.clock().await?;
     let raw: Vec<_> = batches.iter().map(|b| b.bytes().clone()).collect();
-    let mut writer = IngestWriter::new();
+    let mut writer = IngestWriter::segment(policy.index_interval);
     let chunk = writer.add_chunk(topic_id, partition, &raw);
     let file = writer.finish();
     store.put(&key, file.clone().into()).await?;
@@ -377,10 +385,11 @@ pub(crate) async fn swap_in(
         partition,
         object_key: key.to_string(),
         object_size: file.len() as u64,
+        // One extent: its offset index takes readers inside it.
         pieces: pieces(
             batches,
             chunk.position,
-            policy.extent_bytes,
+            u64::MAX,
             run.iter().map(|e| e.appended_ms).max().unwrap_or(0),
         ),
         replaced: run,

@@ -516,7 +516,7 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
         extent(3, "merged/3", 10),
         extent(4, "merged/4", 10),
         extent(5, "merged/5", 10),
-        extent(6, "merged/6", 100),
+        extent(6, "segment/6", 100),
         extent(7, "merged/7", 10),
     ];
     let policy = CompactionPolicy {
@@ -527,8 +527,8 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
         max_age: Duration::from_secs(3600),
         ..CompactionPolicy::default()
     };
-    // Small is under 12 bytes: merged/6 is large enough as it is, and two
-    // small chunks in a row make a small chunk's worth.
+    // Small is under 12 bytes: two small chunks in a row make a small
+    // chunk's worth. (The segments are each alone: not worth merging.)
     let run = plan(&extents, &policy, 2_000).unwrap();
     assert_eq!(
         run.iter().map(|e| e.base_offset).collect::<Vec<_>>(),
@@ -567,6 +567,75 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
         ..few
     };
     assert_eq!(plan(&many, &tight, 2_000).map(|r| r.len()), Some(8));
+}
+
+#[test]
+fn plan_bounds_a_partitions_segments() {
+    let extent = |base: i64, key: &str, length: u64| ExtentRef {
+        appended_ms: 1_000,
+        base_offset: base,
+        last_offset: base,
+        max_timestamp: 0,
+        object_key: key.into(),
+        object_size: 1_000,
+        position: 0,
+        length,
+    };
+    let offsets = |run: Option<Vec<ExtentRef>>| {
+        run.map(|r| r.iter().map(|e| e.base_offset).collect::<Vec<_>>())
+    };
+    // Segments of 800 bytes: small merged chunks are under 100, small
+    // segments under 400; 4 chunks in a row are many.
+    let policy = CompactionPolicy {
+        max_segment_bytes: 800,
+        max_chunks: 4,
+        max_age: Duration::from_secs(3600),
+        ..CompactionPolicy::default()
+    };
+    let plan_at = |extents: &[ExtentRef]| offsets(plan(extents, &policy, 2_000));
+    // A large chunk of a merged file becomes a segment at once, alone: its
+    // 1 MiB extents must not stay.
+    let large = vec![
+        extent(0, "segment/a", 500),
+        extent(1, "merged/1", 300),
+        extent(2, "merged/1", 300),
+    ];
+    assert_eq!(plan_at(&large), Some(vec![1, 2]));
+    // Segments under half a segment merge once they make half of one...
+    let halves = vec![
+        extent(0, "segment/a", 500),
+        extent(1, "segment/b", 250),
+        extent(2, "segment/c", 250),
+        extent(3, "segment/d", 10),
+    ];
+    assert_eq!(plan_at(&halves), Some(vec![1, 2, 3]));
+    // ...or are many; a few small ones, however old, wait: a quiet
+    // partition's segments are not rewritten every pass.
+    let few: Vec<_> = (0..3)
+        .map(|n| extent(n, &format!("segment/{n}"), 10))
+        .collect();
+    assert_eq!(plan_at(&few), None);
+    assert_eq!(offsets(plan(&few, &policy, i64::MAX)), None);
+    let many: Vec<_> = (0..4)
+        .map(|n| extent(n, &format!("segment/{n}"), 10))
+        .collect();
+    assert_eq!(plan_at(&many), Some(vec![0, 1, 2, 3]));
+    // A segment described by several extents (written before the offset
+    // index) is rewritten, even alone, into one extent.
+    let v1 = vec![
+        extent(0, "segment/a", 500),
+        extent(1, "segment/v1", 300),
+        extent(2, "segment/v1", 300),
+        extent(3, "segment/c", 500),
+    ];
+    assert_eq!(plan_at(&v1), Some(vec![1, 2]));
+    // Merged chunks go first; segments merge up to a whole segment.
+    let mixed: Vec<_> = (0..10)
+        .map(|n| extent(n, &format!("segment/{n}"), 200))
+        .chain([extent(10, "merged/x", 5), extent(11, "merged/y", 500)])
+        .collect();
+    assert_eq!(plan_at(&mixed), Some(vec![10, 11]));
+    assert_eq!(plan_at(&mixed[..10]), Some(vec![0, 1, 2, 3]));
 }
 
 #[tokio::test]
@@ -883,4 +952,74 @@ async fn a_lost_swap_in_a_later_group_loses_nothing() {
     let mut want: Vec<String> = latest.into_values().collect();
     want.sort();
     assert_eq!(values, want);
+}
+
+/// Issue 12's figure: a partition's extents stay bounded under a long steady
+/// produce with compaction on, whatever the bytes retained. Segments are one
+/// extent each (their offset index takes readers inside), and small segments
+/// are merged further, so the count follows retained bytes over half a
+/// segment, plus a few small ones: before, it grew by an extent per segment
+/// written (and per 1 MiB of each), for ever.
+#[tokio::test]
+async fn a_partitions_extents_stay_bounded_under_steady_produce() {
+    let s = setup(0).await;
+    let policy = CompactionPolicy {
+        min_extents: 2,
+        max_segment_bytes: 16 << 10,
+        max_chunks: 4,
+        max_age: Duration::from_secs(3600),
+        index_interval: 1 << 10,
+        ..CompactionPolicy::default()
+    };
+    let value = "v".repeat(250);
+    let (mut most, mut written) = (0usize, Vec::new());
+    for round in 0..240 {
+        let records: Vec<String> = (0..3).map(|i| format!("{round}-{i}-{value}")).collect();
+        let pairs: Vec<_> = records.iter().map(|v| (None, Some(v.as_str()))).collect();
+        commit_records(&s, &s.a, &pairs).await;
+        written.extend(records);
+        pass(&s, &policy).await;
+        let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
+        most = most.max(plan.extents.len());
+    }
+    let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
+    let retained: u64 = plan.extents.iter().map(|e| e.length).sum();
+    // Eleven segments' worth or more retained, so a bound of a few extents
+    // per segment would not hold by accident.
+    assert!(retained > 11 * policy.max_segment_bytes, "{retained}");
+    let bound = (retained / (policy.max_segment_bytes / 2)) as usize + 2 * policy.max_chunks + 2;
+    assert!(
+        most <= bound,
+        "{most} extents at most, against a bound of {bound} for {retained} bytes"
+    );
+    // Every segment is one extent, with an index that holds.
+    let mut segments = 0;
+    for extents in plan.extents.chunk_by(|a, b| a.object_key == b.object_key) {
+        if !extents[0]
+            .object_key
+            .starts_with(floe_storage::keys::SEGMENT_PREFIX)
+        {
+            continue;
+        }
+        segments += 1;
+        assert_eq!(extents.len(), 1, "a segment is one extent");
+        let path = ObjectPath::from(extents[0].object_key.as_str());
+        let file = s.store.get(&path).await.unwrap().bytes().await.unwrap();
+        let file = IngestFile::parse(file).unwrap();
+        assert!(file.offset_index().unwrap().entries().len() > 1);
+        file.check_offset_index().unwrap();
+    }
+    assert!(segments >= 2, "{segments} segments");
+    println!(
+        "{most} extents at most, {} at the end ({segments} segments), {retained} bytes retained",
+        plan.extents.len()
+    );
+    // And nothing was lost or moved.
+    let read: Vec<(i64, String)> = read_values(&s, &s.a).await;
+    let want: Vec<(i64, String)> = written
+        .into_iter()
+        .enumerate()
+        .map(|(n, v)| (n as i64, v))
+        .collect();
+    assert_eq!(read, want);
 }

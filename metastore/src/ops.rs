@@ -95,9 +95,20 @@ pub struct CompactionWork {
 /// [`CompactionWork::merge_run`] weighs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunk {
-    pub merged: bool,
+    pub kind: ChunkKind,
     pub bytes: u64,
+    /// Extents describing it: a segment of more than one was written
+    /// before segments had an offset index (version 1).
+    pub extents: u32,
     pub oldest_appended_ms: i64,
+}
+
+/// Which kind of object a [`Chunk`] lies in, by its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkKind {
+    Ingest,
+    Merged,
+    Segment,
 }
 
 impl CompactionWork {
@@ -107,44 +118,96 @@ impl CompactionWork {
         self.segment_bytes / 8
     }
 
-    /// The first run of a partition's `chunks` (in offset order) worth
-    /// merging into one segment: small chunks of merged files in a row, up
-    /// to `segment_bytes`, when there are two or more that together make at
-    /// least a small chunk's worth or are `merge_max_chunks` many, or when
-    /// the oldest is `merge_max_age_ms` old (even alone). So each segment is written once per
-    /// `segment_bytes / 8` of a partition's data, or once per age, never per
-    /// merged file: the writes (PUTs) stay proportional to bytes, not to
-    /// partitions times files.
-    pub fn merge_run(&self, chunks: &[Chunk], now_ms: i64) -> Option<std::ops::Range<usize>> {
-        let small = |c: &Chunk| c.merged && c.bytes < self.small_below_bytes();
-        let mut start = 0;
-        while start < chunks.len() {
-            if !small(&chunks[start]) {
-                start += 1;
-                continue;
-            }
-            let (mut end, mut bytes, mut oldest) = (start, 0u64, i64::MAX);
-            while end < chunks.len() && small(&chunks[end]) {
-                if end > start && bytes + chunks[end].bytes > self.segment_bytes {
-                    break;
-                }
-                bytes += chunks[end].bytes;
-                oldest = oldest.min(chunks[end].oldest_appended_ms);
-                end += 1;
-            }
-            let worth = bytes >= self.small_below_bytes()
-                || end - start >= self.merge_max_chunks.max(2) as usize
-                || now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
-            // A lone small chunk is moved only when old: it may be all that
-            // keeps its merged file.
-            let aged = now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
-            if (end - start >= 2 && worth) || aged {
-                return Some(start..end);
-            }
-            start = end.max(start + 1);
+    /// The kind of the object `key` names.
+    pub fn kind_of(&self, key: &str) -> ChunkKind {
+        if key.starts_with(&self.ingest_prefix) {
+            ChunkKind::Ingest
+        } else if key.starts_with(&self.merged_prefix) {
+            ChunkKind::Merged
+        } else {
+            ChunkKind::Segment
         }
-        None
     }
+
+    /// The first run of a partition's `chunks` (in offset order) worth
+    /// merging into one segment, up to `segment_bytes` (its first chunk
+    /// whatever its size):
+    ///
+    /// 1. Chunks of merged files in a row, when they make at least a small
+    ///    chunk's worth (an eighth of a segment), are `merge_max_chunks`
+    ///    many, or the oldest is `merge_max_age_ms` old (even alone, so no
+    ///    merged file stays pinned). So each segment is written once per
+    ///    `segment_bytes / 8` of a partition's data, or once per age, never
+    ///    per merged file: the writes (PUTs) stay proportional to bytes, not
+    ///    to partitions times files.
+    /// 2. Else, segments in a row each under half a segment (or described by
+    ///    several extents: written before the offset index), when they make
+    ///    half a segment together, are `merge_max_chunks` many, or hold an
+    ///    old many-extent segment (rewritten alone if need be). So a
+    ///    partition's extents stay about its retained bytes over half a
+    ///    segment, plus fewer than `merge_max_chunks` small segments, however
+    ///    long it is kept; each byte is rewritten a few times at most (a
+    ///    merged segment under half a segment waits for `merge_max_chunks`
+    ///    more). Age alone never merges segments: a quiet partition's lone
+    ///    small segment would be rewritten every pass.
+    pub fn merge_run(&self, chunks: &[Chunk], now_ms: i64) -> Option<std::ops::Range<usize>> {
+        let many = self.merge_max_chunks.max(2) as usize;
+        let small = self.small_below_bytes();
+        let merged = first_run(
+            chunks,
+            self.segment_bytes,
+            |c| c.kind == ChunkKind::Merged,
+            |run, bytes| {
+                let oldest = run.iter().map(|c| c.oldest_appended_ms).min();
+                let aged =
+                    oldest.is_some_and(|ms| now_ms.saturating_sub(ms) >= self.merge_max_age_ms);
+                aged || bytes >= small || run.len() >= many
+            },
+        );
+        let half = self.segment_bytes / 2;
+        merged.or_else(|| {
+            first_run(
+                chunks,
+                self.segment_bytes,
+                |c| c.kind == ChunkKind::Segment && (c.extents > 1 || c.bytes < half),
+                |run, bytes| {
+                    run.iter().any(|c| c.extents > 1)
+                        || (run.len() >= 2 && bytes >= half)
+                        || run.len() >= many
+                },
+            )
+        })
+    }
+}
+
+/// The first run of consecutive `eligible` chunks, cut at `max_bytes` (past
+/// its first chunk), that is `worth` merging given its chunks and bytes.
+fn first_run(
+    chunks: &[Chunk],
+    max_bytes: u64,
+    eligible: impl Fn(&Chunk) -> bool,
+    worth: impl Fn(&[Chunk], u64) -> bool,
+) -> Option<std::ops::Range<usize>> {
+    let mut start = 0;
+    while start < chunks.len() {
+        if !eligible(&chunks[start]) {
+            start += 1;
+            continue;
+        }
+        let (mut end, mut bytes) = (start, 0u64);
+        while end < chunks.len() && eligible(&chunks[end]) {
+            if end > start && bytes.saturating_add(chunks[end].bytes) > max_bytes {
+                break;
+            }
+            bytes = bytes.saturating_add(chunks[end].bytes);
+            end += 1;
+        }
+        if worth(&chunks[start..end], bytes) {
+            return Some(start..end);
+        }
+        start = end.max(start + 1);
+    }
+    None
 }
 
 /// Read plans of many partitions at once, each from its own offset, each up

@@ -1629,15 +1629,15 @@ impl State {
                     match chunks.last_mut() {
                         Some((object, chunk)) if *object == e.object => {
                             chunk.bytes += e.length;
+                            chunk.extents = chunk.extents.saturating_add(1);
                             chunk.oldest_appended_ms = chunk.oldest_appended_ms.min(e.appended_ms);
                         }
                         _ => chunks.push((
                             e.object,
                             Chunk {
-                                merged: self.objects[&e.object]
-                                    .key
-                                    .starts_with(&work.merged_prefix),
+                                kind: work.kind_of(&self.objects[&e.object].key),
                                 bytes: e.length,
+                                extents: 1,
                                 oldest_appended_ms: e.appended_ms,
                             },
                         )),

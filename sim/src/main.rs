@@ -97,6 +97,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
                 total.crashes += s.crashes;
                 total.retried_writes += s.retried_writes;
                 total.segments_live += s.segments_live;
+                total.segments_indexed += s.segments_indexed;
                 total.polled_records += s.polled_records;
                 total.redirects += s.redirects;
                 total.partitions += s.partitions;
@@ -138,7 +139,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
          {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
-         {} store faults, {} stalls after a PUT, {} live segments at the end, {} records polled, \
+         {} store faults, {} stalls after a PUT, {} live segments at the end ({} with an offset index, all checked), {} records polled, \
          {} transactions committed, {} aborted, {} unsure, {} zombies, {} transactional records audited, \
          {:.1} simulated hours",
         args.seeds,
@@ -152,6 +153,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.store_faults,
         total.stalls,
         total.segments_live,
+        total.segments_indexed,
         total.polled_records,
         total.committed_txns,
         total.aborted_txns,

@@ -9,6 +9,7 @@
 //! - [`faults`]: hooks injecting errors and latency, for tests.
 //! - [`http_faults`]: S3's bad days (SlowDown, resets, slow requests) injected beneath its client.
 //! - [`synced`]: a hook making local-folder puts durable (fsync) before they return.
+//! - [`segment_index`]: the offset index of version-2 segments.
 //! - [`ingest`]: the ingest-file format shared by ingest and segment objects
 //!   (see `docs/ingest-format.md`).
 
@@ -20,6 +21,7 @@ pub mod http_faults;
 pub mod ids;
 pub mod ingest;
 pub mod keys;
+pub mod segment_index;
 pub mod store;
 pub mod synced;
 

@@ -173,6 +173,10 @@ async fn read_all(
                 plan.plan.extents.retain(|e| e.base_offset < upper);
                 plan
             });
+            // What is read of this partition: its extents, but no more than
+            // its budget past the fetch offset (a segment is one large
+            // extent, read in windows from where its index lands).
+            let reads = budget.max(1);
             if let (Ok(plan), Some(topic)) = (&plan, &w.topic) {
                 seen.push((topic.id, partition, plan.plan.high_watermark));
                 planned += plan
@@ -180,9 +184,10 @@ async fn read_all(
                     .extents
                     .iter()
                     .map(|e| e.length as usize)
-                    .sum::<usize>();
+                    .sum::<usize>()
+                    .min(reads);
             }
-            partitions.push((partition, offset, partition_max, plan));
+            partitions.push((partition, offset, partition_max, reads, plan));
         }
         plans.push((w, partitions));
     }
@@ -199,7 +204,7 @@ async fn read_all(
                     "fetch: response budget spent; answering without records"
                 );
                 for (_, partitions) in &mut plans {
-                    for (_, _, _, plan) in partitions.iter_mut() {
+                    for (_, _, _, _, plan) in partitions.iter_mut() {
                         if let Ok(plan) = plan {
                             plan.plan.extents.clear();
                         }
@@ -212,13 +217,14 @@ async fn read_all(
 
     let read = join_all(plans.into_iter().map(|(w, partitions)| async move {
         let partitions = join_all(partitions.into_iter().map(
-            |(partition, offset, partition_max, plan)| async move {
+            |(partition, offset, partition_max, reads, plan)| async move {
                 let data = match plan {
                     Ok(plan) => read_extents(
                         broker,
                         &plan.plan.extents,
                         offset,
                         plan.plan.high_watermark,
+                        reads,
                     )
                     .await
                     .map(|mut records| {

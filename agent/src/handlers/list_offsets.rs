@@ -2,8 +2,10 @@
 //! timestamp.
 //!
 //! For a timestamp the metastore names the first extent whose max timestamp
-//! reaches it; the exact record is found by decoding that extent's batches.
-//! This is the one place floe decompresses, because Kafka's answer is exact.
+//! reaches it; the exact record is found by decoding the one batch of that
+//! extent holding it (a segment is entered through its offset index, and
+//! other batches are passed by their headers). This is the one place floe
+//! decompresses, because Kafka's answer is exact.
 
 use floe_metastore::{ExtentRef, OffsetAnswer, OffsetQuery};
 use floe_protocol::ResponseError;
@@ -16,7 +18,8 @@ use floe_protocol::kafka_protocol::records::Record;
 use floe_protocol::records;
 
 use crate::broker::{Broker, kafka_error};
-use crate::read::read_extents;
+use crate::read::ExtentReader;
+use floe_cache::Reading;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -154,6 +157,8 @@ async fn lookup_any(
 
 /// KIP-734 over the records from `log_start` on, when the partition's
 /// largest timestamp was cut away with the records below the log start.
+/// Batches are weighed by the largest timestamp in their header; only the
+/// best one, and one straddling the log start, are decoded.
 async fn max_timestamp_from(
     broker: &Broker,
     topic: uuid::Uuid,
@@ -166,47 +171,111 @@ async fn max_timestamp_from(
         .await
         .map_err(|e| kafka_error(&e))?;
     let mut best: Option<(i64, i64)> = None;
+    let better = |best: &mut Option<(i64, i64)>, timestamp: i64, offset: i64| {
+        if best.is_none_or(|(ts, _)| timestamp > ts) {
+            *best = Some((timestamp, offset));
+        }
+    };
+    // The batch whose header holds the best timestamp so far, decoded last.
+    let mut best_batch: Option<(i64, RecordBatch)> = None;
     for extent in &plan.extents {
-        for r in records_of(broker, extent).await? {
-            if r.offset >= log_start && best.is_none_or(|(ts, _)| r.timestamp > ts) {
-                best = Some((r.timestamp, r.offset));
+        let mut reader = ExtentReader::new(broker, extent, Reading::CatchUp);
+        reader.land_at_offset(log_start).await;
+        while let Some(window) = reader.next(WANT).await.map_err(storage_error)? {
+            for batch in batches_of(extent, window)? {
+                let last = batch.base_offset() + batch.last_offset_delta() as i64;
+                if last < log_start {
+                    continue;
+                }
+                if batch.base_offset() < log_start {
+                    for r in decode(extent, &batch)? {
+                        if r.offset >= log_start {
+                            better(&mut best, r.timestamp, r.offset);
+                        }
+                    }
+                } else if best_batch
+                    .as_ref()
+                    .is_none_or(|(ts, _)| batch.max_timestamp() > *ts)
+                {
+                    best_batch = Some((batch.max_timestamp(), batch));
+                }
             }
         }
+    }
+    if let Some((timestamp, batch)) = best_batch
+        && best.is_none_or(|(ts, _)| timestamp > ts)
+        && let Some(r) = decode_first(&batch, |r| r.timestamp >= timestamp)?
+    {
+        better(&mut best, r.timestamp, r.offset);
     }
     Ok(best.unwrap_or((-1, -1)))
 }
 
-/// The first record of `extent` at or past `log_start` whose timestamp reaches `timestamp`.
+/// The first record of `extent` at or past `log_start` whose timestamp
+/// reaches `timestamp`. A segment is entered through its offset index, and
+/// only the batch holding the record is decoded: the others are passed by
+/// their headers.
 async fn first_record_at(
     broker: &Broker,
     extent: &ExtentRef,
     timestamp: i64,
     log_start: i64,
 ) -> Result<Option<(i64, i64)>, ResponseError> {
-    Ok(records_of(broker, extent)
-        .await?
-        .into_iter()
-        .find(|r| r.offset >= log_start && r.timestamp >= timestamp)
-        .map(|r| (r.timestamp, r.offset)))
+    let mut reader = ExtentReader::new(broker, extent, Reading::CatchUp);
+    reader.land_at_timestamp(timestamp, log_start).await;
+    while let Some(window) = reader.next(WANT).await.map_err(storage_error)? {
+        for batch in batches_of(extent, window)? {
+            let last = batch.base_offset() + batch.last_offset_delta() as i64;
+            if last < log_start || batch.max_timestamp() < timestamp {
+                continue;
+            }
+            let found = decode_first(&batch, |r| {
+                r.offset >= log_start && r.timestamp >= timestamp
+            })
+            .inspect_err(
+                |_| tracing::error!(object = %extent.object_key, "stored batches do not decode"),
+            )?;
+            if let Some(r) = found {
+                return Ok(Some((r.timestamp, r.offset)));
+            }
+        }
+    }
+    Ok(None)
 }
 
-/// The records of one extent, decoded within floe's decompression bounds.
-async fn records_of(broker: &Broker, extent: &ExtentRef) -> Result<Vec<Record>, ResponseError> {
-    let bytes = read_extents(
-        broker,
-        std::slice::from_ref(extent),
-        extent.base_offset,
-        i64::MAX,
-    )
-    .await
-    .map_err(|e| {
-        tracing::warn!(error = %e, "list offsets: reading objects failed");
-        ResponseError::KafkaStorageError
-    })?;
-    RecordBatch::parse_all_stored(&bytes)
-        .and_then(|batches| records::decode_all(&batches))
-        .map_err(|e| {
-            tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
-            ResponseError::CorruptMessage
-        })
+/// What ListOffsets wants of a large extent at a time beyond the reader's
+/// window: nothing, since the index lands within an interval of the answer.
+const WANT: u64 = 0;
+
+fn storage_error(e: floe_cache::CacheError) -> ResponseError {
+    tracing::warn!(error = %e, "list offsets: reading objects failed");
+    ResponseError::KafkaStorageError
+}
+
+/// The batches of a window read from `extent`.
+fn batches_of(
+    extent: &ExtentRef,
+    window: bytes::BytesMut,
+) -> Result<Vec<RecordBatch>, ResponseError> {
+    RecordBatch::parse_all_stored(&window.freeze()).map_err(|e| {
+        tracing::error!(object = %extent.object_key, error = %e, "stored batches do not parse");
+        ResponseError::CorruptMessage
+    })
+}
+
+/// The records of one batch, decoded within floe's decompression bounds.
+fn decode(extent: &ExtentRef, batch: &RecordBatch) -> Result<Vec<Record>, ResponseError> {
+    records::decode(batch).map_err(|e| {
+        tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
+        ResponseError::CorruptMessage
+    })
+}
+
+/// The first record of `batch` that `wanted` takes.
+fn decode_first(
+    batch: &RecordBatch,
+    wanted: impl Fn(&Record) -> bool,
+) -> Result<Option<Record>, ResponseError> {
+    let records = records::decode(batch).map_err(|_| ResponseError::CorruptMessage)?;
+    Ok(records.into_iter().find(|r| wanted(r)))
 }

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use floe_metastore::{ExtentRef, MetaError, Metastore, Refusal, TopicInfo};
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
+use floe_storage::ingest::IngestFile;
 use floe_storage::{ObjectPath, ObjectStore};
 use object_store::ObjectStoreExt;
 use tokio::time::{Duration, Instant};
@@ -458,6 +459,35 @@ async fn read_log(
     }
 }
 
+/// Checks every live segment's offset index against its batches (a reader
+/// sent to the wrong batch by one would serve the wrong records, or none);
+/// returns how many segments had one.
+async fn check_segment_indexes(
+    bucket: &Arc<dyn ObjectStore>,
+    segments: &BTreeSet<String>,
+    anomalies: &mut Vec<String>,
+) -> u64 {
+    let mut indexed = 0;
+    for key in segments {
+        let read = bucket.get(&ObjectPath::from(key.as_str())).await;
+        let file = match read {
+            Ok(got) => got.bytes().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+        .and_then(|bytes| IngestFile::parse(bytes).map_err(|e| e.to_string()));
+        match file {
+            Ok(file) => {
+                indexed += file.offset_index().is_some() as u64;
+                if let Err(why) = file.check_offset_index() {
+                    anomalies.push(format!("segment {key}: its offset index is wrong: {why}"));
+                }
+            }
+            Err(why) => anomalies.push(format!("segment {key} does not read: {why}")),
+        }
+    }
+    indexed
+}
+
 /// What the topics promise, for the final audit.
 #[derive(Debug, Clone, Copy)]
 pub struct Rules {
@@ -503,6 +533,7 @@ pub async fn settle_and_check(
             logs.insert((t, p), log);
         }
     }
+    let indexed = check_segment_indexes(bucket, &segments, &mut anomalies).await;
 
     // Transactions, on the retained topic they write to.
     let (txns, stable_seen, polled_retained) = shared.with(|w| {
@@ -687,6 +718,7 @@ pub async fn settle_and_check(
     let records: usize = logs.values().map(|l| l.records.len()).sum();
     shared.with(|w| {
         w.summary.segments_live = segments.len() as u64;
+        w.summary.segments_indexed = indexed;
         w.summary.objects_left = objects_left;
         w.summary.simulated_ms = w.start.elapsed().as_millis() as u64;
         w.log(format!(

@@ -88,6 +88,8 @@ pub struct Summary {
     /// Objects in the bucket at the end (referenced, or garbage within its grace).
     pub objects_left: u64,
     pub polled_records: u64,
+    /// Live segments at the end carrying an offset index (all were checked).
+    pub segments_indexed: u64,
     /// Times a metastore client moved to another node (Raft runs).
     pub redirects: u64,
     /// Network partitions between metastore nodes (Raft runs).
@@ -504,6 +506,8 @@ async fn simulate(shared: &Shared, settings: Settings) {
             min_extents,
             max_segment_bytes: 64 << 10,
             extent_bytes: 4 << 10,
+            // Small, so reads land inside segments through their index.
+            index_interval: 512,
             job_bytes: 256 << 10,
             max_age: Duration::from_secs(2),
             max_chunks: 4,
