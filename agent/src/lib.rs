@@ -10,6 +10,7 @@ pub mod compaction;
 pub mod config;
 pub mod discovery;
 pub mod extent_cache;
+pub mod extent_reader;
 pub mod frames;
 pub mod handlers;
 pub mod listeners;

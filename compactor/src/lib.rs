@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::BytesMut;
-use floe_metastore::ops::Chunk;
+use floe_metastore::ops::{Chunk, CompactionWork};
 use floe_metastore::{
     Backlog, ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents,
     TopicId, TopicInfo, TopicPartition, now_ms,
@@ -118,22 +118,38 @@ pub fn plan(
     extents: &[ExtentRef],
     policy: &CompactionPolicy,
     now_ms: i64,
+    max_span_ms: i64,
 ) -> Option<Vec<ExtentRef>> {
     let by_object: Vec<&[ExtentRef]> = extents
         .chunk_by(|a, b| a.object_key == b.object_key)
         .collect();
     let work = merge::work(policy, 0);
-    let chunks: Vec<Chunk> = by_object
-        .iter()
-        .map(|extents| Chunk {
-            kind: work.kind_of(&extents[0].object_key),
-            bytes: extents.iter().map(|e| e.length).sum(),
-            extents: extents.len().min(u32::MAX as usize) as u32,
-            oldest_appended_ms: extents.iter().map(|e| e.appended_ms).min().unwrap_or(0),
-        })
-        .collect();
-    let run = work.merge_run(&chunks, now_ms)?;
+    let chunks = chunks_of(&work, &by_object);
+    let run = work.merge_run(&chunks, now_ms, max_span_ms)?;
     Some(by_object[run].concat())
+}
+
+/// Each object's extents as one chunk, as the metastore weighs them.
+fn chunks_of(work: &CompactionWork, by_object: &[&[ExtentRef]]) -> Vec<Chunk> {
+    by_object
+        .iter()
+        .map(|extents| {
+            let sizes = extents.iter().map(|e| (e.length, e.appended_ms));
+            Chunk::of(work, &extents[0].object_key, sizes)
+        })
+        .collect()
+}
+
+/// When the oldest data of `run` was appended: what its segment's key says.
+fn first_appended_ms(policy: &CompactionPolicy, run: &[ExtentRef]) -> i64 {
+    let by_object: Vec<&[ExtentRef]> = run.chunk_by(|a, b| a.object_key == b.object_key).collect();
+    let chunks = chunks_of(&merge::work(policy, 0), &by_object);
+    chunks
+        .iter()
+        .map(|c| c.oldest_appended_ms)
+        .min()
+        .unwrap_or(0)
+        .max(0)
 }
 
 /// Cuts a segment's batches (laid out from `position` on) into extents of
@@ -180,13 +196,13 @@ pub async fn compact_partition(
     partition: i32,
     policy: &CompactionPolicy,
     worker: Option<&Worker>,
-    now_ms: i64,
+    (now_ms, max_span_ms): (i64, i64),
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let job = format!("compact/{topic_id}/{partition}");
     leased(worker, meta, job, async {
         let all = whole_partition(meta, topic_id, partition).await?;
-        let Some(run) = plan(&all.extents, policy, now_ms) else {
+        let Some(run) = plan(&all.extents, policy, now_ms, max_span_ms) else {
             return Ok(None);
         };
         compact_run(store, meta, topic_id, partition, policy, run, ids).await
@@ -240,7 +256,14 @@ async fn compact_run(
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let batches = read_run(store, &run).await?;
-    let key = keys::new_segment_key(topic_id, partition, run[0].base_offset, ids.next_id());
+    let first_appended_ms = first_appended_ms(policy, &run);
+    let key = keys::new_segment_key(
+        topic_id,
+        partition,
+        run[0].base_offset,
+        first_appended_ms,
+        ids.next_id(),
+    );
     swap_in(
         store,
         meta,
@@ -574,6 +597,11 @@ pub async fn compact_all(
         partitions.rotate_left(at);
     }
     for tp in partitions {
+        // A segment spans at most the topic's `segment.ms` of appends.
+        let max_span_ms = topics
+            .iter()
+            .find(|t| t.id == tp.topic_id)
+            .map_or(i64::MAX, |t| t.config().segment_ms);
         let done = compact_partition(
             store,
             meta,
@@ -581,7 +609,7 @@ pub async fn compact_all(
             tp.partition,
             policy,
             worker,
-            now_ms,
+            (now_ms, max_span_ms),
             ids,
         )
         .await;

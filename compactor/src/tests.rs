@@ -529,7 +529,7 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
     };
     // Small is under 12 bytes: two small chunks in a row make a small
     // chunk's worth. (The segments are each alone: not worth merging.)
-    let run = plan(&extents, &policy, 2_000).unwrap();
+    let run = plan(&extents, &policy, 2_000, i64::MAX).unwrap();
     assert_eq!(
         run.iter().map(|e| e.base_offset).collect::<Vec<_>>(),
         vec![3, 4, 5]
@@ -539,16 +539,20 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
         max_segment_bytes: 800,
         ..policy
     };
-    assert_eq!(plan(&extents, &larger, 2_000), None);
+    assert_eq!(plan(&extents, &larger, 2_000, i64::MAX), None);
     // ...unless they are many, or old.
     let few = CompactionPolicy {
         max_chunks: 3,
         ..larger
     };
-    assert_eq!(plan(&extents, &few, 2_000).map(|r| r.len()), Some(3));
+    assert_eq!(
+        plan(&extents, &few, 2_000, i64::MAX).map(|r| r.len()),
+        Some(3)
+    );
     let old_ms = 1_000 + 3 + 3_600_000;
     let old_run = |extents: &[ExtentRef]| {
-        plan(extents, &larger, old_ms).map(|r| r.iter().map(|e| e.base_offset).collect::<Vec<_>>())
+        plan(extents, &larger, old_ms, i64::MAX)
+            .map(|r| r.iter().map(|e| e.base_offset).collect::<Vec<_>>())
     };
     // The lone old chunk at 1 first, then the run.
     assert_eq!(old_run(&extents), Some(vec![1]));
@@ -556,8 +560,11 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
     // Pieces of one chunk count as one: a lone chunk is left as it is,
     // until it is old (it may be all that keeps its merged file).
     let one_file = vec![extent(0, "merged/1", 1), extent(1, "merged/1", 1)];
-    assert_eq!(plan(&one_file, &few, 2_000), None);
-    assert_eq!(plan(&one_file, &few, old_ms).map(|r| r.len()), Some(2));
+    assert_eq!(plan(&one_file, &few, 2_000, i64::MAX), None);
+    assert_eq!(
+        plan(&one_file, &few, old_ms, i64::MAX).map(|r| r.len()),
+        Some(2)
+    );
     // A segment stops growing at max_segment_bytes.
     let many: Vec<_> = (0..12)
         .map(|n| extent(n, &format!("merged/{n}"), 10))
@@ -566,13 +573,17 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
         max_segment_bytes: 88,
         ..few
     };
-    assert_eq!(plan(&many, &tight, 2_000).map(|r| r.len()), Some(8));
+    assert_eq!(
+        plan(&many, &tight, 2_000, i64::MAX).map(|r| r.len()),
+        Some(8)
+    );
 }
 
 #[test]
 fn plan_bounds_a_partitions_segments() {
-    let extent = |base: i64, key: &str, length: u64| ExtentRef {
-        appended_ms: 1_000,
+    // A chunk of `length` bytes of the object `key`, appended at `ms`.
+    let extent = |base: i64, key: &str, length: u64, ms: i64| ExtentRef {
+        appended_ms: ms,
         base_offset: base,
         last_offset: base,
         max_timestamp: 0,
@@ -581,58 +592,79 @@ fn plan_bounds_a_partitions_segments() {
         position: 0,
         length,
     };
+    // A segment as compaction names it, its oldest data appended at `first`.
+    let segment = |base: i64, length: u64, first: i64, newest: i64| {
+        let key = format!("segment/00/t/0/{base:020}-a{first}-{base}");
+        extent(base, &key, length, newest)
+    };
+    let small = |base: i64, length: u64| segment(base, length, 1_000, 1_000);
     let offsets = |run: Option<Vec<ExtentRef>>| {
         run.map(|r| r.iter().map(|e| e.base_offset).collect::<Vec<_>>())
     };
-    // Segments of 800 bytes: small merged chunks are under 100, small
-    // segments under 400; 4 chunks in a row are many.
+    // Segments of 800 bytes: small merged chunks are under 100 bytes, small
+    // segments under 400; 4 in a row are many, and tiers grow by 4 (10
+    // bytes is tier 1, 40 tier 2, 200 and 250 tier 3).
     let policy = CompactionPolicy {
         max_segment_bytes: 800,
         max_chunks: 4,
         max_age: Duration::from_secs(3600),
         ..CompactionPolicy::default()
     };
-    let plan_at = |extents: &[ExtentRef]| offsets(plan(extents, &policy, 2_000));
+    let plan_at = |extents: &[ExtentRef]| offsets(plan(extents, &policy, 2_000, i64::MAX));
     // A large chunk of a merged file becomes a segment at once, alone: its
     // 1 MiB extents must not stay.
     let large = vec![
-        extent(0, "segment/a", 500),
-        extent(1, "merged/1", 300),
-        extent(2, "merged/1", 300),
+        small(0, 500),
+        extent(1, "merged/1", 300, 1_000),
+        extent(2, "merged/1", 300, 1_000),
     ];
     assert_eq!(plan_at(&large), Some(vec![1, 2]));
-    // Segments under half a segment merge once they make half of one...
-    let halves = vec![
-        extent(0, "segment/a", 500),
-        extent(1, "segment/b", 250),
-        extent(2, "segment/c", 250),
-        extent(3, "segment/d", 10),
-    ];
+    // Small segments in a row merge once they make half a segment...
+    let halves = vec![small(0, 500), small(1, 250), small(2, 250), small(3, 10)];
     assert_eq!(plan_at(&halves), Some(vec![1, 2, 3]));
-    // ...or are many; a few small ones, however old, wait: a quiet
-    // partition's segments are not rewritten every pass.
-    let few: Vec<_> = (0..3)
-        .map(|n| extent(n, &format!("segment/{n}"), 10))
-        .collect();
+    // ...or hold `many` of one tier; a few small ones, however old, wait: a
+    // quiet partition's segments are not rewritten every pass.
+    let few: Vec<_> = (0..3).map(|n| small(n, 10)).collect();
     assert_eq!(plan_at(&few), None);
-    assert_eq!(offsets(plan(&few, &policy, i64::MAX)), None);
-    let many: Vec<_> = (0..4)
-        .map(|n| extent(n, &format!("segment/{n}"), 10))
-        .collect();
+    assert_eq!(offsets(plan(&few, &policy, i64::MAX, i64::MAX)), None);
+    let many: Vec<_> = (0..4).map(|n| small(n, 10)).collect();
     assert_eq!(plan_at(&many), Some(vec![0, 1, 2, 3]));
-    // A segment described by several extents (written before the offset
-    // index) is rewritten, even alone, into one extent.
+    // Tiers: small segments merge among themselves, not into a larger one
+    // before them (which would be rewritten for every few new bytes)...
+    let mut tiered = vec![small(0, 200)];
+    tiered.extend((1..5).map(|n| small(n, 10)));
+    assert_eq!(plan_at(&tiered), Some(vec![1, 2, 3, 4]));
+    // ...which waits for `many` of its own tier (or half a segment).
+    let waiting = vec![small(0, 200), small(1, 40), small(2, 40), small(3, 40)];
+    assert_eq!(plan_at(&waiting), None);
+    // Segments written before the offset index (several extents) are left
+    // as they are, and do not join runs.
     let v1 = vec![
-        extent(0, "segment/a", 500),
-        extent(1, "segment/v1", 300),
-        extent(2, "segment/v1", 300),
-        extent(3, "segment/c", 500),
+        small(0, 10),
+        small(1, 10),
+        extent(2, "segment/v1", 10, 1_000),
+        extent(3, "segment/v1", 10, 1_000),
+        small(4, 10),
+        small(5, 10),
     ];
-    assert_eq!(plan_at(&v1), Some(vec![1, 2]));
+    assert_eq!(plan_at(&v1), None);
+    // A run spans at most `max_span_ms` from its oldest append to its
+    // newest (segment.ms), as the segments' keys and extents tell.
+    let spread: Vec<_> = (0..4)
+        .map(|n| segment(n, 10, n * 10, n * 10 + 10))
+        .collect();
+    assert_eq!(
+        offsets(plan(&spread, &policy, 2_000, 40)),
+        Some(vec![0, 1, 2, 3])
+    );
+    assert_eq!(offsets(plan(&spread, &policy, 2_000, 39)), None);
     // Merged chunks go first; segments merge up to a whole segment.
     let mixed: Vec<_> = (0..10)
-        .map(|n| extent(n, &format!("segment/{n}"), 200))
-        .chain([extent(10, "merged/x", 5), extent(11, "merged/y", 500)])
+        .map(|n| small(n, 200))
+        .chain([
+            extent(10, "merged/x", 5, 1_000),
+            extent(11, "merged/y", 500, 1_000),
+        ])
         .collect();
     assert_eq!(plan_at(&mixed), Some(vec![10, 11]));
     assert_eq!(plan_at(&mixed[..10]), Some(vec![0, 1, 2, 3]));
@@ -729,7 +761,7 @@ async fn a_leased_job_is_left_to_its_holder() {
             0,
             &p,
             Some(&b),
-            now_ms,
+            (now_ms, i64::MAX),
             &RandomIds
         )
         .await
@@ -887,8 +919,13 @@ async fn a_lost_swap_in_a_later_group_loses_nothing() {
     // The last three extents change under the cleaner (as a merge would).
     let tail = run[run.len() - 3..].to_vec();
     let batches = read_run(&s.store, &tail).await.unwrap();
-    let segment =
-        floe_storage::keys::new_segment_key(table.id, 0, tail[0].base_offset, RandomIds.next_id());
+    let segment = floe_storage::keys::new_segment_key(
+        table.id,
+        0,
+        tail[0].base_offset,
+        0,
+        RandomIds.next_id(),
+    );
     swap_in(
         &s.store,
         &s.meta,
@@ -972,13 +1009,15 @@ async fn a_partitions_extents_stay_bounded_under_steady_produce() {
         ..CompactionPolicy::default()
     };
     let value = "v".repeat(250);
-    let (mut most, mut written) = (0usize, Vec::new());
+    let (mut most, mut written, mut rewritten) = (0usize, Vec::new(), 0u64);
     for round in 0..240 {
         let records: Vec<String> = (0..3).map(|i| format!("{round}-{i}-{value}")).collect();
         let pairs: Vec<_> = records.iter().map(|v| (None, Some(v.as_str()))).collect();
         commit_records(&s, &s.a, &pairs).await;
         written.extend(records);
-        pass(&s, &policy).await;
+        let done = pass(&s, &policy).await;
+        rewritten += done.merged.iter().map(|m| m.bytes).sum::<u64>();
+        rewritten += done.compacted.iter().map(|c| c.bytes).sum::<u64>();
         let plan = s.meta.read_plan(s.a.id, 0, 0, u64::MAX).await.unwrap();
         most = most.max(plan.extents.len());
     }
@@ -1010,8 +1049,13 @@ async fn a_partitions_extents_stay_bounded_under_steady_produce() {
         file.check_offset_index().unwrap();
     }
     assert!(segments >= 2, "{segments} segments");
+    // Each byte is written a few times (a merged file, then once a tier),
+    // not once per segment written after it.
+    let amplification = rewritten as f64 / retained as f64;
+    assert!(amplification < 6.0, "{amplification}");
     println!(
-        "{most} extents at most, {} at the end ({segments} segments), {retained} bytes retained",
+        "{most} extents at most, {} at the end ({segments} segments), {retained} bytes retained, \
+         compaction wrote {amplification:.1} times them",
         plan.extents.len()
     );
     // And nothing was lost or moved.

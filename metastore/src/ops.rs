@@ -100,7 +100,43 @@ pub struct Chunk {
     /// Extents describing it: a segment of more than one was written
     /// before segments had an offset index (version 1).
     pub extents: u32,
+    /// When its oldest data was appended (for a segment, as its key says;
+    /// see [`segment_first_appended_ms`]), and its newest.
     pub oldest_appended_ms: i64,
+    pub newest_appended_ms: i64,
+}
+
+impl Chunk {
+    /// The chunk of consecutive `extents` (`(length, appended_ms)`) of the
+    /// object `key`.
+    pub fn of(
+        work: &CompactionWork,
+        key: &str,
+        extents: impl Iterator<Item = (u64, i64)>,
+    ) -> Chunk {
+        let mut chunk = Chunk {
+            kind: work.kind_of(key),
+            bytes: 0,
+            extents: 0,
+            oldest_appended_ms: i64::MAX,
+            newest_appended_ms: i64::MIN,
+        };
+        for (length, appended_ms) in extents {
+            chunk.add(length, appended_ms);
+        }
+        if let Some(first) = segment_first_appended_ms(key) {
+            chunk.oldest_appended_ms = chunk.oldest_appended_ms.min(first);
+        }
+        chunk
+    }
+
+    /// One more extent of the chunk.
+    pub fn add(&mut self, length: u64, appended_ms: i64) {
+        self.bytes = self.bytes.saturating_add(length);
+        self.extents = self.extents.saturating_add(1);
+        self.oldest_appended_ms = self.oldest_appended_ms.min(appended_ms);
+        self.newest_appended_ms = self.newest_appended_ms.max(appended_ms);
+    }
 }
 
 /// Which kind of object a [`Chunk`] lies in, by its key.
@@ -109,6 +145,19 @@ pub enum ChunkKind {
     Ingest,
     Merged,
     Segment,
+}
+
+/// When the oldest data of the segment `key` was appended, as compaction
+/// names it (`.../<base offset>-a<ms>-<id>`, `floe_storage::keys`): a
+/// segment's extent keeps only its newest append time, which retention
+/// needs, and merging needs the oldest too (see
+/// [`CompactionWork::merge_run`]). `None` for other keys, and for segments
+/// named before.
+pub fn segment_first_appended_ms(key: &str) -> Option<i64> {
+    let name = key.rsplit('/').next()?;
+    let mut parts = name.split('-');
+    let (_base, stamp) = (parts.next()?, parts.next()?);
+    stamp.strip_prefix('a')?.parse().ok()
 }
 
 impl CompactionWork {
@@ -140,74 +189,110 @@ impl CompactionWork {
     ///    `segment_bytes / 8` of a partition's data, or once per age, never
     ///    per merged file: the writes (PUTs) stay proportional to bytes, not
     ///    to partitions times files.
-    /// 2. Else, segments in a row each under half a segment (or described by
-    ///    several extents: written before the offset index), when they make
-    ///    half a segment together, are `merge_max_chunks` many, or hold an
-    ///    old many-extent segment (rewritten alone if need be). So a
-    ///    partition's extents stay about its retained bytes over half a
-    ///    segment, plus fewer than `merge_max_chunks` small segments, however
-    ///    long it is kept; each byte is rewritten a few times at most (a
-    ///    merged segment under half a segment waits for `merge_max_chunks`
-    ///    more). Age alone never merges segments: a quiet partition's lone
-    ///    small segment would be rewritten every pass.
-    pub fn merge_run(&self, chunks: &[Chunk], now_ms: i64) -> Option<std::ops::Range<usize>> {
+    /// 2. Else, small segments (under half a segment) of one extent by size
+    ///    tiers: a
+    ///    segment's tier is its size's logarithm in base `merge_max_chunks`
+    ///    (`many`), and segments in a row of tier T or lower, holding `many`
+    ///    of tier T, merge (into tier T + 1 or more); two or more in a row
+    ///    making half a segment merge too. So each byte is rewritten once a
+    ///    tier at most (a few times: tiers grow by a factor of `many`), and
+    ///    a partition's extents stay about its retained bytes over half a
+    ///    segment, plus fewer than `many` small segments a tier in a row.
+    ///    A run never spans more than `max_span_ms` from its oldest append
+    ///    to its newest (the topic's `segment.ms`): retention drops a
+    ///    segment when its newest record expires, so merged old data
+    ///    outlives `retention.ms` by at most that, as in Kafka, whose
+    ///    segments roll after `segment.ms`. Age alone never merges segments:
+    ///    a quiet partition's lone small segment would be rewritten every
+    ///    pass. (Segments written before the offset index, in extents of
+    ///    about 1 MiB, are left to age out under retention: rewriting every
+    ///    retained byte at once on upgrade would cost more than the extents.)
+    pub fn merge_run(
+        &self,
+        chunks: &[Chunk],
+        now_ms: i64,
+        max_span_ms: i64,
+    ) -> Option<std::ops::Range<usize>> {
         let many = self.merge_max_chunks.max(2) as usize;
         let small = self.small_below_bytes();
-        let merged = first_run(
-            chunks,
-            self.segment_bytes,
-            |c| c.kind == ChunkKind::Merged,
-            |run, bytes| {
-                let oldest = run.iter().map(|c| c.oldest_appended_ms).min();
-                let aged =
-                    oldest.is_some_and(|ms| now_ms.saturating_sub(ms) >= self.merge_max_age_ms);
-                aged || bytes >= small || run.len() >= many
-            },
-        );
+        if let Some(run) = self.merged_run(chunks, now_ms, many, small) {
+            return Some(run);
+        }
+        let segment = |c: &Chunk| c.kind == ChunkKind::Segment;
         let half = self.segment_bytes / 2;
-        merged.or_else(|| {
-            first_run(
-                chunks,
-                self.segment_bytes,
-                |c| c.kind == ChunkKind::Segment && (c.extents > 1 || c.bytes < half),
-                |run, bytes| {
-                    run.iter().any(|c| c.extents > 1)
-                        || (run.len() >= 2 && bytes >= half)
-                        || run.len() >= many
-                },
-            )
-        })
-    }
-}
-
-/// The first run of consecutive `eligible` chunks, cut at `max_bytes` (past
-/// its first chunk), that is `worth` merging given its chunks and bytes.
-fn first_run(
-    chunks: &[Chunk],
-    max_bytes: u64,
-    eligible: impl Fn(&Chunk) -> bool,
-    worth: impl Fn(&[Chunk], u64) -> bool,
-) -> Option<std::ops::Range<usize>> {
-    let mut start = 0;
-    while start < chunks.len() {
-        if !eligible(&chunks[start]) {
-            start += 1;
-            continue;
-        }
-        let (mut end, mut bytes) = (start, 0u64);
-        while end < chunks.len() && eligible(&chunks[end]) {
-            if end > start && bytes.saturating_add(chunks[end].bytes) > max_bytes {
-                break;
+        let tier = |c: &Chunk| c.bytes.max(1).ilog(many as u64);
+        let eligible = |c: &Chunk| segment(c) && c.extents == 1 && c.bytes < half;
+        let mut tiers: Vec<u32> = chunks.iter().filter(|c| eligible(c)).map(tier).collect();
+        tiers.sort_unstable();
+        tiers.dedup();
+        for top in tiers {
+            let mut start = 0;
+            while start < chunks.len() {
+                let fits = |c: &Chunk| eligible(c) && tier(c) <= top;
+                if !fits(&chunks[start]) {
+                    start += 1;
+                    continue;
+                }
+                let (mut end, mut bytes, mut at_top) = (start, 0u64, 0usize);
+                let (mut oldest, mut newest) = (i64::MAX, i64::MIN);
+                while end < chunks.len() && fits(&chunks[end]) {
+                    let c = &chunks[end];
+                    let span = newest
+                        .max(c.newest_appended_ms)
+                        .saturating_sub(oldest.min(c.oldest_appended_ms));
+                    if end > start
+                        && (bytes.saturating_add(c.bytes) > self.segment_bytes
+                            || span > max_span_ms)
+                    {
+                        break;
+                    }
+                    bytes = bytes.saturating_add(c.bytes);
+                    at_top += (tier(c) == top) as usize;
+                    oldest = oldest.min(c.oldest_appended_ms);
+                    newest = newest.max(c.newest_appended_ms);
+                    end += 1;
+                }
+                if at_top >= many || (end - start >= 2 && bytes >= half) {
+                    return Some(start..end);
+                }
+                start = end.max(start + 1);
             }
-            bytes = bytes.saturating_add(chunks[end].bytes);
-            end += 1;
         }
-        if worth(&chunks[start..end], bytes) {
-            return Some(start..end);
-        }
-        start = end.max(start + 1);
+        None
     }
-    None
+
+    /// Rule 1 of [`CompactionWork::merge_run`].
+    fn merged_run(
+        &self,
+        chunks: &[Chunk],
+        now_ms: i64,
+        many: usize,
+        small: u64,
+    ) -> Option<std::ops::Range<usize>> {
+        let merged = |c: &Chunk| c.kind == ChunkKind::Merged;
+        let mut start = 0;
+        while start < chunks.len() {
+            if !merged(&chunks[start]) {
+                start += 1;
+                continue;
+            }
+            let (mut end, mut bytes, mut oldest) = (start, 0u64, i64::MAX);
+            while end < chunks.len() && merged(&chunks[end]) {
+                if end > start && bytes.saturating_add(chunks[end].bytes) > self.segment_bytes {
+                    break;
+                }
+                bytes = bytes.saturating_add(chunks[end].bytes);
+                oldest = oldest.min(chunks[end].oldest_appended_ms);
+                end += 1;
+            }
+            let aged = now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
+            if aged || bytes >= small || end - start >= many {
+                return Some(start..end);
+            }
+            start = end.max(start + 1);
+        }
+        None
+    }
 }
 
 /// Read plans of many partitions at once, each from its own offset, each up

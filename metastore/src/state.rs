@@ -1606,8 +1606,8 @@ impl State {
         }
         let inherited = self.configs.topic_defaults();
         for topic in self.topics.values() {
-            let keyed =
-                crate::topic_config::TopicConfig::over(&inherited, &topic.info.configs).compact;
+            let config = crate::topic_config::TopicConfig::over(&inherited, &topic.info.configs);
+            let (keyed, max_span_ms) = (config.compact, config.segment_ms);
             for (n, p) in topic.partitions.iter().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
                 let mut run: Vec<ExtentRef> = Vec::new();
@@ -1628,18 +1628,15 @@ impl State {
                     }
                     match chunks.last_mut() {
                         Some((object, chunk)) if *object == e.object => {
-                            chunk.bytes += e.length;
-                            chunk.extents = chunk.extents.saturating_add(1);
-                            chunk.oldest_appended_ms = chunk.oldest_appended_ms.min(e.appended_ms);
+                            chunk.add(e.length, e.appended_ms);
                         }
                         _ => chunks.push((
                             e.object,
-                            Chunk {
-                                kind: work.kind_of(&self.objects[&e.object].key),
-                                bytes: e.length,
-                                extents: 1,
-                                oldest_appended_ms: e.appended_ms,
-                            },
+                            Chunk::of(
+                                work,
+                                &self.objects[&e.object].key,
+                                std::iter::once((e.length, e.appended_ms)),
+                            ),
                         )),
                     }
                 }
@@ -1650,7 +1647,7 @@ impl State {
                     });
                 }
                 let chunks: Vec<Chunk> = chunks.into_iter().map(|(_, c)| c).collect();
-                let worth_merging = work.merge_run(&chunks, now_ms).is_some();
+                let worth_merging = work.merge_run(&chunks, now_ms, max_span_ms).is_some();
                 if worth_merging && !keyed {
                     backlog.merge.push(tp);
                 }

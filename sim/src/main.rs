@@ -139,7 +139,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
          {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
-         {} store faults, {} stalls after a PUT, {} live segments at the end ({} with an offset index, all checked), {} records polled, \
+         {} store faults, {} stalls after a PUT, {} live segments at the end ({} with an offset index, all checked and read through from 3 offsets), {} records polled, \
          {} transactions committed, {} aborted, {} unsure, {} zombies, {} transactional records audited, \
          {:.1} simulated hours",
         args.seeds,

@@ -34,13 +34,24 @@ pub fn new_merged_key(id: Uuid) -> Path {
     Path::from(format!("merged/{:02x}/{}", id.as_bytes()[0], id.simple()))
 }
 
-/// A fresh key for a compacted segment of one partition, starting at `base_offset`.
+/// A fresh key for a compacted segment of one partition, starting at
+/// `base_offset`, whose oldest data was appended at `first_appended_ms`.
 ///
-/// `segment/<2 hex>/<topic id>/<partition>/<base offset>-<uuid>`: the leading
-/// digits come from the topic and partition, so one partition's segments share a
-/// prefix while different partitions spread out.
-pub fn new_segment_key(topic_id: Uuid, partition: i32, base_offset: i64, id: Uuid) -> Path {
-    segment_key(topic_id, partition, base_offset, "", id)
+/// `segment/<2 hex>/<topic id>/<partition>/<base offset>-a<ms>-<uuid>`: the
+/// leading digits come from the topic and partition, so one partition's
+/// segments share a prefix while different partitions spread out. The
+/// metastore reads the append time back
+/// (`floe_metastore::ops::segment_first_appended_ms`) to bound the time a
+/// merged segment spans.
+pub fn new_segment_key(
+    topic_id: Uuid,
+    partition: i32,
+    base_offset: i64,
+    first_appended_ms: i64,
+    id: Uuid,
+) -> Path {
+    let mark = format!("a{}-", first_appended_ms.max(0));
+    segment_key(topic_id, partition, base_offset, &mark, id)
 }
 
 /// A fresh key for a key-compacted segment (`cleanup.policy=compact`): a
@@ -103,8 +114,11 @@ mod tests {
             .map(|_| new_ingest_key(id()).as_ref()[7..9].to_string())
             .collect();
         assert!(prefixes.len() > 50, "only {} prefixes", prefixes.len());
-        let s = new_segment_key(id(), 3, 42, id());
-        assert!(s.as_ref().contains("/3/00000000000000000042-"));
+        let s = new_segment_key(id(), 3, 42, 1_700_000_000_999, id());
+        assert!(
+            s.as_ref()
+                .contains("/3/00000000000000000042-a1700000000999-")
+        );
         let keyed = new_keyed_segment_key(id(), 3, 42, Some(1_700_000_000_123), id());
         assert!(is_keyed_segment(keyed.as_ref()));
         assert_eq!(

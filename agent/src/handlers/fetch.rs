@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
 use crate::budget::{Held, Turn};
-use crate::read::read_extents;
+use crate::read::{charge, read_extents};
 use floe_protocol::batch::{last_offset_of, skip_batches_before, whole_batches_within};
 
 /// Longest a fetch may wait, whatever the client asks.
@@ -179,13 +179,7 @@ async fn read_all(
             let reads = budget.max(1);
             if let (Ok(plan), Some(topic)) = (&plan, &w.topic) {
                 seen.push((topic.id, partition, plan.plan.high_watermark));
-                planned += plan
-                    .plan
-                    .extents
-                    .iter()
-                    .map(|e| e.length as usize)
-                    .sum::<usize>()
-                    .min(reads);
+                planned += charge(&plan.plan.extents, reads);
             }
             partitions.push((partition, offset, partition_max, reads, plan));
         }

@@ -18,7 +18,8 @@ use floe_protocol::kafka_protocol::records::Record;
 use floe_protocol::records;
 
 use crate::broker::{Broker, kafka_error};
-use crate::read::ExtentReader;
+use crate::extent_reader::ExtentReader;
+use crate::read::CacheRanges;
 use floe_cache::Reading;
 
 const LATEST: i64 = -1;
@@ -179,8 +180,15 @@ async fn max_timestamp_from(
     // The batch whose header holds the best timestamp so far, decoded last.
     let mut best_batch: Option<(i64, RecordBatch)> = None;
     for extent in &plan.extents {
-        let mut reader = ExtentReader::new(broker, extent, Reading::CatchUp);
-        reader.land_at_offset(log_start).await;
+        let ranges = CacheRanges {
+            broker,
+            reading: Reading::CatchUp,
+        };
+        let mut reader = ExtentReader::new(&ranges, extent);
+        reader
+            .land_at_offset(log_start)
+            .await
+            .map_err(storage_error)?;
         while let Some(window) = reader.next(WANT).await.map_err(storage_error)? {
             for batch in batches_of(extent, window)? {
                 let last = batch.base_offset() + batch.last_offset_delta() as i64;
@@ -221,8 +229,15 @@ async fn first_record_at(
     timestamp: i64,
     log_start: i64,
 ) -> Result<Option<(i64, i64)>, ResponseError> {
-    let mut reader = ExtentReader::new(broker, extent, Reading::CatchUp);
-    reader.land_at_timestamp(timestamp, log_start).await;
+    let ranges = CacheRanges {
+        broker,
+        reading: Reading::CatchUp,
+    };
+    let mut reader = ExtentReader::new(&ranges, extent);
+    reader
+        .land_at_timestamp(timestamp, log_start)
+        .await
+        .map_err(storage_error)?;
     while let Some(window) = reader.next(WANT).await.map_err(storage_error)? {
         for batch in batches_of(extent, window)? {
             let last = batch.base_offset() + batch.last_offset_delta() as i64;

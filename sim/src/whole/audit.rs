@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use floe_agent::extent_reader::{ByteRanges, ExtentReader, Source};
 use floe_metastore::{ExtentRef, MetaError, Metastore, Refusal, TopicInfo};
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ingest::IngestFile;
@@ -414,6 +415,9 @@ async fn read_log(
         }
         match read_extent(bucket, e).await {
             Ok(stored) => {
+                if e.object_key.starts_with("segment/") {
+                    check_landing(bucket, e, &stored, anomalies).await;
+                }
                 for r in stored {
                     if r.offset < e.base_offset || r.offset > e.last_offset {
                         anomalies.push(format!(
@@ -456,6 +460,98 @@ async fn read_log(
         high_watermark: offsets.high_watermark,
         last_stable: txn_plan.last_stable_offset,
         aborted: txn_plan.aborted,
+    }
+}
+
+/// The bucket's ranges, as the agent's reader takes them.
+struct BucketRanges<'a>(&'a Arc<dyn ObjectStore>);
+
+impl ByteRanges for BucketRanges<'_> {
+    async fn read(
+        &self,
+        key: &str,
+        _size: u64,
+        range: std::ops::Range<u64>,
+        _source: Source,
+    ) -> Result<BytesMut, floe_cache::CacheError> {
+        let got = self
+            .0
+            .get_range(&ObjectPath::from(key), range.clone())
+            .await;
+        got.map(|bytes| BytesMut::from(&bytes[..]))
+            .map_err(|e| floe_cache::CacheError::Load {
+                key: key.into(),
+                block: range.start,
+                reason: e.to_string(),
+            })
+    }
+}
+
+/// Reads a segment's extent as the agent does from inside it (landing
+/// through the offset index in every segment, however small) from a few
+/// offsets, and checks each read finds what the whole extent holds from
+/// there on, in order, and that the index was never found wrong.
+async fn check_landing(
+    bucket: &Arc<dyn ObjectStore>,
+    extent: &ExtentRef,
+    stored: &[Stored],
+    anomalies: &mut Vec<String>,
+) {
+    let span = extent.last_offset - extent.base_offset;
+    for from in [
+        extent.base_offset + span / 3,
+        extent.base_offset + span * 2 / 3,
+        extent.last_offset,
+    ] {
+        let ranges = BucketRanges(bucket);
+        let mut reader = ExtentReader::landing_above(&ranges, extent, 0);
+        let mut read = Vec::new();
+        let landed = reader.land_at_offset(from).await;
+        let mut failed = landed.err().map(|e| e.to_string());
+        while failed.is_none() {
+            match reader.next(1).await {
+                Ok(Some(window)) => read.push(window),
+                Ok(None) => break,
+                Err(e) => failed = Some(e.to_string()),
+            }
+        }
+        let records: Result<Vec<i64>, String> = read
+            .into_iter()
+            .map(|w| RecordBatch::parse_all_stored(&w.freeze()).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|windows| {
+                let batches: Vec<RecordBatch> = windows.into_iter().flatten().collect();
+                let decoded = floe_protocol::records::decode_all(&batches);
+                decoded.map_err(|e| e.to_string())
+            })
+            .map(|records| {
+                records
+                    .iter()
+                    .map(|r| r.offset)
+                    .filter(|&o| o >= from)
+                    .collect()
+            });
+        let want: Vec<i64> = stored
+            .iter()
+            .map(|r| r.offset)
+            .filter(|&o| o >= from)
+            .collect();
+        let why = match (failed, records) {
+            (Some(why), _) | (None, Err(why)) => Some(why),
+            (None, Ok(_)) if reader.missed => Some("its index named the wrong batch".into()),
+            (None, Ok(got)) if got != want => Some(format!(
+                "it read offsets {:?}.. where the extent holds {:?}..",
+                got.first(),
+                want.first()
+            )),
+            _ => None,
+        };
+        if let Some(why) = why {
+            anomalies.push(format!(
+                "a read of {} from {from} landing through its index failed: {why}",
+                extent.object_key
+            ));
+        }
     }
 }
 

@@ -506,7 +506,8 @@ async fn simulate(shared: &Shared, settings: Settings) {
             min_extents,
             max_segment_bytes: 64 << 10,
             extent_bytes: 4 << 10,
-            // Small, so reads land inside segments through their index.
+            // Small, so segments carry many index entries (the audit reads
+            // each live segment through its index from inside).
             index_interval: 512,
             job_bytes: 256 << 10,
             max_age: Duration::from_secs(2),
