@@ -12,7 +12,7 @@ use floe_protocol::batch::skip_batches_before;
 
 use crate::broker::Broker;
 use crate::extent_reader::{
-    ByteRanges, ExtentReader, LAND_ABOVE, LANDING_SLACK, MIN_WINDOW, Source,
+    ByteRanges, ExtentReader, INDEX_CHARGE, LAND_ABOVE, LANDING_SLACK, MIN_WINDOW, Source,
 };
 
 /// Whether reading `extent` of a partition that ends at `high_watermark`
@@ -65,11 +65,17 @@ pub async fn read_extents(
         reader.land_at_offset(from).await?;
         while out.len() < max_bytes {
             let want = (max_bytes - out.len()) as u64;
-            let Some(window) = reader.next(want).await? else {
+            let Some(mut window) = reader.next(want).await? else {
                 break;
             };
             let skip = skip_batches_before(&window, from);
-            out.extend_from_slice(&window[skip..]);
+            let window = window.split_off(skip);
+            if out.is_empty() {
+                // (No copy: a window read after landing is most of a fetch.)
+                out = window;
+            } else {
+                out.extend_from_slice(&window);
+            }
         }
         if reader.missed {
             broker.metrics.index_misses.inc();
@@ -92,12 +98,15 @@ pub fn charge(extents: &[ExtentRef], max_bytes: usize) -> usize {
         }
         charged += match extent.length <= LAND_ABOVE {
             true => extent.length,
-            false => extent.length.min(
-                max_bytes
-                    .saturating_sub(charged)
-                    .max(MIN_WINDOW)
-                    .saturating_add(LANDING_SLACK),
-            ),
+            false => extent
+                .length
+                .min(
+                    max_bytes
+                        .saturating_sub(charged)
+                        .max(MIN_WINDOW)
+                        .saturating_add(LANDING_SLACK),
+                )
+                .saturating_add(INDEX_CHARGE),
         };
     }
     charged.min(usize::MAX as u64) as usize

@@ -28,7 +28,10 @@ impl Retention {
     /// The offset the log should start at, given its extents (oldest first)
     /// and high watermark: past every extent whose records are all older than
     /// `ms` and that was also appended longer than `ms` ago, and past the
-    /// oldest extents that make the partition larger than `bytes`.
+    /// oldest extents whose removal leaves at least `bytes` (Kafka's rule in
+    /// `UnifiedLog.deleteRetentionSizeBreachedSegments`: a segment goes only
+    /// while what is left stays at or above `retention.bytes`, so a large
+    /// segment of recent records is never dropped for being large).
     pub fn cut(&self, extents: &[ExtentRef], high_watermark: i64, now_ms: i64) -> Option<i64> {
         let mut cut = None;
         if self.ms >= 0 {
@@ -39,14 +42,17 @@ impl Retention {
             cut = Some(kept.map_or(high_watermark, |e| e.base_offset));
         }
         if self.bytes >= 0 {
-            let mut total = 0u64;
-            for e in extents.iter().rev() {
-                total += e.length;
-                if total > self.bytes as u64 {
-                    let by_size = e.last_offset + 1;
-                    cut = Some(cut.map_or(by_size, |c: i64| c.max(by_size)));
-                    break;
-                }
+            let mut left: u64 = extents.iter().map(|e| e.length).sum();
+            let mut by_size = None;
+            for e in extents {
+                left = match left.checked_sub(e.length) {
+                    Some(rest) if rest >= self.bytes as u64 => rest,
+                    _ => break,
+                };
+                by_size = Some(e.last_offset + 1);
+            }
+            if let Some(by_size) = by_size {
+                cut = Some(cut.map_or(by_size, |c: i64| c.max(by_size)));
             }
         }
         cut
@@ -130,12 +136,26 @@ mod tests {
         assert_eq!(by_time.cut(&extents, 30, 1_000), Some(30), "all expired");
         assert_eq!(by_time.cut(&extents, 30, 300), Some(10));
         assert_eq!(by_time.cut(&extents, 30, 250), Some(0), "nothing expired");
-        let by_size = Retention { ms: -1, bytes: 120 };
+        // What is left stays at least `bytes`, as in Kafka: 100 bytes keep
+        // two extents, 120 all three (dropping one would leave 100).
+        let by_size = Retention { ms: -1, bytes: 100 };
         assert_eq!(by_size.cut(&extents, 30, 0), Some(10));
-        assert_eq!(Retention { ms: -1, bytes: 150 }.cut(&extents, 30, 0), None);
+        assert_eq!(Retention { ms: -1, bytes: 120 }.cut(&extents, 30, 0), None);
+        assert_eq!(
+            Retention { ms: -1, bytes: 50 }.cut(&extents, 30, 0),
+            Some(20)
+        );
+        assert_eq!(
+            Retention { ms: -1, bytes: 0 }.cut(&extents, 30, 0),
+            Some(30)
+        );
+        // A large extent (a segment) of recent records is not dropped for
+        // being large.
+        let segment = vec![extent(0, 99, 100, 1_000), extent(100, 109, 200, 10)];
+        assert_eq!(Retention { ms: -1, bytes: 100 }.cut(&segment, 110, 0), None);
         let both = Retention {
             ms: 150,
-            bytes: 120,
+            bytes: 100,
         };
         assert_eq!(
             both.cut(&extents, 30, 400),

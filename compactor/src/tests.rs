@@ -637,6 +637,12 @@ fn plan_bounds_a_partitions_segments() {
     // ...which waits for `many` of its own tier (or half a segment).
     let waiting = vec![small(0, 200), small(1, 40), small(2, 40), small(3, 40)];
     assert_eq!(plan_at(&waiting), None);
+    // Mixed tiers none of which outweighs the rest merge once `many`, so
+    // small segments of alternating sizes do not pile up.
+    let mixed_tiers: Vec<_> = (0..12)
+        .map(|n| small(n, if n % 4 == 3 { 40 } else { 10 }))
+        .collect();
+    assert_eq!(plan_at(&mixed_tiers).map(|r| r.len()), Some(12));
     // Segments written before the offset index (several extents) are left
     // as they are, and do not join runs.
     let v1 = vec![
@@ -999,6 +1005,14 @@ async fn a_lost_swap_in_a_later_group_loses_nothing() {
 /// written (and per 1 MiB of each), for ever.
 #[tokio::test]
 async fn a_partitions_extents_stay_bounded_under_steady_produce() {
+    // A quiet partition (a merged chunk under an eighth of a segment each
+    // pass), then a busy one (one of several eighths each pass, so merged
+    // chunks become segments every pass beside the segments' own merges).
+    steady_produce(3, 250).await;
+    steady_produce(6, 600).await;
+}
+
+async fn steady_produce(records_per_pass: usize, value_bytes: usize) {
     let s = setup(0).await;
     let policy = CompactionPolicy {
         min_extents: 2,
@@ -1008,10 +1022,12 @@ async fn a_partitions_extents_stay_bounded_under_steady_produce() {
         index_interval: 1 << 10,
         ..CompactionPolicy::default()
     };
-    let value = "v".repeat(250);
+    let value = "v".repeat(value_bytes);
     let (mut most, mut written, mut rewritten) = (0usize, Vec::new(), 0u64);
     for round in 0..240 {
-        let records: Vec<String> = (0..3).map(|i| format!("{round}-{i}-{value}")).collect();
+        let records: Vec<String> = (0..records_per_pass)
+            .map(|i| format!("{round}-{i}-{value}"))
+            .collect();
         let pairs: Vec<_> = records.iter().map(|v| (None, Some(v.as_str()))).collect();
         commit_records(&s, &s.a, &pairs).await;
         written.extend(records);

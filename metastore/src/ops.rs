@@ -193,11 +193,12 @@ impl CompactionWork {
     ///    tiers: a
     ///    segment's tier is its size's logarithm in base `merge_max_chunks`
     ///    (`many`), and segments in a row of tier T or lower, holding `many`
-    ///    of tier T, merge (into tier T + 1 or more); two or more in a row
-    ///    making half a segment merge too. So each byte is rewritten once a
-    ///    tier at most (a few times: tiers grow by a factor of `many`), and
-    ///    a partition's extents stay about its retained bytes over half a
-    ///    segment, plus fewer than `many` small segments a tier in a row.
+    ///    of tier T, merge (into tier T + 1 or more); so do `many` in a row of
+    ///    mixed tiers none of which outweighs the others together, and two or
+    ///    more making half a segment. So a byte is rewritten when its segment
+    ///    grows by a tier or at least doubles (a few times at the default
+    ///    `many` of 64), and a partition's extents stay about its retained
+    ///    bytes over half a segment, plus a few score small segments.
     ///    A run never spans more than `max_span_ms` from its oldest append
     ///    to its newest (the topic's `segment.ms`): retention drops a
     ///    segment when its newest record expires, so merged old data
@@ -215,7 +216,7 @@ impl CompactionWork {
     ) -> Option<std::ops::Range<usize>> {
         let many = self.merge_max_chunks.max(2) as usize;
         let small = self.small_below_bytes();
-        if let Some(run) = self.merged_run(chunks, now_ms, many, small) {
+        if let Some(run) = self.merged_run(chunks, now_ms, max_span_ms, many, small) {
             return Some(run);
         }
         let segment = |c: &Chunk| c.kind == ChunkKind::Segment;
@@ -233,7 +234,7 @@ impl CompactionWork {
                     start += 1;
                     continue;
                 }
-                let (mut end, mut bytes, mut at_top) = (start, 0u64, 0usize);
+                let (mut end, mut bytes, mut at_top, mut largest) = (start, 0u64, 0usize, 0u64);
                 let (mut oldest, mut newest) = (i64::MAX, i64::MIN);
                 while end < chunks.len() && fits(&chunks[end]) {
                     let c = &chunks[end];
@@ -247,12 +248,16 @@ impl CompactionWork {
                         break;
                     }
                     bytes = bytes.saturating_add(c.bytes);
+                    largest = largest.max(c.bytes);
                     at_top += (tier(c) == top) as usize;
                     oldest = oldest.min(c.oldest_appended_ms);
                     newest = newest.max(c.newest_appended_ms);
                     end += 1;
                 }
-                if at_top >= many || (end - start >= 2 && bytes >= half) {
+                // `many` in a row of mixed tiers merge too, unless one of
+                // them outweighs the rest (it waits for its own tier).
+                let mixed = end - start >= many && largest.saturating_mul(2) <= bytes;
+                if at_top >= many || mixed || (end - start >= 2 && bytes >= half) {
                     return Some(start..end);
                 }
                 start = end.max(start + 1);
@@ -266,6 +271,7 @@ impl CompactionWork {
         &self,
         chunks: &[Chunk],
         now_ms: i64,
+        max_span_ms: i64,
         many: usize,
         small: u64,
     ) -> Option<std::ops::Range<usize>> {
@@ -276,13 +282,20 @@ impl CompactionWork {
                 start += 1;
                 continue;
             }
-            let (mut end, mut bytes, mut oldest) = (start, 0u64, i64::MAX);
+            let (mut end, mut bytes, mut oldest, mut newest) = (start, 0u64, i64::MAX, i64::MIN);
             while end < chunks.len() && merged(&chunks[end]) {
-                if end > start && bytes.saturating_add(chunks[end].bytes) > self.segment_bytes {
+                let c = &chunks[end];
+                let span = newest
+                    .max(c.newest_appended_ms)
+                    .saturating_sub(oldest.min(c.oldest_appended_ms));
+                if end > start
+                    && (bytes.saturating_add(c.bytes) > self.segment_bytes || span > max_span_ms)
+                {
                     break;
                 }
-                bytes = bytes.saturating_add(chunks[end].bytes);
-                oldest = oldest.min(chunks[end].oldest_appended_ms);
+                bytes = bytes.saturating_add(c.bytes);
+                oldest = oldest.min(c.oldest_appended_ms);
+                newest = newest.max(c.newest_appended_ms);
                 end += 1;
             }
             let aged = now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
