@@ -303,8 +303,9 @@ mod tests {
     use bytes::Bytes;
     use floe_protocol::batch::RecordBatch;
     use floe_protocol::kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+        Compression, RecordBatchEncoder, RecordEncodeOptions,
     };
+    use floe_protocol::testing::records;
     use floe_storage::ingest::IngestWriter;
     use std::collections::HashMap;
     use std::sync::Mutex;
@@ -343,34 +344,14 @@ mod tests {
 
     /// A batch of `count` records of 100 bytes from `base`, stamped `ts + n`.
     fn batch(base: i64, count: i64, ts: i64) -> Bytes {
-        let records: Vec<Record> = (0..count)
-            .map(|n| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: base + n,
-                // (As a decoder reports a batch without a producer.)
-                sequence: -1 + n as i32,
-                timestamp: ts + n,
-                key: None,
-                value: Some(Bytes::from(vec![b'v'; 100])),
-                headers: Default::default(),
-            })
-            .collect();
+        let values = vec![vec![b'v'; 100]; count as usize];
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
+        RecordBatchEncoder::encode(&mut buf, &records(&values, ts), &options).unwrap();
+        patch_base_offsets(&mut buf, base);
         buf.freeze()
     }
 

@@ -205,7 +205,9 @@ impl OffsetIndex {
 mod tests {
     use super::*;
 
-    fn index(batches: &[(i64, u64, i64)], interval: u64) -> (OffsetIndex, IndexLocation) {
+    /// The stored index of batches `(offset, length, max timestamp)` laid
+    /// out from position 100, with its location.
+    fn encoded(batches: &[(i64, u64, i64)], interval: u64) -> (BytesMut, IndexLocation) {
         let mut b = IndexBuilder::new(interval);
         let mut position = 100;
         for &(offset, len, ts) in batches {
@@ -219,6 +221,11 @@ mod tests {
             count: b.entries().len() as u32,
             crc: crc32c::crc32c(&out),
         };
+        (out, location)
+    }
+
+    fn index(batches: &[(i64, u64, i64)], interval: u64) -> (OffsetIndex, IndexLocation) {
+        let (out, location) = encoded(batches, interval);
         (OffsetIndex::parse(&out, &location).unwrap(), location)
     }
 
@@ -252,19 +259,7 @@ mod tests {
     #[test]
     fn a_changed_index_is_refused() {
         let batches: Vec<_> = (0..10).map(|n| (n * 10, 40, 1000 + n)).collect();
-        let mut b = IndexBuilder::new(100);
-        let mut position = 0;
-        for &(offset, len, ts) in &batches {
-            b.batch(offset, position, len, ts);
-            position += len;
-        }
-        let mut out = BytesMut::new();
-        b.encode(&mut out);
-        let location = IndexLocation {
-            offset: 0,
-            count: b.entries().len() as u32,
-            crc: crc32c::crc32c(&out),
-        };
+        let (out, location) = encoded(&batches, 100);
         for at in 0..out.len() {
             let mut copy = out.clone();
             copy[at] ^= 1;
