@@ -51,6 +51,8 @@ impl Retention {
                 };
                 by_size = Some(e.last_offset + 1);
             }
+            // Invariant: cutting by size leaves at least `bytes`.
+            debug_assert!(by_size.is_none() || left >= self.bytes as u64);
             if let Some(by_size) = by_size {
                 cut = Some(cut.map_or(by_size, |c: i64| c.max(by_size)));
             }
