@@ -27,13 +27,12 @@ use floe_storage::segment_index::{IndexEntry, OffsetIndex, TRAILER_LEN};
 
 /// An extent longer than this, read from inside, is entered through its
 /// object's offset index (segments have one); a shorter one is read from
-/// its start, whole. Extents of ingest and merged files, and of segments
-/// written before the index, are about 1 MiB (a batch more at most), so
-/// they never look for an index they do not have.
+/// its start, whole. Extents of merged files and of segments written before
+/// the index are about 1 MiB (a batch more at most), so they never look for
+/// an index they do not have; a partition's extent in an ingest file can be
+/// longer (up to `flush_bytes`), and then costs a look at its file's footer
+/// (cached) to learn it has none.
 pub const LAND_ABOVE: u64 = 2 * 1024 * 1024;
-/// What reading a segment's footer and offset index holds, at most for
-/// the default interval and `segment_bytes` (96 KiB of entries, parsed).
-pub const INDEX_CHARGE: u64 = 256 * 1024;
 /// What the first read after landing takes beside what its caller wants:
 /// enough to cross the gap between index entries (64 KiB by default) to
 /// the offset wanted.

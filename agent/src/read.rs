@@ -12,7 +12,7 @@ use floe_protocol::batch::skip_batches_before;
 
 use crate::broker::Broker;
 use crate::extent_reader::{
-    ByteRanges, ExtentReader, INDEX_CHARGE, LAND_ABOVE, LANDING_SLACK, MIN_WINDOW, Source,
+    ByteRanges, ExtentReader, LAND_ABOVE, LANDING_SLACK, MIN_WINDOW, Source,
 };
 
 /// Whether reading `extent` of a partition that ends at `high_watermark`
@@ -70,8 +70,10 @@ pub async fn read_extents(
             };
             let skip = skip_batches_before(&window, from);
             let window = window.split_off(skip);
-            if out.is_empty() {
-                // (No copy: a window read after landing is most of a fetch.)
+            if out.is_empty() && window.len() as u64 >= want {
+                // No copy when one window is the whole answer (a read
+                // after landing, mostly); a buffer shared with the skipped
+                // bytes is never grown.
                 out = window;
             } else {
                 out.extend_from_slice(&window);
@@ -84,30 +86,39 @@ pub async fn read_extents(
     Ok(out.freeze())
 }
 
-/// What [`read_extents`] may hold at once reading `extents` for `max_bytes`
-/// (beside one batch larger than that, which KIP-74 lets through): small
-/// extents whole (bytes before the fetch offset included), large ones by
-/// window, until `max_bytes` are covered. Fetch takes this from the agent's
-/// response budget before reading.
-pub fn charge(extents: &[ExtentRef], max_bytes: usize) -> usize {
+/// What [`read_extents`] may hold at once reading `extents` from `from` for
+/// `max_bytes` (beside one batch larger than that, which KIP-74 lets
+/// through): small extents whole (bytes before the fetch offset included),
+/// large ones by window, until `max_bytes` are covered, and for a read
+/// landing inside a segment its landing slack and its index (raw and
+/// parsed: about twice what follows the segment's chunk in its object).
+/// Fetch takes this from the agent's response budget before reading.
+pub fn charge(extents: &[ExtentRef], from: i64, max_bytes: usize) -> usize {
     let mut charged = 0u64;
     let max_bytes = max_bytes as u64;
-    for extent in extents {
+    for (n, extent) in extents.iter().enumerate() {
         if charged >= max_bytes {
             break;
         }
-        charged += match extent.length <= LAND_ABOVE {
-            true => extent.length,
-            false => extent
-                .length
-                .min(
-                    max_bytes
-                        .saturating_sub(charged)
-                        .max(MIN_WINDOW)
-                        .saturating_add(LANDING_SLACK),
-                )
-                .saturating_add(INDEX_CHARGE),
-        };
+        if extent.length <= LAND_ABOVE {
+            charged += extent.length;
+            continue;
+        }
+        let window = max_bytes.saturating_sub(charged).max(MIN_WINDOW);
+        charged += extent.length.min(window);
+        let lands = n == 0
+            && from > extent.base_offset
+            && extent
+                .object_key
+                .starts_with(floe_storage::keys::SEGMENT_PREFIX);
+        if lands {
+            let index = extent
+                .object_size
+                .saturating_sub(extent.position.saturating_add(extent.length));
+            charged = charged
+                .saturating_add(LANDING_SLACK)
+                .saturating_add(index.saturating_mul(2));
+        }
     }
     charged.min(usize::MAX as u64) as usize
 }
@@ -172,5 +183,46 @@ mod tests {
         );
         // A high watermark behind the extent (a stale view) is the tail.
         assert_eq!(reading_for(&extent, 50, 0), Reading::Tail);
+    }
+
+    #[test]
+    fn a_fetch_is_charged_what_it_may_hold() {
+        const MIB: u64 = 1024 * 1024;
+        let extent = |key: &str, base: i64, length: u64, object_size: u64| ExtentRef {
+            base_offset: base,
+            last_offset: base + 999,
+            max_timestamp: 0,
+            object_key: key.into(),
+            object_size,
+            position: 0,
+            length,
+            appended_ms: 0,
+        };
+        // Small extents whole, until the fetch's bytes are covered.
+        let small: Vec<_> = (0..4)
+            .map(|n| extent("ingest/a", n * 1000, MIB, 8 * MIB))
+            .collect();
+        assert_eq!(charge(&small, 500, 2 * MIB as usize), 2 * MIB as usize);
+        assert_eq!(charge(&small, 500, 1), MIB as usize);
+        // A read landing inside a segment: its window, the landing slack,
+        // and its index twice (what follows the chunk: 100 KiB here).
+        let segment = extent("segment/s", 0, 200 * MIB, 200 * MIB + 100 * 1024);
+        let landing = charge(std::slice::from_ref(&segment), 500, MIB as usize);
+        assert_eq!(landing as u64, MIB + LANDING_SLACK + 200 * 1024);
+        // From the segment's start nothing lands; a window is at least
+        // MIN_WINDOW; an ingest file's long extent has no index to charge.
+        assert_eq!(
+            charge(std::slice::from_ref(&segment), 0, MIB as usize) as u64,
+            MIB
+        );
+        assert_eq!(
+            charge(std::slice::from_ref(&segment), 0, 1) as u64,
+            MIN_WINDOW
+        );
+        let ingest = extent("ingest/b", 0, 6 * MIB, 8 * MIB);
+        assert_eq!(
+            charge(std::slice::from_ref(&ingest), 500, MIB as usize) as u64,
+            MIB
+        );
     }
 }

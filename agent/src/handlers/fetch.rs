@@ -179,7 +179,7 @@ async fn read_all(
             let reads = budget.max(1);
             if let (Ok(plan), Some(topic)) = (&plan, &w.topic) {
                 seen.push((topic.id, partition, plan.plan.high_watermark));
-                planned += charge(&plan.plan.extents, reads);
+                planned += charge(&plan.plan.extents, offset, reads);
             }
             partitions.push((partition, offset, partition_max, reads, plan));
         }
