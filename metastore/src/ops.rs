@@ -216,74 +216,60 @@ impl CompactionWork {
     ) -> Option<std::ops::Range<usize>> {
         let many = self.merge_max_chunks.max(2) as usize;
         let small = self.small_below_bytes();
-        if let Some(run) = self.merged_run(chunks, now_ms, max_span_ms, many, small) {
-            return Some(run);
+        let merged = self.first_run(
+            chunks,
+            max_span_ms,
+            |c| c.kind == ChunkKind::Merged,
+            |run| {
+                let aged = now_ms.saturating_sub(run.oldest_appended_ms) >= self.merge_max_age_ms;
+                aged || run.bytes >= small || run.chunks.len() >= many
+            },
+        );
+        if merged.is_some() {
+            return merged;
         }
-        let segment = |c: &Chunk| c.kind == ChunkKind::Segment;
         let half = self.segment_bytes / 2;
         let tier = |c: &Chunk| c.bytes.max(1).ilog(many as u64);
-        let eligible = |c: &Chunk| segment(c) && c.extents == 1 && c.bytes < half;
+        let eligible = |c: &Chunk| c.kind == ChunkKind::Segment && c.extents == 1 && c.bytes < half;
         let mut tiers: Vec<u32> = chunks.iter().filter(|c| eligible(c)).map(tier).collect();
         tiers.sort_unstable();
         tiers.dedup();
-        for top in tiers {
-            let mut start = 0;
-            while start < chunks.len() {
-                let fits = |c: &Chunk| eligible(c) && tier(c) <= top;
-                if !fits(&chunks[start]) {
-                    start += 1;
-                    continue;
-                }
-                let (mut end, mut bytes, mut at_top, mut largest) = (start, 0u64, 0usize, 0u64);
-                let (mut oldest, mut newest) = (i64::MAX, i64::MIN);
-                while end < chunks.len() && fits(&chunks[end]) {
-                    let c = &chunks[end];
-                    let span = newest
-                        .max(c.newest_appended_ms)
-                        .saturating_sub(oldest.min(c.oldest_appended_ms));
-                    if end > start
-                        && (bytes.saturating_add(c.bytes) > self.segment_bytes
-                            || span > max_span_ms)
-                    {
-                        break;
-                    }
-                    bytes = bytes.saturating_add(c.bytes);
-                    largest = largest.max(c.bytes);
-                    at_top += (tier(c) == top) as usize;
-                    oldest = oldest.min(c.oldest_appended_ms);
-                    newest = newest.max(c.newest_appended_ms);
-                    end += 1;
-                }
-                // `many` in a row of mixed tiers merge too, unless one of
-                // them outweighs the rest (it waits for its own tier).
-                let mixed = end - start >= many && largest.saturating_mul(2) <= bytes;
-                if at_top >= many || mixed || (end - start >= 2 && bytes >= half) {
-                    return Some(start..end);
-                }
-                start = end.max(start + 1);
-            }
-        }
-        None
+        tiers.into_iter().find_map(|top| {
+            self.first_run(
+                chunks,
+                max_span_ms,
+                |c| eligible(c) && tier(c) <= top,
+                |run| {
+                    let at_top = run.chunks.iter().filter(|c| tier(c) == top).count();
+                    // `many` in a row of mixed tiers merge too, unless one of
+                    // them outweighs the rest (it waits for its own tier).
+                    let len = run.chunks.len();
+                    let mixed = len >= many && run.largest.saturating_mul(2) <= run.bytes;
+                    at_top >= many || mixed || (len >= 2 && run.bytes >= half)
+                },
+            )
+        })
     }
 
-    /// Rule 1 of [`CompactionWork::merge_run`].
-    fn merged_run(
+    /// The first run of consecutive chunks that `fits` takes, each grown as
+    /// far as `segment_bytes` (past its first chunk) and `max_span_ms` from
+    /// its oldest append to its newest allow, that is `worth` merging.
+    fn first_run(
         &self,
         chunks: &[Chunk],
-        now_ms: i64,
         max_span_ms: i64,
-        many: usize,
-        small: u64,
+        fits: impl Fn(&Chunk) -> bool,
+        worth: impl Fn(&Run) -> bool,
     ) -> Option<std::ops::Range<usize>> {
-        let merged = |c: &Chunk| c.kind == ChunkKind::Merged;
         let mut start = 0;
         while start < chunks.len() {
-            if !merged(&chunks[start]) {
+            if !fits(&chunks[start]) {
                 start += 1;
                 continue;
             }
-            let (mut end, mut bytes, mut oldest, mut newest) = (start, 0u64, i64::MAX, i64::MIN);
-            while end < chunks.len() && merged(&chunks[end]) {
+            let (mut end, mut bytes, mut largest) = (start, 0u64, 0u64);
+            let (mut oldest, mut newest) = (i64::MAX, i64::MIN);
+            while end < chunks.len() && fits(&chunks[end]) {
                 let c = &chunks[end];
                 let span = newest
                     .max(c.newest_appended_ms)
@@ -294,18 +280,33 @@ impl CompactionWork {
                     break;
                 }
                 bytes = bytes.saturating_add(c.bytes);
+                largest = largest.max(c.bytes);
                 oldest = oldest.min(c.oldest_appended_ms);
                 newest = newest.max(c.newest_appended_ms);
                 end += 1;
             }
-            let aged = now_ms.saturating_sub(oldest) >= self.merge_max_age_ms;
-            if aged || bytes >= small || end - start >= many {
+            let run = Run {
+                chunks: &chunks[start..end],
+                bytes,
+                largest,
+                oldest_appended_ms: oldest,
+            };
+            if worth(&run) {
                 return Some(start..end);
             }
             start = end.max(start + 1);
         }
         None
     }
+}
+
+/// A run of consecutive chunks, as [`CompactionWork::merge_run`] weighs it.
+struct Run<'a> {
+    chunks: &'a [Chunk],
+    bytes: u64,
+    /// The largest chunk's bytes.
+    largest: u64,
+    oldest_appended_ms: i64,
 }
 
 /// Read plans of many partitions at once, each from its own offset, each up
