@@ -22,7 +22,7 @@ use floe_metastore::ExtentRef;
 use floe_protocol::batch::{
     LOG_OVERHEAD, batches_hold, last_offset_of, patch_base_offsets, whole_batches_within,
 };
-use floe_storage::ingest::{ENTRY_LEN, FOOTER_LEN, Footer};
+use floe_storage::ingest::{FOOTER_LEN, Footer};
 use floe_storage::segment_index::{IndexEntry, OffsetIndex, TRAILER_LEN};
 
 /// An extent longer than this, read from inside, is entered through its
@@ -131,12 +131,12 @@ impl<'a, R: ByteRanges + Sync> ExtentReader<'a, R> {
         let range = self.position..self.end();
         let by_time = index.by_timestamp(range.clone(), timestamp);
         let by_offset = index.by_offset(range, from);
-        let later = match (by_time, by_offset) {
-            (Some(a), Some(b)) => Some(if a.position >= b.position { a } else { b }),
-            (a, b) => a.or(b),
-        };
-        if let Some(entry) = later {
-            self.land(entry);
+        if let Some(later) = by_time
+            .into_iter()
+            .chain(by_offset)
+            .max_by_key(|e| e.position)
+        {
+            self.land(later);
         }
         Ok(())
     }
@@ -177,19 +177,11 @@ impl<'a, R: ByteRanges + Sync> ExtentReader<'a, R> {
             Ok(footer) => footer,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        let Some(location) = footer.offset_index(&tail) else {
-            return Ok(Ok(None));
+        let location = match footer.offset_index(&tail, size) {
+            Ok(Some(location)) => location,
+            Ok(None) => return Ok(Ok(None)),
+            Err(e) => return Ok(Err(e.to_string())),
         };
-        let chunk_index_end = footer
-            .index_offset
-            .checked_add(footer.entry_count as u64 * ENTRY_LEN as u64);
-        if chunk_index_end != Some(location.offset)
-            || location.offset.checked_add(location.len()) != Some(size.saturating_sub(tail_len))
-        {
-            return Ok(Err(
-                "the offset index does not lie between the chunk index and the footer".into(),
-            ));
-        }
         let range = location.offset..location.offset + location.len();
         let bytes = self.ranges.read(key, size, range, source).await?;
         Ok(OffsetIndex::parse(&bytes, &location)
@@ -525,7 +517,10 @@ mod tests {
         let (mut objects, extent) = segment();
         let file = objects.objects["segment/s"].clone();
         let footer = Footer::parse(&file).unwrap();
-        let location = footer.offset_index(&file).unwrap();
+        let location = footer
+            .offset_index(&file, file.len() as u64)
+            .unwrap()
+            .unwrap();
         // A flipped byte in the index fails its CRC, from both sources.
         let mut broken = BytesMut::from(&file[..]);
         broken[location.offset as usize + 3] ^= 1;

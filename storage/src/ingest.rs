@@ -108,8 +108,7 @@ impl IngestWriter {
         for batch in batches {
             if let Some(index) = &mut self.index {
                 // Callers hand whole, checked batches (61 bytes of header at least).
-                let at =
-                    |n: usize| i64::from_be_bytes(batch[n..n + 8].try_into().expect("8 bytes"));
+                let at = |n: usize| header_i64(batch, n).expect("a whole batch");
                 index.batch(
                     at(BASE_OFFSET_AT),
                     self.position + length,
@@ -189,6 +188,11 @@ impl IngestWriter {
     }
 }
 
+/// The big-endian i64 of a batch's header at `at`, if the batch holds it.
+fn header_i64(batch: &[u8], at: usize) -> Option<i64> {
+    Some(i64::from_be_bytes(batch.get(at..at + 8)?.try_into().ok()?))
+}
+
 /// The parsed footer: where the index lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Footer {
@@ -236,16 +240,32 @@ impl Footer {
         }
     }
 
-    /// Where a v2 file's offset index lies, read from the last
-    /// [`Footer::tail_len`] bytes of the file (`None` for version 1).
-    pub fn offset_index(&self, tail: &[u8]) -> Option<IndexLocation> {
-        if self.version == VERSION || tail.len() < self.tail_len() {
-            return None;
+    /// Where a v2 file of `file_size` bytes keeps its offset index, read
+    /// from the file's last [`Footer::tail_len`] bytes (or more) and checked
+    /// to lie between the chunk index and the trailer; `None` for version 1.
+    pub fn offset_index(
+        &self,
+        tail: &[u8],
+        file_size: u64,
+    ) -> Result<Option<IndexLocation>, FormatError> {
+        if self.version == VERSION {
+            return Ok(None);
+        }
+        if tail.len() < self.tail_len() {
+            return Err(FormatError::TooShort(tail.len()));
         }
         let at = tail.len() - self.tail_len();
-        Some(IndexLocation::parse(
-            &tail[at..at + segment_index::TRAILER_LEN],
-        ))
+        let location = IndexLocation::parse(&tail[at..at + segment_index::TRAILER_LEN]);
+        let chunk_index_end = self
+            .index_offset
+            .checked_add(self.entry_count as u64 * ENTRY_LEN as u64);
+        let trailer_at = file_size.checked_sub(self.tail_len() as u64);
+        if chunk_index_end != Some(location.offset)
+            || location.offset.checked_add(location.len()) != trailer_at
+        {
+            return Err(FormatError::BadIndexBounds);
+        }
+        Ok(Some(location))
     }
 }
 
@@ -267,17 +287,15 @@ impl IngestFile {
         let index_end = index_start
             .checked_add(footer.entry_count as usize * ENTRY_LEN)
             .ok_or(FormatError::BadIndexBounds)?;
-        let offset_index = match footer.offset_index(&bytes) {
+        let offset_index = match footer.offset_index(&bytes, bytes.len() as u64)? {
+            None if index_end != bytes.len() - FOOTER_LEN => {
+                return Err(FormatError::BadIndexBounds);
+            }
             None => None,
             Some(location) => {
                 let start = location.offset as usize;
-                if start != index_end
-                    || start as u64 + location.len() != (bytes.len() - footer.tail_len()) as u64
-                {
-                    return Err(FormatError::BadIndexBounds);
-                }
                 let index =
-                    OffsetIndex::parse(&bytes[start..bytes.len() - footer.tail_len()], &location)?;
+                    OffsetIndex::parse(&bytes[start..start + location.len() as usize], &location)?;
                 if let Some(n) = index
                     .entries()
                     .iter()
@@ -288,13 +306,6 @@ impl IngestFile {
                 Some(index)
             }
         };
-        let data_end = match &offset_index {
-            None => bytes.len() - FOOTER_LEN,
-            Some(_) => index_end,
-        };
-        if index_end != data_end {
-            return Err(FormatError::BadIndexBounds);
-        }
         let index = &bytes[index_start..index_end];
         if crc32c::crc32c(index) != footer.index_crc {
             return Err(FormatError::IndexCrc);
@@ -355,13 +366,12 @@ impl IngestFile {
         let mut entries = index.entries().iter().peekable();
         let (mut at, mut max_timestamp) = (0usize, i64::MIN);
         while at < data.len() {
-            let field = |from: usize, len: usize| {
-                data.get(at + from..at + from + len)
-                    .ok_or_else(|| format!("a torn batch at {at}"))
-            };
-            let length = u32::from_be_bytes(field(8, 4)?.try_into().expect("4 bytes")) as usize;
-            let base_offset = i64::from_be_bytes(field(BASE_OFFSET_AT, 8)?.try_into().expect("8"));
-            let batch_max = i64::from_be_bytes(field(MAX_TIMESTAMP_AT, 8)?.try_into().expect("8"));
+            let batch = &data[at..];
+            let torn = || format!("a torn batch at {at}");
+            let length = batch.get(8..12).ok_or_else(torn)?;
+            let length = u32::from_be_bytes(length.try_into().expect("4 bytes")) as usize;
+            let base_offset = header_i64(batch, BASE_OFFSET_AT).ok_or_else(torn)?;
+            let batch_max = header_i64(batch, MAX_TIMESTAMP_AT).ok_or_else(torn)?;
             let position = chunk.position + at as u64;
             if at == 0 && entries.peek().is_none_or(|e| e.position != position) {
                 return Err("the first batch has no entry".into());
@@ -426,9 +436,8 @@ mod tests {
         assert_eq!(entries[0].batch_count, 2);
     }
 
-    #[test]
-    fn every_single_byte_flip_is_detected() {
-        let (bytes, _) = sample();
+    /// Every single-bit flip of `bytes` makes the file refused.
+    fn assert_every_flip_is_detected(bytes: &Bytes) {
         for at in 0..bytes.len() {
             let mut copy = BytesMut::from(&bytes[..]);
             copy[at] ^= 0x01;
@@ -437,6 +446,11 @@ mod tests {
                 "flip at {at} undetected"
             );
         }
+    }
+
+    #[test]
+    fn every_single_byte_flip_is_detected() {
+        assert_every_flip_is_detected(&sample().0);
     }
 
     /// A stand-in for a Kafka batch: 64 bytes, with a base offset and a
@@ -479,7 +493,11 @@ mod tests {
         assert_eq!(footer.version, INDEXED_VERSION);
         let bytes = segment_sample();
         let location = footer
-            .offset_index(&bytes[bytes.len() - footer.tail_len()..])
+            .offset_index(
+                &bytes[bytes.len() - footer.tail_len()..],
+                bytes.len() as u64,
+            )
+            .unwrap()
             .unwrap();
         let start = location.offset as usize;
         let parsed =
@@ -533,15 +551,7 @@ mod tests {
 
     #[test]
     fn every_single_byte_flip_of_a_segment_is_detected() {
-        let bytes = segment_sample();
-        for at in 0..bytes.len() {
-            let mut copy = BytesMut::from(&bytes[..]);
-            copy[at] ^= 0x01;
-            assert!(
-                IngestFile::parse(copy.freeze()).is_err(),
-                "flip at {at} undetected"
-            );
-        }
+        assert_every_flip_is_detected(&segment_sample());
     }
 
     /// The persisted formats, byte for byte: a change to either is a new
