@@ -624,10 +624,7 @@ mod tests {
         let mut records = Vec::new();
         let mut ranges = Vec::new();
         for b in batches {
-            ranges.push((
-                b.base_offset(),
-                b.base_offset() + b.last_offset_delta() as i64,
-            ));
+            ranges.push((b.base_offset(), b.last_offset()));
             if b.record_count() > 0 {
                 let decoded = floe_protocol::records::decode(b).unwrap();
                 records.extend(

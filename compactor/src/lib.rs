@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::BytesMut;
-use floe_metastore::ops::{Chunk, CompactionWork};
+use floe_metastore::ops::Chunk;
 use floe_metastore::{
     Backlog, ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents,
     TopicId, TopicInfo, TopicPartition, now_ms,
@@ -120,36 +120,36 @@ pub fn plan(
     now_ms: i64,
     max_span_ms: i64,
 ) -> Option<Vec<ExtentRef>> {
+    plan_run(extents, policy, now_ms, max_span_ms).map(|(run, _)| run)
+}
+
+/// [`plan`]'s run, with when its oldest data was appended (what its
+/// segment's key says).
+fn plan_run(
+    extents: &[ExtentRef],
+    policy: &CompactionPolicy,
+    now_ms: i64,
+    max_span_ms: i64,
+) -> Option<(Vec<ExtentRef>, i64)> {
     let by_object: Vec<&[ExtentRef]> = extents
         .chunk_by(|a, b| a.object_key == b.object_key)
         .collect();
     let work = merge::work(policy, 0);
-    let chunks = chunks_of(&work, &by_object);
-    let run = work.merge_run(&chunks, now_ms, max_span_ms)?;
-    Some(by_object[run].concat())
-}
-
-/// Each object's extents as one chunk, as the metastore weighs them.
-fn chunks_of(work: &CompactionWork, by_object: &[&[ExtentRef]]) -> Vec<Chunk> {
-    by_object
+    let chunks: Vec<Chunk> = by_object
         .iter()
         .map(|extents| {
             let sizes = extents.iter().map(|e| (e.length, e.appended_ms));
-            Chunk::of(work, &extents[0].object_key, sizes)
+            Chunk::of(&work, &extents[0].object_key, sizes)
         })
-        .collect()
-}
-
-/// When the oldest data of `run` was appended: what its segment's key says.
-fn first_appended_ms(policy: &CompactionPolicy, run: &[ExtentRef]) -> i64 {
-    let by_object: Vec<&[ExtentRef]> = run.chunk_by(|a, b| a.object_key == b.object_key).collect();
-    let chunks = chunks_of(&merge::work(policy, 0), &by_object);
-    chunks
+        .collect();
+    let run = work.merge_run(&chunks, now_ms, max_span_ms)?;
+    let first_appended_ms = chunks[run.clone()]
         .iter()
         .map(|c| c.oldest_appended_ms)
         .min()
         .unwrap_or(0)
-        .max(0)
+        .max(0);
+    Some((by_object[run].concat(), first_appended_ms))
 }
 
 /// Cuts a segment's batches (laid out from `position` on) into extents of
@@ -163,7 +163,7 @@ pub(crate) fn pieces(
 ) -> Vec<ExtentPiece> {
     let mut pieces: Vec<ExtentPiece> = Vec::new();
     for batch in batches {
-        let last_offset = batch.base_offset() + batch.last_offset_delta() as i64;
+        let last_offset = batch.last_offset();
         match pieces.last_mut().filter(|p| p.length < extent_bytes) {
             Some(piece) => {
                 piece.last_offset = last_offset;
@@ -202,10 +202,10 @@ pub async fn compact_partition(
     let job = format!("compact/{topic_id}/{partition}");
     leased(worker, meta, job, async {
         let all = whole_partition(meta, topic_id, partition).await?;
-        let Some(run) = plan(&all.extents, policy, now_ms, max_span_ms) else {
+        let Some(run) = plan_run(&all.extents, policy, now_ms, max_span_ms) else {
             return Ok(None);
         };
-        compact_run(store, meta, topic_id, partition, policy, run, ids).await
+        compact_run(store, meta, (topic_id, partition), policy, run, ids).await
     })
     .await
 }
@@ -249,14 +249,12 @@ pub(crate) async fn leased<T>(
 async fn compact_run(
     store: &Arc<dyn ObjectStore>,
     meta: &Arc<dyn Metastore>,
-    topic_id: TopicId,
-    partition: i32,
+    (topic_id, partition): (TopicId, i32),
     policy: &CompactionPolicy,
-    run: Vec<ExtentRef>,
+    (run, first_appended_ms): (Vec<ExtentRef>, i64),
     ids: &dyn Ids,
 ) -> Result<Option<Compacted>, CompactError> {
     let batches = read_run(store, &run).await?;
-    let first_appended_ms = first_appended_ms(policy, &run);
     let key = keys::new_segment_key(
         topic_id,
         partition,
@@ -366,7 +364,7 @@ fn check_tiling(batches: &[RecordBatch], run: &[ExtentRef]) -> Result<(), Compac
                 ),
             });
         }
-        next = batch.base_offset() + batch.last_offset_delta() as i64 + 1;
+        next = batch.last_offset() + 1;
     }
     let last = run[run.len() - 1].last_offset;
     if next != last + 1 {

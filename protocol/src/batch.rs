@@ -322,6 +322,10 @@ impl RecordBatch {
     pub fn last_offset_delta(&self) -> i32 {
         be_i32(&self.bytes, 23)
     }
+    /// The offset of the batch's last record (its base offset as stored).
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset() + self.last_offset_delta() as i64
+    }
     pub fn base_timestamp(&self) -> i64 {
         be_i64(&self.bytes, 27)
     }

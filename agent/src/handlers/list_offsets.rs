@@ -191,7 +191,7 @@ async fn max_timestamp_from(
             .map_err(storage_error)?;
         while let Some(window) = reader.next(WANT).await.map_err(storage_error)? {
             for batch in batches_of(extent, window)? {
-                let last = batch.base_offset() + batch.last_offset_delta() as i64;
+                let last = batch.last_offset();
                 if last < log_start {
                     continue;
                 }
@@ -240,7 +240,7 @@ async fn first_record_at(
         .map_err(storage_error)?;
     while let Some(window) = reader.next(WANT).await.map_err(storage_error)? {
         for batch in batches_of(extent, window)? {
-            let last = batch.base_offset() + batch.last_offset_delta() as i64;
+            let last = batch.last_offset();
             if last < log_start || batch.max_timestamp() < timestamp {
                 continue;
             }
