@@ -43,7 +43,7 @@ pub fn reading_for(extent: &ExtentRef, high_watermark: i64, lag_bytes: u64) -> R
 /// lands through the segment's offset index, and reads go window by window
 /// (see [`ExtentReader`]), so what is read and held is about `max_bytes`
 /// plus [`LANDING_SLACK`], however large the segment: at most
-/// [`charge`]`(extents, max_bytes)`.
+/// [`charge`]`(extents, from, max_bytes)`.
 pub async fn read_extents(
     broker: &Broker,
     extents: &[ExtentRef],

@@ -178,7 +178,7 @@ async fn max_timestamp_from(
         }
     };
     // The batch whose header holds the best timestamp so far, decoded last.
-    let mut best_batch: Option<(i64, RecordBatch)> = None;
+    let mut best_batch: Option<(i64, RecordBatch, &ExtentRef)> = None;
     for extent in &plan.extents {
         let ranges = CacheRanges {
             broker,
@@ -203,16 +203,18 @@ async fn max_timestamp_from(
                     }
                 } else if best_batch
                     .as_ref()
-                    .is_none_or(|(ts, _)| batch.max_timestamp() > *ts)
+                    .is_none_or(|(ts, _, _)| batch.max_timestamp() > *ts)
                 {
-                    best_batch = Some((batch.max_timestamp(), batch));
+                    best_batch = Some((batch.max_timestamp(), batch, extent));
                 }
             }
         }
     }
-    if let Some((timestamp, batch)) = best_batch
+    if let Some((timestamp, batch, extent)) = best_batch
         && best.is_none_or(|(ts, _)| timestamp > ts)
-        && let Some(r) = decode_first(&batch, |r| r.timestamp >= timestamp)?
+        && let Some(r) = decode(extent, &batch)?
+            .into_iter()
+            .find(|r| r.timestamp >= timestamp)
     {
         better(&mut best, r.timestamp, r.offset);
     }
@@ -244,12 +246,9 @@ async fn first_record_at(
             if last < log_start || batch.max_timestamp() < timestamp {
                 continue;
             }
-            let found = decode_first(&batch, |r| {
-                r.offset >= log_start && r.timestamp >= timestamp
-            })
-            .inspect_err(
-                |_| tracing::error!(object = %extent.object_key, "stored batches do not decode"),
-            )?;
+            let found = decode(extent, &batch)?
+                .into_iter()
+                .find(|r| r.offset >= log_start && r.timestamp >= timestamp);
             if let Some(r) = found {
                 return Ok(Some((r.timestamp, r.offset)));
             }
@@ -284,13 +283,4 @@ fn decode(extent: &ExtentRef, batch: &RecordBatch) -> Result<Vec<Record>, Respon
         tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
         ResponseError::CorruptMessage
     })
-}
-
-/// The first record of `batch` that `wanted` takes.
-fn decode_first(
-    batch: &RecordBatch,
-    wanted: impl Fn(&Record) -> bool,
-) -> Result<Option<Record>, ResponseError> {
-    let records = records::decode(batch).map_err(|_| ResponseError::CorruptMessage)?;
-    Ok(records.into_iter().find(|r| wanted(r)))
 }
