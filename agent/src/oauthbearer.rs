@@ -583,6 +583,24 @@ mod tests {
         assert!(Validator::new(None, false, None, Vec::new(), HOUR).is_err());
     }
 
+    /// A validator of the key set in the file `jwks`.
+    fn file_validator(jwks: &std::path::Path) -> anyhow::Result<Validator> {
+        Validator::new(
+            Some(KeySource::File(jwks.to_path_buf())),
+            false,
+            None,
+            Vec::new(),
+            HOUR,
+        )
+    }
+
+    /// A key set of one RSA key named `kid`.
+    fn rsa_key_set(kid: &str) -> String {
+        format!(
+            r#"{{"keys":[{{"kty":"RSA","kid":"{kid}","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw","e":"AQAB"}}]}}"#
+        )
+    }
+
     /// A signed token is checked against the key set; an HMAC key in the
     /// set is never used (a public key is no secret).
     #[test]
@@ -594,32 +612,11 @@ mod tests {
             r#"{"keys":[{"kty":"oct","kid":"h","k":"c2VjcmV0"}]}"#,
         )
         .unwrap();
-        assert!(
-            Validator::new(
-                Some(KeySource::File(jwks.clone())),
-                false,
-                None,
-                Vec::new(),
-                HOUR
-            )
-            .is_err(),
-            "no usable key"
-        );
+        assert!(file_validator(&jwks).is_err(), "no usable key");
         // An HS256 token signed with that secret, offered to a validator
         // with an RSA key: refused.
-        std::fs::write(
-            &jwks,
-            r#"{"keys":[{"kty":"RSA","kid":"r","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw","e":"AQAB"}]}"#,
-        )
-        .unwrap();
-        let v = Validator::new(
-            Some(KeySource::File(jwks.clone())),
-            false,
-            None,
-            Vec::new(),
-            HOUR,
-        )
-        .unwrap();
+        std::fs::write(&jwks, rsa_key_set("r")).unwrap();
+        let v = file_validator(&jwks).unwrap();
         let hs256 = "eyJhbGciOiJIUzI1NiIsImtpZCI6InIifQ.eyJzdWIiOiJldmUiLCJleHAiOjk5OTk5OTk5OTl9.x";
         assert!(v.validate(hs256, 0).is_err());
         // Unsecured tokens are not taken unless asked.
@@ -632,26 +629,14 @@ mod tests {
     fn the_key_set_reloads_on_change() {
         let dir = tempfile::tempdir().unwrap();
         let jwks = dir.path().join("jwks.json");
-        let rsa = |kid: &str| {
-            format!(
-                r#"{{"keys":[{{"kty":"RSA","kid":"{kid}","n":"sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw","e":"AQAB"}}]}}"#
-            )
-        };
-        std::fs::write(&jwks, rsa("old")).unwrap();
-        let v = Validator::new(
-            Some(KeySource::File(jwks.clone())),
-            false,
-            None,
-            Vec::new(),
-            HOUR,
-        )
-        .unwrap();
+        std::fs::write(&jwks, rsa_key_set("old")).unwrap();
+        let v = file_validator(&jwks).unwrap();
         let kid = |v: &Validator| v.keys()[0].0.clone();
         assert!(!v.reload_if_changed(), "unchanged");
         std::fs::write(&jwks, "not json").unwrap();
         assert!(!v.reload_if_changed());
         assert_eq!(kid(&v).as_deref(), Some("old"));
-        std::fs::write(&jwks, rsa("new")).unwrap();
+        std::fs::write(&jwks, rsa_key_set("new")).unwrap();
         assert!(v.reload_if_changed());
         assert_eq!(kid(&v).as_deref(), Some("new"));
     }
