@@ -377,6 +377,18 @@ mod tests {
         out
     }
 
+    /// The base offsets of every batch of [`segment`].
+    fn every_batch() -> Vec<i64> {
+        (1000..1200).step_by(4).collect()
+    }
+
+    /// Where a reader of `extent` lands for `offset`.
+    async fn landing(objects: &Objects, extent: &ExtentRef, offset: i64) -> u64 {
+        let mut reader = ExtentReader::landing_above(objects, extent, 0);
+        reader.land_at_offset(offset).await.unwrap();
+        reader.position
+    }
+
     fn offsets(batches: &[RecordBatch]) -> Vec<i64> {
         batches.iter().map(|b| b.base_offset()).collect()
     }
@@ -430,10 +442,7 @@ mod tests {
         let (objects, extent) = segment();
         let mut reader = ExtentReader::landing_above(&objects, &extent, 0);
         let batches = read_all(&mut reader, 1).await;
-        assert_eq!(
-            offsets(&batches),
-            (1000..1200).step_by(4).collect::<Vec<_>>()
-        );
+        assert_eq!(offsets(&batches), every_batch());
         let mut reader = ExtentReader::landing_above(&objects, &extent, 0);
         reader.land_at_offset(1199).await.unwrap();
         assert_eq!(offsets(&read_all(&mut reader, 1).await).last(), Some(&1196));
@@ -445,10 +454,7 @@ mod tests {
         let mut reader = ExtentReader::new(&objects, &extent);
         reader.land_at_offset(1150).await.unwrap();
         let batches = read_all(&mut reader, 1).await;
-        assert_eq!(
-            offsets(&batches),
-            (1000..1200).step_by(4).collect::<Vec<_>>()
-        );
+        assert_eq!(offsets(&batches), every_batch());
         assert_eq!(
             objects.read.lock().unwrap().len(),
             1,
@@ -461,9 +467,7 @@ mod tests {
         let (mut objects, extent) = segment();
         // The batch the index lands on for 1150 carries another base offset
         // in the cache and in the store alike (outside its CRC).
-        let mut reader = ExtentReader::landing_above(&objects, &extent, 0);
-        reader.land_at_offset(1150).await.unwrap();
-        let landed = reader.position;
+        let landed = landing(&objects, &extent, 1150).await;
         let mut file = BytesMut::from(&objects.objects["segment/s"][..]);
         file[landed as usize + 7] ^= 1;
         objects.objects.insert("segment/s".into(), file.freeze());
@@ -471,18 +475,13 @@ mod tests {
         reader.land_at_offset(1150).await.unwrap();
         let batches = read_all(&mut reader, 100_000).await;
         assert!(reader.missed);
-        assert_eq!(
-            offsets(&batches),
-            (1000..1200).step_by(4).collect::<Vec<_>>()
-        );
+        assert_eq!(offsets(&batches), every_batch());
     }
 
     #[tokio::test]
     async fn wrong_cached_bytes_are_read_again_from_the_store() {
         let (mut objects, extent) = segment();
-        let mut reader = ExtentReader::landing_above(&objects, &extent, 0);
-        reader.land_at_offset(1150).await.unwrap();
-        let landed = reader.position;
+        let landed = landing(&objects, &extent, 1150).await;
         // The cache's copy of the landed batch has another base offset, and
         // a later batch a flipped byte under its CRC.
         let stored = |at: u64| objects.objects["segment/s"][at as usize];
