@@ -1,11 +1,26 @@
 //! The Raft log, vote and commit index, in `redb`.
 //!
-//! Entries are postcard-encoded under their index. Every append is one write
-//! transaction, fsynced before openraft is told it is durable.
+//! Entries are postcard-encoded under their index. Every write goes, in the
+//! order openraft makes it, to one writer task ([`write_log`]), which puts
+//! all that waits into one redb transaction and fsyncs it once. `append`
+//! returns as soon as its entries are queued and readable, and openraft is
+//! told they are durable (`LogFlushed`) only after that fsync, as its
+//! contract asks. So the Raft core goes on replicating, counting acks and
+//! applying while the disk syncs, and appends that arrive meanwhile share the
+//! next sync. Before, each append was a transaction the core awaited: a
+//! leader started replicating an entry only after its own fsync, a follower
+//! took its next entries only after syncing the last, and three nodes
+//! topped out near 5,000 commits/s with 16 committers.
+//!
+//! Votes, truncations and purges go through the same queue and are awaited,
+//! so every write reaches the disk in the order it was made, as if each were
+//! its own transaction; a transaction holding them in that order is the
+//! same, committed at once.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{RaftLogReader, StorageIOError};
@@ -14,6 +29,7 @@ use redb::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Entry, LogId, StorageError, TypeConfig, Vote, any, blocking};
 
@@ -23,10 +39,113 @@ const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
 const PURGED: &str = "purged";
 
-/// The log store; cheap to clone (the log reader is a clone).
-#[derive(Clone)]
+/// Writes waiting for the writer at most; openraft waits for room past it.
+const QUEUE: usize = 1_024;
+/// Writes in one transaction at most.
+const MAX_GROUP: usize = 256;
+
+/// Synced entries kept in memory behind the unsynced ones, at most, so that
+/// replication (which reads an entry right after it is synced) and a
+/// follower a little behind read memory, not the file.
+const TAIL_KEEP: usize = 64;
+
+/// The end of the log in memory: every entry appended and not yet synced,
+/// and up to [`TAIL_KEEP`] synced ones before them. Every entry below the
+/// first one here is in the file.
+#[derive(Default)]
+struct Tail {
+    entries: BTreeMap<u64, Entry>,
+    /// The last entry known synced, if it is still here.
+    synced: Option<u64>,
+}
+
+type SharedTail = Arc<Mutex<Tail>>;
+
+impl Tail {
+    fn append(&mut self, entry: Entry) {
+        self.entries.insert(entry.log_id.index, entry);
+    }
+
+    /// `ids`, appended in this order, are synced.
+    fn synced(&mut self, ids: &[LogId]) {
+        if let Some(last) = ids.last()
+            && self
+                .entries
+                .get(&last.index)
+                .is_some_and(|e| e.log_id == *last)
+        {
+            self.synced = Some(last.index);
+        }
+        while self.entries.len() > TAIL_KEEP {
+            match self.entries.first_key_value() {
+                Some((&first, _)) if self.synced.is_some_and(|s| first <= s) => {
+                    self.entries.pop_first();
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn truncated(&mut self, from: u64) {
+        self.entries.split_off(&from);
+        self.synced = self.synced.filter(|&s| s < from);
+    }
+
+    fn purged(&mut self, upto: u64) {
+        self.entries = self.entries.split_off(&(upto + 1));
+    }
+
+    fn range(&self, bounds: (Bound<u64>, Bound<u64>)) -> Vec<Entry> {
+        self.entries.range(bounds).map(|(_, e)| e.clone()).collect()
+    }
+}
+
+/// The log store, as the Raft core holds it.
 pub struct LogStore {
     db: Arc<Database>,
+    tail: SharedTail,
+    writes: mpsc::Sender<Write>,
+}
+
+/// Reads the log for replication: synced entries from the file, the rest
+/// from memory.
+#[derive(Clone)]
+pub struct LogReader {
+    db: Arc<Database>,
+    tail: SharedTail,
+}
+
+/// One write, as openraft made it.
+enum Write {
+    Append {
+        entries: Vec<(LogId, Vec<u8>)>,
+        flushed: LogFlushed<TypeConfig>,
+    },
+    Vote(Vec<u8>, Done),
+    /// Need not be synced (see `save_committed`); rides the next sync.
+    Committed(Vec<u8>),
+    Truncate(u64, Done),
+    Purge(u64, Vec<u8>, Done),
+    /// Answered once everything before it is written.
+    Barrier(Done),
+}
+
+type Done = oneshot::Sender<Result<(), String>>;
+
+/// What a write changes in the file, apart from how it is answered.
+enum Change {
+    Insert(Vec<(u64, Vec<u8>)>),
+    Meta(&'static str, Vec<u8>),
+    Truncate(u64),
+    Purge(u64, Vec<u8>),
+}
+
+/// How a write is answered once its transaction is synced.
+enum Answer {
+    Flushed(Vec<LogId>, LogFlushed<TypeConfig>),
+    Done(Done),
+    Truncated(u64, Done),
+    Purged(u64, Done),
 }
 
 fn read_meta<T: DeserializeOwned>(
@@ -41,26 +160,25 @@ fn read_meta<T: DeserializeOwned>(
     }
 }
 
-fn write_meta<T: Serialize>(
-    db: &Database,
-    key: &str,
-    value: &T,
-    durability: Durability,
-) -> Result<(), openraft::AnyError> {
-    let bytes = postcard::to_stdvec(value).map_err(any)?;
-    let mut txn = db.begin_write().map_err(any)?;
-    txn.set_durability(durability).map_err(any)?;
-    txn.open_table(META)
-        .map_err(any)?
-        .insert(key, bytes.as_slice())
-        .map_err(any)?;
-    txn.commit().map_err(any)
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, openraft::AnyError> {
+    postcard::to_stdvec(value).map_err(any)
 }
 
 impl LogStore {
     /// The tables must exist (see [`super::node`]'s opening of the file).
+    /// Starts the writer, which ends when this is dropped.
     pub fn new(db: Arc<Database>) -> Self {
-        LogStore { db }
+        let tail = SharedTail::default();
+        let (writes, queue) = mpsc::channel(QUEUE);
+        tokio::spawn(write_log(db.clone(), tail.clone(), queue));
+        LogStore { db, tail, writes }
+    }
+
+    fn reader(&self) -> LogReader {
+        LogReader {
+            db: self.db.clone(),
+            tail: self.tail.clone(),
+        }
     }
 
     fn last_entry(db: &Database) -> Result<Option<LogId>, openraft::AnyError> {
@@ -74,10 +192,75 @@ impl LogStore {
             None => Ok(None),
         }
     }
+
+    /// Queues `write`, made with `done`'s sender, and waits until it is synced.
+    async fn submit(&self, write: impl FnOnce(Done) -> Write) -> Result<(), openraft::AnyError> {
+        let (done, synced) = oneshot::channel();
+        let stopped = || openraft::AnyError::error("the log writer stopped");
+        self.writes.send(write(done)).await.map_err(|_| stopped())?;
+        synced
+            .await
+            .map_err(|_| stopped())?
+            .map_err(openraft::AnyError::error)
+    }
+
+    /// Waits until every write made before is on disk (for reads of the file).
+    async fn written(&self) -> Result<(), openraft::AnyError> {
+        self.submit(Write::Barrier).await
+    }
 }
 
 fn owned_bounds<RB: RangeBounds<u64>>(range: &RB) -> (Bound<u64>, Bound<u64>) {
     (range.start_bound().cloned(), range.end_bound().cloned())
+}
+
+/// The entries in `bounds`: the unsynced ones from memory, the rest from the
+/// file. Memory is read first: an entry leaves it only once synced, so every
+/// entry below the first one still there is in the file by the time it is
+/// read.
+async fn read_entries(
+    db: &Arc<Database>,
+    tail: &SharedTail,
+    bounds: (Bound<u64>, Bound<u64>),
+) -> Result<Vec<Entry>, StorageError> {
+    let pending = tail.lock().expect("log tail lock").range(bounds);
+    let on_disk_end = match pending.first() {
+        Some(first) => Bound::Excluded(first.log_id.index),
+        None => bounds.1,
+    };
+    let on_disk = (bounds.0, on_disk_end);
+    let empty = match on_disk {
+        (Bound::Included(s), Bound::Excluded(e)) => s >= e,
+        _ => false,
+    };
+    let mut entries = if empty {
+        Vec::new()
+    } else {
+        let db = db.clone();
+        blocking(move || {
+            let txn = db.begin_read().map_err(any)?;
+            let table = txn.open_table(LOG).map_err(any)?;
+            let mut entries = Vec::new();
+            for item in table.range::<u64>(on_disk).map_err(any)? {
+                let (_, bytes) = item.map_err(any)?;
+                entries.push(postcard::from_bytes(bytes.value()).map_err(any)?);
+            }
+            Ok(entries)
+        })
+        .await
+        .map_err(StorageIOError::read_logs)?
+    };
+    entries.extend(pending);
+    Ok(entries)
+}
+
+impl RaftLogReader<TypeConfig> for LogReader {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        read_entries(&self.db, &self.tail, owned_bounds(&range)).await
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -85,27 +268,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let db = self.db.clone();
-        let bounds = owned_bounds(&range);
-        blocking(move || {
-            let txn = db.begin_read().map_err(any)?;
-            let table = txn.open_table(LOG).map_err(any)?;
-            let mut entries = Vec::new();
-            for item in table.range::<u64>(bounds).map_err(any)? {
-                let (_, bytes) = item.map_err(any)?;
-                entries.push(postcard::from_bytes(bytes.value()).map_err(any)?);
-            }
-            Ok(entries)
-        })
-        .await
-        .map_err(|e| StorageIOError::read_logs(e).into())
+        read_entries(&self.db, &self.tail, owned_bounds(&range)).await
     }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = LogStore;
+    type LogReader = LogReader;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        self.written().await.map_err(StorageIOError::read_logs)?;
         let db = self.db.clone();
         blocking(move || {
             let last_purged_log_id: Option<LogId> = read_meta(&db, PURGED)?;
@@ -120,18 +291,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
-        self.clone()
+        self.reader()
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        let db = self.db.clone();
-        let vote = *vote;
-        blocking(move || write_meta(&db, VOTE, &vote, Durability::Immediate))
+        let bytes = encode(vote).map_err(StorageIOError::write_vote)?;
+        self.submit(|done| Write::Vote(bytes, done))
             .await
             .map_err(|e| StorageIOError::write_vote(e).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.written().await.map_err(StorageIOError::read_vote)?;
         let db = self.db.clone();
         blocking(move || read_meta(&db, VOTE))
             .await
@@ -140,17 +311,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     // Saving the commit index lets a restarted node apply its committed log
     // at once, instead of waiting to hear it from a leader. It need not be
-    // fsynced (the next append's commit carries it to disk): a stale one only
-    // means re-learning the rest from the leader, and an fsync here would
+    // fsynced (the next sync carries it to disk): a stale one only means
+    // re-learning the rest from the leader, and a sync of its own would
     // double the cost of every write.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        let db = self.db.clone();
-        blocking(move || write_meta(&db, COMMITTED, &committed, Durability::None))
+        let bytes = encode(&committed).map_err(StorageIOError::write)?;
+        self.writes
+            .send(Write::Committed(bytes))
             .await
-            .map_err(|e| StorageIOError::write(e).into())
+            .map_err(|_| {
+                StorageIOError::write(openraft::AnyError::error("the log writer stopped")).into()
+            })
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        self.written().await.map_err(StorageIOError::read)?;
         let db = self.db.clone();
         blocking(move || Ok(read_meta::<Option<LogId>>(&db, COMMITTED)?.flatten()))
             .await
@@ -166,66 +341,170 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let encoded = entries
-            .into_iter()
-            .map(|e| Ok((e.log_id.index, postcard::to_stdvec(&e).map_err(any)?)))
-            .collect::<Result<Vec<_>, openraft::AnyError>>()
-            .map_err(StorageIOError::write_logs)?;
-        let db = self.db.clone();
-        let written = blocking(move || {
-            let txn = db.begin_write().map_err(any)?;
-            {
-                let mut table = txn.open_table(LOG).map_err(any)?;
-                for (index, bytes) in &encoded {
-                    table.insert(*index, bytes.as_slice()).map_err(any)?;
-                }
-            }
-            txn.commit().map_err(any)
-        })
-        .await;
-        match written {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                Err(StorageIOError::write_logs(e).into())
+        let mut encoded = Vec::new();
+        {
+            let mut tail = self.tail.lock().expect("log tail lock");
+            for entry in entries {
+                let bytes = encode(&entry).map_err(StorageIOError::write_logs)?;
+                encoded.push((entry.log_id, bytes));
+                tail.append(entry);
             }
         }
+        let write = Write::Append {
+            entries: encoded,
+            flushed: callback,
+        };
+        if let Err(mpsc::error::SendError(write)) = self.writes.send(write).await {
+            let Write::Append { flushed, .. } = write else {
+                unreachable!("an append was sent")
+            };
+            let stopped = "the log writer stopped";
+            flushed.log_io_completed(Err(std::io::Error::other(stopped)));
+            return Err(StorageIOError::write_logs(openraft::AnyError::error(stopped)).into());
+        }
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let db = self.db.clone();
-        blocking(move || {
-            let txn = db.begin_write().map_err(any)?;
-            txn.open_table(LOG)
-                .map_err(any)?
-                .retain_in(log_id.index.., |_, _| false)
-                .map_err(any)?;
-            txn.commit().map_err(any)
-        })
-        .await
-        .map_err(|e| StorageIOError::write_logs(e).into())
+        self.submit(|done| Write::Truncate(log_id.index, done))
+            .await
+            .map_err(|e| StorageIOError::write_logs(e).into())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let db = self.db.clone();
-        blocking(move || {
-            let bytes = postcard::to_stdvec(&log_id).map_err(any)?;
-            let txn = db.begin_write().map_err(any)?;
-            txn.open_table(META)
-                .map_err(any)?
-                .insert(PURGED, bytes.as_slice())
-                .map_err(any)?;
-            txn.open_table(LOG)
-                .map_err(any)?
-                .retain_in(..=log_id.index, |_, _| false)
-                .map_err(any)?;
-            txn.commit().map_err(any)
-        })
-        .await
-        .map_err(|e| StorageIOError::write_logs(e).into())
+        let bytes = encode(&log_id).map_err(StorageIOError::write_logs)?;
+        self.submit(|done| Write::Purge(log_id.index, bytes, done))
+            .await
+            .map_err(|e| StorageIOError::write_logs(e).into())
+    }
+}
+
+/// The writer: takes every write waiting (up to [`MAX_GROUP`]), makes them
+/// in order in one transaction, syncs it once (unless it holds only a commit
+/// index), then answers them in order. After a failed write it refuses the
+/// rest: nothing after a lost write may be called durable.
+async fn write_log(db: Arc<Database>, tail: SharedTail, mut queue: mpsc::Receiver<Write>) {
+    let mut failed: Option<String> = None;
+    while let Some(first) = queue.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match queue.try_recv() {
+                Ok(write) => group.push(write),
+                Err(_) => break,
+            }
+        }
+        let (changes, answers) = split(group);
+        let result = match &failed {
+            Some(e) => Err(e.clone()),
+            None => {
+                let db = db.clone();
+                blocking(move || commit(&db, &changes))
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        };
+        if let Err(e) = &result {
+            failed = Some(e.clone());
+        }
+        for answer in answers {
+            answer.give(&tail, &result);
+        }
+    }
+}
+
+fn split(group: Vec<Write>) -> (Vec<Change>, Vec<Answer>) {
+    let mut changes = Vec::with_capacity(group.len());
+    let mut answers = Vec::with_capacity(group.len());
+    for write in group {
+        match write {
+            Write::Append { entries, flushed } => {
+                let (ids, rows) = entries
+                    .into_iter()
+                    .map(|(id, bytes)| (id, (id.index, bytes)))
+                    .unzip();
+                changes.push(Change::Insert(rows));
+                answers.push(Answer::Flushed(ids, flushed));
+            }
+            Write::Vote(bytes, done) => {
+                changes.push(Change::Meta(VOTE, bytes));
+                answers.push(Answer::Done(done));
+            }
+            Write::Committed(bytes) => changes.push(Change::Meta(COMMITTED, bytes)),
+            Write::Truncate(from, done) => {
+                changes.push(Change::Truncate(from));
+                answers.push(Answer::Truncated(from, done));
+            }
+            Write::Purge(upto, bytes, done) => {
+                changes.push(Change::Purge(upto, bytes));
+                answers.push(Answer::Purged(upto, done));
+            }
+            Write::Barrier(done) => answers.push(Answer::Done(done)),
+        }
+    }
+    (changes, answers)
+}
+
+/// Makes `changes` in order in one transaction: synced, unless all it holds
+/// is the commit index.
+fn commit(db: &Database, changes: &[Change]) -> Result<(), openraft::AnyError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut txn = db.begin_write().map_err(any)?;
+    let only_committed = changes
+        .iter()
+        .all(|c| matches!(c, Change::Meta(COMMITTED, _)));
+    if only_committed {
+        txn.set_durability(Durability::None).map_err(any)?;
+    }
+    {
+        let mut log = txn.open_table(LOG).map_err(any)?;
+        let mut meta = txn.open_table(META).map_err(any)?;
+        for change in changes {
+            match change {
+                Change::Insert(rows) => {
+                    for (index, bytes) in rows {
+                        log.insert(*index, bytes.as_slice()).map_err(any)?;
+                    }
+                }
+                Change::Meta(key, bytes) => {
+                    meta.insert(*key, bytes.as_slice()).map_err(any)?;
+                }
+                Change::Truncate(from) => {
+                    log.retain_in(*from.., |_, _| false).map_err(any)?;
+                }
+                Change::Purge(upto, bytes) => {
+                    meta.insert(PURGED, bytes.as_slice()).map_err(any)?;
+                    log.retain_in(..=*upto, |_, _| false).map_err(any)?;
+                }
+            }
+        }
+    }
+    txn.commit().map_err(any)
+}
+
+impl Answer {
+    /// Answers one write of a transaction that ended with `result`; a synced
+    /// entry leaves memory (unless truncated and appended again since).
+    fn give(self, tail: &SharedTail, result: &Result<(), String>) {
+        if result.is_ok() {
+            let mut tail = tail.lock().expect("log tail lock");
+            match &self {
+                Answer::Flushed(ids, _) => tail.synced(ids),
+                Answer::Truncated(from, _) => tail.truncated(*from),
+                Answer::Purged(upto, _) => tail.purged(*upto),
+                Answer::Done(_) => {}
+            }
+        }
+        match self {
+            Answer::Flushed(_, flushed) => {
+                flushed.log_io_completed(result.clone().map_err(std::io::Error::other))
+            }
+            Answer::Done(done) | Answer::Truncated(_, done) | Answer::Purged(_, done) => {
+                // A caller that stopped waiting does not mind.
+                let _ = done.send(result.clone());
+            }
+        }
     }
 }
 
@@ -234,4 +513,127 @@ pub(crate) fn log_entries(db: &Database) -> Result<u64, openraft::AnyError> {
     let txn = db.begin_read().map_err(any)?;
     let table = txn.open_table(LOG).map_err(any)?;
     table.len().map_err(any)
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::super::group_watch::GroupWatch;
+    use super::super::node::database_on;
+    use super::super::state_machine::StateMachine;
+    use super::*;
+
+    struct InMemory;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, ()> for InMemory {
+        async fn build(&self) -> Result<((), LogStore, StateMachine), StorageError> {
+            let db = Arc::new(
+                database_on(redb::backends::InMemoryBackend::new())
+                    .map_err(|e| StorageIOError::read(openraft::AnyError::error(e)))?,
+            );
+            let (state_machine, _, _) = StateMachine::open(
+                db.clone(),
+                Arc::new(crate::SystemClock),
+                Arc::new(GroupWatch::default()),
+            )
+            .await?;
+            Ok(((), LogStore::new(db), state_machine))
+        }
+    }
+
+    /// openraft's own checks of a log store and state machine: reads,
+    /// appends, truncation, purges, votes, membership and snapshots.
+    #[test]
+    fn the_log_store_passes_openraft_storage_suite() {
+        Suite::test_all(InMemory).unwrap();
+    }
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    fn indexes(tail: &Tail) -> Vec<u64> {
+        tail.entries.keys().copied().collect()
+    }
+
+    /// The tail keeps every unsynced entry, and synced ones only up to
+    /// `TAIL_KEEP`, dropping the oldest; a truncation drops what follows it,
+    /// and what is appended again in its place is synced on its own.
+    #[test]
+    fn the_tail_keeps_unsynced_entries_and_a_bounded_synced_rest() {
+        let mut tail = Tail::default();
+        let ids: Vec<LogId> = (1..=100).map(|i| entry(1, i).log_id).collect();
+        for i in 1..=100 {
+            tail.append(entry(1, i));
+        }
+        // Nothing synced yet: all stay, however many.
+        tail.synced(&[]);
+        assert_eq!(tail.entries.len(), 100);
+        tail.synced(&ids[..80]);
+        // 20 unsynced and 44 synced ones.
+        assert_eq!(indexes(&tail), (37..=100).collect::<Vec<_>>());
+        tail.synced(&ids[80..]);
+        assert_eq!(indexes(&tail), (37..=100).collect::<Vec<_>>());
+
+        tail.truncated(90);
+        assert_eq!(tail.synced, None);
+        assert_eq!(indexes(&tail), (37..=89).collect::<Vec<_>>());
+        for i in 90..=120 {
+            tail.append(entry(2, i));
+        }
+        // A sync of the entries truncated away says nothing of their
+        // replacements.
+        tail.synced(&ids[89..90]);
+        assert_eq!(tail.synced, None);
+        assert_eq!(tail.entries.len(), 84, "nothing known synced is dropped");
+        let replaced: Vec<LogId> = (90..=120).map(|i| entry(2, i).log_id).collect();
+        tail.synced(&replaced);
+        assert_eq!(indexes(&tail), (57..=120).collect::<Vec<_>>());
+
+        tail.purged(100);
+        assert_eq!(indexes(&tail), (101..=120).collect::<Vec<_>>());
+    }
+
+    /// Reads take what is below the tail from the file and the rest from
+    /// the tail: the same entries, wherever the range starts and ends.
+    #[tokio::test]
+    async fn reads_join_the_file_and_the_tail() {
+        let ((), store, _) = InMemory.build().await.unwrap();
+        let rows = (1..=100)
+            .map(|i| (i, encode(&entry(1, i)).unwrap()))
+            .collect();
+        commit(&store.db, &[Change::Insert(rows)]).unwrap();
+        {
+            // 81..=100 synced and still in the tail, 101..=120 not synced.
+            let mut tail = store.tail.lock().unwrap();
+            for i in 81..=120 {
+                tail.append(entry(1, i));
+            }
+            let synced: Vec<LogId> = (81..=100).map(|i| entry(1, i).log_id).collect();
+            tail.synced(&synced);
+        }
+        for (from, to) in [
+            (1, 120),
+            (50, 90),
+            (81, 81),
+            (85, 110),
+            (101, 120),
+            (110, 130),
+        ] {
+            let read = read_entries(
+                &store.db,
+                &store.tail,
+                (Bound::Included(from), Bound::Included(to)),
+            )
+            .await
+            .unwrap();
+            let expected: Vec<Entry> = (from..=to.min(120)).map(|i| entry(1, i)).collect();
+            assert_eq!(read, expected, "{from}..={to}");
+        }
+    }
 }

@@ -783,6 +783,75 @@ mod tests {
         assert!(entries <= 10, "100 commits took {entries} entries");
     }
 
+    /// Senders that send again as soon as they are answered (agents commit
+    /// one file after another) keep sharing entries: the proposer waits for
+    /// those it just answered rather than proposing without them, which
+    /// splits them into two cohorts taking turns (twice the entries, each
+    /// sender waiting out the other cohort's entry; here, where an entry
+    /// takes no time, 152 entries for 320 commits). Paused time: the wait's
+    /// deadline never passes while a sender is on its way.
+    #[tokio::test(start_paused = true)]
+    async fn answered_senders_come_back_into_one_entry() {
+        use crate::Metastore;
+        const SENDERS: usize = 16;
+        const EACH: usize = 20;
+        let node = Arc::new(RaftMetastore::in_memory().await.unwrap());
+        let topic = node
+            .create_topic(NewTopic {
+                name: "t".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let not_before_ms = node.clock().await.unwrap();
+        let entries_before = node.status().last_log_index.unwrap();
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|s| {
+                let node = node.clone();
+                tokio::spawn(async move {
+                    for n in 0..EACH {
+                        node.commit(Commit {
+                            object_key: format!("ingest/{s}/{n}"),
+                            object_size: 10,
+                            batches: vec![CommitBatch {
+                                topic_id: topic.id,
+                                partition: 0,
+                                position: 0,
+                                length: 10,
+                                record_count: 1,
+                                max_timestamp: 0,
+                                producer_id: -1,
+                                producer_epoch: -1,
+                                base_sequence: -1,
+                            }],
+                            not_before_ms,
+                        })
+                        .await
+                        .unwrap();
+                        // The way back to the sender and here again: a
+                        // round trip, longer for some than for others
+                        // (in turns of the scheduler: time stands still
+                        // while any task can run).
+                        for _ in 0..10 * s {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for sender in senders {
+            sender.await.unwrap();
+        }
+        let entries = node.status().last_log_index.unwrap() - entries_before;
+        // One entry per round of all senders, and a few while they line up.
+        assert!(
+            entries as usize <= EACH + 4,
+            "{} commits took {entries} entries",
+            SENDERS * EACH
+        );
+    }
+
     /// A file written before log formats were versioned holds entries that
     /// would now decode as something else: it is refused, never replayed.
     #[tokio::test]
