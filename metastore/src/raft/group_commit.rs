@@ -26,7 +26,6 @@
 //! unknown (no quorum in time).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -113,15 +112,7 @@ async fn propose_batches(
     mut waiting: mpsc::Receiver<Waiting>,
 ) {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    // Senders answered and not yet back with their next command, as far as
-    // can be told: entries add the commands they answer; each arrival takes
-    // one off (not below zero: a new sender was never answered).
-    let returning = Arc::new(AtomicUsize::new(0));
-    let arrived = |returning: &AtomicUsize| {
-        let _ = returning.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            Some(n.saturating_sub(1))
-        });
-    };
+    let returning = Arc::new(Returning::default());
     let mut lingers_to_skip = 0;
     let mut next: Option<Waiting> = None;
     loop {
@@ -133,7 +124,7 @@ async fn propose_batches(
             Some(first) => first,
             None => match waiting.recv().await {
                 Some(first) => {
-                    arrived(&returning);
+                    returning.arrived();
                     first
                 }
                 None => return,
@@ -143,7 +134,7 @@ async fn propose_batches(
         // Everything waiting now.
         while next.is_none() {
             let Ok(more) = waiting.try_recv() else { break };
-            arrived(&returning);
+            returning.arrived();
             next = forming.take(more);
         }
         // And the commands of senders just answered, which arrive a round
@@ -154,16 +145,15 @@ async fn propose_batches(
             lingers_to_skip -= 1;
         } else {
             let deadline = tokio::time::Instant::now() + LINGER;
-            while next.is_none() && returning.load(Ordering::Relaxed) > 0 {
+            while next.is_none() && returning.expected() {
                 match tokio::time::timeout_at(deadline, waiting.recv()).await {
                     Ok(Some(more)) => {
-                        arrived(&returning);
+                        returning.arrived();
                         next = forming.take(more);
                     }
                     Ok(None) => break,
                     Err(_) => {
-                        // Those not back by now are not counted on again.
-                        returning.store(0, Ordering::Relaxed);
+                        returning.given_up();
                         lingers_to_skip = SKIP_AFTER_MISS;
                         break;
                     }
@@ -203,9 +193,41 @@ async fn propose_batches(
                     ))),
                 },
             };
-            returning.fetch_add(answers.len(), Ordering::Relaxed);
+            returning.answered(answers.len());
             distribute(answer, answers, alone);
         });
+    }
+}
+
+/// Senders answered and not yet back with their next command, as far as
+/// can be told: entries add the commands they answer, each arrival takes one
+/// off (not below zero: a new sender was never answered). Only senders
+/// answered within [`LINGER`] are waited for: an agent that commits every
+/// quarter second is not coming back now.
+#[derive(Default)]
+struct Returning(std::sync::Mutex<(usize, Option<tokio::time::Instant>)>);
+
+impl Returning {
+    fn answered(&self, commands: usize) {
+        let mut returning = self.0.lock().expect("returning lock");
+        returning.0 += commands;
+        returning.1 = Some(tokio::time::Instant::now());
+    }
+
+    fn arrived(&self) {
+        let mut returning = self.0.lock().expect("returning lock");
+        returning.0 = returning.0.saturating_sub(1);
+    }
+
+    /// Whether a sender answered lately is still on its way.
+    fn expected(&self) -> bool {
+        let returning = self.0.lock().expect("returning lock");
+        returning.0 > 0 && returning.1.is_some_and(|at| at.elapsed() <= LINGER)
+    }
+
+    /// Those not back by now are not counted on again.
+    fn given_up(&self) {
+        self.0.lock().expect("returning lock").0 = 0;
     }
 }
 
