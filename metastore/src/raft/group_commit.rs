@@ -210,8 +210,13 @@ struct Returning(std::sync::Mutex<(usize, Option<tokio::time::Instant>)>);
 impl Returning {
     fn answered(&self, commands: usize) {
         let mut returning = self.0.lock().expect("returning lock");
+        let now = tokio::time::Instant::now();
+        if !returning.1.is_some_and(|at| now - at <= LINGER) {
+            // Those answered before are not coming back now.
+            returning.0 = 0;
+        }
         returning.0 += commands;
-        returning.1 = Some(tokio::time::Instant::now());
+        returning.1 = Some(now);
     }
 
     fn arrived(&self) {
