@@ -144,8 +144,10 @@ async fn propose_batches(
         if lingers_to_skip > 0 {
             lingers_to_skip -= 1;
         } else {
-            let deadline = tokio::time::Instant::now() + LINGER;
-            while next.is_none() && returning.expected() {
+            while next.is_none() {
+                let Some(deadline) = returning.due() else {
+                    break;
+                };
                 match tokio::time::timeout_at(deadline, waiting.recv()).await {
                     Ok(Some(more)) => {
                         returning.arrived();
@@ -211,7 +213,7 @@ impl Returning {
     fn answered(&self, commands: usize) {
         let mut returning = self.0.lock().expect("returning lock");
         let now = tokio::time::Instant::now();
-        if !returning.1.is_some_and(|at| now - at <= LINGER) {
+        if returning.1.is_none_or(|at| now - at > LINGER) {
             // Those answered before are not coming back now.
             returning.0 = 0;
         }
@@ -224,10 +226,14 @@ impl Returning {
         returning.0 = returning.0.saturating_sub(1);
     }
 
-    /// Whether a sender answered lately is still on its way.
-    fn expected(&self) -> bool {
+    /// When the senders still on their way are due at the latest (a
+    /// [`LINGER`] after the last answer), if any are.
+    fn due(&self) -> Option<tokio::time::Instant> {
         let returning = self.0.lock().expect("returning lock");
-        returning.0 > 0 && returning.1.is_some_and(|at| at.elapsed() <= LINGER)
+        match *returning {
+            (0, _) | (_, None) => None,
+            (_, Some(at)) => Some(at + LINGER),
+        }
     }
 
     /// Those not back by now are not counted on again.

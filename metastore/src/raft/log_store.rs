@@ -55,7 +55,7 @@ const TAIL_KEEP: usize = 64;
 #[derive(Default)]
 struct Tail {
     entries: BTreeMap<u64, Entry>,
-    /// The last entry known synced, if it is still here.
+    /// The last entry known synced (every one before it is too).
     synced: Option<u64>,
     /// Moves when a truncation or purge is queued and when it is made, so a
     /// read that took part of its range from here and part from the file
@@ -232,9 +232,10 @@ fn owned_bounds<RB: RangeBounds<u64>>(range: &RB) -> (Bound<u64>, Bound<u64>) {
 /// The entries in `bounds`: those in the tail from memory, the rest from the
 /// file. Memory is read first: an entry leaves it only once synced, so every
 /// entry below the first one still there is in the file by the time it is
-/// read. A truncation or purge in between (only a deposed leader's
-/// replication reads while one is made) changes the generation: read again.
-/// And what is returned never has a hole: it ends at the first gap.
+/// read. A truncation or purge in between (a leader purges after its
+/// snapshots while replication reads; a deposed leader's replication may
+/// read while it truncates) changes the generation: read again. And what is
+/// returned never has a hole: it ends at the first gap.
 async fn read_entries(
     db: &Arc<Database>,
     tail: &SharedTail,
@@ -250,6 +251,7 @@ async fn read_entries(
 }
 
 /// `entries` up to the first one that does not follow the one before.
+/// (They may start past the range's start: purged entries are not there.)
 fn contiguous(mut entries: Vec<Entry>) -> Vec<Entry> {
     let gap = entries
         .windows(2)
