@@ -14,9 +14,10 @@
 //! out the senders it just answered, still a network round trip away, and
 //! they would split into two cohorts taking turns, each waiting out the
 //! other's entry (16 committers on three nodes: 8 commands an entry, 5,500
-//! commits/s). So an entry also waits, up to [`LINGER`], for the senders
-//! answered since (counted, not known by name), and stops waiting for a
-//! while once they did not come; a lone sender, already back, never waits.
+//! commits/s). So an entry also waits for the senders answered since the
+//! last entry (counted, not known by name), until [`LINGER`] after their
+//! answer, and stops waiting for a while once they did not come; a lone
+//! sender, already back, never waits.
 //!
 //! Order: commands are proposed in the order [`GroupCommit::propose`] was
 //! called, and a batch's commands are applied in order within its entry, so
@@ -45,8 +46,8 @@ pub const MAX_COMMANDS: usize = 256;
 pub const MAX_WEIGHT: usize = 1_024;
 /// Entries proposed and not yet answered at once.
 pub const MAX_IN_FLIGHT: usize = 2;
-/// How long a proposal waits, at most, for the senders its last entry
-/// answered (on loopback they are back in a fifth of this).
+/// How long after an answer a proposal still waits for the senders it
+/// answered (on loopback they are back within about half of this).
 const LINGER: Duration = Duration::from_micros(500);
 /// Proposals that do not wait after one waited in vain, so senders that do
 /// not come back (or come back slower than [`LINGER`]) cost at most one
