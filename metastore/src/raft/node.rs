@@ -732,12 +732,11 @@ impl Sequencer for RaftMetastore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Metastore;
 
-    /// Commands proposed together share entries, each answered as its own:
-    /// here a hundred commits of three topics, in one go.
-    #[tokio::test]
-    async fn proposals_waiting_together_share_one_entry() {
-        use crate::Metastore;
+    /// An in-memory node with one topic, and how to commit one batch to it
+    /// in an object of a given key.
+    async fn one_topic_node() -> (Arc<RaftMetastore>, impl Fn(String) -> Commit + Clone) {
         let node = Arc::new(RaftMetastore::in_memory().await.unwrap());
         let topic = node
             .create_topic(NewTopic {
@@ -748,29 +747,35 @@ mod tests {
             .await
             .unwrap();
         let not_before_ms = node.clock().await.unwrap();
+        let commit = move |object_key| Commit {
+            object_key,
+            object_size: 10,
+            batches: vec![CommitBatch {
+                topic_id: topic.id,
+                partition: 0,
+                position: 0,
+                length: 10,
+                record_count: 1,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms,
+        };
+        (node, commit)
+    }
+
+    /// Commands proposed together share entries, each answered as its own:
+    /// here a hundred commits of three topics, in one go.
+    #[tokio::test]
+    async fn proposals_waiting_together_share_one_entry() {
+        let (node, commit) = one_topic_node().await;
         let entries_before = node.status().last_log_index.unwrap();
         let commits: Vec<_> = (0..100)
             .map(|n| {
-                let node = node.clone();
-                tokio::spawn(async move {
-                    node.commit(Commit {
-                        object_key: format!("ingest/{n}"),
-                        object_size: 10,
-                        batches: vec![CommitBatch {
-                            topic_id: topic.id,
-                            partition: 0,
-                            position: 0,
-                            length: 10,
-                            record_count: 1,
-                            max_timestamp: 0,
-                            producer_id: -1,
-                            producer_epoch: -1,
-                            base_sequence: -1,
-                        }],
-                        not_before_ms,
-                    })
-                    .await
-                })
+                let (node, commit) = (node.clone(), commit.clone());
+                tokio::spawn(async move { node.commit(commit(format!("ingest/{n}"))).await })
             })
             .collect();
         let mut offsets = Vec::new();
@@ -792,43 +797,18 @@ mod tests {
     /// deadline never passes while a sender is on its way.
     #[tokio::test(start_paused = true)]
     async fn answered_senders_come_back_into_one_entry() {
-        use crate::Metastore;
         const SENDERS: usize = 16;
         const EACH: usize = 20;
-        let node = Arc::new(RaftMetastore::in_memory().await.unwrap());
-        let topic = node
-            .create_topic(NewTopic {
-                name: "t".into(),
-                partitions: 1,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
-        let not_before_ms = node.clock().await.unwrap();
+        let (node, commit) = one_topic_node().await;
         let entries_before = node.status().last_log_index.unwrap();
         let senders: Vec<_> = (0..SENDERS)
             .map(|s| {
-                let node = node.clone();
+                let (node, commit) = (node.clone(), commit.clone());
                 tokio::spawn(async move {
                     for n in 0..EACH {
-                        node.commit(Commit {
-                            object_key: format!("ingest/{s}/{n}"),
-                            object_size: 10,
-                            batches: vec![CommitBatch {
-                                topic_id: topic.id,
-                                partition: 0,
-                                position: 0,
-                                length: 10,
-                                record_count: 1,
-                                max_timestamp: 0,
-                                producer_id: -1,
-                                producer_epoch: -1,
-                                base_sequence: -1,
-                            }],
-                            not_before_ms,
-                        })
-                        .await
-                        .unwrap();
+                        node.commit(commit(format!("ingest/{s}/{n}")))
+                            .await
+                            .unwrap();
                         // The way back to the sender and here again: a
                         // round trip, longer for some than for others
                         // (in turns of the scheduler: time stands still
