@@ -210,38 +210,44 @@ async fn propose_batches(
 /// answered within [`LINGER`] are waited for: an agent that commits every
 /// quarter second is not coming back now.
 #[derive(Default)]
-struct Returning(std::sync::Mutex<(usize, Option<tokio::time::Instant>)>);
+struct Returning(std::sync::Mutex<Counted>);
+
+#[derive(Default)]
+struct Counted {
+    senders: usize,
+    last_answer: Option<tokio::time::Instant>,
+}
 
 impl Returning {
     fn answered(&self, commands: usize) {
-        let mut returning = self.0.lock().expect("returning lock");
+        let mut counted = self.0.lock().expect("returning lock");
         let now = tokio::time::Instant::now();
-        if returning.1.is_none_or(|at| now - at > LINGER) {
+        if counted.last_answer.is_none_or(|at| now - at > LINGER) {
             // Those answered before are not coming back now.
-            returning.0 = 0;
+            counted.senders = 0;
         }
-        returning.0 += commands;
-        returning.1 = Some(now);
+        counted.senders += commands;
+        counted.last_answer = Some(now);
     }
 
     fn arrived(&self) {
-        let mut returning = self.0.lock().expect("returning lock");
-        returning.0 = returning.0.saturating_sub(1);
+        let mut counted = self.0.lock().expect("returning lock");
+        counted.senders = counted.senders.saturating_sub(1);
     }
 
     /// When the senders still on their way are due at the latest (a
     /// [`LINGER`] after the last answer), if any are.
     fn due(&self) -> Option<tokio::time::Instant> {
-        let returning = self.0.lock().expect("returning lock");
-        match *returning {
-            (0, _) | (_, None) => None,
-            (_, Some(at)) => Some(at + LINGER),
+        let counted = self.0.lock().expect("returning lock");
+        match counted.last_answer {
+            Some(at) if counted.senders > 0 => Some(at + LINGER),
+            _ => None,
         }
     }
 
     /// Those not back by now are not counted on again.
     fn given_up(&self) {
-        self.0.lock().expect("returning lock").0 = 0;
+        self.0.lock().expect("returning lock").senders = 0;
     }
 }
 
