@@ -115,10 +115,9 @@ impl Tail {
     }
 }
 
-/// The log store, as the Raft core holds it.
+/// The log store, as the Raft core holds it: it reads as its readers do.
 pub struct LogStore {
-    db: Arc<Database>,
-    tail: SharedTail,
+    reader: LogReader,
     writes: mpsc::Sender<Write>,
 }
 
@@ -130,19 +129,11 @@ pub struct LogReader {
     tail: SharedTail,
 }
 
-/// One write, as openraft made it.
-enum Write {
-    Append {
-        entries: Vec<(LogId, Vec<u8>)>,
-        flushed: LogFlushed<TypeConfig>,
-    },
-    Vote(Vec<u8>, Done),
-    /// Need not be synced (see `save_committed`); rides the next sync.
-    Committed(Vec<u8>),
-    Truncate(u64, Done),
-    Purge(u64, Vec<u8>, Done),
-    /// Answered once everything before it is written.
-    Barrier(Done),
+/// One write, as openraft made it: what it changes in the file, if
+/// anything, and how it is answered once synced, if it is.
+struct Write {
+    change: Option<Change>,
+    answer: Option<Answer>,
 }
 
 type Done = oneshot::Sender<Result<(), String>>;
@@ -175,6 +166,10 @@ fn read_meta<T: DeserializeOwned>(
     }
 }
 
+fn writer_stopped() -> openraft::AnyError {
+    openraft::AnyError::error("the log writer stopped")
+}
+
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, openraft::AnyError> {
     postcard::to_stdvec(value).map_err(any)
 }
@@ -186,14 +181,18 @@ impl LogStore {
         let tail = SharedTail::default();
         let (writes, queue) = mpsc::channel(QUEUE);
         tokio::spawn(write_log(db.clone(), tail.clone(), queue));
-        LogStore { db, tail, writes }
+        LogStore {
+            reader: LogReader { db, tail },
+            writes,
+        }
     }
 
-    fn reader(&self) -> LogReader {
-        LogReader {
-            db: self.db.clone(),
-            tail: self.tail.clone(),
-        }
+    fn db(&self) -> Arc<Database> {
+        self.reader.db.clone()
+    }
+
+    fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
+        self.reader.tail.lock().expect("log tail lock")
     }
 
     fn last_entry(db: &Database) -> Result<Option<LogId>, openraft::AnyError> {
@@ -208,20 +207,31 @@ impl LogStore {
         }
     }
 
-    /// Queues `write`, made with `done`'s sender, and waits until it is synced.
-    async fn submit(&self, write: impl FnOnce(Done) -> Write) -> Result<(), openraft::AnyError> {
+    /// Queues `change`, answered by `answer` made with `done`'s sender, and
+    /// waits until it is synced.
+    async fn submit(
+        &self,
+        change: Option<Change>,
+        answer: fn(Done) -> Answer,
+    ) -> Result<(), openraft::AnyError> {
         let (done, synced) = oneshot::channel();
-        let stopped = || openraft::AnyError::error("the log writer stopped");
-        self.writes.send(write(done)).await.map_err(|_| stopped())?;
+        let write = Write {
+            change,
+            answer: Some(answer(done)),
+        };
+        self.writes
+            .send(write)
+            .await
+            .map_err(|_| writer_stopped())?;
         synced
             .await
-            .map_err(|_| stopped())?
+            .map_err(|_| writer_stopped())?
             .map_err(openraft::AnyError::error)
     }
 
     /// Waits until every write made before is on disk (for reads of the file).
     async fn written(&self) -> Result<(), openraft::AnyError> {
-        self.submit(Write::Barrier).await
+        self.submit(None, Answer::Done).await
     }
 }
 
@@ -312,7 +322,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        read_entries(&self.db, &self.tail, owned_bounds(&range)).await
+        self.reader.try_get_log_entries(range).await
     }
 }
 
@@ -321,7 +331,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         self.written().await.map_err(StorageIOError::read_logs)?;
-        let db = self.db.clone();
+        let db = self.db();
         blocking(move || {
             let last_purged_log_id: Option<LogId> = read_meta(&db, PURGED)?;
             let last_log_id = Self::last_entry(&db)?.or(last_purged_log_id);
@@ -335,19 +345,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
-        self.reader()
+        self.reader.clone()
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote).map_err(StorageIOError::write_vote)?;
-        self.submit(|done| Write::Vote(bytes, done))
+        self.submit(Some(Change::Meta(VOTE, bytes)), Answer::Done)
             .await
             .map_err(|e| StorageIOError::write_vote(e).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
         self.written().await.map_err(StorageIOError::read_vote)?;
-        let db = self.db.clone();
+        let db = self.db();
         blocking(move || read_meta(&db, VOTE))
             .await
             .map_err(|e| StorageIOError::read_vote(e).into())
@@ -360,17 +370,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     // double the cost of every write.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         let bytes = encode(&committed).map_err(StorageIOError::write)?;
+        let write = Write {
+            change: Some(Change::Meta(COMMITTED, bytes)),
+            answer: None,
+        };
         self.writes
-            .send(Write::Committed(bytes))
+            .send(write)
             .await
-            .map_err(|_| {
-                StorageIOError::write(openraft::AnyError::error("the log writer stopped")).into()
-            })
+            .map_err(|_| StorageIOError::write(writer_stopped()).into())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
         self.written().await.map_err(StorageIOError::read)?;
-        let db = self.db.clone();
+        let db = self.db();
         blocking(move || Ok(read_meta::<Option<LogId>>(&db, COMMITTED)?.flatten()))
             .await
             .map_err(|e| StorageIOError::read(e).into())
@@ -386,46 +398,43 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
-        let encoded = entries
+        let rows = entries
             .iter()
-            .map(|entry| Ok((entry.log_id, encode(entry)?)))
+            .map(|entry| Ok((entry.log_id.index, encode(entry)?)))
             .collect::<Result<Vec<_>, openraft::AnyError>>()
             .map_err(StorageIOError::write_logs)?;
+        let ids = entries.iter().map(|entry| entry.log_id).collect();
         {
-            let mut tail = self.tail.lock().expect("log tail lock");
+            let mut tail = self.tail();
             for entry in entries {
                 tail.append(entry);
             }
         }
-        let write = Write::Append {
-            entries: encoded,
-            flushed: callback,
+        let write = Write {
+            change: Some(Change::Insert(rows)),
+            answer: Some(Answer::Flushed(ids, callback)),
         };
         if let Err(mpsc::error::SendError(write)) = self.writes.send(write).await {
-            let Write::Append { flushed, .. } = write else {
-                unreachable!("an append was sent")
-            };
-            let stopped = "the log writer stopped";
-            flushed.log_io_completed(Err(std::io::Error::other(stopped)));
-            return Err(StorageIOError::write_logs(openraft::AnyError::error(stopped)).into());
+            let stopped = Err(writer_stopped().to_string());
+            if let Some(answer) = write.answer {
+                answer.give(&self.reader.tail, &stopped);
+            }
+            return Err(StorageIOError::write_logs(writer_stopped()).into());
         }
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.tail
-            .lock()
-            .expect("log tail lock")
-            .truncate(log_id.index);
-        self.submit(|done| Write::Truncate(log_id.index, done))
+        self.tail().truncate(log_id.index);
+        self.submit(Some(Change::Truncate(log_id.index)), Answer::Changed)
             .await
             .map_err(|e| StorageIOError::write_logs(e).into())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let bytes = encode(&log_id).map_err(StorageIOError::write_logs)?;
-        self.tail.lock().expect("log tail lock").purge(log_id.index);
-        self.submit(|done| Write::Purge(log_id.index, bytes, done))
+        self.tail().purge(log_id.index);
+        self.submit(Some(Change::Purge(log_id.index, bytes)), Answer::Changed)
             .await
             .map_err(|e| StorageIOError::write_logs(e).into())
     }
@@ -445,7 +454,11 @@ async fn write_log(db: Arc<Database>, tail: SharedTail, mut queue: mpsc::Receive
                 Err(_) => break,
             }
         }
-        let (changes, answers) = split(group);
+        let (changes, answers): (Vec<_>, Vec<_>) = group
+            .into_iter()
+            .map(|write| (write.change, write.answer))
+            .unzip();
+        let changes: Vec<Change> = changes.into_iter().flatten().collect();
         let result = match &failed {
             Some(e) => Err(e.clone()),
             None => {
@@ -458,42 +471,10 @@ async fn write_log(db: Arc<Database>, tail: SharedTail, mut queue: mpsc::Receive
         if let Err(e) = &result {
             failed = Some(e.clone());
         }
-        for answer in answers {
+        for answer in answers.into_iter().flatten() {
             answer.give(&tail, &result);
         }
     }
-}
-
-fn split(group: Vec<Write>) -> (Vec<Change>, Vec<Answer>) {
-    let mut changes = Vec::with_capacity(group.len());
-    let mut answers = Vec::with_capacity(group.len());
-    for write in group {
-        match write {
-            Write::Append { entries, flushed } => {
-                let (ids, rows) = entries
-                    .into_iter()
-                    .map(|(id, bytes)| (id, (id.index, bytes)))
-                    .unzip();
-                changes.push(Change::Insert(rows));
-                answers.push(Answer::Flushed(ids, flushed));
-            }
-            Write::Vote(bytes, done) => {
-                changes.push(Change::Meta(VOTE, bytes));
-                answers.push(Answer::Done(done));
-            }
-            Write::Committed(bytes) => changes.push(Change::Meta(COMMITTED, bytes)),
-            Write::Truncate(from, done) => {
-                changes.push(Change::Truncate(from));
-                answers.push(Answer::Changed(done));
-            }
-            Write::Purge(upto, bytes, done) => {
-                changes.push(Change::Purge(upto, bytes));
-                answers.push(Answer::Changed(done));
-            }
-            Write::Barrier(done) => answers.push(Answer::Done(done)),
-        }
-    }
-    (changes, answers)
 }
 
 /// Makes `changes` in order in one transaction: synced, unless all it holds
@@ -668,14 +649,14 @@ mod tests {
     /// the tail: the same entries, wherever the range starts and ends.
     #[tokio::test]
     async fn reads_join_the_file_and_the_tail() {
-        let ((), store, _) = InMemory.build().await.unwrap();
+        let ((), mut store, _) = InMemory.build().await.unwrap();
         let rows = (1..=100)
             .map(|i| (i, encode(&entry(1, i)).unwrap()))
             .collect();
-        commit(&store.db, &[Change::Insert(rows)]).unwrap();
+        commit(&store.db(), &[Change::Insert(rows)]).unwrap();
         {
             // 81..=100 synced and still in the tail, 101..=120 not synced.
-            let mut tail = store.tail.lock().unwrap();
+            let mut tail = store.tail();
             for i in 81..=120 {
                 tail.append(entry(1, i));
             }
@@ -690,13 +671,7 @@ mod tests {
             (101, 120),
             (110, 130),
         ] {
-            let read = read_entries(
-                &store.db,
-                &store.tail,
-                (Bound::Included(from), Bound::Included(to)),
-            )
-            .await
-            .unwrap();
+            let read = store.try_get_log_entries(from..=to).await.unwrap();
             let expected: Vec<Entry> = (from..=to.min(120)).map(|i| entry(1, i)).collect();
             assert_eq!(read, expected, "{from}..={to}");
         }
@@ -710,7 +685,7 @@ mod tests {
         let rows = (1..=10)
             .map(|i| (i, encode(&entry(1, i)).unwrap()))
             .collect();
-        commit(&store.db, &[Change::Insert(rows)]).unwrap();
+        commit(&store.db(), &[Change::Insert(rows)]).unwrap();
         store
             .save_committed(Some(entry(1, 5).log_id))
             .await
