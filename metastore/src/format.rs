@@ -54,7 +54,9 @@ pub fn encode_snapshot(state: &State) -> Result<Vec<u8>, rmp_serde::encode::Erro
 
 /// A snapshot written by this floe or by a node of the same format.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<State, rmp_serde::decode::Error> {
-    rmp_serde::from_slice(bytes)
+    let mut state: State = rmp_serde::from_slice(bytes)?;
+    state.rebuild_derived();
+    Ok(state)
 }
 
 /// A snapshot written in `format` (at least [`OLDEST_READABLE_FORMAT`]), as

@@ -18,6 +18,8 @@ use crate::scram::{ScramCredential, ScramCredentials, ScramRefusal};
 use crate::txn::{AbortedTxn, IssueProducerId, TxnEnd, TxnPhase, TxnView, Txns};
 use crate::types::*;
 
+mod backlog;
+
 /// The log's entries, one variant per write in the order of their variant
 /// indices, which are part of the log's encoding (see `golden.rs`): append
 /// only. Each variant's answer and how it is applied are its [`Apply`] impl.
@@ -404,6 +406,12 @@ struct Partition {
     /// `last_offset`); pruned with the log start (format 7).
     #[serde(default)]
     aborted: VecDeque<AbortedTxn>,
+    /// The state's count of extent changes at this partition's last one
+    /// (see [`State::changing_partition`]). Derived, never stored: a
+    /// compaction pass passes over a partition it found settled at this
+    /// version (see [`backlog`]).
+    #[serde(skip)]
+    extents_version: backlog::ExtentsVersion,
 }
 
 impl Partition {
@@ -587,6 +595,11 @@ struct Object {
     size: u64,
     /// Extents that still point into this object; at zero it is garbage.
     live_extents: u64,
+    /// The partitions those extents belong to, and how many each. Derived,
+    /// never stored (rebuilt on load by [`State::rebuild_derived`]): a
+    /// compaction pass visits only the partitions in the files it takes.
+    #[serde(skip)]
+    holders: BTreeMap<TopicPartition, u64>,
 }
 
 /// The whole metastore state.
@@ -627,6 +640,14 @@ pub struct State {
     /// Dynamic cluster and group configs (format 8).
     #[serde(default)]
     configs: crate::dynamic_config::DynamicConfigs,
+    // Fields below are derived and never stored (`serde(skip)`).
+    /// Extent changes counted since this state was loaded: the source of
+    /// partitions' `extents_version`.
+    #[serde(skip)]
+    extent_changes: backlog::ExtentsVersion,
+    /// The partitions compaction found not worth merging (see [`backlog`]).
+    #[serde(skip)]
+    settled: backlog::Settled,
 }
 
 /// Issues producer ids from the state's counter (for [`Txns::init`]).
@@ -737,15 +758,17 @@ impl State {
     ///
     /// - A partition's extents are contiguous, end at its high watermark, and
     ///   the first holds its log start (or there are none and the log is empty).
-    /// - Each object's live count is the number of extents pointing into it.
+    /// - Each object's live count is the number of extents pointing into it,
+    ///   and its holders count them by partition.
     /// - Live objects and the ledger's live keys are the same, one key each.
     /// - No live key is on the GC list; every key on it awaits collection.
     /// - Idempotent producers' windows stay bounded.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut pointing: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut pointing: BTreeMap<u64, BTreeMap<TopicPartition, u64>> = BTreeMap::new();
         for topic in self.topics.values() {
             for (n, p) in topic.partitions.iter().enumerate() {
                 let at = format!("{}/{n}", topic.info.name);
+                let tp = TopicPartition::new(topic.info.id, n as i32);
                 if p.log_start_offset > p.high_watermark {
                     return Err(format!(
                         "{at}: log start {} past the high watermark {}",
@@ -761,7 +784,7 @@ impl State {
                         return Err(format!("{at}: gap or overlap before {}", e.base_offset));
                     }
                     next = Some(e.last_offset + 1);
-                    *pointing.entry(e.object).or_default() += 1;
+                    *pointing.entry(e.object).or_default().entry(tp).or_default() += 1;
                     if !self.objects.contains_key(&e.object) {
                         return Err(format!("{at}: extent at {base} points at no object"));
                     }
@@ -799,17 +822,23 @@ impl State {
                         ));
                     }
                 }
-                let tp = TopicPartition::new(topic.info.id, n as i32);
                 self.check_partition_txns(&at, tp, p)?;
             }
         }
         self.check_txns()?;
         for (id, object) in &self.objects {
-            let count = pointing.get(id).copied().unwrap_or(0);
+            let holders = pointing.remove(id).unwrap_or_default();
+            let count: u64 = holders.values().sum();
             if object.live_extents != count || count == 0 {
                 return Err(format!(
                     "object {} counts {} extents, {count} point into it",
                     object.key, object.live_extents
+                ));
+            }
+            if object.holders != holders {
+                return Err(format!(
+                    "object {} names holders {:?}, its extents are of {holders:?}",
+                    object.key, object.holders
                 ));
             }
             if self.ledger.live().get(&object.key) != Some(id) {
@@ -925,20 +954,28 @@ impl State {
         self.names_by_id.remove(&topic.info.id);
         self.groups.forget_topic(name);
         self.txns.forget_topic(topic.info.id, name, self.clock_ms);
-        for partition in topic.partitions {
+        for (n, partition) in topic.partitions.into_iter().enumerate() {
+            let tp = TopicPartition::new(topic.info.id, n as i32);
             for extent in partition.extents.into_values() {
-                self.release(extent.object);
+                self.release(extent.object, tp);
             }
         }
         Ok(())
     }
 
-    /// Drops one extent's hold on an object; the last one makes it garbage.
-    fn release(&mut self, object: u64) {
+    /// Drops one extent's hold (an extent of `tp`) on an object; the last
+    /// one makes it garbage.
+    fn release(&mut self, object: u64, tp: TopicPartition) {
         let Some(entry) = self.objects.get_mut(&object) else {
             return;
         };
         entry.live_extents -= 1;
+        if let Some(held) = entry.holders.get_mut(&tp) {
+            *held -= 1;
+            if *held == 0 {
+                entry.holders.remove(&tp);
+            }
+        }
         if entry.live_extents == 0 {
             let gone = self.objects.remove(&object).expect("just seen");
             self.ledger.retire(&gone.key, self.clock_ms);
@@ -1001,7 +1038,8 @@ impl State {
         let now_ms = self.clock_ms;
         let object = self.next_object;
         self.next_object += 1;
-        let mut live_extents = 0;
+        // The extents added, by partition.
+        let mut holders: BTreeMap<TopicPartition, u64> = BTreeMap::new();
         let mut results: Vec<Option<Result<i64, Refusal>>> = vec![None; commit.batches.len()];
         for (at, b) in commit.batches.iter().enumerate() {
             let transactional = match b.kind {
@@ -1011,7 +1049,7 @@ impl State {
             };
             let result = self.sequence_data(&b.batch, transactional, object, now_ms);
             if let Ok((_, true)) = result {
-                live_extents += 1;
+                *holders.entry(b.batch.partition_of()).or_default() += 1;
             }
             results[at] = Some(result.map(|(offset, _)| offset));
         }
@@ -1026,7 +1064,9 @@ impl State {
         for (end, markers) in commit.ends.iter().zip(markers_of) {
             match self.sequence_end(end, &markers, &commit.batches, object, now_ms) {
                 Ok((offsets, added)) => {
-                    live_extents += added;
+                    for tp in added {
+                        *holders.entry(tp).or_default() += 1;
+                    }
                     for (at, offset) in markers.into_iter().zip(offsets) {
                         results[at] = Some(Ok(offset));
                     }
@@ -1038,20 +1078,7 @@ impl State {
                 }
             }
         }
-        if live_extents == 0 {
-            self.ledger.retire(&commit.object_key, now_ms);
-            self.garbage.push(commit.object_key);
-        } else {
-            self.ledger.went_live(&commit.object_key, object);
-            self.objects.insert(
-                object,
-                Object {
-                    key: commit.object_key,
-                    size: commit.object_size,
-                    live_extents,
-                },
-            );
-        }
+        self.went_live(object, commit.object_key, commit.object_size, holders);
         results
             .into_iter()
             .map(|r| {
@@ -1113,7 +1140,7 @@ impl State {
             p.epoch
         });
         let partition = self
-            .partition_by_id_mut(batch.topic_id, batch.partition)
+            .changing_partition(tp)
             .ok_or(Refusal::UnknownTopicOrPartition)?;
         if producer_id >= 0 {
             let last_sequence = batch.base_sequence.wrapping_add(batch.record_count - 1);
@@ -1175,7 +1202,7 @@ impl State {
     /// [`Txns::check_end`] accepts it: each marker takes the next offset of
     /// its partition, which leaves the transaction's ongoing entry (and, on
     /// abort, enters the aborted index); then the transaction completes.
-    /// Answers the markers' offsets and the extents added.
+    /// Answers the markers' offsets and the partitions given an extent.
     fn sequence_end(
         &mut self,
         end: &TxnEnd,
@@ -1183,7 +1210,7 @@ impl State {
         batches: &[IngestBatch],
         object: u64,
         now_ms: i64,
-    ) -> Result<(Vec<i64>, u64), Refusal> {
+    ) -> Result<(Vec<i64>, Vec<TopicPartition>), Refusal> {
         let tps: BTreeSet<TopicPartition> = markers
             .iter()
             .map(|&at| TopicPartition::new(batches[at].batch.topic_id, batches[at].batch.partition))
@@ -1211,15 +1238,17 @@ impl State {
             .map(|t| t.partitions.clone())
             .unwrap_or_default();
         let mut offsets = Vec::with_capacity(markers.len());
-        let mut added = 0;
+        let mut added = Vec::new();
         for &at in markers {
             let batch = &batches[at].batch;
-            let tp = TopicPartition::new(batch.topic_id, batch.partition);
+            let tp = batch.partition_of();
             let partition = self
-                .partition_by_id_mut(batch.topic_id, batch.partition)
+                .changing_partition(tp)
                 .expect("a transaction's partitions exist (deleted topics leave it)");
             let (offset, new_extent) = partition.place(batch, object, now_ms);
-            added += new_extent as u64;
+            if new_extent {
+                added.push(tp);
+            }
             // A fence's markers carry the bumped epoch: the producer's
             // sequence state starts over at it, as Kafka's marker append does.
             if let Some(state) = partition.producers.get_mut(&end.producer_id)
@@ -1358,8 +1387,13 @@ impl State {
         }
         let object = self.next_object;
         self.next_object += 1;
-        let live_extents = self.swap_run(object, tp, &r.replaced, r.pieces);
-        self.went_live(object, r.object_key, r.object_size, live_extents);
+        let kept = self.swap_run(object, tp, &r.replaced, r.pieces);
+        self.went_live(
+            object,
+            r.object_key,
+            r.object_size,
+            BTreeMap::from([(tp, kept)]),
+        );
         Ok(())
     }
 
@@ -1376,16 +1410,17 @@ impl State {
         }
         let object = self.next_object;
         self.next_object += 1;
-        let mut live_extents = 0;
+        let mut holders: BTreeMap<TopicPartition, u64> = BTreeMap::new();
         let mut results = Vec::with_capacity(r.runs.len());
         for run in r.runs {
             let checked = self.check_run(run.partition, &run.replaced, &run.pieces);
             if checked.is_ok() {
-                live_extents += self.swap_run(object, run.partition, &run.replaced, run.pieces);
+                let kept = self.swap_run(object, run.partition, &run.replaced, run.pieces);
+                *holders.entry(run.partition).or_default() += kept;
             }
             results.push(checked);
         }
-        self.went_live(object, r.object_key, r.object_size, live_extents);
+        self.went_live(object, r.object_key, r.object_size, holders);
         Ok(results)
     }
 
@@ -1441,9 +1476,7 @@ impl State {
         replaced: &[ExtentRef],
         mut pieces: Vec<ExtentPiece>,
     ) -> u64 {
-        let partition = self
-            .partition_by_id_mut(tp.topic_id, tp.partition)
-            .expect("checked");
+        let partition = self.changing_partition(tp).expect("checked");
         // Pieces wholly below the log start (DeleteRecords cut into the
         // first replaced extent after the compactor read it) hold nothing
         // readable: they are not swapped in.
@@ -1470,15 +1503,24 @@ impl State {
             );
         }
         for old in old {
-            self.release(old);
+            self.release(old, tp);
         }
         kept
     }
 
-    /// Records the object compaction wrote under `object` (its id, drawn
-    /// before its runs were swapped in), live if any extent points into it
-    /// and otherwise garbage at once.
-    fn went_live(&mut self, object: u64, key: String, size: u64, live_extents: u64) {
+    /// Records the object committed or compacted under `object` (its id,
+    /// drawn before its extents were placed), with the extents each
+    /// partition placed in it: live if any extent points into it, and
+    /// otherwise garbage at once.
+    fn went_live(
+        &mut self,
+        object: u64,
+        key: String,
+        size: u64,
+        mut holders: BTreeMap<TopicPartition, u64>,
+    ) {
+        holders.retain(|_, extents| *extents > 0);
+        let live_extents = holders.values().sum();
         if live_extents == 0 {
             self.ledger.retire(&key, self.clock_ms);
             self.garbage.push(key);
@@ -1491,6 +1533,7 @@ impl State {
                 key,
                 size,
                 live_extents,
+                holders,
             },
         );
     }
@@ -1511,8 +1554,9 @@ impl State {
     }
 
     fn trim(&mut self, topic_id: TopicId, partition: i32, offset: i64) -> Result<i64, Refusal> {
+        let tp = TopicPartition::new(topic_id, partition);
         let p = self
-            .partition_by_id_mut(topic_id, partition)
+            .changing_partition(tp)
             .ok_or(Refusal::UnknownTopicOrPartition)?;
         if offset > p.high_watermark || offset < 0 {
             return Err(Refusal::OffsetOutOfRange {
@@ -1541,9 +1585,38 @@ impl State {
             .map(|e| e.object)
             .collect();
         for object in objects {
-            self.release(object);
+            self.release(object, tp);
         }
         Ok(offset)
+    }
+
+    /// A partition whose extents are about to change, stamped with the next
+    /// extents version: a compaction pass that found it settled looks at it
+    /// again.
+    fn changing_partition(&mut self, tp: TopicPartition) -> Option<&mut Partition> {
+        self.extent_changes.0 += 1;
+        let version = self.extent_changes;
+        let p = self.partition_by_id_mut(tp.topic_id, tp.partition)?;
+        p.extents_version = version;
+        Some(p)
+    }
+
+    /// Rebuilds what the state derives and never stores (each object's
+    /// holders), after it is read from a snapshot.
+    pub(crate) fn rebuild_derived(&mut self) {
+        for object in self.objects.values_mut() {
+            object.holders.clear();
+        }
+        for topic in self.topics.values() {
+            for (n, p) in topic.partitions.iter().enumerate() {
+                let tp = TopicPartition::new(topic.info.id, n as i32);
+                for e in p.extents.values() {
+                    if let Some(object) = self.objects.get_mut(&e.object) {
+                        *object.holders.entry(tp).or_default() += 1;
+                    }
+                }
+            }
+        }
     }
 
     fn partition_by_id_mut(&mut self, id: TopicId, partition: i32) -> Option<&mut Partition> {
@@ -1575,86 +1648,6 @@ impl State {
     }
 
     // ---- queries ----
-
-    /// See [`CompactionWork`]. Walks every extent once: one request per
-    /// compaction pass costs the leader a scan of its memory, no more.
-    pub fn backlog(&self, work: &CompactionWork, now_ms: i64) -> Backlog {
-        let is_ingest = |o: &Object| o.key.starts_with(&work.ingest_prefix);
-        let mut chosen: BTreeMap<u64, usize> = BTreeMap::new();
-        let mut backlog = Backlog::default();
-        let (mut bytes, mut extents) = (0u64, 0u64);
-        // Oldest first: once a file does not fit, none after it is taken.
-        let mut full = false;
-        for (id, object) in self.objects.iter().filter(|(_, o)| is_ingest(o)) {
-            backlog.ingest_files += 1;
-            // The first file is taken whatever its size.
-            full = full
-                || backlog.files.len() >= work.max_files as usize
-                || !backlog.files.is_empty()
-                    && (bytes + object.size > work.max_bytes
-                        || extents + object.live_extents > work.max_extents);
-            if !full {
-                chosen.insert(*id, backlog.files.len());
-                bytes += object.size;
-                extents += object.live_extents;
-                backlog.files.push(BacklogFile {
-                    key: object.key.clone(),
-                    size: object.size,
-                    oldest_appended_ms: i64::MAX,
-                });
-            }
-        }
-        let inherited = self.configs.topic_defaults();
-        for topic in self.topics.values() {
-            let config = crate::topic_config::TopicConfig::over(&inherited, &topic.info.configs);
-            let (keyed, max_span_ms) = (config.compact, config.segment_ms);
-            for (n, p) in topic.partitions.iter().enumerate() {
-                let tp = TopicPartition::new(topic.info.id, n as i32);
-                let mut run: Vec<ExtentRef> = Vec::new();
-                // Consecutive extents by object.
-                let mut chunks: Vec<(u64, Chunk)> = Vec::new();
-                for e in p.extents.values() {
-                    match chosen.get(&e.object) {
-                        Some(&file) => {
-                            let f = &mut backlog.files[file];
-                            f.oldest_appended_ms = f.oldest_appended_ms.min(e.appended_ms);
-                            run.push(self.extent_ref(e));
-                        }
-                        None if !run.is_empty() => backlog.runs.push(ExtentRun {
-                            partition: tp,
-                            extents: std::mem::take(&mut run),
-                        }),
-                        None => {}
-                    }
-                    match chunks.last_mut() {
-                        Some((object, chunk)) if *object == e.object => {
-                            chunk.add(e.length, e.appended_ms);
-                        }
-                        _ => chunks.push((
-                            e.object,
-                            Chunk::of(
-                                work,
-                                &self.objects[&e.object].key,
-                                std::iter::once((e.length, e.appended_ms)),
-                            ),
-                        )),
-                    }
-                }
-                if !run.is_empty() {
-                    backlog.runs.push(ExtentRun {
-                        partition: tp,
-                        extents: run,
-                    });
-                }
-                let chunks: Vec<Chunk> = chunks.into_iter().map(|(_, c)| c).collect();
-                let worth_merging = work.merge_run(&chunks, now_ms, max_span_ms).is_some();
-                if worth_merging && !keyed {
-                    backlog.merge.push(tp);
-                }
-            }
-        }
-        backlog
-    }
 
     /// Every topic, as clients see it (with the cluster's topic defaults).
     pub fn topics(&self) -> Vec<TopicInfo> {

@@ -63,6 +63,13 @@ pub struct CommitBatch {
     pub base_sequence: i32,
 }
 
+impl CommitBatch {
+    /// The partition the batch is for.
+    pub fn partition_of(&self) -> TopicPartition {
+        TopicPartition::new(self.topic_id, self.partition)
+    }
+}
+
 /// What a batch of an [`IngestBatch`] is to the sequencer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BatchKind {

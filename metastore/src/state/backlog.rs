@@ -1,0 +1,613 @@
+//! Compaction's work list ([`CompactionWork`] answered as a [`Backlog`]),
+//! found at a cost that follows what changed rather than what is stored.
+//! Every agent asks once per compaction pass, on the metastore leader,
+//! under the state's read lock (which commits wait on), so a pass must not
+//! walk every extent of every partition:
+//!
+//! - the ingest files come from the ledger's live keys under their prefix,
+//!   not from every object (most objects are segments);
+//! - the runs to move out of the files taken come from the partitions
+//!   holding extents in them (each object knows its holders), not from
+//!   every partition;
+//! - a partition found not worth merging is passed over, until its extents
+//!   change or the rules asked for do (see [`Settled`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::Bound;
+use std::sync::Mutex;
+
+use super::{Partition, State};
+use crate::ops::{Chunk, ChunkKind, CompactionWork};
+use crate::topic_config::TopicConfig;
+use crate::types::{Backlog, BacklogFile, ExtentRun, TopicPartition};
+
+/// What one pass looked at: what tests count (the cost of a pass).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Visited {
+    /// Extents read, for runs and for merges.
+    pub extents: u64,
+    /// Partitions whose merges were weighed (their extents read).
+    pub weighed: u64,
+}
+
+impl State {
+    /// See [`CompactionWork`] and this module.
+    pub fn backlog(&self, work: &CompactionWork, now_ms: i64) -> Backlog {
+        self.backlog_visiting(work, now_ms).0
+    }
+
+    pub(crate) fn backlog_visiting(
+        &self,
+        work: &CompactionWork,
+        now_ms: i64,
+    ) -> (Backlog, Visited) {
+        let mut backlog = Backlog::default();
+        let mut visited = Visited::default();
+        let chosen = self.choose_ingest_files(work, &mut backlog);
+        self.find_runs(&chosen, &mut backlog, &mut visited);
+        self.find_merges(work, now_ms, &mut backlog, &mut visited);
+        (backlog, visited)
+    }
+
+    /// The oldest ingest files, up to the work's limits (the first whatever
+    /// its size): object id -> its place in `backlog.files`.
+    fn choose_ingest_files(
+        &self,
+        work: &CompactionWork,
+        backlog: &mut Backlog,
+    ) -> BTreeMap<u64, usize> {
+        let prefix = work.ingest_prefix.as_str();
+        // Object ids grow with each commit: the oldest first.
+        let ingest: BTreeSet<u64> = self
+            .ledger
+            .live()
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map(|(_, id)| *id)
+            .collect();
+        let mut chosen = BTreeMap::new();
+        let (mut bytes, mut extents) = (0u64, 0u64);
+        // Once a file does not fit, none after it is taken.
+        let mut full = false;
+        for (id, object) in ingest
+            .iter()
+            .filter_map(|id| Some((*id, self.objects.get(id)?)))
+        {
+            backlog.ingest_files += 1;
+            full = full
+                || backlog.files.len() >= work.max_files as usize
+                || !backlog.files.is_empty()
+                    && (bytes + object.size > work.max_bytes
+                        || extents + object.live_extents > work.max_extents);
+            if !full {
+                chosen.insert(id, backlog.files.len());
+                bytes += object.size;
+                extents += object.live_extents;
+                backlog.files.push(BacklogFile {
+                    key: object.key.clone(),
+                    size: object.size,
+                    oldest_appended_ms: i64::MAX,
+                });
+            }
+        }
+        chosen
+    }
+
+    /// Every run of consecutive extents lying in the `chosen` files, by
+    /// partition (topics by name, then partitions), in offset order; and
+    /// each file's oldest append still stored in it.
+    fn find_runs(
+        &self,
+        chosen: &BTreeMap<u64, usize>,
+        backlog: &mut Backlog,
+        visited: &mut Visited,
+    ) {
+        let holders: BTreeSet<(&str, usize)> = chosen
+            .keys()
+            .filter_map(|id| self.objects.get(id))
+            .flat_map(|object| object.holders.keys())
+            .filter_map(|tp| {
+                let name = self.names_by_id.get(&tp.topic_id)?;
+                Some((name.as_str(), usize::try_from(tp.partition).ok()?))
+            })
+            .collect();
+        for (name, n) in holders {
+            let Some(topic) = self.topics.get(name) else {
+                continue;
+            };
+            let Some(p) = topic.partitions.get(n) else {
+                continue;
+            };
+            let tp = TopicPartition::new(topic.info.id, n as i32);
+            let mut run = Vec::new();
+            for e in p.extents.values() {
+                visited.extents += 1;
+                match chosen.get(&e.object) {
+                    Some(&file) => {
+                        let f = &mut backlog.files[file];
+                        f.oldest_appended_ms = f.oldest_appended_ms.min(e.appended_ms);
+                        run.push(self.extent_ref(e));
+                    }
+                    None if !run.is_empty() => backlog.runs.push(ExtentRun {
+                        partition: tp,
+                        extents: std::mem::take(&mut run),
+                    }),
+                    None => {}
+                }
+            }
+            if !run.is_empty() {
+                backlog.runs.push(ExtentRun {
+                    partition: tp,
+                    extents: run,
+                });
+            }
+        }
+    }
+
+    /// The partitions (of topics without key compaction) holding a run
+    /// worth merging ([`CompactionWork::merge_run`]), weighing only those
+    /// not found [`Settled`] before.
+    fn find_merges(
+        &self,
+        work: &CompactionWork,
+        now_ms: i64,
+        backlog: &mut Backlog,
+        visited: &mut Visited,
+    ) {
+        let before = self.settled.take();
+        let mut settled = HashMap::with_capacity(before.len());
+        let inherited = self.configs.topic_defaults();
+        for topic in self.topics.values() {
+            let config = TopicConfig::over(&inherited, &topic.info.configs);
+            if config.compact {
+                // Key compaction rewrites these partitions its own way.
+                continue;
+            }
+            let rules = Rules::of(work, config.segment_ms);
+            for (n, p) in topic.partitions.iter().enumerate() {
+                let tp = TopicPartition::new(topic.info.id, n as i32);
+                let mark = SettledAt {
+                    extents_version: p.extents_version.0,
+                    rules,
+                };
+                if before.get(&tp) == Some(&mark) {
+                    settled.insert(tp, mark);
+                    continue;
+                }
+                visited.weighed += 1;
+                visited.extents += p.extents.len() as u64;
+                let chunks = self.chunks(work, p);
+                if work.merge_run(&chunks, now_ms, config.segment_ms).is_some() {
+                    backlog.merge.push(tp);
+                } else if chunks.iter().all(|c| c.kind != ChunkKind::Merged) {
+                    // Only merged chunks age into a merge (rule 1); without
+                    // them the verdict holds until the extents change.
+                    settled.insert(tp, mark);
+                }
+            }
+        }
+        self.settled.put(settled);
+    }
+
+    /// A partition's extents as chunks: consecutive extents in one object.
+    fn chunks(&self, work: &CompactionWork, p: &Partition) -> Vec<Chunk> {
+        let mut chunks: Vec<(u64, Chunk)> = Vec::new();
+        for e in p.extents.values() {
+            match chunks.last_mut() {
+                Some((object, chunk)) if *object == e.object => {
+                    chunk.add(e.length, e.appended_ms);
+                }
+                _ => {
+                    let key = self.objects.get(&e.object).map_or("", |o| o.key.as_str());
+                    let first = std::iter::once((e.length, e.appended_ms));
+                    chunks.push((e.object, Chunk::of(work, key, first)));
+                }
+            }
+        }
+        chunks.into_iter().map(|(_, c)| c).collect()
+    }
+}
+
+/// The rules a merge verdict was found under: the work's (which objects are
+/// which kind, segment size, tiers) and the topic's `segment.ms`. Hashed:
+/// two rule sets colliding (one chance in 2^64) would only delay a merge
+/// until the partition's extents change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rules(u64);
+
+impl Rules {
+    fn of(work: &CompactionWork, max_span_ms: i64) -> Rules {
+        let mut hasher = DefaultHasher::new();
+        (
+            &work.ingest_prefix,
+            &work.merged_prefix,
+            work.segment_bytes,
+            work.merge_max_chunks,
+            max_span_ms,
+        )
+            .hash(&mut hasher);
+        Rules(hasher.finish())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SettledAt {
+    extents_version: u64,
+    rules: Rules,
+}
+
+/// A count of extent changes since the state was loaded (see
+/// [`State::changing_partition`]). Derived and never stored, so not part of
+/// what a state is: any two compare equal, and a state read from a snapshot
+/// counts again from 0, with an empty [`Settled`] (all that reads it).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct ExtentsVersion(pub(super) u64);
+
+impl PartialEq for ExtentsVersion {
+    fn eq(&self, _: &ExtentsVersion) -> bool {
+        true
+    }
+}
+
+impl Eq for ExtentsVersion {}
+
+/// Partitions a pass found not worth merging and holding no merged chunk,
+/// so nothing but a change of their extents (or of the rules) can make
+/// them worth it: later passes skip them while their extents version is
+/// the same. A cache of what the state implies, not state: never stored,
+/// empty in a clone, equal to any other, and rebuilt by each pass (so it
+/// holds only partitions that exist). Two passes at once each start from
+/// what the last one left, or from nothing; either is right.
+#[derive(Default)]
+pub(super) struct Settled(Mutex<HashMap<TopicPartition, SettledAt>>);
+
+impl Settled {
+    fn take(&self) -> HashMap<TopicPartition, SettledAt> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn put(&self, settled: HashMap<TopicPartition, SettledAt>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = settled;
+    }
+}
+
+impl Clone for Settled {
+    fn clone(&self) -> Settled {
+        Settled::default()
+    }
+}
+
+impl PartialEq for Settled {
+    fn eq(&self, _: &Settled) -> bool {
+        true
+    }
+}
+
+impl Eq for Settled {}
+
+impl std::fmt::Debug for Settled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Settled")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{CreateTopic, DeleteTopic, Trim};
+    use crate::types::{
+        Commit, CommitBatch, ExtentPiece, ExtentRef, NewTopic, ReplaceExtents, ReplaceRuns,
+        RunSwap, TopicId,
+    };
+
+    fn work() -> CompactionWork {
+        CompactionWork {
+            ingest_prefix: "ingest/".into(),
+            max_files: 3,
+            max_bytes: u64::MAX,
+            max_extents: u64::MAX,
+            merged_prefix: "merged/".into(),
+            segment_bytes: 4_000,
+            merge_max_chunks: 3,
+            merge_max_age_ms: 1_000,
+        }
+    }
+
+    /// The work list by walking every extent of every partition: what
+    /// `backlog` answered before it followed changes, and must still.
+    fn full_walk(state: &State, work: &CompactionWork, now_ms: i64) -> Backlog {
+        let is_ingest = |key: &str| key.starts_with(&work.ingest_prefix);
+        let mut chosen: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut backlog = Backlog::default();
+        let (mut bytes, mut extents) = (0u64, 0u64);
+        let mut full = false;
+        for (id, object) in state.objects.iter().filter(|(_, o)| is_ingest(&o.key)) {
+            backlog.ingest_files += 1;
+            full = full
+                || backlog.files.len() >= work.max_files as usize
+                || !backlog.files.is_empty()
+                    && (bytes + object.size > work.max_bytes
+                        || extents + object.live_extents > work.max_extents);
+            if !full {
+                chosen.insert(*id, backlog.files.len());
+                bytes += object.size;
+                extents += object.live_extents;
+                backlog.files.push(BacklogFile {
+                    key: object.key.clone(),
+                    size: object.size,
+                    oldest_appended_ms: i64::MAX,
+                });
+            }
+        }
+        let inherited = state.configs.topic_defaults();
+        for topic in state.topics.values() {
+            let config = TopicConfig::over(&inherited, &topic.info.configs);
+            for (n, p) in topic.partitions.iter().enumerate() {
+                let tp = TopicPartition::new(topic.info.id, n as i32);
+                let mut run: Vec<ExtentRef> = Vec::new();
+                for e in p.extents.values() {
+                    match chosen.get(&e.object) {
+                        Some(&file) => {
+                            let f = &mut backlog.files[file];
+                            f.oldest_appended_ms = f.oldest_appended_ms.min(e.appended_ms);
+                            run.push(state.extent_ref(e));
+                        }
+                        None if !run.is_empty() => backlog.runs.push(ExtentRun {
+                            partition: tp,
+                            extents: std::mem::take(&mut run),
+                        }),
+                        None => {}
+                    }
+                }
+                if !run.is_empty() {
+                    backlog.runs.push(ExtentRun {
+                        partition: tp,
+                        extents: run,
+                    });
+                }
+                let chunks = state.chunks(work, p);
+                if work.merge_run(&chunks, now_ms, config.segment_ms).is_some() && !config.compact {
+                    backlog.merge.push(tp);
+                }
+            }
+        }
+        backlog
+    }
+
+    /// A small deterministic generator (the test needs no more).
+    struct Dice(u64);
+
+    impl Dice {
+        fn roll(&mut self, below: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % below.max(1)
+        }
+    }
+
+    fn create(state: &mut State, name: &str, partitions: i32, id: u128) -> TopicId {
+        let id = TopicId::from_u128(id);
+        state
+            .apply(CreateTopic {
+                id,
+                topic: NewTopic {
+                    name: name.into(),
+                    partitions,
+                    configs: Default::default(),
+                },
+            })
+            .unwrap();
+        id
+    }
+
+    fn commit(state: &mut State, key: &str, partitions: &[TopicPartition]) {
+        let batches = partitions
+            .iter()
+            .enumerate()
+            .map(|(n, tp)| CommitBatch {
+                topic_id: tp.topic_id,
+                partition: tp.partition,
+                position: n as u64 * 100,
+                length: 100,
+                record_count: 2,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            })
+            .collect();
+        state
+            .apply(Commit {
+                object_key: key.into(),
+                object_size: 100 * partitions.len() as u64,
+                batches,
+                not_before_ms: state.clock_ms,
+            })
+            .unwrap();
+    }
+
+    /// `replaced` as one piece of `bytes` at the start of the new object.
+    fn one_piece(replaced: &[ExtentRef], bytes: u64) -> Vec<ExtentPiece> {
+        vec![ExtentPiece {
+            base_offset: replaced[0].base_offset,
+            last_offset: replaced[replaced.len() - 1].last_offset,
+            max_timestamp: 0,
+            position: 0,
+            length: bytes,
+            appended_ms: replaced.iter().map(|e| e.appended_ms).max().unwrap_or(0),
+        }]
+    }
+
+    /// Swaps a partition's extents from `from` on (up to `count`) for one
+    /// segment of `bytes`.
+    fn segment(
+        state: &mut State,
+        tp: TopicPartition,
+        (from, count): (usize, usize),
+        bytes: u64,
+        key: &str,
+    ) {
+        let start = state
+            .offsets(tp.topic_id, tp.partition)
+            .unwrap()
+            .log_start_offset;
+        let plan = state
+            .read_plan(tp.topic_id, tp.partition, start, u64::MAX)
+            .unwrap();
+        let replaced: Vec<ExtentRef> = plan.extents.into_iter().skip(from).take(count).collect();
+        if replaced.is_empty() {
+            return;
+        }
+        state
+            .apply(ReplaceExtents {
+                topic_id: tp.topic_id,
+                partition: tp.partition,
+                pieces: one_piece(&replaced, bytes),
+                replaced,
+                object_key: key.into(),
+                object_size: bytes,
+                not_before_ms: state.clock_ms,
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn the_backlog_is_what_walking_every_extent_finds() {
+        let work = work();
+        let mut dice = Dice(7);
+        let mut state = State::default();
+        let mut topics = vec![create(&mut state, "a", 4, 1), create(&mut state, "b", 3, 2)];
+        let mut next = 0u32;
+        let mut answers = 0;
+        for step in 0..1_500 {
+            next += 1;
+            let tps: Vec<TopicPartition> = topics
+                .iter()
+                .flat_map(|t| {
+                    let p = &state.topics[&state.names_by_id[t]].partitions;
+                    (0..p.len() as i32).map(|n| TopicPartition::new(*t, n))
+                })
+                .collect();
+            let tp = tps[dice.roll(tps.len() as u64) as usize];
+            match dice.roll(10) {
+                0..=3 => {
+                    let some: Vec<TopicPartition> =
+                        tps.iter().copied().filter(|_| dice.roll(2) == 0).collect();
+                    commit(&mut state, &format!("ingest/{next:06}"), &some);
+                }
+                4 | 5 => {
+                    // Move the first files' runs into a merged file.
+                    let backlog = state.backlog(&work, 0);
+                    let runs: Vec<RunSwap> = backlog
+                        .runs
+                        .iter()
+                        .filter(|_| dice.roll(3) > 0)
+                        .map(|run| RunSwap {
+                            partition: run.partition,
+                            pieces: one_piece(&run.extents, 150),
+                            replaced: run.extents.clone(),
+                        })
+                        .collect();
+                    if !runs.is_empty() {
+                        let _ = state.apply(ReplaceRuns {
+                            object_key: format!("merged/{next}"),
+                            object_size: 1_000,
+                            runs,
+                            not_before_ms: state.clock_ms,
+                        });
+                    }
+                }
+                6 | 7 => {
+                    let from = dice.roll(4) as usize;
+                    let count = 1 + dice.roll(3) as usize;
+                    let key = format!("segment/{step}-a{}-{next}", dice.roll(50_000));
+                    segment(
+                        &mut state,
+                        tp,
+                        (from, count),
+                        100 * (1 + dice.roll(30)),
+                        &key,
+                    );
+                }
+                8 => {
+                    let offsets = state.offsets(tp.topic_id, tp.partition).unwrap();
+                    let span = (offsets.high_watermark - offsets.log_start_offset) as u64;
+                    let to = offsets.log_start_offset + dice.roll(span + 1) as i64;
+                    state
+                        .apply(Trim {
+                            partition: tp,
+                            offset: to,
+                        })
+                        .unwrap();
+                }
+                _ if dice.roll(10) == 0 => {
+                    // A topic goes, another comes.
+                    let gone = topics.remove(0);
+                    let name = state.names_by_id[&gone].clone();
+                    state.apply(DeleteTopic { name }).unwrap();
+                    let id = 10 + step as u128;
+                    topics.push(create(&mut state, &format!("t{step}"), 2, id));
+                }
+                _ => {
+                    // A snapshot and back: what is derived is rebuilt.
+                    let bytes = crate::format::encode_snapshot(&state).unwrap();
+                    state = crate::format::decode_snapshot(&bytes).unwrap();
+                    state.check_invariants().unwrap();
+                }
+            }
+            let now_ms = dice.roll(3_000) as i64;
+            let (found, _) = state.backlog_visiting(&work, now_ms);
+            assert_eq!(found, full_walk(&state, &work, now_ms), "step {step}");
+            answers += !(found.runs.is_empty() && found.merge.is_empty()) as u32;
+        }
+        // The walk met work of both kinds, not only empty lists.
+        assert!(answers > 500, "{answers}");
+    }
+
+    #[test]
+    fn a_pass_reads_only_the_partitions_that_changed() {
+        let work = work();
+        let mut state = State::default();
+        let topics: Vec<TopicId> = (0..20)
+            .map(|t| create(&mut state, &format!("t{t}"), 10, 1 + t as u128))
+            .collect();
+        let all: Vec<TopicPartition> = topics
+            .iter()
+            .flat_map(|t| (0..10).map(|n| TopicPartition::new(*t, n)))
+            .collect();
+        // Every partition: 8 files' worth of data, moved into 8 settled
+        // segments (each its own tier of one, so none merges).
+        for round in 0..8 {
+            commit(&mut state, &format!("ingest/{round}"), &all);
+        }
+        for (n, tp) in all.iter().enumerate() {
+            for s in 0..8 {
+                let key = format!("segment/{n}/{s}-a{}-x", s * 10_000);
+                segment(&mut state, *tp, (s, 1), work.segment_bytes / 2, &key);
+            }
+        }
+        let stored: u64 = all.len() as u64 * 8;
+
+        let (first, cold) = state.backlog_visiting(&work, 0);
+        assert!(first.runs.is_empty() && first.merge.is_empty(), "{first:?}");
+        assert_eq!(cold.weighed, all.len() as u64);
+        assert_eq!(cold.extents, stored);
+
+        // Nothing changed: the pass reads nothing.
+        let (_, idle) = state.backlog_visiting(&work, 5_000);
+        assert_eq!(idle, Visited::default());
+
+        // Two partitions get new data: the pass reads those two.
+        commit(&mut state, "ingest/new", &all[3..5]);
+        let (next, warm) = state.backlog_visiting(&work, 5_000);
+        assert_eq!(next.files.len(), 1);
+        assert_eq!(next.runs.len(), 2);
+        assert_eq!(warm.weighed, 2);
+        // Each has 9 extents: read once for its run, once for merges.
+        assert_eq!(warm.extents, 2 * 2 * 9);
+        assert_eq!(next, full_walk(&state, &work, 5_000));
+    }
+}
