@@ -599,7 +599,7 @@ struct Object {
     /// never stored (rebuilt on load by [`State::rebuild_derived`]): a
     /// compaction pass visits only the partitions in the files it takes.
     #[serde(skip)]
-    holders: BTreeMap<TopicPartition, u64>,
+    holders: backlog::Holders,
 }
 
 /// The whole metastore state.
@@ -835,7 +835,11 @@ impl State {
                     object.key, object.live_extents
                 ));
             }
-            if object.holders != holders {
+            if !object
+                .holders
+                .counts()
+                .eq(holders.iter().map(|(tp, n)| (*tp, *n)))
+            {
                 return Err(format!(
                     "object {} names holders {:?}, its extents are of {holders:?}",
                     object.key, object.holders
@@ -970,12 +974,8 @@ impl State {
             return;
         };
         entry.live_extents -= 1;
-        if let Some(held) = entry.holders.get_mut(&tp) {
-            *held -= 1;
-            if *held == 0 {
-                entry.holders.remove(&tp);
-            }
-        }
+        let held = entry.holders.release(tp);
+        debug_assert!(held, "object {} released by {tp:?}, no holder", entry.key);
         if entry.live_extents == 0 {
             let gone = self.objects.remove(&object).expect("just seen");
             self.ledger.retire(&gone.key, self.clock_ms);
@@ -1517,10 +1517,10 @@ impl State {
         object: u64,
         key: String,
         size: u64,
-        mut holders: BTreeMap<TopicPartition, u64>,
+        holders: BTreeMap<TopicPartition, u64>,
     ) {
-        holders.retain(|_, extents| *extents > 0);
-        let live_extents = holders.values().sum();
+        let holders = backlog::Holders::of(holders);
+        let live_extents = holders.total();
         if live_extents == 0 {
             self.ledger.retire(&key, self.clock_ms);
             self.garbage.push(key);
@@ -1596,7 +1596,11 @@ impl State {
     fn changing_partition(&mut self, tp: TopicPartition) -> Option<&mut Partition> {
         self.extent_changes.0 += 1;
         let version = self.extent_changes;
-        let p = self.partition_by_id_mut(tp.topic_id, tp.partition)?;
+        let name = self.names_by_id.get(&tp.topic_id)?;
+        let topic = self.topics.get_mut(name)?;
+        let p = topic
+            .partitions
+            .get_mut(usize::try_from(tp.partition).ok()?)?;
         p.extents_version = version;
         Some(p)
     }
@@ -1604,25 +1608,18 @@ impl State {
     /// Rebuilds what the state derives and never stores (each object's
     /// holders), after it is read from a snapshot.
     pub(crate) fn rebuild_derived(&mut self) {
-        for object in self.objects.values_mut() {
-            object.holders.clear();
-        }
+        let mut holders: BTreeMap<u64, BTreeMap<TopicPartition, u64>> = BTreeMap::new();
         for topic in self.topics.values() {
             for (n, p) in topic.partitions.iter().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
                 for e in p.extents.values() {
-                    if let Some(object) = self.objects.get_mut(&e.object) {
-                        *object.holders.entry(tp).or_default() += 1;
-                    }
+                    *holders.entry(e.object).or_default().entry(tp).or_default() += 1;
                 }
             }
         }
-    }
-
-    fn partition_by_id_mut(&mut self, id: TopicId, partition: i32) -> Option<&mut Partition> {
-        let name = self.names_by_id.get(&id)?;
-        let topic = self.topics.get_mut(name)?;
-        topic.partitions.get_mut(usize::try_from(partition).ok()?)
+        for (id, object) in &mut self.objects {
+            object.holders = backlog::Holders::of(holders.remove(id).unwrap_or_default());
+        }
     }
 
     fn partition(&self, id: TopicId, partition: i32) -> Result<&Partition, Refusal> {

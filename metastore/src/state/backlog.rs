@@ -2,27 +2,31 @@
 //! found at a cost that follows what changed rather than what is stored.
 //! Every agent asks once per compaction pass, on the metastore leader,
 //! under the state's read lock (which commits wait on), so a pass must not
-//! walk every extent of every partition:
+//! read every extent of every partition:
 //!
 //! - the ingest files come from the ledger's live keys under their prefix,
 //!   not from every object (most objects are segments);
 //! - the runs to move out of the files taken come from the partitions
-//!   holding extents in them (each object knows its holders), not from
+//!   holding extents in them (each object knows its [`Holders`]), not from
 //!   every partition;
-//! - a partition found not worth merging is passed over, until its extents
-//!   change or the rules asked for do (see [`Settled`]).
+//! - a partition found not worth merging is passed over until its extents
+//!   change, its topic's `segment.ms` does, or its merged chunks are old
+//!   enough to merge by age (see [`Settled`]).
+//!
+//! So a pass costs a little per partition (a lookup) plus the extents of
+//! the partitions that changed or hold merged chunks.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
 use std::ops::Bound;
-use std::sync::Mutex;
 
 use super::{Partition, State};
 use crate::ops::{Chunk, ChunkKind, CompactionWork};
 use crate::topic_config::TopicConfig;
 use crate::types::{Backlog, BacklogFile, ExtentRun, TopicPartition};
 
-/// What one pass looked at: what tests count (the cost of a pass).
+/// What one pass read: what tests count (the cost of a pass).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Visited {
     /// Extents read, for runs and for merges.
@@ -103,15 +107,27 @@ impl State {
         backlog: &mut Backlog,
         visited: &mut Visited,
     ) {
-        let holders: BTreeSet<(&str, usize)> = chosen
-            .keys()
-            .filter_map(|id| self.objects.get(id))
-            .flat_map(|object| object.holders.keys())
-            .filter_map(|tp| {
-                let name = self.names_by_id.get(&tp.topic_id)?;
-                Some((name.as_str(), usize::try_from(tp.partition).ok()?))
-            })
-            .collect();
+        let objects = || chosen.keys().filter_map(|id| self.objects.get(id));
+        // A file whose holders do not add up would keep its missing
+        // partitions' runs, and itself, forever: walk every partition then.
+        let trusted = objects().all(|o| o.holders.total() == o.live_extents);
+        let holders: BTreeSet<(&str, usize)> = if trusted {
+            objects()
+                .flat_map(|object| object.holders.partitions())
+                .filter_map(|tp| {
+                    let name = self.names_by_id.get(&tp.topic_id)?;
+                    Some((name.as_str(), usize::try_from(tp.partition).ok()?))
+                })
+                .collect()
+        } else {
+            tracing::error!(
+                "an ingest file's holders do not count its extents: reading every partition"
+            );
+            self.topics
+                .iter()
+                .flat_map(|(name, t)| (0..t.partitions.len()).map(move |n| (name.as_str(), n)))
+                .collect()
+        };
         for (name, n) in holders {
             let Some(topic) = self.topics.get(name) else {
                 continue;
@@ -147,7 +163,7 @@ impl State {
 
     /// The partitions (of topics without key compaction) holding a run
     /// worth merging ([`CompactionWork::merge_run`]), weighing only those
-    /// not found [`Settled`] before.
+    /// not [`Settled`] under the same rules.
     fn find_merges(
         &self,
         work: &CompactionWork,
@@ -155,7 +171,8 @@ impl State {
         backlog: &mut Backlog,
         visited: &mut Visited,
     ) {
-        let before = self.settled.take();
+        let rules = WorkRules::of(work);
+        let before = self.settled.get(&rules);
         let mut settled = HashMap::with_capacity(before.len());
         let inherited = self.configs.topic_defaults();
         for topic in self.topics.values() {
@@ -164,15 +181,14 @@ impl State {
                 // Key compaction rewrites these partitions its own way.
                 continue;
             }
-            let rules = Rules::of(work, config.segment_ms);
             for (n, p) in topic.partitions.iter().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
-                let mark = SettledAt {
-                    extents_version: p.extents_version.0,
-                    rules,
-                };
-                if before.get(&tp) == Some(&mark) {
-                    settled.insert(tp, mark);
+                let at = (p.extents_version.0, config.segment_ms);
+                if let Some(known) = before.get(&tp)
+                    && (known.extents_version, known.max_span_ms) == at
+                    && now_ms < known.until_ms
+                {
+                    settled.insert(tp, *known);
                     continue;
                 }
                 visited.weighed += 1;
@@ -180,14 +196,28 @@ impl State {
                 let chunks = self.chunks(work, p);
                 if work.merge_run(&chunks, now_ms, config.segment_ms).is_some() {
                     backlog.merge.push(tp);
-                } else if chunks.iter().all(|c| c.kind != ChunkKind::Merged) {
-                    // Only merged chunks age into a merge (rule 1); without
-                    // them the verdict holds until the extents change.
-                    settled.insert(tp, mark);
+                    continue;
                 }
+                // Only merged chunks make a verdict change with time: their
+                // runs merge once `merge_max_age_ms` old (rule 1).
+                let until_ms = chunks
+                    .iter()
+                    .filter(|c| c.kind == ChunkKind::Merged)
+                    .map(|c| c.oldest_appended_ms.saturating_add(work.merge_max_age_ms))
+                    .min()
+                    .unwrap_or(i64::MAX);
+                let (extents_version, max_span_ms) = at;
+                settled.insert(
+                    tp,
+                    SettledAt {
+                        extents_version,
+                        max_span_ms,
+                        until_ms,
+                    },
+                );
             }
         }
-        self.settled.put(settled);
+        self.settled.put(rules, settled);
     }
 
     /// A partition's extents as chunks: consecutive extents in one object.
@@ -209,33 +239,61 @@ impl State {
     }
 }
 
-/// The rules a merge verdict was found under: the work's (which objects are
-/// which kind, segment size, tiers) and the topic's `segment.ms`. Hashed:
-/// two rule sets colliding (one chance in 2^64) would only delay a merge
-/// until the partition's extents change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Rules(u64);
+/// The partitions with extents in an object, and how many each, by
+/// partition. Derived, never stored (rebuilt on load). A boxed slice of
+/// exactly its size, since most objects are segments of one partition; a
+/// count goes down to 0 as extents leave and stays there (the object goes
+/// when every count is 0).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Holders(Box<[(TopicPartition, u32)]>);
 
-impl Rules {
-    fn of(work: &CompactionWork, max_span_ms: i64) -> Rules {
-        let mut hasher = DefaultHasher::new();
-        (
-            &work.ingest_prefix,
-            &work.merged_prefix,
-            work.segment_bytes,
-            work.merge_max_chunks,
-            max_span_ms,
+impl Holders {
+    pub(super) fn of(counts: BTreeMap<TopicPartition, u64>) -> Holders {
+        Holders(
+            counts
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(tp, n)| (tp, u32::try_from(n).unwrap_or(u32::MAX)))
+                .collect(),
         )
-            .hash(&mut hasher);
-        Rules(hasher.finish())
+    }
+
+    /// One extent of `tp` left; false if `tp` held none.
+    pub(super) fn release(&mut self, tp: TopicPartition) -> bool {
+        match self.0.binary_search_by_key(&tp, |(held, _)| *held) {
+            Ok(at) if self.0[at].1 > 0 => {
+                self.0[at].1 -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The partitions holding extents, and how many each.
+    pub(super) fn counts(&self) -> impl Iterator<Item = (TopicPartition, u64)> + '_ {
+        self.0
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(tp, n)| (*tp, u64::from(*n)))
+    }
+
+    pub(super) fn partitions(&self) -> impl Iterator<Item = TopicPartition> + '_ {
+        self.counts().map(|(tp, _)| tp)
+    }
+
+    pub(super) fn total(&self) -> u64 {
+        self.counts().map(|(_, n)| n).sum()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct SettledAt {
-    extents_version: u64,
-    rules: Rules,
+/// Equal when they count the same extents (a count at 0 is no holder).
+impl PartialEq for Holders {
+    fn eq(&self, other: &Holders) -> bool {
+        self.counts().eq(other.counts())
+    }
 }
+
+impl Eq for Holders {}
 
 /// A count of extent changes since the state was loaded (see
 /// [`State::changing_partition`]). Derived and never stored, so not part of
@@ -252,23 +310,70 @@ impl PartialEq for ExtentsVersion {
 
 impl Eq for ExtentsVersion {}
 
-/// Partitions a pass found not worth merging and holding no merged chunk,
-/// so nothing but a change of their extents (or of the rules) can make
-/// them worth it: later passes skip them while their extents version is
-/// the same. A cache of what the state implies, not state: never stored,
-/// empty in a clone, equal to any other, and rebuilt by each pass (so it
-/// holds only partitions that exist). Two passes at once each start from
-/// what the last one left, or from nothing; either is right.
+/// What in a [`CompactionWork`] decides a partition's merges (which
+/// objects are which kind, segment size, tiers, age).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WorkRules {
+    ingest_prefix: String,
+    merged_prefix: String,
+    segment_bytes: u64,
+    merge_max_chunks: u32,
+    merge_max_age_ms: i64,
+}
+
+impl WorkRules {
+    fn of(work: &CompactionWork) -> WorkRules {
+        WorkRules {
+            ingest_prefix: work.ingest_prefix.clone(),
+            merged_prefix: work.merged_prefix.clone(),
+            segment_bytes: work.segment_bytes,
+            merge_max_chunks: work.merge_max_chunks,
+            merge_max_age_ms: work.merge_max_age_ms,
+        }
+    }
+}
+
+/// A partition found not worth merging: so it stays while its extents and
+/// its topic's `segment.ms` are the same, until `until_ms` (when a run of
+/// its merged chunks could be old enough to merge; never without them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SettledAt {
+    extents_version: u64,
+    max_span_ms: i64,
+    until_ms: i64,
+}
+
+/// Most sets of rules whose settled partitions are kept: agents asking
+/// with different rules (a configuration being rolled out) do not undo
+/// each other's.
+const RULES_KEPT: usize = 4;
+
+/// The partitions passes found not worth merging, under each of the last
+/// few rules asked with (see [`SettledAt`]). A cache of what the state
+/// implies, not state: never stored, empty in a clone, equal to any other,
+/// and rebuilt by each pass (so it holds only partitions that exist).
+/// Passes at once each start from what the last one left, which is never
+/// taken from them.
 #[derive(Default)]
-pub(super) struct Settled(Mutex<HashMap<TopicPartition, SettledAt>>);
+pub(super) struct Settled(Mutex<Vec<(WorkRules, Arc<SettledUnder>)>>);
+
+/// The partitions settled under one set of rules.
+type SettledUnder = HashMap<TopicPartition, SettledAt>;
 
 impl Settled {
-    fn take(&self) -> HashMap<TopicPartition, SettledAt> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    fn get(&self, rules: &WorkRules) -> Arc<SettledUnder> {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.iter()
+            .find(|(r, _)| r == rules)
+            .map(|(_, settled)| settled.clone())
+            .unwrap_or_default()
     }
 
-    fn put(&self, settled: HashMap<TopicPartition, SettledAt>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = settled;
+    fn put(&self, rules: WorkRules, settled: SettledUnder) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|(r, _)| *r != rules);
+        kept.insert(0, (rules, Arc::new(settled)));
+        kept.truncate(RULES_KEPT);
     }
 }
 
@@ -295,7 +400,7 @@ impl std::fmt::Debug for Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{CreateTopic, DeleteTopic, Trim};
+    use crate::ops::{AlterTopicConfigs, CreateTopic, DeleteTopic, Trim};
     use crate::types::{
         Commit, CommitBatch, ExtentPiece, ExtentRef, NewTopic, ReplaceExtents, ReplaceRuns,
         RunSwap, TopicId,
@@ -311,6 +416,19 @@ mod tests {
             segment_bytes: 4_000,
             merge_max_chunks: 3,
             merge_max_age_ms: 1_000,
+        }
+    }
+
+    /// Another agent's rules: other sizes, tiers, age and limits.
+    fn other_work() -> CompactionWork {
+        CompactionWork {
+            max_files: 5,
+            max_bytes: 700,
+            max_extents: 9,
+            segment_bytes: 2_500,
+            merge_max_chunks: 4,
+            merge_max_age_ms: 3_000,
+            ..work()
         }
     }
 
@@ -366,7 +484,23 @@ mod tests {
                         extents: run,
                     });
                 }
-                let chunks = state.chunks(work, p);
+                let mut chunks: Vec<(u64, Chunk)> = Vec::new();
+                for e in p.extents.values() {
+                    match chunks.last_mut() {
+                        Some((object, chunk)) if *object == e.object => {
+                            chunk.add(e.length, e.appended_ms);
+                        }
+                        _ => chunks.push((
+                            e.object,
+                            Chunk::of(
+                                work,
+                                &state.objects[&e.object].key,
+                                std::iter::once((e.length, e.appended_ms)),
+                            ),
+                        )),
+                    }
+                }
+                let chunks: Vec<Chunk> = chunks.into_iter().map(|(_, c)| c).collect();
                 if work.merge_run(&chunks, now_ms, config.segment_ms).is_some() && !config.compact {
                     backlog.merge.push(tp);
                 }
@@ -476,13 +610,14 @@ mod tests {
 
     #[test]
     fn the_backlog_is_what_walking_every_extent_finds() {
-        let work = work();
+        let works = [work(), other_work()];
+        let work = &works[0];
         let mut dice = Dice(7);
         let mut state = State::default();
         let mut topics = vec![create(&mut state, "a", 4, 1), create(&mut state, "b", 3, 2)];
         let mut next = 0u32;
         let mut answers = 0;
-        for step in 0..1_500 {
+        for step in 0..3_000 {
             next += 1;
             let tps: Vec<TopicPartition> = topics
                 .iter()
@@ -492,7 +627,7 @@ mod tests {
                 })
                 .collect();
             let tp = tps[dice.roll(tps.len() as u64) as usize];
-            match dice.roll(10) {
+            match dice.roll(14) {
                 0..=3 => {
                     let some: Vec<TopicPartition> =
                         tps.iter().copied().filter(|_| dice.roll(2) == 0).collect();
@@ -500,7 +635,7 @@ mod tests {
                 }
                 4 | 5 => {
                     // Move the first files' runs into a merged file.
-                    let backlog = state.backlog(&work, 0);
+                    let backlog = state.backlog(work, state.clock_ms);
                     let runs: Vec<RunSwap> = backlog
                         .runs
                         .iter()
@@ -523,7 +658,8 @@ mod tests {
                 6 | 7 => {
                     let from = dice.roll(4) as usize;
                     let count = 1 + dice.roll(3) as usize;
-                    let key = format!("segment/{step}-a{}-{next}", dice.roll(50_000));
+                    let oldest = state.clock_ms - dice.roll(5_000) as i64;
+                    let key = format!("segment/{step}-a{oldest}-{next}");
                     segment(
                         &mut state,
                         tp,
@@ -543,7 +679,29 @@ mod tests {
                         })
                         .unwrap();
                 }
-                _ if dice.roll(10) == 0 => {
+                9 => {
+                    // `segment.ms` and `cleanup.policy` come and go.
+                    let name = state.names_by_id[&tp.topic_id].clone();
+                    let (key, value) = match dice.roll(4) {
+                        0 => ("segment.ms", "2000"),
+                        1 => ("segment.ms", "20000"),
+                        2 => ("cleanup.policy", "compact"),
+                        _ => ("cleanup.policy", "delete"),
+                    };
+                    let mut alter = AlterTopicConfigs {
+                        name,
+                        set: BTreeMap::new(),
+                        delete: Vec::new(),
+                    };
+                    if dice.roll(3) == 0 {
+                        alter.delete.push(key.into());
+                    } else {
+                        alter.set.insert(key.into(), value.into());
+                    }
+                    state.apply(alter).unwrap();
+                }
+                10 | 11 => state.clock_ms += dice.roll(1_500) as i64,
+                12 if dice.roll(4) == 0 => {
                     // A topic goes, another comes.
                     let gone = topics.remove(0);
                     let name = state.names_by_id[&gone].clone();
@@ -558,9 +716,11 @@ mod tests {
                     state.check_invariants().unwrap();
                 }
             }
-            let now_ms = dice.roll(3_000) as i64;
-            let (found, _) = state.backlog_visiting(&work, now_ms);
-            assert_eq!(found, full_walk(&state, &work, now_ms), "step {step}");
+            // Agents ask with their own rules, at the leader's time.
+            let work = &works[dice.roll(4).min(1) as usize];
+            let now_ms = state.clock_ms + dice.roll(3_000) as i64;
+            let (found, _) = state.backlog_visiting(work, now_ms);
+            assert_eq!(found, full_walk(&state, work, now_ms), "step {step}");
             answers += !(found.runs.is_empty() && found.merge.is_empty()) as u32;
         }
         // The walk met work of both kinds, not only empty lists.
@@ -609,5 +769,42 @@ mod tests {
         // Each has 9 extents: read once for its run, once for merges.
         assert_eq!(warm.extents, 2 * 2 * 9);
         assert_eq!(next, full_walk(&state, &work, 5_000));
+    }
+
+    #[test]
+    fn a_settled_partition_is_weighed_again_when_its_rules_change() {
+        let work = work();
+        let mut state = State::default();
+        let t = create(&mut state, "t", 1, 1);
+        let tp = TopicPartition::new(t, 0);
+        let segment_ms = |state: &mut State, ms: &str| {
+            state
+                .apply(AlterTopicConfigs {
+                    name: "t".into(),
+                    set: BTreeMap::from([("segment.ms".to_string(), ms.to_string())]),
+                    delete: Vec::new(),
+                })
+                .unwrap()
+        };
+        segment_ms(&mut state, "5000");
+        // Three small segments of one tier, appended 10 s apart: they would
+        // merge (three of a tier) but for `segment.ms`.
+        for n in 0..3 {
+            state.clock_ms = n * 10_000;
+            commit(&mut state, &format!("ingest/{n}"), &[tp]);
+            let key = format!("segment/{n}-a{}-x", state.clock_ms);
+            segment(&mut state, tp, (n as usize, 1), 100, &key);
+        }
+        let now_ms = state.clock_ms;
+        let (settled, _) = state.backlog_visiting(&work, now_ms);
+        assert!(settled.merge.is_empty());
+        let (_, again) = state.backlog_visiting(&work, now_ms);
+        assert_eq!(again.weighed, 0, "settled");
+
+        segment_ms(&mut state, "60000");
+        let (found, visited) = state.backlog_visiting(&work, now_ms);
+        assert_eq!(visited.weighed, 1);
+        assert_eq!(found.merge, [tp]);
+        assert_eq!(found, full_walk(&state, &work, now_ms));
     }
 }
