@@ -1519,8 +1519,8 @@ impl State {
         size: u64,
         holders: BTreeMap<TopicPartition, u64>,
     ) {
+        let live_extents: u64 = holders.values().sum();
         let holders = backlog::Holders::of(holders);
-        let live_extents = holders.total();
         if live_extents == 0 {
             self.ledger.retire(&key, self.clock_ms);
             self.garbage.push(key);

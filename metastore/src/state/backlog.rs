@@ -13,8 +13,9 @@
 //!   change, its topic's `segment.ms` does, or its merged chunks are old
 //!   enough to merge by age (see [`Settled`]).
 //!
-//! So a pass costs a little per partition (a lookup) plus the extents of
-//! the partitions that changed or hold merged chunks.
+//! So a pass costs a little per partition (a hash lookup and insert, and
+//! its topic's configs once) plus the extents of the partitions that
+//! changed, or whose merged chunks have come of age.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -120,7 +121,9 @@ impl State {
                 })
                 .collect()
         } else {
+            let wrong = objects().find(|o| o.holders.total() != o.live_extents);
             tracing::error!(
+                key = wrong.map(|o| o.key.as_str()),
                 "an ingest file's holders do not count its extents: reading every partition"
             );
             self.topics
@@ -806,5 +809,56 @@ mod tests {
         assert_eq!(visited.weighed, 1);
         assert_eq!(found.merge, [tp]);
         assert_eq!(found, full_walk(&state, &work, now_ms));
+    }
+
+    #[test]
+    fn a_merged_chunk_is_weighed_again_when_it_could_merge_by_age() {
+        let work = work();
+        let mut state = State::default();
+        let t = create(&mut state, "t", 1, 1);
+        let tp = TopicPartition::new(t, 0);
+        state.clock_ms = 5_000;
+        commit(&mut state, "ingest/0", &[tp]);
+        let runs = state.backlog(&work, 5_000).runs;
+        let swaps = runs
+            .iter()
+            .map(|run| RunSwap {
+                partition: run.partition,
+                pieces: one_piece(&run.extents, 100),
+                replaced: run.extents.clone(),
+            })
+            .collect();
+        state
+            .apply(ReplaceRuns {
+                object_key: "merged/0".into(),
+                object_size: 100,
+                runs: swaps,
+                not_before_ms: state.clock_ms,
+            })
+            .unwrap();
+        // One small merged chunk, appended at 5,000: it merges at 6,000.
+        let due = 5_000 + work.merge_max_age_ms;
+        let (young, _) = state.backlog_visiting(&work, due - 500);
+        assert!(young.merge.is_empty());
+        let (_, before) = state.backlog_visiting(&work, due - 1);
+        assert_eq!(before.weighed, 0);
+        let (old, at) = state.backlog_visiting(&work, due);
+        assert_eq!(at.weighed, 1);
+        assert_eq!(old.merge, [tp]);
+    }
+
+    #[test]
+    fn holders_that_do_not_add_up_make_the_pass_read_every_partition() {
+        let work = work();
+        let mut state = State::default();
+        let t = create(&mut state, "t", 3, 1);
+        let tps: Vec<TopicPartition> = (0..3).map(|n| TopicPartition::new(t, n)).collect();
+        commit(&mut state, "ingest/0", &tps);
+        let id = state.ledger.live()["ingest/0"];
+        let object = state.objects.get_mut(&id).unwrap();
+        object.holders = Holders::of(BTreeMap::from([(tps[0], 1)]));
+        let (found, _) = state.backlog_visiting(&work, 0);
+        assert_eq!(found.runs.len(), 3);
+        assert_eq!(found, full_walk(&state, &work, 0));
     }
 }
