@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floe_compactor::sweep::sweep_orphans;
-use floe_compactor::{CompactionPolicy, Counters, Gc, Worker, compact_all};
+use floe_compactor::{CompactionPolicy, Counters, Gc, KeptLooks, Worker, compact_all};
 use floe_metastore::Metastore;
 use floe_storage::ObjectStore;
 use floe_storage::ids::{Ids, RandomIds};
@@ -97,6 +97,8 @@ impl Background {
             holder: holder.clone(),
             lease: COMPACTION_LEASE,
         };
+        // Compacted partitions' looks, kept from pass to pass.
+        let looks = KeptLooks::default();
         // Held across passes by renewing it; another agent takes over only
         // after the holder has missed a few passes (or at least half a minute).
         let maintenance_ttl_ms = (self.interval * 3)
@@ -151,6 +153,7 @@ impl Background {
                 &self.counters,
                 now_ms,
                 self.ids.as_ref(),
+                &looks,
             )
             .await
             {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::BytesMut;
-use floe_metastore::ops::Chunk;
+use floe_metastore::ops::{Chunk, LookSince};
 use floe_metastore::{
     Backlog, ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents,
     TopicId, TopicInfo, TopicPartition, now_ms,
@@ -495,7 +495,8 @@ pub struct Pass {
 /// for the same leases); then key compaction of compacted topics. A job or
 /// partition that fails is logged and counted, and the pass goes on.
 /// `now_ms` is the metastore's time (it decides when tombstones expire and
-/// when ingest files are old).
+/// when ingest files are old). `looks` keeps compacted partitions' looks
+/// from one pass to the next (the same for every pass of one compactor).
 #[allow(clippy::too_many_arguments)]
 pub async fn compact_all(
     store: &Arc<dyn ObjectStore>,
@@ -506,6 +507,7 @@ pub async fn compact_all(
     counters: &Counters,
     now_ms: i64,
     ids: &dyn Ids,
+    looks: &KeptLooks,
 ) -> Result<Pass, CompactError> {
     let mut pass = Pass::default();
     let topics = meta.topics().await?;
@@ -640,24 +642,41 @@ pub async fn compact_all(
         let at = start % keyed.len();
         keyed.rotate_left(at);
     }
+    let compacted: std::collections::HashSet<TopicPartition> = keyed
+        .iter()
+        .map(|(t, p)| TopicPartition::new(t.id, *p))
+        .collect();
+    looks.retain(|tp| compacted.contains(tp));
     for chunk in keyed.chunks(keyed::LOOKS_PER_REQUEST) {
-        let partitions = chunk
+        let asked = chunk
             .iter()
-            .map(|(t, p)| TopicPartition::new(t.id, *p))
+            .map(|(t, p)| {
+                let tp = TopicPartition::new(t.id, *p);
+                (tp, looks.mark(&tp))
+            })
             .collect();
-        let looks = match meta.partition_looks(partitions).await {
-            Ok(looks) => looks,
+        let answers = match meta.partition_looks_since(asked).await {
+            Ok(answers) => answers,
             Err(e) => {
                 counters.compaction_failures.inc();
                 tracing::warn!(error = %e, "looking at compacted partitions failed; they wait for the next pass");
                 continue;
             }
         };
-        for (&(topic, partition), look) in chunk.iter().zip(looks) {
+        for (&(topic, partition), answer) in chunk.iter().zip(answers) {
             let tp = TopicPartition::new(topic.id, partition);
-            let look = match look {
-                Ok(look) => (look.extents, look.last_stable_offset),
+            let look = match answer {
+                Ok(LookSince::Changed { look, mark }) => {
+                    looks.keep(tp, mark, &look);
+                    (look.extents, look.last_stable_offset)
+                }
+                Ok(LookSince::Unchanged) => match looks.look(&tp) {
+                    Some(look) => look,
+                    // Not kept after all: asked whole next pass.
+                    None => continue,
+                },
                 Err(e) => {
+                    looks.forget(&tp);
                     note(&mut pass, Err(MetaError::Refused(e).into()), counters, &tp);
                     continue;
                 }
@@ -764,7 +783,9 @@ async fn delete_all(store: &Arc<dyn ObjectStore>, keys: Vec<String>) -> Vec<Stri
 }
 
 mod counters;
+pub mod kept_looks;
 pub mod keyed;
+pub use kept_looks::KeptLooks;
 pub mod merge;
 pub mod retention;
 

@@ -63,6 +63,8 @@ struct Setup {
     meta: Arc<dyn Metastore>,
     a: TopicInfo,
     b: TopicInfo,
+    /// The compactor's looks, kept over its passes.
+    looks: KeptLooks,
 }
 
 async fn topic(meta: &Arc<dyn Metastore>, name: &str) -> TopicInfo {
@@ -117,7 +119,13 @@ async fn setup(files: usize) -> Setup {
         .await
         .unwrap();
     }
-    Setup { store, meta, a, b }
+    Setup {
+        store,
+        meta,
+        a,
+        b,
+        looks: KeptLooks::default(),
+    }
 }
 
 async fn read_values(s: &Setup, t: &TopicInfo) -> Vec<(i64, String)> {
@@ -186,6 +194,7 @@ async fn pass(s: &Setup, policy: &CompactionPolicy) -> Pass {
         &Counters::default(),
         now_ms,
         &RandomIds,
+        &s.looks,
     )
     .await
     .unwrap()
@@ -472,6 +481,7 @@ async fn an_unreadable_file_does_not_stop_the_job() {
         &counters,
         now_ms,
         &RandomIds,
+        &s.looks,
     )
     .await
     .unwrap();
@@ -488,7 +498,7 @@ async fn an_unreadable_file_does_not_stop_the_job() {
         || futures::StreamExt::count(s.store.list(Some(&ObjectPath::from("merged"))));
     let before = merged_files().await;
     let again = compact_all(
-        &s.store, &s.meta, &p, None, 0, &counters, now_ms, &RandomIds,
+        &s.store, &s.meta, &p, None, 0, &counters, now_ms, &RandomIds, &s.looks,
     )
     .await
     .unwrap();
@@ -733,6 +743,7 @@ async fn a_leased_job_is_left_to_its_holder() {
                 &Counters::default(),
                 now_ms,
                 &RandomIds,
+                &KeptLooks::default(),
             )
             .await
             .unwrap()
@@ -1082,4 +1093,100 @@ async fn steady_produce(records_per_pass: usize, value_bytes: usize) {
         .map(|(n, v)| (n as i64, v))
         .collect();
     assert_eq!(read, want);
+}
+
+/// Passes until one does nothing; how many did something.
+async fn passes_until_idle(s: &Setup, policy: &CompactionPolicy) -> usize {
+    for n in 0..50 {
+        let done = pass(s, policy).await;
+        if done.compacted.is_empty() && done.merged.is_empty() {
+            return n;
+        }
+    }
+    panic!("compaction never settled");
+}
+
+/// A compacted partition nothing changed costs a pass its look's mark: the
+/// metastore answers "unchanged", and the look kept from the last pass is
+/// judged again. New records change the mark, and are cleaned.
+#[tokio::test]
+async fn an_unchanged_compacted_partition_is_not_looked_at_again() {
+    use floe_metastore::ops::LookSince;
+    let s = setup(0).await;
+    let table = compacted_table(&s, &[]).await;
+    write_keyed(&s, &table, 6, 4).await;
+    let policy = CompactionPolicy {
+        min_extents: 1,
+        ..CompactionPolicy::default()
+    };
+    assert!(passes_until_idle(&s, &policy).await > 0);
+    let tp = TopicPartition::new(table.id, 0);
+    let kept = s.looks.mark(&tp).expect("the last pass kept its look");
+    let answers = s
+        .meta
+        .partition_looks_since(vec![(tp, Some(kept))])
+        .await
+        .unwrap();
+    assert_eq!(answers, vec![Ok(LookSince::Unchanged)]);
+    assert_eq!(s.looks.size().0, 1);
+
+    commit_records(
+        &s,
+        &table,
+        &[(Some("k0"), Some("new0")), (Some("k1"), Some("new1"))],
+    )
+    .await;
+    let answers = s
+        .meta
+        .partition_looks_since(vec![(tp, Some(kept))])
+        .await
+        .unwrap();
+    assert!(matches!(answers[..], [Ok(LookSince::Changed { .. })]));
+    assert!(passes_until_idle(&s, &policy).await > 0);
+    let values: Vec<String> = read_values(&s, &table)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(values, ["k2:26", "k3:27", "new0", "new1"]);
+    assert_ne!(s.looks.mark(&tp), Some(kept));
+}
+
+/// Kept looks stay within their limit: a look that does not fit is not
+/// kept, and its partition is looked at whole every pass.
+#[test]
+fn kept_looks_stay_within_their_limit() {
+    use floe_metastore::ops::{LookMark, PartitionLook};
+    let looks = KeptLooks::with_limit(3);
+    let mark = LookMark {
+        high_watermark: 1,
+        log_start_offset: 0,
+        extents: 2,
+        newest_object: 1,
+        last_stable_offset: 1,
+    };
+    let extent = ExtentRef {
+        base_offset: 0,
+        last_offset: 0,
+        max_timestamp: 0,
+        object_key: "segment/x".into(),
+        object_size: 1,
+        position: 0,
+        length: 1,
+        appended_ms: 0,
+    };
+    let look = |n: usize| PartitionLook {
+        extents: vec![extent.clone(); n],
+        last_stable_offset: 1,
+    };
+    let tp = |n: i32| TopicPartition::new(floe_metastore::TopicId::from_u128(1), n);
+    looks.keep(tp(0), mark, &look(2));
+    looks.keep(tp(1), mark, &look(2));
+    assert_eq!(looks.size(), (1, 2));
+    assert_eq!(looks.mark(&tp(1)), None);
+    // Replacing a look frees its extents first.
+    looks.keep(tp(0), mark, &look(3));
+    assert_eq!(looks.size(), (1, 3));
+    looks.retain(|p| *p != tp(0));
+    assert_eq!(looks.size(), (0, 0));
 }

@@ -350,6 +350,11 @@ metastore_api! {
     read fn partition_looks(partitions: Vec<TopicPartition>) -> PartitionLooks {
         PartitionLooks { partitions }
     }
+    /// As `partition_looks`, answering only what changed since the marks
+    /// given (see [`PartitionLooksSince`]).
+    read fn partition_looks_since(partitions: Vec<(TopicPartition, Option<LookMark>)>) -> PartitionLooksSince {
+        PartitionLooksSince { partitions }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

@@ -1057,6 +1057,23 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             ],
         }
         .into(),
+        PartitionLooksSince {
+            partitions: vec![
+                (TopicPartition::new(TOPIC, 0), None),
+                (
+                    TopicPartition::new(TOPIC, 1),
+                    Some(LookMark {
+                        high_watermark: 0,
+                        log_start_offset: 0,
+                        extents: 0,
+                        newest_object: 0,
+                        last_stable_offset: 0,
+                    }),
+                ),
+                (TopicPartition::new(TOPIC, 99), None),
+            ],
+        }
+        .into(),
     ];
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
@@ -1082,6 +1099,7 @@ const TXN_REQUESTS: &[&str] = &[
     "RegisterAgentListeners",
     "ListAgentsOn",
     "PartitionLooks",
+    "PartitionLooksSince",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

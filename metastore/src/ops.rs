@@ -412,6 +412,42 @@ pub struct PartitionLook {
     pub last_stable_offset: i64,
 }
 
+/// [`PartitionLooks`] for an asker that keeps its last looks: each
+/// partition comes with the [`LookMark`] of the look it holds, and one
+/// whose mark is the same is answered [`LookSince::Unchanged`], without its
+/// extents. So key compaction's pass costs the leader and the wire a mark
+/// per partition, and extents only for the partitions that changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionLooksSince {
+    pub partitions: Vec<(TopicPartition, Option<LookMark>)>,
+}
+
+/// What tells a partition's look from any later one, on any metastore
+/// node: every change of its extents moves its high watermark (a commit,
+/// or an extent extended), its log start (a trim), its count of extents
+/// (a swap that keeps fewer), or the newest object it holds (a swap's
+/// object is newer than every object before it); and the last stable
+/// offset moves with transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LookMark {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub extents: u64,
+    pub newest_object: u64,
+    pub last_stable_offset: i64,
+}
+
+/// One partition as [`PartitionLooksSince`] answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LookSince {
+    /// The asker's look is still the partition's.
+    Unchanged,
+    Changed {
+        look: PartitionLook,
+        mark: LookMark,
+    },
+}
+
 /// The agents a client of one listener is told about, at their addresses
 /// on it (see [`crate::agents::Agents::list_on`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

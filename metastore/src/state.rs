@@ -19,6 +19,21 @@ use crate::txn::{AbortedTxn, IssueProducerId, TxnEnd, TxnPhase, TxnView, Txns};
 use crate::types::*;
 
 mod backlog;
+mod looks;
+
+/// A value derived from the state and never stored, so not part of what a
+/// state is: any two compare equal, and a state read from a snapshot
+/// derives it afresh (see [`State::rebuild_derived`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Derived<T>(T);
+
+impl<T> PartialEq for Derived<T> {
+    fn eq(&self, _: &Derived<T>) -> bool {
+        true
+    }
+}
+
+impl<T> Eq for Derived<T> {}
 
 /// The log's entries, one variant per write in the order of their variant
 /// indices, which are part of the log's encoding (see `golden.rs`): append
@@ -411,7 +426,14 @@ struct Partition {
     /// compaction pass passes over a partition it found settled at this
     /// version (see [`backlog`]).
     #[serde(skip)]
-    extents_version: backlog::ExtentsVersion,
+    extents_version: Derived<u64>,
+    /// The newest object (the highest id) an extent of it was placed in
+    /// since the state was loaded, or of those it holds at load. Derived,
+    /// never stored: any change of its extents moves it, its high
+    /// watermark, its log start or its count of extents (see
+    /// [`crate::ops::LookMark`]).
+    #[serde(skip)]
+    newest_object: Derived<u64>,
 }
 
 impl Partition {
@@ -466,6 +488,7 @@ impl Partition {
                 (base_offset, false)
             }
             None => {
+                self.newest_object.0 = self.newest_object.0.max(object);
                 self.extents.insert(
                     base_offset,
                     Extent {
@@ -644,7 +667,7 @@ pub struct State {
     /// Extent changes counted since this state was loaded: the source of
     /// partitions' `extents_version`.
     #[serde(skip)]
-    extent_changes: backlog::ExtentsVersion,
+    extent_changes: Derived<u64>,
     /// The partitions compaction found not worth merging (see [`backlog`]).
     #[serde(skip)]
     settled: backlog::Settled,
@@ -759,7 +782,8 @@ impl State {
     /// - A partition's extents are contiguous, end at its high watermark, and
     ///   the first holds its log start (or there are none and the log is empty).
     /// - Each object's live count is the number of extents pointing into it,
-    ///   and its holders count them by partition.
+    ///   and its holders count them by partition; a partition's newest
+    ///   object is at least each of its extents' objects.
     /// - Live objects and the ledger's live keys are the same, one key each.
     /// - No live key is on the GC list; every key on it awaits collection.
     /// - Idempotent producers' windows stay bounded.
@@ -784,6 +808,11 @@ impl State {
                         return Err(format!("{at}: gap or overlap before {}", e.base_offset));
                     }
                     next = Some(e.last_offset + 1);
+                    if e.object > p.newest_object.0 {
+                        return Err(format!(
+                            "{at}: extent at {base} newer than its newest object"
+                        ));
+                    }
                     *pointing.entry(e.object).or_default().entry(tp).or_default() += 1;
                     if !self.objects.contains_key(&e.object) {
                         return Err(format!("{at}: extent at {base} points at no object"));
@@ -1488,6 +1517,9 @@ impl State {
             .map(|e| e.object)
             .collect();
         let kept = pieces.len() as u64;
+        if kept > 0 {
+            partition.newest_object.0 = partition.newest_object.0.max(object);
+        }
         for piece in pieces {
             partition.extents.insert(
                 piece.base_offset,
@@ -1606,15 +1638,17 @@ impl State {
     }
 
     /// Rebuilds what the state derives and never stores (each object's
-    /// holders), after it is read from a snapshot.
+    /// holders, each partition's newest object), after it is read from a
+    /// snapshot.
     pub(crate) fn rebuild_derived(&mut self) {
         let mut holders: BTreeMap<u64, BTreeMap<TopicPartition, u64>> = BTreeMap::new();
-        for topic in self.topics.values() {
-            for (n, p) in topic.partitions.iter().enumerate() {
+        for topic in self.topics.values_mut() {
+            for (n, p) in topic.partitions.iter_mut().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
                 for e in p.extents.values() {
                     *holders.entry(e.object).or_default().entry(tp).or_default() += 1;
                 }
+                p.newest_object.0 = p.extents.values().map(|e| e.object).max().unwrap_or(0);
             }
         }
         for (id, object) in &mut self.objects {
@@ -2609,23 +2643,6 @@ impl Query for ClientMetricsIfChanged {
             true => (version, None),
             false => (version, Some(state.configs.client_metrics())),
         })
-    }
-}
-
-impl Query for PartitionLooks {
-    type Output = Vec<Result<PartitionLook, Refusal>>;
-    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
-        Ok(self
-            .partitions
-            .into_iter()
-            .map(|p| {
-                let at = state.partition(p.topic_id, p.partition)?;
-                Ok(PartitionLook {
-                    extents: at.extents.values().map(|e| state.extent_ref(e)).collect(),
-                    last_stable_offset: at.last_stable(),
-                })
-            })
-            .collect())
     }
 }
 

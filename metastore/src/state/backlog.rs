@@ -298,21 +298,6 @@ impl PartialEq for Holders {
 
 impl Eq for Holders {}
 
-/// A count of extent changes since the state was loaded (see
-/// [`State::changing_partition`]). Derived and never stored, so not part of
-/// what a state is: any two compare equal, and a state read from a snapshot
-/// counts again from 0, with an empty [`Settled`] (all that reads it).
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct ExtentsVersion(pub(super) u64);
-
-impl PartialEq for ExtentsVersion {
-    fn eq(&self, _: &ExtentsVersion) -> bool {
-        true
-    }
-}
-
-impl Eq for ExtentsVersion {}
-
 /// What in a [`CompactionWork`] decides a partition's merges (which
 /// objects are which kind, segment size, tiers, age).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -403,7 +388,11 @@ impl std::fmt::Debug for Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{AlterTopicConfigs, CreateTopic, DeleteTopic, Trim};
+    use crate::api::Query;
+    use crate::ops::{
+        AlterTopicConfigs, CreateTopic, DeleteTopic, LookSince, PartitionLooks,
+        PartitionLooksSince, Trim,
+    };
     use crate::types::{
         Commit, CommitBatch, ExtentPiece, ExtentRef, NewTopic, ReplaceExtents, ReplaceRuns,
         RunSwap, TopicId,
@@ -611,6 +600,16 @@ mod tests {
             .unwrap();
     }
 
+    fn partitions_of(state: &State, topics: &[TopicId]) -> Vec<TopicPartition> {
+        topics
+            .iter()
+            .flat_map(|t| {
+                let p = &state.topics[&state.names_by_id[t]].partitions;
+                (0..p.len() as i32).map(|n| TopicPartition::new(*t, n))
+            })
+            .collect()
+    }
+
     #[test]
     fn the_backlog_is_what_walking_every_extent_finds() {
         let works = [work(), other_work()];
@@ -620,15 +619,11 @@ mod tests {
         let mut topics = vec![create(&mut state, "a", 4, 1), create(&mut state, "b", 3, 2)];
         let mut next = 0u32;
         let mut answers = 0;
+        let (mut looks, mut marks) = (BTreeMap::new(), BTreeMap::new());
+        let mut unchanged = 0;
         for step in 0..3_000 {
             next += 1;
-            let tps: Vec<TopicPartition> = topics
-                .iter()
-                .flat_map(|t| {
-                    let p = &state.topics[&state.names_by_id[t]].partitions;
-                    (0..p.len() as i32).map(|n| TopicPartition::new(*t, n))
-                })
-                .collect();
+            let tps = partitions_of(&state, &topics);
             let tp = tps[dice.roll(tps.len() as u64) as usize];
             match dice.roll(14) {
                 0..=3 => {
@@ -719,6 +714,31 @@ mod tests {
                     state.check_invariants().unwrap();
                 }
             }
+            // A compactor that keeps its looks sees every partition as it is.
+            let tps = partitions_of(&state, &topics);
+            let asked = PartitionLooksSince {
+                partitions: tps.iter().map(|tp| (*tp, marks.get(tp).copied())).collect(),
+            };
+            let fresh = PartitionLooks {
+                partitions: tps.clone(),
+            }
+            .query(&state, 0)
+            .unwrap();
+            let since = asked.query(&state, 0).unwrap();
+            for ((tp, fresh), since) in tps.iter().zip(fresh).zip(since) {
+                let fresh = fresh.unwrap();
+                match since.unwrap() {
+                    LookSince::Unchanged => {
+                        assert_eq!(looks[tp], fresh, "step {step}");
+                        unchanged += 1;
+                    }
+                    LookSince::Changed { look, mark } => {
+                        assert_eq!(look, fresh);
+                        looks.insert(*tp, look);
+                        marks.insert(*tp, mark);
+                    }
+                }
+            }
             // Agents ask with their own rules, at the leader's time.
             let work = &works[dice.roll(4).min(1) as usize];
             let now_ms = state.clock_ms + dice.roll(3_000) as i64;
@@ -726,8 +746,10 @@ mod tests {
             assert_eq!(found, full_walk(&state, work, now_ms), "step {step}");
             answers += !(found.runs.is_empty() && found.merge.is_empty()) as u32;
         }
-        // The walk met work of both kinds, not only empty lists.
+        // The walk met work of both kinds, not only empty lists; and most
+        // looks were unchanged.
         assert!(answers > 500, "{answers}");
+        assert!(unchanged > 5_000, "{unchanged}");
     }
 
     #[test]
