@@ -1071,6 +1071,17 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
                     }),
                 ),
                 (TopicPartition::new(TOPIC, 99), None),
+                // The sample partition as it is: unchanged.
+                (
+                    TopicPartition::new(TOPIC, 0),
+                    Some(LookMark {
+                        high_watermark: 12,
+                        log_start_offset: 2,
+                        extents: 3,
+                        newest_object: 6,
+                        last_stable_offset: 12,
+                    }),
+                ),
             ],
         }
         .into(),

@@ -424,10 +424,11 @@ pub struct PartitionLooksSince {
 
 /// What tells a partition's look from any later one, on any metastore
 /// node: every change of its extents moves its high watermark (a commit,
-/// or an extent extended), its log start (a trim), its count of extents
-/// (a swap that keeps fewer), or the newest object it holds (a swap's
-/// object is newer than every object before it); and the last stable
-/// offset moves with transactions.
+/// or an extent extended: batches hold at least one record), its log start
+/// (a trim), or the newest object it holds (a swap's object is newer than
+/// every object before it, and a swap keeps at least its last piece, which
+/// only a later swap or a trim removes); the count of extents and the last
+/// stable offset are belts to those braces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LookMark {
     pub high_watermark: i64,

@@ -808,9 +808,9 @@ impl State {
                         return Err(format!("{at}: gap or overlap before {}", e.base_offset));
                     }
                     next = Some(e.last_offset + 1);
-                    if e.object > p.newest_object.0 {
+                    if e.object > p.newest_object.0 || p.newest_object.0 >= self.next_object {
                         return Err(format!(
-                            "{at}: extent at {base} newer than its newest object"
+                            "{at}: extent at {base} newer than its newest object, or that never issued"
                         ));
                     }
                     *pointing.entry(e.object).or_default().entry(tp).or_default() += 1;
