@@ -134,8 +134,9 @@ def test_segment_ms_and_dirty_ratio_make_compaction_prompt(make_agent):
 
 def test_idle_compacted_partitions_cost_a_request_per_pass(peer_agents):
     """Key compaction looks at every compacted partition in a few batched
-    metastore requests per pass (PartitionLooks, 64 partitions each), not
-    three requests for each partition."""
+    metastore requests per pass (PartitionLooksSince, 64 partitions each),
+    not three requests for each partition; and an idle partition's look is
+    the one kept from the last pass (the metastore sends no extents)."""
     from test_metrics import metric, metric_sum
     (agent,) = peer_agents(1, "--compaction-interval", "500ms")
     admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
@@ -153,11 +154,21 @@ def test_idle_compacted_partitions_cost_a_request_per_pass(peer_agents):
             metric(before, "floe_metastore_requests_total", op=op)
     total = metric_sum(after, "floe_metastore_requests_total") - \
         metric_sum(before, "floe_metastore_requests_total")
-    looks = asked("PartitionLooks")
+    looks = asked("PartitionLooksSince")
     per_partition = asked("Offsets") + asked("PlanRead") + asked("FindOffset")
+
+    def counted(name):
+        return metric(after, name) - metric(before, name)
+    kept = counted("floe_compaction_looks_kept_total")
+    sent = counted("floe_compaction_looks_sent_total")
     print(f"5 s of passes over 300 idle compacted partitions: {total:.0f} metastore requests, "
-          f"{looks:.0f} PartitionLooks, {per_partition:.0f} per-partition reads")
+          f"{looks:.0f} PartitionLooksSince, {per_partition:.0f} per-partition reads, "
+          f"{kept:.0f} looks kept, {sent:.0f} sent")
     assert per_partition == 0
+    assert asked("PartitionLooks") == 0
+    # Every pass judged every partition; nothing changed, so from kept looks.
+    assert kept >= 300 * 5
+    assert sent == 0
     # About 10 passes, 5 looks each (300 partitions in chunks of 64).
     assert 15 <= looks <= 80
     assert total < 1000, "not a request per partition per pass"

@@ -13,6 +13,11 @@ pub struct Counters {
     pub retention_failures: Counter,
     /// Stored batches key compaction could not decode and kept as they were.
     pub undecodable_batches: Counter,
+    /// Compacted partitions a pass judged from the look it kept (the
+    /// metastore answered that nothing changed), and those whose look the
+    /// metastore sent.
+    pub looks_kept: Counter,
+    pub looks_sent: Counter,
 }
 
 impl Counters {
@@ -31,6 +36,16 @@ impl Counters {
             "undecodable_batches",
             "Stored record batches key compaction could not decode (kept as they were)",
             self.undecodable_batches.clone(),
+        );
+        registry.register(
+            "compaction_looks_kept",
+            "Compacted partitions key compaction judged from the look it kept (unchanged since)",
+            self.looks_kept.clone(),
+        );
+        registry.register(
+            "compaction_looks_sent",
+            "Compacted partitions whose extents the metastore sent key compaction (new or changed)",
+            self.looks_sent.clone(),
         );
     }
 }

@@ -667,11 +667,15 @@ pub async fn compact_all(
             let tp = TopicPartition::new(topic.id, partition);
             let look = match answer {
                 Ok(LookSince::Changed { look, mark }) => {
+                    counters.looks_sent.inc();
                     looks.keep(tp, mark, &look);
                     (look.extents, look.last_stable_offset)
                 }
                 Ok(LookSince::Unchanged) => match looks.look(&tp) {
-                    Some(look) => look,
+                    Some(look) => {
+                        counters.looks_kept.inc();
+                        look
+                    }
                     // Not kept after all: asked whole next pass.
                     None => continue,
                 },
