@@ -368,5 +368,6 @@ pub fn refusal_error(refusal: &Refusal) -> ResponseError {
         Refusal::InvalidTxnTimeout(_) => ResponseError::InvalidTransactionTimeout,
         Refusal::TxnLimit(_) => ResponseError::InvalidRequest,
         Refusal::InvalidConfig(_) => ResponseError::InvalidConfig,
+        Refusal::InvalidBatch(_) => ResponseError::CorruptMessage,
     }
 }

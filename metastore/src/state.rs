@@ -1129,6 +1129,14 @@ impl State {
         now_ms: i64,
     ) -> Result<(i64, bool), Refusal> {
         let tp = TopicPartition::new(batch.topic_id, batch.partition);
+        if batch.record_count < 1 {
+            // It would leave an extent ending before it begins, or move the
+            // high watermark back over offsets already given.
+            return Err(Refusal::InvalidBatch(format!(
+                "{} records",
+                batch.record_count
+            )));
+        }
         let producer_id = batch.producer_id;
         // For a transactional batch: whether its transaction has data here yet.
         let mut first_of_txn = false;
@@ -2946,6 +2954,24 @@ mod tests {
             Ok(r) => r,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A batch of no records (or fewer) would move the high watermark back
+    /// over offsets already given: refused, and the rest of its commit goes on.
+    #[test]
+    fn a_batch_of_no_records_is_refused() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        commit(&mut s, "o1", vec![batch(t, 0, 0, 3)]);
+        let r = commit(
+            &mut s,
+            "o2",
+            vec![batch(t, 0, 0, 0), batch(t, 0, 100, -5), batch(t, 0, 200, 2)],
+        );
+        assert!(matches!(r[0], Err(Refusal::InvalidBatch(_))), "{r:?}");
+        assert!(matches!(r[1], Err(Refusal::InvalidBatch(_))), "{r:?}");
+        assert_eq!(r[2], Ok(3));
+        assert_eq!(s.offsets(t, 0).unwrap().high_watermark, 5);
     }
 
     #[test]

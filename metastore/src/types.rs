@@ -280,6 +280,11 @@ pub enum Refusal {
     /// `crate::dynamic_config`).
     #[error("{0}")]
     InvalidConfig(String),
+    /// CORRUPT_MESSAGE: a batch the sequencer cannot place as described (of
+    /// no records): agents check what they upload, and the sequencer, which
+    /// alone decides offsets, does not take their word for it.
+    #[error("invalid batch: {0}")]
+    InvalidBatch(String),
 }
 
 /// Why a metastore call failed: refused by the metastore (see [`Refusal`]),
