@@ -14,22 +14,27 @@ use floe_metastore::{ExtentRef, TopicPartition};
 /// partition is looked at whole every pass, as without the cache.
 pub const MAX_KEPT_EXTENTS: usize = 65_536;
 
-#[derive(Default)]
 pub struct KeptLooks(Mutex<Kept>);
 
-#[derive(Default)]
 struct Kept {
     looks: HashMap<TopicPartition, (LookMark, PartitionLook)>,
     extents: usize,
-    limit: Option<usize>,
+    limit: usize,
+}
+
+impl Default for KeptLooks {
+    fn default() -> KeptLooks {
+        KeptLooks::with_limit(MAX_KEPT_EXTENTS)
+    }
 }
 
 impl KeptLooks {
     /// Keeping at most `limit` extents (tests; [`MAX_KEPT_EXTENTS`] otherwise).
     pub fn with_limit(limit: usize) -> KeptLooks {
         KeptLooks(Mutex::new(Kept {
-            limit: Some(limit),
-            ..Kept::default()
+            looks: HashMap::new(),
+            extents: 0,
+            limit,
         }))
     }
 
@@ -55,8 +60,7 @@ impl KeptLooks {
     pub fn keep(&self, tp: TopicPartition, mark: LookMark, look: &PartitionLook) {
         let mut kept = self.kept();
         kept.forget(&tp);
-        let limit = kept.limit.unwrap_or(MAX_KEPT_EXTENTS);
-        if kept.extents + look.extents.len() <= limit {
+        if kept.extents + look.extents.len() <= kept.limit {
             kept.extents += look.extents.len();
             kept.looks.insert(tp, (mark, look.clone()));
         }

@@ -1128,7 +1128,7 @@ impl State {
         object: u64,
         now_ms: i64,
     ) -> Result<(i64, bool), Refusal> {
-        let tp = TopicPartition::new(batch.topic_id, batch.partition);
+        let tp = batch.partition_of();
         if batch.record_count < 1 {
             // It would leave an extent ending before it begins, or move the
             // high watermark back over offsets already given.
@@ -1250,7 +1250,7 @@ impl State {
     ) -> Result<(Vec<i64>, Vec<TopicPartition>), Refusal> {
         let tps: BTreeSet<TopicPartition> = markers
             .iter()
-            .map(|&at| TopicPartition::new(batches[at].batch.topic_id, batches[at].batch.partition))
+            .map(|&at| batches[at].batch.partition_of())
             .collect();
         if tps.len() != markers.len() {
             return Err(Refusal::InvalidTxnState(

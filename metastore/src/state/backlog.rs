@@ -18,9 +18,8 @@
 //! changed, or whose merged chunks have come of age.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-
 use std::ops::Bound;
+use std::sync::{Arc, Mutex};
 
 use super::{Partition, State};
 use crate::ops::{Chunk, ChunkKind, CompactionWork};
