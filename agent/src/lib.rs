@@ -16,6 +16,7 @@ pub mod handlers;
 pub mod listeners;
 pub mod metrics;
 pub mod oauthbearer;
+pub mod order;
 pub mod quotas;
 pub mod read;
 pub mod refresher;

@@ -1,8 +1,10 @@
 //! The Kafka listener and one task per connection.
 //!
 //! Clients pipeline requests (librdkafka keeps up to 5 in flight), and a
-//! produce waits for the next flush, so requests of one connection are handled
-//! concurrently while their responses are written strictly in request order.
+//! produce waits for the next flush, so some requests of one connection are
+//! handled concurrently: only those whose effects no client can see the
+//! order of (see [`crate::order`]); the rest wait for what came before them.
+//! Responses are written strictly in request order.
 //!
 //! What connections can hold is bounded: the bytes of requests being read
 //! come from the agent-wide request budget ([`crate::frames`]) until the
@@ -39,12 +41,13 @@ use crate::broker::Broker;
 use crate::budget::{Held, Turn};
 use crate::frames::FrameReader;
 use crate::handlers;
+use crate::order::{Effect, Running};
 
 /// Requests of one connection handled at once before reading pauses: enough
 /// for producers that pipeline behind a flush.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
-/// Of those, requests other than Produce (Kafka handles one request per
-/// connection at a time; a few let a consumer's heartbeat pass its fetch).
+/// Of those, requests other than produces and offset commits (reads that
+/// run beside each other; anything else runs alone).
 pub const MAX_OTHER_IN_FLIGHT_PER_CONNECTION: usize = 4;
 
 /// Bytes of OffsetCommit requests a connection has in flight (until their
@@ -277,9 +280,7 @@ where
     let reauth = broker.config.connections_max_reauth;
     let mut session_expires =
         (!session_lifetime_now.is_zero()).then(|| Instant::now() + session_lifetime_now);
-    let mut in_flight = FuturesOrdered::new();
-    let mut others = 0usize;
-    let mut commits_in_flight = 0usize;
+    let mut in_flight = InFlight::default();
     let mut reading = true;
     let mut last_active = Instant::now();
     'serving: loop {
@@ -287,11 +288,7 @@ where
             break;
         }
         let muted = mute.until();
-        let can_read = reading
-            && muted.is_none()
-            && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION
-            && others < MAX_OTHER_IN_FLIGHT_PER_CONNECTION
-            && commits_in_flight < MAX_COMMIT_BYTES_IN_FLIGHT_PER_CONNECTION;
+        let can_read = reading && muted.is_none() && in_flight.has_room();
         tokio::select! {
             next = frames.next(), if can_read => {
                 last_active = Instant::now();
@@ -314,23 +311,8 @@ where
                                 {
                                     last_reauth = Some(Instant::now());
                                     drop(frame.held);
-                                    while let Some((pipelined, commit_bytes, response)) = in_flight.next().await {
-                                        let (pipelined, commit_bytes, response): (bool, usize, Encoded) =
-                                            (pipelined, commit_bytes, response);
-                                        others -= usize::from(!pipelined);
-                                        commits_in_flight -= commit_bytes;
-                                        match response {
-                                            Ok(Some((bytes, held))) => {
-                                                let written = write_progressing(&mut write, &bytes, stall).await?;
-                                                drop(held);
-                                                if !written {
-                                                    tracing::warn!(%peer, "closing connection: the client stopped reading its response");
-                                                    break 'serving;
-                                                }
-                                            }
-                                            Ok(None) => {}
-                                            Err(()) => break 'serving,
-                                        }
+                                    if !in_flight.write_all(&mut write, peer, stall).await? {
+                                        break 'serving;
                                     }
                                     let again = authenticate(
                                             &mut frames,
@@ -372,21 +354,21 @@ where
                                 {
                                     session.software = crate::authorizer::ClientSoftware::of(req);
                                 }
-                                // Produces and commits are pipelined (up to
-                                // MAX_IN_FLIGHT_PER_CONNECTION), the rest bounded
-                                // tighter. Commits wait in the connection's lane,
-                                // maybe behind a long JoinGroup: what they hold is
+                                // In the order sent: what this request may not
+                                // pass is done (and answered) before it starts.
+                                let effect = Effect::of(&decoded);
+                                if !in_flight.write_until_free(effect, &mut write, peer, stall).await? {
+                                    break 'serving;
+                                }
+                                // Commits wait in the connection's lane, maybe
+                                // behind a long JoinGroup: what they hold is
                                 // counted here, not lent from the agent's budget.
-                                let commit = is_api(&decoded, ApiKey::OffsetCommit);
-                                let pipelined = commit || is_api(&decoded, ApiKey::Produce);
-                                let commit_bytes = if commit { frame_len } else { 0 };
-                                others += usize::from(!pipelined);
-                                commits_in_flight += commit_bytes;
+                                let commit_bytes = if effect == Effect::Commits { frame_len } else { 0 };
                                 let pending = admit(broker.clone(), decoded, &turn, &lane, &session, &mute).await;
                                 // Admitted: produced batches are now the produce
                                 // buffer's to count, the rest is small.
                                 drop(frame.held);
-                                in_flight.push_back(async move { (pipelined, commit_bytes, pending.await) });
+                                in_flight.push(effect, commit_bytes, pending);
                             }
                             Err(e) => {
                                 tracing::warn!(%peer, error = %e, "closing connection: undecodable request");
@@ -404,26 +386,11 @@ where
                     lane.close();
                 }
             }
-            Some((pipelined, commit_bytes, response)) = in_flight.next() => {
-                others -= usize::from(!pipelined);
-                commits_in_flight -= commit_bytes;
-                match response {
-                    Ok(Some((bytes, held))) => {
-                        // A client that does not read its responses holds
-                        // their memory (and budget) only this long.
-                        let written = write_progressing(&mut write, &bytes, stall).await;
-                        drop(held);
-                        if !written? {
-                            tracing::warn!(%peer, "closing connection: the client stopped reading its response");
-                            break;
-                        }
-                        last_active = Instant::now();
-                    }
-                    Ok(None) => {}
-                    // A response that cannot be encoded would leave the client
-                    // waiting forever; closing makes it retry elsewhere.
-                    Err(()) => break,
+            Some(response) = in_flight.next() => {
+                if !write_response(&mut write, response, peer, stall).await? {
+                    break;
                 }
+                last_active = Instant::now();
             }
             // A throttled client's next request is read when its mute ends.
             // (A future that makes no timer unless polled: it is built on
@@ -731,6 +698,120 @@ async fn write_progressing(
         Ok(Ok(())) => Ok(true),
         Ok(Err(e)) => Err(e),
         Err(_) => Ok(false),
+    }
+}
+
+/// A connection's requests started and not yet answered, answered in the
+/// order they came, and what they may let start beside them (see
+/// [`crate::order`]).
+#[derive(Default)]
+struct InFlight {
+    responses: FuturesOrdered<BoxFuture<'static, Finished>>,
+    running: Running,
+    /// Bytes of the OffsetCommit requests among them.
+    commit_bytes: usize,
+}
+
+/// A request whose handling is done, and its response.
+struct Finished {
+    effect: Effect,
+    commit_bytes: usize,
+    response: Encoded,
+}
+
+impl InFlight {
+    fn push(&mut self, effect: Effect, commit_bytes: usize, pending: Responding) {
+        self.running.start(effect);
+        self.commit_bytes += commit_bytes;
+        self.responses.push_back(Box::pin(async move {
+            Finished {
+                effect,
+                commit_bytes,
+                response: pending.await,
+            }
+        }));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.responses.is_empty()
+    }
+
+    /// Whether another request may be read: produces and commits are
+    /// pipelined (up to [`MAX_IN_FLIGHT_PER_CONNECTION`]), the rest bounded
+    /// tighter, and commits by their bytes.
+    fn has_room(&self) -> bool {
+        self.responses.len() < MAX_IN_FLIGHT_PER_CONNECTION
+            && self.running.others() < MAX_OTHER_IN_FLIGHT_PER_CONNECTION
+            && self.commit_bytes < MAX_COMMIT_BYTES_IN_FLIGHT_PER_CONNECTION
+    }
+
+    /// The next request done, in request order.
+    async fn next(&mut self) -> Option<Finished> {
+        let finished = self.responses.next().await?;
+        self.running.finish(finished.effect);
+        self.commit_bytes -= finished.commit_bytes;
+        Some(finished)
+    }
+
+    /// Writes responses, in order, until a request of `effect` may start;
+    /// false if the connection is to close.
+    async fn write_until_free(
+        &mut self,
+        effect: Effect,
+        write: &mut (impl AsyncWrite + Unpin),
+        peer: SocketAddr,
+        stall: std::time::Duration,
+    ) -> std::io::Result<bool> {
+        while self.running.holds_back(effect) {
+            let Some(finished) = self.next().await else {
+                break;
+            };
+            if !write_response(write, finished, peer, stall).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes every response in flight; false if the connection is to close.
+    async fn write_all(
+        &mut self,
+        write: &mut (impl AsyncWrite + Unpin),
+        peer: SocketAddr,
+        stall: std::time::Duration,
+    ) -> std::io::Result<bool> {
+        while let Some(finished) = self.next().await {
+            if !write_response(write, finished, peer, stall).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Writes a finished request's response, if it has one; false if the
+/// connection is to close (its client stopped reading, or the response
+/// could not be encoded, which would leave the client waiting forever:
+/// closing makes it retry elsewhere).
+async fn write_response(
+    write: &mut (impl AsyncWrite + Unpin),
+    finished: Finished,
+    peer: SocketAddr,
+    stall: std::time::Duration,
+) -> std::io::Result<bool> {
+    match finished.response {
+        Ok(Some((bytes, held))) => {
+            // A client that does not read its responses holds their
+            // memory (and budget) only this long.
+            let written = write_progressing(write, &bytes, stall).await?;
+            drop(held);
+            if !written {
+                tracing::warn!(%peer, "closing connection: the client stopped reading its response");
+            }
+            Ok(written)
+        }
+        Ok(None) => Ok(true),
+        Err(()) => Ok(false),
     }
 }
 

@@ -1,0 +1,304 @@
+//! Whole agents in this process, over an in-memory metastore and object
+//! store, each serving Kafka on a loopback port of its own; and a raw
+//! Kafka connection to talk to them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use floe_agent::broker::Broker;
+use floe_agent::config::Config;
+use floe_metastore::{LocalMetastore, Metastore, NewTopic, TopicInfo};
+use floe_protocol::client::Connection;
+use floe_protocol::kafka_protocol::messages::*;
+use floe_protocol::kafka_protocol::protocol::StrBytes;
+use floe_storage::ObjectStore;
+use tokio::task::JoinHandle;
+
+pub struct TestAgent {
+    pub address: String,
+    serving: JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.serving.abort();
+    }
+}
+
+pub async fn metastore() -> Arc<dyn Metastore> {
+    Arc::new(
+        LocalMetastore::in_memory()
+            .await
+            .expect("in-memory metastore"),
+    )
+}
+
+pub fn memory_store() -> Arc<dyn ObjectStore> {
+    Arc::new(object_store::memory::InMemory::new())
+}
+
+/// An agent with test defaults (a 5 ms flush, no cache ring; no background job runs).
+pub async fn agent(meta: &Arc<dyn Metastore>, store: &Arc<dyn ObjectStore>) -> TestAgent {
+    agent_with(meta, store, |_| {}).await
+}
+
+/// An agent with test defaults changed by `tweak`.
+pub async fn agent_with(
+    meta: &Arc<dyn Metastore>,
+    store: &Arc<dyn ObjectStore>,
+    tweak: impl FnOnce(&mut Config),
+) -> TestAgent {
+    let socket = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let mut config = Config {
+        listen: socket.local_addr().expect("bound"),
+        admin_listen: "127.0.0.1:0".parse().expect("an address"),
+        data_dir: dir.path().to_path_buf(),
+        flush_interval: Duration::from_millis(5),
+        cache_ring: false,
+        cache_bytes: bytesize::ByteSize::mib(64),
+        ..Config::default()
+    };
+    tweak(&mut config);
+    let listeners = floe_agent::listeners::resolve(&config).expect("listeners");
+    let endpoints: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
+    config.node_id = floe_agent::discovery::register(meta.as_ref(), endpoints, None)
+        .await
+        .expect("registered");
+    let metrics = Arc::new(floe_agent::metrics::Metrics::new());
+    let broker = Arc::new(
+        Broker::new(config, meta.clone(), store.clone(), metrics)
+            .await
+            .expect("an agent"),
+    );
+    let listener = broker.listeners[0].clone();
+    let open = Arc::new(floe_agent::server::Open::default());
+    let serving = tokio::spawn({
+        let broker = broker.clone();
+        async move {
+            let _ = floe_agent::server::serve(socket, listener, broker, None, open).await;
+        }
+    });
+    TestAgent {
+        address: format!("127.0.0.1:{}", broker.advertised_port),
+        serving,
+        _dir: dir,
+    }
+}
+
+impl TestAgent {
+    pub async fn connect(&self) -> Connection {
+        Connection::connect(&self.address, "floe-test")
+            .await
+            .expect("connected")
+    }
+}
+
+pub async fn create_topic(meta: &Arc<dyn Metastore>, name: &str, partitions: i32) -> TopicInfo {
+    meta.create_topic(NewTopic {
+        name: name.into(),
+        partitions,
+        configs: Default::default(),
+    })
+    .await
+    .expect("topic created")
+}
+
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// One uncompressed batch of `values`.
+pub fn batch(values: &[&str]) -> Bytes {
+    let values: Vec<Vec<u8>> = values.iter().map(|v| v.as_bytes().to_vec()).collect();
+    floe_protocol::testing::encode(
+        &values,
+        floe_protocol::kafka_protocol::records::Compression::None,
+    )
+}
+
+/// A Produce (acks=all) of `records` to one partition.
+pub fn produce(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
+    use produce_request::*;
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(str_bytes(topic)))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(records)),
+                ]),
+        ])
+}
+
+/// The one partition's answer of a produce.
+pub fn produced(response: &ProduceResponse) -> &produce_response::PartitionProduceResponse {
+    &response.responses[0].partition_responses[0]
+}
+
+/// A Fetch (v12, by name) of one partition from `offset`, answered at once.
+pub fn fetch(topic: &str, partition: i32, offset: i64) -> FetchRequest {
+    use fetch_request::*;
+    FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(10 << 20)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(str_bytes(topic)))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ])
+}
+
+pub const FETCH_VERSION: i16 = 12;
+
+/// The one partition's answer of a fetch.
+pub fn fetched(response: &FetchResponse) -> &fetch_response::PartitionData {
+    &response.responses[0].partitions[0]
+}
+
+/// The records' values of a fetched partition, with their offsets (control
+/// batches left out, as clients leave them).
+pub fn values(data: &fetch_response::PartitionData) -> Vec<(i64, String)> {
+    let bytes = data.records.clone().unwrap_or_default();
+    let mut batches = floe_protocol::batch::RecordBatch::parse_all_stored(&bytes).expect("batches");
+    batches.retain(|b| !b.is_control());
+    floe_protocol::records::decode_all(&batches)
+        .expect("records")
+        .into_iter()
+        .map(|r| {
+            let value = r.value.map(|v| String::from_utf8_lossy(&v).into_owned());
+            (r.offset, value.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// How many ingest files `store` holds.
+pub async fn ingest_files(store: &Arc<dyn ObjectStore>) -> usize {
+    use futures::TryStreamExt;
+    let prefix =
+        floe_storage::ObjectPath::from(floe_storage::keys::INGEST_PREFIX.trim_end_matches('/'));
+    let listed: Vec<_> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .expect("listed");
+    listed.len()
+}
+
+/// A store whose PUTs wait while it is held: an agent over it uploads as
+/// slowly as a test wants.
+pub struct Gate {
+    held: std::sync::atomic::AtomicBool,
+    waiting: std::sync::atomic::AtomicUsize,
+    opened: tokio::sync::Notify,
+}
+
+impl Gate {
+    pub fn held() -> Arc<Gate> {
+        Arc::new(Gate {
+            held: true.into(),
+            waiting: 0.into(),
+            opened: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// `inner`, with its PUTs through this gate.
+    pub fn over(self: &Arc<Self>, inner: &Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+        Arc::new(floe_storage::hooked::HookedStore::new(
+            inner.clone(),
+            GateHooks(self.clone()),
+        ))
+    }
+
+    /// PUTs waiting at the gate.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn open(&self) {
+        self.held.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.opened.notify_waiters();
+    }
+}
+
+struct GateHooks(Arc<Gate>);
+
+#[async_trait::async_trait]
+impl floe_storage::hooked::Hooks for GateHooks {
+    async fn before(&self, op: floe_storage::hooked::Op) -> object_store::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let gate = &self.0;
+        if op == floe_storage::hooked::Op::Put {
+            gate.waiting.fetch_add(1, SeqCst);
+            while gate.held.load(SeqCst) {
+                let opened = gate.opened.notified();
+                if !gate.held.load(SeqCst) {
+                    break;
+                }
+                opened.await;
+            }
+            gate.waiting.fetch_sub(1, SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// Waits (a few seconds at most) until `done` holds.
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("not within 5 s: {what}");
+}
+
+/// One transactional batch of `values` from producer `(id, epoch)`,
+/// sequence numbers from `sequence`.
+pub fn txn_batch(producer: (i64, i16), sequence: i32, values: &[&str]) -> Bytes {
+    use floe_protocol::kafka_protocol::records::*;
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: true,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: sequence + i as i32,
+            timestamp: 1_000,
+            delete_horizon: false,
+            key: None,
+            value: Some(Bytes::from(v.to_string())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encoded");
+    out.freeze()
+}
