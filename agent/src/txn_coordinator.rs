@@ -13,11 +13,6 @@ use floe_protocol::batch::RecordBatch;
 
 use crate::batcher::{AppendError, Batcher};
 
-/// How often an end builds its markers again when the transaction gained a
-/// partition meanwhile (a produce racing the end), before answering
-/// CONCURRENT_TRANSACTIONS (which the client retries).
-const END_ATTEMPTS: usize = 3;
-
 /// The transactional id's state.
 pub async fn describe(meta: &dyn Metastore, id: &str) -> Result<Option<TxnView>, MetaError> {
     Ok(meta
@@ -67,6 +62,16 @@ pub async fn init_producer(
 /// EndTxn (`endTransaction`): commit or abort the producer's transaction,
 /// with a marker in every partition of it. A retried end whose first
 /// attempt completed is answered `Ok`.
+///
+/// An end acts once, on the transaction it was processed against, as
+/// Kafka's coordinator processes it: its markers are built for the state
+/// read here, and the metastore applies them only if that state is still
+/// the transaction's (its version). If it changed meanwhile (a partition
+/// added, or the transaction ended through another agent and the producer
+/// began its next one), the answer is CONCURRENT_TRANSACTIONS and nothing
+/// changes: a client still waiting sends its end again, against the state
+/// it will then find, and one that gave up (its retry through another
+/// agent answered) never ends a transaction it did not ask to end.
 pub async fn end(
     meta: &dyn Metastore,
     batcher: &Batcher,
@@ -75,36 +80,29 @@ pub async fn end(
     commit: bool,
     now_ms: i64,
 ) -> Result<(), MetaError> {
-    for _ in 0..END_ATTEMPTS {
-        let txn = match describe(meta, id).await? {
-            Some(txn) if txn.producer_id == producer.producer_id => txn,
-            _ => return Err(MetaError::Refused(Refusal::InvalidProducerIdMapping)),
-        };
-        // A fenced producer's end costs no file: refused before markers.
-        if txn.epoch != producer.epoch {
-            return Err(MetaError::Refused(Refusal::ProducerFenced {
-                producer_id: txn.producer_id,
-                epoch: producer.epoch,
-            }));
-        }
-        let end = TxnEnd {
-            transactional_id: id.to_string(),
-            producer_id: producer.producer_id,
+    let txn = match describe(meta, id).await? {
+        Some(txn) if txn.producer_id == producer.producer_id => txn,
+        _ => return Err(MetaError::Refused(Refusal::InvalidProducerIdMapping)),
+    };
+    // A fenced producer's end costs no file: refused before markers.
+    if txn.epoch != producer.epoch {
+        return Err(MetaError::Refused(Refusal::ProducerFenced {
+            producer_id: txn.producer_id,
             epoch: producer.epoch,
-            commit,
-            reason: EndReason::Client,
-            version: txn.version,
-        };
-        return match write_end(meta, batcher, end, &txn.partitions, now_ms).await {
-            Err(MetaError::Refused(Refusal::TxnEnded { committed })) if committed == commit => {
-                Ok(())
-            }
-            // Partitions were added since it was read: build the markers again.
-            Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => continue,
-            other => other,
-        };
+        }));
     }
-    Err(MetaError::Refused(Refusal::ConcurrentTransactions))
+    let end = TxnEnd {
+        transactional_id: id.to_string(),
+        producer_id: producer.producer_id,
+        epoch: producer.epoch,
+        commit,
+        reason: EndReason::Client,
+        version: txn.version,
+    };
+    match write_end(meta, batcher, end, &txn.partitions, now_ms).await {
+        Err(MetaError::Refused(Refusal::TxnEnded { committed })) if committed == commit => Ok(()),
+        other => other,
+    }
 }
 
 /// Writes a transaction's end: alone when no partition needs a marker, or
