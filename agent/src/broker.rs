@@ -92,10 +92,7 @@ impl Broker {
         let (commit_tx, commits) = watch::channel(0);
         // Trusted for a quarter of the time GC leaves garbage readable (see
         // `ExtentCache`), and never long.
-        let extents = Arc::new(ExtentCache::new(
-            (config.gc_grace / 4).min(MAX_EXTENT_TTL),
-            WATERMARK_POLL * 3,
-        ));
+        let extents = Arc::new(ExtentCache::new((config.gc_grace / 4).min(MAX_EXTENT_TTL)));
         let watermarks = Watermarks::start(
             meta.clone(),
             extents.clone(),

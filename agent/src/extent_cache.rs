@@ -1,27 +1,34 @@
 //! The read path's cache of extents: what DESIGN.md calls the "local cache
-//! of immutable extents", so that a fetch asks the metastore nothing when
-//! the agent already knows where its offsets are stored.
+//! of immutable extents", so that a fetch asks the metastore nothing but a
+//! confirmation when the agent already knows where its offsets are stored.
 //!
 //! Per partition it keeps a *view*: its log start and high watermark as last
 //! learnt, and extents lying end to end over some of its offsets. A fetch
 //! from an offset the view covers is planned from it; a fetch from the high
 //! watermark is answered "nothing new" from it; anything else is a miss, and
 //! the fetch asks the metastore once for all its misses ([`crate::handlers`]'
-//! fetch). Views are fed by those answers and by the poll for partitions
-//! that waiting fetches wait on ([`crate::watermarks`]), which runs as soon as
-//! this agent commits; a trim through this agent drops its partition's view.
+//! fetch). Views are fed by those answers and by the rounds that confirm
+//! them ([`crate::watermarks`]).
 //!
-//! Why a view may be served without asking again: an extent that was live
-//! when the metastore answered stays readable for at least `gc_grace` after
-//! (compaction's swaps and trims make its object garbage, and GC deletes
-//! garbage only `gc_grace` after it first sees it), so a view is trusted for
-//! a quarter of that, counted from when the request was sent
-//! ([`ExtentCache::new`]'s `ttl`), leaving the rest for a fetch that planned
-//! from it to wait for its response budget and read. Its log start may lag a
-//! trim made through another agent by as much; records below it are served
-//! meanwhile, as a Kafka follower does until it hears of the new log start.
-//! A view's high watermark never moves back: an answer older than what is
-//! known is dropped, so a waiting fetch never sees its partition shrink.
+//! What a fetch reports is current: a view plans a fetch only if the
+//! metastore confirmed it by an answer to a request sent after the fetch
+//! began (`since`), so its high watermark is at least every one
+//! acknowledged before then, through any agent, and every offset below it
+//! is planned from extents the view holds or asked for. A fetch whose view
+//! is older asks for what is new since the view's end ([`ExtentCache::stale`]),
+//! one request for every such fetch of the agent at a time.
+//!
+//! Why a view's extents may be served without asking again: an extent that
+//! was live when the metastore answered stays readable for at least
+//! `gc_grace` after (compaction's swaps and trims make its object garbage,
+//! and GC deletes garbage only `gc_grace` after it first sees it), so a
+//! view's extents are trusted for a quarter of that, counted from when the
+//! request was sent ([`ExtentCache::new`]'s `ttl`), leaving the rest for a
+//! fetch that planned from them to wait for its response budget and read.
+//! A confirmation brings the log start too, so a trim through any agent is
+//! seen by the next fetch. A view's high watermark never moves back: an
+//! answer older than what is known is dropped, so a waiting fetch never
+//! sees its partition shrink.
 //!
 //! Transactions: a view also keeps the last stable offset (never moving
 //! back) and the aborted transactions of its offsets. Claim: they are
@@ -29,8 +36,8 @@
 //! complete for its extents' offsets as of its answer; a transaction that
 //! aborted later was ongoing then, so its data lies at or past that
 //! answer's LSO, and its marker at or past its high watermark, where the
-//! next answer that extends the view (the poll asks from the high
-//! watermark) starts: that answer lists it, and brings the new LSO with it.
+//! next answer that extends the view (a confirmation asks from the view's
+//! end) starts: that answer lists it, and brings the new LSO with it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -60,7 +67,8 @@ struct View {
     extents: VecDeque<ExtentRef>,
     /// When the oldest of `extents` was learnt (from the metastore).
     learnt: Instant,
-    /// When the metastore last confirmed `high_watermark`.
+    /// When the last request was sent whose answer confirmed
+    /// `high_watermark` (and the log start and LSO with it).
     confirmed: Instant,
 }
 
@@ -69,36 +77,52 @@ impl View {
     fn covered_to(&self) -> Option<i64> {
         self.extents.back().map(|e| e.last_offset + 1)
     }
+
+    /// Whether a fetch from `from` can be planned from this view: its
+    /// extents are not older than `ttl`, and it holds `from` (in its
+    /// extents, or as its high watermark: nothing new).
+    fn holds(&self, from: i64, ttl: Duration) -> bool {
+        if self.learnt.elapsed() >= ttl || from < self.log_start || from > self.high_watermark {
+            return false;
+        }
+        from == self.high_watermark
+            || self
+                .extents
+                .front()
+                .is_some_and(|first| first.base_offset <= from)
+                && self.covered_to().is_some_and(|end| from < end)
+    }
 }
 
 pub struct ExtentCache {
     ttl: Duration,
-    /// How long "nothing new" (a fetch from the high watermark) is answered
-    /// from a view without asking: the poll confirms watched partitions'
-    /// high watermarks more often than this.
-    tail: Duration,
     views: Mutex<HashMap<TopicPartition, View>>,
 }
 
 impl ExtentCache {
-    /// Views are trusted for `ttl` after they were learnt, and their high
-    /// watermark for `tail` after it was confirmed; zero caches nothing.
-    /// `ttl` must stay well under `gc_grace` (see the module doc).
-    pub fn new(ttl: Duration, tail: Duration) -> Self {
+    /// Views' extents are trusted for `ttl` after they were learnt; zero
+    /// caches nothing. `ttl` must stay well under `gc_grace` (see the
+    /// module doc).
+    pub fn new(ttl: Duration) -> Self {
         ExtentCache {
             ttl,
-            tail: tail.min(ttl),
             views: Mutex::new(HashMap::new()),
         }
     }
 
     /// The plan for reading `tp` from `from` (about `max_bytes`, at least
-    /// one extent), if the view can answer it.
-    pub fn plan(&self, tp: TopicPartition, from: i64, max_bytes: u64) -> Option<TxnReadPlan> {
+    /// one extent), if the view can answer it for a fetch that began at
+    /// `since`: it holds `from` and was confirmed since.
+    pub fn plan(
+        &self,
+        tp: TopicPartition,
+        from: i64,
+        max_bytes: u64,
+        since: Instant,
+    ) -> Option<TxnReadPlan> {
         let views = self.views.lock().expect("extent cache lock poisoned");
         let view = views.get(&tp)?;
-        if view.learnt.elapsed() >= self.ttl || from < view.log_start || from > view.high_watermark
-        {
+        if view.confirmed < since || !view.holds(from, self.ttl) {
             return None;
         }
         let plan = |extents: Vec<ExtentRef>| {
@@ -115,12 +139,7 @@ impl ExtentCache {
             }
         };
         if from == view.high_watermark {
-            // Nothing new, if the high watermark is recent enough to say so.
-            return (view.confirmed.elapsed() < self.tail).then(|| plan(Vec::new()));
-        }
-        let first = view.extents.front()?;
-        if from < first.base_offset || from >= view.covered_to()? {
-            return None;
+            return Some(plan(Vec::new()));
         }
         let mut extents = Vec::new();
         let mut bytes = 0;
@@ -132,6 +151,18 @@ impl ExtentCache {
             extents.push(extent.clone());
         }
         Some(plan(extents))
+    }
+
+    /// Where to ask from, for a fetch that began at `since`, to have `tp`'s
+    /// view confirmed: its end, if the view holds `from` but was not
+    /// confirmed since (the answer extends it with whatever is new).
+    /// `None` if the view can plan from `from` as it is, or cannot at all
+    /// (a miss: the fetch asks from `from`).
+    pub fn stale(&self, tp: TopicPartition, from: i64, since: Instant) -> Option<i64> {
+        let views = self.views.lock().expect("extent cache lock poisoned");
+        let view = views.get(&tp)?;
+        (view.confirmed < since && view.holds(from, self.ttl))
+            .then(|| view.covered_to().unwrap_or(view.high_watermark))
     }
 
     /// What the metastore answered for `tp` (its plan from some offset), to
@@ -274,81 +305,102 @@ mod tests {
 
     #[test]
     fn a_view_plans_what_it_covers_and_nothing_else() {
-        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
-        assert_eq!(cache.plan(tp(), 0, 100), None, "nothing known");
+        let cache = ExtentCache::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        assert_eq!(cache.plan(tp(), 0, 100, t0), None, "nothing known");
         cache.learn(
             tp(),
             &answer(0, 30, vec![extent(0, 9), extent(10, 19)]),
             Instant::now(),
         );
-        assert_eq!(bases(cache.plan(tp(), 5, 100)), Some(vec![0, 10]));
-        assert_eq!(bases(cache.plan(tp(), 12, 1)), Some(vec![10]));
-        assert_eq!(bases(cache.plan(tp(), 5, 1)), Some(vec![0]), "at least one");
+        assert_eq!(bases(cache.plan(tp(), 5, 100, t0)), Some(vec![0, 10]));
+        assert_eq!(bases(cache.plan(tp(), 12, 1, t0)), Some(vec![10]));
+        assert_eq!(
+            bases(cache.plan(tp(), 5, 1, t0)),
+            Some(vec![0]),
+            "at least one"
+        );
         // Beyond the extents, below the high watermark: ask the metastore.
-        assert_eq!(cache.plan(tp(), 20, 100), None);
+        assert_eq!(cache.plan(tp(), 20, 100, t0), None);
         // Out of range: the metastore answers with the error.
-        assert_eq!(cache.plan(tp(), 31, 100), None);
+        assert_eq!(cache.plan(tp(), 31, 100, t0), None);
         // More of the same partition extends the view.
         cache.learn(tp(), &answer(0, 40, vec![extent(20, 39)]), Instant::now());
-        assert_eq!(bases(cache.plan(tp(), 25, 100)), Some(vec![20]));
-        assert_eq!(bases(cache.plan(tp(), 0, 100)), Some(vec![0, 10, 20]));
+        assert_eq!(bases(cache.plan(tp(), 25, 100, t0)), Some(vec![20]));
+        assert_eq!(bases(cache.plan(tp(), 0, 100, t0)), Some(vec![0, 10, 20]));
         // At the high watermark: nothing new, without asking.
-        let tail = cache.plan(tp(), 40, 100).unwrap();
+        let tail = cache.plan(tp(), 40, 100, t0).unwrap();
         assert_eq!((tail.plan.extents.len(), tail.plan.high_watermark), (0, 40));
     }
 
+    /// A fetch is planned only from a view confirmed by a request sent
+    /// after it began: its high watermark is then at least every one
+    /// acknowledged before. An older view says where to ask from (its end).
     #[test]
-    fn nothing_new_is_answered_only_while_the_high_watermark_is_recent() {
-        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_millis(30));
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
-        assert!(cache.plan(tp(), 10, 100).is_some());
-        std::thread::sleep(Duration::from_millis(40));
-        // Data it holds is still served; "nothing new" is asked again.
-        assert_eq!(bases(cache.plan(tp(), 0, 100)), Some(vec![0]));
-        assert_eq!(cache.plan(tp(), 10, 100), None);
-        // A poll that finds nothing new confirms it.
-        cache.learn(tp(), &answer(0, 10, vec![]), Instant::now());
-        assert!(cache.plan(tp(), 10, 100).is_some());
-        assert_eq!(
-            bases(cache.plan(tp(), 0, 100)),
-            Some(vec![0]),
-            "extents kept"
-        );
+    fn a_view_plans_only_fetches_that_began_before_it_was_confirmed() {
+        let cache = ExtentCache::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), t0);
+        assert!(cache.plan(tp(), 0, 100, t0).is_some());
+        assert!(cache.plan(tp(), 10, 100, t0).is_some());
+        let later = t0 + Duration::from_millis(1);
+        assert_eq!(cache.plan(tp(), 0, 100, later), None, "not confirmed since");
+        assert_eq!(cache.plan(tp(), 10, 100, later), None);
+        assert_eq!(cache.stale(tp(), 0, later), Some(10), "ask from its end");
+        assert_eq!(cache.stale(tp(), 10, later), Some(10));
+        assert_eq!(cache.stale(tp(), 11, later), None, "a miss, not stale");
+        assert_eq!(cache.stale(tp(), 0, t0), None, "fresh enough");
+        // The confirmation brings what is new: the fetch from 0 now reports
+        // the high watermark of 15 and plans through it.
+        cache.learn(tp(), &answer(0, 15, vec![extent(10, 14)]), later);
+        let plan = cache.plan(tp(), 0, 100, later).unwrap();
+        assert_eq!(plan.plan.high_watermark, 15);
+        assert_eq!(bases(Some(plan)), Some(vec![0, 10]));
+        // Nothing new confirms it too.
+        let latest = later + Duration::from_millis(1);
+        cache.learn(tp(), &answer(0, 15, vec![]), latest);
+        assert_eq!(bases(cache.plan(tp(), 0, 100, latest)), Some(vec![0, 10]));
+        assert_eq!(cache.stale(tp(), 0, latest), None);
     }
 
     #[test]
     fn an_older_answer_never_moves_the_high_watermark_back() {
-        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
+        let cache = ExtentCache::new(Duration::from_secs(60));
+        let t0 = Instant::now();
         cache.learn(
             tp(),
             &answer(0, 20, vec![extent(0, 9), extent(10, 19)]),
             Instant::now(),
         );
         cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
-        assert_eq!(cache.plan(tp(), 20, 100).unwrap().plan.high_watermark, 20);
+        assert_eq!(
+            cache.plan(tp(), 20, 100, t0).unwrap().plan.high_watermark,
+            20
+        );
         // A trim seen in a later answer drops what lies below it.
         cache.learn(
             tp(),
             &answer(15, 30, vec![extent(10, 19), extent(20, 29)]),
             Instant::now(),
         );
-        assert_eq!(cache.plan(tp(), 5, 100), None);
-        assert_eq!(bases(cache.plan(tp(), 15, 100)), Some(vec![10, 20]));
+        assert_eq!(cache.plan(tp(), 5, 100, t0), None);
+        assert_eq!(bases(cache.plan(tp(), 15, 100, t0)), Some(vec![10, 20]));
     }
 
     #[test]
     fn views_expire_are_forgotten_and_a_zero_ttl_keeps_none() {
-        let cache = ExtentCache::new(Duration::from_millis(50), Duration::from_millis(50));
+        let cache = ExtentCache::new(Duration::from_millis(50));
+        let t0 = Instant::now();
         cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
-        assert!(cache.plan(tp(), 0, 100).is_some());
+        assert!(cache.plan(tp(), 0, 100, t0).is_some());
         cache.forget([tp()]);
-        assert_eq!(cache.plan(tp(), 0, 100), None);
+        assert_eq!(cache.plan(tp(), 0, 100, t0), None);
         cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(cache.plan(tp(), 0, 100), None, "expired");
-        let none = ExtentCache::new(Duration::ZERO, Duration::ZERO);
+        assert_eq!(cache.plan(tp(), 0, 100, t0), None, "expired");
+        let none = ExtentCache::new(Duration::ZERO);
         none.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
-        assert_eq!(none.plan(tp(), 0, 100), None);
+        assert_eq!(none.plan(tp(), 0, 100, t0), None);
     }
 
     fn aborted(first: i64, last: i64, lso_after: i64) -> AbortedTxn {
@@ -365,21 +417,22 @@ mod tests {
     /// its aborted range, which later plans of the earlier offsets carry.
     #[test]
     fn a_view_keeps_the_last_stable_offset_and_the_aborted_transactions() {
-        let cache = ExtentCache::new(Duration::from_secs(60), Duration::from_secs(60));
+        let cache = ExtentCache::new(Duration::from_secs(60));
+        let t0 = Instant::now();
         let mut open = answer(0, 20, vec![extent(0, 9), extent(10, 19)]);
         open.last_stable_offset = 10;
         cache.learn(tp(), &open, Instant::now());
-        let plan = cache.plan(tp(), 0, 100).unwrap();
+        let plan = cache.plan(tp(), 0, 100, t0).unwrap();
         assert_eq!((plan.last_stable_offset, plan.aborted.len()), (10, 0));
         // The poll, from the high watermark: the abort marker at 20.
         let mut ended = answer(0, 21, vec![extent(20, 20)]);
         ended.aborted = vec![aborted(10, 20, 21)];
         cache.learn(tp(), &ended, Instant::now());
-        let plan = cache.plan(tp(), 0, 100).unwrap();
+        let plan = cache.plan(tp(), 0, 100, t0).unwrap();
         assert_eq!(plan.last_stable_offset, 21);
         assert_eq!(plan.aborted, vec![aborted(10, 20, 21)]);
         // Reading only below it: not told of it.
-        let plan = cache.plan(tp(), 0, 1).unwrap();
+        let plan = cache.plan(tp(), 0, 1, t0).unwrap();
         assert_eq!(
             (bases(Some(plan.clone())), plan.aborted.len()),
             (Some(vec![0]), 0)
@@ -390,15 +443,18 @@ mod tests {
         let mut later = answer(0, 31, vec![]);
         later.last_stable_offset = 31;
         cache.learn(tp(), &later, Instant::now());
-        assert_eq!(cache.plan(tp(), 0, 100), None, "asked again");
+        assert_eq!(cache.plan(tp(), 0, 100, t0), None, "asked again");
         cache.learn(tp(), &ended, Instant::now());
         // An older answer moves nothing back.
         cache.learn(tp(), &open, Instant::now());
-        assert_eq!(cache.plan(tp(), 31, 100).unwrap().last_stable_offset, 31);
+        assert_eq!(
+            cache.plan(tp(), 31, 100, t0).unwrap().last_stable_offset,
+            31
+        );
         // A trim past the range forgets it.
         let mut trimmed = answer(31, 31, vec![]);
         trimmed.last_stable_offset = 31;
         cache.learn(tp(), &trimmed, Instant::now());
-        assert!(cache.plan(tp(), 31, 100).unwrap().aborted.is_empty());
+        assert!(cache.plan(tp(), 31, 100, t0).unwrap().aborted.is_empty());
     }
 }

@@ -1,5 +1,6 @@
 //! The high watermarks that this agent's waiting fetches wait on, watched
-//! with one metastore request per poll for all of them.
+//! with one metastore request per poll for all of them; and the
+//! confirmations fetches ask for, made in the same rounds.
 //!
 //! A fetch that found nothing new waits for its partitions to grow. Asking
 //! the metastore from every waiting fetch would cost one read per partition
@@ -9,6 +10,12 @@
 //! too: they go into the [`ExtentCache`], so the woken fetches read them
 //! without asking again. A partition that grows wakes only the fetches
 //! waiting on it.
+//!
+//! A fetch reports the current high watermark: one whose views were not
+//! confirmed since it began asks for a confirmation ([`Watermarks::confirm`])
+//! and waits for the next round to start and answer. Every fetch that asks
+//! meanwhile shares that round's request, so the metastore sees at most
+//! one request per round trip, however many fetches the agent serves.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,8 +50,23 @@ impl Watched {
     }
 }
 
+/// Confirmations asked for, and the number of the round that will ask.
+struct Confirmations {
+    asks: HashMap<Key, i64>,
+    round: u64,
+}
+
+/// Longest a fetch waits for a round to confirm its views; past it, the
+/// fetch asks the metastore alone (and gets its error).
+const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
+
 pub struct Watermarks {
     watched: Mutex<HashMap<Key, Watched>>,
+    confirmations: Mutex<Confirmations>,
+    /// Wakes the poll loop to start a round for the confirmations asked.
+    confirm_wanted: Arc<Notify>,
+    /// The number of the last round answered (or failed).
+    rounds: watch::Sender<u64>,
     /// Numbers the waiting fetches.
     next_waiter: AtomicU64,
     /// Times a waiting fetch was woken (grown or not), for tests.
@@ -63,6 +85,12 @@ impl Watermarks {
     ) -> Arc<Watermarks> {
         let watermarks = Arc::new(Watermarks {
             watched: Mutex::new(HashMap::new()),
+            confirmations: Mutex::new(Confirmations {
+                asks: HashMap::new(),
+                round: 1,
+            }),
+            confirm_wanted: Arc::new(Notify::new()),
+            rounds: watch::channel(0).0,
             next_waiter: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
         });
@@ -97,6 +125,37 @@ impl Watermarks {
             }
             self.wakeups.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Has each of `asks` (a partition, and the offset to ask from) asked
+    /// of the metastore in a round that starts after this call, and waits
+    /// for that round's answer (learnt into the extent cache). A round
+    /// under way when this is called may have sent its request before:
+    /// its answer is not waited for.
+    pub async fn confirm(&self, asks: Vec<(Key, i64)>) {
+        if asks.is_empty() {
+            return;
+        }
+        let mut answered = self.rounds.subscribe();
+        let round = {
+            let mut confirmations = self.confirmations.lock().expect("watermarks lock poisoned");
+            for (key, from) in asks {
+                let at = confirmations.asks.entry(key).or_insert(from);
+                *at = (*at).min(from);
+            }
+            confirmations.round
+        };
+        self.confirm_wanted.notify_one();
+        let _ = tokio::time::timeout(CONFIRM_WITHIN, answered.wait_for(|&r| r >= round)).await;
+    }
+
+    /// The confirmations asked for, taken by the round that starts now,
+    /// and that round's number.
+    fn start_round(&self) -> (HashMap<Key, i64>, u64) {
+        let mut confirmations = self.confirmations.lock().expect("watermarks lock poisoned");
+        let round = confirmations.round;
+        confirmations.round += 1;
+        (std::mem::take(&mut confirmations.asks), round)
     }
 
     fn any_grew(&self, partitions: &[(TopicId, i32, i64)]) -> bool {
@@ -207,33 +266,43 @@ async fn poll_loop(
     let mut ticks = tokio::time::interval(poll);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut committing = true;
+    // Held apart, so that the loop does not keep the watermarks alive.
+    let Some(confirm_wanted) = watermarks.upgrade().map(|w| w.confirm_wanted.clone()) else {
+        return;
+    };
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
             changed = commits.changed(), if committing => committing = changed.is_ok(),
+            _ = confirm_wanted.notified() => {}
         }
-        let Some(asks) = watermarks.upgrade().map(|w| w.to_poll()) else {
+        let Some(w) = watermarks.upgrade() else {
             return;
         };
-        if asks.is_empty() {
-            continue;
+        let (confirm, round) = w.start_round();
+        let mut asks: HashMap<Key, i64> = w.to_poll().into_iter().collect();
+        for (key, from) in confirm {
+            let at = asks.entry(key).or_insert(from);
+            *at = (*at).min(from);
         }
-        let asked = Instant::now();
-        match meta.txn_read_plans(asks.clone(), POLL_BYTES).await {
-            Ok(plans) => {
-                let Some(w) = watermarks.upgrade() else {
-                    return;
-                };
-                let keys: Vec<Key> = asks.iter().map(|(key, _)| *key).collect();
-                let high_watermarks: Vec<Option<i64>> = keys
-                    .iter()
-                    .zip(&plans)
-                    .map(|(key, plan)| learn(&extents, *key, plan, asked))
-                    .collect();
-                w.update(&keys, &high_watermarks);
+        let asks: Vec<(Key, i64)> = asks.into_iter().collect();
+        if !asks.is_empty() {
+            let asked = Instant::now();
+            match meta.txn_read_plans(asks.clone(), POLL_BYTES).await {
+                Ok(plans) => {
+                    let keys: Vec<Key> = asks.iter().map(|(key, _)| *key).collect();
+                    let high_watermarks: Vec<Option<i64>> = keys
+                        .iter()
+                        .zip(&plans)
+                        .map(|(key, plan)| learn(&extents, *key, plan, asked))
+                        .collect();
+                    w.update(&keys, &high_watermarks);
+                }
+                Err(e) => tracing::debug!(error = %e, "polling high watermarks failed"),
             }
-            Err(e) => tracing::debug!(error = %e, "polling high watermarks failed"),
         }
+        // Answered or not: what it did not confirm, its fetches ask alone.
+        w.rounds.send_replace(round);
     }
 }
 
@@ -281,10 +350,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let extents = Arc::new(ExtentCache::new(
-            Duration::from_secs(10),
-            Duration::from_secs(10),
-        ));
+        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
         let (commits, committed) = watch::channel(0);
         let watermarks = Watermarks::start(
             meta.clone(),
@@ -293,6 +359,83 @@ mod tests {
             committed,
         );
         (meta, topic, extents, watermarks, commits)
+    }
+
+    /// A metastore that counts the read plans it is asked for, and answers
+    /// them a round trip of 50 ms late.
+    struct Counting {
+        inner: LocalMetastore,
+        plans: AtomicU64,
+    }
+
+    impl floe_metastore::api::Transport for Counting {
+        fn call<O: floe_metastore::api::Op>(
+            &self,
+            op: O,
+        ) -> impl std::future::Future<Output = Result<O::Output, floe_metastore::MetaError>> + Send
+        {
+            let plans = std::any::type_name::<O>().ends_with("TxnReadPlans");
+            if plans {
+                self.plans.fetch_add(1, Ordering::Relaxed);
+            }
+            async move {
+                if plans {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                self.inner.call(op).await
+            }
+        }
+    }
+
+    /// Fetches that ask for confirmations at once share the metastore
+    /// requests of a round or two, and each returns only once a round sent
+    /// after it asked has answered: its view is then confirmed since.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn confirmations_asked_at_once_share_a_round() {
+        let counting = Arc::new(Counting {
+            inner: LocalMetastore::in_memory().await.unwrap(),
+            plans: AtomicU64::new(0),
+        });
+        let meta: Arc<dyn Metastore> = counting.clone();
+        let topic = meta
+            .create_topic(NewTopic {
+                name: "c".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        commit_elsewhere(&meta, topic.id, 0, 5).await;
+        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
+        let (_commits, committed) = watch::channel(0);
+        // Polls seldom: only confirmations start rounds here.
+        let watermarks = Watermarks::start(
+            meta.clone(),
+            extents.clone(),
+            Duration::from_secs(3600),
+            committed,
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let before = counting.plans.load(Ordering::Relaxed);
+        let tp = TopicPartition::new(topic.id, 0);
+        let fetches: Vec<_> = (0..64)
+            .map(|_| {
+                let (watermarks, extents) = (watermarks.clone(), extents.clone());
+                tokio::spawn(async move {
+                    let began = Instant::now();
+                    watermarks.confirm(vec![(tp, 0)]).await;
+                    extents.plan(tp, 0, 1 << 20, began).is_some()
+                })
+            })
+            .collect();
+        for fetch in fetches {
+            assert!(fetch.await.unwrap(), "not confirmed since it asked");
+        }
+        let rounds = counting.plans.load(Ordering::Relaxed) - before;
+        assert!(
+            (1..=3).contains(&rounds),
+            "{rounds} requests for 64 fetches"
+        );
     }
 
     /// `records` records of `partition` committed as another agent would.
@@ -326,10 +469,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_saw_more_wakes_the_others() {
         let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
-        let extents = Arc::new(ExtentCache::new(
-            Duration::from_secs(10),
-            Duration::from_secs(10),
-        ));
+        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
         let (_commits, committed) = watch::channel(0);
         let watermarks =
             Watermarks::start(meta.clone(), extents, Duration::from_millis(10), committed);
@@ -392,7 +532,9 @@ mod tests {
         }
         // The poll brought the new extent: a fetch reads it without asking.
         let tp1 = TopicPartition::new(topic.id, 1);
-        let plan = extents.plan(tp1, 0, 1 << 20).expect("learnt by the poll");
+        let plan = extents
+            .plan(tp1, 0, 1 << 20, Instant::now() - Duration::from_secs(1))
+            .expect("learnt by the poll");
         assert_eq!((plan.plan.extents.len(), plan.plan.high_watermark), (1, 3));
         // A caller that already saw the new high watermark keeps waiting.
         let deadline = Instant::now() + Duration::from_millis(50);

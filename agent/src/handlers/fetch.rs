@@ -40,6 +40,8 @@ pub async fn handle(
     version: i16,
     turn: &Turn,
 ) -> (FetchResponse, Option<Held>) {
+    // What it reports is at least what was acknowledged before now.
+    let began = Instant::now();
     let by_id = version >= 13;
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -71,8 +73,10 @@ pub async fn handle(
     // with the aborted transactions among them for the client to drop.
     let committed = req.isolation_level == 1;
     loop {
-        let (responses, bytes, seen, held) =
-            read_all(broker, &wanted, max_bytes, by_id, committed, deadline, turn).await;
+        let (responses, bytes, seen, held) = read_all(
+            broker, &wanted, max_bytes, by_id, committed, began, deadline, turn,
+        )
+        .await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
             broker.metrics.fetched_bytes.inc_by(bytes as u64);
             return (FetchResponse::default().with_responses(responses), held);
@@ -103,12 +107,18 @@ pub async fn handle(
 /// The planned bytes are taken from the agent's response budget before any
 /// is read, waiting for them until `deadline`; without them by then, the
 /// partitions are answered with their offsets and no records.
+///
+/// Plans are as current as the metastore when the fetch `began`: cached
+/// views not confirmed since are confirmed first (see
+/// [`crate::extent_cache`]).
+#[allow(clippy::too_many_arguments)]
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
     by_id: bool,
     committed: bool,
+    began: Instant,
     deadline: Instant,
     turn: &Turn,
 ) -> (
@@ -123,7 +133,8 @@ async fn read_all(
     let mut planned = 0usize;
     let mut seen = Vec::new();
     let mut plans = Vec::with_capacity(wanted.len());
-    let mut asked = ask_misses(broker, wanted, max_bytes).await;
+    confirm_views(broker, wanted, began).await;
+    let mut asked = ask_misses(broker, wanted, max_bytes, began).await;
     for w in wanted {
         let mut partitions = Vec::with_capacity(w.partitions.len());
         for &(partition, offset, partition_max) in &w.partitions {
@@ -135,30 +146,34 @@ async fn read_all(
                     let tp = TopicPartition::new(topic.id, partition);
                     match asked.remove(&(tp, offset)) {
                         Some(answer) => answer.map(|plan| cut(plan, offset, budget.max(1))),
-                        None => match broker.extents.plan(tp, offset, budget.max(1) as u64) {
-                            Some(plan) => Ok(plan),
-                            // Expired since `ask_misses` looked: ask alone.
-                            None => {
-                                let asked = Instant::now();
-                                let answer = broker
-                                    .meta
-                                    .txn_read_plans(vec![(tp, offset)], budget.max(1) as u64)
-                                    .await
-                                    .and_then(|mut plans| {
-                                        plans
-                                            .pop()
-                                            .ok_or_else(|| {
-                                                MetaError::unavailable("no read plan in the answer")
-                                            })?
-                                            .map_err(MetaError::Refused)
-                                    })
-                                    .map_err(|e| plan_error(&e));
-                                if let Ok(plan) = &answer {
-                                    broker.extents.learn(tp, plan, asked);
+                        None => {
+                            match broker.extents.plan(tp, offset, budget.max(1) as u64, began) {
+                                Some(plan) => Ok(plan),
+                                // Expired since `ask_misses` looked: ask alone.
+                                None => {
+                                    let asked = Instant::now();
+                                    let answer = broker
+                                        .meta
+                                        .txn_read_plans(vec![(tp, offset)], budget.max(1) as u64)
+                                        .await
+                                        .and_then(|mut plans| {
+                                            plans
+                                                .pop()
+                                                .ok_or_else(|| {
+                                                    MetaError::unavailable(
+                                                        "no read plan in the answer",
+                                                    )
+                                                })?
+                                                .map_err(MetaError::Refused)
+                                        })
+                                        .map_err(|e| plan_error(&e));
+                                    if let Ok(plan) = &answer {
+                                        broker.extents.learn(tp, plan, asked);
+                                    }
+                                    answer
                                 }
-                                answer
                             }
-                        },
+                        }
                     }
                 }
             };
@@ -307,16 +322,9 @@ fn aborted_within(plan: &TxnReadPlan, from: i64, records: &[u8]) -> Vec<AbortedT
         .collect()
 }
 
-/// Asks the metastore, in one request, for every partition of the fetch the
-/// extent cache cannot plan, and teaches the cache the answers: the answers
-/// by (partition, offset), errors as the client gets them.
-async fn ask_misses(
-    broker: &Broker,
-    wanted: &[Wanted],
-    max_bytes: usize,
-) -> HashMap<(TopicPartition, i64), Result<TxnReadPlan, ResponseError>> {
-    let mut per_partition = 1;
-    let misses: Vec<(TopicPartition, i64)> = wanted
+/// Every partition of the fetch, with its offset (those of known topics).
+fn partitions(wanted: &[Wanted]) -> impl Iterator<Item = (TopicPartition, i64, i32)> + '_ {
+    wanted
         .iter()
         .filter_map(|w| Some((w.topic.as_ref()?, &w.partitions)))
         .flat_map(|(topic, partitions)| {
@@ -330,7 +338,30 @@ async fn ask_misses(
                     )
                 })
         })
-        .filter(|&(tp, offset, _)| broker.extents.plan(tp, offset, 1).is_none())
+}
+
+/// Has the views of the fetch's partitions that were not confirmed since it
+/// `began` confirmed (in the agent's next round, shared with every fetch
+/// asking meanwhile), so that what it reports is current.
+async fn confirm_views(broker: &Broker, wanted: &[Wanted], began: Instant) {
+    let stale = partitions(wanted)
+        .filter_map(|(tp, offset, _)| Some((tp, broker.extents.stale(tp, offset, began)?)))
+        .collect();
+    broker.watermarks.confirm(stale).await;
+}
+
+/// Asks the metastore, in one request, for every partition of the fetch the
+/// extent cache cannot plan, and teaches the cache the answers: the answers
+/// by (partition, offset), errors as the client gets them.
+async fn ask_misses(
+    broker: &Broker,
+    wanted: &[Wanted],
+    max_bytes: usize,
+    began: Instant,
+) -> HashMap<(TopicPartition, i64), Result<TxnReadPlan, ResponseError>> {
+    let mut per_partition = 1;
+    let misses: Vec<(TopicPartition, i64)> = partitions(wanted)
+        .filter(|&(tp, offset, _)| broker.extents.plan(tp, offset, 1, began).is_none())
         .map(|(tp, offset, partition_max)| {
             per_partition = per_partition.max(partition_max.max(0) as usize);
             (tp, offset)

@@ -1,6 +1,7 @@
 //! The Kafka layer, tested through the protocol against agents started in
 //! this process.
 
+mod fetch_watermarks;
 mod ordering;
 mod support;
 mod txn_end;
