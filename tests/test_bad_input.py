@@ -12,6 +12,7 @@ from clients import create_topic, kcat, kcat_consume
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUIRED_ACKS = 21
+INVALID_RECORD = 87
 
 
 def connect(agent):
@@ -71,8 +72,8 @@ def recv_exact(s, n):
     return buf
 
 
-def batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1):
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+def batch(values, producer_id=-1, producer_epoch=-1, base_sequence=-1, codec=0):
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
                                         producer_id=producer_id, producer_epoch=producer_epoch,
                                         base_sequence=base_sequence, batch_size=1 << 20)
     for n, v in enumerate(values):
@@ -130,10 +131,11 @@ def lying_batch(good, count, codec=0):
     return bytes(b)
 
 
-def test_a_batch_claiming_more_records_than_it_holds_is_corrupt(agent):
+def test_a_batch_claiming_more_records_than_it_holds_is_invalid(agent):
     """The review's 61-byte Produce: a header-only batch claiming 2^31-1 records
     was acknowledged, moved the high watermark by 2^31, and the next decode of
-    it (ListOffsets by timestamp, key compaction) aborted the agent."""
+    it (ListOffsets by timestamp, key compaction) aborted the agent. Kafka
+    answers INVALID_RECORD (its client does not retry it), compressed or not."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
     create_topic(agent.bootstrap, "liar", 1)
@@ -141,10 +143,24 @@ def test_a_batch_claiming_more_records_than_it_holds_is_corrupt(agent):
     header_only = lying_batch(good[:61], 2**31 - 1)
     assert len(header_only) == 61
     s = connect(agent)
-    for n, records in enumerate([header_only, lying_batch(good, 2**31 - 1),
-                                 lying_batch(good, 2**31 - 1, codec=4), lying_batch(good, 1_000)]):
+    # The header-only one is shorter than its length says: corrupt, as
+    # Kafka finds it; the others are whole but short of records.
+    for n, (records, error) in enumerate([(header_only, CORRUPT_MESSAGE),
+                                          (lying_batch(good, 2**31 - 1), INVALID_RECORD),
+                                          (lying_batch(good, 2**31 - 1, codec=4), INVALID_RECORD),
+                                          (lying_batch(good, 1_000), INVALID_RECORD)]):
         s.sendall(produce_v3("liar", 0, records, correlation_id=20 + n))
-        assert read_produce_v3_response(s) == (20 + n, CORRUPT_MESSAGE, -1), n
+        assert read_produce_v3_response(s) == (20 + n, error, -1), n
+    # Compressed garbage under a good CRC: a count its records do not
+    # match, bytes that do not decompress. It used to be stored, moving the
+    # high watermark by its count, and no consumer could read past it.
+    for n, codec in enumerate([1, 2, 3, 4]):
+        compressed = batch([b"honest"], codec=codec)
+        garbage = bytearray(compressed)
+        garbage[61:] = bytes(len(garbage) - 61)
+        for k, records in enumerate([lying_batch(compressed, 3, codec), lying_batch(bytes(garbage), 1, codec)]):
+            s.sendall(produce_v3("liar", 0, records, correlation_id=40 + 2 * n + k))
+            assert read_produce_v3_response(s) == (40 + 2 * n + k, INVALID_RECORD, -1), (codec, k)
     s.sendall(produce_v3("liar", 0, good, correlation_id=30))
     assert read_produce_v3_response(s) == (30, 0, 0)
     s.close()

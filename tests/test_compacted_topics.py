@@ -172,3 +172,24 @@ def test_idle_compacted_partitions_cost_a_request_per_pass(peer_agents):
     # About 10 passes, 5 looks each (300 partitions in chunks of 64).
     assert 15 <= looks <= 80
     assert total < 1000, "not a request per partition per pass"
+
+
+def test_only_the_keyless_records_of_a_batch_fail(agent):
+    """KIP-467: a batch refused for some of its records lists each of them
+    (record_errors), so a client fails only those; librdkafka marks the rest
+    of the batch as failed for another record's sake."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+    admin.create_topics([NewTopic("kip467", 1, 1, config={"cleanup.policy": "compact"})])[
+        "kip467"].result(timeout=30)
+    outcome = {}
+    p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 200,
+                  "message.send.max.retries": 0})
+    for i, key in enumerate([b"k0", None, b"k2", None]):
+        p.produce("kip467", key=key, value=f"v{i}".encode(), partition=0,
+                  on_delivery=lambda err, _m, i=i: outcome.__setitem__(i, err))
+    assert p.flush(30) == 0
+    codes = [outcome[i].code() for i in range(4)]
+    assert codes == [KafkaError._INVALID_DIFFERENT_RECORD, KafkaError.INVALID_RECORD,
+                     KafkaError._INVALID_DIFFERENT_RECORD, KafkaError.INVALID_RECORD], codes

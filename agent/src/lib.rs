@@ -19,6 +19,7 @@ pub mod oauthbearer;
 pub mod order;
 pub mod quotas;
 pub mod read;
+pub mod record_work;
 pub mod refresher;
 pub mod sasl;
 pub mod scram;

@@ -33,9 +33,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use floe_metastore::{ExtentRef, Metastore, TopicInfo};
-use floe_protocol::batch::RecordBatch;
-use floe_protocol::kafka_protocol::records::Record;
+use floe_protocol::batch::{BatchError, RecordBatch};
 use floe_protocol::records;
+use floe_protocol::walk::{RecordView, Walk, section};
 use floe_storage::ids::Ids;
 use floe_storage::{ObjectStore, keys};
 
@@ -249,7 +249,12 @@ impl Cleaner<'_> {
                 if mapped > dirty_from && map.latest.len() >= self.policy.max_cleaner_keys {
                     break 'mapping;
                 }
-                map.add_latest(batches);
+                let batches = batches.to_vec();
+                map = off_runtime(move || {
+                    map.add_latest(&batches);
+                    map
+                })
+                .await;
                 mapped += 1;
             }
             if dirty_from == 0 && dirty_groups.len() == 1 {
@@ -266,6 +271,7 @@ impl Cleaner<'_> {
         // Pass 2: each group rewritten into its own segment, in offset
         // order, learning the keys transactional records hold as it goes
         // (only those older than a tombstone, or beside it, keep it).
+        let mut map = Arc::new(map);
         let mut done: Option<Compacted> = None;
         for group in groups(&run, group_bytes) {
             if let Some((worker, job)) = self.lease
@@ -278,8 +284,7 @@ impl Cleaner<'_> {
                 Some(batches) => batches,
                 None => read_run(self.store, group).await?,
             };
-            map.add_transactional(&batches, self.policy.max_cleaner_keys);
-            let Some(swapped) = self.rewrite(group, &batches, &map, dirty_offset).await? else {
+            let Some(swapped) = self.rewrite(group, batches, &mut map, dirty_offset).await? else {
                 // A lost swap: the partition changed; what is left waits.
                 break;
             };
@@ -298,24 +303,38 @@ impl Cleaner<'_> {
     }
 
     /// Rewrites one group's `batches` by `map` into a keyed segment and
-    /// swaps it in for the group.
+    /// swaps it in for the group. The records' work (the transactional
+    /// keys `map` learns from the group, and the rewrite) runs off the
+    /// runtime's threads.
     async fn rewrite(
         &self,
         group: &[ExtentRef],
-        batches: &[RecordBatch],
-        map: &KeyMap,
+        batches: Vec<RecordBatch>,
+        map: &mut Arc<KeyMap>,
         dirty_offset: i64,
     ) -> Result<Option<Compacted>, CompactError> {
         let last_offset = group[group.len() - 1].last_offset;
-        let kept = keep_latest_with(
-            map,
-            batches,
-            &|offset| offset >= dirty_offset,
+        let (max_keys, retention) = (
+            self.policy.max_cleaner_keys,
             self.topic.config().delete_retention_ms,
-            self.now_ms,
-            last_offset,
-        )
-        .map_err(|e| corrupt(&group[0], e))?;
+        );
+        let now_ms = self.now_ms;
+        let mut owned = std::mem::take(map);
+        let (learnt, kept) = off_runtime(move || {
+            Arc::make_mut(&mut owned).add_transactional(&batches, max_keys);
+            let kept = keep_latest_with(
+                &owned,
+                &batches,
+                &|offset| offset >= dirty_offset,
+                retention,
+                now_ms,
+                last_offset,
+            );
+            (owned, kept)
+        })
+        .await;
+        *map = learnt;
+        let kept = kept.map_err(|e| corrupt(&group[0], e))?;
         if kept.undecodable > 0 {
             self.counters
                 .undecodable_batches
@@ -354,6 +373,33 @@ impl Cleaner<'_> {
     }
 }
 
+/// Runs CPU-bound record work off the runtime's async workers; in place on
+/// a single-threaded runtime (tests, the simulation), where a thread outside
+/// the runtime would finish at a time the runtime's clock does not decide,
+/// so that a seed would not replay.
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::CurrentThread {
+        return work();
+    }
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// Calls `f` with each record of `batch`, walked from its (decompressed)
+/// records section without a copy per record; an error if they are not
+/// exactly the batch's records.
+fn each_record(batch: &RecordBatch, mut f: impl FnMut(RecordView<'_>)) -> Result<(), BatchError> {
+    let records = section(batch)?;
+    let mut walk = Walk::new(&records, batch.record_count());
+    for record in walk.by_ref() {
+        f(record?);
+    }
+    walk.finish()
+}
+
 /// A 128-bit digest of a key: the cleaner's map holds this, not the key
 /// (two halves, so a map entry is 24 bytes, not a u128's aligned 32).
 type Digest = (u64, u64);
@@ -382,7 +428,7 @@ pub struct Kept {
 /// The cleaner's map (Kafka's `OffsetMap`): each key written in the dirty
 /// part of a run, by digest, with its latest offset; and the keys that kept
 /// transactional records hold.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct KeyMap {
     latest: HashMap<Digest, i64>,
     /// Keys a kept transactional record holds: their tombstones stay, or
@@ -406,18 +452,15 @@ impl KeyMap {
             if batch.is_control() || batch.is_transactional() || batch.record_count() == 0 {
                 continue;
             }
-            match records::decode(batch) {
-                Ok(decoded) => {
-                    for r in &decoded {
-                        if let Some(key) = &r.key {
-                            let latest = self.latest.entry(digest(key)).or_insert(r.offset);
-                            *latest = (*latest).max(r.offset);
-                        }
-                    }
+            let walked = each_record(batch, |record| {
+                if let Some(key) = record.key {
+                    let offset = batch.base_offset() + record.offset_delta as i64;
+                    let latest = self.latest.entry(digest(key)).or_insert(offset);
+                    *latest = (*latest).max(offset);
                 }
-                Err(e) => {
-                    tracing::debug!(offset = batch.base_offset(), error = %e, "undecodable stored batch")
-                }
+            });
+            if let Err(e) = walked {
+                tracing::debug!(offset = batch.base_offset(), error = %e, "undecodable stored batch")
             }
         }
     }
@@ -432,13 +475,15 @@ impl KeyMap {
             if batch.is_control() || !batch.is_transactional() || batch.record_count() == 0 {
                 continue;
             }
-            match records::decode(batch) {
-                Ok(decoded) => self
-                    .in_transactions
-                    .extend(decoded.iter().filter_map(|r| r.key.as_deref().map(digest))),
-                Err(_) => self.unknown_transactional_keys = true,
-            }
-            if self.in_transactions.len() > max {
+            let in_transactions = &mut self.in_transactions;
+            let walked = each_record(batch, |record| {
+                if let Some(key) = record.key
+                    && in_transactions.len() <= max
+                {
+                    in_transactions.insert(digest(key));
+                }
+            });
+            if walked.is_err() || self.in_transactions.len() > max {
                 self.unknown_transactional_keys = true;
                 self.in_transactions = HashSet::new();
             }
@@ -513,7 +558,7 @@ pub fn keep_latest_with(
             rewritten_batches.push(Some(batch.clone()));
             continue;
         }
-        let Ok(decoded) = records::decode(batch) else {
+        let Ok(records) = section(batch) else {
             // Its keys are unknown: kept as it is, never fatal (the cleaner
             // must not stop, and retry forever, on one bad batch).
             undecodable += 1;
@@ -523,32 +568,37 @@ pub fn keep_latest_with(
         let in_dirty = dirty(batch.base_offset());
         let horizon = records::delete_horizon(batch);
         let tombstones_expire = horizon.is_some_and(|h| now_ms >= h);
-        let total = decoded.len();
-        let kept: Vec<Record> = decoded
-            .into_iter()
-            .filter(|r| match &r.key {
-                None => true,
-                Some(key) => {
-                    let digest = digest(key);
-                    let tombstone_may_go = tombstones_expire && map.tombstone_may_go(digest);
-                    map.keeps(digest, r.offset, in_dirty)
-                        && !(r.value.is_none() && tombstone_may_go)
-                }
-            })
-            .collect();
-        let has_tombstones = kept.iter().any(|r| r.value.is_none());
-        rewritten_batches.push(if kept.is_empty() {
-            None
-        } else if kept.len() == total && (horizon.is_some() || !has_tombstones) {
+        let keeps = |record: &RecordView<'_>| match record.key {
+            None => true,
+            Some(key) => {
+                let digest = digest(key);
+                let offset = batch.base_offset() + record.offset_delta as i64;
+                let tombstone_may_go = tombstones_expire && map.tombstone_may_go(digest);
+                map.keeps(digest, offset, in_dirty) && !(record.value.is_none() && tombstone_may_go)
+            }
+        };
+        // What would go, and whether a kept tombstone needs a horizon.
+        let (mut total, mut kept, mut has_tombstones) = (0usize, 0usize, false);
+        let walked = each_record(batch, |record| {
+            total += 1;
+            if keeps(&record) {
+                kept += 1;
+                has_tombstones |= record.value.is_none();
+            }
+        });
+        if walked.is_err() {
+            undecodable += 1;
+            rewritten_batches.push(Some(batch.clone()));
+            continue;
+        }
+        rewritten_batches.push(if kept == total && (horizon.is_some() || !has_tombstones) {
             // Nothing to drop and nothing to stamp: the bytes as they were.
             Some(batch.clone())
         } else {
             let stamp = has_tombstones
                 .then(|| horizon.unwrap_or(now_ms.saturating_add(delete_retention_ms)));
-            Some(
-                records::encode(&kept, batch, stamp)
-                    .map_err(|e| format!("re-encoding batch at {}: {e}", batch.base_offset()))?,
-            )
+            records::encode_kept(batch, &records, &keeps, stamp)
+                .map_err(|e| format!("re-encoding batch at {}: {e}", batch.base_offset()))?
         });
     }
 

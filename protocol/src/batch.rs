@@ -118,12 +118,14 @@ impl RecordBatch {
         }
         // The count must fit in the bytes: a record takes at least
         // MIN_RECORD_BYTES, and compressed ones at most the codec's ceiling
-        // less. Otherwise a 61-byte batch could claim 2^31 offsets.
+        // less. Otherwise a 61-byte batch could claim 2^31 offsets. Kafka
+        // finds such a batch short of records as it reads them: an invalid
+        // record (not retried), not a corrupt one (retried).
         let payload = batch.len() - HEADER_LEN;
         let room = crate::compression::decompressed_limit(batch.codec(), payload);
         if batch.record_count() as usize > room / MIN_RECORD_BYTES {
-            return Err(BatchError::Corrupt(
-                "record count exceeds what the batch can hold",
+            return Err(BatchError::Invalid(
+                "incorrect declared batch size: more records than the batch can hold",
             ));
         }
         Ok((batch, rest))
@@ -212,6 +214,18 @@ impl RecordBatch {
         let attributes = self.attributes() | 0x08;
         bytes[21..23].copy_from_slice(&attributes.to_be_bytes());
         bytes[35..43].copy_from_slice(&now_ms.to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[CRC_START..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch {
+            bytes: bytes.freeze(),
+        }
+    }
+
+    /// The batch with `maxTimestamp` = `max_timestamp`, CRC recomputed (what
+    /// Kafka's LogValidator sets from the records it walked).
+    pub fn with_max_timestamp(&self, max_timestamp: i64) -> RecordBatch {
+        let mut bytes = bytes::BytesMut::from(&self.bytes[..]);
+        bytes[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
         let crc = crc32c::crc32c(&bytes[CRC_START..]);
         bytes[17..21].copy_from_slice(&crc.to_be_bytes());
         RecordBatch {
@@ -488,12 +502,12 @@ mod tests {
     /// The review's 61-byte produce: a valid CRC over a header claiming
     /// 2^31-1 records. It was acknowledged and moved the high watermark by 2^31.
     #[test]
-    fn a_record_count_the_bytes_cannot_hold_is_corrupt() {
+    fn a_record_count_the_bytes_cannot_hold_is_invalid() {
         for compression in CODECS {
             let err = RecordBatch::parse_all(&lying_batch(i32::MAX, compression)).unwrap_err();
             assert_eq!(
                 err.kafka_error(),
-                ResponseError::CorruptMessage,
+                ResponseError::InvalidRecord,
                 "{compression:?}"
             );
         }

@@ -51,47 +51,148 @@ pub fn decompressed_limit(codec: Codec, compressed_len: usize) -> usize {
 /// input's size, so a high level's tables fit the batch (and the frame
 /// says its size, which spares a reader a window sized for any input).
 pub fn compress(codec: Codec, level: Option<i32>, input: &[u8]) -> Result<Vec<u8>, BatchError> {
-    use std::io::Write;
-    let failed = |_| BatchError::Invalid("records do not compress");
-    match codec {
-        Codec::None => Ok(input.to_vec()),
-        Codec::Gzip => {
-            let level = level.filter(|l| (1..=9).contains(l)).unwrap_or(6) as u32;
-            let mut encoder = flate2::write::GzEncoder::new(
-                Vec::with_capacity(input.len() / 2),
-                flate2::Compression::new(level),
-            );
-            encoder.write_all(input).map_err(failed)?;
-            encoder.finish().map_err(failed)
-        }
-        Codec::Lz4 => {
-            let level = match level.filter(|l| (1..=17).contains(l)).unwrap_or(9) {
-                9 => 0, // liblz4's fast compressor, as Kafka's default
-                other => other as u32,
-            };
-            let mut encoder = lz4::EncoderBuilder::new()
-                .level(level)
-                .block_mode(lz4::BlockMode::Independent)
-                .build(Vec::with_capacity(input.len() / 2))
+    let mut compressing = Compressing::new(codec, level, Some(input.len()), usize::MAX)?;
+    compressing.write(input)?;
+    compressing.finish()
+}
+
+/// A batch's records payload compressed as it is written (as [`compress`]
+/// compresses it), given up as soon as the compressed bytes pass a limit:
+/// rebuilding a batch that cannot fit costs the work of filling the limit,
+/// not of compressing everything it holds.
+pub struct Compressing {
+    encoder: Encoder,
+    max_out: usize,
+}
+
+enum Encoder {
+    None(Vec<u8>),
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Lz4(lz4::Encoder<Vec<u8>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+    /// Snappy compresses a whole block at once (fast enough not to stop early).
+    Snappy(Vec<u8>),
+}
+
+/// How much input goes into an encoder between two looks at its output.
+const CHUNK: usize = 64 * 1024;
+
+impl Compressing {
+    /// `size` is the input's exact size, if known (zstd is told it, so a
+    /// high level's tables fit the batch and the frame says its size);
+    /// `max_out` the most compressed bytes wanted.
+    pub fn new(
+        codec: Codec,
+        level: Option<i32>,
+        size: Option<usize>,
+        max_out: usize,
+    ) -> Result<Compressing, BatchError> {
+        let failed = |_| BatchError::Invalid("records do not compress");
+        let known = size.is_some();
+        let size = size.unwrap_or(CHUNK);
+        let capacity = (size / 2).min(max_out.saturating_add(CHUNK));
+        let encoder = match codec {
+            Codec::None => Encoder::None(Vec::with_capacity(size.min(max_out))),
+            Codec::Gzip => {
+                let level = level.filter(|l| (1..=9).contains(l)).unwrap_or(6) as u32;
+                Encoder::Gzip(flate2::write::GzEncoder::new(
+                    Vec::with_capacity(capacity),
+                    flate2::Compression::new(level),
+                ))
+            }
+            Codec::Lz4 => {
+                let level = match level.filter(|l| (1..=17).contains(l)).unwrap_or(9) {
+                    9 => 0, // liblz4's fast compressor, as Kafka's default
+                    other => other as u32,
+                };
+                Encoder::Lz4(
+                    lz4::EncoderBuilder::new()
+                        .level(level)
+                        .block_mode(lz4::BlockMode::Independent)
+                        .build(Vec::with_capacity(capacity))
+                        .map_err(failed)?,
+                )
+            }
+            Codec::Zstd => {
+                let mut encoder = zstd::stream::write::Encoder::new(
+                    Vec::with_capacity(capacity),
+                    level.unwrap_or(3),
+                )
                 .map_err(failed)?;
-            encoder.write_all(input).map_err(failed)?;
-            let (out, finished) = encoder.finish();
-            finished.map_err(failed)?;
-            Ok(out)
+                if known {
+                    encoder
+                        .set_pledged_src_size(Some(size as u64))
+                        .map_err(failed)?;
+                    encoder.include_contentsize(true).map_err(failed)?;
+                }
+                Encoder::Zstd(encoder)
+            }
+            Codec::Snappy => Encoder::Snappy(Vec::with_capacity(size)),
+        };
+        Ok(Compressing { encoder, max_out })
+    }
+
+    /// Compresses `input` after what was written before; `TooLarge` once
+    /// the compressed bytes pass the limit.
+    pub fn write(&mut self, input: &[u8]) -> Result<(), BatchError> {
+        use std::io::Write;
+        let failed = |_| BatchError::Invalid("records do not compress");
+        for chunk in input.chunks(CHUNK) {
+            let out = match &mut self.encoder {
+                Encoder::None(out) | Encoder::Snappy(out) => {
+                    out.extend_from_slice(chunk);
+                    out.len()
+                }
+                Encoder::Gzip(e) => {
+                    e.write_all(chunk).map_err(failed)?;
+                    e.get_ref().len()
+                }
+                Encoder::Lz4(e) => {
+                    e.write_all(chunk).map_err(failed)?;
+                    e.writer().len()
+                }
+                Encoder::Zstd(e) => {
+                    e.write_all(chunk).map_err(failed)?;
+                    e.get_ref().len()
+                }
+            };
+            let uncompressed = matches!(self.encoder, Encoder::None(_));
+            if out > self.max_out && uncompressed || out > self.max_out.saturating_add(CHUNK) {
+                return Err(BatchError::TooLarge);
+            }
         }
-        Codec::Zstd => zstd::bulk::compress(input, level.unwrap_or(3)).map_err(failed),
-        Codec::Snappy => {
-            use kafka_protocol::compression::{Compressor, Snappy};
-            let mut out = bytes::BytesMut::new();
-            Snappy::compress(
-                &mut out,
-                |buf: &mut bytes::BytesMut| -> anyhow::Result<()> {
-                    buf.extend_from_slice(input);
-                    Ok(())
-                },
-            )
-            .map_err(|_| BatchError::Invalid("records do not compress"))?;
-            Ok(out.to_vec())
+        Ok(())
+    }
+
+    /// The compressed bytes; `TooLarge` if they pass the limit.
+    pub fn finish(self) -> Result<Vec<u8>, BatchError> {
+        let failed = |_| BatchError::Invalid("records do not compress");
+        let out = match self.encoder {
+            Encoder::None(out) => out,
+            Encoder::Gzip(e) => e.finish().map_err(failed)?,
+            Encoder::Lz4(e) => {
+                let (out, finished) = e.finish();
+                finished.map_err(failed)?;
+                out
+            }
+            Encoder::Zstd(e) => e.finish().map_err(failed)?,
+            Encoder::Snappy(input) => {
+                use kafka_protocol::compression::{Compressor, Snappy};
+                let mut out = bytes::BytesMut::new();
+                Snappy::compress(
+                    &mut out,
+                    |buf: &mut bytes::BytesMut| -> anyhow::Result<()> {
+                        buf.extend_from_slice(&input);
+                        Ok(())
+                    },
+                )
+                .map_err(|_| BatchError::Invalid("records do not compress"))?;
+                out.to_vec()
+            }
+        };
+        match out.len() > self.max_out {
+            true => Err(BatchError::TooLarge),
+            false => Ok(out),
         }
     }
 }

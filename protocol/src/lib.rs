@@ -16,7 +16,9 @@ pub mod records;
 pub mod request;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod validate;
 pub mod versions;
+pub mod walk;
 
 pub use kafka_protocol;
 pub use kafka_protocol::ResponseError;

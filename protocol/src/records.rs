@@ -11,6 +11,7 @@ use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
 
 use crate::batch::{BatchError, Codec, HEADER_LEN, RecordBatch};
 use crate::compression::{decompress, decompressed_limit};
+use crate::walk::{RecordView, Walk};
 
 /// The records of one batch, decompressed within the codec's bounds.
 pub fn decode(batch: &RecordBatch) -> Result<Vec<Record>, BatchError> {
@@ -72,19 +73,62 @@ pub fn recompress(
     level: Option<i32>,
     max_bytes: usize,
 ) -> Result<RecordBatch, BatchError> {
+    rebuild(
+        batch,
+        &crate::walk::section(batch)?,
+        codec,
+        level,
+        max_bytes,
+    )
+}
+
+/// [`recompress`] from the batch's records section, already decompressed.
+/// The records are checked (see [`crate::walk`]) and then compressed as
+/// they are renumbered, a chunk at a time: memory holds the compressed
+/// bytes, and a batch that cannot fit `max_bytes` is given up as soon as
+/// its compressed bytes pass it.
+pub fn rebuild(
+    batch: &RecordBatch,
+    records: &[u8],
+    codec: Codec,
+    level: Option<i32>,
+    max_bytes: usize,
+) -> Result<RecordBatch, BatchError> {
     use bytes::BufMut;
-    let payload = &batch.bytes()[HEADER_LEN..];
-    let limit = decompressed_limit(batch.codec(), payload.len());
-    let records = decompress(batch.codec(), payload, limit)?;
-    if codec == Codec::None && HEADER_LEN + records.len() > max_bytes {
-        return Err(BatchError::TooLarge);
+    let count = batch.record_count();
+    let mut walk = Walk::new(records, count);
+    let mut numbered = true;
+    for record in walk.by_ref() {
+        let record = record?;
+        numbered &= record.offset_delta == record.index;
     }
-    let renumbered = check_records(&records, batch.record_count())?;
-    let records = renumbered.as_deref().unwrap_or(&records);
-    let compressed = crate::compression::compress(codec, level, records)?;
-    if HEADER_LEN + compressed.len() > max_bytes {
-        return Err(BatchError::TooLarge);
+    walk.finish()?;
+    let room = max_bytes.saturating_sub(HEADER_LEN);
+    let size = numbered.then_some(records.len());
+    let mut compressing = crate::compression::Compressing::new(codec, level, size, room)?;
+    if numbered {
+        compressing.write(records)?;
+    } else {
+        // Each record with its offset delta made its index, its length
+        // with it, and otherwise byte for byte.
+        let mut chunk = bytes::BytesMut::new();
+        let mut body = bytes::BytesMut::new();
+        for record in Walk::new(records, count) {
+            let record = record?;
+            body.clear();
+            body.extend_from_slice(&records[record.body.start..record.offset_delta_span.start]);
+            varlong(&mut body, record.index as i64);
+            body.extend_from_slice(&records[record.offset_delta_span.end..record.body.end]);
+            varlong(&mut chunk, body.len() as i64);
+            chunk.extend_from_slice(&body);
+            if chunk.len() >= 64 * 1024 {
+                compressing.write(&chunk)?;
+                chunk.clear();
+            }
+        }
+        compressing.write(&chunk)?;
     }
+    let compressed = compressing.finish()?;
     let mut out = bytes::BytesMut::with_capacity(HEADER_LEN + compressed.len());
     out.put_slice(&batch.bytes()[..HEADER_LEN]);
     out.put_slice(&compressed);
@@ -99,164 +143,70 @@ pub fn recompress(
     Ok(again)
 }
 
-/// Checks, without decoding them, that `records` holds exactly `count`
-/// well-formed records (as a consumer reads them: every length within its
-/// record, the record's fields filling it). If their offset deltas are not
-/// 0, 1, ... in order, the records numbered so (the rest of each record
-/// byte for byte); `None` if they already are.
-fn check_records(records: &[u8], count: i32) -> Result<Option<Vec<u8>>, BatchError> {
-    let bad = || BatchError::Invalid("records are not well formed as counted");
-    let mut at = 0usize;
-    // Each record's body and where its offset delta lies in it (bounded by
-    // the records present: each takes at least a byte).
-    let mut spans = Vec::new();
-    let mut numbered = true;
-    for expected in 0..count.max(0) {
-        let length = read_varint(records, &mut at).ok_or_else(bad)?;
-        let end = usize::try_from(length)
-            .ok()
-            .filter(|&l| l > 0)
-            .and_then(|l| at.checked_add(l))
-            .filter(|&end| end <= records.len())
-            .ok_or_else(bad)?;
-        let record = &records[..end];
-        let mut field = at + 1; // past the record's attributes
-        read_varlong(record, &mut field).ok_or_else(bad)?; // timestamp delta
-        let delta_at = field;
-        let delta = read_varint(record, &mut field).ok_or_else(bad)?;
-        numbered &= delta == expected;
-        spans.push((at, delta_at, field, end));
-        skip_bytes(record, &mut field).ok_or_else(bad)?; // key
-        skip_bytes(record, &mut field).ok_or_else(bad)?; // value
-        let headers = read_varint(record, &mut field)
-            .filter(|&n| n >= 0)
-            .ok_or_else(bad)?;
-        for _ in 0..headers {
-            // A header's key is a string (never null); its value may be.
-            let key = read_varint(record, &mut field)
-                .filter(|&n| n >= 0)
-                .ok_or_else(bad)?;
-            field = field
-                .checked_add(key as usize)
-                .filter(|&f| f <= end)
-                .ok_or_else(bad)?;
-            skip_bytes(record, &mut field).ok_or_else(bad)?;
-        }
-        if field != end {
-            return Err(bad());
-        }
-        at = end;
-    }
-    if at != records.len() {
-        return Err(bad());
-    }
-    if numbered {
-        return Ok(None);
-    }
-    Ok(Some(renumber(records, &spans)))
-}
-
-/// `records` numbered 0, 1, ...: each span is a record's body (start,
-/// where its offset delta starts and ends, end), rewritten with its new
-/// delta and length and otherwise byte for byte.
-fn renumber(records: &[u8], spans: &[(usize, usize, usize, usize)]) -> Vec<u8> {
-    let mut out = bytes::BytesMut::with_capacity(records.len() + 10 * spans.len());
-    let mut body = bytes::BytesMut::new();
-    for (n, &(start, delta_at, delta_end, end)) in spans.iter().enumerate() {
-        body.clear();
-        body.extend_from_slice(&records[start..delta_at]);
-        varlong(&mut body, n as i64);
-        body.extend_from_slice(&records[delta_end..end]);
-        varlong(&mut out, body.len() as i64);
-        out.extend_from_slice(&body);
-    }
-    out.to_vec()
-}
-
-/// Moves `at` past a length-prefixed field (-1: null); `None` if it runs
-/// past `buf`.
-fn skip_bytes(buf: &[u8], at: &mut usize) -> Option<()> {
-    let length = read_varint(buf, at)?;
-    if length < -1 {
-        return None;
-    }
-    let end = at.checked_add(length.max(0) as usize)?;
-    (end <= buf.len()).then(|| *at = end)
-}
-
-/// A zigzag varint that fits an `i32`, as Kafka reads record lengths and
-/// offset deltas (at most five bytes).
-fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
-    let start = *at;
-    let value = read_varlong(buf, at)?;
-    if *at - start > 5 {
-        return None;
-    }
-    i32::try_from(value).ok()
-}
-
-/// A zigzag varint at `at` (moved past it), as the record format writes
-/// lengths and deltas; `None` if it runs past `buf` or over ten bytes.
-fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
-    let mut value = 0u64;
-    for shift in (0..70).step_by(7) {
-        let byte = *buf.get(*at)?;
-        *at += 1;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    None
-}
-
-/// Encodes `records` (offsets and timestamps absolute) as one v2 batch with
-/// the producer fields and codec of `like`, as a log cleaner rewrites a batch.
+/// The records of `like` that `keep` keeps, as one v2 batch with the
+/// producer fields and codec of `like`, as a log cleaner rewrites a batch;
+/// `None` if it keeps none. `section` is `like`'s records section (see
+/// [`crate::walk::section`]). Each kept record is carried over byte for
+/// byte but for its deltas, which are taken from the new batch's first
+/// offset and base timestamp; two walks of `section`, nothing allocated
+/// per record.
 ///
 /// With `delete_horizon`, the batch carries it the way Kafka's cleaner does
 /// (KIP-534): attribute bit 6 set and the base timestamp field holding the
 /// horizon, record timestamps stored as deltas from it, so every record keeps
-/// its own timestamp. `kafka-protocol`'s encoder always bases timestamps on
-/// the smallest record timestamp, hence this writer.
-pub fn encode(
-    records: &[Record],
+/// its own timestamp. A log-append-time batch keeps its max timestamp (the
+/// one its consumers read for every record).
+pub fn encode_kept(
     like: &RecordBatch,
+    section: &[u8],
+    keep: &dyn Fn(&RecordView<'_>) -> bool,
     delete_horizon: Option<i64>,
-) -> Result<RecordBatch, BatchError> {
+) -> Result<Option<RecordBatch>, BatchError> {
     use bytes::BufMut;
-    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
-    let (Some(first), Some(last)) = (records.first(), records.last()) else {
-        return Err(BatchError::Invalid("a batch needs records"));
-    };
-    let base_offset = first.offset;
-    let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(-1);
-    let base_timestamp =
-        delete_horizon.unwrap_or_else(|| records.iter().map(|r| r.timestamp).min().unwrap_or(-1));
-    let write_records = |buf: &mut bytes::BytesMut| -> anyhow::Result<()> {
-        for r in records {
-            write_record(buf, r, base_offset, base_timestamp)?;
-        }
-        Ok(())
-    };
-    let mut payload = bytes::BytesMut::new();
-    let compressed = match like.codec() {
-        Codec::None => write_records(&mut payload),
-        Codec::Gzip => Gzip::compress(&mut payload, write_records),
-        Codec::Snappy => Snappy::compress(&mut payload, write_records),
-        Codec::Lz4 => Lz4::compress(&mut payload, write_records),
-        Codec::Zstd => Zstd::compress(&mut payload, write_records),
-    };
-    compressed.map_err(|_| BatchError::Invalid("records do not encode"))?;
-    let last_offset_delta = i32::try_from(last.offset - base_offset)
+    let offset_of = |r: &RecordView<'_>| like.base_offset() + r.offset_delta as i64;
+    let timestamp_of = |r: &RecordView<'_>| like.base_timestamp().saturating_add(r.timestamp_delta);
+    let kept = || Walk::new(section, like.record_count()).filter(|r| r.as_ref().map_or(true, keep));
+    // The first walk: where the new batch begins and ends.
+    let (mut count, mut first, mut last) = (0i32, i64::MAX, i64::MIN);
+    let (mut min_timestamp, mut max_timestamp) = (i64::MAX, i64::MIN);
+    for record in kept() {
+        let record = record?;
+        count += 1;
+        first = first.min(offset_of(&record));
+        last = last.max(offset_of(&record));
+        min_timestamp = min_timestamp.min(timestamp_of(&record));
+        max_timestamp = max_timestamp.max(timestamp_of(&record));
+    }
+    if count == 0 {
+        return Ok(None);
+    }
+    let base_timestamp = delete_horizon.unwrap_or(min_timestamp);
+    if like.is_log_append_time() {
+        max_timestamp = like.max_timestamp();
+    }
+    // The second: the kept records, rewritten.
+    let mut records = bytes::BytesMut::new();
+    let mut body = bytes::BytesMut::new();
+    for record in kept() {
+        let record = record?;
+        body.clear();
+        body.put_i8(0); // attributes
+        varlong(&mut body, timestamp_of(&record) - base_timestamp);
+        varlong(&mut body, offset_of(&record) - first);
+        // Key, value and headers as they lie.
+        body.extend_from_slice(&section[record.offset_delta_span.end..record.body.end]);
+        varlong(&mut records, body.len() as i64);
+        records.extend_from_slice(&body);
+    }
+    let payload = crate::compression::compress(like.codec(), None, &records)?;
+    let last_offset_delta = i32::try_from(last - first)
         .map_err(|_| BatchError::Invalid("offsets too far apart for one batch"))?;
-    let count = i32::try_from(records.len())
-        .map_err(|_| BatchError::Invalid("too many records for one batch"))?;
     let mut attributes = like.attributes() & !DELETE_HORIZON_FLAG;
     if delete_horizon.is_some() {
         attributes |= DELETE_HORIZON_FLAG;
     }
     let mut out = bytes::BytesMut::with_capacity(HEADER_LEN + payload.len());
-    out.put_i64(base_offset);
+    out.put_i64(first);
     out.put_i32((HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
     out.put_i32(-1); // partition leader epoch
     out.put_i8(2);
@@ -273,43 +223,10 @@ pub fn encode(
     out.put_slice(&payload);
     let crc = crc32c::crc32c(&out[21..]);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
-    RecordBatch::parse_all_stored(&out.freeze())?
+    let batch = RecordBatch::parse_all_stored(&out.freeze())?
         .pop()
-        .ok_or(BatchError::Invalid("encoded nothing"))
-}
-
-fn write_record(
-    buf: &mut bytes::BytesMut,
-    r: &Record,
-    base_offset: i64,
-    base_timestamp: i64,
-) -> anyhow::Result<()> {
-    use bytes::BufMut;
-    let len = |b: &Option<Bytes>| b.as_ref().map_or(-1, |b| b.len() as i64);
-    let mut body = bytes::BytesMut::new();
-    body.put_i8(0); // attributes
-    varlong(&mut body, r.timestamp - base_timestamp);
-    varlong(&mut body, i32::try_from(r.offset - base_offset)? as i64);
-    varlong(&mut body, len(&r.key));
-    if let Some(key) = &r.key {
-        body.put_slice(key);
-    }
-    varlong(&mut body, len(&r.value));
-    if let Some(value) = &r.value {
-        body.put_slice(value);
-    }
-    varlong(&mut body, r.headers.len() as i64);
-    for (key, value) in &r.headers {
-        varlong(&mut body, key.len() as i64);
-        body.put_slice(key.as_bytes());
-        varlong(&mut body, len(value));
-        if let Some(value) = value {
-            body.put_slice(value);
-        }
-    }
-    varlong(buf, i64::from(i32::try_from(body.len())?));
-    buf.put_slice(&body);
-    Ok(())
+        .ok_or(BatchError::Invalid("encoded nothing"))?;
+    Ok(Some(batch))
 }
 
 /// A zigzag varint, as the record format writes every length and delta (an
@@ -568,12 +485,17 @@ mod tests {
                 .remove(0);
             let records = decode(&batch).unwrap();
             let kept: Vec<Record> = records.iter().skip(1).step_by(2).cloned().collect();
+            let section = crate::walk::section(&batch).unwrap();
+            let odd = |r: &RecordView<'_>| r.index % 2 == 1;
             for horizon in [None, Some(9_999_999)] {
-                let rewritten = super::encode(&kept, &batch, horizon).unwrap();
+                let rewritten = super::encode_kept(&batch, &section, &odd, horizon)
+                    .unwrap()
+                    .unwrap();
                 assert_eq!(rewritten.codec(), batch.codec());
                 assert_eq!(delete_horizon(&rewritten), horizon);
                 assert_eq!(rewritten.base_offset(), 1);
                 assert_eq!(rewritten.last_offset_delta(), 2);
+                assert_eq!(rewritten.record_count(), 2);
                 assert_eq!(rewritten.max_timestamp(), 1_003);
                 let again = decode(&rewritten).unwrap();
                 let view = |rs: &[Record]| {
@@ -591,6 +513,8 @@ mod tests {
                 };
                 assert_eq!(view(&again), view(&kept), "{compression:?} {horizon:?}");
             }
+            let none = |_: &RecordView<'_>| false;
+            assert_eq!(super::encode_kept(&batch, &section, &none, None), Ok(None));
         }
     }
 

@@ -48,13 +48,7 @@ pub fn records(values: &[Vec<u8>], base_ts: i64) -> Vec<Record> {
 
 /// One batch of `values` (timestamps from 1,000), as a producer sends it.
 pub fn encode(values: &[Vec<u8>], compression: Compression) -> Bytes {
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records(values, 1_000), &options).unwrap();
-    buf.freeze()
+    encode_records(&records(values, 1_000), compression)
 }
 
 /// A batch of one small record whose header then claims `count` records
@@ -76,4 +70,47 @@ pub fn batch_claiming(count: i32, compression: Compression) -> RecordBatch {
     RecordBatch::parse_all_stored(&lying_batch(count, compression))
         .unwrap()
         .remove(0)
+}
+
+/// A batch of `values` whose records have no key.
+pub fn keyless(values: &[Vec<u8>]) -> Bytes {
+    let mut records = records(values, 1_000);
+    records.iter_mut().for_each(|r| r.key = None);
+    encode_records(&records, Compression::None)
+}
+
+/// A batch of `values` (each under 100 bytes) in `codec` whose records all
+/// say offset delta 0 (as some old clients wrote them): Kafka rebuilds such
+/// a batch.
+pub fn misnumbered(values: &[Vec<u8>], codec: crate::batch::Codec) -> Bytes {
+    use crate::batch::HEADER_LEN;
+    let honest = encode(values, Compression::None);
+    let mut section = honest[HEADER_LEN..].to_vec();
+    // Each record: length, attributes, timestamp delta (one byte each
+    // here), then its offset delta (one byte while under 64).
+    let mut at = 0;
+    for _ in values {
+        let length = (section[at] >> 1) as usize;
+        section[at + 3] = 0;
+        at += 1 + length;
+    }
+    let payload = crate::compression::compress(codec, None, &section).unwrap();
+    let mut b = BytesMut::from(&honest[..HEADER_LEN]);
+    b.extend_from_slice(&payload);
+    let length = (b.len() - crate::batch::LOG_OVERHEAD) as i32;
+    b[8..12].copy_from_slice(&length.to_be_bytes());
+    b[21..23].copy_from_slice(&codec.attribute_bits().to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
+fn encode_records(records: &[Record], compression: Compression) -> Bytes {
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut buf, records, &options).unwrap();
+    buf.freeze()
 }

@@ -550,6 +550,33 @@ proptest! {
             let limit = compression::decompressed_limit(batch.codec(), batch.len());
             let (_, peak) = peak_of(|| records::decode(&batch));
             prop_assert!(peak <= 8 * limit.max(batch.len()) + SLACK, "decode: {peak} bytes for {len}");
+            // What a produce stores: only a batch whose records are all
+            // there as counted, each readable by a consumer's decoder at its
+            // offset, within the same bounds as a recompression.
+            let rules = floe_protocol::validate::RecordRules {
+                keys_required: false,
+                timestamps: None,
+                recompress: None,
+                max_bytes: usize::MAX,
+            };
+            let (checked, peak) = peak_of(|| floe_protocol::validate::validate(batch.clone(), &rules));
+            prop_assert!(
+                peak <= 4 * limit.max(batch.len()) + SLACK + COMPRESSOR_STATE,
+                "validate: {peak} bytes for {len}"
+            );
+            if let Ok(stored) = checked {
+                // kafka-protocol's decoder also wants header keys in UTF-8
+                // (Kafka's does not; a consumer reads them as bytes).
+                let section = floe_protocol::walk::section(&stored).unwrap();
+                let utf8 = floe_protocol::walk::Walk::new(&section, stored.record_count())
+                    .map(Result::unwrap)
+                    .all(|r| r.headers().all(|(key, _)| std::str::from_utf8(key).is_ok()));
+                let decoded = records::decode(&stored);
+                prop_assert!(decoded.is_ok() || !utf8, "stored but undecodable: {:?}", decoded);
+                for (i, r) in decoded.into_iter().flatten().enumerate() {
+                    prop_assert_eq!(r.offset, stored.base_offset() + i as i64);
+                }
+            }
             // A topic's compression.type recompresses produced batches:
             // the decompressed records and one compressed copy, and the
             // compressor's own state (fixed: a zstd context is a few MiB).

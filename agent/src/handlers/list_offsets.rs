@@ -2,10 +2,12 @@
 //! timestamp.
 //!
 //! For a timestamp the metastore names the first extent whose max timestamp
-//! reaches it; the exact record is found by decoding the one batch of that
-//! extent holding it (a segment is entered through its offset index, and
-//! other batches are passed by their headers). This is the one place floe
-//! decompresses, because Kafka's answer is exact.
+//! reaches it; the exact record is found by walking the records of the one
+//! batch of that extent holding it (a segment is entered through its offset
+//! index, and other batches are passed by their headers), because Kafka's
+//! answer is exact. The walk is record-level work: it runs off the
+//! runtime's threads, with the agent's other such work
+//! ([`crate::record_work`]).
 
 use floe_metastore::{ExtentRef, OffsetAnswer, OffsetQuery};
 use floe_protocol::ResponseError;
@@ -14,8 +16,7 @@ use floe_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use floe_protocol::kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use floe_protocol::kafka_protocol::records::Record;
-use floe_protocol::records;
+use floe_protocol::walk::{Walk, section};
 
 use crate::broker::{Broker, kafka_error};
 use crate::extent_reader::ExtentReader;
@@ -196,10 +197,10 @@ async fn max_timestamp_from(
                     continue;
                 }
                 if batch.base_offset() < log_start {
-                    for r in decode(extent, &batch)? {
-                        if r.offset >= log_start {
-                            better(&mut best, r.timestamp, r.offset);
-                        }
+                    if let Some((timestamp, offset)) =
+                        pick(extent, batch, Pick::Largest { log_start }).await?
+                    {
+                        better(&mut best, timestamp, offset);
                     }
                 } else if best_batch
                     .as_ref()
@@ -212,11 +213,17 @@ async fn max_timestamp_from(
     }
     if let Some((timestamp, batch, extent)) = best_batch
         && best.is_none_or(|(ts, _)| timestamp > ts)
-        && let Some(r) = decode(extent, &batch)?
-            .into_iter()
-            .find(|r| r.timestamp >= timestamp)
+        && let Some((timestamp, offset)) = pick(
+            extent,
+            batch,
+            Pick::FirstReaching {
+                timestamp,
+                log_start,
+            },
+        )
+        .await?
     {
-        better(&mut best, r.timestamp, r.offset);
+        better(&mut best, timestamp, offset);
     }
     Ok(best.unwrap_or((-1, -1)))
 }
@@ -246,11 +253,12 @@ async fn first_record_at(
             if last < log_start || batch.max_timestamp() < timestamp {
                 continue;
             }
-            let found = decode(extent, &batch)?
-                .into_iter()
-                .find(|r| r.offset >= log_start && r.timestamp >= timestamp);
-            if let Some(r) = found {
-                return Ok(Some((r.timestamp, r.offset)));
+            let first = Pick::FirstReaching {
+                timestamp,
+                log_start,
+            };
+            if let Some(found) = pick(extent, batch, first).await? {
+                return Ok(Some(found));
             }
         }
     }
@@ -277,10 +285,68 @@ fn batches_of(
     })
 }
 
-/// The records of one batch, decoded within floe's decompression bounds.
-fn decode(extent: &ExtentRef, batch: &RecordBatch) -> Result<Vec<Record>, ResponseError> {
-    records::decode(batch).map_err(|e| {
-        tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
-        ResponseError::CorruptMessage
-    })
+/// Which record of a batch a lookup wants, among those at or past the log
+/// start: the first whose timestamp reaches `timestamp`, or the first with
+/// the largest timestamp.
+#[derive(Debug, Clone, Copy)]
+enum Pick {
+    FirstReaching { timestamp: i64, log_start: i64 },
+    Largest { log_start: i64 },
+}
+
+/// How long a lookup waits for its turn at record-level work.
+const PICK_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `(timestamp, offset)` of the record of `batch` that `wanted` names, its
+/// records walked off the runtime ([`crate::record_work`]).
+async fn pick(
+    extent: &ExtentRef,
+    batch: RecordBatch,
+    wanted: Pick,
+) -> Result<Option<(i64, i64)>, ResponseError> {
+    let due = tokio::time::Instant::now() + PICK_WITHIN;
+    match crate::record_work::run(due, move || pick_from(&batch, wanted)).await {
+        Ok(Ok(found)) => Ok(found),
+        Ok(Err(e)) => {
+            tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
+            Err(ResponseError::CorruptMessage)
+        }
+        Err(crate::record_work::NotRun::TimedOut) => Err(ResponseError::RequestTimedOut),
+        Err(crate::record_work::NotRun::Failed) => Err(ResponseError::UnknownServerError),
+    }
+}
+
+/// [`pick`]'s walk. A record's timestamp is the batch's for log-append
+/// time, as consumers read it.
+fn pick_from(
+    batch: &RecordBatch,
+    wanted: Pick,
+) -> Result<Option<(i64, i64)>, floe_protocol::batch::BatchError> {
+    let records = section(batch)?;
+    let mut best: Option<(i64, i64)> = None;
+    for record in Walk::new(&records, batch.record_count()) {
+        let record = record?;
+        let offset = batch.base_offset() + record.offset_delta as i64;
+        let timestamp = match batch.is_log_append_time() {
+            true => batch.max_timestamp(),
+            false => batch
+                .base_timestamp()
+                .saturating_add(record.timestamp_delta),
+        };
+        match wanted {
+            Pick::FirstReaching {
+                timestamp: target,
+                log_start,
+            } if offset >= log_start && timestamp >= target => {
+                return Ok(Some((timestamp, offset)));
+            }
+            Pick::Largest { log_start }
+                if offset >= log_start && best.is_none_or(|(ts, _)| timestamp > ts) =>
+            {
+                best = Some((timestamp, offset));
+            }
+            _ => {}
+        }
+    }
+    Ok(best)
 }

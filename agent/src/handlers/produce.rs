@@ -1,5 +1,7 @@
-//! Produce: validate each partition's batch without decompressing it, hand it
-//! to the batcher, and answer once the ingest file holding it is committed.
+//! Produce: validate each partition's batch (its header inline, its records
+//! as Kafka's LogValidator does, off the runtime when it is large or
+//! compressed), hand it to the batcher, and answer once the ingest file
+//! holding it is committed.
 //!
 //! Handling is split in two. [`admit`] validates and enqueues the batches; the
 //! connection runs it to completion before it reads the next request, so the
@@ -20,7 +22,7 @@ use floe_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse, T
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::produce_rules::ProduceRules;
+use super::produce_rules::{ProduceRules, Refused};
 use super::str_bytes;
 use crate::authorizer::Session;
 use crate::batcher::{AppendError, Committed};
@@ -45,7 +47,7 @@ pub struct Admitted {
 enum Admission {
     /// With the log-append time stamped on the batch, if the topic uses it.
     Enqueued(Committed, Option<i64>),
-    Refused(ResponseError, String),
+    Refused(Refused),
 }
 
 /// Validates every partition's batch and enqueues the good ones, in request order.
@@ -92,16 +94,16 @@ pub async fn admit(
         for data in topic.partition_data {
             let index = data.index;
             let admission = match &info {
-                Err((error, why)) => Admission::Refused(*error, why.clone()),
+                Err((error, why)) => Admission::Refused((*error, why.clone()).into()),
                 Ok((info, rules)) => {
                     let transactional = req.transactional_id.is_some();
                     match admit_partition(broker, info, rules, data, req.acks, transactional, due)
                         .await
                     {
                         Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
-                        Err((error, why)) => {
-                            tracing::debug!(topic = %info.name, partition = index, ?error, %why, "produce refused");
-                            Admission::Refused(error, why)
+                        Err(refused) => {
+                            tracing::debug!(topic = %info.name, partition = index, error = ?refused.error, why = %refused.message, "produce refused");
+                            Admission::Refused(refused)
                         }
                     }
                 }
@@ -144,25 +146,24 @@ impl Admitted {
                                 Admission::Enqueued(committed, stamped) => {
                                     append_time = stamped;
                                     match tokio::time::timeout_at(due, committed.offset()).await {
-                                        Ok(answered) => {
-                                            answered.map_err(|e| refusal(e, cache, topic, version))
-                                        }
-                                        Err(_) => Err((
+                                        Ok(answered) => answered
+                                            .map_err(|e| refusal(e, cache, topic, version).into()),
+                                        Err(_) => Err(Refused::from((
                                             ResponseError::RequestTimedOut,
                                             format!(
                                                 "not committed within {timeout:?}; it may still be"
                                             ),
-                                        )),
+                                        ))),
                                     }
                                 }
-                                Admission::Refused(error, why) => Err((error, why)),
+                                Admission::Refused(refused) => Err(refused),
                             };
                             match result {
                                 Ok(base_offset) => PartitionProduceResponse::default()
                                     .with_index(index)
                                     .with_base_offset(base_offset)
                                     .with_log_append_time_ms(append_time.unwrap_or(-1)),
-                                Err((error, why)) => refuse(index, error, &why),
+                                Err(refused) => refuse(index, refused),
                             }
                         }))
                         .await;
@@ -214,12 +215,23 @@ fn answer_within(timeout_ms: i32) -> Duration {
     Duration::from_millis(timeout_ms.max(0) as u64).max(MIN_ANSWER_WAIT)
 }
 
-fn refuse(partition: i32, error: ResponseError, why: &str) -> PartitionProduceResponse {
+fn refuse(partition: i32, refused: Refused) -> PartitionProduceResponse {
+    use floe_protocol::kafka_protocol::messages::produce_response::BatchIndexAndErrorMessage;
+    let records = refused
+        .records
+        .into_iter()
+        .map(|(index, message)| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(index)
+                .with_batch_index_error_message(Some(str_bytes(&message)))
+        })
+        .collect();
     PartitionProduceResponse::default()
         .with_index(partition)
-        .with_error_code(error.code())
+        .with_error_code(refused.error.code())
         .with_base_offset(-1)
-        .with_error_message(Some(str_bytes(why)))
+        .with_error_message(Some(str_bytes(&refused.message)))
+        .with_record_errors(records)
 }
 
 async fn admit_partition(
@@ -230,12 +242,13 @@ async fn admit_partition(
     acks: i16,
     transactional: bool,
     due: Instant,
-) -> Result<(Committed, Option<i64>), (ResponseError, String)> {
+) -> Result<(Committed, Option<i64>), Refused> {
     if data.index < 0 || data.index >= topic.partitions {
         return Err((
             ResponseError::UnknownTopicOrPartition,
             format!("no partition {}", data.index),
-        ));
+        )
+            .into());
     }
     let records = data.records.unwrap_or_default();
     let mut batches =
@@ -245,14 +258,16 @@ async fn admit_partition(
         return Err((
             ResponseError::InvalidRecord,
             format!("expected exactly one record batch, got {}", batches.len()),
-        ));
+        )
+            .into());
     }
     let batch = batches.remove(0);
     if batch.is_control() {
         return Err((
             ResponseError::InvalidRecord,
-            "clients may not produce control batches".into(),
-        ));
+            "clients may not produce control batches".to_string(),
+        )
+            .into());
     }
     // A transactional batch comes with its transactional id (Kafka's
     // `ProduceRequest.validateRecords`), and is sequenced only into a
@@ -262,8 +277,9 @@ async fn admit_partition(
         (true, false) => {
             return Err((
                 ResponseError::InvalidRecord,
-                "a transactional batch in a request without a transactional id".into(),
-            ));
+                "a transactional batch in a request without a transactional id".to_string(),
+            )
+                .into());
         }
         (false, _) => BatchKind::Plain,
     };
@@ -271,12 +287,9 @@ async fn admit_partition(
     // it decides nothing.
     let now_ms = crate::discovery::now_ms();
     let batch = rules.apply(batch, now_ms)?;
-    let batch = match rules.recompress_to(&batch) {
-        Some((codec, level)) => {
-            recompress(batch, codec, level, rules.max_message_bytes, due).await?
-        }
-        None => batch,
-    };
+    let partition = format!("{}-{}", topic.name, data.index);
+    let record_rules = rules.for_records(&batch, now_ms);
+    let batch = check_records(batch, record_rules, partition, due).await?;
     let bytes = batch.len() as u64;
     // With the produce buffer full (uploads slower than producers), wait
     // for room no longer than the client waits for its answer: the batch
@@ -297,39 +310,39 @@ async fn admit_partition(
     Ok((committed, rules.log_append_time.then_some(now_ms)))
 }
 
-/// Recompressions running at once: each holds up to
-/// `MAX_DECOMPRESSED_BATCH_BYTES` of records and their compressed copy, and
-/// a core while it runs.
-static RECOMPRESSIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+/// Batches this small and uncompressed are walked where they are: their
+/// walk costs microseconds, less than a hop to another thread.
+const INLINE_WALK_BYTES: usize = 16 * 1024;
 
-/// `batch` in `codec` at `level` (the topic's `compression.type` and
-/// level), off the runtime's threads, waiting for a turn no longer than the
-/// request's timeout.
-async fn recompress(
+/// `batch` with its records checked as Kafka checks them (and rebuilt if
+/// they must be: misnumbered, or in another codec than the topic's),
+/// off the runtime's threads unless it is small and uncompressed, waiting
+/// for a turn no longer than the request's timeout (see
+/// [`crate::record_work`]).
+async fn check_records(
     batch: RecordBatch,
-    codec: floe_protocol::batch::Codec,
-    level: Option<i32>,
-    max_bytes: u64,
+    rules: floe_protocol::validate::RecordRules,
+    partition: String,
     due: Instant,
-) -> Result<RecordBatch, (ResponseError, String)> {
-    let timed_out = || {
-        (
-            ResponseError::RequestTimedOut,
-            "no turn to recompress the batch before the request's timeout".to_string(),
-        )
-    };
-    let turn = tokio::time::timeout_at(due, RECOMPRESSIONS.acquire())
-        .await
-        .map_err(|_| timed_out())?
-        .expect("the semaphore is never closed");
-    let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-    // The turn goes with the work: released when it ends, not when this
-    // future is dropped.
-    tokio::task::spawn_blocking(move || {
-        let _turn = turn;
-        floe_protocol::records::recompress(&batch, codec, level, max_bytes)
+) -> Result<RecordBatch, Refused> {
+    let inline = batch.codec() == floe_protocol::batch::Codec::None
+        && rules.recompress.is_none()
+        && batch.len() <= INLINE_WALK_BYTES;
+    if inline {
+        return ProduceRules::check_records(batch, &rules, &partition);
+    }
+    crate::record_work::run(due, move || {
+        ProduceRules::check_records(batch, &rules, &partition)
     })
     .await
-    .map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?
-    .map_err(|e| (e.kafka_error(), e.to_string()))
+    .map_err(|not_run| match not_run {
+        crate::record_work::NotRun::TimedOut => Refused::from((
+            ResponseError::RequestTimedOut,
+            "no turn to check the batch's records before the request's timeout".to_string(),
+        )),
+        crate::record_work::NotRun::Failed => Refused::from((
+            ResponseError::UnknownServerError,
+            "checking the batch's records failed".to_string(),
+        )),
+    })?
 }

@@ -1,17 +1,36 @@
 //! The per-topic checks a Kafka broker makes on a produced batch beyond its
-//! structure: size limits, timestamps, log-append time, and the topic's
-//! `compression.type`.
+//! structure: size limits, log-append time, the topic's `compression.type`,
+//! and what Kafka's LogValidator checks of every record (framing and count,
+//! keys on compacted topics, timestamps; see [`floe_protocol::validate`]).
 //!
-//! All but one read only the batch header: floe does not decompress what it
-//! forwards, so timestamp bounds are checked on the batch's first and largest
-//! timestamps (Kafka checks every record; a record between them can only be
-//! inside the bounds when both ends are). The exception is a compacted topic,
-//! whose records must all have keys: there, as Kafka does, the batch is
-//! decoded (within floe's decompression bounds) to check them.
+//! The header's checks are cheap and made inline ([`ProduceRules::apply`]);
+//! the records' walk is record-level work, which the produce handler runs
+//! off the runtime's threads when a batch is large or compressed
+//! ([`ProduceRules::check_records`]).
 
 use floe_metastore::{TimestampType, TopicCompression, TopicConfig};
 use floe_protocol::ResponseError;
 use floe_protocol::batch::{Codec, RecordBatch};
+use floe_protocol::validate::{RecordError, RecordRules, Refused as RecordsRefused, validate};
+
+/// A produced batch refused: the error, its message, and the records at
+/// fault with theirs (KIP-467's `record_errors`, Produce v8+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub error: ResponseError,
+    pub message: String,
+    pub records: Vec<(i32, String)>,
+}
+
+impl From<(ResponseError, String)> for Refused {
+    fn from((error, message): (ResponseError, String)) -> Self {
+        Refused {
+            error,
+            message,
+            records: Vec::new(),
+        }
+    }
+}
 
 /// Kafka's default `message.max.bytes` (1 MiB plus the batch overhead).
 pub const DEFAULT_MESSAGE_MAX_BYTES: u64 = 1_048_588;
@@ -76,8 +95,9 @@ impl ProduceRules {
             .map(|codec| (codec, self.level))
     }
 
-    /// The batch as it is to be stored (but for its codec: see
-    /// [`ProduceRules::recompress_to`]), or the error Kafka answers with.
+    /// The batch as it is to be stored, as far as its header says (its
+    /// size, and log-append time), or the error Kafka answers with. Its
+    /// records are checked by [`ProduceRules::check_records`].
     pub fn apply(
         &self,
         batch: RecordBatch,
@@ -93,38 +113,98 @@ impl ProduceRules {
                 ),
             ));
         }
-        if self.keys_required {
-            let records = floe_protocol::records::decode(&batch)
-                .map_err(|e| (e.kafka_error(), e.to_string()))?;
-            if records.iter().any(|r| r.key.is_none()) {
-                return Err((
-                    ResponseError::InvalidRecord,
-                    "compacted topic cannot accept a record without a key".into(),
-                ));
-            }
-        }
         if self.log_append_time {
             return Ok(batch.with_log_append_time(now_ms));
         }
-        for timestamp in [batch.base_timestamp(), batch.max_timestamp()] {
-            // -1: a record without a timestamp (older clients); Kafka lets it be.
-            if timestamp < 0 {
-                continue;
-            }
-            let too_old = now_ms.saturating_sub(timestamp) > self.before_max_ms;
-            let too_new = timestamp.saturating_sub(now_ms) > self.after_max_ms;
-            if too_old || too_new {
-                return Err((
-                    ResponseError::InvalidTimestamp,
-                    format!(
-                        "timestamp {timestamp} is outside [{}, {}] of the broker's time {now_ms}",
-                        now_ms.saturating_sub(self.before_max_ms),
-                        now_ms.saturating_add(self.after_max_ms)
-                    ),
-                ));
-            }
-        }
         Ok(batch)
+    }
+
+    /// What the records of `batch` must satisfy at `now_ms`.
+    pub fn for_records(&self, batch: &RecordBatch, now_ms: i64) -> RecordRules {
+        RecordRules {
+            keys_required: self.keys_required,
+            timestamps: (!self.log_append_time).then(|| {
+                (
+                    now_ms.saturating_sub(self.before_max_ms),
+                    now_ms.saturating_add(self.after_max_ms),
+                )
+            }),
+            recompress: self.recompress_to(batch),
+            max_bytes: usize::try_from(self.max_message_bytes).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The batch as it is to be stored, its records checked by `rules`
+    /// (from [`ProduceRules::for_records`]), or the error Kafka answers
+    /// with. `partition` names it in messages (`topic-partition`).
+    /// Record-level work: bounded by the batch's bytes, but run it off the
+    /// runtime's threads unless the batch is small.
+    pub fn check_records(
+        batch: RecordBatch,
+        rules: &RecordRules,
+        partition: &str,
+    ) -> Result<RecordBatch, Refused> {
+        validate(batch, rules).map_err(|refused| refusal(refused, rules, partition))
+    }
+}
+
+/// The answer Kafka gives for records it refused (`LogValidator`'s
+/// `processRecordErrors`, as `ReplicaManager` answers it).
+fn refusal(refused: RecordsRefused, rules: &RecordRules, partition: &str) -> Refused {
+    let (errors, total) = match refused {
+        RecordsRefused::Batch(e) => return (e.kafka_error(), e.to_string()).into(),
+        RecordsRefused::Records { errors, total } => (errors, total),
+    };
+    let records: Vec<(i32, String)> = errors
+        .iter()
+        .map(|&(index, error)| (index, record_message(index, error, rules, partition)))
+        .collect();
+    let timestamps = errors
+        .iter()
+        .any(|(_, e)| matches!(e, RecordError::Timestamp(_)));
+    let (error, message) = match timestamps {
+        true => (
+            ResponseError::InvalidTimestamp,
+            "One or more records have been rejected due to invalid timestamp".to_string(),
+        ),
+        false => {
+            let shown: Vec<String> = records
+                .iter()
+                .take(3)
+                .map(|(index, message)| {
+                    format!("RecordError(batchIndex={index}, message='{message}')")
+                })
+                .collect();
+            (
+                ResponseError::InvalidRecord,
+                format!(
+                    "One or more records have been rejected due to {total} record errors in total, and only showing the first three errors at most: [{}]",
+                    shown.join(", ")
+                ),
+            )
+        }
+    };
+    Refused {
+        error,
+        message,
+        records,
+    }
+}
+
+/// One record's error message, as Kafka words it.
+fn record_message(index: i32, error: RecordError, rules: &RecordRules, partition: &str) -> String {
+    match error {
+        RecordError::NoKey => {
+            format!(
+                "Compacted topic cannot accept message without key in topic partition {partition}"
+            )
+        }
+        RecordError::Timestamp(timestamp) => {
+            let (min, max) = rules.timestamps.unwrap_or((i64::MIN, i64::MAX));
+            format!(
+                "Timestamp {timestamp} of message with offset {index} is out of range. The timestamp should be within [{min}, {max}]"
+            )
+        }
     }
 }
 
@@ -166,29 +246,43 @@ mod tests {
         );
     }
 
+    /// The records of `b`, checked by `rules` at `now_ms`.
+    fn checked(rules: &ProduceRules, b: RecordBatch, now_ms: i64) -> Result<RecordBatch, Refused> {
+        let b = rules.apply(b, now_ms)?;
+        let records = rules.for_records(&b, now_ms);
+        ProduceRules::check_records(b, &records, "t-0")
+    }
+
     #[test]
     fn timestamps_outside_the_window_are_invalid() {
         let b = batch();
         let diff = rules(&[(TIMESTAMP_DIFFERENCE_MAX_MS, "100")]);
-        assert!(diff.apply(b.clone(), 1_050).is_ok());
+        assert!(checked(&diff, b.clone(), 1_050).is_ok());
+        let old = checked(&diff, b.clone(), 5_000).unwrap_err();
+        assert_eq!(old.error, ResponseError::InvalidTimestamp);
         assert_eq!(
-            diff.apply(b.clone(), 5_000).unwrap_err().0,
-            ResponseError::InvalidTimestamp
+            old.message,
+            "One or more records have been rejected due to invalid timestamp"
         );
         assert_eq!(
-            diff.apply(b.clone(), 0).unwrap_err().0,
+            old.records,
+            vec![
+                (0, "Timestamp 1000 of message with offset 0 is out of range. The timestamp should be within [4900, 5100]".to_string()),
+                (1, "Timestamp 1001 of message with offset 1 is out of range. The timestamp should be within [4900, 5100]".to_string()),
+            ]
+        );
+        assert_eq!(
+            checked(&diff, b.clone(), 0).unwrap_err().error,
             ResponseError::InvalidTimestamp,
             "from the future"
         );
         let after_only = rules(&[(TIMESTAMP_AFTER_MAX_MS, "0")]);
         assert!(
-            after_only.apply(b.clone(), 1_000_000).is_ok(),
+            checked(&after_only, b.clone(), 1_000_000).is_ok(),
             "the past is unbounded"
         );
-        assert!(
-            after_only.apply(b, 1_000).is_err(),
-            "1001 is in the future at 1000"
-        );
+        let future = checked(&after_only, b, 1_000).unwrap_err();
+        assert_eq!(future.records.len(), 1, "1001 is in the future at 1000");
     }
 
     #[test]
@@ -233,34 +327,30 @@ mod tests {
     }
 
     #[test]
-    fn compacted_topics_refuse_records_without_keys() {
+    fn compacted_topics_refuse_records_without_keys_one_by_one() {
         let compacted = rules(&[(CLEANUP_POLICY, "compact,delete")]);
         assert!(
-            compacted.apply(batch(), 1_000).is_ok(),
+            checked(&compacted, batch(), 1_000).is_ok(),
             "keyed records pass"
         );
-        let keyless = floe_protocol::testing::records(&[b"v".to_vec()], 1_000)
-            .into_iter()
-            .map(|mut r| {
-                r.key = None;
-                r
-            })
-            .collect::<Vec<_>>();
-        let mut buf = bytes::BytesMut::new();
-        floe_protocol::kafka_protocol::records::RecordBatchEncoder::encode(
-            &mut buf,
-            &keyless,
-            &floe_protocol::kafka_protocol::records::RecordEncodeOptions {
-                version: 2,
-                compression: Compression::Lz4,
-            },
-        )
-        .unwrap();
-        let keyless = RecordBatch::parse_all(&buf.freeze()).unwrap().remove(0);
+        let keyless = floe_protocol::testing::keyless(&[b"v".to_vec(), b"w".to_vec()]);
+        let keyless = RecordBatch::parse_all(&keyless).unwrap().remove(0);
+        let refused = checked(&compacted, keyless.clone(), 1_000).unwrap_err();
+        assert_eq!(refused.error, ResponseError::InvalidRecord);
+        let why = "Compacted topic cannot accept message without key in topic partition t-0";
         assert_eq!(
-            compacted.apply(keyless.clone(), 1_000).unwrap_err().0,
-            ResponseError::InvalidRecord
+            refused.records,
+            vec![(0, why.to_string()), (1, why.to_string())]
         );
-        assert!(rules(&[]).apply(keyless, 1_000).is_ok(), "fine elsewhere");
+        assert_eq!(
+            refused.message,
+            format!(
+                "One or more records have been rejected due to 2 record errors in total, and only showing the first three errors at most: [RecordError(batchIndex=0, message='{why}'), RecordError(batchIndex=1, message='{why}')]"
+            )
+        );
+        assert!(
+            checked(&rules(&[]), keyless, 1_000).is_ok(),
+            "fine elsewhere"
+        );
     }
 }
