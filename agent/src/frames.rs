@@ -143,6 +143,47 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// The API key of the next frame, read before the rest of it (which
+    /// [`FrameReader::next`] then reads): a connection can wait for its
+    /// turn to run a request without holding budget for its bytes, as
+    /// Kafka reads nothing of a connection while its last request runs.
+    /// `Some(Ok(None))` for a frame too short to hold one (the next read
+    /// finds it undecodable); `None` when the client closed between frames.
+    /// Cancel-safe.
+    pub async fn next_api_key(&mut self) -> Option<io::Result<Option<i16>>> {
+        const HEAD: usize = 4 + 2;
+        let entered = Instant::now();
+        loop {
+            // Never past this frame: its size first, then its key.
+            let want = match frame::frame_size(&self.buf, self.max_frame) {
+                Err(e) => return Some(Err(self.fail(e))),
+                Ok(Some(size)) if size < 2 => return Some(Ok(None)),
+                Ok(Some(_)) if self.buf.len() >= HEAD => {
+                    return Some(Ok(Some(i16::from_be_bytes([self.buf[4], self.buf[5]]))));
+                }
+                Ok(Some(_)) => HEAD,
+                Ok(None) => 4,
+            };
+            let deadline = self.progressed.map(|at| at.max(entered) + self.stall);
+            let read = async {
+                self.reserve(want, None).await?;
+                let len = self.buf.len();
+                self.read_up_to(want - len, deadline).await
+            };
+            match read.await {
+                Ok(0) if self.buf.is_empty() => return None,
+                Ok(0) => {
+                    return Some(Err(self.fail(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the client closed in the middle of a request",
+                    ))));
+                }
+                Ok(_) => self.progressed = Some(Instant::now()),
+                Err(e) => return Some(Err(self.fail(e))),
+            }
+        }
+    }
+
     /// Gives back what the buffer holds: the connection reads no more.
     fn fail(&mut self, e: io::Error) -> io::Error {
         self.buf = BytesMut::new();
@@ -275,6 +316,34 @@ mod tests {
         assert_eq!(budget.available(), 1_000);
         drop(client);
         assert!(reader.next().await.is_none(), "closed between frames");
+    }
+
+    /// A frame's API key is read before the rest of it, never past it.
+    #[tokio::test]
+    async fn the_api_key_comes_first_and_alone() {
+        let budget = RequestBudget::new(1_000);
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut reader = FrameReader::new(server, budget.clone(), 500, Duration::from_secs(5));
+        client.write_all(&frame(&[0, 9, 1, 2, 3])).await.unwrap();
+        client.write_all(&frame(b"x")).await.unwrap();
+        client.write_all(&frame(&[0, 1])).await.unwrap();
+        assert_eq!(reader.next_api_key().await.unwrap().unwrap(), Some(9));
+        assert_eq!(budget.available(), 1_000 - 6, "the size and the key only");
+        let first = reader.next().await.unwrap().unwrap();
+        assert_eq!(&first.bytes[..], &[0, 9, 1, 2, 3]);
+        assert_eq!(
+            reader.next_api_key().await.unwrap().unwrap(),
+            None,
+            "too short"
+        );
+        assert_eq!(&reader.next().await.unwrap().unwrap().bytes[..], b"x");
+        assert_eq!(reader.next_api_key().await.unwrap().unwrap(), Some(1));
+        assert_eq!(&reader.next().await.unwrap().unwrap().bytes[..], &[0, 1]);
+        drop(client);
+        assert!(
+            reader.next_api_key().await.is_none(),
+            "closed between frames"
+        );
     }
 
     #[tokio::test]

@@ -48,6 +48,45 @@ impl Effect {
         }
     }
 
+    /// The effect of a request of the API `key` before its body is read:
+    /// [`Effect::of_request`]'s, but Metadata's is taken as a read (it may
+    /// turn out to create topics, known once its body is read).
+    pub fn of_api_key(key: i16) -> Effect {
+        use floe_protocol::kafka_protocol::messages::ApiKey;
+        let Ok(api) = ApiKey::try_from(key) else {
+            return Effect::Writes;
+        };
+        match api {
+            ApiKey::Produce => Effect::Produces,
+            ApiKey::OffsetCommit => Effect::Commits,
+            ApiKey::Metadata
+            | ApiKey::ApiVersions
+            | ApiKey::ConsumerGroupDescribe
+            | ApiKey::DescribeAcls
+            | ApiKey::DescribeClientQuotas
+            | ApiKey::DescribeCluster
+            | ApiKey::DescribeConfigs
+            | ApiKey::DescribeGroups
+            | ApiKey::DescribeLogDirs
+            | ApiKey::DescribeProducers
+            | ApiKey::DescribeQuorum
+            | ApiKey::DescribeTopicPartitions
+            | ApiKey::DescribeTransactions
+            | ApiKey::DescribeUserScramCredentials
+            | ApiKey::Fetch
+            | ApiKey::FindCoordinator
+            | ApiKey::GetTelemetrySubscriptions
+            | ApiKey::ListConfigResources
+            | ApiKey::ListGroups
+            | ApiKey::ListOffsets
+            | ApiKey::ListPartitionReassignments
+            | ApiKey::ListTransactions
+            | ApiKey::OffsetFetch
+            | ApiKey::OffsetForLeaderEpoch => Effect::Reads,
+            _ => Effect::Writes,
+        }
+    }
+
     pub fn of_request(body: &RequestKind) -> Effect {
         match body {
             RequestKind::Produce(_) => Effect::Produces,
@@ -168,6 +207,61 @@ mod tests {
         running.start(Produces);
         assert!(running.holds_back(Reads));
         assert_eq!(running.others(), 1);
+    }
+
+    /// A request's key says as much as its body, but for Metadata, which
+    /// creates topics only when its body says so.
+    #[test]
+    fn the_api_key_tells_the_effect_before_the_body() {
+        use floe_protocol::kafka_protocol::messages::ApiKey;
+        let bodies = [
+            (
+                ApiKey::Produce,
+                RequestKind::Produce(ProduceRequest::default()),
+            ),
+            (
+                ApiKey::OffsetCommit,
+                RequestKind::OffsetCommit(OffsetCommitRequest::default()),
+            ),
+            (ApiKey::Fetch, RequestKind::Fetch(FetchRequest::default())),
+            (
+                ApiKey::ListOffsets,
+                RequestKind::ListOffsets(ListOffsetsRequest::default()),
+            ),
+            (
+                ApiKey::OffsetFetch,
+                RequestKind::OffsetFetch(OffsetFetchRequest::default()),
+            ),
+            (
+                ApiKey::DeleteRecords,
+                RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+            ),
+            (
+                ApiKey::EndTxn,
+                RequestKind::EndTxn(EndTxnRequest::default()),
+            ),
+            (
+                ApiKey::JoinGroup,
+                RequestKind::JoinGroup(JoinGroupRequest::default()),
+            ),
+            (
+                ApiKey::DescribeConfigs,
+                RequestKind::DescribeConfigs(DescribeConfigsRequest::default()),
+            ),
+            (
+                ApiKey::IncrementalAlterConfigs,
+                RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default()),
+            ),
+        ];
+        for (key, body) in bodies {
+            assert_eq!(
+                Effect::of_api_key(key as i16),
+                Effect::of_request(&body),
+                "{key:?}"
+            );
+        }
+        assert_eq!(Effect::of_api_key(ApiKey::Metadata as i16), Effect::Reads);
+        assert_eq!(Effect::of_api_key(-7), Effect::Writes, "unknown");
     }
 
     #[test]

@@ -282,6 +282,9 @@ where
         (!session_lifetime_now.is_zero()).then(|| Instant::now() + session_lifetime_now);
     let mut in_flight = InFlight::default();
     let mut reading = true;
+    // The API key of the next request was read and its turn has come: its
+    // body is read next (see `FrameReader::next_api_key`).
+    let mut turn_come = false;
     let mut last_active = Instant::now();
     'serving: loop {
         if !reading && in_flight.is_empty() {
@@ -290,8 +293,32 @@ where
         let muted = mute.until();
         let can_read = reading && muted.is_none() && in_flight.has_room();
         tokio::select! {
-            next = frames.next(), if can_read => {
+            // A request's API key, then its turn: what it may not pass is
+            // done (and answered) before its bytes are read, so a request
+            // waiting its turn holds none of the agent's request budget.
+            read = async {
+                match turn_come {
+                    false => frames.next_api_key().await.map(|key| key.map(Read::Key)),
+                    true => frames.next().await.map(|frame| frame.map(Read::Frame)),
+                }
+            }, if can_read => {
                 last_active = Instant::now();
+                let next = match read {
+                    Some(Ok(Read::Key(key))) => {
+                        let effect = key.map_or(Effect::Writes, Effect::of_api_key);
+                        if !in_flight.write_until_free(effect, &mut write, peer, stall).await? {
+                            break 'serving;
+                        }
+                        turn_come = true;
+                        continue;
+                    }
+                    Some(Ok(Read::Frame(frame))) => {
+                        turn_come = false;
+                        Some(Ok(frame))
+                    }
+                    Some(Err(e)) => Some(Err(e)),
+                    None => None,
+                };
                 match next {
                     Some(Ok(frame)) => {
                         let frame_len = frame.bytes.len();
@@ -355,7 +382,9 @@ where
                                     session.software = crate::authorizer::ClientSoftware::of(req);
                                 }
                                 // In the order sent: what this request may not
-                                // pass is done (and answered) before it starts.
+                                // pass is done (and answered) before it starts
+                                // (waited for by its API key, but for a
+                                // Metadata that turns out to create topics).
                                 let effect = Effect::of(&decoded);
                                 if !in_flight.write_until_free(effect, &mut write, peer, stall).await? {
                                     break 'serving;
@@ -380,7 +409,15 @@ where
                         tracing::warn!(%peer, error = %e, "closing connection: bad frame");
                         reading = false;
                     }
-                    None => reading = false,
+                    // The client is gone: what it left in flight is dropped,
+                    // so a produced batch not yet in a sealed file is not
+                    // stored (its producer saw no answer and will retry,
+                    // maybe through another agent: storing both would read
+                    // X Y X), and a request not yet started never runs.
+                    None => {
+                        tracing::debug!(%peer, "the client closed its connection");
+                        break 'serving;
+                    }
                 }
                 if !reading {
                     lane.close();
@@ -699,6 +736,13 @@ async fn write_progressing(
         Ok(Err(e)) => Err(e),
         Err(_) => Ok(false),
     }
+}
+
+/// What a connection reads next: a request's API key, then (its turn
+/// come) the whole request.
+enum Read {
+    Key(Option<i16>),
+    Frame(crate::frames::Frame),
 }
 
 /// A connection's requests started and not yet answered, answered in the

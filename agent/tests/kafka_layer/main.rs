@@ -1,6 +1,7 @@
 //! The Kafka layer, tested through the protocol against agents started in
 //! this process.
 
+mod abandoned;
 mod fetch_watermarks;
 mod ordering;
 mod support;
