@@ -278,3 +278,31 @@ def test_a_cluster_secret_keeps_out_agents_and_tools_without_it(tmp_path):
         if agent:
             agent.stop()
         node.stop()
+
+
+def test_an_open_metastore_is_refused_off_this_host(tmp_path):
+    """A metastore node without a secret serves whoever reaches its port:
+    it starts on another address than loopback only when told the network
+    is trusted; an agent with ACLs or SASL talks to a metastore on another
+    host without its secret only when told the same."""
+    port = free_port()
+    args = [FLOE, "metastore", "--id", "1", "--listen", f"0.0.0.0:{port}",
+            "--path", str(tmp_path / "open" / "meta.redb")]
+    refused = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "--trusted-network" in refused.stderr, refused.stderr
+    trusted = subprocess.Popen([*args, "--trusted-network"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        wait = time.time() + 30
+        while "role=Leader" not in floe_metastore("status", "--cluster", f"127.0.0.1:{port}",
+                                                  check=False).stdout:
+            assert time.time() < wait and trusted.poll() is None
+            time.sleep(0.2)
+    finally:
+        trusted.kill()
+        trusted.wait()
+    # An agent with ACLs on, its metastore on another host, no secret.
+    agent = subprocess.run([FLOE, "agent", "--acls", "--metastore", "192.0.2.1:9093",
+                            "--data-dir", str(tmp_path / "agent")],
+                           capture_output=True, text=True, timeout=60)
+    assert agent.returncode != 0 and "--metastore-trusted-network" in agent.stderr, agent.stderr

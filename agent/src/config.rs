@@ -84,6 +84,11 @@ pub struct Config {
     /// A file holding the metastore cluster's secret (`floe metastore
     /// --secret-file`): proved to the metastore on every connection.
     pub metastore_secret_file: Option<PathBuf>,
+    /// The network to the metastore is trusted. Otherwise an agent with
+    /// SASL or ACLs on refuses to talk to a metastore on another host
+    /// without its secret: whoever reaches that metastore could change
+    /// every ACL and credential, and read every record's location.
+    pub metastore_trusted_network: bool,
     /// Principals allowed everything (`User:admin`; Kafka's `super.users`).
     pub super_users: Vec<String>,
     /// Allow what no ACL names (Kafka's `allow.everyone.if.no.acl.found`).
@@ -289,6 +294,7 @@ impl Default for Config {
             sasl_oauthbearer_expected_audience: Vec::new(),
             acls: false,
             metastore_secret_file: None,
+            metastore_trusted_network: false,
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
             advertise: None,
@@ -343,6 +349,19 @@ impl Default for Config {
     }
 }
 
+/// Whether `address` (`host:port`) names this host.
+pub fn is_loopback(address: &str) -> bool {
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
@@ -370,7 +389,33 @@ impl Config {
         Ok((host.to_string(), port as i32))
     }
 
+    /// Refuses an agent that would guard its clients with SASL or ACLs
+    /// while anyone who reaches its metastore, on another host, could send
+    /// it commands: a secret, or the operator's word that the network is
+    /// trusted, is needed then.
+    pub fn check_metastore_trust(&self) -> anyhow::Result<()> {
+        let Some(metastore) = &self.metastore else {
+            return Ok(());
+        };
+        let secured = self.acls || !self.sasl_mechanisms().is_empty();
+        if !secured || self.metastore_secret_file.is_some() || self.metastore_trusted_network {
+            return Ok(());
+        }
+        let remote = metastore
+            .split(',')
+            .map(str::trim)
+            .filter(|address| !address.is_empty())
+            .find(|address| !is_loopback(address));
+        match remote {
+            None => Ok(()),
+            Some(address) => anyhow::bail!(
+                "this agent has SASL or ACLs on, but its metastore {address} is on another host and no metastore_secret_file is given: anyone who reaches the metastore could change every ACL and credential. Give the metastore cluster's secret (--metastore-secret-file), or say the network is trusted (--metastore-trusted-network)"
+            ),
+        }
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.check_metastore_trust()?;
         anyhow::ensure!(
             self.flush_bytes.as_u64() > 0,
             "flush_bytes must be positive"

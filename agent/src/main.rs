@@ -253,6 +253,9 @@ struct AgentArgs {
     /// A file holding the metastore cluster's secret (floe metastore --secret-file)
     #[arg(long, env = "FLOE_METASTORE_SECRET_FILE")]
     metastore_secret_file: Option<PathBuf>,
+    /// The network to the metastore is trusted: with SASL or ACLs on, talk to a metastore on another host without its secret
+    #[arg(long, env = "FLOE_METASTORE_TRUSTED_NETWORK", num_args = 0..=1, default_missing_value = "true")]
+    metastore_trusted_network: Option<bool>,
     /// e.g. User:admin;User:ops: principals allowed everything (separated by ';', as Kafka's super.users, since certificate principals hold commas)
     #[arg(long, env = "FLOE_SUPER_USERS", value_delimiter = ';')]
     super_users: Option<Vec<String>>,
@@ -401,6 +404,7 @@ impl AgentArgs {
             roles,
             sasl_mechanisms,
             acls,
+            metastore_trusted_network,
             super_users,
             allow_everyone_if_no_acl_found,
             listen,
@@ -584,6 +588,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run_agent(mut config: Config) -> anyhow::Result<()> {
+    config.check_metastore_trust()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

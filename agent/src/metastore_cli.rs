@@ -23,6 +23,10 @@ pub struct MetastoreArgs {
     /// to a node must prove it, and nodes prove it to each other.
     #[arg(long, global = true, env = "FLOE_METASTORE_SECRET_FILE")]
     secret_file: Option<PathBuf>,
+    /// Serve on an address other hosts reach without a secret: the network
+    /// is trusted (anyone on it may send the metastore any command)
+    #[arg(long, env = "FLOE_METASTORE_TRUSTED_NETWORK")]
+    trusted_network: bool,
 }
 
 /// The cluster secret in `path`, if one is given.
@@ -111,7 +115,15 @@ pub fn run_metastore(args: MetastoreArgs) -> anyhow::Result<()> {
     let secret = load_secret(args.secret_file.as_deref())?;
     match args.admin {
         Some(admin) => runtime.block_on(metastore_admin(admin, secret)),
-        None => runtime.block_on(run_metastore_node(args.node, secret)),
+        None => {
+            if secret.is_none() && !args.node.listen.ip().is_loopback() && !args.trusted_network {
+                anyhow::bail!(
+                    "refusing to serve {} without a secret: anyone who reaches it could send any command (delete topics, trim partitions, change ACLs and credentials). Give --secret-file, or --trusted-network if the network is trusted",
+                    args.node.listen
+                );
+            }
+            runtime.block_on(run_metastore_node(args.node, secret))
+        }
     }
 }
 
