@@ -97,6 +97,14 @@ impl TopicCache {
             .expect("topic cache lock poisoned")
             .remove(name);
     }
+
+    /// Forgets every topic (the configs they inherit changed).
+    pub fn clear(&self) {
+        self.entries
+            .lock()
+            .expect("topic cache lock poisoned")
+            .clear();
+    }
 }
 
 #[cfg(test)]

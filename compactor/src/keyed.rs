@@ -389,15 +389,16 @@ async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'stati
 }
 
 /// Calls `f` with each record of `batch`, walked from its (decompressed)
-/// records section without a copy per record; an error if they are not
-/// exactly the batch's records.
+/// records section without a copy per record; or, if they are not exactly
+/// the batch's records, with none of them (so that a batch kept whole as
+/// undecodable never has its keys count against other records).
 fn each_record(batch: &RecordBatch, mut f: impl FnMut(RecordView<'_>)) -> Result<(), BatchError> {
     let records = section(batch)?;
-    let mut walk = Walk::new(&records, batch.record_count());
-    for record in walk.by_ref() {
+    Walk::new(&records, batch.record_count()).finish()?;
+    for record in Walk::new(&records, batch.record_count()) {
         f(record?);
     }
-    walk.finish()
+    Ok(())
 }
 
 /// A 128-bit digest of a key: the cleaner's map holds this, not the key

@@ -127,7 +127,7 @@ impl Compressing {
                 }
                 Encoder::Zstd(encoder)
             }
-            Codec::Snappy => Encoder::Snappy(Vec::with_capacity(size)),
+            Codec::Snappy => Encoder::Snappy(Vec::with_capacity(size.min(CHUNK))),
         };
         Ok(Compressing { encoder, max_out })
     }
@@ -156,8 +156,14 @@ impl Compressing {
                     e.get_ref().len()
                 }
             };
-            let uncompressed = matches!(self.encoder, Encoder::None(_));
-            if out > self.max_out && uncompressed || out > self.max_out.saturating_add(CHUNK) {
+            // Snappy's output is known only at the end (its input is
+            // bounded by the batch's decompressed bound).
+            let too_large = match &self.encoder {
+                Encoder::Snappy(_) => false,
+                Encoder::None(_) => out > self.max_out,
+                _ => out > self.max_out.saturating_add(CHUNK),
+            };
+            if too_large {
                 return Err(BatchError::TooLarge);
             }
         }

@@ -164,7 +164,9 @@ pub fn encode_kept(
 ) -> Result<Option<RecordBatch>, BatchError> {
     use bytes::BufMut;
     let offset_of = |r: &RecordView<'_>| like.base_offset() + r.offset_delta as i64;
-    let timestamp_of = |r: &RecordView<'_>| like.base_timestamp().saturating_add(r.timestamp_delta);
+    // As Java's long arithmetic (a consumer's): a delta that overflows
+    // wraps, and wraps back when the delta is taken again below.
+    let timestamp_of = |r: &RecordView<'_>| like.base_timestamp().wrapping_add(r.timestamp_delta);
     let kept = || Walk::new(section, like.record_count()).filter(|r| r.as_ref().map_or(true, keep));
     // The first walk: where the new batch begins and ends.
     let (mut count, mut first, mut last) = (0i32, i64::MAX, i64::MIN);
@@ -191,7 +193,10 @@ pub fn encode_kept(
         let record = record?;
         body.clear();
         body.put_i8(0); // attributes
-        varlong(&mut body, timestamp_of(&record) - base_timestamp);
+        varlong(
+            &mut body,
+            timestamp_of(&record).wrapping_sub(base_timestamp),
+        );
         varlong(&mut body, offset_of(&record) - first);
         // Key, value and headers as they lie.
         body.extend_from_slice(&section[record.offset_delta_span.end..record.body.end]);
@@ -208,7 +213,7 @@ pub fn encode_kept(
     let mut out = bytes::BytesMut::with_capacity(HEADER_LEN + payload.len());
     out.put_i64(first);
     out.put_i32((HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
-    out.put_i32(-1); // partition leader epoch
+    out.put_i32(like.partition_leader_epoch());
     out.put_i8(2);
     out.put_u32(0); // CRC, below
     out.put_i16(attributes);

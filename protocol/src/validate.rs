@@ -32,10 +32,15 @@ pub struct RecordRules {
     pub recompress: Option<(Codec, Option<i32>)>,
     /// The largest the batch may be once rebuilt.
     pub max_bytes: usize,
+    /// The most record errors to list (what is left of the request's
+    /// [`MAX_RECORD_ERRORS`]).
+    pub max_record_errors: usize,
 }
 
-/// The most record errors one batch's answer lists (KIP-467): past them the
-/// batch is still refused, and the answer says how many there were.
+/// The most record errors one produce request's answer lists (KIP-467),
+/// across its partitions: past them a batch is still refused, and its
+/// answer says how many there were. A bound on what a request can make
+/// the agent hold, whatever its bytes.
 pub const MAX_RECORD_ERRORS: usize = 1024;
 
 /// Why a batch's records were refused.
@@ -44,7 +49,7 @@ pub enum Refused {
     /// The batch as a whole (its framing, its codec, its size once rebuilt).
     Batch(BatchError),
     /// Some of its records: by their index in the batch, at most
-    /// [`MAX_RECORD_ERRORS`] of them, of `total`.
+    /// `max_record_errors` of them, of `total`.
     Records {
         errors: Vec<(i32, RecordError)>,
         total: usize,
@@ -58,7 +63,12 @@ pub enum RecordError {
     NoKey,
     /// Its timestamp, outside the topic's bounds.
     Timestamp(i64),
+    /// Its batch says log-append time, on a topic of create time.
+    LogAppendTime,
 }
+
+/// A record without a timestamp.
+const NO_TIMESTAMP: i64 = -1;
 
 impl From<BatchError> for Refused {
     fn from(e: BatchError) -> Self {
@@ -82,21 +92,22 @@ pub fn validate(batch: RecordBatch, rules: &RecordRules) -> Result<RecordBatch, 
     for record in walk.by_ref() {
         let record = record?;
         numbered &= record.offset_delta == record.index;
-        let timestamp = batch
-            .base_timestamp()
-            .saturating_add(record.timestamp_delta);
+        // As Java's long arithmetic: a delta that overflows wraps.
+        let timestamp = batch.base_timestamp().wrapping_add(record.timestamp_delta);
         max_timestamp = max_timestamp.max(timestamp);
+        // Kafka's `validateRecord`: the key first, then the timestamp.
         let error = match rules.timestamps {
-            // -1: a record without a timestamp (older clients); Kafka lets it be.
-            Some((min, max)) if timestamp >= 0 && !(min..=max).contains(&timestamp) => {
+            _ if rules.keys_required && record.key.is_none() => Some(RecordError::NoKey),
+            Some(_) if batch.is_log_append_time() => Some(RecordError::LogAppendTime),
+            // NO_TIMESTAMP (older clients): Kafka lets it be.
+            Some((min, max)) if timestamp != NO_TIMESTAMP && !(min..=max).contains(&timestamp) => {
                 Some(RecordError::Timestamp(timestamp))
             }
-            _ if rules.keys_required && record.key.is_none() => Some(RecordError::NoKey),
             _ => None,
         };
         if let Some(error) = error {
             total += 1;
-            if errors.len() < MAX_RECORD_ERRORS {
+            if errors.len() < rules.max_record_errors {
                 errors.push((record.index, error));
             }
         }
@@ -144,6 +155,7 @@ mod tests {
             timestamps: None,
             recompress: None,
             max_bytes: usize::MAX,
+            max_record_errors: MAX_RECORD_ERRORS,
         }
     }
 
@@ -228,6 +240,35 @@ mod tests {
         let stored = validate(lying, &within).unwrap();
         assert_eq!(stored.max_timestamp(), 1_002);
         assert_eq!(stored.bytes()[61..], b.bytes()[61..]);
+        // A producer may not claim log-append time on a create-time topic.
+        assert_eq!(
+            validate(b.with_log_append_time(1_001), &within),
+            Err(Refused::Records {
+                errors: vec![
+                    (0, RecordError::LogAppendTime),
+                    (1, RecordError::LogAppendTime),
+                    (2, RecordError::LogAppendTime)
+                ],
+                total: 3
+            })
+        );
+    }
+
+    #[test]
+    fn record_errors_are_listed_up_to_the_allowance() {
+        let keyless = crate::testing::keyless(&vec![b"x".to_vec(); 10]);
+        let keyless = RecordBatch::parse_all(&keyless).unwrap().remove(0);
+        let strict = RecordRules {
+            keys_required: true,
+            max_record_errors: 3,
+            ..rules()
+        };
+        match validate(keyless, &strict) {
+            Err(Refused::Records { errors, total }) => {
+                assert_eq!((errors.len(), total), (3, 10));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

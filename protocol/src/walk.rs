@@ -171,7 +171,10 @@ impl<'a> Iterator for Walk<'a> {
 }
 
 /// Moves `at` past a length-prefixed field: `Some(None)` for null (-1),
-/// `None` if it runs past `buf` or its length is below -1.
+/// `None` if it runs past `buf` or its length is below -1. (Kafka's Java
+/// reader takes any negative length for null; other clients' decoders, as
+/// the `kafka-protocol` crate's, refuse it: such a record is refused, so
+/// that every client reads what floe stores.)
 fn bytes_field<'a>(buf: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
     let length = varint(buf, at)?;
     if length == -1 {

@@ -558,6 +558,7 @@ proptest! {
                 timestamps: None,
                 recompress: None,
                 max_bytes: usize::MAX,
+                max_record_errors: floe_protocol::validate::MAX_RECORD_ERRORS,
             };
             let (checked, peak) = peak_of(|| floe_protocol::validate::validate(batch.clone(), &rules));
             prop_assert!(

@@ -329,9 +329,7 @@ fn pick_from(
         let offset = batch.base_offset() + record.offset_delta as i64;
         let timestamp = match batch.is_log_append_time() {
             true => batch.max_timestamp(),
-            false => batch
-                .base_timestamp()
-                .saturating_add(record.timestamp_delta),
+            false => batch.base_timestamp().wrapping_add(record.timestamp_delta),
         };
         match wanted {
             Pick::FirstReaching {

@@ -67,6 +67,12 @@ pub async fn admit(
     } else {
         None
     };
+    // Records refused one by one are listed from Produce v8 (KIP-467), at
+    // most so many for the whole request.
+    let mut record_errors_left = match version >= 8 {
+        true => floe_protocol::validate::MAX_RECORD_ERRORS,
+        false => 0,
+    };
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for topic in req.topic_data {
         let info = match refusal {
@@ -97,11 +103,19 @@ pub async fn admit(
                 Err((error, why)) => Admission::Refused((*error, why.clone()).into()),
                 Ok((info, rules)) => {
                     let transactional = req.transactional_id.is_some();
-                    match admit_partition(broker, info, rules, data, req.acks, transactional, due)
-                        .await
-                    {
+                    let admitted = admit_partition(
+                        broker,
+                        info,
+                        rules,
+                        data,
+                        (req.acks, transactional, record_errors_left),
+                        due,
+                    )
+                    .await;
+                    match admitted {
                         Ok((committed, append_time)) => Admission::Enqueued(committed, append_time),
                         Err(refused) => {
+                            record_errors_left -= refused.records.len();
                             tracing::debug!(topic = %info.name, partition = index, error = ?refused.error, why = %refused.message, "produce refused");
                             Admission::Refused(refused)
                         }
@@ -234,13 +248,15 @@ fn refuse(partition: i32, refused: Refused) -> PartitionProduceResponse {
         .with_record_errors(records)
 }
 
+/// One partition's batch admitted: checked and enqueued. `(acks,
+/// transactional, record_errors)`: the request's acks, whether it names a
+/// transactional id, and how many record errors it may still list.
 async fn admit_partition(
     broker: &Broker,
     topic: &floe_metastore::TopicInfo,
     rules: &ProduceRules,
     data: PartitionProduceData,
-    acks: i16,
-    transactional: bool,
+    (acks, transactional, record_errors): (i16, bool, usize),
     due: Instant,
 ) -> Result<(Committed, Option<i64>), Refused> {
     if data.index < 0 || data.index >= topic.partitions {
@@ -288,7 +304,7 @@ async fn admit_partition(
     let now_ms = crate::discovery::now_ms();
     let batch = rules.apply(batch, now_ms)?;
     let partition = format!("{}-{}", topic.name, data.index);
-    let record_rules = rules.for_records(&batch, now_ms);
+    let record_rules = rules.for_records(&batch, now_ms, record_errors);
     let batch = check_records(batch, record_rules, partition, due).await?;
     let bytes = batch.len() as u64;
     // With the produce buffer full (uploads slower than producers), wait

@@ -119,9 +119,16 @@ impl ProduceRules {
         Ok(batch)
     }
 
-    /// What the records of `batch` must satisfy at `now_ms`.
-    pub fn for_records(&self, batch: &RecordBatch, now_ms: i64) -> RecordRules {
+    /// What the records of `batch` must satisfy at `now_ms`, listing at
+    /// most `max_record_errors` of those at fault.
+    pub fn for_records(
+        &self,
+        batch: &RecordBatch,
+        now_ms: i64,
+        max_record_errors: usize,
+    ) -> RecordRules {
         RecordRules {
+            max_record_errors,
             keys_required: self.keys_required,
             timestamps: (!self.log_append_time).then(|| {
                 (
@@ -161,7 +168,7 @@ fn refusal(refused: RecordsRefused, rules: &RecordRules, partition: &str) -> Ref
         .collect();
     let timestamps = errors
         .iter()
-        .any(|(_, e)| matches!(e, RecordError::Timestamp(_)));
+        .any(|(_, e)| matches!(e, RecordError::Timestamp(_) | RecordError::LogAppendTime));
     let (error, message) = match timestamps {
         true => (
             ResponseError::InvalidTimestamp,
@@ -205,6 +212,9 @@ fn record_message(index: i32, error: RecordError, rules: &RecordRules, partition
                 "Timestamp {timestamp} of message with offset {index} is out of range. The timestamp should be within [{min}, {max}]"
             )
         }
+        RecordError::LogAppendTime => format!(
+            "Invalid timestamp type in message with offset {index}. Producer should not set timestamp type to LogAppendTime."
+        ),
     }
 }
 
@@ -214,6 +224,7 @@ mod tests {
     use floe_metastore::topic_config::*;
     use floe_protocol::kafka_protocol::records::Compression;
     use floe_protocol::testing::encode;
+    use floe_protocol::validate::MAX_RECORD_ERRORS;
 
     fn batch() -> RecordBatch {
         // Timestamps 1000 and 1001.
@@ -249,7 +260,7 @@ mod tests {
     /// The records of `b`, checked by `rules` at `now_ms`.
     fn checked(rules: &ProduceRules, b: RecordBatch, now_ms: i64) -> Result<RecordBatch, Refused> {
         let b = rules.apply(b, now_ms)?;
-        let records = rules.for_records(&b, now_ms);
+        let records = rules.for_records(&b, now_ms, MAX_RECORD_ERRORS);
         ProduceRules::check_records(b, &records, "t-0")
     }
 

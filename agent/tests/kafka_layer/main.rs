@@ -4,5 +4,6 @@
 mod abandoned;
 mod fetch_watermarks;
 mod ordering;
+mod produce_checks;
 mod support;
 mod txn_end;

@@ -303,11 +303,20 @@ async fn alter(
     if validate_only {
         return Ok(());
     }
+    // Produce checks batches against the topic's configs as this agent last
+    // read them: what this agent changed, its next request sees (other
+    // agents see it within their topic cache's 10 s).
+    let changed = target.clone();
     broker
         .meta
         .alter_configs(target, ops, replace)
         .await
-        .map_err(meta_refused)
+        .map_err(meta_refused)?;
+    match changed {
+        ConfigTarget::Topic(name) => broker.topics.invalidate(&name),
+        ConfigTarget::Dynamic(_) => broker.topics.clear(),
+    }
+    Ok(())
 }
 
 pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
