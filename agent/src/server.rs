@@ -701,6 +701,7 @@ where
             }
         };
         drop(held);
+        let response = handlers::null_messages::nulled(response);
         let Ok(Some(bytes)) = encode(api, version, correlation_id, Some(response)) else {
             return Ok(None);
         };

@@ -139,19 +139,26 @@ impl TopicConfig {
         };
         // (delete, compact). Read leniently, an unknown policy is skipped
         // alone: `compact,shred` still compacts (falling back to `delete`
-        // would let retention remove a compacted topic's keys).
+        // would let retention remove a compacted topic's keys). An empty
+        // list is neither: nothing is removed, ever (KIP-1161, Kafka 4.2:
+        // what a SUBTRACT of the last policy leaves).
         let policies = get(CLEANUP_POLICY).parsed((true, false), |v| {
             let mut policies = (false, false);
-            for policy in v.split(',').map(str::trim) {
-                match policy {
+            let listed: Vec<&str> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .collect();
+            for policy in &listed {
+                match *policy {
                     "delete" => policies.0 = true,
                     "compact" => policies.1 = true,
                     _ if matches!(mode, Lenient) => {}
-                    _ => return Err("`delete`, `compact` or both"),
+                    _ => return Err("`delete`, `compact`, both or none"),
                 }
             }
             match policies {
-                (false, false) => Err("`delete`, `compact` or both"),
+                (false, false) if !listed.is_empty() => Err("`delete`, `compact`, both or none"),
                 known => Ok(known),
             }
         })?;
@@ -602,6 +609,11 @@ mod tests {
         );
         let compact_only = TopicConfig::parse(&configs(&[(CLEANUP_POLICY, "compact")])).unwrap();
         assert!(compact_only.compact && !compact_only.delete);
+        // KIP-1161: no policy at all keeps everything.
+        for none in ["", " ", ","] {
+            let kept = TopicConfig::parse(&configs(&[(CLEANUP_POLICY, none)])).unwrap();
+            assert!(!kept.compact && !kept.delete, "{none:?}");
+        }
     }
 
     #[test]

@@ -68,6 +68,12 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     // v0 is ListClientMetricsResources; v1 (KIP-1142) lists other
     // resource types too, not served.
     (ApiKey::ListConfigResources, 0, 0),
+    // Answered as a cluster with nothing to move (see the agent's
+    // `handlers::replicas`).
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
 ];
 
 /// The APIs advertised only while client telemetry is asked for.

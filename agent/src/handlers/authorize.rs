@@ -1070,6 +1070,60 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 ListConfigResourcesResponse::default().with_error_code(CLUSTER_DENIED),
             )),
         },
+        // The replica APIs (see `replicas`): as Kafka's controller, ALTER
+        // on the cluster to change, DESCRIBE to list.
+        RequestKind::ElectLeaders(req) => match cluster(op::ALTER) {
+            true => Gate::Handle(RequestKind::ElectLeaders(req), None),
+            false => Gate::Answer(ResponseKind::ElectLeaders(
+                ElectLeadersResponse::default().with_error_code(CLUSTER_DENIED),
+            )),
+        },
+        RequestKind::AlterPartitionReassignments(req) => match cluster(op::ALTER) {
+            true => Gate::Handle(RequestKind::AlterPartitionReassignments(req), None),
+            false => Gate::Answer(ResponseKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::default()
+                    .with_error_code(CLUSTER_DENIED)
+                    .with_error_message(Some(str_bytes("Cluster authorization failed"))),
+            )),
+        },
+        RequestKind::ListPartitionReassignments(req) => match cluster(op::DESCRIBE) {
+            true => Gate::Handle(RequestKind::ListPartitionReassignments(req), None),
+            false => Gate::Answer(ResponseKind::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::default()
+                    .with_error_code(CLUSTER_DENIED)
+                    .with_error_message(Some(str_bytes("Cluster authorization failed"))),
+            )),
+        },
+        RequestKind::AlterReplicaLogDirs(req) => match cluster(op::ALTER) {
+            true => Gate::Handle(RequestKind::AlterReplicaLogDirs(req), None),
+            false => {
+                use alter_replica_log_dirs_response::{
+                    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+                };
+                let results = req
+                    .dirs
+                    .iter()
+                    .flat_map(|d| &d.topics)
+                    .map(|t| {
+                        AlterReplicaLogDirTopicResult::default()
+                            .with_topic_name(t.name.clone())
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|&p| {
+                                        AlterReplicaLogDirPartitionResult::default()
+                                            .with_partition_index(p)
+                                            .with_error_code(CLUSTER_DENIED)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                Gate::Answer(ResponseKind::AlterReplicaLogDirs(
+                    AlterReplicaLogDirsResponse::default().with_results(results),
+                ))
+            }
+        },
         RequestKind::DescribeAcls(req) => match cluster(op::DESCRIBE) {
             true => Gate::Handle(RequestKind::DescribeAcls(req), None),
             false => Gate::Answer(ResponseKind::DescribeAcls(

@@ -57,7 +57,7 @@ async fn states(
 }
 
 /// The object store's URL as a log dir's name: scheme, bucket and prefix.
-fn log_dir(broker: &Broker) -> String {
+pub(crate) fn log_dir(broker: &Broker) -> String {
     let url = &broker.config.object_store;
     url.split('?').next().unwrap_or(url).to_string()
 }

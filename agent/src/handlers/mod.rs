@@ -15,8 +15,10 @@ pub mod list_offsets;
 pub mod log_dirs;
 pub mod metadata;
 pub mod mutation_quota;
+pub mod null_messages;
 pub mod produce;
 pub mod produce_rules;
+pub mod replicas;
 pub mod scram_credentials;
 pub mod topics;
 pub mod txn;
@@ -72,6 +74,7 @@ pub async fn admit(
     let (body, patch) = match authorize::gate(&broker, session, body, version).await {
         authorize::Gate::Handle(body, patch) => (body, patch),
         authorize::Gate::Answer(response) => {
+            let response = null_messages::nulled(response);
             return Box::pin(async move { Some(Reply::from(response)) });
         }
         authorize::Gate::Close => return Box::pin(async { None }),
@@ -80,7 +83,7 @@ pub async fn admit(
         if let Some(patch) = patch {
             patch(&mut response);
         }
-        response
+        null_messages::nulled(response)
     };
     if let RequestKind::Produce(req) = body {
         // Kafka counts a produce request's bytes against the producer's
@@ -253,7 +256,11 @@ pub fn throttled(response: &mut ResponseKind, ms: i32) {
         SyncGroup,
         TxnOffsetCommit,
         DescribeClientQuotas,
-        AlterClientQuotas
+        AlterClientQuotas,
+        ElectLeaders,
+        AlterPartitionReassignments,
+        ListPartitionReassignments,
+        AlterReplicaLogDirs
     );
 }
 
@@ -400,6 +407,18 @@ async fn handle(
         }
         RequestKind::ListOffsets(req) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
+        }
+        RequestKind::ElectLeaders(req) => {
+            ResponseKind::ElectLeaders(replicas::elect_leaders(broker, req).await)
+        }
+        RequestKind::AlterPartitionReassignments(req) => ResponseKind::AlterPartitionReassignments(
+            replicas::alter_partition_reassignments(broker, req).await,
+        ),
+        RequestKind::ListPartitionReassignments(_) => {
+            ResponseKind::ListPartitionReassignments(replicas::list_partition_reassignments())
+        }
+        RequestKind::AlterReplicaLogDirs(req) => {
+            ResponseKind::AlterReplicaLogDirs(replicas::alter_replica_log_dirs(broker, req).await)
         }
         // Authentication happens before any request reaches here (see
         // `server::authenticate`): a handshake now is out of turn, and on a

@@ -182,12 +182,79 @@ pub async fn delete(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
+/// A CreatePartitions' manual assignments, checked as Kafka's controller
+/// checks them: one per new partition, each naming registered agents, none
+/// twice, as many replicas as the partitions before (one: the leader). The
+/// partitions are created all the same wherever a client is sent: every
+/// agent serves every partition.
+async fn check_assignments(
+    broker: &Broker,
+    topic: &str,
+    count: i32,
+    assignments: &[floe_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsAssignment],
+) -> Result<(), (ResponseError, String)> {
+    let meta_error = |e: MetaError| (kafka_error(&e), e.to_string());
+    let Some(info) = broker.meta.topic(topic).await.map_err(meta_error)? else {
+        return Err((
+            ResponseError::UnknownTopicOrPartition,
+            format!("no topic `{topic}`"),
+        ));
+    };
+    if count <= info.partitions {
+        // Kafka's own check of the count comes first; the metastore's
+        // answer gives its error.
+        return Ok(());
+    }
+    let adding = (count - info.partitions) as usize;
+    if assignments.len() != adding {
+        return Err((
+            ResponseError::InvalidReplicaAssignment,
+            format!(
+                "Attempted to add {adding} additional partition(s), but only {} assignment(s) were specified.",
+                assignments.len()
+            ),
+        ));
+    }
+    let agents = super::replicas::agent_ids(broker)
+        .await
+        .map_err(|e| (e, e.to_string()))?;
+    for assignment in assignments {
+        if let Some(problem) =
+            super::replicas::assignment_problem(&assignment.broker_ids, &agents, true)
+        {
+            return Err(problem);
+        }
+        if assignment.broker_ids.len() != 1 {
+            return Err((
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have 1 replica(s).",
+                    assignment.broker_ids.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub async fn create_partitions(
     broker: &Broker,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
+        let response = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        if let Some(assignments) = &t.assignments
+            && let Err((error, why)) =
+                check_assignments(broker, &t.name.0, t.count, assignments).await
+        {
+            results.push(
+                response
+                    .with_error_code(error.code())
+                    .with_error_message(Some(str_bytes(&why))),
+            );
+            continue;
+        }
         let result = if req.validate_only {
             match broker.meta.topic(&t.name.0).await {
                 Ok(Some(info)) if t.count > info.partitions && t.count <= MAX_PARTITIONS => Ok(()),
@@ -199,7 +266,6 @@ pub async fn create_partitions(
             broker.meta.create_partitions(&t.name.0, t.count).await
         };
         broker.topics.invalidate(&t.name.0);
-        let response = CreatePartitionsTopicResult::default().with_name(t.name.clone());
         results.push(match result {
             Ok(()) => {
                 tracing::info!(topic = %t.name.0, partitions = t.count, "grew topic");

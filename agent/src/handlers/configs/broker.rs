@@ -138,6 +138,12 @@ const STATIC_KEYS: &[StaticKey] = &[
         value: |c| Some(c.default_partitions.to_string()),
     },
     StaticKey {
+        name: "default.replication.factor",
+        kind: Type::Int,
+        doc: "Replicas of an automatically created topic: one, always; the object store's own replication keeps the data (tools that create topics with it get what they asked for).",
+        value: |_| Some("1".into()),
+    },
+    StaticKey {
         name: "group.consumer.session.timeout.ms",
         kind: Type::Int,
         doc: "Session timeout of consumer-protocol group members (`consumer_session_timeout`); a group's `consumer.session.timeout.ms` overrides it.",
