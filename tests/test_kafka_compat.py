@@ -91,3 +91,20 @@ def test_broker_configs_and_partition_assignments_as_kafka_answers(agent):
     grown = a.create_partitions({"grown": NewPartitions(2, [[agent_id]])}, raise_errors=False)
     assert grown.results[0].error_code == 0, grown
     a.close()
+
+
+def test_clients_take_floe_for_kafka_4_1_and_list_transactions_by_pattern(agent):
+    """kafka-python infers a broker's version from the highest versions it
+    serves; floe serves Kafka 4.1's. ListTransactions v2 filters by a
+    pattern (KIP-1152)."""
+    from confluent_kafka import Producer
+    a = admin(agent)
+    assert a.get_broker_version_data(0).broker_version == (4, 1)
+    for txn in ["orders-1", "orders-2", "audit-1"]:
+        p = Producer({"bootstrap.servers": agent.bootstrap, "transactional.id": txn})
+        p.init_transactions(30)
+    listed = a.list_transactions(transactional_id_pattern="orders-.*")
+    assert sorted(t.transactional_id for ts in listed.values() for t in ts) == ["orders-1", "orders-2"]
+    everything = a.list_transactions()
+    assert len([t for ts in everything.values() for t in ts]) == 3
+    a.close()

@@ -2,38 +2,42 @@
 //!
 //! A range is never wider than what the `kafka-protocol` crate can encode and
 //! decode; it is narrower where floe does not (yet) implement a later version's
-//! semantics (e.g. Produce v13 addresses topics by id only).
+//! semantics (EndTxn v5 and TxnOffsetCommit v5 are transactions v2). The
+//! highest versions are Kafka 4.1's, so that clients that infer a broker's
+//! version from them (kafka-python) take floe for Kafka 4.1.
 
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::VersionRange;
 
 /// (api, lowest version, highest version) served by floe.
 const SERVED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 9),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
     // Transactions as Kafka's TV1: v4+ of AddPartitionsToTxn are between
-    // brokers, EndTxn v5 is TV2 (an epoch bump per transaction).
+    // brokers, EndTxn v5 and TxnOffsetCommit v5 are TV2 (an epoch bump per
+    // transaction); AddOffsetsToTxn and TxnOffsetCommit v4 only add
+    // TRANSACTION_ABORTABLE (KIP-890 part 1).
     (ApiKey::AddPartitionsToTxn, 0, 3),
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::DescribeTransactions, 0, 0),
-    // v2 adds a transactional-id pattern (KIP-1152), not served.
-    (ApiKey::ListTransactions, 0, 1),
+    // v2 filters by a transactional-id pattern (KIP-1152).
+    (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),

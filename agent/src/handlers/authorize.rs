@@ -125,6 +125,7 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 });
                 produce_response::TopicProduceResponse::default()
                     .with_name(t.name.clone())
+                    .with_topic_id(t.topic_id)
                     .with_partition_responses(parts.collect())
             });
             Gate::Answer(ResponseKind::Produce(
@@ -134,10 +135,12 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
         RequestKind::Produce(mut req) => {
             let mut denied = Vec::new();
             req.topic_data.retain(|t| {
-                let ok = topic(op::WRITE, &t.name);
+                // An unknown topic id (v13, its name left empty) is the
+                // handler's to answer.
+                let ok = (version >= 13 && t.name.is_empty()) || topic(op::WRITE, &t.name);
                 if !ok {
                     denied.push((
-                        t.name.clone(),
+                        (t.name.clone(), t.topic_id),
                         t.partition_data.iter().map(|p| p.index).collect::<Vec<_>>(),
                     ));
                 }
@@ -145,7 +148,7 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
             });
             let patch = patch!(Produce, |r| {
                 use produce_response::*;
-                for (name, parts) in denied {
+                for ((name, id), parts) in denied {
                     let parts = parts.into_iter().map(|i| {
                         PartitionProduceResponse::default()
                             .with_index(i)
@@ -157,6 +160,7 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                     r.responses.push(
                         TopicProduceResponse::default()
                             .with_name(name)
+                            .with_topic_id(id)
                             .with_partition_responses(parts.collect()),
                     );
                 }

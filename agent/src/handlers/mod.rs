@@ -71,6 +71,12 @@ pub async fn admit(
     quota: Option<quotas::Client>,
 ) -> Pending {
     let version = header.request_api_version;
+    let mut body = body;
+    if let RequestKind::Produce(req) = &mut body
+        && version >= 13
+    {
+        produce::name_topics_by_id(&broker, req).await;
+    }
     let (body, patch) = match authorize::gate(&broker, session, body, version).await {
         authorize::Gate::Handle(body, patch) => (body, patch),
         authorize::Gate::Answer(response) => {

@@ -39,15 +39,43 @@ pub struct Admitted {
     /// When the answer is due: `timeout` after the request was read,
     /// however long admission waited for the produce buffer.
     due: Instant,
-    topics: Vec<(TopicName, Vec<(i32, Admission)>)>,
+    topics: Vec<AdmittedTopic>,
     /// To forget a topic the metastore no longer knows by the id we used.
     topic_cache: Arc<TopicCache>,
+}
+
+/// A topic as the request named it (by id from v13), and its partitions'
+/// admissions.
+struct AdmittedTopic {
+    name: TopicName,
+    id: uuid::Uuid,
+    partitions: Vec<(i32, Admission)>,
 }
 
 enum Admission {
     /// With the log-append time stamped on the batch, if the topic uses it.
     Enqueued(Committed, Option<i64>),
     Refused(Refused),
+}
+
+/// Produce v13 names topics by id: each is given its name here (before
+/// the request is authorized by name), or an empty one if the id is not a
+/// topic's (answered `UNKNOWN_TOPIC_ID`). A metastore that cannot say
+/// leaves it empty too: the producer retries.
+pub async fn name_topics_by_id(broker: &Broker, req: &mut ProduceRequest) {
+    for topic in &mut req.topic_data {
+        let name = match broker.topics.get_by_id(topic.topic_id, 0) {
+            Some(info) => Some(info.name),
+            None => broker
+                .meta
+                .topic_by_id(topic.topic_id)
+                .await
+                .ok()
+                .flatten()
+                .map(|info| info.name),
+        };
+        topic.name = TopicName(str_bytes(&name.unwrap_or_default()));
+    }
 }
 
 /// Validates every partition's batch and enqueues the good ones, in request order.
@@ -75,8 +103,15 @@ pub async fn admit(
     };
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for topic in req.topic_data {
+        // From v13 a topic is named by id: its name was looked up before
+        // the request was authorized (`handlers::admit`), empty if unknown.
+        let unknown_id = version >= 13 && topic.name.0.is_empty();
         let info = match refusal {
             Some((error, why)) => Err((error, why.to_string())),
+            None if unknown_id => Err((
+                ResponseError::UnknownTopicId,
+                format!("no topic of id {}", topic.topic_id),
+            )),
             None => broker
                 .produce_topic(
                     &topic.name.0,
@@ -124,7 +159,11 @@ pub async fn admit(
             };
             partitions.push((index, admission));
         }
-        topics.push((topic.name, partitions));
+        topics.push(AdmittedTopic {
+            name: topic.name,
+            id: topic.topic_id,
+            partitions,
+        });
     }
     Admitted {
         acks: req.acks,
@@ -148,44 +187,47 @@ impl Admitted {
         let (acks, version) = (self.acks, self.version);
         let (timeout, due) = (self.timeout, self.due);
         let cache = &self.topic_cache;
-        let topics = join_all(
-            self.topics
-                .into_iter()
-                .map(|(name, partitions)| async move {
-                    let topic = &name.0;
-                    let partitions =
-                        join_all(partitions.into_iter().map(|(index, admission)| async move {
-                            let mut append_time = None;
-                            let result = match admission {
-                                Admission::Enqueued(committed, stamped) => {
-                                    append_time = stamped;
-                                    match tokio::time::timeout_at(due, committed.offset()).await {
-                                        Ok(answered) => answered
-                                            .map_err(|e| refusal(e, cache, topic, version).into()),
-                                        Err(_) => Err(Refused::from((
-                                            ResponseError::RequestTimedOut,
-                                            format!(
-                                                "not committed within {timeout:?}; it may still be"
-                                            ),
-                                        ))),
-                                    }
+        let topics = join_all(self.topics.into_iter().map(
+            |AdmittedTopic {
+                 name,
+                 id,
+                 partitions,
+             }| async move {
+                let topic = &name.0;
+                let partitions =
+                    join_all(partitions.into_iter().map(|(index, admission)| async move {
+                        let mut append_time = None;
+                        let result = match admission {
+                            Admission::Enqueued(committed, stamped) => {
+                                append_time = stamped;
+                                match tokio::time::timeout_at(due, committed.offset()).await {
+                                    Ok(answered) => answered
+                                        .map_err(|e| refusal(e, cache, topic, version).into()),
+                                    Err(_) => Err(Refused::from((
+                                        ResponseError::RequestTimedOut,
+                                        format!(
+                                            "not committed within {timeout:?}; it may still be"
+                                        ),
+                                    ))),
                                 }
-                                Admission::Refused(refused) => Err(refused),
-                            };
-                            match result {
-                                Ok(base_offset) => PartitionProduceResponse::default()
-                                    .with_index(index)
-                                    .with_base_offset(base_offset)
-                                    .with_log_append_time_ms(append_time.unwrap_or(-1)),
-                                Err(refused) => refuse(index, refused),
                             }
-                        }))
-                        .await;
-                    TopicProduceResponse::default()
-                        .with_name(name)
-                        .with_partition_responses(partitions)
-                }),
-        )
+                            Admission::Refused(refused) => Err(refused),
+                        };
+                        match result {
+                            Ok(base_offset) => PartitionProduceResponse::default()
+                                .with_index(index)
+                                .with_base_offset(base_offset)
+                                .with_log_append_time_ms(append_time.unwrap_or(-1)),
+                            Err(refused) => refuse(index, refused),
+                        }
+                    }))
+                    .await;
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_topic_id(id)
+                    .with_partition_responses(partitions)
+            },
+        ))
         .await;
         (acks != 0).then(|| ProduceResponse::default().with_responses(topics))
     }

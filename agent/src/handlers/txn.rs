@@ -327,6 +327,23 @@ pub async fn list_transactions(
         producer_ids: req.producer_id_filters.iter().map(|p| p.0).collect(),
         min_duration_ms: req.duration_filter,
     };
+    // v2 (KIP-1152): ids matching a pattern, whole, as Java's `matches`.
+    let pattern = match req
+        .transactional_id_pattern
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        None => None,
+        Some(pattern) => match regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(1 << 20)
+            .build()
+        {
+            Ok(re) => Some(re),
+            Err(_) => {
+                return response.with_error_code(ResponseError::InvalidRegularExpression.code());
+            }
+        },
+    };
     let agents = match crate::discovery::known_visible(broker, &session.listener, client_id).await {
         Ok(agents) => agents,
         Err(e) => return response.with_error_code(coordinator_error(&e, true).code()),
@@ -337,6 +354,11 @@ pub async fn list_transactions(
             views
                 .into_iter()
                 .filter(|v| crate::discovery::coordinates(&agents, me, &v.transactional_id))
+                .filter(|v| {
+                    pattern
+                        .as_ref()
+                        .is_none_or(|re| re.is_match(&v.transactional_id))
+                })
                 .map(|v| {
                     TransactionState::default()
                         .with_transactional_id(super::str_bytes(&v.transactional_id).into())

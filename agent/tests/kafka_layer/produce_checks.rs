@@ -125,3 +125,78 @@ async fn a_request_lists_at_most_so_many_record_errors() {
             .all(|p| p.record_errors.is_empty())
     );
 }
+
+/// Produce v13 names topics by id (Kafka 4.1): answered by id, and an id
+/// that is no topic's is UNKNOWN_TOPIC_ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_v13_names_topics_by_id() {
+    use produce_request::*;
+    let meta = metastore().await;
+    let store = memory_store();
+    let topic = create_topic(&meta, "by-id", 1).await;
+    let agent = agent(&meta, &store).await;
+    let mut conn = agent.connect().await;
+    let by_id = |id: uuid::Uuid| {
+        ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_topic_id(id)
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(batch(&["x"]))),
+                    ]),
+            ])
+    };
+    let sent: ProduceResponse = conn
+        .call(ApiKey::Produce, 13, &by_id(topic.id))
+        .await
+        .unwrap();
+    assert_eq!(sent.responses[0].topic_id, topic.id);
+    assert_eq!(
+        (produced(&sent).error_code, produced(&sent).base_offset),
+        (0, 0)
+    );
+    let unknown = uuid::Uuid::from_u128(7);
+    let sent: ProduceResponse = conn
+        .call(ApiKey::Produce, 13, &by_id(unknown))
+        .await
+        .unwrap();
+    assert_eq!(sent.responses[0].topic_id, unknown);
+    assert_eq!(
+        produced(&sent).error_code,
+        floe_protocol::ResponseError::UnknownTopicId.code()
+    );
+}
+
+/// FindCoordinator finds group and transaction coordinators; a key type
+/// floe does not serve (2: share groups) is INVALID_REQUEST.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn find_coordinator_serves_groups_and_transactions_only() {
+    let meta = metastore().await;
+    let store = memory_store();
+    let agent = agent(&meta, &store).await;
+    let mut conn = agent.connect().await;
+    for (key_type, error) in [
+        (0, 0),
+        (1, 0),
+        (2, floe_protocol::ResponseError::InvalidRequest.code()),
+    ] {
+        let request = FindCoordinatorRequest::default()
+            .with_key_type(key_type)
+            .with_coordinator_keys(vec![str_bytes("k")]);
+        let found: FindCoordinatorResponse = conn
+            .call(ApiKey::FindCoordinator, 6, &request)
+            .await
+            .unwrap();
+        assert_eq!(
+            found.coordinators[0].error_code, error,
+            "key type {key_type}"
+        );
+        if error == 0 {
+            assert_eq!(found.coordinators[0].error_message, None, "null, as Kafka");
+        }
+    }
+}

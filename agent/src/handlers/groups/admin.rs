@@ -1,6 +1,7 @@
 //! FindCoordinator, ListGroups, DescribeGroups and DeleteGroups.
 
 use bytes::Bytes;
+use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use floe_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
@@ -29,20 +30,38 @@ pub async fn find_coordinator(
     // group; hashing the key onto the client's visible agents spreads the work.
     let agents = discovery::visible(broker, &session.listener, client_id).await;
     let for_key = |key: &str| &agents[discovery::pick(key, agents.len())];
+    // Groups (0) and transactions (1); floe has no share groups (2).
+    let served = matches!(req.key_type, 0 | 1);
+    let unknown_type = || format!("no coordinator of key type {}", req.key_type);
     if version >= 4 {
         let coordinators = req
             .coordinator_keys
             .into_iter()
-            .map(|key| {
-                let a = for_key(&key);
-                Coordinator::default()
+            .map(|key| match served {
+                true => {
+                    let a = for_key(&key);
+                    Coordinator::default()
+                        .with_key(key)
+                        .with_node_id(BrokerId(a.node_id))
+                        .with_host(str_bytes(&a.host))
+                        .with_port(a.port)
+                }
+                false => Coordinator::default()
                     .with_key(key)
-                    .with_node_id(BrokerId(a.node_id))
-                    .with_host(str_bytes(&a.host))
-                    .with_port(a.port)
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1)
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes(&unknown_type()))),
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    if !served {
+        return FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(-1))
+            .with_port(-1)
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(str_bytes(&unknown_type())));
     }
     let a = for_key(&req.key);
     FindCoordinatorResponse::default()
