@@ -228,7 +228,6 @@ def test_garbage_and_truncated_frames_close_only_that_connection(agent):
 
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-UNKNOWN_PRODUCER_ID = 59
 
 
 def test_idempotent_sequences_like_kafka(agent):
@@ -248,19 +247,24 @@ def test_idempotent_sequences_like_kafka(agent):
     assert read_produce_v3_response(s) == (4, OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
     s.sendall(produce_v3("idem-raw", 0, batch([b"c"], pid, epoch, 2), correlation_id=5))
     assert read_produce_v3_response(s) == (5, 0, 2)
-    # A producer id nobody issued.
-    s.sendall(produce_v3("idem-raw", 0, batch([b"z"], pid + 1000, 0, 0), correlation_id=6))
-    assert read_produce_v3_response(s) == (6, UNKNOWN_PRODUCER_ID, -1)
+    # A producer id the metastore keeps nothing of (ids come in blocks,
+    # KIP-730): as Kafka, its first batch is taken at any sequence, and its
+    # state starts there.
+    stranger = batch([b"z"], pid + 100_000, 0, 7)
+    s.sendall(produce_v3("idem-raw", 0, stranger, correlation_id=6))
+    assert read_produce_v3_response(s) == (6, 0, 3)
+    s.sendall(produce_v3("idem-raw", 0, stranger, correlation_id=7))
+    assert read_produce_v3_response(s) == (7, 0, 3), "a retry"
     s.close()
 
     # Sequence state lives in the metastore: it survives a kill -9.
     agent.restart()
     s = connect(agent)
-    s.sendall(produce_v3("idem-raw", 0, batch([b"c"], pid, epoch, 2), correlation_id=7))
-    assert read_produce_v3_response(s) == (7, 0, 2)
+    s.sendall(produce_v3("idem-raw", 0, batch([b"c"], pid, epoch, 2), correlation_id=8))
+    assert read_produce_v3_response(s) == (8, 0, 2)
     s.close()
     assert [(o, v) for _, o, v in kcat_consume(agent.bootstrap, "idem-raw")] == [
-        (0, "a"), (1, "b"), (2, "c")]
+        (0, "a"), (1, "b"), (2, "c"), (3, "z")]
 
 
 def test_sigterm_finishes_accepted_produce_requests(make_agent):

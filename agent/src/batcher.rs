@@ -14,7 +14,7 @@ use bytes::Bytes;
 use floe_cache::BlockCache;
 use floe_metastore::txn::TxnEnd;
 use floe_metastore::{
-    BatchKind, CommitBatch, IngestBatch, Metastore, Refusal, TopicId, ops::IngestCommit,
+    BatchKind, CommitBatch, IngestBatch, Metastore, Placed, Refusal, TopicId, ops::IngestCommit,
 };
 use floe_protocol::batch::RecordBatch;
 use floe_storage::ids::Ids;
@@ -45,7 +45,7 @@ struct Append {
     /// What the sequencer makes of it (a marker's end is numbered when its
     /// file is built).
     kind: BatchKind,
-    reply: oneshot::Sender<Result<i64, AppendError>>,
+    reply: oneshot::Sender<Result<Placed, AppendError>>,
     /// Whether to store the batch even if nobody waits for its answer any
     /// more (acks=0). Otherwise a batch whose connection closed before its
     /// file was sealed is dropped: its producer saw no answer and will retry,
@@ -224,14 +224,19 @@ impl Batcher {
 }
 
 /// A batch on its way into an ingest file.
-pub struct Committed(oneshot::Receiver<Result<i64, AppendError>>);
+pub struct Committed(oneshot::Receiver<Result<Placed, AppendError>>);
 
 impl Committed {
-    /// The batch's base offset, once committed.
-    pub async fn offset(self) -> Result<i64, AppendError> {
+    /// Where the batch was placed, once committed.
+    pub async fn placed(self) -> Result<Placed, AppendError> {
         self.0
             .await
             .map_err(|_| AppendError::Storage("agent is shutting down".into()))?
+    }
+
+    /// The batch's base offset, once committed.
+    pub async fn offset(self) -> Result<i64, AppendError> {
+        self.placed().await.map(|p| p.base_offset)
     }
 }
 
@@ -566,7 +571,7 @@ mod tests {
     fn append(
         budget: &Arc<Semaphore>,
         keep_if_abandoned: bool,
-    ) -> (Append, oneshot::Receiver<Result<i64, AppendError>>) {
+    ) -> (Append, oneshot::Receiver<Result<Placed, AppendError>>) {
         let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
         let (reply, answer) = oneshot::channel();
         let append = Append {

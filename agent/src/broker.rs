@@ -60,6 +60,8 @@ pub struct Broker {
     pub quotas: Arc<crate::quotas::Quotas>,
     /// How a client certificate's subject becomes its principal.
     pub ssl_principals: crate::ssl_principal::PrincipalMapper,
+    /// Idempotent producers' ids, from blocks the metastore allocates.
+    pub producer_ids: Arc<crate::producer_ids::ProducerIds>,
 }
 
 /// How long a starting agent waits for its first copy of client metrics
@@ -214,6 +216,7 @@ impl Broker {
             crate::ssl_principal::PrincipalMapper::parse(&config.ssl_principal_mapping_rules)?;
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
+        let producer_ids = crate::producer_ids::ProducerIds::new(meta.clone());
         Ok(Broker {
             config,
             advertised_host,
@@ -236,6 +239,7 @@ impl Broker {
             telemetry,
             quotas,
             ssl_principals,
+            producer_ids,
         })
     }
 

@@ -17,6 +17,7 @@ pub mod listeners;
 pub mod metrics;
 pub mod oauthbearer;
 pub mod order;
+pub mod producer_ids;
 pub mod quotas;
 pub mod read;
 pub mod record_work;

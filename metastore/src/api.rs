@@ -355,6 +355,10 @@ metastore_api! {
     read fn partition_looks_since(partitions: Vec<(TopicPartition, Option<LookMark>)>) -> PartitionLooksSince {
         PartitionLooksSince { partitions }
     }
+    /// KIP-730: a block of `count` producer ids (answered with the first).
+    write fn allocate_producer_ids(count: u32) -> AllocateProducerIds {
+        AllocateProducerIds { count }
+    }
 }
 
 /// Soft state on the leader, like a heartbeat.

@@ -42,7 +42,10 @@ use crate::state::State;
 ///    may be classic ones.
 /// 10: agents' advertised listeners in the state (a trailing field of
 ///    `Agents`), registered by a new command.
-pub const FORMAT_VERSION: u8 = 10;
+/// 11: producer ids handed out in blocks (KIP-730): a new command, and a
+///    trailing field of the state that changes how unknown producer ids
+///    are sequenced from the first block on.
+pub const FORMAT_VERSION: u8 = 11;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 4;

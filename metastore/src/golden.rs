@@ -78,6 +78,7 @@ fn variant(command: &Command) -> &'static str {
         Command::TxnCommitOffsets(_) => "txn_commit_offsets",
         Command::AlterConfigs(_) => "alter_configs",
         Command::RegisterAgentListeners(_) => "register_agent_listeners",
+        Command::AllocateProducerIds(_) => "allocate_producer_ids",
     }
 }
 
@@ -491,6 +492,7 @@ fn txn_samples() -> Vec<Command> {
             listeners: listeners_sample(),
             now_ms: 9,
         }),
+        Command::AllocateProducerIds(AllocateProducerIds { count: 1_000 }),
     ]
 }
 
@@ -611,11 +613,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 28 commands, one of them with 12 group commands: `variant` is exhaustive,
+    // 29 commands, one of them with 12 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        39,
+        40,
         "a command without a golden sample: {named:?}"
     );
 
@@ -692,7 +694,7 @@ fn compare_with_golden(file: &str, encoded: &str, changed: &str) {
 fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
     use crate::api::Request;
     let tp = TopicPartition::new(TOPIC, 1);
-    let requests: Vec<Request> = vec![
+    let mut requests: Vec<Request> = vec![
         NewTopic {
             name: "u".into(),
             partitions: 2,
@@ -959,7 +961,8 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
         AddToTxn {
             transactional_id: "tx3".into(),
-            producer_id: 3,
+            // After the block of 1,000 ids the log samples allocate.
+            producer_id: 1_003,
             epoch: 0,
             partitions: vec![tp],
             groups: vec![],
@@ -1005,7 +1008,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
         TxnCommitOffsets {
             transactional_id: "tx3".into(),
-            producer_id: 3,
+            producer_id: 1_003,
             epoch: 0,
             commit: txn_offsets(),
         }
@@ -1086,6 +1089,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
     ];
+    requests.push(AllocateProducerIds { count: 1_000 }.into());
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
             producer_id: 7,
@@ -1111,6 +1115,7 @@ const TXN_REQUESTS: &[&str] = &[
     "ListAgentsOn",
     "PartitionLooks",
     "PartitionLooksSince",
+    "AllocateProducerIds",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

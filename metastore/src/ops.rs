@@ -362,8 +362,21 @@ pub struct DeleteTopic {
     pub name: String,
 }
 
+/// A block of `count` producer ids (at most [`MAX_PRODUCER_ID_BLOCK`]) for
+/// an agent to hand out to idempotent producers (KIP-730): answered with
+/// the first. Nothing is kept of an id
+/// until its producer writes (format 11; see [`InitProducer`] for before).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocateProducerIds {
+    pub count: u32,
+}
+
+/// The most ids one [`AllocateProducerIds`] hands out.
+pub const MAX_PRODUCER_ID_BLOCK: u32 = 1_000_000;
+
 /// Issues an idempotent producer id, or bumps the epoch of `existing` if it
-/// is current.
+/// is current. (What agents asked before producer id blocks, format 10:
+/// a log write and a day of state per call.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InitProducer {
     pub existing: Option<ProducerIdentity>,

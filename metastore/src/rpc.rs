@@ -89,7 +89,8 @@ const CALL: u8 = 33;
 /// decode as before, and an old node fails to decode the new operation (the
 /// client's call fails, as the metastore is unavailable to it); upgrade the
 /// metastore nodes before the agents.
-pub const WIRE_VERSION: u8 = 6;
+/// 7: an ingest commit answers each batch's partition's log start too.
+pub const WIRE_VERSION: u8 = 7;
 
 /// What a client sends: an operation on the metastore's state, or a request
 /// about the serving node itself.

@@ -280,6 +280,7 @@ commands! {
     TxnCommitOffsets(TxnCommitOffsets),
     AlterConfigs(AlterConfigs),
     RegisterAgentListeners(RegisterAgentListeners),
+    AllocateProducerIds(AllocateProducerIds),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -663,6 +664,13 @@ pub struct State {
     /// Dynamic cluster and group configs (format 8).
     #[serde(default)]
     configs: crate::dynamic_config::DynamicConfigs,
+    /// Producer ids are handed out in blocks (format 11, KIP-730): set by
+    /// the first [`AllocateProducerIds`], after which a batch of a producer
+    /// id the state keeps nothing of is sequenced as Kafka sequences it (its
+    /// partition's state decides, created by its first write), not refused
+    /// as an unknown producer. Entries logged before keep the old rule.
+    #[serde(default)]
+    producer_id_blocks: bool,
     // Fields below are derived and never stored (`serde(skip)`).
     /// Extent changes counted since this state was loaded: the source of
     /// partitions' `extents_version`.
@@ -1176,13 +1184,14 @@ impl State {
             p.last_ms = now_ms;
             p.epoch
         });
+        let blocks = self.producer_id_blocks;
         let partition = self
             .changing_partition(tp)
             .ok_or(Refusal::UnknownTopicOrPartition)?;
         if producer_id >= 0 {
             let last_sequence = batch.base_sequence.wrapping_add(batch.record_count - 1);
             let check = match issued_epoch {
-                None => Err(Refusal::UnknownProducerId(producer_id)),
+                None if !blocks => Err(Refusal::UnknownProducerId(producer_id)),
                 Some(current) if batch.producer_epoch < current => {
                     Err(Refusal::InvalidProducerEpoch {
                         producer_id,
@@ -1190,7 +1199,7 @@ impl State {
                         current,
                     })
                 }
-                Some(_) => {
+                Some(_) | None => {
                     let state =
                         partition
                             .producers
@@ -1710,6 +1719,13 @@ impl State {
         }
     }
 
+    /// `tp`'s log start offset, if it is a partition.
+    fn log_start_of(&self, tp: TopicPartition) -> Option<i64> {
+        self.partition(tp.topic_id, tp.partition)
+            .ok()
+            .map(|p| p.log_start_offset)
+    }
+
     pub fn offsets(&self, id: TopicId, partition: i32) -> Result<PartitionOffsets, Refusal> {
         let p = self.partition(id, partition)?;
         Ok(PartitionOffsets {
@@ -1966,6 +1982,23 @@ impl Apply for InitProducer {
     }
     /// A second one costs only a producer id or an epoch: the producer uses
     /// whichever answer reaches it.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for AllocateProducerIds {
+    /// The first id of the block (of `count` ids, 1 to
+    /// [`MAX_PRODUCER_ID_BLOCK`]).
+    type Output = i64;
+    fn apply(self, state: &mut State) -> Result<i64, Refusal> {
+        let count = self.count.clamp(1, MAX_PRODUCER_ID_BLOCK);
+        let first = state.next_producer_id;
+        state.next_producer_id = first.saturating_add(count as i64);
+        state.producer_id_blocks = true;
+        Ok(first)
+    }
+    /// A second block only wastes ids.
     fn retry_is_safe(&self) -> bool {
         true
     }
@@ -2708,10 +2741,28 @@ impl Apply for EndTxn {
 }
 
 impl Apply for IngestCommit {
-    /// Per batch, as [`Commit`]'s.
-    type Output = Vec<Result<i64, Refusal>>;
+    /// Per batch, where it was placed (wire 7; [`Commit`]'s base offsets
+    /// before), or why it was refused.
+    type Output = Vec<Result<Placed, Refusal>>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.commit(self))
+        let partitions: Vec<TopicPartition> = self
+            .batches
+            .iter()
+            .map(|b| b.batch.partition_of())
+            .collect();
+        let results = state.commit(self);
+        // Log starts as this commit leaves them (a retried commit answered
+        // from the ledger gets them as they are now).
+        Ok(results
+            .into_iter()
+            .zip(partitions)
+            .map(|(result, tp)| {
+                result.map(|base_offset| Placed {
+                    base_offset,
+                    log_start_offset: state.log_start_of(tp).unwrap_or(-1),
+                })
+            })
+            .collect())
     }
     /// A repeated commit of an object key is answered from the ledger.
     fn retry_is_safe(&self) -> bool {
@@ -2846,6 +2897,55 @@ mod tests {
             Ok(p) => p,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// KIP-730: once ids come in blocks, a producer id the state keeps
+    /// nothing of is sequenced by its partition's state alone (created by
+    /// its first write), as Kafka sequences it: the first batch at any
+    /// sequence, then the usual rules; before, it was an unknown producer.
+    #[test]
+    fn producer_ids_from_blocks_leave_no_state_until_they_write() {
+        let mut s = State::default();
+        let t = create(&mut s, "t", 1);
+        let early = ProducerIdentity {
+            producer_id: 5,
+            epoch: 0,
+        };
+        assert_eq!(
+            commit(&mut s, "o0", vec![idempotent(t, early, 0, 1)]),
+            vec![Err(Refusal::UnknownProducerId(5))],
+            "the rule of entries logged before blocks"
+        );
+        let first = s.apply(AllocateProducerIds { count: 1_000 }).unwrap();
+        assert_eq!(first, 0);
+        assert_eq!(
+            s.apply(AllocateProducerIds { count: 1_000 }).unwrap(),
+            1_000
+        );
+        assert!(s.producers.is_empty(), "nothing kept of an id handed out");
+        let p = ProducerIdentity {
+            producer_id: 7,
+            epoch: 0,
+        };
+        assert_eq!(
+            commit(&mut s, "o1", vec![idempotent(t, p, 42, 2)]),
+            vec![Ok(0)]
+        );
+        assert_eq!(
+            commit(&mut s, "o2", vec![idempotent(t, p, 42, 2)]),
+            vec![Ok(0)],
+            "a retry"
+        );
+        assert!(matches!(
+            commit(&mut s, "o3", vec![idempotent(t, p, 50, 1)])[0],
+            Err(Refusal::OutOfOrderSequence { .. })
+        ));
+        assert_eq!(
+            commit(&mut s, "o4", vec![idempotent(t, p, 44, 1)]),
+            vec![Ok(2)]
+        );
+        assert!(s.producers.is_empty());
+        s.check_invariants().unwrap();
     }
 
     #[test]

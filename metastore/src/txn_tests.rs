@@ -139,6 +139,9 @@ fn ingest(
         },
     )
     .unwrap()
+    .into_iter()
+    .map(|placed| placed.map(|p| p.base_offset))
+    .collect()
 }
 
 fn txn_data(s: &mut State, now: i64, key: &str, batch: CommitBatch) -> Result<i64, Refusal> {

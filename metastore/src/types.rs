@@ -448,6 +448,15 @@ pub struct ExtentPiece {
     pub appended_ms: i64,
 }
 
+/// Where a committed batch was placed: its base offset, and its
+/// partition's log start offset once the commit applied (a Produce
+/// response carries both, as Kafka's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
 /// An idempotent producer's identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerIdentity {

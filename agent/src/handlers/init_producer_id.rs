@@ -1,16 +1,18 @@
 //! InitProducerId for idempotent producers (a transactional id's is the
 //! coordinator's, see [`super::txn`]).
 //!
-//! Producer ids, epochs and the per-partition sequence state all live in the
-//! metastore, so a producer may move between agents and survive restarts.
+//! As Kafka's: a fresh producer id at epoch 0, whatever id and epoch the
+//! producer had (KIP-360 asks for a bump; a new id is one), from the ids
+//! the agent holds ([`crate::producer_ids`], KIP-730). Nothing is written
+//! for it: the metastore keeps a producer's state once it writes, per
+//! partition, so a producer may move between agents and survive restarts.
 
-use floe_metastore::ProducerIdentity;
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
 
-use crate::broker::{Broker, kafka_error};
+use crate::broker::Broker;
 
 pub async fn handle(
     broker: &Broker,
@@ -26,18 +28,15 @@ pub async fn handle(
     if let Some(id) = req.transactional_id.clone() {
         return super::txn::init_producer_id(broker, req, &id, version).await;
     }
-    // v3+: a producer that already has an id asks for an epoch bump (KIP-360).
-    let existing = (req.producer_id.0 >= 0).then_some(ProducerIdentity {
-        producer_id: req.producer_id.0,
-        epoch: req.producer_epoch,
-    });
-    match broker.meta.init_producer(existing).await {
-        Ok(p) => InitProducerIdResponse::default()
-            .with_producer_id(ProducerId(p.producer_id))
-            .with_producer_epoch(p.epoch),
+    match broker.producer_ids.next().await {
+        Ok(producer_id) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(0),
         Err(e) => {
-            tracing::warn!(error = %e, "init producer id failed");
-            refused(kafka_error(&e))
+            tracing::warn!(error = %e, "no producer id to give");
+            // Kafka's answer while its next block has not arrived: the
+            // producer retries.
+            refused(ResponseError::CoordinatorLoadInProgress)
         }
     }
 }

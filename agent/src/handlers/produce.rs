@@ -200,7 +200,7 @@ impl Admitted {
                         let result = match admission {
                             Admission::Enqueued(committed, stamped) => {
                                 append_time = stamped;
-                                match tokio::time::timeout_at(due, committed.offset()).await {
+                                match tokio::time::timeout_at(due, committed.placed()).await {
                                     Ok(answered) => answered
                                         .map_err(|e| refusal(e, cache, topic, version).into()),
                                     Err(_) => Err(Refused::from((
@@ -214,9 +214,10 @@ impl Admitted {
                             Admission::Refused(refused) => Err(refused),
                         };
                         match result {
-                            Ok(base_offset) => PartitionProduceResponse::default()
+                            Ok(placed) => PartitionProduceResponse::default()
                                 .with_index(index)
-                                .with_base_offset(base_offset)
+                                .with_base_offset(placed.base_offset)
+                                .with_log_start_offset(placed.log_start_offset)
                                 .with_log_append_time_ms(append_time.unwrap_or(-1)),
                             Err(refused) => refuse(index, refused),
                         }

@@ -5,5 +5,6 @@ mod abandoned;
 mod fetch_watermarks;
 mod ordering;
 mod produce_checks;
+mod producer_ids;
 mod support;
 mod txn_end;

@@ -302,3 +302,46 @@ pub fn txn_batch(producer: (i64, i16), sequence: i32, values: &[&str]) -> Bytes 
     .expect("encoded");
     out.freeze()
 }
+
+/// A metastore that counts the operations it is asked, by type name.
+pub struct Counting {
+    inner: LocalMetastore,
+    calls: std::sync::Mutex<std::collections::BTreeMap<&'static str, usize>>,
+}
+
+impl Counting {
+    pub async fn new() -> Arc<Counting> {
+        Arc::new(Counting {
+            inner: LocalMetastore::in_memory()
+                .await
+                .expect("in-memory metastore"),
+            calls: Default::default(),
+        })
+    }
+
+    /// How many operations of a type whose name ends with `op` were asked.
+    pub fn count(&self, op: &str) -> usize {
+        let calls = self.calls.lock().unwrap();
+        calls
+            .iter()
+            .filter(|(name, _)| name.ends_with(op))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+impl floe_metastore::Transport for Counting {
+    fn call<O: floe_metastore::Op>(
+        &self,
+        op: O,
+    ) -> impl std::future::Future<Output = Result<O::Output, floe_metastore::MetaError>> + Send
+    {
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry(std::any::type_name::<O>())
+            .or_default() += 1;
+        self.inner.call(op)
+    }
+}

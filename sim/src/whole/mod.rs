@@ -685,9 +685,13 @@ async fn produce(
         };
         tokio::time::sleep(pause).await;
         if idempotent && identity.is_none() {
-            match meta.init_producer(None).await {
-                Ok(id) => {
-                    identity = Some(id);
+            // As an agent hands ids out: one of a block (KIP-730), epoch 0.
+            match meta.allocate_producer_ids(1).await {
+                Ok(producer_id) => {
+                    identity = Some(ProducerIdentity {
+                        producer_id,
+                        epoch: 0,
+                    });
                     sequences.clear();
                 }
                 Err(_) => continue,
