@@ -72,15 +72,44 @@ pub async fn init_producer(
 /// changes: a client still waiting sends its end again, against the state
 /// it will then find, and one that gave up (its retry through another
 /// agent answered) never ends a transaction it did not ask to end.
+///
+/// With `bumping` (EndTxn v5, transactions v2) the end bumps the producer's
+/// epoch, or gives it a new producer id with its epochs spent (see
+/// [`EndReason::ClientBumping`]); a retry of such an end, whose producer
+/// id and epoch are the transaction's last, is answered `Ok` as Kafka
+/// answers it.
 pub async fn end(
     meta: &dyn Metastore,
     batcher: &Batcher,
     id: &str,
     producer: ProducerIdentity,
-    commit: bool,
+    (commit, bumping): (bool, bool),
     now_ms: i64,
 ) -> Result<(), MetaError> {
+    let reason = match bumping {
+        true => EndReason::ClientBumping,
+        false => EndReason::Client,
+    };
     let txn = match describe(meta, id).await? {
+        Some(txn) if txn.producer_id == producer.producer_id && txn.epoch == producer.epoch => txn,
+        // Not the producer's current identity: a retry of a bumping end,
+        // which the metastore recognises (no markers), or a refusal.
+        Some(txn) if bumping => {
+            let end = TxnEnd {
+                transactional_id: id.to_string(),
+                producer_id: producer.producer_id,
+                epoch: producer.epoch,
+                commit,
+                reason,
+                version: txn.version,
+            };
+            return match meta.end_txn(end).await {
+                Err(MetaError::Refused(Refusal::TxnEnded { committed })) if committed == commit => {
+                    Ok(())
+                }
+                other => other,
+            };
+        }
         Some(txn) if txn.producer_id == producer.producer_id => txn,
         _ => return Err(MetaError::Refused(Refusal::InvalidProducerIdMapping)),
     };
@@ -96,7 +125,7 @@ pub async fn end(
         producer_id: producer.producer_id,
         epoch: producer.epoch,
         commit,
-        reason: EndReason::Client,
+        reason,
         version: txn.version,
     };
     match write_end(meta, batcher, end, &txn.partitions, now_ms).await {

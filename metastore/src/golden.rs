@@ -493,6 +493,46 @@ fn txn_samples() -> Vec<Command> {
             now_ms: 9,
         }),
         Command::AllocateProducerIds(AllocateProducerIds { count: 1_000 }),
+        // Transactions v2 (format 11): "tx4" (producer 1003) produces to
+        // t/0, its batch adding the partition, and commits, bumping its epoch.
+        Command::InitTxnProducer(InitTxnProducer {
+            transactional_id: "tx4".into(),
+            timeout_ms: 60_000,
+            expected: None,
+        }),
+        Command::IngestCommit(IngestCommit {
+            object_key: "ingest/08/h".into(),
+            object_size: 1_000,
+            batches: vec![IngestBatch {
+                batch: batch(0, 1_003),
+                kind: BatchKind::TransactionalAdding,
+            }],
+            ends: vec![],
+            not_before_ms: 1_700_000_030_000,
+        }),
+        Command::IngestCommit(IngestCommit {
+            object_key: "ingest/09/i".into(),
+            object_size: 1_000,
+            batches: vec![IngestBatch {
+                batch: CommitBatch {
+                    length: 78,
+                    record_count: 1,
+                    producer_epoch: 1,
+                    base_sequence: -1,
+                    ..batch(0, 1_003)
+                },
+                kind: BatchKind::Marker { end: 0 },
+            }],
+            ends: vec![crate::txn::TxnEnd {
+                transactional_id: "tx4".into(),
+                producer_id: 1_003,
+                epoch: 0,
+                commit: true,
+                reason: crate::txn::EndReason::ClientBumping,
+                version: 1,
+            }],
+            not_before_ms: 1_700_000_030_000,
+        }),
     ]
 }
 
@@ -961,8 +1001,8 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
         AddToTxn {
             transactional_id: "tx3".into(),
-            // After the block of 1,000 ids the log samples allocate.
-            producer_id: 1_003,
+            // After the block of 1,000 ids the log samples allocate, and tx4's.
+            producer_id: 1_004,
             epoch: 0,
             partitions: vec![tp],
             groups: vec![],
@@ -1008,7 +1048,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
         TxnCommitOffsets {
             transactional_id: "tx3".into(),
-            producer_id: 1_003,
+            producer_id: 1_004,
             epoch: 0,
             commit: txn_offsets(),
         }

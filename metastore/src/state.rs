@@ -1082,6 +1082,13 @@ impl State {
             let transactional = match b.kind {
                 BatchKind::Marker { .. } => continue,
                 BatchKind::Transactional => true,
+                BatchKind::TransactionalAdding => {
+                    if let Err(refused) = self.add_to_producers_txn(&b.batch, now_ms) {
+                        results[at] = Some(Err(refused));
+                        continue;
+                    }
+                    true
+                }
                 BatchKind::Plain => false,
             };
             let result = self.sequence_data(&b.batch, transactional, object, now_ms);
@@ -1122,6 +1129,25 @@ impl State {
                 r.unwrap_or_else(|| Err(Refusal::InvalidTxnState("a marker of no end".into())))
             })
             .collect()
+    }
+
+    /// Adds `batch`'s partition to its producer's transaction, beginning
+    /// one if none is ongoing (Produce v12+, see
+    /// [`BatchKind::TransactionalAdding`]): refused as AddPartitionsToTxn
+    /// would be (a fenced producer, one ending its transaction).
+    fn add_to_producers_txn(&mut self, batch: &CommitBatch, now_ms: i64) -> Result<(), Refusal> {
+        let Some((id, _)) = self.txns.of_producer(batch.producer_id) else {
+            return Err(Refusal::InvalidProducerIdMapping);
+        };
+        let id = id.to_string();
+        self.txns.add(
+            &id,
+            batch.producer_id,
+            batch.producer_epoch,
+            &[batch.partition_of()],
+            &[],
+            now_ms,
+        )
     }
 
     /// Sequences one data batch: the transaction check (a transactional
@@ -1324,7 +1350,9 @@ impl State {
     /// Completes an accepted end; the producer id is issued at its epoch
     /// from now on (a fenced producer's batches then fail the epoch check).
     fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) {
-        let (now, pending) = self.txns.finish_end(end, now_ms);
+        let (now, pending) =
+            self.txns
+                .finish_end(end, now_ms, &mut NextProducerId(&mut self.next_producer_id));
         if end.commit {
             for (group, offsets) in pending {
                 self.groups

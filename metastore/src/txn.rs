@@ -135,6 +135,11 @@ pub enum EndReason {
     Fence,
     /// It ran past its timeout: aborted and fenced the same way.
     Timeout,
+    /// EndTxn v5 (transactions v2, KIP-890): the producer's end, which
+    /// bumps its epoch (or, with its epochs spent, gives it a new producer
+    /// id), so that a late request of this transaction is fenced from the
+    /// next one. Appended: older log entries decode as before.
+    ClientBumping,
 }
 
 /// A transaction's end, as an agent asks for it: alone ([`crate::ops::EndTxn`],
@@ -160,8 +165,15 @@ impl TxnEnd {
     pub fn marker_epoch(&self) -> i16 {
         match self.reason {
             EndReason::Client | EndReason::Fence => self.epoch,
-            EndReason::Timeout => self.epoch.saturating_add(1),
+            // The epoch the end bumps to (with the epochs spent, the last
+            // one of the old producer id, as Kafka writes it).
+            EndReason::Timeout | EndReason::ClientBumping => self.epoch.saturating_add(1),
         }
+    }
+
+    /// Whether the producer ends it (EndTxn), as opposed to a fence.
+    fn by_client(&self) -> bool {
+        matches!(self.reason, EndReason::Client | EndReason::ClientBumping)
     }
 }
 
@@ -563,9 +575,21 @@ impl Txns {
         markers: &BTreeSet<TopicPartition>,
         now_ms: i64,
     ) -> Result<(), Refusal> {
-        let txn = self
-            .by_id
-            .get(&end.transactional_id)
+        let found = self.by_id.get(&end.transactional_id);
+        if end.reason == EndReason::ClientBumping
+            && let Some(txn) = found
+            && let Some(committed) = bumped_by(txn, end)
+        {
+            // A retry of the end that bumped the epoch (Kafka's
+            // `retryOnEpochBump` and `retryOnOverflow`).
+            return match committed == end.commit {
+                true => Err(Refusal::TxnEnded { committed }),
+                false => Err(Refusal::InvalidTxnState(
+                    "the transaction ended the other way".into(),
+                )),
+            };
+        }
+        let txn = found
             .filter(|t| t.producer_id == end.producer_id)
             .ok_or(Refusal::InvalidProducerIdMapping)?;
         if txn.epoch != end.epoch {
@@ -582,6 +606,9 @@ impl Txns {
                 return Err(Refusal::TxnEnded { committed: false });
             }
             (TxnPhase::Ongoing, _) => {}
+            // Transactions v2: an abort with nothing ongoing is an empty
+            // one, and bumps the epoch all the same (Kafka's table).
+            (_, EndReason::ClientBumping) if !end.commit && !txn.fencing => {}
             (phase, _) => {
                 return Err(Refusal::InvalidTxnState(format!(
                     "the transaction is {} and cannot {}",
@@ -592,7 +619,7 @@ impl Txns {
         }
         let expired = txn.expired(now_ms);
         // While fenced, only the fence's abort may end it (or the timeout).
-        if txn.fencing && end.reason == EndReason::Client {
+        if txn.fencing && end.by_client() {
             return Err(Refusal::ConcurrentTransactions);
         }
         if end.reason == EndReason::Fence && !txn.fencing {
@@ -601,7 +628,7 @@ impl Txns {
             ));
         }
         match end.reason {
-            EndReason::Client if end.commit && expired => {
+            EndReason::Client | EndReason::ClientBumping if end.commit && expired => {
                 return Err(Refusal::ProducerFenced {
                     producer_id: end.producer_id,
                     epoch: end.epoch,
@@ -627,7 +654,12 @@ impl Txns {
     /// are sequenced: the new phase, and for a fence the bumped epoch (what
     /// the producer id is issued at from now on).
     /// Answers the offsets it held for its groups (to store if it committed).
-    pub fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) -> (ProducerIdentity, PendingOffsets) {
+    pub fn finish_end(
+        &mut self,
+        end: &TxnEnd,
+        now_ms: i64,
+        ids: &mut impl IssueProducerId,
+    ) -> (ProducerIdentity, PendingOffsets) {
         let pending = self.take_pending(&end.transactional_id);
         let txn = self
             .by_id
@@ -636,13 +668,32 @@ impl Txns {
         txn.partitions.clear();
         txn.groups.clear();
         txn.start_ms = -1;
+        let phase = match end.commit {
+            true => TxnPhase::CompleteCommit,
+            false => TxnPhase::CompleteAbort,
+        };
         match end.reason {
             EndReason::Client => {
-                txn.phase = if end.commit {
-                    TxnPhase::CompleteCommit
+                txn.phase = phase;
+                txn.touch(now_ms);
+            }
+            // Kafka's `prepareAbortOrCommit` with transactions v2, then
+            // `prepareComplete`: the next epoch, or a new producer id.
+            EndReason::ClientBumping => {
+                txn.phase = phase;
+                txn.last_epoch = txn.epoch;
+                if epoch_exhausted(txn.epoch) {
+                    let old = txn.producer_id;
+                    txn.last_producer_id = old;
+                    txn.producer_id = ids.issue();
+                    txn.epoch = 0;
+                    self.by_producer.remove(&old);
+                    self.by_producer
+                        .insert(txn.producer_id, end.transactional_id.clone());
                 } else {
-                    TxnPhase::CompleteAbort
-                };
+                    txn.last_producer_id = txn.producer_id;
+                    txn.epoch += 1;
+                }
                 txn.touch(now_ms);
             }
             // Its epoch was bumped when the fence began.
@@ -772,6 +823,26 @@ impl Txns {
 /// Kafka rotates the producer id when its epoch is about to overflow.
 fn epoch_exhausted(epoch: i16) -> bool {
     epoch >= i16::MAX - 1
+}
+
+/// If `end` (a transactions-v2 end) is a retry of the one that last ended
+/// `txn`, bumping its epoch or giving it a new producer id: whether that
+/// end committed.
+fn bumped_by(txn: &Txn, end: &TxnEnd) -> Option<bool> {
+    let committed = match txn.phase {
+        TxnPhase::CompleteCommit => true,
+        TxnPhase::CompleteAbort => false,
+        _ => return None,
+    };
+    let bumped = txn.producer_id == end.producer_id
+        && end.epoch.checked_add(1) == Some(txn.epoch)
+        && txn.last_epoch == end.epoch;
+    let rotated = txn.last_producer_id == end.producer_id
+        && txn.producer_id != end.producer_id
+        && txn.epoch == 0
+        && epoch_exhausted(end.epoch)
+        && txn.last_epoch == end.epoch;
+    (bumped || rotated).then_some(committed)
 }
 
 impl Txns {

@@ -1003,3 +1003,121 @@ fn deleted_groups_and_offsets_leave_open_transactions() {
         s.check_invariants().unwrap();
     }
 }
+
+/// Transactions v2 (KIP-890, EndTxn v5): every end bumps the producer's
+/// epoch, so a late EndTxn of transaction 1 is fenced from transaction 2
+/// (under v1 it would end it); a retry of the end, at the epoch before the
+/// bump, is answered as the end was; a produce adds its own partition.
+#[test]
+fn transactions_v2_bump_the_epoch_at_every_end() {
+    let (mut s, t) = state();
+    let p0 = tp(t, 0);
+    let p = init(&mut s, 2_000, "tx").unwrap();
+    // Produce v12: the batch adds its partition (no AddPartitionsToTxn).
+    let adding = ingest(
+        &mut s,
+        2_100,
+        "a",
+        vec![(data(p0, Some(p), 0, 2), BatchKind::TransactionalAdding)],
+        vec![],
+    );
+    assert_eq!(adding, vec![Ok(0)]);
+    assert_eq!(view(&s, "tx").phase, TxnPhase::Ongoing);
+    let first = end(&s, "tx", true, EndReason::ClientBumping);
+    let markers = end_with_markers(&mut s, 2_200, "b", "tx", true, EndReason::ClientBumping);
+    assert_eq!(markers, vec![Ok(2)]);
+    let after = view(&s, "tx");
+    assert_eq!(
+        (after.producer_id, after.epoch),
+        (p.producer_id, p.epoch + 1)
+    );
+    assert_eq!(lso(&s, p0), 3);
+    // The retry, at the old epoch: answered as the end was, nothing moves.
+    let retry = TxnEnd {
+        version: after.version,
+        ..first.clone()
+    };
+    assert_eq!(
+        at(&mut s, 2_250, EndTxn { end: retry.clone() }),
+        Err(Refusal::TxnEnded { committed: true })
+    );
+    assert!(matches!(
+        at(
+            &mut s,
+            2_250,
+            EndTxn {
+                end: TxnEnd {
+                    commit: false,
+                    ..retry.clone()
+                }
+            }
+        ),
+        Err(Refusal::InvalidTxnState(_))
+    ));
+    // Transaction 2 at the bumped epoch; the late end of transaction 1 is
+    // now fenced instead of ending it.
+    let bumped = ProducerIdentity {
+        producer_id: p.producer_id,
+        epoch: p.epoch + 1,
+    };
+    assert_eq!(
+        ingest(
+            &mut s,
+            2_300,
+            "c",
+            vec![(data(p0, Some(bumped), 0, 1), BatchKind::TransactionalAdding)],
+            vec![],
+        ),
+        vec![Ok(3)]
+    );
+    let stale = TxnEnd {
+        version: view(&s, "tx").version,
+        ..first
+    };
+    assert!(matches!(
+        at(&mut s, 2_350, EndTxn { end: stale }),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    assert_eq!(view(&s, "tx").phase, TxnPhase::Ongoing);
+    // The old epoch's batches are fenced too.
+    assert!(matches!(
+        ingest(
+            &mut s,
+            2_400,
+            "d",
+            vec![(data(p0, Some(p), 2, 1), BatchKind::TransactionalAdding)],
+            vec![],
+        )[0],
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    s.check_invariants().unwrap();
+}
+
+/// With its epochs spent, a v2 end gives the producer a new id at epoch 0;
+/// a retry of that end at the old id is still recognised.
+#[test]
+fn a_v2_end_with_its_epochs_spent_gives_a_new_producer_id() {
+    let (mut s, t) = state();
+    let p0 = tp(t, 0);
+    let mut p = init(&mut s, 2_000, "tx").unwrap();
+    // Walk the epoch to the last one an end may bump from.
+    while p.epoch < i16::MAX - 1 {
+        p = init_expecting(&mut s, 2_000, "tx", Some(p)).unwrap();
+    }
+    add(&mut s, 2_000, "tx", p, &[p0]).unwrap();
+    let first = end(&s, "tx", false, EndReason::ClientBumping);
+    assert_eq!(first.marker_epoch(), i16::MAX, "Kafka's last marker epoch");
+    end_with_markers(&mut s, 2_100, "a", "tx", false, EndReason::ClientBumping);
+    let after = view(&s, "tx");
+    assert_ne!(after.producer_id, p.producer_id);
+    assert_eq!(after.epoch, 0);
+    let retry = TxnEnd {
+        version: after.version,
+        ..first
+    };
+    assert_eq!(
+        at(&mut s, 2_200, EndTxn { end: retry }),
+        Err(Refusal::TxnEnded { committed: false })
+    );
+    s.check_invariants().unwrap();
+}

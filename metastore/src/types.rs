@@ -80,6 +80,11 @@ pub enum BatchKind {
     Transactional,
     /// A COMMIT or ABORT marker of `ends[end]` of its commit.
     Marker { end: u32 },
+    /// Records of a transaction sent with Produce v12+ (transactions v2,
+    /// KIP-890): their partition is first added to their producer's
+    /// transaction (which begins if none is ongoing), as Kafka's produce
+    /// adds it; then sequenced as `Transactional`. Appended (format 11).
+    TransactionalAdding,
 }
 
 /// One batch of an [`crate::ops::IngestCommit`].

@@ -2,9 +2,8 @@
 //!
 //! A range is never wider than what the `kafka-protocol` crate can encode and
 //! decode; it is narrower where floe does not (yet) implement a later version's
-//! semantics (EndTxn v5 and TxnOffsetCommit v5 are transactions v2). The
-//! highest versions are Kafka 4.1's, so that clients that infer a broker's
-//! version from them (kafka-python) take floe for Kafka 4.1.
+//! semantics. The highest versions are Kafka 4.1's, so that clients that
+//! infer a broker's version from them (kafka-python) take floe for Kafka 4.1.
 
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::VersionRange;
@@ -19,14 +18,14 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
-    // Transactions as Kafka's TV1: v4+ of AddPartitionsToTxn are between
-    // brokers, EndTxn v5 and TxnOffsetCommit v5 are TV2 (an epoch bump per
-    // transaction); AddOffsetsToTxn and TxnOffsetCommit v4 only add
-    // TRANSACTION_ABORTABLE (KIP-890 part 1).
+    // Transactions v1 and v2 (KIP-890): v4+ of AddPartitionsToTxn are
+    // between brokers; Produce v12+ adds its partition to the transaction,
+    // TxnOffsetCommit v5 its group, EndTxn v5 bumps the epoch; v4 of
+    // AddOffsetsToTxn and TxnOffsetCommit only add TRANSACTION_ABORTABLE.
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
-    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     // v2 filters by a transactional-id pattern (KIP-1152).
     (ApiKey::ListTransactions, 0, 2),

@@ -396,7 +396,7 @@ async fn handle(
             txn::list_transactions(broker, req, session, &client_id).await,
         ),
         RequestKind::TxnOffsetCommit(req) => {
-            ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req).await)
+            ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req, version).await)
         }
         RequestKind::CreateAcls(req) => ResponseKind::CreateAcls(acls::create(broker, req).await),
         RequestKind::DescribeAcls(req) => {

@@ -144,7 +144,7 @@ pub async fn admit(
                         rules,
                         data,
                         (req.acks, transactional, record_errors_left),
-                        due,
+                        (version, due),
                     )
                     .await;
                     match admitted {
@@ -300,7 +300,7 @@ async fn admit_partition(
     rules: &ProduceRules,
     data: PartitionProduceData,
     (acks, transactional, record_errors): (i16, bool, usize),
-    due: Instant,
+    (version, due): (i16, Instant),
 ) -> Result<(Committed, Option<i64>), Refused> {
     if data.index < 0 || data.index >= topic.partitions {
         return Err((
@@ -332,6 +332,8 @@ async fn admit_partition(
     // `ProduceRequest.validateRecords`), and is sequenced only into a
     // partition of its producer's ongoing transaction (the metastore's check).
     let kind = match (batch.is_transactional(), transactional) {
+        // Transactions v2: the produce adds its partition (KIP-890).
+        (true, true) if version >= 12 => BatchKind::TransactionalAdding,
         (true, true) => BatchKind::Transactional,
         (true, false) => {
             return Err((

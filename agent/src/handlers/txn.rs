@@ -220,16 +220,29 @@ pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTx
         producer_id: req.producer_id.0,
         epoch: req.producer_epoch,
     };
+    // v5: transactions v2 (KIP-890), an epoch bump per transaction.
+    let bumping = version >= 5;
     let ended = txn_coordinator::end(
         broker.meta.as_ref(),
         &broker.batcher,
         &id,
         producer,
-        req.committed,
+        (req.committed, bumping),
         now_ms(),
     )
     .await;
     match ended {
+        Ok(()) if bumping => {
+            // The producer's identity from now on (its next epoch, or a
+            // new producer id), as Kafka answers EndTxn v5.
+            match txn_coordinator::describe(broker.meta.as_ref(), &id).await {
+                Ok(Some(now)) => answer(NONE)
+                    .with_producer_id(ProducerId(now.producer_id))
+                    .with_producer_epoch(now.epoch),
+                // Ended, but its identity unknown: a retry is answered with it.
+                _ => answer(ResponseError::CoordinatorNotAvailable.code()),
+            }
+        }
         Ok(()) => answer(NONE),
         Err(e) => answer(coordinator_error(&e, fenced_code).code()),
     }

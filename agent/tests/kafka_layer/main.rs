@@ -8,3 +8,4 @@ mod produce_checks;
 mod producer_ids;
 mod support;
 mod txn_end;
+mod txn_v2;

@@ -398,7 +398,7 @@ impl Transaction<'_> {
                 &batcher,
                 self.id,
                 self.record.producer,
-                commit,
+                (commit, false),
                 now_ms,
             )
             .await;

@@ -199,9 +199,27 @@ async fn sort_offsets(
 pub async fn txn_commit_offsets(
     broker: &Broker,
     req: TxnOffsetCommitRequest,
+    version: i16,
 ) -> TxnOffsetCommitResponse {
     let (offsets, refused) = sort_offsets(broker, asked!(req.topics)).await;
     let nothing_to_commit = offsets.is_empty();
+    // Transactions v2 (v5, KIP-890): the commit adds its group to the
+    // transaction itself (the producer sends no AddOffsetsToTxn).
+    let added = match version >= 5 && !nothing_to_commit {
+        false => Ok(()),
+        true => {
+            broker
+                .meta
+                .add_to_txn(floe_metastore::ops::AddToTxn {
+                    transactional_id: req.transactional_id.to_string(),
+                    producer_id: req.producer_id.0,
+                    epoch: req.producer_epoch,
+                    partitions: vec![],
+                    groups: vec![req.group_id.0.to_string()],
+                })
+                .await
+        }
+    };
     let commit = TxnCommitOffsets {
         transactional_id: req.transactional_id.to_string(),
         producer_id: req.producer_id.0,
@@ -216,9 +234,10 @@ pub async fn txn_commit_offsets(
         },
     };
     // Nothing left to commit (every partition refused): nothing is asked.
-    let result = match nothing_to_commit {
-        true => Ok(Ok(())),
-        false => broker.meta.txn_commit_offsets(commit).await,
+    let result = match (nothing_to_commit, added) {
+        (true, _) => Ok(Ok(())),
+        (false, Err(e)) => Err(e),
+        (false, Ok(())) => broker.meta.txn_commit_offsets(commit).await,
     };
     let result = match result {
         Ok(Ok(())) => Ok(()),
