@@ -230,3 +230,32 @@ def test_auto_creation_needs_create_and_hidden_offsets_stay_hidden(secured):
     as_alice = alice_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("audit")])
     assert {tp.topic for tp in as_alice["audit"].result(timeout=30).topic_partitions} == \
         {"orders"}
+
+
+def test_a_regex_subscription_gets_only_topics_its_principal_may_describe(secured):
+    """KIP-848 regular expressions are resolved by the coordinator: as Kafka
+    4, a match counts only if the member's principal may DESCRIBE the topic,
+    so a member is never assigned (nor told the id of) a topic hidden from
+    it. (It used to match every topic.)"""
+    agent, admin = secured
+    for f in admin.create_topics([NewTopic("visible-1", 2), NewTopic("hidden-1", 2)]).values():
+        f.result(timeout=30)
+    for args in (["--topic", "visible-1", "--operation", "read"],
+                 ["--group", "regexed", "--operation", "read"]):
+        done = acls(agent, "add", "--principal", "User:alice", *args)
+        assert done.returncode == 0, done.stderr
+    c = Consumer({**conf(agent, "alice"), "group.id": "regexed", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["^(visible|hidden)-.*"])
+    assigned = set()
+    deadline = time.time() + 30
+    while time.time() < deadline and not assigned:
+        c.poll(0.5)
+        assigned = {(tp.topic, tp.partition) for tp in c.assignment()}
+    # A little longer: a late assignment of the hidden topic would show.
+    end = time.time() + 3
+    while time.time() < end:
+        c.poll(0.3)
+        assigned |= {(tp.topic, tp.partition) for tp in c.assignment()}
+    c.close()
+    assert assigned == {("visible-1", 0), ("visible-1", 1)}, assigned

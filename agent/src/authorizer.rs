@@ -158,6 +158,17 @@ impl Authorizer {
         )
     }
 
+    /// Whose DESCRIBE filters `session`'s consumer-group regular
+    /// expressions in the metastore (KIP-848): none with ACLs off or for a
+    /// super user, who may describe everything.
+    pub fn describer(&self, session: &Session) -> Option<floe_metastore::Describer> {
+        (self.enabled && !self.is_super(session)).then(|| floe_metastore::Describer {
+            principal: session.principal.clone(),
+            host: session.host.clone(),
+            allow_if_no_acl: self.allow_if_no_acl,
+        })
+    }
+
     /// Whether `session` may create topic `name` (auto-creation by Produce
     /// or Metadata too): CREATE on the cluster or on the topic, as Kafka.
     pub fn may_create_topic(&self, session: &Session, name: &str) -> bool {

@@ -30,7 +30,8 @@ use crate::format::FORMAT_VERSION;
 use crate::groups::*;
 use crate::ops::*;
 use crate::state::{
-    Batch, Command, ConsumerHeartbeatV8, JoinGroupV8, Proposal, State, SyncGroupV8,
+    Batch, Command, ConsumerHeartbeatV8, ConsumerHeartbeatV10, JoinGroupV8, Proposal, State,
+    SyncGroupV8,
 };
 use crate::types::*;
 
@@ -62,6 +63,7 @@ fn variant(command: &Command) -> &'static str {
             GroupCommand::JoinWithOwned(_) => "group_join_with_owned",
             GroupCommand::SyncWithDecoded(_) => "group_sync_with_decoded",
             GroupCommand::ConsumerMigrating(_) => "group_consumer_heartbeat_migrating",
+            GroupCommand::ConsumerDescribing(_) => "group_consumer_heartbeat_describing",
         },
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
@@ -83,8 +85,8 @@ fn variant(command: &Command) -> &'static str {
 }
 
 /// A consumer-protocol heartbeat subscribing to `t` by name and regex.
-fn consumer_heartbeat(group: &str, member_epoch: i32) -> ConsumerHeartbeat {
-    ConsumerHeartbeat {
+fn consumer_heartbeat(group: &str, member_epoch: i32) -> ConsumerHeartbeatV10 {
+    ConsumerHeartbeatV10 {
         group: group.into(),
         member_id: "m-1".into(),
         member_epoch,
@@ -267,6 +269,15 @@ fn wire_state_samples() -> Vec<Command> {
         Command::Group(GroupCommand::ConsumerMigrating(consumer_heartbeat(
             "cg2", 0,
         ))),
+        // Format 11: the member's DESCRIBE filters its regex's matches.
+        Command::Group(GroupCommand::ConsumerDescribing(ConsumerHeartbeat {
+            describer: Some(Describer {
+                principal: "User:alice".into(),
+                host: "10.0.0.7".into(),
+                allow_if_no_acl: false,
+            }),
+            ..consumer_heartbeat("cg3", 0).into()
+        })),
         Command::Group(GroupCommand::JoinWithOwned(JoinGroup {
             group: group(),
             member_id: "instance-2-1".into(),
@@ -653,11 +664,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 29 commands, one of them with 12 group commands: `variant` is exhaustive,
+    // 29 commands, one of them with 13 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        40,
+        41,
         "a command without a golden sample: {named:?}"
     );
 
@@ -948,7 +959,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             partitions: vec![("t".into(), 0)],
         }
         .into(),
-        consumer_heartbeat("cg", 1).into(),
+        ConsumerHeartbeat::from(consumer_heartbeat("cg", 1)).into(),
         DescribeConsumerGroup { name: "cg".into() }.into(),
         PartitionStates {
             partitions: vec![tp],

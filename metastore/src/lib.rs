@@ -40,9 +40,9 @@ pub use api::{Metastore, Op, Transport};
 pub use dynamic_config::ConfigEntity;
 pub use groups::{
     AwaitGroup, CommitOffsets, CommittedOffset, ConsumerAnswer, ConsumerGroupDescription,
-    ConsumerHeartbeat, ConsumerMemberDescription, GroupCommand, GroupDescription, GroupError,
-    GroupHeartbeat, GroupListing, JoinGroup, Joined, LeaveGroup, Leaving, MemberDescription,
-    MemberView, OffsetToCommit, Phase, SyncGroup,
+    ConsumerHeartbeat, ConsumerMemberDescription, Describer, GroupCommand, GroupDescription,
+    GroupError, GroupHeartbeat, GroupListing, JoinGroup, Joined, LeaveGroup, Leaving,
+    MemberDescription, MemberView, OffsetToCommit, Phase, SyncGroup,
 };
 pub use local::LocalMetastore;
 pub use peers::{CachePeer, CachePeers};

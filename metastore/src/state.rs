@@ -148,14 +148,60 @@ group_commands! {
     Consumer(ConsumerHeartbeatV8),
     JoinWithOwned(JoinGroup),
     SyncWithDecoded(SyncGroup),
-    ConsumerMigrating(ConsumerHeartbeat),
+    ConsumerMigrating(ConsumerHeartbeatV10),
+    ConsumerDescribing(ConsumerHeartbeat),
 }
 
 /// A ConsumerGroupHeartbeat as format 8 logged it: the same fields, applied
 /// with format 8's rules (no group with members changes protocol), so a
 /// replica replaying it decides as the one whose snapshot holds it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConsumerHeartbeatV8(pub ConsumerHeartbeat);
+pub struct ConsumerHeartbeatV8(pub ConsumerHeartbeatV10);
+
+/// A ConsumerGroupHeartbeat as the log held it up to format 10, before it
+/// said whose DESCRIBE filters regular expressions (see [`JoinGroupV8`]):
+/// applied as one that says nobody's (no filter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerHeartbeatV10 {
+    pub group: String,
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topics: Option<Vec<String>>,
+    pub subscribed_regex: Option<String>,
+    pub assignor: Option<String>,
+    pub owned: Option<Vec<(TopicId, Vec<i32>)>>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    pub now_ms: i64,
+}
+
+impl From<ConsumerHeartbeatV10> for ConsumerHeartbeat {
+    fn from(c: ConsumerHeartbeatV10) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            group: c.group,
+            member_id: c.member_id,
+            member_epoch: c.member_epoch,
+            instance_id: c.instance_id,
+            rack_id: c.rack_id,
+            rebalance_timeout_ms: c.rebalance_timeout_ms,
+            subscribed_topics: c.subscribed_topics,
+            subscribed_regex: c.subscribed_regex,
+            assignor: c.assignor,
+            owned: c.owned,
+            client_id: c.client_id,
+            client_host: c.client_host,
+            session_timeout_ms: c.session_timeout_ms,
+            heartbeat_interval_ms: c.heartbeat_interval_ms,
+            now_ms: c.now_ms,
+            describer: None,
+        }
+    }
+}
 
 /// A JoinGroup as the log held it up to format 8 (postcard keeps no field
 /// names, so a command that gains fields is a new variant; entries written
@@ -241,6 +287,7 @@ impl GroupCommand {
             GroupCommand::Consumer(c) => Some(&c.0.group),
             // A join may upgrade a classic group, whose waiters must learn.
             GroupCommand::ConsumerMigrating(c) => Some(&c.group),
+            GroupCommand::ConsumerDescribing(c) => Some(&c.group),
             GroupCommand::Leave(c) => Some(&c.group),
             GroupCommand::Tick(c) => Some(&c.group),
             GroupCommand::Expire(c) => Some(&c.group),
@@ -2181,8 +2228,13 @@ impl Apply for RecordOrphans {
 impl Apply for JoinGroupV8 {
     type Output = Result<Joined, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        let State { groups, topics, .. } = state;
-        Ok(groups.join(self.into(), &TopicsByName(topics), Rules::Format8))
+        let State {
+            groups,
+            topics,
+            acls,
+            ..
+        } = state;
+        Ok(groups.join(self.into(), &TopicsByName(topics, acls), Rules::Format8))
     }
     fn retry_is_safe(&self) -> bool {
         false
@@ -2209,8 +2261,13 @@ impl Apply for JoinGroup {
     type Output = Result<Joined, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let rules = Rules::Migrating(state.configs.migration_policy());
-        let State { groups, topics, .. } = state;
-        Ok(groups.join(self, &TopicsByName(topics), rules))
+        let State {
+            groups,
+            topics,
+            acls,
+            ..
+        } = state;
+        Ok(groups.join(self, &TopicsByName(topics, acls), rules))
     }
     /// A retry of a new member's join would add a second member.
     fn retry_is_safe(&self) -> bool {
@@ -2241,8 +2298,13 @@ impl Apply for LeaveGroup {
     type Output = Vec<Result<(), GroupError>>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let policy = state.configs.migration_policy();
-        let State { groups, topics, .. } = state;
-        Ok(groups.leave(self, &TopicsByName(topics), policy))
+        let State {
+            groups,
+            topics,
+            acls,
+            ..
+        } = state;
+        Ok(groups.leave(self, &TopicsByName(topics, acls), policy))
     }
     fn retry_is_safe(&self) -> bool {
         false
@@ -2256,8 +2318,13 @@ impl Apply for TickGroup {
     type Output = ();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let policy = state.configs.migration_policy();
-        let State { groups, topics, .. } = state;
-        groups.tick(self, &TopicsByName(topics), policy);
+        let State {
+            groups,
+            topics,
+            acls,
+            ..
+        } = state;
+        groups.tick(self, &TopicsByName(topics, acls), policy);
         Ok(())
     }
     fn retry_is_safe(&self) -> bool {
@@ -2272,8 +2339,13 @@ impl Apply for ExpireMembers {
     type Output = ();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let policy = state.configs.migration_policy();
-        let State { groups, topics, .. } = state;
-        groups.expire_members(self, &TopicsByName(topics), policy);
+        let State {
+            groups,
+            topics,
+            acls,
+            ..
+        } = state;
+        groups.expire_members(self, &TopicsByName(topics, acls), policy);
         Ok(())
     }
     /// A member expired once is gone; a second time finds nothing.
@@ -2300,8 +2372,8 @@ impl Apply for CommitOffsets {
     }
 }
 
-/// The state's topics, as consumer groups look them up.
-struct TopicsByName<'a>(&'a BTreeMap<String, Topic>);
+/// The state's topics, as consumer groups look them up, and its ACLs.
+struct TopicsByName<'a>(&'a BTreeMap<String, Topic>, &'a crate::acls::Acls);
 
 impl TopicLookup for TopicsByName<'_> {
     fn find(&self, name: &str) -> Option<(TopicId, i32)> {
@@ -2309,6 +2381,21 @@ impl TopicLookup for TopicsByName<'_> {
     }
     fn names(&self) -> Vec<String> {
         self.0.keys().cloned().collect()
+    }
+    fn may_describe(&self, who: &Describer, name: &str) -> bool {
+        use crate::acls::{Requester, authorize, operation, resource};
+        let requester = Requester {
+            principal: &who.principal,
+            host: &who.host,
+        };
+        authorize(
+            self.1.bindings(),
+            &requester,
+            operation::DESCRIBE,
+            resource::TOPIC,
+            name,
+            who.allow_if_no_acl,
+        )
     }
 }
 
@@ -2320,7 +2407,7 @@ impl State {
     ) -> Option<Result<ConsumerAnswer, GroupError>> {
         let hb = self.with_group_timeouts(std::borrow::Cow::Borrowed(hb));
         self.groups
-            .consumer_unchanged(&hb, &TopicsByName(&self.topics))
+            .consumer_unchanged(&hb, &TopicsByName(&self.topics, &self.acls))
     }
 
     /// The heartbeat with its group's session timeout and heartbeat
@@ -2355,21 +2442,39 @@ impl State {
             .with_group_timeouts(std::borrow::Cow::Owned(hb))
             .into_owned();
         let rules = rules.unwrap_or(Rules::Migrating(self.configs.migration_policy()));
-        let State { groups, topics, .. } = self;
-        groups.consumer_heartbeat(hb, &TopicsByName(topics), rules)
+        let State {
+            groups,
+            topics,
+            acls,
+            ..
+        } = self;
+        groups.consumer_heartbeat(hb, &TopicsByName(topics, acls), rules)
     }
 }
 
 impl Apply for ConsumerHeartbeatV8 {
     type Output = Result<ConsumerAnswer, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        Ok(state.apply_consumer_heartbeat(self.0, Some(Rules::Format8)))
+        Ok(state.apply_consumer_heartbeat(self.0.into(), Some(Rules::Format8)))
     }
     fn retry_is_safe(&self) -> bool {
         false
     }
     fn restamp(&mut self, now_ms: i64) {
         self.0.now_ms = now_ms;
+    }
+}
+
+impl Apply for ConsumerHeartbeatV10 {
+    type Output = Result<ConsumerAnswer, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state.apply_consumer_heartbeat(self.into(), None))
+    }
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
     }
 }
 
@@ -3750,6 +3855,7 @@ mod tests {
             session_timeout_ms: 45_000,
             heartbeat_interval_ms,
             now_ms: 0,
+            describer: None,
         };
         let answer = at(&mut s, 2_000, beat(0, 5_000, &owned)).unwrap().unwrap();
         assert_eq!(answer.heartbeat_interval_ms, 5_000);

@@ -351,7 +351,7 @@ async fn handle(
             ResponseKind::OffsetDelete(groups::delete_offsets(broker, req).await)
         }
         RequestKind::ConsumerGroupHeartbeat(req) => ResponseKind::ConsumerGroupHeartbeat(
-            groups::consumer::heartbeat(broker, req, version, client_id, peer).await,
+            groups::consumer::heartbeat(broker, req, version, client_id, session).await,
         ),
         RequestKind::DescribeTopicPartitions(req) => {
             let (_, leader) = metadata::leader(broker, session, &client_id).await;

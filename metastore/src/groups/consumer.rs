@@ -60,6 +60,22 @@ pub struct ConsumerHeartbeat {
     pub session_timeout_ms: i32,
     pub heartbeat_interval_ms: i32,
     pub now_ms: i64,
+    /// Whose DESCRIBE a regular expression's matches are filtered by (the
+    /// member's principal, as its agent authorizes it); `None` with ACLs
+    /// off, or for a super user (format 11).
+    pub describer: Option<Describer>,
+}
+
+/// Who a group's regular expressions are resolved for: as Kafka 4 resolves
+/// them, a topic matches only if this principal may DESCRIBE it (from the
+/// member whose heartbeat brought the expression in; the ACLs are the
+/// state's, so every replica filters alike).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Describer {
+    pub principal: String,
+    pub host: String,
+    /// Kafka's `allow.everyone.if.no.acl.found`, as the agent has it.
+    pub allow_if_no_acl: bool,
 }
 
 impl ConsumerHeartbeat {
@@ -182,6 +198,10 @@ pub trait TopicLookup {
     fn find(&self, name: &str) -> Option<(TopicId, i32)>;
     /// Every topic's name.
     fn names(&self) -> Vec<String>;
+    /// Whether `who` may DESCRIBE topic `name` (the state's ACLs).
+    fn may_describe(&self, _who: &Describer, _name: &str) -> bool {
+        true
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,6 +223,10 @@ pub struct ConsumerGroup {
     pub regexes_resolved_ms: i64,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     pub empty_since_ms: i64,
+    /// Whose DESCRIBE the regular expressions' matches are filtered by
+    /// (see [`Describer`]; format 11).
+    #[serde(default)]
+    pub regex_describer: Option<Describer>,
 }
 
 /// Compiles a member's regular expression (RE2 syntax, whole-name match).
@@ -330,11 +354,17 @@ impl ConsumerGroup {
         } else {
             topics.names()
         };
+        let describer = self.regex_describer.as_ref();
         self.regexes = wanted
             .into_iter()
             .map(|r| {
                 let matched = match compile(&r) {
-                    Ok(re) => names.iter().filter(|n| re.is_match(n)).cloned().collect(),
+                    Ok(re) => names
+                        .iter()
+                        .filter(|n| re.is_match(n))
+                        .filter(|n| describer.is_none_or(|d| topics.may_describe(d, n)))
+                        .cloned()
+                        .collect(),
                     Err(_) => BTreeSet::new(),
                 };
                 (r, matched)
@@ -557,8 +587,15 @@ impl ConsumerGroup {
         if let Some(regex) = &hb.subscribed_regex {
             let regex = (!regex.is_empty()).then(|| regex.clone());
             if regex != m.subscribed_regex {
-                m.subscribed_regex = regex;
+                m.subscribed_regex = regex.clone();
                 bump = true;
+                // Matches are filtered for whoever brought the expression
+                // in (Kafka resolves them with that heartbeat's context):
+                // resolved again now.
+                if regex.is_some() && hb.describer != self.regex_describer {
+                    self.regex_describer = hb.describer.clone();
+                    self.regexes.clear();
+                }
             }
         }
         self.rebalance_if(bump, topics, now_ms);
@@ -1198,6 +1235,7 @@ mod tests {
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 5_000,
             now_ms,
+            describer: None,
         }
     }
 
@@ -1362,6 +1400,45 @@ mod tests {
             g.heartbeat(bad, &t),
             Err(GroupError::InvalidRegularExpression)
         );
+    }
+
+    /// Topics of which the principal "bob" may not describe `u`.
+    struct Hiding(Topics);
+
+    impl TopicLookup for Hiding {
+        fn find(&self, name: &str) -> Option<(TopicId, i32)> {
+            self.0.find(name)
+        }
+        fn names(&self) -> Vec<String> {
+            self.0.names()
+        }
+        fn may_describe(&self, who: &Describer, name: &str) -> bool {
+            !(who.principal == "User:bob" && name == "u")
+        }
+    }
+
+    #[test]
+    fn a_regex_matches_only_topics_its_member_may_describe() {
+        let mut t = topics();
+        t.0.insert("u".into(), (TopicId::from_u128(2), 2));
+        let t = Hiding(t);
+        let regex_join = |who: &str| {
+            let mut join = beat("a", 0, Some(&[]), 0);
+            join.subscribed_topics = None;
+            join.subscribed_regex = Some("t|u".into());
+            join.describer = Some(Describer {
+                principal: who.into(),
+                host: "127.0.0.1".into(),
+                allow_if_no_acl: false,
+            });
+            join
+        };
+        let mut g = ConsumerGroup::default();
+        let a = g.heartbeat(regex_join("User:bob"), &t).unwrap();
+        assert_eq!(parts(&a).map(|p| p.len()), Some(6), "u is hidden");
+        let mut g = ConsumerGroup::default();
+        let a = g.heartbeat(regex_join("User:alice"), &t).unwrap();
+        assert_eq!(parts(&a).map(|p| p.len()), Some(8), "alice sees u");
     }
 
     #[test]
@@ -1540,6 +1617,7 @@ mod interleavings {
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 5_000,
             now_ms,
+            describer: None,
         }
     }
 }

@@ -452,6 +452,7 @@ mod tests {
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 5_000,
             now_ms,
+            describer: None,
         }
     }
 

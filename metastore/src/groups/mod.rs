@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use classic::{Group, Member, Phase};
 pub use consumer::{
     ConsumerAnswer, ConsumerGroup, ConsumerGroupDescription, ConsumerHeartbeat,
-    ConsumerMemberDescription, DescribeConsumerGroup, TopicLookup,
+    ConsumerMemberDescription, DescribeConsumerGroup, Describer, TopicLookup,
 };
 pub use convert::{ClassicMeta, MigrationPolicy, Rules};
 

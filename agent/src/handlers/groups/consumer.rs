@@ -89,8 +89,9 @@ pub async fn heartbeat(
     req: ConsumerGroupHeartbeatRequest,
     version: i16,
     client_id: String,
-    peer: std::net::IpAddr,
+    session: &crate::authorizer::Session,
 ) -> ConsumerGroupHeartbeatResponse {
+    let peer = session.ip;
     let failed = |e: ResponseError, message: Option<&str>| {
         ConsumerGroupHeartbeatResponse::default()
             .with_error_code(e.code())
@@ -138,6 +139,9 @@ pub async fn heartbeat(
         session_timeout_ms: config.consumer_session_timeout.as_millis() as i32,
         heartbeat_interval_ms: config.consumer_heartbeat_interval.as_millis() as i32,
         now_ms: now_ms(),
+        // A regular expression matches only topics this member may
+        // describe (Kafka 4 filters them so).
+        describer: broker.authorizer.describer(session),
     };
     let answered = tokio::time::timeout(HEARTBEAT_DEADLINE, broker.meta.consumer_heartbeat(beat));
     let Ok(answered) = answered.await else {
