@@ -343,6 +343,37 @@ fn default_request(api: ApiKey) -> RequestKind {
                     .with_permission_type(1),
             ]))
         }
+        ApiKey::ElectLeaders => RequestKind::ElectLeaders(
+            ElectLeadersRequest::default().with_topic_partitions(Some(vec![
+                elect_leaders_request::TopicPartitions::default()
+                    .with_topic(topic())
+                    .with_partitions(vec![0, 1]),
+            ])),
+        ),
+        ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest::default().with_topics(vec![
+                alter_partition_reassignments_request::ReassignableTopic::default()
+                    .with_name(topic())
+                    .with_partitions(vec![
+                        alter_partition_reassignments_request::ReassignablePartition::default()
+                            .with_replicas(Some(vec![BrokerId(0)])),
+                    ]),
+            ]),
+        ),
+        ApiKey::ListPartitionReassignments => {
+            RequestKind::ListPartitionReassignments(Default::default())
+        }
+        ApiKey::AlterReplicaLogDirs => {
+            RequestKind::AlterReplicaLogDirs(AlterReplicaLogDirsRequest::default().with_dirs(vec![
+                alter_replica_log_dirs_request::AlterReplicaLogDir::default()
+                    .with_path(StrBytes::from_static_str("/data"))
+                    .with_topics(vec![
+                        alter_replica_log_dirs_request::AlterReplicaLogDirTopic::default()
+                            .with_name(topic())
+                            .with_partitions(vec![0]),
+                    ]),
+            ]))
+        }
         other => panic!("no seed for {other:?}"),
     }
 }
