@@ -123,3 +123,106 @@ def test_commit_metadata_over_the_limit_is_refused(agent):
         assert consumer.committed(tp) == 5, "the refused commit changed nothing"
     finally:
         consumer.close()
+
+
+def test_consumers_started_together_share_the_first_generation(agent):
+    """Kafka's group.initial.rebalance.delay.ms (3 s by default): the first
+    rebalance of an empty group waits for more members, so two consumers
+    started a moment apart are each assigned once, in one generation (no
+    member is first handed everything and then made to give half up)."""
+    from kafka import ConsumerRebalanceListener
+
+    create_topic(agent.bootstrap, "together", PARTITIONS)
+
+    class Assignments(ConsumerRebalanceListener):
+        def __init__(self):
+            self.seen = []
+
+        def on_partitions_revoked(self, revoked):
+            pass
+
+        def on_partitions_assigned(self, assigned):
+            self.seen.append({tp.partition for tp in assigned})
+
+    members = []
+    for _ in range(2):
+        listener = Assignments()
+        consumer = KafkaConsumer(bootstrap_servers=agent.bootstrap, group_id="together",
+                                 session_timeout_ms=10_000, heartbeat_interval_ms=500)
+        consumer.subscribe(["together"], listener=listener)
+        members.append((consumer, listener))
+    stop = threading.Event()
+
+    def keep_polling(consumer):
+        while not stop.is_set():
+            consumer.poll(timeout_ms=100)
+
+    threads = [threading.Thread(target=keep_polling, args=(c,)) for c, _ in members]
+    for t in threads:
+        t.start()
+    try:
+        assert wait_for(lambda: all(listener.seen for _, listener in members), 30)
+        time.sleep(1)  # a second rebalance, had there been one, shows by now
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    (a, seen_a), (b, seen_b) = [(c, listener.seen) for c, listener in members]
+    assert len(seen_a) == 1 and len(seen_b) == 1, (seen_a, seen_b)
+    assert seen_a[0].isdisjoint(seen_b[0]) and seen_a[0] | seen_b[0] == set(range(PARTITIONS))
+    for c, _ in members:
+        c.close()
+
+
+def test_session_bounds_are_the_agent_s_and_a_closed_static_member_expires(make_agent):
+    """group.min/max.session.timeout.ms are broker settings (here 1 s and
+    10 s): a session outside them is refused INVALID_SESSION_TIMEOUT, one
+    inside is served; a static member that closes (it sends no LeaveGroup)
+    is expired at its session timeout, and the group can then be deleted."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import InvalidSessionTimeoutError
+
+    agent = make_agent("--group-min-session-timeout", "1s", "--group-max-session-timeout", "10s",
+                       "--group-initial-rebalance-delay", "0s")
+    create_topic(agent.bootstrap, "bounded", 2)
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0")],
+                                       config_filter="all")["broker"]["0"]
+    assert {k: described[k]["value"] for k in (
+        "group.min.session.timeout.ms", "group.max.session.timeout.ms",
+        "group.initial.rebalance.delay.ms")} == {
+        "group.min.session.timeout.ms": "1000", "group.max.session.timeout.ms": "10000",
+        "group.initial.rebalance.delay.ms": "0"}
+
+    too_long = KafkaConsumer("bounded", bootstrap_servers=agent.bootstrap, group_id="long",
+                             session_timeout_ms=11_000, heartbeat_interval_ms=1_000)
+    try:
+        raised = None
+        try:
+            for _ in range(40):
+                too_long.poll(timeout_ms=200)
+        except InvalidSessionTimeoutError as e:
+            raised = e
+        assert raised is not None, "an 11 s session was accepted"
+    finally:
+        too_long.close()
+
+    static = KafkaConsumer("bounded", bootstrap_servers=agent.bootstrap, group_id="statics",
+                           group_instance_id="only", session_timeout_ms=2_000,
+                           heartbeat_interval_ms=300)
+    assert wait_for(lambda: static.poll(timeout_ms=100) is not None and static.assignment(), 30)
+    static.close()
+    closed_at = time.time()
+    answers = []
+    while time.time() - closed_at < 15:
+        answer = admin.delete_groups(["statics"])["statics"]
+        answers.append((time.time() - closed_at, answer))
+        if answer == "OK":
+            break
+        time.sleep(0.25)
+    admin.close()
+    assert answers[0][1] == "NonEmptyGroupError", answers
+    deleted_after = answers[-1][0]
+    assert answers[-1][1] == "OK", answers
+    # Expired at its 2 s session, not before, and not seconds after.
+    assert 1.5 <= deleted_after <= 4.5, answers

@@ -169,6 +169,19 @@ pub struct Config {
     /// (`group.consumer.heartbeat.interval.ms`).
     #[serde(with = "humantime_serde")]
     pub consumer_heartbeat_interval: Duration,
+    /// The shortest and longest session timeout a classic group member may
+    /// ask for (Kafka's `group.min.session.timeout.ms` and
+    /// `group.max.session.timeout.ms`); others are refused with
+    /// INVALID_SESSION_TIMEOUT.
+    #[serde(with = "humantime_serde")]
+    pub group_min_session_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub group_max_session_timeout: Duration,
+    /// How long the first rebalance of an empty classic group waits for
+    /// more members, and waits again while new ones come, within the
+    /// rebalance timeout (Kafka's `group.initial.rebalance.delay.ms`).
+    #[serde(with = "humantime_serde")]
+    pub group_initial_rebalance_delay: Duration,
     /// The longest transaction timeout a producer may ask for (Kafka's
     /// `transaction.max.timeout.ms`); longer ones get INVALID_TRANSACTION_TIMEOUT.
     #[serde(with = "humantime_serde")]
@@ -325,6 +338,9 @@ impl Default for Config {
             stalled_client_timeout: Duration::from_secs(30),
             consumer_session_timeout: Duration::from_secs(45),
             consumer_heartbeat_interval: Duration::from_secs(5),
+            group_min_session_timeout: Duration::from_secs(6),
+            group_max_session_timeout: Duration::from_secs(1800),
+            group_initial_rebalance_delay: Duration::from_secs(3),
             transaction_max_timeout: Duration::from_secs(900),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
@@ -484,6 +500,13 @@ impl Config {
             self.consumer_heartbeat_interval < self.consumer_session_timeout
                 && self.consumer_session_timeout <= Duration::from_secs(1800),
             "consumer_heartbeat_interval must be shorter than consumer_session_timeout, itself at most 30m"
+        );
+        let max_millis = Duration::from_millis(i32::MAX as u64);
+        anyhow::ensure!(
+            self.group_min_session_timeout <= self.group_max_session_timeout
+                && self.group_max_session_timeout <= max_millis
+                && self.group_initial_rebalance_delay <= max_millis,
+            "group_min_session_timeout must not exceed group_max_session_timeout; both, and group_initial_rebalance_delay, at most 24d"
         );
         anyhow::ensure!(
             self.queued_max_request_bytes.as_u64() >= self.max_frame_bytes.as_u64() + 4,

@@ -337,6 +337,15 @@ struct AgentArgs {
     /// e.g. 5s: how often consumer-protocol members heartbeat
     #[arg(long, env = "FLOE_CONSUMER_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     consumer_heartbeat_interval: Option<Duration>,
+    /// e.g. 6s: the shortest session timeout a classic group member may ask for
+    #[arg(long, env = "FLOE_GROUP_MIN_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
+    group_min_session_timeout: Option<Duration>,
+    /// e.g. 30m: the longest session timeout a classic group member may ask for
+    #[arg(long, env = "FLOE_GROUP_MAX_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
+    group_max_session_timeout: Option<Duration>,
+    /// e.g. 3s: how long the first rebalance of an empty classic group waits for more members
+    #[arg(long, env = "FLOE_GROUP_INITIAL_REBALANCE_DELAY", value_parser = humantime::parse_duration)]
+    group_initial_rebalance_delay: Option<Duration>,
     #[arg(long, env = "FLOE_CACHE_BYTES")]
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
@@ -433,6 +442,9 @@ impl AgentArgs {
             stalled_client_timeout,
             consumer_session_timeout,
             consumer_heartbeat_interval,
+            group_min_session_timeout,
+            group_max_session_timeout,
+            group_initial_rebalance_delay,
             cache_bytes,
             cache_block_bytes,
             cache_disk_bytes,
@@ -873,6 +885,12 @@ mod tests {
             "14s",
             "--orphan-age",
             "17s",
+            "--group-min-session-timeout",
+            "1s",
+            "--group-max-session-timeout",
+            "18s",
+            "--group-initial-rebalance-delay",
+            "0s",
             "--inject-faults",
             "latency=1ms",
             "--metastore",
@@ -911,6 +929,9 @@ mod tests {
         assert_eq!(c.segment_bytes, ByteSize::mib(13));
         assert_eq!(c.gc_grace, Duration::from_secs(14));
         assert_eq!(c.orphan_age, Duration::from_secs(17));
+        assert_eq!(c.group_min_session_timeout, Duration::from_secs(1));
+        assert_eq!(c.group_max_session_timeout, Duration::from_secs(18));
+        assert_eq!(c.group_initial_rebalance_delay, Duration::ZERO);
         assert_eq!(c.inject_faults.as_deref(), Some("latency=1ms"));
         assert_eq!(c.metastore.as_deref(), Some("meta:1"));
         assert_ne!(debug, defaults);

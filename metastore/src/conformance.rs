@@ -321,6 +321,7 @@ fn join_request(member_id: &str, session_timeout_ms: i32) -> JoinGroup {
         fresh_id: crate::random_id().to_string(),
         now_ms: 0,
         owned: None,
+        rules: JoinRules::BEFORE_FORMAT_11,
     }
 }
 

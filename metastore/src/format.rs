@@ -44,7 +44,10 @@ use crate::state::State;
 ///    `Agents`), registered by a new command.
 /// 11: producer ids handed out in blocks (KIP-730): a new command, and a
 ///    trailing field of the state that changes how unknown producer ids
-///    are sequenced from the first block on.
+///    are sequenced from the first block on. Also transactions v2 (two
+///    appended enum variants), consumer heartbeats naming the principal
+///    whose DESCRIBE filters regexes, and classic joins carrying the agent's
+///    group settings (new commands; trailing group fields).
 pub const FORMAT_VERSION: u8 = 11;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).

@@ -30,8 +30,8 @@ use crate::format::FORMAT_VERSION;
 use crate::groups::*;
 use crate::ops::*;
 use crate::state::{
-    Batch, Command, ConsumerHeartbeatV8, ConsumerHeartbeatV10, JoinGroupV8, Proposal, State,
-    SyncGroupV8,
+    Batch, Command, ConsumerHeartbeatV8, ConsumerHeartbeatV10, JoinGroupV8, JoinGroupV10, Proposal,
+    State, SyncGroupV8,
 };
 use crate::types::*;
 
@@ -64,6 +64,7 @@ fn variant(command: &Command) -> &'static str {
             GroupCommand::SyncWithDecoded(_) => "group_sync_with_decoded",
             GroupCommand::ConsumerMigrating(_) => "group_consumer_heartbeat_migrating",
             GroupCommand::ConsumerDescribing(_) => "group_consumer_heartbeat_describing",
+            GroupCommand::JoinRuled(_) => "group_join_ruled",
         },
         Command::AcquireLease(_) => "acquire_lease",
         Command::ReleaseLease(_) => "release_lease",
@@ -278,7 +279,29 @@ fn wire_state_samples() -> Vec<Command> {
             }),
             ..consumer_heartbeat("cg3", 0).into()
         })),
-        Command::Group(GroupCommand::JoinWithOwned(JoinGroup {
+        // Format 11: a classic join carries its agent's group settings.
+        Command::Group(GroupCommand::JoinRuled(JoinGroup {
+            group: "g4".into(),
+            member_id: String::new(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/10.0.0.9".into(),
+            session_timeout_ms: 1_000,
+            rebalance_timeout_ms: 20_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), vec![1])],
+            subscribed_topics: Some(vec!["t".into()]),
+            require_known_member_id: true,
+            fresh_id: "3".into(),
+            now_ms: 16,
+            owned: None,
+            rules: JoinRules {
+                min_session_timeout_ms: 1_000,
+                max_session_timeout_ms: 600_000,
+                initial_rebalance_delay_ms: 3_000,
+            },
+        })),
+        Command::Group(GroupCommand::JoinWithOwned(JoinGroupV10 {
             group: group(),
             member_id: "instance-2-1".into(),
             instance_id: Some("instance-2".into()),
@@ -664,11 +687,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 29 commands, one of them with 13 group commands: `variant` is exhaustive,
+    // 29 commands, one of them with 14 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        41,
+        42,
         "a command without a golden sample: {named:?}"
     );
 
@@ -809,6 +832,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
             fresh_id: "2".into(),
             now_ms: 9,
             owned: Some(vec![("t".into(), vec![1])]),
+            rules: JoinRules::KAFKA,
         }
         .into(),
         SyncGroup {

@@ -41,7 +41,7 @@ pub use dynamic_config::ConfigEntity;
 pub use groups::{
     AwaitGroup, CommitOffsets, CommittedOffset, ConsumerAnswer, ConsumerGroupDescription,
     ConsumerHeartbeat, ConsumerMemberDescription, Describer, GroupCommand, GroupDescription,
-    GroupError, GroupHeartbeat, GroupListing, JoinGroup, Joined, LeaveGroup, Leaving,
+    GroupError, GroupHeartbeat, GroupListing, JoinGroup, JoinRules, Joined, LeaveGroup, Leaving,
     MemberDescription, MemberView, OffsetToCommit, Phase, SyncGroup,
 };
 pub use local::LocalMetastore;

@@ -146,10 +146,11 @@ group_commands! {
     Delete(DeleteGroups),
     DeleteOffsets(DeleteOffsets),
     Consumer(ConsumerHeartbeatV8),
-    JoinWithOwned(JoinGroup),
+    JoinWithOwned(JoinGroupV10),
     SyncWithDecoded(SyncGroup),
     ConsumerMigrating(ConsumerHeartbeatV10),
     ConsumerDescribing(ConsumerHeartbeat),
+    JoinRuled(JoinGroup),
 }
 
 /// A ConsumerGroupHeartbeat as format 8 logged it: the same fields, applied
@@ -226,7 +227,7 @@ pub struct JoinGroupV8 {
 
 impl From<JoinGroupV8> for JoinGroup {
     fn from(j: JoinGroupV8) -> JoinGroup {
-        JoinGroup {
+        JoinGroupV10 {
             group: j.group,
             member_id: j.member_id,
             instance_id: j.instance_id,
@@ -241,6 +242,50 @@ impl From<JoinGroupV8> for JoinGroup {
             fresh_id: j.fresh_id,
             now_ms: j.now_ms,
             owned: None,
+        }
+        .into()
+    }
+}
+
+/// A JoinGroup as the log held it in formats 9 and 10, before it carried
+/// the agent's [`JoinRules`] (see [`JoinGroupV8`]): applied with the rules
+/// of then, Kafka's session bounds and no initial rebalance delay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGroupV10 {
+    pub group: String,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Vec<u8>)>,
+    pub subscribed_topics: Option<Vec<String>>,
+    pub require_known_member_id: bool,
+    pub fresh_id: String,
+    pub now_ms: i64,
+    pub owned: Option<TopicPartitions>,
+}
+
+impl From<JoinGroupV10> for JoinGroup {
+    fn from(j: JoinGroupV10) -> JoinGroup {
+        JoinGroup {
+            group: j.group,
+            member_id: j.member_id,
+            instance_id: j.instance_id,
+            client_id: j.client_id,
+            client_host: j.client_host,
+            session_timeout_ms: j.session_timeout_ms,
+            rebalance_timeout_ms: j.rebalance_timeout_ms,
+            protocol_type: j.protocol_type,
+            protocols: j.protocols,
+            subscribed_topics: j.subscribed_topics,
+            require_known_member_id: j.require_known_member_id,
+            fresh_id: j.fresh_id,
+            now_ms: j.now_ms,
+            owned: j.owned,
+            rules: JoinRules::BEFORE_FORMAT_11,
         }
     }
 }
@@ -283,6 +328,7 @@ impl GroupCommand {
             GroupCommand::Join(c) => Some(&c.group),
             GroupCommand::Sync(c) => Some(&c.group),
             GroupCommand::JoinWithOwned(c) => Some(&c.group),
+            GroupCommand::JoinRuled(c) => Some(&c.group),
             GroupCommand::SyncWithDecoded(c) => Some(&c.group),
             GroupCommand::Consumer(c) => Some(&c.0.group),
             // A join may upgrade a classic group, whose waiters must learn.
@@ -380,8 +426,9 @@ impl Command {
             Command::ForgetGarbage(f) => 1 + f.keys.len(),
             Command::CreateTopic(c) => 1 + c.topic.partitions.max(0) as usize / 16,
             Command::Group(GroupCommand::CommitOffsets(c)) => 1 + c.offsets.len(),
-            Command::Group(GroupCommand::JoinWithOwned(j)) => {
-                1 + j.protocols.iter().map(|(_, m)| m.len()).sum::<usize>() / 64
+            Command::Group(GroupCommand::JoinWithOwned(JoinGroupV10 { protocols, .. }))
+            | Command::Group(GroupCommand::JoinRuled(JoinGroup { protocols, .. })) => {
+                1 + protocols.iter().map(|(_, m)| m.len()).sum::<usize>() / 64
             }
             Command::Group(GroupCommand::SyncWithDecoded(s)) => {
                 1 + s.assignments.iter().map(|(_, a)| a.len()).sum::<usize>() / 64
@@ -2244,6 +2291,19 @@ impl Apply for JoinGroupV8 {
     }
 }
 
+impl Apply for JoinGroupV10 {
+    type Output = Result<Joined, GroupError>;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        JoinGroup::from(self).apply(state)
+    }
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
 impl Apply for SyncGroupV8 {
     type Output = Result<Synced, GroupError>;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
@@ -3605,6 +3665,7 @@ mod tests {
             fresh_id: "1".into(),
             now_ms: 1_000_000 - hour,
             owned: None,
+            rules: JoinRules::BEFORE_FORMAT_11,
         };
         let member = match at(&mut s, 1_000_000, join) {
             Ok(Ok(Joined::Member(id))) => id,

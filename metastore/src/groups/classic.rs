@@ -89,6 +89,26 @@ pub struct Group {
     /// the consumer protocol's: the group cannot be upgraded (Kafka's rule).
     #[serde(default)]
     pub undecoded: BTreeSet<String>,
+    /// The first rebalance of an empty group, while it waits for more
+    /// members (format 11).
+    #[serde(default)]
+    pub initial_join: Option<InitialJoin>,
+}
+
+/// Kafka's `InitialDelayedJoin`: the first rebalance of an empty group
+/// forms no generation before `group.initial.rebalance.delay.ms`, and waits
+/// that long again (within the rebalance timeout) while new members come,
+/// so consumers started together share one generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitialJoin {
+    /// The delay configured (of the join that began the rebalance).
+    pub delay_ms: i64,
+    /// The wait in progress (it ends at the phase's deadline).
+    pub waiting_ms: i64,
+    /// What is left of the rebalance timeout after it.
+    pub remaining_ms: i64,
+    /// A member was added during the wait in progress.
+    pub new_member_added: bool,
 }
 
 impl Default for Group {
@@ -111,6 +131,7 @@ impl Default for Group {
             decoded: BTreeMap::new(),
             decoded_generation: None,
             undecoded: BTreeSet::new(),
+            initial_join: None,
         }
     }
 }
@@ -287,6 +308,7 @@ impl Group {
 
     pub(super) fn join(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
         let now_ms = join.now_ms;
+        let delay_ms = join.rules.initial_rebalance_delay_ms;
         if join.member_id.is_empty() {
             self.join_new(join)
         } else {
@@ -296,7 +318,7 @@ impl Group {
             if join.instance_id.is_none() && self.pending.remove(&join.member_id).is_some() {
                 let id = join.member_id.clone();
                 self.add_member(id.clone(), join);
-                self.after_join(&id, now_ms);
+                self.after_join(&id, now_ms, delay_ms);
                 return Ok(Joined::Member(id));
             }
             self.check_member(&join.member_id, join.instance_id.as_deref())?;
@@ -308,6 +330,7 @@ impl Group {
     /// `updateStaticMemberThenRebalanceOrCompleteJoin`).
     fn join_new(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
         let now_ms = join.now_ms;
+        let delay_ms = join.rules.initial_rebalance_delay_ms;
         if !self.supports(&join.protocol_type, &join.protocols) {
             return Err(GroupError::InconsistentGroupProtocol);
         }
@@ -330,7 +353,7 @@ impl Group {
             return Ok(Joined::MemberIdRequired(member_id));
         }
         self.add_member(member_id.clone(), join);
-        self.after_join(&member_id, now_ms);
+        self.after_join(&member_id, now_ms, delay_ms);
         Ok(Joined::Member(member_id))
     }
 
@@ -339,6 +362,9 @@ impl Group {
             self.instances.insert(instance.clone(), member_id.clone());
         }
         self.protocol_type = Some(join.protocol_type);
+        if let Some(initial) = &mut self.initial_join {
+            initial.new_member_added = true;
+        }
         self.members.insert(
             member_id,
             Member {
@@ -358,10 +384,25 @@ impl Group {
     }
 
     /// A member was added or rejoined: a rebalance starts unless one is in
-    /// progress, which completes if it was the last one awaited.
-    pub(super) fn after_join(&mut self, member_id: &str, now_ms: i64) {
+    /// progress, which completes if it was the last one awaited. The first
+    /// of an empty group waits `initial_delay_ms` for more (Kafka's
+    /// `prepareRebalance`).
+    pub(super) fn after_join(&mut self, member_id: &str, now_ms: i64, initial_delay_ms: i32) {
         if !matches!(self.phase, Phase::Joining { .. }) {
+            let initial = self.phase == Phase::Empty && initial_delay_ms > 0;
             self.start_rebalance(now_ms);
+            if initial {
+                let delay_ms = initial_delay_ms as i64;
+                self.initial_join = Some(InitialJoin {
+                    delay_ms,
+                    waiting_ms: delay_ms,
+                    remaining_ms: (self.rebalance_timeout_ms() - delay_ms).max(0),
+                    new_member_added: false,
+                });
+                self.phase = Phase::Joining {
+                    deadline_ms: now_ms + delay_ms,
+                };
+            }
         }
         if let Some(m) = self.members.get_mut(member_id) {
             m.joined = true;
@@ -405,13 +446,14 @@ impl Group {
                 leader: leader_before,
             };
         }
-        self.after_join(&new_id, now_ms);
+        self.after_join(&new_id, now_ms, 0);
         Joined::Member(new_id)
     }
 
     /// Kafka's `classicGroupJoinExistingMember`.
     fn join_existing(&mut self, join: JoinGroup) -> Result<Joined, GroupError> {
         let now_ms = join.now_ms;
+        let delay_ms = join.rules.initial_rebalance_delay_ms;
         let member_id = join.member_id.clone();
         let member = &self.members[&member_id];
         let unchanged = member.protocols == join.protocols;
@@ -439,7 +481,7 @@ impl Group {
             _ => {}
         }
         self.update_member(&member_id, join);
-        self.after_join(&member_id, now_ms);
+        self.after_join(&member_id, now_ms, delay_ms);
         Ok(Joined::Member(member_id))
     }
 
@@ -468,6 +510,7 @@ impl Group {
             m.awaiting_sync = false;
         }
         self.sync_deadline_ms = None;
+        self.initial_join = None;
         self.phase = Phase::Joining {
             deadline_ms: now_ms + self.rebalance_timeout_ms(),
         };
@@ -480,6 +523,9 @@ impl Group {
         let Phase::Joining { deadline_ms } = self.phase else {
             return;
         };
+        if self.initial_join.is_some() && !self.initial_wait_over(now_ms, deadline_ms) {
+            return;
+        }
         let all_joined = self.members.values().all(|m| m.joined) && self.pending.is_empty();
         if !all_joined && now_ms < deadline_ms {
             return;
@@ -597,8 +643,33 @@ impl Group {
         self.try_complete(now_ms);
     }
 
+    /// The first rebalance waits its whole delay, all members joined or
+    /// not, then again while new members came and time remains (Kafka's
+    /// `tryCompleteInitialRebalanceElseSchedule`).
+    fn initial_wait_over(&mut self, now_ms: i64, deadline_ms: i64) -> bool {
+        let Some(initial) = &mut self.initial_join else {
+            return true;
+        };
+        if now_ms < deadline_ms {
+            return false;
+        }
+        if initial.new_member_added && initial.remaining_ms != 0 {
+            let waiting_ms = initial.delay_ms.min(initial.remaining_ms);
+            initial.remaining_ms = (initial.remaining_ms - initial.waiting_ms).max(0);
+            initial.waiting_ms = waiting_ms;
+            initial.new_member_added = false;
+            self.phase = Phase::Joining {
+                deadline_ms: now_ms + waiting_ms,
+            };
+            return false;
+        }
+        self.initial_join = None;
+        true
+    }
+
     fn become_empty(&mut self, now_ms: i64) {
         self.empty_since_ms = now_ms;
+        self.initial_join = None;
         self.phase = Phase::Empty;
         self.leader = None;
         self.protocol = None;
@@ -817,6 +888,18 @@ mod tests {
         fresh: &str,
         now_ms: i64,
     ) -> Result<Joined, GroupError> {
+        let rules = JoinRules::BEFORE_FORMAT_11;
+        join_ruled(gs, member, instance, fresh, now_ms, rules)
+    }
+
+    fn join_ruled(
+        gs: &mut Groups,
+        member: &str,
+        instance: Option<&str>,
+        fresh: &str,
+        now_ms: i64,
+        rules: JoinRules,
+    ) -> Result<Joined, GroupError> {
         gs.join(
             JoinGroup {
                 group: "g".into(),
@@ -833,6 +916,7 @@ mod tests {
                 fresh_id: fresh.into(),
                 now_ms,
                 owned: None,
+                rules,
             },
             &NoTopics,
             TEST_RULES,
@@ -905,6 +989,72 @@ mod tests {
 
     fn group(gs: &Groups) -> &Group {
         gs.get("g").unwrap()
+    }
+
+    fn tick(gs: &mut Groups, now_ms: i64) {
+        let tick = TickGroup {
+            group: "g".into(),
+            now_ms,
+        };
+        gs.tick(tick, &NoTopics, MigrationPolicy::default());
+    }
+
+    const DELAYED: JoinRules = JoinRules::KAFKA;
+
+    #[test]
+    fn the_first_rebalance_waits_for_members_started_together() {
+        let mut gs = Groups::default();
+        // a (handed an id, then joining with it) starts the first rebalance.
+        let handed = join_ruled(&mut gs, "", None, "a", 0, DELAYED);
+        assert_eq!(handed, Ok(Joined::MemberIdRequired("c-a".into())));
+        join_ruled(&mut gs, "c-a", None, "unused", 0, DELAYED).unwrap();
+        assert_eq!(group(&gs).phase, Phase::Joining { deadline_ms: 3_000 });
+        // b comes 1 ms later: no generation formed in between...
+        join_ruled(&mut gs, "", None, "b", 1, DELAYED).unwrap();
+        join_ruled(&mut gs, "c-b", None, "unused", 1, DELAYED).unwrap();
+        tick(&mut gs, 2_999);
+        assert_eq!(group(&gs).generation, 0, "all joined, still waiting");
+        // ...and a member added extends the wait by the delay, within the
+        // rebalance timeout (5 s: 2 s remain).
+        tick(&mut gs, 3_000);
+        assert_eq!(group(&gs).phase, Phase::Joining { deadline_ms: 5_000 });
+        tick(&mut gs, 5_000);
+        let g = group(&gs);
+        assert_eq!(
+            (g.generation, g.phase, g.members.len()),
+            (1, Phase::Syncing, 2)
+        );
+        assert_eq!(g.initial_join, None);
+        // A later rebalance does not wait: a third member forms generation 2
+        // once everyone rejoined.
+        join_ruled(&mut gs, "", None, "c", 6_000, DELAYED).unwrap();
+        join_ruled(&mut gs, "c-c", None, "unused", 6_000, DELAYED).unwrap();
+        join_ruled(&mut gs, "c-a", None, "unused", 6_001, DELAYED).unwrap();
+        join_ruled(&mut gs, "c-b", None, "unused", 6_002, DELAYED).unwrap();
+        assert_eq!(
+            (group(&gs).generation, group(&gs).phase),
+            (2, Phase::Syncing)
+        );
+    }
+
+    #[test]
+    fn session_timeouts_are_bounded_by_the_agent_s_settings() {
+        let mut gs = Groups::default();
+        let bounds = |min, max| JoinRules {
+            min_session_timeout_ms: min,
+            max_session_timeout_ms: max,
+            ..JoinRules::BEFORE_FORMAT_11
+        };
+        // The helper asks for a 10 s session.
+        assert_eq!(
+            join_ruled(&mut gs, "", None, "a", 0, bounds(11_000, 60_000)),
+            Err(GroupError::InvalidSessionTimeout)
+        );
+        assert_eq!(
+            join_ruled(&mut gs, "", None, "a", 0, bounds(1_000, 9_000)),
+            Err(GroupError::InvalidSessionTimeout)
+        );
+        assert!(join_ruled(&mut gs, "", None, "a", 0, bounds(10_000, 10_000)).is_ok());
     }
 
     #[test]
@@ -1215,6 +1365,7 @@ mod tests {
                 fresh_id: "z".into(),
                 now_ms: 0,
                 owned: None,
+                rules: JoinRules::BEFORE_FORMAT_11,
             },
             &NoTopics,
             TEST_RULES,

@@ -402,6 +402,7 @@ mod tests {
             fresh_id: fresh.into(),
             now_ms,
             owned: owned.map(|ps| vec![("t".to_string(), ps.to_vec())]),
+            rules: JoinRules::BEFORE_FORMAT_11,
         }
     }
 

@@ -72,9 +72,13 @@ pub enum GroupError {
     CoordinatorLoadInProgress,
 }
 
-/// Shortest and longest session timeout accepted (Kafka's group.min/max.session.timeout.ms).
+/// Shortest and longest session timeout accepted by default (Kafka's
+/// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`
+/// defaults; an agent's [`JoinRules`] may set others).
 pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
 pub const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
+/// Kafka's `group.initial.rebalance.delay.ms` default.
+pub const INITIAL_REBALANCE_DELAY_MS: i32 = 3_000;
 /// Members (and ids handed out, KIP-394) one group may have: Kafka's
 /// `group.max.size` is unbounded by default; every map here has a limit.
 pub const MAX_GROUP_SIZE: usize = 10_000;
@@ -116,6 +120,37 @@ pub struct JoinGroup {
     /// member joining a consumer-protocol group keeps them until it gives
     /// them up. `None` when not known (an eager member sends none).
     pub owned: Option<TopicPartitions>,
+    /// The joining agent's group settings (format 11).
+    pub rules: JoinRules,
+}
+
+/// The broker settings a classic join is judged by, as the agent it came
+/// through has them (Kafka's are broker configs; so are floe's, and the
+/// command carries them so that every replica decides alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinRules {
+    /// `group.min.session.timeout.ms`.
+    pub min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`.
+    pub max_session_timeout_ms: i32,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of
+    /// an empty group waits for more members (extended by this much while
+    /// new ones come, up to the rebalance timeout).
+    pub initial_rebalance_delay_ms: i32,
+}
+
+impl JoinRules {
+    /// Kafka's defaults.
+    pub const KAFKA: JoinRules = JoinRules {
+        min_session_timeout_ms: MIN_SESSION_TIMEOUT_MS,
+        max_session_timeout_ms: MAX_SESSION_TIMEOUT_MS,
+        initial_rebalance_delay_ms: INITIAL_REBALANCE_DELAY_MS,
+    };
+    /// What joins logged before format 11 were judged by (no initial delay).
+    pub const BEFORE_FORMAT_11: JoinRules = JoinRules {
+        initial_rebalance_delay_ms: 0,
+        ..JoinRules::KAFKA
+    };
 }
 
 /// Partitions by topic name, as a `consumer` protocol's metadata names them.
@@ -614,7 +649,12 @@ impl Groups {
         topics: &dyn TopicLookup,
         rules: Rules,
     ) -> Result<Joined, GroupError> {
-        if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
+        let JoinRules {
+            min_session_timeout_ms: min,
+            max_session_timeout_ms: max,
+            ..
+        } = join.rules;
+        if !(min..=max).contains(&join.session_timeout_ms) {
             return Err(GroupError::InvalidSessionTimeout);
         }
         // A consumer group with members serves a classic member (see
@@ -635,7 +675,7 @@ impl Groups {
                 if let Ok(Joined::InConsumerGroup { member_id, .. }) = &joined
                     && let Some(classic) = self.groups.get_mut(&group)
                 {
-                    classic.after_join(member_id, now_ms);
+                    classic.after_join(member_id, now_ms, 0);
                     classic.version += 1;
                     return Ok(Joined::Member(member_id.clone()));
                 }

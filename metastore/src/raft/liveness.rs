@@ -238,6 +238,7 @@ mod tests {
             fresh_id: "1".into(),
             now_ms: 0,
             owned: None,
+            rules: crate::JoinRules::BEFORE_FORMAT_11,
         };
         let reply = state.apply_proposal(crate::state::Proposal {
             at_ms: 0,

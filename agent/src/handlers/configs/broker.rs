@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use floe_metastore::dynamic_config::{
     DEFAULT_OFFSETS_RETENTION_MINUTES, GROUP_CONSUMER_MIGRATION_POLICY, OFFSETS_RETENTION_MINUTES,
 };
-use floe_metastore::groups::{MAX_SESSION_TIMEOUT_MS, MIN_SESSION_TIMEOUT_MS};
 use floe_metastore::topic_config::BROKER_SYNONYMS;
 
 use super::entry::{Entry, Synonym, Type, source};
@@ -164,14 +163,20 @@ const STATIC_KEYS: &[StaticKey] = &[
     StaticKey {
         name: "group.min.session.timeout.ms",
         kind: Type::Int,
-        doc: "The shortest session timeout a classic group member may ask for.",
-        value: |_| Some(MIN_SESSION_TIMEOUT_MS.to_string()),
+        doc: "The shortest session timeout a classic group member may ask for (`group_min_session_timeout`).",
+        value: |c| millis(c.group_min_session_timeout),
     },
     StaticKey {
         name: "group.max.session.timeout.ms",
         kind: Type::Int,
-        doc: "The longest session timeout a classic group member may ask for.",
-        value: |_| Some(MAX_SESSION_TIMEOUT_MS.to_string()),
+        doc: "The longest session timeout a classic group member may ask for (`group_max_session_timeout`).",
+        value: |c| millis(c.group_max_session_timeout),
+    },
+    StaticKey {
+        name: "group.initial.rebalance.delay.ms",
+        kind: Type::Int,
+        doc: "How long the first rebalance of an empty classic group waits for more members (`group_initial_rebalance_delay`).",
+        value: |c| millis(c.group_initial_rebalance_delay),
     },
     StaticKey {
         name: "transaction.max.timeout.ms",

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use floe_metastore::groups::MAX_GROUP_WAIT_MS;
 use floe_metastore::groups::{ClassicAssignment, TopicPartitions};
 use floe_metastore::{
-    AwaitGroup, GroupHeartbeat, JoinGroup, Joined, LeaveGroup, Leaving, MemberView, Phase,
-    SyncGroup,
+    AwaitGroup, GroupHeartbeat, JoinGroup, JoinRules, Joined, LeaveGroup, Leaving, MemberView,
+    Phase, SyncGroup,
 };
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedPartition;
@@ -129,6 +129,16 @@ fn encode_assignment(assigned: &ClassicAssignment) -> Bytes {
     floe_protocol::encode_consumer_protocol(&assignment, version)
 }
 
+/// The agent's group settings, as a join carries them to the metastore.
+fn join_rules(config: &crate::config::Config) -> JoinRules {
+    let millis = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
+    JoinRules {
+        min_session_timeout_ms: millis(config.group_min_session_timeout),
+        max_session_timeout_ms: millis(config.group_max_session_timeout),
+        initial_rebalance_delay_ms: millis(config.group_initial_rebalance_delay),
+    }
+}
+
 pub async fn join(
     broker: &Broker,
     req: JoinGroupRequest,
@@ -162,6 +172,7 @@ pub async fn join(
     let first = protocols
         .first()
         .and_then(|(_, metadata)| subscription(&protocol_type, metadata));
+    let rules = join_rules(&broker.config);
     let join = |member_id: String| JoinGroup {
         group: group.clone(),
         member_id,
@@ -182,10 +193,16 @@ pub async fn join(
         require_known_member_id: version >= 4,
         fresh_id: floe_metastore::random_id().to_string(),
         now_ms: now_ms(),
+        rules,
     };
-    let give_up = Instant::now()
-        + Duration::from_millis(req.rebalance_timeout_ms.max(req.session_timeout_ms).max(0) as u64)
-        + SLACK;
+    // A first rebalance waits at least the initial delay, however short
+    // the rebalance timeout.
+    let longest_wait = req
+        .rebalance_timeout_ms
+        .max(req.session_timeout_ms)
+        .max(rules.initial_rebalance_delay_ms)
+        .max(0);
+    let give_up = Instant::now() + Duration::from_millis(longest_wait as u64) + SLACK;
     let mut member_id = req.member_id.to_string();
     let mut must_join = true;
     let mut seen = None;
