@@ -123,17 +123,24 @@ def test_cluster_defaults_reach_every_topic_on_every_agent(peer_agents):
         ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
 
     # Refusals, each with Kafka's code: an unknown key or a bad value
-    # (INVALID_CONFIG), a key the agents read at start-up (INVALID_REQUEST),
-    # and a change to one broker's entity (INVALID_REQUEST; floe's dynamic
-    # configs are the cluster's). None of them changes anything.
+    # (INVALID_CONFIG), a key the agents read at start-up (INVALID_REQUEST).
+    # One agent's own entity holds nothing apart from the cluster's: a key
+    # the cluster sets is refused there (INVALID_CONFIG, naming the default
+    # entity), a start-up key as Kafka refuses it, an unknown key as
+    # unknown. None of them changes anything.
     for change, code in (("dummy.doesntexist=1", "InvalidConfig"),
                          ("log.retention.ms=soon", "InvalidConfig"),
                          ("max.connections=5", "InvalidRequest"),
                          ("log.retention.hours=5", "InvalidRequest")):
         done = cluster_alter(a, "--config", change)
         assert done.returncode != 0 and code in done.stderr, (change, done.stderr)
-    assert "INVALID_REQUEST" in refused(alter(admin_a, ResourceType.BROKER, broker_id(admin_a),
-                                              ("log.retention.ms", "5", SET)))
+    me = broker_id(admin_a)
+    on_me = refused(alter(admin_a, ResourceType.BROKER, me, ("log.retention.ms", "5", SET)))
+    assert "INVALID_CONFIG" in on_me and "default broker entity" in on_me, on_me
+    assert "INVALID_REQUEST" in refused(alter(admin_a, ResourceType.BROKER, me,
+                                              ("max.connections", "5", SET)))
+    assert "INVALID_CONFIG" in refused(alter(admin_a, ResourceType.BROKER, me,
+                                             ("dummy.doesntexist", "1", SET)))
     assert cluster_configs(a)["log.retention.ms"] == ("3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
 
     # Deleting the default brings Kafka's back.

@@ -226,6 +226,11 @@ pub fn is_static(name: &str) -> bool {
     STATIC_KEYS.iter().any(|k| k.name == name) || READ_ONLY_SYNONYMS.contains(&name)
 }
 
+/// Whether the cluster may set `name` (on the default broker entity).
+pub fn is_cluster_wide(name: &str) -> bool {
+    dynamic_keys().any(|(key, ..)| key == name)
+}
+
 /// The agent's value of a broker config set at start-up, when it sets one
 /// other than the default.
 pub fn static_value(config: &Config, name: &str) -> Option<String> {

@@ -88,7 +88,7 @@ fn target(broker: &Broker, kind: i8, name: &str, altering: bool) -> Result<Targe
     match kind {
         TOPIC => Ok(Target::Topic(name.to_string())),
         BROKER if name.is_empty() => Ok(Target::Dynamic(ConfigEntity::Cluster)),
-        BROKER => this_broker(broker.config.node_id, name, altering),
+        BROKER => this_broker(broker.config.node_id, name),
         GROUP if name.is_empty() => invalid(match altering {
             true => "Default group resources are not allowed.".into(),
             false => "Group name must not be empty".into(),
@@ -109,17 +109,14 @@ fn target(broker: &Broker, kind: i8, name: &str, altering: bool) -> Result<Targe
     }
 }
 
-/// A broker resource named by id: this agent's, to describe only.
-fn this_broker(me: i32, name: &str, altering: bool) -> Result<Target, Refused> {
+/// A broker resource named by id: this agent (see [`per_broker_change`]).
+fn this_broker(me: i32, name: &str) -> Result<Target, Refused> {
     let invalid = |why: String| Err((ResponseError::InvalidRequest, why));
     match name.parse::<i32>() {
         Err(_) => invalid(format!("Broker id must be an integer, but it is: {name}")),
         Ok(id) if id != me => invalid(format!(
             "Unexpected broker id, expected {me} or empty string, but received {name}"
         )),
-        Ok(_) if altering => invalid(
-            "floe's dynamic broker configs are cluster-wide: alter the default entity (an empty broker name; kafka-configs --entity-default)".into(),
-        ),
         Ok(_) => Ok(Target::ThisBroker),
     }
 }
@@ -239,12 +236,7 @@ async fn alter(
     let target = match target {
         Target::Topic(name) => ConfigTarget::Topic(name),
         Target::Dynamic(entity) => ConfigTarget::Dynamic(entity),
-        Target::ThisBroker => {
-            return Err((
-                ResponseError::InvalidRequest,
-                "a broker's own configs cannot be altered".into(),
-            ));
-        }
+        Target::ThisBroker => return per_broker_change(&ops),
     };
     let now = match &target {
         ConfigTarget::Topic(name) => topic_of(broker, name).await?.configs,
@@ -317,6 +309,42 @@ async fn alter(
         ConfigTarget::Dynamic(_) => broker.topics.clear(),
     }
     Ok(())
+}
+
+/// A change to one agent's own configs. floe has none that one agent may
+/// hold apart from the others: what Kafka reads at start-up is refused as
+/// Kafka refuses it, what the cluster may set applies to every agent (each
+/// serves every partition and group) and is set on the default entity, and
+/// any other name is unknown, as it is there. A change naming nothing is
+/// accepted, as in Kafka.
+fn per_broker_change(ops: &[ConfigOp]) -> Result<(), Refused> {
+    let fixed: Vec<&str> = ops
+        .iter()
+        .map(ConfigOp::key)
+        .filter(|k| broker::is_static(k))
+        .collect();
+    if !fixed.is_empty() {
+        return Err((
+            ResponseError::InvalidRequest,
+            format!(
+                "Cannot update these configs dynamically: Set({})",
+                fixed.join(", ")
+            ),
+        ));
+    }
+    match ops.first().map(ConfigOp::key) {
+        None => Ok(()),
+        Some(key) if broker::is_cluster_wide(key) => Err((
+            ResponseError::InvalidConfig,
+            format!(
+                "{key} applies to every agent of a floe cluster: set it on the default broker entity (an empty broker name; kafka-configs --entity-default)"
+            ),
+        )),
+        Some(key) => Err((
+            ResponseError::InvalidConfig,
+            format!("Unknown dynamic broker config name: {key}"),
+        )),
+    }
 }
 
 pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
@@ -399,24 +427,45 @@ mod tests {
     #[test]
     fn a_broker_id_names_this_agent_only() {
         let refusal = |r: Result<Target, Refused>| r.err();
-        assert!(matches!(this_broker(3, "3", false), Ok(Target::ThisBroker)));
+        assert!(matches!(this_broker(3, "3"), Ok(Target::ThisBroker)));
         assert_eq!(
-            refusal(this_broker(3, "4", false)),
+            refusal(this_broker(3, "4")),
             Some((
                 ResponseError::InvalidRequest,
                 "Unexpected broker id, expected 3 or empty string, but received 4".into()
             ))
         );
         assert_eq!(
-            refusal(this_broker(3, "x", false)),
+            refusal(this_broker(3, "x")),
             Some((
                 ResponseError::InvalidRequest,
                 "Broker id must be an integer, but it is: x".into()
             ))
         );
+    }
+
+    /// An agent holds no configs of its own apart from the cluster's.
+    #[test]
+    fn a_change_to_one_agent_s_configs_is_answered_as_kafka_would() {
+        let set = |key: &str| ConfigOp::Set(key.into(), "1".into());
+        assert_eq!(per_broker_change(&[]), Ok(()));
+        assert_eq!(
+            per_broker_change(&[set("log.retention.ms"), set("max.connections")]),
+            Err((
+                ResponseError::InvalidRequest,
+                "Cannot update these configs dynamically: Set(max.connections)".into()
+            ))
+        );
         assert!(matches!(
-            this_broker(3, "3", true),
-            Err((ResponseError::InvalidRequest, _))
+            per_broker_change(&[set("log.retention.ms")]),
+            Err((ResponseError::InvalidConfig, why)) if why.contains("default broker entity")
         ));
+        assert_eq!(
+            per_broker_change(&[set("no.such.config")]),
+            Err((
+                ResponseError::InvalidConfig,
+                "Unknown dynamic broker config name: no.such.config".into()
+            ))
+        );
     }
 }
