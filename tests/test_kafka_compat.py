@@ -2,6 +2,8 @@
 replica APIs answered as a cluster with nothing to move, null messages on
 success, and configs Kafka 4.2 accepts."""
 
+import pytest
+
 import kafka.errors as Errors
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -108,3 +110,24 @@ def test_clients_take_floe_for_kafka_4_1_and_list_transactions_by_pattern(agent)
     everything = a.list_transactions()
     assert len([t for ts in everything.values() for t in ts]) == 3
     a.close()
+
+
+def test_config_resources_are_listed_by_type(agent):
+    """ListConfigResources v1 (KIP-1142, kafka-python's list_config_resources):
+    every type when none is named, in Kafka 4.1's order; only groups that
+    set configs; an unsupported type refuses the whole request."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+    admin.create_topics([NewTopic("listed-a", 1, 1), NewTopic("listed-b", 1, 1)])
+    admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, "configured",
+                                        configs={"consumer.session.timeout.ms": "50000"})])
+    everything = admin.list_config_resources()
+    assert everything == {"group": ["configured"], "broker": ["0"],
+                          "topic": ["listed-a", "listed-b"]}, everything
+    assert admin.list_config_resources(["GROUP", "TOPIC"]) == \
+        {"group": ["configured"], "topic": ["listed-a", "listed-b"]}
+    assert admin.list_config_resources(["BROKER_LOGGER"]) == {}
+    with pytest.raises(Errors.UnsupportedVersionError):
+        admin.list_config_resources(["UNKNOWN"])
+    admin.close()

@@ -306,3 +306,54 @@ def test_an_open_metastore_is_refused_off_this_host(tmp_path):
                             "--data-dir", str(tmp_path / "agent")],
                            capture_output=True, text=True, timeout=60)
     assert agent.returncode != 0 and "--metastore-trusted-network" in agent.stderr, agent.stderr
+
+
+def test_describe_quorum_shows_the_metastore_group_as_kraft_s(tmp_path, metastore_group):
+    """DescribeQuorum (kafka-python's describe_metadata_quorum, what
+    kafka-metadata-quorum.sh sends): the metastore nodes are the voters,
+    the Raft leader and term are the leader and its epoch, and a new
+    leader after the old one dies shows with a higher epoch."""
+    from kafka import KafkaAdminClient
+
+    nodes = metastore_group
+    cluster = ",".join(n.address for n in nodes)
+    workdir = tmp_path / "agent"
+    workdir.mkdir()
+    agent = Agent(workdir, "--metastore", cluster).start()
+    try:
+        create_topic(agent.bootstrap, "quorum", 1)
+        admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
+
+        def described():
+            [topic] = admin.describe_metadata_quorum()["topics"]
+            [partition] = topic["partitions"]
+            assert (topic["topic_name"], partition["partition_index"], partition["error"]) == \
+                ("__cluster_metadata", 0, None)
+            return partition, admin.describe_metadata_quorum()["nodes"]
+
+        first, endpoints = described()
+        leader = wait_for_leader(nodes)
+        voters = {v["replica_id"]: v for v in first["current_voters"]}
+        assert first["leader_id"] == leader and sorted(voters) == [1, 2, 3]
+        assert first["observers"] == []
+        assert first["high_watermark"] > 0
+        assert voters[leader]["log_end_offset"] >= first["high_watermark"]
+        assert {e["node_id"]: (e["listeners"][0]["host"], e["listeners"][0]["port"])
+                for e in endpoints} == {n.id: ("127.0.0.1", n.port) for n in nodes}
+
+        by_id(nodes, leader).kill()
+        new_leader = wait_for_leader([n for n in nodes if n.id != leader])
+        deadline = time.time() + 30
+        while True:
+            try:
+                second, _ = described()
+                if second["leader_id"] == new_leader:
+                    break
+            except Exception:  # noqa: BLE001 (an election in progress)
+                pass
+            assert time.time() < deadline, "the new leader was never described"
+            time.sleep(0.2)
+        assert second["leader_epoch"] > first["leader_epoch"]
+        admin.close()
+    finally:
+        agent.stop()

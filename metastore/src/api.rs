@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 use crate::groups::*;
 use crate::ops::*;
 use crate::peers::{CachePeer, CachePeers};
+use crate::quorum::DescribeQuorum;
 use crate::sequencer::Sequencer;
 use crate::state::{Command, State};
 use crate::types::*;
@@ -358,6 +359,21 @@ metastore_api! {
     /// KIP-730: a block of `count` producer ids (answered with the first).
     write fn allocate_producer_ids(count: u32) -> AllocateProducerIds {
         AllocateProducerIds { count }
+    }
+    /// The Raft group as its leader sees it (DescribeQuorum).
+    custom fn describe_quorum() -> DescribeQuorum { DescribeQuorum }
+    /// The groups that have configs set (ListConfigResources).
+    read fn configured_groups() -> ConfiguredGroups { ConfiguredGroups }
+}
+
+/// Raft's own view, held by the leader, not the state.
+impl Op for DescribeQuorum {
+    type Output = crate::quorum::Quorum;
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
+        on.quorum().await
     }
 }
 

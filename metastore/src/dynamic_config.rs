@@ -487,6 +487,18 @@ impl DynamicConfigs {
         self.entities.get(entity)?.get(key)?.trim().parse().ok()
     }
 
+    /// The names of the groups that set configs (at most
+    /// [`MAX_GROUP_ENTITIES`]).
+    pub fn groups(&self) -> Vec<String> {
+        self.entities
+            .keys()
+            .filter_map(|entity| match entity {
+                ConfigEntity::Group(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Every client metrics subscription's configs, by name.
     pub fn client_metrics(&self) -> BTreeMap<String, BTreeMap<String, String>> {
         self.entities

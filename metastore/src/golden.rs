@@ -1165,6 +1165,8 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
     ];
     requests.push(AllocateProducerIds { count: 1_000 }.into());
+    requests.push(crate::quorum::DescribeQuorum.into());
+    requests.push(ConfiguredGroups.into());
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
             producer_id: 7,
@@ -1191,6 +1193,7 @@ const TXN_REQUESTS: &[&str] = &[
     "PartitionLooks",
     "PartitionLooksSince",
     "AllocateProducerIds",
+    "ConfiguredGroups",
     "InitTxnProducer",
     "AddToTxn",
     "EndTxn",

@@ -18,6 +18,7 @@ pub mod local;
 pub mod ops;
 pub mod peer_auth;
 pub mod peers;
+pub mod quorum;
 pub mod quotas;
 pub mod raft;
 pub mod rpc;

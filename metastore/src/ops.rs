@@ -599,6 +599,10 @@ pub struct ClientQuotasIfChanged {
     pub known_version: Option<u64>,
 }
 
+/// The names of the groups that have configs set (ListConfigResources).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfiguredGroups;
+
 /// What one entity sets (DescribeConfigs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DynamicConfigsOf {

@@ -62,6 +62,13 @@ pub trait Sequencer: Send + Sync + 'static {
         async move { Ok(announce.into_iter().collect()) }
     }
 
+    /// The Raft group as its leader sees it (DescribeQuorum). A sequencer
+    /// with no group (test doubles, the simulation's plain metastore) has
+    /// none to describe.
+    fn quorum(&self) -> impl Future<Output = Result<crate::quorum::Quorum, MetaError>> + Send {
+        async { Err(MetaError::unavailable("this metastore has no Raft group")) }
+    }
+
     /// Applies `command` through the log; its answer, of its type.
     fn write<C: Apply>(
         &self,

@@ -2869,6 +2869,13 @@ impl Query for DynamicConfigsOf {
     }
 }
 
+impl Query for ConfiguredGroups {
+    type Output = Vec<String>;
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.configs.groups())
+    }
+}
+
 impl Query for ClientMetricsIfChanged {
     type Output = (u64, Option<BTreeMap<String, BTreeMap<String, String>>>);
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {

@@ -69,8 +69,11 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::GetTelemetrySubscriptions, 0, 0),
     (ApiKey::PushTelemetry, 0, 0),
     // v0 is ListClientMetricsResources; v1 (KIP-1142) lists other
-    // resource types too, not served.
-    (ApiKey::ListConfigResources, 0, 0),
+    // resource types too.
+    (ApiKey::ListConfigResources, 0, 1),
+    // The metastore's Raft group, shown as a KRaft quorum (see the agent's
+    // `handlers::quorum`).
+    (ApiKey::DescribeQuorum, 0, 2),
     // Answered as a cluster with nothing to move (see the agent's
     // `handlers::replicas`).
     (ApiKey::ElectLeaders, 0, 2),
@@ -112,6 +115,6 @@ mod tests {
 
     #[test]
     fn unserved_api_has_no_range() {
-        assert!(served(ApiKey::DescribeQuorum).is_none());
+        assert!(served(ApiKey::Vote).is_none());
     }
 }

@@ -1128,6 +1128,15 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
                 ))
             }
         },
+        // As Kafka's controller: DESCRIBE on the cluster.
+        RequestKind::DescribeQuorum(req) => match cluster(op::DESCRIBE) {
+            true => Gate::Handle(RequestKind::DescribeQuorum(req), None),
+            false => Gate::Answer(ResponseKind::DescribeQuorum(
+                DescribeQuorumResponse::default()
+                    .with_error_code(CLUSTER_DENIED)
+                    .with_error_message(Some(str_bytes("Cluster authorization failed"))),
+            )),
+        },
         RequestKind::DescribeAcls(req) => match cluster(op::DESCRIBE) {
             true => Gate::Handle(RequestKind::DescribeAcls(req), None),
             false => Gate::Answer(ResponseKind::DescribeAcls(

@@ -18,6 +18,7 @@ pub mod mutation_quota;
 pub mod null_messages;
 pub mod produce;
 pub mod produce_rules;
+pub mod quorum;
 pub mod replicas;
 pub mod scram_credentials;
 pub mod topics;
@@ -298,8 +299,11 @@ async fn handle(
         RequestKind::AlterClientQuotas(req) => {
             ResponseKind::AlterClientQuotas(client_quotas::alter(broker, req).await)
         }
-        RequestKind::ListConfigResources(_) => {
-            ResponseKind::ListConfigResources(configs::list_client_metrics(broker).await)
+        RequestKind::ListConfigResources(req) => ResponseKind::ListConfigResources(
+            configs::list_resources(broker, req, version, session, &client_id).await,
+        ),
+        RequestKind::DescribeQuorum(req) => {
+            ResponseKind::DescribeQuorum(quorum::describe(broker, req).await)
         }
         RequestKind::Metadata(req) => ResponseKind::Metadata(
             metadata::handle(broker, req, version, &client_id, session).await,

@@ -696,6 +696,39 @@ impl Sequencer for RaftMetastore {
         Ok(self.peers.announce(announce, self.now_ms()))
     }
 
+    async fn quorum(&self) -> Result<crate::quorum::Quorum, MetaError> {
+        // Only the leader knows the others' progress: a follower answers
+        // that it does not lead, and the client asks the leader.
+        self.read(|_| ()).await?;
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.current_leader != Some(self.id) {
+            return Err(MetaError::unavailable(
+                "this node stopped leading while it described the quorum",
+            ));
+        }
+        let membership = metrics.membership_config.membership();
+        let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, node)| (*id, (node.address.clone(), voter_ids.contains(id))))
+            .collect();
+        let matched = metrics
+            .replication
+            .iter()
+            .flatten()
+            .map(|(id, log_id)| (*id, log_id.map(|l| l.index)))
+            .collect();
+        Ok(crate::quorum::quorum_of(
+            self.id,
+            metrics.current_term,
+            metrics.last_applied.map(|l| l.index),
+            metrics.last_log_index,
+            &members,
+            &matched,
+            self.now_ms(),
+        ))
+    }
+
     async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {
         let wait_for = Duration::from_millis(wait.wait_ms.min(MAX_GROUP_WAIT_MS) as u64);
         let deadline = tokio::time::Instant::now() + wait_for;

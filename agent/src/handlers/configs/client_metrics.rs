@@ -1,20 +1,14 @@
 //! A client metrics subscription's configs (KIP-714's CLIENT_METRICS
 //! resource): as Kafka describes them, only the keys the subscription sets
-//! (each its own only synonym, where Kafka lists none); and the names of
-//! every subscription
-//! (ListClientMetricsResources, v0 of ListConfigResources).
+//! (each its own only synonym, where Kafka lists none).
 
 use std::collections::BTreeMap;
 
 use floe_metastore::dynamic_config::{
     CLIENT_METRICS_INTERVAL_MS, CLIENT_METRICS_MATCH, CLIENT_METRICS_METRICS,
 };
-use floe_protocol::kafka_protocol::messages::ListConfigResourcesResponse;
-use floe_protocol::kafka_protocol::messages::list_config_resources_response::ConfigResource;
 
 use super::entry::{Entry, Synonym, Type, source};
-use super::str_bytes;
-use crate::broker::{Broker, kafka_error};
 
 /// The subscription's configs as set.
 pub fn entries(set: &BTreeMap<String, String>) -> Vec<Entry> {
@@ -38,22 +32,4 @@ pub fn entries(set: &BTreeMap<String, String>) -> Vec<Entry> {
             Entry::alterable(name, kind, doc, vec![set])
         })
         .collect()
-}
-
-/// ListClientMetricsResources: every subscription's name.
-pub async fn list(broker: &Broker) -> ListConfigResourcesResponse {
-    match broker.meta.client_metrics_if_changed(None).await {
-        Ok((_, subscriptions)) => ListConfigResourcesResponse::default().with_config_resources(
-            subscriptions
-                .unwrap_or_default()
-                .keys()
-                .map(|name| {
-                    ConfigResource::default()
-                        .with_resource_name(str_bytes(name))
-                        .with_resource_type(super::CLIENT_METRICS)
-                })
-                .collect(),
-        ),
-        Err(e) => ListConfigResourcesResponse::default().with_error_code(kafka_error(&e).code()),
-    }
 }

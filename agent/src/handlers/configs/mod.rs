@@ -19,9 +19,10 @@ mod broker;
 mod client_metrics;
 mod entry;
 mod group;
+mod list;
 mod topic;
 
-pub use client_metrics::list as list_client_metrics;
+pub use list::list as list_resources;
 
 use std::collections::BTreeMap;
 
