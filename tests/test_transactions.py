@@ -144,8 +144,9 @@ def test_a_stalled_transaction_is_aborted_by_its_timeout(make_agent):
     send(p, "stall", ["lost-1", "lost-2"], partitions=1)
     plain = Producer({"bootstrap.servers": agent.bootstrap})
     send(plain, "stall", ["later"], partitions=1)
-    # The timeout job aborts it about a second after it expires; the
-    # records behind it become readable, its own never do.
+    # It times out at the coordinator's next look after its 2 s (every
+    # 10 s, Kafka's default), and the timeout job aborts it within a
+    # second; the records behind it become readable, its own never do.
     deadline, rows = time.time() + 20, []
     while time.time() < deadline:
         rows = read(agent.bootstrap, ["stall"], "read_committed", idle_polls=2, partitions=1)
@@ -154,6 +155,34 @@ def test_a_stalled_transaction_is_aborted_by_its_timeout(make_agent):
     assert [v for _, _, v in rows] == ["later"]
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
+
+
+def test_a_transaction_times_out_at_the_coordinator_s_next_look(tmp_path):
+    """Kafka's coordinator looks for timed-out transactions every
+    transaction.abort.timed.out.transaction.cleanup.interval.ms: a producer
+    with a short timeout may commit until that look finds it. With looks an
+    hour apart, a commit 3 s into a 1 s timeout is taken; with looks at
+    once (0s), it is fenced."""
+    from conftest import Agent
+
+    for interval, commits in (("1h", True), ("0s", False)):
+        workdir = tmp_path / interval
+        workdir.mkdir()
+        agent = Agent(workdir, *FAST, "--transaction-abort-check-interval", interval).start()
+        topic = f"late-{interval}"
+        create(agent.bootstrap, topic, partitions=1)
+        p = txn_producer(agent.bootstrap, f"t-late-{interval}", **{"transaction.timeout.ms": 1000})
+        p.begin_transaction()
+        send(p, topic, ["late"], partitions=1)
+        time.sleep(3)
+        if commits:
+            p.commit_transaction(10)
+            assert [v for _, _, v in read(agent.bootstrap, [topic], "read_committed",
+                                          partitions=1)] == ["late"]
+        else:
+            with pytest.raises(KafkaException):
+                p.commit_transaction(10)
+        agent.stop()
 
 
 def test_consume_transform_produce_processes_each_record_once(make_agent):

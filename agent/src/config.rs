@@ -186,6 +186,12 @@ pub struct Config {
     /// `transaction.max.timeout.ms`); longer ones get INVALID_TRANSACTION_TIMEOUT.
     #[serde(with = "humantime_serde")]
     pub transaction_max_timeout: Duration,
+    /// How often the coordinator looks for transactions past their timeout
+    /// (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`):
+    /// a transaction times out at the first look after its timeout, so its
+    /// producer may still commit until then, as with Kafka.
+    #[serde(with = "humantime_serde")]
+    pub transaction_abort_check_interval: Duration,
     /// Memory for cached object blocks.
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
@@ -342,6 +348,7 @@ impl Default for Config {
             group_max_session_timeout: Duration::from_secs(1800),
             group_initial_rebalance_delay: Duration::from_secs(3),
             transaction_max_timeout: Duration::from_secs(900),
+            transaction_abort_check_interval: Duration::from_secs(10),
             cache_bytes: ByteSize::mib(512),
             cache_block_bytes: ByteSize::mib(4),
             cache_disk_dir: None,
@@ -502,6 +509,10 @@ impl Config {
             "consumer_heartbeat_interval must be shorter than consumer_session_timeout, itself at most 30m"
         );
         let max_millis = Duration::from_millis(i32::MAX as u64);
+        anyhow::ensure!(
+            self.transaction_abort_check_interval <= Duration::from_secs(3600),
+            "transaction_abort_check_interval must be at most 1h (0: at once)"
+        );
         anyhow::ensure!(
             self.group_min_session_timeout <= self.group_max_session_timeout
                 && self.group_max_session_timeout <= max_millis

@@ -346,6 +346,9 @@ struct AgentArgs {
     /// e.g. 3s: how long the first rebalance of an empty classic group waits for more members
     #[arg(long, env = "FLOE_GROUP_INITIAL_REBALANCE_DELAY", value_parser = humantime::parse_duration)]
     group_initial_rebalance_delay: Option<Duration>,
+    /// e.g. 10s: how often transactions past their timeout are looked for (0s: at once)
+    #[arg(long, env = "FLOE_TRANSACTION_ABORT_CHECK_INTERVAL", value_parser = humantime::parse_duration)]
+    transaction_abort_check_interval: Option<Duration>,
     #[arg(long, env = "FLOE_CACHE_BYTES")]
     cache_bytes: Option<ByteSize>,
     #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
@@ -445,6 +448,7 @@ impl AgentArgs {
             group_min_session_timeout,
             group_max_session_timeout,
             group_initial_rebalance_delay,
+            transaction_abort_check_interval,
             cache_bytes,
             cache_block_bytes,
             cache_disk_bytes,

@@ -33,8 +33,10 @@ pub async fn init_producer(
     timeout_ms: i32,
     expected: Option<ProducerIdentity>,
     now_ms: i64,
+    abort_check_interval_ms: i32,
 ) -> Result<ProducerIdentity, MetaError> {
-    let refused = match meta.init_txn_producer(id, timeout_ms, expected).await {
+    let asked = meta.init_txn_producer(id, timeout_ms, expected, abort_check_interval_ms);
+    let refused = match asked.await {
         Err(MetaError::Refused(Refusal::ConcurrentTransactions)) => {
             MetaError::Refused(Refusal::ConcurrentTransactions)
         }

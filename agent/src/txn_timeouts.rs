@@ -2,9 +2,10 @@
 //! `transaction.timeout.ms`, enforced as `TransactionCoordinator`'s
 //! `abortTimedOutTransactions` does, every second here).
 //!
-//! Expiry is the metastore's decision, on its clock: from the moment a
-//! transaction is past its timeout, its producer's batches, adds and commit
-//! are refused there. This job writes the abort that follows (its markers
+//! Expiry is the metastore's decision, on its clock: a transaction times
+//! out at the first look after its timeout (looks every
+//! `transaction_abort_check_interval`, see `Txn::expired`), and from then
+//! on its producer's batches, adds and commit are refused there. This job writes the abort that follows (its markers
 //! carry the epoch bumped, which fences the producer for good), so that the
 //! last stable offset moves on. One agent with the jobs role runs it at a
 //! time, under a lease; one that dies loses nothing: the next holder finds

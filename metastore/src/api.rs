@@ -294,12 +294,21 @@ metastore_api! {
     read fn describe_acls(filter: crate::acls::AclFilter) -> DescribeAcls { DescribeAcls { filter } }
     read fn acls_if_changed(known_version: Option<u64>) -> AclsIfChanged { AclsIfChanged { known_version } }
     /// InitProducerId with a transactional id.
+    /// Timeouts are looked for every `abort_check_interval_ms`.
     write fn init_txn_producer(
         transactional_id: &str,
         timeout_ms: i32,
-        expected: Option<ProducerIdentity>
-    ) -> InitTxnProducer {
-        InitTxnProducer { transactional_id: transactional_id.to_string(), timeout_ms, expected }
+        expected: Option<ProducerIdentity>,
+        abort_check_interval_ms: i32
+    ) -> InitTxnProducerChecked {
+        InitTxnProducerChecked {
+            init: InitTxnProducer {
+                transactional_id: transactional_id.to_string(),
+                timeout_ms,
+                expected,
+            },
+            abort_check_interval_ms,
+        }
     }
     write fn add_to_txn(add: AddToTxn) -> AddToTxn { add }
     write fn end_txn(end: crate::txn::TxnEnd) -> EndTxn { EndTxn { end } }

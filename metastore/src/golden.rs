@@ -82,6 +82,7 @@ fn variant(command: &Command) -> &'static str {
         Command::AlterConfigs(_) => "alter_configs",
         Command::RegisterAgentListeners(_) => "register_agent_listeners",
         Command::AllocateProducerIds(_) => "allocate_producer_ids",
+        Command::InitTxnProducerChecked(_) => "init_txn_producer_checked",
     }
 }
 
@@ -529,10 +530,13 @@ fn txn_samples() -> Vec<Command> {
         Command::AllocateProducerIds(AllocateProducerIds { count: 1_000 }),
         // Transactions v2 (format 11): "tx4" (producer 1003) produces to
         // t/0, its batch adding the partition, and commits, bumping its epoch.
-        Command::InitTxnProducer(InitTxnProducer {
-            transactional_id: "tx4".into(),
-            timeout_ms: 60_000,
-            expected: None,
+        Command::InitTxnProducerChecked(InitTxnProducerChecked {
+            init: InitTxnProducer {
+                transactional_id: "tx4".into(),
+                timeout_ms: 60_000,
+                expected: None,
+            },
+            abort_check_interval_ms: 10_000,
         }),
         Command::IngestCommit(IngestCommit {
             object_key: "ingest/08/h".into(),
@@ -687,11 +691,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 29 commands, one of them with 14 group commands: `variant` is exhaustive,
+    // 30 commands, one of them with 14 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        42,
+        43,
         "a command without a golden sample: {named:?}"
     );
 
@@ -1028,10 +1032,13 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
         // Transactions: answered once `txn_samples` are applied.
-        InitTxnProducer {
-            transactional_id: "tx3".into(),
-            timeout_ms: 60_000,
-            expected: None,
+        InitTxnProducerChecked {
+            init: InitTxnProducer {
+                transactional_id: "tx3".into(),
+                timeout_ms: 60_000,
+                expected: None,
+            },
+            abort_check_interval_ms: 10_000,
         }
         .into(),
         AddToTxn {
@@ -1194,7 +1201,7 @@ const TXN_REQUESTS: &[&str] = &[
     "PartitionLooksSince",
     "AllocateProducerIds",
     "ConfiguredGroups",
-    "InitTxnProducer",
+    "InitTxnProducerChecked",
     "AddToTxn",
     "EndTxn",
     "IngestCommit",

@@ -621,6 +621,17 @@ pub struct InitTxnProducer {
     pub expected: Option<ProducerIdentity>,
 }
 
+/// InitTxnProducer from format 11, with the coordinator's abort check
+/// interval (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms`): the
+/// id's transactions time out at the first check after their timeout, not
+/// at once (see [`crate::txn::Txn::expired`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitTxnProducerChecked {
+    pub init: InitTxnProducer,
+    pub abort_check_interval_ms: i32,
+}
+
 /// AddPartitionsToTxn and AddOffsetsToTxn: adds partitions and groups to
 /// the producer's transaction, starting it if it was not ongoing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -374,6 +374,7 @@ commands! {
     AlterConfigs(AlterConfigs),
     RegisterAgentListeners(RegisterAgentListeners),
     AllocateProducerIds(AllocateProducerIds),
+    InitTxnProducerChecked(InitTxnProducerChecked),
 }
 
 /// Commands proposed together in one entry (group commit, see
@@ -1462,15 +1463,20 @@ impl State {
         );
     }
 
-    /// InitProducerId with a transactional id (see [`Txns::init`]).
-    fn init_txn_producer(&mut self, c: InitTxnProducer) -> Result<ProducerIdentity, Refusal> {
+    /// InitProducerId with a transactional id (see [`Txns::init_checked`]).
+    fn init_txn_producer(
+        &mut self,
+        c: InitTxnProducer,
+        abort_check_interval_ms: i32,
+    ) -> Result<ProducerIdentity, Refusal> {
         let now_ms = self.clock_ms;
-        let answer = self.txns.init(
+        let answer = self.txns.init_checked(
             &c.transactional_id,
             c.timeout_ms,
             c.expected,
             now_ms,
             &mut NextProducerId(&mut self.next_producer_id),
+            abort_check_interval_ms,
         );
         // Whatever it answered (a fence also bumps), the id's producer is
         // issued at its current epoch.
@@ -2908,12 +2914,23 @@ impl Query for ClientQuotasIfChanged {
     }
 }
 
+/// As logged before format 11: its transactions time out at once.
 impl Apply for InitTxnProducer {
     type Output = ProducerIdentity;
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        state.init_txn_producer(self)
+        state.init_txn_producer(self, 0)
     }
     /// A blind repeat bumps the epoch twice (the producer retries itself).
+    fn retry_is_safe(&self) -> bool {
+        false
+    }
+}
+
+impl Apply for InitTxnProducerChecked {
+    type Output = ProducerIdentity;
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state.init_txn_producer(self.init, self.abort_check_interval_ms)
+    }
     fn retry_is_safe(&self) -> bool {
         false
     }

@@ -96,20 +96,49 @@ pub struct Txn {
     /// since (Kafka keeps the most recent commit), dropped when it aborts.
     #[serde(default)]
     pub pending_offsets: PendingOffsets,
+    /// How often the coordinator looks for timed-out transactions, as its
+    /// producer's last InitProducerId said (format 11); 0 for an id last
+    /// initialised before, whose transactions time out at once.
+    #[serde(default)]
+    pub abort_check_interval_ms: i64,
 }
 
 impl Txn {
-    /// Whether the ongoing transaction ran past its timeout at `now_ms`
-    /// (from its start, as `TransactionStateManager.timedOutTransactions`).
+    /// Whether the ongoing transaction has timed out at `now_ms`. Kafka's
+    /// coordinator looks every `abort_check_interval_ms` for transactions
+    /// past their timeout (`abortTimedOutTransactions`, from their start as
+    /// `TransactionStateManager.timedOutTransactions`), so a producer may
+    /// still commit for up to an interval after its timeout. Here the looks
+    /// are at the multiples of the interval on the metastore's clock: the
+    /// transaction times out at the first one after its deadline, the same
+    /// instant on every replica.
     pub fn expired(&self, now_ms: i64) -> bool {
-        self.phase == TxnPhase::Ongoing
-            && self.start_ms.saturating_add(self.timeout_ms as i64) < now_ms
+        if self.phase != TxnPhase::Ongoing {
+            return false;
+        }
+        let deadline = self.start_ms.saturating_add(self.timeout_ms as i64);
+        match self.abort_check_interval_ms {
+            0 => deadline < now_ms,
+            every => now_ms >= first_look_after(deadline, every),
+        }
     }
 
     fn touch(&mut self, now_ms: i64) {
         self.version += 1;
         self.last_update_ms = now_ms;
     }
+}
+
+/// How often Kafka's coordinator looks for timed-out transactions by
+/// default (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+pub const DEFAULT_ABORT_CHECK_INTERVAL_MS: i32 = 10_000;
+
+/// The first multiple of `every` (positive) strictly after `deadline`.
+fn first_look_after(deadline: i64, every: i64) -> i64 {
+    deadline
+        .div_euclid(every)
+        .saturating_add(1)
+        .saturating_mul(every)
 }
 
 /// A range of offsets an aborted transaction wrote in a partition (Kafka's
@@ -267,6 +296,37 @@ impl Txns {
         now_ms: i64,
         ids: &mut impl IssueProducerId,
     ) -> Result<ProducerIdentity, Refusal> {
+        self.init_checked(id, timeout_ms, expected, now_ms, ids, 0)
+    }
+
+    /// [`Txns::init`], recording how often timeouts are looked for
+    /// (`abort_check_interval_ms`, 0: at once) when it succeeds.
+    pub fn init_checked(
+        &mut self,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<ProducerIdentity>,
+        now_ms: i64,
+        ids: &mut impl IssueProducerId,
+        abort_check_interval_ms: i32,
+    ) -> Result<ProducerIdentity, Refusal> {
+        let answer = self.init_inner(id, timeout_ms, expected, now_ms, ids);
+        if answer.is_ok()
+            && let Some(txn) = self.by_id.get_mut(id)
+        {
+            txn.abort_check_interval_ms = abort_check_interval_ms.max(0) as i64;
+        }
+        answer
+    }
+
+    fn init_inner(
+        &mut self,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<ProducerIdentity>,
+        now_ms: i64,
+        ids: &mut impl IssueProducerId,
+    ) -> Result<ProducerIdentity, Refusal> {
         if id.is_empty() || id.len() > MAX_TRANSACTIONAL_ID_BYTES {
             return Err(Refusal::InvalidTxnState(
                 "a transactional id is 1 to 32767 bytes".into(),
@@ -301,6 +361,7 @@ impl Txns {
                     version: 0,
                     fencing: false,
                     pending_offsets: BTreeMap::new(),
+                    abort_check_interval_ms: 0,
                 },
             );
             self.by_producer.insert(producer_id, id.to_string());

@@ -509,6 +509,46 @@ fn a_timed_out_transaction_is_fenced_and_aborted() {
     );
 }
 
+/// From format 11, a transaction times out when the coordinator's
+/// periodic look finds it past its timeout (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms`, 10 s):
+/// here at the first multiple of the interval after the deadline, on the
+/// metastore's clock. Until then its producer may still write and commit.
+#[test]
+fn a_transaction_times_out_at_the_coordinator_s_next_look() {
+    let (mut s, t) = state();
+    let p0 = tp(t, 0);
+    let init = InitTxnProducerChecked {
+        init: InitTxnProducer {
+            transactional_id: "tx".into(),
+            timeout_ms: 1_000,
+            expected: None,
+        },
+        abort_check_interval_ms: 10_000,
+    };
+    // Started at 22 s with a 1 s timeout: past it at 23 s, found at 30 s.
+    let p = at(&mut s, 22_000, init.clone()).unwrap();
+    add(&mut s, 22_000, "tx", p, &[p0]).unwrap();
+    let expired = |s: &State, now| ExpiredTxns { limit: 10 }.query(s, now).unwrap().len();
+    assert_eq!((expired(&s, 23_001), expired(&s, 29_999)), (0, 0));
+    assert_eq!(expired(&s, 30_000), 1);
+    // Before the look, the producer is served as Kafka serves it.
+    assert_eq!(
+        txn_data(&mut s, 29_000, "a", data(p0, Some(p), 0, 1)),
+        Ok(0)
+    );
+    let commit = end_with_markers(&mut s, 29_999, "b", "tx", true, EndReason::Client);
+    assert_eq!(commit, vec![Ok(1)]);
+    // The next transaction, found at the look: fenced, and aborted by the job.
+    add(&mut s, 40_500, "tx", p, &[p0]).unwrap();
+    assert!(matches!(
+        add(&mut s, 50_000, "tx", p, &[tp(t, 1)]),
+        Err(Refusal::ProducerFenced { .. })
+    ));
+    let abort = end_with_markers(&mut s, 50_000, "c", "tx", false, EndReason::Timeout);
+    assert_eq!(abort, vec![Ok(2)]);
+}
+
 /// InitProducerId with a transactional id, as `handleInitProducerId`.
 #[test]
 fn init_bumps_epochs_and_fences_an_ongoing_transaction() {

@@ -374,6 +374,13 @@ fn default_request(api: ApiKey) -> RequestKind {
                     ]),
             ]))
         }
+        ApiKey::DescribeQuorum => {
+            RequestKind::DescribeQuorum(DescribeQuorumRequest::default().with_topics(vec![
+                describe_quorum_request::TopicData::default()
+                    .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+                    .with_partitions(vec![Default::default()]),
+            ]))
+        }
         other => panic!("no seed for {other:?}"),
     }
 }

@@ -93,6 +93,7 @@ pub async fn init_producer_id(
         req.transaction_timeout_ms,
         expected,
         now_ms(),
+        broker.config.transaction_abort_check_interval.as_millis() as i32,
     )
     .await
     {

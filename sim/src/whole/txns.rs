@@ -180,8 +180,15 @@ async fn init(
             continue;
         };
         let now_ms = shared.with(|w| w.now_ms());
-        let asked =
-            txn_coordinator::init_producer(meta, &batcher, id, timeout_ms, expected, now_ms);
+        let asked = txn_coordinator::init_producer(
+            meta,
+            &batcher,
+            id,
+            timeout_ms,
+            expected,
+            now_ms,
+            floe_metastore::txn::DEFAULT_ABORT_CHECK_INTERVAL_MS,
+        );
         match asked.await {
             Ok(p) => {
                 shared.with(|w| w.log(format!("{id}: producer {p:?} (had {expected:?})")));

@@ -185,6 +185,12 @@ const STATIC_KEYS: &[StaticKey] = &[
         value: |c| millis(c.transaction_max_timeout),
     },
     StaticKey {
+        name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        kind: Type::Int,
+        doc: "How often transactions past their timeout are looked for, on the metastore's clock (`transaction_abort_check_interval`): one times out at the first look after its timeout.",
+        value: |c| millis(c.transaction_abort_check_interval),
+    },
+    StaticKey {
         name: "producer.id.expiration.ms",
         kind: Type::Int,
         doc: "How long an idle producer id's sequence state is kept.",
