@@ -298,6 +298,42 @@ pub fn authorize<'a>(
     allowed || (!any_for_resource && allow_if_no_acl)
 }
 
+/// The bindings of one resource type by the names they cover, so that
+/// checking many names (a regular expression's matches) costs each name the
+/// bindings that may cover it: its literal ones, the wildcard's, and the
+/// prefixed ones (few, in practice).
+pub struct CoveringIndex<'a> {
+    literal: std::collections::HashMap<&'a str, Vec<&'a AclBinding>>,
+    others: Vec<&'a AclBinding>,
+}
+
+impl<'a> CoveringIndex<'a> {
+    pub fn new(bindings: impl IntoIterator<Item = &'a AclBinding>, resource_type: i8) -> Self {
+        let mut index = CoveringIndex {
+            literal: std::collections::HashMap::new(),
+            others: Vec::new(),
+        };
+        for b in bindings
+            .into_iter()
+            .filter(|b| b.resource_type == resource_type)
+        {
+            if b.pattern_type == pattern::LITERAL && b.resource_name != WILDCARD {
+                index.literal.entry(&b.resource_name).or_default().push(b);
+            } else {
+                index.others.push(b);
+            }
+        }
+        index
+    }
+
+    /// Every binding that may cover `name` (a superset; [`authorize`]
+    /// checks each).
+    pub fn covering<'n>(&'n self, name: &str) -> impl Iterator<Item = &'a AclBinding> + 'n {
+        let literal = self.literal.get(name).into_iter().flatten();
+        literal.chain(self.others.iter()).copied()
+    }
+}
+
 /// Whether allowing `granted` also allows `asked` (Kafka's implied operations).
 fn implies(granted: i8, asked: i8) -> bool {
     use operation::*;
@@ -385,6 +421,92 @@ mod tests {
         principal: "User:alice",
         host: "10.0.0.1",
     };
+
+    /// The index answers every name as the whole list does.
+    #[test]
+    fn the_covering_index_decides_as_every_binding_would() {
+        use resource::{GROUP, TOPIC};
+        let bindings = vec![
+            acl(
+                TOPIC,
+                "orders",
+                pattern::LITERAL,
+                "User:bob",
+                READ,
+                permission::ALLOW,
+            ),
+            acl(
+                TOPIC,
+                "orders-secret",
+                pattern::LITERAL,
+                "User:bob",
+                ALL,
+                permission::DENY,
+            ),
+            acl(
+                TOPIC,
+                "pay",
+                pattern::PREFIXED,
+                "User:bob",
+                DESCRIBE,
+                permission::ALLOW,
+            ),
+            acl(
+                TOPIC,
+                "pay-x",
+                pattern::PREFIXED,
+                "User:*",
+                ALL,
+                permission::DENY,
+            ),
+            acl(
+                TOPIC,
+                "*",
+                pattern::LITERAL,
+                "User:eve",
+                DESCRIBE,
+                permission::ALLOW,
+            ),
+            acl(
+                GROUP,
+                "orders",
+                pattern::LITERAL,
+                "User:bob",
+                ALL,
+                permission::DENY,
+            ),
+        ];
+        let index = CoveringIndex::new(&bindings, TOPIC);
+        let names = [
+            "orders",
+            "orders-secret",
+            "pay",
+            "pay-x1",
+            "payments",
+            "other",
+            "",
+        ];
+        for principal in ["User:bob", "User:eve", "User:carol"] {
+            let who = Requester {
+                principal,
+                host: "10.0.0.1",
+            };
+            for name in names {
+                for allow_if_no_acl in [false, true] {
+                    let all = authorize(&bindings, &who, DESCRIBE, TOPIC, name, allow_if_no_acl);
+                    let indexed = authorize(
+                        index.covering(name),
+                        &who,
+                        DESCRIBE,
+                        TOPIC,
+                        name,
+                        allow_if_no_acl,
+                    );
+                    assert_eq!(all, indexed, "{principal} {name} {allow_if_no_acl}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn deny_wins_prefixes_match_and_describe_is_implied() {

@@ -90,7 +90,10 @@ const CALL: u8 = 33;
 /// client's call fails, as the metastore is unavailable to it); upgrade the
 /// metastore nodes before the agents.
 /// 7: an ingest commit answers each batch's partition's log start too.
-pub const WIRE_VERSION: u8 = 7;
+/// 8: a consumer heartbeat names whose DESCRIBE filters regexes, a classic
+///    join carries the agent's group settings, a transactional
+///    InitProducerId the abort check interval (requests changed in place).
+pub const WIRE_VERSION: u8 = 8;
 
 /// What a client sends: an operation on the metastore's state, or a request
 /// about the serving node itself.

@@ -2448,20 +2448,24 @@ impl TopicLookup for TopicsByName<'_> {
     fn names(&self) -> Vec<String> {
         self.0.keys().cloned().collect()
     }
-    fn may_describe(&self, who: &Describer, name: &str) -> bool {
-        use crate::acls::{Requester, authorize, operation, resource};
-        let requester = Requester {
-            principal: &who.principal,
-            host: &who.host,
-        };
-        authorize(
-            self.1.bindings(),
-            &requester,
-            operation::DESCRIBE,
-            resource::TOPIC,
-            name,
-            who.allow_if_no_acl,
-        )
+    fn may_describe<'a>(&'a self, who: &'a Describer) -> Box<dyn Fn(&str) -> bool + 'a> {
+        use crate::acls::{CoveringIndex, Requester, authorize, operation, resource};
+        // Indexed once, so each name costs only the bindings covering it.
+        let index = CoveringIndex::new(self.1.bindings(), resource::TOPIC);
+        Box::new(move |name| {
+            let requester = Requester {
+                principal: &who.principal,
+                host: &who.host,
+            };
+            authorize(
+                index.covering(name),
+                &requester,
+                operation::DESCRIBE,
+                resource::TOPIC,
+                name,
+                who.allow_if_no_acl,
+            )
+        })
     }
 }
 

@@ -26,8 +26,8 @@ const LISTENER: &str = "METASTORE";
 
 pub async fn describe(broker: &Broker, req: DescribeQuorumRequest) -> DescribeQuorumResponse {
     // Kafka's raft client answers only a request naming exactly its one
-    // partition; any other is UNKNOWN_TOPIC_OR_PARTITION, for the first
-    // partition named.
+    // partition; otherwise every partition named is
+    // UNKNOWN_TOPIC_OR_PARTITION.
     let named: Vec<(&TopicName, i32)> = req
         .topics
         .iter()
@@ -44,17 +44,16 @@ pub async fn describe(broker: &Broker, req: DescribeQuorumRequest) -> DescribeQu
                 .with_error_message(Some(str_bytes("no partition to describe")));
         }
         [(topic, 0)] if topic.as_str() == METADATA_TOPIC => ((*topic).clone(), 0),
-        [(topic, partition), ..] => {
-            let unknown = PartitionData::default()
-                .with_partition_index(*partition)
-                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                .with_error_message(Some(str_bytes(&format!(
-                    "the quorum has one partition, {METADATA_TOPIC}-0"
-                ))));
-            return answer((*topic).clone(), unknown, Vec::new());
-        }
+        _ => return unknown_partitions(&req),
     };
     match broker.meta.describe_quorum().await {
+        Ok(quorum) if quorum.addresses.keys().any(|&id| id > i32::MAX as u64) => {
+            DescribeQuorumResponse::default()
+                .with_error_code(ResponseError::UnknownServerError.code())
+                .with_error_message(Some(str_bytes(
+                    "a metastore node id is beyond what Kafka's node ids hold (2^31 - 1)",
+                )))
+        }
         Ok(quorum) => {
             let nodes = nodes(&quorum);
             answer(topic, partition_of(&quorum, partition), nodes)
@@ -63,6 +62,31 @@ pub async fn describe(broker: &Broker, req: DescribeQuorumRequest) -> DescribeQu
             .with_error_code(kafka_error(&e).code())
             .with_error_message(Some(str_bytes(&e.to_string()))),
     }
+}
+
+/// Every partition named, unknown (as many as the request holds).
+fn unknown_partitions(req: &DescribeQuorumRequest) -> DescribeQuorumResponse {
+    let why = format!("the quorum has one partition, {METADATA_TOPIC}-0");
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    PartitionData::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        .with_error_message(Some(str_bytes(&why)))
+                })
+                .collect();
+            TopicData::default()
+                .with_topic_name(t.topic_name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    DescribeQuorumResponse::default().with_topics(topics)
 }
 
 fn answer(topic: TopicName, partition: PartitionData, nodes: Vec<Node>) -> DescribeQuorumResponse {
@@ -126,6 +150,7 @@ fn nodes(quorum: &Quorum) -> Vec<Node> {
         .collect()
 }
 
+/// A node id as Kafka's (those beyond it are refused above).
 fn node_id(id: u64) -> i32 {
     id.min(i32::MAX as u64) as i32
 }

@@ -146,9 +146,12 @@ pub async fn run(
             if let Some(count) = partitions {
                 let request = CreatePartitionsRequest::default()
                     .with_topics(vec![
+                        // No manual assignment: null, as Kafka's admin client
+                        // sends it (an empty list asks for none to be added).
                         CreatePartitionsTopic::default()
                             .with_name(TopicName(str_bytes(&name)))
-                            .with_count(count),
+                            .with_count(count)
+                            .with_assignments(None),
                     ])
                     .with_timeout_ms(30_000);
                 let response: CreatePartitionsResponse =

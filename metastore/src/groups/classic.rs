@@ -317,7 +317,7 @@ impl Group {
             }
             if join.instance_id.is_none() && self.pending.remove(&join.member_id).is_some() {
                 let id = join.member_id.clone();
-                self.add_member(id.clone(), join);
+                self.add_new_member(id.clone(), join);
                 self.after_join(&id, now_ms, delay_ms);
                 return Ok(Joined::Member(id));
             }
@@ -352,9 +352,19 @@ impl Group {
                 .insert(member_id.clone(), now_ms + join.session_timeout_ms as i64);
             return Ok(Joined::MemberIdRequired(member_id));
         }
-        self.add_member(member_id.clone(), join);
+        self.add_new_member(member_id.clone(), join);
         self.after_join(&member_id, now_ms, delay_ms);
         Ok(Joined::Member(member_id))
+    }
+
+    /// Kafka's `addMemberAndRebalance`: a member new to the group, which
+    /// extends a first rebalance's wait (a static member taking its
+    /// instance's place does not).
+    fn add_new_member(&mut self, member_id: String, join: JoinGroup) {
+        if let Some(initial) = &mut self.initial_join {
+            initial.new_member_added = true;
+        }
+        self.add_member(member_id, join);
     }
 
     fn add_member(&mut self, member_id: String, join: JoinGroup) {
@@ -362,9 +372,6 @@ impl Group {
             self.instances.insert(instance.clone(), member_id.clone());
         }
         self.protocol_type = Some(join.protocol_type);
-        if let Some(initial) = &mut self.initial_join {
-            initial.new_member_added = true;
-        }
         self.members.insert(
             member_id,
             Member {

@@ -198,9 +198,10 @@ pub trait TopicLookup {
     fn find(&self, name: &str) -> Option<(TopicId, i32)>;
     /// Every topic's name.
     fn names(&self) -> Vec<String>;
-    /// Whether `who` may DESCRIBE topic `name` (the state's ACLs).
-    fn may_describe(&self, _who: &Describer, _name: &str) -> bool {
-        true
+    /// Which topics `who` may DESCRIBE (the state's ACLs), as a check to
+    /// run on each name: built once for many names.
+    fn may_describe<'a>(&'a self, _who: &'a Describer) -> Box<dyn Fn(&str) -> bool + 'a> {
+        Box::new(|_| true)
     }
 }
 
@@ -354,7 +355,10 @@ impl ConsumerGroup {
         } else {
             topics.names()
         };
-        let describer = self.regex_describer.as_ref();
+        let describable = self
+            .regex_describer
+            .as_ref()
+            .map(|d| topics.may_describe(d));
         self.regexes = wanted
             .into_iter()
             .map(|r| {
@@ -362,7 +366,7 @@ impl ConsumerGroup {
                     Ok(re) => names
                         .iter()
                         .filter(|n| re.is_match(n))
-                        .filter(|n| describer.is_none_or(|d| topics.may_describe(d, n)))
+                        .filter(|n| describable.as_ref().is_none_or(|may| may(n)))
                         .cloned()
                         .collect(),
                     Err(_) => BTreeSet::new(),
@@ -587,16 +591,15 @@ impl ConsumerGroup {
         if let Some(regex) = &hb.subscribed_regex {
             let regex = (!regex.is_empty()).then(|| regex.clone());
             if regex != m.subscribed_regex {
-                m.subscribed_regex = regex.clone();
+                m.subscribed_regex = regex;
                 bump = true;
-                // Matches are filtered for whoever brought the expression
-                // in (Kafka resolves them with that heartbeat's context):
-                // resolved again now.
-                if regex.is_some() && hb.describer != self.regex_describer {
-                    self.regex_describer = hb.describer.clone();
-                    self.regexes.clear();
-                }
             }
+        }
+        // Kafka resolves the group's regular expressions with the context of
+        // the heartbeat that finds them due (a new one, or the refresh):
+        // this member's principal filters their matches.
+        if self.regexes_due(now_ms) {
+            self.regex_describer = hb.describer.clone();
         }
         self.rebalance_if(bump, topics, now_ms);
         let before = self.members[&id].assigned.clone();
@@ -1412,8 +1415,8 @@ mod tests {
         fn names(&self) -> Vec<String> {
             self.0.names()
         }
-        fn may_describe(&self, who: &Describer, name: &str) -> bool {
-            !(who.principal == "User:bob" && name == "u")
+        fn may_describe<'a>(&'a self, who: &'a Describer) -> Box<dyn Fn(&str) -> bool + 'a> {
+            Box::new(move |name| !(who.principal == "User:bob" && name == "u"))
         }
     }
 

@@ -316,12 +316,17 @@ async fn alter(
 /// hold apart from the others: what Kafka reads at start-up is refused as
 /// Kafka refuses it, what the cluster may set applies to every agent (each
 /// serves every partition and group) and is set on the default entity, and
-/// any other name is unknown, as it is there. A change naming nothing is
-/// accepted, as in Kafka.
+/// any other name is unknown, as it is there. Deleting a key is done
+/// already (an agent holds none of its own), and a change naming nothing
+/// else is accepted, as in Kafka.
 fn per_broker_change(ops: &[ConfigOp]) -> Result<(), Refused> {
+    let ops: Vec<&ConfigOp> = ops
+        .iter()
+        .filter(|op| !matches!(op, ConfigOp::Delete(_)))
+        .collect();
     let fixed: Vec<&str> = ops
         .iter()
-        .map(ConfigOp::key)
+        .map(|op| op.key())
         .filter(|k| broker::is_static(k))
         .collect();
     if !fixed.is_empty() {
@@ -333,7 +338,7 @@ fn per_broker_change(ops: &[ConfigOp]) -> Result<(), Refused> {
             ),
         ));
     }
-    match ops.first().map(ConfigOp::key) {
+    match ops.first().map(|op| op.key()) {
         None => Ok(()),
         Some(key) if broker::is_cluster_wide(key) => Err((
             ResponseError::InvalidConfig,
@@ -450,6 +455,8 @@ mod tests {
     fn a_change_to_one_agent_s_configs_is_answered_as_kafka_would() {
         let set = |key: &str| ConfigOp::Set(key.into(), "1".into());
         assert_eq!(per_broker_change(&[]), Ok(()));
+        let delete = ConfigOp::Delete("log.retention.ms".into());
+        assert_eq!(per_broker_change(&[delete]), Ok(()));
         assert_eq!(
             per_broker_change(&[set("log.retention.ms"), set("max.connections")]),
             Err((
