@@ -35,7 +35,9 @@ def test_waiting_consumers_share_one_metastore_poll(peer_agents):
                 received.append((time.time(), m.value().decode()))
         c.close()
 
-    threads = [threading.Thread(target=consume) for _ in range(CONSUMERS)]
+    # Daemons: a failed assertion below must not leave the run waiting on
+    # them at exit.
+    threads = [threading.Thread(target=consume, daemon=True) for _ in range(CONSUMERS)]
     for t in threads:
         t.start()
     time.sleep(2.0)  # every consumer is waiting at the end
