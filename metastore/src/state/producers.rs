@@ -1,0 +1,178 @@
+//! Producer ids and idempotent producers' sequences: ids issued one at a
+//! time or in blocks (KIP-730), and each producer's recent batches per
+//! partition, which recognise retries and refuse gaps.
+
+use super::*;
+
+/// Batches Kafka remembers per producer and partition to recognise retries.
+pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
+
+/// One producer's recent batches in one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ProducerPartition {
+    pub(super) epoch: i16,
+    /// (first sequence, last sequence, base offset), oldest first.
+    pub(super) batches: std::collections::VecDeque<(i32, i32, i64)>,
+    /// The metastore's time of its latest append here: the state expires
+    /// after [`PRODUCER_ID_EXPIRATION_MS`] without one.
+    pub(super) last_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct IssuedProducer {
+    pub(super) epoch: i16,
+    pub(super) last_ms: i64,
+}
+
+/// Kafka's `producer.id.expiration.ms` default: a producer id (and its
+/// sequence state in each partition) unused this long is forgotten. The
+/// producer then gets UNKNOWN_PRODUCER_ID and starts over, as on Kafka.
+pub const PRODUCER_ID_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
+/// How often (on the metastore's clock) expired state is swept.
+pub const EXPIRY_SWEEP_EVERY_MS: i64 = 60_000;
+
+/// What the sequence check decided for one idempotent batch.
+pub(super) enum SequenceCheck {
+    Append,
+    /// A retry of a batch already sequenced at this base offset.
+    Duplicate(i64),
+}
+
+impl ProducerPartition {
+    pub(super) fn check(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        first: i32,
+        last: i32,
+    ) -> Result<SequenceCheck, Refusal> {
+        if epoch < self.epoch {
+            return Err(Refusal::InvalidProducerEpoch {
+                producer_id,
+                got: epoch,
+                current: self.epoch,
+            });
+        }
+        if self.epoch < 0 {
+            // No state here (new, or expired): any sequence starts it, as in
+            // Kafka since KIP-360.
+            return Ok(SequenceCheck::Append);
+        }
+        if epoch > self.epoch {
+            // A new epoch starts its sequences again at 0.
+            return if first == 0 {
+                Ok(SequenceCheck::Append)
+            } else {
+                Err(Refusal::OutOfOrderSequence {
+                    producer_id,
+                    last: -1,
+                    got: first,
+                })
+            };
+        }
+        if let Some(&(_, _, base)) = self
+            .batches
+            .iter()
+            .find(|(f, l, _)| *f == first && *l == last)
+        {
+            return Ok(SequenceCheck::Duplicate(base));
+        }
+        let last_seq = self.batches.back().map_or(-1, |&(_, l, _)| l);
+        let follows = first == last_seq.wrapping_add(1) || (first == 0 && last_seq == i32::MAX);
+        if follows {
+            Ok(SequenceCheck::Append)
+        } else {
+            Err(Refusal::OutOfOrderSequence {
+                producer_id,
+                last: last_seq,
+                got: first,
+            })
+        }
+    }
+
+    pub(super) fn record(
+        &mut self,
+        epoch: i16,
+        first: i32,
+        last: i32,
+        base_offset: i64,
+        now_ms: i64,
+    ) {
+        self.last_ms = now_ms;
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.batches.clear();
+        }
+        if self.batches.len() == PRODUCER_BATCHES_REMEMBERED {
+            self.batches.pop_front();
+        }
+        self.batches.push_back((first, last, base_offset));
+    }
+}
+
+/// Issues producer ids from the state's counter (for [`Txns::init`]).
+pub(super) struct NextProducerId<'a>(pub(super) &'a mut i64);
+
+impl IssueProducerId for NextProducerId<'_> {
+    fn issue(&mut self) -> i64 {
+        let id = *self.0;
+        *self.0 += 1;
+        id
+    }
+}
+
+impl State {
+    pub(super) fn init_producer(&mut self, existing: Option<ProducerIdentity>) -> ProducerIdentity {
+        let last_ms = self.clock_ms;
+        // A transactional id's producer is bumped through its id only.
+        if let Some(known) = existing.filter(|k| !self.txns.is_transactional(k.producer_id)) {
+            let current = self.producers.get(&known.producer_id).map(|p| p.epoch);
+            if current == Some(known.epoch) && known.epoch < i16::MAX {
+                let epoch = known.epoch + 1;
+                self.producers
+                    .insert(known.producer_id, IssuedProducer { epoch, last_ms });
+                return ProducerIdentity {
+                    producer_id: known.producer_id,
+                    epoch,
+                };
+            }
+        }
+        let producer_id = self.next_producer_id;
+        self.next_producer_id += 1;
+        self.producers
+            .insert(producer_id, IssuedProducer { epoch: 0, last_ms });
+        ProducerIdentity {
+            producer_id,
+            epoch: 0,
+        }
+    }
+}
+
+impl Apply for InitProducer {
+    type Output = ProducerIdentity;
+    fn apply(self, state: &mut State) -> Result<ProducerIdentity, Refusal> {
+        Ok(state.init_producer(self.existing))
+    }
+    /// A second one costs only a producer id or an epoch: the producer uses
+    /// whichever answer reaches it.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
+
+impl Apply for AllocateProducerIds {
+    /// The first id of the block (of `count` ids, 1 to
+    /// [`MAX_PRODUCER_ID_BLOCK`]).
+    type Output = i64;
+    fn apply(self, state: &mut State) -> Result<i64, Refusal> {
+        let count = self.count.clamp(1, MAX_PRODUCER_ID_BLOCK);
+        let first = state.next_producer_id;
+        state.next_producer_id = first.saturating_add(count as i64);
+        state.producer_id_blocks = true;
+        Ok(first)
+    }
+    /// A second block only wastes ids.
+    fn retry_is_safe(&self) -> bool {
+        true
+    }
+}
