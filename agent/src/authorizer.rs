@@ -229,13 +229,23 @@ impl Authorizer {
     }
 
     /// Keeps the copy current while the authorizer is in use.
-    pub fn spawn_refresher(self: &Arc<Self>, meta: Arc<dyn Metastore>) {
+    pub fn spawn_refresher(
+        self: &Arc<Self>,
+        meta: Arc<dyn Metastore>,
+        tasks: &crate::tasks::Tasks,
+    ) {
         if !self.enabled {
             return;
         }
-        crate::refresher::spawn(self, REFRESH_EVERY, "ACLs", move |authz: Arc<Self>| {
-            let meta = meta.clone();
-            async move { authz.refresh(&*meta).await }
-        });
+        crate::refresher::spawn(
+            tasks,
+            self,
+            REFRESH_EVERY,
+            "ACLs",
+            move |authz: Arc<Self>| {
+                let meta = meta.clone();
+                async move { authz.refresh(&*meta).await }
+            },
+        );
     }
 }

@@ -135,10 +135,6 @@ impl Broker {
                     ),
                     None => None,
                 };
-                // Users come and go: the file is read again on change.
-                if let Some(users) = &plain {
-                    tokio::spawn(users.clone().watch());
-                }
                 let oauth = match mechanisms
                     .iter()
                     .any(|m| m == crate::oauthbearer::OAUTHBEARER)
@@ -164,8 +160,6 @@ impl Broker {
                             "the OAUTHBEARER key set could not be fetched: signed tokens are refused until it is"
                         );
                     }
-                    // Keys rotate: the set is read again on change.
-                    tokio::spawn(validator.clone().watch());
                 }
                 Some(Arc::new(crate::sasl::Authenticator::new(
                     &mechanisms,
@@ -192,7 +186,6 @@ impl Broker {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
         }
-        authorizer.spawn_refresher(meta.clone());
         let telemetry = Arc::new(crate::telemetry::Telemetry::default());
         // Read once before serving, so a client's first ApiVersions
         // already tells it to push when asked (not waited for: telemetry
@@ -202,7 +195,6 @@ impl Broker {
             Ok(Err(e)) => tracing::debug!(error = %e, "client metrics subscriptions not read yet"),
             Err(_) => tracing::debug!("client metrics subscriptions not read yet"),
         }
-        telemetry.spawn_refresher(meta.clone());
         let quotas = Arc::new(crate::quotas::Quotas::default());
         // Quotas are read before serving, for a while, so a restarted agent
         // does not let clients run unthrottled at first.
@@ -211,7 +203,6 @@ impl Broker {
             Ok(Err(e)) => tracing::warn!(error = %e, "client quotas not read yet"),
             Err(_) => tracing::warn!("client quotas not read yet"),
         }
-        quotas.spawn_refresher(meta.clone());
         let ssl_principals =
             crate::ssl_principal::PrincipalMapper::parse(&config.ssl_principal_mapping_rules)?;
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);

@@ -1,6 +1,7 @@
 //! The floe agent: a stateless Kafka-compatible broker.
 
 pub mod admin;
+pub mod agent;
 pub mod authorizer;
 pub mod batcher;
 pub mod broker;
@@ -26,6 +27,7 @@ pub mod sasl;
 pub mod scram;
 pub mod server;
 pub mod ssl_principal;
+pub mod tasks;
 pub mod telemetry;
 pub mod tls;
 pub mod tools;

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use clap::{Args, Parser, Subcommand};
-use floe_agent::broker::Broker;
+use floe_agent::agent::Agent;
 use floe_agent::config::Config;
 use floe_agent::config::Role;
-use floe_agent::discovery::{self, Discovery};
+use floe_agent::discovery::Discovery;
 use floe_agent::metrics::{Metrics, OpLabel, metered};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
@@ -603,21 +603,31 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run_agent(mut config: Config) -> anyhow::Result<()> {
+fn run_agent(config: Config) -> anyhow::Result<()> {
     config.check_metastore_trust()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
         let metrics = Arc::new(Metrics::new());
-        let faults: Option<floe_storage::faults::Faults> =
-            config.inject_faults.as_deref().map(str::parse).transpose()?;
+        let faults: Option<floe_storage::faults::Faults> = config
+            .inject_faults
+            .as_deref()
+            .map(str::parse)
+            .transpose()?;
         let connector = faults.filter(|f| f.in_http()).map(|f| {
             // Each process draws its own faults.
             let seed = floe_metastore::random_id().as_u64_pair().0;
-            floe_storage::http_faults::FaultyConnector::new(f, metrics.injected_faults.clone(), seed)
+            floe_storage::http_faults::FaultyConnector::new(
+                f,
+                metrics.injected_faults.clone(),
+                seed,
+            )
         });
-        let options = floe_storage::store::OpenOptions { connector, keys: None };
+        let options = floe_storage::store::OpenOptions {
+            connector,
+            keys: None,
+        };
         let mut store = floe_storage::store::open_with(&config.object_store, options)?;
         // Wrong credentials, a missing bucket or an unreachable endpoint:
         // said in one line at start, not retried in a loop behind it.
@@ -641,8 +651,7 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
             Some(address) => {
                 let requests = metrics.metastore_requests.clone();
-                let secret =
-                    metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
+                let secret = metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
                 let client = RemoteMetastore::new(address)
                     .with_secret(secret)
                     .with_request_hook(Arc::new(move |op| {
@@ -651,172 +660,23 @@ fn run_agent(mut config: Config) -> anyhow::Result<()> {
                 (Arc::new(client), address.clone())
             }
             None => (
-                Arc::new(
-                    LocalMetastore::open(&meta_path)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("opening metastore {}: {e}", meta_path.display()))?,
-                ),
+                Arc::new(LocalMetastore::open(&meta_path).await.map_err(|e| {
+                    anyhow::anyhow!("opening metastore {}: {e}", meta_path.display())
+                })?),
                 meta_path.display().to_string(),
             ),
         };
         let object_store = config.object_store.clone();
         let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(metered(store, metrics.clone()));
-        let serves_kafka = config.roles.contains(&Role::Kafka);
-        // Only agents that serve clients are advertised to them.
-        // Every listener bound, and its TLS loaded, before the agent is
-        // advertised to clients (jobs only: no Kafka listener).
-        let listeners: Vec<_> = floe_agent::listeners::resolve(&config)?.into_iter().map(Arc::new).collect();
-        let bound = match serves_kafka {
-            true => bind_listeners(&config, &listeners).await?,
-            false => Vec::new(),
-        };
-        warn_if_anonymous_is_super(&config, &listeners);
-        if serves_kafka && config.discovery == Discovery::SelfAdvertise {
-            let listeners: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
-            config.node_id = discovery::register(meta.as_ref(), listeners.clone(), config.zone.clone())
-                .await
-                .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))?;
-            tokio::spawn(discovery::heartbeat(meta.clone(), config.node_id, listeners, config.zone.clone(), config.agent_ttl));
-        }
-        let compaction = config
-            .roles
-            .contains(&Role::Jobs)
-            .then(|| floe_agent::compaction::Background::from_config(&config, metrics.background.clone()))
-            .flatten();
-        if config.roles == [Role::Jobs] && compaction.is_none() {
-            tracing::warn!("an agent with only the jobs role and compaction_interval = 0s does nothing");
-        }
-        let admin_listen = config.admin_listen;
-        let admin = tokio::net::TcpListener::bind(admin_listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
-        let admin_port = admin.local_addr()?.port();
-        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics).await?);
-        let cache_address = (serves_kafka && broker.config.cache_ring)
-            .then(|| floe_agent::cache_ring::address(&broker.config, &broker.advertised_host, broker.listeners[0].bind.ip(), admin_port))
-            .flatten();
-        let serves_blocks = cache_address.is_some();
-        if let Some(address) = cache_address {
-            let me = floe_metastore::CachePeer {
-                node_id: broker.config.node_id,
-                zone: broker.config.zone.clone(),
-                address,
-            };
-            tracing::info!(address = %me.address, zone = ?me.zone, "serving cached blocks to the zone's agents");
-            tokio::spawn(floe_agent::cache_ring::run(broker.clone(), me));
-        }
-        if let Some(compaction) = compaction {
-            tokio::spawn(compaction.run(store, meta));
-        }
-        if broker.config.roles.contains(&Role::Jobs) {
-            tokio::spawn(floe_agent::txn_timeouts::run(broker.clone()));
-        }
-        for (listener, _, _) in &bound {
-            tracing::info!(listener = %listener.name, protocol = listener.protocol.name(), listen = %listener.bind,
-                advertised = %format!("{}:{}", listener.advertised_host, listener.advertised_port), "Kafka listener");
-        }
-        tracing::info!(%object_store, metastore = %meta_name, roles = ?broker.config.roles, "floe agent ready");
-        tracing::info!(admin = %admin_listen, "admin endpoint ready: /metrics /healthz /readyz");
-        // Connection limits hold per listener (as Kafka's
-        // listener.name.<name>.max.connections), so a crowd on a public
-        // listener does not lock clients out of an internal one.
-        let serving = futures::future::try_join_all(bound.into_iter().map(|(listener, socket, tls)| {
-            let open = Arc::new(floe_agent::server::Open::default());
-            floe_agent::server::serve(socket, listener, broker.clone(), tls, open)
-        }));
+        let mut agent = Agent::start(config, meta, store, metrics).await?;
+        let roles = &agent.broker().config.roles;
+        tracing::info!(%object_store, metastore = %meta_name, ?roles, "floe agent ready");
         tokio::select! {
-            served = async {
-                serving.await?;
-                // No listener (jobs only): serve the admin port until stopped.
-                std::future::pending::<std::io::Result<()>>().await
-            } => served?,
-            served = floe_agent::admin::serve(admin, broker.clone(), serves_blocks) => served?,
-            _ = shutdown_signal() => {
-                // New connections are refused from here on; batches already
-                // accepted are uploaded, committed and answered before exit.
-                let drain = broker.config.flush_interval * 2 + Duration::from_secs(5);
-                tracing::info!(?drain, "shutting down: finishing accepted produce requests");
-                if !broker.batcher.wait_idle(drain).await {
-                    tracing::warn!("shutdown: some produce requests were not finished; their producers will retry");
-                }
-                // Let the answers reach the sockets.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            failed = agent.failed() => return Err(failed),
+            _ = shutdown_signal() => agent.stop().await,
         }
         anyhow::Ok(())
     })
-}
-
-/// A Kafka listener, bound, with its TLS if it speaks TLS (reloaded when
-/// its files change).
-type Bound = (
-    Arc<floe_agent::listeners::Listener>,
-    tokio::net::TcpListener,
-    Option<Arc<floe_agent::tls::Tls>>,
-);
-
-/// Binds every Kafka listener, with its TLS when its protocol speaks it:
-/// with the client CA when it asks for client certificates (see
-/// `Listener::client_auth`).
-async fn bind_listeners(
-    config: &Config,
-    listeners: &[Arc<floe_agent::listeners::Listener>],
-) -> anyhow::Result<Vec<Bound>> {
-    let mut tls_of = std::collections::HashMap::new();
-    let mut bound = Vec::new();
-    for listener in listeners {
-        let tls = match (listener.protocol.tls(), config.tls_files()) {
-            (false, _) => None,
-            // Refused by `listeners::resolve`; never served in plaintext.
-            (true, None) => anyhow::bail!("listener {} speaks TLS without tls_cert", listener.name),
-            (true, Some(mut files)) => {
-                if !listener.client_auth {
-                    files.client_ca = None;
-                }
-                match tls_of.get(&listener.client_auth) {
-                    Some(tls) => Some(Arc::clone(tls)),
-                    None => {
-                        let tls = floe_agent::tls::Tls::load(files).map_err(|e| {
-                            anyhow::anyhow!("TLS for the Kafka listener {}: {e:#}", listener.name)
-                        })?;
-                        tokio::spawn(tls.clone().watch());
-                        tls_of.insert(listener.client_auth, tls.clone());
-                        Some(tls)
-                    }
-                }
-            }
-        };
-        let socket = tokio::net::TcpListener::bind(listener.bind)
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot listen on {} (listener {}): {e}",
-                    listener.bind,
-                    listener.name
-                )
-            })?;
-        bound.push((listener.clone(), socket, tls));
-    }
-    Ok(bound)
-}
-
-/// `User:ANONYMOUS` as a super user is meant for a trusted plaintext
-/// listener; on an agent where clients of another listener are anonymous
-/// too (an SSL one without client certificates, a second plaintext one),
-/// they would be super users as well.
-fn warn_if_anonymous_is_super(config: &Config, listeners: &[Arc<floe_agent::listeners::Listener>]) {
-    let anonymous: Vec<_> = listeners.iter().filter(|l| l.anonymous()).collect();
-    let risky = anonymous.len() > 1 || anonymous.iter().any(|l| l.protocol.tls());
-    if config.acls
-        && risky
-        && config
-            .super_users
-            .iter()
-            .any(|u| u == floe_agent::authorizer::ANONYMOUS)
-    {
-        let names: Vec<_> = anonymous.iter().map(|l| l.name.as_str()).collect();
-        tracing::warn!(listeners = ?names, "User:ANONYMOUS is a super user, and the clients of each of these listeners are anonymous: all of them may do anything");
-    }
 }
 
 async fn shutdown_signal() {

@@ -504,11 +504,21 @@ impl Quotas {
     }
 
     /// Keeps the copy current while the agent runs.
-    pub fn spawn_refresher(self: &Arc<Self>, meta: Arc<dyn Metastore>) {
-        crate::refresher::spawn(self, REFRESH_EVERY, "client quotas", move |q: Arc<Self>| {
-            let meta = meta.clone();
-            async move { q.refresh(&*meta).await }
-        });
+    pub fn spawn_refresher(
+        self: &Arc<Self>,
+        meta: Arc<dyn Metastore>,
+        tasks: &crate::tasks::Tasks,
+    ) {
+        crate::refresher::spawn(
+            tasks,
+            self,
+            REFRESH_EVERY,
+            "client quotas",
+            move |q: Arc<Self>| {
+                let meta = meta.clone();
+                async move { q.refresh(&*meta).await }
+            },
+        );
     }
 
     /// Counts `value` against the client's quota of `kind`, and answers how

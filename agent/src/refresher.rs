@@ -8,17 +8,24 @@ use std::time::Duration;
 
 use floe_metastore::MetaError;
 
-/// Runs `refresh` on `holder` every `every` until the holder is dropped.
-/// A failure is logged once until a refresh succeeds again; the copy held
-/// is kept meanwhile.
-pub fn spawn<T, F, Fut>(holder: &Arc<T>, every: Duration, what: &'static str, refresh: F)
-where
+use crate::tasks::Tasks;
+
+/// Runs `refresh` on `holder` every `every`, on `tasks`, until the holder
+/// is dropped or the tasks are cancelled. A failure is logged once until a
+/// refresh succeeds again; the copy held is kept meanwhile.
+pub fn spawn<T, F, Fut>(
+    tasks: &Tasks,
+    holder: &Arc<T>,
+    every: Duration,
+    what: &'static str,
+    refresh: F,
+) where
     T: Send + Sync + 'static,
     F: Fn(Arc<T>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), MetaError>> + Send + 'static,
 {
     let holder = Arc::downgrade(holder);
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut failing = false;
         while let Some(held) = holder.upgrade() {
             // The holder is given back before the wait: a dropped holder

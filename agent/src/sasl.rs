@@ -52,6 +52,17 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
+    /// Keeps what it reads from files and endpoints current, on `tasks`:
+    /// PLAIN users come and go, OAUTHBEARER keys rotate.
+    pub fn spawn_watchers(&self, tasks: &crate::tasks::Tasks) {
+        if let Some(users) = &self.plain {
+            tasks.spawn(users.clone().watch());
+        }
+        if let Some(validator) = &self.oauth {
+            tasks.spawn(validator.clone().watch());
+        }
+    }
+
     /// `mechanisms` by name; PLAIN needs `plain` users, OAUTHBEARER a
     /// token validator.
     pub fn new(

@@ -110,13 +110,15 @@ impl Drop for Slot {
 
 /// Serves Kafka's `listener` on `socket`, over TLS when `tls` is given
 /// (its protocol says whether clients authenticate with SASL). Connection
-/// limits are counted over every listener in `open`.
+/// limits are counted over every listener in `open`. Each connection runs
+/// on `connections`, so an agent that stops closes them.
 pub async fn serve(
     socket: TcpListener,
     listener: Arc<crate::listeners::Listener>,
     broker: Arc<Broker>,
     tls: Option<Arc<crate::tls::Tls>>,
     open: Arc<Open>,
+    connections: crate::tasks::Tasks,
 ) -> std::io::Result<()> {
     loop {
         let (stream, peer) = match socket.accept().await {
@@ -139,7 +141,7 @@ pub async fn serve(
         let broker = broker.clone();
         let listener = listener.clone();
         let tls = tls.as_ref().map(|t| t.acceptor());
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _ = stream.set_nodelay(true);
             let served = match tls {
                 None => {

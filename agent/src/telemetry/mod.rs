@@ -127,8 +127,13 @@ impl Telemetry {
     }
 
     /// Keeps the copy current while the agent runs.
-    pub fn spawn_refresher(self: &Arc<Self>, meta: Arc<dyn Metastore>) {
+    pub fn spawn_refresher(
+        self: &Arc<Self>,
+        meta: Arc<dyn Metastore>,
+        tasks: &crate::tasks::Tasks,
+    ) {
         crate::refresher::spawn(
+            tasks,
             self,
             REFRESH_EVERY,
             "client metrics subscriptions",

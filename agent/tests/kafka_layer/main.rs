@@ -3,6 +3,7 @@
 
 mod abandoned;
 mod fetch_watermarks;
+mod lifecycle;
 mod ordering;
 mod produce_checks;
 mod producer_ids;

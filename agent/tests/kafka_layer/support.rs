@@ -6,25 +6,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_agent::broker::Broker;
+use floe_agent::agent::Agent;
 use floe_agent::config::Config;
 use floe_metastore::{LocalMetastore, Metastore, NewTopic, TopicInfo};
 use floe_protocol::client::Connection;
 use floe_protocol::kafka_protocol::messages::*;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_storage::ObjectStore;
-use tokio::task::JoinHandle;
 
+/// An agent started in this process; dropping it stops it at once.
 pub struct TestAgent {
     pub address: String,
-    serving: JoinHandle<()>,
+    pub agent: Agent,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for TestAgent {
-    fn drop(&mut self) {
-        self.serving.abort();
-    }
 }
 
 pub async fn metastore() -> Arc<dyn Metastore> {
@@ -39,7 +33,8 @@ pub fn memory_store() -> Arc<dyn ObjectStore> {
     Arc::new(object_store::memory::InMemory::new())
 }
 
-/// An agent with test defaults (a 5 ms flush, no cache ring; no background job runs).
+/// An agent with test defaults: a 5 ms flush, no cache ring, no
+/// compaction (the transaction timeout job runs, as in every agent).
 pub async fn agent(meta: &Arc<dyn Metastore>, store: &Arc<dyn ObjectStore>) -> TestAgent {
     agent_with(meta, store, |_| {}).await
 }
@@ -50,42 +45,26 @@ pub async fn agent_with(
     store: &Arc<dyn ObjectStore>,
     tweak: impl FnOnce(&mut Config),
 ) -> TestAgent {
-    let socket = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
     let dir = tempfile::tempdir().expect("a temporary folder");
     let mut config = Config {
-        listen: socket.local_addr().expect("bound"),
+        listen: "127.0.0.1:0".parse().expect("an address"),
         admin_listen: "127.0.0.1:0".parse().expect("an address"),
         data_dir: dir.path().to_path_buf(),
         flush_interval: Duration::from_millis(5),
         cache_ring: false,
         cache_bytes: bytesize::ByteSize::mib(64),
+        compaction_interval: Duration::ZERO,
         ..Config::default()
     };
     tweak(&mut config);
-    let listeners = floe_agent::listeners::resolve(&config).expect("listeners");
-    let endpoints: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
-    config.node_id = floe_agent::discovery::register(meta.as_ref(), endpoints, None)
-        .await
-        .expect("registered");
     let metrics = Arc::new(floe_agent::metrics::Metrics::new());
-    let broker = Arc::new(
-        Broker::new(config, meta.clone(), store.clone(), metrics)
-            .await
-            .expect("an agent"),
-    );
-    let listener = broker.listeners[0].clone();
-    let open = Arc::new(floe_agent::server::Open::default());
-    let serving = tokio::spawn({
-        let broker = broker.clone();
-        async move {
-            let _ = floe_agent::server::serve(socket, listener, broker, None, open).await;
-        }
-    });
+    let agent = Agent::start(config, meta.clone(), store.clone(), metrics)
+        .await
+        .expect("an agent");
+    let (_, address) = agent.kafka_addresses().next().expect("a Kafka listener");
     TestAgent {
-        address: format!("127.0.0.1:{}", broker.advertised_port),
-        serving,
+        address: address.to_string(),
+        agent,
         _dir: dir,
     }
 }

@@ -1,0 +1,326 @@
+//! An agent's life: [`Agent::start`] binds its listeners, registers it,
+//! starts its background work and serves; [`Agent::stop`] finishes what
+//! producers were promised and ends every task it started. The `floe agent`
+//! command, the in-process tests and the simulation start agents this one
+//! way.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use floe_metastore::Metastore;
+use floe_storage::ObjectStore;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::broker::Broker;
+use crate::config::{Config, Role};
+use crate::discovery::{self, Discovery};
+use crate::listeners::Listener;
+use crate::metrics::Metrics;
+use crate::tasks::Tasks;
+
+/// A running agent. Dropping it cancels its tasks at once, as a crash
+/// would (nothing is drained); [`Agent::stop`] stops it in order.
+pub struct Agent {
+    broker: Arc<Broker>,
+    kafka: Vec<(Arc<Listener>, SocketAddr)>,
+    admin: SocketAddr,
+    /// Every task of the agent, connections included.
+    tasks: Tasks,
+    /// The listeners' accept loops: stopped first, so no new client comes
+    /// while accepted produces are finished.
+    accepting: Tasks,
+    /// Why a listener or the admin endpoint stopped serving.
+    failures: mpsc::Receiver<anyhow::Error>,
+}
+
+/// How long a stopping agent waits for its tasks to end once cancelled.
+const TASKS_END_WITHIN: Duration = Duration::from_secs(5);
+
+impl Agent {
+    /// Starts an agent over `meta` and `store` (which should already count
+    /// its requests in `metrics`, see [`crate::metrics::MeteredStore`]):
+    /// every listener bound and its TLS loaded before the agent is
+    /// registered, so clients never learn an address nobody answers.
+    /// Listeners and the admin endpoint may ask for port 0; their bound
+    /// addresses are [`Agent::kafka_addresses`] and [`Agent::admin_address`].
+    pub async fn start(
+        mut config: Config,
+        meta: Arc<dyn Metastore>,
+        store: Arc<dyn ObjectStore>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Agent> {
+        let tasks = Tasks::default();
+        let serves_kafka = config.roles.contains(&Role::Kafka);
+        let mut listeners = resolve(&config)?;
+        let mut bound = match serves_kafka {
+            true => bind_listeners(&config, &listeners, &tasks).await?,
+            false => Vec::new(),
+        };
+        // One listener on port 0 (tests): the port bound is the one
+        // advertised.
+        if let [(_, socket, _)] = bound.as_slice()
+            && config.listeners.is_empty()
+            && config.listen.port() == 0
+        {
+            config.listen = socket.local_addr()?;
+            listeners = resolve(&config)?;
+            bound[0].0 = listeners[0].clone();
+        }
+        warn_if_anonymous_is_super(&config, &listeners);
+        if serves_kafka && config.discovery == Discovery::SelfAdvertise {
+            let endpoints: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
+            config.node_id = discovery::register(meta.as_ref(), endpoints.clone(), config.zone.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))?;
+            tasks.spawn(discovery::heartbeat(
+                meta.clone(),
+                config.node_id,
+                endpoints,
+                config.zone.clone(),
+                config.agent_ttl,
+            ));
+        }
+        let compaction = config
+            .roles
+            .contains(&Role::Jobs)
+            .then(|| {
+                crate::compaction::Background::from_config(&config, metrics.background.clone())
+            })
+            .flatten();
+        if config.roles == [Role::Jobs] && compaction.is_none() {
+            tracing::warn!(
+                "an agent with only the jobs role and compaction_interval = 0s does nothing"
+            );
+        }
+        let admin_listen = config.admin_listen;
+        let admin = TcpListener::bind(admin_listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
+        let admin_address = admin.local_addr()?;
+        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics).await?);
+        start_refreshers(&broker, &tasks);
+        let serves_blocks = serves_kafka && start_cache_ring(&broker, admin_address.port(), &tasks);
+        if let Some(compaction) = compaction {
+            tasks.spawn(compaction.run(store, meta));
+        }
+        if broker.config.roles.contains(&Role::Jobs) {
+            tasks.spawn(crate::txn_timeouts::run(broker.clone()));
+        }
+        let (failed, failures) = mpsc::channel(4);
+        let accepting = tasks.child();
+        let mut kafka = Vec::new();
+        // Connection limits hold per listener (as Kafka's
+        // listener.name.<name>.max.connections), so a crowd on a public
+        // listener does not lock clients out of an internal one.
+        for (listener, socket, tls) in bound {
+            let address = socket.local_addr()?;
+            tracing::info!(listener = %listener.name, protocol = listener.protocol.name(), listen = %address,
+                advertised = %format!("{}:{}", listener.advertised_host, listener.advertised_port), "Kafka listener");
+            kafka.push((listener.clone(), address));
+            let open = Arc::new(crate::server::Open::default());
+            let serving =
+                crate::server::serve(socket, listener, broker.clone(), tls, open, tasks.clone());
+            accepting.spawn(report(serving, failed.clone(), "a Kafka listener"));
+        }
+        let serving = crate::admin::serve(admin, broker.clone(), serves_blocks);
+        tasks.spawn(report(serving, failed, "the admin endpoint"));
+        tracing::info!(admin = %admin_address, "admin endpoint ready: /metrics /healthz /readyz");
+        Ok(Agent {
+            broker,
+            kafka,
+            admin: admin_address,
+            tasks,
+            accepting,
+            failures,
+        })
+    }
+
+    /// What its requests share: configuration, metastore, caches, batcher.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// Each Kafka listener's name and the address it is bound to.
+    pub fn kafka_addresses(&self) -> impl Iterator<Item = (&str, SocketAddr)> {
+        self.kafka.iter().map(|(l, a)| (l.name.as_str(), *a))
+    }
+
+    /// The admin endpoint's bound address (`/metrics`, `/healthz`, `/readyz`).
+    pub fn admin_address(&self) -> SocketAddr {
+        self.admin
+    }
+
+    /// Waits until a listener or the admin endpoint stops serving, and
+    /// answers why. An agent that serves normally never gets here.
+    pub async fn failed(&mut self) -> anyhow::Error {
+        match self.failures.recv().await {
+            Some(e) => e,
+            None => anyhow::anyhow!("the agent's servers ended"),
+        }
+    }
+
+    /// Stops in order: new connections are refused; batches already
+    /// accepted are uploaded, committed and answered (for at most two
+    /// flush intervals and 5 s more); then every task ends.
+    pub async fn stop(self) {
+        self.accepting.cancel();
+        let drain = self.broker.config.flush_interval * 2 + Duration::from_secs(5);
+        tracing::info!(?drain, "stopping: finishing accepted produce requests");
+        if !self.broker.batcher.wait_idle(drain).await {
+            tracing::warn!(
+                "stopping: some produce requests were not finished; their producers will retry"
+            );
+        }
+        // Let the answers reach the sockets.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.end_tasks().await;
+    }
+
+    /// Stops at once, wherever it is (mid-upload, mid-commit), as a crash
+    /// would: waiting producers get an error or nothing, and retry.
+    pub async fn abort(self) {
+        self.broker.batcher.abort();
+        self.end_tasks().await;
+    }
+
+    async fn end_tasks(&self) {
+        if !self.tasks.stop(TASKS_END_WITHIN).await {
+            tracing::warn!(
+                running = self.tasks.running(),
+                "stopping: some tasks did not end"
+            );
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.tasks.cancel();
+    }
+}
+
+fn resolve(config: &Config) -> anyhow::Result<Vec<Arc<Listener>>> {
+    let listeners = crate::listeners::resolve(config)?;
+    Ok(listeners.into_iter().map(Arc::new).collect())
+}
+
+/// Keeps the copies of metastore state the agent holds current (ACLs,
+/// client quotas and metrics subscriptions), and what SASL reads from
+/// files and endpoints.
+fn start_refreshers(broker: &Arc<Broker>, tasks: &Tasks) {
+    let meta = &broker.meta;
+    broker.authorizer.spawn_refresher(meta.clone(), tasks);
+    broker.telemetry.spawn_refresher(meta.clone(), tasks);
+    broker.quotas.spawn_refresher(meta.clone(), tasks);
+    if let Some(sasl) = &broker.sasl {
+        sasl.spawn_watchers(tasks);
+    }
+}
+
+/// Joins the zone's cache ring when configured; answers whether the agent
+/// serves blocks to its peers (on its admin port).
+fn start_cache_ring(broker: &Arc<Broker>, admin_port: u16, tasks: &Tasks) -> bool {
+    if !broker.config.cache_ring {
+        return false;
+    }
+    let listen_ip = broker.listeners[0].bind.ip();
+    let address = crate::cache_ring::address(
+        &broker.config,
+        &broker.advertised_host,
+        listen_ip,
+        admin_port,
+    );
+    let Some(address) = address else {
+        return false;
+    };
+    let me = floe_metastore::CachePeer {
+        node_id: broker.config.node_id,
+        zone: broker.config.zone.clone(),
+        address,
+    };
+    tracing::info!(address = %me.address, zone = ?me.zone, "serving cached blocks to the zone's agents");
+    tasks.spawn(crate::cache_ring::run(broker.clone(), me));
+    true
+}
+
+/// Runs a server, and reports why it stopped.
+async fn report(
+    serving: impl std::future::Future<Output = std::io::Result<()>>,
+    failed: mpsc::Sender<anyhow::Error>,
+    what: &'static str,
+) {
+    let error = match serving.await {
+        Ok(()) => anyhow::anyhow!("{what} stopped serving"),
+        Err(e) => anyhow::anyhow!("{what} failed: {e}"),
+    };
+    let _ = failed.send(error).await;
+}
+
+/// A Kafka listener, bound, with its TLS if it speaks TLS (reloaded when
+/// its files change).
+type Bound = (Arc<Listener>, TcpListener, Option<Arc<crate::tls::Tls>>);
+
+/// Binds every Kafka listener, with its TLS when its protocol speaks it:
+/// with the client CA when it asks for client certificates (see
+/// `Listener::client_auth`).
+async fn bind_listeners(
+    config: &Config,
+    listeners: &[Arc<Listener>],
+    tasks: &Tasks,
+) -> anyhow::Result<Vec<Bound>> {
+    let mut tls_of = std::collections::HashMap::new();
+    let mut bound = Vec::new();
+    for listener in listeners {
+        let tls = match (listener.protocol.tls(), config.tls_files()) {
+            (false, _) => None,
+            // Refused by `listeners::resolve`; never served in plaintext.
+            (true, None) => anyhow::bail!("listener {} speaks TLS without tls_cert", listener.name),
+            (true, Some(mut files)) => {
+                if !listener.client_auth {
+                    files.client_ca = None;
+                }
+                match tls_of.get(&listener.client_auth) {
+                    Some(tls) => Some(Arc::clone(tls)),
+                    None => {
+                        let tls = crate::tls::Tls::load(files).map_err(|e| {
+                            anyhow::anyhow!("TLS for the Kafka listener {}: {e:#}", listener.name)
+                        })?;
+                        tasks.spawn(tls.clone().watch());
+                        tls_of.insert(listener.client_auth, tls.clone());
+                        Some(tls)
+                    }
+                }
+            }
+        };
+        let socket = TcpListener::bind(listener.bind).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {} (listener {}): {e}",
+                listener.bind,
+                listener.name
+            )
+        })?;
+        bound.push((listener.clone(), socket, tls));
+    }
+    Ok(bound)
+}
+
+/// `User:ANONYMOUS` as a super user is meant for a trusted plaintext
+/// listener; on an agent where clients of another listener are anonymous
+/// too (an SSL one without client certificates, a second plaintext one),
+/// they would be super users as well.
+fn warn_if_anonymous_is_super(config: &Config, listeners: &[Arc<Listener>]) {
+    let anonymous: Vec<_> = listeners.iter().filter(|l| l.anonymous()).collect();
+    let risky = anonymous.len() > 1 || anonymous.iter().any(|l| l.protocol.tls());
+    if config.acls
+        && risky
+        && config
+            .super_users
+            .iter()
+            .any(|u| u == crate::authorizer::ANONYMOUS)
+    {
+        let names: Vec<_> = anonymous.iter().map(|l| l.name.as_str()).collect();
+        tracing::warn!(listeners = ?names, "User:ANONYMOUS is a super user, and the clients of each of these listeners are anonymous: all of them may do anything");
+    }
+}
