@@ -34,7 +34,7 @@ STORES=${STORES:-"local s3"}
 FLOE_PORT=19092 FLOE_ADMIN=19644 TANSU_PORT=29092 S3_PORT=19000
 
 [ -x "$TANSU" ] || { echo "no Tansu binary at $TANSU (see this script's header)" >&2; exit 1; }
-cargo build --release --quiet -p floe-agent
+cargo build --release --quiet -p floe
 FLOE=$PWD/target/release/floe
 rm -rf "$OUT" && mkdir -p "$OUT"
 

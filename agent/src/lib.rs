@@ -30,7 +30,6 @@ pub mod ssl_principal;
 pub mod tasks;
 pub mod telemetry;
 pub mod tls;
-pub mod tools;
 pub mod topic_cache;
 pub mod txn_coordinator;
 pub mod txn_timeouts;

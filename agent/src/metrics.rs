@@ -24,6 +24,13 @@ pub struct ApiLabel {
     pub api: String,
 }
 
+/// A process's CPU time so far and the most memory it has had.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessUse {
+    pub cpu_seconds: f64,
+    pub peak_rss_bytes: u64,
+}
+
 pub struct Metrics {
     registry: Registry,
     object_requests: Family<OpLabel, Counter>,
@@ -46,6 +53,9 @@ pub struct Metrics {
     /// Held while counters totalled elsewhere are brought up to date, so
     /// two scrapes at once do not both add the same difference.
     syncing: std::sync::Mutex<()>,
+    /// How the process's CPU time and peak memory are read (see
+    /// [`Metrics::reading_process`]); not reported without.
+    process: Option<fn() -> Option<ProcessUse>>,
     process_cpu_seconds: Counter<f64, AtomicU64>,
     process_peak_rss: Gauge,
     /// Connections closed on arrival by max_connections(_per_ip).
@@ -75,6 +85,24 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Reports the process's CPU time and peak memory as `read` finds them
+    /// when scraped (what `floe cost --from-metrics` divides by: CPU per
+    /// byte moved). The binary reads them from the operating system.
+    pub fn reading_process(mut self, read: fn() -> Option<ProcessUse>) -> Self {
+        self.registry.register(
+            "process_cpu_seconds",
+            "User and system CPU time this process has spent, in seconds",
+            self.process_cpu_seconds.clone(),
+        );
+        self.registry.register(
+            "process_resident_memory_peak_bytes",
+            "The most resident memory this process has had (VmHWM)",
+            self.process_peak_rss.clone(),
+        );
+        self.process = Some(read);
+        self
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("floe");
         let object_requests = Family::<OpLabel, Counter>::default();
@@ -181,19 +209,6 @@ impl Metrics {
             "Record-batch bytes answered to Fetch requests",
             fetched_bytes.clone(),
         );
-        // What `floe cost --from-metrics` divides by: CPU per byte moved.
-        let process_cpu_seconds = Counter::<f64, AtomicU64>::default();
-        registry.register(
-            "process_cpu_seconds",
-            "User and system CPU time this process has spent, in seconds",
-            process_cpu_seconds.clone(),
-        );
-        let process_peak_rss = Gauge::default();
-        registry.register(
-            "process_resident_memory_peak_bytes",
-            "The most resident memory this process has had (VmHWM)",
-            process_peak_rss.clone(),
-        );
         let cache_blocks = Family::<OpLabel, Counter>::default();
         registry.register(
             "cache_blocks",
@@ -234,8 +249,9 @@ impl Metrics {
             connections_refused,
             produced_bytes,
             fetched_bytes,
-            process_cpu_seconds,
-            process_peak_rss,
+            process: None,
+            process_cpu_seconds: Default::default(),
+            process_peak_rss: Default::default(),
             registry,
             object_requests,
             object_bytes,
@@ -328,7 +344,7 @@ impl Metrics {
     /// Brings the process's CPU time and peak memory up to date (they are
     /// read from /proc when scraped, not counted as they happen).
     fn read_process(&self) {
-        if let Ok(me) = floe_bench::probe::process("self") {
+        if let Some(me) = self.process.and_then(|read| read()) {
             let counted = self.process_cpu_seconds.get();
             if me.cpu_seconds > counted {
                 self.process_cpu_seconds.inc_by(me.cpu_seconds - counted);

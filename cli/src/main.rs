@@ -16,6 +16,9 @@ use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
 // The `floe metastore` subcommand: running a node and changing its group.
 mod metastore_cli;
+// The admin tools (`floe topics`, `floe groups`, ...), Kafka clients of a
+// running agent.
+mod tools;
 use metastore_cli::{MetastoreArgs, run_metastore};
 
 #[derive(Parser)]
@@ -42,17 +45,17 @@ enum Command {
     /// Drive a Kafka broker (floe or another) with an OpenMessaging-Benchmark-shaped workload: throughput, produce and end-to-end latency, JSON and a plot.
     Bench(Box<floe_bench::BenchArgs>),
     /// Create, list, describe, alter and delete topics (as kafka-topics.sh).
-    Topics(ToolArgs<floe_agent::tools::topics::TopicsCommand>),
+    Topics(ToolArgs<tools::topics::TopicsCommand>),
     /// List, describe, reset the offsets of and delete consumer groups (as kafka-consumer-groups.sh).
-    Groups(ToolArgs<floe_agent::tools::groups::GroupsCommand>),
+    Groups(ToolArgs<tools::groups::GroupsCommand>),
     /// Describe and alter the configs of a topic, a group, a broker or the cluster (as kafka-configs.sh).
-    Configs(ToolArgs<floe_agent::tools::configs::ConfigsCommand>),
+    Configs(ToolArgs<tools::configs::ConfigsCommand>),
     /// List, set and delete users' SCRAM credentials (as kafka-configs.sh --entity-type users).
-    Users(ToolArgs<floe_agent::tools::users::UsersCommand>),
+    Users(ToolArgs<tools::users::UsersCommand>),
     /// Describe and alter client quotas (as kafka-configs.sh --entity-type users|clients).
-    Quotas(ToolArgs<floe_agent::tools::quotas::QuotasCommand>),
+    Quotas(ToolArgs<tools::quotas::QuotasCommand>),
     /// Add, list and remove ACLs (as kafka-acls.sh).
-    Acls(ToolArgs<floe_agent::tools::acls::AclsCommand>),
+    Acls(ToolArgs<tools::acls::AclsCommand>),
     /// Try every call floe makes of an object store (PUT, ranged GET, LIST, bulk DELETE, errors) against s3://BUCKET[/PREFIX][?OPTIONS] or file://PATH.
     CheckStore {
         /// The store, as --object-store takes it.
@@ -72,7 +75,7 @@ struct ToolArgs<C: clap::Subcommand> {
     )]
     bootstrap_server: String,
     #[arg(long, global = true, value_enum, default_value = "table")]
-    output: floe_agent::tools::Output,
+    output: tools::Output,
     /// PEM CA certificates to trust: speak TLS to the broker
     #[arg(long, global = true, env = "FLOE_TLS_CA")]
     tls_ca: Option<PathBuf>,
@@ -545,7 +548,7 @@ fn main() -> std::process::ExitCode {
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(floe_bench::main(*args))),
         Command::Topics(args) => args.security().and_then(|security| {
-            run_tool(floe_agent::tools::topics::run(
+            run_tool(tools::topics::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,
@@ -553,7 +556,7 @@ fn main() -> std::process::ExitCode {
             ))
         }),
         Command::Groups(args) => args.security().and_then(|security| {
-            run_tool(floe_agent::tools::groups::run(
+            run_tool(tools::groups::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,
@@ -561,7 +564,7 @@ fn main() -> std::process::ExitCode {
             ))
         }),
         Command::Configs(args) => args.security().and_then(|security| {
-            run_tool(floe_agent::tools::configs::run(
+            run_tool(tools::configs::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,
@@ -569,7 +572,7 @@ fn main() -> std::process::ExitCode {
             ))
         }),
         Command::Quotas(args) => args.security().and_then(|security| {
-            run_tool(floe_agent::tools::quotas::run(
+            run_tool(tools::quotas::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,
@@ -577,7 +580,7 @@ fn main() -> std::process::ExitCode {
             ))
         }),
         Command::Users(args) => args.security().and_then(|security| {
-            run_tool(floe_agent::tools::users::run(
+            run_tool(tools::users::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,
@@ -585,14 +588,14 @@ fn main() -> std::process::ExitCode {
             ))
         }),
         Command::Acls(args) => args.security().and_then(|security| {
-            run_tool(floe_agent::tools::acls::run(
+            run_tool(tools::acls::run(
                 &args.bootstrap_server,
                 &security,
                 args.output,
                 args.command,
             ))
         }),
-        Command::CheckStore { url } => run_tool(floe_agent::tools::check_store::run(&url)),
+        Command::CheckStore { url } => run_tool(tools::check_store::run(&url)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -609,7 +612,7 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::new().reading_process(process_use));
         let faults: Option<floe_storage::faults::Faults> = config
             .inject_faults
             .as_deref()
@@ -676,6 +679,15 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
             _ = shutdown_signal() => agent.stop().await,
         }
         anyhow::Ok(())
+    })
+}
+
+/// This process's CPU time and peak memory, from /proc.
+fn process_use() -> Option<floe_agent::metrics::ProcessUse> {
+    let me = floe_bench::probe::process("self").ok()?;
+    Some(floe_agent::metrics::ProcessUse {
+        cpu_seconds: me.cpu_seconds,
+        peak_rss_bytes: me.peak_rss_bytes,
     })
 }
 
