@@ -1,4 +1,4 @@
-"""The block cache as DESIGN.md describes it: the agents of a zone share
+"""The block cache as docs/architecture.md describes it: the agents of a zone share
 their caches (each block GET once per zone, whatever the number of agents
 and consumers), an owner that dies is read around, and the disk tier holds
 what memory cannot."""

@@ -1,5 +1,5 @@
-//! The read path's cache of extents: what DESIGN.md calls the "local cache
-//! of immutable extents", so that a fetch asks the metastore nothing but a
+//! The read path's cache of extents (see docs/architecture.md, "Fetch"): a
+//! local cache of immutable extents, so that a fetch asks the metastore nothing but a
 //! confirmation when the agent already knows where its offsets are stored.
 //!
 //! Per partition it keeps a *view*: its log start and high watermark as last

@@ -1,4 +1,4 @@
-//! The block cache over object storage: the cache DESIGN.md describes.
+//! The block cache over object storage: the cache docs/architecture.md describes.
 //!
 //! - Reads of any byte range are served from whole aligned blocks (4 MiB by
 //!   default). Each block is loaded at most once at a time however many

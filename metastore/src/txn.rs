@@ -29,7 +29,7 @@ use crate::types::{ProducerIdentity, Refusal, TopicPartition};
 /// Kafka's `transactional.id.expiration.ms` default: a transactional id
 /// not in a transaction and unused this long is forgotten.
 pub const TRANSACTIONAL_ID_EXPIRATION_MS: i64 = 7 * 24 * 3600 * 1000;
-/// Most transactional ids kept at once (a bound on the state, DESIGN rule 4).
+/// Most transactional ids kept at once (a bound on the state, safety rule 4 of docs/architecture.md).
 pub const MAX_TRANSACTIONAL_IDS: usize = 100_000;
 /// Most partitions one transaction may write to.
 pub const MAX_TXN_PARTITIONS: usize = 10_000;
