@@ -24,6 +24,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use floe_protocol::frame;
@@ -219,241 +220,432 @@ where
     W: AsyncWrite + Unpin + Send,
 {
     let max_frame = broker.config.max_frame_bytes.as_u64() as usize;
-    let idle_for = broker.config.connections_max_idle;
     let stall = broker.config.stalled_client_timeout;
     let mut frames = FrameReader::new(read, broker.requests.clone(), max_frame, stall);
-    let mut principal = certified;
     let mut software = None;
-    let mut session_lifetime_now = std::time::Duration::ZERO;
-    let mut mechanism = String::new();
-    // When the last re-authentication began (Kafka limits the second and
-    // later ones, not the first).
-    let mut last_reauth: Option<Instant> = None;
     // SASL on this listener's connections only.
     let sasl = broker.sasl.clone().filter(|_| listener.protocol.sasl());
-    if listener.protocol.sasl() && sasl.is_none() {
-        // Refused at start (`listeners::resolve`); never served open.
-        tracing::error!(listener = %listener.name, "a SASL listener without SASL mechanisms; closing");
-        return close(&mut write, stall).await;
-    }
-    if let Some(auth) = &sasl {
-        // Until authenticated, small frames from a budget of their own: a
-        // crowd of clients that never authenticate cannot take the memory
-        // authenticated ones read their requests with.
-        frames.set_budget(broker.unauthenticated.clone());
-        frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
-        let telemetry = broker.telemetry.advertised();
-        match authenticate(
-            &mut frames,
-            &mut write,
-            auth,
-            &*broker.meta,
-            stall,
-            telemetry,
-            &mut software,
-            Reauthentication::first(broker.config.connections_max_reauth),
-        )
-        .await?
-        {
-            Some(done) => {
-                tracing::debug!(%peer, principal = %done.principal, "authenticated");
-                principal = Some(done.principal);
-                session_lifetime_now = done.lifetime;
-                mechanism = done.mechanism;
-            }
-            None => {
-                // As Kafka's connection.failed.authentication.delay.ms: a
-                // guesser waits before it learns and can try again.
-                broker.metrics.authentication_failures.inc();
-                tracing::info!(%peer, "closing connection: not authenticated");
-                tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
-                return close(&mut write, stall).await;
+    // Who the client is, for how long (zero: for ever), and by what
+    // mechanism.
+    let (principal, lifetime, mechanism) = match &sasl {
+        None if listener.protocol.sasl() => {
+            // Refused at start (`listeners::resolve`); never served open.
+            tracing::error!(listener = %listener.name, "a SASL listener without SASL mechanisms; closing");
+            return close(&mut write, stall).await;
+        }
+        None => (certified, Duration::ZERO, String::new()),
+        Some(auth) => {
+            let done =
+                first_login(&mut frames, &mut write, auth, &broker, peer, &mut software).await?;
+            match done {
+                Some(done) => (Some(done.principal), done.lifetime, done.mechanism),
+                None => return close(&mut write, stall).await,
             }
         }
-        frames.set_max_frame(max_frame);
-        frames.set_budget(broker.requests.clone());
-    }
-    let mut session = crate::authorizer::Session::new(principal.as_ref(), peer, software, listener);
-    let turn = Turn::default();
-    let lane = handlers::groups::Lane::default();
-    // Set while the client is throttled (client quotas, `crate::quotas`).
-    let mute = Arc::new(crate::quotas::Mute::default());
-    // KIP-368: a SASL session ends; the client re-authenticates before.
-    let reauth = broker.config.connections_max_reauth;
-    let mut session_expires =
-        (!session_lifetime_now.is_zero()).then(|| Instant::now() + session_lifetime_now);
-    let mut in_flight = InFlight::default();
-    let mut reading = true;
-    // The API key of the next request was read and its turn has come: its
-    // body is read next (see `FrameReader::next_api_key`).
-    let mut turn_come = false;
-    let mut last_active = Instant::now();
-    'serving: loop {
-        if !reading && in_flight.is_empty() {
-            break;
-        }
-        let muted = mute.until();
-        let can_read = reading && muted.is_none() && in_flight.has_room();
-        tokio::select! {
-            // A request's API key, then its turn: what it may not pass is
-            // done (and answered) before its bytes are read, so a request
-            // waiting its turn holds none of the agent's request budget.
-            read = async {
-                match turn_come {
-                    false => frames.next_api_key().await.map(|key| key.map(Read::Key)),
-                    true => frames.next().await.map(|frame| frame.map(Read::Frame)),
-                }
-            }, if can_read => {
-                last_active = Instant::now();
-                let next = match read {
-                    Some(Ok(Read::Key(key))) => {
-                        let effect = key.map_or(Effect::Writes, Effect::of_api_key);
-                        if !in_flight.write_until_free(effect, &mut write, peer, stall).await? {
-                            break 'serving;
-                        }
-                        turn_come = true;
-                        continue;
-                    }
-                    Some(Ok(Read::Frame(frame))) => {
-                        turn_come = false;
-                        Some(Ok(frame))
-                    }
-                    Some(Err(e)) => Some(Err(e)),
-                    None => None,
-                };
-                match next {
-                    Some(Ok(frame)) => {
-                        let frame_len = frame.bytes.len();
-                        match request::decode(frame.bytes.freeze()) {
-                            // Admission runs before the next request is read, so
-                            // produced batches are enqueued in request order.
-                            Ok(decoded) => {
-                                // Re-authentication (KIP-368), once the
-                                // responses before it are written.
-                                // Only while the session ends (else Kafka's
-                                // handler refuses it), and not within a second
-                                // of the last (Kafka's MIN_REAUTH_INTERVAL).
-                                let handshake = is_api(&decoded, ApiKey::SaslHandshake);
-                                if let (true, Some(auth), Some(current), Some(_)) =
-                                    (handshake, &sasl, &principal, session_expires)
-                                    && last_reauth.is_none_or(|at| at.elapsed() >= MIN_REAUTH_INTERVAL)
-                                {
-                                    last_reauth = Some(Instant::now());
-                                    drop(frame.held);
-                                    if !in_flight.write_all(&mut write, peer, stall).await? {
-                                        break 'serving;
-                                    }
-                                    let again = authenticate(
-                                            &mut frames,
-                                            &mut write,
-                                            auth,
-                                            &*broker.meta,
-                                            stall,
-                                            broker.telemetry.advertised(),
-                                            &mut session.software,
-                                            Reauthentication::again(decoded, current, &mechanism, reauth),
-                                        )
-                                        .await?;
-                                    match again {
-                                        Some(done) => {
-                                            tracing::debug!(%peer, principal = %current, "re-authenticated");
-                                            broker.metrics.reauthentications.inc();
-                                            session_expires = (!done.lifetime.is_zero())
-                                                .then(|| Instant::now() + done.lifetime);
-                                        }
-                                        None => {
-                                            broker.metrics.authentication_failures.inc();
-                                            tracing::info!(%peer, "closing connection: re-authentication failed");
-                                            tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
-                                            break 'serving;
-                                        }
-                                    }
-                                    continue;
-                                }
-                                // Past its session, nothing but a new handshake
-                                // (Kafka closes on anything else).
-                                if session_expires.is_some_and(|at| Instant::now() >= at) && !handshake {
-                                    tracing::info!(%peer, "closing connection: its SASL session expired without re-authentication (connections_max_reauth)");
-                                    reading = false;
-                                    lane.close();
-                                    continue;
-                                }
-                                if let Decoded::Request { body, .. } = &decoded
-                                    && let floe_protocol::kafka_protocol::messages::RequestKind::ApiVersions(req) = &**body
-                                {
-                                    session.software = crate::authorizer::ClientSoftware::of(req);
-                                }
-                                // In the order sent: what this request may not
-                                // pass is done (and answered) before it starts
-                                // (waited for by its API key, but for a
-                                // Metadata that turns out to create topics).
-                                let effect = Effect::of(&decoded);
-                                if !in_flight.write_until_free(effect, &mut write, peer, stall).await? {
-                                    break 'serving;
-                                }
-                                // Commits wait in the connection's lane, maybe
-                                // behind a long JoinGroup: what they hold is
-                                // counted here, not lent from the agent's budget.
-                                let commit_bytes = if effect == Effect::Commits { frame_len } else { 0 };
-                                let pending = admit(broker.clone(), decoded, &turn, &lane, &session, &mute).await;
-                                // Admitted: produced batches are now the produce
-                                // buffer's to count, the rest is small.
-                                drop(frame.held);
-                                in_flight.push(effect, commit_bytes, pending);
-                            }
-                            Err(e) => {
-                                tracing::warn!(%peer, error = %e, "closing connection: undecodable request");
-                                reading = false;
-                            }
-                        }
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!(%peer, error = %e, "closing connection: bad frame");
-                        reading = false;
-                    }
-                    // The client is gone: what it left in flight is dropped,
-                    // so a produced batch not yet in a sealed file is not
-                    // stored (its producer saw no answer and will retry,
-                    // maybe through another agent: storing both would read
-                    // X Y X), and a request not yet started never runs.
-                    None => {
-                        tracing::debug!(%peer, "the client closed its connection");
-                        break 'serving;
-                    }
-                }
-                if !reading {
-                    lane.close();
-                }
-            }
-            Some(response) = in_flight.next() => {
-                if !write_response(&mut write, response, peer, stall).await? {
-                    break;
-                }
-                last_active = Instant::now();
-            }
-            // A throttled client's next request is read when its mute ends.
-            // (A future that makes no timer unless polled: it is built on
-            // every turn, muted or not.)
-            _ = async { if let Some(until) = muted { tokio::time::sleep_until(until).await } }, if muted.is_some() && reading => {}
-            // Nothing in flight and no whole request for this long (a
-            // client gone quiet, or one trickling half a frame): close.
-            // (A mute longer than that closes it too, as in Kafka.)
-            _ = tokio::time::sleep_until(last_active + idle_for), if in_flight.is_empty() => {
-                tracing::debug!(%peer, "closing idle connection");
-                break;
-            }
-        }
-        if !reading && in_flight.is_empty() {
-            break;
-        }
-    }
+    };
+    let session = crate::authorizer::Session::new(principal.as_ref(), peer, software, listener);
+    let mut conn = Conn {
+        session_expires: (!lifetime.is_zero()).then(|| Instant::now() + lifetime),
+        principal,
+        mechanism,
+        session,
+        last_reauth: None,
+        frames,
+        write,
+        peer,
+        stall,
+        sasl,
+        turn: Turn::default(),
+        lane: handlers::groups::Lane::default(),
+        mute: Arc::new(crate::quotas::Mute::default()),
+        in_flight: InFlight::default(),
+        reading: true,
+        turn_come: false,
+        last_active: Instant::now(),
+        broker,
+    };
+    conn.serve().await?;
     // Kafka closes the connection after a request it cannot parse; earlier
-    // requests still got their responses above. What is left in flight
-    // gives its budget back now, and a close that cannot be written (a TLS
-    // close to a client that stopped reading) is given up after `stall`.
+    // requests still got their responses. What is left in flight gives its
+    // budget back now, and a close that cannot be written (a TLS close to a
+    // client that stopped reading) is given up after `stall`.
+    let Conn {
+        mut write,
+        in_flight,
+        frames,
+        ..
+    } = conn;
     drop(in_flight);
     drop(frames);
     close(&mut write, stall).await
+}
+
+/// The exchange a SaslHandshake starts, if its mechanism is served: v0
+/// would be followed by raw tokens (not served), and a re-authentication
+/// keeps its mechanism (Kafka's REAUTH_BAD_MECHANISM).
+fn start_exchange(
+    auth: &crate::sasl::Authenticator,
+    req: &floe_protocol::kafka_protocol::messages::SaslHandshakeRequest,
+    version: i16,
+    round: &Reauthentication<'_>,
+) -> Option<crate::sasl::Exchange> {
+    let same = round.mechanism.is_none_or(|m| m == req.mechanism.as_str());
+    match version {
+        0 => None,
+        _ if !same => None,
+        _ => auth.start(req.mechanism.as_str()),
+    }
+}
+
+/// What a SaslAuthenticate step is answered, and how the exchange ended if
+/// it did (`Some(None)`: failed); `None` when the connection is closed
+/// unanswered (the credentials could not be checked: the client reconnects).
+#[allow(clippy::type_complexity)]
+fn step_answer(
+    step: crate::sasl::Step,
+    round: &Reauthentication<'_>,
+    mechanism: &str,
+) -> Option<(
+    floe_protocol::kafka_protocol::messages::SaslAuthenticateResponse,
+    Option<Option<Authenticated>>,
+)> {
+    use crate::sasl::Step;
+    use floe_protocol::ResponseError;
+    use floe_protocol::kafka_protocol::messages::SaslAuthenticateResponse;
+    let failed = |why: &str| {
+        SaslAuthenticateResponse::default()
+            .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+            .with_error_message(Some(handlers::str_bytes(why)))
+    };
+    Some(match step {
+        Step::Challenge(bytes) => (
+            SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
+            None,
+        ),
+        // Kafka's `SaslServerAuthenticator`: no other principal on a
+        // re-authenticated connection.
+        Step::Done(principal, _, _) if round.principal.is_some_and(|was| *was != principal) => (
+            failed("Cannot change principals during re-authentication"),
+            Some(None),
+        ),
+        Step::Done(principal, bytes, expires_at_ms) => {
+            let lifetime = session_lifetime(round.lifetime, expires_at_ms);
+            let answer = SaslAuthenticateResponse::default()
+                .with_auth_bytes(bytes.into())
+                .with_session_lifetime_ms(lifetime.as_millis() as i64);
+            let done = Authenticated {
+                principal,
+                lifetime,
+                mechanism: mechanism.to_string(),
+            };
+            (answer, Some(Some(done)))
+        }
+        Step::Unavailable => return None,
+        Step::Failed(why) => (failed(why), Some(None)),
+    })
+}
+
+/// SASL before anything else, with small frames from a budget of their
+/// own: a crowd of clients that never authenticate cannot take the memory
+/// authenticated ones read their requests with. `None`: not authenticated
+/// (the connection is closed, after Kafka's failed-authentication delay).
+async fn first_login<R, W>(
+    frames: &mut FrameReader<R>,
+    write: &mut W,
+    auth: &crate::sasl::Authenticator,
+    broker: &Broker,
+    peer: SocketAddr,
+    software: &mut Option<Arc<crate::authorizer::ClientSoftware>>,
+) -> std::io::Result<Option<Authenticated>>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let max_frame = broker.config.max_frame_bytes.as_u64() as usize;
+    frames.set_budget(broker.unauthenticated.clone());
+    frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
+    let done = authenticate(
+        frames,
+        write,
+        auth,
+        &*broker.meta,
+        broker.config.stalled_client_timeout,
+        broker.telemetry.advertised(),
+        software,
+        Reauthentication::first(broker.config.connections_max_reauth),
+    )
+    .await?;
+    match &done {
+        Some(done) => tracing::debug!(%peer, principal = %done.principal, "authenticated"),
+        None => {
+            // As Kafka's connection.failed.authentication.delay.ms: a
+            // guesser waits before it learns and can try again.
+            broker.metrics.authentication_failures.inc();
+            tracing::info!(%peer, "closing connection: not authenticated");
+            tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
+        }
+    }
+    frames.set_max_frame(max_frame);
+    frames.set_budget(broker.requests.clone());
+    Ok(done)
+}
+
+/// Whether a connection goes on serving after an event.
+enum Flow {
+    Go,
+    Stop,
+}
+
+/// One authenticated connection serving its requests: read in order,
+/// handled as [`crate::order`] allows, answered in order.
+struct Conn<R, W> {
+    frames: FrameReader<R>,
+    write: W,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    /// How long a client may stall a request it began or a response.
+    stall: Duration,
+    /// The listener's SASL, for re-authentication (KIP-368).
+    sasl: Option<Arc<crate::sasl::Authenticator>>,
+    principal: Option<crate::sasl::Principal>,
+    mechanism: String,
+    session: crate::authorizer::Session,
+    /// When the SASL session ends: the client re-authenticates before.
+    session_expires: Option<Instant>,
+    /// When the last re-authentication began (Kafka limits the second and
+    /// later ones, not the first).
+    last_reauth: Option<Instant>,
+    turn: Turn,
+    lane: handlers::groups::Lane,
+    /// Set while the client is throttled (client quotas, `crate::quotas`).
+    mute: Arc<crate::quotas::Mute>,
+    in_flight: InFlight,
+    /// False once the connection reads no more requests (it closes when
+    /// what is in flight is answered).
+    reading: bool,
+    /// The API key of the next request was read and its turn has come: its
+    /// body is read next (see `FrameReader::next_api_key`).
+    turn_come: bool,
+    last_active: Instant,
+}
+
+impl<R, W> Conn<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    async fn serve(&mut self) -> std::io::Result<()> {
+        let idle_for = self.broker.config.connections_max_idle;
+        while self.reading || !self.in_flight.is_empty() {
+            let muted = self.mute.until();
+            let can_read = self.reading && muted.is_none() && self.in_flight.has_room();
+            let turn_come = self.turn_come;
+            tokio::select! {
+                // A request's API key, then its turn: what it may not pass
+                // is done (and answered) before its bytes are read, so a
+                // request waiting its turn holds none of the agent's
+                // request budget.
+                read = async {
+                    match turn_come {
+                        false => self.frames.next_api_key().await.map(|key| key.map(Read::Key)),
+                        true => self.frames.next().await.map(|frame| frame.map(Read::Frame)),
+                    }
+                }, if can_read => {
+                    self.last_active = Instant::now();
+                    if let Flow::Stop = self.on_read(read).await? {
+                        break;
+                    }
+                }
+                Some(response) = self.in_flight.next() => {
+                    if !write_response(&mut self.write, response, self.peer, self.stall).await? {
+                        break;
+                    }
+                    self.last_active = Instant::now();
+                }
+                // A throttled client's next request is read when its mute
+                // ends. (A future that makes no timer unless polled: it is
+                // built on every turn, muted or not.)
+                _ = async { if let Some(until) = muted { tokio::time::sleep_until(until).await } }, if muted.is_some() && self.reading => {}
+                // Nothing in flight and no whole request for this long (a
+                // client gone quiet, or one trickling half a frame): close.
+                // (A mute longer than that closes it too, as in Kafka.)
+                _ = tokio::time::sleep_until(self.last_active + idle_for), if self.in_flight.is_empty() => {
+                    tracing::debug!(peer = %self.peer, "closing idle connection");
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What was read: a request's API key (its turn is awaited), its frame
+    /// (decoded and admitted), a bad frame, or the end of the connection.
+    async fn on_read(&mut self, read: Option<std::io::Result<Read>>) -> std::io::Result<Flow> {
+        let frame = match read {
+            Some(Ok(Read::Key(key))) => {
+                let effect = key.map_or(Effect::Writes, Effect::of_api_key);
+                if !self
+                    .in_flight
+                    .write_until_free(effect, &mut self.write, self.peer, self.stall)
+                    .await?
+                {
+                    return Ok(Flow::Stop);
+                }
+                self.turn_come = true;
+                return Ok(Flow::Go);
+            }
+            Some(Ok(Read::Frame(frame))) => {
+                self.turn_come = false;
+                frame
+            }
+            Some(Err(e)) => {
+                tracing::warn!(peer = %self.peer, error = %e, "closing connection: bad frame");
+                self.stop_reading();
+                return Ok(Flow::Go);
+            }
+            // The client is gone: what it left in flight is dropped, so a
+            // produced batch not yet in a sealed file is not stored (its
+            // producer saw no answer and will retry, maybe through another
+            // agent: storing both would read X Y X), and a request not yet
+            // started never runs.
+            None => {
+                tracing::debug!(peer = %self.peer, "the client closed its connection");
+                return Ok(Flow::Stop);
+            }
+        };
+        let frame_len = frame.bytes.len();
+        match request::decode(frame.bytes.freeze()) {
+            // Admission runs before the next request is read, so produced
+            // batches are enqueued in request order.
+            Ok(decoded) => self.on_request(decoded, frame.held, frame_len).await,
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, error = %e, "closing connection: undecodable request");
+                self.stop_reading();
+                Ok(Flow::Go)
+            }
+        }
+    }
+
+    /// Reads no more requests; what is in flight is still answered.
+    fn stop_reading(&mut self) {
+        self.reading = false;
+        self.lane.close();
+    }
+
+    /// A decoded request: a re-authentication, or admitted in its turn.
+    async fn on_request(
+        &mut self,
+        decoded: Decoded,
+        held: tokio::sync::OwnedSemaphorePermit,
+        frame_len: usize,
+    ) -> std::io::Result<Flow> {
+        let handshake = is_api(&decoded, ApiKey::SaslHandshake);
+        if handshake && self.may_reauthenticate() {
+            drop(held);
+            return self.reauthenticate(decoded).await;
+        }
+        // Past its session, nothing but a new handshake (Kafka closes on
+        // anything else).
+        if self.session_expires.is_some_and(|at| Instant::now() >= at) && !handshake {
+            tracing::info!(peer = %self.peer, "closing connection: its SASL session expired without re-authentication (connections_max_reauth)");
+            self.stop_reading();
+            return Ok(Flow::Go);
+        }
+        if let Decoded::Request { body, .. } = &decoded
+            && let floe_protocol::kafka_protocol::messages::RequestKind::ApiVersions(req) = &**body
+        {
+            self.session.software = crate::authorizer::ClientSoftware::of(req);
+        }
+        // In the order sent: what this request may not pass is done (and
+        // answered) before it starts (waited for by its API key, but for a
+        // Metadata that turns out to create topics).
+        let effect = Effect::of(&decoded);
+        if !self
+            .in_flight
+            .write_until_free(effect, &mut self.write, self.peer, self.stall)
+            .await?
+        {
+            return Ok(Flow::Stop);
+        }
+        // Commits wait in the connection's lane, maybe behind a long
+        // JoinGroup: what they hold is counted here, not lent from the
+        // agent's budget.
+        let commit_bytes = if effect == Effect::Commits {
+            frame_len
+        } else {
+            0
+        };
+        let pending = admit(
+            self.broker.clone(),
+            decoded,
+            &self.turn,
+            &self.lane,
+            &self.session,
+            &self.mute,
+        )
+        .await;
+        // Admitted: produced batches are now the produce buffer's to
+        // count, the rest is small.
+        drop(held);
+        self.in_flight.push(effect, commit_bytes, pending);
+        Ok(Flow::Go)
+    }
+
+    /// Re-authentication (KIP-368) is taken only while the session ends
+    /// (else Kafka's handler refuses it), and not within a second of the
+    /// last (Kafka's MIN_REAUTH_INTERVAL).
+    fn may_reauthenticate(&self) -> bool {
+        self.sasl.is_some()
+            && self.principal.is_some()
+            && self.session_expires.is_some()
+            && self
+                .last_reauth
+                .is_none_or(|at| at.elapsed() >= MIN_REAUTH_INTERVAL)
+    }
+
+    /// Re-authenticates, once the responses before the handshake are
+    /// written; a failure closes the connection.
+    async fn reauthenticate(&mut self, handshake: Decoded) -> std::io::Result<Flow> {
+        self.last_reauth = Some(Instant::now());
+        if !self
+            .in_flight
+            .write_all(&mut self.write, self.peer, self.stall)
+            .await?
+        {
+            return Ok(Flow::Stop);
+        }
+        let (Some(auth), Some(current)) = (&self.sasl, &self.principal) else {
+            return Ok(Flow::Stop);
+        };
+        let lifetime = self.broker.config.connections_max_reauth;
+        let again = authenticate(
+            &mut self.frames,
+            &mut self.write,
+            auth,
+            &*self.broker.meta,
+            self.stall,
+            self.broker.telemetry.advertised(),
+            &mut self.session.software,
+            Reauthentication::again(handshake, current, &self.mechanism, lifetime),
+        )
+        .await?;
+        let peer = self.peer;
+        match again {
+            Some(done) => {
+                tracing::debug!(%peer, principal = %current, "re-authenticated");
+                self.broker.metrics.reauthentications.inc();
+                self.session_expires =
+                    (!done.lifetime.is_zero()).then(|| Instant::now() + done.lifetime);
+                Ok(Flow::Go)
+            }
+            None => {
+                self.broker.metrics.authentication_failures.inc();
+                tracing::info!(%peer, "closing connection: re-authentication failed");
+                tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
+                Ok(Flow::Stop)
+            }
+        }
+    }
 }
 
 /// Shuts the connection's write side, waiting at most `stall`.
@@ -553,9 +745,7 @@ where
 {
     use crate::sasl::Step;
     use floe_protocol::ResponseError;
-    use floe_protocol::kafka_protocol::messages::{
-        RequestKind, SaslAuthenticateResponse, SaslHandshakeResponse,
-    };
+    use floe_protocol::kafka_protocol::messages::{RequestKind, SaslHandshakeResponse};
     let mechanisms: Vec<_> = auth
         .mechanisms()
         .into_iter()
@@ -608,18 +798,9 @@ where
                         (ApiKey::ApiVersions, version, correlation_id, response, None)
                     }
                     RequestKind::SaslHandshake(req) if exchange.is_none() => {
-                        // v0 would be followed by raw tokens: not served.
-                        // A re-authentication keeps its mechanism (Kafka's
-                        // REAUTH_BAD_MECHANISM).
-                        let same = round.mechanism.is_none_or(|m| m == req.mechanism.as_str());
-                        let started = match version {
-                            0 => None,
-                            _ if !same => None,
-                            _ => auth.start(req.mechanism.as_str()),
-                        };
                         mechanism = req.mechanism.to_string();
-                        let served = started.is_some();
-                        exchange = started;
+                        exchange = start_exchange(auth, &req, version, &round);
+                        let served = exchange.is_some();
                         let response = SaslHandshakeResponse::default()
                             .with_mechanisms(mechanisms.clone())
                             .with_error_code(match served {
@@ -646,48 +827,10 @@ where
                             None => Step::Failed("Authentication failed"),
                         };
 
-                        let (response, outcome) = match step {
-                            Step::Challenge(bytes) => (
-                                SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
-                                None,
-                            ),
-                            // Kafka's `SaslServerAuthenticator`: no other
-                            // principal on a re-authenticated connection.
-                            Step::Done(principal, _, _)
-                                if round.principal.is_some_and(|was| *was != principal) =>
-                            {
-                                (
-                                    SaslAuthenticateResponse::default()
-                                        .with_error_code(
-                                            ResponseError::SaslAuthenticationFailed.code(),
-                                        )
-                                        .with_error_message(Some(handlers::str_bytes(
-                                            "Cannot change principals during re-authentication",
-                                        ))),
-                                    Some(None),
-                                )
-                            }
-                            Step::Done(principal, bytes, expires_at_ms) => {
-                                let lifetime = session_lifetime(round.lifetime, expires_at_ms);
-                                (
-                                    SaslAuthenticateResponse::default()
-                                        .with_auth_bytes(bytes.into())
-                                        .with_session_lifetime_ms(lifetime.as_millis() as i64),
-                                    Some(Some(Authenticated {
-                                        principal,
-                                        lifetime,
-                                        mechanism: mechanism.clone(),
-                                    })),
-                                )
-                            }
-                            // Closed unanswered: the client reconnects.
-                            Step::Unavailable => return Ok(None),
-                            Step::Failed(why) => (
-                                SaslAuthenticateResponse::default()
-                                    .with_error_code(ResponseError::SaslAuthenticationFailed.code())
-                                    .with_error_message(Some(handlers::str_bytes(why))),
-                                Some(None),
-                            ),
+                        // Closed unanswered: the client reconnects.
+                        let Some((response, outcome)) = step_answer(step, &round, &mechanism)
+                        else {
+                            return Ok(None);
                         };
                         (
                             ApiKey::SaslAuthenticate,

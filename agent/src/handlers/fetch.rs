@@ -144,37 +144,7 @@ async fn read_all(
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(topic) => {
                     let tp = TopicPartition::new(topic.id, partition);
-                    match asked.remove(&(tp, offset)) {
-                        Some(answer) => answer.map(|plan| cut(plan, offset, budget.max(1))),
-                        None => {
-                            match broker.extents.plan(tp, offset, budget.max(1) as u64, began) {
-                                Some(plan) => Ok(plan),
-                                // Expired since `ask_misses` looked: ask alone.
-                                None => {
-                                    let asked = Instant::now();
-                                    let answer = broker
-                                        .meta
-                                        .txn_read_plans(vec![(tp, offset)], budget.max(1) as u64)
-                                        .await
-                                        .and_then(|mut plans| {
-                                            plans
-                                                .pop()
-                                                .ok_or_else(|| {
-                                                    MetaError::unavailable(
-                                                        "no read plan in the answer",
-                                                    )
-                                                })?
-                                                .map_err(MetaError::Refused)
-                                        })
-                                        .map_err(|e| plan_error(&e));
-                                    if let Ok(plan) = &answer {
-                                        broker.extents.learn(tp, plan, asked);
-                                    }
-                                    answer
-                                }
-                            }
-                        }
-                    }
+                    plan_partition(broker, &mut asked, tp, offset, budget.max(1), began).await
                 }
             };
             let plan = plan.map(|mut plan| {
@@ -196,66 +166,156 @@ async fn read_all(
                 seen.push((topic.id, partition, plan.plan.high_watermark));
                 planned += charge(&plan.plan.extents, offset, reads);
             }
-            partitions.push((partition, offset, partition_max, reads, plan));
+            partitions.push(PartitionPlan {
+                partition,
+                offset,
+                partition_max,
+                reads,
+                plan,
+            });
         }
         plans.push((w, partitions));
     }
-    let held = match planned {
-        0 => None,
-        planned => {
-            // Waiting for budget must not outlast the fetch, but a fetch
-            // with no wait (max_wait_ms = 0) still gets a moment.
-            let wait_until = deadline.max(Instant::now() + Duration::from_millis(100));
-            let held = broker.responses.take(planned, turn, wait_until).await;
-            if held.is_none() {
-                tracing::debug!(
-                    planned,
-                    "fetch: response budget spent; answering without records"
-                );
-                for (_, partitions) in &mut plans {
-                    for (_, _, _, _, plan) in partitions.iter_mut() {
-                        if let Ok(plan) = plan {
-                            plan.plan.extents.clear();
-                        }
-                    }
-                }
-            }
-            held
-        }
-    };
+    let held = hold_budget(broker, &mut plans, planned, deadline, turn).await;
+    let read = read_planned(broker, plans, committed).await;
+    let (responses, total) = answer(read, max_bytes, by_id, committed);
+    (responses, total, seen, held)
+}
 
-    let read = join_all(plans.into_iter().map(|(w, partitions)| async move {
-        let partitions = join_all(partitions.into_iter().map(
-            |(partition, offset, partition_max, reads, plan)| async move {
-                let data = match plan {
-                    Ok(plan) => read_extents(
-                        broker,
-                        &plan.plan.extents,
-                        offset,
-                        plan.plan.high_watermark,
-                        reads,
-                    )
-                    .await
-                    .map(|mut records| {
-                        let upper = readable_end(&plan, committed);
-                        // The LSO is a batch boundary (a transaction's first batch).
-                        records.truncate(skip_batches_before(&records, upper));
-                        (plan, records)
-                    })
-                    .map_err(|e| {
-                        tracing::warn!(partition, error = %e, "fetch: reading objects failed");
-                        ResponseError::KafkaStorageError
-                    }),
-                    Err(e) => Err(e),
-                };
-                (partition, offset, partition_max, data)
-            },
-        ))
+/// One partition of a fetch, planned: what is read of it, and from where.
+struct PartitionPlan {
+    partition: i32,
+    offset: i64,
+    partition_max: i32,
+    /// The most bytes read past the fetch offset.
+    reads: usize,
+    plan: Result<TxnReadPlan, ResponseError>,
+}
+
+/// A topic of a fetch, planned partition by partition.
+type TopicPlan<'a> = (&'a Wanted, Vec<PartitionPlan>);
+
+/// A topic of a fetch, read: each partition's plan and records, or its
+/// error.
+type TopicRead<'a> = (
+    &'a Wanted,
+    Vec<(i32, i64, i32, Result<(TxnReadPlan, Bytes), ResponseError>)>,
+);
+
+/// A partition's plan: asked with the misses (see [`ask_misses`]), or from
+/// a confirmed view, or, when that expired since, asked alone.
+async fn plan_partition(
+    broker: &Broker,
+    asked: &mut HashMap<(TopicPartition, i64), Result<TxnReadPlan, ResponseError>>,
+    tp: TopicPartition,
+    offset: i64,
+    budget: usize,
+    began: Instant,
+) -> Result<TxnReadPlan, ResponseError> {
+    if let Some(answer) = asked.remove(&(tp, offset)) {
+        return answer.map(|plan| cut(plan, offset, budget));
+    }
+    if let Some(plan) = broker.extents.plan(tp, offset, budget as u64, began) {
+        return Ok(plan);
+    }
+    let asking = Instant::now();
+    let answer = broker
+        .meta
+        .txn_read_plans(vec![(tp, offset)], budget as u64)
+        .await
+        .and_then(|mut plans| {
+            plans
+                .pop()
+                .ok_or_else(|| MetaError::unavailable("no read plan in the answer"))?
+                .map_err(MetaError::Refused)
+        })
+        .map_err(|e| plan_error(&e));
+    if let Ok(plan) = &answer {
+        broker.extents.learn(tp, plan, asking);
+    }
+    answer
+}
+
+/// Takes the planned bytes from the agent's response budget, waiting for
+/// them until `deadline`; without them, the partitions are answered with
+/// their offsets and no records.
+async fn hold_budget(
+    broker: &Broker,
+    plans: &mut [TopicPlan<'_>],
+    planned: usize,
+    deadline: Instant,
+    turn: &Turn,
+) -> Option<Held> {
+    if planned == 0 {
+        return None;
+    }
+    // Waiting for budget must not outlast the fetch, but a fetch with no
+    // wait (max_wait_ms = 0) still gets a moment.
+    let wait_until = deadline.max(Instant::now() + Duration::from_millis(100));
+    let held = broker.responses.take(planned, turn, wait_until).await;
+    if held.is_none() {
+        tracing::debug!(
+            planned,
+            "fetch: response budget spent; answering without records"
+        );
+        for p in plans
+            .iter_mut()
+            .flat_map(|(_, partitions)| partitions.iter_mut())
+        {
+            if let Ok(plan) = &mut p.plan {
+                plan.plan.extents.clear();
+            }
+        }
+    }
+    held
+}
+
+/// Reads every planned partition at once, stopping read_committed ones at
+/// the last stable offset (a batch boundary: a transaction's first batch).
+async fn read_planned<'a>(
+    broker: &Broker,
+    plans: Vec<TopicPlan<'a>>,
+    committed: bool,
+) -> Vec<TopicRead<'a>> {
+    join_all(plans.into_iter().map(|(w, partitions)| async move {
+        let partitions = join_all(partitions.into_iter().map(|p| async move {
+            let data = match p.plan {
+                Ok(plan) => read_extents(
+                    broker,
+                    &plan.plan.extents,
+                    p.offset,
+                    plan.plan.high_watermark,
+                    p.reads,
+                )
+                .await
+                .map(|mut records| {
+                    let upper = readable_end(&plan, committed);
+                    records.truncate(skip_batches_before(&records, upper));
+                    (plan, records)
+                })
+                .map_err(|e| {
+                    tracing::warn!(partition = p.partition, error = %e, "fetch: reading objects failed");
+                    ResponseError::KafkaStorageError
+                }),
+                Err(e) => Err(e),
+            };
+            (p.partition, p.offset, p.partition_max, data)
+        }))
         .await;
         (w, partitions)
     }))
-    .await;
+    .await
+}
 
+/// The fetch's answer from what was read: whole batches within each
+/// partition's and the fetch's limits (KIP-74: the first batch always), and
+/// the bytes answered.
+fn answer(
+    read: Vec<TopicRead<'_>>,
+    max_bytes: usize,
+    by_id: bool,
+    committed: bool,
+) -> (Vec<FetchableTopicResponse>, usize) {
     let mut total = 0usize;
     let mut responses = Vec::with_capacity(read.len());
     for (w, partitions) in read {
@@ -294,7 +354,7 @@ async fn read_all(
             topic.with_topic(w.name.clone())
         });
     }
-    (responses, total, seen, held)
+    (responses, total)
 }
 
 /// Where a fetch stops: the last stable offset for `read_committed`, the

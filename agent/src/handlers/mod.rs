@@ -271,6 +271,8 @@ pub fn throttled(response: &mut ResponseKind, ms: i32) {
     );
 }
 
+/// Answers a request the gate let through (`None`: an API without a
+/// handler, which `request::decode` never lets through), by family.
 async fn handle(
     broker: &Broker,
     body: RequestKind,
@@ -278,57 +280,65 @@ async fn handle(
     client_id: String,
     session: &Session,
 ) -> Option<ResponseKind> {
-    let peer = session.ip;
-    Some(match body {
-        RequestKind::ApiVersions(_) => {
-            ResponseKind::ApiVersions(api_versions::handle(broker.telemetry.advertised()))
+    let asked = Asked {
+        broker,
+        version,
+        client_id: &client_id,
+        session,
+    };
+    let body = match topic_requests(&asked, body).await {
+        Ok(answer) => return Some(answer),
+        Err(body) => body,
+    };
+    let body = match group_requests(&asked, body).await {
+        Ok(answer) => return Some(answer),
+        Err(body) => body,
+    };
+    let body = match transaction_requests(&asked, body).await {
+        Ok(answer) => return Some(answer),
+        Err(body) => body,
+    };
+    match cluster_requests(&asked, body).await {
+        Ok(answer) => Some(answer),
+        Err(other) => {
+            tracing::error!(?other, "request of an API with no handler");
+            None
         }
-        RequestKind::GetTelemetrySubscriptions(req) => ResponseKind::GetTelemetrySubscriptions(
-            broker
-                .telemetry
-                .subscribe(&req, client_attributes(&client_id, session)),
-        ),
-        RequestKind::PushTelemetry(req) => ResponseKind::PushTelemetry(
-            broker
-                .telemetry
-                .push(&req, client_attributes(&client_id, session)),
-        ),
-        RequestKind::DescribeClientQuotas(req) => {
-            ResponseKind::DescribeClientQuotas(client_quotas::describe(broker, req).await)
-        }
-        RequestKind::AlterClientQuotas(req) => {
-            ResponseKind::AlterClientQuotas(client_quotas::alter(broker, req).await)
-        }
+    }
+}
+
+/// What every handler may need of a request besides its body.
+struct Asked<'a> {
+    broker: &'a Broker,
+    version: i16,
+    client_id: &'a str,
+    session: &'a Session,
+}
+
+/// A family's answer, or the request given back when it is not of the
+/// family.
+type Answered = Result<ResponseKind, RequestKind>;
+
+/// Topics, their configs and data's offsets.
+async fn topic_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
+    let Asked {
+        broker,
+        version,
+        client_id,
+        session,
+    } = *asked;
+    Ok(match body {
         RequestKind::ListConfigResources(req) => ResponseKind::ListConfigResources(
-            configs::list_resources(broker, req, version, session, &client_id).await,
+            configs::list_resources(broker, req, version, session, client_id).await,
         ),
-        RequestKind::DescribeQuorum(req) => {
-            ResponseKind::DescribeQuorum(quorum::describe(broker, req).await)
+        RequestKind::Metadata(req) => {
+            ResponseKind::Metadata(metadata::handle(broker, req, version, client_id, session).await)
         }
-        RequestKind::Metadata(req) => ResponseKind::Metadata(
-            metadata::handle(broker, req, version, &client_id, session).await,
-        ),
         RequestKind::CreateTopics(req) => {
             ResponseKind::CreateTopics(topics::create(broker, req, version).await)
         }
         RequestKind::DeleteTopics(req) => {
             ResponseKind::DeleteTopics(topics::delete(broker, req, version).await)
-        }
-        RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(
-            groups::find_coordinator(broker, req, version, session, &client_id).await,
-        ),
-        RequestKind::JoinGroup(req) => {
-            ResponseKind::JoinGroup(groups::join(broker, req, version, client_id, peer).await)
-        }
-        RequestKind::SyncGroup(req) => ResponseKind::SyncGroup(groups::sync(broker, req).await),
-        RequestKind::Heartbeat(req) => {
-            ResponseKind::Heartbeat(groups::heartbeat(broker, req).await)
-        }
-        RequestKind::LeaveGroup(req) => {
-            ResponseKind::LeaveGroup(groups::leave(broker, req, version).await)
-        }
-        RequestKind::OffsetFetch(req) => {
-            ResponseKind::OffsetFetch(groups::fetch_offsets(broker, req, version).await)
         }
         RequestKind::CreatePartitions(req) => {
             ResponseKind::CreatePartitions(topics::create_partitions(broker, req).await)
@@ -342,8 +352,60 @@ async fn handle(
         RequestKind::IncrementalAlterConfigs(req) => ResponseKind::IncrementalAlterConfigs(
             configs::incremental_alter_configs(broker, req).await,
         ),
+        RequestKind::DescribeTopicPartitions(req) => {
+            let (_, leader) = metadata::leader(broker, session, client_id).await;
+            ResponseKind::DescribeTopicPartitions(
+                describe_topic_partitions::handle(broker, req, leader).await,
+            )
+        }
+        RequestKind::DescribeLogDirs(req) => {
+            let leads = metadata::leads(broker, session, client_id).await;
+            ResponseKind::DescribeLogDirs(log_dirs::describe_log_dirs(broker, req, leads).await)
+        }
+        RequestKind::DescribeProducers(req) => {
+            let leads = metadata::leads(broker, session, client_id).await;
+            ResponseKind::DescribeProducers(log_dirs::describe_producers(broker, req, leads).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(req) => {
+            ResponseKind::OffsetForLeaderEpoch(cluster::offset_for_leader_epoch(broker, req).await)
+        }
+        RequestKind::DeleteRecords(req) => {
+            ResponseKind::DeleteRecords(delete_records::handle(broker, req).await)
+        }
+        RequestKind::ListOffsets(req) => {
+            ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
+        }
+        other => return Err(other),
+    })
+}
+
+/// Consumer groups, classic and KIP-848.
+async fn group_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
+    let Asked {
+        broker,
+        version,
+        client_id,
+        session,
+    } = *asked;
+    Ok(match body {
+        RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(
+            groups::find_coordinator(broker, req, version, session, client_id).await,
+        ),
+        RequestKind::JoinGroup(req) => ResponseKind::JoinGroup(
+            groups::join(broker, req, version, client_id.to_string(), session.ip).await,
+        ),
+        RequestKind::SyncGroup(req) => ResponseKind::SyncGroup(groups::sync(broker, req).await),
+        RequestKind::Heartbeat(req) => {
+            ResponseKind::Heartbeat(groups::heartbeat(broker, req).await)
+        }
+        RequestKind::LeaveGroup(req) => {
+            ResponseKind::LeaveGroup(groups::leave(broker, req, version).await)
+        }
+        RequestKind::OffsetFetch(req) => {
+            ResponseKind::OffsetFetch(groups::fetch_offsets(broker, req, version).await)
+        }
         RequestKind::ListGroups(req) => {
-            ResponseKind::ListGroups(groups::list(broker, req, version, session, &client_id).await)
+            ResponseKind::ListGroups(groups::list(broker, req, version, session, client_id).await)
         }
         RequestKind::DescribeGroups(req) => {
             ResponseKind::DescribeGroups(groups::describe(broker, req, version).await)
@@ -355,34 +417,24 @@ async fn handle(
             ResponseKind::OffsetDelete(groups::delete_offsets(broker, req).await)
         }
         RequestKind::ConsumerGroupHeartbeat(req) => ResponseKind::ConsumerGroupHeartbeat(
-            groups::consumer::heartbeat(broker, req, version, client_id, session).await,
+            groups::consumer::heartbeat(broker, req, version, client_id.to_string(), session).await,
         ),
-        RequestKind::DescribeTopicPartitions(req) => {
-            let (_, leader) = metadata::leader(broker, session, &client_id).await;
-            ResponseKind::DescribeTopicPartitions(
-                describe_topic_partitions::handle(broker, req, leader).await,
-            )
-        }
-        RequestKind::DescribeLogDirs(req) => {
-            let leads = metadata::leads(broker, session, &client_id).await;
-            ResponseKind::DescribeLogDirs(log_dirs::describe_log_dirs(broker, req, leads).await)
-        }
-        RequestKind::DescribeProducers(req) => {
-            let leads = metadata::leads(broker, session, &client_id).await;
-            ResponseKind::DescribeProducers(log_dirs::describe_producers(broker, req, leads).await)
-        }
-        RequestKind::DescribeCluster(req) => ResponseKind::DescribeCluster(
-            cluster::describe_cluster(broker, req, session, &client_id).await,
-        ),
-        RequestKind::OffsetForLeaderEpoch(req) => {
-            ResponseKind::OffsetForLeaderEpoch(cluster::offset_for_leader_epoch(broker, req).await)
-        }
         RequestKind::ConsumerGroupDescribe(req) => {
             ResponseKind::ConsumerGroupDescribe(groups::consumer::describe(broker, req).await)
         }
-        RequestKind::DeleteRecords(req) => {
-            ResponseKind::DeleteRecords(delete_records::handle(broker, req).await)
-        }
+        other => return Err(other),
+    })
+}
+
+/// Producer ids and transactions.
+async fn transaction_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
+    let Asked {
+        broker,
+        version,
+        client_id,
+        session,
+    } = *asked;
+    Ok(match body {
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req, version).await)
         }
@@ -397,11 +449,49 @@ async fn handle(
             ResponseKind::DescribeTransactions(txn::describe_transactions(broker, req).await)
         }
         RequestKind::ListTransactions(req) => ResponseKind::ListTransactions(
-            txn::list_transactions(broker, req, session, &client_id).await,
+            txn::list_transactions(broker, req, session, client_id).await,
         ),
         RequestKind::TxnOffsetCommit(req) => {
             ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req, version).await)
         }
+        other => return Err(other),
+    })
+}
+
+/// The cluster, its security and quotas, client telemetry, and SASL out of turn.
+async fn cluster_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
+    let Asked {
+        broker,
+        client_id,
+        session,
+        ..
+    } = *asked;
+    Ok(match body {
+        RequestKind::ApiVersions(_) => {
+            ResponseKind::ApiVersions(api_versions::handle(broker.telemetry.advertised()))
+        }
+        RequestKind::GetTelemetrySubscriptions(req) => ResponseKind::GetTelemetrySubscriptions(
+            broker
+                .telemetry
+                .subscribe(&req, client_attributes(client_id, session)),
+        ),
+        RequestKind::PushTelemetry(req) => ResponseKind::PushTelemetry(
+            broker
+                .telemetry
+                .push(&req, client_attributes(client_id, session)),
+        ),
+        RequestKind::DescribeClientQuotas(req) => {
+            ResponseKind::DescribeClientQuotas(client_quotas::describe(broker, req).await)
+        }
+        RequestKind::AlterClientQuotas(req) => {
+            ResponseKind::AlterClientQuotas(client_quotas::alter(broker, req).await)
+        }
+        RequestKind::DescribeQuorum(req) => {
+            ResponseKind::DescribeQuorum(quorum::describe(broker, req).await)
+        }
+        RequestKind::DescribeCluster(req) => ResponseKind::DescribeCluster(
+            cluster::describe_cluster(broker, req, session, client_id).await,
+        ),
         RequestKind::CreateAcls(req) => ResponseKind::CreateAcls(acls::create(broker, req).await),
         RequestKind::DescribeAcls(req) => {
             ResponseKind::DescribeAcls(acls::describe(broker, req).await)
@@ -414,9 +504,6 @@ async fn handle(
         }
         RequestKind::AlterUserScramCredentials(req) => {
             ResponseKind::AlterUserScramCredentials(scram_credentials::alter(broker, req).await)
-        }
-        RequestKind::ListOffsets(req) => {
-            ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
         }
         RequestKind::ElectLeaders(req) => {
             ResponseKind::ElectLeaders(replicas::elect_leaders(broker, req).await)
@@ -450,11 +537,7 @@ async fn handle(
             SaslAuthenticateResponse::default()
                 .with_error_code(ResponseError::IllegalSaslState.code()),
         ),
-        other => {
-            // `request::decode` only lets served APIs through.
-            tracing::error!(?other, "request of an API with no handler");
-            return None;
-        }
+        other => return Err(other),
     })
 }
 
