@@ -1,8 +1,8 @@
 //! An agent's life: [`Agent::start`] binds its listeners, registers it,
 //! starts its background work and serves; [`Agent::stop`] finishes what
 //! producers were promised and ends every task it started. The `floe agent`
-//! command, the in-process tests and the simulation start agents this one
-//! way.
+//! command and the in-process tests start agents this one way (the
+//! simulation still builds the write path's parts itself).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,16 +20,18 @@ use crate::listeners::Listener;
 use crate::metrics::Metrics;
 use crate::tasks::Tasks;
 
-/// A running agent. Dropping it cancels its tasks at once, as a crash
-/// would (nothing is drained); [`Agent::stop`] stops it in order.
+/// A running agent. Dropping it stops it at once, as a crash would
+/// (nothing is drained, batches not yet committed are dropped);
+/// [`Agent::stop`] stops it in order.
 pub struct Agent {
     broker: Arc<Broker>,
     kafka: Vec<(Arc<Listener>, SocketAddr)>,
     admin: SocketAddr,
     /// Every task of the agent, connections included.
     tasks: Tasks,
-    /// The listeners' accept loops: stopped first, so no new client comes
-    /// while accepted produces are finished.
+    /// The listeners' accept loops and the admin endpoint: stopped first,
+    /// so no new client comes (and a load balancer's readiness check
+    /// fails) while accepted produces are finished.
     accepting: Tasks,
     /// Why a listener or the admin endpoint stopped serving.
     failures: mpsc::Receiver<anyhow::Error>,
@@ -46,12 +48,30 @@ impl Agent {
     /// Listeners and the admin endpoint may ask for port 0; their bound
     /// addresses are [`Agent::kafka_addresses`] and [`Agent::admin_address`].
     pub async fn start(
+        config: Config,
+        meta: Arc<dyn Metastore>,
+        store: Arc<dyn ObjectStore>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Agent> {
+        check(&config)?;
+        let tasks = Tasks::default();
+        let started = Self::start_on(&tasks, config, meta, store, metrics).await;
+        if started.is_err() {
+            // What started before the failure (a heartbeat, file watchers)
+            // must not outlive it.
+            tasks.stop(TASKS_END_WITHIN).await;
+        }
+        started
+    }
+
+    async fn start_on(
+        tasks: &Tasks,
         mut config: Config,
         meta: Arc<dyn Metastore>,
         store: Arc<dyn ObjectStore>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Agent> {
-        let tasks = Tasks::default();
+        let tasks = tasks.clone();
         let serves_kafka = config.roles.contains(&Role::Kafka);
         let mut listeners = resolve(&config)?;
         let mut bound = match serves_kafka {
@@ -125,7 +145,7 @@ impl Agent {
             accepting.spawn(report(serving, failed.clone(), "a Kafka listener"));
         }
         let serving = crate::admin::serve(admin, broker.clone(), serves_blocks);
-        tasks.spawn(report(serving, failed, "the admin endpoint"));
+        accepting.spawn(report(serving, failed, "the admin endpoint"));
         tracing::info!(admin = %admin_address, "admin endpoint ready: /metrics /healthz /readyz");
         Ok(Agent {
             broker,
@@ -161,9 +181,10 @@ impl Agent {
         }
     }
 
-    /// Stops in order: new connections are refused; batches already
-    /// accepted are uploaded, committed and answered (for at most two
-    /// flush intervals and 5 s more); then every task ends.
+    /// Stops in order: new connections are refused and the admin endpoint
+    /// closes; batches already accepted are uploaded, committed and
+    /// answered (for at most two flush intervals and 5 s more); then
+    /// whatever is left is dropped and every task ends.
     pub async fn stop(self) {
         self.accepting.cancel();
         let drain = self.broker.config.flush_interval * 2 + Duration::from_secs(5);
@@ -175,6 +196,7 @@ impl Agent {
         }
         // Let the answers reach the sockets.
         tokio::time::sleep(Duration::from_millis(100)).await;
+        self.broker.batcher.abort();
         self.end_tasks().await;
     }
 
@@ -197,8 +219,24 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        self.broker.batcher.abort();
         self.tasks.cancel();
     }
+}
+
+/// Whether `config` makes an agent: its values (see [`Config::validate`]),
+/// its listeners, and its principal mapping rules.
+pub fn check(config: &Config) -> anyhow::Result<()> {
+    config.validate()?;
+    let listeners = crate::listeners::resolve(config)?;
+    // Port 0 asks for a free port, which only the one `listen` learns and
+    // advertises (tests).
+    anyhow::ensure!(
+        config.listeners.is_empty() || listeners.iter().all(|l| l.bind.port() != 0),
+        "port 0 (any free port) is for `listen` alone, not for named listeners"
+    );
+    crate::ssl_principal::PrincipalMapper::parse(&config.ssl_principal_mapping_rules)?;
+    Ok(())
 }
 
 fn resolve(config: &Config) -> anyhow::Result<Vec<Arc<Listener>>> {
@@ -241,7 +279,8 @@ fn start_cache_ring(broker: &Arc<Broker>, admin_port: u16, tasks: &Tasks) -> boo
         address,
     };
     tracing::info!(address = %me.address, zone = ?me.zone, "serving cached blocks to the zone's agents");
-    tasks.spawn(crate::cache_ring::run(broker.clone(), me));
+    let (meta, cache) = (broker.meta.clone(), broker.cache.clone());
+    tasks.spawn(crate::cache_ring::run(meta, cache, me));
     true
 }
 

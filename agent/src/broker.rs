@@ -90,7 +90,8 @@ impl Broker {
             listeners[0].advertised_host.clone(),
             listeners[0].advertised_port,
         );
-        let cache = Arc::new(BlockCache::new(store.clone(), config.cache_options()?).await?);
+        let cache =
+            Arc::new(BlockCache::new(store.clone(), crate::cache_ring::options(&config)?).await?);
         let (commit_tx, commits) = watch::channel(0);
         // Trusted for a quarter of the time GC leaves garbage readable (see
         // `ExtentCache`), and never long.

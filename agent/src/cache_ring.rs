@@ -5,12 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe_cache::{Member, Ring};
-use floe_metastore::CachePeer;
+use floe_cache::{BlockCache, Member, Ring};
+use floe_metastore::{CachePeer, Metastore};
 
-use crate::broker::Broker;
 use crate::config::Config;
-use crate::discovery::Discovery;
+use crate::config::Discovery;
 
 /// How often the agent announces itself and refreshes the ring. The
 /// metastore forgets an agent `PEER_TTL_MS` (15 s) after its last.
@@ -96,13 +95,13 @@ pub fn ring_of(me: &CachePeer, peers: &[CachePeer]) -> Ring {
 /// Announces `me` and keeps the cache's ring up to date, for ever. When the
 /// metastore does not answer, the last ring stays (an owner that is gone is
 /// read around, see `floe_cache::peer`).
-pub async fn run(broker: Arc<Broker>, me: CachePeer) {
+pub async fn run(meta: Arc<dyn Metastore>, cache: Arc<BlockCache>, me: CachePeer) {
     let mut tick = tokio::time::interval(ANNOUNCE_EVERY);
     let mut members = 0;
     let mut warned = false;
     loop {
         tick.tick().await;
-        match broker.meta.cache_peers(Some(me.clone())).await {
+        match meta.cache_peers(Some(me.clone())).await {
             Ok(peers) => {
                 warned = false;
                 let ring = ring_of(&me, &peers);
@@ -110,7 +109,7 @@ pub async fn run(broker: Arc<Broker>, me: CachePeer) {
                     members = ring.members().len();
                     tracing::info!(members, zone = ?me.zone, "cache ring changed");
                 }
-                broker.cache.set_ring(ring);
+                cache.set_ring(ring);
             }
             // Said once (a metastore too old to know the request says it
             // every time), then at debug level.
@@ -139,6 +138,28 @@ impl floe_cache::peer::PeerAuth for SignedBlocks {
     fn verify(&self, message: &[u8], tag: &[u8]) -> bool {
         self.0.verify_signed(BLOCK_CONTEXT, message, tag)
     }
+}
+
+/// The block cache's sizes, as configured, and its peers' proof: the
+/// metastore's cluster secret, when there is one.
+pub fn options(config: &Config) -> anyhow::Result<floe_cache::CacheOptions> {
+    let secret = match &config.metastore_secret_file {
+        Some(path) => {
+            Some(floe_metastore::peer_auth::ClusterSecret::load(path).map_err(anyhow::Error::msg)?)
+        }
+        None => None,
+    };
+    Ok(floe_cache::CacheOptions {
+        memory_bytes: config.cache_bytes.as_u64() as usize,
+        disk: config
+            .cache_disk_dir
+            .clone()
+            .map(|dir| (dir, config.cache_disk_bytes.as_u64())),
+        catch_up_bytes: config.cache_catch_up_bytes.as_u64() as usize,
+        block_bytes: config.cache_block_bytes.as_u64(),
+        peer_timeout: config.cache_peer_timeout,
+        peer_auth: secret.map(|s| Arc::new(SignedBlocks(s)) as Arc<dyn floe_cache::peer::PeerAuth>),
+    })
 }
 
 #[cfg(test)]

@@ -1,4 +1,8 @@
 //! Agent configuration: `floe.toml`, overridden by flags and `FLOE_*` env vars.
+//!
+//! A leaf: it names what an agent is configured with and checks what can
+//! be checked of the values alone; the rooms that use a setting read it
+//! from here (see [`crate::agent::check`] for the checks that need them).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -7,7 +11,26 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::Deserialize;
 
-use crate::discovery::Discovery;
+/// How clients find agents (see [`crate::discovery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Discovery {
+    #[serde(rename = "self")]
+    #[value(name = "self")]
+    SelfAdvertise,
+    LoadBalancer,
+}
+
+/// Kafka's default `message.max.bytes` (1 MiB plus the batch overhead).
+pub const DEFAULT_MESSAGE_MAX_BYTES: u64 = 1_048_588;
+
+/// Where a listener's certificate, key and (for mutual TLS) client CA are.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
 
 /// What an agent does (`floe agent --roles kafka,jobs`), so background work
 /// can be sized and placed apart from client traffic.
@@ -253,41 +276,17 @@ impl Config {
     /// The SASL mechanisms offered (none: no SASL).
     pub fn sasl_mechanisms(&self) -> Vec<String> {
         match (self.sasl_mechanisms.is_empty(), &self.sasl_plain_users) {
-            (true, Some(_)) => vec![crate::sasl::PLAIN.to_string()],
+            // A PLAIN users file alone turns PLAIN on.
+            (true, Some(_)) => vec!["PLAIN".to_string()],
             _ => self.sasl_mechanisms.clone(),
         }
     }
 
-    pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
-        Some(crate::tls::TlsFiles {
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
             cert: self.tls_cert.clone()?,
             key: self.tls_key.clone()?,
             client_ca: self.tls_client_ca.clone(),
-        })
-    }
-
-    /// The block cache's sizes, as configured, and its peers' proof: the
-    /// metastore's cluster secret, when there is one.
-    pub fn cache_options(&self) -> anyhow::Result<floe_cache::CacheOptions> {
-        let secret = match &self.metastore_secret_file {
-            Some(path) => Some(
-                floe_metastore::peer_auth::ClusterSecret::load(path).map_err(anyhow::Error::msg)?,
-            ),
-            None => None,
-        };
-        Ok(floe_cache::CacheOptions {
-            memory_bytes: self.cache_bytes.as_u64() as usize,
-            disk: self
-                .cache_disk_dir
-                .clone()
-                .map(|dir| (dir, self.cache_disk_bytes.as_u64())),
-            catch_up_bytes: self.cache_catch_up_bytes.as_u64() as usize,
-            block_bytes: self.cache_block_bytes.as_u64(),
-            peer_timeout: self.cache_peer_timeout,
-            peer_auth: secret.map(|s| {
-                std::sync::Arc::new(crate::cache_ring::SignedBlocks(s))
-                    as std::sync::Arc<dyn floe_cache::peer::PeerAuth>
-            }),
         })
     }
 }
@@ -333,9 +332,7 @@ impl Default for Config {
             max_frame_bytes: ByteSize::mib(100),
             queued_max_request_bytes: ByteSize::mib(128),
             max_fetch_bytes: ByteSize::mib(55),
-            message_max_bytes: ByteSize::b(
-                crate::handlers::produce_rules::DEFAULT_MESSAGE_MAX_BYTES,
-            ),
+            message_max_bytes: ByteSize::b(DEFAULT_MESSAGE_MAX_BYTES),
             max_response_bytes: ByteSize::mib(256),
             max_connections: 4096,
             max_connections_per_ip: 4096,
@@ -464,7 +461,6 @@ impl Config {
             self.tls_client_ca.is_none() || self.tls_cert.is_some(),
             "tls_client_ca needs tls_cert and tls_key"
         );
-        crate::ssl_principal::PrincipalMapper::parse(&self.ssl_principal_mapping_rules)?;
         let block = self.cache_block_bytes.as_u64();
         anyhow::ensure!(
             (4096..=self.cache_bytes.as_u64() / 4).contains(&block),
@@ -550,7 +546,6 @@ impl Config {
             "compaction_min_extents must be positive"
         );
         self.advertised()?;
-        crate::listeners::resolve(self)?;
         anyhow::ensure!(
             self.sasl_oauthbearer_jwks_refresh >= Duration::from_secs(10),
             "sasl_oauthbearer_jwks_refresh must be at least 10s"

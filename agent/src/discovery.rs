@@ -15,19 +15,11 @@ use std::time::Duration;
 
 use floe_metastore::agents::ListenerEndpoint;
 use floe_metastore::{AgentInfo, Metastore};
-use serde::Deserialize;
 
-use crate::broker::Broker;
+use crate::config::Config;
 use crate::listeners::Listener;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Discovery {
-    #[serde(rename = "self")]
-    #[value(name = "self")]
-    SelfAdvertise,
-    LoadBalancer,
-}
+pub use crate::config::Discovery;
 
 pub use floe_metastore::now_ms;
 
@@ -75,9 +67,9 @@ pub struct Endpoint {
 }
 
 /// This agent as a broker, to clients of `listener`.
-fn me(broker: &Broker, listener: &Listener) -> Endpoint {
+fn me(config: &Config, listener: &Listener) -> Endpoint {
     Endpoint {
-        node_id: broker.config.node_id,
+        node_id: config.node_id,
         host: listener.advertised_host.clone(),
         port: listener.advertised_port,
     }
@@ -85,12 +77,17 @@ fn me(broker: &Broker, listener: &Listener) -> Endpoint {
 
 /// The agents a client of `listener` should see, ordered by node id (never
 /// empty): only this one when the metastore cannot list them.
-pub async fn visible(broker: &Broker, listener: &Listener, client_id: &str) -> Vec<Endpoint> {
-    match known_visible(broker, listener, client_id).await {
+pub async fn visible(
+    meta: &dyn Metastore,
+    config: &Config,
+    listener: &Listener,
+    client_id: &str,
+) -> Vec<Endpoint> {
+    match known_visible(meta, config, listener, client_id).await {
         Ok(agents) => agents,
         Err(e) => {
             tracing::warn!(error = %e, "listing agents failed; advertising only this one");
-            vec![me(broker, listener)]
+            vec![me(config, listener)]
         }
     }
 }
@@ -99,20 +96,20 @@ pub async fn visible(broker: &Broker, listener: &Listener, client_id: &str) -> V
 /// (what ListGroups answers then, rather than listing every group here as
 /// if this agent were the only one).
 pub async fn known_visible(
-    broker: &Broker,
+    meta: &dyn Metastore,
+    config: &Config,
     listener: &Listener,
     client_id: &str,
 ) -> Result<Vec<Endpoint>, floe_metastore::MetaError> {
-    let me = me(broker, listener);
-    if broker.config.discovery == Discovery::LoadBalancer {
+    let me = me(config, listener);
+    if config.discovery == Discovery::LoadBalancer {
         return Ok(vec![me]);
     }
-    let agents = broker
-        .meta
+    let agents = meta
         .agents_on(&listener.name, listener.protocol.name())
         .await?;
     // Ages come from the metastore's clock: this agent's own clock may differ.
-    let ttl = broker.config.agent_ttl.as_millis() as i64;
+    let ttl = config.agent_ttl.as_millis() as i64;
     let live: Vec<&AgentInfo> = agents
         .iter()
         .filter(|a| a.node_id == me.node_id || a.age_ms <= ttl)

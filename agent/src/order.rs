@@ -289,7 +289,7 @@ mod tests {
         );
         let metadata = MetadataRequest::default().with_topics(Some(vec![
             metadata_request::MetadataRequestTopic::default()
-                .with_name(Some(TopicName(crate::handlers::str_bytes("t")))),
+                .with_name(Some(TopicName(floe_protocol::str_bytes("t")))),
         ]));
         assert_eq!(
             of(RequestKind::Metadata(

@@ -315,7 +315,7 @@ fn step_answer(
     let failed = |why: &str| {
         SaslAuthenticateResponse::default()
             .with_error_code(ResponseError::SaslAuthenticationFailed.code())
-            .with_error_message(Some(handlers::str_bytes(why)))
+            .with_error_message(Some(floe_protocol::str_bytes(why)))
     };
     Some(match step {
         Step::Challenge(bytes) => (
@@ -749,7 +749,7 @@ where
     let mechanisms: Vec<_> = auth
         .mechanisms()
         .into_iter()
-        .map(handlers::str_bytes)
+        .map(floe_protocol::str_bytes)
         .collect();
     let deadline = Instant::now() + crate::sasl::AUTHENTICATE_WITHIN;
     let mut exchange: Option<crate::sasl::Exchange> = None;

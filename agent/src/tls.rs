@@ -24,13 +24,7 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
 /// Longest a client may take over its TLS handshake.
 pub const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
 
-/// Where the listener's certificate, key and (for mutual TLS) client CA are.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: Option<PathBuf>,
-}
+pub use crate::config::TlsFiles;
 
 impl TlsFiles {
     fn paths(&self) -> impl Iterator<Item = &Path> {

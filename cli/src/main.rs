@@ -349,6 +349,9 @@ struct AgentArgs {
     /// e.g. 3s: how long the first rebalance of an empty classic group waits for more members
     #[arg(long, env = "FLOE_GROUP_INITIAL_REBALANCE_DELAY", value_parser = humantime::parse_duration)]
     group_initial_rebalance_delay: Option<Duration>,
+    /// e.g. 15m: the longest transaction timeout a producer may ask for
+    #[arg(long, env = "FLOE_TRANSACTION_MAX_TIMEOUT", value_parser = humantime::parse_duration)]
+    transaction_max_timeout: Option<Duration>,
     /// e.g. 10s: how often transactions past their timeout are looked for (0s: at once)
     #[arg(long, env = "FLOE_TRANSACTION_ABORT_CHECK_INTERVAL", value_parser = humantime::parse_duration)]
     transaction_abort_check_interval: Option<Duration>,
@@ -451,6 +454,7 @@ impl AgentArgs {
             group_min_session_timeout,
             group_max_session_timeout,
             group_initial_rebalance_delay,
+            transaction_max_timeout,
             transaction_abort_check_interval,
             cache_bytes,
             cache_block_bytes,
@@ -507,7 +511,7 @@ impl AgentArgs {
         if self.cache_advertise.is_some() {
             c.cache_advertise = self.cache_advertise;
         }
-        c.validate()?;
+        floe_agent::agent::check(&c)?;
         Ok(c)
     }
 }
@@ -767,6 +771,10 @@ mod tests {
             "18s",
             "--group-initial-rebalance-delay",
             "0s",
+            "--transaction-max-timeout",
+            "19s",
+            "--transaction-abort-check-interval",
+            "2s",
             "--inject-faults",
             "latency=1ms",
             "--metastore",
@@ -808,6 +816,8 @@ mod tests {
         assert_eq!(c.group_min_session_timeout, Duration::from_secs(1));
         assert_eq!(c.group_max_session_timeout, Duration::from_secs(18));
         assert_eq!(c.group_initial_rebalance_delay, Duration::ZERO);
+        assert_eq!(c.transaction_max_timeout, Duration::from_secs(19));
+        assert_eq!(c.transaction_abort_check_interval, Duration::from_secs(2));
         assert_eq!(c.inject_faults.as_deref(), Some("latency=1ms"));
         assert_eq!(c.metastore.as_deref(), Some("meta:1"));
         assert_ne!(debug, defaults);

@@ -23,6 +23,11 @@ pub mod walk;
 pub use kafka_protocol;
 pub use kafka_protocol::ResponseError;
 
+/// A Kafka string of `s` (the protocol's `StrBytes`).
+pub fn str_bytes(s: &str) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(s.to_string())
+}
+
 /// A Kafka error code as it goes on the wire (0 = none).
 pub type ErrorCode = i16;
 

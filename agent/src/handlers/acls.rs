@@ -17,8 +17,8 @@ use floe_protocol::kafka_protocol::messages::describe_acls_response::{
 };
 use floe_protocol::kafka_protocol::messages::*;
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 const DISABLED: &str = "No Authorizer is configured on the broker";
 

@@ -30,7 +30,7 @@ pub fn handle(telemetry: bool) -> ApiVersionsResponse {
                 .with_max_version(range.max)
         })
         .collect();
-    let name = || super::str_bytes(TRANSACTION_VERSION);
+    let name = || floe_protocol::str_bytes(TRANSACTION_VERSION);
     ApiVersionsResponse::default()
         .with_api_keys(api_keys)
         .with_supported_features(vec![

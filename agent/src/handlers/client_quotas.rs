@@ -15,8 +15,8 @@ use floe_protocol::kafka_protocol::messages::{
     describe_client_quotas_response,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 const USER: &str = "user";
 const CLIENT_ID: &str = "client-id";

@@ -17,9 +17,9 @@ use floe_protocol::kafka_protocol::messages::{
     OffsetForLeaderEpochResponse,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
 use crate::discovery;
+use floe_protocol::str_bytes;
 
 /// The only leader epoch of every partition (see the module's doc).
 pub const LEADER_EPOCH: i32 = 0;
@@ -52,7 +52,8 @@ pub async fn describe_cluster(
                 "floe has no controllers to describe: its metastore nodes are not Kafka brokers",
             )));
     }
-    let agents = discovery::visible(broker, &session.listener, client_id).await;
+    let agents =
+        discovery::visible(&*broker.meta, &broker.config, &session.listener, client_id).await;
     let client = discovery::client_key(client_id, session.ip.to_canonical());
     let controller = agents[discovery::pick(&client, agents.len())].node_id;
     let brokers = agents

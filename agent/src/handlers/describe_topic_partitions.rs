@@ -18,8 +18,8 @@ use floe_protocol::kafka_protocol::messages::{
 };
 
 use super::metadata::{TOPIC_OPERATIONS, operations};
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 /// Kafka's `max.request.partition.size.limit` default.
 const MAX_PARTITIONS: i32 = 2000;

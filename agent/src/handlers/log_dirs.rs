@@ -28,8 +28,8 @@ use floe_protocol::kafka_protocol::messages::{
     DescribeProducersResponse, ProducerId, TopicName,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 /// Partitions asked of the metastore in one request.
 const PARTITIONS_PER_REQUEST: usize = 10_000;

@@ -9,9 +9,9 @@ use floe_protocol::kafka_protocol::messages::{
     BrokerId, MetadataRequest, MetadataResponse, TopicName,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
 use crate::discovery;
+use floe_protocol::str_bytes;
 
 pub async fn handle(
     broker: &Broker,
@@ -106,7 +106,8 @@ pub async fn leader(
     session: &crate::authorizer::Session,
     client_id: &str,
 ) -> (Vec<discovery::Endpoint>, BrokerId) {
-    let agents = discovery::visible(broker, &session.listener, client_id).await;
+    let agents =
+        discovery::visible(&*broker.meta, &broker.config, &session.listener, client_id).await;
     let client = discovery::client_key(client_id, session.ip.to_canonical());
     let node = BrokerId(agents[discovery::pick(&client, agents.len())].node_id);
     (agents, node)

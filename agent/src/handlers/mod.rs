@@ -28,7 +28,7 @@ use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::{
     RequestHeader, RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
 };
-use floe_protocol::kafka_protocol::protocol::StrBytes;
+use floe_protocol::str_bytes;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
@@ -539,8 +539,4 @@ async fn cluster_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
         ),
         other => return Err(other),
     })
-}
-
-pub fn str_bytes(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_string())
 }

@@ -102,7 +102,7 @@ mod tests {
         assert_eq!(ok.error_message.as_deref(), Some(""), "the crate's default");
         let refused = create_topics_response::CreatableTopicResult::default()
             .with_error_code(36)
-            .with_error_message(Some(crate::handlers::str_bytes("exists")));
+            .with_error_message(Some(floe_protocol::str_bytes("exists")));
         let response = nulled(ResponseKind::CreateTopics(
             CreateTopicsResponse::default().with_topics(vec![ok, refused]),
         ));

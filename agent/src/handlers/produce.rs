@@ -23,11 +23,11 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::produce_rules::{ProduceRules, Refused};
-use super::str_bytes;
 use crate::authorizer::Session;
 use crate::batcher::{AppendError, Committed};
 use crate::broker::{Broker, kafka_error, refusal_error};
 use crate::topic_cache::TopicCache;
+use floe_protocol::str_bytes;
 
 /// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
 pub struct Admitted {

@@ -32,8 +32,7 @@ impl From<(ResponseError, String)> for Refused {
     }
 }
 
-/// Kafka's default `message.max.bytes` (1 MiB plus the batch overhead).
-pub const DEFAULT_MESSAGE_MAX_BYTES: u64 = 1_048_588;
+pub use crate::config::DEFAULT_MESSAGE_MAX_BYTES;
 
 /// What a topic's configs ask of produced batches.
 #[derive(Debug, Clone, PartialEq, Eq)]

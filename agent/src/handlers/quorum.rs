@@ -16,8 +16,8 @@ use floe_protocol::kafka_protocol::messages::{
     BrokerId, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 /// The one partition a quorum has.
 const METADATA_TOPIC: &str = "__cluster_metadata";

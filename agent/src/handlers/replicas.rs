@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::*;
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 /// The partitions of every topic, by name; `Err` if the metastore cannot say.
 async fn partition_counts(broker: &Broker) -> Result<BTreeMap<String, i32>, ResponseError> {

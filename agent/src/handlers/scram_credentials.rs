@@ -21,8 +21,8 @@ use floe_protocol::kafka_protocol::messages::{
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 pub async fn describe(
     broker: &Broker,

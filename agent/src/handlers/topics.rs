@@ -15,8 +15,8 @@ use floe_protocol::kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 pub async fn create(
     broker: &Broker,

@@ -286,7 +286,7 @@ pub async fn describe_transactions(
         }
         states.push(
             state
-                .with_transaction_state(super::str_bytes(v.phase.kafka_name()))
+                .with_transaction_state(floe_protocol::str_bytes(v.phase.kafka_name()))
                 .with_transaction_timeout_ms(v.timeout_ms)
                 .with_transaction_start_time_ms(v.start_ms)
                 .with_producer_id(ProducerId(v.producer_id))
@@ -296,7 +296,7 @@ pub async fn describe_transactions(
                         .into_iter()
                         .map(|(name, partitions)| {
                             TopicData::default()
-                                .with_topic(super::str_bytes(&name).into())
+                                .with_topic(floe_protocol::str_bytes(&name).into())
                                 .with_partitions(partitions)
                         })
                         .collect(),
@@ -358,7 +358,14 @@ pub async fn list_transactions(
             }
         },
     };
-    let agents = match crate::discovery::known_visible(broker, &session.listener, client_id).await {
+    let agents = match crate::discovery::known_visible(
+        &*broker.meta,
+        &broker.config,
+        &session.listener,
+        client_id,
+    )
+    .await
+    {
         Ok(agents) => agents,
         Err(e) => return response.with_error_code(coordinator_error(&e, true).code()),
     };
@@ -375,9 +382,9 @@ pub async fn list_transactions(
                 })
                 .map(|v| {
                     TransactionState::default()
-                        .with_transactional_id(super::str_bytes(&v.transactional_id).into())
+                        .with_transactional_id(floe_protocol::str_bytes(&v.transactional_id).into())
                         .with_producer_id(ProducerId(v.producer_id))
-                        .with_transaction_state(super::str_bytes(v.phase.kafka_name()))
+                        .with_transaction_state(floe_protocol::str_bytes(v.phase.kafka_name()))
                 })
                 .collect(),
         ),

@@ -42,7 +42,7 @@ use uuid::Uuid;
 pub use instances::{Identity, LIMITS, Limits};
 pub use subscriptions::{Asked, ClientAttributes, Subscriptions};
 
-use crate::handlers::str_bytes;
+use floe_protocol::str_bytes;
 
 /// How often the copy of the subscriptions is brought up to date.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(2);

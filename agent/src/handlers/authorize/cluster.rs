@@ -3,7 +3,7 @@
 //! client quotas and config resources; ALL for an API without rules.
 
 use super::*;
-use crate::handlers::str_bytes;
+use floe_protocol::str_bytes;
 
 const CLUSTER_OPERATIONS: [i8; 7] = [
     op::CREATE,

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::*;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 
-use crate::handlers::str_bytes;
+use floe_protocol::str_bytes;
 
 const GROUP_OPERATIONS: [i8; 3] = [op::READ, op::DESCRIBE, op::DELETE];
 

@@ -42,9 +42,13 @@ struct Case {
     answer: ResponseKind,
     /// ACLs that allow the request whole.
     allow: Vec<Acl>,
-    /// ACLs present when it is denied (a part of what `allow` gives).
+    /// ACLs present when it is denied: a part of what `allow` gives, or an
+    /// operation the one needed implies (READ implies DESCRIBE, so a rule
+    /// asking DESCRIBE instead of READ would pass with none).
     partial: Vec<Acl>,
     denied: Denied,
+    /// A resource a denied request is handled without.
+    removes: Option<&'static str>,
 }
 
 fn case(request: RequestKind, answer: ResponseKind, allow: Vec<Acl>, denied: Denied) -> Case {
@@ -55,6 +59,7 @@ fn case(request: RequestKind, answer: ResponseKind, allow: Vec<Acl>, denied: Den
         allow,
         partial: Vec::new(),
         denied,
+        removes: None,
     }
 }
 
@@ -66,6 +71,11 @@ impl Case {
 
     fn partial(mut self, partial: Vec<Acl>) -> Case {
         self.partial = partial;
+        self
+    }
+
+    fn removes(mut self, name: &'static str) -> Case {
+        self.removes = Some(name);
         self
     }
 }
@@ -175,20 +185,25 @@ async fn check(case: Case) {
     assert_whole(&case, outcome(&case, &case.allow, ALICE).await, "allowed");
     assert_whole(&case, outcome(&case, &[], ROOT).await, "a super user");
     let denied = outcome(&case, &case.partial, ALICE).await;
-    match (&case.denied, denied) {
-        (Denied::Never, outcome) => assert_whole(&case, outcome, "anyone"),
-        (Denied::Close, Outcome::Closed) => {}
-        (Denied::Code(code), Outcome::Answered(answer) | Outcome::Handled(_, answer)) => {
-            assert!(has_code(&answer, *code), "no error {code} in {answer:?}")
-        }
-        (Denied::Hidden(name), Outcome::Handled(_, answer)) => {
-            assert!(
-                !format!("{answer:?}").contains(name),
-                "{name} seen in {answer:?}"
-            )
-        }
+    let answer = match (&case.denied, denied) {
+        (Denied::Never, outcome) => return assert_whole(&case, outcome, "anyone"),
+        (Denied::Close, Outcome::Closed) => return,
         (_, Outcome::Closed) => panic!("closed"),
-        (_, _) => panic!("denied otherwise than the case says"),
+        (Denied::Close, _) => panic!("not closed"),
+        (_, Outcome::Answered(answer)) => answer,
+        (_, Outcome::Handled(request, answer)) => {
+            if let Some(name) = case.removes {
+                let handled = format!("{request:?}");
+                assert!(!handled.contains(name), "{name} handled: {handled}");
+            }
+            answer
+        }
+    };
+    let seen = format!("{answer:?}");
+    match case.denied {
+        Denied::Code(code) => assert!(has_code(&answer, code), "no error {code} in {seen}"),
+        Denied::Hidden(name) => assert!(!seen.contains(name), "{name} seen in {seen}"),
+        Denied::Never | Denied::Close => unreachable!(),
     }
 }
 
@@ -224,6 +239,16 @@ fn fetch() -> RequestKind {
     RequestKind::Fetch(FetchRequest::default().with_topics(vec![
             FetchTopic::default()
                 .with_topic(topic_name())
+                .with_partitions(vec![FetchPartition::default()]),
+        ]))
+}
+
+/// A Fetch (v13) of a topic by an id no topic has.
+fn fetch_by_id() -> RequestKind {
+    use fetch_request::*;
+    RequestKind::Fetch(FetchRequest::default().with_topics(vec![
+            FetchTopic::default()
+                .with_topic_id(uuid::Uuid::from_u128(7))
                 .with_partitions(vec![FetchPartition::default()]),
         ]))
 }
@@ -578,50 +603,74 @@ table! {
 
     // Topics: data.
     produce_needs_write_on_the_topic =>
-        case(produce(false, -1), r(ResponseKind::Produce), vec![(T, TOPIC, op::WRITE)], Code(TOPIC_DENIED));
+        case(produce(false, -1), r(ResponseKind::Produce), vec![(T, TOPIC, op::WRITE)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
     a_transactional_produce_needs_write_on_its_id =>
         case(produce(true, -1), r(ResponseKind::Produce), vec![(X, TXN, op::WRITE), (T, TOPIC, op::WRITE)], Code(TXN_DENIED))
             .partial(vec![(T, TOPIC, op::WRITE)]);
     a_transactional_produce_without_acks_is_closed =>
         case(produce(true, 0), r(ResponseKind::Produce), vec![(X, TXN, op::WRITE), (T, TOPIC, op::WRITE)], Close);
     fetch_needs_read =>
-        case(fetch(), r(ResponseKind::Fetch), vec![(T, TOPIC, op::READ)], Code(TOPIC_DENIED)).version(12);
+        case(fetch(), r(ResponseKind::Fetch), vec![(T, TOPIC, op::READ)], Code(TOPIC_DENIED)).version(12)
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
     list_offsets_needs_describe =>
         case(a(RequestKind::ListOffsets), list_offsets_answer(), vec![(T, TOPIC, op::DESCRIBE)], Code(TOPIC_DENIED));
     offset_for_leader_epoch_needs_describe =>
         case(a(RequestKind::OffsetForLeaderEpoch), leader_epoch_answer(), vec![(T, TOPIC, op::DESCRIBE)], Code(TOPIC_DENIED));
     describe_producers_needs_read =>
-        case(a(RequestKind::DescribeProducers), producers_answer(), vec![(T, TOPIC, op::READ)], Code(TOPIC_DENIED));
+        case(a(RequestKind::DescribeProducers), producers_answer(), vec![(T, TOPIC, op::READ)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]);
 
     // Topics: metadata.
     metadata_by_name_needs_describe =>
         case(metadata(), metadata_answer(), vec![(T, TOPIC, op::DESCRIBE)], Code(TOPIC_DENIED));
     metadata_of_all_topics_lists_only_the_described =>
-        case(a(RequestKind::Metadata), metadata_answer(), vec![(T, TOPIC, op::DESCRIBE)], Hidden(TOPIC));
+        case(RequestKind::Metadata(MetadataRequest::default().with_topics(None)), metadata_answer(), vec![(T, TOPIC, op::DESCRIBE)], Hidden(TOPIC));
+    metadata_v0_of_all_topics_lists_only_the_described =>
+        case(RequestKind::Metadata(MetadataRequest::default().with_topics(Some(vec![]))), metadata_answer(), vec![(T, TOPIC, op::DESCRIBE)], Hidden(TOPIC))
+            .version(0);
+    a_fetch_by_an_unknown_topic_id_is_the_handler_s_to_answer =>
+        case(fetch_by_id(), r(ResponseKind::Fetch), vec![], Never).version(13);
+    delete_topics_by_name_needs_delete =>
+        case(RequestKind::DeleteTopics(DeleteTopicsRequest::default().with_topic_names(vec![topic_name()])), r(ResponseKind::DeleteTopics), vec![(T, TOPIC, op::DELETE)], Code(TOPIC_DENIED))
+            .version(5).partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
+    find_coordinator_v3_needs_describe_on_the_transactional_id =>
+        case(find_coordinator(1, TXN), r(ResponseKind::FindCoordinator), vec![(X, TXN, op::DESCRIBE)], Code(TXN_DENIED)).version(3);
+    offset_fetch_of_all_offsets_lists_only_the_described_topics =>
+        case(RequestKind::OffsetFetch(OffsetFetchRequest::default().with_group_id(group_id()).with_topics(None)), offset_fetch_v7_answer(), vec![(G, GROUP, op::DESCRIBE), (T, TOPIC, op::DESCRIBE)], Hidden(TOPIC))
+            .version(7).partial(vec![(G, GROUP, op::DESCRIBE)]);
     describe_topic_partitions_needs_describe =>
         case(topic_partitions(), topic_partitions_answer(), vec![(T, TOPIC, op::DESCRIBE)], Code(TOPIC_DENIED));
     create_topics_needs_create_on_the_topic =>
-        case(create_topics(), r(ResponseKind::CreateTopics), vec![(T, TOPIC, op::CREATE)], Code(TOPIC_DENIED));
+        case(create_topics(), r(ResponseKind::CreateTopics), vec![(T, TOPIC, op::CREATE)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
     create_topics_with_create_on_the_cluster =>
         case(create_topics(), r(ResponseKind::CreateTopics), on_cluster(op::CREATE), Code(TOPIC_DENIED));
     delete_topics_needs_delete =>
-        case(delete_topics(), r(ResponseKind::DeleteTopics), vec![(T, TOPIC, op::DELETE)], Code(TOPIC_DENIED)).version(6);
+        case(delete_topics(), r(ResponseKind::DeleteTopics), vec![(T, TOPIC, op::DELETE)], Code(TOPIC_DENIED)).version(6)
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
     create_partitions_needs_alter =>
-        case(create_partitions(), r(ResponseKind::CreatePartitions), vec![(T, TOPIC, op::ALTER)], Code(TOPIC_DENIED));
+        case(create_partitions(), r(ResponseKind::CreatePartitions), vec![(T, TOPIC, op::ALTER)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
     delete_records_needs_delete =>
-        case(delete_records(), r(ResponseKind::DeleteRecords), vec![(T, TOPIC, op::DELETE)], Code(TOPIC_DENIED));
+        case(delete_records(), r(ResponseKind::DeleteRecords), vec![(T, TOPIC, op::DELETE)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
 
     // Configs.
     topic_configs_need_describe_configs_on_the_topic =>
-        case(describe_configs(TOPIC_RESOURCE, TOPIC), r(ResponseKind::DescribeConfigs), vec![(T, TOPIC, op::DESCRIBE_CONFIGS)], Code(TOPIC_DENIED));
+        case(describe_configs(TOPIC_RESOURCE, TOPIC), r(ResponseKind::DescribeConfigs), vec![(T, TOPIC, op::DESCRIBE_CONFIGS)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
     broker_configs_need_describe_configs_on_the_cluster =>
         case(describe_configs(BROKER_RESOURCE, "0"), r(ResponseKind::DescribeConfigs), on_cluster(op::DESCRIBE_CONFIGS), Code(CLUSTER_DENIED));
     group_configs_need_describe_configs_on_the_group =>
-        case(describe_configs(GROUP_RESOURCE, GROUP), r(ResponseKind::DescribeConfigs), vec![(G, GROUP, op::DESCRIBE_CONFIGS)], Code(GROUP_DENIED));
+        case(describe_configs(GROUP_RESOURCE, GROUP), r(ResponseKind::DescribeConfigs), vec![(G, GROUP, op::DESCRIBE_CONFIGS)], Code(GROUP_DENIED))
+            .partial(vec![(G, GROUP, op::DESCRIBE)]).removes(GROUP);
     alter_configs_needs_alter_configs =>
-        case(alter_configs(), r(ResponseKind::AlterConfigs), vec![(T, TOPIC, op::ALTER_CONFIGS)], Code(TOPIC_DENIED));
+        case(alter_configs(), r(ResponseKind::AlterConfigs), vec![(T, TOPIC, op::ALTER_CONFIGS)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE_CONFIGS)]).removes(TOPIC);
     incremental_alter_configs_needs_alter_configs =>
-        case(incremental_alter_configs(), r(ResponseKind::IncrementalAlterConfigs), vec![(T, TOPIC, op::ALTER_CONFIGS)], Code(TOPIC_DENIED));
+        case(incremental_alter_configs(), r(ResponseKind::IncrementalAlterConfigs), vec![(T, TOPIC, op::ALTER_CONFIGS)], Code(TOPIC_DENIED))
+            .partial(vec![(T, TOPIC, op::DESCRIBE_CONFIGS)]).removes(TOPIC);
 
     // Groups.
     find_coordinator_v3_needs_describe_on_the_group =>
@@ -631,13 +680,17 @@ table! {
     find_coordinator_needs_describe_on_each_transactional_id =>
         case(find_coordinator(1, TXN), coordinators_answer(TXN), vec![(X, TXN, op::DESCRIBE)], Code(TXN_DENIED)).version(4);
     join_group_needs_read =>
-        case(RequestKind::JoinGroup(JoinGroupRequest::default().with_group_id(group_id())), r(ResponseKind::JoinGroup), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED));
+        case(RequestKind::JoinGroup(JoinGroupRequest::default().with_group_id(group_id())), r(ResponseKind::JoinGroup), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED))
+            .partial(vec![(G, GROUP, op::DESCRIBE)]);
     sync_group_needs_read =>
-        case(RequestKind::SyncGroup(SyncGroupRequest::default().with_group_id(group_id())), r(ResponseKind::SyncGroup), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED));
+        case(RequestKind::SyncGroup(SyncGroupRequest::default().with_group_id(group_id())), r(ResponseKind::SyncGroup), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED))
+            .partial(vec![(G, GROUP, op::DESCRIBE)]);
     heartbeat_needs_read =>
-        case(RequestKind::Heartbeat(HeartbeatRequest::default().with_group_id(group_id())), r(ResponseKind::Heartbeat), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED));
+        case(RequestKind::Heartbeat(HeartbeatRequest::default().with_group_id(group_id())), r(ResponseKind::Heartbeat), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED))
+            .partial(vec![(G, GROUP, op::DESCRIBE)]);
     leave_group_needs_read =>
-        case(RequestKind::LeaveGroup(LeaveGroupRequest::default().with_group_id(group_id())), r(ResponseKind::LeaveGroup), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED));
+        case(RequestKind::LeaveGroup(LeaveGroupRequest::default().with_group_id(group_id())), r(ResponseKind::LeaveGroup), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED))
+            .partial(vec![(G, GROUP, op::DESCRIBE)]);
     consumer_heartbeat_needs_read_on_the_group =>
         case(consumer_heartbeat(), r(ResponseKind::ConsumerGroupHeartbeat), vec![(G, GROUP, op::READ), (T, TOPIC, op::DESCRIBE)], Code(GROUP_DENIED));
     consumer_heartbeat_needs_describe_on_subscribed_topics =>
@@ -647,7 +700,7 @@ table! {
         case(offset_commit(), r(ResponseKind::OffsetCommit), vec![(G, GROUP, op::READ), (T, TOPIC, op::READ)], Code(GROUP_DENIED));
     offset_commit_needs_read_on_each_topic =>
         case(offset_commit(), r(ResponseKind::OffsetCommit), vec![(G, GROUP, op::READ), (T, TOPIC, op::READ)], Code(TOPIC_DENIED))
-            .partial(vec![(G, GROUP, op::READ)]);
+            .partial(vec![(G, GROUP, op::READ)]).removes(TOPIC);
     offset_fetch_v7_needs_describe_on_the_group =>
         case(offset_fetch_v7(), offset_fetch_v7_answer(), vec![(G, GROUP, op::DESCRIBE), (T, TOPIC, op::DESCRIBE)], Code(GROUP_DENIED)).version(7);
     offset_fetch_v7_needs_describe_on_each_topic =>
@@ -667,25 +720,29 @@ table! {
     list_groups_lists_all_with_describe_on_the_cluster =>
         case(a(RequestKind::ListGroups), list_groups_answer(), on_cluster(op::DESCRIBE), Hidden(GROUP));
     delete_groups_needs_delete =>
-        case(RequestKind::DeleteGroups(DeleteGroupsRequest::default().with_groups_names(vec![group_id()])), r(ResponseKind::DeleteGroups), vec![(G, GROUP, op::DELETE)], Code(GROUP_DENIED));
+        case(RequestKind::DeleteGroups(DeleteGroupsRequest::default().with_groups_names(vec![group_id()])), r(ResponseKind::DeleteGroups), vec![(G, GROUP, op::DELETE)], Code(GROUP_DENIED))
+            .partial(vec![(G, GROUP, op::DESCRIBE)]).removes(GROUP);
     offset_delete_needs_delete_on_the_group =>
         case(offset_delete(), r(ResponseKind::OffsetDelete), vec![(G, GROUP, op::DELETE), (T, TOPIC, op::READ)], Code(GROUP_DENIED));
     offset_delete_needs_read_on_each_topic =>
         case(offset_delete(), r(ResponseKind::OffsetDelete), vec![(G, GROUP, op::DELETE), (T, TOPIC, op::READ)], Code(TOPIC_DENIED))
-            .partial(vec![(G, GROUP, op::DELETE)]);
+            .partial(vec![(G, GROUP, op::DELETE)]).removes(TOPIC);
 
     // Producers and transactions.
     init_producer_id_needs_write_on_its_transactional_id =>
-        case(RequestKind::InitProducerId(InitProducerIdRequest::default().with_transactional_id(Some(txn_id()))), r(ResponseKind::InitProducerId), vec![(X, TXN, op::WRITE)], Code(TXN_DENIED));
+        case(RequestKind::InitProducerId(InitProducerIdRequest::default().with_transactional_id(Some(txn_id()))), r(ResponseKind::InitProducerId), vec![(X, TXN, op::WRITE)], Code(TXN_DENIED))
+            .partial(vec![(X, TXN, op::DESCRIBE)]);
     idempotence_needs_idempotent_write_on_the_cluster =>
-        case(RequestKind::InitProducerId(InitProducerIdRequest::default().with_transactional_id(None)), r(ResponseKind::InitProducerId), on_cluster(op::IDEMPOTENT_WRITE), Code(CLUSTER_DENIED));
+        case(RequestKind::InitProducerId(InitProducerIdRequest::default().with_transactional_id(None)), r(ResponseKind::InitProducerId), on_cluster(op::IDEMPOTENT_WRITE), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::ALTER));
     idempotence_with_write_on_some_topic =>
         case(RequestKind::InitProducerId(InitProducerIdRequest::default().with_transactional_id(None)), r(ResponseKind::InitProducerId), vec![(T, TOPIC, op::WRITE)], Code(CLUSTER_DENIED));
     add_partitions_needs_write_on_the_transactional_id =>
-        case(add_partitions(), r(ResponseKind::AddPartitionsToTxn), vec![(X, TXN, op::WRITE), (T, TOPIC, op::WRITE)], Code(TXN_DENIED)).version(3);
+        case(add_partitions(), r(ResponseKind::AddPartitionsToTxn), vec![(X, TXN, op::WRITE), (T, TOPIC, op::WRITE)], Code(TXN_DENIED))
+            .version(3).partial(vec![(X, TXN, op::DESCRIBE), (T, TOPIC, op::WRITE)]);
     add_partitions_needs_write_on_each_topic =>
         case(add_partitions(), r(ResponseKind::AddPartitionsToTxn), vec![(X, TXN, op::WRITE), (T, TOPIC, op::WRITE)], Code(TOPIC_DENIED))
-            .version(3).partial(vec![(X, TXN, op::WRITE)]);
+            .version(3).partial(vec![(X, TXN, op::WRITE), (T, TOPIC, op::DESCRIBE)]);
     add_offsets_needs_write_on_the_transactional_id =>
         case(RequestKind::AddOffsetsToTxn(AddOffsetsToTxnRequest::default().with_transactional_id(txn_id()).with_group_id(group_id())), r(ResponseKind::AddOffsetsToTxn), vec![(X, TXN, op::WRITE), (G, GROUP, op::READ)], Code(TXN_DENIED));
     add_offsets_needs_read_on_the_group =>
@@ -698,13 +755,14 @@ table! {
             .partial(vec![(X, TXN, op::WRITE), (T, TOPIC, op::READ)]);
     txn_offset_commit_needs_read_on_each_topic =>
         case(txn_offset_commit(), r(ResponseKind::TxnOffsetCommit), vec![(X, TXN, op::WRITE), (G, GROUP, op::READ), (T, TOPIC, op::READ)], Code(TOPIC_DENIED))
-            .partial(vec![(X, TXN, op::WRITE), (G, GROUP, op::READ)]);
+            .partial(vec![(X, TXN, op::WRITE), (G, GROUP, op::READ)]).removes(TOPIC);
     describe_transactions_needs_describe =>
         case(a(RequestKind::DescribeTransactions), transactions_answer(), vec![(X, TXN, op::DESCRIBE)], Code(TXN_DENIED));
     list_transactions_lists_only_the_described =>
         case(a(RequestKind::ListTransactions), list_transactions_answer(), vec![(X, TXN, op::DESCRIBE)], Hidden(TXN));
     end_txn_needs_write =>
-        case(RequestKind::EndTxn(EndTxnRequest::default().with_transactional_id(txn_id())), r(ResponseKind::EndTxn), vec![(X, TXN, op::WRITE)], Code(TXN_DENIED));
+        case(RequestKind::EndTxn(EndTxnRequest::default().with_transactional_id(txn_id())), r(ResponseKind::EndTxn), vec![(X, TXN, op::WRITE)], Code(TXN_DENIED))
+            .partial(vec![(X, TXN, op::DESCRIBE)]);
 
     // The cluster.
     describe_log_dirs_needs_describe =>
@@ -712,31 +770,39 @@ table! {
     describe_scram_users_needs_describe =>
         case(a(RequestKind::DescribeUserScramCredentials), r(ResponseKind::DescribeUserScramCredentials), on_cluster(op::DESCRIBE), Code(CLUSTER_DENIED));
     alter_scram_users_needs_alter =>
-        case(scram_alteration(), r(ResponseKind::AlterUserScramCredentials), on_cluster(op::ALTER), Code(CLUSTER_DENIED));
+        case(scram_alteration(), r(ResponseKind::AlterUserScramCredentials), on_cluster(op::ALTER), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::DESCRIBE));
     describe_client_quotas_needs_describe_configs =>
         case(a(RequestKind::DescribeClientQuotas), r(ResponseKind::DescribeClientQuotas), on_cluster(op::DESCRIBE_CONFIGS), Code(CLUSTER_DENIED));
     alter_client_quotas_needs_alter_configs =>
-        case(quota_alteration(), r(ResponseKind::AlterClientQuotas), on_cluster(op::ALTER_CONFIGS), Code(CLUSTER_DENIED));
+        case(quota_alteration(), r(ResponseKind::AlterClientQuotas), on_cluster(op::ALTER_CONFIGS), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::DESCRIBE_CONFIGS));
     list_config_resources_needs_describe_configs =>
         case(a(RequestKind::ListConfigResources), r(ResponseKind::ListConfigResources), on_cluster(op::DESCRIBE_CONFIGS), Code(CLUSTER_DENIED));
     elect_leaders_needs_alter =>
-        case(a(RequestKind::ElectLeaders), r(ResponseKind::ElectLeaders), on_cluster(op::ALTER), Code(CLUSTER_DENIED));
+        case(a(RequestKind::ElectLeaders), r(ResponseKind::ElectLeaders), on_cluster(op::ALTER), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::DESCRIBE));
     alter_reassignments_needs_alter =>
-        case(a(RequestKind::AlterPartitionReassignments), r(ResponseKind::AlterPartitionReassignments), on_cluster(op::ALTER), Code(CLUSTER_DENIED));
+        case(a(RequestKind::AlterPartitionReassignments), r(ResponseKind::AlterPartitionReassignments), on_cluster(op::ALTER), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::DESCRIBE));
     list_reassignments_needs_describe =>
         case(a(RequestKind::ListPartitionReassignments), r(ResponseKind::ListPartitionReassignments), on_cluster(op::DESCRIBE), Code(CLUSTER_DENIED));
     alter_replica_log_dirs_needs_alter =>
-        case(log_dir_alteration(), r(ResponseKind::AlterReplicaLogDirs), on_cluster(op::ALTER), Code(CLUSTER_DENIED));
+        case(log_dir_alteration(), r(ResponseKind::AlterReplicaLogDirs), on_cluster(op::ALTER), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::DESCRIBE));
     describe_quorum_needs_describe =>
         case(a(RequestKind::DescribeQuorum), r(ResponseKind::DescribeQuorum), on_cluster(op::DESCRIBE), Code(CLUSTER_DENIED));
     describe_acls_needs_describe =>
         case(a(RequestKind::DescribeAcls), r(ResponseKind::DescribeAcls), on_cluster(op::DESCRIBE), Code(CLUSTER_DENIED));
     create_acls_needs_alter =>
-        case(acl_creation(), r(ResponseKind::CreateAcls), on_cluster(op::ALTER), Code(CLUSTER_DENIED));
+        case(acl_creation(), r(ResponseKind::CreateAcls), on_cluster(op::ALTER), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::DESCRIBE));
     delete_acls_needs_alter =>
-        case(acl_deletion(), r(ResponseKind::DeleteAcls), on_cluster(op::ALTER), Code(CLUSTER_DENIED));
+        case(acl_deletion(), r(ResponseKind::DeleteAcls), on_cluster(op::ALTER), Code(CLUSTER_DENIED))
+            .partial(on_cluster(op::DESCRIBE));
     an_api_without_rules_needs_all_on_the_cluster =>
-        case(a(RequestKind::WriteTxnMarkers), r(ResponseKind::WriteTxnMarkers), on_cluster(op::ALL), Close);
+        case(a(RequestKind::WriteTxnMarkers), r(ResponseKind::WriteTxnMarkers), on_cluster(op::ALL), Close)
+            .partial(on_cluster(op::ALTER));
 }
 
 /// DescribeCluster is open; the operations it reports are those allowed.

@@ -5,7 +5,7 @@ use floe_protocol::kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsSynonym,
 };
 
-use super::super::str_bytes;
+use floe_protocol::str_bytes;
 
 /// Kafka's `ConfigSource` numbers.
 pub mod source {

@@ -12,9 +12,10 @@ use floe_protocol::kafka_protocol::messages::{
     ListConfigResourcesRequest, ListConfigResourcesResponse,
 };
 
-use super::{BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP, TOPIC, str_bytes};
+use super::{BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP, TOPIC};
 use crate::broker::{Broker, kafka_error};
 use crate::discovery;
+use floe_protocol::str_bytes;
 
 /// The types v1 lists, in the order Kafka lists them.
 const SUPPORTED: [i8; 5] = [GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC];
@@ -68,7 +69,7 @@ async fn names_of(
                 .map_err(failed)?;
             subscriptions.unwrap_or_default().into_keys().collect()
         }
-        BROKER => discovery::visible(broker, &session.listener, client_id)
+        BROKER => discovery::visible(&*broker.meta, &broker.config, &session.listener, client_id)
             .await
             .iter()
             .map(|a| a.node_id.to_string())

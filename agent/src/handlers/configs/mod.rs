@@ -38,8 +38,8 @@ use floe_protocol::kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 
-use super::str_bytes;
 use crate::broker::{Broker, kafka_error};
+use floe_protocol::str_bytes;
 
 /// One resource's answer to AlterConfigs or IncrementalAlterConfigs (two
 /// types with the same fields).

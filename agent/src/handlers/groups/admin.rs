@@ -17,7 +17,7 @@ use floe_protocol::kafka_protocol::messages::{
 use super::{group_error, meta_error};
 use crate::broker::Broker;
 use crate::discovery;
-use crate::handlers::str_bytes;
+use floe_protocol::str_bytes;
 
 pub async fn find_coordinator(
     broker: &Broker,
@@ -28,7 +28,8 @@ pub async fn find_coordinator(
 ) -> FindCoordinatorResponse {
     // All group state is in the metastore, so any agent can coordinate any
     // group; hashing the key onto the client's visible agents spreads the work.
-    let agents = discovery::visible(broker, &session.listener, client_id).await;
+    let agents =
+        discovery::visible(&*broker.meta, &broker.config, &session.listener, client_id).await;
     let for_key = |key: &str| &agents[discovery::pick(key, agents.len())];
     // Groups (0) and transactions (1); floe has no share groups (2).
     let served = matches!(req.key_type, 0 | 1);
@@ -83,10 +84,13 @@ pub async fn list(
         Ok(groups) => groups,
         Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
     };
-    let agents = match discovery::known_visible(broker, &session.listener, client_id).await {
-        Ok(agents) => agents,
-        Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
-    };
+    let agents =
+        match discovery::known_visible(&*broker.meta, &broker.config, &session.listener, client_id)
+            .await
+        {
+            Ok(agents) => agents,
+            Err(e) => return ListGroupsResponse::default().with_error_code(meta_error(e).code()),
+        };
     let me = broker.config.node_id;
     let matches = |filter: &[floe_protocol::kafka_protocol::protocol::StrBytes], value: &str| {
         filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))

@@ -23,7 +23,7 @@ use floe_protocol::kafka_protocol::protocol::StrBytes;
 use super::{answer, meta_error};
 use crate::broker::Broker;
 use crate::discovery::now_ms;
-use crate::handlers::str_bytes;
+use floe_protocol::str_bytes;
 
 /// Topics one member may subscribe to by name.
 const MAX_SUBSCRIBED_TOPICS: usize = 10_000;

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::{answer, group_error, meta_error};
 use crate::broker::Broker;
 use crate::discovery::now_ms;
-use crate::handlers::str_bytes;
+use floe_protocol::str_bytes;
 
 /// Slack past the group's own deadlines before a waiting request gives up.
 const SLACK: Duration = Duration::from_secs(5);

@@ -27,7 +27,7 @@ use floe_protocol::kafka_protocol::messages::{
 use super::{answer, group_error, meta_error};
 use crate::broker::Broker;
 use crate::discovery::now_ms;
-use crate::handlers::str_bytes;
+use floe_protocol::str_bytes;
 
 /// The offsets a commit's topics ask for, as [`Asked`] by topic: OffsetCommit
 /// and TxnOffsetCommit name them alike in types of their own.
