@@ -14,10 +14,10 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::broker::Broker;
+use crate::cluster::discovery::{self, Discovery};
 use crate::config::{Config, Role};
-use crate::discovery::{self, Discovery};
-use crate::listeners::Listener;
 use crate::metrics::Metrics;
+use crate::net::listeners::Listener;
 use crate::tasks::Tasks;
 
 /// A running agent. Dropping it stops it at once, as a crash would
@@ -106,7 +106,10 @@ impl Agent {
             .roles
             .contains(&Role::Jobs)
             .then(|| {
-                crate::compaction::Background::from_config(&config, metrics.background.clone())
+                crate::jobs::compaction::Background::from_config(
+                    &config,
+                    metrics.background.clone(),
+                )
             })
             .flatten();
         if config.roles == [Role::Jobs] && compaction.is_none() {
@@ -126,7 +129,7 @@ impl Agent {
             tasks.spawn(compaction.run(store, meta));
         }
         if broker.config.roles.contains(&Role::Jobs) {
-            tasks.spawn(crate::txn_timeouts::run(broker.clone()));
+            tasks.spawn(crate::jobs::txn_timeouts::run(broker.clone()));
         }
         let (failed, failures) = mpsc::channel(4);
         let accepting = tasks.child();
@@ -228,19 +231,19 @@ impl Drop for Agent {
 /// its listeners, and its principal mapping rules.
 pub fn check(config: &Config) -> anyhow::Result<()> {
     config.validate()?;
-    let listeners = crate::listeners::resolve(config)?;
+    let listeners = crate::net::listeners::resolve(config)?;
     // Port 0 asks for a free port, which only the one `listen` learns and
     // advertises (tests).
     anyhow::ensure!(
         config.listeners.is_empty() || listeners.iter().all(|l| l.bind.port() != 0),
         "port 0 (any free port) is for `listen` alone, not for named listeners"
     );
-    crate::ssl_principal::PrincipalMapper::parse(&config.ssl_principal_mapping_rules)?;
+    crate::security::ssl_principal::PrincipalMapper::parse(&config.ssl_principal_mapping_rules)?;
     Ok(())
 }
 
 fn resolve(config: &Config) -> anyhow::Result<Vec<Arc<Listener>>> {
-    let listeners = crate::listeners::resolve(config)?;
+    let listeners = crate::net::listeners::resolve(config)?;
     Ok(listeners.into_iter().map(Arc::new).collect())
 }
 
@@ -264,7 +267,7 @@ fn start_cache_ring(broker: &Arc<Broker>, admin_port: u16, tasks: &Tasks) -> boo
         return false;
     }
     let listen_ip = broker.listeners[0].bind.ip();
-    let address = crate::cache_ring::address(
+    let address = crate::cluster::cache_ring::address(
         &broker.config,
         &broker.advertised_host,
         listen_ip,
@@ -280,7 +283,7 @@ fn start_cache_ring(broker: &Arc<Broker>, admin_port: u16, tasks: &Tasks) -> boo
     };
     tracing::info!(address = %me.address, zone = ?me.zone, "serving cached blocks to the zone's agents");
     let (meta, cache) = (broker.meta.clone(), broker.cache.clone());
-    tasks.spawn(crate::cache_ring::run(meta, cache, me));
+    tasks.spawn(crate::cluster::cache_ring::run(meta, cache, me));
     true
 }
 
@@ -299,7 +302,11 @@ async fn report(
 
 /// A Kafka listener, bound, with its TLS if it speaks TLS (reloaded when
 /// its files change).
-type Bound = (Arc<Listener>, TcpListener, Option<Arc<crate::tls::Tls>>);
+type Bound = (
+    Arc<Listener>,
+    TcpListener,
+    Option<Arc<crate::net::tls::Tls>>,
+);
 
 /// Binds every Kafka listener, with its TLS when its protocol speaks it:
 /// with the client CA when it asks for client certificates (see
@@ -323,7 +330,7 @@ async fn bind_listeners(
                 match tls_of.get(&listener.client_auth) {
                     Some(tls) => Some(Arc::clone(tls)),
                     None => {
-                        let tls = crate::tls::Tls::load(files).map_err(|e| {
+                        let tls = crate::net::tls::Tls::load(files).map_err(|e| {
                             anyhow::anyhow!("TLS for the Kafka listener {}: {e:#}", listener.name)
                         })?;
                         tasks.spawn(tls.clone().watch());
@@ -357,7 +364,7 @@ fn warn_if_anonymous_is_super(config: &Config, listeners: &[Arc<Listener>]) {
         && config
             .super_users
             .iter()
-            .any(|u| u == crate::authorizer::ANONYMOUS)
+            .any(|u| u == crate::security::authorizer::ANONYMOUS)
     {
         let names: Vec<_> = anonymous.iter().map(|l| l.name.as_str()).collect();
         tracing::warn!(listeners = ?names, "User:ANONYMOUS is a super user, and the clients of each of these listeners are anonymous: all of them may do anything");

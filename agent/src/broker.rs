@@ -9,14 +9,14 @@ use floe_protocol::ResponseError;
 use floe_storage::ObjectStore;
 use tokio::sync::watch;
 
-use crate::batcher::{Batcher, BatcherConfig};
-use crate::budget::ResponseBudget;
 use crate::config::Config;
-use crate::extent_cache::ExtentCache;
-use crate::frames::RequestBudget;
+use crate::limits::budget::ResponseBudget;
 use crate::metrics::Metrics;
-use crate::topic_cache::TopicCache;
-use crate::watermarks::Watermarks;
+use crate::net::frames::RequestBudget;
+use crate::read::extent_cache::ExtentCache;
+use crate::read::topic_cache::TopicCache;
+use crate::read::watermarks::Watermarks;
+use crate::write::batcher::{Batcher, BatcherConfig};
 
 /// How long produce and fetch trust a topic they looked up (see [`TopicCache`]).
 const TOPIC_TTL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -29,8 +29,8 @@ pub struct Broker {
     /// the metastore.
     pub advertised_host: String,
     pub advertised_port: i32,
-    /// Its Kafka listeners (see [`crate::listeners`]); never empty.
-    pub listeners: Vec<Arc<crate::listeners::Listener>>,
+    /// Its Kafka listeners (see [`crate::net::listeners`]); never empty.
+    pub listeners: Vec<Arc<crate::net::listeners::Listener>>,
     pub meta: Arc<dyn Metastore>,
     pub store: Arc<dyn ObjectStore>,
     pub cache: Arc<BlockCache>,
@@ -49,19 +49,19 @@ pub struct Broker {
     /// Memory for requests being read, across every connection.
     pub requests: RequestBudget,
     /// How clients authenticate on SASL listeners (none without one).
-    pub sasl: Option<Arc<crate::sasl::Authenticator>>,
-    /// Decides each request against the ACLs (see [`crate::authorizer`]).
-    pub authorizer: Arc<crate::authorizer::Authorizer>,
+    pub sasl: Option<Arc<crate::security::sasl::Authenticator>>,
+    /// Decides each request against the ACLs (see [`crate::security::authorizer`]).
+    pub authorizer: Arc<crate::security::authorizer::Authorizer>,
     /// Memory for requests of connections not yet authenticated.
     pub unauthenticated: RequestBudget,
     /// Client metrics subscriptions and what clients pushed (KIP-714).
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// Client quotas and the rates they limit.
-    pub quotas: Arc<crate::quotas::Quotas>,
+    pub quotas: Arc<crate::limits::quotas::Quotas>,
     /// How a client certificate's subject becomes its principal.
-    pub ssl_principals: crate::ssl_principal::PrincipalMapper,
+    pub ssl_principals: crate::security::ssl_principal::PrincipalMapper,
     /// Idempotent producers' ids, from blocks the metastore allocates.
-    pub producer_ids: Arc<crate::producer_ids::ProducerIds>,
+    pub producer_ids: Arc<crate::write::producer_ids::ProducerIds>,
 }
 
 /// How long a starting agent waits for its first copy of client metrics
@@ -82,16 +82,18 @@ impl Broker {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Broker> {
         config.validate()?;
-        let listeners: Vec<Arc<crate::listeners::Listener>> = crate::listeners::resolve(&config)?
-            .into_iter()
-            .map(Arc::new)
-            .collect();
+        let listeners: Vec<Arc<crate::net::listeners::Listener>> =
+            crate::net::listeners::resolve(&config)?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
         let (advertised_host, advertised_port) = (
             listeners[0].advertised_host.clone(),
             listeners[0].advertised_port,
         );
-        let cache =
-            Arc::new(BlockCache::new(store.clone(), crate::cache_ring::options(&config)?).await?);
+        let cache = Arc::new(
+            BlockCache::new(store.clone(), crate::cluster::cache_ring::options(&config)?).await?,
+        );
         let (commit_tx, commits) = watch::channel(0);
         // Trusted for a quarter of the time GC leaves garbage readable (see
         // `ExtentCache`), and never long.
@@ -119,8 +121,8 @@ impl Broker {
         let mechanisms = config.sasl_mechanisms();
         let sasl_plaintext = listeners
             .iter()
-            .any(|l| l.protocol == crate::listeners::SecurityProtocol::SaslPlaintext);
-        if mechanisms.iter().any(|m| m == crate::sasl::PLAIN) && sasl_plaintext {
+            .any(|l| l.protocol == crate::net::listeners::SecurityProtocol::SaslPlaintext);
+        if mechanisms.iter().any(|m| m == crate::security::sasl::PLAIN) && sasl_plaintext {
             tracing::warn!(
                 "SASL/PLAIN on a SASL_PLAINTEXT listener: passwords cross the network as they are"
             );
@@ -131,21 +133,21 @@ impl Broker {
             false => {
                 let plain = match &config.sasl_plain_users {
                     Some(path) => Some(
-                        crate::sasl::PlainUsersFile::load(path)
+                        crate::security::sasl::PlainUsersFile::load(path)
                             .map_err(|e| anyhow::anyhow!("SASL/PLAIN users: {e:#}"))?,
                     ),
                     None => None,
                 };
                 let oauth = match mechanisms
                     .iter()
-                    .any(|m| m == crate::oauthbearer::OAUTHBEARER)
+                    .any(|m| m == crate::security::oauthbearer::OAUTHBEARER)
                 {
                     false => None,
-                    true => Some(Arc::new(crate::oauthbearer::Validator::new(
+                    true => Some(Arc::new(crate::security::oauthbearer::Validator::new(
                         config
                             .sasl_oauthbearer_jwks
                             .as_deref()
-                            .map(crate::oauthbearer::KeySource::parse),
+                            .map(crate::security::oauthbearer::KeySource::parse),
                         config.sasl_oauthbearer_unsecured,
                         config.sasl_oauthbearer_expected_issuer.clone(),
                         config.sasl_oauthbearer_expected_audience.clone(),
@@ -162,14 +164,14 @@ impl Broker {
                         );
                     }
                 }
-                Some(Arc::new(crate::sasl::Authenticator::new(
+                Some(Arc::new(crate::security::sasl::Authenticator::new(
                     &mechanisms,
                     plain,
                     oauth,
                 )?))
             }
         };
-        let authorizer = Arc::new(crate::authorizer::Authorizer::new(
+        let authorizer = Arc::new(crate::security::authorizer::Authorizer::new(
             config.acls,
             config.super_users.clone(),
             config.allow_everyone_if_no_acl_found,
@@ -196,7 +198,7 @@ impl Broker {
             Ok(Err(e)) => tracing::debug!(error = %e, "client metrics subscriptions not read yet"),
             Err(_) => tracing::debug!("client metrics subscriptions not read yet"),
         }
-        let quotas = Arc::new(crate::quotas::Quotas::default());
+        let quotas = Arc::new(crate::limits::quotas::Quotas::default());
         // Quotas are read before serving, for a while, so a restarted agent
         // does not let clients run unthrottled at first.
         match tokio::time::timeout(FIRST_READ_WITHIN, quotas.refresh(&*meta)).await {
@@ -204,11 +206,12 @@ impl Broker {
             Ok(Err(e)) => tracing::warn!(error = %e, "client quotas not read yet"),
             Err(_) => tracing::warn!("client quotas not read yet"),
         }
-        let ssl_principals =
-            crate::ssl_principal::PrincipalMapper::parse(&config.ssl_principal_mapping_rules)?;
+        let ssl_principals = crate::security::ssl_principal::PrincipalMapper::parse(
+            &config.ssl_principal_mapping_rules,
+        )?;
         let responses = ResponseBudget::new(config.max_response_bytes.as_u64() as usize);
         let requests = RequestBudget::new(config.queued_max_request_bytes.as_u64() as usize);
-        let producer_ids = crate::producer_ids::ProducerIds::new(meta.clone());
+        let producer_ids = crate::write::producer_ids::ProducerIds::new(meta.clone());
         Ok(Broker {
             config,
             advertised_host,
@@ -227,7 +230,7 @@ impl Broker {
             requests,
             sasl,
             authorizer,
-            unauthenticated: RequestBudget::new(crate::sasl::UNAUTHENTICATED_BUDGET),
+            unauthenticated: RequestBudget::new(crate::security::sasl::UNAUTHENTICATED_BUDGET),
             telemetry,
             quotas,
             ssl_principals,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::Deserialize;
 
-/// How clients find agents (see [`crate::discovery`]).
+/// How clients find agents (see [`crate::cluster::discovery`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Discovery {
@@ -53,7 +53,7 @@ pub struct Config {
     /// Address the Kafka listener binds (with `listeners` unset).
     pub listen: SocketAddr,
     /// Kafka's `listeners`: `NAME://host:port` each, replacing `listen`
-    /// and `advertise` (see `crate::listeners`).
+    /// and `advertise` (see `crate::net::listeners`).
     pub listeners: Vec<String>,
     /// Kafka's `advertised.listeners`: `NAME://host:port` clients of the
     /// listener NAME are told (default: the listener's own address).
@@ -72,7 +72,7 @@ pub struct Config {
     /// (mutual TLS, Kafka's `ssl.client.auth=required`).
     pub tls_client_ca: Option<PathBuf>,
     /// How a client certificate's subject becomes its principal (Kafka's
-    /// `ssl.principal.mapping.rules`; see `crate::ssl_principal`).
+    /// `ssl.principal.mapping.rules`; see `crate::security::ssl_principal`).
     pub ssl_principal_mapping_rules: String,
     /// A file of `user:password` lines: clients authenticate with SASL/PLAIN
     /// before anything else (with TLS: Kafka's `SASL_SSL`).

@@ -3,18 +3,18 @@
 //! Clients pipeline requests (librdkafka keeps up to 5 in flight), and a
 //! produce waits for the next flush, so some requests of one connection are
 //! handled concurrently: only those whose effects no client can see the
-//! order of (see [`crate::order`]); the rest wait for what came before them.
+//! order of (see [`crate::net::order`]); the rest wait for what came before them.
 //! Responses are written strictly in request order.
 //!
 //! What connections can hold is bounded: the bytes of requests being read
-//! come from the agent-wide request budget ([`crate::frames`]) until the
+//! come from the agent-wide request budget ([`crate::net::frames`]) until the
 //! request is admitted, and a read buffer grows only with the bytes sent; at
 //! most [`MAX_IN_FLIGHT_PER_CONNECTION`] requests are handled at once, of
 //! which at most [`MAX_OTHER_IN_FLIGHT_PER_CONNECTION`] are neither produces
 //! nor offset commits (commits in a row are written together, see
 //! `handlers::groups::commit_runs`, so a consumer committing every record
 //! keeps up);
-//! fetched bytes come from the agent-wide response budget ([`crate::budget`])
+//! fetched bytes come from the agent-wide response budget ([`crate::limits::budget`])
 //! until written, one response per connection at a time; a connection idle
 //! for `connections_max_idle` is closed, and so is one whose client stops
 //! sending a request it began or stops reading a response for
@@ -39,10 +39,10 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
-use crate::budget::{Held, Turn};
-use crate::frames::FrameReader;
 use crate::handlers;
-use crate::order::{Effect, Running};
+use crate::limits::budget::{Held, Turn};
+use crate::net::frames::FrameReader;
+use crate::net::order::{Effect, Running};
 
 /// Requests of one connection handled at once before reading pauses: enough
 /// for producers that pipeline behind a flush.
@@ -115,9 +115,9 @@ impl Drop for Slot {
 /// on `connections`, so an agent that stops closes them.
 pub async fn serve(
     socket: TcpListener,
-    listener: Arc<crate::listeners::Listener>,
+    listener: Arc<crate::net::listeners::Listener>,
     broker: Arc<Broker>,
-    tls: Option<Arc<crate::tls::Tls>>,
+    tls: Option<Arc<crate::net::tls::Tls>>,
     open: Arc<Open>,
     connections: crate::tasks::Tasks,
 ) -> std::io::Result<()> {
@@ -150,7 +150,7 @@ pub async fn serve(
                     connection(read, write, peer, broker, listener, None).await
                 }
                 Some(acceptor) => {
-                    let handshake = crate::tls::HANDSHAKE_WITHIN;
+                    let handshake = crate::net::tls::HANDSHAKE_WITHIN;
                     match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
                             // Mutual TLS: the certificate's principal, unless
@@ -197,10 +197,10 @@ pub async fn serve(
 fn certificate_principal(
     broker: &Broker,
     cert: &rustls::pki_types::CertificateDer<'_>,
-) -> anyhow::Result<crate::sasl::Principal> {
-    let dn = crate::ssl_principal::subject_name(cert)?;
+) -> anyhow::Result<crate::security::sasl::Principal> {
+    let dn = crate::security::ssl_principal::subject_name(cert)?;
     match broker.ssl_principals.name(&dn) {
-        Some(name) => Ok(crate::sasl::Principal(name)),
+        Some(name) => Ok(crate::security::sasl::Principal(name)),
         None => anyhow::bail!("no ssl principal mapping rule applies to {dn:?}"),
     }
 }
@@ -212,8 +212,8 @@ async fn connection<R, W>(
     mut write: W,
     peer: SocketAddr,
     broker: Arc<Broker>,
-    listener: Arc<crate::listeners::Listener>,
-    certified: Option<crate::sasl::Principal>,
+    listener: Arc<crate::net::listeners::Listener>,
+    certified: Option<crate::security::sasl::Principal>,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin + Send,
@@ -243,7 +243,8 @@ where
             }
         }
     };
-    let session = crate::authorizer::Session::new(principal.as_ref(), peer, software, listener);
+    let session =
+        crate::security::authorizer::Session::new(principal.as_ref(), peer, software, listener);
     let mut conn = Conn {
         session_expires: (!lifetime.is_zero()).then(|| Instant::now() + lifetime),
         principal,
@@ -257,7 +258,7 @@ where
         sasl,
         turn: Turn::default(),
         lane: handlers::groups::Lane::default(),
-        mute: Arc::new(crate::quotas::Mute::default()),
+        mute: Arc::new(crate::limits::quotas::Mute::default()),
         in_flight: InFlight::default(),
         reading: true,
         turn_come: false,
@@ -284,11 +285,11 @@ where
 /// would be followed by raw tokens (not served), and a re-authentication
 /// keeps its mechanism (Kafka's REAUTH_BAD_MECHANISM).
 fn start_exchange(
-    auth: &crate::sasl::Authenticator,
+    auth: &crate::security::sasl::Authenticator,
     req: &floe_protocol::kafka_protocol::messages::SaslHandshakeRequest,
     version: i16,
     round: &Reauthentication<'_>,
-) -> Option<crate::sasl::Exchange> {
+) -> Option<crate::security::sasl::Exchange> {
     let same = round.mechanism.is_none_or(|m| m == req.mechanism.as_str());
     match version {
         0 => None,
@@ -302,14 +303,14 @@ fn start_exchange(
 /// unanswered (the credentials could not be checked: the client reconnects).
 #[allow(clippy::type_complexity)]
 fn step_answer(
-    step: crate::sasl::Step,
+    step: crate::security::sasl::Step,
     round: &Reauthentication<'_>,
     mechanism: &str,
 ) -> Option<(
     floe_protocol::kafka_protocol::messages::SaslAuthenticateResponse,
     Option<Option<Authenticated>>,
 )> {
-    use crate::sasl::Step;
+    use crate::security::sasl::Step;
     use floe_protocol::ResponseError;
     use floe_protocol::kafka_protocol::messages::SaslAuthenticateResponse;
     let failed = |why: &str| {
@@ -352,10 +353,10 @@ fn step_answer(
 async fn first_login<R, W>(
     frames: &mut FrameReader<R>,
     write: &mut W,
-    auth: &crate::sasl::Authenticator,
+    auth: &crate::security::sasl::Authenticator,
     broker: &Broker,
     peer: SocketAddr,
-    software: &mut Option<Arc<crate::authorizer::ClientSoftware>>,
+    software: &mut Option<Arc<crate::security::authorizer::ClientSoftware>>,
 ) -> std::io::Result<Option<Authenticated>>
 where
     R: AsyncRead + Unpin,
@@ -363,7 +364,7 @@ where
 {
     let max_frame = broker.config.max_frame_bytes.as_u64() as usize;
     frames.set_budget(broker.unauthenticated.clone());
-    frames.set_max_frame(max_frame.min(crate::sasl::MAX_UNAUTHENTICATED_FRAME));
+    frames.set_max_frame(max_frame.min(crate::security::sasl::MAX_UNAUTHENTICATED_FRAME));
     let done = authenticate(
         frames,
         write,
@@ -382,7 +383,7 @@ where
             // guesser waits before it learns and can try again.
             broker.metrics.authentication_failures.inc();
             tracing::info!(%peer, "closing connection: not authenticated");
-            tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
+            tokio::time::sleep(crate::security::sasl::FAILED_AUTHENTICATION_DELAY).await;
         }
     }
     frames.set_max_frame(max_frame);
@@ -397,7 +398,7 @@ enum Flow {
 }
 
 /// One authenticated connection serving its requests: read in order,
-/// handled as [`crate::order`] allows, answered in order.
+/// handled as [`crate::net::order`] allows, answered in order.
 struct Conn<R, W> {
     frames: FrameReader<R>,
     write: W,
@@ -406,10 +407,10 @@ struct Conn<R, W> {
     /// How long a client may stall a request it began or a response.
     stall: Duration,
     /// The listener's SASL, for re-authentication (KIP-368).
-    sasl: Option<Arc<crate::sasl::Authenticator>>,
-    principal: Option<crate::sasl::Principal>,
+    sasl: Option<Arc<crate::security::sasl::Authenticator>>,
+    principal: Option<crate::security::sasl::Principal>,
     mechanism: String,
-    session: crate::authorizer::Session,
+    session: crate::security::authorizer::Session,
     /// When the SASL session ends: the client re-authenticates before.
     session_expires: Option<Instant>,
     /// When the last re-authentication began (Kafka limits the second and
@@ -417,8 +418,8 @@ struct Conn<R, W> {
     last_reauth: Option<Instant>,
     turn: Turn,
     lane: handlers::groups::Lane,
-    /// Set while the client is throttled (client quotas, `crate::quotas`).
-    mute: Arc<crate::quotas::Mute>,
+    /// Set while the client is throttled (client quotas, `crate::limits::quotas`).
+    mute: Arc<crate::limits::quotas::Mute>,
     in_flight: InFlight,
     /// False once the connection reads no more requests (it closes when
     /// what is in flight is answered).
@@ -554,7 +555,7 @@ where
         if let Decoded::Request { body, .. } = &decoded
             && let floe_protocol::kafka_protocol::messages::RequestKind::ApiVersions(req) = &**body
         {
-            self.session.software = crate::authorizer::ClientSoftware::of(req);
+            self.session.software = crate::security::authorizer::ClientSoftware::of(req);
         }
         // In the order sent: what this request may not pass is done (and
         // answered) before it starts (waited for by its API key, but for a
@@ -641,7 +642,7 @@ where
             None => {
                 self.broker.metrics.authentication_failures.inc();
                 tracing::info!(%peer, "closing connection: re-authentication failed");
-                tokio::time::sleep(crate::sasl::FAILED_AUTHENTICATION_DELAY).await;
+                tokio::time::sleep(crate::security::sasl::FAILED_AUTHENTICATION_DELAY).await;
                 Ok(Flow::Stop)
             }
         }
@@ -674,7 +675,7 @@ fn session_lifetime(max: std::time::Duration, expires_at_ms: Option<i64>) -> std
 
 /// A connection's authentication, done.
 struct Authenticated {
-    principal: crate::sasl::Principal,
+    principal: crate::security::sasl::Principal,
     /// How long its session lasts (zero: for ever).
     lifetime: std::time::Duration,
     mechanism: String,
@@ -691,7 +692,7 @@ struct Reauthentication<'a> {
     handshake: Option<Decoded>,
     /// Who the connection is, and with what mechanism it authenticated:
     /// re-authentication may change neither.
-    principal: Option<&'a crate::sasl::Principal>,
+    principal: Option<&'a crate::security::sasl::Principal>,
     mechanism: Option<&'a str>,
     /// The session's lifetime (zero: for ever).
     lifetime: std::time::Duration,
@@ -709,7 +710,7 @@ impl<'a> Reauthentication<'a> {
 
     fn again(
         handshake: Decoded,
-        principal: &'a crate::sasl::Principal,
+        principal: &'a crate::security::sasl::Principal,
         mechanism: &'a str,
         lifetime: std::time::Duration,
     ) -> Self {
@@ -722,28 +723,28 @@ impl<'a> Reauthentication<'a> {
     }
 }
 
-/// SASL before anything else (see [`crate::sasl`]), or again on an
+/// SASL before anything else (see [`crate::security::sasl`]), or again on an
 /// authenticated connection (KIP-368): the principal the client
 /// authenticated as and its session's lifetime (zero: for ever), or `None` when the connection is to close (a request
 /// out of turn, a mechanism not served, wrong credentials, another
 /// principal than before, or no authentication within
-/// [`crate::sasl::AUTHENTICATE_WITHIN`]).
+/// [`crate::security::sasl::AUTHENTICATE_WITHIN`]).
 #[allow(clippy::too_many_arguments)]
 async fn authenticate<R, W>(
     frames: &mut FrameReader<R>,
     write: &mut W,
-    auth: &crate::sasl::Authenticator,
+    auth: &crate::security::sasl::Authenticator,
     meta: &dyn floe_metastore::Metastore,
     stall: std::time::Duration,
     telemetry: bool,
-    software: &mut Option<Arc<crate::authorizer::ClientSoftware>>,
+    software: &mut Option<Arc<crate::security::authorizer::ClientSoftware>>,
     mut round: Reauthentication<'_>,
 ) -> std::io::Result<Option<Authenticated>>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    use crate::sasl::Step;
+    use crate::security::sasl::Step;
     use floe_protocol::ResponseError;
     use floe_protocol::kafka_protocol::messages::{RequestKind, SaslHandshakeResponse};
     let mechanisms: Vec<_> = auth
@@ -751,8 +752,8 @@ where
         .into_iter()
         .map(floe_protocol::str_bytes)
         .collect();
-    let deadline = Instant::now() + crate::sasl::AUTHENTICATE_WITHIN;
-    let mut exchange: Option<crate::sasl::Exchange> = None;
+    let deadline = Instant::now() + crate::security::sasl::AUTHENTICATE_WITHIN;
+    let mut exchange: Option<crate::security::sasl::Exchange> = None;
     let mut mechanism = String::new();
     loop {
         let (decoded, held) = match round.handshake.take() {
@@ -792,7 +793,7 @@ where
                         return Ok(None);
                     }
                     RequestKind::ApiVersions(req) => {
-                        *software = crate::authorizer::ClientSoftware::of(&req);
+                        *software = crate::security::authorizer::ClientSoftware::of(&req);
                         let response =
                             ResponseKind::ApiVersions(handlers::api_versions::handle(telemetry));
                         (ApiKey::ApiVersions, version, correlation_id, response, None)
@@ -888,12 +889,12 @@ async fn write_progressing(
 /// come) the whole request.
 enum Read {
     Key(Option<i16>),
-    Frame(crate::frames::Frame),
+    Frame(crate::net::frames::Frame),
 }
 
 /// A connection's requests started and not yet answered, answered in the
 /// order they came, and what they may let start beside them (see
-/// [`crate::order`]).
+/// [`crate::net::order`]).
 #[derive(Default)]
 struct InFlight {
     responses: FuturesOrdered<BoxFuture<'static, Finished>>,
@@ -1021,8 +1022,8 @@ async fn admit(
     decoded: Decoded,
     turn: &Turn,
     lane: &handlers::groups::Lane,
-    session: &crate::authorizer::Session,
-    mute: &Arc<crate::quotas::Mute>,
+    session: &crate::security::authorizer::Session,
+    mute: &Arc<crate::limits::quotas::Mute>,
 ) -> Responding {
     match decoded {
         Decoded::ApiVersionsTooNew { correlation_id } => {
@@ -1043,29 +1044,36 @@ async fn admit(
             // The request quota counts the time spent running the request's
             // handler, admission and the rest (timed only while quotas are set).
             let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
-            let client =
-                crate::quotas::Client::of(&broker.quotas, &session.principal, client_id, mute);
+            let client = crate::limits::quotas::Client::of(
+                &broker.quotas,
+                &session.principal,
+                client_id,
+                mute,
+            );
             let quota = client
                 .as_ref()
-                .filter(|q| q.enabled(crate::quotas::Kind::Request))
+                .filter(|q| q.enabled(crate::limits::quotas::Kind::Request))
                 .cloned();
             let admitting = handlers::admit(broker, &header, *body, turn, lane, session, client);
             let (pending, admitted_in) = match quota {
-                Some(_) => crate::quotas::Timed::new(std::pin::pin!(admitting)).await,
+                Some(_) => crate::limits::quotas::Timed::new(std::pin::pin!(admitting)).await,
                 None => (admitting.await, std::time::Duration::ZERO),
             };
             let (version, correlation_id) = (header.request_api_version, header.correlation_id);
             Box::pin(async move {
                 let reply = match quota {
                     Some(quota) => {
-                        let (mut reply, spent) = crate::quotas::Timed::new(pending).await;
+                        let (mut reply, spent) = crate::limits::quotas::Timed::new(pending).await;
                         // Kafka leaves acks=0 produces (no response) out
                         // of the request quota.
                         let unanswered_produce = api == ApiKey::Produce && reply.is_none();
                         if !unanswered_produce {
                             let percent_seconds = (admitted_in + spent).as_secs_f64() * 100.0;
-                            let throttle =
-                                quota.record(crate::quotas::Kind::Request, percent_seconds, false);
+                            let throttle = quota.record(
+                                crate::limits::quotas::Kind::Request,
+                                percent_seconds,
+                                false,
+                            );
                             if let Some(r) = &mut reply {
                                 handlers::throttled(&mut r.response, throttle as i32);
                             }

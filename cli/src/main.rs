@@ -8,9 +8,9 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use clap::{Args, Parser, Subcommand};
 use floe_agent::agent::Agent;
+use floe_agent::cluster::discovery::Discovery;
 use floe_agent::config::Config;
 use floe_agent::config::Role;
-use floe_agent::discovery::Discovery;
 use floe_agent::metrics::{Metrics, OpLabel, metered};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 

@@ -2,7 +2,7 @@
 //! id, or a user's client id may use of each agent, set with
 //! AlterClientQuotas and kept as dynamic config entities
 //! ([`ConfigEntity::ClientQuota`](crate::ConfigEntity)). Agents keep a
-//! copy and enforce them (`floe_agent::quotas`).
+//! copy and enforce them (`floe_agent::limits::quotas`).
 //!
 //! Kafka's keys for users and client ids, checked as its
 //! `ClientQuotaControlManager` checks them, `controller_mutation_rate`

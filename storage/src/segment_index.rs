@@ -10,7 +10,7 @@
 //!
 //! The index is a hint to be checked, never trusted alone: it carries its
 //! own CRC, and a reader that lands checks the batch it lands on starts at
-//! the entry's offset (see `agent/src/read.rs`).
+//! the entry's offset (see `agent/src/handlers/reads.rs`).
 
 use bytes::{Buf, BufMut, BytesMut};
 

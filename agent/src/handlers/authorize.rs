@@ -18,8 +18,8 @@ use floe_metastore::acls::{operation as op, resource as rt};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::*;
 
-use crate::authorizer::{Authorizer, Session};
 use crate::broker::Broker;
+use crate::security::authorizer::{Authorizer, Session};
 
 mod cluster;
 mod configs;

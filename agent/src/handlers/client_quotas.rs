@@ -1,7 +1,7 @@
 //! DescribeClientQuotas and AlterClientQuotas (KIP-546), answered as
 //! Kafka's `ClientQuotasImage` and `ClientQuotaControlManager` answer them.
 //! Quotas are kept in the metastore as dynamic config entities and
-//! enforced by every agent (see [`crate::quotas`]).
+//! enforced by every agent (see [`crate::limits::quotas`]).
 
 use std::collections::BTreeMap;
 

@@ -18,7 +18,7 @@ use floe_protocol::kafka_protocol::messages::{
 };
 
 use crate::broker::{Broker, kafka_error};
-use crate::discovery;
+use crate::cluster::discovery;
 use floe_protocol::str_bytes;
 
 /// The only leader epoch of every partition (see the module's doc).
@@ -42,7 +42,7 @@ pub const CLUSTER_OPERATIONS: &[i32] = &[
 pub async fn describe_cluster(
     broker: &Broker,
     req: DescribeClusterRequest,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
     client_id: &str,
 ) -> DescribeClusterResponse {
     if req.endpoint_type != BROKERS {

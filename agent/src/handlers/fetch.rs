@@ -1,7 +1,7 @@
 //! Fetch: find the extents holding each requested offset, read them through the
 //! cache, patch base offsets and return the raw batches. An empty fetch waits
 //! for new commits until `min_bytes` arrive or `max_wait_ms` passes (see
-//! [`crate::watermarks`]).
+//! [`crate::read::watermarks`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,8 +17,8 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
-use crate::budget::{Held, Turn};
-use crate::read::{charge, read_extents};
+use crate::handlers::reads::{charge, read_extents};
+use crate::limits::budget::{Held, Turn};
 use floe_protocol::batch::{last_offset_of, skip_batches_before, whole_batches_within};
 
 /// Longest a fetch may wait, whatever the client asks.
@@ -110,7 +110,7 @@ pub async fn handle(
 ///
 /// Plans are as current as the metastore when the fetch `began`: cached
 /// views not confirmed since are confirmed first (see
-/// [`crate::extent_cache`]).
+/// [`crate::read::extent_cache`]).
 #[allow(clippy::too_many_arguments)]
 async fn read_all(
     broker: &Broker,

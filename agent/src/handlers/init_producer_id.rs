@@ -3,7 +3,7 @@
 //!
 //! As Kafka's: a fresh producer id at epoch 0, whatever id and epoch the
 //! producer had (KIP-360 asks for a bump; a new id is one), from the ids
-//! the agent holds ([`crate::producer_ids`], KIP-730). Nothing is written
+//! the agent holds ([`crate::write::producer_ids`], KIP-730). Nothing is written
 //! for it: the metastore keeps a producer's state once it writes, per
 //! partition, so a producer may move between agents and survive restarts.
 

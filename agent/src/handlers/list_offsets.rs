@@ -7,7 +7,7 @@
 //! index, and other batches are passed by their headers), because Kafka's
 //! answer is exact. The walk is record-level work: it runs off the
 //! runtime's threads, with the agent's other such work
-//! ([`crate::record_work`]).
+//! ([`crate::write::record_work`]).
 
 use floe_metastore::{ExtentRef, OffsetAnswer, OffsetQuery};
 use floe_protocol::ResponseError;
@@ -19,8 +19,8 @@ use floe_protocol::kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsRes
 use floe_protocol::walk::{Walk, section};
 
 use crate::broker::{Broker, kafka_error};
-use crate::extent_reader::ExtentReader;
-use crate::read::CacheRanges;
+use crate::handlers::reads::CacheRanges;
+use crate::read::extent_reader::ExtentReader;
 use floe_cache::Reading;
 
 const LATEST: i64 = -1;
@@ -298,21 +298,21 @@ enum Pick {
 const PICK_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// `(timestamp, offset)` of the record of `batch` that `wanted` names, its
-/// records walked off the runtime ([`crate::record_work`]).
+/// records walked off the runtime ([`crate::write::record_work`]).
 async fn pick(
     extent: &ExtentRef,
     batch: RecordBatch,
     wanted: Pick,
 ) -> Result<Option<(i64, i64)>, ResponseError> {
     let due = tokio::time::Instant::now() + PICK_WITHIN;
-    match crate::record_work::run(due, move || pick_from(&batch, wanted)).await {
+    match crate::write::record_work::run(due, move || pick_from(&batch, wanted)).await {
         Ok(Ok(found)) => Ok(found),
         Ok(Err(e)) => {
             tracing::error!(object = %extent.object_key, error = %e, "stored batches do not decode");
             Err(ResponseError::CorruptMessage)
         }
-        Err(crate::record_work::NotRun::TimedOut) => Err(ResponseError::RequestTimedOut),
-        Err(crate::record_work::NotRun::Failed) => Err(ResponseError::UnknownServerError),
+        Err(crate::write::record_work::NotRun::TimedOut) => Err(ResponseError::RequestTimedOut),
+        Err(crate::write::record_work::NotRun::Failed) => Err(ResponseError::UnknownServerError),
     }
 }
 

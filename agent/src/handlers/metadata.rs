@@ -10,7 +10,7 @@ use floe_protocol::kafka_protocol::messages::{
 };
 
 use crate::broker::{Broker, kafka_error};
-use crate::discovery;
+use crate::cluster::discovery;
 use floe_protocol::str_bytes;
 
 pub async fn handle(
@@ -18,7 +18,7 @@ pub async fn handle(
     req: MetadataRequest,
     version: i16,
     client_id: &str,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
 ) -> MetadataResponse {
     let (agents, node) = leader(broker, session, client_id).await;
     let brokers = agents
@@ -103,7 +103,7 @@ pub async fn handle(
 /// address.
 pub async fn leader(
     broker: &Broker,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
     client_id: &str,
 ) -> (Vec<discovery::Endpoint>, BrokerId) {
     let agents =
@@ -114,7 +114,11 @@ pub async fn leader(
 }
 
 /// Whether this agent is the one that leads every partition for the client.
-pub async fn leads(broker: &Broker, session: &crate::authorizer::Session, client_id: &str) -> bool {
+pub async fn leads(
+    broker: &Broker,
+    session: &crate::security::authorizer::Session,
+    client_id: &str,
+) -> bool {
     leader(broker, session, client_id).await.1 == BrokerId(broker.config.node_id)
 }
 

@@ -19,6 +19,7 @@ pub mod null_messages;
 pub mod produce;
 pub mod produce_rules;
 pub mod quorum;
+pub mod reads;
 pub mod replicas;
 pub mod scram_credentials;
 pub mod topics;
@@ -32,10 +33,10 @@ use floe_protocol::str_bytes;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
-use crate::authorizer::Session;
 use crate::broker::Broker;
-use crate::budget::{Held, Turn};
-use crate::quotas;
+use crate::limits::budget::{Held, Turn};
+use crate::limits::quotas;
+use crate::security::authorizer::Session;
 
 /// A response, with the response budget it holds until written (fetches).
 pub struct Reply {
@@ -58,7 +59,7 @@ pub type Pending = BoxFuture<'static, Option<Reply>>;
 /// Starts handling a request. What must happen in request order (enqueueing
 /// produced batches) is done before this returns; the rest is left in the
 /// returned future. It resolves to `None` when the client expects no response.
-/// `turn` is the connection's, for the response budget (see [`crate::budget`]).
+/// `turn` is the connection's, for the response budget (see [`crate::limits::budget`]).
 /// `peer` is the client's address (which agent Metadata names depends on it).
 /// `lane` is the connection's, for group requests (see [`groups::Lane`]).
 /// `quota` is the request's client while quotas are set (see [`quotas`]).

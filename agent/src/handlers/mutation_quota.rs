@@ -1,7 +1,7 @@
 //! Kafka's controller mutation quota (KIP-599) on CreateTopics,
 //! CreatePartitions and DeleteTopics: before a request is handled, each of
 //! its topics takes its partitions (created, added or deleted) from the
-//! client's bucket (see [`crate::quotas::Quotas::mutate`]), in order. From
+//! client's bucket (see [`crate::limits::quotas::Quotas::mutate`]), in order. From
 //! CreateTopics v6, CreatePartitions v3 and DeleteTopics v5 on, a topic
 //! asked for while the bucket is empty is left out of the request and
 //! answered THROTTLING_QUOTA_EXCEEDED; older requests are done whole, and
@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use floe_metastore::state::MAX_PARTITIONS;
 
 use crate::broker::Broker;
-use crate::quotas::{Client, Kind, Mutation};
+use crate::limits::quotas::{Client, Kind, Mutation};
 
 /// Whether each key occurs more than once in `keys`.
 fn repeated<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> HashMap<K, bool> {

@@ -23,10 +23,10 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::produce_rules::{ProduceRules, Refused};
-use crate::authorizer::Session;
-use crate::batcher::{AppendError, Committed};
 use crate::broker::{Broker, kafka_error, refusal_error};
-use crate::topic_cache::TopicCache;
+use crate::read::topic_cache::TopicCache;
+use crate::security::authorizer::Session;
+use crate::write::batcher::{AppendError, Committed};
 use floe_protocol::str_bytes;
 
 /// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
@@ -346,7 +346,7 @@ async fn admit_partition(
     };
     // The agent's clock, as a Kafka leader uses its own: this stamps data,
     // it decides nothing.
-    let now_ms = crate::discovery::now_ms();
+    let now_ms = crate::cluster::discovery::now_ms();
     let batch = rules.apply(batch, now_ms)?;
     let partition = format!("{}-{}", topic.name, data.index);
     let record_rules = rules.for_records(&batch, now_ms, record_errors);
@@ -379,7 +379,7 @@ const INLINE_WALK_BYTES: usize = 16 * 1024;
 /// they must be: misnumbered, or in another codec than the topic's),
 /// off the runtime's threads unless it is small and uncompressed, waiting
 /// for a turn no longer than the request's timeout (see
-/// [`crate::record_work`]).
+/// [`crate::write::record_work`]).
 async fn check_records(
     batch: RecordBatch,
     rules: floe_protocol::validate::RecordRules,
@@ -392,16 +392,16 @@ async fn check_records(
     if inline {
         return ProduceRules::check_records(batch, &rules, &partition);
     }
-    crate::record_work::run(due, move || {
+    crate::write::record_work::run(due, move || {
         ProduceRules::check_records(batch, &rules, &partition)
     })
     .await
     .map_err(|not_run| match not_run {
-        crate::record_work::NotRun::TimedOut => Refused::from((
+        crate::write::record_work::NotRun::TimedOut => Refused::from((
             ResponseError::RequestTimedOut,
             "no turn to check the batch's records before the request's timeout".to_string(),
         )),
-        crate::record_work::NotRun::Failed => Refused::from((
+        crate::write::record_work::NotRun::Failed => Refused::from((
             ResponseError::UnknownServerError,
             "checking the batch's records failed".to_string(),
         )),

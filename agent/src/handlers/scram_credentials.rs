@@ -132,9 +132,12 @@ pub async fn alter(
         // (as keys of no bytes) before it costs an HMAC.
         let m = ScramMechanism::from_type(u.mechanism).unwrap_or(ScramMechanism::Sha256);
         let credential = match u.salted_password.len() {
-            1..=MAX_KEY_BYTES => {
-                crate::scram::credential(m, u.salt.to_vec(), &u.salted_password, u.iterations)
-            }
+            1..=MAX_KEY_BYTES => crate::security::scram::credential(
+                m,
+                u.salt.to_vec(),
+                &u.salted_password,
+                u.iterations,
+            ),
             _ => floe_metastore::scram::ScramCredential {
                 salt: u.salt.to_vec(),
                 stored_key: Vec::new(),

@@ -4,7 +4,7 @@
 //! Every decision is the metastore's (`floe_metastore::txn`), so any agent
 //! coordinates any transaction and a client may move between agents between
 //! any two requests. What writes (an end's markers, a zombie's fence) is
-//! [`crate::txn_coordinator`]'s, through this agent's batcher.
+//! [`crate::write::txn_coordinator`]'s, through this agent's batcher.
 
 use floe_metastore::txn::TxnPhase;
 use floe_metastore::{MetaError, ProducerIdentity, Refusal, TopicPartition, ops::AddToTxn};
@@ -22,8 +22,8 @@ use floe_protocol::kafka_protocol::messages::{
 
 use crate::broker::Broker;
 // The agent's clock stamps markers (it decides nothing).
-use crate::discovery::now_ms;
-use crate::txn_coordinator;
+use crate::cluster::discovery::now_ms;
+use crate::write::txn_coordinator;
 
 /// No error.
 const NONE: i16 = 0;
@@ -309,11 +309,11 @@ pub async fn describe_transactions(
 /// ListTransactions v0-1: the transactional ids in the states, of the
 /// producers and running longer than asked, that this agent coordinates
 /// for the client (every agent knows them all; see
-/// [`crate::discovery::coordinates`]).
+/// [`crate::cluster::discovery::coordinates`]).
 pub async fn list_transactions(
     broker: &Broker,
     req: ListTransactionsRequest,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
     client_id: &str,
 ) -> ListTransactionsResponse {
     use floe_protocol::kafka_protocol::messages::list_transactions_response::TransactionState;
@@ -358,7 +358,7 @@ pub async fn list_transactions(
             }
         },
     };
-    let agents = match crate::discovery::known_visible(
+    let agents = match crate::cluster::discovery::known_visible(
         &*broker.meta,
         &broker.config,
         &session.listener,
@@ -374,7 +374,9 @@ pub async fn list_transactions(
         Ok(views) => response.with_transaction_states(
             views
                 .into_iter()
-                .filter(|v| crate::discovery::coordinates(&agents, me, &v.transactional_id))
+                .filter(|v| {
+                    crate::cluster::discovery::coordinates(&agents, me, &v.transactional_id)
+                })
                 .filter(|v| {
                     pattern
                         .as_ref()

@@ -91,8 +91,8 @@ pub async fn run(
         } => {
             let m = ScramMechanism::from_name(&mechanism).context("unknown mechanism")?;
             let password = password()?;
-            let salt = floe_agent::scram::random_bytes(32);
-            let salted = floe_agent::scram::salted_password(
+            let salt = floe_agent::security::scram::random_bytes(32);
+            let salted = floe_agent::security::scram::salted_password(
                 m,
                 password.as_bytes(),
                 &salt,

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use floe_agent::extent_reader::{ByteRanges, ExtentReader, Source};
+use floe_agent::read::extent_reader::{ByteRanges, ExtentReader, Source};
 use floe_metastore::{ExtentRef, MetaError, Metastore, Refusal, TopicInfo};
 use floe_protocol::batch::{RecordBatch, patch_base_offsets};
 use floe_storage::ingest::IngestFile;

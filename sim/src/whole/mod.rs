@@ -1,6 +1,6 @@
 //! Stage 2 of the simulation: the real write path. Real batchers
-//! (`floe_agent::batcher`) and the real background loop
-//! (`floe_agent::compaction::Background`: retention, compaction with leases,
+//! (`floe_agent::write::batcher`) and the real background loop
+//! (`floe_agent::jobs::compaction::Background`: retention, compaction with leases,
 //! the orphan sweep, GC) run on a single-threaded tokio runtime with paused
 //! time, over an in-memory object store with seeded faults ([`store`]) and
 //! the real state machine behind a faulty metastore ([`meta`]). Agents crash
@@ -24,9 +24,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use floe_agent::batcher::{AppendError, Batcher, BatcherConfig};
-use floe_agent::compaction::Background;
+use floe_agent::jobs::compaction::Background;
 use floe_agent::metrics::Metrics;
+use floe_agent::write::batcher::{AppendError, Batcher, BatcherConfig};
 use floe_cache::{BlockCache, CacheOptions};
 use floe_compactor::{CompactionPolicy, Counters, Gc};
 use floe_metastore::{Metastore, NewTopic, ProducerIdentity, TopicId, TopicInfo};
@@ -386,8 +386,12 @@ impl Cluster {
         let txn_timeouts = tokio::spawn({
             let (meta, batcher) = (self.meta.clone(), batcher.clone());
             async move {
-                floe_agent::txn_timeouts::run_on(meta.as_ref(), &batcher, &format!("agent-{i}"))
-                    .await
+                floe_agent::jobs::txn_timeouts::run_on(
+                    meta.as_ref(),
+                    &batcher,
+                    &format!("agent-{i}"),
+                )
+                .await
             }
         });
         self.agents[i] = Agent {

@@ -1,7 +1,7 @@
 //! Transactions in the simulation. Transactional producers drive the
 //! coordinator as a Kafka client does (InitProducerId, AddPartitionsToTxn,
 //! transactional produces, EndTxn; retried on what a client retries), through
-//! the agents' own coordinator steps (`floe_agent::txn_coordinator`) and
+//! the agents' own coordinator steps (`floe_agent::write::txn_coordinator`) and
 //! random live agents, while agents crash, the store and the metastore fail,
 //! and each agent runs the timeout job. Now and then an application stalls
 //! past its transaction's timeout, or restarts and fences what it left.
@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use floe_agent::handlers::txn::coordinator_error;
-use floe_agent::txn_coordinator;
+use floe_agent::write::txn_coordinator;
 use floe_metastore::ops::AddToTxn;
 use floe_metastore::{
     BatchKind, MetaError, Metastore, ProducerIdentity, TopicInfo, TopicPartition,

@@ -131,7 +131,7 @@ async fn broker(acls: &[Acl]) -> Broker {
 
 fn session(broker: &Broker, principal: &str) -> Session {
     let name = principal.strip_prefix("User:").expect("a user");
-    let principal = crate::sasl::Principal(name.to_string());
+    let principal = crate::security::sasl::Principal(name.to_string());
     let peer = "127.0.0.1:50000".parse().unwrap();
     Session::new(Some(&principal), peer, None, broker.listeners[0].clone())
 }

@@ -14,7 +14,7 @@ use floe_protocol::kafka_protocol::messages::{
 
 use super::{BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP, TOPIC};
 use crate::broker::{Broker, kafka_error};
-use crate::discovery;
+use crate::cluster::discovery;
 use floe_protocol::str_bytes;
 
 /// The types v1 lists, in the order Kafka lists them.
@@ -24,7 +24,7 @@ pub async fn list(
     broker: &Broker,
     req: ListConfigResourcesRequest,
     version: i16,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
     client_id: &str,
 ) -> ListConfigResourcesResponse {
     let wanted: Vec<i8> = match version {
@@ -55,7 +55,7 @@ pub async fn list(
 async fn names_of(
     broker: &Broker,
     kind: i8,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
     client_id: &str,
 ) -> Result<Vec<String>, ResponseError> {
     let failed = |e: floe_metastore::MetaError| kafka_error(&e);

@@ -16,14 +16,14 @@ use floe_protocol::kafka_protocol::messages::{
 
 use super::{group_error, meta_error};
 use crate::broker::Broker;
-use crate::discovery;
+use crate::cluster::discovery;
 use floe_protocol::str_bytes;
 
 pub async fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
     client_id: &str,
 ) -> FindCoordinatorResponse {
     // All group state is in the metastore, so any agent can coordinate any
@@ -77,7 +77,7 @@ pub async fn list(
     broker: &Broker,
     req: ListGroupsRequest,
     version: i16,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
     client_id: &str,
 ) -> ListGroupsResponse {
     let groups = match broker.meta.groups().await {

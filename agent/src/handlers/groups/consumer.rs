@@ -22,7 +22,7 @@ use floe_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::{answer, meta_error};
 use crate::broker::Broker;
-use crate::discovery::now_ms;
+use crate::cluster::discovery::now_ms;
 use floe_protocol::str_bytes;
 
 /// Topics one member may subscribe to by name.
@@ -89,7 +89,7 @@ pub async fn heartbeat(
     req: ConsumerGroupHeartbeatRequest,
     version: i16,
     client_id: String,
-    session: &crate::authorizer::Session,
+    session: &crate::security::authorizer::Session,
 ) -> ConsumerGroupHeartbeatResponse {
     let peer = session.ip;
     let failed = |e: ResponseError, message: Option<&str>| {

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use super::{answer, group_error, meta_error};
 use crate::broker::Broker;
-use crate::discovery::now_ms;
+use crate::cluster::discovery::now_ms;
 use floe_protocol::str_bytes;
 
 /// Slack past the group's own deadlines before a waiting request gives up.

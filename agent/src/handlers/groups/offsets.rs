@@ -26,7 +26,7 @@ use floe_protocol::kafka_protocol::messages::{
 
 use super::{answer, group_error, meta_error};
 use crate::broker::Broker;
-use crate::discovery::now_ms;
+use crate::cluster::discovery::now_ms;
 use floe_protocol::str_bytes;
 
 /// The offsets a commit's topics ask for, as [`Asked`] by topic: OffsetCommit

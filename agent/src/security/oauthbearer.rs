@@ -174,7 +174,7 @@ async fn fetch_keys(client: &reqwest::Client, endpoint: &str) -> anyhow::Result<
     Ok((parse_keys(&body, url)?, crc32c::crc32c(&body)))
 }
 
-use crate::sasl::checksum;
+use crate::security::sasl::checksum;
 
 /// A token that passed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! - `self` (default): every agent registers its listeners' addresses and
 //!   its zone in the metastore and heartbeats. Metadata lists the live
 //!   agents, at their addresses on the listener the client came in on (see
-//!   [`crate::listeners`]) — only those in
+//!   [`crate::net::listeners`]) — only those in
 //!   the client's zone when its `client.id` contains `floe_az=<zone>` — and
 //!   names one of them, picked by hashing the client id and host, leader of every
 //!   partition, so a client's Produce carries all its partitions in one request.
@@ -17,7 +17,7 @@ use floe_metastore::agents::ListenerEndpoint;
 use floe_metastore::{AgentInfo, Metastore};
 
 use crate::config::Config;
-use crate::listeners::Listener;
+use crate::net::listeners::Listener;
 
 pub use crate::config::Discovery;
 

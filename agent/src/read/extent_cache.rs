@@ -8,7 +8,7 @@
 //! watermark is answered "nothing new" from it; anything else is a miss, and
 //! the fetch asks the metastore once for all its misses ([`crate::handlers`]'
 //! fetch). Views are fed by those answers and by the rounds that confirm
-//! them ([`crate::watermarks`]).
+//! them ([`crate::read::watermarks`]).
 //!
 //! What a fetch reports is current: a view plans a fetch only if the
 //! metastore confirmed it by an answer to a request sent after the fetch

@@ -1,8 +1,8 @@
 //! SASL on the Kafka listener: PLAIN (RFC 4616) against a file of users, as
 //! Kafka's `PlainLoginModule` with its users in the JAAS configuration, and
-//! SCRAM-SHA-256/512 (see [`crate::scram`]) against credentials kept in the
+//! SCRAM-SHA-256/512 (see [`crate::security::scram`]) against credentials kept in the
 //! metastore, managed with AlterUserScramCredentials, and OAUTHBEARER (see
-//! [`crate::oauthbearer`]) against a JSON Web Key Set. Send PLAIN over TLS:
+//! [`crate::security::oauthbearer`]) against a JSON Web Key Set. Send PLAIN over TLS:
 //! it carries the password as it is.
 //!
 //! A connection authenticates before anything else, as Kafka's
@@ -24,7 +24,7 @@ use bytes::Bytes;
 use floe_metastore::Metastore;
 use floe_metastore::scram::ScramMechanism;
 
-use crate::scram::{ClientFirst, INVALID_CREDENTIALS, ServerFirst};
+use crate::security::scram::{ClientFirst, INVALID_CREDENTIALS, ServerFirst};
 
 /// Largest frame an unauthenticated client may send (Kafka's default).
 pub const MAX_UNAUTHENTICATED_FRAME: usize = 512 * 1024;
@@ -44,7 +44,7 @@ pub const PLAIN: &str = "PLAIN";
 /// The mechanisms a listener offers (Kafka's `sasl.enabled.mechanisms`).
 pub struct Authenticator {
     plain: Option<Arc<PlainUsersFile>>,
-    oauth: Option<Arc<crate::oauthbearer::Validator>>,
+    oauth: Option<Arc<crate::security::oauthbearer::Validator>>,
     scram: Vec<ScramMechanism>,
     /// Makes up the salt an unknown SCRAM user is answered with. Per agent
     /// process: stable across one agent's answers, not across agents.
@@ -68,7 +68,7 @@ impl Authenticator {
     pub fn new(
         mechanisms: &[String],
         plain: Option<Arc<PlainUsersFile>>,
-        oauth: Option<Arc<crate::oauthbearer::Validator>>,
+        oauth: Option<Arc<crate::security::oauthbearer::Validator>>,
     ) -> anyhow::Result<Authenticator> {
         let mut scram = Vec::new();
         let mut offers_plain = false;
@@ -76,7 +76,7 @@ impl Authenticator {
         for name in mechanisms {
             match (name.as_str(), ScramMechanism::from_name(name)) {
                 (PLAIN, _) => offers_plain = true,
-                (crate::oauthbearer::OAUTHBEARER, _) => offers_oauth = true,
+                (crate::security::oauthbearer::OAUTHBEARER, _) => offers_oauth = true,
                 (_, Some(m)) => scram.push(m),
                 _ => anyhow::bail!(
                     "SASL mechanism {name} is not served (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER are)"
@@ -95,14 +95,17 @@ impl Authenticator {
             plain,
             oauth,
             scram,
-            fake_salt_seed: crate::scram::random_bytes(32),
+            fake_salt_seed: crate::security::scram::random_bytes(32),
         })
     }
 
     /// The mechanisms' names, as SaslHandshake lists them.
     pub fn mechanisms(&self) -> Vec<&'static str> {
         let plain = self.plain.as_ref().map(|_| PLAIN);
-        let oauth = self.oauth.as_ref().map(|_| crate::oauthbearer::OAUTHBEARER);
+        let oauth = self
+            .oauth
+            .as_ref()
+            .map(|_| crate::security::oauthbearer::OAUTHBEARER);
         plain
             .into_iter()
             .chain(self.scram.iter().map(|m| m.name()))
@@ -115,7 +118,7 @@ impl Authenticator {
         if mechanism == PLAIN && self.plain.is_some() {
             return Some(Exchange::Plain);
         }
-        if mechanism == crate::oauthbearer::OAUTHBEARER && self.oauth.is_some() {
+        if mechanism == crate::security::oauthbearer::OAUTHBEARER && self.oauth.is_some() {
             return Some(Exchange::OAuthBearer);
         }
         let m = ScramMechanism::from_name(mechanism).filter(|m| self.scram.contains(m))?;
@@ -209,7 +212,7 @@ impl Exchange {
                 // validate gets RFC 7628's error challenge (as Kafka's
                 // `OAuthBearerSaslServer`).
                 let (Some((token, authzid)), Some(validator)) = (
-                    crate::oauthbearer::Validator::token_of(bytes),
+                    crate::security::oauthbearer::Validator::token_of(bytes),
                     auth.oauth.as_ref(),
                 ) else {
                     return Step::Failed(
@@ -225,7 +228,7 @@ impl Exchange {
                     Err(why) => {
                         tracing::debug!(why, "OAUTHBEARER token refused");
                         *self = Exchange::OAuthBearerRefused;
-                        Step::Challenge(crate::oauthbearer::INVALID_TOKEN.to_vec())
+                        Step::Challenge(crate::security::oauthbearer::INVALID_TOKEN.to_vec())
                     }
                 }
             }
@@ -251,7 +254,7 @@ pub struct PlainUsers {
 }
 
 /// The users file, read again when it changes (looked at every
-/// [`crate::tls::RELOAD_EVERY`], as the TLS files): a user added or removed,
+/// [`crate::net::tls::RELOAD_EVERY`], as the TLS files): a user added or removed,
 /// or a password changed, counts from the next authentication, without a
 /// restart. A file that does not load keeps the users before it.
 pub struct PlainUsersFile {
@@ -302,7 +305,7 @@ impl PlainUsersFile {
 
     /// Reloads on change, for ever.
     pub async fn watch(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(crate::tls::RELOAD_EVERY);
+        let mut tick = tokio::time::interval(crate::net::tls::RELOAD_EVERY);
         loop {
             tick.tick().await;
             let users = self.clone();

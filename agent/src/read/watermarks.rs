@@ -26,7 +26,7 @@ use floe_metastore::{Metastore, Refusal, TopicId, TopicPartition, TxnReadPlan};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::extent_cache::ExtentCache;
+use crate::read::extent_cache::ExtentCache;
 
 /// Bytes of new extents a poll asks for per partition; a fetch asks for more
 /// when it needs them.

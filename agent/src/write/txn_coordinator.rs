@@ -11,7 +11,7 @@ use floe_metastore::txn::{EndReason, TxnEnd, TxnPhase, TxnView};
 use floe_metastore::{MetaError, Metastore, ProducerIdentity, Refusal, TopicPartition};
 use floe_protocol::batch::RecordBatch;
 
-use crate::batcher::{AppendError, Batcher};
+use crate::write::batcher::{AppendError, Batcher};
 
 /// The transactional id's state.
 pub async fn describe(meta: &dyn Metastore, id: &str) -> Result<Option<TxnView>, MetaError> {

@@ -32,7 +32,7 @@ pub struct Session {
     /// The client's software, as its last ApiVersions (v3+) named it.
     pub software: Option<Arc<ClientSoftware>>,
     /// The listener it came in on: it is told of agents on that listener.
-    pub listener: Arc<crate::listeners::Listener>,
+    pub listener: Arc<crate::net::listeners::Listener>,
 }
 
 /// A client's software name and version (KIP-511), kept to
@@ -68,10 +68,10 @@ impl ClientSoftware {
 
 impl Session {
     pub fn new(
-        principal: Option<&crate::sasl::Principal>,
+        principal: Option<&crate::security::sasl::Principal>,
         peer: std::net::SocketAddr,
         software: Option<Arc<ClientSoftware>>,
-        listener: Arc<crate::listeners::Listener>,
+        listener: Arc<crate::net::listeners::Listener>,
     ) -> Session {
         let ip = peer.ip();
         Session {

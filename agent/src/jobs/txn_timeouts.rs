@@ -18,9 +18,9 @@ use std::time::Duration;
 use floe_metastore::txn::{EndReason, TxnEnd};
 use floe_metastore::{MetaError, Metastore};
 
-use crate::batcher::Batcher;
 use crate::broker::Broker;
-use crate::txn_coordinator::write_end;
+use crate::write::batcher::Batcher;
+use crate::write::txn_coordinator::write_end;
 
 const LEASE: &str = "txn-timeouts";
 /// How often a pass runs.
@@ -32,7 +32,7 @@ const PER_PASS: u32 = 100;
 pub async fn run(broker: Arc<Broker>) {
     let holder = format!(
         "{}@{}",
-        crate::compaction::lease_holder(&broker.config.data_dir),
+        crate::jobs::compaction::lease_holder(&broker.config.data_dir),
         broker.config.admin_listen
     );
     run_on(broker.meta.as_ref(), &broker.batcher, &holder).await

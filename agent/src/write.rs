@@ -1,0 +1,6 @@
+//! The write path below the handlers: record work off the runtime, the batcher that fills, uploads and commits ingest files, producer ids, the transaction coordinator's steps.
+
+pub mod batcher;
+pub mod producer_ids;
+pub mod record_work;
+pub mod txn_coordinator;
