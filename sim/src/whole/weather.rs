@@ -1,0 +1,202 @@
+//! The weather of a whole-path run: store and metastore faults that come
+//! and go, agents that crash and restart, and the Raft group's nodes killed,
+//! cut off and skewed.
+
+use super::*;
+
+/// The Raft group's weather: a node (often the leader) killed and restarted
+/// from its log, or cut off for a while; one direction of a link cut;
+/// messages lost and late; clocks skewed.
+pub(super) async fn raft_weather(
+    shared: &Shared,
+    group: &Arc<raft::RaftGroup>,
+    topics: &[TopicInfo],
+) {
+    // A power cut: every node dies at once and comes back together, so a
+    // leader may resume its term from what its disk synced (its commit
+    // index lags what it applied and answered before).
+    let (power_cut, back_ms) = shared.with(|w| (w.chance(0.03), 200 + w.rng_below(3_000)));
+    if power_cut {
+        for i in 0..raft::NODES as usize {
+            group.kill(i).await;
+        }
+        shared.with(|w| {
+            w.summary.node_kills += raft::NODES;
+            w.log(format!(
+                "power cut: every metastore node killed; back in {back_ms} ms"
+            ))
+        });
+        let (group, shared, topics) = (group.clone(), shared.clone(), topics.to_vec());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(back_ms)).await;
+            for i in 0..raft::NODES as usize {
+                group.restart(i).await;
+            }
+            // Read at once, while a leader that resumed its term may not
+            // have applied all it had answered before the cut.
+            let meta: Arc<dyn Metastore> = group.client.clone();
+            audit::reads_are_current(&shared, &meta, &topics).await;
+        });
+        return;
+    }
+    let (kill, node, down_ms) = shared.with(|w| {
+        (
+            w.chance(0.25),
+            w.rng_below(raft::NODES) as usize,
+            // Now and then back before anyone else times out and runs for
+            // leader (a supervisor restarting it at once).
+            if w.chance(0.2) {
+                w.rng_below(100)
+            } else {
+                1_000 + w.rng_below(20_000)
+            },
+        )
+    });
+    if kill && !group.is_down(node) {
+        group.kill(node).await;
+        shared.with(|w| {
+            w.summary.node_kills += 1;
+            w.log(format!(
+                "metastore node {} killed; back in {down_ms} ms",
+                node + 1
+            ))
+        });
+        let group = group.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(down_ms)).await;
+            group.restart(node).await;
+        });
+        return;
+    }
+    shared.with(|w| {
+        let node = 1 + w.rng_below(raft::NODES);
+        match w.rng_below(4) {
+            0 => {
+                // Isolated: its leadership (if any) passes on; writes it
+                // takes meanwhile never commit.
+                for other in (1..=raft::NODES).filter(|&o| o != node) {
+                    w.net.cut.insert((node, other));
+                    w.net.cut.insert((other, node));
+                }
+                w.summary.partitions += 1;
+                w.log(format!("node {node} isolated"));
+            }
+            1 => {
+                let other = 1 + (node % raft::NODES);
+                w.net.cut.insert((node, other));
+                w.summary.partitions += 1;
+                w.log(format!("link {node} -> {other} cut"));
+            }
+            2 => {
+                w.net.cut.clear();
+                w.net.drop = 0.1 * w.rng.random::<f64>();
+                w.net.max_latency = Duration::from_millis(w.rng_below(200));
+                w.log(format!(
+                    "network healed; drop {:.3}, latency up to {:?}",
+                    w.net.drop, w.net.max_latency
+                ));
+            }
+            _ => {
+                // Mostly a few seconds either way; now and then a minute
+                // ahead, or a day (a bad NTP step): the group's time must
+                // not follow it (see `max_ahead_ms` in the auditor).
+                let skew = if w.chance(0.1) {
+                    86_400_000
+                } else if w.chance(0.2) {
+                    60_000
+                } else {
+                    w.rng_below(6_000) as i64 - 3_000
+                };
+                w.net.skew_ms.insert(node, skew);
+                w.log(format!("node {node}'s clock is off by {skew} ms"));
+            }
+        }
+    });
+}
+
+/// Changes the weather: store and metastore faults come and go, agents
+/// crash (mid-upload, mid-commit, mid-compaction) and restart, and the
+/// metastore freezes for longer than the batcher's commit deadline.
+pub(super) async fn chaos(
+    shared: Shared,
+    cluster: Arc<tokio::sync::Mutex<Cluster>>,
+    stop: Instant,
+    group: Option<Arc<raft::RaftGroup>>,
+    topics: Vec<TopicInfo>,
+) {
+    while Instant::now() < stop {
+        let (pause, event) = shared.with(|w| (w.rng_below(20_000), w.rng_below(10)));
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        if let Some(group) = &group
+            && (3..=6).contains(&event)
+        {
+            raft_weather(&shared, group, &topics).await;
+            continue;
+        }
+        match event {
+            0..=2 => shared.with(|w| {
+                let stormy = w.chance(0.5);
+                w.store_faults = if stormy {
+                    StoreFaults {
+                        put_error: 0.2 * w.rng.random::<f64>(),
+                        put_lost_reply: 0.2 * w.rng.random::<f64>(),
+                        get_error: 0.2 * w.rng.random::<f64>(),
+                        max_latency: Duration::from_millis(w.rng_below(2_000)),
+                    }
+                } else {
+                    StoreFaults::default()
+                };
+                w.log(format!("store faults {:?}", w.store_faults));
+            }),
+            3..=5 => shared.with(|w| {
+                let stormy = w.chance(0.5);
+                w.meta_faults = if stormy {
+                    MetaFaults {
+                        unavailable: 0.2 * w.rng.random::<f64>(),
+                        lost_reply: 0.2 * w.rng.random::<f64>(),
+                        max_latency: Duration::from_millis(w.rng_below(3_000)),
+                        frozen_until: None,
+                    }
+                } else {
+                    MetaFaults::default()
+                };
+                w.log(format!("metastore faults {:?}", w.meta_faults));
+            }),
+            6 => shared.with(|w| {
+                // Longer than the batcher's 60 s commit deadline, sometimes.
+                let for_ms = 5_000 + w.rng_below(90_000);
+                w.meta_faults.frozen_until = Some(Instant::now() + Duration::from_millis(for_ms));
+                w.log(format!("metastore frozen for {for_ms} ms"));
+            }),
+            _ => {
+                let (i, down_ms) = {
+                    let c = cluster.lock().await;
+                    shared.with(|w| {
+                        (
+                            w.rng_below(c.agents.len() as u64) as usize,
+                            w.rng_below(10_000),
+                        )
+                    })
+                };
+                let stalled =
+                    shared.with(|w| w.stalled.get(&i).is_some_and(|&u| u > Instant::now()));
+                if stalled {
+                    continue;
+                }
+                cluster.lock().await.crash(i);
+                shared.with(|w| {
+                    w.summary.crashes += 1;
+                    w.log(format!("agent {i} crashed; back in {down_ms} ms"));
+                });
+                let cluster = cluster.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                    let mut c = cluster.lock().await;
+                    if c.agents[i].batcher.is_none() {
+                        c.start_agent(i).await;
+                    }
+                });
+            }
+        }
+    }
+}
