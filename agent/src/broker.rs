@@ -118,59 +118,7 @@ impl Broker {
             metrics.clone(),
             Arc::new(floe_storage::ids::RandomIds),
         );
-        let mechanisms = config.sasl_mechanisms();
-        let sasl_plaintext = listeners
-            .iter()
-            .any(|l| l.protocol == crate::net::listeners::SecurityProtocol::SaslPlaintext);
-        if mechanisms.iter().any(|m| m == crate::security::sasl::PLAIN) && sasl_plaintext {
-            tracing::warn!(
-                "SASL/PLAIN on a SASL_PLAINTEXT listener: passwords cross the network as they are"
-            );
-        }
-        let serves_sasl = listeners.iter().any(|l| l.protocol.sasl());
-        let sasl = match mechanisms.is_empty() || !serves_sasl {
-            true => None,
-            false => {
-                let plain = match &config.sasl_plain_users {
-                    Some(path) => Some(
-                        crate::security::sasl::PlainUsersFile::load(path)
-                            .map_err(|e| anyhow::anyhow!("SASL/PLAIN users: {e:#}"))?,
-                    ),
-                    None => None,
-                };
-                let oauth = match mechanisms
-                    .iter()
-                    .any(|m| m == crate::security::oauthbearer::OAUTHBEARER)
-                {
-                    false => None,
-                    true => Some(Arc::new(crate::security::oauthbearer::Validator::new(
-                        config
-                            .sasl_oauthbearer_jwks
-                            .as_deref()
-                            .map(crate::security::oauthbearer::KeySource::parse),
-                        config.sasl_oauthbearer_unsecured,
-                        config.sasl_oauthbearer_expected_issuer.clone(),
-                        config.sasl_oauthbearer_expected_audience.clone(),
-                        config.sasl_oauthbearer_jwks_refresh,
-                    )?)),
-                };
-                if let Some(validator) = &oauth {
-                    // An endpoint's keys are fetched before serving (if the
-                    // provider is down, tokens are refused until a fetch,
-                    // tried again every 10 s, succeeds).
-                    if validator.from_endpoint() && !validator.refresh().await {
-                        tracing::error!(
-                            "the OAUTHBEARER key set could not be fetched: signed tokens are refused until it is"
-                        );
-                    }
-                }
-                Some(Arc::new(crate::security::sasl::Authenticator::new(
-                    &mechanisms,
-                    plain,
-                    oauth,
-                )?))
-            }
-        };
+        let sasl = sasl_of(&config, &listeners).await?;
         let authorizer = Arc::new(crate::security::authorizer::Authorizer::new(
             config.acls,
             config.super_users.clone(),
@@ -324,6 +272,69 @@ impl Broker {
             Err(e) => Err(e),
         }
     }
+}
+
+/// How clients of SASL listeners authenticate (none without one): the
+/// mechanisms configured, PLAIN's users file, OAUTHBEARER's keys (fetched
+/// once before serving when they come from an endpoint).
+async fn sasl_of(
+    config: &Config,
+    listeners: &[Arc<crate::net::listeners::Listener>],
+) -> anyhow::Result<Option<Arc<crate::security::sasl::Authenticator>>> {
+    let mechanisms = config.sasl_mechanisms();
+    let sasl_plaintext = listeners
+        .iter()
+        .any(|l| l.protocol == crate::net::listeners::SecurityProtocol::SaslPlaintext);
+    if mechanisms.iter().any(|m| m == crate::security::sasl::PLAIN) && sasl_plaintext {
+        tracing::warn!(
+            "SASL/PLAIN on a SASL_PLAINTEXT listener: passwords cross the network as they are"
+        );
+    }
+    let serves_sasl = listeners.iter().any(|l| l.protocol.sasl());
+    let sasl = match mechanisms.is_empty() || !serves_sasl {
+        true => None,
+        false => {
+            let plain = match &config.sasl_plain_users {
+                Some(path) => Some(
+                    crate::security::sasl::PlainUsersFile::load(path)
+                        .map_err(|e| anyhow::anyhow!("SASL/PLAIN users: {e:#}"))?,
+                ),
+                None => None,
+            };
+            let oauth = match mechanisms
+                .iter()
+                .any(|m| m == crate::security::oauthbearer::OAUTHBEARER)
+            {
+                false => None,
+                true => Some(Arc::new(crate::security::oauthbearer::Validator::new(
+                    config
+                        .sasl_oauthbearer_jwks
+                        .as_deref()
+                        .map(crate::security::oauthbearer::KeySource::parse),
+                    config.sasl_oauthbearer_unsecured,
+                    config.sasl_oauthbearer_expected_issuer.clone(),
+                    config.sasl_oauthbearer_expected_audience.clone(),
+                    config.sasl_oauthbearer_jwks_refresh,
+                )?)),
+            };
+            if let Some(validator) = &oauth {
+                // An endpoint's keys are fetched before serving (if the
+                // provider is down, tokens are refused until a fetch,
+                // tried again every 10 s, succeeds).
+                if validator.from_endpoint() && !validator.refresh().await {
+                    tracing::error!(
+                        "the OAUTHBEARER key set could not be fetched: signed tokens are refused until it is"
+                    );
+                }
+            }
+            Some(Arc::new(crate::security::sasl::Authenticator::new(
+                &mechanisms,
+                plain,
+                oauth,
+            )?))
+        }
+    };
+    Ok(sasl)
 }
 
 /// The Kafka error a broker sends for a metastore error: a call that failed
