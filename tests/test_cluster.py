@@ -51,7 +51,7 @@ def cluster(tmp_path, s3_endpoint, metastore):
         agents.append(Agent(workdir, "--object-store", bucket, "--metastore", metastore.address,
                             "--advertise", f"127.0.0.1:{lb_port}", "--discovery", "load-balancer",
                             "--flush-interval", "100ms",
-                            env={**CREDENTIALS, "FLOE_LOG": "info,floe_agent::batcher=debug"}).start())
+                            env={**CREDENTIALS, "FLOE_LOG": "info,floe_agent::write::batcher=debug"}).start())
     servers = "\n".join(f"    server agent{n} {a.bootstrap} check inter 300ms fall 1 rise 2"
                         for n, a in enumerate(agents))
     config = tmp_path / "haproxy.cfg"

@@ -321,13 +321,15 @@ struct Asked<'a> {
 type Answered = Result<ResponseKind, RequestKind>;
 
 /// Topics, their configs and data's offsets.
-async fn topic_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
-    let Asked {
+async fn topic_requests(
+    &Asked {
         broker,
         version,
         client_id,
         session,
-    } = *asked;
+    }: &Asked<'_>,
+    body: RequestKind,
+) -> Answered {
     Ok(match body {
         RequestKind::ListConfigResources(req) => ResponseKind::ListConfigResources(
             configs::list_resources(broker, req, version, session, client_id).await,
@@ -381,13 +383,15 @@ async fn topic_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
 }
 
 /// Consumer groups, classic and KIP-848.
-async fn group_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
-    let Asked {
+async fn group_requests(
+    &Asked {
         broker,
         version,
         client_id,
         session,
-    } = *asked;
+    }: &Asked<'_>,
+    body: RequestKind,
+) -> Answered {
     Ok(match body {
         RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(
             groups::find_coordinator(broker, req, version, session, client_id).await,
@@ -428,13 +432,15 @@ async fn group_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
 }
 
 /// Producer ids and transactions.
-async fn transaction_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
-    let Asked {
+async fn transaction_requests(
+    &Asked {
         broker,
         version,
         client_id,
         session,
-    } = *asked;
+    }: &Asked<'_>,
+    body: RequestKind,
+) -> Answered {
     Ok(match body {
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req, version).await)
