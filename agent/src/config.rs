@@ -582,7 +582,7 @@ mod tests {
             .and_then(|rest| rest.split("```").next())
             .expect("README has a toml example");
         let c: Config = toml::from_str(example).unwrap();
-        c.validate().unwrap();
+        crate::agent::check(&c).unwrap();
         assert_eq!(c.zone.as_deref(), Some("eu-west-1a"));
     }
 

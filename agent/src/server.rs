@@ -376,19 +376,19 @@ where
         Reauthentication::first(broker.config.connections_max_reauth),
     )
     .await?;
-    match &done {
-        Some(done) => tracing::debug!(%peer, principal = %done.principal, "authenticated"),
-        None => {
-            // As Kafka's connection.failed.authentication.delay.ms: a
-            // guesser waits before it learns and can try again.
-            broker.metrics.authentication_failures.inc();
-            tracing::info!(%peer, "closing connection: not authenticated");
-            tokio::time::sleep(crate::security::sasl::FAILED_AUTHENTICATION_DELAY).await;
-        }
-    }
+    let Some(done) = done else {
+        // As Kafka's connection.failed.authentication.delay.ms: a guesser
+        // waits before it learns and can try again. The connection closes
+        // with what it read still on the unauthenticated budget.
+        broker.metrics.authentication_failures.inc();
+        tracing::info!(%peer, "closing connection: not authenticated");
+        tokio::time::sleep(crate::security::sasl::FAILED_AUTHENTICATION_DELAY).await;
+        return Ok(None);
+    };
+    tracing::debug!(%peer, principal = %done.principal, "authenticated");
     frames.set_max_frame(max_frame);
     frames.set_budget(broker.requests.clone());
-    Ok(done)
+    Ok(Some(done))
 }
 
 /// Whether a connection goes on serving after an event.
