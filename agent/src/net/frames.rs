@@ -129,16 +129,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 Ok(size) => size,
             };
-            match self.read_more(size, entered).await {
-                Ok(0) if self.buf.is_empty() => return None,
-                Ok(0) => {
-                    return Some(Err(self.fail(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the client closed in the middle of a request",
-                    ))));
-                }
-                Ok(_) => self.progressed = Some(Instant::now()),
-                Err(e) => return Some(Err(self.fail(e))),
+            let read = self.read_more(size, entered).await;
+            if let Some(end) = self.ended(read) {
+                return end;
             }
         }
     }
@@ -170,17 +163,28 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 let len = self.buf.len();
                 self.read_up_to(want - len, deadline).await
             };
-            match read.await {
-                Ok(0) if self.buf.is_empty() => return None,
-                Ok(0) => {
-                    return Some(Err(self.fail(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the client closed in the middle of a request",
-                    ))));
-                }
-                Ok(_) => self.progressed = Some(Instant::now()),
-                Err(e) => return Some(Err(self.fail(e))),
+            let read = read.await;
+            if let Some(end) = self.ended(read) {
+                return end;
             }
+        }
+    }
+
+    /// What a read of more bytes ends, if anything: the connection (closed
+    /// between requests: `None`; in the middle of one, or failing: an
+    /// error). Bytes read are progress.
+    fn ended<T>(&mut self, read: io::Result<usize>) -> Option<Option<io::Result<T>>> {
+        match read {
+            Ok(0) if self.buf.is_empty() => Some(None),
+            Ok(0) => Some(Some(Err(self.fail(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the client closed in the middle of a request",
+            ))))),
+            Ok(_) => {
+                self.progressed = Some(Instant::now());
+                None
+            }
+            Err(e) => Some(Some(Err(self.fail(e)))),
         }
     }
 
