@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::BytesMut;
-use floe_metastore::ops::{Chunk, LookSince};
+use floe_metastore::merge_policy::Chunk;
+use floe_metastore::ops::LookSince;
 use floe_metastore::{
     Backlog, ExtentPiece, ExtentRef, MetaError, Metastore, ReadPlan, Refusal, ReplaceExtents,
     TopicId, TopicInfo, TopicPartition, now_ms,

@@ -1,20 +1,26 @@
 //! The metastore API, written once.
 //!
-//! Each operation is a struct ([`crate::ops`]) that names the type of its
-//! answer ([`Op::Output`]) and says whether a client may send it again when it
-//! does not know whether the first one applied. The table at the end of this
-//! file lists them; from it come the [`Metastore`] trait agents call, the
-//! wire's [`Request`] enum and the server's dispatch. Every metastore is a
-//! [`Transport`] with one generic `call`: a node that sequences commands
-//! itself (any [`Sequencer`]) and the network client
-//! ([`crate::RemoteMetastore`]). The answer's type is the operation's at both
-//! ends of every transport, so no reply can be of the wrong kind.
+//! Each operation is a struct ([`crate::ops`]); the table at the end of this
+//! file gives each one the type of its answer ([`Op::Output`]) and says
+//! whether a client may send it again when it does not know whether the
+//! first one applied. From the table come the [`Metastore`] trait agents
+//! call and the wire's [`Request`] enum. Every metastore is a [`Transport`]
+//! with one generic `call`: a node that sequences commands itself (see
+//! `crate::sequencer`, which answers each operation from the state machine)
+//! and the network client ([`crate::RemoteMetastore`]). The answer's type is
+//! the operation's at both ends of every transport, so no reply can be of
+//! the wrong kind.
 //!
-//! Adding an operation: its struct in `ops`; its `impl Query` or `impl Apply`
-//! in `state` (a write also gets a variant at the end of [`Command`], the
-//! log's format); its line in the table here; a sample in the golden tests,
-//! which refuse to pass without one.
+//! This file is part of the contract: it names no state machine. A node
+//! answers the table's operations by expanding the same table
+//! ([`metastore_ops`]) with its own callback.
+//!
+//! Adding an operation: its struct in `ops`; its line in the table here
+//! (its answer, and `retry` or `once`); its `impl Query` or `impl Apply` in
+//! `state` (a write also gets a variant at the end of `Command`, the log's
+//! format); a sample in the golden tests, which refuse to pass without one.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 
@@ -22,12 +28,13 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::agents::AgentInfo;
 use crate::groups::*;
 use crate::ops::*;
 use crate::peers::{CachePeer, CachePeers};
 use crate::quorum::DescribeQuorum;
-use crate::sequencer::Sequencer;
-use crate::state::{Command, State};
+use crate::scram::{ScramCredential, ScramRefusal};
+use crate::txn::TxnView;
 use crate::types::*;
 
 /// What every answer is: it crosses the network, and a write's crosses the log.
@@ -44,31 +51,6 @@ pub trait Op:
     /// applied, see [`MetaError::certainly_not_applied`], may always be sent
     /// again.)
     fn retry_is_safe(&self) -> bool;
-    /// How a metastore that sequences commands itself answers it.
-    fn run<S: Sequencer>(
-        self,
-        on: &S,
-    ) -> impl Future<Output = Result<Self::Output, MetaError>> + Send;
-}
-
-/// A read: answered from a state that is up to date (linearizable).
-pub trait Query: Clone + Send + Sync + 'static {
-    type Output: Answer;
-    /// `now_ms` is the leader's clock, for answers that report ages.
-    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal>;
-}
-
-/// A write: an entry of the replicated log, applied by the state machine in
-/// log order on every replica. [`Apply::apply`] must be deterministic: it
-/// never reads a clock or draws a random number (times and ids come inside
-/// the command).
-pub trait Apply: Into<Command> + Clone + Debug + Send + Sync + 'static {
-    type Output: Answer;
-    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal>;
-    /// As [`Op::retry_is_safe`].
-    fn retry_is_safe(&self) -> bool;
-    /// Replaces every time its sender put in it with the leader's `now_ms`.
-    fn restamp(&mut self, _now_ms: i64) {}
 }
 
 /// Something that answers metastore operations: the one call every
@@ -77,61 +59,33 @@ pub trait Transport: Send + Sync + 'static {
     fn call<O: Op>(&self, op: O) -> impl Future<Output = Result<O::Output, MetaError>> + Send;
 }
 
-impl<S: Sequencer> Transport for S {
-    fn call<O: Op>(&self, op: O) -> impl Future<Output = Result<O::Output, MetaError>> + Send {
-        op.run(self)
-    }
-}
-
-/// A read or a write is an operation as it is; an operation whose request is
-/// not its command (`custom`) implements [`Op`] by hand.
-macro_rules! op {
-    (read $op:ty) => {
-        impl Op for $op {
-            type Output = <$op as Query>::Output;
-            fn retry_is_safe(&self) -> bool {
-                true
-            }
-            async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-                let now_ms = on.now_ms();
-                Ok(on.read(move |state| self.query(state, now_ms)).await??)
-            }
-        }
+/// Whether a line of the table may be sent again: a read always may; a
+/// write or a `custom` operation says `retry` or `once`.
+macro_rules! retry_is_safe {
+    (read) => {
+        true
     };
-    (write $op:ty) => {
-        impl Op for $op {
-            type Output = <$op as Apply>::Output;
-            fn retry_is_safe(&self) -> bool {
-                Apply::retry_is_safe(self)
-            }
-            async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-                on.write(self).await
-            }
-        }
+    ($kind:ident retry) => {
+        true
     };
-    (custom $op:ty) => {};
-}
-
-/// A client asks for a topic by what it should be; the node that proposes
-/// it draws its id (the state machine must be deterministic).
-impl Op for NewTopic {
-    type Output = TopicInfo;
-    fn retry_is_safe(&self) -> bool {
+    ($kind:ident once) => {
         false
-    }
-    async fn run<S: Sequencer>(self, on: &S) -> Result<TopicInfo, MetaError> {
-        let id = on.new_id();
-        on.write(CreateTopic { id, topic: self }).await
-    }
+    };
 }
 
-/// The table: one line per operation: whether it reads, writes (through the
-/// log) or is `custom` (its `impl Op` is written by hand), the method agents
-/// call, and the operation it sends. The order of the lines is the order of
-/// [`Request`]'s variants on the wire (see `rpc::WIRE_VERSION`): append only.
+/// Everything the contract generates from the table (see [`metastore_ops`]):
+/// each operation's [`Op`], the [`Metastore`] trait and [`Request`].
 macro_rules! metastore_api {
-    ($( $(#[$doc:meta])* $kind:ident fn $method:ident($($arg:ident: $ty:ty),*) -> $op:ident $build:block )*) => {
-        $( op!($kind $op); )*
+    ($(
+        $(#[$doc:meta])*
+        $kind:ident $(($retry:ident))? fn $method:ident($($arg:ident: $ty:ty),*) -> $op:ident: $out:ty $build:block
+    )*) => {
+        $( impl Op for $op {
+            type Output = $out;
+            fn retry_is_safe(&self) -> bool {
+                retry_is_safe!($kind $($retry)?)
+            }
+        } )*
 
         /// Everything an agent or compactor asks of the metastore.
         #[async_trait]
@@ -183,275 +137,247 @@ macro_rules! metastore_api {
     };
 }
 
-metastore_api! {
-    custom fn create_topic(topic: NewTopic) -> NewTopic { topic }
-    write fn delete_topic(name: &str) -> DeleteTopic { DeleteTopic { name: name.to_string() } }
-    read fn topics() -> ListTopics { ListTopics }
-    read fn topic(name: &str) -> TopicNamed { TopicNamed { name: name.to_string() } }
-    read fn topic_by_id(id: TopicId) -> TopicById { TopicById { id } }
-    /// Sequences the batches of an uploaded object. The outer error means
-    /// nothing was committed; the inner ones are per batch.
-    write fn commit(commit: Commit) -> Commit { commit }
-    read fn offsets(topic_id: TopicId, partition: i32) -> Offsets {
-        Offsets { partition: TopicPartition::new(topic_id, partition) }
-    }
-    read fn high_watermarks(partitions: Vec<TopicPartition>) -> HighWatermarks {
-        HighWatermarks { partitions }
-    }
-    read fn read_plan(topic_id: TopicId, partition: i32, from: i64, max_bytes: u64) -> PlanRead {
-        PlanRead { partition: TopicPartition::new(topic_id, partition), from, max_bytes }
-    }
-    read fn list_offsets(topic_id: TopicId, partition: i32, query: OffsetQuery) -> FindOffset {
-        FindOffset { partition: TopicPartition::new(topic_id, partition), query }
-    }
-    write fn init_producer(existing: Option<ProducerIdentity>) -> InitProducer {
-        InitProducer { existing }
-    }
-    write fn join_group(join: JoinGroup) -> JoinGroup { join }
-    write fn sync_group(sync: SyncGroup) -> SyncGroup { sync }
-    /// Answered by the leader, not written (see [`crate::groups`]).
-    custom fn group_heartbeat(beat: GroupHeartbeat) -> GroupHeartbeat { beat }
-    write fn leave_group(leave: LeaveGroup) -> LeaveGroup { leave }
-    write fn commit_offsets(commit: CommitOffsets) -> CommitOffsets { commit }
-    read fn describe_group(name: &str) -> DescribeGroup { DescribeGroup { name: name.to_string() } }
-    write fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents { replace }
-    read fn garbage() -> ListGarbage { ListGarbage }
-    write fn record_orphans(keys: Vec<String>) -> RecordOrphans { RecordOrphans { keys } }
-    write fn forget_garbage(keys: Vec<String>) -> ForgetGarbage { ForgetGarbage { keys } }
-    write fn trim(topic_id: TopicId, partition: i32, offset: i64) -> Trim {
-        Trim { partition: TopicPartition::new(topic_id, partition), offset }
-    }
-    read fn unknown_objects(keys: Vec<String>) -> UnknownObjects { UnknownObjects { keys } }
-    write fn alter_topic_configs(
-        name: &str,
-        set: std::collections::BTreeMap<String, String>,
-        delete: Vec<String>
-    ) -> AlterTopicConfigs {
-        AlterTopicConfigs { name: name.to_string(), set, delete }
-    }
-    write fn create_partitions(name: &str, count: i32) -> CreatePartitions {
-        CreatePartitions { name: name.to_string(), count }
-    }
-    read fn groups() -> ListGroups { ListGroups }
-    write fn register_agent(host: String, port: i32, zone: Option<String>, now_ms: i64) -> RegisterAgent {
-        RegisterAgent { host, port, zone, now_ms }
-    }
-    write fn agent_heartbeat(node_id: i32, now_ms: i64) -> AgentHeartbeat {
-        AgentHeartbeat { node_id, now_ms }
-    }
-    read fn agents() -> ListAgents { ListAgents }
-    write fn acquire_lease(job: String, holder: String, now_ms: i64, ttl_ms: i64) -> AcquireLease {
-        AcquireLease { job, holder, now_ms, ttl_ms }
-    }
-    write fn release_lease(job: String, holder: String) -> ReleaseLease {
-        ReleaseLease { job, holder }
-    }
-    /// The metastore's time (see [`Tick`]).
-    write fn clock() -> Tick { Tick }
-    /// Compaction's work list: one request per pass.
-    read fn compaction_work(work: CompactionWork) -> CompactionWork { work }
-    /// Swaps many partitions' runs for one merged file's chunks.
-    write fn replace_runs(replace: ReplaceRuns) -> ReplaceRuns { replace }
-    /// Read plans of many partitions in one request.
-    read fn read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> PlanReads {
-        PlanReads { partitions, max_bytes }
-    }
-    /// Waits for a group to change (see [`AwaitGroup`]).
-    custom fn await_group(wait: AwaitGroup) -> AwaitGroup { wait }
-    read fn group_offsets(group: &str, partitions: Option<Vec<(String, i32)>>) -> GroupOffsets {
-        GroupOffsets { group: group.to_string(), partitions }
-    }
-    write fn delete_groups(groups: Vec<String>) -> DeleteGroups { DeleteGroups { groups } }
-    write fn delete_offsets(group: &str, partitions: Vec<(String, i32)>) -> DeleteOffsets {
-        DeleteOffsets { group: group.to_string(), partitions }
-    }
-    /// A heartbeat of the consumer group protocol (KIP-848).
-    custom fn consumer_heartbeat(beat: ConsumerHeartbeat) -> ConsumerHeartbeat { beat }
-    read fn describe_consumer_group(name: &str) -> DescribeConsumerGroup {
-        DescribeConsumerGroup { name: name.to_string() }
-    }
-    /// Sizes and producers of many partitions (DescribeLogDirs, DescribeProducers).
-    read fn partition_states(partitions: Vec<TopicPartition>, with_producers: bool) -> PartitionStates {
-        PartitionStates { partitions, with_producers }
-    }
-    /// Announces this agent's cache address; the agents heard from lately
-    /// (see [`crate::peers`]).
-    custom fn cache_peers(announce: Option<CachePeer>) -> CachePeers {
-        CachePeers { announce }
-    }
-    /// Sets and deletes SCRAM credentials; each user's outcome.
-    write fn alter_scram_credentials(alterations: Vec<crate::scram::ScramAlteration>) -> AlterScramCredentials {
-        AlterScramCredentials { alterations }
-    }
-    read fn scram_credential(user: &str, mechanism: crate::scram::ScramMechanism) -> ScramCredentialOf {
-        ScramCredentialOf { user: user.to_string(), mechanism }
-    }
-    read fn describe_scram_credentials(users: Option<Vec<String>>) -> DescribeScramCredentials {
-        DescribeScramCredentials { users }
-    }
-    write fn create_acls(bindings: Vec<crate::acls::AclBinding>) -> CreateAcls { CreateAcls { bindings } }
-    write fn delete_acls(filters: Vec<crate::acls::AclFilter>) -> DeleteAcls { DeleteAcls { filters } }
-    read fn describe_acls(filter: crate::acls::AclFilter) -> DescribeAcls { DescribeAcls { filter } }
-    read fn acls_if_changed(known_version: Option<u64>) -> AclsIfChanged { AclsIfChanged { known_version } }
-    /// InitProducerId with a transactional id.
-    /// Timeouts are looked for every `abort_check_interval_ms`.
-    write fn init_txn_producer(
-        transactional_id: &str,
-        timeout_ms: i32,
-        expected: Option<ProducerIdentity>,
-        abort_check_interval_ms: i32
-    ) -> InitTxnProducerChecked {
-        InitTxnProducerChecked {
-            init: InitTxnProducer {
-                transactional_id: transactional_id.to_string(),
-                timeout_ms,
-                expected,
-            },
-            abort_check_interval_ms,
+/// The table: one line per operation: whether it reads, writes (through the
+/// log) or is `custom` (a node answers it by hand), whether a write or a
+/// custom operation may be sent again (`retry`) or not (`once`), the method
+/// agents call, the operation it sends and the type of its answer. The
+/// order of the lines is the order of [`Request`]'s variants on the wire
+/// (see `rpc::WIRE_VERSION`): append only.
+///
+/// `metastore_ops!(callback)` hands the table to `callback`: the contract's
+/// [`metastore_api`] here, and the node's dispatch in `crate::sequencer`.
+macro_rules! metastore_ops {
+    ($callback:ident) => {
+        $callback! {
+            custom(once) fn create_topic(topic: NewTopic) -> NewTopic: TopicInfo { topic }
+            /// A blind retry after another client re-created the topic would delete it.
+            write(once) fn delete_topic(name: &str) -> DeleteTopic: () { DeleteTopic { name: name.to_string() } }
+            read fn topics() -> ListTopics: Vec<TopicInfo> { ListTopics }
+            read fn topic(name: &str) -> TopicNamed: Option<TopicInfo> { TopicNamed { name: name.to_string() } }
+            read fn topic_by_id(id: TopicId) -> TopicById: Option<TopicInfo> { TopicById { id } }
+            /// Sequences the batches of an uploaded object. The outer error means
+            /// nothing was committed; the inner ones are per batch.
+            /// A repeated commit of an object key is answered from the ledger.
+            /// Per batch, in commit order: its base offset, or why it was refused.
+            write(retry) fn commit(commit: Commit) -> Commit: Vec<Result<i64, Refusal>> { commit }
+            read fn offsets(topic_id: TopicId, partition: i32) -> Offsets: PartitionOffsets {
+                Offsets { partition: TopicPartition::new(topic_id, partition) }
+            }
+            read fn high_watermarks(partitions: Vec<TopicPartition>) -> HighWatermarks: Vec<Option<i64>> {
+                HighWatermarks { partitions }
+            }
+            read fn read_plan(topic_id: TopicId, partition: i32, from: i64, max_bytes: u64) -> PlanRead: ReadPlan {
+                PlanRead { partition: TopicPartition::new(topic_id, partition), from, max_bytes }
+            }
+            read fn list_offsets(topic_id: TopicId, partition: i32, query: OffsetQuery) -> FindOffset: OffsetAnswer {
+                FindOffset { partition: TopicPartition::new(topic_id, partition), query }
+            }
+            /// A second one costs only a producer id or an epoch: the producer uses
+            /// whichever answer reaches it.
+            write(retry) fn init_producer(existing: Option<ProducerIdentity>) -> InitProducer: ProducerIdentity {
+                InitProducer { existing }
+            }
+            write(once) fn join_group(join: JoinGroup) -> JoinGroup: Result<Joined, GroupError> { join }
+            write(retry) fn sync_group(sync: SyncGroup) -> SyncGroup: Result<Synced, GroupError> { sync }
+            /// Answered by the leader, not written (see [`crate::groups`]).
+            custom(retry) fn group_heartbeat(beat: GroupHeartbeat) -> GroupHeartbeat: Result<(), GroupError> { beat }
+            /// Per member, in order.
+            write(once) fn leave_group(leave: LeaveGroup) -> LeaveGroup: Vec<Result<(), GroupError>> { leave }
+            write(once) fn commit_offsets(commit: CommitOffsets) -> CommitOffsets: Result<(), GroupError> { commit }
+            read fn describe_group(name: &str) -> DescribeGroup: Option<GroupDescription> { DescribeGroup { name: name.to_string() } }
+            /// A repeated swap is refused (its key is known), not re-applied; but
+            /// the compactor must see the first answer, so it does not retry.
+            write(once) fn replace_extents(replace: ReplaceExtents) -> ReplaceExtents: () { replace }
+            read fn garbage() -> ListGarbage: Vec<String> { ListGarbage }
+            /// The state skips keys it knows, so a second time changes nothing.
+            write(retry) fn record_orphans(keys: Vec<String>) -> RecordOrphans: () { RecordOrphans { keys } }
+            write(retry) fn forget_garbage(keys: Vec<String>) -> ForgetGarbage: () { ForgetGarbage { keys } }
+            /// The log start only moves up: a second trim to the same offset is none.
+            /// The partition's log start offset after the trim.
+            write(retry) fn trim(topic_id: TopicId, partition: i32, offset: i64) -> Trim: i64 {
+                Trim { partition: TopicPartition::new(topic_id, partition), offset }
+            }
+            read fn unknown_objects(keys: Vec<String>) -> UnknownObjects: Vec<String> { UnknownObjects { keys } }
+            /// A blind retry landing after another client's change would undo it.
+            write(once) fn alter_topic_configs(
+                name: &str,
+                set: std::collections::BTreeMap<String, String>,
+                delete: Vec<String>
+            ) -> AlterTopicConfigs: () {
+                AlterTopicConfigs { name: name.to_string(), set, delete }
+            }
+            write(once) fn create_partitions(name: &str, count: i32) -> CreatePartitions: () {
+                CreatePartitions { name: name.to_string(), count }
+            }
+            read fn groups() -> ListGroups: Vec<GroupListing> { ListGroups }
+            write(retry) fn register_agent(host: String, port: i32, zone: Option<String>, now_ms: i64) -> RegisterAgent: i32 {
+                RegisterAgent { host, port, zone, now_ms }
+            }
+            write(retry) fn agent_heartbeat(node_id: i32, now_ms: i64) -> AgentHeartbeat: bool {
+                AgentHeartbeat { node_id, now_ms }
+            }
+            read fn agents() -> ListAgents: Vec<AgentInfo> { ListAgents }
+            /// Whether `holder` holds the lease now.
+            write(retry) fn acquire_lease(job: String, holder: String, now_ms: i64, ttl_ms: i64) -> AcquireLease: bool {
+                AcquireLease { job, holder, now_ms, ttl_ms }
+            }
+            /// Releasing twice is releasing once.
+            write(retry) fn release_lease(job: String, holder: String) -> ReleaseLease: () {
+                ReleaseLease { job, holder }
+            }
+            /// The metastore's time (see [`Tick`]).
+            /// The metastore's time once this entry applied.
+            write(retry) fn clock() -> Tick: i64 { Tick }
+            /// Compaction's work list: one request per pass.
+            read fn compaction_work(work: CompactionWork) -> CompactionWork: Backlog { work }
+            /// Swaps many partitions' runs for one merged file's chunks.
+            /// As [`ReplaceExtents`]: a repeat is refused, its key being known.
+            write(once) fn replace_runs(replace: ReplaceRuns) -> ReplaceRuns: Vec<Result<(), Refusal>> { replace }
+            /// Read plans of many partitions in one request.
+            read fn read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> PlanReads: Vec<Result<ReadPlan, Refusal>> {
+                PlanReads { partitions, max_bytes }
+            }
+            /// Waits for a group to change (see [`AwaitGroup`]).
+            custom(retry) fn await_group(wait: AwaitGroup) -> AwaitGroup: Option<MemberView> { wait }
+            /// Each partition asked (or every one committed) with its offset, if any.
+            read fn group_offsets(group: &str, partitions: Option<Vec<(String, i32)>>) -> GroupOffsets: Vec<((String, i32), Option<CommittedOffset>)> {
+                GroupOffsets { group: group.to_string(), partitions }
+            }
+            /// A retry after a member joined a re-created group of the name would
+            /// be refused (not empty), never delete a live group; but its answer
+            /// would say "not found" for what the first attempt deleted.
+            /// Per group, in order. A deleted group's offsets held by open
+            /// transactions go with it.
+            write(once) fn delete_groups(groups: Vec<String>) -> DeleteGroups: Vec<Result<(), GroupError>> { DeleteGroups { groups } }
+            /// A blind retry landing after a new commit of the partition (to an
+            /// empty group) would delete that commit.
+            /// Deleted offsets held by open transactions go too.
+            write(once) fn delete_offsets(group: &str, partitions: Vec<(String, i32)>) -> DeleteOffsets: Result<Vec<Result<(), GroupError>>, GroupError> {
+                DeleteOffsets { group: group.to_string(), partitions }
+            }
+            /// A heartbeat of the consumer group protocol (KIP-848).
+            custom(once) fn consumer_heartbeat(beat: ConsumerHeartbeat) -> ConsumerHeartbeat: Result<ConsumerAnswer, GroupError> { beat }
+            read fn describe_consumer_group(name: &str) -> DescribeConsumerGroup: Option<ConsumerGroupDescription> {
+                DescribeConsumerGroup { name: name.to_string() }
+            }
+            /// Sizes and producers of many partitions (DescribeLogDirs, DescribeProducers).
+            read fn partition_states(partitions: Vec<TopicPartition>, with_producers: bool) -> PartitionStates: Vec<Option<PartitionState>> {
+                PartitionStates { partitions, with_producers }
+            }
+            /// Announces this agent's cache address; the agents heard from lately
+            /// (see [`crate::peers`]).
+            custom(retry) fn cache_peers(announce: Option<CachePeer>) -> CachePeers: Vec<CachePeer> {
+                CachePeers { announce }
+            }
+            /// Sets and deletes SCRAM credentials; each user's outcome.
+            /// A blind retry landing after another client's change would undo it.
+            write(once) fn alter_scram_credentials(alterations: Vec<crate::scram::ScramAlteration>) -> AlterScramCredentials: Vec<(String, Result<(), ScramRefusal>)> {
+                AlterScramCredentials { alterations }
+            }
+            read fn scram_credential(user: &str, mechanism: crate::scram::ScramMechanism) -> ScramCredentialOf: Option<ScramCredential> {
+                ScramCredentialOf { user: user.to_string(), mechanism }
+            }
+            read fn describe_scram_credentials(users: Option<Vec<String>>) -> DescribeScramCredentials: Vec<crate::scram::UserMechanisms> {
+                DescribeScramCredentials { users }
+            }
+            /// A blind retry landing after another admin deleted the binding would
+            /// bring it back.
+            write(once) fn create_acls(bindings: Vec<crate::acls::AclBinding>) -> CreateAcls: Vec<Result<(), String>> { CreateAcls { bindings } }
+            /// A retry deletes what matches then (a binding created meanwhile too).
+            write(once) fn delete_acls(filters: Vec<crate::acls::AclFilter>) -> DeleteAcls: Vec<Vec<crate::acls::AclBinding>> { DeleteAcls { filters } }
+            read fn describe_acls(filter: crate::acls::AclFilter) -> DescribeAcls: Vec<crate::acls::AclBinding> { DescribeAcls { filter } }
+            read fn acls_if_changed(known_version: Option<u64>) -> AclsIfChanged: (u64, Option<Vec<crate::acls::AclBinding>>) { AclsIfChanged { known_version } }
+            /// InitProducerId with a transactional id.
+            /// Timeouts are looked for every `abort_check_interval_ms`.
+            write(once) fn init_txn_producer(
+                transactional_id: &str,
+                timeout_ms: i32,
+                expected: Option<ProducerIdentity>,
+                abort_check_interval_ms: i32
+            ) -> InitTxnProducerChecked: ProducerIdentity {
+                InitTxnProducerChecked {
+                    init: InitTxnProducer {
+                        transactional_id: transactional_id.to_string(),
+                        timeout_ms,
+                        expected,
+                    },
+                    abort_check_interval_ms,
+                }
+            }
+            write(retry) fn add_to_txn(add: AddToTxn) -> AddToTxn: () { add }
+            /// A repeat is refused with `TxnEnded`, which answers a retried EndTxn.
+            write(retry) fn end_txn(end: crate::txn::TxnEnd) -> EndTxn: () { EndTxn { end } }
+            /// Sequences an uploaded object's batches and ends the transactions
+            /// whose markers it holds; per batch, as [`Metastore::commit`].
+            /// A repeated commit of an object key is answered from the ledger.
+            /// Per batch, where it was placed (wire 7; `Commit`'s base offsets
+            /// before), or why it was refused.
+            write(retry) fn ingest_commit(commit: IngestCommit) -> IngestCommit: Vec<Result<Placed, Refusal>> { commit }
+            read fn describe_txns(ids: Vec<String>) -> DescribeTxns: Vec<Option<TxnView>> { DescribeTxns { ids } }
+            read fn list_txns(list: ListTxns) -> ListTxns: Vec<TxnView> { list }
+            read fn expired_txns(limit: u32) -> ExpiredTxns: Vec<TxnView> { ExpiredTxns { limit } }
+            /// Read plans with last stable offsets and aborted transactions.
+            read fn txn_read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> TxnReadPlans: Vec<Result<TxnReadPlan, Refusal>> {
+                TxnReadPlans { partitions, max_bytes }
+            }
+            write(once) fn txn_commit_offsets(commit: TxnCommitOffsets) -> TxnCommitOffsets: Result<(), GroupError> { commit }
+            read fn pending_txn_offsets(group: &str) -> PendingTxnOffsets: Vec<(String, i32)> {
+                PendingTxnOffsets { group: group.to_string() }
+            }
+            /// Changes a topic's or a dynamic entity's configs (all or none).
+            /// A blind retry landing after another admin's change would undo it.
+            write(once) fn alter_configs(
+                target: crate::dynamic_config::ConfigTarget,
+                ops: Vec<crate::dynamic_config::ConfigOp>,
+                replace: bool
+            ) -> AlterConfigs: () {
+                AlterConfigs { target, ops, replace }
+            }
+            read fn dynamic_configs_of(entity: crate::dynamic_config::ConfigEntity) -> DynamicConfigsOf: std::collections::BTreeMap<String, String> {
+                DynamicConfigsOf { entity }
+            }
+            read fn client_metrics_if_changed(known_version: Option<u64>) -> ClientMetricsIfChanged: (u64, Option<BTreeMap<String, BTreeMap<String, String>>>) {
+                ClientMetricsIfChanged { known_version }
+            }
+            read fn client_quotas_if_changed(known_version: Option<u64>) -> ClientQuotasIfChanged: (u64, Option<BTreeMap<crate::quotas::QuotaEntity, BTreeMap<String, String>>>) {
+                ClientQuotasIfChanged { known_version }
+            }
+            /// As `register_agent`, with the agent's advertised listeners.
+            write(retry) fn register_agent_listeners(
+                host: String,
+                port: i32,
+                zone: Option<String>,
+                listeners: Vec<crate::agents::ListenerEndpoint>,
+                now_ms: i64
+            ) -> RegisterAgentListeners: i32 {
+                RegisterAgentListeners { host, port, zone, listeners, now_ms }
+            }
+            read fn agents_on(listener: &str, protocol: &str) -> ListAgentsOn: Vec<AgentInfo> {
+                ListAgentsOn { listener: listener.to_string(), protocol: protocol.to_string() }
+            }
+            /// Key compaction's look at many partitions (see [`PartitionLooks`]).
+            read fn partition_looks(partitions: Vec<TopicPartition>) -> PartitionLooks: Vec<Result<PartitionLook, Refusal>> {
+                PartitionLooks { partitions }
+            }
+            /// As `partition_looks`, answering only what changed since the marks
+            /// given (see [`PartitionLooksSince`]).
+            read fn partition_looks_since(partitions: Vec<(TopicPartition, Option<LookMark>)>) -> PartitionLooksSince: Vec<Result<LookSince, Refusal>> {
+                PartitionLooksSince { partitions }
+            }
+            /// KIP-730: a block of `count` producer ids (answered with the first).
+            /// A second block only wastes ids.
+            /// The first id of the block (of `count` ids, 1 to
+            /// `MAX_PRODUCER_ID_BLOCK`).
+            write(retry) fn allocate_producer_ids(count: u32) -> AllocateProducerIds: i64 {
+                AllocateProducerIds { count }
+            }
+            /// The Raft group as its leader sees it (DescribeQuorum).
+            custom(retry) fn describe_quorum() -> DescribeQuorum: crate::quorum::Quorum { DescribeQuorum }
+            /// The groups that have configs set (ListConfigResources).
+            read fn configured_groups() -> ConfiguredGroups: Vec<String> { ConfiguredGroups }
         }
-    }
-    write fn add_to_txn(add: AddToTxn) -> AddToTxn { add }
-    write fn end_txn(end: crate::txn::TxnEnd) -> EndTxn { EndTxn { end } }
-    /// Sequences an uploaded object's batches and ends the transactions
-    /// whose markers it holds; per batch, as [`Metastore::commit`].
-    write fn ingest_commit(commit: IngestCommit) -> IngestCommit { commit }
-    read fn describe_txns(ids: Vec<String>) -> DescribeTxns { DescribeTxns { ids } }
-    read fn list_txns(list: ListTxns) -> ListTxns { list }
-    read fn expired_txns(limit: u32) -> ExpiredTxns { ExpiredTxns { limit } }
-    /// Read plans with last stable offsets and aborted transactions.
-    read fn txn_read_plans(partitions: Vec<(TopicPartition, i64)>, max_bytes: u64) -> TxnReadPlans {
-        TxnReadPlans { partitions, max_bytes }
-    }
-    write fn txn_commit_offsets(commit: TxnCommitOffsets) -> TxnCommitOffsets { commit }
-    read fn pending_txn_offsets(group: &str) -> PendingTxnOffsets {
-        PendingTxnOffsets { group: group.to_string() }
-    }
-    /// Changes a topic's or a dynamic entity's configs (all or none).
-    write fn alter_configs(
-        target: crate::dynamic_config::ConfigTarget,
-        ops: Vec<crate::dynamic_config::ConfigOp>,
-        replace: bool
-    ) -> AlterConfigs {
-        AlterConfigs { target, ops, replace }
-    }
-    read fn dynamic_configs_of(entity: crate::dynamic_config::ConfigEntity) -> DynamicConfigsOf {
-        DynamicConfigsOf { entity }
-    }
-    read fn client_metrics_if_changed(known_version: Option<u64>) -> ClientMetricsIfChanged {
-        ClientMetricsIfChanged { known_version }
-    }
-    read fn client_quotas_if_changed(known_version: Option<u64>) -> ClientQuotasIfChanged {
-        ClientQuotasIfChanged { known_version }
-    }
-    /// As `register_agent`, with the agent's advertised listeners.
-    write fn register_agent_listeners(
-        host: String,
-        port: i32,
-        zone: Option<String>,
-        listeners: Vec<crate::agents::ListenerEndpoint>,
-        now_ms: i64
-    ) -> RegisterAgentListeners {
-        RegisterAgentListeners { host, port, zone, listeners, now_ms }
-    }
-    read fn agents_on(listener: &str, protocol: &str) -> ListAgentsOn {
-        ListAgentsOn { listener: listener.to_string(), protocol: protocol.to_string() }
-    }
-    /// Key compaction's look at many partitions (see [`PartitionLooks`]).
-    read fn partition_looks(partitions: Vec<TopicPartition>) -> PartitionLooks {
-        PartitionLooks { partitions }
-    }
-    /// As `partition_looks`, answering only what changed since the marks
-    /// given (see [`PartitionLooksSince`]).
-    read fn partition_looks_since(partitions: Vec<(TopicPartition, Option<LookMark>)>) -> PartitionLooksSince {
-        PartitionLooksSince { partitions }
-    }
-    /// KIP-730: a block of `count` producer ids (answered with the first).
-    write fn allocate_producer_ids(count: u32) -> AllocateProducerIds {
-        AllocateProducerIds { count }
-    }
-    /// The Raft group as its leader sees it (DescribeQuorum).
-    custom fn describe_quorum() -> DescribeQuorum { DescribeQuorum }
-    /// The groups that have configs set (ListConfigResources).
-    read fn configured_groups() -> ConfiguredGroups { ConfiguredGroups }
+    };
 }
+pub(crate) use metastore_ops;
 
-/// Raft's own view, held by the leader, not the state.
-impl Op for DescribeQuorum {
-    type Output = crate::quorum::Quorum;
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
-    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-        on.quorum().await
-    }
-}
-
-/// Soft state on the leader, like a heartbeat.
-impl Op for CachePeers {
-    type Output = Vec<CachePeer>;
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
-    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-        on.cache_peers(self.announce).await
-    }
-}
-
-/// A heartbeat is checked against the state by the leader and remembered
-/// only in its memory.
-impl Op for GroupHeartbeat {
-    type Output = Result<(), GroupError>;
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
-    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-        on.read_heard(move |state| {
-            let (answer, alive) = state.groups().check_heartbeat(&self);
-            let heard = alive.then(|| Heard {
-                group: self.group.clone(),
-                member: self.member_id.clone(),
-            });
-            (answer, heard)
-        })
-        .await
-    }
-}
-
-/// A consumer-protocol heartbeat that changes nothing is answered by the
-/// leader from its state and remembered in its memory; any other is written.
-impl Op for ConsumerHeartbeat {
-    type Output = Result<ConsumerAnswer, GroupError>;
-    fn retry_is_safe(&self) -> bool {
-        Apply::retry_is_safe(self)
-    }
-    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-        // Decided on the leader's clock (a regular expression's refresh).
-        let mut probe = self.clone();
-        probe.now_ms = on.now_ms();
-        let unchanged = on
-            .read_heard(move |state| {
-                let answer = state.consumer_unchanged(&probe);
-                // Only a member answered without an error was heard.
-                let heard = matches!(answer, Some(Ok(_))).then(|| Heard {
-                    group: probe.group.clone(),
-                    member: probe.member_id.clone(),
-                });
-                (answer, heard)
-            })
-            .await?;
-        match unchanged {
-            Some(answer) => Ok(answer),
-            None => on.write(self).await,
-        }
-    }
-}
-
-impl Op for AwaitGroup {
-    type Output = Option<MemberView>;
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
-    async fn run<S: Sequencer>(self, on: &S) -> Result<Self::Output, MetaError> {
-        on.await_group(self).await
-    }
-}
+metastore_ops!(metastore_api);

@@ -15,6 +15,7 @@ pub mod groups;
 pub mod leases;
 pub mod ledger;
 pub mod local;
+pub mod merge_policy;
 pub mod ops;
 pub mod peer_auth;
 pub mod peers;

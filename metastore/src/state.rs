@@ -9,13 +9,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::agents::{AgentInfo, Agents};
-use crate::api::{Apply, Query};
 use crate::groups::*;
 use crate::leases::Leases;
 use crate::ledger::{Ledger, Seen};
 use crate::ops::*;
-use crate::scram::{ScramCredential, ScramCredentials, ScramRefusal};
-use crate::txn::{AbortedTxn, IssueProducerId, TxnEnd, TxnPhase, TxnView, Txns};
+use crate::scram::ScramCredentials;
+use crate::txn::{AbortedTxn, IssueProducerId, TxnEnd, TxnPhase, Txns};
 use crate::types::*;
 
 mod backlog;
@@ -28,6 +27,7 @@ mod groups;
 mod invariants;
 mod legacy;
 mod looks;
+mod operations;
 mod partitions;
 mod producers;
 mod reads;
@@ -42,6 +42,8 @@ pub use entries::{Batch, Command, GroupCommand, Proposal, Reply};
 pub use legacy::{
     ConsumerHeartbeatV8, ConsumerHeartbeatV10, JoinGroupV8, JoinGroupV10, SyncGroupV8,
 };
+pub(crate) use operations::as_in_contract;
+pub use operations::{Apply, Query};
 pub use producers::{
     EXPIRY_SWEEP_EVERY_MS, PRODUCER_BATCHES_REMEMBERED, PRODUCER_ID_EXPIRATION_MS,
 };

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use crate::api::{Apply, Query};
 use crate::ops::*;
+use crate::state::{Apply, Query};
 use crate::state::{Proposal, State};
 use crate::txn::{AbortedTxn, EndReason, TxnEnd, TxnPhase, TxnView};
 use crate::types::*;

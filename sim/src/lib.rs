@@ -23,8 +23,8 @@ pub mod whole;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use floe_metastore::api::Apply;
 use floe_metastore::ops::*;
+use floe_metastore::state::Apply;
 use floe_metastore::state::{Proposal, State};
 use floe_metastore::{
     Commit, CommitBatch, ExtentPiece, NewTopic, Refusal, ReplaceExtents, ReplaceRuns, RunSwap,

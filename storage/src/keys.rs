@@ -41,7 +41,7 @@ pub fn new_merged_key(id: Uuid) -> Path {
 /// leading digits come from the topic and partition, so one partition's
 /// segments share a prefix while different partitions spread out. The
 /// metastore reads the append time back
-/// (`floe_metastore::ops::segment_first_appended_ms`) to bound the time a
+/// (`floe_metastore::merge_policy::segment_first_appended_ms`) to bound the time a
 /// merged segment spans.
 pub fn new_segment_key(
     topic_id: Uuid,

@@ -22,7 +22,8 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use super::{Partition, State};
-use crate::ops::{Chunk, ChunkKind, CompactionWork};
+use crate::merge_policy::{Chunk, ChunkKind};
+use crate::ops::CompactionWork;
 use crate::topic_config::TopicConfig;
 use crate::types::{Backlog, BacklogFile, ExtentRun, TopicPartition};
 
@@ -387,11 +388,11 @@ impl std::fmt::Debug for Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Query;
     use crate::ops::{
         AlterTopicConfigs, CreateTopic, DeleteTopic, LookSince, PartitionLooks,
         PartitionLooksSince, Trim,
     };
+    use crate::state::Query;
     use crate::types::{
         Commit, CommitBatch, ExtentPiece, ExtentRef, NewTopic, ReplaceExtents, ReplaceRuns,
         RunSwap, TopicId,

@@ -17,23 +17,20 @@ impl State {
 }
 
 impl Apply for RegisterAgent {
-    type Output = i32;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<i32, Refusal> {
         Ok(state
             .agents
             .register(self.host, self.port, self.zone, None, self.now_ms))
     }
     /// The same address registers as the same node.
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
     }
 }
 
 impl Apply for RegisterAgentListeners {
-    type Output = i32;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<i32, Refusal> {
         crate::agents::check_listeners(&self.listeners).map_err(Refusal::InvalidConfig)?;
         if self
@@ -61,21 +58,15 @@ impl Apply for RegisterAgentListeners {
         ))
     }
     /// The same address registers as the same node.
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
     }
 }
 
 impl Apply for AgentHeartbeat {
-    type Output = bool;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<bool, Refusal> {
         Ok(state.agents.heartbeat(self.node_id, self.now_ms))
-    }
-    fn retry_is_safe(&self) -> bool {
-        true
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
@@ -83,54 +74,40 @@ impl Apply for AgentHeartbeat {
 }
 
 impl Apply for AcquireLease {
-    /// Whether `holder` holds the lease now.
-    type Output = bool;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<bool, Refusal> {
         Ok(state
             .leases
             .acquire(self.job, self.holder, self.now_ms, self.ttl_ms))
     }
     /// A holder re-acquiring its own lease renews it.
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
     }
 }
 
 impl Apply for ReleaseLease {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         state.leases.release(&self.job, &self.holder);
         Ok(())
     }
-    /// Releasing twice is releasing once.
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
 }
 
 impl Apply for Tick {
-    /// The metastore's time once this entry applied.
-    type Output = i64;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<i64, Refusal> {
         Ok(state.clock_ms)
-    }
-    fn retry_is_safe(&self) -> bool {
-        true
     }
 }
 
 impl Query for ListAgents {
-    type Output = Vec<AgentInfo>;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.agents(now_ms))
     }
 }
 
 impl Query for ListAgentsOn {
-    type Output = Vec<AgentInfo>;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.agents_on(&self.listener, &self.protocol, now_ms))
     }

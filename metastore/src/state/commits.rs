@@ -235,21 +235,14 @@ impl State {
 }
 
 impl Apply for Commit {
-    /// Per batch, in commit order: its base offset, or why it was refused.
-    type Output = Vec<Result<i64, Refusal>>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.commit(self.into()))
-    }
-    /// A repeated commit of an object key is answered from the ledger.
-    fn retry_is_safe(&self) -> bool {
-        true
     }
 }
 
 impl Apply for IngestCommit {
-    /// Per batch, where it was placed (wire 7; [`Commit`]'s base offsets
-    /// before), or why it was refused.
-    type Output = Vec<Result<Placed, Refusal>>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let partitions: Vec<TopicPartition> = self
             .batches
@@ -269,9 +262,5 @@ impl Apply for IngestCommit {
                 })
             })
             .collect())
-    }
-    /// A repeated commit of an object key is answered from the ledger.
-    fn retry_is_safe(&self) -> bool {
-        true
     }
 }

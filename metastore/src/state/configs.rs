@@ -3,7 +3,7 @@
 use super::*;
 
 impl Apply for AlterConfigs {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         use crate::dynamic_config::{ConfigTarget, apply_ops};
         match self.target {
@@ -25,28 +25,21 @@ impl Apply for AlterConfigs {
                 .map_err(Refusal::InvalidConfig),
         }
     }
-    /// A blind retry landing after another admin's change would undo it.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
 }
 
 impl Query for DynamicConfigsOf {
-    type Output = std::collections::BTreeMap<String, String>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.configs.of(&self.entity))
     }
 }
 
 impl Query for ConfiguredGroups {
-    type Output = Vec<String>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.configs.groups())
     }
 }
 
 impl Query for ClientMetricsIfChanged {
-    type Output = (u64, Option<BTreeMap<String, BTreeMap<String, String>>>);
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         let version = state.configs.version();
         Ok(match self.known_version == Some(version) {
@@ -57,10 +50,6 @@ impl Query for ClientMetricsIfChanged {
 }
 
 impl Query for ClientQuotasIfChanged {
-    type Output = (
-        u64,
-        Option<BTreeMap<crate::quotas::QuotaEntity, BTreeMap<String, String>>>,
-    );
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         let version = state.configs.version();
         Ok(match self.known_version == Some(version) {

@@ -262,30 +262,21 @@ impl State {
 }
 
 impl Apply for ReplaceExtents {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         state.replace_extents(self)
-    }
-    /// A repeated swap is refused (its key is known), not re-applied; but
-    /// the compactor must see the first answer, so it does not retry.
-    fn retry_is_safe(&self) -> bool {
-        false
     }
 }
 
 impl Apply for ReplaceRuns {
-    type Output = Vec<Result<(), Refusal>>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         state.replace_runs(self)
-    }
-    /// As [`ReplaceExtents`]: a repeat is refused, its key being known.
-    fn retry_is_safe(&self) -> bool {
-        false
     }
 }
 
 impl Apply for ForgetGarbage {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let keys: std::collections::HashSet<String> = self.keys.into_iter().collect();
         state.garbage.retain(|k| !keys.contains(k));
@@ -294,14 +285,10 @@ impl Apply for ForgetGarbage {
         }
         Ok(())
     }
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
 }
 
 impl Apply for Trim {
-    /// The partition's log start offset after the trim.
-    type Output = i64;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<i64, Refusal> {
         state.trim(
             self.partition.topic_id,
@@ -309,14 +296,10 @@ impl Apply for Trim {
             self.offset,
         )
     }
-    /// The log start only moves up: a second trim to the same offset is none.
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
 }
 
 impl Apply for RecordOrphans {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         // Decided here, in log order: a key committed since the sweep
         // looked is live (or remembered) and stays; the others are
@@ -329,28 +312,21 @@ impl Apply for RecordOrphans {
         }
         Ok(())
     }
-    /// The state skips keys it knows, so a second time changes nothing.
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
 }
 
 impl Query for CompactionWork {
-    type Output = Backlog;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.backlog(&self, now_ms))
     }
 }
 
 impl Query for ListGarbage {
-    type Output = Vec<String>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.garbage().to_vec())
     }
 }
 
 impl Query for UnknownObjects {
-    type Output = Vec<String>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.unknown_objects(&self.keys))
     }

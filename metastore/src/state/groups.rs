@@ -55,7 +55,7 @@ impl Apply for SyncGroupV8 {
 }
 
 impl Apply for JoinGroup {
-    type Output = Result<Joined, GroupError>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let rules = Rules::Migrating(state.configs.migration_policy());
         let State {
@@ -67,32 +67,25 @@ impl Apply for JoinGroup {
         Ok(groups.join(self, &TopicsByName(topics, acls), rules))
     }
     /// A retry of a new member's join would add a second member.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
     }
 }
 
 impl Apply for SyncGroup {
-    type Output = Result<Synced, GroupError>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.groups.sync(self))
     }
     /// Applied twice, the second finds the group stable and only marks the
     /// member synced again.
-    fn retry_is_safe(&self) -> bool {
-        true
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
     }
 }
 
 impl Apply for LeaveGroup {
-    /// Per member, in order.
-    type Output = Vec<Result<(), GroupError>>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let policy = state.configs.migration_policy();
         let State {
@@ -102,9 +95,6 @@ impl Apply for LeaveGroup {
             ..
         } = state;
         Ok(groups.leave(self, &TopicsByName(topics, acls), policy))
-    }
-    fn retry_is_safe(&self) -> bool {
-        false
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
@@ -155,15 +145,12 @@ impl Apply for ExpireMembers {
 }
 
 impl Apply for CommitOffsets {
-    type Output = Result<(), GroupError>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.groups.commit_offsets(self))
     }
     /// A blind retry landing after a later commit of the same group would
     /// move its offset backwards.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
     }
@@ -280,23 +267,18 @@ impl Apply for ConsumerHeartbeatV10 {
 }
 
 impl Apply for ConsumerHeartbeat {
-    type Output = Result<ConsumerAnswer, GroupError>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         Ok(state.apply_consumer_heartbeat(self, None))
     }
     /// A join again would be a second join; a leave again is refused.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
     }
 }
 
 impl Apply for DeleteGroups {
-    /// Per group, in order. A deleted group's offsets held by open
-    /// transactions go with it.
-    type Output = Vec<Result<(), GroupError>>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let names = self.groups.clone();
         let results = state.groups.delete(self);
@@ -307,17 +289,10 @@ impl Apply for DeleteGroups {
         }
         Ok(results)
     }
-    /// A retry after a member joined a re-created group of the name would
-    /// be refused (not empty), never delete a live group; but its answer
-    /// would say "not found" for what the first attempt deleted.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
 }
 
 impl Apply for DeleteOffsets {
-    /// Deleted offsets held by open transactions go too.
-    type Output = Result<Vec<Result<(), GroupError>>, GroupError>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let (group, partitions) = (self.group.clone(), self.partitions.clone());
         let result = state.groups.delete_offsets(self);
@@ -332,22 +307,15 @@ impl Apply for DeleteOffsets {
         }
         Ok(result)
     }
-    /// A blind retry landing after a new commit of the partition (to an
-    /// empty group) would delete that commit.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
 }
 
 impl Query for DescribeGroup {
-    type Output = Option<GroupDescription>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.groups.describe(&self.name))
     }
 }
 
 impl Query for DescribeConsumerGroup {
-    type Output = Option<ConsumerGroupDescription>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         let name_of = |id: TopicId| state.names_by_id.get(&id).cloned();
         Ok(state.groups.describe_consumer(&self.name, &name_of))
@@ -355,15 +323,12 @@ impl Query for DescribeConsumerGroup {
 }
 
 impl Query for ListGroups {
-    type Output = Vec<GroupListing>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.groups.list())
     }
 }
 
 impl Query for GroupOffsets {
-    /// Each partition asked (or every one committed) with its offset, if any.
-    type Output = Vec<((String, i32), Option<CommittedOffset>)>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.groups.offsets(&self.group, self.partitions))
     }

@@ -2,8 +2,8 @@
 //! the same for an asker that keeps its last looks ([`PartitionLooksSince`]):
 //! an unchanged partition costs a [`LookMark`], not its extents.
 
+use super::Query;
 use super::{Partition, State};
-use crate::api::Query;
 use crate::ops::{LookMark, LookSince, PartitionLook, PartitionLooks, PartitionLooksSince};
 use crate::types::Refusal;
 
@@ -29,7 +29,6 @@ impl Partition {
 }
 
 impl Query for PartitionLooks {
-    type Output = Vec<Result<PartitionLook, Refusal>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(self
             .partitions
@@ -40,7 +39,6 @@ impl Query for PartitionLooks {
 }
 
 impl Query for PartitionLooksSince {
-    type Output = Vec<Result<LookSince, Refusal>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(self
             .partitions

@@ -149,30 +149,19 @@ impl State {
 }
 
 impl Apply for InitProducer {
-    type Output = ProducerIdentity;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<ProducerIdentity, Refusal> {
         Ok(state.init_producer(self.existing))
-    }
-    /// A second one costs only a producer id or an epoch: the producer uses
-    /// whichever answer reaches it.
-    fn retry_is_safe(&self) -> bool {
-        true
     }
 }
 
 impl Apply for AllocateProducerIds {
-    /// The first id of the block (of `count` ids, 1 to
-    /// [`MAX_PRODUCER_ID_BLOCK`]).
-    type Output = i64;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<i64, Refusal> {
         let count = self.count.clamp(1, MAX_PRODUCER_ID_BLOCK);
         let first = state.next_producer_id;
         state.next_producer_id = first.saturating_add(count as i64);
         state.producer_id_blocks = true;
         Ok(first)
-    }
-    /// A second block only wastes ids.
-    fn retry_is_safe(&self) -> bool {
-        true
     }
 }

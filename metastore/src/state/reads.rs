@@ -163,28 +163,24 @@ impl State {
 }
 
 impl Query for Offsets {
-    type Output = PartitionOffsets;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         state.offsets(self.partition.topic_id, self.partition.partition)
     }
 }
 
 impl Query for HighWatermarks {
-    type Output = Vec<Option<i64>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.high_watermarks(&self.partitions))
     }
 }
 
 impl Query for PartitionStates {
-    type Output = Vec<Option<PartitionState>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.partition_states(&self.partitions, self.with_producers))
     }
 }
 
 impl Query for PlanRead {
-    type Output = ReadPlan;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         let p = self.partition;
         state.read_plan(p.topic_id, p.partition, self.from, self.max_bytes)
@@ -192,7 +188,6 @@ impl Query for PlanRead {
 }
 
 impl Query for PlanReads {
-    type Output = Vec<Result<ReadPlan, Refusal>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(self
             .partitions
@@ -203,7 +198,6 @@ impl Query for PlanReads {
 }
 
 impl Query for FindOffset {
-    type Output = OffsetAnswer;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         let p = self.partition;
         state.list_offsets(p.topic_id, p.partition, self.query)
@@ -211,7 +205,6 @@ impl Query for FindOffset {
 }
 
 impl Query for TxnReadPlans {
-    type Output = Vec<Result<TxnReadPlan, Refusal>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(self
             .partitions

@@ -144,18 +144,14 @@ impl Apply for CreateTopic {
 }
 
 impl Apply for DeleteTopic {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         state.delete_topic(&self.name)
-    }
-    /// A blind retry after another client re-created the topic would delete it.
-    fn retry_is_safe(&self) -> bool {
-        false
     }
 }
 
 impl Apply for AlterTopicConfigs {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let topic = state
             .topics
@@ -167,38 +163,28 @@ impl Apply for AlterTopicConfigs {
         topic.info.configs.extend(self.set);
         Ok(())
     }
-    /// A blind retry landing after another client's change would undo it.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
 }
 
 impl Apply for CreatePartitions {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         state.create_partitions(&self.name, self.count)
-    }
-    fn retry_is_safe(&self) -> bool {
-        false
     }
 }
 
 impl Query for ListTopics {
-    type Output = Vec<TopicInfo>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.topics())
     }
 }
 
 impl Query for TopicNamed {
-    type Output = Option<TopicInfo>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.topic(&self.name))
     }
 }
 
 impl Query for TopicById {
-    type Output = Option<TopicInfo>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state.topic_by_id(self.id))
     }

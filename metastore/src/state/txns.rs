@@ -200,53 +200,39 @@ impl Apply for InitTxnProducer {
 }
 
 impl Apply for InitTxnProducerChecked {
-    type Output = ProducerIdentity;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         state.init_txn_producer(self.init, self.abort_check_interval_ms)
-    }
-    fn retry_is_safe(&self) -> bool {
-        false
     }
 }
 
 impl Apply for AddToTxn {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         state.add_to_txn(self)
-    }
-    fn retry_is_safe(&self) -> bool {
-        true
     }
 }
 
 impl Apply for EndTxn {
-    type Output = ();
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         state.end_txn(self.end)
-    }
-    /// A repeat is refused with `TxnEnded`, which answers a retried EndTxn.
-    fn retry_is_safe(&self) -> bool {
-        true
     }
 }
 
 impl Apply for TxnCommitOffsets {
-    type Output = Result<(), GroupError>;
+    as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         state.txn_commit_offsets(self)
     }
     /// A blind repeat could land in the producer's next transaction (TV1
     /// keeps the epoch), moving its offsets back: the client retries.
-    fn retry_is_safe(&self) -> bool {
-        false
-    }
     fn restamp(&mut self, now_ms: i64) {
         self.commit.now_ms = now_ms;
     }
 }
 
 impl Query for PendingTxnOffsets {
-    type Output = Vec<(String, i32)>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state
             .txns
@@ -257,14 +243,12 @@ impl Query for PendingTxnOffsets {
 }
 
 impl Query for DescribeTxns {
-    type Output = Vec<Option<TxnView>>;
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(self.ids.iter().map(|id| state.txns.view(id)).collect())
     }
 }
 
 impl Query for ListTxns {
-    type Output = Vec<TxnView>;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
         let now_ms = now_ms.max(state.clock_ms);
         Ok(state
@@ -285,7 +269,6 @@ impl Query for ListTxns {
 }
 
 impl Query for ExpiredTxns {
-    type Output = Vec<TxnView>;
     fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
         Ok(state
             .txns
