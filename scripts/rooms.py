@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""The agent's rooms and the imports between them.
+"""The agent's rooms and the imports between them; the metastore's contract.
 
 A room is a top-level module of `agent/src` (a file, or a folder with its
 files). Every `crate::ROOM` path in a room's code (not its comments, not
 its tests) is an arrow from it to ROOM. The rooms must form no cycle: a
 room may use those below it, never one that uses it back.
+
+The metastore's contract (`metastore/src/contract`: the operations, their
+types, the client) must name nothing of the node: its code's every
+`crate::` path goes into `crate::contract`.
 
     scripts/rooms.py           # print the arrows; exit 1 on a cycle
     scripts/rooms.py --dot     # the graph, for Graphviz
@@ -14,7 +18,9 @@ import pathlib
 import re
 import sys
 
-SRC = pathlib.Path(__file__).resolve().parent.parent / "agent" / "src"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SRC = ROOT / "agent" / "src"
+CONTRACT = ROOT / "metastore" / "src" / "contract"
 # The crate root composes the rooms; it is no room.
 ROOTS = {"lib"}
 
@@ -41,6 +47,19 @@ def arrows():
             names |= {n.strip().split("::")[0] for n in group.split(",") if n.strip()}
         rooms.setdefault(room, set()).update(n for n in names if n != room)
     return rooms
+
+
+def contract_leaks():
+    """Each `crate::` path of the metastore contract's code that leaves it."""
+    leaks = []
+    for path in sorted(CONTRACT.rglob("*.rs")):
+        code = code_of(path.read_text())
+        for name in re.findall(r"\bcrate::([a-z_][a-z0-9_]*|\{)", code):
+            if name != "contract":
+                leaks.append(f"{path.relative_to(ROOT)}: crate::{name}")
+        if re.search(r"\bsuper::super\b", code):
+            leaks.append(f"{path.relative_to(ROOT)}: super::super")
+    return leaks
 
 
 def cycles(rooms):
@@ -88,7 +107,12 @@ def main():
     found = cycles(rooms)
     for group in found:
         print(f"cycle among: {' '.join(group)}", file=sys.stderr)
-    return 1 if found else 0
+    leaks = contract_leaks()
+    for leak in leaks:
+        print(f"the metastore contract names the node: {leak}", file=sys.stderr)
+    if not leaks:
+        print("metastore contract -> (nothing outside it)")
+    return 1 if found or leaks else 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 //! everything, encoded and compared byte for byte with `golden/format-N.txt`;
 //! and of the wire between clients and metastore nodes: one sample of every
 //! request and of every error, compared with `golden/wire-N.txt` (when it
-//! fails, bump [`crate::rpc::WIRE_VERSION`] instead of `FORMAT_VERSION`).
+//! fails, bump [`crate::contract::wire::WIRE_VERSION`] instead of `FORMAT_VERSION`).
 //!
 //! postcard is not self-describing: a reordered enum variant or a field moved
 //! would make a node replay old log entries as something else during a rolling
@@ -1267,9 +1267,9 @@ fn golden_wire_requests_and_errors_are_unchanged() {
         let _ = writeln!(encoded, "error {}", hex(&bytes));
     }
     compare_with_golden(
-        &format!("wire-{}.txt", crate::rpc::WIRE_VERSION),
+        &format!("wire-{}.txt", crate::contract::wire::WIRE_VERSION),
         &encoded,
-        "the wire encoding changed: bump rpc::WIRE_VERSION (see this module's doc)",
+        "the wire encoding changed: bump wire::WIRE_VERSION (see this module's doc)",
     );
 }
 

@@ -1,34 +1,30 @@
 //! floe's metastore: the one place where offsets are decided.
 //!
-//! [`state`] is the deterministic state machine; [`raft`] replicates it with
+//! [`contract`] is what every metastore answers and every client asks (the
+//! operations, their types, the remote client), naming no state machine.
+//! The node: [`state`] is the deterministic state machine; [`raft`] replicates it with
 //! openraft and keeps its log in an embedded `redb` file. [`RaftMetastore`] (a
 //! node; [`LocalMetastore`] is the single-voter group an agent embeds) and
 //! [`RemoteMetastore`] (a client of a served group) implement the
 //! [`Metastore`] trait that agents use.
 
-pub mod acls;
-pub mod agents;
-pub mod api;
-pub mod dynamic_config;
+pub mod contract;
 pub mod format;
 pub mod groups;
 pub mod leases;
 pub mod ledger;
 pub mod local;
-pub mod merge_policy;
-pub mod ops;
-pub mod peer_auth;
-pub mod peers;
-pub mod quorum;
-pub mod quotas;
 pub mod raft;
 pub mod rpc;
-pub mod scram;
 pub mod sequencer;
 pub mod state;
-pub mod topic_config;
 pub mod txn;
-pub mod types;
+
+// The contract's modules, where callers have always found them.
+pub use contract::{
+    acls, agents, api, dynamic_config, merge_policy, ops, peer_auth, peers, quorum, quotas, scram,
+    topic_config, types,
+};
 
 #[cfg(test)]
 mod conformance;
@@ -39,6 +35,7 @@ mod txn_tests;
 
 pub use agents::AgentInfo;
 pub use api::{Metastore, Op, Transport};
+pub use contract::client::RemoteMetastore;
 pub use dynamic_config::ConfigEntity;
 pub use groups::{
     AwaitGroup, CommitOffsets, CommittedOffset, ConsumerAnswer, ConsumerGroupDescription,
@@ -49,7 +46,6 @@ pub use groups::{
 pub use local::LocalMetastore;
 pub use peers::{CachePeer, CachePeers};
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
-pub use rpc::RemoteMetastore;
 pub use sequencer::Sequencer;
 pub use topic_config::{TimestampType, TopicCompression, TopicConfig};
 pub use types::*;

@@ -9,20 +9,6 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
-    Empty,
-    /// Kafka's PreparingRebalance: waiting for members to (re)join until the
-    /// deadline.
-    Joining {
-        deadline_ms: i64,
-    },
-    /// Kafka's CompletingRebalance: the generation formed; waiting for the
-    /// leader's assignments.
-    Syncing,
-    Stable,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
     /// `group.instance.id` of a static member.

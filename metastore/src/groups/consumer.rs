@@ -24,59 +24,7 @@ use super::assign::{self, Partitions, Subscriber};
 use super::*;
 use crate::types::TopicId;
 
-/// Member epochs with a meaning of their own.
-pub const JOIN_EPOCH: i32 = 0;
-pub const LEAVE_EPOCH: i32 = -1;
-pub const STATIC_LEAVE_EPOCH: i32 = -2;
-/// How often regular expressions are resolved again against the topics
-/// (Kafka's minimum between refreshes).
-pub const REGEX_REFRESH_MS: i64 = 10_000;
-/// The longest regular expression accepted, and its compiled size.
-pub const MAX_REGEX_LEN: usize = 1_024;
-/// Distinct regular expressions one group's members may use (each is
-/// matched against every topic at every resolution).
-pub const MAX_REGEXES: usize = 100;
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
-
-/// ConsumerGroupHeartbeat, as the agent hands it over (validated: member id
-/// set, epochs and fields as Kafka requires). `None` fields are unchanged.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConsumerHeartbeat {
-    pub group: String,
-    pub member_id: String,
-    pub member_epoch: i32,
-    pub instance_id: Option<String>,
-    pub rack_id: Option<String>,
-    /// -1: unchanged.
-    pub rebalance_timeout_ms: i32,
-    pub subscribed_topics: Option<Vec<String>>,
-    pub subscribed_regex: Option<String>,
-    pub assignor: Option<String>,
-    /// What the member owns now.
-    pub owned: Option<Vec<(TopicId, Vec<i32>)>>,
-    pub client_id: String,
-    pub client_host: String,
-    /// The agent's `group.consumer.session.timeout.ms` and heartbeat interval.
-    pub session_timeout_ms: i32,
-    pub heartbeat_interval_ms: i32,
-    pub now_ms: i64,
-    /// Whose DESCRIBE a regular expression's matches are filtered by (the
-    /// member's principal, as its agent authorizes it); `None` with ACLs
-    /// off, or for a super user (format 11).
-    pub describer: Option<Describer>,
-}
-
-/// Who a group's regular expressions are resolved for: as Kafka 4 resolves
-/// them, a topic matches only if this principal may DESCRIBE it (from the
-/// member whose heartbeat brought the expression in; the ACLs are the
-/// state's, so every replica filters alike).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Describer {
-    pub principal: String,
-    pub host: String,
-    /// Kafka's `allow.everyone.if.no.acl.found`, as the agent has it.
-    pub allow_if_no_acl: bool,
-}
 
 impl ConsumerHeartbeat {
     /// A full request (after a rejoin or an error) is answered with the
@@ -96,16 +44,6 @@ impl ConsumerHeartbeat {
                 .collect()
         })
     }
-}
-
-/// The answer to a [`ConsumerHeartbeat`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConsumerAnswer {
-    pub member_id: String,
-    pub member_epoch: i32,
-    pub heartbeat_interval_ms: i32,
-    /// The member's whole assignment, when it changed (or was asked for).
-    pub assignment: Option<Vec<(TopicId, Vec<i32>)>>,
 }
 
 /// Where a member is in reaching its target.
@@ -1159,9 +1097,6 @@ impl ConsumerGroup {
         }
     }
 }
-
-mod describe;
-pub use describe::*;
 
 #[cfg(test)]
 mod tests;

@@ -30,44 +30,6 @@ use super::assign::Partitions;
 use super::consumer::{ConsumerMember, Reconciliation};
 use super::*;
 
-/// Kafka's `group.consumer.migration.policy`: which conversions of groups
-/// with members are allowed (empty groups always convert).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum MigrationPolicy {
-    #[default]
-    Bidirectional,
-    Upgrade,
-    Downgrade,
-    Disabled,
-}
-
-impl MigrationPolicy {
-    /// Kafka's names, in any case.
-    pub fn parse(value: &str) -> Option<MigrationPolicy> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "bidirectional" => Some(MigrationPolicy::Bidirectional),
-            "upgrade" => Some(MigrationPolicy::Upgrade),
-            "downgrade" => Some(MigrationPolicy::Downgrade),
-            "disabled" => Some(MigrationPolicy::Disabled),
-            _ => None,
-        }
-    }
-
-    pub fn upgrades(self) -> bool {
-        matches!(
-            self,
-            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
-        )
-    }
-
-    pub fn downgrades(self) -> bool {
-        matches!(
-            self,
-            MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade
-        )
-    }
-}
-
 /// The rules a group command is applied with. A JoinGroup or
 /// ConsumerGroupHeartbeat logged by format 8 (before groups with members
 /// converted) is replayed as it was applied then, so replicas agree whatever
@@ -440,7 +402,7 @@ mod tests {
         ConsumerHeartbeat {
             group: "g".into(),
             member_id: "new".into(),
-            member_epoch: consumer::JOIN_EPOCH,
+            member_epoch: JOIN_EPOCH,
             instance_id: None,
             rack_id: None,
             rebalance_timeout_ms: 5_000,
@@ -598,7 +560,7 @@ mod tests {
         // but at different epochs (b never rejoined): the group stays a
         // consumer group until they agree, as any new epoch has them rejoin.
         let mut leave = consumer_join(30);
-        leave.member_epoch = consumer::LEAVE_EPOCH;
+        leave.member_epoch = LEAVE_EPOCH;
         gs.consumer_heartbeat(leave, &Topics, Rules::Migrating(policy))
             .unwrap();
         assert_eq!(gs.consumer_group("g").unwrap().epoch, 4);
@@ -708,7 +670,7 @@ mod tests {
         gs.consumer_heartbeat(consumer_join(10), &Topics, Rules::Migrating(policy))
             .unwrap();
         let mut leave = consumer_join(30);
-        leave.member_epoch = consumer::LEAVE_EPOCH;
+        leave.member_epoch = LEAVE_EPOCH;
         gs.consumer_heartbeat(leave, &Topics, Rules::Migrating(policy))
             .unwrap();
         assert!(gs.consumer_group("g").is_some());
@@ -999,7 +961,7 @@ mod tests {
                         Step::ConsumerLeaves(n) => {
                             let mut hb = consumer_join(now_ms);
                             hb.member_id = format!("k{n}");
-                            hb.member_epoch = consumer::LEAVE_EPOCH;
+                            hb.member_epoch = LEAVE_EPOCH;
                             let _ = gs.consumer_heartbeat(hb, &Topics, rules);
                             consumers[n] = ConsumerClient::default();
                         }

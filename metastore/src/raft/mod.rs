@@ -35,10 +35,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::{Proposal, Reply};
 
-pub use node::{ClusterStatus, NodeOptions, RaftMetastore};
+pub use crate::contract::quorum::ClusterStatus;
+pub use node::{NodeOptions, RaftMetastore};
 
-/// A metastore node's id in its Raft group.
-pub type NodeId = u64;
+/// A metastore node's id in its Raft group (the contract's: DescribeQuorum shows it).
+pub use crate::contract::quorum::NodeId;
 
 /// How other nodes and clients reach a node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

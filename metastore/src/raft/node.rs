@@ -15,7 +15,6 @@ use openraft::error::{
 };
 use openraft::{ChangeMembers, Config, SnapshotPolicy};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::group_commit::GroupCommit;
@@ -27,6 +26,7 @@ use super::network::{Network, PeerRequest, PeerResponse, PeerTransport};
 use super::stamps::Stamps;
 use super::state_machine::{SNAPSHOT, SNAPSHOT_DATA, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
+use crate::contract::quorum::ClusterStatus;
 use crate::format::{FORMAT_VERSION, OLDEST_READABLE_FORMAT, decode_snapshot_of, encode_snapshot};
 use crate::groups::{AwaitGroup, Heard, MAX_GROUP_WAIT_MS, MemberView};
 use crate::state::{Command, Reply, State};
@@ -92,51 +92,6 @@ impl NodeOptions {
             secret: None,
             database: None,
         }
-    }
-}
-
-/// What a node knows of its group, for `floe metastore status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterStatus {
-    pub id: NodeId,
-    /// Leader, Follower, Candidate or Learner.
-    pub role: String,
-    pub term: u64,
-    pub leader: Option<NodeId>,
-    pub last_log_index: Option<u64>,
-    pub last_applied_index: Option<u64>,
-    /// Index of the last entry covered by the node's snapshot.
-    pub snapshot_index: Option<u64>,
-    /// Entries still in the node's log (purged ones excluded).
-    pub log_entries: u64,
-    pub voters: BTreeMap<NodeId, String>,
-    pub learners: BTreeMap<NodeId, String>,
-}
-
-/// One line of `key=value` words, easy to read and to parse.
-impl std::fmt::Display for ClusterStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let show = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
-        let list = |m: &BTreeMap<NodeId, String>| {
-            m.iter()
-                .map(|(id, a)| format!("{id}@{a}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        write!(
-            f,
-            "id={} role={} term={} leader={} last_log={} applied={} snapshot={} log_entries={} voters={} learners={}",
-            self.id,
-            self.role,
-            self.term,
-            show(self.leader),
-            show(self.last_log_index),
-            show(self.last_applied_index),
-            show(self.snapshot_index),
-            self.log_entries,
-            list(&self.voters),
-            list(&self.learners),
-        )
     }
 }
 

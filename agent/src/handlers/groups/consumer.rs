@@ -6,7 +6,7 @@
 
 use floe_metastore::ConsumerHeartbeat;
 use floe_metastore::groups::assign;
-use floe_metastore::groups::consumer::{JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH};
+use floe_metastore::groups::{JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::consumer_group_describe_response::{
     self as describe_response, DescribedGroup,

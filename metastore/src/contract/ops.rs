@@ -4,7 +4,7 @@
 //! the replicated log, so their encoding is part of the log's format (see
 //! `golden.rs`): postcard writes a struct as its fields in order, so a field
 //! may not be moved, and a nested struct (a [`TopicPartition`]) encodes as
-//! its fields would. What each returns is in the table of [`crate::api`];
+//! its fields would. What each returns is in the table of [`crate::contract::api`];
 //! how the state machine answers it, in its `impl Query` or `impl Apply` in
 //! `crate::state` (part of the node, not of this contract).
 
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::*;
+use crate::contract::types::*;
 
 // ---- reads ----
 
@@ -187,7 +187,7 @@ pub struct RegisterAgentListeners {
     pub host: String,
     pub port: i32,
     pub zone: Option<String>,
-    pub listeners: Vec<crate::agents::ListenerEndpoint>,
+    pub listeners: Vec<crate::contract::agents::ListenerEndpoint>,
     /// Replaced by the leader's stamp when applied.
     pub now_ms: i64,
 }
@@ -245,7 +245,7 @@ pub enum LookSince {
 }
 
 /// The agents a client of one listener is told about, at their addresses
-/// on it (see [`crate::agents::Agents::list_on`]).
+/// on it (see [`crate::contract::agents::Agents::list_on`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListAgentsOn {
     pub listener: String,
@@ -309,17 +309,17 @@ pub struct ReleaseLease {
 }
 
 /// Sets and deletes users' SCRAM credentials (AlterUserScramCredentials);
-/// each user's outcome (see [`crate::scram`]).
+/// each user's outcome (see [`crate::contract::scram`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlterScramCredentials {
-    pub alterations: Vec<crate::scram::ScramAlteration>,
+    pub alterations: Vec<crate::contract::scram::ScramAlteration>,
 }
 
 /// One user's credential for one mechanism, to check a SCRAM client with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScramCredentialOf {
     pub user: String,
-    pub mechanism: crate::scram::ScramMechanism,
+    pub mechanism: crate::contract::scram::ScramMechanism,
 }
 
 /// Users' SCRAM mechanisms and iteration counts (DescribeUserScramCredentials):
@@ -332,20 +332,20 @@ pub struct DescribeScramCredentials {
 /// Adds ACL bindings (CreateAcls); each one's outcome (why it is invalid).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateAcls {
-    pub bindings: Vec<crate::acls::AclBinding>,
+    pub bindings: Vec<crate::contract::acls::AclBinding>,
 }
 
 /// Removes the bindings each filter matches (DeleteAcls); per filter, the
 /// bindings removed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeleteAcls {
-    pub filters: Vec<crate::acls::AclFilter>,
+    pub filters: Vec<crate::contract::acls::AclFilter>,
 }
 
 /// The bindings a filter matches (DescribeAcls).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DescribeAcls {
-    pub filter: crate::acls::AclFilter,
+    pub filter: crate::contract::acls::AclFilter,
 }
 
 /// Every binding with their version, unless the asker already holds that
@@ -361,8 +361,8 @@ pub struct AclsIfChanged {
 /// configs as the state holds them then, and the result is checked whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlterConfigs {
-    pub target: crate::dynamic_config::ConfigTarget,
-    pub ops: Vec<crate::dynamic_config::ConfigOp>,
+    pub target: crate::contract::dynamic_config::ConfigTarget,
+    pub ops: Vec<crate::contract::dynamic_config::ConfigOp>,
     pub replace: bool,
 }
 
@@ -388,10 +388,10 @@ pub struct ConfiguredGroups;
 /// What one entity sets (DescribeConfigs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DynamicConfigsOf {
-    pub entity: crate::dynamic_config::ConfigEntity,
+    pub entity: crate::contract::dynamic_config::ConfigEntity,
 }
 
-// ---- transactions (see `crate::txn`) ----
+// ---- transactions (see `crate::contract::txn`) ----
 
 /// InitProducerId with a transactional id: the id's producer id at a new
 /// epoch (`expected`: the producer's current one, KIP-360), or
@@ -407,7 +407,7 @@ pub struct InitTxnProducer {
 /// interval (Kafka's
 /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`): the
 /// id's transactions time out at the first check after their timeout, not
-/// at once (see [`crate::txn::Txn::expired`]).
+/// at once (see [`crate::contract::txn::Txn::expired`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InitTxnProducerChecked {
     pub init: InitTxnProducer,
@@ -429,7 +429,7 @@ pub struct AddToTxn {
 /// its markers, in an [`IngestCommit`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndTxn {
-    pub end: crate::txn::TxnEnd,
+    pub end: crate::contract::txn::TxnEnd,
 }
 
 /// A [`Commit`] that knows transactions: each batch says what it is, and
@@ -443,7 +443,7 @@ pub struct IngestCommit {
     pub object_key: String,
     pub object_size: u64,
     pub batches: Vec<IngestBatch>,
-    pub ends: Vec<crate::txn::TxnEnd>,
+    pub ends: Vec<crate::contract::txn::TxnEnd>,
     pub not_before_ms: i64,
 }
 
@@ -477,7 +477,7 @@ pub struct DescribeTxns {
 /// at least `min_duration_ms` on the metastore's clock (all when negative).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListTxns {
-    pub phases: Vec<crate::txn::TxnPhase>,
+    pub phases: Vec<crate::contract::txn::TxnPhase>,
     pub producer_ids: Vec<i64>,
     pub min_duration_ms: i64,
 }
@@ -504,7 +504,7 @@ pub struct TxnCommitOffsets {
     pub transactional_id: String,
     pub producer_id: i64,
     pub epoch: i16,
-    pub commit: crate::groups::CommitOffsets,
+    pub commit: crate::contract::groups::CommitOffsets,
 }
 
 /// The partitions of a group with offsets in an ongoing transaction

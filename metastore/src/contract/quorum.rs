@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::raft::NodeId;
+/// A metastore node's id in its Raft group.
+pub type NodeId = u64;
 
 /// DescribeQuorum, asked of the leader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +40,51 @@ pub struct QuorumReplica {
     /// leader's log holds: now if it does, else -1 (unknown: the leader
     /// keeps no history of it).
     pub last_caught_up_ms: i64,
+}
+
+/// What a node knows of its group, for `floe metastore status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub id: NodeId,
+    /// Leader, Follower, Candidate or Learner.
+    pub role: String,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_log_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    /// Index of the last entry covered by the node's snapshot.
+    pub snapshot_index: Option<u64>,
+    /// Entries still in the node's log (purged ones excluded).
+    pub log_entries: u64,
+    pub voters: BTreeMap<NodeId, String>,
+    pub learners: BTreeMap<NodeId, String>,
+}
+
+/// One line of `key=value` words, easy to read and to parse.
+impl std::fmt::Display for ClusterStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        let list = |m: &BTreeMap<NodeId, String>| {
+            m.iter()
+                .map(|(id, a)| format!("{id}@{a}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        write!(
+            f,
+            "id={} role={} term={} leader={} last_log={} applied={} snapshot={} log_entries={} voters={} learners={}",
+            self.id,
+            self.role,
+            self.term,
+            show(self.leader),
+            show(self.last_log_index),
+            show(self.last_applied_index),
+            show(self.snapshot_index),
+            self.log_entries,
+            list(&self.voters),
+            list(&self.learners),
+        )
+    }
 }
 
 /// A log end offset (Kafka's, one past an index) of a Raft index.

@@ -32,7 +32,7 @@ pub struct TopicInfo {
     /// What the topic itself sets, as its client sent it.
     pub configs: BTreeMap<String, String>,
     /// The cluster's dynamic defaults of topic configs (`log.retention.ms`
-    /// as `retention.ms`, see [`crate::dynamic_config`]) in force when the
+    /// as `retention.ms`, see [`crate::contract::dynamic_config`]) in force when the
     /// topic was read: filled by the metastore's answers, empty in the
     /// state. The topic's own configs win over them.
     #[serde(default)]
@@ -87,7 +87,7 @@ pub enum BatchKind {
     TransactionalAdding,
 }
 
-/// One batch of an [`crate::ops::IngestCommit`].
+/// One batch of an [`crate::contract::ops::IngestCommit`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngestBatch {
     pub batch: CommitBatch,
@@ -102,7 +102,7 @@ pub struct TxnReadPlan {
     pub last_stable_offset: i64,
     /// Every aborted transaction with data in the planned extents' offsets,
     /// in marker order.
-    pub aborted: Vec<crate::txn::AbortedTxn>,
+    pub aborted: Vec<crate::contract::txn::AbortedTxn>,
 }
 
 /// "This object is uploaded; sequence these batches in it." Batches of one
@@ -251,7 +251,7 @@ pub enum Refusal {
     /// node, not the state machine; never stored).
     #[error("invalid membership change: {0}")]
     InvalidMembership(String),
-    // Transactions (see `crate::txn`), appended: a variant's index is its
+    // Transactions (see `crate::contract::txn`), appended: a variant's index is its
     // encoding.
     /// INVALID_TXN_STATE: the request does not fit the transaction's state.
     #[error("invalid transaction state: {0}")]
@@ -282,7 +282,7 @@ pub enum Refusal {
     #[error("{0}")]
     TxnLimit(String),
     /// INVALID_CONFIG: a dynamic config Kafka would refuse (see
-    /// `crate::dynamic_config`).
+    /// `crate::contract::dynamic_config`).
     #[error("{0}")]
     InvalidConfig(String),
     /// CORRUPT_MESSAGE: a batch the sequencer cannot place as described (of
@@ -411,7 +411,7 @@ pub struct RunSwap {
     pub pieces: Vec<ExtentPiece>,
 }
 
-/// What compaction has to do, as [`crate::ops::CompactionWork`] asks.
+/// What compaction has to do, as [`crate::contract::ops::CompactionWork`] asks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backlog {
     /// The oldest ingest files still referenced, oldest first.

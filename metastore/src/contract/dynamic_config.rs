@@ -32,8 +32,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::groups::{MAX_SESSION_TIMEOUT_MS, MIN_SESSION_TIMEOUT_MS};
-use crate::topic_config::{self, TopicConfig};
+use crate::contract::groups::{MAX_SESSION_TIMEOUT_MS, MIN_SESSION_TIMEOUT_MS};
+use crate::contract::topic_config::{self, TopicConfig};
 
 /// Kafka's `offsets.retention.minutes` (default 7 days): committed offsets
 /// of a group empty this long (and not committed since) are forgotten.
@@ -42,7 +42,7 @@ pub const DEFAULT_OFFSETS_RETENTION_MINUTES: i64 = 7 * 24 * 60;
 
 /// Kafka's `group.consumer.migration.policy`: whether groups with members
 /// move between the classic and the consumer protocol (see
-/// [`crate::groups::convert`]). Kafka reads it at start-up; here it is
+/// [`crate::contract::groups::convert`]). Kafka reads it at start-up; here it is
 /// dynamic, as `offsets.retention.minutes` is.
 pub const GROUP_CONSUMER_MIGRATION_POLICY: &str = "group.consumer.migration.policy";
 
@@ -96,7 +96,7 @@ pub const MAX_CLUSTER_VALUE_BYTES: usize = 64;
 pub const MAX_GROUP_ID_BYTES: usize = 1_024;
 /// Groups with configs set at most (as many as groups); the cluster entity
 /// is never refused for their number.
-pub const MAX_GROUP_ENTITIES: usize = crate::groups::MAX_GROUPS;
+pub const MAX_GROUP_ENTITIES: usize = crate::contract::groups::MAX_GROUPS;
 
 /// What a config is set on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -108,8 +108,8 @@ pub enum ConfigEntity {
     /// A client metrics subscription (KIP-714's CLIENT_METRICS resource),
     /// by name.
     ClientMetrics(String),
-    /// A client quota's entity (see [`crate::quotas`]).
-    ClientQuota(crate::quotas::QuotaEntity),
+    /// A client quota's entity (see [`crate::contract::quotas`]).
+    ClientQuota(crate::contract::quotas::QuotaEntity),
 }
 
 /// What a change applies to: a topic's configs, or an entity's dynamic ones.
@@ -305,7 +305,7 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
         ConfigEntity::Cluster => "dynamic broker",
         ConfigEntity::Group(_) => "group",
         ConfigEntity::ClientMetrics(_) => "client metrics",
-        ConfigEntity::ClientQuota(_) => return crate::quotas::check(key, value),
+        ConfigEntity::ClientQuota(_) => return crate::contract::quotas::check(key, value),
     };
     if let (ConfigEntity::Cluster, Some(topic_key)) = (entity, topic_config::topic_key_of(key)) {
         // Checked as the topic config it is the default of.
@@ -315,7 +315,7 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
             .map_err(|why| format!("Invalid value {value} for configuration {key}: {why}"));
     }
     if let (ConfigEntity::Cluster, GROUP_CONSUMER_MIGRATION_POLICY) = (entity, key) {
-        return match crate::groups::MigrationPolicy::parse(value) {
+        return match crate::contract::groups::MigrationPolicy::parse(value) {
             Some(_) => Ok(()),
             None => Err(format!(
                 "Invalid value {value} for configuration {key}: must be one of bidirectional, upgrade, downgrade, disabled"
@@ -465,10 +465,12 @@ impl DynamicConfigs {
                         "there are {MAX_CLIENT_METRICS_ENTITIES} client metrics subscriptions already"
                     ));
                 }
-                ConfigEntity::ClientQuota(_) if held >= crate::quotas::MAX_QUOTA_ENTITIES => {
+                ConfigEntity::ClientQuota(_)
+                    if held >= crate::contract::quotas::MAX_QUOTA_ENTITIES =>
+                {
                     return Err(format!(
                         "quotas are set on {} entities already",
-                        crate::quotas::MAX_QUOTA_ENTITIES
+                        crate::contract::quotas::MAX_QUOTA_ENTITIES
                     ));
                 }
                 _ => {}
@@ -511,7 +513,9 @@ impl DynamicConfigs {
     }
 
     /// Every client quota entity's quotas.
-    pub fn client_quotas(&self) -> BTreeMap<crate::quotas::QuotaEntity, BTreeMap<String, String>> {
+    pub fn client_quotas(
+        &self,
+    ) -> BTreeMap<crate::contract::quotas::QuotaEntity, BTreeMap<String, String>> {
         self.entities
             .iter()
             .filter_map(|(entity, configs)| match entity {
@@ -533,11 +537,11 @@ impl DynamicConfigs {
     }
 
     /// `group.consumer.migration.policy` (Kafka's default, bidirectional).
-    pub fn migration_policy(&self) -> crate::groups::MigrationPolicy {
+    pub fn migration_policy(&self) -> crate::contract::groups::MigrationPolicy {
         self.entities
             .get(&ConfigEntity::Cluster)
             .and_then(|c| c.get(GROUP_CONSUMER_MIGRATION_POLICY))
-            .and_then(|v| crate::groups::MigrationPolicy::parse(v))
+            .and_then(|v| crate::contract::groups::MigrationPolicy::parse(v))
             .unwrap_or_default()
     }
 

@@ -1,6 +1,6 @@
 //! The metastore API, written once.
 //!
-//! Each operation is a struct ([`crate::ops`]); the table at the end of this
+//! Each operation is a struct ([`crate::contract::ops`]); the table at the end of this
 //! file gives each one the type of its answer ([`Op::Output`]) and says
 //! whether a client may send it again when it does not know whether the
 //! first one applied. From the table come the [`Metastore`] trait agents
@@ -28,14 +28,14 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::agents::AgentInfo;
-use crate::groups::*;
-use crate::ops::*;
-use crate::peers::{CachePeer, CachePeers};
-use crate::quorum::DescribeQuorum;
-use crate::scram::{ScramCredential, ScramRefusal};
-use crate::txn::TxnView;
-use crate::types::*;
+use crate::contract::agents::AgentInfo;
+use crate::contract::groups::*;
+use crate::contract::ops::*;
+use crate::contract::peers::{CachePeer, CachePeers};
+use crate::contract::quorum::DescribeQuorum;
+use crate::contract::scram::{ScramCredential, ScramRefusal};
+use crate::contract::txn::TxnView;
+use crate::contract::types::*;
 
 /// What every answer is: it crosses the network, and a write's crosses the log.
 pub trait Answer: Serialize + DeserializeOwned + Debug + Send + 'static {}
@@ -142,7 +142,7 @@ macro_rules! metastore_api {
 /// custom operation may be sent again (`retry`) or not (`once`), the method
 /// agents call, the operation it sends and the type of its answer. The
 /// order of the lines is the order of [`Request`]'s variants on the wire
-/// (see `rpc::WIRE_VERSION`): append only.
+/// (see [`crate::contract::wire::WIRE_VERSION`]): append only.
 ///
 /// `metastore_ops!(callback)` hands the table to `callback`: the contract's
 /// [`metastore_api`] here, and the node's dispatch in `crate::sequencer`.
@@ -179,7 +179,7 @@ macro_rules! metastore_ops {
             }
             write(once) fn join_group(join: JoinGroup) -> JoinGroup: Result<Joined, GroupError> { join }
             write(retry) fn sync_group(sync: SyncGroup) -> SyncGroup: Result<Synced, GroupError> { sync }
-            /// Answered by the leader, not written (see [`crate::groups`]).
+            /// Answered by the leader, not written (see [`crate::contract::groups`]).
             custom(retry) fn group_heartbeat(beat: GroupHeartbeat) -> GroupHeartbeat: Result<(), GroupError> { beat }
             /// Per member, in order.
             write(once) fn leave_group(leave: LeaveGroup) -> LeaveGroup: Vec<Result<(), GroupError>> { leave }
@@ -265,28 +265,28 @@ macro_rules! metastore_ops {
                 PartitionStates { partitions, with_producers }
             }
             /// Announces this agent's cache address; the agents heard from lately
-            /// (see [`crate::peers`]).
+            /// (see [`crate::contract::peers`]).
             custom(retry) fn cache_peers(announce: Option<CachePeer>) -> CachePeers: Vec<CachePeer> {
                 CachePeers { announce }
             }
             /// Sets and deletes SCRAM credentials; each user's outcome.
             /// A blind retry landing after another client's change would undo it.
-            write(once) fn alter_scram_credentials(alterations: Vec<crate::scram::ScramAlteration>) -> AlterScramCredentials: Vec<(String, Result<(), ScramRefusal>)> {
+            write(once) fn alter_scram_credentials(alterations: Vec<crate::contract::scram::ScramAlteration>) -> AlterScramCredentials: Vec<(String, Result<(), ScramRefusal>)> {
                 AlterScramCredentials { alterations }
             }
-            read fn scram_credential(user: &str, mechanism: crate::scram::ScramMechanism) -> ScramCredentialOf: Option<ScramCredential> {
+            read fn scram_credential(user: &str, mechanism: crate::contract::scram::ScramMechanism) -> ScramCredentialOf: Option<ScramCredential> {
                 ScramCredentialOf { user: user.to_string(), mechanism }
             }
-            read fn describe_scram_credentials(users: Option<Vec<String>>) -> DescribeScramCredentials: Vec<crate::scram::UserMechanisms> {
+            read fn describe_scram_credentials(users: Option<Vec<String>>) -> DescribeScramCredentials: Vec<crate::contract::scram::UserMechanisms> {
                 DescribeScramCredentials { users }
             }
             /// A blind retry landing after another admin deleted the binding would
             /// bring it back.
-            write(once) fn create_acls(bindings: Vec<crate::acls::AclBinding>) -> CreateAcls: Vec<Result<(), String>> { CreateAcls { bindings } }
+            write(once) fn create_acls(bindings: Vec<crate::contract::acls::AclBinding>) -> CreateAcls: Vec<Result<(), String>> { CreateAcls { bindings } }
             /// A retry deletes what matches then (a binding created meanwhile too).
-            write(once) fn delete_acls(filters: Vec<crate::acls::AclFilter>) -> DeleteAcls: Vec<Vec<crate::acls::AclBinding>> { DeleteAcls { filters } }
-            read fn describe_acls(filter: crate::acls::AclFilter) -> DescribeAcls: Vec<crate::acls::AclBinding> { DescribeAcls { filter } }
-            read fn acls_if_changed(known_version: Option<u64>) -> AclsIfChanged: (u64, Option<Vec<crate::acls::AclBinding>>) { AclsIfChanged { known_version } }
+            write(once) fn delete_acls(filters: Vec<crate::contract::acls::AclFilter>) -> DeleteAcls: Vec<Vec<crate::contract::acls::AclBinding>> { DeleteAcls { filters } }
+            read fn describe_acls(filter: crate::contract::acls::AclFilter) -> DescribeAcls: Vec<crate::contract::acls::AclBinding> { DescribeAcls { filter } }
+            read fn acls_if_changed(known_version: Option<u64>) -> AclsIfChanged: (u64, Option<Vec<crate::contract::acls::AclBinding>>) { AclsIfChanged { known_version } }
             /// InitProducerId with a transactional id.
             /// Timeouts are looked for every `abort_check_interval_ms`.
             write(once) fn init_txn_producer(
@@ -306,7 +306,7 @@ macro_rules! metastore_ops {
             }
             write(retry) fn add_to_txn(add: AddToTxn) -> AddToTxn: () { add }
             /// A repeat is refused with `TxnEnded`, which answers a retried EndTxn.
-            write(retry) fn end_txn(end: crate::txn::TxnEnd) -> EndTxn: () { EndTxn { end } }
+            write(retry) fn end_txn(end: crate::contract::txn::TxnEnd) -> EndTxn: () { EndTxn { end } }
             /// Sequences an uploaded object's batches and ends the transactions
             /// whose markers it holds; per batch, as [`Metastore::commit`].
             /// A repeated commit of an object key is answered from the ledger.
@@ -327,19 +327,19 @@ macro_rules! metastore_ops {
             /// Changes a topic's or a dynamic entity's configs (all or none).
             /// A blind retry landing after another admin's change would undo it.
             write(once) fn alter_configs(
-                target: crate::dynamic_config::ConfigTarget,
-                ops: Vec<crate::dynamic_config::ConfigOp>,
+                target: crate::contract::dynamic_config::ConfigTarget,
+                ops: Vec<crate::contract::dynamic_config::ConfigOp>,
                 replace: bool
             ) -> AlterConfigs: () {
                 AlterConfigs { target, ops, replace }
             }
-            read fn dynamic_configs_of(entity: crate::dynamic_config::ConfigEntity) -> DynamicConfigsOf: std::collections::BTreeMap<String, String> {
+            read fn dynamic_configs_of(entity: crate::contract::dynamic_config::ConfigEntity) -> DynamicConfigsOf: std::collections::BTreeMap<String, String> {
                 DynamicConfigsOf { entity }
             }
             read fn client_metrics_if_changed(known_version: Option<u64>) -> ClientMetricsIfChanged: (u64, Option<BTreeMap<String, BTreeMap<String, String>>>) {
                 ClientMetricsIfChanged { known_version }
             }
-            read fn client_quotas_if_changed(known_version: Option<u64>) -> ClientQuotasIfChanged: (u64, Option<BTreeMap<crate::quotas::QuotaEntity, BTreeMap<String, String>>>) {
+            read fn client_quotas_if_changed(known_version: Option<u64>) -> ClientQuotasIfChanged: (u64, Option<BTreeMap<crate::contract::quotas::QuotaEntity, BTreeMap<String, String>>>) {
                 ClientQuotasIfChanged { known_version }
             }
             /// As `register_agent`, with the agent's advertised listeners.
@@ -347,7 +347,7 @@ macro_rules! metastore_ops {
                 host: String,
                 port: i32,
                 zone: Option<String>,
-                listeners: Vec<crate::agents::ListenerEndpoint>,
+                listeners: Vec<crate::contract::agents::ListenerEndpoint>,
                 now_ms: i64
             ) -> RegisterAgentListeners: i32 {
                 RegisterAgentListeners { host, port, zone, listeners, now_ms }
@@ -372,7 +372,7 @@ macro_rules! metastore_ops {
                 AllocateProducerIds { count }
             }
             /// The Raft group as its leader sees it (DescribeQuorum).
-            custom(retry) fn describe_quorum() -> DescribeQuorum: crate::quorum::Quorum { DescribeQuorum }
+            custom(retry) fn describe_quorum() -> DescribeQuorum: crate::contract::quorum::Quorum { DescribeQuorum }
             /// The groups that have configs set (ListConfigResources).
             read fn configured_groups() -> ConfiguredGroups: Vec<String> { ConfiguredGroups }
         }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::types::TopicInfo;
+use crate::contract::types::TopicInfo;
 
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
 pub const RETENTION_MS: &str = "retention.ms";

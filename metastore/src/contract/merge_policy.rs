@@ -3,7 +3,7 @@
 //! Both ends use it: the state's backlog query lists the partitions worth a
 //! merge, and the compactor picks the runs it merges.
 
-use crate::ops::CompactionWork;
+use crate::contract::ops::CompactionWork;
 
 /// One partition's bytes in one object (consecutive extents), as
 /// [`CompactionWork::merge_run`] weighs them.

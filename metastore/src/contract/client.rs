@@ -1,0 +1,281 @@
+//! [`RemoteMetastore`]: the metastore over the network, so several agents
+//! share one. It implements the same [`Transport`] (so the same
+//! `Metastore` trait) as a node does, and keeps a pool of connections.
+//!
+//! Leader finding: the client is given every node's address. A follower
+//! answers [`MetaError::NotLeader`] with the leader's address (nothing was
+//! applied), and the client moves there; an unreachable node sends it on to
+//! the next address.
+//!
+//! Retries: a request that never left the client, or that a node refused
+//! without applying it, is retried freely. One that was sent but got no
+//! answer may have been applied, so only operations that are safe to repeat
+//! ([`Op::retry_is_safe`]) are resent; anything else then fails with
+//! [`MetaError::Unavailable`] saying it may have been applied.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use crate::contract::api::{Answer, Op, Transport};
+use crate::contract::quorum::{ClusterStatus, NodeId};
+use crate::contract::types::*;
+use crate::contract::wire::{
+    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_RETRY_FOR, Envelope, NodeRequest, codec, connect,
+};
+
+type Connection = Framed<TcpStream, LengthDelimitedCodec>;
+
+/// Why one attempt failed: before anything was sent, or after.
+enum Attempt {
+    NotSent(String),
+    Unanswered(String),
+}
+
+/// A [`Metastore`] reached over the network: one node, or a Raft group.
+pub struct RemoteMetastore {
+    /// Every node's address; requests go to the one believed to lead.
+    addresses: Vec<String>,
+    leader: Mutex<String>,
+    /// Idle connections, with the address each goes to.
+    idle: Mutex<Vec<(String, Connection)>>,
+    retry_for: Duration,
+    attempt_timeout: Duration,
+    /// Called once per request sent, with its operation's name (for the
+    /// agent's metrics).
+    on_request: Option<Arc<dyn Fn(&'static str) + Send + Sync>>,
+    /// Proved to every node connected to.
+    secret: Option<crate::contract::peer_auth::ClusterSecret>,
+}
+
+impl RemoteMetastore {
+    /// `addresses`: `host:port` of one node, or of several separated by commas.
+    pub fn new(addresses: impl AsRef<str>) -> Self {
+        let addresses: Vec<String> = addresses
+            .as_ref()
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+        RemoteMetastore {
+            leader: Mutex::new(addresses.first().cloned().unwrap_or_default()),
+            addresses,
+            idle: Mutex::new(Vec::new()),
+            retry_for: DEFAULT_RETRY_FOR,
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
+            on_request: None,
+            secret: None,
+        }
+    }
+
+    /// Proves `secret` to every node (see [`crate::contract::peer_auth`]).
+    pub fn with_secret(
+        mut self,
+        secret: Option<crate::contract::peer_auth::ClusterSecret>,
+    ) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    /// Calls `hook` once for every request sent to a node (retries
+    /// included), with the request's name (`"Node"` for a node request).
+    pub fn with_request_hook(mut self, hook: Arc<dyn Fn(&'static str) + Send + Sync>) -> Self {
+        self.on_request = Some(hook);
+        self
+    }
+
+    /// How long requests that are safe to repeat are retried while the
+    /// metastore cannot be reached or has no leader.
+    pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
+        self.retry_for = retry_for;
+        self
+    }
+
+    /// How long one attempt at one node may take (see [`DEFAULT_ATTEMPT_TIMEOUT`]).
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    fn leader(&self) -> String {
+        self.leader.lock().expect("leader lock").clone()
+    }
+
+    /// Sends later requests to `hint`, or else to the address after `failed`.
+    fn move_on(&self, failed: &str, hint: Option<String>) {
+        let next = hint.unwrap_or_else(|| {
+            let at = self.addresses.iter().position(|a| a == failed).unwrap_or(0);
+            self.addresses[(at + 1) % self.addresses.len().max(1)].clone()
+        });
+        let mut leader = self.leader.lock().expect("leader lock");
+        if *leader == failed && next != failed {
+            tracing::debug!(from = failed, to = %next, "metastore client moves to another node");
+            *leader = next;
+        }
+    }
+
+    /// One attempt at one node, within the attempt timeout. A timed-out
+    /// attempt counts as unanswered: the request may have been applied.
+    async fn once<T: Answer>(
+        &self,
+        address: &str,
+        frame: &Bytes,
+        name: &'static str,
+    ) -> Result<Result<T, MetaError>, Attempt> {
+        match tokio::time::timeout(self.attempt_timeout, self.attempt(address, frame, name)).await {
+            Ok(result) => result,
+            // The connection is dropped with the future: a late answer can
+            // never be read as the next request's.
+            Err(_) => Err(Attempt::Unanswered(format!(
+                "{address} did not answer within {:?}",
+                self.attempt_timeout
+            ))),
+        }
+    }
+
+    async fn attempt<T: Answer>(
+        &self,
+        address: &str,
+        frame: &Bytes,
+        name: &'static str,
+    ) -> Result<Result<T, MetaError>, Attempt> {
+        let pooled = {
+            let mut idle = self.idle.lock().expect("pool lock");
+            idle.iter()
+                .rposition(|(a, _)| a == address)
+                .map(|at| idle.swap_remove(at).1)
+        };
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => {
+                let mut conn =
+                    Framed::new(connect(address).await.map_err(Attempt::NotSent)?, codec());
+                if let Some(secret) = &self.secret {
+                    crate::contract::peer_auth::client(&mut conn, secret)
+                        .await
+                        .map_err(|why| Attempt::NotSent(format!("{address}: {why}")))?;
+                }
+                conn
+            }
+        };
+        if let Some(hook) = &self.on_request {
+            hook(name);
+        }
+        if let Err(e) = conn.send(frame.clone()).await {
+            // A pooled connection the server closed fails here; nothing was applied.
+            return Err(Attempt::NotSent(e.to_string()));
+        }
+        let reply = match conn.next().await {
+            Some(Ok(bytes)) => postcard::from_bytes(&bytes)
+                .map_err(|e| Attempt::Unanswered(format!("an undecodable answer: {e}")))?,
+            Some(Err(e)) => return Err(Attempt::Unanswered(e.to_string())),
+            None => return Err(Attempt::Unanswered("connection closed".into())),
+        };
+        self.idle
+            .lock()
+            .expect("pool lock")
+            .push((address.to_string(), conn));
+        Ok(reply)
+    }
+
+    /// Sends `envelope` to the leader, following hints and retrying what
+    /// may be retried (see [`MetaError::worth_retrying`]) for `retry_for`.
+    async fn send<T: Answer>(
+        &self,
+        envelope: Envelope,
+        retry_is_safe: bool,
+    ) -> Result<T, MetaError> {
+        let frame = envelope.frame()?;
+        let name = envelope.name();
+        let deadline = tokio::time::Instant::now() + self.retry_for;
+        let mut backoff = Duration::from_millis(20);
+        let mut redirects = 0;
+        // Whether an attempt so far may have been applied.
+        let mut maybe_applied = false;
+        loop {
+            let address = self.leader();
+            let why = match self.once::<T>(&address, &frame, name).await {
+                // Not applied: the node does not lead. Go where it points.
+                Ok(Err(MetaError::NotLeader(hint))) => {
+                    let known = hint.is_some();
+                    self.move_on(&address, hint);
+                    redirects += 1;
+                    // Follow a hint at once, but not round in circles: during
+                    // an election two nodes may point at each other.
+                    if known && redirects <= self.addresses.len() + 1 {
+                        continue;
+                    }
+                    format!("{address} knows no leader yet")
+                }
+                // The node could not confirm it leads or could not reach a
+                // quorum; another node may be able to.
+                Ok(Err(e)) if e.worth_retrying(retry_is_safe) => {
+                    maybe_applied |= !e.certainly_not_applied();
+                    format!("{address}: {e}")
+                }
+                Ok(Err(MetaError::Refused(refusal))) => {
+                    return Err(refusal.after_retries(maybe_applied));
+                }
+                Ok(answer) => return answer,
+                Err(Attempt::NotSent(why)) => why,
+                Err(Attempt::Unanswered(why)) if retry_is_safe => {
+                    maybe_applied = true;
+                    why
+                }
+                Err(Attempt::Unanswered(why)) => {
+                    self.move_on(&address, None);
+                    return Err(MetaError::maybe_applied(format!("{address}: {why}")));
+                }
+            };
+            self.move_on(&address, None);
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MetaError::Unavailable { why, maybe_applied });
+            }
+            tracing::debug!(%address, %why, "metastore call failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Adds node `id` at `address` to the group (as a learner until it has
+    /// caught up, then as a voter).
+    pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
+        self.send(Envelope::Node(NodeRequest::AddNode { id, address }), false)
+            .await
+    }
+
+    /// Removes node `id` from the group.
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), MetaError> {
+        self.send(Envelope::Node(NodeRequest::RemoveNode { id }), false)
+            .await
+    }
+
+    /// What the node at `address` knows of its group.
+    pub async fn status_of(&self, address: &str) -> Result<ClusterStatus, MetaError> {
+        let frame = Envelope::Node(NodeRequest::Status).frame()?;
+        match self.once(address, &frame, "Node").await {
+            Ok(answer) => answer,
+            Err(Attempt::NotSent(why) | Attempt::Unanswered(why)) => {
+                Err(MetaError::unavailable(format!("{address}: {why}")))
+            }
+        }
+    }
+
+    /// Every address this client was given.
+    pub fn addresses(&self) -> &[String] {
+        &self.addresses
+    }
+}
+
+impl Transport for RemoteMetastore {
+    async fn call<O: Op>(&self, op: O) -> Result<O::Output, MetaError> {
+        let retry_is_safe = op.retry_is_safe();
+        self.send(Envelope::Op(Box::new(op.into())), retry_is_safe)
+            .await
+    }
+}
