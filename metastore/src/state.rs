@@ -8,12 +8,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::agents::{AgentInfo, Agents};
+use crate::agents::AgentInfo;
 use crate::groups::*;
 use crate::leases::Leases;
 use crate::ledger::{Ledger, Seen};
 use crate::ops::*;
-use crate::scram::ScramCredentials;
 use crate::txn::{AbortedTxn, IssueProducerId, TxnEnd, TxnPhase, Txns};
 use crate::types::*;
 
@@ -82,7 +81,7 @@ pub struct State {
     /// Keys of objects nothing points to any more, oldest first, for GC.
     garbage: Vec<String>,
     groups: Groups,
-    agents: Agents,
+    agents: cluster::Agents,
     /// Every object key heard of: live, retired, recent answers. Commits are
     /// exact and GC fenced through it (see [`crate::ledger`]).
     ledger: Ledger,
@@ -96,7 +95,7 @@ pub struct State {
     // so older snapshots read (see `crate::format`).
     /// Users' SCRAM credentials (format 5).
     #[serde(default)]
-    scram: ScramCredentials,
+    scram: security::ScramCredentials,
     /// ACLs (format 6).
     #[serde(default)]
     acls: crate::acls::Acls,
@@ -105,7 +104,7 @@ pub struct State {
     txns: Txns,
     /// Dynamic cluster and group configs (format 8).
     #[serde(default)]
-    configs: crate::dynamic_config::DynamicConfigs,
+    configs: configs::DynamicConfigs,
     /// Producer ids are handed out in blocks (format 11, KIP-730): set by
     /// the first [`AllocateProducerIds`], after which a batch of a producer
     /// id the state keeps nothing of is sequenced as Kafka sequences it (its

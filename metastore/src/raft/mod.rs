@@ -25,6 +25,7 @@ pub mod liveness;
 pub mod log_store;
 pub mod network;
 pub mod node;
+mod peer_book;
 pub mod runtime;
 pub mod stamps;
 pub mod state_machine;

@@ -113,7 +113,7 @@ pub struct RaftMetastore {
     /// Requests waiting for a group to change.
     group_watch: Arc<GroupWatch>,
     /// Agents' cache addresses heard while leading (never in the log).
-    peers: crate::peers::PeerBook,
+    peers: super::peer_book::PeerBook,
     /// What connections to this node must prove (see [`crate::peer_auth`]).
     secret: Option<crate::peer_auth::ClusterSecret>,
     /// Expire sessions and end rebalances while this node leads.

@@ -2,6 +2,9 @@
 
 use super::*;
 
+mod agents;
+pub use agents::Agents;
+
 impl State {
     /// Every agent with its age as of `now_ms`, which must be the
     /// metastore's time (a leader's clock, at least [`State::clock_ms`]).

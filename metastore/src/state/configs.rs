@@ -2,6 +2,9 @@
 
 use super::*;
 
+mod dynamic;
+pub use dynamic::DynamicConfigs;
+
 impl Apply for AlterConfigs {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {

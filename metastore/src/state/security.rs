@@ -2,6 +2,9 @@
 
 use super::*;
 
+mod scram;
+pub use scram::ScramCredentials;
+
 impl Apply for AlterScramCredentials {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {

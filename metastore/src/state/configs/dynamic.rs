@@ -1,0 +1,470 @@
+//! The dynamic configs set on the cluster, on groups and on client-metrics
+//! and client-quota entities (a part of the state; their keys, checks and
+//! operations are the contract's).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::dynamic_config::*;
+use crate::contract::topic_config;
+
+/// Every entity's configs as set, with a version that every change bumps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DynamicConfigs {
+    version: u64,
+    entities: BTreeMap<ConfigEntity, BTreeMap<String, String>>,
+}
+
+impl DynamicConfigs {
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// What `entity` sets (nothing set: empty).
+    pub fn of(&self, entity: &ConfigEntity) -> BTreeMap<String, String> {
+        self.entities.get(entity).cloned().unwrap_or_default()
+    }
+
+    /// Applies a change to one entity, all or none (see [`apply_ops`] and
+    /// [`checked`]).
+    pub fn alter(
+        &mut self,
+        entity: ConfigEntity,
+        ops: &[ConfigOp],
+        replace: bool,
+    ) -> Result<(), String> {
+        let configs = checked(&entity, apply_ops(&self.of(&entity), ops, replace)?)?;
+        if !configs.is_empty() && !self.entities.contains_key(&entity) {
+            let same_kind =
+                |e: &&ConfigEntity| std::mem::discriminant(*e) == std::mem::discriminant(&entity);
+            let held = self.entities.keys().filter(same_kind).count();
+            match entity {
+                ConfigEntity::Group(_) if held >= MAX_GROUP_ENTITIES => {
+                    return Err(format!(
+                        "configs are set on {MAX_GROUP_ENTITIES} groups already"
+                    ));
+                }
+                ConfigEntity::ClientMetrics(_) if held >= MAX_CLIENT_METRICS_ENTITIES => {
+                    return Err(format!(
+                        "there are {MAX_CLIENT_METRICS_ENTITIES} client metrics subscriptions already"
+                    ));
+                }
+                ConfigEntity::ClientQuota(_)
+                    if held >= crate::contract::quotas::MAX_QUOTA_ENTITIES =>
+                {
+                    return Err(format!(
+                        "quotas are set on {} entities already",
+                        crate::contract::quotas::MAX_QUOTA_ENTITIES
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if configs.is_empty() {
+            self.entities.remove(&entity);
+        } else {
+            self.entities.insert(entity, configs);
+        }
+        self.version += 1;
+        Ok(())
+    }
+
+    fn int(&self, entity: &ConfigEntity, key: &str) -> Option<i64> {
+        self.entities.get(entity)?.get(key)?.trim().parse().ok()
+    }
+
+    /// The names of the groups that set configs (at most
+    /// [`MAX_GROUP_ENTITIES`]).
+    pub fn groups(&self) -> Vec<String> {
+        self.entities
+            .keys()
+            .filter_map(|entity| match entity {
+                ConfigEntity::Group(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every client metrics subscription's configs, by name.
+    pub fn client_metrics(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.entities
+            .iter()
+            .filter_map(|(entity, configs)| match entity {
+                ConfigEntity::ClientMetrics(name) => Some((name.clone(), configs.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every client quota entity's quotas.
+    pub fn client_quotas(
+        &self,
+    ) -> BTreeMap<crate::contract::quotas::QuotaEntity, BTreeMap<String, String>> {
+        self.entities
+            .iter()
+            .filter_map(|(entity, configs)| match entity {
+                ConfigEntity::ClientQuota(quota) => Some((quota.clone(), configs.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The cluster's defaults of topic configs, by topic config name.
+    pub fn topic_defaults(&self) -> BTreeMap<String, String> {
+        let Some(cluster) = self.entities.get(&ConfigEntity::Cluster) else {
+            return BTreeMap::new();
+        };
+        cluster
+            .iter()
+            .filter_map(|(k, v)| Some((topic_config::topic_key_of(k)?.to_string(), v.clone())))
+            .collect()
+    }
+
+    /// `group.consumer.migration.policy` (Kafka's default, bidirectional).
+    pub fn migration_policy(&self) -> crate::contract::groups::MigrationPolicy {
+        self.entities
+            .get(&ConfigEntity::Cluster)
+            .and_then(|c| c.get(GROUP_CONSUMER_MIGRATION_POLICY))
+            .and_then(|v| crate::contract::groups::MigrationPolicy::parse(v))
+            .unwrap_or_default()
+    }
+
+    /// `offsets.retention.minutes`, in milliseconds.
+    pub fn offsets_retention_ms(&self) -> i64 {
+        self.int(&ConfigEntity::Cluster, OFFSETS_RETENTION_MINUTES)
+            .unwrap_or(DEFAULT_OFFSETS_RETENTION_MINUTES)
+            .saturating_mul(60_000)
+    }
+
+    /// A consumer group's session timeout and heartbeat interval: the
+    /// group's where it sets them, else what the agent asked with. An
+    /// interval left at least the session it would miss is cut to a third
+    /// of it (the group may set one key and the agents the other).
+    pub fn consumer_timeouts(&self, group: &str, session_ms: i32, interval_ms: i32) -> (i32, i32) {
+        let entity = ConfigEntity::Group(group.to_string());
+        let session = self
+            .int(&entity, CONSUMER_SESSION_TIMEOUT_MS)
+            .map_or(session_ms, |v| v as i32);
+        let interval = self
+            .int(&entity, CONSUMER_HEARTBEAT_INTERVAL_MS)
+            .map_or(interval_ms, |v| v as i32);
+        match interval < session {
+            true => (session, interval),
+            false => (session, (session / 3).max(1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn set(pairs: &[(&str, &str)]) -> Vec<ConfigOp> {
+        pairs
+            .iter()
+            .map(|(k, v)| ConfigOp::Set(k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_and_change_nothing() {
+        let mut c = DynamicConfigs::default();
+        let group = ConfigEntity::Group("g".into());
+        let err = c
+            .alter(
+                ConfigEntity::Cluster,
+                &set(&[("dummy.doesntexist", "1")]),
+                false,
+            )
+            .unwrap_err();
+        assert!(err.contains("Unknown dynamic broker config"), "{err}");
+        for bad in ["0", "x", "-5", "99999999999"] {
+            assert!(
+                c.alter(
+                    ConfigEntity::Cluster,
+                    &set(&[(OFFSETS_RETENTION_MINUTES, bad)]),
+                    false
+                )
+                .is_err()
+            );
+        }
+        // One bad value refuses the whole change.
+        assert!(
+            c.alter(
+                group.clone(),
+                &set(&[
+                    (CONSUMER_SESSION_TIMEOUT_MS, "10000"),
+                    (CONSUMER_HEARTBEAT_INTERVAL_MS, "10")
+                ]),
+                false
+            )
+            .is_err()
+        );
+        assert!(
+            c.alter(ConfigEntity::Group(String::new()), &set(&[]), false)
+                .is_err()
+        );
+        assert_eq!((c.version(), c.of(&group)), (0, BTreeMap::new()));
+        assert_eq!(c.offsets_retention_ms(), 7 * 24 * 3600 * 1000);
+    }
+
+    #[test]
+    fn a_group_s_timeouts_override_the_agents_and_stay_consistent() {
+        let mut c = DynamicConfigs::default();
+        let group = ConfigEntity::Group("g".into());
+        assert_eq!(c.consumer_timeouts("g", 45_000, 5_000), (45_000, 5_000));
+        c.alter(
+            group.clone(),
+            &set(&[(CONSUMER_SESSION_TIMEOUT_MS, "12000")]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.consumer_timeouts("g", 45_000, 5_000), (12_000, 5_000));
+        assert_eq!(c.consumer_timeouts("other", 45_000, 5_000), (45_000, 5_000));
+        // The agents' interval would miss the group's session: cut.
+        assert_eq!(c.consumer_timeouts("g", 45_000, 20_000), (12_000, 4_000));
+        // Heartbeat at least the session in the group's own configs: refused.
+        assert!(
+            c.alter(
+                group.clone(),
+                &set(&[(CONSUMER_HEARTBEAT_INTERVAL_MS, "12000")]),
+                false
+            )
+            .is_err()
+        );
+        c.alter(
+            group.clone(),
+            &[ConfigOp::Delete(CONSUMER_SESSION_TIMEOUT_MS.into())],
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.of(&group), BTreeMap::new());
+    }
+
+    #[test]
+    fn cluster_topic_defaults_are_checked_as_their_topic_configs() {
+        let mut c = DynamicConfigs::default();
+        for (key, bad) in [
+            ("log.retention.ms", "-7"),
+            ("log.cleanup.policy", "shred"),
+            ("log.message.timestamp.type", "Sometime"),
+            ("log.retention.minutes", "5"),
+        ] {
+            assert!(
+                c.alter(ConfigEntity::Cluster, &set(&[(key, bad)]), false)
+                    .is_err(),
+                "{key}={bad}"
+            );
+        }
+        c.alter(
+            ConfigEntity::Cluster,
+            &set(&[
+                ("log.retention.ms", "60000"),
+                ("log.cleanup.policy", "compact,delete"),
+                (OFFSETS_RETENTION_MINUTES, "5"),
+            ]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            c.topic_defaults(),
+            map(&[
+                ("retention.ms", "60000"),
+                ("cleanup.policy", "compact,delete")
+            ])
+        );
+    }
+
+    #[test]
+    fn operations_apply_to_the_configs_as_they_are() {
+        let mut c = DynamicConfigs::default();
+        let cluster = ConfigEntity::Cluster;
+        let append = |v: &str| ConfigOp::Append("log.cleanup.policy".into(), v.into());
+        c.alter(cluster.clone(), &[append("compact")], false)
+            .unwrap();
+        // Appending what is there, or padding, changes nothing stored.
+        c.alter(cluster.clone(), &[append(" compact ,compact")], false)
+            .unwrap();
+        c.alter(
+            cluster.clone(),
+            &set(&[("log.retention.ms", "  5  ")]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            c.of(&cluster),
+            map(&[
+                ("log.cleanup.policy", "delete,compact"),
+                ("log.retention.ms", "5")
+            ])
+        );
+        let subtract = ConfigOp::Subtract("log.cleanup.policy".into(), "delete".into());
+        c.alter(cluster.clone(), &[subtract], false).unwrap();
+        assert_eq!(c.of(&cluster)["log.cleanup.policy"], "compact");
+        // APPEND is for lists only; a replace keeps only what it sets.
+        let err = c
+            .alter(
+                cluster.clone(),
+                &[ConfigOp::Append("log.retention.ms".into(), "1".into())],
+                false,
+            )
+            .unwrap_err();
+        assert!(err.contains("append is not allowed"), "{err}");
+        c.alter(
+            cluster.clone(),
+            &set(&[(OFFSETS_RETENTION_MINUTES, "9")]),
+            true,
+        )
+        .unwrap();
+        assert_eq!(c.of(&cluster), map(&[(OFFSETS_RETENTION_MINUTES, "9")]));
+        // Over the bounds: refused.
+        let long = "9".repeat(MAX_CLUSTER_VALUE_BYTES + 1);
+        assert!(
+            c.alter(
+                cluster.clone(),
+                &set(&[(OFFSETS_RETENTION_MINUTES, &long)]),
+                false
+            )
+            .is_err()
+        );
+        let many: Vec<ConfigOp> = (0..=MAX_OPS)
+            .map(|n| ConfigOp::Delete(format!("k{n}")))
+            .collect();
+        assert!(c.alter(cluster.clone(), &many, false).is_err());
+        let name = "g".repeat(MAX_GROUP_ID_BYTES + 1);
+        assert!(
+            c.alter(
+                ConfigEntity::Group(name),
+                &set(&[(CONSUMER_SESSION_TIMEOUT_MS, "9000")]),
+                false
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn offsets_retention_is_read_in_minutes() {
+        let mut c = DynamicConfigs::default();
+        c.alter(
+            ConfigEntity::Cluster,
+            &set(&[(OFFSETS_RETENTION_MINUTES, "2")]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.offsets_retention_ms(), 120_000);
+        assert_eq!(c.version(), 1);
+    }
+
+    /// Subscriptions are checked as Kafka's `ClientMetricsConfigs` checks
+    /// them, listed by name, and bounded in number.
+    #[test]
+    fn client_metrics_subscriptions() {
+        let mut c = DynamicConfigs::default();
+        let sub = |name: &str| ConfigEntity::ClientMetrics(name.into());
+        c.alter(
+            sub("producers"),
+            &set(&[
+                (
+                    CLIENT_METRICS_METRICS,
+                    "org.apache.kafka.producer., org.apache.kafka.producer.",
+                ),
+                (CLIENT_METRICS_INTERVAL_MS, "1000"),
+                (
+                    CLIENT_METRICS_MATCH,
+                    "client_id=app-.*,client_software_name=librdkafka",
+                ),
+            ]),
+            false,
+        )
+        .unwrap();
+        let listed = c.client_metrics();
+        assert_eq!(listed.len(), 1);
+        // Repeats dropped, as every list config.
+        assert_eq!(
+            listed["producers"][CLIENT_METRICS_METRICS],
+            "org.apache.kafka.producer."
+        );
+        c.alter(
+            sub("producers"),
+            &[ConfigOp::Append(CLIENT_METRICS_METRICS.into(), "*".into())],
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            c.of(&sub("producers"))[CLIENT_METRICS_METRICS],
+            "org.apache.kafka.producer.,*"
+        );
+
+        for (key, bad) in [
+            (CLIENT_METRICS_INTERVAL_MS, "99"),
+            (CLIENT_METRICS_INTERVAL_MS, "3600001"),
+            (CLIENT_METRICS_MATCH, "client_id"),
+            (CLIENT_METRICS_MATCH, "client_id=a=b"),
+            (CLIENT_METRICS_MATCH, "user=alice"),
+            (CLIENT_METRICS_MATCH, "client_id="),
+            ("retention.ms", "1"),
+        ] {
+            assert!(
+                c.alter(sub("s"), &set(&[(key, bad)]), false).is_err(),
+                "{key}={bad}"
+            );
+        }
+        assert!(
+            c.alter(sub(""), &set(&[(CLIENT_METRICS_METRICS, "*")]), false)
+                .is_err()
+        );
+
+        // A match is of the whole attribute; a selector given twice keeps
+        // its last pattern.
+        let matched = parse_match("client_id=x,client_id=app-.*").unwrap();
+        assert_eq!(matched.len(), 1);
+        assert!(matched[0].1.is_match("app-1"));
+        assert!(!matched[0].1.is_match("my-app-1"));
+        // Patterns the regex crate does not take are the agents' to refuse
+        // (the state does not compile them: see `match_items`).
+        for agent_refuses in ["client_id=(unclosed", "client_id=(?!x).*"] {
+            assert!(match_items(agent_refuses).is_ok());
+            assert!(parse_match(agent_refuses).is_err(), "{agent_refuses}");
+        }
+
+        for n in 1..MAX_CLIENT_METRICS_ENTITIES {
+            c.alter(
+                sub(&format!("s{n}")),
+                &set(&[(CLIENT_METRICS_METRICS, "*")]),
+                false,
+            )
+            .unwrap();
+        }
+        assert!(
+            c.alter(
+                sub("one-too-many"),
+                &set(&[(CLIENT_METRICS_METRICS, "*")]),
+                false
+            )
+            .is_err()
+        );
+        // Group configs are counted apart.
+        c.alter(
+            ConfigEntity::Group("g".into()),
+            &set(&[(CONSUMER_SESSION_TIMEOUT_MS, "9000")]),
+            false,
+        )
+        .unwrap();
+        // Deleting every key removes the subscription.
+        c.alter(
+            sub("s1"),
+            &[ConfigOp::Delete(CLIENT_METRICS_METRICS.into())],
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.client_metrics().len(), MAX_CLIENT_METRICS_ENTITIES - 1);
+    }
+}
