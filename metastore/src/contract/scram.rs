@@ -113,7 +113,10 @@ pub enum ScramRefusal {
 /// asked for that has no credentials).
 pub type UserMechanisms = (String, Option<Vec<(ScramMechanism, i32)>>);
 
-/// Every user's credentials.
+/// Kafka's checks of one alteration that need no state: a name of at most
+/// [`MAX_USER_NAME`] bytes, a known mechanism, 4096 to 16384 iterations,
+/// a salt and keys of 1 to [`MAX_KEY_BYTES`]. Agents run them before a
+/// request reaches the log; the state machine runs them again.
 pub fn check(alteration: &ScramAlteration) -> Result<(), ScramRefusal> {
     let (user, mechanism) = match alteration {
         ScramAlteration::Upsert {

@@ -99,11 +99,6 @@ impl ScramCredentials {
     }
 }
 
-/// Kafka's checks of one alteration that need no state: a name of at most
-/// [`MAX_USER_NAME`] bytes, a known mechanism, 4096 to 16384 iterations,
-/// a salt and keys of 1 to [`MAX_KEY_BYTES`]. Agents run them before a
-/// request reaches the log; the state machine runs them again.
-
 #[cfg(test)]
 mod tests {
     use super::*;
