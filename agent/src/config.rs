@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytesize::ByteSize;
-use serde::Deserialize;
+use clap::ArgAction;
+use serde::{Deserialize, Serialize};
 
 /// How clients find agents (see [`crate::cluster::discovery`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Discovery {
     #[serde(rename = "self")]
@@ -34,7 +35,7 @@ pub struct TlsFiles {
 
 /// What an agent does (`floe agent --roles kafka,jobs`), so background work
 /// can be sized and placed apart from client traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// Serves Kafka clients (and is advertised to them).
@@ -44,229 +45,321 @@ pub enum Role {
     Jobs,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// Everything an agent is configured with: each field is a key of
+/// `floe.toml`, a flag (`--flush-interval`) and a variable
+/// (`FLOE_FLUSH_INTERVAL`); a flag or variable overrides the file. Its doc
+/// comment is its help and its line in `docs/configuration.md`; its default
+/// is [`Config::default`]'s (see [`Config::command`]).
+#[derive(Debug, Clone, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// What this agent does: `kafka` (serves clients) and `jobs` (compaction,
     /// retention, the orphan sweep, GC); both by default.
+    #[arg(long, value_delimiter = ',')]
     pub roles: Vec<Role>,
     /// Address the Kafka listener binds (with `listeners` unset).
+    #[arg(long)]
     pub listen: SocketAddr,
     /// Kafka's `listeners`: `NAME://host:port` each, replacing `listen`
-    /// and `advertise` (see `crate::net::listeners`).
+    /// and `advertise`.
+    #[arg(long, value_delimiter = ',')]
     pub listeners: Vec<String>,
     /// Kafka's `advertised.listeners`: `NAME://host:port` clients of the
     /// listener NAME are told (default: the listener's own address).
+    #[arg(long, value_delimiter = ',')]
     pub advertised_listeners: Vec<String>,
     /// Kafka's `listener.security.protocol.map`: `NAME:PROTOCOL` each
     /// (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); a listener named as a
     /// protocol speaks it.
+    #[arg(long, value_delimiter = ',')]
     pub listener_security_protocol_map: Vec<String>,
     /// Address of the admin HTTP port (`/metrics`, `/healthz`, `/readyz`).
+    #[arg(long)]
     pub admin_listen: SocketAddr,
-    /// A PEM certificate chain and its key: the Kafka listener speaks TLS
-    /// (Kafka's `SSL`), reloading them when they change.
+    /// A PEM certificate chain: with `tls_key`, the Kafka listener speaks
+    /// TLS (Kafka's `SSL`), reloading them when they change.
+    #[arg(long)]
     pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `tls_cert`.
+    #[arg(long)]
     pub tls_key: Option<PathBuf>,
     /// PEM CA certificates: clients must present a certificate they signed
     /// (mutual TLS, Kafka's `ssl.client.auth=required`).
+    #[arg(long)]
     pub tls_client_ca: Option<PathBuf>,
     /// How a client certificate's subject becomes its principal (Kafka's
-    /// `ssl.principal.mapping.rules`; see `crate::security::ssl_principal`).
+    /// `ssl.principal.mapping.rules`).
+    #[arg(long)]
     pub ssl_principal_mapping_rules: String,
     /// A file of `user:password` lines: clients authenticate with SASL/PLAIN
     /// before anything else (with TLS: Kafka's `SASL_SSL`).
+    #[arg(long)]
     pub sasl_plain_users: Option<PathBuf>,
     /// SASL mechanisms clients must authenticate with (Kafka's
     /// `sasl.enabled.mechanisms`): `PLAIN` (with `sasl_plain_users`),
     /// `SCRAM-SHA-256`, `SCRAM-SHA-512` (credentials in the metastore, set
     /// with AlterUserScramCredentials). Empty: PLAIN if `sasl_plain_users`
     /// is set, else no SASL.
+    #[arg(long, value_delimiter = ',')]
     pub sasl_mechanisms: Vec<String>,
     /// OAUTHBEARER: the JSON Web Key Set signed tokens are checked against
     /// (Kafka's `sasl.oauthbearer.jwks.endpoint.url`): an `https://` (or
     /// `http://`) endpoint, or a file.
+    #[arg(long)]
     pub sasl_oauthbearer_jwks: Option<String>,
     /// OAUTHBEARER: how often an endpoint's key set is fetched again
     /// (Kafka's `sasl.oauthbearer.jwks.endpoint.refresh.ms`); it is also
     /// fetched soon after a token names a key it does not hold.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub sasl_oauthbearer_jwks_refresh: Duration,
     /// OAUTHBEARER: take unsecured (`alg: none`) tokens, for tests (Kafka's
     /// unsecured validator, which it uses unless configured otherwise).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub sasl_oauthbearer_unsecured: bool,
     /// OAUTHBEARER: the `iss` tokens must have (Kafka's
     /// `sasl.oauthbearer.expected.issuer`).
+    #[arg(long)]
     pub sasl_oauthbearer_expected_issuer: Option<String>,
     /// OAUTHBEARER: an `aud` tokens must have one of (Kafka's
     /// `sasl.oauthbearer.expected.audience`).
+    #[arg(long, value_delimiter = ',')]
     pub sasl_oauthbearer_expected_audience: Vec<String>,
     /// Check every request against the ACLs kept in the metastore (Kafka's
     /// `StandardAuthorizer`); off, everything is allowed.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub acls: bool,
     /// A file holding the metastore cluster's secret (`floe metastore
     /// --secret-file`): proved to the metastore on every connection.
+    #[arg(long)]
     pub metastore_secret_file: Option<PathBuf>,
     /// The network to the metastore is trusted. Otherwise an agent with
     /// SASL or ACLs on refuses to talk to a metastore on another host
     /// without its secret: whoever reaches that metastore could change
     /// every ACL and credential, and read every record's location.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub metastore_trusted_network: bool,
     /// Principals allowed everything (`User:admin`; Kafka's `super.users`).
+    #[arg(long, value_delimiter = ';')]
     pub super_users: Vec<String>,
     /// Allow what no ACL names (Kafka's `allow.everyone.if.no.acl.found`).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_everyone_if_no_acl_found: bool,
     /// `host:port` clients are told to connect to; defaults to `listen`.
+    #[arg(long)]
     pub advertise: Option<String>,
     /// How clients find agents: `self` (each agent a broker in Metadata) or
     /// `load-balancer` (every agent advertises the balancer's one address).
+    #[arg(long)]
     pub discovery: Discovery,
     /// This agent's zone, matched against `floe_az=<zone>` in client ids.
+    #[arg(long)]
     pub zone: Option<String>,
     /// An agent not heard from for this long is left out of Metadata.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub agent_ttl: Duration,
     /// This agent's broker id in Metadata in `load-balancer` mode; in `self`
     /// mode the metastore assigns one per advertised address.
+    #[arg(long)]
     pub node_id: i32,
     /// Folder for local state (the embedded metastore's log).
+    #[arg(long)]
     pub data_dir: PathBuf,
     /// Where objects go: `file://PATH` or `memory://`.
+    #[arg(long)]
     pub object_store: String,
     /// The embedded metastore's redb file; defaults to `<data_dir>/metastore.redb`.
+    #[arg(long)]
     pub metastore_path: Option<PathBuf>,
     /// `host:port` of a `floe metastore` shared with other agents; unset, the
     /// agent runs its own metastore in-process.
+    #[arg(long)]
     pub metastore: Option<String>,
     /// Longest a produced batch waits before its ingest file is uploaded.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub flush_interval: Duration,
     /// An ingest file is uploaded as soon as it holds this much.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub flush_bytes: ByteSize,
     /// Produced bytes held in memory awaiting upload; producers wait beyond it.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub max_buffered_bytes: ByteSize,
     /// Ingest files being uploaded at once (commits still go in file order).
+    #[arg(long)]
     pub max_inflight_uploads: usize,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub max_frame_bytes: ByteSize,
     /// Memory for requests being read and not yet admitted, across all
     /// connections (Kafka's `queued.max.request.bytes`); connections stop
     /// reading beyond it.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub queued_max_request_bytes: ByteSize,
     /// Largest record batch a producer may send (Kafka's `message.max.bytes`;
     /// a topic's `max.message.bytes` overrides it).
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub message_max_bytes: ByteSize,
     /// Most bytes one Fetch response carries, whatever the client asks
     /// (Kafka's `fetch.max.bytes`); one batch is returned even if larger.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub max_fetch_bytes: ByteSize,
     /// Memory for responses being prepared or waiting for their client to
     /// read them, across all connections; fetches wait beyond it.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub max_response_bytes: ByteSize,
     /// Connections open at once (Kafka's `max.connections`); more are closed
     /// as they arrive.
+    #[arg(long)]
     pub max_connections: usize,
     /// Connections open at once from one address (`max.connections.per.ip`).
     /// Behind a load balancer every client shares its address: keep it high.
+    #[arg(long)]
     pub max_connections_per_ip: usize,
     /// A connection with no request in flight and none arriving for this
     /// long is closed (Kafka's `connections.max.idle.ms`).
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub connections_max_idle: Duration,
     /// A SASL session lasts this long; the client must re-authenticate on
     /// its connection before then, or the connection is closed at its next
     /// request (Kafka's `connections.max.reauth.ms`, KIP-368). Zero: for
     /// ever.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub connections_max_reauth: Duration,
     /// A connection whose client sends none of a request it began, or reads
     /// none of a response, for this long is closed, giving back the memory
     /// it held. (A Kafka client gives up on a request after its
     /// `request.timeout.ms`, 30 s by default, and reconnects.)
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub stalled_client_timeout: Duration,
     /// A member of a consumer-protocol group (KIP-848) not heard from for
     /// this long is removed (Kafka's `group.consumer.session.timeout.ms`).
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub consumer_session_timeout: Duration,
     /// How often such members are told to heartbeat
     /// (`group.consumer.heartbeat.interval.ms`).
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub consumer_heartbeat_interval: Duration,
-    /// The shortest and longest session timeout a classic group member may
-    /// ask for (Kafka's `group.min.session.timeout.ms` and
-    /// `group.max.session.timeout.ms`); others are refused with
-    /// INVALID_SESSION_TIMEOUT.
+    /// The shortest session timeout a classic group member may ask for
+    /// (Kafka's `group.min.session.timeout.ms`); shorter ones are refused
+    /// with INVALID_SESSION_TIMEOUT.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub group_min_session_timeout: Duration,
+    /// The longest session timeout a classic group member may ask for
+    /// (Kafka's `group.max.session.timeout.ms`); longer ones are refused.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub group_max_session_timeout: Duration,
     /// How long the first rebalance of an empty classic group waits for
     /// more members, and waits again while new ones come, within the
     /// rebalance timeout (Kafka's `group.initial.rebalance.delay.ms`).
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub group_initial_rebalance_delay: Duration,
     /// The longest transaction timeout a producer may ask for (Kafka's
     /// `transaction.max.timeout.ms`); longer ones get INVALID_TRANSACTION_TIMEOUT.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub transaction_max_timeout: Duration,
     /// How often the coordinator looks for transactions past their timeout
     /// (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`):
     /// a transaction times out at the first look after its timeout, so its
     /// producer may still commit until then, as with Kafka.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub transaction_abort_check_interval: Duration,
     /// Memory for cached object blocks.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub cache_bytes: ByteSize,
     /// Size of one cached block; reads fetch whole aligned blocks.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub cache_block_bytes: ByteSize,
     /// A directory for the cache's disk tier (none by default: memory only).
+    #[arg(long)]
     pub cache_disk_dir: Option<PathBuf>,
     /// Disk for cached blocks in `cache_disk_dir`.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub cache_disk_bytes: ByteSize,
     /// Memory for blocks of catch-up reads, kept apart so that a consumer
     /// replaying old data does not evict the blocks tailing consumers read.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub cache_catch_up_bytes: ByteSize,
     /// A read starting more than this far (estimated) behind its
     /// partition's end is a catch-up read.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub cache_catch_up_lag: ByteSize,
     /// Ask the agent of this zone that owns a block for it before reading
     /// the object store (the per-zone cache ring).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub cache_ring: bool,
     /// How long an owner may take to send a block before this agent reads
     /// the object store itself.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub cache_peer_timeout: Duration,
     /// `host:port` where the other agents reach this one's admin port for
     /// blocks (default: the advertised host and the admin port).
+    #[arg(long)]
     pub cache_advertise: Option<String>,
     /// Create unknown topics on Metadata/Produce, as `auto.create.topics.enable`.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub auto_create_topics: bool,
     /// Partitions of auto-created topics and of CreateTopics with -1.
+    #[arg(long)]
     pub default_partitions: i32,
     /// How often this agent compacts ingest files and collects garbage; `0s`
     /// turns the compactor off.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub compaction_interval: Duration,
     /// Ingest files waiting before a compaction job reads them.
+    #[arg(long)]
     pub compaction_min_extents: usize,
     /// However few ingest files wait, they are compacted once the oldest
     /// append in them is this old.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub compaction_max_age: Duration,
     /// Most bytes of ingest files one compaction job reads and holds (its
     /// agent's memory holds about twice this while the job runs).
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub compaction_job_bytes: ByteSize,
     /// Largest segment the compactor writes.
+    #[arg(long)]
+    #[serde(with = "exact_size")]
     pub segment_bytes: ByteSize,
     /// Objects in the bucket the metastore does not know are deleted once
     /// older than this (uploads whose commit never happened).
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub orphan_age: Duration,
     /// For tests: errors and latency to inject into object-store requests,
     /// e.g. `put_error_rate=0.3,get_error_rate=0.1,latency=20ms`.
+    #[arg(long)]
     pub inject_faults: Option<String>,
     /// How long an unreferenced object is kept before deletion, so reads that
     /// planned with it can finish.
+    #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub gc_grace: Duration,
 }
@@ -366,6 +459,148 @@ impl Default for Config {
             inject_faults: None,
             orphan_age: Duration::from_secs(3600),
         }
+    }
+}
+
+impl Config {
+    /// `command` with every setting's flag, its `FLOE_<KEY>` variable and
+    /// its default (shown in `--help`): the flags of `floe agent`.
+    pub fn command(command: clap::Command) -> clap::Command {
+        Config::with_defaults(<Config as clap::Args>::augment_args(command))
+    }
+
+    /// `command`, whose settings' flags are derived from this type, with
+    /// each one's `FLOE_<KEY>` variable and default.
+    pub fn with_defaults(command: clap::Command) -> clap::Command {
+        let defaults = serde_json::to_value(Config::default()).unwrap_or_default();
+        command.mut_args(|arg| {
+            let key = arg.get_id().as_str().to_string();
+            if defaults.get(&key).is_none() {
+                return arg;
+            }
+            let arg = arg.env(format!("FLOE_{}", key.to_uppercase()));
+            match default_of(&defaults[&key], arg.get_value_delimiter()) {
+                Some(default) => arg.default_value(default).required(false),
+                None => arg,
+            }
+        })
+    }
+
+    /// The settings of `file` (the defaults without one), with every
+    /// setting given as a flag or a variable in `matches` over them.
+    /// (`given` is what `matches` parsed to.)
+    pub fn layered(
+        file: Option<&Path>,
+        given: Config,
+        matches: &clap::ArgMatches,
+    ) -> anyhow::Result<Config> {
+        use clap::parser::ValueSource;
+        let base = match file {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        let given = serde_json::to_value(given)?;
+        let mut merged = serde_json::to_value(base)?;
+        for id in matches.ids() {
+            let key = id.as_str();
+            let explicit = matches!(
+                matches.value_source(key),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            );
+            if let (true, Some(value)) = (explicit, given.get(key)) {
+                merged[key] = value.clone();
+            }
+        }
+        Ok(serde_json::from_value(merged)?)
+    }
+
+    /// The configuration reference (`docs/configuration.md`): each setting's
+    /// key, flag, variable, default and meaning, from the same doc comments
+    /// and defaults as `--help`.
+    pub fn reference() -> String {
+        let command = Config::command(clap::Command::new("agent"));
+        let mut out = String::from(REFERENCE_HEAD);
+        for arg in command.get_arguments() {
+            let key = arg.get_id().as_str();
+            let default = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(&arg.get_value_delimiter().unwrap_or(',').to_string());
+            let meaning = arg
+                .get_long_help()
+                .or(arg.get_help())
+                .map(|h| h.to_string().replace('\n', " "))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "| `{key}` | `--{}` | `{}` | {} | {meaning} |\n",
+                arg.get_long().unwrap_or(key),
+                arg.get_env()
+                    .map(|e| e.to_string_lossy())
+                    .unwrap_or_default(),
+                if default.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    format!("`{default}`")
+                },
+            ));
+        }
+        out
+    }
+}
+
+const REFERENCE_HEAD: &str = "# Agent configuration reference
+
+Generated from the agent's configuration type (`agent/src/config.rs`) by
+`FLOE_BLESS=1 cargo test -p floe-agent configuration_reference`; a test
+fails when this file is not current. Every setting is a key of
+`floe.toml` (`floe agent --config floe.toml`), a flag of `floe agent` and
+`floe compactor`, and an environment variable; a flag or a variable
+overrides the file. Durations are written `250ms`, `30s`, `1h`; sizes
+`8MiB`, `4 GiB`.
+
+| key | flag | variable | default | meaning |
+|---|---|---|---|---|
+";
+
+/// A size as a key's, flag's or variable's value, exactly: `8MiB` for a
+/// whole number of MiB (KiB, GiB), else bytes (`ByteSize`'s own text rounds
+/// to a tenth of its unit). Read as `ByteSize` reads one.
+mod exact_size {
+    use bytesize::ByteSize;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(size: &ByteSize, to: S) -> Result<S::Ok, S::Error> {
+        let bytes = size.as_u64();
+        let text = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+            .iter()
+            .find(|(_, unit)| bytes > 0 && bytes.is_multiple_of(*unit))
+            .map_or(bytes.to_string(), |(name, unit)| {
+                format!("{}{name}", bytes / unit)
+            });
+        to.serialize_str(&text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<ByteSize, D::Error> {
+        ByteSize::deserialize(from)
+    }
+}
+
+/// A default as a flag's value: lists joined by the flag's delimiter;
+/// `None` for no value (an unset option, an empty list).
+fn default_of(value: &serde_json::Value, delimiter: Option<char>) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) if items.is_empty() => None,
+        Value::Array(items) => {
+            let items: Option<Vec<String>> =
+                items.iter().map(|item| default_of(item, None)).collect();
+            Some(items?.join(&delimiter.unwrap_or(',').to_string()))
+        }
+        other => Some(other.to_string()),
     }
 }
 
@@ -584,6 +819,47 @@ mod tests {
         let c: Config = toml::from_str(example).unwrap();
         crate::agent::check(&c).unwrap();
         assert_eq!(c.zone.as_deref(), Some("eu-west-1a"));
+    }
+
+    /// `docs/configuration.md` is the reference generated from this type;
+    /// `FLOE_BLESS=1` writes it again.
+    #[test]
+    fn configuration_reference_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+        let generated = Config::reference();
+        if std::env::var_os("FLOE_BLESS").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "docs/configuration.md is not current: FLOE_BLESS=1 cargo test -p floe-agent configuration_reference"
+        );
+        let command = Config::command(clap::Command::new("agent"));
+        for arg in command.get_arguments() {
+            assert!(
+                arg.get_help().is_some(),
+                "{} has no doc comment",
+                arg.get_id()
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_are_written_exactly() {
+        let c = Config {
+            flush_bytes: ByteSize::b(1_536_000),
+            ..Config::default()
+        };
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["flush_bytes"], "1500KiB");
+        assert_eq!(
+            json["message_max_bytes"],
+            DEFAULT_MESSAGE_MAX_BYTES.to_string()
+        );
+        let back: Config = serde_json::from_value(json).unwrap();
+        assert_eq!(back.flush_bytes, c.flush_bytes);
+        assert_eq!(back.message_max_bytes.as_u64(), DEFAULT_MESSAGE_MAX_BYTES);
     }
 
     #[test]

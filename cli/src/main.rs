@@ -1,14 +1,10 @@
 //! The `floe` command.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytesize::ByteSize;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use floe_agent::agent::Agent;
-use floe_agent::cluster::discovery::Discovery;
 use floe_agent::config::Config;
 use floe_agent::config::Role;
 use floe_agent::metrics::{Metrics, OpLabel, metered};
@@ -186,334 +182,48 @@ fn run_cost(args: CostArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every flag overrides the same key of the config file; `FLOE_<KEY>` env vars too.
-/// A flag given twice takes its last value.
+/// The agent's settings: a config file, under its flags and variables
+/// (every one derived from [`Config`]). A flag given twice takes its last
+/// value.
 #[derive(Args)]
 #[command(args_override_self = true)]
 struct AgentArgs {
-    /// A floe.toml to read settings from.
+    /// A floe.toml to read settings from; flags and variables override it.
     #[arg(long, env = "FLOE_CONFIG")]
     config: Option<PathBuf>,
-    #[arg(long, env = "FLOE_LISTEN")]
-    listen: Option<SocketAddr>,
-    /// e.g. INTERNAL://10.0.0.1:9092,EXTERNAL://0.0.0.0:9094: several listeners, replacing --listen (Kafka's listeners)
-    #[arg(long, env = "FLOE_LISTENERS", value_delimiter = ',')]
-    listeners: Option<Vec<String>>,
-    /// e.g. EXTERNAL://kafka-1.example.com:9094: what clients of each listener are told (Kafka's advertised.listeners)
-    #[arg(long, env = "FLOE_ADVERTISED_LISTENERS", value_delimiter = ',')]
-    advertised_listeners: Option<Vec<String>>,
-    /// e.g. INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL (Kafka's listener.security.protocol.map)
-    #[arg(
-        long,
-        env = "FLOE_LISTENER_SECURITY_PROTOCOL_MAP",
-        value_delimiter = ','
-    )]
-    listener_security_protocol_map: Option<Vec<String>>,
-    /// Admin HTTP address: /metrics, /healthz, /readyz
-    #[arg(long, env = "FLOE_ADMIN_LISTEN")]
-    admin_listen: Option<SocketAddr>,
-    /// PEM certificate chain: the Kafka listener speaks TLS (with --tls-key)
-    #[arg(long, env = "FLOE_TLS_CERT")]
-    tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert
-    #[arg(long, env = "FLOE_TLS_KEY")]
-    tls_key: Option<PathBuf>,
-    /// PEM CA certificates: clients must present a certificate they signed (mutual TLS)
-    #[arg(long, env = "FLOE_TLS_CLIENT_CA")]
-    tls_client_ca: Option<PathBuf>,
-    /// e.g. RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT: how a client certificate's subject becomes its principal (Kafka's ssl.principal.mapping.rules)
-    #[arg(long, env = "FLOE_SSL_PRINCIPAL_MAPPING_RULES")]
-    ssl_principal_mapping_rules: Option<String>,
-    /// A file of user:password lines: clients must authenticate with SASL/PLAIN
-    #[arg(long, env = "FLOE_SASL_PLAIN_USERS")]
-    sasl_plain_users: Option<PathBuf>,
-    /// e.g. PLAIN,SCRAM-SHA-512: SASL mechanisms clients must authenticate with
-    /// (default: PLAIN with --sasl-plain-users, else none)
-    #[arg(long, env = "FLOE_SASL_MECHANISMS", value_delimiter = ',')]
-    sasl_mechanisms: Option<Vec<String>>,
-    /// OAUTHBEARER: the JSON Web Key Set signed tokens are checked against: an https:// endpoint or a file
-    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_JWKS")]
-    sasl_oauthbearer_jwks: Option<String>,
-    /// e.g. 1h: how often a key set endpoint is fetched again
-    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_JWKS_REFRESH", value_parser = humantime::parse_duration)]
-    sasl_oauthbearer_jwks_refresh: Option<Duration>,
-    /// OAUTHBEARER: take unsecured (alg none) tokens, for tests
-    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_UNSECURED", num_args = 0..=1, default_missing_value = "true")]
-    sasl_oauthbearer_unsecured: Option<bool>,
-    /// OAUTHBEARER: the issuer (iss) tokens must name
-    #[arg(long, env = "FLOE_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
-    sasl_oauthbearer_expected_issuer: Option<String>,
-    /// OAUTHBEARER: audiences (aud), one of which tokens must name
-    #[arg(
-        long,
-        env = "FLOE_SASL_OAUTHBEARER_EXPECTED_AUDIENCE",
-        value_delimiter = ','
-    )]
-    sasl_oauthbearer_expected_audience: Option<Vec<String>>,
-    /// Check every request against the ACLs (floe acls, or any admin client's CreateAcls)
-    #[arg(long, env = "FLOE_ACLS", num_args = 0..=1, default_missing_value = "true")]
-    acls: Option<bool>,
-    /// A file holding the metastore cluster's secret (floe metastore --secret-file)
-    #[arg(long, env = "FLOE_METASTORE_SECRET_FILE")]
-    metastore_secret_file: Option<PathBuf>,
-    /// The network to the metastore is trusted: with SASL or ACLs on, talk to a metastore on another host without its secret
-    #[arg(long, env = "FLOE_METASTORE_TRUSTED_NETWORK", num_args = 0..=1, default_missing_value = "true")]
-    metastore_trusted_network: Option<bool>,
-    /// e.g. User:admin;User:ops: principals allowed everything (separated by ';', as Kafka's super.users, since certificate principals hold commas)
-    #[arg(long, env = "FLOE_SUPER_USERS", value_delimiter = ';')]
-    super_users: Option<Vec<String>>,
-    /// Allow what no ACL names (Kafka's allow.everyone.if.no.acl.found)
-    #[arg(
-        long,
-        env = "FLOE_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
-        num_args = 0..=1,
-        default_missing_value = "true"
-    )]
-    allow_everyone_if_no_acl_found: Option<bool>,
-    /// e.g. kafka,jobs (the default): serve clients, run background jobs, or both
-    #[arg(long, env = "FLOE_ROLES", value_enum, value_delimiter = ',')]
-    roles: Option<Vec<Role>>,
-    /// host:port clients should connect to (default: the listen address).
-    #[arg(long, env = "FLOE_ADVERTISE")]
-    advertise: Option<String>,
-    /// How clients find agents: self (each agent a broker) or load-balancer
-    #[arg(long, env = "FLOE_DISCOVERY", value_enum)]
-    discovery: Option<Discovery>,
-    /// This agent's zone, matched against floe_az=<zone> in client ids
-    #[arg(long, env = "FLOE_ZONE")]
-    zone: Option<String>,
-    /// e.g. 10s: agents silent for longer are left out of Metadata
-    #[arg(long, env = "FLOE_AGENT_TTL", value_parser = humantime::parse_duration)]
-    agent_ttl: Option<Duration>,
-    /// Broker id in load-balancer mode
-    #[arg(long, env = "FLOE_NODE_ID")]
-    node_id: Option<i32>,
-    #[arg(long, env = "FLOE_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// file://PATH or memory://
-    #[arg(long, env = "FLOE_OBJECT_STORE")]
-    object_store: Option<String>,
-    #[arg(long, env = "FLOE_METASTORE_PATH")]
-    metastore_path: Option<PathBuf>,
-    /// `floe metastore` nodes, host:port comma-separated; the leader is found (default: one in-process)
-    #[arg(long, env = "FLOE_METASTORE")]
-    metastore: Option<String>,
-    /// e.g. 250ms
-    #[arg(long, env = "FLOE_FLUSH_INTERVAL", value_parser = humantime::parse_duration)]
-    flush_interval: Option<Duration>,
-    /// e.g. 8MiB
-    #[arg(long, env = "FLOE_FLUSH_BYTES")]
-    flush_bytes: Option<ByteSize>,
-    #[arg(long, env = "FLOE_MAX_BUFFERED_BYTES")]
-    max_buffered_bytes: Option<ByteSize>,
-    #[arg(long, env = "FLOE_MAX_INFLIGHT_UPLOADS")]
-    max_inflight_uploads: Option<usize>,
-    #[arg(long, env = "FLOE_MAX_FRAME_BYTES")]
-    max_frame_bytes: Option<ByteSize>,
-    /// Memory for requests being read across all connections (Kafka's queued.max.request.bytes)
-    #[arg(long, env = "FLOE_QUEUED_MAX_REQUEST_BYTES")]
-    queued_max_request_bytes: Option<ByteSize>,
-    #[arg(long, env = "FLOE_MAX_FETCH_BYTES")]
-    max_fetch_bytes: Option<ByteSize>,
-    /// Largest batch a producer may send (Kafka's message.max.bytes)
-    #[arg(long, env = "FLOE_MESSAGE_MAX_BYTES")]
-    message_max_bytes: Option<ByteSize>,
-    /// Memory for responses in flight across all connections
-    #[arg(long, env = "FLOE_MAX_RESPONSE_BYTES")]
-    max_response_bytes: Option<ByteSize>,
-    #[arg(long, env = "FLOE_MAX_CONNECTIONS")]
-    max_connections: Option<usize>,
-    #[arg(long, env = "FLOE_MAX_CONNECTIONS_PER_IP")]
-    max_connections_per_ip: Option<usize>,
-    /// e.g. 10m: connections idle this long are closed
-    #[arg(long, env = "FLOE_CONNECTIONS_MAX_IDLE", value_parser = humantime::parse_duration)]
-    connections_max_idle: Option<Duration>,
-    /// e.g. 1h: SASL clients re-authenticate this often or are disconnected (KIP-368; default never)
-    #[arg(long, env = "FLOE_CONNECTIONS_MAX_REAUTH", value_parser = humantime::parse_duration)]
-    connections_max_reauth: Option<Duration>,
-    /// e.g. 30s: a client sending none of a begun request, or reading none of a response, this long is disconnected
-    #[arg(long, env = "FLOE_STALLED_CLIENT_TIMEOUT", value_parser = humantime::parse_duration)]
-    stalled_client_timeout: Option<Duration>,
-    /// e.g. 45s: consumer-protocol (KIP-848) members not heard from this long are removed
-    #[arg(long, env = "FLOE_CONSUMER_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
-    consumer_session_timeout: Option<Duration>,
-    /// e.g. 5s: how often consumer-protocol members heartbeat
-    #[arg(long, env = "FLOE_CONSUMER_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
-    consumer_heartbeat_interval: Option<Duration>,
-    /// e.g. 6s: the shortest session timeout a classic group member may ask for
-    #[arg(long, env = "FLOE_GROUP_MIN_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
-    group_min_session_timeout: Option<Duration>,
-    /// e.g. 30m: the longest session timeout a classic group member may ask for
-    #[arg(long, env = "FLOE_GROUP_MAX_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
-    group_max_session_timeout: Option<Duration>,
-    /// e.g. 3s: how long the first rebalance of an empty classic group waits for more members
-    #[arg(long, env = "FLOE_GROUP_INITIAL_REBALANCE_DELAY", value_parser = humantime::parse_duration)]
-    group_initial_rebalance_delay: Option<Duration>,
-    /// e.g. 15m: the longest transaction timeout a producer may ask for
-    #[arg(long, env = "FLOE_TRANSACTION_MAX_TIMEOUT", value_parser = humantime::parse_duration)]
-    transaction_max_timeout: Option<Duration>,
-    /// e.g. 10s: how often transactions past their timeout are looked for (0s: at once)
-    #[arg(long, env = "FLOE_TRANSACTION_ABORT_CHECK_INTERVAL", value_parser = humantime::parse_duration)]
-    transaction_abort_check_interval: Option<Duration>,
-    #[arg(long, env = "FLOE_CACHE_BYTES")]
-    cache_bytes: Option<ByteSize>,
-    #[arg(long, env = "FLOE_CACHE_BLOCK_BYTES")]
-    cache_block_bytes: Option<ByteSize>,
-    /// A directory for the block cache's disk tier (default: memory only)
-    #[arg(long, env = "FLOE_CACHE_DISK_DIR")]
-    cache_disk_dir: Option<PathBuf>,
-    #[arg(long, env = "FLOE_CACHE_DISK_BYTES")]
-    cache_disk_bytes: Option<ByteSize>,
-    /// Memory for blocks of reads far behind the tail
-    #[arg(long, env = "FLOE_CACHE_CATCH_UP_BYTES")]
-    cache_catch_up_bytes: Option<ByteSize>,
-    /// Reads further behind their partition's end than this are catch-up reads
-    #[arg(long, env = "FLOE_CACHE_CATCH_UP_LAG")]
-    cache_catch_up_lag: Option<ByteSize>,
-    /// Ask the zone's owner of a block before the object store (default true)
-    #[arg(long, env = "FLOE_CACHE_RING")]
-    cache_ring: Option<bool>,
-    /// e.g. 1s: an owner slower than this is read around
-    #[arg(long, env = "FLOE_CACHE_PEER_TIMEOUT", value_parser = humantime::parse_duration)]
-    cache_peer_timeout: Option<Duration>,
-    /// host:port other agents reach this one's admin port at (default: advertised host, admin port)
-    #[arg(long, env = "FLOE_CACHE_ADVERTISE")]
-    cache_advertise: Option<String>,
-    #[arg(long, env = "FLOE_AUTO_CREATE_TOPICS")]
-    auto_create_topics: Option<bool>,
-    #[arg(long, env = "FLOE_DEFAULT_PARTITIONS")]
-    default_partitions: Option<i32>,
-    /// e.g. 30s; 0s turns compaction off
-    #[arg(long, env = "FLOE_COMPACTION_INTERVAL", value_parser = humantime::parse_duration)]
-    compaction_interval: Option<Duration>,
-    #[arg(long, env = "FLOE_COMPACTION_MIN_EXTENTS")]
-    compaction_min_extents: Option<usize>,
-    /// e.g. 5m: ingest files are compacted once the oldest append in them is this old
-    #[arg(long, env = "FLOE_COMPACTION_MAX_AGE", value_parser = humantime::parse_duration)]
-    compaction_max_age: Option<Duration>,
-    #[arg(long, env = "FLOE_COMPACTION_JOB_BYTES")]
-    compaction_job_bytes: Option<ByteSize>,
-    #[arg(long, env = "FLOE_SEGMENT_BYTES")]
-    segment_bytes: Option<ByteSize>,
-    #[arg(long, env = "FLOE_GC_GRACE", value_parser = humantime::parse_duration)]
-    gc_grace: Option<Duration>,
-    /// e.g. 1h: unknown objects older than this are deleted
-    #[arg(long, env = "FLOE_ORPHAN_AGE", value_parser = humantime::parse_duration)]
-    orphan_age: Option<Duration>,
-    /// For tests: inject object-store faults, e.g. put_error_rate=0.3,latency=20ms
-    #[arg(long, env = "FLOE_INJECT_FAULTS")]
-    inject_faults: Option<String>,
+    #[command(flatten)]
+    settings: Config,
 }
 
 impl AgentArgs {
-    fn into_config(self) -> anyhow::Result<Config> {
-        let mut c = match &self.config {
-            Some(path) => Config::load(path)?,
-            None => Config::default(),
-        };
-        macro_rules! set {
-            ($($field:ident),*) => { $( if let Some(v) = self.$field { c.$field = v; } )* };
-        }
-        set!(
-            sasl_oauthbearer_jwks_refresh,
-            ssl_principal_mapping_rules,
-            sasl_oauthbearer_unsecured,
-            sasl_oauthbearer_expected_audience,
-            roles,
-            sasl_mechanisms,
-            acls,
-            metastore_trusted_network,
-            super_users,
-            allow_everyone_if_no_acl_found,
-            listen,
-            listeners,
-            advertised_listeners,
-            listener_security_protocol_map,
-            admin_listen,
-            discovery,
-            agent_ttl,
-            node_id,
-            data_dir,
-            object_store,
-            flush_interval,
-            flush_bytes,
-            max_buffered_bytes,
-            max_inflight_uploads,
-            max_frame_bytes,
-            queued_max_request_bytes,
-            max_fetch_bytes,
-            message_max_bytes,
-            max_response_bytes,
-            max_connections,
-            max_connections_per_ip,
-            connections_max_idle,
-            connections_max_reauth,
-            stalled_client_timeout,
-            consumer_session_timeout,
-            consumer_heartbeat_interval,
-            group_min_session_timeout,
-            group_max_session_timeout,
-            group_initial_rebalance_delay,
-            transaction_max_timeout,
-            transaction_abort_check_interval,
-            cache_bytes,
-            cache_block_bytes,
-            cache_disk_bytes,
-            cache_catch_up_bytes,
-            cache_catch_up_lag,
-            cache_ring,
-            cache_peer_timeout,
-            auto_create_topics,
-            default_partitions,
-            compaction_interval,
-            compaction_min_extents,
-            compaction_max_age,
-            compaction_job_bytes,
-            segment_bytes,
-            gc_grace,
-            orphan_age
-        );
-        if self.advertise.is_some() {
-            c.advertise = self.advertise;
-        }
-        if self.metastore_path.is_some() {
-            c.metastore_path = self.metastore_path;
-        }
-        if self.inject_faults.is_some() {
-            c.inject_faults = self.inject_faults;
-        }
-        if self.metastore.is_some() {
-            c.metastore = self.metastore;
-        }
-        if self.sasl_oauthbearer_expected_issuer.is_some() {
-            c.sasl_oauthbearer_expected_issuer = self.sasl_oauthbearer_expected_issuer;
-        }
-        if self.zone.is_some() {
-            c.zone = self.zone;
-        }
-        if self.sasl_oauthbearer_jwks.is_some() {
-            c.sasl_oauthbearer_jwks = self.sasl_oauthbearer_jwks;
-        }
-        if self.cache_disk_dir.is_some() {
-            c.cache_disk_dir = self.cache_disk_dir;
-        }
-        for (flag, field) in [
-            (self.tls_cert, &mut c.tls_cert),
-            (self.tls_key, &mut c.tls_key),
-            (self.tls_client_ca, &mut c.tls_client_ca),
-            (self.sasl_plain_users, &mut c.sasl_plain_users),
-            (self.metastore_secret_file, &mut c.metastore_secret_file),
-        ] {
-            if flag.is_some() {
-                *field = flag;
-            }
-        }
-        if self.cache_advertise.is_some() {
-            c.cache_advertise = self.cache_advertise;
-        }
+    /// The settings, checked: the file's, with those given as flags or
+    /// variables (`matches`, the subcommand's) over them.
+    fn into_config(self, matches: &clap::ArgMatches) -> anyhow::Result<Config> {
+        let c = Config::layered(self.config.as_deref(), self.settings, matches)?;
         floe_agent::agent::check(&c)?;
         Ok(c)
     }
+}
+
+/// The whole command line: the derived one, with each agent setting's
+/// default and `FLOE_<KEY>` variable (see [`Config::with_defaults`]).
+fn command() -> clap::Command {
+    Cli::command()
+        .mut_subcommand("agent", Config::with_defaults)
+        .mut_subcommand("compactor", Config::with_defaults)
+}
+
+/// Parses `args` as the command line.
+fn parse<I: IntoIterator<Item = T>, T: Into<std::ffi::OsString> + Clone>(
+    args: I,
+) -> Result<(Cli, clap::ArgMatches), clap::Error> {
+    let matches = command().try_get_matches_from(args)?;
+    Ok((Cli::from_arg_matches(&matches)?, matches))
+}
+
+/// The matches of the subcommand the command line ran.
+fn subcommand_matches(matches: &clap::ArgMatches) -> &clap::ArgMatches {
+    matches.subcommand().map_or(matches, |(_, sub)| sub)
 }
 
 /// glibc gives each thread that allocates under contention an arena of its
@@ -538,10 +248,11 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
         )
         .init();
-    let cli = Cli::parse();
+    let (cli, matches) = parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    let settings = subcommand_matches(&matches);
     let result = match cli.command {
-        Command::Agent(args) => args.into_config().and_then(run_agent),
-        Command::Compactor(args) => args.into_config().and_then(|mut config| {
+        Command::Agent(args) => args.into_config(settings).and_then(run_agent),
+        Command::Compactor(args) => args.into_config(settings).and_then(|mut config| {
             config.roles = vec![Role::Jobs];
             run_agent(config)
         }),
@@ -706,11 +417,25 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use bytesize::ByteSize;
+    use floe_agent::cluster::discovery::Discovery;
+
     use super::*;
+
+    /// The checked settings of the command line `args`.
+    fn config_of(args: &[&str]) -> anyhow::Result<Config> {
+        let (cli, matches) = parse(args)?;
+        let (Command::Agent(agent) | Command::Compactor(agent)) = cli.command else {
+            panic!("parsed as an agent")
+        };
+        agent.into_config(subcommand_matches(&matches))
+    }
 
     #[test]
     fn every_flag_overrides_its_key() {
-        let cli = Cli::try_parse_from([
+        let c = config_of(&[
             "floe",
             "agent",
             "--listen",
@@ -781,10 +506,6 @@ mod tests {
             "meta:1",
         ])
         .unwrap();
-        let Command::Agent(args) = cli.command else {
-            panic!("parsed as agent")
-        };
-        let c = args.into_config().unwrap();
         let debug = format!("{c:?}");
         let defaults = format!("{:?}", Config::default());
         assert_eq!(c.roles, vec![Role::Jobs]);
@@ -825,13 +546,7 @@ mod tests {
 
     #[test]
     fn roles_default_to_both_and_take_a_list() {
-        let roles = |args: &[&str]| {
-            let cli = Cli::try_parse_from(args).unwrap();
-            let (Command::Agent(args) | Command::Compactor(args)) = cli.command else {
-                panic!("parsed as an agent")
-            };
-            args.into_config().unwrap().roles
-        };
+        let roles = |args: &[&str]| config_of(args).unwrap().roles;
         assert_eq!(roles(&["floe", "agent"]), vec![Role::Kafka, Role::Jobs]);
         assert_eq!(
             roles(&["floe", "agent", "--roles", "kafka", "--metastore", "m:1"]),
@@ -841,35 +556,72 @@ mod tests {
             roles(&["floe", "agent", "--roles", "jobs,kafka"]),
             vec![Role::Jobs, Role::Kafka]
         );
-        assert!(Cli::try_parse_from(["floe", "agent", "--roles", "broker"]).is_err());
+        assert!(parse(["floe", "agent", "--roles", "broker"]).is_err());
         // Without the jobs role nor a shared metastore, nothing would ever
         // compact, enforce retention or collect garbage.
-        let cli = Cli::try_parse_from(["floe", "agent", "--roles", "kafka"]).unwrap();
-        let Command::Agent(args) = cli.command else {
-            panic!("parsed as agent")
-        };
-        let err = args.into_config().unwrap_err().to_string();
+        let err = config_of(&["floe", "agent", "--roles", "kafka"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("jobs role"), "{err}");
     }
 
     #[test]
     fn a_repeated_flag_takes_its_last_value() {
-        let cli =
-            Cli::try_parse_from(["floe", "agent", "--node-id", "1", "--node-id", "2"]).unwrap();
-        let Command::Agent(args) = cli.command else {
-            panic!("parsed as agent")
-        };
-        assert_eq!(args.into_config().unwrap().node_id, 2);
+        let c = config_of(&["floe", "agent", "--node-id", "1", "--node-id", "2"]).unwrap();
+        assert_eq!(c.node_id, 2);
     }
 
     #[test]
     fn bad_settings_are_refused_with_a_reason() {
-        let cli = Cli::try_parse_from(["floe", "agent", "--flush-bytes", "0"]).unwrap();
-        let Command::Agent(args) = cli.command else {
-            panic!("parsed as agent")
-        };
-        let err = args.into_config().unwrap_err().to_string();
+        let err = config_of(&["floe", "agent", "--flush-bytes", "0"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("flush_bytes"), "{err}");
-        assert!(Cli::try_parse_from(["floe", "agent", "--flush-interval", "soon"]).is_err());
+        assert!(parse(["floe", "agent", "--flush-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn no_flags_give_the_defaults() {
+        let c = config_of(&["floe", "agent"]).unwrap();
+        assert_eq!(format!("{c:?}"), format!("{:?}", Config::default()));
+        let c = config_of(&["floe", "compactor"]).unwrap();
+        assert_eq!(format!("{c:?}"), format!("{:?}", Config::default()));
+    }
+
+    #[test]
+    fn flags_override_the_file_and_only_those_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("floe.toml");
+        std::fs::write(
+            &file,
+            "flush_interval = \"50ms\"\nzone = \"z1\"\nnode_id = 7\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+        let c = config_of(&["floe", "agent", "--config", path, "--zone", "z2"]).unwrap();
+        assert_eq!(c.flush_interval, Duration::from_millis(50));
+        assert_eq!(c.node_id, 7);
+        assert_eq!(c.zone.as_deref(), Some("z2"));
+        // A flag given its default still overrides the file.
+        let c = config_of(&[
+            "floe",
+            "agent",
+            "--config",
+            path,
+            "--flush-interval",
+            "250ms",
+        ])
+        .unwrap();
+        assert_eq!(c.flush_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn help_shows_each_setting_s_default_and_variable() {
+        let mut agent = command().find_subcommand_mut("agent").unwrap().clone();
+        let help = agent.render_long_help().to_string();
+        assert!(help.contains("--flush-interval"), "{help}");
+        assert!(help.contains("[default: 250ms]"), "{help}");
+        assert!(help.contains("[env: FLOE_FLUSH_INTERVAL="), "{help}");
+        assert!(help.contains("[default: kafka,jobs]"), "{help}");
     }
 }
