@@ -122,7 +122,8 @@ impl Agent {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
         let admin_address = admin.local_addr()?;
-        let broker = Arc::new(Broker::new(config, meta.clone(), store.clone(), metrics).await?);
+        let broker =
+            Arc::new(Broker::new(&tasks, config, meta.clone(), store.clone(), metrics).await?);
         start_refreshers(&broker, &tasks);
         let serves_blocks = serves_kafka && start_cache_ring(&broker, admin_address.port(), &tasks);
         if let Some(compaction) = compaction {
@@ -269,7 +270,7 @@ fn start_cache_ring(broker: &Arc<Broker>, admin_port: u16, tasks: &Tasks) -> boo
     let listen_ip = broker.listeners[0].bind.ip();
     let address = crate::cluster::cache_ring::address(
         &broker.config,
-        &broker.advertised_host,
+        &broker.listeners[0].advertised_host,
         listen_ip,
         admin_port,
     );

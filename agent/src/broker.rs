@@ -16,6 +16,7 @@ use crate::net::frames::RequestBudget;
 use crate::read::extent_cache::ExtentCache;
 use crate::read::topic_cache::TopicCache;
 use crate::read::watermarks::Watermarks;
+use crate::tasks::Tasks;
 use crate::write::batcher::{Batcher, BatcherConfig};
 
 /// How long produce and fetch trust a topic they looked up (see [`TopicCache`]).
@@ -23,45 +24,43 @@ const TOPIC_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 /// The longest the read path trusts where a partition's offsets are stored.
 const MAX_EXTENT_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// What every connection and handler of an agent shares: its settings, its
+/// metastore and store, the write path (batcher, producer ids), the read
+/// path (block cache, extents, watermarks), budgets, security and quotas.
+/// Its fields are the agent's own (`pub(crate)`); built by [`Broker::new`]
+/// on the agent's tasks, so that stopping the agent stops its work.
 pub struct Broker {
-    pub config: Config,
-    /// Its first listener's advertised address: the agent's identity in
-    /// the metastore.
-    pub advertised_host: String,
-    pub advertised_port: i32,
+    pub(crate) config: Config,
     /// Its Kafka listeners (see [`crate::net::listeners`]); never empty.
-    pub listeners: Vec<Arc<crate::net::listeners::Listener>>,
-    pub meta: Arc<dyn Metastore>,
-    pub store: Arc<dyn ObjectStore>,
-    pub cache: Arc<BlockCache>,
-    pub batcher: Batcher,
-    /// Bumped after every commit of this agent; fetches long-poll on it.
-    pub commits: watch::Receiver<u64>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) listeners: Vec<Arc<crate::net::listeners::Listener>>,
+    pub(crate) meta: Arc<dyn Metastore>,
+    pub(crate) cache: Arc<BlockCache>,
+    pub(crate) batcher: Batcher,
+    pub(crate) metrics: Arc<Metrics>,
     /// Topics produce and fetch looked up recently.
-    pub topics: Arc<TopicCache>,
+    pub(crate) topics: Arc<TopicCache>,
     /// What waiting fetches wait on, polled from the metastore for them all.
-    pub watermarks: Arc<Watermarks>,
+    pub(crate) watermarks: Arc<Watermarks>,
     /// Where partitions' offsets are stored, as last learnt (the read path).
-    pub extents: Arc<ExtentCache>,
+    pub(crate) extents: Arc<ExtentCache>,
     /// Memory for responses in flight, across every connection.
-    pub responses: ResponseBudget,
+    pub(crate) responses: ResponseBudget,
     /// Memory for requests being read, across every connection.
-    pub requests: RequestBudget,
+    pub(crate) requests: RequestBudget,
     /// How clients authenticate on SASL listeners (none without one).
-    pub sasl: Option<Arc<crate::security::sasl::Authenticator>>,
+    pub(crate) sasl: Option<Arc<crate::security::sasl::Authenticator>>,
     /// Decides each request against the ACLs (see [`crate::security::authorizer`]).
-    pub authorizer: Arc<crate::security::authorizer::Authorizer>,
+    pub(crate) authorizer: Arc<crate::security::authorizer::Authorizer>,
     /// Memory for requests of connections not yet authenticated.
-    pub unauthenticated: RequestBudget,
+    pub(crate) unauthenticated: RequestBudget,
     /// Client metrics subscriptions and what clients pushed (KIP-714).
-    pub telemetry: Arc<crate::telemetry::Telemetry>,
+    pub(crate) telemetry: Arc<crate::telemetry::Telemetry>,
     /// Client quotas and the rates they limit.
-    pub quotas: Arc<crate::limits::quotas::Quotas>,
+    pub(crate) quotas: Arc<crate::limits::quotas::Quotas>,
     /// How a client certificate's subject becomes its principal.
-    pub ssl_principals: crate::security::ssl_principal::PrincipalMapper,
+    pub(crate) ssl_principals: crate::security::ssl_principal::PrincipalMapper,
     /// Idempotent producers' ids, from blocks the metastore allocates.
-    pub producer_ids: Arc<crate::write::producer_ids::ProducerIds>,
+    pub(crate) producer_ids: Arc<crate::write::producer_ids::ProducerIds>,
 }
 
 /// How long a starting agent waits for its first copy of client metrics
@@ -73,9 +72,16 @@ const FIRST_READ_WITHIN: std::time::Duration = std::time::Duration::from_secs(2)
 pub const WATERMARK_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Broker {
+    /// What the agent was started with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// `store` should already count its requests in `metrics` (see
-    /// [`crate::metrics::MeteredStore`]).
+    /// [`crate::metrics::MeteredStore`]). Its background work (the
+    /// batcher, the watermarks' poll) runs on `tasks`.
     pub async fn new(
+        tasks: &Tasks,
         config: Config,
         meta: Arc<dyn Metastore>,
         store: Arc<dyn ObjectStore>,
@@ -87,10 +93,6 @@ impl Broker {
                 .into_iter()
                 .map(Arc::new)
                 .collect();
-        let (advertised_host, advertised_port) = (
-            listeners[0].advertised_host.clone(),
-            listeners[0].advertised_port,
-        );
         let cache = Arc::new(
             BlockCache::new(store.clone(), crate::cluster::cache_ring::options(&config)?).await?,
         );
@@ -99,12 +101,14 @@ impl Broker {
         // `ExtentCache`), and never long.
         let extents = Arc::new(ExtentCache::new((config.gc_grace / 4).min(MAX_EXTENT_TTL)));
         let watermarks = Watermarks::start(
+            tasks,
             meta.clone(),
             extents.clone(),
             WATERMARK_POLL,
-            commits.clone(),
+            commits,
         );
         let batcher = Batcher::start(
+            tasks,
             BatcherConfig {
                 flush_interval: config.flush_interval,
                 flush_bytes: config.flush_bytes.as_u64(),
@@ -162,14 +166,10 @@ impl Broker {
         let producer_ids = crate::write::producer_ids::ProducerIds::new(meta.clone());
         Ok(Broker {
             config,
-            advertised_host,
-            advertised_port,
             listeners,
             meta,
-            store,
             cache,
             batcher,
-            commits,
             metrics,
             topics: Arc::new(TopicCache::new(TOPIC_TTL)),
             watermarks,

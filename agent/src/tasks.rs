@@ -24,7 +24,10 @@ impl Tasks {
     {
         let stop = self.stop.clone();
         self.tracker.spawn(async move {
+            // Biased: no random draw per wake-up (the simulation seeds
+            // tokio's generator, and every draw shifts its schedule).
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => {}
                 _ = task => {}
             }

@@ -387,7 +387,7 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         let object_store = config.object_store.clone();
         let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(metered(store, metrics.clone()));
         let mut agent = Agent::start(config, meta, store, metrics).await?;
-        let roles = &agent.broker().config.roles;
+        let roles = &agent.broker().config().roles;
         tracing::info!(%object_store, metastore = %meta_name, ?roles, "floe agent ready");
         tokio::select! {
             failed = agent.failed() => return Err(failed),

@@ -27,6 +27,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::read::extent_cache::ExtentCache;
+use crate::tasks::Tasks;
 
 /// Bytes of new extents a poll asks for per partition; a fetch asks for more
 /// when it needs them.
@@ -74,10 +75,11 @@ pub struct Watermarks {
 }
 
 impl Watermarks {
-    /// Starts polling `meta` every `poll` while anything is watched, and as
-    /// soon as `commits` (this agent's) changes; what it learns goes into
-    /// `extents` too.
+    /// Starts polling `meta`, on `tasks`, every `poll` while anything is
+    /// watched, and as soon as `commits` (this agent's) changes; what it
+    /// learns goes into `extents` too.
     pub fn start(
+        tasks: &Tasks,
         meta: Arc<dyn Metastore>,
         extents: Arc<ExtentCache>,
         poll: Duration,
@@ -94,7 +96,7 @@ impl Watermarks {
             next_waiter: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
         });
-        tokio::spawn(poll_loop(
+        tasks.spawn(poll_loop(
             Arc::downgrade(&watermarks),
             meta,
             extents,
@@ -353,6 +355,7 @@ mod tests {
         let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
         let (commits, committed) = watch::channel(0);
         let watermarks = Watermarks::start(
+            &Tasks::default(),
             meta.clone(),
             extents.clone(),
             Duration::from_millis(10),
@@ -410,6 +413,7 @@ mod tests {
         let (_commits, committed) = watch::channel(0);
         // Polls seldom: only confirmations start rounds here.
         let watermarks = Watermarks::start(
+            &Tasks::default(),
             meta.clone(),
             extents.clone(),
             Duration::from_secs(3600),
@@ -471,8 +475,13 @@ mod tests {
         let meta: Arc<dyn Metastore> = Arc::new(LocalMetastore::in_memory().await.unwrap());
         let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
         let (_commits, committed) = watch::channel(0);
-        let watermarks =
-            Watermarks::start(meta.clone(), extents, Duration::from_millis(10), committed);
+        let watermarks = Watermarks::start(
+            &Tasks::default(),
+            meta.clone(),
+            extents,
+            Duration::from_millis(10),
+            committed,
+        );
         let id = floe_metastore::random_id();
         let first = {
             let w = watermarks.clone();

@@ -26,6 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
+use crate::tasks::Tasks;
 
 /// Why an append was not committed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -68,7 +69,9 @@ pub struct Batcher {
     appends: mpsc::Sender<Enqueued>,
     budget: Arc<Semaphore>,
     budget_bytes: u32,
-    tasks: Arc<[tokio::task::AbortHandle; 2]>,
+    /// Its two tasks (collecting appends, uploading files), apart from
+    /// the agent's others so that they can be stopped alone.
+    tasks: Tasks,
 }
 
 pub struct BatcherConfig {
@@ -79,9 +82,12 @@ pub struct BatcherConfig {
 }
 
 impl Batcher {
-    /// Starts the batcher and uploader tasks. `commits` is bumped after every
-    /// successful commit so that long-polling fetches wake up.
+    /// Starts the batcher and uploader tasks on `tasks`. `commits` is
+    /// bumped after every successful commit so that long-polling fetches
+    /// wake up.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
+        tasks: &Tasks,
         config: BatcherConfig,
         store: Arc<dyn ObjectStore>,
         meta: Arc<dyn Metastore>,
@@ -93,14 +99,15 @@ impl Batcher {
         let budget_bytes = config.max_buffered_bytes.min(u32::MAX as u64) as u32;
         let (appends, appends_rx) = mpsc::channel(4096);
         let (files, files_rx) = mpsc::channel(config.max_inflight_uploads);
-        let collecting = tokio::spawn(collect(
+        let tasks = tasks.child();
+        tasks.spawn(collect(
             appends_rx,
             files,
             config.flush_interval,
             config.flush_bytes,
             ids,
         ));
-        let uploading = tokio::spawn(upload_and_commit(
+        tasks.spawn(upload_and_commit(
             files_rx,
             config.max_inflight_uploads,
             store,
@@ -113,7 +120,7 @@ impl Batcher {
             appends,
             budget: Arc::new(Semaphore::new(budget_bytes as usize)),
             budget_bytes,
-            tasks: Arc::new([collecting.abort_handle(), uploading.abort_handle()]),
+            tasks,
         }
     }
 
@@ -121,9 +128,7 @@ impl Batcher {
     /// as a crash would: waiting producers get a retriable error. The
     /// simulation crashes agents with this.
     pub fn abort(&self) {
-        for task in self.tasks.iter() {
-            task.abort();
-        }
+        self.tasks.cancel();
     }
 
     /// Adds one validated batch to the next ingest file. Batches enqueued one
@@ -625,6 +630,7 @@ mod tests {
         meta: Arc<dyn floe_metastore::Metastore>,
     ) -> (Batcher, Committed) {
         let batcher = Batcher::start(
+            &Tasks::default(),
             BatcherConfig {
                 flush_interval: Duration::from_millis(10),
                 flush_bytes: 1 << 20,

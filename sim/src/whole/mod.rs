@@ -360,6 +360,7 @@ impl Cluster {
                 .expect("a memory cache builds"),
         );
         let batcher = Batcher::start(
+            &floe_agent::tasks::Tasks::default(),
             BatcherConfig {
                 flush_interval: Duration::from_millis(flush_ms),
                 flush_bytes: 16 << 10,

@@ -126,7 +126,15 @@ async fn broker(acls: &[Acl]) -> Broker {
     };
     let store: Arc<dyn floe_storage::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
     let metrics = Arc::new(crate::metrics::Metrics::new());
-    Broker::new(config, meta, store, metrics).await.unwrap()
+    Broker::new(
+        &crate::tasks::Tasks::default(),
+        config,
+        meta,
+        store,
+        metrics,
+    )
+    .await
+    .unwrap()
 }
 
 fn session(broker: &Broker, principal: &str) -> Session {
