@@ -18,6 +18,7 @@ use crate::cluster::discovery::{self, Discovery};
 use crate::config::{Config, Role};
 use crate::metrics::Metrics;
 use crate::net::listeners::Listener;
+use crate::refresher;
 use crate::tasks::Tasks;
 
 /// A running agent. Dropping it stops it at once, as a crash would
@@ -253,9 +254,9 @@ fn resolve(config: &Config) -> anyhow::Result<Vec<Arc<Listener>>> {
 /// files and endpoints.
 fn start_refreshers(broker: &Arc<Broker>, tasks: &Tasks) {
     let meta = &broker.meta;
-    broker.authorizer.spawn_refresher(meta.clone(), tasks);
-    broker.telemetry.spawn_refresher(meta.clone(), tasks);
-    broker.quotas.spawn_refresher(meta.clone(), tasks);
+    refresher::spawn(tasks, &broker.authorizer, meta.clone());
+    refresher::spawn(tasks, &broker.telemetry, meta.clone());
+    refresher::spawn(tasks, &broker.quotas, meta.clone());
     if let Some(sasl) = &broker.sasl {
         sasl.spawn_watchers(tasks);
     }

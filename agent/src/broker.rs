@@ -16,6 +16,7 @@ use crate::net::frames::RequestBudget;
 use crate::read::extent_cache::ExtentCache;
 use crate::read::topic_cache::TopicCache;
 use crate::read::watermarks::Watermarks;
+use crate::refresher::Refreshed;
 use crate::tasks::Tasks;
 use crate::write::batcher::{Batcher, BatcherConfig};
 

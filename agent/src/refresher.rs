@@ -6,39 +6,48 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe_metastore::MetaError;
+use floe_metastore::{MetaError, Metastore};
 
 use crate::tasks::Tasks;
 
-/// Runs `refresh` on `holder` every `every`, on `tasks`, until the holder
-/// is dropped or the tasks are cancelled. A failure is logged once until a
-/// refresh succeeds again; the copy held is kept meanwhile.
-pub fn spawn<T, F, Fut>(
-    tasks: &Tasks,
-    holder: &Arc<T>,
-    every: Duration,
-    what: &'static str,
-    refresh: F,
-) where
-    T: Send + Sync + 'static,
-    F: Fn(Arc<T>) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<(), MetaError>> + Send + 'static,
-{
+/// A copy of metastore state an agent keeps in memory.
+pub trait Refreshed: Send + Sync + 'static {
+    /// What it copies, as logs name it.
+    const WHAT: &str;
+    /// How often it is brought up to date.
+    const EVERY: Duration;
+    /// Whether it is kept at all (the ACLs of an agent without them are not).
+    fn wanted(&self) -> bool {
+        true
+    }
+    /// Brings the copy up to date (a read only when the state changed).
+    fn refresh(&self, meta: &dyn Metastore) -> impl Future<Output = Result<(), MetaError>> + Send;
+}
+
+/// Refreshes `holder` from `meta` every [`Refreshed::EVERY`], on `tasks`,
+/// until the holder is dropped or the tasks are cancelled. A failure is
+/// logged once until a refresh succeeds again; the copy held is kept
+/// meanwhile.
+pub fn spawn<T: Refreshed>(tasks: &Tasks, holder: &Arc<T>, meta: Arc<dyn Metastore>) {
+    if !holder.wanted() {
+        return;
+    }
     let holder = Arc::downgrade(holder);
     tasks.spawn(async move {
         let mut failing = false;
         while let Some(held) = holder.upgrade() {
             // The holder is given back before the wait: a dropped holder
             // ends the task at its next turn.
-            match refresh(held).await {
+            match held.refresh(&*meta).await {
                 Ok(()) => failing = false,
                 Err(e) if !failing => {
                     failing = true;
-                    tracing::warn!(error = %e, "{what} not refreshed; keeping the last copy");
+                    tracing::warn!(error = %e, "{} not refreshed; keeping the last copy", T::WHAT);
                 }
                 Err(_) => {}
             }
-            tokio::time::sleep(every).await;
+            drop(held);
+            tokio::time::sleep(T::EVERY).await;
         }
     });
 }

@@ -18,6 +18,7 @@ use floe_protocol::kafka_protocol::messages::describe_acls_response::{
 use floe_protocol::kafka_protocol::messages::*;
 
 use crate::broker::{Broker, kafka_error};
+use crate::refresher::Refreshed;
 use floe_protocol::str_bytes;
 
 const DISABLED: &str = "No Authorizer is configured on the broker";

@@ -41,6 +41,8 @@ use floe_metastore::quotas::{
     REQUEST_PERCENTAGE,
 };
 
+use crate::refresher::Refreshed;
+
 /// How often the copy of the quotas is brought up to date.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
 /// Kafka's `quota.window.num` and `quota.window.size.seconds`.
@@ -493,8 +495,13 @@ impl Quotas {
             *held = Arc::new(table);
         }
     }
+}
 
-    pub async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
+impl Refreshed for Quotas {
+    const WHAT: &str = "client quotas";
+    const EVERY: Duration = REFRESH_EVERY;
+
+    async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
         let known = self.table().version;
         let (version, quotas) = meta.client_quotas_if_changed(known).await?;
         if let Some(quotas) = quotas {
@@ -502,25 +509,9 @@ impl Quotas {
         }
         Ok(())
     }
+}
 
-    /// Keeps the copy current while the agent runs.
-    pub fn spawn_refresher(
-        self: &Arc<Self>,
-        meta: Arc<dyn Metastore>,
-        tasks: &crate::tasks::Tasks,
-    ) {
-        crate::refresher::spawn(
-            tasks,
-            self,
-            REFRESH_EVERY,
-            "client quotas",
-            move |q: Arc<Self>| {
-                let meta = meta.clone();
-                async move { q.refresh(&*meta).await }
-            },
-        );
-    }
-
+impl Quotas {
     /// Counts `value` against the client's quota of `kind`, and answers how
     /// long it must wait (0: within its quota, or none set). With `undo`, a
     /// value that goes over is taken back at once, under the same lock and

@@ -14,6 +14,8 @@ use std::time::Duration;
 use floe_metastore::Metastore;
 use floe_metastore::acls::{self, AclBinding, Requester};
 
+use crate::refresher::Refreshed;
+
 /// How often the copy of the ACLs is brought up to date.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
@@ -208,9 +210,18 @@ impl Authorizer {
             .filter(|op| self.allows(session, **op, resource_type, name))
             .fold(0, |bits, op| bits | (1 << op))
     }
+}
+
+impl Refreshed for Authorizer {
+    const WHAT: &str = "ACLs";
+    const EVERY: Duration = REFRESH_EVERY;
+
+    fn wanted(&self) -> bool {
+        self.enabled
+    }
 
     /// Reads the metastore's ACLs if they changed since the copy.
-    pub async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
+    async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
         if !self.enabled {
             return Ok(());
         }
@@ -226,26 +237,5 @@ impl Authorizer {
         }
         copy.version = Some(version);
         Ok(())
-    }
-
-    /// Keeps the copy current while the authorizer is in use.
-    pub fn spawn_refresher(
-        self: &Arc<Self>,
-        meta: Arc<dyn Metastore>,
-        tasks: &crate::tasks::Tasks,
-    ) {
-        if !self.enabled {
-            return;
-        }
-        crate::refresher::spawn(
-            tasks,
-            self,
-            REFRESH_EVERY,
-            "ACLs",
-            move |authz: Arc<Self>| {
-                let meta = meta.clone();
-                async move { authz.refresh(&*meta).await }
-            },
-        );
     }
 }

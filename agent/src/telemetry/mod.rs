@@ -39,6 +39,8 @@ use floe_protocol::kafka_protocol::messages::{
 };
 use uuid::Uuid;
 
+use crate::refresher::Refreshed;
+
 pub use instances::{Identity, LIMITS, Limits};
 pub use subscriptions::{Asked, ClientAttributes, Subscriptions};
 
@@ -115,9 +117,14 @@ impl Telemetry {
             *held = Arc::new(subscriptions);
         }
     }
+}
+
+impl Refreshed for Telemetry {
+    const WHAT: &str = "client metrics subscriptions";
+    const EVERY: Duration = REFRESH_EVERY;
 
     /// Reads the subscriptions if the metastore's configs changed.
-    pub async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
+    async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
         let known = self.current().version;
         let (version, configs) = meta.client_metrics_if_changed(known).await?;
         if let Some(configs) = configs {
@@ -125,25 +132,9 @@ impl Telemetry {
         }
         Ok(())
     }
+}
 
-    /// Keeps the copy current while the agent runs.
-    pub fn spawn_refresher(
-        self: &Arc<Self>,
-        meta: Arc<dyn Metastore>,
-        tasks: &crate::tasks::Tasks,
-    ) {
-        crate::refresher::spawn(
-            tasks,
-            self,
-            REFRESH_EVERY,
-            "client metrics subscriptions",
-            move |t: Arc<Self>| {
-                let meta = meta.clone();
-                async move { t.refresh(&*meta).await }
-            },
-        );
-    }
-
+impl Telemetry {
     /// GetTelemetrySubscriptions: what the client is asked for, and its
     /// instance id (a new one when it sent none).
     pub fn subscribe(
