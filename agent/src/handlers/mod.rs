@@ -31,6 +31,7 @@ use floe_protocol::kafka_protocol::messages::{
 };
 use floe_protocol::str_bytes;
 use futures::future::BoxFuture;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use crate::broker::Broker;
@@ -287,25 +288,22 @@ async fn handle(
         client_id: &client_id,
         session,
     };
-    let body = match topic_requests(&asked, body).await {
-        Ok(answer) => return Some(answer),
-        Err(body) => body,
-    };
-    let body = match group_requests(&asked, body).await {
-        Ok(answer) => return Some(answer),
-        Err(body) => body,
-    };
-    let body = match transaction_requests(&asked, body).await {
-        Ok(answer) => return Some(answer),
-        Err(body) => body,
-    };
-    match cluster_requests(&asked, body).await {
-        Ok(answer) => Some(answer),
-        Err(other) => {
+    match by_family(&asked, body).await {
+        ControlFlow::Break(answer) => Some(answer),
+        ControlFlow::Continue(other) => {
             tracing::error!(?other, "request of an API with no handler");
             None
         }
     }
+}
+
+/// Offers the request to each family in turn; the first that answers it
+/// stops the round (`?` on [`Answered`]).
+async fn by_family(asked: &Asked<'_>, body: RequestKind) -> Answered {
+    let body = topic_requests(asked, body).await?;
+    let body = group_requests(asked, body).await?;
+    let body = transaction_requests(asked, body).await?;
+    cluster_requests(asked, body).await
 }
 
 /// What every handler may need of a request besides its body.
@@ -316,9 +314,9 @@ struct Asked<'a> {
     session: &'a Session,
 }
 
-/// A family's answer, or the request given back when it is not of the
-/// family.
-type Answered = Result<ResponseKind, RequestKind>;
+/// A family's answer (`Break`), or the request given back when it is not
+/// of the family (`Continue`, on to the next).
+type Answered = ControlFlow<ResponseKind, RequestKind>;
 
 /// Topics, their configs and data's offsets.
 async fn topic_requests(
@@ -330,7 +328,7 @@ async fn topic_requests(
     }: &Asked<'_>,
     body: RequestKind,
 ) -> Answered {
-    Ok(match body {
+    ControlFlow::Break(match body {
         RequestKind::ListConfigResources(req) => ResponseKind::ListConfigResources(
             configs::list_resources(broker, req, version, session, client_id).await,
         ),
@@ -378,7 +376,7 @@ async fn topic_requests(
         RequestKind::ListOffsets(req) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, req, version).await)
         }
-        other => return Err(other),
+        other => return ControlFlow::Continue(other),
     })
 }
 
@@ -392,7 +390,7 @@ async fn group_requests(
     }: &Asked<'_>,
     body: RequestKind,
 ) -> Answered {
-    Ok(match body {
+    ControlFlow::Break(match body {
         RequestKind::FindCoordinator(req) => ResponseKind::FindCoordinator(
             groups::find_coordinator(broker, req, version, session, client_id).await,
         ),
@@ -427,7 +425,7 @@ async fn group_requests(
         RequestKind::ConsumerGroupDescribe(req) => {
             ResponseKind::ConsumerGroupDescribe(groups::consumer::describe(broker, req).await)
         }
-        other => return Err(other),
+        other => return ControlFlow::Continue(other),
     })
 }
 
@@ -441,7 +439,7 @@ async fn transaction_requests(
     }: &Asked<'_>,
     body: RequestKind,
 ) -> Answered {
-    Ok(match body {
+    ControlFlow::Break(match body {
         RequestKind::InitProducerId(req) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, req, version).await)
         }
@@ -461,7 +459,7 @@ async fn transaction_requests(
         RequestKind::TxnOffsetCommit(req) => {
             ResponseKind::TxnOffsetCommit(groups::txn_commit_offsets(broker, req, version).await)
         }
-        other => return Err(other),
+        other => return ControlFlow::Continue(other),
     })
 }
 
@@ -473,7 +471,7 @@ async fn cluster_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
         session,
         ..
     } = *asked;
-    Ok(match body {
+    ControlFlow::Break(match body {
         RequestKind::ApiVersions(_) => {
             ResponseKind::ApiVersions(api_versions::handle(broker.telemetry.advertised()))
         }
@@ -544,6 +542,6 @@ async fn cluster_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
             SaslAuthenticateResponse::default()
                 .with_error_code(ResponseError::IllegalSaslState.code()),
         ),
-        other => return Err(other),
+        other => return ControlFlow::Continue(other),
     })
 }
