@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::agents::AgentInfo;
 use crate::groups::*;
-use crate::leases::Leases;
-use crate::ledger::{Ledger, Seen};
+
+use crate::ledger::Seen;
 use crate::ops::*;
 use crate::txn::{AbortedTxn, IssueProducerId, TxnEnd, TxnPhase, Txns};
 use crate::types::*;
@@ -24,7 +24,9 @@ mod entries;
 mod extents;
 mod groups;
 mod invariants;
+mod layout;
 mod legacy;
+mod log;
 mod looks;
 mod operations;
 mod partitions;
@@ -48,7 +50,6 @@ pub use producers::{
 };
 pub use topics::{MAX_PARTITIONS, validate_topic_name};
 
-use extents::Object;
 use partitions::{Extent, Partition};
 use producers::{IssuedProducer, NextProducerId, ProducerPartition, SequenceCheck};
 use topics::Topic;
@@ -67,59 +68,33 @@ impl<T> PartialEq for Derived<T> {
 
 impl<T> Eq for Derived<T> {}
 
-/// The whole metastore state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The whole metastore state: its parts, each with its own file (or
+/// files) holding the commands that change only it, composed here. The
+/// commands that change several parts at once (a commit touches the log,
+/// producers and transactions; a transactional offset commit, groups and
+/// transactions; a topic's deletion, the log and groups) are the
+/// machine's. How a snapshot lays the parts out is `layout.rs`'s.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct State {
-    topics: BTreeMap<String, Topic>,
-    names_by_id: BTreeMap<TopicId, String>,
-    objects: BTreeMap<u64, Object>,
-    next_object: u64,
-    /// Issued producer ids: their current epoch and when they were last
-    /// issued or used (expired after [`PRODUCER_ID_EXPIRATION_MS`]).
-    producers: BTreeMap<i64, IssuedProducer>,
-    next_producer_id: i64,
-    /// Keys of objects nothing points to any more, oldest first, for GC.
-    garbage: Vec<String>,
+    /// Every partition's log: topics, extents, the objects they lie in,
+    /// garbage, and every object key heard of (see [`log::Log`]).
+    log: log::Log,
+    /// Issued producer ids and their epochs.
+    producers: producers::Producers,
     groups: Groups,
-    agents: cluster::Agents,
-    /// Every object key heard of: live, retired, recent answers. Commits are
-    /// exact and GC fenced through it (see [`crate::ledger`]).
-    ledger: Ledger,
-    leases: Leases,
+    /// Transactions' coordinator state.
+    txns: Txns,
+    /// SCRAM credentials and ACLs.
+    security: security::Security,
+    /// Dynamic cluster, group and client configs.
+    configs: configs::DynamicConfigs,
+    /// Agents and job leases.
+    cluster: cluster::Cluster,
     /// The latest proposal stamp applied: the leaders' clock, never moving back
     /// (a new leader whose clock is behind does not rewind it).
     clock_ms: i64,
     /// When (on `clock_ms`) expired state is next swept.
     next_expiry_ms: i64,
-    // Fields below were added after format 4: each appended, with a default,
-    // so older snapshots read (see `crate::format`).
-    /// Users' SCRAM credentials (format 5).
-    #[serde(default)]
-    scram: security::ScramCredentials,
-    /// ACLs (format 6).
-    #[serde(default)]
-    acls: crate::acls::Acls,
-    /// Transactions' coordinator state (format 7).
-    #[serde(default)]
-    txns: Txns,
-    /// Dynamic cluster and group configs (format 8).
-    #[serde(default)]
-    configs: configs::DynamicConfigs,
-    /// Producer ids are handed out in blocks (format 11, KIP-730): set by
-    /// the first [`AllocateProducerIds`], after which a batch of a producer
-    /// id the state keeps nothing of is sequenced as Kafka sequences it (its
-    /// partition's state decides, created by its first write), not refused
-    /// as an unknown producer. Entries logged before keep the old rule.
-    #[serde(default)]
-    producer_id_blocks: bool,
-    // Fields below are derived and never stored (`serde(skip)`).
-    /// Extent changes counted since this state was loaded: the source of
-    /// partitions' `extents_version`.
-    #[serde(skip)]
-    extent_changes: Derived<u64>,
-    /// The partitions compaction found not worth merging (see [`backlog`]).
-    #[serde(skip)]
-    settled: backlog::Settled,
 }
 
 impl State {
@@ -145,15 +120,16 @@ impl State {
         // A transactional id's producer id stays issued while the id is known.
         let txns = &self.txns;
         self.producers
+            .issued
             .retain(|id, p| p.last_ms > horizon || txns.is_transactional(*id));
-        for topic in self.topics.values_mut() {
+        for topic in self.log.topics.values_mut() {
             for partition in &mut topic.partitions {
                 partition.producers.retain(|_, p| p.last_ms > horizon);
             }
         }
         self.groups
             .expire_offsets(now_ms, self.configs.offsets_retention_ms());
-        self.ledger.expire(now_ms);
+        self.log.ledger.expire(now_ms);
     }
 
     /// The metastore's time: the latest leader stamp applied.
@@ -194,10 +170,10 @@ impl State {
     /// extents version: a compaction pass that found it settled looks at it
     /// again.
     fn changing_partition(&mut self, tp: TopicPartition) -> Option<&mut Partition> {
-        self.extent_changes.0 += 1;
-        let version = self.extent_changes;
-        let name = self.names_by_id.get(&tp.topic_id)?;
-        let topic = self.topics.get_mut(name)?;
+        self.log.extent_changes.0 += 1;
+        let version = self.log.extent_changes;
+        let name = self.log.names_by_id.get(&tp.topic_id)?;
+        let topic = self.log.topics.get_mut(name)?;
         let p = topic
             .partitions
             .get_mut(usize::try_from(tp.partition).ok()?)?;
@@ -210,7 +186,7 @@ impl State {
     /// snapshot.
     pub(crate) fn rebuild_derived(&mut self) {
         let mut holders: BTreeMap<u64, BTreeMap<TopicPartition, u64>> = BTreeMap::new();
-        for topic in self.topics.values_mut() {
+        for topic in self.log.topics.values_mut() {
             for (n, p) in topic.partitions.iter_mut().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
                 for e in p.extents.values() {
@@ -219,21 +195,22 @@ impl State {
                 p.newest_object.0 = p.extents.values().map(|e| e.object).max().unwrap_or(0);
             }
         }
-        for (id, object) in &mut self.objects {
+        for (id, object) in &mut self.log.objects {
             object.holders = backlog::Holders::of(holders.remove(id).unwrap_or_default());
         }
     }
 
     fn partition(&self, id: TopicId, partition: i32) -> Result<&Partition, Refusal> {
-        self.names_by_id
+        self.log
+            .names_by_id
             .get(&id)
-            .and_then(|name| self.topics.get(name))
+            .and_then(|name| self.log.topics.get(name))
             .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?))
             .ok_or(Refusal::UnknownTopicOrPartition)
     }
 
     fn extent_ref(&self, e: &Extent) -> ExtentRef {
-        let object = &self.objects[&e.object];
+        let object = &self.log.objects[&e.object];
         ExtentRef {
             base_offset: e.base_offset,
             last_offset: e.last_offset,

@@ -65,6 +65,7 @@ impl State {
         let prefix = work.ingest_prefix.as_str();
         // Object ids grow with each commit: the oldest first.
         let ingest: BTreeSet<u64> = self
+            .log
             .ledger
             .live()
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
@@ -77,7 +78,7 @@ impl State {
         let mut full = false;
         for (id, object) in ingest
             .iter()
-            .filter_map(|id| Some((*id, self.objects.get(id)?)))
+            .filter_map(|id| Some((*id, self.log.objects.get(id)?)))
         {
             backlog.ingest_files += 1;
             full = full
@@ -108,7 +109,7 @@ impl State {
         backlog: &mut Backlog,
         visited: &mut Visited,
     ) {
-        let objects = || chosen.keys().filter_map(|id| self.objects.get(id));
+        let objects = || chosen.keys().filter_map(|id| self.log.objects.get(id));
         // A file whose holders do not add up would keep its missing
         // partitions' runs, and itself, forever: walk every partition then.
         let trusted = objects().all(|o| o.holders.total() == o.live_extents);
@@ -116,7 +117,7 @@ impl State {
             objects()
                 .flat_map(|object| object.holders.partitions())
                 .filter_map(|tp| {
-                    let name = self.names_by_id.get(&tp.topic_id)?;
+                    let name = self.log.names_by_id.get(&tp.topic_id)?;
                     Some((name.as_str(), usize::try_from(tp.partition).ok()?))
                 })
                 .collect()
@@ -126,13 +127,14 @@ impl State {
                 key = wrong.map(|o| o.key.as_str()),
                 "an ingest file's holders do not count its extents: reading every partition"
             );
-            self.topics
+            self.log
+                .topics
                 .iter()
                 .flat_map(|(name, t)| (0..t.partitions.len()).map(move |n| (name.as_str(), n)))
                 .collect()
         };
         for (name, n) in holders {
-            let Some(topic) = self.topics.get(name) else {
+            let Some(topic) = self.log.topics.get(name) else {
                 continue;
             };
             let Some(p) = topic.partitions.get(n) else {
@@ -175,10 +177,10 @@ impl State {
         visited: &mut Visited,
     ) {
         let rules = WorkRules::of(work);
-        let before = self.settled.get(&rules);
+        let before = self.log.settled.get(&rules);
         let mut settled = HashMap::with_capacity(before.len());
         let inherited = self.configs.topic_defaults();
-        for topic in self.topics.values() {
+        for topic in self.log.topics.values() {
             let config = TopicConfig::over(&inherited, &topic.info.configs);
             if config.compact {
                 // Key compaction rewrites these partitions its own way.
@@ -220,7 +222,7 @@ impl State {
                 );
             }
         }
-        self.settled.put(rules, settled);
+        self.log.settled.put(rules, settled);
     }
 
     /// A partition's extents as chunks: consecutive extents in one object.
@@ -232,7 +234,11 @@ impl State {
                     chunk.add(e.length, e.appended_ms);
                 }
                 _ => {
-                    let key = self.objects.get(&e.object).map_or("", |o| o.key.as_str());
+                    let key = self
+                        .log
+                        .objects
+                        .get(&e.object)
+                        .map_or("", |o| o.key.as_str());
                     let first = std::iter::once((e.length, e.appended_ms));
                     chunks.push((e.object, Chunk::of(work, key, first)));
                 }
@@ -432,7 +438,7 @@ mod tests {
         let mut backlog = Backlog::default();
         let (mut bytes, mut extents) = (0u64, 0u64);
         let mut full = false;
-        for (id, object) in state.objects.iter().filter(|(_, o)| is_ingest(&o.key)) {
+        for (id, object) in state.log.objects.iter().filter(|(_, o)| is_ingest(&o.key)) {
             backlog.ingest_files += 1;
             full = full
                 || backlog.files.len() >= work.max_files as usize
@@ -451,7 +457,7 @@ mod tests {
             }
         }
         let inherited = state.configs.topic_defaults();
-        for topic in state.topics.values() {
+        for topic in state.log.topics.values() {
             let config = TopicConfig::over(&inherited, &topic.info.configs);
             for (n, p) in topic.partitions.iter().enumerate() {
                 let tp = TopicPartition::new(topic.info.id, n as i32);
@@ -486,7 +492,7 @@ mod tests {
                             e.object,
                             Chunk::of(
                                 work,
-                                &state.objects[&e.object].key,
+                                &state.log.objects[&e.object].key,
                                 std::iter::once((e.length, e.appended_ms)),
                             ),
                         )),
@@ -604,7 +610,7 @@ mod tests {
         topics
             .iter()
             .flat_map(|t| {
-                let p = &state.topics[&state.names_by_id[t]].partitions;
+                let p = &state.log.topics[&state.log.names_by_id[t]].partitions;
                 (0..p.len() as i32).map(|n| TopicPartition::new(*t, n))
             })
             .collect()
@@ -679,7 +685,7 @@ mod tests {
                 }
                 9 => {
                     // `segment.ms` and `cleanup.policy` come and go.
-                    let name = state.names_by_id[&tp.topic_id].clone();
+                    let name = state.log.names_by_id[&tp.topic_id].clone();
                     let (key, value) = match dice.roll(4) {
                         0 => ("segment.ms", "2000"),
                         1 => ("segment.ms", "20000"),
@@ -702,7 +708,7 @@ mod tests {
                 12 if dice.roll(4) == 0 => {
                     // A topic goes, another comes.
                     let gone = topics.remove(0);
-                    let name = state.names_by_id[&gone].clone();
+                    let name = state.log.names_by_id[&gone].clone();
                     state.apply(DeleteTopic { name }).unwrap();
                     let id = 10 + step as u128;
                     topics.push(create(&mut state, &format!("t{step}"), 2, id));
@@ -876,8 +882,8 @@ mod tests {
         let t = create(&mut state, "t", 3, 1);
         let tps: Vec<TopicPartition> = (0..3).map(|n| TopicPartition::new(t, n)).collect();
         commit(&mut state, "ingest/0", &tps);
-        let id = state.ledger.live()["ingest/0"];
-        let object = state.objects.get_mut(&id).unwrap();
+        let id = state.log.ledger.live()["ingest/0"];
+        let object = state.log.objects.get_mut(&id).unwrap();
         object.holders = Holders::of(BTreeMap::from([(tps[0], 1)]));
         let (found, _) = state.backlog_visiting(&work, 0);
         assert_eq!(found.runs.len(), 3);

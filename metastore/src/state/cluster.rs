@@ -5,16 +5,24 @@ use super::*;
 mod agents;
 pub use agents::Agents;
 
+/// The cluster part of the state: registered agents and job leases.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Cluster {
+    pub(super) agents: Agents,
+    pub(super) leases: crate::leases::Leases,
+}
+
 impl State {
     /// Every agent with its age as of `now_ms`, which must be the
     /// metastore's time (a leader's clock, at least [`State::clock_ms`]).
     pub fn agents(&self, now_ms: i64) -> Vec<AgentInfo> {
-        self.agents.list(now_ms.max(self.clock_ms))
+        self.cluster.agents.list(now_ms.max(self.clock_ms))
     }
 
     /// As [`State::agents`], at their addresses on `listener`.
     pub fn agents_on(&self, listener: &str, protocol: &str, now_ms: i64) -> Vec<AgentInfo> {
-        self.agents
+        self.cluster
+            .agents
             .list_on(listener, protocol, now_ms.max(self.clock_ms))
     }
 }
@@ -23,6 +31,7 @@ impl Apply for RegisterAgent {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<i32, Refusal> {
         Ok(state
+            .cluster
             .agents
             .register(self.host, self.port, self.zone, None, self.now_ms))
     }
@@ -52,7 +61,7 @@ impl Apply for RegisterAgentListeners {
                 "an agent's first listener is its own address".into(),
             ));
         }
-        Ok(state.agents.register(
+        Ok(state.cluster.agents.register(
             self.host,
             self.port,
             self.zone,
@@ -69,7 +78,7 @@ impl Apply for RegisterAgentListeners {
 impl Apply for AgentHeartbeat {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<bool, Refusal> {
-        Ok(state.agents.heartbeat(self.node_id, self.now_ms))
+        Ok(state.cluster.agents.heartbeat(self.node_id, self.now_ms))
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
@@ -80,6 +89,7 @@ impl Apply for AcquireLease {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<bool, Refusal> {
         Ok(state
+            .cluster
             .leases
             .acquire(self.job, self.holder, self.now_ms, self.ttl_ms))
     }
@@ -92,7 +102,7 @@ impl Apply for AcquireLease {
 impl Apply for ReleaseLease {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
-        state.leases.release(&self.job, &self.holder);
+        state.cluster.leases.release(&self.job, &self.holder);
         Ok(())
     }
 }

@@ -7,21 +7,23 @@ impl State {
     /// Sequences a commit exactly once per object key (see [`crate::ledger`]).
     pub(super) fn commit(&mut self, commit: IngestCommit) -> Vec<Result<i64, Refusal>> {
         let refuse = |e: Refusal| vec![Err(e); commit.batches.len()];
-        match self.ledger.seen(&commit.object_key) {
+        match self.log.ledger.seen(&commit.object_key) {
             Seen::Answered(answer) => answer,
             Seen::Used => refuse(Refusal::ObjectKeyUsed(commit.object_key.clone())),
             Seen::New if self.too_late(commit.not_before_ms) => {
                 // Its object will never be committed: to GC with it now
                 // rather than after the bucket sweep finds it.
                 let refused = refuse(Refusal::CommitTooLate(commit.object_key.clone()));
-                self.ledger.retire(&commit.object_key, self.clock_ms);
-                self.garbage.push(commit.object_key);
+                self.log.ledger.retire(&commit.object_key, self.clock_ms);
+                self.log.garbage.push(commit.object_key);
                 refused
             }
             Seen::New => {
                 let key = commit.object_key.clone();
                 let results = self.sequence(commit);
-                self.ledger.answered(&key, results.clone(), self.clock_ms);
+                self.log
+                    .ledger
+                    .answered(&key, results.clone(), self.clock_ms);
                 results
             }
         }
@@ -32,8 +34,8 @@ impl State {
     pub(super) fn sequence(&mut self, commit: IngestCommit) -> Vec<Result<i64, Refusal>> {
         // Appends are dated by the metastore's clock, never the agent's.
         let now_ms = self.clock_ms;
-        let object = self.next_object;
-        self.next_object += 1;
+        let object = self.log.next_object;
+        self.log.next_object += 1;
         // The extents added, by partition.
         let mut holders: BTreeMap<TopicPartition, u64> = BTreeMap::new();
         let mut results: Vec<Option<Result<i64, Refusal>>> = vec![None; commit.batches.len()];
@@ -169,11 +171,11 @@ impl State {
                 "a non-transactional batch from a producer with an open transaction here".into(),
             ));
         }
-        let issued_epoch = self.producers.get_mut(&producer_id).map(|p| {
+        let issued_epoch = self.producers.issued.get_mut(&producer_id).map(|p| {
             p.last_ms = now_ms;
             p.epoch
         });
-        let blocks = self.producer_id_blocks;
+        let blocks = self.producers.blocks;
         let partition = self
             .changing_partition(tp)
             .ok_or(Refusal::UnknownTopicOrPartition)?;

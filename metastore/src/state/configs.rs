@@ -12,6 +12,7 @@ impl Apply for AlterConfigs {
         match self.target {
             ConfigTarget::Topic(name) => {
                 let topic = state
+                    .log
                     .topics
                     .get_mut(&name)
                     .ok_or(Refusal::UnknownTopicOrPartition)?;

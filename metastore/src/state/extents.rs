@@ -20,16 +20,16 @@ impl State {
     /// Drops one extent's hold (an extent of `tp`) on an object; the last
     /// one makes it garbage.
     pub(super) fn release(&mut self, object: u64, tp: TopicPartition) {
-        let Some(entry) = self.objects.get_mut(&object) else {
+        let Some(entry) = self.log.objects.get_mut(&object) else {
             return;
         };
         entry.live_extents -= 1;
         let held = entry.holders.release(tp);
         debug_assert!(held, "object {} released by {tp:?}, no holder", entry.key);
         if entry.live_extents == 0 {
-            let gone = self.objects.remove(&object).expect("just seen");
-            self.ledger.retire(&gone.key, self.clock_ms);
-            self.garbage.push(gone.key);
+            let gone = self.log.objects.remove(&object).expect("just seen");
+            self.log.ledger.retire(&gone.key, self.clock_ms);
+            self.log.garbage.push(gone.key);
         }
     }
 
@@ -37,7 +37,7 @@ impl State {
         // First: a key seen before is never swapped in again (and a swap
         // applied twice must not read as "changed", which would make its
         // compactor delete the segment now live).
-        if self.ledger.is_known(&r.object_key) {
+        if self.log.ledger.is_known(&r.object_key) {
             return Err(Refusal::ObjectKeyUsed(r.object_key));
         }
         let tp = TopicPartition::new(r.topic_id, r.partition);
@@ -45,8 +45,8 @@ impl State {
         if self.too_late(r.not_before_ms) {
             return Err(Refusal::CommitTooLate(r.object_key));
         }
-        let object = self.next_object;
-        self.next_object += 1;
+        let object = self.log.next_object;
+        self.log.next_object += 1;
         let kept = self.swap_run(object, tp, &r.replaced, r.pieces);
         self.went_live(
             object,
@@ -62,17 +62,17 @@ impl State {
         &mut self,
         r: ReplaceRuns,
     ) -> Result<Vec<Result<(), Refusal>>, Refusal> {
-        if self.ledger.is_known(&r.object_key) {
+        if self.log.ledger.is_known(&r.object_key) {
             return Err(Refusal::ObjectKeyUsed(r.object_key));
         }
         if self.too_late(r.not_before_ms) {
             // Never to be swapped in: to GC now rather than after the sweep.
-            self.ledger.retire(&r.object_key, self.clock_ms);
-            self.garbage.push(r.object_key.clone());
+            self.log.ledger.retire(&r.object_key, self.clock_ms);
+            self.log.garbage.push(r.object_key.clone());
             return Err(Refusal::CommitTooLate(r.object_key));
         }
-        let object = self.next_object;
-        self.next_object += 1;
+        let object = self.log.next_object;
+        self.log.next_object += 1;
         let mut holders: BTreeMap<TopicPartition, u64> = BTreeMap::new();
         let mut results = Vec::with_capacity(r.runs.len());
         for run in r.runs {
@@ -119,6 +119,7 @@ impl State {
                     && have.position == want.position
                     && have.length == want.length
                     && self
+                        .log
                         .objects
                         .get(&have.object)
                         .is_some_and(|o| o.key == want.object_key)
@@ -188,12 +189,12 @@ impl State {
         let live_extents: u64 = holders.values().sum();
         let holders = backlog::Holders::of(holders);
         if live_extents == 0 {
-            self.ledger.retire(&key, self.clock_ms);
-            self.garbage.push(key);
+            self.log.ledger.retire(&key, self.clock_ms);
+            self.log.garbage.push(key);
             return;
         }
-        self.ledger.went_live(&key, object);
-        self.objects.insert(
+        self.log.ledger.went_live(&key, object);
+        self.log.objects.insert(
             object,
             Object {
                 key,
@@ -248,14 +249,14 @@ impl State {
 
     /// Object keys no extent points to any more.
     pub fn garbage(&self) -> &[String] {
-        &self.garbage
+        &self.log.garbage
     }
 
     /// Those of `keys` that no extent points to and that are not awaiting GC:
     /// objects the metastore has never heard of (or has forgotten).
     pub fn unknown_objects(&self, keys: &[String]) -> Vec<String> {
         keys.iter()
-            .filter(|k| !self.ledger.is_known(k))
+            .filter(|k| !self.log.ledger.is_known(k))
             .cloned()
             .collect()
     }
@@ -279,9 +280,9 @@ impl Apply for ForgetGarbage {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let keys: std::collections::HashSet<String> = self.keys.into_iter().collect();
-        state.garbage.retain(|k| !keys.contains(k));
+        state.log.garbage.retain(|k| !keys.contains(k));
         for key in &keys {
-            state.ledger.collected(key, state.clock_ms);
+            state.log.ledger.collected(key, state.clock_ms);
         }
         Ok(())
     }
@@ -305,9 +306,9 @@ impl Apply for RecordOrphans {
         // looked is live (or remembered) and stays; the others are
         // retired, so their commits are refused from now on.
         for key in self.keys {
-            if !state.ledger.is_known(&key) {
-                state.ledger.retire(&key, state.clock_ms);
-                state.garbage.push(key);
+            if !state.log.ledger.is_known(&key) {
+                state.log.ledger.retire(&key, state.clock_ms);
+                state.log.garbage.push(key);
             }
         }
         Ok(())

@@ -14,11 +14,15 @@ impl Apply for JoinGroupV8 {
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let State {
             groups,
-            topics,
-            acls,
+            log,
+            security,
             ..
         } = state;
-        Ok(groups.join(self.into(), &TopicsByName(topics, acls), Rules::Format8))
+        Ok(groups.join(
+            self.into(),
+            &TopicsByName(&log.topics, &security.acls),
+            Rules::Format8,
+        ))
     }
     fn retry_is_safe(&self) -> bool {
         false
@@ -60,11 +64,11 @@ impl Apply for JoinGroup {
         let rules = Rules::Migrating(state.configs.migration_policy());
         let State {
             groups,
-            topics,
-            acls,
+            log,
+            security,
             ..
         } = state;
-        Ok(groups.join(self, &TopicsByName(topics, acls), rules))
+        Ok(groups.join(self, &TopicsByName(&log.topics, &security.acls), rules))
     }
     /// A retry of a new member's join would add a second member.
     fn restamp(&mut self, now_ms: i64) {
@@ -90,11 +94,11 @@ impl Apply for LeaveGroup {
         let policy = state.configs.migration_policy();
         let State {
             groups,
-            topics,
-            acls,
+            log,
+            security,
             ..
         } = state;
-        Ok(groups.leave(self, &TopicsByName(topics, acls), policy))
+        Ok(groups.leave(self, &TopicsByName(&log.topics, &security.acls), policy))
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
@@ -107,11 +111,11 @@ impl Apply for TickGroup {
         let policy = state.configs.migration_policy();
         let State {
             groups,
-            topics,
-            acls,
+            log,
+            security,
             ..
         } = state;
-        groups.tick(self, &TopicsByName(topics, acls), policy);
+        groups.tick(self, &TopicsByName(&log.topics, &security.acls), policy);
         Ok(())
     }
     fn retry_is_safe(&self) -> bool {
@@ -128,11 +132,11 @@ impl Apply for ExpireMembers {
         let policy = state.configs.migration_policy();
         let State {
             groups,
-            topics,
-            acls,
+            log,
+            security,
             ..
         } = state;
-        groups.expire_members(self, &TopicsByName(topics, acls), policy);
+        groups.expire_members(self, &TopicsByName(&log.topics, &security.acls), policy);
         Ok(())
     }
     /// A member expired once is gone; a second time finds nothing.
@@ -195,7 +199,7 @@ impl State {
     ) -> Option<Result<ConsumerAnswer, GroupError>> {
         let hb = self.with_group_timeouts(std::borrow::Cow::Borrowed(hb));
         self.groups
-            .consumer_unchanged(&hb, &TopicsByName(&self.topics, &self.acls))
+            .consumer_unchanged(&hb, &TopicsByName(&self.log.topics, &self.security.acls))
     }
 
     /// The heartbeat with its group's session timeout and heartbeat
@@ -232,11 +236,11 @@ impl State {
         let rules = rules.unwrap_or(Rules::Migrating(self.configs.migration_policy()));
         let State {
             groups,
-            topics,
-            acls,
+            log,
+            security,
             ..
         } = self;
-        groups.consumer_heartbeat(hb, &TopicsByName(topics, acls), rules)
+        groups.consumer_heartbeat(hb, &TopicsByName(&log.topics, &security.acls), rules)
     }
 }
 
@@ -317,7 +321,7 @@ impl Query for DescribeGroup {
 
 impl Query for DescribeConsumerGroup {
     fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
-        let name_of = |id: TopicId| state.names_by_id.get(&id).cloned();
+        let name_of = |id: TopicId| state.log.names_by_id.get(&id).cloned();
         Ok(state.groups.describe_consumer(&self.name, &name_of))
     }
 }

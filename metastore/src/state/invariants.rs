@@ -17,7 +17,7 @@ impl State {
     /// - Idempotent producers' windows stay bounded.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut pointing: BTreeMap<u64, BTreeMap<TopicPartition, u64>> = BTreeMap::new();
-        for topic in self.topics.values() {
+        for topic in self.log.topics.values() {
             for (n, p) in topic.partitions.iter().enumerate() {
                 let at = format!("{}/{n}", topic.info.name);
                 let tp = TopicPartition::new(topic.info.id, n as i32);
@@ -36,13 +36,13 @@ impl State {
                         return Err(format!("{at}: gap or overlap before {}", e.base_offset));
                     }
                     next = Some(e.last_offset + 1);
-                    if e.object > p.newest_object.0 || p.newest_object.0 >= self.next_object {
+                    if e.object > p.newest_object.0 || p.newest_object.0 >= self.log.next_object {
                         return Err(format!(
                             "{at}: extent at {base} newer than its newest object, or that never issued"
                         ));
                     }
                     *pointing.entry(e.object).or_default().entry(tp).or_default() += 1;
-                    if !self.objects.contains_key(&e.object) {
+                    if !self.log.objects.contains_key(&e.object) {
                         return Err(format!("{at}: extent at {base} points at no object"));
                     }
                 }
@@ -83,7 +83,7 @@ impl State {
             }
         }
         self.check_txns()?;
-        for (id, object) in &self.objects {
+        for (id, object) in &self.log.objects {
             let holders = pointing.remove(id).unwrap_or_default();
             let count: u64 = holders.values().sum();
             if object.live_extents != count || count == 0 {
@@ -102,18 +102,18 @@ impl State {
                     object.key, object.holders
                 ));
             }
-            if self.ledger.live().get(&object.key) != Some(id) {
+            if self.log.ledger.live().get(&object.key) != Some(id) {
                 return Err(format!("object {} is not live in the ledger", object.key));
             }
         }
-        if self.ledger.live().len() != self.objects.len() {
+        if self.log.ledger.live().len() != self.log.objects.len() {
             return Err("the ledger's live keys and the objects differ".into());
         }
-        for key in &self.garbage {
-            if self.ledger.is_live(key) {
+        for key in &self.log.garbage {
+            if self.log.ledger.is_live(key) {
                 return Err(format!("live key {key} is on the GC list"));
             }
-            if !self.ledger.awaiting_collection(key) {
+            if !self.log.ledger.awaiting_collection(key) {
                 return Err(format!("key {key} is on the GC list but not retired"));
             }
         }
@@ -158,7 +158,7 @@ impl State {
     pub(super) fn check_txns(&self) -> Result<(), String> {
         self.txns.check()?;
         for (id, t) in self.txns.iter() {
-            if self.producers.get(&t.producer_id).map(|p| p.epoch) != Some(t.epoch) {
+            if self.producers.issued.get(&t.producer_id).map(|p| p.epoch) != Some(t.epoch) {
                 return Err(format!(
                     "transactional id {id}: producer not issued at its epoch"
                 ));

@@ -4,6 +4,21 @@
 
 use super::*;
 
+/// The producers part of the state: every producer id issued, with its
+/// current epoch and when it was last issued or used (expired after
+/// [`PRODUCER_ID_EXPIRATION_MS`]), and the next id to hand out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Producers {
+    pub(super) issued: BTreeMap<i64, IssuedProducer>,
+    pub(super) next_id: i64,
+    /// Producer ids are handed out in blocks (format 11, KIP-730): set by
+    /// the first [`AllocateProducerIds`], after which a batch of a producer
+    /// id the state keeps nothing of is sequenced as Kafka sequences it (its
+    /// partition's state decides, created by its first write), not refused
+    /// as an unknown producer. Entries logged before keep the old rule.
+    pub(super) blocks: bool,
+}
+
 /// Batches Kafka remembers per producer and partition to recognise retries.
 pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
 
@@ -126,10 +141,15 @@ impl State {
         let last_ms = self.clock_ms;
         // A transactional id's producer is bumped through its id only.
         if let Some(known) = existing.filter(|k| !self.txns.is_transactional(k.producer_id)) {
-            let current = self.producers.get(&known.producer_id).map(|p| p.epoch);
+            let current = self
+                .producers
+                .issued
+                .get(&known.producer_id)
+                .map(|p| p.epoch);
             if current == Some(known.epoch) && known.epoch < i16::MAX {
                 let epoch = known.epoch + 1;
                 self.producers
+                    .issued
                     .insert(known.producer_id, IssuedProducer { epoch, last_ms });
                 return ProducerIdentity {
                     producer_id: known.producer_id,
@@ -137,9 +157,10 @@ impl State {
                 };
             }
         }
-        let producer_id = self.next_producer_id;
-        self.next_producer_id += 1;
+        let producer_id = self.producers.next_id;
+        self.producers.next_id += 1;
         self.producers
+            .issued
             .insert(producer_id, IssuedProducer { epoch: 0, last_ms });
         ProducerIdentity {
             producer_id,
@@ -159,9 +180,9 @@ impl Apply for AllocateProducerIds {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<i64, Refusal> {
         let count = self.count.clamp(1, MAX_PRODUCER_ID_BLOCK);
-        let first = state.next_producer_id;
-        state.next_producer_id = first.saturating_add(count as i64);
-        state.producer_id_blocks = true;
+        let first = state.producers.next_id;
+        state.producers.next_id = first.saturating_add(count as i64);
+        state.producers.blocks = true;
         Ok(first)
     }
 }

@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use uuid::Uuid;
 
 fn create(state: &mut State, name: &str, partitions: i32) -> TopicId {
-    let id = Uuid::from_u128(state.topics.len() as u128 + 1);
+    let id = Uuid::from_u128(state.log.topics.len() as u128 + 1);
     let reply = state.apply(CreateTopic {
         id,
         topic: NewTopic {
@@ -69,7 +69,10 @@ fn producer_ids_from_blocks_leave_no_state_until_they_write() {
         s.apply(AllocateProducerIds { count: 1_000 }).unwrap(),
         1_000
     );
-    assert!(s.producers.is_empty(), "nothing kept of an id handed out");
+    assert!(
+        s.producers.issued.is_empty(),
+        "nothing kept of an id handed out"
+    );
     let p = ProducerIdentity {
         producer_id: 7,
         epoch: 0,
@@ -91,7 +94,7 @@ fn producer_ids_from_blocks_leave_no_state_until_they_write() {
         commit(&mut s, "o4", vec![idempotent(t, p, 44, 1)]),
         vec![Ok(2)]
     );
-    assert!(s.producers.is_empty());
+    assert!(s.producers.issued.is_empty());
     s.check_invariants().unwrap();
 }
 
@@ -985,8 +988,8 @@ fn unused_producer_ids_expire_and_may_start_over() {
     };
     // A day later (the sweep runs with the next proposal), both are gone.
     at(&mut s, 4_000 + 2 * day, ForgetGarbage { keys: vec![] }).unwrap();
-    assert!(s.producers.is_empty(), "{:?}", s.producers);
-    assert!(s.topics["t"].partitions[0].producers.is_empty());
+    assert!(s.producers.issued.is_empty(), "{:?}", s.producers.issued);
+    assert!(s.log.topics["t"].partitions[0].producers.is_empty());
     assert_eq!(
         commit_at(
             &mut s,

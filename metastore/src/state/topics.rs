@@ -43,7 +43,7 @@ impl State {
         if topic.partitions < 1 || topic.partitions > MAX_PARTITIONS {
             return Err(Refusal::InvalidPartitions(topic.partitions));
         }
-        if self.topics.contains_key(&topic.name) {
+        if self.log.topics.contains_key(&topic.name) {
             return Err(Refusal::TopicExists(topic.name));
         }
         let info = TopicInfo {
@@ -53,8 +53,8 @@ impl State {
             configs: topic.configs,
             inherited: BTreeMap::new(),
         };
-        self.names_by_id.insert(id, topic.name.clone());
-        self.topics.insert(
+        self.log.names_by_id.insert(id, topic.name.clone());
+        self.log.topics.insert(
             topic.name,
             Topic {
                 info: info.clone(),
@@ -66,10 +66,11 @@ impl State {
 
     pub(super) fn delete_topic(&mut self, name: &str) -> Result<(), Refusal> {
         let topic = self
+            .log
             .topics
             .remove(name)
             .ok_or(Refusal::UnknownTopicOrPartition)?;
-        self.names_by_id.remove(&topic.info.id);
+        self.log.names_by_id.remove(&topic.info.id);
         self.groups.forget_topic(name);
         self.txns.forget_topic(topic.info.id, name, self.clock_ms);
         for (n, partition) in topic.partitions.into_iter().enumerate() {
@@ -83,6 +84,7 @@ impl State {
 
     pub(super) fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), Refusal> {
         let topic = self
+            .log
             .topics
             .get_mut(name)
             .ok_or(Refusal::UnknownTopicOrPartition)?;
@@ -99,7 +101,8 @@ impl State {
     /// Every topic, as clients see it (with the cluster's topic defaults).
     pub fn topics(&self) -> Vec<TopicInfo> {
         let inherited = self.configs.topic_defaults();
-        self.topics
+        self.log
+            .topics
             .values()
             .map(|t| self.answered(t, &inherited))
             .collect()
@@ -107,7 +110,10 @@ impl State {
 
     pub fn topic(&self, name: &str) -> Option<TopicInfo> {
         let inherited = self.configs.topic_defaults();
-        self.topics.get(name).map(|t| self.answered(t, &inherited))
+        self.log
+            .topics
+            .get(name)
+            .map(|t| self.answered(t, &inherited))
     }
 
     /// A topic's description as an answer carries it.
@@ -124,7 +130,10 @@ impl State {
 
     /// A topic from its id.
     pub fn topic_by_id(&self, id: TopicId) -> Option<TopicInfo> {
-        self.names_by_id.get(&id).and_then(|name| self.topic(name))
+        self.log
+            .names_by_id
+            .get(&id)
+            .and_then(|name| self.topic(name))
     }
 }
 
@@ -154,6 +163,7 @@ impl Apply for AlterTopicConfigs {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         let topic = state
+            .log
             .topics
             .get_mut(&self.name)
             .ok_or(Refusal::UnknownTopicOrPartition)?;

@@ -84,16 +84,18 @@ impl State {
     /// Completes an accepted end; the producer id is issued at its epoch
     /// from now on (a fenced producer's batches then fail the epoch check).
     pub(super) fn finish_end(&mut self, end: &TxnEnd, now_ms: i64) {
-        let (now, pending) =
-            self.txns
-                .finish_end(end, now_ms, &mut NextProducerId(&mut self.next_producer_id));
+        let (now, pending) = self.txns.finish_end(
+            end,
+            now_ms,
+            &mut NextProducerId(&mut self.producers.next_id),
+        );
         if end.commit {
             for (group, offsets) in pending {
                 self.groups
                     .store_txn_offsets(&group, offsets.into_values().collect(), now_ms);
             }
         }
-        self.producers.insert(
+        self.producers.issued.insert(
             now.producer_id,
             IssuedProducer {
                 epoch: now.epoch,
@@ -114,13 +116,13 @@ impl State {
             c.timeout_ms,
             c.expected,
             now_ms,
-            &mut NextProducerId(&mut self.next_producer_id),
+            &mut NextProducerId(&mut self.producers.next_id),
             abort_check_interval_ms,
         );
         // Whatever it answered (a fence also bumps), the id's producer is
         // issued at its current epoch.
         if let Some(t) = self.txns.get(&c.transactional_id) {
-            self.producers.insert(
+            self.producers.issued.insert(
                 t.producer_id,
                 IssuedProducer {
                     epoch: t.epoch,

@@ -1,0 +1,33 @@
+//! The log part of the state: every topic and its partitions' extents, the
+//! objects the extents lie in, the keys of objects nothing points to any
+//! more, and the ledger of every object key heard of. The sequencer
+//! (`commits.rs`), the swaps and trims (`extents.rs`), topics
+//! (`topics.rs`), reads and compaction's queries change or read it.
+
+use std::collections::BTreeMap;
+
+use super::Derived;
+use super::backlog::Settled;
+use super::extents::Object;
+use super::topics::Topic;
+use crate::ledger::Ledger;
+use crate::types::TopicId;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Log {
+    pub(super) topics: BTreeMap<String, Topic>,
+    pub(super) names_by_id: BTreeMap<TopicId, String>,
+    pub(super) objects: BTreeMap<u64, Object>,
+    pub(super) next_object: u64,
+    /// Keys of objects nothing points to any more, oldest first, for GC.
+    pub(super) garbage: Vec<String>,
+    /// Every object key heard of: live, retired, recent answers. Commits
+    /// are exact and GC fenced through it (see [`crate::ledger`]).
+    pub(super) ledger: Ledger,
+    /// Derived, never stored: extent changes counted since this state was
+    /// loaded, the source of partitions' `extents_version`.
+    pub(super) extent_changes: Derived<u64>,
+    /// Derived, never stored: the partitions compaction found not worth
+    /// merging (see [`super::backlog`]).
+    pub(super) settled: Settled,
+}
