@@ -4,6 +4,8 @@
 mod abandoned;
 mod fetch_watermarks;
 mod lifecycle;
+mod long_poll;
+mod offsets;
 mod ordering;
 mod produce_checks;
 mod producer_ids;
