@@ -2,6 +2,7 @@
 //! `/client-metrics` (what clients pushed, see `crate::telemetry`), and
 //! cached blocks for the other agents of the zone (`floe_cache::server`).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -9,13 +10,13 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use tokio::net::TcpListener;
 
 use crate::broker::Broker;
+use crate::world::{Listening, Stream};
 
 /// Serves the admin port; with `blocks`, cached blocks to the zone's agents too.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Box<dyn Listening>,
     broker: Arc<Broker>,
     blocks: bool,
 ) -> std::io::Result<()> {
@@ -28,7 +29,33 @@ pub async fn serve(
     if blocks {
         app = app.merge(floe_cache::server::routes(broker.cache.clone()));
     }
-    axum::serve(listener, app).await
+    axum::serve(Socket(listener), app).await
+}
+
+/// The admin endpoint's listener, on the agent's network (see
+/// [`crate::world::Network`]).
+struct Socket(Box<dyn Listening>);
+
+impl axum::serve::Listener for Socket {
+    type Io = Box<dyn Stream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.0.accept().await {
+                Ok(accepted) => return accepted,
+                // E.g. out of file descriptors: try again shortly.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting an admin connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
 }
 
 async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {

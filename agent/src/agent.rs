@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use floe_metastore::Metastore;
 use floe_storage::ObjectStore;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::broker::Broker;
@@ -20,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::net::listeners::Listener;
 use crate::refresher;
 use crate::tasks::Tasks;
+use crate::world::{Listening, World};
 
 /// A running agent. Dropping it stops it at once, as a crash would
 /// (nothing is drained, batches not yet committed are dropped);
@@ -54,9 +54,21 @@ impl Agent {
         store: Arc<dyn ObjectStore>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Agent> {
+        Self::start_in(World::default(), config, meta, store, metrics).await
+    }
+
+    /// As [`Agent::start`], in `world`: its clock, ids and network (the
+    /// simulation's own).
+    pub async fn start_in(
+        world: World,
+        config: Config,
+        meta: Arc<dyn Metastore>,
+        store: Arc<dyn ObjectStore>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Agent> {
         check(&config)?;
         let tasks = Tasks::default();
-        let started = Self::start_on(&tasks, config, meta, store, metrics).await;
+        let started = Self::start_on(&tasks, world, config, meta, store, metrics).await;
         if started.is_err() {
             // What started before the failure (a heartbeat, file watchers)
             // must not outlive it.
@@ -67,6 +79,7 @@ impl Agent {
 
     async fn start_on(
         tasks: &Tasks,
+        world: World,
         mut config: Config,
         meta: Arc<dyn Metastore>,
         store: Arc<dyn ObjectStore>,
@@ -76,7 +89,7 @@ impl Agent {
         let serves_kafka = config.roles.contains(&Role::Kafka);
         let mut listeners = resolve(&config)?;
         let mut bound = match serves_kafka {
-            true => bind_listeners(&config, &listeners, &tasks).await?,
+            true => bind_listeners(&world, &config, &listeners, &tasks).await?,
             false => Vec::new(),
         };
         // One listener on port 0 (tests): the port bound is the one
@@ -92,11 +105,12 @@ impl Agent {
         warn_if_anonymous_is_super(&config, &listeners);
         if serves_kafka && config.discovery == Discovery::SelfAdvertise {
             let endpoints: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
-            config.node_id = discovery::register(meta.as_ref(), endpoints.clone(), config.zone.clone())
+            config.node_id = discovery::register(meta.as_ref(), &world, endpoints.clone(), config.zone.clone())
                 .await
                 .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))?;
             tasks.spawn(discovery::heartbeat(
                 meta.clone(),
+                world.clone(),
                 config.node_id,
                 endpoints,
                 config.zone.clone(),
@@ -109,6 +123,7 @@ impl Agent {
             .then(|| {
                 crate::jobs::compaction::Background::from_config(
                     &config,
+                    &world,
                     metrics.background.clone(),
                 )
             })
@@ -119,12 +134,15 @@ impl Agent {
             );
         }
         let admin_listen = config.admin_listen;
-        let admin = TcpListener::bind(admin_listen)
+        let admin = world
+            .network
+            .bind(admin_listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
         let admin_address = admin.local_addr()?;
-        let broker =
-            Arc::new(Broker::new(&tasks, config, meta.clone(), store.clone(), metrics).await?);
+        let broker = Arc::new(
+            Broker::new(&tasks, world, config, meta.clone(), store.clone(), metrics).await?,
+        );
         start_refreshers(&broker, &tasks);
         let serves_blocks = serves_kafka && start_cache_ring(&broker, admin_address.port(), &tasks);
         if let Some(compaction) = compaction {
@@ -306,7 +324,7 @@ async fn report(
 /// its files change).
 type Bound = (
     Arc<Listener>,
-    TcpListener,
+    Box<dyn Listening>,
     Option<Arc<crate::net::tls::Tls>>,
 );
 
@@ -314,6 +332,7 @@ type Bound = (
 /// with the client CA when it asks for client certificates (see
 /// `Listener::client_auth`).
 async fn bind_listeners(
+    world: &World,
     config: &Config,
     listeners: &[Arc<Listener>],
     tasks: &Tasks,
@@ -342,7 +361,7 @@ async fn bind_listeners(
                 }
             }
         };
-        let socket = TcpListener::bind(listener.bind).await.map_err(|e| {
+        let socket = world.network.bind(listener.bind).await.map_err(|e| {
             anyhow::anyhow!(
                 "cannot listen on {} (listener {}): {e}",
                 listener.bind,

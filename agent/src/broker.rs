@@ -18,6 +18,7 @@ use crate::read::topic_cache::TopicCache;
 use crate::read::watermarks::Watermarks;
 use crate::refresher::Refreshed;
 use crate::tasks::Tasks;
+use crate::world::World;
 use crate::write::batcher::{Batcher, BatcherConfig};
 
 /// How long produce and fetch trust a topic they looked up (see [`TopicCache`]).
@@ -32,6 +33,8 @@ const MAX_EXTENT_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// on the agent's tasks, so that stopping the agent stops its work.
 pub struct Broker {
     pub(crate) config: Config,
+    /// The clock, ids and network it runs with.
+    pub(crate) world: World,
     /// Its Kafka listeners (see [`crate::net::listeners`]); never empty.
     pub(crate) listeners: Vec<Arc<crate::net::listeners::Listener>>,
     pub(crate) meta: Arc<dyn Metastore>,
@@ -83,6 +86,7 @@ impl Broker {
     /// batcher, the watermarks' poll) runs on `tasks`.
     pub async fn new(
         tasks: &Tasks,
+        world: World,
         config: Config,
         meta: Arc<dyn Metastore>,
         store: Arc<dyn ObjectStore>,
@@ -121,7 +125,7 @@ impl Broker {
             cache.clone(),
             commit_tx,
             metrics.clone(),
-            Arc::new(floe_storage::ids::RandomIds),
+            world.ids.clone(),
         );
         let sasl = sasl_of(&config, &listeners).await?;
         let authorizer = Arc::new(crate::security::authorizer::Authorizer::new(
@@ -167,6 +171,7 @@ impl Broker {
         let producer_ids = crate::write::producer_ids::ProducerIds::new(meta.clone());
         Ok(Broker {
             config,
+            world,
             listeners,
             meta,
             cache,

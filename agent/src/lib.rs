@@ -16,4 +16,5 @@ pub mod security;
 pub mod server;
 pub mod tasks;
 pub mod telemetry;
+pub mod world;
 pub mod write;

@@ -35,7 +35,6 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
@@ -114,7 +113,7 @@ impl Drop for Slot {
 /// limits are counted over every listener in `open`. Each connection runs
 /// on `connections`, so an agent that stops closes them.
 pub async fn serve(
-    socket: TcpListener,
+    mut socket: Box<dyn crate::world::Listening>,
     listener: Arc<crate::net::listeners::Listener>,
     broker: Arc<Broker>,
     tls: Option<Arc<crate::net::tls::Tls>>,
@@ -143,10 +142,9 @@ pub async fn serve(
         let listener = listener.clone();
         let tls = tls.as_ref().map(|t| t.acceptor());
         connections.spawn(async move {
-            let _ = stream.set_nodelay(true);
             let served = match tls {
                 None => {
-                    let (read, write) = stream.into_split();
+                    let (read, write) = stream.into_halves();
                     connection(read, write, peer, broker, listener, None).await
                 }
                 Some(acceptor) => {
@@ -306,6 +304,7 @@ fn step_answer(
     step: crate::security::sasl::Step,
     round: &Reauthentication<'_>,
     mechanism: &str,
+    now_ms: i64,
 ) -> Option<(
     floe_protocol::kafka_protocol::messages::SaslAuthenticateResponse,
     Option<Option<Authenticated>>,
@@ -330,7 +329,7 @@ fn step_answer(
             Some(None),
         ),
         Step::Done(principal, bytes, expires_at_ms) => {
-            let lifetime = session_lifetime(round.lifetime, expires_at_ms);
+            let lifetime = session_lifetime(round.lifetime, expires_at_ms, now_ms);
             let answer = SaslAuthenticateResponse::default()
                 .with_auth_bytes(bytes.into())
                 .with_session_lifetime_ms(lifetime.as_millis() as i64);
@@ -369,7 +368,7 @@ where
         frames,
         write,
         auth,
-        &*broker.meta,
+        broker,
         broker.config.stalled_client_timeout,
         broker.telemetry.advertised(),
         software,
@@ -623,7 +622,7 @@ where
             &mut self.frames,
             &mut self.write,
             auth,
-            &*self.broker.meta,
+            &self.broker,
             self.stall,
             self.broker.telemetry.advertised(),
             &mut self.session.software,
@@ -661,12 +660,16 @@ async fn close(
 
 /// How long a session lasts: `max` (zero: for ever, KIP-368 off), and no
 /// longer than its credential (an OAUTHBEARER token's expiry).
-fn session_lifetime(max: std::time::Duration, expires_at_ms: Option<i64>) -> std::time::Duration {
+fn session_lifetime(
+    max: std::time::Duration,
+    expires_at_ms: Option<i64>,
+    now_ms: i64,
+) -> std::time::Duration {
     // Kafka's `SaslServerAuthenticator.calcCompletionTimesAndReturnSessionLifetimeMs`.
     let Some(at) = expires_at_ms else {
         return max;
     };
-    let left = std::time::Duration::from_millis((at - floe_metastore::now_ms()).max(1) as u64);
+    let left = std::time::Duration::from_millis((at - now_ms).max(1) as u64);
     match max.is_zero() {
         true => left,
         false => max.min(left),
@@ -734,7 +737,7 @@ async fn authenticate<R, W>(
     frames: &mut FrameReader<R>,
     write: &mut W,
     auth: &crate::security::sasl::Authenticator,
-    meta: &dyn floe_metastore::Metastore,
+    broker: &Broker,
     stall: std::time::Duration,
     telemetry: bool,
     software: &mut Option<Arc<crate::security::authorizer::ClientSoftware>>,
@@ -821,7 +824,12 @@ where
                         let step = match exchange.as_mut() {
                             Some(exchange) => tokio::time::timeout_at(
                                 deadline,
-                                exchange.step(auth, &req.auth_bytes, meta),
+                                exchange.step(
+                                    auth,
+                                    &req.auth_bytes,
+                                    &*broker.meta,
+                                    broker.world.now_ms(),
+                                ),
                             )
                             .await
                             .unwrap_or(Step::Unavailable),
@@ -829,7 +837,9 @@ where
                         };
 
                         // Closed unanswered: the client reconnects.
-                        let Some((response, outcome)) = step_answer(step, &round, &mechanism)
+                        let now_ms = broker.world.now_ms();
+                        let Some((response, outcome)) =
+                            step_answer(step, &round, &mechanism, now_ms)
                         else {
                             return Ok(None);
                         };

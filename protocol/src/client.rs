@@ -59,15 +59,27 @@ impl Connection {
             .with_context(|| format!("connecting to {address}: no answer in {CONNECT_TIMEOUT:?}"))?
             .with_context(|| format!("connecting to {address}"))?;
         tcp.set_nodelay(true)?;
-        let stream: Box<dyn Stream> = match &security.tls_ca {
-            None => Box::new(tcp),
-            Some(ca) => Box::new(tls(tcp, address, ca).await?),
+        let mut connection = match &security.tls_ca {
+            None => Connection::over(tcp, client_id),
+            Some(ca) => Connection::over(tls(tcp, address, ca).await?, client_id),
         };
-        let mut connection = Connection {
+        if let Some((user, password)) = &security.sasl_plain {
+            connection.authenticate(user, password).await?;
+        }
+        Ok(connection)
+    }
+
+    /// A plaintext connection over `stream`, already open (the
+    /// simulation's in-memory network).
+    pub fn over(
+        stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        client_id: &'static str,
+    ) -> Connection {
+        Connection {
             // Frames are checked against the broker's own frame limit;
             // tokio's codec also writes the length prefix of requests.
             framed: Framed::new(
-                stream,
+                Box::new(stream),
                 LengthDelimitedCodec::builder()
                     .length_field_length(4)
                     .max_frame_length(frame::DEFAULT_MAX_FRAME_BYTES)
@@ -75,11 +87,7 @@ impl Connection {
             ),
             next_correlation: 1,
             client_id: StrBytes::from_static_str(client_id),
-        };
-        if let Some((user, password)) = &security.sasl_plain {
-            connection.authenticate(user, password).await?;
         }
-        Ok(connection)
     }
 
     /// SASL/PLAIN: SaslHandshake v1, then SaslAuthenticate.

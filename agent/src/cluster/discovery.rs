@@ -18,10 +18,9 @@ use floe_metastore::{AgentInfo, Metastore};
 
 use crate::config::Config;
 use crate::net::listeners::Listener;
+use crate::world::World;
 
 pub use crate::config::Discovery;
-
-pub use floe_metastore::now_ms;
 
 /// The zone a client names with `floe_az=<zone>` anywhere in its client id.
 pub fn client_zone(client_id: &str) -> Option<&str> {
@@ -141,17 +140,19 @@ pub async fn known_visible(
 /// address, and returns its node id.
 pub async fn register(
     meta: &dyn Metastore,
+    world: &World,
     listeners: Vec<ListenerEndpoint>,
     zone: Option<String>,
 ) -> Result<i32, floe_metastore::MetaError> {
     let (host, port) = (listeners[0].host.clone(), listeners[0].port);
-    meta.register_agent_listeners(host, port, zone, listeners, now_ms())
+    meta.register_agent_listeners(host, port, zone, listeners, world.now_ms())
         .await
 }
 
 /// Heartbeats every `ttl / 4`, re-registering if the metastore forgot us.
 pub async fn heartbeat(
     meta: Arc<dyn Metastore>,
+    world: World,
     node_id: i32,
     listeners: Vec<ListenerEndpoint>,
     zone: Option<String>,
@@ -160,10 +161,10 @@ pub async fn heartbeat(
     let mut tick = tokio::time::interval((ttl / 4).max(Duration::from_millis(100)));
     loop {
         tick.tick().await;
-        match meta.agent_heartbeat(node_id, now_ms()).await {
+        match meta.agent_heartbeat(node_id, world.now_ms()).await {
             Ok(true) => {}
             Ok(false) => {
-                if let Err(e) = register(&*meta, listeners.clone(), zone.clone()).await {
+                if let Err(e) = register(&*meta, &world, listeners.clone(), zone.clone()).await {
                     tracing::warn!(error = %e, "re-registering failed");
                 }
             }

@@ -475,11 +475,13 @@ async fn cluster_requests(asked: &Asked<'_>, body: RequestKind) -> Answered {
         RequestKind::ApiVersions(_) => {
             ResponseKind::ApiVersions(api_versions::handle(broker.telemetry.advertised()))
         }
-        RequestKind::GetTelemetrySubscriptions(req) => ResponseKind::GetTelemetrySubscriptions(
-            broker
-                .telemetry
-                .subscribe(&req, client_attributes(client_id, session)),
-        ),
+        RequestKind::GetTelemetrySubscriptions(req) => {
+            ResponseKind::GetTelemetrySubscriptions(broker.telemetry.subscribe(
+                &req,
+                client_attributes(client_id, session),
+                || broker.world.new_id(),
+            ))
+        }
         RequestKind::PushTelemetry(req) => ResponseKind::PushTelemetry(
             broker
                 .telemetry

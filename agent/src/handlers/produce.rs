@@ -346,7 +346,7 @@ async fn admit_partition(
     };
     // The agent's clock, as a Kafka leader uses its own: this stamps data,
     // it decides nothing.
-    let now_ms = crate::cluster::discovery::now_ms();
+    let now_ms = broker.world.now_ms();
     let batch = rules.apply(batch, now_ms)?;
     let partition = format!("{}-{}", topic.name, data.index);
     let record_rules = rules.for_records(&batch, now_ms, record_errors);

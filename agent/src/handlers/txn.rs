@@ -22,7 +22,6 @@ use floe_protocol::kafka_protocol::messages::{
 
 use crate::broker::Broker;
 // The agent's clock stamps markers (it decides nothing).
-use crate::cluster::discovery::now_ms;
 use crate::write::txn_coordinator;
 
 /// No error.
@@ -92,7 +91,7 @@ pub async fn init_producer_id(
         id,
         req.transaction_timeout_ms,
         expected,
-        now_ms(),
+        broker.world.now_ms(),
         broker.config.transaction_abort_check_interval.as_millis() as i32,
     )
     .await
@@ -229,7 +228,7 @@ pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTx
         &id,
         producer,
         (req.committed, bumping),
-        now_ms(),
+        broker.world.now_ms(),
     )
     .await;
     match ended {

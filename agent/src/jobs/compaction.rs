@@ -15,7 +15,9 @@ use floe_compactor::sweep::sweep_orphans;
 use floe_compactor::{CompactionPolicy, Counters, Gc, KeptLooks, Worker, compact_all};
 use floe_metastore::Metastore;
 use floe_storage::ObjectStore;
-use floe_storage::ids::{Ids, RandomIds};
+use floe_storage::ids::Ids;
+
+use crate::world::World;
 
 use crate::config::Config;
 
@@ -47,14 +49,14 @@ pub struct Background {
 /// and told apart by its admin address, which no two processes share, so a
 /// compactor started in an agent's folder does not hold the agent's leases.
 /// Without a writable data dir, a fresh name each start.
-pub fn lease_holder(data_dir: &Path) -> String {
+pub fn lease_holder(data_dir: &Path, world: &World) -> String {
     let file = data_dir.join("agent-id");
     if let Ok(id) = std::fs::read_to_string(&file)
         && !id.trim().is_empty()
     {
         return id.trim().to_string();
     }
-    let id = format!("agent-{}", floe_metastore::random_id());
+    let id = format!("agent-{}", world.new_id());
     let written = std::fs::create_dir_all(data_dir).and_then(|()| std::fs::write(&file, &id));
     if let Err(e) = written {
         tracing::warn!(file = %file.display(), error = %e, "could not keep this agent's lease name");
@@ -64,7 +66,7 @@ pub fn lease_holder(data_dir: &Path) -> String {
 
 impl Background {
     /// `None` when compaction is turned off (`compaction_interval = "0s"`).
-    pub fn from_config(config: &Config, counters: Counters) -> Option<Background> {
+    pub fn from_config(config: &Config, world: &World, counters: Counters) -> Option<Background> {
         let window = Duration::from_millis(floe_metastore::ledger::COMMIT_WINDOW_MS as u64);
         if config.orphan_age < window {
             // Safe (the metastore refuses the commit of a key it retired),
@@ -85,9 +87,13 @@ impl Background {
             },
             gc: Gc::new(config.gc_grace),
             orphan_age: config.orphan_age,
-            holder: format!("{}@{}", lease_holder(&config.data_dir), config.admin_listen),
+            holder: format!(
+                "{}@{}",
+                lease_holder(&config.data_dir, world),
+                config.admin_listen
+            ),
             counters,
-            ids: Arc::new(RandomIds),
+            ids: world.ids.clone(),
         })
     }
 

@@ -32,7 +32,7 @@ const PER_PASS: u32 = 100;
 pub async fn run(broker: Arc<Broker>) {
     let holder = format!(
         "{}@{}",
-        crate::jobs::compaction::lease_holder(&broker.config.data_dir),
+        crate::jobs::compaction::lease_holder(&broker.config.data_dir, &broker.world),
         broker.config.admin_listen
     );
     run_on(broker.meta.as_ref(), &broker.batcher, &holder).await

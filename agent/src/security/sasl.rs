@@ -164,6 +164,7 @@ impl Exchange {
         auth: &Authenticator,
         bytes: &Bytes,
         meta: &dyn Metastore,
+        now_ms: i64,
     ) -> Step {
         match std::mem::replace(self, Exchange::Over) {
             Exchange::Plain => match auth
@@ -219,7 +220,7 @@ impl Exchange {
                         "Authentication failed: invalid OAUTHBEARER client message",
                     );
                 };
-                match validator.validate(token, floe_metastore::now_ms()) {
+                match validator.validate(token, now_ms) {
                     // Kafka: an authorization id must be the token's principal.
                     Ok(t) if authzid.is_some_and(|id| id != t.principal) => Step::Failed(
                         "Authentication failed: the authorization id is not the token's principal",

@@ -136,14 +136,15 @@ impl Refreshed for Telemetry {
 
 impl Telemetry {
     /// GetTelemetrySubscriptions: what the client is asked for, and its
-    /// instance id (a new one when it sent none).
+    /// instance id (`fresh_id`'s when it sent none).
     pub fn subscribe(
         &self,
         req: &GetTelemetrySubscriptionsRequest,
         client: ClientAttributes,
+        fresh_id: impl FnOnce() -> Uuid,
     ) -> GetTelemetrySubscriptionsResponse {
         let instance_id = match req.client_instance_id.is_nil() {
-            true => floe_metastore::random_id(),
+            true => fresh_id(),
             false => req.client_instance_id,
         };
         let asked = self.current().asked(&ClientAttributes {
@@ -331,7 +332,7 @@ mod tests {
 
     fn subscribe(t: &Telemetry, id: Uuid) -> GetTelemetrySubscriptionsResponse {
         let req = GetTelemetrySubscriptionsRequest::default().with_client_instance_id(id);
-        t.subscribe(&req, client(Uuid::nil()))
+        t.subscribe(&req, client(Uuid::nil()), floe_metastore::random_id)
     }
 
     fn push(t: &Telemetry, id: Uuid, subscription: i32, codec: i8, metrics: Vec<u8>) -> i16 {

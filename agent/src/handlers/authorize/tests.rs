@@ -128,6 +128,7 @@ async fn broker(acls: &[Acl]) -> Broker {
     let metrics = Arc::new(crate::metrics::Metrics::new());
     Broker::new(
         &crate::tasks::Tasks::default(),
+        crate::world::World::default(),
         config,
         meta,
         store,

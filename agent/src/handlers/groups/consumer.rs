@@ -22,7 +22,6 @@ use floe_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::{answer, meta_error};
 use crate::broker::Broker;
-use crate::cluster::discovery::now_ms;
 use floe_protocol::str_bytes;
 
 /// Topics one member may subscribe to by name.
@@ -110,7 +109,7 @@ pub async fn heartbeat(
     }
     // v0 lets the broker name a new member; from v1 the client does.
     let member_id = if req.member_id.is_empty() {
-        floe_metastore::random_id().to_string()
+        broker.world.new_id().to_string()
     } else {
         req.member_id.to_string()
     };
@@ -138,7 +137,7 @@ pub async fn heartbeat(
         client_host: format!("/{peer}"),
         session_timeout_ms: config.consumer_session_timeout.as_millis() as i32,
         heartbeat_interval_ms: config.consumer_heartbeat_interval.as_millis() as i32,
-        now_ms: now_ms(),
+        now_ms: broker.world.now_ms(),
         // A regular expression matches only topics this member may
         // describe (Kafka 4 filters them so).
         describer: broker.authorizer.describer(session),

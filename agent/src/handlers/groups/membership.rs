@@ -30,7 +30,6 @@ use tokio::time::Instant;
 
 use super::{answer, group_error, meta_error};
 use crate::broker::Broker;
-use crate::cluster::discovery::now_ms;
 use floe_protocol::str_bytes;
 
 /// Slack past the group's own deadlines before a waiting request gives up.
@@ -191,8 +190,8 @@ pub async fn join(
         subscribed_topics: first.as_ref().map(subscribed_topics),
         owned: first.as_ref().map(owned_partitions),
         require_known_member_id: version >= 4,
-        fresh_id: floe_metastore::random_id().to_string(),
-        now_ms: now_ms(),
+        fresh_id: broker.world.new_id().to_string(),
+        now_ms: broker.world.now_ms(),
         rules,
     };
     // A first rebalance waits at least the initial delay, however short
@@ -342,7 +341,7 @@ pub async fn sync(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
             .iter()
             .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
             .collect(),
-        now_ms: now_ms(),
+        now_ms: broker.world.now_ms(),
         decoded: req
             .assignments
             .iter()
@@ -449,7 +448,7 @@ pub async fn leave(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
     let leave = LeaveGroup {
         group: req.group_id.0.to_string(),
         members: members.clone(),
-        now_ms: now_ms(),
+        now_ms: broker.world.now_ms(),
     };
     let results = match broker.meta.leave_group(leave).await {
         Ok(results) => results,

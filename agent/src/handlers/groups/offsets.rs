@@ -26,7 +26,6 @@ use floe_protocol::kafka_protocol::messages::{
 
 use super::{answer, group_error, meta_error};
 use crate::broker::Broker;
-use crate::cluster::discovery::now_ms;
 use floe_protocol::str_bytes;
 
 /// The offsets a commit's topics ask for, as [`Asked`] by topic: OffsetCommit
@@ -90,7 +89,7 @@ pub async fn commit_offsets_together(
         member_id: first.member_id.to_string(),
         instance_id: first.group_instance_id.as_ref().map(|i| i.to_string()),
         offsets,
-        now_ms: now_ms(),
+        now_ms: broker.world.now_ms(),
     };
     let result = answer(broker.meta.commit_offsets(commit).await);
     commits
@@ -230,7 +229,7 @@ pub async fn txn_commit_offsets(
             member_id: req.member_id.to_string(),
             instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
             offsets,
-            now_ms: now_ms(),
+            now_ms: broker.world.now_ms(),
         },
     };
     // Nothing left to commit (every partition refused): nothing is asked.
