@@ -1,7 +1,8 @@
 //! `cargo run --release -p floe-sim -- --seeds 10000`: runs seeds of the
 //! state-machine model until one fails, and prints it with its trace (replay
 //! it with `--start SEED --seeds 1`). `--whole` runs the whole write path
-//! (real batchers and background loops, faulty store and metastore) instead.
+//! (real batchers and background loops, faulty store and metastore) instead;
+//! `--kafka` whole agents through the Kafka protocol.
 
 use clap::Parser;
 
@@ -29,10 +30,17 @@ struct Args {
     /// With `--whole`: print every seed's trace, passing or not.
     #[arg(long)]
     trace: bool,
+    /// Whole agents (`floe agent`'s listeners, handlers, read path and
+    /// jobs) driven through the Kafka protocol by simulated clients.
+    #[arg(long)]
+    kafka: bool,
 }
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.kafka {
+        return kafka(&args);
+    }
     if args.whole {
         return whole(&args);
     }
@@ -160,6 +168,54 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.unknown_txns,
         total.zombies,
         total.txn_records_audited,
+        total.simulated_ms as f64 / 3_600_000.0
+    );
+    std::process::ExitCode::SUCCESS
+}
+
+fn kafka(args: &Args) -> std::process::ExitCode {
+    use floe_sim::whole::{Summary, kafka};
+    let settings = kafka::KafkaSettings {
+        duration: std::time::Duration::from_secs(args.minutes * 60),
+        ..kafka::KafkaSettings::default()
+    };
+    let mut total = Summary::default();
+    for seed in args.start..args.start + args.seeds {
+        match kafka::run(seed, settings) {
+            Ok((s, trace)) => {
+                if args.trace {
+                    for line in &trace {
+                        println!("{line}");
+                    }
+                }
+                total.acked_batches += s.acked_batches;
+                total.failed_produces += s.failed_produces;
+                total.crashes += s.crashes;
+                total.retried_writes += s.retried_writes;
+                total.store_faults += s.store_faults;
+                total.polled_records += s.polled_records;
+                total.simulated_ms += s.simulated_ms;
+            }
+            Err(f) => {
+                for line in &f.trace {
+                    println!("{line}");
+                }
+                println!("seed {} failed: {}", f.seed, f.why);
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    println!(
+        "{} seeds of whole agents through Kafka passed: {} batches acknowledged, {} given up, \
+         {} produce attempts retried, {} agent crashes, {} store faults, {} records read and checked, \
+         {:.1} simulated hours",
+        args.seeds,
+        total.acked_batches,
+        total.failed_produces,
+        total.retried_writes,
+        total.crashes,
+        total.store_faults,
+        total.polled_records,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

@@ -15,6 +15,7 @@
 
 pub mod audit;
 pub mod disk;
+pub mod kafka;
 pub mod meta;
 pub mod raft;
 pub mod store;
@@ -247,16 +248,23 @@ impl Ids for SeededIds {
 }
 
 /// Runs one seed; `Ok` with the summary and trace when the auditor finds nothing.
-pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Failure> {
+/// A single-threaded runtime on paused time whose random draws are
+/// seeded: a seed replays the same schedule.
+pub(crate) fn seeded_runtime(seed: u64) -> tokio::runtime::Runtime {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_time().start_paused(true);
     // Which ready branch an unbiased `select!` takes (openraft has some) is
     // tokio's random draw: seeded where tokio lets it be (`tokio_unstable`).
     #[cfg(tokio_unstable)]
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
-    let runtime = builder.build().expect("a tokio runtime");
-    let shared = runtime.block_on(async {
-        let shared = Shared(Arc::new(Mutex::new(World {
+    builder.build().expect("a tokio runtime")
+}
+
+impl Shared {
+    /// A fresh world of `seed`, its clock starting now (call it on the
+    /// run's runtime).
+    pub(crate) fn new(seed: u64) -> Shared {
+        Shared(Arc::new(Mutex::new(World {
             rng: ChaCha8Rng::seed_from_u64(seed),
             store_faults: StoreFaults::default(),
             meta_faults: MetaFaults::default(),
@@ -275,8 +283,39 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
             stalled: BTreeMap::new(),
             start: Instant::now(),
             failed: Arc::new(tokio::sync::Notify::new()),
-        })));
-        let failed = shared.with(|w| w.failed.clone());
+        })))
+    }
+
+    /// The run's result: its summary and trace, or its first anomaly.
+    pub(crate) fn outcome(&self, seed: u64) -> Result<(Summary, Vec<String>), Failure> {
+        let (summary, trace, anomalies) = self.with(|w| {
+            (
+                w.summary.clone(),
+                std::mem::take(&mut w.trace),
+                std::mem::take(&mut w.anomalies),
+            )
+        });
+        match anomalies.first() {
+            None => Ok((summary, trace)),
+            Some(why) => Err(Failure {
+                seed,
+                why: format!("{why} ({} anomalies in all)", anomalies.len()),
+                trace,
+            }),
+        }
+    }
+
+    /// Woken at the run's first anomaly.
+    pub(crate) fn failed(&self) -> Arc<tokio::sync::Notify> {
+        self.with(|w| w.failed.clone())
+    }
+}
+
+pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Failure> {
+    let runtime = seeded_runtime(seed);
+    let shared = runtime.block_on(async {
+        let shared = Shared::new(seed);
+        let failed = shared.failed();
         // FLOE_SIM_PROGRESS=1: a line per simulated minute on stderr, to
         // tell a slow run from a stuck one.
         if std::env::var_os("FLOE_SIM_PROGRESS").is_some() {
@@ -305,21 +344,7 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
     // Tasks still parked (agents' loops, the metastore's delayed writes) end here.
     drop(runtime);
     floe_metastore::raft::runtime::seed_this_thread(None);
-    let (summary, trace, anomalies) = shared.with(|w| {
-        (
-            w.summary.clone(),
-            std::mem::take(&mut w.trace),
-            std::mem::take(&mut w.anomalies),
-        )
-    });
-    match anomalies.first() {
-        None => Ok((summary, trace)),
-        Some(why) => Err(Failure {
-            seed,
-            why: format!("{why} ({} anomalies in all)", anomalies.len()),
-            trace,
-        }),
-    }
+    shared.outcome(seed)
 }
 
 /// One agent: its batcher, background loop and transaction timeout job,
