@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::broker::{Broker, kafka_error};
 use crate::handlers::reads::{charge, read_extents};
 use crate::limits::budget::{Held, Turn};
+use crate::read::extent_cache::Moment;
 use floe_protocol::batch::{last_offset_of, skip_batches_before, whole_batches_within};
 
 /// Longest a fetch may wait, whatever the client asks.
@@ -41,7 +42,7 @@ pub async fn handle(
     turn: &Turn,
 ) -> (FetchResponse, Option<Held>) {
     // What it reports is at least what was acknowledged before now.
-    let began = Instant::now();
+    let began = Moment::now();
     let by_id = version >= 13;
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -118,7 +119,7 @@ async fn read_all(
     max_bytes: usize,
     by_id: bool,
     committed: bool,
-    began: Instant,
+    began: Moment,
     deadline: Instant,
     turn: &Turn,
 ) -> (
@@ -210,7 +211,7 @@ async fn plan_partition(
     tp: TopicPartition,
     offset: i64,
     budget: usize,
-    began: Instant,
+    began: Moment,
 ) -> Result<TxnReadPlan, ResponseError> {
     if let Some(answer) = asked.remove(&(tp, offset)) {
         return answer.map(|plan| cut(plan, offset, budget));
@@ -218,7 +219,7 @@ async fn plan_partition(
     if let Some(plan) = broker.extents.plan(tp, offset, budget as u64, began) {
         return Ok(plan);
     }
-    let asking = Instant::now();
+    let asking = Moment::now();
     let answer = broker
         .meta
         .txn_read_plans(vec![(tp, offset)], budget as u64)
@@ -403,7 +404,7 @@ fn partitions(wanted: &[Wanted]) -> impl Iterator<Item = (TopicPartition, i64, i
 /// Has the views of the fetch's partitions that were not confirmed since it
 /// `began` confirmed (in the agent's next round, shared with every fetch
 /// asking meanwhile), so that what it reports is current.
-async fn confirm_views(broker: &Broker, wanted: &[Wanted], began: Instant) {
+async fn confirm_views(broker: &Broker, wanted: &[Wanted], began: Moment) {
     let stale = partitions(wanted)
         .filter_map(|(tp, offset, _)| Some((tp, broker.extents.stale(tp, offset, began)?)))
         .collect();
@@ -417,7 +418,7 @@ async fn ask_misses(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
-    began: Instant,
+    began: Moment,
 ) -> HashMap<(TopicPartition, i64), Result<TxnReadPlan, ResponseError>> {
     let mut per_partition = 1;
     let misses: Vec<(TopicPartition, i64)> = partitions(wanted)
@@ -432,7 +433,7 @@ async fn ask_misses(
     }
     // Each partition's plan as large as the largest partition limit asked
     // (a response takes no more of any one partition).
-    let asked = Instant::now();
+    let asked = Moment::now();
     let ask = per_partition.min(max_bytes).max(1) as u64;
     match broker.meta.txn_read_plans(misses.clone(), ask).await {
         Ok(answers) => misses

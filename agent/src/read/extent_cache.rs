@@ -41,6 +41,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use floe_metastore::txn::AbortedTxn;
@@ -67,9 +68,33 @@ struct View {
     extents: VecDeque<ExtentRef>,
     /// When the oldest of `extents` was learnt (from the metastore).
     learnt: Instant,
-    /// When the last request was sent whose answer confirmed
-    /// `high_watermark` (and the log start and LSO with it).
-    confirmed: Instant,
+    /// The moment (its number) the last request was sent whose answer
+    /// confirmed `high_watermark` (and the log start and LSO with it).
+    confirmed: u64,
+}
+
+/// A moment of this process: when it was (for ages) and a number that
+/// orders it strictly against every other moment taken here. Two moments
+/// may share an instant (a paused clock, a coarse one), never a number, so
+/// "a request sent after the fetch began" holds exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moment {
+    pub at: Instant,
+    seq: u64,
+}
+
+impl Moment {
+    pub fn now() -> Moment {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Moment {
+            at: Instant::now(),
+            seq: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.at.elapsed()
+    }
 }
 
 impl View {
@@ -118,11 +143,11 @@ impl ExtentCache {
         tp: TopicPartition,
         from: i64,
         max_bytes: u64,
-        since: Instant,
+        since: Moment,
     ) -> Option<TxnReadPlan> {
         let views = self.views.lock().expect("extent cache lock poisoned");
         let view = views.get(&tp)?;
-        if view.confirmed < since || !view.holds(from, self.ttl) {
+        if view.confirmed < since.seq || !view.holds(from, self.ttl) {
             return None;
         }
         let plan = |extents: Vec<ExtentRef>| {
@@ -158,22 +183,22 @@ impl ExtentCache {
     /// confirmed since (the answer extends it with whatever is new).
     /// `None` if the view can plan from `from` as it is, or cannot at all
     /// (a miss: the fetch asks from `from`).
-    pub fn stale(&self, tp: TopicPartition, from: i64, since: Instant) -> Option<i64> {
+    pub fn stale(&self, tp: TopicPartition, from: i64, since: Moment) -> Option<i64> {
         let views = self.views.lock().expect("extent cache lock poisoned");
         let view = views.get(&tp)?;
-        (view.confirmed < since && view.holds(from, self.ttl))
+        (view.confirmed < since.seq && view.holds(from, self.ttl))
             .then(|| view.covered_to().unwrap_or(view.high_watermark))
     }
 
     /// What the metastore answered for `tp` (its plan from some offset), to
     /// a request sent at `asked` (the view's age counts from then: the
     /// extents were live when the metastore answered, which was after).
-    pub fn learn(&self, tp: TopicPartition, txn_answer: &TxnReadPlan, asked: Instant) {
+    pub fn learn(&self, tp: TopicPartition, txn_answer: &TxnReadPlan, asked: Moment) {
         let answer = &txn_answer.plan;
         if self.ttl.is_zero() {
             return;
         }
-        let now = asked;
+        let now = asked.at;
         let mut views = self.views.lock().expect("extent cache lock poisoned");
         if views.len() >= MAX_VIEWS && !views.contains_key(&tp) {
             views.retain(|_, v| v.learnt.elapsed() < self.ttl);
@@ -188,7 +213,7 @@ impl ExtentCache {
             aborted: Vec::new(),
             extents: VecDeque::new(),
             learnt: now,
-            confirmed: now,
+            confirmed: asked.seq,
         };
         let view = views.entry(tp).or_insert_with(fresh);
         if answer.high_watermark < view.high_watermark {
@@ -221,7 +246,7 @@ impl ExtentCache {
         view.aborted.sort_by_key(|a| a.last_offset);
         view.high_watermark = answer.high_watermark;
         view.last_stable = view.last_stable.max(txn_answer.last_stable_offset);
-        view.confirmed = view.confirmed.max(now);
+        view.confirmed = view.confirmed.max(asked.seq);
         view.log_start = view.log_start.max(answer.log_start_offset);
         let log_start = view.log_start;
         while view
@@ -306,12 +331,12 @@ mod tests {
     #[test]
     fn a_view_plans_what_it_covers_and_nothing_else() {
         let cache = ExtentCache::new(Duration::from_secs(60));
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         assert_eq!(cache.plan(tp(), 0, 100, t0), None, "nothing known");
         cache.learn(
             tp(),
             &answer(0, 30, vec![extent(0, 9), extent(10, 19)]),
-            Instant::now(),
+            Moment::now(),
         );
         assert_eq!(bases(cache.plan(tp(), 5, 100, t0)), Some(vec![0, 10]));
         assert_eq!(bases(cache.plan(tp(), 12, 1, t0)), Some(vec![10]));
@@ -325,7 +350,7 @@ mod tests {
         // Out of range: the metastore answers with the error.
         assert_eq!(cache.plan(tp(), 31, 100, t0), None);
         // More of the same partition extends the view.
-        cache.learn(tp(), &answer(0, 40, vec![extent(20, 39)]), Instant::now());
+        cache.learn(tp(), &answer(0, 40, vec![extent(20, 39)]), Moment::now());
         assert_eq!(bases(cache.plan(tp(), 25, 100, t0)), Some(vec![20]));
         assert_eq!(bases(cache.plan(tp(), 0, 100, t0)), Some(vec![0, 10, 20]));
         // At the high watermark: nothing new, without asking.
@@ -339,11 +364,11 @@ mod tests {
     #[test]
     fn a_view_plans_only_fetches_that_began_before_it_was_confirmed() {
         let cache = ExtentCache::new(Duration::from_secs(60));
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), t0);
         assert!(cache.plan(tp(), 0, 100, t0).is_some());
         assert!(cache.plan(tp(), 10, 100, t0).is_some());
-        let later = t0 + Duration::from_millis(1);
+        let later = Moment::now();
         assert_eq!(cache.plan(tp(), 0, 100, later), None, "not confirmed since");
         assert_eq!(cache.plan(tp(), 10, 100, later), None);
         assert_eq!(cache.stale(tp(), 0, later), Some(10), "ask from its end");
@@ -357,7 +382,7 @@ mod tests {
         assert_eq!(plan.plan.high_watermark, 15);
         assert_eq!(bases(Some(plan)), Some(vec![0, 10]));
         // Nothing new confirms it too.
-        let latest = later + Duration::from_millis(1);
+        let latest = Moment::now();
         cache.learn(tp(), &answer(0, 15, vec![]), latest);
         assert_eq!(bases(cache.plan(tp(), 0, 100, latest)), Some(vec![0, 10]));
         assert_eq!(cache.stale(tp(), 0, latest), None);
@@ -366,13 +391,13 @@ mod tests {
     #[test]
     fn an_older_answer_never_moves_the_high_watermark_back() {
         let cache = ExtentCache::new(Duration::from_secs(60));
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         cache.learn(
             tp(),
             &answer(0, 20, vec![extent(0, 9), extent(10, 19)]),
-            Instant::now(),
+            Moment::now(),
         );
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Moment::now());
         assert_eq!(
             cache.plan(tp(), 20, 100, t0).unwrap().plan.high_watermark,
             20
@@ -381,7 +406,7 @@ mod tests {
         cache.learn(
             tp(),
             &answer(15, 30, vec![extent(10, 19), extent(20, 29)]),
-            Instant::now(),
+            Moment::now(),
         );
         assert_eq!(cache.plan(tp(), 5, 100, t0), None);
         assert_eq!(bases(cache.plan(tp(), 15, 100, t0)), Some(vec![10, 20]));
@@ -390,16 +415,16 @@ mod tests {
     #[test]
     fn views_expire_are_forgotten_and_a_zero_ttl_keeps_none() {
         let cache = ExtentCache::new(Duration::from_millis(50));
-        let t0 = Instant::now();
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
+        let t0 = Moment::now();
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Moment::now());
         assert!(cache.plan(tp(), 0, 100, t0).is_some());
         cache.forget([tp()]);
         assert_eq!(cache.plan(tp(), 0, 100, t0), None);
-        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
+        cache.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Moment::now());
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(cache.plan(tp(), 0, 100, t0), None, "expired");
         let none = ExtentCache::new(Duration::ZERO);
-        none.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Instant::now());
+        none.learn(tp(), &answer(0, 10, vec![extent(0, 9)]), Moment::now());
         assert_eq!(none.plan(tp(), 0, 100, t0), None);
     }
 
@@ -418,16 +443,16 @@ mod tests {
     #[test]
     fn a_view_keeps_the_last_stable_offset_and_the_aborted_transactions() {
         let cache = ExtentCache::new(Duration::from_secs(60));
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         let mut open = answer(0, 20, vec![extent(0, 9), extent(10, 19)]);
         open.last_stable_offset = 10;
-        cache.learn(tp(), &open, Instant::now());
+        cache.learn(tp(), &open, Moment::now());
         let plan = cache.plan(tp(), 0, 100, t0).unwrap();
         assert_eq!((plan.last_stable_offset, plan.aborted.len()), (10, 0));
         // The poll, from the high watermark: the abort marker at 20.
         let mut ended = answer(0, 21, vec![extent(20, 20)]);
         ended.aborted = vec![aborted(10, 20, 21)];
-        cache.learn(tp(), &ended, Instant::now());
+        cache.learn(tp(), &ended, Moment::now());
         let plan = cache.plan(tp(), 0, 100, t0).unwrap();
         assert_eq!(plan.last_stable_offset, 21);
         assert_eq!(plan.aborted, vec![aborted(10, 20, 21)]);
@@ -442,11 +467,11 @@ mod tests {
         // without the aborted transactions among them.
         let mut later = answer(0, 31, vec![]);
         later.last_stable_offset = 31;
-        cache.learn(tp(), &later, Instant::now());
+        cache.learn(tp(), &later, Moment::now());
         assert_eq!(cache.plan(tp(), 0, 100, t0), None, "asked again");
-        cache.learn(tp(), &ended, Instant::now());
+        cache.learn(tp(), &ended, Moment::now());
         // An older answer moves nothing back.
-        cache.learn(tp(), &open, Instant::now());
+        cache.learn(tp(), &open, Moment::now());
         assert_eq!(
             cache.plan(tp(), 31, 100, t0).unwrap().last_stable_offset,
             31
@@ -454,7 +479,7 @@ mod tests {
         // A trim past the range forgets it.
         let mut trimmed = answer(31, 31, vec![]);
         trimmed.last_stable_offset = 31;
-        cache.learn(tp(), &trimmed, Instant::now());
+        cache.learn(tp(), &trimmed, Moment::now());
         assert!(cache.plan(tp(), 31, 100, t0).unwrap().aborted.is_empty());
     }
 }

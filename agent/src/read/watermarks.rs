@@ -26,7 +26,7 @@ use floe_metastore::{Metastore, Refusal, TopicId, TopicPartition, TxnReadPlan};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::read::extent_cache::ExtentCache;
+use crate::read::extent_cache::{ExtentCache, Moment};
 use crate::tasks::Tasks;
 
 /// Bytes of new extents a poll asks for per partition; a fetch asks for more
@@ -289,7 +289,7 @@ async fn poll_loop(
         }
         let asks: Vec<(Key, i64)> = asks.into_iter().collect();
         if !asks.is_empty() {
-            let asked = Instant::now();
+            let asked = Moment::now();
             match meta.txn_read_plans(asks.clone(), POLL_BYTES).await {
                 Ok(plans) => {
                     let keys: Vec<Key> = asks.iter().map(|(key, _)| *key).collect();
@@ -313,7 +313,7 @@ fn learn(
     extents: &ExtentCache,
     key: Key,
     plan: &Result<TxnReadPlan, Refusal>,
-    asked: Instant,
+    asked: Moment,
 ) -> Option<i64> {
     match plan {
         Ok(plan) => {
@@ -426,7 +426,7 @@ mod tests {
             .map(|_| {
                 let (watermarks, extents) = (watermarks.clone(), extents.clone());
                 tokio::spawn(async move {
-                    let began = Instant::now();
+                    let began = Moment::now();
                     watermarks.confirm(vec![(tp, 0)]).await;
                     extents.plan(tp, 0, 1 << 20, began).is_some()
                 })
@@ -535,6 +535,7 @@ mod tests {
             .collect();
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(watermarks.watched_keys().len(), 2);
+        let before_the_poll = Moment::now();
         commit_elsewhere(&meta, topic.id, 1, 3).await;
         for waiter in waiters {
             assert!(waiter.await.unwrap(), "woken before the deadline");
@@ -542,7 +543,7 @@ mod tests {
         // The poll brought the new extent: a fetch reads it without asking.
         let tp1 = TopicPartition::new(topic.id, 1);
         let plan = extents
-            .plan(tp1, 0, 1 << 20, Instant::now() - Duration::from_secs(1))
+            .plan(tp1, 0, 1 << 20, before_the_poll)
             .expect("learnt by the poll");
         assert_eq!((plan.plan.extents.len(), plan.plan.high_watermark), (1, 3));
         // A caller that already saw the new high watermark keeps waiting.

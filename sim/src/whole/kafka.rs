@@ -163,11 +163,11 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         end,
     ));
     let chaos = tokio::spawn(crash_and_restart(cluster.clone(), end));
-    for p in producers {
-        let _ = p.await;
+    for task in producers.into_iter().chain([reader, chaos]) {
+        if let Err(e) = task.await {
+            shared.with(|w| w.anomaly(format!("a client of the simulation failed: {e}")));
+        }
     }
-    let _ = reader.await;
-    let _ = chaos.await;
     // Calm: every agent up, no faults, then read everything through each.
     shared.with(|w| {
         w.meta_faults = MetaFaults::default();
@@ -656,7 +656,16 @@ async fn deliver(client: &Client, partition: i32, records: Bytes) -> Option<i64>
         let answer: Result<ProduceResponse, _> = client.call(ApiKey::Produce, 9, &request).await;
         match answer {
             Ok(r) => {
-                let p = &r.responses[0].partition_responses[0];
+                let answered = r
+                    .responses
+                    .first()
+                    .and_then(|t| t.partition_responses.first());
+                let Some(p) = answered else {
+                    client.shared.with(|w| {
+                        w.anomaly(format!("a produce answered without its partition: {r:?}"))
+                    });
+                    return None;
+                };
                 match p.error_code {
                     0 => return Some(p.base_offset),
                     code if retriable(code) => {}
@@ -743,16 +752,39 @@ fn fetch_request(partition: i32, offset: i64) -> FetchRequest {
         ])
 }
 
-/// A fetch's high watermark and records (offset, value), or `None` for an
-/// error.
-fn fetched(response: &FetchResponse) -> Option<(i64, Vec<(i64, String)>)> {
-    let data = &response.responses[0].partitions[0];
+/// What a fetch answered: its high watermark and records (offset, value),
+/// or its partition's error code.
+type Fetched = Result<(i64, Vec<(i64, String)>), i16>;
+
+/// The partition's answer of a fetch. An answer without the partition, or
+/// with records that do not decode, is an anomaly (and counts as the
+/// unknown server error).
+fn fetched(shared: &Shared, response: &FetchResponse) -> Fetched {
+    let unknown = floe_protocol::ResponseError::UnknownServerError.code();
+    let Some(data) = response
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+    else {
+        shared.with(|w| w.anomaly("a fetch answered without its partition".into()));
+        return Err(unknown);
+    };
     if data.error_code != 0 {
-        return None;
+        return Err(data.error_code);
     }
     let bytes = data.records.clone().unwrap_or_default();
-    let batches = floe_protocol::batch::RecordBatch::parse_all_stored(&bytes).ok()?;
-    let records = floe_protocol::records::decode_all(&batches).ok()?;
+    let decoded = floe_protocol::batch::RecordBatch::parse_all_stored(&bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|batches| {
+            floe_protocol::records::decode_all(&batches).map_err(|e| e.to_string())
+        });
+    let records = match decoded {
+        Ok(records) => records,
+        Err(e) => {
+            shared.with(|w| w.anomaly(format!("a fetch's records do not decode: {e}")));
+            return Err(unknown);
+        }
+    };
     let read = records
         .into_iter()
         .map(|r| {
@@ -760,14 +792,14 @@ fn fetched(response: &FetchResponse) -> Option<(i64, Vec<(i64, String)>)> {
             (r.offset, value.unwrap_or_default())
         })
         .collect();
-    Some((data.high_watermark, read))
+    Ok((data.high_watermark, read))
 }
 
-/// One fetch through a random agent (`None`: unanswered or refused).
-async fn fetch(client: &Client, partition: i32, offset: i64) -> Option<(i64, Vec<(i64, String)>)> {
+/// One fetch through a random agent (`None`: unanswered).
+async fn fetch(client: &Client, partition: i32, offset: i64) -> Option<Fetched> {
     let request = fetch_request(partition, offset);
     let response: FetchResponse = client.call(ApiKey::Fetch, 12, &request).await.ok()?;
-    fetched(&response)
+    Some(fetched(&client.shared, &response))
 }
 
 /// Notes what a fetch read; an offset read twice must hold the same record.
@@ -808,7 +840,21 @@ async fn read_along(client: Client, books: Books, partitions: i32, end: Instant)
             .copied()
             .unwrap_or(0);
         let from = if floor == 0 { 0 } else { pick % floor };
-        if let Some((high_watermark, read)) = fetch(&client, partition, from).await {
+        let answer = fetch(&client, partition, from).await;
+        // Nothing is trimmed in this stage: an offset below one acknowledged
+        // is in range, whoever answers.
+        let out_of_range = floe_protocol::ResponseError::OffsetOutOfRange.code();
+        if let Some(Err(code)) = answer
+            && code == out_of_range
+        {
+            client.shared.with(|w| {
+                w.anomaly(format!(
+                    "a fetch of partition {partition} from {from} was out of range, \
+                     below {floor} acknowledged before it began"
+                ))
+            });
+        }
+        if let Some(Ok((high_watermark, read))) = answer {
             if high_watermark < floor {
                 client.shared.with(|w| {
                     w.anomaly(format!(
@@ -824,12 +870,47 @@ async fn read_along(client: Client, books: Books, partitions: i32, end: Instant)
     }
 }
 
-/// Reads every partition whole through each agent, and checks the log.
+/// Reads every partition whole through each agent, and checks the log:
+/// every agent serves the same dense log up to the same high watermark, at
+/// least every acknowledged offset; then the records themselves.
 async fn audit(shared: &Shared, client: &Client, books: &Books, settings: KafkaSettings) {
     for partition in 0..settings.partitions {
+        let acked_end = books
+            .lock()
+            .expect("books")
+            .acked_end
+            .get(&partition)
+            .copied()
+            .unwrap_or(0);
+        let mut first: Option<(usize, i64, Vec<(i64, String)>)> = None;
         for agent in 0..settings.agents {
-            let log = read_whole(shared, &client.net, agent, partition).await;
+            let (high_watermark, log) = read_whole(shared, &client.net, agent, partition).await;
+            let dense = log
+                .iter()
+                .enumerate()
+                .all(|(i, (offset, _))| *offset == i as i64);
+            if !dense || log.len() as i64 != high_watermark || high_watermark < acked_end {
+                shared.with(|w| {
+                    w.anomaly(format!(
+                        "agent {agent} serves partition {partition} as {} records up to high \
+                         watermark {high_watermark} (dense: {dense}), {acked_end} acknowledged",
+                        log.len()
+                    ))
+                });
+            }
             note_read(shared, books, partition, &log);
+            match &first {
+                None => first = Some((agent, high_watermark, log)),
+                Some((other, hw, seen)) if *hw != high_watermark || *seen != log => {
+                    shared.with(|w| {
+                        w.anomaly(format!(
+                            "agents {other} and {agent} serve partition {partition} differently \
+                             (high watermarks {hw} and {high_watermark})"
+                        ))
+                    });
+                }
+                Some(_) => {}
+            }
         }
     }
     let books = books.lock().expect("books");
@@ -899,13 +980,13 @@ fn session_and_batch(value: &str) -> Option<(String, u64)> {
 }
 
 /// The partition from its start to its high watermark, as agent `agent`
-/// serves it (retrying what fails).
+/// serves it (retrying what fails), and that high watermark.
 async fn read_whole(
     shared: &Shared,
     net: &SimNetwork,
     agent: usize,
     partition: i32,
-) -> Vec<(i64, String)> {
+) -> (i64, Vec<(i64, String)>) {
     let mut log = Vec::new();
     let mut offset = 0;
     for _ in 0..10_000 {
@@ -914,7 +995,8 @@ async fn read_whole(
             continue;
         };
         let mut conn = Connection::over(stream, "audit");
-        let Some((high_watermark, read)) = fetch_on(&mut conn, partition, offset).await else {
+        let Some(Ok((high_watermark, read))) = fetch_on(shared, &mut conn, partition, offset).await
+        else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -923,7 +1005,7 @@ async fn read_whole(
         }
         log.extend(read);
         if offset >= high_watermark {
-            return log;
+            return (high_watermark, log);
         }
     }
     shared.with(|w| {
@@ -931,19 +1013,20 @@ async fn read_whole(
             "agent {agent} never served partition {partition} past offset {offset}"
         ))
     });
-    log
+    (offset, log)
 }
 
 async fn fetch_on(
+    shared: &Shared,
     conn: &mut Connection,
     partition: i32,
     offset: i64,
-) -> Option<(i64, Vec<(i64, String)>)> {
+) -> Option<Fetched> {
     let request = fetch_request(partition, offset);
     let call = conn.call(ApiKey::Fetch, 12, &request);
     let response: FetchResponse = tokio::time::timeout(REQUEST_TIMEOUT, call)
         .await
         .ok()?
         .ok()?;
-    fetched(&response)
+    Some(fetched(shared, &response))
 }
