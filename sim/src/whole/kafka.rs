@@ -752,9 +752,12 @@ fn fetch_request(partition: i32, offset: i64) -> FetchRequest {
         ])
 }
 
-/// What a fetch answered: its high watermark and records (offset, value),
-/// or its partition's error code.
-type Fetched = Result<(i64, Vec<(i64, String)>), i16>;
+/// Records as read: (offset, value).
+type Log = Vec<(i64, String)>;
+
+/// What a fetch answered: its high watermark and records, or its
+/// partition's error code.
+type Fetched = Result<(i64, Log), i16>;
 
 /// The partition's answer of a fetch. An answer without the partition, or
 /// with records that do not decode, is an anomaly (and counts as the
@@ -882,7 +885,8 @@ async fn audit(shared: &Shared, client: &Client, books: &Books, settings: KafkaS
             .get(&partition)
             .copied()
             .unwrap_or(0);
-        let mut first: Option<(usize, i64, Vec<(i64, String)>)> = None;
+        // The first agent's answer: who, its high watermark, its log.
+        let mut first: Option<(usize, i64, Log)> = None;
         for agent in 0..settings.agents {
             let (high_watermark, log) = read_whole(shared, &client.net, agent, partition).await;
             let dense = log
