@@ -5,18 +5,6 @@ use floe_protocol::kafka_protocol::messages::*;
 
 use crate::support::*;
 
-async fn produce_values(
-    conn: &mut floe_protocol::client::Connection,
-    topic: &str,
-    values: &[&str],
-) {
-    let sent: ProduceResponse = conn
-        .call(ApiKey::Produce, 9, &produce(topic, 0, batch(values)))
-        .await
-        .unwrap();
-    assert_eq!(produced(&sent).error_code, 0);
-}
-
 async fn fetch_from(
     conn: &mut floe_protocol::client::Connection,
     topic: &str,
@@ -93,21 +81,7 @@ async fn what_one_agent_acknowledged_another_reports_at_once() {
     // Records below 7 deleted through the writer: the reader's next fetch
     // from 0 is out of range, and from 7 reports the new log start.
     let deleted: DeleteRecordsResponse = produce_conn
-        .call(
-            ApiKey::DeleteRecords,
-            2,
-            &DeleteRecordsRequest::default()
-                .with_timeout_ms(10_000)
-                .with_topics(vec![
-                    delete_records_request::DeleteRecordsTopic::default()
-                        .with_name(TopicName(str_bytes("across")))
-                        .with_partitions(vec![
-                            delete_records_request::DeleteRecordsPartition::default()
-                                .with_partition_index(0)
-                                .with_offset(7),
-                        ]),
-                ]),
-        )
+        .call(ApiKey::DeleteRecords, 2, &delete_records("across", 0, 7))
         .await
         .unwrap();
     assert_eq!(deleted.topics[0].partitions[0].error_code, 0);

@@ -18,18 +18,6 @@ fn waiting_fetch(topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> 
         .with_min_bytes(min_bytes)
 }
 
-async fn produce_values(
-    conn: &mut floe_protocol::client::Connection,
-    topic: &str,
-    values: &[&str],
-) {
-    let sent: ProduceResponse = conn
-        .call(ApiKey::Produce, 9, &produce(topic, 0, batch(values)))
-        .await
-        .unwrap();
-    assert_eq!(produced(&sent).error_code, 0);
-}
-
 /// Nothing to read: the answer comes at the deadline, empty, with the high
 /// watermark as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

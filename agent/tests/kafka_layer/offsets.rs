@@ -8,21 +8,6 @@ use floe_protocol::kafka_protocol::messages::*;
 
 use crate::support::*;
 
-fn list_offsets(topic: &str, partition: i32, timestamp: i64) -> ListOffsetsRequest {
-    use list_offsets_request::*;
-    ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![
-            ListOffsetsTopic::default()
-                .with_name(TopicName(str_bytes(topic)))
-                .with_partitions(vec![
-                    ListOffsetsPartition::default()
-                        .with_partition_index(partition)
-                        .with_timestamp(timestamp),
-                ]),
-        ])
-}
-
 /// The partition's answer: error, offset, timestamp.
 async fn listed(
     conn: &mut floe_protocol::client::Connection,
@@ -70,21 +55,7 @@ async fn list_offsets_answers_every_kind_of_query() {
     assert_eq!(listed(&mut conn, "listed", 1001).await, (0, 1, 1001));
     assert_eq!(listed(&mut conn, "listed", 5000).await, (0, -1, -1));
     let deleted: DeleteRecordsResponse = conn
-        .call(
-            ApiKey::DeleteRecords,
-            2,
-            &DeleteRecordsRequest::default()
-                .with_timeout_ms(10_000)
-                .with_topics(vec![
-                    delete_records_request::DeleteRecordsTopic::default()
-                        .with_name(TopicName(str_bytes("listed")))
-                        .with_partitions(vec![
-                            delete_records_request::DeleteRecordsPartition::default()
-                                .with_partition_index(0)
-                                .with_offset(4),
-                        ]),
-                ]),
-        )
+        .call(ApiKey::DeleteRecords, 2, &delete_records("listed", 0, 4))
         .await
         .unwrap();
     assert_eq!(deleted.topics[0].partitions[0].error_code, 0);

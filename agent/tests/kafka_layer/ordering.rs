@@ -6,36 +6,6 @@ use floe_protocol::kafka_protocol::messages::*;
 
 use crate::support::*;
 
-fn delete_records(topic: &str, partition: i32, before: i64) -> DeleteRecordsRequest {
-    use delete_records_request::*;
-    DeleteRecordsRequest::default()
-        .with_timeout_ms(10_000)
-        .with_topics(vec![
-            DeleteRecordsTopic::default()
-                .with_name(TopicName(str_bytes(topic)))
-                .with_partitions(vec![
-                    DeleteRecordsPartition::default()
-                        .with_partition_index(partition)
-                        .with_offset(before),
-                ]),
-        ])
-}
-
-fn list_earliest(topic: &str, partition: i32) -> ListOffsetsRequest {
-    use list_offsets_request::*;
-    ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![
-            ListOffsetsTopic::default()
-                .with_name(TopicName(str_bytes(topic)))
-                .with_partitions(vec![
-                    ListOffsetsPartition::default()
-                        .with_partition_index(partition)
-                        .with_timestamp(-2),
-                ]),
-        ])
-}
-
 /// What an admin client does (confluent-kafka's AdminClient sends them on
 /// one connection): DeleteRecords, then ListOffsets(earliest) without
 /// waiting. The list must see the deletion the connection asked first.
@@ -66,7 +36,7 @@ async fn a_listing_sent_after_a_deletion_sees_it() {
             .await
             .unwrap();
         let listing = conn
-            .send(ApiKey::ListOffsets, 7, &list_earliest("ordered", 0))
+            .send(ApiKey::ListOffsets, 7, &list_offsets("ordered", 0, -2))
             .await
             .unwrap();
         let deleted: DeleteRecordsResponse = conn

@@ -324,3 +324,46 @@ impl floe_metastore::Transport for Counting {
         self.inner.call(op)
     }
 }
+
+/// Produces `values` (acks=all) to partition 0 of `topic`, which must
+/// take them.
+pub async fn produce_values(conn: &mut Connection, topic: &str, values: &[&str]) {
+    let sent: ProduceResponse = conn
+        .call(ApiKey::Produce, 9, &produce(topic, 0, batch(values)))
+        .await
+        .unwrap();
+    assert_eq!(produced(&sent).error_code, 0);
+}
+
+/// A DeleteRecords of one partition's records below `before`.
+pub fn delete_records(topic: &str, partition: i32, before: i64) -> DeleteRecordsRequest {
+    use delete_records_request::*;
+    DeleteRecordsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![
+            DeleteRecordsTopic::default()
+                .with_name(TopicName(str_bytes(topic)))
+                .with_partitions(vec![
+                    DeleteRecordsPartition::default()
+                        .with_partition_index(partition)
+                        .with_offset(before),
+                ]),
+        ])
+}
+
+/// A ListOffsets of one partition at `timestamp` (-2 earliest, -1 latest,
+/// -3 the largest timestamp).
+pub fn list_offsets(topic: &str, partition: i32, timestamp: i64) -> ListOffsetsRequest {
+    use list_offsets_request::*;
+    ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(TopicName(str_bytes(topic)))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default()
+                        .with_partition_index(partition)
+                        .with_timestamp(timestamp),
+                ]),
+        ])
+}

@@ -79,16 +79,10 @@ pub fn run(seed: u64, settings: KafkaSettings) -> Result<(Summary, Vec<String>),
     let runtime = seeded_runtime(seed);
     let shared = runtime.block_on(async {
         let shared = Shared::new(seed);
-        let failed = shared.failed();
         let limit = settings.duration + Duration::from_secs(3_600);
-        tokio::select! {
-            biased;
-            () = failed.notified() => {}
-            () = simulate(&shared, settings) => {}
-            () = tokio::time::sleep(limit) => shared.with(|w| {
-                w.anomaly(format!("the run did not settle within {limit:?} of simulated time"))
-            }),
-        }
+        shared
+            .until_settled(limit, simulate(&shared, settings))
+            .await;
         shared
     });
     drop(runtime);

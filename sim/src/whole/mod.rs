@@ -23,6 +23,7 @@ pub mod txns;
 mod weather;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -305,9 +306,22 @@ impl Shared {
         }
     }
 
-    /// Woken at the run's first anomaly.
-    pub(crate) fn failed(&self) -> Arc<tokio::sync::Notify> {
-        self.with(|w| w.failed.clone())
+    /// Runs `simulation` until it ends, its first anomaly, or `limit` of
+    /// simulated time (then a liveness failure: the run is stuck).
+    pub(crate) async fn until_settled(
+        &self,
+        limit: Duration,
+        simulation: impl Future<Output = ()>,
+    ) {
+        let failed = self.with(|w| w.failed.clone());
+        tokio::select! {
+            biased;
+            () = failed.notified() => {}
+            () = simulation => {}
+            () = tokio::time::sleep(limit) => self.with(|w| {
+                w.anomaly(format!("the run did not settle within {limit:?} of simulated time"))
+            }),
+        }
     }
 }
 
@@ -315,7 +329,6 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
     let runtime = seeded_runtime(seed);
     let shared = runtime.block_on(async {
         let shared = Shared::new(seed);
-        let failed = shared.failed();
         // FLOE_SIM_PROGRESS=1: a line per simulated minute on stderr, to
         // tell a slow run from a stuck one.
         if std::env::var_os("FLOE_SIM_PROGRESS").is_some() {
@@ -331,14 +344,9 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
         // this; a run still going then is stuck (a liveness failure).
         // (Plus the longest stall: see `store::SimStoreFaults::after_put`.)
         let limit = settings.duration + Duration::from_secs(2 * 3_600);
-        tokio::select! {
-            biased;
-            () = failed.notified() => {}
-            () = simulate(&shared, settings) => {}
-            () = tokio::time::sleep(limit) => shared.with(|w| {
-                w.anomaly(format!("the run did not settle within {limit:?} of simulated time"))
-            }),
-        }
+        shared
+            .until_settled(limit, simulate(&shared, settings))
+            .await;
         shared
     });
     // Tasks still parked (agents' loops, the metastore's delayed writes) end here.
