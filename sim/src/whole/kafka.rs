@@ -26,7 +26,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use floe_agent::agent::Agent;
 use floe_agent::config::Config;
 use floe_agent::world::{Accepted, Listening, Network, World as AgentWorld};
@@ -34,9 +34,7 @@ use floe_metastore::{Clock, Metastore, NewTopic};
 use floe_protocol::client::Connection;
 use floe_protocol::kafka_protocol::messages::*;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
-use floe_protocol::kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use floe_protocol::kafka_protocol::records::{Compression, Record, TimestampType};
 use floe_storage::ObjectStore;
 use floe_storage::hooked::HookedStore;
 use object_store::memory::InMemory;
@@ -45,7 +43,7 @@ use tokio::time::{Duration, Instant};
 
 use super::meta::{MetaFaults, SimMetastore};
 use super::store::{SimStoreFaults, StoreFaults};
-use super::{SeededIds, Shared, Summary, seeded_runtime};
+use super::{SeededIds, Shared, Summary, encode_batch, seeded_runtime};
 
 /// What one run through the Kafka protocol is made of.
 #[derive(Debug, Clone, Copy)]
@@ -714,17 +712,7 @@ fn encode(
             headers: Default::default(),
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("the batch encodes");
-    buf.freeze()
+    encode_batch(&records, compression)
 }
 
 /// A Fetch of `partition` from `offset`, answered at once.

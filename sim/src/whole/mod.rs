@@ -942,13 +942,18 @@ fn encode(
             .collect(),
         })
         .collect();
+    encode_batch(&records, Compression::None)
+}
+
+/// `records` as one batch, as a producer sends it.
+pub(crate) fn encode_batch(records: &[Record], compression: Compression) -> Bytes {
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
         &mut buf,
-        &records,
+        records,
         &RecordEncodeOptions {
             version: 2,
-            compression: Compression::None,
+            compression,
         },
     )
     .expect("the batch encodes");
