@@ -170,13 +170,7 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         cluster.start(i).await;
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
-    audit(
-        shared,
-        &Client::new(shared, &net, settings.agents),
-        &books,
-        settings,
-    )
-    .await;
+    audit(shared, &net, &books, settings).await;
     for agent in cluster.agents.lock().await.iter_mut() {
         if let Some(agent) = agent.take() {
             agent.abort().await;
@@ -858,7 +852,7 @@ async fn read_along(client: Client, books: Books, partitions: i32, end: Instant)
 /// Reads every partition whole through each agent, and checks the log:
 /// every agent serves the same dense log up to the same high watermark, at
 /// least every acknowledged offset; then the records themselves.
-async fn audit(shared: &Shared, client: &Client, books: &Books, settings: KafkaSettings) {
+async fn audit(shared: &Shared, net: &SimNetwork, books: &Books, settings: KafkaSettings) {
     for partition in 0..settings.partitions {
         let acked_end = books
             .lock()
@@ -870,7 +864,7 @@ async fn audit(shared: &Shared, client: &Client, books: &Books, settings: KafkaS
         // The first agent's answer: who, its high watermark, its log.
         let mut first: Option<(usize, i64, Log)> = None;
         for agent in 0..settings.agents {
-            let (high_watermark, log) = read_whole(shared, &client.net, agent, partition).await;
+            let (high_watermark, log) = read_whole(shared, net, agent, partition).await;
             let dense = log
                 .iter()
                 .enumerate()
