@@ -1,0 +1,199 @@
+//! Stage 3 of the simulation: whole agents, through the Kafka protocol.
+//! Each agent is the one `floe agent` runs ([`Agent::start_in`]: its
+//! listeners, connection code, handlers, batcher, read path, watermarks,
+//! background jobs), in this deterministic process: its clock is the
+//! simulation's, skewed per agent; its ids are seeded; its listeners are on
+//! an in-memory network ([`SimNetwork`]). The metastore and the store are
+//! stage 2's, faults included.
+//!
+//! Clients speak Kafka to them as librdkafka's idempotent producer does,
+//! in its essentials: one request in flight per producer, every failure
+//! (an error code, no answer within the request timeout, a connection
+//! dropped with the request unanswered) retried with the same producer id
+//! and sequence through any agent, until the delivery timeout, after which
+//! the producer gives the batch up and starts a new producer id. Readers
+//! fetch from any agent. Agents crash (at once, as `kill -9`) and restart.
+//!
+//! Checked, during the run: a fetch never reports a high watermark below
+//! an offset acknowledged before it began (read-your-writes across agents
+//! and connections), and no offset ever holds two records; at the end,
+//! read through every agent: every acknowledged record at its offset,
+//! nothing twice, nothing nobody sent, each producer's records in the order
+//! it sent them, and every agent reading the same log.
+
+mod audit;
+mod client;
+mod cluster;
+mod network;
+mod produce;
+mod read;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use floe_metastore::{Metastore, NewTopic};
+use floe_storage::ObjectStore;
+use object_store::memory::InMemory;
+use tokio::time::{Duration, Instant};
+
+use super::meta::{MetaFaults, SimMetastore};
+use super::store::StoreFaults;
+use super::{Shared, Summary, seeded_runtime};
+use audit::audit;
+use client::Client;
+use cluster::{Cluster, crash_and_restart};
+use network::SimNetwork;
+use produce::produce;
+use read::read_along;
+
+/// What one run through the Kafka protocol is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaSettings {
+    /// Simulated time producers run for (then everything settles and is audited).
+    pub duration: Duration,
+    pub agents: usize,
+    pub producers: usize,
+    pub partitions: i32,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        KafkaSettings {
+            duration: Duration::from_secs(300),
+            agents: 3,
+            producers: 3,
+            partitions: 3,
+        }
+    }
+}
+
+const TOPIC: &str = "sim";
+/// librdkafka's `request.timeout.ms` and `delivery.timeout.ms` (shorter:
+/// runs are minutes long).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs one seed; `Ok` with the summary and trace when the checkers find nothing.
+pub fn run(seed: u64, settings: KafkaSettings) -> Result<(Summary, Vec<String>), super::Failure> {
+    let runtime = seeded_runtime(seed);
+    let shared = runtime.block_on(async {
+        let shared = Shared::new(seed);
+        let limit = settings.duration + Duration::from_secs(3_600);
+        shared
+            .until_settled(limit, simulate(&shared, settings))
+            .await;
+        shared
+    });
+    drop(runtime);
+    shared.outcome(seed)
+}
+
+/// What the checkers hold the agents to.
+#[derive(Default)]
+pub(super) struct Ledger {
+    /// Per partition, one past the highest offset acknowledged so far.
+    acked_end: BTreeMap<i32, i64>,
+    /// Every acknowledged batch: (partition, base offset) -> its values.
+    acked: Vec<(i32, i64, Vec<String>)>,
+    /// Every value sent, acknowledged or not.
+    sent: BTreeSet<String>,
+    /// What was read at each (partition, offset), by anyone, ever.
+    read: BTreeMap<(i32, i64), String>,
+    fetches_checked: u64,
+}
+
+type Books = Arc<Mutex<Ledger>>;
+
+async fn simulate(shared: &Shared, settings: KafkaSettings) {
+    shared.with(|w| {
+        w.meta_faults = MetaFaults {
+            unavailable: 0.01,
+            lost_reply: 0.01,
+            max_latency: Duration::from_millis(20),
+            frozen_until: None,
+        };
+        w.store_faults = StoreFaults {
+            put_error: 0.02,
+            put_lost_reply: 0.01,
+            get_error: 0.02,
+            max_latency: Duration::from_millis(30),
+        };
+    });
+    let meta: Arc<dyn Metastore> = Arc::new(SimMetastore::new(shared.clone()));
+    let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let net = Arc::new(SimNetwork::default());
+    create_topic(&meta, settings.partitions).await;
+    let cluster = Arc::new(Cluster {
+        shared: shared.clone(),
+        meta: meta.clone(),
+        bucket,
+        net: net.clone(),
+        agents: tokio::sync::Mutex::new((0..settings.agents).map(|_| None).collect()),
+        dirs: (0..settings.agents)
+            .map(|_| tempfile::tempdir().expect("a temporary folder"))
+            .collect(),
+    });
+    for i in 0..settings.agents {
+        cluster.start(i).await;
+    }
+    let books: Books = Arc::default();
+    let end = Instant::now() + settings.duration;
+    let mut producers = Vec::new();
+    for p in 0..settings.producers {
+        let client = Client::sticky(shared, &net, settings.agents, p);
+        producers.push(tokio::spawn(produce(
+            client,
+            books.clone(),
+            p,
+            settings.partitions,
+            end,
+        )));
+    }
+    let reader = tokio::spawn(read_along(
+        Client::new(shared, &net, settings.agents),
+        books.clone(),
+        settings.partitions,
+        end,
+    ));
+    let chaos = tokio::spawn(crash_and_restart(cluster.clone(), end));
+    for task in producers.into_iter().chain([reader, chaos]) {
+        if let Err(e) = task.await {
+            shared.with(|w| w.anomaly(format!("a client of the simulation failed: {e}")));
+        }
+    }
+    // Calm: every agent up, no faults, then read everything through each.
+    shared.with(|w| {
+        w.meta_faults = MetaFaults::default();
+        w.store_faults = StoreFaults::default();
+        w.log("calm: auditing".into());
+    });
+    for i in 0..settings.agents {
+        cluster.start(i).await;
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    audit(shared, &net, &books, settings).await;
+    for agent in cluster.agents.lock().await.iter_mut() {
+        if let Some(agent) = agent.take() {
+            agent.abort().await;
+        }
+    }
+    shared.with(|w| w.summary.simulated_ms = w.start.elapsed().as_millis() as u64);
+}
+
+async fn create_topic(meta: &Arc<dyn Metastore>, partitions: i32) {
+    loop {
+        let created = meta
+            .create_topic(NewTopic {
+                name: TOPIC.into(),
+                partitions,
+                configs: Default::default(),
+            })
+            .await;
+        match created {
+            Ok(_) => return,
+            Err(e) if e.to_string().contains("exists") => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+

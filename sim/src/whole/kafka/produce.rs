@@ -1,0 +1,190 @@
+//! Idempotent producers, as librdkafka's in their essentials.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use floe_protocol::kafka_protocol::messages::*;
+use floe_protocol::kafka_protocol::protocol::StrBytes;
+use floe_protocol::kafka_protocol::records::{Compression, Record, TimestampType};
+use tokio::time::{Duration, Instant};
+
+use super::client::{Client, retriable};
+use super::{Books, DELIVERY_TIMEOUT, REQUEST_TIMEOUT, TOPIC};
+use crate::whole::encode_batch;
+
+/// One idempotent producer: batches of a few records to random partitions,
+/// one in flight, until `end`.
+pub(super) async fn produce(client: Client, books: Books, me: usize, partitions: i32, end: Instant) {
+    let mut identity = init_producer(&client).await;
+    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut batch = 0u64;
+    while Instant::now() < end {
+        batch += 1;
+        let (partition, count, codec, pause) = client.shared.with(|w| {
+            let codecs = [
+                Compression::None,
+                Compression::Gzip,
+                Compression::Snappy,
+                Compression::Lz4,
+                Compression::Zstd,
+            ];
+            // Mostly its own partition, as a keyed workload's producer.
+            let partition = match w.chance(0.8) {
+                true => me as i32 % partitions,
+                false => w.rng_below(partitions as u64) as i32,
+            };
+            (
+                partition,
+                1 + w.rng_below(5) as i32,
+                codecs[w.rng_below(5) as usize],
+                Duration::from_millis(w.rng_below(200)),
+            )
+        });
+        let values: Vec<String> = (0..count)
+            .map(|i| format!("p{me}-{}-{}-b{batch}-r{i}", identity.0, identity.1))
+            .collect();
+        let sequence = *sequences.entry(partition).or_default();
+        let now_ms = client.shared.with(|w| w.now_ms());
+        let records = encode(&values, identity, sequence, now_ms, codec);
+        books
+            .lock()
+            .expect("books")
+            .sent
+            .extend(values.iter().cloned());
+        match deliver(&client, partition, records).await {
+            Some(offset) => {
+                *sequences.entry(partition).or_default() += count;
+                let mut books = books.lock().expect("books");
+                let end_offset = books.acked_end.entry(partition).or_default();
+                *end_offset = (*end_offset).max(offset + count as i64);
+                books.acked.push((partition, offset, values));
+                client.shared.with(|w| w.summary.acked_batches += 1);
+            }
+            None => {
+                // Given up: librdkafka's idempotent producer starts a new
+                // producer id rather than leave a gap in its sequences.
+                client.shared.with(|w| {
+                    w.summary.failed_produces += 1;
+                    w.log(format!(
+                        "producer {me} gave up batch {batch}; new producer id"
+                    ));
+                });
+                identity = init_producer(&client).await;
+                sequences.clear();
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+async fn init_producer(client: &Client) -> (i64, i16) {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    loop {
+        let answer: Result<InitProducerIdResponse, _> =
+            client.call(ApiKey::InitProducerId, 4, &request).await;
+        match answer {
+            Ok(r) if r.error_code == 0 => return (r.producer_id.0, r.producer_epoch),
+            Ok(r) => client
+                .shared
+                .with(|w| w.log(format!("InitProducerId refused: {}", r.error_code))),
+            Err(why) => client
+                .shared
+                .with(|w| w.log(format!("InitProducerId unanswered: {why:?}"))),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sends one batch until it is acknowledged (its base offset) or the
+/// delivery timeout passes (`None`: given up, fate unknown).
+async fn deliver(client: &Client, partition: i32, records: Bytes) -> Option<i64> {
+    use produce_request::*;
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(REQUEST_TIMEOUT.as_millis() as i32)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(records)),
+                ]),
+        ]);
+    let deadline = Instant::now() + DELIVERY_TIMEOUT;
+    let mut backoff = Duration::from_millis(100);
+    while Instant::now() < deadline {
+        let answer: Result<ProduceResponse, _> = client.call(ApiKey::Produce, 9, &request).await;
+        match answer {
+            Ok(r) => {
+                let answered = r
+                    .responses
+                    .first()
+                    .and_then(|t| t.partition_responses.first());
+                let Some(p) = answered else {
+                    client.shared.with(|w| {
+                        w.anomaly(format!("a produce answered without its partition: {r:?}"))
+                    });
+                    return None;
+                };
+                match p.error_code {
+                    0 => return Some(p.base_offset),
+                    code if retriable(code) => {}
+                    code => {
+                        // An idempotent producer with one request in flight
+                        // that resends the same sequence is never refused
+                        // its order, nor anything else.
+                        client.shared.with(|w| {
+                            w.anomaly(format!(
+                                "a produce to partition {partition} was refused with error {code}"
+                            ))
+                        });
+                        return None;
+                    }
+                }
+            }
+            Err(why) => client
+                .shared
+                .with(|w| w.log(format!("produce to {partition} unanswered: {why:?}"))),
+        }
+        client.shared.with(|w| w.summary.retried_writes += 1);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+    None
+}
+
+/// One batch of `values` from producer `identity` at `sequence`.
+fn encode(
+    values: &[String],
+    identity: (i64, i16),
+    sequence: i32,
+    timestamp: i64,
+    compression: Compression,
+) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, value)| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: identity.0,
+            producer_epoch: identity.1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: sequence.wrapping_add(i as i32),
+            timestamp,
+            delete_horizon: false,
+            key: None,
+            value: Some(Bytes::from(value.clone())),
+            headers: Default::default(),
+        })
+        .collect();
+    encode_batch(&records, compression)
+}
+
