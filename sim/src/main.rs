@@ -194,6 +194,10 @@ fn kafka(args: &Args) -> std::process::ExitCode {
                 total.retried_writes += s.retried_writes;
                 total.store_faults += s.store_faults;
                 total.polled_records += s.polled_records;
+                total.committed_txns += s.committed_txns;
+                total.aborted_txns += s.aborted_txns;
+                total.unknown_txns += s.unknown_txns;
+                total.txn_records_audited += s.txn_records_audited;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -208,6 +212,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
     println!(
         "{} seeds of whole agents through Kafka passed: {} batches acknowledged, {} given up, \
          {} produce attempts retried, {} agent crashes, {} store faults, {} records read and checked, \
+         transactions {} committed / {} aborted / {} unknown ({} records audited), \
          {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
@@ -216,6 +221,10 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.crashes,
         total.store_faults,
         total.polled_records,
+        total.committed_txns,
+        total.aborted_txns,
+        total.unknown_txns,
+        total.txn_records_audited,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

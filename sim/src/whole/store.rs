@@ -22,6 +22,10 @@ pub struct StoreFaults {
     pub put_lost_reply: f64,
     pub get_error: f64,
     pub max_latency: Duration,
+    /// The share of requests in the long tail, each taking up to
+    /// `slow_latency` (S3's seconds-long PUTs and ranged GETs).
+    pub slow: f64,
+    pub slow_latency: Duration,
 }
 
 pub struct SimStoreFaults {
@@ -47,7 +51,10 @@ impl Hooks for SimStoreFaults {
     async fn before(&self, op: Op) -> Result<()> {
         let (latency, fail) = self.shared.with(|w| {
             let f = w.store_faults;
-            let latency = w.latency_up_to(f.max_latency);
+            let latency = match w.chance(f.slow) {
+                true => w.latency_up_to(f.slow_latency),
+                false => w.latency_up_to(f.max_latency),
+            };
             let rate = match op {
                 Op::Put | Op::PutMultipart => f.put_error,
                 // SlowDown is per bucket prefix, whatever the request.

@@ -142,6 +142,7 @@ pub(super) async fn chaos(
                         put_lost_reply: 0.2 * w.rng.random::<f64>(),
                         get_error: 0.2 * w.rng.random::<f64>(),
                         max_latency: Duration::from_millis(w.rng_below(2_000)),
+                        ..StoreFaults::default()
                     }
                 } else {
                     StoreFaults::default()

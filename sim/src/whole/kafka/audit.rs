@@ -9,14 +9,19 @@ use tokio::time::Duration;
 
 use super::cluster::kafka_address;
 use super::network::SimNetwork;
-use super::read::{Fetched, Log, fetch_request, fetched, note_read};
-use super::{Books, KafkaSettings, REQUEST_TIMEOUT};
+use super::read::{Answer, Log, fetch_of, note_read};
+use super::{Books, KafkaSettings, REQUEST_TIMEOUT, TOPIC};
 use crate::whole::Shared;
 
 /// Reads every partition whole through each agent, and checks the log:
 /// every agent serves the same dense log up to the same high watermark, at
 /// least every acknowledged offset; then the records themselves.
-pub(super) async fn audit(shared: &Shared, net: &SimNetwork, books: &Books, settings: KafkaSettings) {
+pub(super) async fn audit(
+    shared: &Shared,
+    net: &SimNetwork,
+    books: &Books,
+    settings: KafkaSettings,
+) {
     for partition in 0..settings.partitions {
         let acked_end = books
             .lock()
@@ -28,7 +33,10 @@ pub(super) async fn audit(shared: &Shared, net: &SimNetwork, books: &Books, sett
         // The first agent's answer: who, its high watermark, its log.
         let mut first: Option<(usize, i64, Log)> = None;
         for agent in 0..settings.agents {
-            let (high_watermark, log) = read_whole(shared, net, agent, partition).await;
+            let Whole {
+                high_watermark,
+                log,
+            } = read_whole(shared, net, agent, (TOPIC, partition), false).await;
             let dense = log
                 .iter()
                 .enumerate()
@@ -123,14 +131,23 @@ fn session_and_batch(value: &str) -> Option<(String, u64)> {
     Some((session.to_string(), batch.parse().ok()?))
 }
 
+/// A partition read whole, as one agent serves it.
+pub(super) struct Whole {
+    pub(super) high_watermark: i64,
+    /// What a consumer keeps (see [`Answer::kept`]).
+    pub(super) log: Log,
+}
+
 /// The partition from its start to its high watermark, as agent `agent`
-/// serves it (retrying what fails), and that high watermark.
-async fn read_whole(
+/// serves it (retrying what fails), at read_committed when `committed`
+/// (which must then reach the high watermark: nothing is left open).
+pub(super) async fn read_whole(
     shared: &Shared,
     net: &SimNetwork,
     agent: usize,
-    partition: i32,
-) -> (i64, Vec<(i64, String)>) {
+    (topic, partition): (&str, i32),
+    committed: bool,
+) -> Whole {
     let mut log = Vec::new();
     let mut offset = 0;
     for _ in 0..10_000 {
@@ -139,39 +156,45 @@ async fn read_whole(
             continue;
         };
         let mut conn = Connection::over(stream, "audit");
-        let Some(Ok((high_watermark, read))) = fetch_on(shared, &mut conn, partition, offset).await
-        else {
+        let request = fetch_of(topic, partition, offset, committed);
+        let Some(Ok(answer)) = fetch_on(shared, &mut conn, &request).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        if let Some((last, _)) = read.last() {
-            offset = last + 1;
-        }
-        log.extend(read);
+        offset = answer.next_offset().unwrap_or(offset);
+        log.extend(answer.kept(committed));
+        let high_watermark = answer.high_watermark;
         if offset >= high_watermark {
-            return (high_watermark, log);
+            return Whole {
+                high_watermark,
+                log,
+            };
+        }
+        if committed && offset >= answer.last_stable {
+            // A transaction still open: its end (or its timeout) is coming.
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     shared.with(|w| {
         w.anomaly(format!(
-            "agent {agent} never served partition {partition} past offset {offset}"
+            "agent {agent} never served {topic}-{partition} past offset {offset}"
         ))
     });
-    (offset, log)
+    Whole {
+        high_watermark: offset,
+        log,
+    }
 }
 
 async fn fetch_on(
     shared: &Shared,
     conn: &mut Connection,
-    partition: i32,
-    offset: i64,
-) -> Option<Fetched> {
-    let request = fetch_request(partition, offset);
-    let call = conn.call(ApiKey::Fetch, 12, &request);
+    request: &FetchRequest,
+) -> Option<Result<Answer, i16>> {
+    let call = conn.call(ApiKey::Fetch, 12, request);
     let response: FetchResponse = tokio::time::timeout(REQUEST_TIMEOUT, call)
         .await
         .ok()?
         .ok()?;
-    Some(fetched(shared, &response))
+    Some(Answer::of(shared, &response))
 }
-

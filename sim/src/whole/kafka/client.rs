@@ -23,6 +23,12 @@ pub(super) struct Client {
     sticky: Option<Mutex<usize>>,
 }
 
+/// The share of requests a client abandons after sending them.
+const ABANDONED: f64 = 0.03;
+
+/// The longest a connection its client abandoned silently stays open.
+const LINGER: Duration = Duration::from_secs(60);
+
 /// Why a request got no answer.
 #[derive(Debug)]
 pub(super) enum Unanswered {
@@ -42,7 +48,12 @@ impl Client {
     }
 
     /// A client that keeps to agent `first` while it answers.
-    pub(super) fn sticky(shared: &Shared, net: &Arc<SimNetwork>, agents: usize, first: usize) -> Client {
+    pub(super) fn sticky(
+        shared: &Shared,
+        net: &Arc<SimNetwork>,
+        agents: usize,
+        first: usize,
+    ) -> Client {
         Client {
             sticky: Some(Mutex::new(first % agents)),
             ..Client::new(shared, net, agents)
@@ -85,8 +96,23 @@ impl Client {
         Req: floe_protocol::kafka_protocol::protocol::Encodable,
         Resp: floe_protocol::kafka_protocol::protocol::Decodable,
     {
+        self.call_abandoning(api, version, request, ABANDONED).await
+    }
+
+    /// [`Client::call`], abandoning a share `abandon` of requests.
+    pub(super) async fn call_abandoning<Req, Resp>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        request: &Req,
+        abandon: f64,
+    ) -> Result<Resp, Unanswered>
+    where
+        Req: floe_protocol::kafka_protocol::protocol::Encodable,
+        Resp: floe_protocol::kafka_protocol::protocol::Decodable,
+    {
         let agent = self.agent();
-        let answer = self.call_on(agent, api, version, request).await;
+        let answer = self.call_on(agent, api, version, request, abandon).await;
         if answer.is_err() {
             self.failed(agent);
         }
@@ -99,12 +125,13 @@ impl Client {
         api: ApiKey,
         version: i16,
         request: &Req,
+        abandon: f64,
     ) -> Result<Resp, Unanswered>
     where
         Req: floe_protocol::kafka_protocol::protocol::Encodable,
         Resp: floe_protocol::kafka_protocol::protocol::Decodable,
     {
-        let abandon = self.shared.with(|w| w.chance(0.03));
+        let abandon = self.shared.with(|w| w.chance(abandon));
         let stream = self
             .net
             .connect(kafka_address(agent))
@@ -116,11 +143,21 @@ impl Client {
             .await
             .map_err(|_| Unanswered::Dropped)?;
         if abandon {
-            // Give the agent a moment to take the request, then hang up.
-            let pause = self
-                .shared
-                .with(|w| w.latency_up_to(Duration::from_millis(50)));
+            // Give the agent a moment to take the request, then hang up,
+            // or (half the time) go silent: the path to the agent is lost,
+            // so the agent sees no close and runs the request on, for as
+            // long as a dead TCP connection lingers.
+            let (pause, silent, linger) = self.shared.with(|w| {
+                let pause = w.latency_up_to(Duration::from_millis(50));
+                (pause, w.chance(0.5), w.latency_up_to(LINGER))
+            });
             tokio::time::sleep(pause).await;
+            if silent {
+                tokio::spawn(async move {
+                    tokio::time::sleep(linger).await;
+                    drop(conn);
+                });
+            }
             return Err(Unanswered::Dropped);
         }
         match tokio::time::timeout(REQUEST_TIMEOUT, conn.receive(api, version, id)).await {
@@ -151,4 +188,3 @@ pub(super) fn retriable(code: i16) -> bool {
     .iter()
     .any(|e| e.code() == code)
 }
-

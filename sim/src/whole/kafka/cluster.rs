@@ -138,4 +138,3 @@ impl Clock for SkewedClock {
         self.shared.with(|w| w.now_ms()) + self.skew_ms
     }
 }
-

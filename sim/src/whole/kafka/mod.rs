@@ -27,6 +27,7 @@ mod cluster;
 mod network;
 mod produce;
 mod read;
+mod txns;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,7 @@ use cluster::{Cluster, crash_and_restart};
 use network::SimNetwork;
 use produce::produce;
 use read::read_along;
+use txns::{TXN_TOPIC, audit_txns, read_committed_along, transact};
 
 /// What one run through the Kafka protocol is made of.
 #[derive(Debug, Clone, Copy)]
@@ -53,6 +55,8 @@ pub struct KafkaSettings {
     pub duration: Duration,
     pub agents: usize,
     pub producers: usize,
+    /// Transactional producers (each its own transactional id).
+    pub transactional: usize,
     pub partitions: i32,
 }
 
@@ -62,6 +66,7 @@ impl Default for KafkaSettings {
             duration: Duration::from_secs(300),
             agents: 3,
             producers: 3,
+            transactional: 2,
             partitions: 3,
         }
     }
@@ -100,6 +105,7 @@ pub(super) struct Ledger {
     /// What was read at each (partition, offset), by anyone, ever.
     read: BTreeMap<(i32, i64), String>,
     fetches_checked: u64,
+    txns: txns::TxnLedger,
 }
 
 type Books = Arc<Mutex<Ledger>>;
@@ -117,12 +123,16 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
             put_lost_reply: 0.01,
             get_error: 0.02,
             max_latency: Duration::from_millis(30),
+            slow: 0.01,
+            slow_latency: Duration::from_secs(5),
         };
     });
     let meta: Arc<dyn Metastore> = Arc::new(SimMetastore::new(shared.clone()));
     let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let net = Arc::new(SimNetwork::default());
-    create_topic(&meta, settings.partitions).await;
+    for topic in [TOPIC, TXN_TOPIC] {
+        create_topic(&meta, topic, settings.partitions).await;
+    }
     let cluster = Arc::new(Cluster {
         shared: shared.clone(),
         meta: meta.clone(),
@@ -149,6 +159,17 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
             end,
         )));
     }
+    for t in 0..settings.transactional {
+        let client = Client::sticky(shared, &net, settings.agents, t);
+        let task = transact(client, books.clone(), t, settings.partitions, end);
+        producers.push(tokio::spawn(task));
+    }
+    producers.push(tokio::spawn(read_committed_along(
+        Client::new(shared, &net, settings.agents),
+        books.clone(),
+        settings.partitions,
+        end,
+    )));
     let reader = tokio::spawn(read_along(
         Client::new(shared, &net, settings.agents),
         books.clone(),
@@ -156,7 +177,8 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         end,
     ));
     let chaos = tokio::spawn(crash_and_restart(cluster.clone(), end));
-    for task in producers.into_iter().chain([reader, chaos]) {
+    let freezes = tokio::spawn(freeze_now_and_then(shared.clone(), end));
+    for task in producers.into_iter().chain([reader, chaos, freezes]) {
         if let Err(e) = task.await {
             shared.with(|w| w.anomaly(format!("a client of the simulation failed: {e}")));
         }
@@ -172,6 +194,7 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
     audit(shared, &net, &books, settings).await;
+    audit_txns(shared, &net, &books, settings).await;
     for agent in cluster.agents.lock().await.iter_mut() {
         if let Some(agent) = agent.take() {
             agent.abort().await;
@@ -180,11 +203,31 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     shared.with(|w| w.summary.simulated_ms = w.start.elapsed().as_millis() as u64);
 }
 
-async fn create_topic(meta: &Arc<dyn Metastore>, partitions: i32) {
+/// Now and then the metastore stops answering writes for a while (a leader
+/// that froze), sometimes past the producers' delivery timeout, so they
+/// give batches up and start over.
+async fn freeze_now_and_then(shared: Shared, end: Instant) {
+    while Instant::now() < end {
+        let (wait, frozen) = shared.with(|w| {
+            let frozen = match w.chance(0.3) {
+                true => DELIVERY_TIMEOUT + Duration::from_secs(w.rng_below(60)),
+                false => Duration::from_millis(w.rng_below(20_000)),
+            };
+            (Duration::from_secs(30 + w.rng_below(120)), frozen)
+        });
+        tokio::time::sleep(wait).await;
+        shared.with(|w| {
+            w.meta_faults.frozen_until = Some(Instant::now() + frozen);
+            w.log(format!("metastore frozen for {frozen:?}"));
+        });
+    }
+}
+
+async fn create_topic(meta: &Arc<dyn Metastore>, topic: &str, partitions: i32) {
     loop {
         let created = meta
             .create_topic(NewTopic {
-                name: TOPIC.into(),
+                name: topic.into(),
                 partitions,
                 configs: Default::default(),
             })
@@ -196,4 +239,3 @@ async fn create_topic(meta: &Arc<dyn Metastore>, partitions: i32) {
         }
     }
 }
-

@@ -81,4 +81,3 @@ impl Listening for SimListening {
         Ok(self.address)
     }
 }
-

@@ -10,24 +10,23 @@ use tokio::time::{Duration, Instant};
 
 use super::client::{Client, retriable};
 use super::{Books, DELIVERY_TIMEOUT, REQUEST_TIMEOUT, TOPIC};
-use crate::whole::encode_batch;
+use crate::whole::{World, encode_batch};
 
 /// One idempotent producer: batches of a few records to random partitions,
 /// one in flight, until `end`.
-pub(super) async fn produce(client: Client, books: Books, me: usize, partitions: i32, end: Instant) {
+pub(super) async fn produce(
+    client: Client,
+    books: Books,
+    me: usize,
+    partitions: i32,
+    end: Instant,
+) {
     let mut identity = init_producer(&client).await;
     let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
     let mut batch = 0u64;
     while Instant::now() < end {
         batch += 1;
         let (partition, count, codec, pause) = client.shared.with(|w| {
-            let codecs = [
-                Compression::None,
-                Compression::Gzip,
-                Compression::Snappy,
-                Compression::Lz4,
-                Compression::Zstd,
-            ];
             // Mostly its own partition, as a keyed workload's producer.
             let partition = match w.chance(0.8) {
                 true => me as i32 % partitions,
@@ -36,7 +35,7 @@ pub(super) async fn produce(client: Client, books: Books, me: usize, partitions:
             (
                 partition,
                 1 + w.rng_below(5) as i32,
-                codecs[w.rng_below(5) as usize],
+                any_codec(w),
                 Duration::from_millis(w.rng_below(200)),
             )
         });
@@ -45,14 +44,15 @@ pub(super) async fn produce(client: Client, books: Books, me: usize, partitions:
             .collect();
         let sequence = *sequences.entry(partition).or_default();
         let now_ms = client.shared.with(|w| w.now_ms());
-        let records = encode(&values, identity, sequence, now_ms, codec);
+        let records = encode(&values, identity, sequence, now_ms, (codec, false));
         books
             .lock()
             .expect("books")
             .sent
             .extend(values.iter().cloned());
-        match deliver(&client, partition, records).await {
-            Some(offset) => {
+        let request = produce_request(TOPIC, partition, records);
+        match deliver(&client, partition, &request).await {
+            Delivery::Acked(offset) => {
                 *sequences.entry(partition).or_default() += count;
                 let mut books = books.lock().expect("books");
                 let end_offset = books.acked_end.entry(partition).or_default();
@@ -60,7 +60,18 @@ pub(super) async fn produce(client: Client, books: Books, me: usize, partitions:
                 books.acked.push((partition, offset, values));
                 client.shared.with(|w| w.summary.acked_batches += 1);
             }
-            None => {
+            Delivery::Refused(code) => {
+                // An idempotent producer with one request in flight that
+                // resends the same sequence is never refused its order,
+                // nor anything else.
+                client.shared.with(|w| {
+                    w.anomaly(format!(
+                        "a produce to partition {partition} was refused with error {code}"
+                    ))
+                });
+                return;
+            }
+            Delivery::GaveUp => {
                 // Given up: librdkafka's idempotent producer starts a new
                 // producer id rather than leave a gap in its sequences.
                 client.shared.with(|w| {
@@ -75,6 +86,18 @@ pub(super) async fn produce(client: Client, books: Books, me: usize, partitions:
         }
         tokio::time::sleep(pause).await;
     }
+}
+
+/// A codec, any of Kafka's.
+pub(super) fn any_codec(w: &mut World) -> Compression {
+    let codecs = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+    codecs[w.rng_below(codecs.len() as u64) as usize]
 }
 
 async fn init_producer(client: &Client) -> (i64, i16) {
@@ -99,26 +122,40 @@ async fn init_producer(client: &Client) -> (i64, i16) {
     }
 }
 
-/// Sends one batch until it is acknowledged (its base offset) or the
-/// delivery timeout passes (`None`: given up, fate unknown).
-async fn deliver(client: &Client, partition: i32, records: Bytes) -> Option<i64> {
+/// A Produce of `records` to one partition of `topic`.
+pub(super) fn produce_request(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
     use produce_request::*;
-    let request = ProduceRequest::default()
+    ProduceRequest::default()
         .with_acks(-1)
         .with_timeout_ms(REQUEST_TIMEOUT.as_millis() as i32)
         .with_topic_data(vec![
             TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partition_data(vec![
                     PartitionProduceData::default()
                         .with_index(partition)
                         .with_records(Some(records)),
                 ]),
-        ]);
+        ])
+}
+
+/// How a batch's delivery ended.
+pub(super) enum Delivery {
+    /// Acknowledged at this base offset.
+    Acked(i64),
+    /// The delivery timeout passed: its fate is unknown.
+    GaveUp,
+    /// Refused with an error no producer retries.
+    Refused(i16),
+}
+
+/// Sends one batch until it is acknowledged, refused, or the delivery
+/// timeout passes.
+pub(super) async fn deliver(client: &Client, partition: i32, request: &ProduceRequest) -> Delivery {
     let deadline = Instant::now() + DELIVERY_TIMEOUT;
     let mut backoff = Duration::from_millis(100);
     while Instant::now() < deadline {
-        let answer: Result<ProduceResponse, _> = client.call(ApiKey::Produce, 9, &request).await;
+        let answer: Result<ProduceResponse, _> = client.call(ApiKey::Produce, 9, request).await;
         match answer {
             Ok(r) => {
                 let answered = r
@@ -129,22 +166,12 @@ async fn deliver(client: &Client, partition: i32, records: Bytes) -> Option<i64>
                     client.shared.with(|w| {
                         w.anomaly(format!("a produce answered without its partition: {r:?}"))
                     });
-                    return None;
+                    return Delivery::GaveUp;
                 };
                 match p.error_code {
-                    0 => return Some(p.base_offset),
+                    0 => return Delivery::Acked(p.base_offset),
                     code if retriable(code) => {}
-                    code => {
-                        // An idempotent producer with one request in flight
-                        // that resends the same sequence is never refused
-                        // its order, nor anything else.
-                        client.shared.with(|w| {
-                            w.anomaly(format!(
-                                "a produce to partition {partition} was refused with error {code}"
-                            ))
-                        });
-                        return None;
-                    }
+                    code => return Delivery::Refused(code),
                 }
             }
             Err(why) => client
@@ -155,22 +182,22 @@ async fn deliver(client: &Client, partition: i32, records: Bytes) -> Option<i64>
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
-    None
+    Delivery::GaveUp
 }
 
 /// One batch of `values` from producer `identity` at `sequence`.
-fn encode(
+pub(super) fn encode(
     values: &[String],
     identity: (i64, i16),
     sequence: i32,
     timestamp: i64,
-    compression: Compression,
+    (compression, transactional): (Compression, bool),
 ) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
         .map(|(i, value)| Record {
-            transactional: false,
+            transactional,
             control: false,
             partition_leader_epoch: 0,
             producer_id: identity.0,
@@ -187,4 +214,3 @@ fn encode(
         .collect();
     encode_batch(&records, compression)
 }
-

@@ -3,6 +3,7 @@
 
 use floe_protocol::kafka_protocol::messages::*;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
+use floe_protocol::kafka_protocol::records::Record;
 use tokio::time::{Duration, Instant};
 
 use super::client::Client;
@@ -11,14 +12,21 @@ use crate::whole::Shared;
 
 /// A Fetch of `partition` from `offset`, answered at once.
 pub(super) fn fetch_request(partition: i32, offset: i64) -> FetchRequest {
+    fetch_of(TOPIC, partition, offset, false)
+}
+
+/// A Fetch of `topic`'s `partition` from `offset`, answered at once, at
+/// read_committed when `committed`.
+pub(super) fn fetch_of(topic: &str, partition: i32, offset: i64, committed: bool) -> FetchRequest {
     use fetch_request::*;
     FetchRequest::default()
+        .with_isolation_level(committed as i8)
         .with_max_wait_ms(0)
         .with_min_bytes(1)
         .with_max_bytes(1 << 20)
         .with_topics(vec![
             FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partitions(vec![
                     FetchPartition::default()
                         .with_partition(partition)
@@ -35,43 +43,109 @@ pub(super) type Log = Vec<(i64, String)>;
 /// partition's error code.
 pub(super) type Fetched = Result<(i64, Log), i16>;
 
-/// The partition's answer of a fetch. An answer without the partition, or
-/// with records that do not decode, is an anomaly (and counts as the
-/// unknown server error).
+/// A partition's answer to a fetch, decoded.
+pub(super) struct Answer {
+    pub(super) high_watermark: i64,
+    pub(super) last_stable: i64,
+    /// Every record answered, control records included.
+    pub(super) records: Vec<Record>,
+    /// (first offset, producer id) of each aborted transaction listed.
+    pub(super) aborted: Vec<(i64, i64)>,
+}
+
+impl Answer {
+    /// The partition's answer, or its error code.
+    pub(super) fn of(shared: &Shared, response: &FetchResponse) -> Result<Answer, i16> {
+        let data = answered_partition(shared, response)?;
+        let aborted = data.aborted_transactions.iter().flatten();
+        Ok(Answer {
+            high_watermark: data.high_watermark,
+            last_stable: data.last_stable_offset,
+            records: decoded_records(shared, data)?,
+            aborted: aborted.map(|a| (a.first_offset, a.producer_id.0)).collect(),
+        })
+    }
+
+    /// Where the next fetch starts: past the last record answered.
+    pub(super) fn next_offset(&self) -> Option<i64> {
+        self.records.last().map(|r| r.offset + 1)
+    }
+
+    /// What a consumer keeps, as Kafka's consumer does: no control records
+    /// and, at read_committed, none of a transaction the answer lists as
+    /// aborted, from its first offset to its abort marker.
+    pub(super) fn kept(&self, committed: bool) -> Log {
+        let mut listed = self.aborted.clone();
+        listed.sort();
+        let mut listed = listed.into_iter().peekable();
+        let mut aborting = std::collections::BTreeSet::new();
+        let mut kept = Vec::new();
+        for r in &self.records {
+            while let Some((_, producer)) = listed.next_if(|(first, _)| *first <= r.offset) {
+                aborting.insert(producer);
+            }
+            if r.control {
+                if is_abort_marker(r) {
+                    aborting.remove(&r.producer_id);
+                }
+                continue;
+            }
+            if committed && r.transactional && aborting.contains(&r.producer_id) {
+                continue;
+            }
+            let value = r.value.as_ref().map(|v| String::from_utf8_lossy(v));
+            kept.push((r.offset, value.unwrap_or_default().into_owned()));
+        }
+        kept
+    }
+}
+
+/// A control record's key: version (int16), then type (int16: 0 abort).
+fn is_abort_marker(record: &Record) -> bool {
+    record
+        .key
+        .as_ref()
+        .is_some_and(|k| k.get(2..4) == Some(&[0, 0]))
+}
+
+/// The partition's answer of a fetch (records kept as read_uncommitted).
 pub(super) fn fetched(shared: &Shared, response: &FetchResponse) -> Fetched {
-    let unknown = floe_protocol::ResponseError::UnknownServerError.code();
+    Answer::of(shared, response).map(|a| (a.high_watermark, a.kept(false)))
+}
+
+/// The one partition a fetch asked for, or its error code.
+pub(super) fn answered_partition<'a>(
+    shared: &Shared,
+    response: &'a FetchResponse,
+) -> Result<&'a fetch_response::PartitionData, i16> {
     let Some(data) = response
         .responses
         .first()
         .and_then(|t| t.partitions.first())
     else {
         shared.with(|w| w.anomaly("a fetch answered without its partition".into()));
-        return Err(unknown);
+        return Err(floe_protocol::ResponseError::UnknownServerError.code());
     };
-    if data.error_code != 0 {
-        return Err(data.error_code);
+    match data.error_code {
+        0 => Ok(data),
+        code => Err(code),
     }
+}
+
+/// A partition's records as answered; records that do not decode are an
+/// anomaly (and count as the unknown server error).
+pub(super) fn decoded_records(
+    shared: &Shared,
+    data: &fetch_response::PartitionData,
+) -> Result<Vec<Record>, i16> {
     let bytes = data.records.clone().unwrap_or_default();
-    let decoded = floe_protocol::batch::RecordBatch::parse_all_stored(&bytes)
+    floe_protocol::batch::RecordBatch::parse_all_stored(&bytes)
         .map_err(|e| e.to_string())
-        .and_then(|batches| {
-            floe_protocol::records::decode_all(&batches).map_err(|e| e.to_string())
-        });
-    let records = match decoded {
-        Ok(records) => records,
-        Err(e) => {
+        .and_then(|batches| floe_protocol::records::decode_all(&batches).map_err(|e| e.to_string()))
+        .map_err(|e| {
             shared.with(|w| w.anomaly(format!("a fetch's records do not decode: {e}")));
-            return Err(unknown);
-        }
-    };
-    let read = records
-        .into_iter()
-        .map(|r| {
-            let value = r.value.map(|v| String::from_utf8_lossy(&v).into_owned());
-            (r.offset, value.unwrap_or_default())
+            floe_protocol::ResponseError::UnknownServerError.code()
         })
-        .collect();
-    Ok((data.high_watermark, read))
 }
 
 /// One fetch through a random agent (`None`: unanswered).
@@ -148,4 +222,3 @@ pub(super) async fn read_along(client: Client, books: Books, partitions: i32, en
         tokio::time::sleep(pause).await;
     }
 }
-
