@@ -53,12 +53,15 @@ pub(super) enum Told {
     Unknown,
 }
 
+/// A batch acknowledged: partition, base offset, values.
+type AckedBatch = (i32, i64, Vec<String>);
+
 /// What transactional producers were told, and what readers saw.
 #[derive(Default)]
 pub(super) struct TxnLedger {
     /// Per transaction (`t{producer}-{id}-{epoch}-n{number}`): its
     /// acknowledged batches (partition, base offset, values) and its end.
-    txns: BTreeMap<String, (Vec<(i32, i64, Vec<String>)>, Told)>,
+    txns: BTreeMap<String, (Vec<AckedBatch>, Told)>,
     sent: BTreeSet<String>,
     /// Per partition, one past the highest offset acknowledged.
     acked_end: BTreeMap<i32, i64>,
