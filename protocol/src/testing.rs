@@ -114,3 +114,83 @@ fn encode_records(records: &[Record], compression: Compression) -> Bytes {
     RecordBatchEncoder::encode(&mut buf, records, &options).unwrap();
     buf.freeze()
 }
+
+/// One-partition requests, as the agent's tests and the simulation send them.
+pub mod requests {
+    use bytes::Bytes;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+
+    fn name(topic: &str) -> TopicName {
+        TopicName(StrBytes::from_string(topic.to_string()))
+    }
+
+    /// A Produce (acks=all) of `records` to one partition.
+    pub fn produce(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
+        use produce_request::*;
+        ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(name(topic))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(records)),
+                    ]),
+            ])
+    }
+
+    /// A Fetch of one partition from `offset`, answered at once.
+    pub fn fetch(topic: &str, partition: i32, offset: i64) -> FetchRequest {
+        use fetch_request::*;
+        FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(10 << 20)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(name(topic))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(partition)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ])
+    }
+
+    /// A DeleteRecords of one partition's records before `before`.
+    pub fn delete_records(topic: &str, partition: i32, before: i64) -> DeleteRecordsRequest {
+        use delete_records_request::*;
+        DeleteRecordsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![
+                DeleteRecordsTopic::default()
+                    .with_name(name(topic))
+                    .with_partitions(vec![
+                        DeleteRecordsPartition::default()
+                            .with_partition_index(partition)
+                            .with_offset(before),
+                    ]),
+            ])
+    }
+
+    /// A ListOffsets of one partition at `timestamp` (-2 earliest, -1
+    /// latest, -3 the largest timestamp).
+    pub fn list_offsets(topic: &str, partition: i32, timestamp: i64) -> ListOffsetsRequest {
+        use list_offsets_request::*;
+        ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(name(topic))
+                    .with_partitions(vec![
+                        ListOffsetsPartition::default()
+                            .with_partition_index(partition)
+                            .with_timestamp(timestamp),
+                    ]),
+            ])
+    }
+}

@@ -198,6 +198,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
                 total.aborted_txns += s.aborted_txns;
                 total.unknown_txns += s.unknown_txns;
                 total.txn_records_audited += s.txn_records_audited;
+                total.pipelined_connections += s.pipelined_connections;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -213,7 +214,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         "{} seeds of whole agents through Kafka passed: {} batches acknowledged, {} given up, \
          {} produce attempts retried, {} agent crashes, {} store faults, {} records read and checked, \
          transactions {} committed / {} aborted / {} unknown ({} records audited), \
-         {:.1} simulated hours",
+         {} pipelining connections, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -225,6 +226,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.aborted_txns,
         total.unknown_txns,
         total.txn_records_audited,
+        total.pipelined_connections,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

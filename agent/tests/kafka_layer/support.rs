@@ -12,6 +12,7 @@ use floe_metastore::{LocalMetastore, Metastore, NewTopic, TopicInfo};
 use floe_protocol::client::Connection;
 use floe_protocol::kafka_protocol::messages::*;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
+pub use floe_protocol::testing::requests::{delete_records, fetch, list_offsets, produce};
 use floe_storage::ObjectStore;
 
 /// An agent started in this process; dropping it stops it at once.
@@ -100,45 +101,9 @@ pub fn batch(values: &[&str]) -> Bytes {
     )
 }
 
-/// A Produce (acks=all) of `records` to one partition.
-pub fn produce(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
-    use produce_request::*;
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(TopicName(str_bytes(topic)))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(Some(records)),
-                ]),
-        ])
-}
-
 /// The one partition's answer of a produce.
 pub fn produced(response: &ProduceResponse) -> &produce_response::PartitionProduceResponse {
     &response.responses[0].partition_responses[0]
-}
-
-/// A Fetch (v12, by name) of one partition from `offset`, answered at once.
-pub fn fetch(topic: &str, partition: i32, offset: i64) -> FetchRequest {
-    use fetch_request::*;
-    FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(10 << 20)
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(TopicName(str_bytes(topic)))
-                .with_partitions(vec![
-                    FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20),
-                ]),
-        ])
 }
 
 pub const FETCH_VERSION: i16 = 12;
@@ -333,37 +298,4 @@ pub async fn produce_values(conn: &mut Connection, topic: &str, values: &[&str])
         .await
         .unwrap();
     assert_eq!(produced(&sent).error_code, 0);
-}
-
-/// A DeleteRecords of one partition's records below `before`.
-pub fn delete_records(topic: &str, partition: i32, before: i64) -> DeleteRecordsRequest {
-    use delete_records_request::*;
-    DeleteRecordsRequest::default()
-        .with_timeout_ms(10_000)
-        .with_topics(vec![
-            DeleteRecordsTopic::default()
-                .with_name(TopicName(str_bytes(topic)))
-                .with_partitions(vec![
-                    DeleteRecordsPartition::default()
-                        .with_partition_index(partition)
-                        .with_offset(before),
-                ]),
-        ])
-}
-
-/// A ListOffsets of one partition at `timestamp` (-2 earliest, -1 latest,
-/// -3 the largest timestamp).
-pub fn list_offsets(topic: &str, partition: i32, timestamp: i64) -> ListOffsetsRequest {
-    use list_offsets_request::*;
-    ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![
-            ListOffsetsTopic::default()
-                .with_name(TopicName(str_bytes(topic)))
-                .with_partitions(vec![
-                    ListOffsetsPartition::default()
-                        .with_partition_index(partition)
-                        .with_timestamp(timestamp),
-                ]),
-        ])
 }

@@ -111,6 +111,8 @@ pub struct Summary {
     pub zombies: u64,
     /// Transactional records whose fate and visibility the audit checked.
     pub txn_records_audited: u64,
+    /// Connections pipelining requests (stage 3).
+    pub pipelined_connections: u64,
     pub simulated_ms: u64,
 }
 

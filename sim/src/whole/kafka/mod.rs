@@ -25,6 +25,7 @@ mod audit;
 mod client;
 mod cluster;
 mod network;
+mod pipeline;
 mod produce;
 mod read;
 mod txns;
@@ -44,6 +45,7 @@ use audit::audit;
 use client::Client;
 use cluster::{Cluster, crash_and_restart};
 use network::SimNetwork;
+use pipeline::{PIPE_TOPIC, pipeline};
 use produce::produce;
 use read::read_along;
 use txns::{TXN_TOPIC, audit_txns, read_committed_along, transact};
@@ -57,6 +59,8 @@ pub struct KafkaSettings {
     pub producers: usize,
     /// Transactional producers (each its own transactional id).
     pub transactional: usize,
+    /// Clients pipelining requests on one connection (each its own partition).
+    pub pipelines: usize,
     pub partitions: i32,
 }
 
@@ -67,6 +71,7 @@ impl Default for KafkaSettings {
             agents: 3,
             producers: 3,
             transactional: 2,
+            pipelines: 2,
             partitions: 3,
         }
     }
@@ -133,6 +138,7 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     for topic in [TOPIC, TXN_TOPIC] {
         create_topic(&meta, topic, settings.partitions).await;
     }
+    create_topic(&meta, PIPE_TOPIC, settings.pipelines as i32).await;
     let cluster = Arc::new(Cluster {
         shared: shared.clone(),
         meta: meta.clone(),
@@ -162,6 +168,10 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     for t in 0..settings.transactional {
         let client = Client::sticky(shared, &net, settings.agents, t);
         let task = transact(client, books.clone(), t, settings.partitions, end);
+        producers.push(tokio::spawn(task));
+    }
+    for p in 0..settings.pipelines {
+        let task = pipeline(shared.clone(), net.clone(), p as i32, settings.agents, end);
         producers.push(tokio::spawn(task));
     }
     producers.push(tokio::spawn(read_committed_along(

@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use floe_protocol::kafka_protocol::messages::*;
-use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::kafka_protocol::records::{Compression, Record, TimestampType};
 use tokio::time::{Duration, Instant};
 
+use floe_protocol::testing::CODECS;
+use floe_protocol::testing::requests::produce as produce_request;
+
 use super::client::{Client, retriable};
-use super::{Books, DELIVERY_TIMEOUT, REQUEST_TIMEOUT, TOPIC};
+use super::{Books, DELIVERY_TIMEOUT, TOPIC};
 use crate::whole::{World, encode_batch};
 
 /// One idempotent producer: batches of a few records to random partitions,
@@ -90,14 +92,7 @@ pub(super) async fn produce(
 
 /// A codec, any of Kafka's.
 pub(super) fn any_codec(w: &mut World) -> Compression {
-    let codecs = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
-    codecs[w.rng_below(codecs.len() as u64) as usize]
+    CODECS[w.rng_below(CODECS.len() as u64) as usize]
 }
 
 async fn init_producer(client: &Client) -> (i64, i16) {
@@ -120,23 +115,6 @@ async fn init_producer(client: &Client) -> (i64, i16) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// A Produce of `records` to one partition of `topic`.
-pub(super) fn produce_request(topic: &str, partition: i32, records: Bytes) -> ProduceRequest {
-    use produce_request::*;
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(REQUEST_TIMEOUT.as_millis() as i32)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(Some(records)),
-                ]),
-        ])
 }
 
 /// How a batch's delivery ended.

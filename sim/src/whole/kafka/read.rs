@@ -2,7 +2,6 @@
 //! what was acknowledged before it began.
 
 use floe_protocol::kafka_protocol::messages::*;
-use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::kafka_protocol::records::Record;
 use tokio::time::{Duration, Instant};
 
@@ -18,22 +17,9 @@ pub(super) fn fetch_request(partition: i32, offset: i64) -> FetchRequest {
 /// A Fetch of `topic`'s `partition` from `offset`, answered at once, at
 /// read_committed when `committed`.
 pub(super) fn fetch_of(topic: &str, partition: i32, offset: i64, committed: bool) -> FetchRequest {
-    use fetch_request::*;
-    FetchRequest::default()
+    floe_protocol::testing::requests::fetch(topic, partition, offset)
         .with_isolation_level(committed as i8)
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partitions(vec![
-                    FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(256 << 10),
-                ]),
-        ])
+        .with_max_bytes(256 << 10)
 }
 
 /// Records as read: (offset, value).

@@ -24,12 +24,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use floe_protocol::ResponseError;
 use floe_protocol::kafka_protocol::messages::*;
 use floe_protocol::kafka_protocol::protocol::StrBytes;
+use floe_protocol::testing::requests::produce;
 use tokio::time::{Duration, Instant};
 
 use super::audit::{Whole, read_whole};
 use super::client::{Client, retriable};
 use super::network::SimNetwork;
-use super::produce::{Delivery, any_codec, deliver, encode, produce_request};
+use super::produce::{Delivery, any_codec, deliver, encode};
 use super::read::{Answer, fetch_of};
 use super::{Books, DELIVERY_TIMEOUT, KafkaSettings};
 use crate::whole::Shared;
@@ -277,9 +278,9 @@ async fn produce_into(
             let sequence = *producer.sequences.entry(partition).or_default();
             let now_ms = client.shared.with(|w| w.now_ms());
             let records = encode(&values, producer.identity, sequence, now_ms, (codec, true));
-            let request = produce_request(TXN_TOPIC, partition, records).with_transactional_id(
-                Some(TransactionalId(StrBytes::from_string(producer.id.clone()))),
-            );
+            let request = produce(TXN_TOPIC, partition, records).with_transactional_id(Some(
+                TransactionalId(StrBytes::from_string(producer.id.clone())),
+            ));
             let sent = values.iter().cloned();
             books.lock().expect("books").txns.sent.extend(sent);
             match deliver(client, partition, &request).await {
