@@ -177,6 +177,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
     use floe_sim::whole::{Summary, kafka};
     let settings = kafka::KafkaSettings {
         duration: std::time::Duration::from_secs(args.minutes * 60),
+        raft: args.raft,
         ..kafka::KafkaSettings::default()
     };
     let mut total = Summary::default();
@@ -199,6 +200,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
                 total.unknown_txns += s.unknown_txns;
                 total.txn_records_audited += s.txn_records_audited;
                 total.pipelined_connections += s.pipelined_connections;
+                total.group_rebalances += s.group_rebalances;
                 total.simulated_ms += s.simulated_ms;
             }
             Err(f) => {
@@ -214,7 +216,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         "{} seeds of whole agents through Kafka passed: {} batches acknowledged, {} given up, \
          {} produce attempts retried, {} agent crashes, {} store faults, {} records read and checked, \
          transactions {} committed / {} aborted / {} unknown ({} records audited), \
-         {} pipelining connections, {:.1} simulated hours",
+         {} pipelining connections, {} group assignments, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -227,6 +229,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.unknown_txns,
         total.txn_records_audited,
         total.pipelined_connections,
+        total.group_rebalances,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

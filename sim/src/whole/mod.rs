@@ -113,6 +113,8 @@ pub struct Summary {
     pub txn_records_audited: u64,
     /// Connections pipelining requests (stage 3).
     pub pipelined_connections: u64,
+    /// Assignments consumer group members received (stage 3).
+    pub group_rebalances: u64,
     pub simulated_ms: u64,
 }
 

@@ -24,6 +24,7 @@
 mod audit;
 mod client;
 mod cluster;
+mod groups;
 mod network;
 mod pipeline;
 mod produce;
@@ -40,10 +41,11 @@ use tokio::time::{Duration, Instant};
 
 use super::meta::{MetaFaults, SimMetastore};
 use super::store::StoreFaults;
-use super::{Shared, Summary, seeded_runtime};
+use super::{Shared, Summary, raft, seeded_runtime};
 use audit::audit;
 use client::Client;
 use cluster::{Cluster, crash_and_restart};
+use groups::{audit_group, consume, drain};
 use network::SimNetwork;
 use pipeline::{PIPE_TOPIC, pipeline};
 use produce::produce;
@@ -61,6 +63,13 @@ pub struct KafkaSettings {
     pub transactional: usize,
     /// Clients pipelining requests on one connection (each its own partition).
     pub pipelines: usize,
+    /// Members of one consumer group reading the producers' topic (Raft
+    /// runs only: the plain metastore has no group timers, so a member
+    /// that goes silent is never expired).
+    pub consumers: usize,
+    /// The metastore as a three-node Raft group, with its own weather
+    /// (nodes killed, links cut, clocks skewed), instead of the plain one.
+    pub raft: bool,
     pub partitions: i32,
 }
 
@@ -72,6 +81,8 @@ impl Default for KafkaSettings {
             producers: 3,
             transactional: 2,
             pipelines: 2,
+            consumers: 3,
+            raft: false,
             partitions: 3,
         }
     }
@@ -95,6 +106,7 @@ pub fn run(seed: u64, settings: KafkaSettings) -> Result<(Summary, Vec<String>),
         shared
     });
     drop(runtime);
+    floe_metastore::raft::runtime::seed_this_thread(None);
     shared.outcome(seed)
 }
 
@@ -111,6 +123,7 @@ pub(super) struct Ledger {
     read: BTreeMap<(i32, i64), String>,
     fetches_checked: u64,
     txns: txns::TxnLedger,
+    groups: groups::GroupLedger,
 }
 
 type Books = Arc<Mutex<Ledger>>;
@@ -132,7 +145,14 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
             slow_latency: Duration::from_secs(5),
         };
     });
-    let meta: Arc<dyn Metastore> = Arc::new(SimMetastore::new(shared.clone()));
+    let group = match settings.raft {
+        true => Some(Arc::new(raft::start(shared).await)),
+        false => None,
+    };
+    let meta: Arc<dyn Metastore> = match &group {
+        Some(group) => group.client.clone(),
+        None => Arc::new(SimMetastore::new(shared.clone())),
+    };
     let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let net = Arc::new(SimNetwork::default());
     for topic in [TOPIC, TXN_TOPIC] {
@@ -174,6 +194,16 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         let task = pipeline(shared.clone(), net.clone(), p as i32, settings.agents, end);
         producers.push(tokio::spawn(task));
     }
+    let consumers = if group.is_some() {
+        settings.consumers
+    } else {
+        0
+    };
+    for _ in 0..consumers {
+        let client = Client::new(shared, &net, settings.agents);
+        let task = consume(client, books.clone(), settings.partitions, end);
+        producers.push(tokio::spawn(task));
+    }
     producers.push(tokio::spawn(read_committed_along(
         Client::new(shared, &net, settings.agents),
         books.clone(),
@@ -187,7 +217,10 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         end,
     ));
     let chaos = tokio::spawn(crash_and_restart(cluster.clone(), end));
-    let freezes = tokio::spawn(freeze_now_and_then(shared.clone(), end));
+    let freezes = match &group {
+        Some(group) => tokio::spawn(raft_weather_until(shared.clone(), group.clone(), end)),
+        None => tokio::spawn(freeze_now_and_then(shared.clone(), end)),
+    };
     for task in producers.into_iter().chain([reader, chaos, freezes]) {
         if let Err(e) = task.await {
             shared.with(|w| w.anomaly(format!("a client of the simulation failed: {e}")));
@@ -197,14 +230,31 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     shared.with(|w| {
         w.meta_faults = MetaFaults::default();
         w.store_faults = StoreFaults::default();
+        w.net = raft::NetFaults::default();
         w.log("calm: auditing".into());
     });
+    if let Some(group) = &group {
+        for i in 0..raft::NODES as usize {
+            group.restart(i).await;
+        }
+    }
     for i in 0..settings.agents {
         cluster.start(i).await;
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
     audit(shared, &net, &books, settings).await;
     audit_txns(shared, &net, &books, settings).await;
+    let client = Client::new(shared, &net, settings.agents);
+    let ends = books.lock().expect("books").acked_end.clone();
+    if consumers > 0 {
+        drain(client, books.clone(), settings.partitions, ends).await;
+        audit_group(&Client::new(shared, &net, settings.agents), &books);
+    }
+    if let Some(group) = &group
+        && let Err(why) = raft::replicas_agree(group).await
+    {
+        shared.with(|w| w.anomaly(why));
+    }
     for agent in cluster.agents.lock().await.iter_mut() {
         if let Some(agent) = agent.take() {
             agent.abort().await;
@@ -230,6 +280,20 @@ async fn freeze_now_and_then(shared: Shared, end: Instant) {
             w.meta_faults.frozen_until = Some(Instant::now() + frozen);
             w.log(format!("metastore frozen for {frozen:?}"));
         });
+    }
+}
+
+/// The Raft group's weather, now and then, until `end`; then it clears
+/// (clients still finishing what they began need a metastore).
+async fn raft_weather_until(shared: Shared, group: Arc<raft::RaftGroup>, end: Instant) {
+    while Instant::now() < end {
+        let pause = shared.with(|w| Duration::from_millis(w.rng_below(30_000)));
+        tokio::time::sleep(pause).await;
+        super::weather::raft_weather(&shared, &group, &[]).await;
+    }
+    shared.with(|w| w.net = raft::NetFaults::default());
+    for i in 0..raft::NODES as usize {
+        group.restart(i).await;
     }
 }
 
