@@ -19,18 +19,47 @@ fn a_fixed_set_of_seeds_finds_no_anomaly() {
         duration: Duration::from_secs(180),
         ..KafkaSettings::default()
     };
-    let (mut acked, mut crashes, mut read) = (0, 0, 0);
+    let mut total = Summary::default();
     for seed in 0..4 {
-        let (summary, _) = check(seed, settings);
-        acked += summary.acked_batches;
-        crashes += summary.crashes;
-        read += summary.polled_records;
+        add(&mut total, check(seed, settings).0);
     }
-    // The run did something: produces landed, agents crashed, and the
-    // audit read the records back through every agent.
-    assert!(acked > 2_000, "{acked} batches acknowledged");
-    assert!(crashes > 0);
-    assert!(read > 5_000, "{read} records read and checked");
+    // The run did something: produces landed, agents crashed, the audit
+    // read the records back through every agent, transactions ended both
+    // ways, connections pipelined.
+    assert!(total.acked_batches > 2_000, "{total:?}");
+    assert!(total.crashes > 0, "{total:?}");
+    assert!(total.polled_records > 5_000, "{total:?}");
+    assert!(total.committed_txns > 100 && total.aborted_txns > 20, "{total:?}");
+    assert!(total.txn_records_audited > 1_000, "{total:?}");
+    assert!(total.pipelined_connections > 10, "{total:?}");
+}
+
+/// The metastore as a Raft group, and a consumer group on it (not
+/// replayable: openraft draws from outside the seed).
+#[test]
+fn a_consumer_group_on_a_raft_metastore_finds_no_anomaly() {
+    let settings = KafkaSettings {
+        duration: Duration::from_secs(180),
+        raft: true,
+        ..KafkaSettings::default()
+    };
+    let mut total = Summary::default();
+    for seed in 0..2 {
+        add(&mut total, check(seed, settings).0);
+    }
+    assert!(total.group_rebalances > 5, "{total:?}");
+    assert!(total.acked_batches > 500, "{total:?}");
+}
+
+fn add(total: &mut Summary, s: Summary) {
+    total.acked_batches += s.acked_batches;
+    total.crashes += s.crashes;
+    total.polled_records += s.polled_records;
+    total.committed_txns += s.committed_txns;
+    total.aborted_txns += s.aborted_txns;
+    total.txn_records_audited += s.txn_records_audited;
+    total.pipelined_connections += s.pipelined_connections;
+    total.group_rebalances += s.group_rebalances;
 }
 
 #[test]
