@@ -2,7 +2,13 @@
 //! state-machine model until one fails, and prints it with its trace (replay
 //! it with `--start SEED --seeds 1`). `--whole` runs the whole write path
 //! (real batchers and background loops, faulty store and metastore) instead;
-//! `--kafka` whole agents through the Kafka protocol.
+//! `--kafka` whole agents through the Kafka protocol (`--kafka --raft`: on a
+//! Raft metastore, with a consumer group). `sim/mutants/run.sh` checks that
+//! each checker catches the rule its patch breaks.
+//!
+//! Longer runs than CI's, as reported in the issues' notes:
+//! `--whole --seeds 300`, `--whole --raft --seeds 60`, `--seeds 2000`,
+//! `--kafka --seeds 200 --minutes 5`, `--kafka --raft --seeds 100 --minutes 5`.
 
 use clap::Parser;
 

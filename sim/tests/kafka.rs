@@ -29,7 +29,10 @@ fn a_fixed_set_of_seeds_finds_no_anomaly() {
     assert!(total.acked_batches > 2_000, "{total:?}");
     assert!(total.crashes > 0, "{total:?}");
     assert!(total.polled_records > 5_000, "{total:?}");
-    assert!(total.committed_txns > 100 && total.aborted_txns > 20, "{total:?}");
+    assert!(
+        total.committed_txns > 100 && total.aborted_txns > 20,
+        "{total:?}"
+    );
     assert!(total.txn_records_audited > 1_000, "{total:?}");
     assert!(total.pipelined_connections > 10, "{total:?}");
 }

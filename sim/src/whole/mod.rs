@@ -330,12 +330,15 @@ impl Shared {
 }
 
 pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Failure> {
-    let runtime = seeded_runtime(seed);
-    let shared = runtime.block_on(async {
-        let shared = Shared::new(seed);
-        // FLOE_SIM_PROGRESS=1: a line per simulated minute on stderr, to
-        // tell a slow run from a stuck one.
-        if std::env::var_os("FLOE_SIM_PROGRESS").is_some() {
+    // FLOE_SIM_PROGRESS=1: a line per simulated minute on stderr, to tell
+    // a slow run from a stuck one.
+    let progress = std::env::var_os("FLOE_SIM_PROGRESS").is_some();
+    // Producing, five minutes of calm and the audit fit well within this;
+    // a run still going then is stuck (a liveness failure). (Plus the
+    // longest stall: see `store::SimStoreFaults::after_put`.)
+    let limit = settings.duration + Duration::from_secs(2 * 3_600);
+    run_seeded(seed, limit, |shared| async move {
+        if progress {
             tokio::spawn(async {
                 let start = Instant::now();
                 loop {
@@ -344,13 +347,25 @@ pub fn run(seed: u64, settings: Settings) -> Result<(Summary, Vec<String>), Fail
                 }
             });
         }
-        // Producing, five minutes of calm and the audit fit well within
-        // this; a run still going then is stuck (a liveness failure).
-        // (Plus the longest stall: see `store::SimStoreFaults::after_put`.)
-        let limit = settings.duration + Duration::from_secs(2 * 3_600);
-        shared
-            .until_settled(limit, simulate(&shared, settings))
-            .await;
+        simulate(&shared, settings).await
+    })
+}
+
+/// Runs `simulate` for `seed` on a seeded runtime until it settles (at
+/// most `limit` of simulated time); the summary and trace, or the failure.
+pub(crate) fn run_seeded<F, Fut>(
+    seed: u64,
+    limit: Duration,
+    simulate: F,
+) -> Result<(Summary, Vec<String>), Failure>
+where
+    F: FnOnce(Shared) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let runtime = seeded_runtime(seed);
+    let shared = runtime.block_on(async {
+        let shared = Shared::new(seed);
+        shared.until_settled(limit, simulate(shared.clone())).await;
         shared
     });
     // Tasks still parked (agents' loops, the metastore's delayed writes) end here.

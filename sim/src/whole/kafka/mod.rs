@@ -41,7 +41,7 @@ use tokio::time::{Duration, Instant};
 
 use super::meta::{MetaFaults, SimMetastore};
 use super::store::StoreFaults;
-use super::{Shared, Summary, raft, seeded_runtime};
+use super::{Shared, Summary, raft, run_seeded};
 use audit::audit;
 use client::Client;
 use cluster::{Cluster, crash_and_restart};
@@ -96,18 +96,10 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs one seed; `Ok` with the summary and trace when the checkers find nothing.
 pub fn run(seed: u64, settings: KafkaSettings) -> Result<(Summary, Vec<String>), super::Failure> {
-    let runtime = seeded_runtime(seed);
-    let shared = runtime.block_on(async {
-        let shared = Shared::new(seed);
-        let limit = settings.duration + Duration::from_secs(3_600);
-        shared
-            .until_settled(limit, simulate(&shared, settings))
-            .await;
-        shared
-    });
-    drop(runtime);
-    floe_metastore::raft::runtime::seed_this_thread(None);
-    shared.outcome(seed)
+    let limit = settings.duration + Duration::from_secs(3_600);
+    run_seeded(seed, limit, |shared| async move {
+        simulate(&shared, settings).await
+    })
 }
 
 /// What the checkers hold the agents to.

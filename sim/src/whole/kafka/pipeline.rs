@@ -1,7 +1,8 @@
 //! Pipelining clients: one connection at a time, up to five requests in
 //! flight on it (librdkafka's and Java's `max.in.flight` default), answered
 //! in the order sent. Each owns one partition of its topic and produces to
-//! it (without idempotence: nothing is retried), fetches it, lists its
+//! it (without idempotence: nothing is retried; now and then a hostile
+//! batch), fetches it, lists its
 //! earliest and latest offsets and deletes its oldest records, in any mix.
 //!
 //! Checked as each answer arrives, against the answers of every request
@@ -10,7 +11,9 @@
 //! those sent after. A listing or a fetch never reports an end below an
 //! acknowledged produce sent before it, nor a start below an answered
 //! deletion; a fetch never returns a record a later request produced, nor
-//! one an earlier request deleted; produces take offsets in the order sent.
+//! one an earlier request deleted; produces take offsets in the order sent;
+//! a hostile batch (a record count its bytes cannot hold, in any codec) is
+//! refused, and what follows it on the connection goes on.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -36,7 +39,11 @@ const IN_FLIGHT: usize = 5;
 #[derive(Debug)]
 enum Sent {
     Produce,
-    Fetch { from: i64 },
+    /// A batch whose header claims far more records than its bytes hold.
+    Hostile,
+    Fetch {
+        from: i64,
+    },
     Latest,
     Earliest,
     Delete,
@@ -114,7 +121,18 @@ async fn send(
     let span = (known.acked_end - known.deleted_to).max(0) as u64;
     let inside = known.deleted_to + (spot % (span + 1)) as i64;
     match pick {
-        0..40 => {
+        0..3 => {
+            let count = shared.with(|w| 2 + w.rng_below(i32::MAX as u64 - 2)) as i32;
+            let records = floe_protocol::testing::lying_batch(count, codec);
+            let request = requests::produce(PIPE_TOPIC, me, records);
+            Ok((
+                Sent::Hostile,
+                conn.send(ApiKey::Produce, 9, &request)
+                    .await
+                    .map_err(drop)?,
+            ))
+        }
+        3..40 => {
             let value = format!("q{me}-{number}");
             known.producer_of.insert(value.clone(), number);
             let now_ms = shared.with(|w| w.now_ms());
@@ -208,6 +226,18 @@ async fn receive(
             }
             known.last_base = Some(p.base_offset);
             known.acked_end = known.acked_end.max(p.base_offset + 1);
+        }
+        Sent::Hostile => {
+            let r = answer!(ApiKey::Produce, 9, ProduceResponse);
+            let code = r
+                .responses
+                .first()
+                .and_then(|t| t.partition_responses.first());
+            if code.is_some_and(|p| p.error_code == 0) {
+                anomaly(
+                    "a batch claiming more records than its bytes hold was acknowledged".into(),
+                );
+            }
         }
         Sent::Latest | Sent::Earliest => {
             let r = answer!(ApiKey::ListOffsets, 7, ListOffsetsResponse);

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use floe_protocol::kafka_protocol::messages::*;
+use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::kafka_protocol::records::{Compression, Record, TimestampType};
 use tokio::time::{Duration, Instant};
 
@@ -96,9 +97,20 @@ pub(super) fn any_codec(w: &mut World) -> Compression {
 }
 
 async fn init_producer(client: &Client) -> (i64, i16) {
+    init_producer_id(client, None, 60_000).await
+}
+
+/// InitProducerId until answered: the producer's id and epoch. A refusal
+/// no client retries is an anomaly (nothing here asks anything invalid).
+pub(super) async fn init_producer_id(
+    client: &Client,
+    transactional_id: Option<&str>,
+    timeout_ms: i32,
+) -> (i64, i16) {
+    let id = transactional_id.map(|id| TransactionalId(StrBytes::from_string(id.into())));
     let request = InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000)
+        .with_transactional_id(id)
+        .with_transaction_timeout_ms(timeout_ms)
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     loop {
@@ -106,12 +118,13 @@ async fn init_producer(client: &Client) -> (i64, i16) {
             client.call(ApiKey::InitProducerId, 4, &request).await;
         match answer {
             Ok(r) if r.error_code == 0 => return (r.producer_id.0, r.producer_epoch),
-            Ok(r) => client
-                .shared
-                .with(|w| w.log(format!("InitProducerId refused: {}", r.error_code))),
-            Err(why) => client
-                .shared
-                .with(|w| w.log(format!("InitProducerId unanswered: {why:?}"))),
+            Ok(r) if !retriable(r.error_code) => client.shared.with(|w| {
+                w.anomaly(format!(
+                    "InitProducerId {transactional_id:?} refused: {}",
+                    r.error_code
+                ))
+            }),
+            _ => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -159,26 +159,57 @@ pub(super) fn note_read(shared: &Shared, books: &Books, partition: i32, read: &[
     }
 }
 
-/// A reader along the run: fetches from anywhere below the acknowledged
-/// end through any agent, and holds each answer's high watermark to every
-/// acknowledgement that came before the fetch began.
-pub(super) async fn read_along(client: Client, books: Books, partitions: i32, end: Instant) {
-    while Instant::now() < end {
-        let (partition, pause, pick) = client.shared.with(|w| {
+/// What a reader along the run reads next.
+pub(super) struct ReadPick {
+    pub(super) partition: i32,
+    /// Anywhere below what was acknowledged in the partition.
+    pub(super) from: i64,
+    /// How long it waits after.
+    pub(super) pause: Duration,
+}
+
+impl ReadPick {
+    /// A partition and an offset below its acknowledged end (`ends`).
+    pub(super) fn draw(
+        shared: &Shared,
+        partitions: i32,
+        ends: &std::collections::BTreeMap<i32, i64>,
+    ) -> ReadPick {
+        let (partition, pause, pick) = shared.with(|w| {
             (
                 w.rng_below(partitions as u64) as i32,
                 Duration::from_millis(w.rng_below(300)),
                 w.rng_below(1 << 20) as i64,
             )
         });
-        let floor = books
-            .lock()
-            .expect("books")
-            .acked_end
-            .get(&partition)
-            .copied()
-            .unwrap_or(0);
-        let from = if floor == 0 { 0 } else { pick % floor };
+        let end = ends.get(&partition).copied().unwrap_or(0);
+        let from = if end == 0 { 0 } else { pick % end };
+        ReadPick {
+            partition,
+            from,
+            pause,
+        }
+    }
+}
+
+/// A reader along the run: fetches from anywhere below the acknowledged
+/// end through any agent, and holds each answer's high watermark to every
+/// acknowledgement that came before the fetch began.
+pub(super) async fn read_along(client: Client, books: Books, partitions: i32, end: Instant) {
+    while Instant::now() < end {
+        let (
+            ReadPick {
+                partition,
+                pause,
+                from,
+            },
+            floor,
+        ) = {
+            let ends = &books.lock().expect("books").acked_end;
+            let pick = ReadPick::draw(&client.shared, partitions, ends);
+            let floor = ends.get(&pick.partition).copied().unwrap_or(0);
+            (pick, floor)
+        };
         let answer = fetch(&client, partition, from).await;
         // Nothing is trimmed in this stage: an offset below one acknowledged
         // is in range, whoever answers.

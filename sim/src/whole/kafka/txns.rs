@@ -30,8 +30,8 @@ use tokio::time::{Duration, Instant};
 use super::audit::{Whole, read_whole};
 use super::client::{Client, retriable};
 use super::network::SimNetwork;
-use super::produce::{Delivery, any_codec, deliver, encode};
-use super::read::{Answer, fetch_of};
+use super::produce::{Delivery, any_codec, deliver, encode, init_producer_id};
+use super::read::{Answer, ReadPick, fetch_of};
 use super::{Books, DELIVERY_TIMEOUT, KafkaSettings};
 use crate::whole::Shared;
 
@@ -194,23 +194,7 @@ fn fenced(code: i16) -> bool {
 }
 
 async fn init(client: &Client, id: &str) -> (i64, i16) {
-    let request = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.into()))))
-        .with_transaction_timeout_ms(TXN_TIMEOUT_MS)
-        .with_producer_id(ProducerId(-1))
-        .with_producer_epoch(-1);
-    loop {
-        let answer: Result<InitProducerIdResponse, _> =
-            client.call(ApiKey::InitProducerId, 4, &request).await;
-        match answer {
-            Ok(r) if r.error_code == 0 => return (r.producer_id.0, r.producer_epoch),
-            Ok(r) if !retriable(r.error_code) => client
-                .shared
-                .with(|w| w.anomaly(format!("InitProducerId of {id} refused: {}", r.error_code))),
-            _ => {}
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    init_producer_id(client, Some(id), TXN_TIMEOUT_MS).await
 }
 
 /// AddPartitionsToTxn until answered (false: refused, or given up).
@@ -361,21 +345,14 @@ pub(super) async fn read_committed_along(
     end: Instant,
 ) {
     while Instant::now() < end {
-        let (partition, pause, pick) = client.shared.with(|w| {
-            (
-                w.rng_below(partitions as u64) as i32,
-                Duration::from_millis(w.rng_below(300)),
-                w.rng_below(1 << 20) as i64,
-            )
-        });
-        let floor = books
-            .lock()
-            .expect("books")
-            .txns
-            .acked_end
-            .get(&partition)
-            .copied();
-        let from = floor.map_or(0, |floor| pick % floor);
+        let ReadPick {
+            partition,
+            pause,
+            from,
+        } = {
+            let ends = &books.lock().expect("books").txns.acked_end;
+            ReadPick::draw(&client.shared, partitions, ends)
+        };
         let request = fetch_of(TXN_TOPIC, partition, from, true);
         let answered: Result<FetchResponse, _> = client.call(ApiKey::Fetch, 12, &request).await;
         let Ok(response) = answered else {
