@@ -54,11 +54,13 @@ pub(super) struct GroupLedger {
     commits: BTreeMap<i32, Vec<Commit>>,
     /// How often each (partition, offset) was processed.
     processed: BTreeMap<(i32, i64), u32>,
-    rebalances: u64,
+    pub(super) rebalances: u64,
+    /// Who received each partition last (the consumer protocol's check).
+    pub(super) holders: super::kip848::Holders,
 }
 
 impl GroupLedger {
-    fn tick(&mut self) -> u64 {
+    pub(super) fn tick(&mut self) -> u64 {
         self.moment += 1;
         self.moment
     }
@@ -68,6 +70,17 @@ impl GroupLedger {
 struct Joined {
     generation: i32,
     partitions: Vec<i32>,
+}
+
+impl Joined {
+    fn member<'a>(&self, id: &'a str) -> Member<'a> {
+        Member {
+            group: GROUP,
+            id,
+            epoch: self.generation,
+            classic: true,
+        }
+    }
 }
 
 /// How a member's time in a generation ended.
@@ -112,17 +125,24 @@ pub(super) async fn drain(client: Client, books: Books, partitions: i32, ends: B
         let Some(joined) = join(&client, &books, &mut member, partitions).await else {
             continue;
         };
-        let mut positions = committed(&client, &books, &joined.partitions).await;
+        let mut positions = committed(&client, &books, GROUP, &joined.partitions).await;
         for &p in &joined.partitions {
             let end = ends.get(&p).copied().unwrap_or(0);
             for _ in 0..10_000 {
                 if positions[&p] >= end {
                     break;
                 }
-                process(&client, &books, p, positions.get_mut(&p).expect("owned")).await;
+                process(
+                    &client,
+                    &books,
+                    GROUP,
+                    p,
+                    positions.get_mut(&p).expect("owned"),
+                )
+                .await;
             }
         }
-        let done = commit(&client, &books, &member, &joined, &positions).await;
+        let done = commit(&client, &books, &joined.member(&member), &positions).await;
         if joined.partitions.len() == partitions as usize && matches!(done, Committed::Yes) {
             leave(&client, &member).await;
             return;
@@ -237,7 +257,8 @@ fn assign(
 /// Records a member's assignment in its generation: no partition may have
 /// two owners in one generation.
 fn note_assignment(client: &Client, books: &Books, member: &str, generation: i32, owned: &[i32]) {
-    let ledger = &mut books.lock().expect("books").groups;
+    let mut books = books.lock().expect("books");
+    let ledger = books.group(GROUP);
     ledger.rebalances += 1;
     let owners = ledger.owners.entry(generation).or_default();
     for &p in owned {
@@ -260,12 +281,12 @@ async fn member_loop(
     joined: &Joined,
     end: Instant,
 ) -> Next {
-    let mut positions = committed(client, books, &joined.partitions).await;
+    let mut positions = committed(client, books, GROUP, &joined.partitions).await;
     let mut next_heartbeat = Instant::now() + HEARTBEAT;
     let mut next_commit = Instant::now() + Duration::from_secs(1);
     loop {
         if Instant::now() >= end {
-            commit(client, books, member, joined, &positions).await;
+            commit(client, books, &joined.member(member), &positions).await;
             return Next::Done;
         }
         let (pick, pause, back) = client.shared.with(|w| {
@@ -283,7 +304,7 @@ async fn member_loop(
                 return Next::Gone;
             }
             2..4 => {
-                commit(client, books, member, joined, &positions).await;
+                commit(client, books, &joined.member(member), &positions).await;
                 return Next::Gone;
             }
             // A seek back, as a consumer reprocessing does.
@@ -297,11 +318,19 @@ async fn member_loop(
         let owned: Vec<i32> = positions.keys().copied().collect();
         if !owned.is_empty() {
             let p = owned[pick as usize % owned.len()];
-            process(client, books, p, positions.get_mut(&p).expect("owned")).await;
+            process(
+                client,
+                books,
+                GROUP,
+                p,
+                positions.get_mut(&p).expect("owned"),
+            )
+            .await;
         }
         if Instant::now() >= next_commit {
             next_commit = Instant::now() + Duration::from_secs(1);
-            if let Committed::Lost = commit(client, books, member, joined, &positions).await {
+            if let Committed::Lost = commit(client, books, &joined.member(member), &positions).await
+            {
                 return Next::Lost;
             }
         }
@@ -310,7 +339,7 @@ async fn member_loop(
             match heartbeat(client, member, joined.generation).await {
                 Some(ResponseError::RebalanceInProgress) => {
                     // The revoke callback's commit, then rejoin.
-                    return match commit(client, books, member, joined, &positions).await {
+                    return match commit(client, books, &joined.member(member), &positions).await {
                         Committed::Lost => Next::Lost,
                         _ => Next::Rejoin,
                     };
@@ -326,7 +355,13 @@ async fn member_loop(
 }
 
 /// One fetch of `partition` from `position`, its records processed.
-async fn process(client: &Client, books: &Books, partition: i32, position: &mut i64) {
+pub(super) async fn process(
+    client: &Client,
+    books: &Books,
+    group: &'static str,
+    partition: i32,
+    position: &mut i64,
+) {
     let request = fetch_of(TOPIC, partition, *position, false);
     let answer: Result<FetchResponse, _> = client.call(ApiKey::Fetch, 12, &request).await;
     let Ok(response) = answer else {
@@ -335,7 +370,8 @@ async fn process(client: &Client, books: &Books, partition: i32, position: &mut 
     let Ok((_, read)) = fetched(&client.shared, &response) else {
         return;
     };
-    let ledger = &mut books.lock().expect("books").groups;
+    let mut books = books.lock().expect("books");
+    let ledger = books.group(group);
     for (offset, _) in read {
         *ledger.processed.entry((partition, offset)).or_default() += 1;
         *position = offset + 1;
@@ -344,17 +380,22 @@ async fn process(client: &Client, books: &Books, partition: i32, position: &mut 
 
 /// The group's committed offsets of `partitions` (0 where none), each held
 /// to the commits sent.
-async fn committed(client: &Client, books: &Books, partitions: &[i32]) -> BTreeMap<i32, i64> {
+pub(super) async fn committed(
+    client: &Client,
+    books: &Books,
+    group: &'static str,
+    partitions: &[i32],
+) -> BTreeMap<i32, i64> {
     use offset_fetch_request::OffsetFetchRequestTopic;
     let request = OffsetFetchRequest::default()
-        .with_group_id(group_id())
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
         .with_topics(Some(vec![
             OffsetFetchRequestTopic::default()
                 .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
                 .with_partition_indexes(partitions.to_vec()),
         ]));
     loop {
-        let sent = books.lock().expect("books").groups.tick();
+        let sent = books.lock().expect("books").group(group).tick();
         let answer: Result<OffsetFetchResponse, _> =
             client.call(ApiKey::OffsetFetch, 7, &request).await;
         let Ok(r) = answer.map_err(drop).and_then(|r| match r.error_code {
@@ -370,10 +411,17 @@ async fn committed(client: &Client, books: &Books, partitions: &[i32]) -> BTreeM
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        let ledger = &books.lock().expect("books").groups;
+        let mut books = books.lock().expect("books");
+        let ledger = books.group(group);
         let mut positions = BTreeMap::new();
         for p in answered {
-            check_committed(client, ledger, p.partition_index, p.committed_offset, sent);
+            check_committed(
+                client,
+                (group, ledger),
+                p.partition_index,
+                p.committed_offset,
+                sent,
+            );
             positions.insert(p.partition_index, p.committed_offset.max(0));
         }
         return positions;
@@ -383,7 +431,13 @@ async fn committed(client: &Client, books: &Books, partitions: &[i32]) -> BTreeM
 /// A committed offset fetched by a request sent at moment `sent`: the last
 /// commit acknowledged before it, or one sent after that (it may have been
 /// applied, answered or not), never one refused or never sent.
-fn check_committed(client: &Client, ledger: &GroupLedger, partition: i32, offset: i64, sent: u64) {
+fn check_committed(
+    client: &Client,
+    (group, ledger): (&str, &GroupLedger),
+    partition: i32,
+    offset: i64,
+    sent: u64,
+) {
     let commits = ledger.commits.get(&partition).map_or(&[][..], |c| &c[..]);
     let floor = commits
         .iter()
@@ -398,7 +452,7 @@ fn check_committed(client: &Client, ledger: &GroupLedger, partition: i32, offset
     if !fine {
         client.shared.with(|w| {
             w.anomaly(format!(
-                "{GROUP} {TOPIC}-{partition}: committed offset fetched as {offset}; \
+                "{group} {TOPIC}-{partition}: committed offset fetched as {offset}; \
                  the last acknowledged commit before the fetch was {:?}, later ones {:?}",
                 floor.map(|f| f.offset),
                 later.map(|c| c.offset).collect::<Vec<_>>()
@@ -407,8 +461,24 @@ fn check_committed(client: &Client, ledger: &GroupLedger, partition: i32, offset
     }
 }
 
+/// Who commits: a member of `group` at its generation (classic) or member
+/// epoch (the consumer protocol).
+pub(super) struct Member<'a> {
+    pub(super) group: &'static str,
+    pub(super) id: &'a str,
+    pub(super) epoch: i32,
+    pub(super) classic: bool,
+}
+
+impl Member<'_> {
+    /// OffsetCommit's version: 9 carries a member epoch (KIP-848).
+    fn commit_version(&self) -> i16 {
+        if self.classic { 7 } else { 9 }
+    }
+}
+
 /// How a commit went.
-enum Committed {
+pub(super) enum Committed {
     Yes,
     /// Not answered, or refused with an error to retry.
     Maybe,
@@ -417,21 +487,21 @@ enum Committed {
 }
 
 /// An OffsetCommit of `positions` at the member's generation.
-async fn commit(
+pub(super) async fn commit(
     client: &Client,
     books: &Books,
-    member: &str,
-    joined: &Joined,
+    member: &Member<'_>,
     positions: &BTreeMap<i32, i64>,
 ) -> Committed {
+    let group = member.group;
     use offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
     if positions.is_empty() {
         return Committed::Yes;
     }
     let request = OffsetCommitRequest::default()
-        .with_group_id(group_id())
-        .with_generation_id_or_member_epoch(joined.generation)
-        .with_member_id(str_bytes(member))
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_generation_id_or_member_epoch(member.epoch)
+        .with_member_id(str_bytes(member.id))
         .with_topics(vec![
             OffsetCommitRequestTopic::default()
                 .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
@@ -447,7 +517,8 @@ async fn commit(
                 ),
         ]);
     let sent = {
-        let ledger = &mut books.lock().expect("books").groups;
+        let mut books = books.lock().expect("books");
+        let ledger = books.group(group);
         let sent = ledger.tick();
         for (p, offset) in positions {
             let commit = Commit {
@@ -460,14 +531,16 @@ async fn commit(
         }
         sent
     };
-    let answer: Result<OffsetCommitResponse, _> =
-        client.call(ApiKey::OffsetCommit, 7, &request).await;
+    let answer: Result<OffsetCommitResponse, _> = client
+        .call(ApiKey::OffsetCommit, member.commit_version(), &request)
+        .await;
     let Ok(r) = answer else {
         return Committed::Maybe;
     };
     let codes = r.topics.iter().flat_map(|t| t.partitions.iter());
     let code = codes.map(|p| p.error_code).find(|c| *c != 0).unwrap_or(0);
-    let ledger = &mut books.lock().expect("books").groups;
+    let mut books = books.lock().expect("books");
+    let ledger = books.group(group);
     let now = ledger.tick();
     let refused = code != 0 && !retriable(code);
     for p in positions.keys() {
@@ -482,17 +555,22 @@ async fn commit(
     }
     match ResponseError::try_from_code(code) {
         None => Committed::Yes,
-        Some(ResponseError::RebalanceInProgress) => {
+        Some(ResponseError::RebalanceInProgress) if member.classic => {
             client.shared.with(|w| {
                 w.anomaly(format!(
-                    "{GROUP}: {member}'s commit at its generation {} refused \
+                    "{group}: {}'s commit at its generation {} refused \
                      REBALANCE_IN_PROGRESS after it synced",
-                    joined.generation
+                    member.id, member.epoch
                 ))
             });
             Committed::Maybe
         }
-        Some(ResponseError::UnknownMemberId | ResponseError::IllegalGeneration) => Committed::Lost,
+        Some(
+            ResponseError::UnknownMemberId
+            | ResponseError::IllegalGeneration
+            | ResponseError::StaleMemberEpoch
+            | ResponseError::FencedMemberEpoch,
+        ) => Committed::Lost,
         Some(_) => Committed::Maybe,
     }
 }
@@ -521,27 +599,28 @@ async fn leave(client: &Client, member: &str) {
 }
 
 /// At the end: every acknowledged record was processed at least once.
-pub(super) fn audit_group(client: &Client, books: &Books) {
-    let books = books.lock().expect("books");
+pub(super) fn audit_group(client: &Client, books: &Books, group: &'static str) {
+    let mut books = books.lock().expect("books");
+    let ledger = std::mem::take(books.group(group));
     let mut missing = Vec::new();
     for (partition, base, values) in &books.acked {
         for i in 0..values.len() as i64 {
-            if !books.groups.processed.contains_key(&(*partition, base + i)) {
+            if !ledger.processed.contains_key(&(*partition, base + i)) {
                 missing.push((*partition, base + i));
             }
         }
     }
-    let twice = books.groups.processed.values().filter(|n| **n > 1).count();
+    let twice = ledger.processed.values().filter(|n| **n > 1).count();
     client.shared.with(|w| {
-        w.summary.group_rebalances += books.groups.rebalances;
+        w.summary.group_rebalances += ledger.rebalances;
         w.log(format!(
-            "audit: {GROUP} processed {} offsets ({twice} more than once), {} assignments",
-            books.groups.processed.len(),
-            books.groups.rebalances
+            "audit: {group} processed {} offsets ({twice} more than once), {} assignments",
+            ledger.processed.len(),
+            ledger.rebalances
         ));
         if let Some(first) = missing.first() {
             w.anomaly(format!(
-                "{GROUP}: {} acknowledged records never processed, the first {first:?}",
+                "{group}: {} acknowledged records never processed, the first {first:?}",
                 missing.len()
             ));
         }

@@ -25,6 +25,7 @@ mod audit;
 mod client;
 mod cluster;
 mod groups;
+mod kip848;
 mod network;
 mod pipeline;
 mod produce;
@@ -115,7 +116,14 @@ pub(super) struct Ledger {
     read: BTreeMap<(i32, i64), String>,
     fetches_checked: u64,
     txns: txns::TxnLedger,
-    groups: groups::GroupLedger,
+    /// Per consumer group.
+    groups: BTreeMap<&'static str, groups::GroupLedger>,
+}
+
+impl Ledger {
+    fn group(&mut self, group: &'static str) -> &mut groups::GroupLedger {
+        self.groups.entry(group).or_default()
+    }
 }
 
 type Books = Arc<Mutex<Ledger>>;
@@ -191,9 +199,13 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     } else {
         0
     };
+    let topic_id = topic_id(&meta).await;
     for _ in 0..consumers {
         let client = Client::new(shared, &net, settings.agents);
         let task = consume(client, books.clone(), settings.partitions, end);
+        producers.push(tokio::spawn(task));
+        let client = Client::new(shared, &net, settings.agents);
+        let task = kip848::consume_848(client, books.clone(), topic_id, end, None);
         producers.push(tokio::spawn(task));
     }
     producers.push(tokio::spawn(read_committed_along(
@@ -236,11 +248,16 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     tokio::time::sleep(Duration::from_secs(30)).await;
     audit(shared, &net, &books, settings).await;
     audit_txns(shared, &net, &books, settings).await;
-    let client = Client::new(shared, &net, settings.agents);
-    let ends = books.lock().expect("books").acked_end.clone();
     if consumers > 0 {
-        drain(client, books.clone(), settings.partitions, ends).await;
-        audit_group(&Client::new(shared, &net, settings.agents), &books);
+        let acked_end = books.lock().expect("books").acked_end.clone();
+        let ends: BTreeMap<i32, i64> = (0..settings.partitions)
+            .map(|p| (p, acked_end.get(&p).copied().unwrap_or(0)))
+            .collect();
+        let client = || Client::new(shared, &net, settings.agents);
+        drain(client(), books.clone(), settings.partitions, ends.clone()).await;
+        audit_group(&client(), &books, groups::GROUP);
+        kip848::consume_848(client(), books.clone(), topic_id, end, Some(ends)).await;
+        audit_group(&client(), &books, kip848::GROUP);
     }
     if let Some(group) = &group
         && let Err(why) = raft::replicas_agree(group).await
@@ -286,6 +303,16 @@ async fn raft_weather_until(shared: Shared, group: Arc<raft::RaftGroup>, end: In
     shared.with(|w| w.net = raft::NetFaults::default());
     for i in 0..raft::NODES as usize {
         group.restart(i).await;
+    }
+}
+
+/// The producers' topic's id (the consumer protocol names topics by id).
+async fn topic_id(meta: &Arc<dyn Metastore>) -> uuid::Uuid {
+    loop {
+        if let Ok(Some(info)) = meta.topic(TOPIC).await {
+            return info.id;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
