@@ -550,7 +550,11 @@ impl ConsumerGroup {
             may_hold.entry(*t).or_default().extend(ps);
         }
         let overreaching = owned.is_some_and(|o| !minus(&o, &may_hold).is_empty());
-        let changed = !same(&before, &m.assigned) || overreaching;
+        // A member behind its epoch missed an answer: one that changed its
+        // assignment may be it (a heartbeat it gave up on, applied after
+        // its next one), so it is told the assignment again.
+        let behind = hb.member_epoch != JOIN_EPOCH && hb.member_epoch != m.epoch;
+        let changed = !same(&before, &m.assigned) || overreaching || behind;
         Ok(ConsumerAnswer {
             member_id: id,
             member_epoch: m.epoch,
