@@ -100,6 +100,7 @@ pub(super) async fn consume(client: Client, books: Books, partitions: i32, end: 
     let mut member = String::new();
     while Instant::now() < end {
         let Some(joined) = join(&client, &books, &mut member, partitions).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         match member_loop(&client, &books, &member, &joined, end).await {
@@ -123,6 +124,7 @@ pub(super) async fn drain(client: Client, books: Books, partitions: i32, ends: B
     let mut member = String::new();
     for _ in 0..100 {
         let Some(joined) = join(&client, &books, &mut member, partitions).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         let mut positions = committed(&client, &books, GROUP, &joined.partitions).await;
@@ -443,9 +445,11 @@ fn check_committed(
         .iter()
         .filter(|c| c.acked.is_some_and(|a| a < sent))
         .max_by_key(|c| c.sent);
-    let later = commits
-        .iter()
-        .filter(|c| !c.refused && floor.is_none_or(|f| c.sent > f.sent));
+    // A commit not refused may land after the floor if it was sent after
+    // it, or overlapped it (unanswered, or answered after it was sent).
+    let later = commits.iter().filter(|c| {
+        !c.refused && floor.is_none_or(|f| c.sent > f.sent || c.acked.is_none_or(|a| a > f.sent))
+    });
     let fine = floor.is_some_and(|f| f.offset == offset)
         || (floor.is_none() && offset < 0)
         || later.clone().any(|c| c.offset == offset);

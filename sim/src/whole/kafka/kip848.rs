@@ -44,6 +44,10 @@ struct State {
     epoch: i32,
     /// Partitions owned, with where reading goes on.
     positions: BTreeMap<i32, i64>,
+    /// The next heartbeat carries every field (after one went unanswered,
+    /// as the Java client does), so the coordinator answers the whole
+    /// assignment again: one it sent may have been lost.
+    full: bool,
 }
 
 impl State {
@@ -71,6 +75,7 @@ pub(super) async fn consume_848(
         id: String::new(),
         epoch: 0,
         positions: BTreeMap::new(),
+        full: true,
     };
     let mut interval = Duration::from_secs(3);
     let deadline = Instant::now() + Duration::from_secs(900);
@@ -91,6 +96,16 @@ pub(super) async fn consume_848(
         }
         if let Some(every) = heartbeat(&client, &books, &mut state, topic_id).await {
             interval = every;
+        }
+        if let Some(ends) = &drain {
+            let line = format!(
+                "{GROUP} draining: {} at epoch {} owns {:?} of ends {ends:?}; {}",
+                state.id,
+                state.epoch,
+                state.positions,
+                describe(&client).await
+            );
+            client.shared.with(|w| w.log(line));
         }
         if drain.is_none() && !live_a_while(&client, &books, &mut state).await {
             continue;
@@ -192,9 +207,10 @@ async fn heartbeat(
     let answer: Result<ConsumerGroupHeartbeatResponse, _> = client
         .call(ApiKey::ConsumerGroupHeartbeat, 0, &request)
         .await;
+    state.full = true;
     let r = answer.ok()?;
     match ResponseError::try_from_code(r.error_code) {
-        None => {}
+        None => state.full = false,
         Some(ResponseError::FencedMemberEpoch) => {
             state.epoch = 0;
             state.positions.clear();
@@ -298,4 +314,42 @@ async fn leave(client: &Client, state: &State) {
     let _: Result<ConsumerGroupHeartbeatResponse, _> = client
         .call(ApiKey::ConsumerGroupHeartbeat, 0, &request)
         .await;
+}
+
+/// The group as ConsumerGroupDescribe tells it, for the trace.
+async fn describe(client: &Client) -> String {
+    let request = ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(StrBytes::from_static_str(GROUP))]);
+    let answer: Result<ConsumerGroupDescribeResponse, _> = client
+        .call(ApiKey::ConsumerGroupDescribe, 0, &request)
+        .await;
+    let Ok(r) = answer else {
+        return "not described".into();
+    };
+    let Some(g) = r.groups.first() else {
+        return "no group".into();
+    };
+    let members: Vec<String> = g
+        .members
+        .iter()
+        .map(|m| {
+            let parts = |a: &consumer_group_describe_response::Assignment| -> Vec<i32> {
+                a.topic_partitions
+                    .iter()
+                    .flat_map(|t| t.partitions.clone())
+                    .collect()
+            };
+            format!(
+                "{} epoch {} has {:?} target {:?}",
+                m.member_id,
+                m.member_epoch,
+                parts(&m.assignment),
+                parts(&m.target_assignment)
+            )
+        })
+        .collect();
+    format!(
+        "group {} epoch {} assignment epoch {}: {members:?}",
+        g.group_state, g.group_epoch, g.assignment_epoch
+    )
 }

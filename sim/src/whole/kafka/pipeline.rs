@@ -13,7 +13,7 @@
 //! deletion; a fetch never returns a record a later request produced, nor
 //! one an earlier request deleted; produces take offsets in the order sent;
 //! a hostile batch (a record count its bytes cannot hold, in any codec) is
-//! refused, and what follows it on the connection goes on.
+//! refused.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -58,8 +58,8 @@ struct Known {
     last_base: Option<i64>,
     /// The log start every answered deletion left, at least.
     deleted_to: i64,
-    /// The highest offset any deletion asked for (answered or not).
-    delete_asked: i64,
+    /// Every deletion sent (answered or not): its request number and offset.
+    deletes_sent: Vec<(u64, i64)>,
     /// Which request produced each value.
     producer_of: BTreeMap<String, u64>,
 }
@@ -169,7 +169,7 @@ async fn send(
             ))
         }
         _ => {
-            known.delete_asked = known.delete_asked.max(inside);
+            known.deletes_sent.push((number, inside));
             let request = requests::delete_records(PIPE_TOPIC, me, inside);
             let id = conn
                 .send(ApiKey::DeleteRecords, 2, &request)
@@ -290,7 +290,10 @@ fn check_fetch(
         Ok(answer) => answer,
         // Below a start some deletion may have moved (answered or not).
         Err(code) if code == ResponseError::OffsetOutOfRange.code() => {
-            if from >= known.delete_asked && from <= known.acked_end {
+            // Only a deletion sent before this fetch may have moved the start.
+            let asked = known.deletes_sent.iter().filter(|(by, _)| *by < n);
+            let asked = asked.map(|(_, before)| *before).max().unwrap_or(0);
+            if from >= asked && from <= known.acked_end {
                 anomaly(format!("out of range from {from}"));
             }
             return;

@@ -12,8 +12,10 @@
 //! fences its old epoch and ends what it left open. Transactions time out
 //! after librdkafka's default minute, so the coordinator's own aborts run.
 //!
-//! Checked: every end the producer asked for is answered as Kafka answers
-//! it; along the run, a read_committed fetch never shows a record of a
+//! Checked: no end the producer asked for is refused but by fencing (a
+//! guarantee stronger than Kafka's TV1, where an EndTxn that arrives late
+//! with the same epoch may end the next transaction: floe's ends act only
+//! on the transaction they read); along the run, a read_committed fetch never shows a record of a
 //! transaction its producer was told was aborted; at the end, read through
 //! every agent: every acknowledged record of a committed transaction, none
 //! of an aborted one, all or none of one whose end is unknown, nothing
@@ -163,13 +165,14 @@ async fn one_transaction(
                 false => Told::Aborted,
             };
         }
-        // Fenced: the coordinator aborted it (its timeout), as Kafka does.
-        Ended::Fenced => {}
-        Ended::Unanswered if commit => {
+        // Fenced: its timeout aborted it, or (a commit whose first attempt
+        // is still running somewhere while an abandoned InitProducerId
+        // bumps the epoch) it committed: unknown, as Kafka's clients take it.
+        Ended::Fenced | Ended::Unanswered if commit => {
             producer.start_over(client).await;
             return Told::Unknown;
         }
-        Ended::Unanswered => {}
+        Ended::Fenced | Ended::Unanswered => {}
     }
     producer.start_over(client).await;
     Told::Aborted
@@ -317,7 +320,8 @@ async fn end_txn(client: &Client, producer: &Producer, commit: bool) -> Ended {
             Ok(r) if fenced(r.error_code) => return Ended::Fenced,
             Ok(r) if !retriable(r.error_code) => {
                 // The producer's own end, retried with the same decision,
-                // of the transaction it has open: Kafka answers it.
+                // of the transaction it has open: floe answers it (no stale
+                // end of an earlier transaction ends this one).
                 client.shared.with(|w| {
                     w.anomaly(format!(
                         "EndTxn({}) of {} {:?} refused: {}",
@@ -355,10 +359,11 @@ pub(super) async fn read_committed_along(
         };
         let request = fetch_of(TXN_TOPIC, partition, from, true);
         let answered: Result<FetchResponse, _> = client.call(ApiKey::Fetch, 12, &request).await;
-        let Ok(response) = answered else {
-            continue;
-        };
-        let Ok(answer) = Answer::of(&client.shared, &response) else {
+        let answer = answered
+            .map_err(drop)
+            .and_then(|r| Answer::of(&client.shared, &r).map_err(drop));
+        let Ok(answer) = answer else {
+            tokio::time::sleep(pause).await;
             continue;
         };
         if answer.last_stable > answer.high_watermark {
@@ -464,6 +469,13 @@ pub(super) async fn audit_txns(
             anomalies.push(format!(
                 "{value} was read as committed along the run, and is not at the end"
             ));
+        }
+    }
+    // Any record of an aborted transaction, acknowledged or not (a batch
+    // given up may have landed).
+    for value in visible.keys() {
+        if let Some((_, Told::Aborted)) = ledger.txns.get(txn_of(value)) {
+            anomalies.push(format!("{value} visible, of a transaction told aborted"));
         }
     }
     let mut audited = 0;
