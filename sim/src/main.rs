@@ -106,24 +106,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
                         println!("{line}");
                     }
                 }
-                total.acked_batches += s.acked_batches;
-                total.failed_produces += s.failed_produces;
-                total.crashes += s.crashes;
-                total.retried_writes += s.retried_writes;
-                total.segments_live += s.segments_live;
-                total.segments_indexed += s.segments_indexed;
-                total.polled_records += s.polled_records;
-                total.redirects += s.redirects;
-                total.partitions += s.partitions;
-                total.node_kills += s.node_kills;
-                total.store_faults += s.store_faults;
-                total.stalls += s.stalls;
-                total.committed_txns += s.committed_txns;
-                total.aborted_txns += s.aborted_txns;
-                total.unknown_txns += s.unknown_txns;
-                total.zombies += s.zombies;
-                total.txn_records_audited += s.txn_records_audited;
-                total.simulated_ms += s.simulated_ms;
+                total += s;
             }
             Err(f) => {
                 for line in &f.trace {
@@ -195,19 +178,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
                         println!("{line}");
                     }
                 }
-                total.acked_batches += s.acked_batches;
-                total.failed_produces += s.failed_produces;
-                total.crashes += s.crashes;
-                total.retried_writes += s.retried_writes;
-                total.store_faults += s.store_faults;
-                total.polled_records += s.polled_records;
-                total.committed_txns += s.committed_txns;
-                total.aborted_txns += s.aborted_txns;
-                total.unknown_txns += s.unknown_txns;
-                total.txn_records_audited += s.txn_records_audited;
-                total.pipelined_connections += s.pipelined_connections;
-                total.group_rebalances += s.group_rebalances;
-                total.simulated_ms += s.simulated_ms;
+                total += s;
             }
             Err(f) => {
                 for line in &f.trace {

@@ -21,7 +21,7 @@ fn a_fixed_set_of_seeds_finds_no_anomaly() {
     };
     let mut total = Summary::default();
     for seed in 0..4 {
-        add(&mut total, check(seed, settings).0);
+        total += check(seed, settings).0;
     }
     // The run did something: produces landed, agents crashed, the audit
     // read the records back through every agent, transactions ended both
@@ -48,21 +48,10 @@ fn a_consumer_group_on_a_raft_metastore_finds_no_anomaly() {
     };
     let mut total = Summary::default();
     for seed in 0..2 {
-        add(&mut total, check(seed, settings).0);
+        total += check(seed, settings).0;
     }
     assert!(total.group_rebalances > 5, "{total:?}");
     assert!(total.acked_batches > 500, "{total:?}");
-}
-
-fn add(total: &mut Summary, s: Summary) {
-    total.acked_batches += s.acked_batches;
-    total.crashes += s.crashes;
-    total.polled_records += s.polled_records;
-    total.committed_txns += s.committed_txns;
-    total.aborted_txns += s.aborted_txns;
-    total.txn_records_audited += s.txn_records_audited;
-    total.pipelined_connections += s.pipelined_connections;
-    total.group_rebalances += s.group_rebalances;
 }
 
 #[test]

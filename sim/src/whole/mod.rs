@@ -118,6 +118,33 @@ pub struct Summary {
     pub simulated_ms: u64,
 }
 
+/// Runs' summaries add up, field by field (for a line over many seeds).
+impl std::ops::AddAssign for Summary {
+    fn add_assign(&mut self, run: Summary) {
+        self.acked_batches += run.acked_batches;
+        self.failed_produces += run.failed_produces;
+        self.crashes += run.crashes;
+        self.retried_writes += run.retried_writes;
+        self.segments_live += run.segments_live;
+        self.objects_left += run.objects_left;
+        self.polled_records += run.polled_records;
+        self.segments_indexed += run.segments_indexed;
+        self.redirects += run.redirects;
+        self.partitions += run.partitions;
+        self.node_kills += run.node_kills;
+        self.store_faults += run.store_faults;
+        self.stalls += run.stalls;
+        self.committed_txns += run.committed_txns;
+        self.aborted_txns += run.aborted_txns;
+        self.unknown_txns += run.unknown_txns;
+        self.zombies += run.zombies;
+        self.txn_records_audited += run.txn_records_audited;
+        self.pipelined_connections += run.pipelined_connections;
+        self.group_rebalances += run.group_rebalances;
+        self.simulated_ms += run.simulated_ms;
+    }
+}
+
 /// A failed run: the seed, what the auditor found, and the trace.
 #[derive(Debug)]
 pub struct Failure {

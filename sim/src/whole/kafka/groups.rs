@@ -55,8 +55,9 @@ pub(super) struct GroupLedger {
     /// How often each (partition, offset) was processed.
     processed: BTreeMap<(i32, i64), u32>,
     pub(super) rebalances: u64,
-    /// Who received each partition last (the consumer protocol's check).
-    pub(super) holders: super::kip848::Holders,
+    /// Per partition, the member that received it last and the moment
+    /// (the consumer protocol's check, see `kip848`).
+    pub(super) holders: BTreeMap<i32, (String, u64)>,
 }
 
 impl GroupLedger {
@@ -604,8 +605,9 @@ async fn leave(client: &Client, member: &str) {
 
 /// At the end: every acknowledged record was processed at least once.
 pub(super) fn audit_group(client: &Client, books: &Books, group: &'static str) {
-    let mut books = books.lock().expect("books");
-    let ledger = std::mem::take(books.group(group));
+    let books = books.lock().expect("books");
+    let none = GroupLedger::default();
+    let ledger = books.groups.get(group).unwrap_or(&none);
     let mut missing = Vec::new();
     for (partition, base, values) in &books.acked {
         for i in 0..values.len() as i64 {

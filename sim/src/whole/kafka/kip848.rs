@@ -31,13 +31,6 @@ pub(super) const GROUP: &str = "sim-group-848";
 /// Kafka's `group.consumer.session.timeout.ms`.
 const SESSION: Duration = Duration::from_secs(45);
 
-/// Who holds each partition, as heartbeats told members.
-#[derive(Default)]
-pub(super) struct Holders {
-    /// Per partition: the member that last received it, and the moment.
-    holder: BTreeMap<i32, (String, u64)>,
-}
-
 /// A member's state between heartbeats.
 struct State {
     id: String,
@@ -274,7 +267,7 @@ async fn reconcile(client: &Client, books: &Books, state: &mut State, given: BTr
         let at = ledger.tick();
         ledger.rebalances += 1;
         for p in &new {
-            ledger.holders.holder.insert(*p, (state.id.clone(), at));
+            ledger.holders.insert(*p, (state.id.clone(), at));
         }
     }
     state
@@ -288,7 +281,7 @@ fn check_claims(client: &Client, books: &Books, member: &str, owned: &[i32], sen
     let mut books = books.lock().expect("books");
     let ledger = books.group(GROUP);
     for p in owned {
-        if let Some((other, at)) = ledger.holders.holder.get(p)
+        if let Some((other, at)) = ledger.holders.get(p)
             && other != member
             && *at < sent
         {

@@ -121,52 +121,45 @@ async fn send(
     let span = (known.acked_end - known.deleted_to).max(0) as u64;
     let inside = known.deleted_to + (spot % (span + 1)) as i64;
     match pick {
-        0..3 => {
-            let count = shared.with(|w| 2 + w.rng_below(i32::MAX as u64 - 2)) as i32;
-            let records = floe_protocol::testing::lying_batch(count, codec);
+        0..40 => {
+            // Now and then a hostile batch, else one value of its own.
+            let (sent, records) = if pick < 3 {
+                let count = shared.with(|w| 2 + w.rng_below(i32::MAX as u64 - 2)) as i32;
+                (
+                    Sent::Hostile,
+                    floe_protocol::testing::lying_batch(count, codec),
+                )
+            } else {
+                let value = format!("q{me}-{number}");
+                known.producer_of.insert(value.clone(), number);
+                let now_ms = shared.with(|w| w.now_ms());
+                let records = encode(&[value], (-1, -1), -1, now_ms, (codec, false));
+                (Sent::Produce, records)
+            };
             let request = requests::produce(PIPE_TOPIC, me, records);
-            Ok((
-                Sent::Hostile,
-                conn.send(ApiKey::Produce, 9, &request)
-                    .await
-                    .map_err(drop)?,
-            ))
-        }
-        3..40 => {
-            let value = format!("q{me}-{number}");
-            known.producer_of.insert(value.clone(), number);
-            let now_ms = shared.with(|w| w.now_ms());
-            let records = encode(&[value], (-1, -1), -1, now_ms, (codec, false));
-            let request = requests::produce(PIPE_TOPIC, me, records);
-            Ok((
-                Sent::Produce,
-                conn.send(ApiKey::Produce, 9, &request)
-                    .await
-                    .map_err(drop)?,
-            ))
+            let id = conn
+                .send(ApiKey::Produce, 9, &request)
+                .await
+                .map_err(drop)?;
+            Ok((sent, id))
         }
         40..65 => {
             let request = requests::fetch(PIPE_TOPIC, me, inside).with_max_bytes(64 << 10);
             let id = conn.send(ApiKey::Fetch, 12, &request).await.map_err(drop)?;
             Ok((Sent::Fetch { from: inside }, id))
         }
-        65..80 => {
-            let request = requests::list_offsets(PIPE_TOPIC, me, -1);
-            Ok((
-                Sent::Latest,
-                conn.send(ApiKey::ListOffsets, 7, &request)
-                    .await
-                    .map_err(drop)?,
-            ))
-        }
-        80..92 => {
-            let request = requests::list_offsets(PIPE_TOPIC, me, -2);
-            Ok((
-                Sent::Earliest,
-                conn.send(ApiKey::ListOffsets, 7, &request)
-                    .await
-                    .map_err(drop)?,
-            ))
+        65..92 => {
+            let (sent, timestamp) = if pick < 80 {
+                (Sent::Latest, -1)
+            } else {
+                (Sent::Earliest, -2)
+            };
+            let request = requests::list_offsets(PIPE_TOPIC, me, timestamp);
+            let id = conn
+                .send(ApiKey::ListOffsets, 7, &request)
+                .await
+                .map_err(drop)?;
+            Ok((sent, id))
         }
         _ => {
             known.deletes_sent.push((number, inside));

@@ -9,11 +9,6 @@ use super::client::Client;
 use super::{Books, TOPIC};
 use crate::whole::Shared;
 
-/// A Fetch of `partition` from `offset`, answered at once.
-pub(super) fn fetch_request(partition: i32, offset: i64) -> FetchRequest {
-    fetch_of(TOPIC, partition, offset, false)
-}
-
 /// A Fetch of `topic`'s `partition` from `offset`, answered at once, at
 /// read_committed when `committed`.
 pub(super) fn fetch_of(topic: &str, partition: i32, offset: i64, committed: bool) -> FetchRequest {
@@ -136,7 +131,7 @@ pub(super) fn decoded_records(
 
 /// One fetch through a random agent (`None`: unanswered).
 async fn fetch(client: &Client, partition: i32, offset: i64) -> Option<Fetched> {
-    let request = fetch_request(partition, offset);
+    let request = fetch_of(TOPIC, partition, offset, false);
     let response: FetchResponse = client.call(ApiKey::Fetch, 12, &request).await.ok()?;
     Some(fetched(&client.shared, &response))
 }
