@@ -65,6 +65,9 @@ pub struct Broker {
     pub(crate) ssl_principals: crate::security::ssl_principal::PrincipalMapper,
     /// Idempotent producers' ids, from blocks the metastore allocates.
     pub(crate) producer_ids: Arc<crate::write::producer_ids::ProducerIds>,
+    /// The transaction each transactional id had ongoing, as last seen here
+    /// (what a transactions-v1 EndTxn may end).
+    pub(crate) txn_sightings: crate::write::txn_sightings::TxnSightings,
 }
 
 /// How long a starting agent waits for its first copy of client metrics
@@ -189,6 +192,7 @@ impl Broker {
             quotas,
             ssl_principals,
             producer_ids,
+            txn_sightings: Default::default(),
         })
     }
 

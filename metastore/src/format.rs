@@ -48,7 +48,9 @@ use crate::state::State;
 ///    appended enum variants), consumer heartbeats naming the principal
 ///    whose DESCRIBE filters regexes, and classic joins carrying the agent's
 ///    group settings (new commands; trailing group fields).
-pub const FORMAT_VERSION: u8 = 11;
+/// 12: a transaction's identity, the version at which it began (a trailing
+///    field of `Txn`).
+pub const FORMAT_VERSION: u8 = 12;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 4;

@@ -71,6 +71,17 @@ pub struct Txn {
     /// initialised before, whose transactions time out at once.
     #[serde(default)]
     pub abort_check_interval_ms: i64,
+    /// The [`Txn::version`] at which the ongoing transaction began (format
+    /// 12): with the producer id and epoch, the transaction's identity. A
+    /// transactions-v1 EndTxn names none of it, so an agent acts on an
+    /// ongoing transaction only if it saw that identity before the request
+    /// came (see the agent's `write::txn_coordinator::end`). 0 for one
+    /// ongoing through an upgrade from an older format, on a node that read
+    /// it from an older snapshot (a node replaying the older log entries
+    /// gives it its version): an identity no agent saw, so its EndTxn is
+    /// answered CONCURRENT_TRANSACTIONS once, never applied to another.
+    #[serde(default)]
+    pub began: u64,
 }
 
 impl Txn {
@@ -144,6 +155,11 @@ impl Txns {
         self.by_id.get_mut(id)
     }
 
+    #[cfg(test)]
+    pub(crate) fn forget_identities(&mut self) {
+        self.by_id.values_mut().for_each(|t| t.began = 0);
+    }
+
     pub fn is_transactional(&self, producer_id: i64) -> bool {
         self.by_producer.contains_key(&producer_id)
     }
@@ -162,6 +178,7 @@ impl Txns {
             groups: t.groups.iter().cloned().collect(),
             version: t.version,
             fencing: t.fencing,
+            began: t.began,
         })
     }
 
@@ -246,6 +263,7 @@ impl Txns {
                     fencing: false,
                     pending_offsets: BTreeMap::new(),
                     abort_check_interval_ms: 0,
+                    began: 0,
                 },
             );
             self.by_producer.insert(producer_id, id.to_string());
@@ -357,7 +375,8 @@ impl Txns {
     }
 
     /// AddPartitionsToTxn and AddOffsetsToTxn (`prepareAddPartitions`):
-    /// starts the transaction if it was not ongoing.
+    /// starts the transaction if it was not ongoing. The ongoing
+    /// transaction's [`Txn::began`].
     pub fn add(
         &mut self,
         id: &str,
@@ -366,7 +385,7 @@ impl Txns {
         partitions: &[TopicPartition],
         groups: &[String],
         now_ms: i64,
-    ) -> Result<(), Refusal> {
+    ) -> Result<u64, Refusal> {
         let txn = self.owned_by(id, producer_id, epoch, now_ms)?;
         let new_partitions: BTreeSet<TopicPartition> = partitions
             .iter()
@@ -376,7 +395,7 @@ impl Txns {
         let new_groups: BTreeSet<&String> =
             groups.iter().filter(|g| !txn.groups.contains(*g)).collect();
         if txn.phase == TxnPhase::Ongoing && new_partitions.is_empty() && new_groups.is_empty() {
-            return Ok(());
+            return Ok(txn.began);
         }
         if txn.partitions.len() + new_partitions.len() > MAX_TXN_PARTITIONS {
             return Err(Refusal::TxnLimit(format!(
@@ -388,7 +407,8 @@ impl Txns {
                 "a transaction commits offsets for at most {MAX_TXN_GROUPS} groups"
             )));
         }
-        if txn.phase != TxnPhase::Ongoing {
+        let begins = txn.phase != TxnPhase::Ongoing;
+        if begins {
             txn.phase = TxnPhase::Ongoing;
             txn.start_ms = now_ms;
         }
@@ -396,7 +416,10 @@ impl Txns {
             .extend(new_partitions.into_iter().map(|tp| (tp, None)));
         txn.groups.extend(new_groups.into_iter().cloned());
         txn.touch(now_ms);
-        Ok(())
+        if begins {
+            txn.began = txn.version;
+        }
+        Ok(txn.began)
     }
 
     /// TxnOffsetCommit: offsets `group` gets if the transaction commits. The
@@ -752,6 +775,12 @@ impl Txns {
                 return Err(format!(
                     "transactional id {id} is fencing while {:?}",
                     t.phase
+                ));
+            }
+            if t.began > t.version {
+                return Err(format!(
+                    "transactional id {id} began at version {} past its version {}",
+                    t.began, t.version
                 ));
             }
             if ongoing != (t.start_ms >= 0) {

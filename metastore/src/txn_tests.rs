@@ -71,7 +71,7 @@ fn add(
     id: &str,
     p: ProducerIdentity,
     partitions: &[TopicPartition],
-) -> Result<(), Refusal> {
+) -> Result<u64, Refusal> {
     at(
         s,
         now,
@@ -290,6 +290,25 @@ fn an_open_transaction_holds_the_last_stable_offset_until_its_markers() {
 /// only into a partition of an ongoing transaction of its producer and
 /// epoch, so a produce retry that arrives after its transaction ended
 /// cannot land in the log (or in the next transaction).
+/// A transactions-v1 EndTxn names only the producer; `began` tells its
+/// transactions apart, even two begun in the same millisecond.
+#[test]
+fn each_transaction_of_a_producer_has_its_own_identity() {
+    let (mut s, t) = state();
+    let p = init(&mut s, 1_000, "x").unwrap();
+    let first = add(&mut s, 1_000, "x", p, &[tp(t, 0)]).unwrap();
+    assert_eq!(view(&s, "x").began, first);
+    // Adding to the ongoing transaction keeps it.
+    assert_eq!(add(&mut s, 1_000, "x", p, &[tp(t, 1)]).unwrap(), first);
+    assert_eq!(add(&mut s, 1_000, "x", p, &[tp(t, 1)]).unwrap(), first);
+    end_with_markers(&mut s, 1_000, "k1", "x", true, EndReason::Client);
+    assert_eq!(view(&s, "x").phase, TxnPhase::CompleteCommit);
+    let next = add(&mut s, 1_000, "x", p, &[tp(t, 0)]).unwrap();
+    assert!(next > first, "{next} after {first}");
+    let v = view(&s, "x");
+    assert_eq!((v.began, v.start_ms, v.epoch), (next, 1_000, p.epoch));
+}
+
 #[test]
 fn a_transactional_batch_outside_an_ongoing_transaction_is_refused() {
     let (mut s, t) = state();

@@ -152,7 +152,7 @@ pub async fn add_partitions(
         partitions: partitions.into_iter().collect(),
         groups: vec![],
     };
-    let error = match broker.meta.add_to_txn(add).await {
+    let error = match txn_coordinator::add(broker.meta.as_ref(), &broker.txn_sightings, add).await {
         Ok(()) => NONE,
         Err(e) => coordinator_error(&e, version >= 2).code(),
     };
@@ -198,7 +198,7 @@ pub async fn add_offsets(
         partitions: vec![],
         groups: vec![req.group_id.to_string()],
     };
-    let error = match broker.meta.add_to_txn(add).await {
+    let error = match txn_coordinator::add(broker.meta.as_ref(), &broker.txn_sightings, add).await {
         Ok(()) => NONE,
         Err(e) => coordinator_error(&e, version >= 2).code(),
     };
@@ -224,7 +224,7 @@ pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTx
     let bumping = version >= 5;
     let ended = txn_coordinator::end(
         broker.meta.as_ref(),
-        &broker.batcher,
+        (&broker.batcher, &broker.txn_sightings),
         &id,
         producer,
         (req.committed, bumping),

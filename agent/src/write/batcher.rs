@@ -69,6 +69,7 @@ pub struct Batcher {
     appends: mpsc::Sender<Enqueued>,
     budget: Arc<Semaphore>,
     budget_bytes: u32,
+    clock: Arc<MetastoreClock>,
     /// Its two tasks (collecting appends, uploading files), apart from
     /// the agent's others so that they can be stopped alone.
     tasks: Tasks,
@@ -100,6 +101,7 @@ impl Batcher {
         let (appends, appends_rx) = mpsc::channel(4096);
         let (files, files_rx) = mpsc::channel(config.max_inflight_uploads);
         let tasks = tasks.child();
+        let clock = MetastoreClock::start(&tasks, meta.clone());
         tasks.spawn(collect(
             appends_rx,
             files,
@@ -110,9 +112,8 @@ impl Batcher {
         tasks.spawn(upload_and_commit(
             files_rx,
             config.max_inflight_uploads,
-            store,
-            meta,
-            cache,
+            (store, meta),
+            (cache, clock.clone()),
             commits,
             metrics,
         ));
@@ -120,8 +121,15 @@ impl Batcher {
             appends,
             budget: Arc::new(Semaphore::new(budget_bytes as usize)),
             budget_bytes,
+            clock,
             tasks,
         }
+    }
+
+    /// The metastore's time as this agent last read it (`None` before the
+    /// first reading): a time the metastore had certainly reached.
+    pub fn metastore_time(&self) -> Option<i64> {
+        *self.clock.0.borrow()
     }
 
     /// Stops the batcher at once, wherever it is (mid-upload, mid-commit),
@@ -397,13 +405,11 @@ enum Failed {
 async fn upload_and_commit(
     files: mpsc::Receiver<PendingFile>,
     max_inflight: usize,
-    store: Arc<dyn ObjectStore>,
-    meta: Arc<dyn Metastore>,
-    cache: Arc<BlockCache>,
+    (store, meta): (Arc<dyn ObjectStore>, Arc<dyn Metastore>),
+    (cache, clock): (Arc<BlockCache>, Arc<MetastoreClock>),
     commits: watch::Sender<u64>,
     metrics: Arc<Metrics>,
 ) {
-    let clock = MetastoreClock::start(meta.clone());
     let uploads = futures::stream::unfold(files, |mut rx| async move {
         rx.recv().await.map(|file| (file, rx))
     })
@@ -512,11 +518,11 @@ const CLOCK_WAIT: Duration = Duration::from_secs(15);
 impl MetastoreClock {
     const EVERY: Duration = Duration::from_secs(2);
 
-    /// Starts reading the metastore's time in the background, at once and
-    /// then every [`Self::EVERY`]; the task ends when the clock is dropped.
-    fn start(meta: Arc<dyn Metastore>) -> Arc<MetastoreClock> {
+    /// Starts reading the metastore's time on `tasks`, at once and then
+    /// every [`Self::EVERY`]; the task ends when the clock is dropped.
+    fn start(tasks: &Tasks, meta: Arc<dyn Metastore>) -> Arc<MetastoreClock> {
         let (read, clock) = watch::channel(None);
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             while !read.is_closed() {
                 match tokio::time::timeout(CLOCK_WAIT, meta.clock()).await {
                     Ok(Ok(ms)) => {

@@ -7,11 +7,13 @@
 //! partition of the transaction, all in one ingest file, whose commit
 //! decides the end and sequences the markers in one step ([`write_end`]).
 
+use floe_metastore::ops::AddToTxn;
 use floe_metastore::txn::{EndReason, TxnEnd, TxnPhase, TxnView};
 use floe_metastore::{MetaError, Metastore, ProducerIdentity, Refusal, TopicPartition};
 use floe_protocol::batch::RecordBatch;
 
 use crate::write::batcher::{AppendError, Batcher};
+use crate::write::txn_sightings::{TxnIdentity, TxnSightings};
 
 /// The transactional id's state.
 pub async fn describe(meta: &dyn Metastore, id: &str) -> Result<Option<TxnView>, MetaError> {
@@ -61,6 +63,25 @@ pub async fn init_producer(
     Err(refused)
 }
 
+/// AddPartitionsToTxn and AddOffsetsToTxn: adds to the producer's
+/// transaction (beginning it if none is ongoing), and notes which
+/// transaction that is for its EndTxn (see [`crate::write::txn_sightings`]).
+pub async fn add(
+    meta: &dyn Metastore,
+    sightings: &TxnSightings,
+    add: AddToTxn,
+) -> Result<(), MetaError> {
+    let (id, producer_id, epoch) = (add.transactional_id.clone(), add.producer_id, add.epoch);
+    let began = meta.add_to_txn(add).await?;
+    let identity = TxnIdentity {
+        producer_id,
+        epoch,
+        began,
+    };
+    sightings.note(&id, identity);
+    Ok(())
+}
+
 /// EndTxn (`endTransaction`): commit or abort the producer's transaction,
 /// with a marker in every partition of it. A retried end whose first
 /// attempt completed is answered `Ok`.
@@ -75,6 +96,13 @@ pub async fn init_producer(
 /// it will then find, and one that gave up (its retry through another
 /// agent answered) never ends a transaction it did not ask to end.
 ///
+/// A transactions-v1 end names no transaction, only its producer; so it
+/// acts on an ongoing one only if this agent knew it before the request
+/// came (see [`crate::write::txn_sightings`]): a request still running
+/// after its client went on to its next transaction (its describe held up
+/// by a slow metastore) cannot end that one. Otherwise the answer is
+/// CONCURRENT_TRANSACTIONS, and the client's retry acts.
+///
 /// With `bumping` (EndTxn v5, transactions v2) the end bumps the producer's
 /// epoch, or gives it a new producer id with its epochs spent (see
 /// [`EndReason::ClientBumping`]); a retry of such an end, whose producer
@@ -82,12 +110,13 @@ pub async fn init_producer(
 /// answers it.
 pub async fn end(
     meta: &dyn Metastore,
-    batcher: &Batcher,
+    (batcher, sightings): (&Batcher, &TxnSightings),
     id: &str,
     producer: ProducerIdentity,
     (commit, bumping): (bool, bool),
     now_ms: i64,
 ) -> Result<(), MetaError> {
+    let arrival = sightings.arrival(id, batcher.metastore_time());
     let reason = match bumping {
         true => EndReason::ClientBumping,
         false => EndReason::Client,
@@ -121,6 +150,11 @@ pub async fn end(
             producer_id: txn.producer_id,
             epoch: producer.epoch,
         }));
+    }
+    // (A bumping end's transaction is its epoch's only one.)
+    if !bumping && txn.phase == TxnPhase::Ongoing && !arrival.knew(&txn) {
+        sightings.note(id, TxnIdentity::of(&txn));
+        return Err(MetaError::Refused(Refusal::ConcurrentTransactions));
     }
     let end = TxnEnd {
         transactional_id: id.to_string(),

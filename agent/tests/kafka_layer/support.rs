@@ -176,6 +176,20 @@ impl Gate {
         self.held.store(false, std::sync::atomic::Ordering::SeqCst);
         self.opened.notify_waiters();
     }
+
+    /// Waits while the gate is held.
+    async fn pass(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.waiting.fetch_add(1, SeqCst);
+        while self.held.load(SeqCst) {
+            let opened = self.opened.notified();
+            if !self.held.load(SeqCst) {
+                break;
+            }
+            opened.await;
+        }
+        self.waiting.fetch_sub(1, SeqCst);
+    }
 }
 
 struct GateHooks(Arc<Gate>);
@@ -183,20 +197,46 @@ struct GateHooks(Arc<Gate>);
 #[async_trait::async_trait]
 impl floe_storage::hooked::Hooks for GateHooks {
     async fn before(&self, op: floe_storage::hooked::Op) -> object_store::Result<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let gate = &self.0;
         if op == floe_storage::hooked::Op::Put {
-            gate.waiting.fetch_add(1, SeqCst);
-            while gate.held.load(SeqCst) {
-                let opened = gate.opened.notified();
-                if !gate.held.load(SeqCst) {
-                    break;
-                }
-                opened.await;
-            }
-            gate.waiting.fetch_sub(1, SeqCst);
+            self.0.pass().await;
         }
         Ok(())
+    }
+}
+
+/// A view of a shared metastore whose operations of one type wait at a
+/// gate: an agent over it reads as late as a test wants (a slow or frozen
+/// metastore, as that agent sees it).
+pub struct HeldOps {
+    inner: Arc<LocalMetastore>,
+    /// The end of the held operations' type name (`"::DescribeTxns"`).
+    op: &'static str,
+    gate: Arc<Gate>,
+}
+
+impl HeldOps {
+    pub fn over(inner: &Arc<LocalMetastore>, op: &'static str, gate: &Arc<Gate>) -> Arc<HeldOps> {
+        Arc::new(HeldOps {
+            inner: inner.clone(),
+            op,
+            gate: gate.clone(),
+        })
+    }
+}
+
+impl floe_metastore::Transport for HeldOps {
+    fn call<O: floe_metastore::Op>(
+        &self,
+        op: O,
+    ) -> impl std::future::Future<Output = Result<O::Output, floe_metastore::MetaError>> + Send
+    {
+        let held = std::any::type_name::<O>().ends_with(self.op);
+        async move {
+            if held {
+                self.gate.pass().await;
+            }
+            self.inner.call(op).await
+        }
     }
 }
 

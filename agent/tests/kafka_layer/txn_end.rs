@@ -1,4 +1,9 @@
-//! An EndTxn acts once, on the transaction it was processed against.
+//! An EndTxn acts once, on the transaction it was processed against, and
+//! only on one its agent knew before the request came.
+
+use std::sync::Arc;
+
+use floe_metastore::{LocalMetastore, Metastore};
 
 use floe_protocol::kafka_protocol::messages::*;
 
@@ -38,6 +43,10 @@ fn end(id: &str, producer: (i64, i16), commit: bool) -> EndTxnRequest {
         .with_committed(commit)
 }
 
+fn added_error(added: &AddPartitionsToTxnResponse) -> i16 {
+    added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
 /// Adds the partition to the transaction and produces `value` in it; its offset.
 async fn txn_write(
     client: &mut floe_protocol::client::Connection,
@@ -54,8 +63,7 @@ async fn txn_write(
         )
         .await
         .unwrap();
-    let result = &added.results_by_topic_v3_and_below[0].results_by_partition[0];
-    assert_eq!(result.partition_error_code, 0);
+    assert_eq!(added_error(&added), 0);
     let request = produce("eos", 0, txn_batch(producer, sequence, &[value]))
         .with_transactional_id(Some(TransactionalId(str_bytes(id))));
     let sent: ProduceResponse = client.call(ApiKey::Produce, 9, &request).await.unwrap();
@@ -88,8 +96,20 @@ async fn a_stale_end_never_ends_the_producer_s_next_transaction() {
     let producer = (init.producer_id.0, init.producer_epoch);
     txn_write(&mut client, id, producer, 0, "one").await;
 
-    // The end through the slow agent: its markers wait at the gate.
+    // The slow agent serves the transaction too (its AddPartitionsToTxn,
+    // again: the partition is in already), so it knows transaction 1 and
+    // its end acts.
     let mut gone = slow.connect().await;
+    let added: AddPartitionsToTxnResponse = gone
+        .call(
+            ApiKey::AddPartitionsToTxn,
+            3,
+            &add_partition(id, producer, "eos", 0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added_error(&added), 0);
+    // The end through the slow agent: its markers wait at the gate.
     let stale = gone
         .send(ApiKey::EndTxn, 3, &end(id, producer, true))
         .await
@@ -151,4 +171,142 @@ async fn a_stale_end_never_ends_the_producer_s_next_transaction() {
         aborted.error_code, 0,
         "the producer's own abort was refused"
     );
+}
+
+/// The same race with the delay in the metastore instead of the store:
+/// transaction 1's EndTxn reaches an agent that knows it, but the
+/// metastore holds that agent's describe; meanwhile the client's retry
+/// commits transaction 1 through another agent and transaction 2 begins.
+/// The describe then finds transaction 2, under the same producer id and
+/// epoch, with nothing (no version, no partition) telling it from
+/// transaction 1 but its identity: the stale end must leave it alone. (The
+/// simulation found this one: `floe-sim --kafka --start 5317 --seeds 1
+/// --minutes 5` before the fix.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_end_held_by_the_metastore_never_ends_the_next_transaction() {
+    let local = Arc::new(LocalMetastore::in_memory().await.expect("a metastore"));
+    let meta: Arc<dyn Metastore> = local.clone();
+    let store = memory_store();
+    create_topic(&meta, "eos", 1).await;
+    let gate = Gate::held();
+    let held: Arc<dyn Metastore> = HeldOps::over(&local, "::DescribeTxns", &gate);
+    let slow = agent(&held, &store).await;
+    let fast = agent(&meta, &store).await;
+    let mut client = fast.connect().await;
+    let id = "held-end";
+    let init: InitProducerIdResponse = client
+        .call(ApiKey::InitProducerId, 4, &init(id))
+        .await
+        .unwrap();
+    let producer = (init.producer_id.0, init.producer_epoch);
+    txn_write(&mut client, id, producer, 0, "one").await;
+    let mut gone = slow.connect().await;
+    let added: AddPartitionsToTxnResponse = gone
+        .call(
+            ApiKey::AddPartitionsToTxn,
+            3,
+            &add_partition(id, producer, "eos", 0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(added_error(&added), 0);
+
+    let stale = gone
+        .send(ApiKey::EndTxn, 3, &end(id, producer, true))
+        .await
+        .unwrap();
+    eventually("the slow agent's describe is held", || gate.waiting() > 0).await;
+    let ended: EndTxnResponse = client
+        .call(ApiKey::EndTxn, 3, &end(id, producer, true))
+        .await
+        .unwrap();
+    assert_eq!(ended.error_code, 0);
+    let second = txn_write(&mut client, id, producer, 1, "two").await;
+
+    gate.open();
+    let answer: EndTxnResponse = gone.receive(ApiKey::EndTxn, 3, stale).await.unwrap();
+    assert_eq!(
+        answer.error_code,
+        floe_protocol::ResponseError::ConcurrentTransactions.code(),
+        "the stale end was not refused as one its client would retry"
+    );
+    let described: DescribeTransactionsResponse = client
+        .call(
+            ApiKey::DescribeTransactions,
+            0,
+            &DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(str_bytes(id))]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        described.transaction_states[0].transaction_state.as_str(),
+        "Ongoing",
+        "the stale end ended transaction 2"
+    );
+    let read: FetchResponse = client
+        .call(
+            ApiKey::Fetch,
+            FETCH_VERSION,
+            &fetch("eos", 0, 0).with_isolation_level(1),
+        )
+        .await
+        .unwrap();
+    assert!(fetched(&read).last_stable_offset <= second);
+    assert_eq!(values(fetched(&read)), vec![(0, "one".to_string())]);
+    let aborted: EndTxnResponse = client
+        .call(ApiKey::EndTxn, 3, &end(id, producer, false))
+        .await
+        .unwrap();
+    assert_eq!(aborted.error_code, 0);
+}
+
+/// An EndTxn through an agent that never saw its transaction (and whose
+/// reading of the metastore's time is older than the transaction) cannot
+/// tell it from a later one: it is answered CONCURRENT_TRANSACTIONS, which
+/// clients retry, and the retry, come after the agent saw it, ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_through_an_agent_new_to_its_transaction_acts_on_the_retry() {
+    let local = Arc::new(LocalMetastore::in_memory().await.expect("a metastore"));
+    let meta: Arc<dyn Metastore> = local.clone();
+    let store = memory_store();
+    create_topic(&meta, "eos", 1).await;
+    // The other agent reads no time from the metastore until the gate opens.
+    let gate = Gate::held();
+    let no_clock: Arc<dyn Metastore> = HeldOps::over(&local, "::Tick", &gate);
+    let coordinator = agent(&meta, &store).await;
+    let other = agent(&no_clock, &store).await;
+    let mut client = coordinator.connect().await;
+    let id = "moved";
+    let init: InitProducerIdResponse = client
+        .call(ApiKey::InitProducerId, 4, &init(id))
+        .await
+        .unwrap();
+    let producer = (init.producer_id.0, init.producer_epoch);
+    txn_write(&mut client, id, producer, 0, "one").await;
+
+    let mut moved = other.connect().await;
+    let first: EndTxnResponse = moved
+        .call(ApiKey::EndTxn, 3, &end(id, producer, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.error_code,
+        floe_protocol::ResponseError::ConcurrentTransactions.code()
+    );
+    gate.open();
+    let retried: EndTxnResponse = moved
+        .call(ApiKey::EndTxn, 3, &end(id, producer, true))
+        .await
+        .unwrap();
+    assert_eq!(retried.error_code, 0);
+    let read: FetchResponse = client
+        .call(
+            ApiKey::Fetch,
+            FETCH_VERSION,
+            &fetch("eos", 0, 0).with_isolation_level(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(values(fetched(&read)), vec![(0, "one".to_string())]);
 }

@@ -304,7 +304,9 @@ macro_rules! metastore_ops {
                     abort_check_interval_ms,
                 }
             }
-            write(retry) fn add_to_txn(add: AddToTxn) -> AddToTxn: () { add }
+            /// The ongoing transaction's `began` (its identity, with the
+            /// producer's id and epoch).
+            write(retry) fn add_to_txn(add: AddToTxn) -> AddToTxn: u64 { add }
             /// A repeat is refused with `TxnEnded`, which answers a retried EndTxn.
             write(retry) fn end_txn(end: crate::contract::txn::TxnEnd) -> EndTxn: () { EndTxn { end } }
             /// Sequences an uploaded object's batches and ends the transactions

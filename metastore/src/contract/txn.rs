@@ -122,4 +122,7 @@ pub struct TxnView {
     pub version: u64,
     /// Ongoing, fenced, waiting for its abort markers (the node's `Txn::fencing`).
     pub fencing: bool,
+    /// The version at which the ongoing transaction began (the node's
+    /// `Txn::began`): with the producer id and epoch, its identity.
+    pub began: u64,
 }

@@ -74,7 +74,9 @@ pub(crate) const CALL: u8 = 33;
 /// 8: a consumer heartbeat names whose DESCRIBE filters regexes, a classic
 ///    join carries the agent's group settings, a transactional
 ///    InitProducerId the abort check interval (requests changed in place).
-pub const WIRE_VERSION: u8 = 8;
+/// 9: AddToTxn answers the transaction's identity (`began`), and a
+///    transaction's view shows it.
+pub const WIRE_VERSION: u8 = 9;
 
 /// What a client sends: an operation on the metastore's state, or a request
 /// about the serving node itself.

@@ -105,14 +105,16 @@ impl State {
             return Err(Refusal::InvalidProducerIdMapping);
         };
         let id = id.to_string();
-        self.txns.add(
-            &id,
-            batch.producer_id,
-            batch.producer_epoch,
-            &[batch.partition_of()],
-            &[],
-            now_ms,
-        )
+        self.txns
+            .add(
+                &id,
+                batch.producer_id,
+                batch.producer_epoch,
+                &[batch.partition_of()],
+                &[],
+                now_ms,
+            )
+            .map(|_began| ())
     }
 
     /// Sequences one data batch: the transaction check (a transactional

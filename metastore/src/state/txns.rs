@@ -133,7 +133,7 @@ impl State {
         answer
     }
 
-    pub(super) fn add_to_txn(&mut self, a: AddToTxn) -> Result<(), Refusal> {
+    pub(super) fn add_to_txn(&mut self, a: AddToTxn) -> Result<u64, Refusal> {
         if a.partitions
             .iter()
             .any(|tp| self.partition(tp.topic_id, tp.partition).is_err())

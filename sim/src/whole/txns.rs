@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use floe_agent::handlers::txn::coordinator_error;
 use floe_agent::write::txn_coordinator;
+use floe_agent::write::txn_sightings::TxnSightings;
 use floe_metastore::ops::AddToTxn;
 use floe_metastore::{
     BatchKind, MetaError, Metastore, ProducerIdentity, TopicInfo, TopicPartition,
@@ -80,6 +81,9 @@ pub(super) async fn transact(
     let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
     let mut n = 0u64;
     let mut batches = 0u64;
+    // What its coordinator saw of its transactions (one for all agents
+    // here: these steps run on any live agent's batcher).
+    let sightings = TxnSightings::default();
     while Instant::now() < stop {
         let pause = shared.with(|w| w.rng_below(2_000));
         tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -97,6 +101,7 @@ pub(super) async fn transact(
             shared: &shared,
             cluster: &cluster,
             meta: meta.as_ref(),
+            sightings: &sightings,
             topic: &topic,
             id: &id,
             record: TxnRecord {
@@ -215,6 +220,7 @@ struct Transaction<'a> {
     shared: &'a Shared,
     cluster: &'a tokio::sync::Mutex<Cluster>,
     meta: &'a dyn Metastore,
+    sightings: &'a TxnSightings,
     topic: &'a TopicInfo,
     id: &'a str,
     record: TxnRecord,
@@ -305,8 +311,8 @@ impl Transaction<'_> {
             groups: Vec::new(),
         };
         for _ in 0..10 {
-            match self.meta.add_to_txn(add.clone()).await {
-                Ok(_) => return true,
+            match txn_coordinator::add(self.meta, self.sightings, add.clone()).await {
+                Ok(()) => return true,
                 Err(e) => match take(self.shared, &self.record.name, "add", &e) {
                     Take::Retry => self.backoff().await,
                     Take::Fatal => return false,
@@ -402,7 +408,7 @@ impl Transaction<'_> {
             let now_ms = self.shared.with(|w| w.now_ms());
             let ended = txn_coordinator::end(
                 self.meta,
-                &batcher,
+                (&batcher, self.sightings),
                 self.id,
                 self.record.producer,
                 (commit, false),

@@ -207,16 +207,15 @@ pub async fn txn_commit_offsets(
     let added = match version >= 5 && !nothing_to_commit {
         false => Ok(()),
         true => {
-            broker
-                .meta
-                .add_to_txn(floe_metastore::ops::AddToTxn {
-                    transactional_id: req.transactional_id.to_string(),
-                    producer_id: req.producer_id.0,
-                    epoch: req.producer_epoch,
-                    partitions: vec![],
-                    groups: vec![req.group_id.0.to_string()],
-                })
-                .await
+            let add = floe_metastore::ops::AddToTxn {
+                transactional_id: req.transactional_id.to_string(),
+                producer_id: req.producer_id.0,
+                epoch: req.producer_epoch,
+                partitions: vec![],
+                groups: vec![req.group_id.0.to_string()],
+            };
+            let sightings = &broker.txn_sightings;
+            crate::write::txn_coordinator::add(broker.meta.as_ref(), sightings, add).await
         }
     };
     let commit = TxnCommitOffsets {
