@@ -193,7 +193,8 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         "{} seeds of whole agents through Kafka passed: {} batches acknowledged, {} given up, \
          {} produce attempts retried, {} agent crashes, {} store faults, {} records read and checked, \
          transactions {} committed / {} aborted / {} unknown ({} records audited), \
-         {} pipelining connections, {} group assignments, {:.1} simulated hours",
+         {} pipelining connections, {} group assignments, \
+         {} consume-transform-produce transactions ({} records exactly once), {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -207,6 +208,8 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.txn_records_audited,
         total.pipelined_connections,
         total.group_rebalances,
+        total.eos_transactions,
+        total.eos_records,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

@@ -25,7 +25,7 @@ fn a_fixed_set_of_seeds_finds_no_anomaly() {
     }
     // The run did something: produces landed, agents crashed, the audit
     // read the records back through every agent, transactions ended both
-    // ways, connections pipelined.
+    // ways, connections pipelined, records were transformed exactly once.
     assert!(total.acked_batches > 2_000, "{total:?}");
     assert!(total.crashes > 0, "{total:?}");
     assert!(total.polled_records > 5_000, "{total:?}");
@@ -35,6 +35,7 @@ fn a_fixed_set_of_seeds_finds_no_anomaly() {
     );
     assert!(total.txn_records_audited > 1_000, "{total:?}");
     assert!(total.pipelined_connections > 10, "{total:?}");
+    assert!(total.eos_records > 100, "{total:?}");
 }
 
 /// The metastore as a Raft group, and a consumer group on it (not

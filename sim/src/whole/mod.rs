@@ -115,6 +115,10 @@ pub struct Summary {
     pub pipelined_connections: u64,
     /// Assignments consumer group members received (stage 3).
     pub group_rebalances: u64,
+    /// Consume-transform-produce transactions run, and input records the
+    /// audit found transformed exactly once (stage 3).
+    pub eos_transactions: u64,
+    pub eos_records: u64,
     pub simulated_ms: u64,
 }
 
@@ -141,6 +145,8 @@ impl std::ops::AddAssign for Summary {
         self.txn_records_audited += run.txn_records_audited;
         self.pipelined_connections += run.pipelined_connections;
         self.group_rebalances += run.group_rebalances;
+        self.eos_transactions += run.eos_transactions;
+        self.eos_records += run.eos_records;
         self.simulated_ms += run.simulated_ms;
     }
 }

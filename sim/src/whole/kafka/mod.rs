@@ -24,6 +24,7 @@
 mod audit;
 mod client;
 mod cluster;
+mod eos;
 mod groups;
 mod kip848;
 mod network;
@@ -46,6 +47,7 @@ use super::{Shared, Summary, raft, run_seeded};
 use audit::audit;
 use client::Client;
 use cluster::{Cluster, crash_and_restart};
+use eos::{EOS_TOPIC, audit_eos, transform};
 use groups::{audit_group, consume, drain};
 use network::SimNetwork;
 use pipeline::{PIPE_TOPIC, pipeline};
@@ -64,6 +66,9 @@ pub struct KafkaSettings {
     pub transactional: usize,
     /// Clients pipelining requests on one connection (each its own partition).
     pub pipelines: usize,
+    /// Consume-transform-produce with transactions: one transformer per
+    /// partition of the producers' topic when set.
+    pub exactly_once: bool,
     /// Members of one consumer group reading the producers' topic (Raft
     /// runs only: the plain metastore has no group timers, so a member
     /// that goes silent is never expired).
@@ -82,6 +87,7 @@ impl Default for KafkaSettings {
             producers: 3,
             transactional: 2,
             pipelines: 2,
+            exactly_once: true,
             consumers: 3,
             raft: false,
             partitions: 3,
@@ -116,6 +122,7 @@ pub(super) struct Ledger {
     read: BTreeMap<(i32, i64), String>,
     fetches_checked: u64,
     txns: txns::TxnLedger,
+    eos: eos::EosLedger,
     /// Per consumer group.
     groups: BTreeMap<&'static str, groups::GroupLedger>,
 }
@@ -155,7 +162,7 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     };
     let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let net = Arc::new(SimNetwork::default());
-    for topic in [TOPIC, TXN_TOPIC] {
+    for topic in [TOPIC, TXN_TOPIC, EOS_TOPIC] {
         create_topic(&meta, topic, settings.partitions).await;
     }
     create_topic(&meta, PIPE_TOPIC, settings.pipelines as i32).await;
@@ -193,6 +200,15 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     for p in 0..settings.pipelines {
         let task = pipeline(shared.clone(), net.clone(), p as i32, settings.agents, end);
         producers.push(tokio::spawn(task));
+    }
+    for partition in (0..settings.partitions).filter(|_| settings.exactly_once) {
+        let client = Client::sticky(shared, &net, settings.agents, partition as usize);
+        producers.push(tokio::spawn(transform(
+            client,
+            books.clone(),
+            partition,
+            end,
+        )));
     }
     let consumers = if group.is_some() {
         settings.consumers
@@ -248,6 +264,10 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
     tokio::time::sleep(Duration::from_secs(30)).await;
     audit(shared, &net, &books, settings).await;
     audit_txns(shared, &net, &books, settings).await;
+    if settings.exactly_once {
+        let client = Client::new(shared, &net, settings.agents);
+        audit_eos(&client, &net, &books, settings).await;
+    }
     if consumers > 0 {
         let acked_end = books.lock().expect("books").acked_end.clone();
         let ends: BTreeMap<i32, i64> = (0..settings.partitions)

@@ -15,7 +15,7 @@
 //! Checked: no end the producer asked for is refused but by fencing (a
 //! guarantee stronger than Kafka's TV1, where an EndTxn that arrives late
 //! with the same epoch may end the next transaction: floe's ends act only
-//! on the transaction they read); along the run, a read_committed fetch never shows a record of a
+//! on a transaction their agent knew before they came); along the run, a read_committed fetch never shows a record of a
 //! transaction its producer was told was aborted; at the end, read through
 //! every agent: every acknowledged record of a committed transaction, none
 //! of an aborted one, all or none of one whose end is unknown, nothing
@@ -78,10 +78,10 @@ fn txn_of(value: &str) -> &str {
 }
 
 /// A transactional id and its producer's identity and sequences.
-struct Producer {
-    id: String,
-    identity: (i64, i16),
-    sequences: BTreeMap<i32, i32>,
+pub(super) struct Producer {
+    pub(super) id: String,
+    pub(super) identity: (i64, i16),
+    pub(super) sequences: BTreeMap<i32, i32>,
 }
 
 /// One transactional producer, until `end`.
@@ -93,11 +93,7 @@ pub(super) async fn transact(
     end: Instant,
 ) {
     let id = format!("sim-txn-{me}");
-    let mut producer = Producer {
-        identity: init(&client, &id).await,
-        id,
-        sequences: BTreeMap::new(),
-    };
+    let mut producer = Producer::new(&client, id).await;
     let mut number = 0u64;
     while Instant::now() < end {
         number += 1;
@@ -151,7 +147,7 @@ async fn one_transaction(
         }
         (chosen, w.chance(0.7))
     });
-    let wrote = add_partitions(client, producer, &chosen).await
+    let wrote = add_partitions(client, producer, (TXN_TOPIC, &chosen)).await
         && produce_into(client, books, producer, name, &chosen).await;
     if !wrote {
         // Never asked to commit: starting over aborts it.
@@ -179,15 +175,24 @@ async fn one_transaction(
 }
 
 impl Producer {
+    /// A producer of transactional id `id`, initialised.
+    pub(super) async fn new(client: &Client, id: String) -> Producer {
+        Producer {
+            identity: init(client, &id).await,
+            id,
+            sequences: BTreeMap::new(),
+        }
+    }
+
     /// InitProducerId again: a new epoch, and what it left open ended.
-    async fn start_over(&mut self, client: &Client) {
+    pub(super) async fn start_over(&mut self, client: &Client) {
         self.identity = init(client, &self.id).await;
         self.sequences.clear();
     }
 }
 
 /// Fenced error codes: the producer's epoch is over.
-fn fenced(code: i16) -> bool {
+pub(super) fn fenced(code: i16) -> bool {
     [
         ResponseError::ProducerFenced,
         ResponseError::InvalidProducerEpoch,
@@ -200,8 +205,13 @@ async fn init(client: &Client, id: &str) -> (i64, i16) {
     init_producer_id(client, Some(id), TXN_TIMEOUT_MS).await
 }
 
-/// AddPartitionsToTxn until answered (false: refused, or given up).
-async fn add_partitions(client: &Client, producer: &Producer, chosen: &[i32]) -> bool {
+/// AddPartitionsToTxn of `topic`'s `chosen` partitions until answered
+/// (false: refused, or given up).
+pub(super) async fn add_partitions(
+    client: &Client,
+    producer: &Producer,
+    (topic, chosen): (&'static str, &[i32]),
+) -> bool {
     use add_partitions_to_txn_request::*;
     let request = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
@@ -211,7 +221,7 @@ async fn add_partitions(client: &Client, producer: &Producer, chosen: &[i32]) ->
         .with_v3_and_below_producer_epoch(producer.identity.1)
         .with_v3_and_below_topics(vec![
             AddPartitionsToTxnTopic::default()
-                .with_name(TopicName(StrBytes::from_static_str(TXN_TOPIC)))
+                .with_name(TopicName(StrBytes::from_static_str(topic)))
                 .with_partitions(chosen.to_vec()),
         ]);
     let deadline = Instant::now() + DELIVERY_TIMEOUT;
@@ -297,14 +307,14 @@ async fn produce_into(
 }
 
 /// How an EndTxn went.
-enum Ended {
+pub(super) enum Ended {
     Yes,
     Fenced,
     Unanswered,
 }
 
 /// EndTxn until answered, through any agent, abandoning many.
-async fn end_txn(client: &Client, producer: &Producer, commit: bool) -> Ended {
+pub(super) async fn end_txn(client: &Client, producer: &Producer, commit: bool) -> Ended {
     let request = EndTxnRequest::default()
         .with_transactional_id(TransactionalId(StrBytes::from_string(producer.id.clone())))
         .with_producer_id(ProducerId(producer.identity.0))
