@@ -65,6 +65,12 @@ impl GroupLedger {
         self.moment += 1;
         self.moment
     }
+
+    /// The group may have been deleted (it had no members): a group of
+    /// its name counts its generations from 1 again.
+    pub(super) fn forget_generations(&mut self) {
+        self.owners.clear();
+    }
 }
 
 /// A member's place in the group after JoinGroup and SyncGroup.
@@ -521,21 +527,7 @@ pub(super) async fn commit(
                         .collect(),
                 ),
         ]);
-    let sent = {
-        let mut books = books.lock().expect("books");
-        let ledger = books.group(group);
-        let sent = ledger.tick();
-        for (p, offset) in positions {
-            let commit = Commit {
-                sent,
-                acked: None,
-                refused: false,
-                offset: *offset,
-            };
-            ledger.commits.entry(*p).or_default().push(commit);
-        }
-        sent
-    };
+    let sent = commit_sent(books, group, positions);
     let answer: Result<OffsetCommitResponse, _> = client
         .call(ApiKey::OffsetCommit, member.commit_version(), &request)
         .await;
@@ -544,20 +536,7 @@ pub(super) async fn commit(
     };
     let codes = r.topics.iter().flat_map(|t| t.partitions.iter());
     let code = codes.map(|p| p.error_code).find(|c| *c != 0).unwrap_or(0);
-    let mut books = books.lock().expect("books");
-    let ledger = books.group(group);
-    let now = ledger.tick();
-    let refused = code != 0 && !retriable(code);
-    for p in positions.keys() {
-        let mine = ledger
-            .commits
-            .get_mut(p)
-            .and_then(|c| c.iter_mut().rfind(|c| c.sent == sent));
-        if let Some(c) = mine {
-            c.acked = (code == 0).then_some(now);
-            c.refused = refused;
-        }
-    }
+    commit_answered(books, group, positions.keys(), sent, code);
     match ResponseError::try_from_code(code) {
         None => Committed::Yes,
         Some(ResponseError::RebalanceInProgress) if member.classic => {
@@ -577,6 +556,52 @@ pub(super) async fn commit(
             | ResponseError::FencedMemberEpoch,
         ) => Committed::Lost,
         Some(_) => Committed::Maybe,
+    }
+}
+
+/// Notes a change of `positions`' committed offsets sent now (a commit,
+/// or an admin's reset: offset -1 for a deletion); the moment it was sent.
+pub(super) fn commit_sent(
+    books: &Books,
+    group: &'static str,
+    positions: &BTreeMap<i32, i64>,
+) -> u64 {
+    let mut books = books.lock().expect("books");
+    let ledger = books.group(group);
+    let sent = ledger.tick();
+    for (p, offset) in positions {
+        let commit = Commit {
+            sent,
+            acked: None,
+            refused: false,
+            offset: *offset,
+        };
+        ledger.commits.entry(*p).or_default().push(commit);
+    }
+    sent
+}
+
+/// Notes the answer (error `code`) to the change sent at `sent`.
+pub(super) fn commit_answered<'a>(
+    books: &Books,
+    group: &'static str,
+    partitions: impl Iterator<Item = &'a i32>,
+    sent: u64,
+    code: i16,
+) {
+    let mut books = books.lock().expect("books");
+    let ledger = books.group(group);
+    let now = ledger.tick();
+    let refused = code != 0 && !retriable(code);
+    for p in partitions {
+        let mine = ledger
+            .commits
+            .get_mut(p)
+            .and_then(|c| c.iter_mut().rfind(|c| c.sent == sent));
+        if let Some(c) = mine {
+            c.acked = (code == 0).then_some(now);
+            c.refused = refused;
+        }
     }
 }
 

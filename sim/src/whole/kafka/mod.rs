@@ -21,6 +21,7 @@
 //! nothing twice, nothing nobody sent, each producer's records in the order
 //! it sent them, and every agent reading the same log.
 
+mod admin;
 mod audit;
 mod client;
 mod cluster;
@@ -224,6 +225,14 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         let task = kip848::consume_848(client, books.clone(), topic_id, end, None);
         producers.push(tokio::spawn(task));
     }
+    for group in [groups::GROUP, kip848::GROUP]
+        .into_iter()
+        .filter(|_| consumers > 0)
+    {
+        let client = Client::new(shared, &net, settings.agents);
+        let task = admin::meddle(client, books.clone(), group, settings.partitions, end);
+        producers.push(tokio::spawn(task));
+    }
     producers.push(tokio::spawn(read_committed_along(
         Client::new(shared, &net, settings.agents),
         books.clone(),
@@ -274,8 +283,12 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
             .map(|p| (p, acked_end.get(&p).copied().unwrap_or(0)))
             .collect();
         let client = || Client::new(shared, &net, settings.agents);
+        // An administrator resets or deletes the group's offsets (its
+        // members are gone), then a last member drains it.
+        admin::reset_empty(&client(), &books, groups::GROUP, settings.partitions).await;
         drain(client(), books.clone(), settings.partitions, ends.clone()).await;
         audit_group(&client(), &books, groups::GROUP);
+        admin::reset_empty(&client(), &books, kip848::GROUP, settings.partitions).await;
         kip848::consume_848(client(), books.clone(), topic_id, end, Some(ends)).await;
         audit_group(&client(), &books, kip848::GROUP);
     }
