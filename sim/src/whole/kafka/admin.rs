@@ -89,9 +89,7 @@ async fn change(
             .group(group)
             .forget_generations();
     }
-    let Some(code) = code else {
-        return None;
-    };
+    let code = code?;
     commit_answered(books, group, positions.keys(), sent, code);
     // What the change left, held to the commits and changes sent: one
     // refused that changed anything is found here.
