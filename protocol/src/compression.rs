@@ -238,18 +238,31 @@ fn too_large() -> BatchError {
     BatchError::Corrupt(PAST_THE_LIMIT)
 }
 
-/// Reads a decoder to its end, but never more than `limit` bytes. The buffer
-/// grows as bytes come out, not from any size the input announces.
-fn read_bounded(decoder: impl Read, limit: usize) -> Result<Vec<u8>, BatchError> {
+/// Reads a decoder to its end, refusing more than `limit` bytes. The buffer
+/// grows as bytes come out, not from any size the input announces, by
+/// doubling but never past `limit`: a payload that decompresses without end
+/// costs `limit` bytes at most (`read_to_end` doubles to twice the limit to
+/// find the byte past it: a 20 KB zstd bomb cost 128 MiB).
+fn read_bounded(mut decoder: impl Read, limit: usize) -> Result<Vec<u8>, BatchError> {
     let mut out = Vec::new();
-    decoder
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|_| corrupt())?;
-    if out.len() > limit {
-        return Err(too_large());
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = match decoder.read(&mut chunk) {
+            Ok(0) => return Ok(out),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(corrupt()),
+        };
+        let len = out.len() + n;
+        if len > limit {
+            return Err(too_large());
+        }
+        if len > out.capacity() {
+            let grown = out.capacity().saturating_mul(2).clamp(len, limit);
+            out.reserve_exact(grown - out.len());
+        }
+        out.extend_from_slice(&chunk[..n]);
     }
-    Ok(out)
 }
 
 /// The xerial framing Kafka clients use: an 8-byte magic and two version
@@ -335,6 +348,17 @@ mod tests {
         framed.extend_from_slice(&(block.len() as u32).to_be_bytes());
         framed.extend_from_slice(&block);
         assert!(decompress(Codec::Snappy, &framed, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn reading_never_reserves_past_the_limit() {
+        use std::io::Read;
+        let limit = (3 << 20) + 5;
+        let out = read_bounded(std::io::repeat(1).take(limit as u64), limit).unwrap();
+        assert_eq!(out.len(), limit);
+        assert!(out.capacity() <= limit, "{} reserved", out.capacity());
+        let endless = std::io::repeat(0).take(1 << 30);
+        assert_eq!(read_bounded(endless, limit).unwrap_err(), too_large());
     }
 
     #[test]

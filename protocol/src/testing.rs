@@ -194,3 +194,58 @@ pub mod requests {
             ])
     }
 }
+
+/// A zstd batch of one record whose value is `value_len` zero bytes:
+/// kilobytes on the wire, whatever it claims inside. Built a chunk at a
+/// time, so making a bomb of any size costs no more memory than a chunk.
+pub fn zstd_bomb(value_len: usize) -> Bytes {
+    use bytes::BufMut;
+    use std::io::Write;
+    fn varint(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+    // attributes, timestamp delta, offset delta, no key, the value's length
+    let mut head = vec![0u8];
+    varint(&mut head, 0);
+    varint(&mut head, 0);
+    varint(&mut head, -1);
+    varint(&mut head, value_len as i64);
+    let body_len = head.len() + value_len + 1;
+    let mut record = Vec::new();
+    varint(&mut record, body_len as i64);
+    record.extend_from_slice(&head);
+    let mut encoder = zstd::Encoder::new(Vec::new(), 1).expect("a zstd encoder");
+    encoder.write_all(&record).expect("in memory");
+    let chunk = vec![0u8; 1 << 20];
+    let mut left = value_len;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        encoder.write_all(&chunk[..n]).expect("in memory");
+        left -= n;
+    }
+    encoder.write_all(&[0]).expect("in memory"); // no headers
+    let payload = encoder.finish().expect("in memory");
+    let mut out = BytesMut::new();
+    out.put_i64(0);
+    out.put_i32((crate::batch::HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
+    out.put_i32(-1);
+    out.put_i8(2);
+    out.put_u32(0);
+    out.put_i16(crate::batch::Codec::Zstd.attribute_bits());
+    out.put_i32(0);
+    out.put_i64(1_000);
+    out.put_i64(1_000);
+    out.put_i64(-1);
+    out.put_i16(-1);
+    out.put_i32(-1);
+    out.put_i32(1);
+    out.put_slice(&payload);
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out.freeze()
+}

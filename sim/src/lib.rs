@@ -19,6 +19,7 @@
 //! - offsets unique: two acknowledged batches never share an offset;
 //! - the state machine's own invariants after every step.
 
+pub mod memory;
 pub mod whole;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -12,6 +12,10 @@
 
 use clap::Parser;
 
+/// Counted, for the Kafka stage's memory checker (see `floe_sim::memory`).
+#[global_allocator]
+static HEAP: floe_sim::memory::Counting = floe_sim::memory::Counting;
+
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of floe's sequencer and GC, with an auditor")]
 struct Args {

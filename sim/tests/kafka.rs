@@ -6,6 +6,9 @@ use floe_sim::whole::Summary;
 use floe_sim::whole::kafka::{self, KafkaSettings};
 use tokio::time::Duration;
 
+#[global_allocator]
+static HEAP: floe_sim::memory::Counting = floe_sim::memory::Counting;
+
 fn check(seed: u64, settings: KafkaSettings) -> (Summary, Vec<String>) {
     kafka::run(seed, settings).unwrap_or_else(|f| {
         let tail: Vec<_> = f.trace.iter().rev().take(60).rev().cloned().collect();

@@ -137,6 +137,7 @@ impl Ledger {
 type Books = Arc<Mutex<Ledger>>;
 
 async fn simulate(shared: &Shared, settings: KafkaSettings) {
+    crate::memory::reset();
     shared.with(|w| {
         w.meta_faults = MetaFaults {
             unavailable: 0.01,
@@ -292,6 +293,7 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         kip848::consume_848(client(), books.clone(), topic_id, end, Some(ends)).await;
         audit_group(&client(), &books, kip848::GROUP);
     }
+    check_memory(shared);
     if let Some(group) = &group
         && let Err(why) = raft::replicas_agree(group).await
     {
@@ -364,4 +366,26 @@ async fn create_topic(meta: &Arc<dyn Metastore>, topic: &str, partitions: i32) {
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// The most any one allocation may take: what an agent decompresses of one
+/// batch at most, and room for the simulation's own largest tables.
+const LARGEST_ALLOCATION: usize =
+    floe_protocol::compression::MAX_DECOMPRESSED_BATCH_BYTES + (16 << 20);
+
+/// Memory: whatever clients sent (bombs, lying counts), no allocation in
+/// the process passed [`LARGEST_ALLOCATION`] (when it counts them, see
+/// [`crate::memory`]).
+fn check_memory(shared: &Shared) {
+    let Some(largest) = crate::memory::largest() else {
+        return;
+    };
+    shared.with(|w| {
+        w.log(format!("memory: the largest allocation took {largest} bytes"));
+        if largest > LARGEST_ALLOCATION {
+            w.anomaly(format!(
+                "one allocation took {largest} bytes, past the {LARGEST_ALLOCATION} any input may cost"
+            ));
+        }
+    });
 }

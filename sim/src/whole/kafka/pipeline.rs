@@ -12,8 +12,8 @@
 //! acknowledged produce sent before it, nor a start below an answered
 //! deletion; a fetch never returns a record a later request produced, nor
 //! one an earlier request deleted; produces take offsets in the order sent;
-//! a hostile batch (a record count its bytes cannot hold, in any codec) is
-//! refused.
+//! a hostile batch (a record count its bytes cannot hold, in any codec, or
+//! a compression bomb) is refused.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -123,7 +123,9 @@ async fn send(
     match pick {
         0..40 => {
             // Now and then a hostile batch, else one value of its own.
-            let (sent, records) = if pick < 3 {
+            let (sent, records) = if pick == 0 && shared.with(|w| w.chance(0.3)) {
+                (Sent::Hostile, bomb())
+            } else if pick < 3 {
                 let count = shared.with(|w| 2 + w.rng_below(i32::MAX as u64 - 2)) as i32;
                 (
                     Sent::Hostile,
@@ -228,7 +230,7 @@ async fn receive(
                 .and_then(|t| t.partition_responses.first());
             if code.is_some_and(|p| p.error_code == 0) {
                 anomaly(
-                    "a batch claiming more records than its bytes hold was acknowledged".into(),
+                    "a hostile batch (a lying record count, or a bomb) was acknowledged".into(),
                 );
             }
         }
@@ -311,4 +313,12 @@ fn check_fetch(
             None => anomaly(format!("gave {value} at {offset}, never produced")),
         }
     }
+}
+
+/// A compression bomb: kilobytes of zstd holding one record of 256 MiB of
+/// zeros, four times what an agent decompresses of a batch. Made once.
+fn bomb() -> bytes::Bytes {
+    static BOMB: std::sync::OnceLock<bytes::Bytes> = std::sync::OnceLock::new();
+    BOMB.get_or_init(|| floe_protocol::testing::zstd_bomb(256 << 20))
+        .clone()
 }
