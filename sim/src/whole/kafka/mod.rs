@@ -294,6 +294,13 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         audit_group(&client(), &books, kip848::GROUP);
     }
     check_memory(shared);
+    if let Some(largest) = crate::memory::largest() {
+        shared.with(|w| {
+            w.log(format!(
+                "memory: the largest allocation took {largest} bytes"
+            ))
+        });
+    }
     if let Some(group) = &group
         && let Err(why) = raft::replicas_agree(group).await
     {
@@ -376,12 +383,11 @@ const LARGEST_ALLOCATION: usize =
 /// Memory: whatever clients sent (bombs, lying counts), no allocation in
 /// the process passed [`LARGEST_ALLOCATION`] (when it counts them, see
 /// [`crate::memory`]).
-fn check_memory(shared: &Shared) {
+pub(super) fn check_memory(shared: &Shared) {
     let Some(largest) = crate::memory::largest() else {
         return;
     };
     shared.with(|w| {
-        w.log(format!("memory: the largest allocation took {largest} bytes"));
         if largest > LARGEST_ALLOCATION {
             w.anomaly(format!(
                 "one allocation took {largest} bytes, past the {LARGEST_ALLOCATION} any input may cost"

@@ -224,6 +224,8 @@ async fn receive(
         }
         Sent::Hostile => {
             let r = answer!(ApiKey::Produce, 9, ProduceResponse);
+            // What the batch cost first: refused late is still too dear.
+            super::check_memory(shared);
             let code = r
                 .responses
                 .first()
