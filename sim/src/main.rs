@@ -139,7 +139,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
     }
     println!(
         "{} seeds of the whole write path passed: {} batches acknowledged, {} produces given up, \
-         {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} client redirects, \
+         {} agent crashes, {} metastore writes retried, {} metastore partitions, {} metastore node kills, {} node replacements, {} client redirects, \
          {} store faults, {} stalls after a PUT, {} live segments at the end ({} with an offset index, all checked and read through from 3 offsets), {} records polled, \
          {} transactions committed, {} aborted, {} unsure, {} zombies, {} transactional records audited, \
          {:.1} simulated hours",
@@ -150,6 +150,7 @@ fn whole(args: &Args) -> std::process::ExitCode {
         total.retried_writes,
         total.partitions,
         total.node_kills,
+        total.replacements,
         total.redirects,
         total.store_faults,
         total.stalls,
@@ -197,7 +198,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         "{} seeds of whole agents through Kafka passed: {} batches acknowledged, {} given up, \
          {} produce attempts retried, {} agent crashes, {} store faults, {} records read and checked, \
          transactions {} committed / {} aborted / {} unknown ({} records audited), \
-         {} pipelining connections, {} group assignments, \
+         {} pipelining connections, {} group assignments, {} metastore node replacements, \
          {} consume-transform-produce transactions ({} records exactly once), {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
@@ -212,6 +213,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.txn_records_audited,
         total.pipelined_connections,
         total.group_rebalances,
+        total.replacements,
         total.eos_transactions,
         total.eos_records,
         total.simulated_ms as f64 / 3_600_000.0

@@ -63,6 +63,13 @@ impl Disk {
         disk.generation += 1;
     }
 
+    /// A new machine in the old one's place: nothing on it, and the old
+    /// process's handles retired.
+    pub fn wipe(&self) {
+        self.crash();
+        self.0.lock().expect("disk lock").data.clear();
+    }
+
     /// Bytes written and not yet synced (for tests).
     #[cfg(test)]
     fn unsynced(&self) -> usize {

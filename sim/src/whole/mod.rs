@@ -99,6 +99,8 @@ pub struct Summary {
     pub partitions: u64,
     /// Metastore nodes killed and restarted from their logs (Raft runs).
     pub node_kills: u64,
+    /// Metastore nodes replaced under load: removed, wiped, added back.
+    pub replacements: u64,
     /// Object-store requests failed on purpose (before or after they acted).
     pub store_faults: u64,
     /// Agents stalled for minutes between storing an object and going on.
@@ -145,6 +147,7 @@ impl std::ops::AddAssign for Summary {
         self.txn_records_audited += run.txn_records_audited;
         self.pipelined_connections += run.pipelined_connections;
         self.group_rebalances += run.group_rebalances;
+        self.replacements += run.replacements;
         self.eos_transactions += run.eos_transactions;
         self.eos_records += run.eos_records;
         self.simulated_ms += run.simulated_ms;
@@ -683,6 +686,10 @@ async fn simulate(shared: &Shared, settings: Settings) {
     if let Some(group) = &group {
         for i in 0..raft::NODES as usize {
             group.restart(i).await;
+        }
+        // A replacement the weather left halfway is finished.
+        if let Err(why) = group.all_voters().await {
+            shared.with(|w| w.anomaly(why));
         }
     }
     // Long enough for every commit in flight to finish or time out (the

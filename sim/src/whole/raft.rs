@@ -126,8 +126,9 @@ impl PeerTransport for SimNet {
 /// The three nodes (`None` while one is down), and the client agents use.
 pub struct RaftGroup {
     nodes: Nodes,
-    /// Each node's options, to restart it with.
-    options: Vec<NodeOptions>,
+    /// Each node's options, to restart it with (a replaced node's say
+    /// `Bootstrap::Join`).
+    options: Mutex<Vec<NodeOptions>>,
     /// Each node's disk, which loses its unsynced writes when the node is killed.
     disks: Vec<Disk>,
     net: Arc<SimNet>,
@@ -187,7 +188,7 @@ pub async fn start(shared: &Shared) -> RaftGroup {
             shared: shared.clone(),
         }),
         nodes,
-        options,
+        options: Mutex::new(options),
         disks,
         net,
     }
@@ -227,8 +228,9 @@ impl RaftGroup {
         if self.node(i).is_some() {
             return;
         }
+        let options = self.options.lock().expect("sim options lock")[i].clone();
         let node = Arc::new(
-            RaftMetastore::start(on_disk(&self.options[i], &self.disks[i]))
+            RaftMetastore::start(on_disk(&options, &self.disks[i]))
                 .await
                 .expect("a metastore node restarts from its log"),
         );
@@ -242,6 +244,61 @@ impl RaftGroup {
 
     pub fn is_down(&self, i: usize) -> bool {
         self.node(i).is_none()
+    }
+
+    /// The node that leads now, if one is up and knows it.
+    fn leader(&self) -> Option<Arc<RaftMetastore>> {
+        let nodes = self.nodes.lock().expect("sim nodes lock");
+        nodes.iter().flatten().find(|n| n.leads()).cloned()
+    }
+
+    /// Replaces node `i` under load, as an operator replaces a failed
+    /// machine: removed from the group (asked of the leader), its disk
+    /// wiped, started empty (`Bootstrap::Join`) and added back, a learner
+    /// that catches up from a snapshot and then a voter. A step refused or
+    /// timed out leaves the rest to [`RaftGroup::all_voters`].
+    pub async fn replace(&self, i: usize) -> Result<(), String> {
+        let id = i as NodeId + 1;
+        let leader = self.leader().ok_or("no leader")?;
+        let removed = tokio::time::timeout(Duration::from_secs(30), leader.remove_node(id)).await;
+        removed
+            .map_err(|_| "removal timed out".to_string())?
+            .map_err(|e| format!("removal refused: {e}"))?;
+        self.kill(i).await;
+        self.disks[i].wipe();
+        self.options.lock().expect("sim options lock")[i].bootstrap = Bootstrap::Join;
+        self.restart(i).await;
+        self.add_back(id).await
+    }
+
+    /// Asks the leader to add node `id` (a learner, then a voter).
+    async fn add_back(&self, id: NodeId) -> Result<(), String> {
+        let leader = self.leader().ok_or("no leader")?;
+        let added =
+            tokio::time::timeout(Duration::from_secs(120), leader.add_node(id, address(id))).await;
+        added
+            .map_err(|_| "adding timed out".to_string())?
+            .map_err(|e| format!("adding refused: {e}"))
+    }
+
+    /// Every node a voter again (after the weather: a replacement may have
+    /// stopped halfway).
+    pub async fn all_voters(&self) -> Result<(), String> {
+        for _ in 0..60 {
+            let Some(leader) = self.leader() else {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            let voters = leader.status().voters;
+            let missing = (1..=NODES).find(|id| !voters.contains_key(id));
+            let Some(id) = missing else {
+                return Ok(());
+            };
+            if self.add_back(id).await.is_err() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        Err("the group never had all its nodes as voters again".into())
     }
 }
 

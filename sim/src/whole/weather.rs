@@ -39,6 +39,25 @@ pub(super) async fn raft_weather(
         });
         return;
     }
+    // Now and then a node replaced under load (membership changes).
+    let (replace, node) = shared.with(|w| (w.chance(0.05), w.rng_below(raft::NODES) as usize));
+    if replace && !group.is_down(node) {
+        shared.with(|w| {
+            w.summary.replacements += 1;
+            w.log(format!("metastore node {} being replaced", node + 1))
+        });
+        let (group, shared) = (group.clone(), shared.clone());
+        tokio::spawn(async move {
+            let replaced = group.replace(node).await;
+            shared.with(|w| {
+                w.log(format!(
+                    "metastore node {} replaced: {replaced:?}",
+                    node + 1
+                ))
+            });
+        });
+        return;
+    }
     let (kill, node, down_ms) = shared.with(|w| {
         (
             w.chance(0.25),

@@ -267,6 +267,10 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         for i in 0..raft::NODES as usize {
             group.restart(i).await;
         }
+        // A replacement the weather left halfway is finished.
+        if let Err(why) = group.all_voters().await {
+            shared.with(|w| w.anomaly(why));
+        }
     }
     for i in 0..settings.agents {
         cluster.start(i).await;
