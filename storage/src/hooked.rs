@@ -59,6 +59,11 @@ pub trait Hooks: Send + Sync + 'static {
     async fn after_put(&self, _location: &Path) -> Result<()> {
         Ok(())
     }
+    /// Each entry of a listing as it is handed on: changed, or an error
+    /// (a page that failed), after which the listing ends.
+    fn listed(&self, entry: ObjectMeta) -> Result<ObjectMeta> {
+        Ok(entry)
+    }
 }
 
 pub struct HookedStore<H> {
@@ -96,6 +101,7 @@ impl<H: Hooks> HookedStore<H> {
         list: impl FnOnce(&dyn ObjectStore) -> BoxStream<'static, Result<ObjectMeta>> + Send + 'static,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
         let (hooks, inner) = (self.hooks.clone(), self.inner.clone());
+        let each = self.hooks.clone();
         stream::once(async move {
             let listed = hooks
                 .before(Op::List)
@@ -107,6 +113,15 @@ impl<H: Hooks> HookedStore<H> {
             }
         })
         .flatten()
+        .map(move |entry| entry.and_then(|e| each.listed(e)))
+        // Nothing after an error: a listing that failed is over.
+        .scan(false, |failed, entry| {
+            let next = (!*failed).then(|| {
+                *failed = entry.is_err();
+                entry
+            });
+            future::ready(next)
+        })
         .boxed()
     }
 }
@@ -224,5 +239,47 @@ impl<H: Hooks> ObjectStore for HookedStore<H> {
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
         self.around(Op::Rename, |_| 0, self.inner.rename_opts(from, to, options))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    /// Fails the listing at its second entry.
+    struct SecondPageFails(AtomicUsize);
+
+    impl Hooks for SecondPageFails {
+        fn listed(&self, entry: ObjectMeta) -> Result<ObjectMeta> {
+            match self.0.fetch_add(1, Ordering::SeqCst) {
+                1 => Err(object_store::Error::Generic {
+                    store: "test",
+                    source: "a page failed".into(),
+                }),
+                _ => Ok(entry),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_listing_ends_at_its_first_failed_entry() {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        for key in ["a", "b", "c", "d"] {
+            inner
+                .put(&Path::from(key), PutPayload::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        let store = HookedStore::new(inner, SecondPageFails(AtomicUsize::new(0)));
+        let listed: Vec<Result<ObjectMeta>> = store.list(None).collect().await;
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert!(listed[0].is_ok() && listed[1].is_err());
+        assert!(store.list(None).try_collect::<Vec<_>>().await.is_ok());
     }
 }

@@ -21,10 +21,11 @@ use uuid::Uuid;
 
 use super::Shared;
 
-/// Simulated time starts here: far ahead of any real wall clock, so that every
-/// object the in-memory store stamped with the real time looks old to the
-/// orphan sweep (the most hostile sweep: everything unknown is an orphan).
-pub const EPOCH_MS: i64 = 4_000_000_000_000;
+/// Simulated time starts here: 2030-01-01, a date like any other (listings
+/// show objects at the simulated time they were stored, see
+/// `store::SimStoreFaults::listed`, so the orphan sweep's ages are the
+/// simulation's).
+pub const EPOCH_MS: i64 = 1_893_456_000_000;
 
 /// How the metastore misbehaves right now (the chaos actor changes it).
 #[derive(Debug, Clone, Copy, Default)]

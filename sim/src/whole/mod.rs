@@ -217,6 +217,8 @@ pub struct World {
     /// Per agent, when its latest stall after a PUT ends: a paused process
     /// is not crashed, and the audit waits for every stall to end.
     pub stalled: BTreeMap<usize, Instant>,
+    /// When (simulated) each object was stored, for listings.
+    pub put_ms: BTreeMap<String, i64>,
     start: Instant,
     /// Woken at the first anomaly.
     failed: Arc<tokio::sync::Notify>,
@@ -322,6 +324,7 @@ impl Shared {
             unacked_tombstones: BTreeSet::new(),
             scratch: None,
             stalled: BTreeMap::new(),
+            put_ms: BTreeMap::new(),
             start: Instant::now(),
             failed: Arc::new(tokio::sync::Notify::new()),
         })))
@@ -426,6 +429,9 @@ struct Cluster {
     agents: Vec<Agent>,
     /// Per agent, fixed for the run (so a restarted agent takes up its leases).
     gc_grace: Duration,
+    /// How old an unknown object must be before the sweep takes it: 0 (the
+    /// most hostile sweep), or an age below or past the commit window.
+    orphan_age: Duration,
     interval: Duration,
     policy: CompactionPolicy,
 }
@@ -466,8 +472,7 @@ impl Cluster {
             interval: self.interval,
             policy: self.policy,
             gc: Gc::new(self.gc_grace),
-            // Unknown objects are orphans at once (see `meta::EPOCH_MS`).
-            orphan_age: Duration::ZERO,
+            orphan_age: self.orphan_age,
             holder: format!("agent-{i}"),
             counters: Counters::default(),
             ids,
@@ -578,9 +583,15 @@ async fn simulate(shared: &Shared, settings: Settings) {
             2 + w.rng_below(6) as usize,
         )
     });
+    let orphan_age = shared.with(|w| match w.rng_below(4) {
+        0 => Duration::ZERO,
+        1 => Duration::from_secs(30),
+        2 => Duration::from_secs(3 * 60),
+        _ => Duration::from_secs(11 * 60),
+    });
     shared.with(|w| {
         w.log(format!(
-            "retention {retention_ms} ms, tombstones kept {delete_retention_ms} ms, passes every {interval:?}, gc grace {gc_grace:?}, compaction from {min_extents} extents"
+            "retention {retention_ms} ms, tombstones kept {delete_retention_ms} ms, passes every {interval:?}, gc grace {gc_grace:?}, orphans from {orphan_age:?}, compaction from {min_extents} extents"
         ))
     });
     let cluster = Arc::new(tokio::sync::Mutex::new(Cluster {
@@ -595,6 +606,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
             })
             .collect(),
         gc_grace,
+        orphan_age,
         interval,
         policy: CompactionPolicy {
             min_extents,

@@ -6,11 +6,13 @@
 //! an object stalling for minutes before it goes on (a long GC pause, a
 //! frozen VM), so that its commit arrives after the commit window and after
 //! the orphan sweep took the object, or after the metastore forgot the key.
+//! Listings fail partway now and then, and show each object stamped with
+//! the simulated time it was stored at.
 
 use async_trait::async_trait;
 use floe_storage::hooked::{Hooks, Op};
-use object_store::Result;
 use object_store::path::Path;
+use object_store::{ObjectMeta, Result};
 use tokio::time::{Duration, Instant};
 
 use super::Shared;
@@ -73,6 +75,12 @@ impl Hooks for SimStoreFaults {
     }
 
     async fn after_put(&self, location: &Path) -> Result<()> {
+        // Stamped on the simulation's clock (the in-memory store stamps the
+        // real one), so the orphan sweep's ages are simulated ages.
+        self.shared.with(|w| {
+            let now_ms = w.now_ms();
+            w.put_ms.insert(location.to_string(), now_ms);
+        });
         let Some(agent) = self.agent else {
             return Ok(());
         };
@@ -99,6 +107,25 @@ impl Hooks for SimStoreFaults {
                 .with(|w| w.log(format!("agent {agent} goes on after {location}")));
         }
         Ok(())
+    }
+
+    /// A listing's entries with their simulated times; now and then a page
+    /// fails partway (SlowDown on a later page), and the listing with it.
+    fn listed(&self, mut entry: ObjectMeta) -> Result<ObjectMeta> {
+        let (failed, put_ms) = self.shared.with(|w| {
+            let rate = w.store_faults.get_error / 8.0;
+            (
+                w.chance(rate),
+                w.put_ms.get(entry.location.as_ref()).copied(),
+            )
+        });
+        if failed {
+            return Err(injected("listing page failure (503 SlowDown)"));
+        }
+        if let Some(at) = put_ms.and_then(chrono::DateTime::from_timestamp_millis) {
+            entry.last_modified = at;
+        }
+        Ok(entry)
     }
 
     fn after(&self, op: Op, _bytes: u64, ok: bool) -> Result<()> {
