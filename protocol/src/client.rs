@@ -91,7 +91,7 @@ impl Connection {
     }
 
     /// SASL/PLAIN: SaslHandshake v1, then SaslAuthenticate.
-    async fn authenticate(&mut self, user: &str, password: &str) -> anyhow::Result<()> {
+    pub async fn authenticate(&mut self, user: &str, password: &str) -> anyhow::Result<()> {
         use kafka_protocol::messages::{
             SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
             SaslHandshakeResponse,

@@ -199,7 +199,8 @@ fn kafka(args: &Args) -> std::process::ExitCode {
          {} produce attempts retried, {} agent crashes, {} store faults, {} records read and checked, \
          transactions {} committed / {} aborted / {} unknown ({} records audited), \
          {} pipelining connections, {} group assignments, {} metastore node replacements, \
-         {} consume-transform-produce transactions ({} records exactly once), {:.1} simulated hours",
+         {} consume-transform-produce transactions ({} records exactly once), \
+         {} produces refused for want of an ACL, {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -216,6 +217,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.replacements,
         total.eos_transactions,
         total.eos_records,
+        total.refused_for_rights,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

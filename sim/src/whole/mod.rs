@@ -121,6 +121,8 @@ pub struct Summary {
     /// audit found transformed exactly once (stage 3).
     pub eos_transactions: u64,
     pub eos_records: u64,
+    /// Produces refused for want of an ACL (stage 3's alice).
+    pub refused_for_rights: u64,
     pub simulated_ms: u64,
 }
 
@@ -150,6 +152,7 @@ impl std::ops::AddAssign for Summary {
         self.replacements += run.replacements;
         self.eos_transactions += run.eos_transactions;
         self.eos_records += run.eos_records;
+        self.refused_for_rights += run.refused_for_rights;
         self.simulated_ms += run.simulated_ms;
     }
 }

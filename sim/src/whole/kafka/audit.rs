@@ -7,7 +7,7 @@ use floe_protocol::client::Connection;
 use floe_protocol::kafka_protocol::messages::*;
 use tokio::time::Duration;
 
-use super::cluster::kafka_address;
+use super::client::{SIM_USER, open};
 use super::network::SimNetwork;
 use super::read::{Answer, Log, fetch_of, note_read};
 use super::{Books, KafkaSettings, REQUEST_TIMEOUT, TOPIC};
@@ -151,11 +151,10 @@ pub(super) async fn read_whole(
     let mut log = Vec::new();
     let mut offset = 0;
     for _ in 0..10_000 {
-        let Ok(stream) = net.connect(kafka_address(agent)).await else {
+        let Some(mut conn) = open(net, agent, SIM_USER, "audit").await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let mut conn = Connection::over(stream, "audit");
         let request = fetch_of(topic, partition, offset, committed);
         let Some(Ok(answer)) = fetch_on(shared, &mut conn, &request).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;

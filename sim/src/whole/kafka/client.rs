@@ -21,6 +21,28 @@ pub(super) struct Client {
     agents: usize,
     /// The agent it keeps to (`None`: a new one at random each request).
     sticky: Option<Mutex<usize>>,
+    /// Who it authenticates as (SASL/PLAIN) on each connection.
+    user: &'static str,
+}
+
+/// The user every client of the simulation is unless it says otherwise: a
+/// super user (see `cluster::USERS`).
+pub(super) const SIM_USER: &str = "sim";
+
+/// A connection to agent `agent`, authenticated as `user` (`None`: refused,
+/// dropped, or its authentication failed or went unanswered).
+pub(super) async fn open(
+    net: &SimNetwork,
+    agent: usize,
+    user: &str,
+    client_id: &'static str,
+) -> Option<Connection> {
+    let stream = net.connect(kafka_address(agent)).await.ok()?;
+    let mut conn = Connection::over(stream, client_id);
+    let password = super::cluster::password_of(user);
+    let authenticated = tokio::time::timeout(REQUEST_TIMEOUT, conn.authenticate(user, &password));
+    authenticated.await.ok()?.ok()?;
+    Some(conn)
 }
 
 /// The share of requests a client abandons after sending them.
@@ -44,7 +66,13 @@ impl Client {
             net: net.clone(),
             agents,
             sticky: None,
+            user: SIM_USER,
         }
+    }
+
+    /// The same client, authenticating as `user`.
+    pub(super) fn as_user(self, user: &'static str) -> Client {
+        Client { user, ..self }
     }
 
     /// A client that keeps to agent `first` while it answers.
@@ -132,12 +160,9 @@ impl Client {
         Resp: floe_protocol::kafka_protocol::protocol::Decodable,
     {
         let abandon = self.shared.with(|w| w.chance(abandon));
-        let stream = self
-            .net
-            .connect(kafka_address(agent))
+        let mut conn = open(&self.net, agent, self.user, "sim")
             .await
-            .map_err(|_| Unanswered::Refused)?;
-        let mut conn = Connection::over(stream, "sim");
+            .ok_or(Unanswered::Refused)?;
         let id = conn
             .send(api, version, request)
             .await

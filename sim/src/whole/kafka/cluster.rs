@@ -12,6 +12,7 @@ use floe_storage::ObjectStore;
 use floe_storage::hooked::HookedStore;
 use tokio::time::{Duration, Instant};
 
+use super::client;
 use super::network::SimNetwork;
 use crate::whole::store::SimStoreFaults;
 use crate::whole::{SeededIds, Shared};
@@ -25,6 +26,15 @@ pub(super) struct Cluster {
     pub(super) net: Arc<SimNetwork>,
     pub(super) agents: tokio::sync::Mutex<Vec<Option<Agent>>>,
     pub(super) dirs: Vec<tempfile::TempDir>,
+}
+
+/// The users of the agents' SASL/PLAIN listeners: the simulation's own
+/// clients (a super user), and two whose rights are only what the ACLs
+/// grant (see `intruders`).
+pub(super) const USERS: [&str; 3] = ["sim", "alice", "mallory"];
+
+pub(super) fn password_of(user: &str) -> String {
+    format!("{user}-secret")
 }
 
 pub(super) fn kafka_address(i: usize) -> SocketAddr {
@@ -55,7 +65,18 @@ impl Cluster {
             },
         ));
         let flush_ms = self.shared.with(|w| 5 + w.rng_below(100));
+        let users = self.dirs[i].path().join("users.txt");
+        let lines: Vec<String> = USERS
+            .iter()
+            .map(|u| format!("{u}:{}", password_of(u)))
+            .collect();
+        std::fs::write(&users, lines.join("\n")).expect("the users file is written");
         let config = Config {
+            // Every client authenticates (SASL/PLAIN) and every request is
+            // held to the ACLs; the simulation's own clients are super users.
+            sasl_plain_users: Some(users),
+            acls: true,
+            super_users: vec![format!("User:{}", client::SIM_USER)],
             listen: kafka_address(i),
             admin_listen: SocketAddr::from(([10, 0, 1, 1 + i as u8], 9644)),
             data_dir: self.dirs[i].path().to_path_buf(),

@@ -27,6 +27,7 @@ mod client;
 mod cluster;
 mod eos;
 mod groups;
+mod intruders;
 mod kip848;
 mod network;
 mod pipeline;
@@ -199,6 +200,15 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         let task = transact(client, books.clone(), t, settings.partitions, end);
         producers.push(tokio::spawn(task));
     }
+    let client = || Client::new(shared, &net, settings.agents);
+    producers.push(tokio::spawn(intruders::mallory(
+        client(),
+        settings.partitions,
+        end,
+    )));
+    let alice = intruders::alice(client(), books.clone(), settings.partitions, end);
+    producers.push(tokio::spawn(alice));
+    producers.push(tokio::spawn(intruders::grant_and_revoke(client(), end)));
     for p in 0..settings.pipelines {
         let task = pipeline(shared.clone(), net.clone(), p as i32, settings.agents, end);
         producers.push(tokio::spawn(task));

@@ -25,7 +25,7 @@ use floe_protocol::testing::requests;
 use tokio::time::{Duration, Instant};
 
 use super::REQUEST_TIMEOUT;
-use super::cluster::kafka_address;
+use super::client::{SIM_USER, open};
 use super::network::SimNetwork;
 use super::produce::{any_codec, encode};
 use super::read::Answer;
@@ -76,11 +76,10 @@ pub(super) async fn pipeline(
     let mut number = 0u64;
     while Instant::now() < end {
         let agent = shared.with(|w| w.rng_below(agents as u64) as usize);
-        let Ok(stream) = net.connect(kafka_address(agent)).await else {
+        let Some(mut conn) = open(&net, agent, SIM_USER, "sim-pipe").await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let mut conn = Connection::over(stream, "sim-pipe");
         // (number, what, correlation id), in the order sent.
         let mut in_flight: VecDeque<(u64, Sent, i32)> = VecDeque::new();
         let lasts = shared.with(|w| Duration::from_secs(5 + w.rng_below(30)));
