@@ -71,7 +71,7 @@ impl Client {
     }
 
     /// The same client, authenticating as `user`.
-    pub(super) fn as_user(self, user: &'static str) -> Client {
+    pub(super) fn authenticating_as(self, user: &'static str) -> Client {
         Client { user, ..self }
     }
 

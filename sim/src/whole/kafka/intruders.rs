@@ -38,7 +38,7 @@ fn unauthorized(code: i16) -> bool {
 
 /// mallory, until `end`.
 pub(super) async fn mallory(client: Client, partitions: i32, end: Instant) {
-    let client = client.as_user("mallory");
+    let client = client.authenticating_as("mallory");
     let mut n = 0u64;
     while Instant::now() < end {
         n += 1;
@@ -141,7 +141,7 @@ async fn mallory_create(client: &Client) -> Option<i16> {
 
 /// alice, until `end`: one record at a time, not retried.
 pub(super) async fn alice(client: Client, books: Books, partitions: i32, end: Instant) {
-    let client = client.as_user("alice");
+    let client = client.authenticating_as("alice");
     let mut n = 0u64;
     while Instant::now() < end {
         n += 1;
