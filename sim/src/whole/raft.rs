@@ -133,6 +133,10 @@ pub struct RaftGroup {
     disks: Vec<Disk>,
     net: Arc<SimNet>,
     pub client: Arc<RaftClient>,
+    /// Kills, restarts and replacements one at a time: a restart that ran
+    /// while a kill waited for its node to stop would start a process on
+    /// the disk the kill then crashes (or a replacement wipes).
+    lifecycle: tokio::sync::Mutex<()>,
 }
 
 type Nodes = Arc<Mutex<Vec<Option<Arc<RaftMetastore>>>>>;
@@ -191,6 +195,7 @@ pub async fn start(shared: &Shared) -> RaftGroup {
         options: Mutex::new(options),
         disks,
         net,
+        lifecycle: tokio::sync::Mutex::new(()),
     }
 }
 
@@ -211,6 +216,11 @@ impl RaftGroup {
     /// Stops node `i` where it is, as a crash does: its disk keeps what it
     /// synced.
     pub async fn kill(&self, i: usize) {
+        let _one_at_a_time = self.lifecycle.lock().await;
+        self.kill_now(i).await;
+    }
+
+    async fn kill_now(&self, i: usize) {
         let node = self.nodes.lock().expect("sim nodes lock")[i].take();
         if let Some(node) = node {
             self.net
@@ -225,6 +235,11 @@ impl RaftGroup {
 
     /// Starts node `i` again from its log, if it is down.
     pub async fn restart(&self, i: usize) {
+        let _one_at_a_time = self.lifecycle.lock().await;
+        self.restart_now(i).await;
+    }
+
+    async fn restart_now(&self, i: usize) {
         if self.node(i).is_some() {
             return;
         }
@@ -264,10 +279,13 @@ impl RaftGroup {
         removed
             .map_err(|_| "removal timed out".to_string())?
             .map_err(|e| format!("removal refused: {e}"))?;
-        self.kill(i).await;
-        self.disks[i].wipe();
-        self.options.lock().expect("sim options lock")[i].bootstrap = Bootstrap::Join;
-        self.restart(i).await;
+        {
+            let _one_at_a_time = self.lifecycle.lock().await;
+            self.kill_now(i).await;
+            self.disks[i].wipe();
+            self.options.lock().expect("sim options lock")[i].bootstrap = Bootstrap::Join;
+            self.restart_now(i).await;
+        }
         self.add_back(id).await
     }
 
