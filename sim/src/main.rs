@@ -3,8 +3,10 @@
 //! it with `--start SEED --seeds 1`). `--whole` runs the whole write path
 //! (real batchers and background loops, faulty store and metastore) instead;
 //! `--kafka` whole agents through the Kafka protocol (`--kafka --raft`: on a
-//! Raft metastore, with a consumer group). `sim/mutants/run.sh` checks that
-//! each checker catches the rule its patch breaks.
+//! Raft metastore whose nodes are also replaced under load, with consumer
+//! groups). `sim/mutants/run.sh` checks that each checker catches the rule
+//! its patch breaks (one patch's line is a range of 400 seeds: the
+//! stale-read EndTxn needs a rare interleaving).
 //!
 //! Longer runs than CI's, as reported in the issues' notes:
 //! `--whole --seeds 300`, `--whole --raft --seeds 60`, `--seeds 2000`,

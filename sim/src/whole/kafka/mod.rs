@@ -6,6 +6,9 @@
 //! an in-memory network ([`SimNetwork`]). The metastore and the store are
 //! stage 2's, faults included.
 //!
+//! Every client authenticates (SASL/PLAIN, as a super user but for the
+//! `intruders`) and every request is held to the ACLs.
+//!
 //! Clients speak Kafka to them as librdkafka's idempotent producer does,
 //! in its essentials: one request in flight per producer, every failure
 //! (an error code, no answer within the request timeout, a connection
