@@ -43,8 +43,27 @@ fn end(id: &str, producer: (i64, i16), commit: bool) -> EndTxnRequest {
         .with_committed(commit)
 }
 
-fn added_error(added: &AddPartitionsToTxnResponse) -> i16 {
-    added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+/// eos-0 from its start, read_committed.
+async fn read_committed(client: &mut floe_protocol::client::Connection) -> FetchResponse {
+    let request = fetch("eos", 0, 0).with_isolation_level(1);
+    client
+        .call(ApiKey::Fetch, FETCH_VERSION, &request)
+        .await
+        .unwrap()
+}
+
+/// AddPartitionsToTxn of eos-0, which must be taken.
+async fn add_eos(client: &mut floe_protocol::client::Connection, id: &str, producer: (i64, i16)) {
+    let added: AddPartitionsToTxnResponse = client
+        .call(
+            ApiKey::AddPartitionsToTxn,
+            3,
+            &add_partition(id, producer, "eos", 0),
+        )
+        .await
+        .unwrap();
+    let result = &added.results_by_topic_v3_and_below[0].results_by_partition[0];
+    assert_eq!(result.partition_error_code, 0);
 }
 
 /// Adds the partition to the transaction and produces `value` in it; its offset.
@@ -55,15 +74,7 @@ async fn txn_write(
     sequence: i32,
     value: &str,
 ) -> i64 {
-    let added: AddPartitionsToTxnResponse = client
-        .call(
-            ApiKey::AddPartitionsToTxn,
-            3,
-            &add_partition(id, producer, "eos", 0),
-        )
-        .await
-        .unwrap();
-    assert_eq!(added_error(&added), 0);
+    add_eos(client, id, producer).await;
     let request = produce("eos", 0, txn_batch(producer, sequence, &[value]))
         .with_transactional_id(Some(TransactionalId(str_bytes(id))));
     let sent: ProduceResponse = client.call(ApiKey::Produce, 9, &request).await.unwrap();
@@ -71,23 +82,28 @@ async fn txn_write(
     produced(&sent).base_offset
 }
 
-/// Transaction 1's EndTxn(commit) goes to an agent whose store is slow; the
-/// client gives up on it and retries through another agent, which commits
-/// transaction 1; the producer begins transaction 2. When the slow agent's
-/// upload finally lands, its end must not touch transaction 2 (it used to
-/// look again, find 2 ongoing under the same producer and epoch, and commit
-/// it: exactly-once broken).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_end_never_ends_the_producer_s_next_transaction() {
-    let meta = metastore().await;
-    let store = memory_store();
+/// A metastore with topic "eos", and a view of it whose `op` operations
+/// wait at the gate returned (held).
+async fn metastore_holding(
+    op: &'static str,
+) -> (Arc<dyn Metastore>, Arc<dyn Metastore>, Arc<Gate>) {
+    let local = Arc::new(LocalMetastore::in_memory().await.expect("a metastore"));
+    let meta: Arc<dyn Metastore> = local.clone();
     create_topic(&meta, "eos", 1).await;
     let gate = Gate::held();
-    let slow = agent(&meta, &gate.over(&store)).await;
-    let fast = agent(&meta, &store).await;
-    let mut client = fast.connect().await;
-    let id = "stale-end";
+    let held: Arc<dyn Metastore> = HeldOps::over(&local, op, &gate);
+    (meta, held, gate)
+}
 
+/// The race both tests below stage: transaction 1's EndTxn goes to
+/// `slow`, which knows the transaction (it served an AddPartitionsToTxn of
+/// it) but is held at `gate`; the client gives up on it and retries
+/// through `fast`, which commits transaction 1; transaction 2 begins; then
+/// the gate opens. Holds transaction 2 untouched (ongoing, unread by
+/// read_committed, and its producer may still abort it); the stale end's
+/// error code.
+async fn stale_end_race(slow: &TestAgent, fast: &TestAgent, gate: &Gate, id: &str) -> i16 {
+    let mut client = fast.connect().await;
     let init: InitProducerIdResponse = client
         .call(ApiKey::InitProducerId, 4, &init(id))
         .await
@@ -95,29 +111,15 @@ async fn a_stale_end_never_ends_the_producer_s_next_transaction() {
     assert_eq!(init.error_code, 0);
     let producer = (init.producer_id.0, init.producer_epoch);
     txn_write(&mut client, id, producer, 0, "one").await;
-
-    // The slow agent serves the transaction too (its AddPartitionsToTxn,
-    // again: the partition is in already), so it knows transaction 1 and
-    // its end acts.
+    // Again: the partition is in already, but now the slow agent knows
+    // transaction 1, so its end acts.
     let mut gone = slow.connect().await;
-    let added: AddPartitionsToTxnResponse = gone
-        .call(
-            ApiKey::AddPartitionsToTxn,
-            3,
-            &add_partition(id, producer, "eos", 0),
-        )
-        .await
-        .unwrap();
-    assert_eq!(added_error(&added), 0);
-    // The end through the slow agent: its markers wait at the gate.
+    add_eos(&mut gone, id, producer).await;
     let stale = gone
         .send(ApiKey::EndTxn, 3, &end(id, producer, true))
         .await
         .unwrap();
-    eventually("the slow agent uploads its markers", || gate.waiting() > 0).await;
-
-    // The client's retry through the other agent commits transaction 1;
-    // transaction 2 begins.
+    eventually("the slow agent is held at the gate", || gate.waiting() > 0).await;
     let ended: EndTxnResponse = client
         .call(ApiKey::EndTxn, 3, &end(id, producer, true))
         .await
@@ -127,109 +129,6 @@ async fn a_stale_end_never_ends_the_producer_s_next_transaction() {
 
     gate.open();
     let answer: EndTxnResponse = gone.receive(ApiKey::EndTxn, 3, stale).await.unwrap();
-    assert_ne!(
-        answer.error_code, 0,
-        "the stale end claimed to end something"
-    );
-
-    // Transaction 2 is still ongoing and unread by read_committed...
-    let described: DescribeTransactionsResponse = client
-        .call(
-            ApiKey::DescribeTransactions,
-            0,
-            &DescribeTransactionsRequest::default()
-                .with_transactional_ids(vec![TransactionalId(str_bytes(id))]),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        described.transaction_states[0].transaction_state.as_str(),
-        "Ongoing"
-    );
-    let read: FetchResponse = client
-        .call(
-            ApiKey::Fetch,
-            FETCH_VERSION,
-            &fetch("eos", 0, 0).with_isolation_level(1),
-        )
-        .await
-        .unwrap();
-    let data = fetched(&read);
-    assert!(
-        data.last_stable_offset <= second,
-        "LSO {} passed transaction 2",
-        data.last_stable_offset
-    );
-    assert_eq!(values(data), vec![(0, "one".to_string())]);
-
-    // ...and its producer may still abort it.
-    let aborted: EndTxnResponse = client
-        .call(ApiKey::EndTxn, 3, &end(id, producer, false))
-        .await
-        .unwrap();
-    assert_eq!(
-        aborted.error_code, 0,
-        "the producer's own abort was refused"
-    );
-}
-
-/// The same race with the delay in the metastore instead of the store:
-/// transaction 1's EndTxn reaches an agent that knows it, but the
-/// metastore holds that agent's describe; meanwhile the client's retry
-/// commits transaction 1 through another agent and transaction 2 begins.
-/// The describe then finds transaction 2, under the same producer id and
-/// epoch, with nothing (no version, no partition) telling it from
-/// transaction 1 but its identity: the stale end must leave it alone. (The
-/// simulation found this one: `floe-sim --kafka --start 5317 --seeds 1
-/// --minutes 5` before the fix.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_end_held_by_the_metastore_never_ends_the_next_transaction() {
-    let local = Arc::new(LocalMetastore::in_memory().await.expect("a metastore"));
-    let meta: Arc<dyn Metastore> = local.clone();
-    let store = memory_store();
-    create_topic(&meta, "eos", 1).await;
-    let gate = Gate::held();
-    let held: Arc<dyn Metastore> = HeldOps::over(&local, "::DescribeTxns", &gate);
-    let slow = agent(&held, &store).await;
-    let fast = agent(&meta, &store).await;
-    let mut client = fast.connect().await;
-    let id = "held-end";
-    let init: InitProducerIdResponse = client
-        .call(ApiKey::InitProducerId, 4, &init(id))
-        .await
-        .unwrap();
-    let producer = (init.producer_id.0, init.producer_epoch);
-    txn_write(&mut client, id, producer, 0, "one").await;
-    let mut gone = slow.connect().await;
-    let added: AddPartitionsToTxnResponse = gone
-        .call(
-            ApiKey::AddPartitionsToTxn,
-            3,
-            &add_partition(id, producer, "eos", 0),
-        )
-        .await
-        .unwrap();
-    assert_eq!(added_error(&added), 0);
-
-    let stale = gone
-        .send(ApiKey::EndTxn, 3, &end(id, producer, true))
-        .await
-        .unwrap();
-    eventually("the slow agent's describe is held", || gate.waiting() > 0).await;
-    let ended: EndTxnResponse = client
-        .call(ApiKey::EndTxn, 3, &end(id, producer, true))
-        .await
-        .unwrap();
-    assert_eq!(ended.error_code, 0);
-    let second = txn_write(&mut client, id, producer, 1, "two").await;
-
-    gate.open();
-    let answer: EndTxnResponse = gone.receive(ApiKey::EndTxn, 3, stale).await.unwrap();
-    assert_eq!(
-        answer.error_code,
-        floe_protocol::ResponseError::ConcurrentTransactions.code(),
-        "the stale end was not refused as one its client would retry"
-    );
     let described: DescribeTransactionsResponse = client
         .call(
             ApiKey::DescribeTransactions,
@@ -244,21 +143,57 @@ async fn a_stale_end_held_by_the_metastore_never_ends_the_next_transaction() {
         "Ongoing",
         "the stale end ended transaction 2"
     );
-    let read: FetchResponse = client
-        .call(
-            ApiKey::Fetch,
-            FETCH_VERSION,
-            &fetch("eos", 0, 0).with_isolation_level(1),
-        )
-        .await
-        .unwrap();
-    assert!(fetched(&read).last_stable_offset <= second);
-    assert_eq!(values(fetched(&read)), vec![(0, "one".to_string())]);
+    let read = read_committed(&mut client).await;
+    let data = fetched(&read);
+    assert!(
+        data.last_stable_offset <= second,
+        "LSO {} passed transaction 2",
+        data.last_stable_offset
+    );
+    assert_eq!(values(data), vec![(0, "one".to_string())]);
     let aborted: EndTxnResponse = client
         .call(ApiKey::EndTxn, 3, &end(id, producer, false))
         .await
         .unwrap();
-    assert_eq!(aborted.error_code, 0);
+    assert_eq!(
+        aborted.error_code, 0,
+        "the producer's own abort was refused"
+    );
+    answer.error_code
+}
+
+/// The slow agent's store holds its markers' upload: when it lands, the
+/// end must not touch transaction 2 (it used to look again, find 2 ongoing
+/// under the same producer and epoch, and commit it: exactly-once broken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_end_never_ends_the_producer_s_next_transaction() {
+    let meta = metastore().await;
+    let store = memory_store();
+    create_topic(&meta, "eos", 1).await;
+    let gate = Gate::held();
+    let slow = agent(&meta, &gate.over(&store)).await;
+    let fast = agent(&meta, &store).await;
+    let code = stale_end_race(&slow, &fast, &gate, "stale-end").await;
+    assert_ne!(code, 0, "the stale end claimed to end something");
+}
+
+/// The metastore holds the slow agent's describe instead: it then finds
+/// transaction 2, under the same producer id and epoch, with nothing (no
+/// version, no partition) telling it from transaction 1 but its identity.
+/// (The simulation found this one: `floe-sim --kafka --start 5317 --seeds 1
+/// --minutes 5` before the fix.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_end_held_by_the_metastore_never_ends_the_next_transaction() {
+    let (meta, held, gate) = metastore_holding("::DescribeTxns").await;
+    let store = memory_store();
+    let slow = agent(&held, &store).await;
+    let fast = agent(&meta, &store).await;
+    let code = stale_end_race(&slow, &fast, &gate, "held-end").await;
+    assert_eq!(
+        code,
+        floe_protocol::ResponseError::ConcurrentTransactions.code(),
+        "the stale end was not refused as one its client would retry"
+    );
 }
 
 /// An EndTxn through an agent that never saw its transaction (and whose
@@ -267,13 +202,9 @@ async fn a_stale_end_held_by_the_metastore_never_ends_the_next_transaction() {
 /// clients retry, and the retry, come after the agent saw it, ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_through_an_agent_new_to_its_transaction_acts_on_the_retry() {
-    let local = Arc::new(LocalMetastore::in_memory().await.expect("a metastore"));
-    let meta: Arc<dyn Metastore> = local.clone();
-    let store = memory_store();
-    create_topic(&meta, "eos", 1).await;
     // The other agent reads no time from the metastore until the gate opens.
-    let gate = Gate::held();
-    let no_clock: Arc<dyn Metastore> = HeldOps::over(&local, "::Tick", &gate);
+    let (meta, no_clock, gate) = metastore_holding("::Tick").await;
+    let store = memory_store();
     let coordinator = agent(&meta, &store).await;
     let other = agent(&no_clock, &store).await;
     let mut client = coordinator.connect().await;
@@ -300,13 +231,6 @@ async fn an_end_through_an_agent_new_to_its_transaction_acts_on_the_retry() {
         .await
         .unwrap();
     assert_eq!(retried.error_code, 0);
-    let read: FetchResponse = client
-        .call(
-            ApiKey::Fetch,
-            FETCH_VERSION,
-            &fetch("eos", 0, 0).with_isolation_level(1),
-        )
-        .await
-        .unwrap();
+    let read = read_committed(&mut client).await;
     assert_eq!(values(fetched(&read)), vec![(0, "one".to_string())]);
 }

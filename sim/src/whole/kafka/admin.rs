@@ -146,9 +146,15 @@ async fn delete_offset(client: &Client, group: &'static str, partition: i32) -> 
     })
 }
 
-async fn reset_to_earliest(client: &Client, group: &'static str, partition: i32) -> Option<i16> {
+/// An OffsetCommit of `offset` for `partition` from outside `group`
+/// (generation -1, no member), as an administrator's tool sends it.
+pub(super) fn outside_commit(
+    group: &'static str,
+    partition: i32,
+    offset: i64,
+) -> OffsetCommitRequest {
     use offset_commit_request::*;
-    let request = OffsetCommitRequest::default()
+    OffsetCommitRequest::default()
         .with_group_id(group_id(group))
         .with_generation_id_or_member_epoch(-1)
         .with_topics(vec![
@@ -157,9 +163,13 @@ async fn reset_to_earliest(client: &Client, group: &'static str, partition: i32)
                 .with_partitions(vec![
                     OffsetCommitRequestPartition::default()
                         .with_partition_index(partition)
-                        .with_committed_offset(0),
+                        .with_committed_offset(offset),
                 ]),
-        ]);
+        ])
+}
+
+async fn reset_to_earliest(client: &Client, group: &'static str, partition: i32) -> Option<i16> {
+    let request = outside_commit(group, partition, 0);
     let answer: OffsetCommitResponse = client.call(ApiKey::OffsetCommit, 7, &request).await.ok()?;
     let partitions = answer.topics.iter().flat_map(|t| t.partitions.iter());
     partitions.map(|p| p.error_code).next()

@@ -101,19 +101,7 @@ async fn mallory_delete(client: &Client, partition: i32) -> Option<i16> {
 }
 
 async fn mallory_commit(client: &Client, partition: i32) -> Option<i16> {
-    use offset_commit_request::*;
-    let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str(groups::GROUP)))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![
-            OffsetCommitRequestTopic::default()
-                .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
-                .with_partitions(vec![
-                    OffsetCommitRequestPartition::default()
-                        .with_partition_index(partition)
-                        .with_committed_offset(1 << 40),
-                ]),
-        ]);
+    let request = super::admin::outside_commit(groups::GROUP, partition, 1 << 40);
     let r: OffsetCommitResponse = client.call(ApiKey::OffsetCommit, 7, &request).await.ok()?;
     Some(r.topics.first()?.partitions.first()?.error_code)
 }
