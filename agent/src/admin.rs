@@ -85,10 +85,67 @@ async fn client_metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse 
     )
 }
 
-/// Ready when the metastore answers: without it nothing can be produced or fetched.
+/// How long an agent stays ready without hearing from the metastore: longer
+/// than an election (a few seconds), so that a load balancer keeps every
+/// agent that can still serve while the metastore elects a leader (their
+/// produces wait for it, within the commit deadline); short enough that an
+/// agent cut off from the metastore leaves the pool.
+pub const READY_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Ready while the metastore was heard from within [`READY_GRACE`]: without
+/// it nothing can be produced or fetched for long. Answered from what the
+/// agent already holds (its steady clock readings), never by asking the
+/// metastore, so a probe with a short timeout is answered at once.
 async fn ready(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
-    match broker.meta.topic("__floe_readiness_probe").await {
-        Ok(_) => (StatusCode::OK, "ready\n".to_string()),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("metastore: {e}\n")),
+    match readiness(&broker.batcher.metastore_contact()) {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+    }
+}
+
+fn readiness(contact: &crate::write::batcher::MetastoreContact) -> Result<(), String> {
+    let failing = match &contact.failing {
+        Some(why) => format!(" (last: {why})"),
+        None => String::new(),
+    };
+    match contact.heard_ago {
+        Some(ago) if ago <= READY_GRACE => Ok(()),
+        Some(ago) => Err(format!(
+            "metastore: not heard from for {} s{failing}",
+            ago.as_secs()
+        )),
+        None => Err(format!(
+            "metastore: not heard from since the agent started{failing}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::write::batcher::MetastoreContact;
+
+    fn heard(ago: Option<u64>, failing: Option<&str>) -> MetastoreContact {
+        MetastoreContact {
+            heard_ago: ago.map(Duration::from_secs),
+            failing: failing.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn an_agent_stays_ready_through_an_election() {
+        assert_eq!(readiness(&heard(Some(0), None)), Ok(()));
+        // Failing now, but heard from seconds ago: a leader being elected.
+        assert_eq!(readiness(&heard(Some(3), Some("no leader"))), Ok(()));
+        assert_eq!(
+            readiness(&heard(Some(20), Some("no leader"))),
+            Err("metastore: not heard from for 20 s (last: no leader)".into())
+        );
+        assert_eq!(
+            readiness(&heard(None, None)),
+            Err("metastore: not heard from since the agent started".into())
+        );
     }
 }

@@ -129,7 +129,13 @@ impl Batcher {
     /// The metastore's time as this agent last read it (`None` before the
     /// first reading): a time the metastore had certainly reached.
     pub fn metastore_time(&self) -> Option<i64> {
-        *self.clock.0.borrow()
+        *self.clock.reading.borrow()
+    }
+
+    /// How the agent's contact with the metastore stands, as its clock
+    /// readings (every two seconds) found it; asks the metastore nothing.
+    pub fn metastore_contact(&self) -> MetastoreContact {
+        self.clock.contact()
     }
 
     /// Stops the batcher at once, wherever it is (mid-upload, mid-commit),
@@ -508,8 +514,29 @@ async fn upload_and_commit(
 /// The metastore's time as this agent last read it, kept fresh every
 /// [`MetastoreClock::EVERY`] by a task that lives as long as the clock.
 /// Uploads are stamped with it; being a little old only shortens the time
-/// their commit has.
-struct MetastoreClock(watch::Receiver<Option<i64>>);
+/// their commit has. The readings are also the agent's steady contact with
+/// the metastore, which readiness reports ([`MetastoreContact`]).
+struct MetastoreClock {
+    reading: watch::Receiver<Option<i64>>,
+    contact: Arc<std::sync::Mutex<Contact>>,
+}
+
+/// When a reading last answered, and why the latest failed if it did.
+#[derive(Default)]
+struct Contact {
+    heard: Option<Instant>,
+    failing: Option<String>,
+}
+
+/// How the agent's contact with the metastore stands.
+#[derive(Debug, Clone)]
+pub struct MetastoreContact {
+    /// How long ago the metastore last answered (`None`: not since the
+    /// agent started).
+    pub heard_ago: Option<Duration>,
+    /// Why the latest reading failed, if it did.
+    pub failing: Option<String>,
+}
 
 /// The longest an upload waits for the agent's first reading of the
 /// metastore's time before its producers are answered with an error.
@@ -521,10 +548,12 @@ impl MetastoreClock {
     /// Starts reading the metastore's time on `tasks`, at once and then
     /// every [`Self::EVERY`]; the task ends when the clock is dropped.
     fn start(tasks: &Tasks, meta: Arc<dyn Metastore>) -> Arc<MetastoreClock> {
-        let (read, clock) = watch::channel(None);
+        let (read, reading) = watch::channel(None);
+        let contact = Arc::new(std::sync::Mutex::new(Contact::default()));
+        let noted = contact.clone();
         tasks.spawn(async move {
             while !read.is_closed() {
-                match tokio::time::timeout(CLOCK_WAIT, meta.clock()).await {
+                let failing = match tokio::time::timeout(CLOCK_WAIT, meta.clock()).await {
                     Ok(Ok(ms)) => {
                         read.send_if_modified(|latest| {
                             let newer = latest.is_none_or(|l| ms > l);
@@ -533,23 +562,40 @@ impl MetastoreClock {
                             }
                             newer
                         });
+                        None
                     }
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "reading the metastore's time failed")
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some(format!("no answer within {CLOCK_WAIT:?}")),
+                };
+                if let Some(why) = &failing {
+                    tracing::debug!(error = %why, "reading the metastore's time failed");
+                }
+                {
+                    let mut contact = noted.lock().expect("contact lock");
+                    if failing.is_none() {
+                        contact.heard = Some(Instant::now());
                     }
-                    Err(_) => tracing::debug!("reading the metastore's time timed out"),
+                    contact.failing = failing;
                 }
                 tokio::time::sleep(Self::EVERY).await;
             }
         });
-        Arc::new(MetastoreClock(clock))
+        Arc::new(MetastoreClock { reading, contact })
     }
 
     /// The latest reading, waiting up to [`CLOCK_WAIT`] for the first one.
     async fn get(&self) -> Option<i64> {
-        let mut clock = self.0.clone();
+        let mut clock = self.reading.clone();
         let read = tokio::time::timeout(CLOCK_WAIT, clock.wait_for(Option::is_some)).await;
         read.ok()?.ok().and_then(|ms| *ms)
+    }
+
+    fn contact(&self) -> MetastoreContact {
+        let contact = self.contact.lock().expect("contact lock");
+        MetastoreContact {
+            heard_ago: contact.heard.map(|at| at.elapsed()),
+            failing: contact.failing.clone(),
+        }
     }
 }
 

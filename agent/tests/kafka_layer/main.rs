@@ -9,6 +9,7 @@ mod offsets;
 mod ordering;
 mod produce_checks;
 mod producer_ids;
+mod readiness;
 mod support;
 mod txn_end;
 mod txn_v2;

@@ -177,6 +177,11 @@ impl Gate {
         self.opened.notify_waiters();
     }
 
+    /// Holds what passes from now on, as at the start.
+    pub fn hold(&self) {
+        self.held.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Waits while the gate is held.
     async fn pass(&self) {
         use std::sync::atomic::Ordering::SeqCst;
