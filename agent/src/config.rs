@@ -57,8 +57,10 @@ pub struct Config {
     /// retention, the orphan sweep, GC); both by default.
     #[arg(long, value_delimiter = ',')]
     pub roles: Vec<Role>,
-    /// Address the Kafka listener binds (with `listeners` unset).
-    #[arg(long)]
+    /// Address the Kafka listener binds (with `listeners` unset): an
+    /// address or a host name and port (`localhost:9092`).
+    #[arg(long, value_parser = resolve_address)]
+    #[serde(deserialize_with = "deserialize_address")]
     pub listen: SocketAddr,
     /// Kafka's `listeners`: `NAME://host:port` each, replacing `listen`
     /// and `advertise`.
@@ -74,7 +76,8 @@ pub struct Config {
     #[arg(long, value_delimiter = ',')]
     pub listener_security_protocol_map: Vec<String>,
     /// Address of the admin HTTP port (`/metrics`, `/healthz`, `/readyz`).
-    #[arg(long)]
+    #[arg(long, value_parser = resolve_address)]
+    #[serde(deserialize_with = "deserialize_address")]
     pub admin_listen: SocketAddr,
     /// A PEM certificate chain: with `tls_key`, the Kafka listener speaks
     /// TLS (Kafka's `SSL`), reloading them when they change.
@@ -617,6 +620,29 @@ pub fn is_loopback(address: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// `host:port`: an address, or a host name resolved now (an IPv4 address
+/// first, as `localhost` is expected to bind 127.0.0.1).
+pub fn resolve_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let found: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("`{text}` is not an address or a host:port that resolves ({e})"))?
+        .collect();
+    let first_v4 = found.iter().find(|a| a.is_ipv4());
+    first_v4
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| format!("`{text}` resolves to no address"))
+}
+
+fn deserialize_address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    resolve_address(&text).map_err(serde::de::Error::custom)
+}
+
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
@@ -630,9 +656,17 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("metastore.redb"))
     }
 
-    /// The host and port clients are sent to.
+    /// The host and port clients are sent to. Never the unspecified
+    /// address (`0.0.0.0`, `::`): clients cannot connect to it, and Kafka
+    /// refuses to advertise it too.
     pub fn advertised(&self) -> anyhow::Result<(String, i32)> {
         let Some(advertise) = &self.advertise else {
+            anyhow::ensure!(
+                !self.listen.ip().is_unspecified(),
+                "listen {} binds every address, which clients cannot be sent to: set advertise \
+                 to the host:port clients reach this agent at",
+                self.listen
+            );
             return Ok((self.listen.ip().to_string(), self.listen.port() as i32));
         };
         let (host, port) = advertise
@@ -641,6 +675,14 @@ impl Config {
         let port = port
             .parse::<u16>()
             .map_err(|_| anyhow::anyhow!("advertise `{advertise}` has a bad port"))?;
+        let unspecified = host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified());
+        anyhow::ensure!(
+            !unspecified,
+            "advertise `{advertise}`: clients cannot connect to the unspecified address"
+        );
         Ok((host.to_string(), port as i32))
     }
 
@@ -806,6 +848,22 @@ mod tests {
         assert_eq!(c.flush_bytes.as_u64(), 2 * 1024 * 1024);
         assert_eq!(c.advertised().unwrap(), ("127.0.0.1".to_string(), 19092));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_host_name_listens_and_every_address_is_not_advertised() {
+        let c: Config = toml::from_str("listen = \"localhost:19092\"").unwrap();
+        assert_eq!(c.listen, "127.0.0.1:19092".parse().unwrap());
+        assert!(resolve_address("no such host:9092").is_err());
+        let every: Config = toml::from_str("listen = \"0.0.0.0:9092\"").unwrap();
+        let refused = every.advertised().unwrap_err().to_string();
+        assert!(refused.contains("set advertise"), "{refused}");
+        let told: Config =
+            toml::from_str("listen = \"0.0.0.0:9092\"\nadvertise = \"kafka.example:9092\"")
+                .unwrap();
+        assert_eq!(told.advertised().unwrap(), ("kafka.example".into(), 9092));
+        let lying: Config = toml::from_str("advertise = \"0.0.0.0:9092\"").unwrap();
+        assert!(lying.advertised().is_err());
     }
 
     #[test]
