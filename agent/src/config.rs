@@ -713,6 +713,15 @@ impl Config {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         self.check_metastore_trust()?;
+        // Without the balancer's address, each agent would tell clients its
+        // own, and they would go round the balancer.
+        anyhow::ensure!(
+            self.discovery != Discovery::LoadBalancer
+                || self.advertise.is_some()
+                || !self.advertised_listeners.is_empty(),
+            "discovery load-balancer tells clients the balancer's address: set advertise \
+             (or advertised_listeners) to it"
+        );
         anyhow::ensure!(
             self.flush_bytes.as_u64() > 0,
             "flush_bytes must be positive"
@@ -864,6 +873,17 @@ mod tests {
         assert_eq!(told.advertised().unwrap(), ("kafka.example".into(), 9092));
         let lying: Config = toml::from_str("advertise = \"0.0.0.0:9092\"").unwrap();
         assert!(lying.advertised().is_err());
+    }
+
+    #[test]
+    fn a_load_balancer_is_advertised_by_its_address() {
+        let bare: Config = toml::from_str("discovery = \"load-balancer\"").unwrap();
+        let refused = bare.validate().unwrap_err().to_string();
+        assert!(refused.contains("set advertise"), "{refused}");
+        let told: Config =
+            toml::from_str("discovery = \"load-balancer\"\nadvertise = \"lb.example:9092\"")
+                .unwrap();
+        told.validate().unwrap();
     }
 
     #[test]
