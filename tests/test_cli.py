@@ -29,6 +29,12 @@ def test_topics_are_created_listed_described_altered_and_deleted(agent):
     assert [(t["topic"], t["partitions"]) for t in listed] == [("orders", 3)]
     assert "orders" in floe(agent, "topics", "list").stdout
 
+    # A replication factor, as Kafka's tools pass it: taken, and ignored
+    # with a note (the object store keeps the copies).
+    replicated = floe(agent, "topics", "create", "payments", "--replication-factor", "3")
+    assert "replication factor 3 ignored" in replicated.stderr, replicated.stderr
+    floe(agent, "topics", "delete", "payments")
+
     # Already there: one line naming Kafka's error, and a failed exit.
     again = floe(agent, "topics", "create", "orders", expect_ok=False)
     assert again.returncode != 0 and "TopicAlreadyExists" in again.stderr, again.stderr

@@ -28,6 +28,10 @@ pub enum TopicsCommand {
         /// A topic config, e.g. --config retention.ms=3600000 (repeatable).
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
+        /// Accepted and ignored, as Kafka's tools and scripts pass it: the
+        /// object store keeps every record's copies, floe no replicas.
+        #[arg(long)]
+        replication_factor: Option<i16>,
     },
     /// List topics and their partition counts.
     List,
@@ -66,7 +70,14 @@ pub async fn run(
             name,
             partitions,
             configs,
+            replication_factor,
         } => {
+            if let Some(factor) = replication_factor {
+                eprintln!(
+                    "note: replication factor {factor} ignored: the object store keeps every \
+                     record's copies (floe has no broker replicas)"
+                );
+            }
             let configs = parse_configs(&configs)?
                 .into_iter()
                 .map(|(k, v)| {
