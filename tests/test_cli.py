@@ -35,6 +35,10 @@ def test_topics_are_created_listed_described_altered_and_deleted(agent):
     assert "replication factor 3 ignored" in replicated.stderr, replicated.stderr
     floe(agent, "topics", "delete", "payments")
 
+    # ACLs on an agent without them: Kafka's error, and how to turn them on.
+    no_acls = floe(agent, "acls", "list", expect_ok=False)
+    assert no_acls.returncode != 0 and "--acls" in no_acls.stderr, no_acls.stderr
+
     # Already there: one line naming Kafka's error, and a failed exit.
     again = floe(agent, "topics", "create", "orders", expect_ok=False)
     assert again.returncode != 0 and "TopicAlreadyExists" in again.stderr, again.stderr

@@ -241,12 +241,20 @@ pub fn check(code: i16, what: &str, message: Option<&StrBytes>) -> anyhow::Resul
     if code == 0 {
         return Ok(());
     }
-    let name = ResponseError::try_from_code(code)
+    let error = ResponseError::try_from_code(code);
+    let name = error
         .map(|e| format!("{e:?}"))
         .unwrap_or_else(|| format!("error {code}"));
+    // Kafka's words alone do not say how floe turns ACLs on.
+    let hint = match error {
+        Some(ResponseError::SecurityDisabled) => {
+            " (floe agents keep and check ACLs when started with --acls, `acls = true` in floe.toml)"
+        }
+        _ => "",
+    };
     match message.filter(|m| !m.is_empty()) {
-        Some(m) => bail!("{what}: {name}: {m}"),
-        None => bail!("{what}: {name}"),
+        Some(m) => bail!("{what}: {name}: {m}{hint}"),
+        None => bail!("{what}: {name}{hint}"),
     }
 }
 
