@@ -133,6 +133,13 @@ def test_check_store_tries_every_call_floe_makes(s3_endpoint, tmp_path):
     local = check(f"file://{tmp_path / 'objects'}")
     assert local.returncode == 0, local.stdout + local.stderr
 
+    # A bucket that is not there: one line, S3's code and message, no XML.
+    missing = check(f"s3://no-such-bucket/check?endpoint={s3_endpoint}&region=us-east-1"
+                    "&path_style=true")
+    assert missing.returncode != 0
+    assert len(missing.stdout.splitlines()) == 1, missing.stdout
+    assert "NoSuchBucket" in missing.stdout and "<" not in missing.stdout, missing.stdout
+
     down = check(f"s3://floe-test/x?endpoint=http://127.0.0.1:{free_port()}&region=us-east-1"
                  "&path_style=true&retry_timeout=1s&connect_timeout=1s&max_retries=1")
     assert down.returncode != 0

@@ -37,12 +37,19 @@ fn object(size: usize) -> Bytes {
 /// it leaves empty), in order; later checks use what earlier ones wrote.
 pub async fn run(url: &str, prefix: &str) -> Result<Vec<Finding>, crate::store::StoreUrlError> {
     let store = open(url)?;
+    let base = Path::from(prefix);
+    // A bucket that does not answer at all (missing, refused, unreachable)
+    // fails every check alike: said once.
+    if let Err(e) = store.list_with_delimiter(Some(&base)).await {
+        let outcome = Outcome::Failed(brief(&e.to_string()));
+        let check = "the bucket answers a LIST (the other checks need it)";
+        return Ok(vec![Finding { check, outcome }]);
+    }
     let mut findings = Vec::new();
     let mut report = |check: &'static str, outcome: Result<Outcome, String>| {
-        let outcome = outcome.unwrap_or_else(Outcome::Failed);
+        let outcome = outcome.unwrap_or_else(|why| Outcome::Failed(brief(&why)));
         findings.push(Finding { check, outcome });
     };
-    let base = Path::from(prefix);
     let key = |name: &str| base.clone().join(name);
     let sizes = [("empty", 0usize), ("small", 1000), ("large", 6 << 20)];
 
@@ -93,6 +100,29 @@ pub async fn run(url: &str, prefix: &str) -> Result<Vec<Finding>, crate::store::
 }
 
 type Check = Result<Outcome, String>;
+
+/// An error as one short line: an S3 error's XML body becomes its code and
+/// message, and anything after the first line goes.
+fn brief(why: &str) -> String {
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let start = why.find(&open)? + open.len();
+        let end = why[start..].find('<')? + start;
+        Some(why[start..end].trim().to_string())
+    };
+    let head = why.split("<?xml").next().unwrap_or(why);
+    let head = head
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .trim_end_matches(':');
+    match (tag("Code"), tag("Message")) {
+        (Some(code), Some(message)) => format!("{head}: {code}: {message}"),
+        (Some(code), None) => format!("{head}: {code}"),
+        _ => head.to_string(),
+    }
+}
 
 async fn put_all(
     store: &Arc<dyn ObjectStore>,
@@ -310,5 +340,26 @@ async fn missing_bucket(url: &str) -> Check {
             "refused, but the bucket was not named missing: {e}"
         )),
         Ok(()) => Err("a bucket that does not exist was written to".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::brief;
+
+    #[test]
+    fn an_s3_error_is_told_in_one_line() {
+        let s3 = "Generic S3 error: Error performing list request: Client error with status 404 \
+                  Not Found: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket\
+                  </Code><Message>The specified bucket does not exist</Message></Error>";
+        assert_eq!(
+            brief(s3),
+            "Generic S3 error: Error performing list request: Client error with status 404 \
+             Not Found: NoSuchBucket: The specified bucket does not exist"
+        );
+        assert_eq!(
+            brief("connection refused\nretried 3 times"),
+            "connection refused"
+        );
     }
 }
