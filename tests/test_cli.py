@@ -145,3 +145,29 @@ def test_the_tools_work_against_a_cluster(peer_agents):
     c.close()
     floe(second, "groups", "delete", "across")
     floe(first, "topics", "delete", "shared")
+
+
+def test_an_agent_says_when_its_metastore_does_not_answer(tmp_path):
+    """An agent whose metastore does not answer says so at once, in one line
+    naming the address, instead of serving nothing in silence; an address
+    that is not host:port (a PostgreSQL URL) is refused before anything."""
+    from conftest import free_port
+
+    common = ["--listen", f"127.0.0.1:{free_port()}", "--admin-listen", f"127.0.0.1:{free_port()}",
+              "--data-dir", str(tmp_path), "--object-store", f"file://{tmp_path / 'objects'}"]
+    refused = subprocess.run([FLOE, "agent", "--metastore", "postgres://db/floe", *common],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0 and "is not host:port" in refused.stderr, refused.stderr
+
+    nobody = f"127.0.0.1:{free_port()}"
+    agent = subprocess.Popen([FLOE, "agent", "--metastore", nobody, *common],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 10
+        said = ""
+        while time.time() < deadline and "does not answer" not in said:
+            said += agent.stdout.readline()
+        assert "the metastore does not answer" in said and nobody in said, said
+    finally:
+        agent.kill()
+        agent.wait()

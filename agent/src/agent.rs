@@ -107,7 +107,13 @@ impl Agent {
             let endpoints: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
             config.node_id = discovery::register(meta.as_ref(), &world, endpoints.clone(), config.zone.clone())
                 .await
-                .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))?;
+                .map_err(|e| match e {
+                    // Nobody answered: no hint about versions, which it is not.
+                    floe_metastore::MetaError::Unavailable { .. } => {
+                        anyhow::anyhow!("registering with the metastore: {e}")
+                    }
+                    _ => anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"),
+                })?;
             tasks.spawn(discovery::heartbeat(
                 meta.clone(),
                 world.clone(),

@@ -686,6 +686,32 @@ impl Config {
         Ok((host.to_string(), port as i32))
     }
 
+    /// Refuses a `metastore` that is not a list of `host:port` (a URL such
+    /// as `postgres://...` would otherwise be dialled as a host name).
+    fn check_metastore_addresses(&self) -> anyhow::Result<()> {
+        let Some(metastore) = &self.metastore else {
+            return Ok(());
+        };
+        let addresses: Vec<&str> = metastore
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .collect();
+        anyhow::ensure!(
+            !addresses.is_empty(),
+            "metastore is empty: give host:port of its nodes"
+        );
+        for address in addresses {
+            let port = address.rsplit_once(':').map(|(_, port)| port);
+            anyhow::ensure!(
+                !address.contains("://") && port.is_some_and(|p| p.parse::<u16>().is_ok()),
+                "metastore `{address}` is not host:port: floe's metastore is reached at the \
+                 host:port of its `floe metastore` nodes (a PostgreSQL metastore is not built yet)"
+            );
+        }
+        Ok(())
+    }
+
     /// Refuses an agent that would guard its clients with SASL or ACLs
     /// while anyone who reaches its metastore, on another host, could send
     /// it commands: a secret, or the operator's word that the network is
@@ -712,6 +738,7 @@ impl Config {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.check_metastore_addresses()?;
         self.check_metastore_trust()?;
         // Without the balancer's address, each agent would tell clients its
         // own, and they would go round the balancer.
@@ -884,6 +911,17 @@ mod tests {
             toml::from_str("discovery = \"load-balancer\"\nadvertise = \"lb.example:9092\"")
                 .unwrap();
         told.validate().unwrap();
+    }
+
+    #[test]
+    fn a_metastore_is_host_and_port() {
+        let nodes: Config = toml::from_str("metastore = \"m1:7070, m2:7070\"").unwrap();
+        nodes.validate().unwrap();
+        for wrong in ["postgres://db.example/floe", "m1", "m1:http"] {
+            let c: Config = toml::from_str(&format!("metastore = \"{wrong}\"")).unwrap();
+            let refused = c.validate().unwrap_err().to_string();
+            assert!(refused.contains("is not host:port"), "{wrong}: {refused}");
+        }
     }
 
     #[test]

@@ -375,7 +375,9 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
                     .with_request_hook(Arc::new(move |op| {
                         requests.get_or_create(&OpLabel { op }).inc();
                     }));
-                (Arc::new(client), address.clone())
+                let client: Arc<dyn Metastore> = Arc::new(client);
+                tokio::spawn(say_while_unreachable(client.clone(), address.clone()));
+                (client, address.clone())
             }
             None => (
                 Arc::new(LocalMetastore::open(&meta_path).await.map_err(|e| {
@@ -396,6 +398,36 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         anyhow::Ok(())
     })
 }
+
+/// Says at once, in one line naming its addresses, that the metastore does
+/// not answer, and again every [`UNREACHABLE_EVERY`] while that lasts (an
+/// agent waits for its metastore and serves nothing meanwhile); once it
+/// answers, says so and stops.
+async fn say_while_unreachable(meta: Arc<dyn Metastore>, addresses: String) {
+    let mut said = false;
+    loop {
+        let answered = tokio::time::timeout(UNREACHABLE_WITHIN, meta.clock()).await;
+        let why = match answered {
+            Ok(Ok(_)) => {
+                if said {
+                    tracing::info!(metastore = %addresses, "the metastore answers");
+                }
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {UNREACHABLE_WITHIN:?}"),
+        };
+        tracing::warn!(metastore = %addresses, error = %why,
+            "the metastore does not answer; the agent waits for it");
+        said = true;
+        tokio::time::sleep(UNREACHABLE_EVERY).await;
+    }
+}
+
+/// How long the first look at the metastore waits, and how often an agent
+/// says again that it does not answer.
+const UNREACHABLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+const UNREACHABLE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// This process's CPU time and peak memory, from /proc.
 fn process_use() -> Option<floe_agent::metrics::ProcessUse> {
