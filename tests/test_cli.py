@@ -171,3 +171,11 @@ def test_an_agent_says_when_its_metastore_does_not_answer(tmp_path):
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_the_version_names_the_commit():
+    """`floe --version`: the crate's version and the commit built from."""
+    import re
+    shown = subprocess.run([FLOE, "--version"], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert re.fullmatch(r"floe \d+\.\d+\.\d+ \(([0-9a-f]{12}|unknown commit)\)\n", shown.stdout), shown.stdout

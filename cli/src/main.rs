@@ -20,7 +20,7 @@ use metastore_cli::{MetastoreArgs, run_metastore};
 #[derive(Parser)]
 #[command(
     name = "floe",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("FLOE_COMMIT"), ")"),
     about = "A diskless, Kafka-compatible streaming broker"
 )]
 struct Cli {
