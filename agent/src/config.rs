@@ -686,17 +686,19 @@ impl Config {
         Ok((host.to_string(), port as i32))
     }
 
+    /// The `metastore` setting's addresses (`None`: the embedded one).
+    fn metastore_addresses(&self) -> Option<Vec<&str>> {
+        let metastore = self.metastore.as_ref()?;
+        let listed = metastore.split(',').map(str::trim);
+        Some(listed.filter(|a| !a.is_empty()).collect())
+    }
+
     /// Refuses a `metastore` that is not a list of `host:port` (a URL such
     /// as `postgres://...` would otherwise be dialled as a host name).
     fn check_metastore_addresses(&self) -> anyhow::Result<()> {
-        let Some(metastore) = &self.metastore else {
+        let Some(addresses) = self.metastore_addresses() else {
             return Ok(());
         };
-        let addresses: Vec<&str> = metastore
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .collect();
         anyhow::ensure!(
             !addresses.is_empty(),
             "metastore is empty: give host:port of its nodes"
@@ -717,18 +719,14 @@ impl Config {
     /// it commands: a secret, or the operator's word that the network is
     /// trusted, is needed then.
     pub fn check_metastore_trust(&self) -> anyhow::Result<()> {
-        let Some(metastore) = &self.metastore else {
+        let Some(addresses) = self.metastore_addresses() else {
             return Ok(());
         };
         let secured = self.acls || !self.sasl_mechanisms().is_empty();
         if !secured || self.metastore_secret_file.is_some() || self.metastore_trusted_network {
             return Ok(());
         }
-        let remote = metastore
-            .split(',')
-            .map(str::trim)
-            .filter(|address| !address.is_empty())
-            .find(|address| !is_loopback(address));
+        let remote = addresses.into_iter().find(|address| !is_loopback(address));
         match remote {
             None => Ok(()),
             Some(address) => anyhow::bail!(

@@ -309,24 +309,8 @@ mod tests {
             })
             .unwrap(),
         }
-        let mut out = bytes::BytesMut::new();
-        out.put_i64(0);
-        out.put_i32((HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
-        out.put_i32(-1);
-        out.put_i8(2);
-        out.put_u32(0);
-        out.put_i16(codec.attribute_bits());
-        out.put_i32(count - 1);
-        out.put_i64(1000);
-        out.put_i64(1000);
-        out.put_i64(-1);
-        out.put_i16(-1);
-        out.put_i32(-1);
-        out.put_i32(count);
-        out.put_slice(&payload);
-        let crc = crc32c::crc32c(&out[21..]);
-        out[17..21].copy_from_slice(&crc.to_be_bytes());
-        RecordBatch::parse_all(&out.freeze()).unwrap().remove(0)
+        let framed = crate::testing::framed_batch(&payload, count, codec);
+        RecordBatch::parse_all(&framed).unwrap().remove(0)
     }
 
     /// One record's bytes: length, attributes, deltas, no key, `value`,

@@ -199,7 +199,6 @@ pub mod requests {
 /// kilobytes on the wire, whatever it claims inside. Built a chunk at a
 /// time, so making a bomb of any size costs no more memory than a chunk.
 pub fn zstd_bomb(value_len: usize) -> Bytes {
-    use bytes::BufMut;
     use std::io::Write;
     fn varint(out: &mut Vec<u8>, v: i64) {
         let mut z = ((v << 1) ^ (v >> 63)) as u64;
@@ -230,21 +229,29 @@ pub fn zstd_bomb(value_len: usize) -> Bytes {
     }
     encoder.write_all(&[0]).expect("in memory"); // no headers
     let payload = encoder.finish().expect("in memory");
+    framed_batch(&payload, 1, crate::batch::Codec::Zstd)
+}
+
+/// A batch of `count` records whose records section (compressed as `codec`
+/// says, or not) is `payload`: the header written around it, its CRC made
+/// to agree, whatever the payload holds.
+pub fn framed_batch(payload: &[u8], count: i32, codec: crate::batch::Codec) -> Bytes {
+    use bytes::BufMut;
     let mut out = BytesMut::new();
     out.put_i64(0);
     out.put_i32((crate::batch::HEADER_LEN - crate::batch::LOG_OVERHEAD + payload.len()) as i32);
     out.put_i32(-1);
     out.put_i8(2);
     out.put_u32(0);
-    out.put_i16(crate::batch::Codec::Zstd.attribute_bits());
-    out.put_i32(0);
+    out.put_i16(codec.attribute_bits());
+    out.put_i32(count - 1);
     out.put_i64(1_000);
     out.put_i64(1_000);
     out.put_i64(-1);
     out.put_i16(-1);
     out.put_i32(-1);
-    out.put_i32(1);
-    out.put_slice(&payload);
+    out.put_i32(count);
+    out.put_slice(payload);
     let crc = crc32c::crc32c(&out[21..]);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
     out.freeze()
