@@ -120,7 +120,10 @@ def test_describe_cluster(agent):
     admin = KafkaAdminClient(bootstrap_servers=agent.bootstrap)
     cluster = admin.describe_cluster()
     admin.close()
-    assert cluster["cluster_id"] == "floe"
+    # The cluster's own id (as Kafka's: a UUID in URL-safe base64), the
+    # one the object store holds.
+    marker = (agent.workdir / "objects" / "cluster-id").read_text()
+    assert cluster["cluster_id"] == marker and len(marker) == 22, (cluster, marker)
     assert [(b["host"], b["port"]) for b in cluster["brokers"]] == \
         [tuple(agent.bootstrap.rsplit(":", 1)[0:1]) + (int(agent.bootstrap.rsplit(":", 1)[1]),)]
     assert cluster["controller_id"] == cluster["brokers"][0]["broker_id"]

@@ -5,6 +5,8 @@ reset with a dry run first."""
 import json
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 from confluent_kafka import Consumer, Producer
 
@@ -149,28 +151,56 @@ def test_the_tools_work_against_a_cluster(peer_agents):
 
 def test_an_agent_says_when_its_metastore_does_not_answer(tmp_path):
     """An agent whose metastore does not answer says so at once, in one line
-    naming the address, instead of serving nothing in silence; an address
-    that is not host:port (a PostgreSQL URL) is refused before anything."""
-    from conftest import free_port
+    naming the address, instead of serving nothing in silence; its health
+    endpoints answer at once meanwhile (live, not ready, and why), and it
+    serves once the metastore comes. An address that is not host:port (a
+    PostgreSQL URL) is refused before anything."""
+    from conftest import MetaNode, free_port
 
-    common = ["--listen", f"127.0.0.1:{free_port()}", "--admin-listen", f"127.0.0.1:{free_port()}",
+    admin = f"127.0.0.1:{free_port()}"
+    common = ["--listen", f"127.0.0.1:{free_port()}", "--admin-listen", admin,
               "--data-dir", str(tmp_path), "--object-store", f"file://{tmp_path / 'objects'}"]
     refused = subprocess.run([FLOE, "agent", "--metastore", "postgres://db/floe", *common],
                              capture_output=True, text=True, timeout=30)
     assert refused.returncode != 0 and "is not host:port" in refused.stderr, refused.stderr
 
-    nobody = f"127.0.0.1:{free_port()}"
+    port = free_port()
+    nobody = f"127.0.0.1:{port}"
+    log = tmp_path / "agent.log"
     agent = subprocess.Popen([FLOE, "agent", "--metastore", nobody, *common],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdout=open(log, "w"), stderr=subprocess.STDOUT, text=True)
+    node = None
     try:
         deadline = time.time() + 10
-        said = ""
-        while time.time() < deadline and "does not answer" not in said:
-            said += agent.stdout.readline()
+        while time.time() < deadline and "does not answer" not in log.read_text():
+            time.sleep(0.1)
+        said = log.read_text()
         assert "the metastore does not answer" in said and nobody in said, said
+
+        def probe(path):
+            try:
+                with urllib.request.urlopen(f"http://{admin}{path}", timeout=0.5) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+        live, why = probe("/healthz")
+        assert live == 200 and "starting" in why, why
+        ready, why = probe("/readyz")
+        assert ready == 503 and "metastore" in why, why
+
+        node = MetaNode(tmp_path, 1, port).start()
+        deadline = time.time() + 30
+        while time.time() < deadline and probe("/readyz")[0] != 200:
+            time.sleep(0.2)
+        assert probe("/readyz") == (200, "ready\n"), log.read_text()
+        while time.time() < deadline and "the metastore answers" not in log.read_text():
+            time.sleep(0.2)
+        assert "the metastore answers" in log.read_text()
     finally:
         agent.kill()
         agent.wait()
+        if node:
+            node.stop()
 
 
 def test_the_version_names_the_commit():
@@ -179,3 +209,29 @@ def test_the_version_names_the_commit():
     shown = subprocess.run([FLOE, "--version"], capture_output=True, text=True, timeout=30)
     assert shown.returncode == 0, shown.stderr
     assert re.fullmatch(r"floe \d+\.\d+\.\d+ \(([0-9a-f]{12}|unknown commit)\)\n", shown.stdout), shown.stdout
+
+
+def test_logs_as_json_lines_and_without_colour_off_a_terminal(tmp_path):
+    """`--log-format json` writes one JSON object per line (for a log
+    pipeline); text logs written to a file carry no ANSI colour codes."""
+    from conftest import free_port
+
+    for extra, check in ((["--log-format", "json"], json.loads), ([], None)):
+        log = tmp_path / f"agent{len(extra)}.log"
+        agent = subprocess.Popen(
+            [FLOE, *extra, "agent", "--listen", f"127.0.0.1:{free_port()}",
+             "--admin-listen", f"127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / f"d{len(extra)}")],
+            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 20
+            while time.time() < deadline and "floe agent ready" not in log.read_text():
+                time.sleep(0.1)
+        finally:
+            agent.kill()
+            agent.wait()
+        lines = log.read_text().splitlines()
+        assert any("floe agent ready" in line for line in lines), lines
+        assert not any("\x1b[" in line for line in lines), lines
+        if check:
+            ready = [check(line) for line in lines if "floe agent ready" in line][0]
+            assert ready["level"] == "INFO" and ready["message"] == "floe agent ready", ready

@@ -129,7 +129,7 @@ def test_exactly_once_through_a_load_balancer_across_kill_9(cluster):
     assert plain.flush(60) == 0
     # Behind a balancer one address is every broker: without this, librdkafka
     # re-bootstraps when the victim's connections drop and can then hang in
-    # send_offsets_to_transaction (librdkafka #5511; see the README).
+    # send_offsets_to_transaction (librdkafka #5511; see docs/clients.md).
     retry = {"reconnect.backoff.max.ms": 500, "metadata.recovery.strategy": "none"}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest", **retry})

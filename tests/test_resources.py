@@ -3,7 +3,7 @@
 Thousands of idle connections, clients trickling half frames (slowloris),
 and clients that pipeline Fetch requests and never read the answers, all at
 once, while a real producer and consumer keep working. The agent's peak RSS
-stays under what README's memory paragraph says it needs.
+stays under what the memory paragraph of docs/kafka-compatibility.md says it needs.
 
 Before: 64 pipelined fetches per connection each held their whole response
 (up to 55 MiB) until the client read it, the frame codec reserved whatever

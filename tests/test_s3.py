@@ -144,3 +144,48 @@ def test_check_store_tries_every_call_floe_makes(s3_endpoint, tmp_path):
                  "&path_style=true&retry_timeout=1s&connect_timeout=1s&max_retries=1")
     assert down.returncode != 0
     assert "FAIL" in down.stdout and "checks failed" in down.stderr
+
+
+def test_an_agent_refuses_another_clusters_store(s3_endpoint, tmp_path, metastore):
+    """The metastore and the object store hold the cluster's id: an agent
+    pointed at another prefix of the bucket than its cluster's, or a new
+    metastore over an old cluster's objects, refuses to start in one line
+    (instead of serving records the others cannot read)."""
+    import subprocess
+
+    from conftest import FLOE, Agent, free_port
+
+    def url(prefix):
+        return f"s3://floe-test/{prefix}?endpoint={s3_endpoint}&region=us-east-1&path_style=true"
+
+    ours = Agent(tmp_path / "ours", "--metastore", metastore.address, "--object-store", url("ours"),
+                 env=S3_KEYS)
+    (tmp_path / "ours").mkdir()
+    ours.start()
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and ours.admin("/readyz")[0] != 200:
+            time.sleep(0.1)
+        assert ours.admin("/readyz")[0] == 200, ours.log()
+
+        def start(*args):
+            return subprocess.run(
+                [FLOE, "agent", "--listen", f"127.0.0.1:{free_port()}",
+                 "--admin-listen", f"127.0.0.1:{free_port()}",
+                 "--data-dir", str(tmp_path / f"data-{time.time_ns()}"), *args],
+                capture_output=True, text=True, timeout=60,
+                env={**__import__("os").environ, **S3_KEYS, "FLOE_LOG": "error"})
+
+        elsewhere = start("--metastore", metastore.address, "--object-store", url("elsewhere"))
+        assert elsewhere.returncode != 0
+        lines = elsewhere.stderr.strip().splitlines()
+        assert len(lines) == 1 and "holds no cluster id" in lines[0], elsewhere.stderr
+        assert "s3://floe-test/elsewhere " in lines[0] and "endpoint=" not in lines[0], lines[0]
+
+        # A new embedded metastore (its own data folder) over our objects.
+        stranger = start("--object-store", url("ours"))
+        assert stranger.returncode != 0
+        lines = stranger.stderr.strip().splitlines()
+        assert len(lines) == 1 and "belongs to cluster" in lines[0], stranger.stderr
+    finally:
+        ours.stop()

@@ -1,35 +1,77 @@
 //! The admin HTTP port: `/metrics` (Prometheus), `/healthz`, `/readyz`,
 //! `/client-metrics` (what clients pushed, see `crate::telemetry`), and
 //! cached blocks for the other agents of the zone (`floe_cache::server`).
+//!
+//! It is bound first and answers at once, also while the agent starts (it
+//! may wait long for its metastore): live, not ready, and why.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use tower::ServiceExt;
 
 use crate::broker::Broker;
 use crate::world::{Listening, Stream};
 
-/// Serves the admin port; with `blocks`, cached blocks to the zone's agents too.
-pub async fn serve(
-    listener: Box<dyn Listening>,
-    broker: Arc<Broker>,
-    blocks: bool,
-) -> std::io::Result<()> {
-    let mut app = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready))
-        .route("/client-metrics", get(client_metrics))
-        .with_state(broker.clone());
-    if blocks {
-        app = app.merge(floe_cache::server::routes(broker.cache.clone()));
+/// What the admin port answers with: why the agent is not serving yet,
+/// until [`AdminPort::serving`] hands it the agent's routes.
+#[derive(Default)]
+pub struct AdminPort {
+    routes: OnceLock<Router>,
+    starting: Mutex<String>,
+}
+
+impl AdminPort {
+    /// Says what the starting agent waits for (answered by `/readyz`).
+    pub fn starting(&self, what: impl Into<String>) {
+        *self.starting.lock().expect("admin port") = what.into();
     }
+
+    /// The agent serves: from now on the port answers for `broker`; with
+    /// `blocks`, cached blocks to the zone's agents too.
+    pub fn serving(&self, broker: Arc<Broker>, blocks: bool) {
+        let mut routes = Router::new()
+            .route("/metrics", get(metrics))
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(ready))
+            .route("/client-metrics", get(client_metrics))
+            .with_state(broker.clone());
+        if blocks {
+            routes = routes.merge(floe_cache::server::routes(broker.cache.clone()));
+        }
+        let _ = self.routes.set(routes);
+    }
+}
+
+/// Serves the admin port: see [`AdminPort`].
+pub async fn serve(listener: Box<dyn Listening>, port: Arc<AdminPort>) -> std::io::Result<()> {
+    let app = Router::new().fallback(answer).with_state(port);
     axum::serve(Socket(listener), app).await
+}
+
+async fn answer(State(port): State<Arc<AdminPort>>, request: Request) -> Response {
+    if let Some(routes) = port.routes.get() {
+        return match routes.clone().oneshot(request).await {
+            Ok(answer) => answer,
+            Err(never) => match never {},
+        };
+    }
+    let starting = port.starting.lock().expect("admin port").clone();
+    match request.uri().path() {
+        // Alive: a liveness probe must not restart an agent that waits for
+        // its metastore, which restarting would not bring.
+        "/healthz" => (StatusCode::OK, format!("ok (starting: {starting})\n")).into_response(),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("starting: {starting}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// The admin endpoint's listener, on the agent's network (see

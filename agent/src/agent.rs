@@ -8,12 +8,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe_metastore::Metastore;
+use floe_metastore::{MetaError, Metastore};
 use floe_storage::ObjectStore;
 use tokio::sync::mpsc;
 
 use crate::broker::Broker;
 use crate::cluster::discovery::{self, Discovery};
+use crate::cluster::identity;
 use crate::config::{Config, Role};
 use crate::metrics::Metrics;
 use crate::net::listeners::Listener;
@@ -103,17 +104,26 @@ impl Agent {
             bound[0].0 = listeners[0].clone();
         }
         warn_if_anonymous_is_super(&config, &listeners);
+        // The admin port answers from now on (live, not ready, and why),
+        // however long the metastore takes to answer.
+        let admin_listen = config.admin_listen;
+        let admin = world
+            .network
+            .bind(admin_listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
+        let admin_address = admin.local_addr()?;
+        let admin_port = Arc::new(crate::admin::AdminPort::default());
+        let (failed, failures) = mpsc::channel(4);
+        let accepting = tasks.child();
+        let serving = crate::admin::serve(admin, admin_port.clone());
+        accepting.spawn(report(serving, failed.clone(), "the admin endpoint"));
+        let cluster_id =
+            join_cluster(meta.as_ref(), store.as_ref(), &world, &config, &admin_port).await?;
         if serves_kafka && config.discovery == Discovery::SelfAdvertise {
             let endpoints: Vec<_> = listeners.iter().map(|l| l.endpoint()).collect();
-            config.node_id = discovery::register(meta.as_ref(), &world, endpoints.clone(), config.zone.clone())
-                .await
-                .map_err(|e| match e {
-                    // Nobody answered: no hint about versions, which it is not.
-                    floe_metastore::MetaError::Unavailable { .. } => {
-                        anyhow::anyhow!("registering with the metastore: {e}")
-                    }
-                    _ => anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"),
-                })?;
+            config.node_id =
+                register(meta.as_ref(), &world, &endpoints, &config, &admin_port).await?;
             tasks.spawn(discovery::heartbeat(
                 meta.clone(),
                 world.clone(),
@@ -139,15 +149,18 @@ impl Agent {
                 "an agent with only the jobs role and compaction_interval = 0s does nothing"
             );
         }
-        let admin_listen = config.admin_listen;
-        let admin = world
-            .network
-            .bind(admin_listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
-        let admin_address = admin.local_addr()?;
+        admin_port.starting("loading the agent's state from the metastore");
         let broker = Arc::new(
-            Broker::new(&tasks, world, config, meta.clone(), store.clone(), metrics).await?,
+            Broker::new(
+                &tasks,
+                world,
+                config,
+                cluster_id,
+                meta.clone(),
+                store.clone(),
+                metrics,
+            )
+            .await?,
         );
         start_refreshers(&broker, &tasks);
         let serves_blocks = serves_kafka && start_cache_ring(&broker, admin_address.port(), &tasks);
@@ -157,8 +170,6 @@ impl Agent {
         if broker.config.roles.contains(&Role::Jobs) {
             tasks.spawn(crate::jobs::txn_timeouts::run(broker.clone()));
         }
-        let (failed, failures) = mpsc::channel(4);
-        let accepting = tasks.child();
         let mut kafka = Vec::new();
         // Connection limits hold per listener (as Kafka's
         // listener.name.<name>.max.connections), so a crowd on a public
@@ -173,8 +184,7 @@ impl Agent {
                 crate::server::serve(socket, listener, broker.clone(), tls, open, tasks.clone());
             accepting.spawn(report(serving, failed.clone(), "a Kafka listener"));
         }
-        let serving = crate::admin::serve(admin, broker.clone(), serves_blocks);
-        accepting.spawn(report(serving, failed, "the admin endpoint"));
+        admin_port.serving(broker.clone(), serves_blocks);
         tracing::info!(admin = %admin_address, "admin endpoint ready: /metrics /healthz /readyz");
         Ok(Agent {
             broker,
@@ -312,6 +322,73 @@ fn start_cache_ring(broker: &Arc<Broker>, admin_port: u16, tasks: &Tasks) -> boo
     tasks.spawn(crate::cluster::cache_ring::run(meta, cache, me));
     true
 }
+
+/// Learns the cluster's id from the metastore (claiming a fresh one in a
+/// new cluster) and checks it against the object store's (see
+/// [`identity`]): an agent never serves one cluster's metastore over
+/// another's objects.
+async fn join_cluster(
+    meta: &dyn Metastore,
+    store: &dyn ObjectStore,
+    world: &World,
+    config: &Config,
+    admin: &crate::admin::AdminPort,
+) -> anyhow::Result<String> {
+    admin.starting("checking the cluster's id in the metastore and the object store");
+    // Without its query, which may hold an endpoint's options.
+    let store_name = config.object_store.split('?').next().unwrap_or_default();
+    let id = identity::check(store, store_name, identity::fresh(world), |id, marked| {
+        until_answered(admin, move || meta.claim_cluster_id(id.clone(), marked))
+    })
+    .await
+    .map_err(|e| match e {
+        identity::Mismatch::Metastore(e) => anyhow::anyhow!(
+            "learning the cluster's id from the metastore: {e} (a metastore older than this agent does not know it: upgrade metastore nodes first)"
+        ),
+        mismatch => mismatch.into(),
+    })?;
+    tracing::info!(cluster = %id, "the metastore and the object store agree on the cluster");
+    Ok(id)
+}
+
+/// Registers the agent's listeners; answers its node id.
+async fn register(
+    meta: &dyn Metastore,
+    world: &World,
+    endpoints: &[floe_metastore::agents::ListenerEndpoint],
+    config: &Config,
+    admin: &crate::admin::AdminPort,
+) -> anyhow::Result<i32> {
+    admin.starting("registering with the metastore");
+    until_answered(admin, || {
+        discovery::register(meta, world, endpoints.to_vec(), config.zone.clone())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))
+}
+
+/// Calls the metastore until it answers: a starting agent waits for a
+/// metastore that does not answer (the command line says so meanwhile, and
+/// `/readyz` answers why), as a Kafka broker waits for its controllers.
+async fn until_answered<T, F: Future<Output = Result<T, MetaError>>>(
+    admin: &crate::admin::AdminPort,
+    mut call: impl FnMut() -> F,
+) -> Result<T, MetaError> {
+    loop {
+        match call().await {
+            Err(e @ MetaError::Unavailable { .. }) => {
+                admin.starting(format!("waiting for the metastore: {e}"));
+                tracing::debug!(error = %e, "the metastore did not answer; trying again");
+                tokio::time::sleep(CALL_AGAIN_AFTER).await;
+            }
+            answered => return answered,
+        }
+    }
+}
+
+/// How long a starting agent waits before calling again a metastore that
+/// did not answer.
+const CALL_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs a server, and reports why it stopped.
 async fn report(

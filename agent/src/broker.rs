@@ -33,6 +33,9 @@ const MAX_EXTENT_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// on the agent's tasks, so that stopping the agent stops its work.
 pub struct Broker {
     pub(crate) config: Config,
+    /// The cluster's id (see [`crate::cluster::identity`]), as Metadata
+    /// and DescribeCluster answer it.
+    pub(crate) cluster_id: String,
     /// The clock, ids and network it runs with.
     pub(crate) world: World,
     /// Its Kafka listeners (see [`crate::net::listeners`]); never empty.
@@ -91,6 +94,7 @@ impl Broker {
         tasks: &Tasks,
         world: World,
         config: Config,
+        cluster_id: String,
         meta: Arc<dyn Metastore>,
         store: Arc<dyn ObjectStore>,
         metrics: Arc<Metrics>,
@@ -174,6 +178,7 @@ impl Broker {
         let producer_ids = crate::write::producer_ids::ProducerIds::new(meta.clone());
         Ok(Broker {
             config,
+            cluster_id,
             world,
             listeners,
             meta,

@@ -169,7 +169,8 @@ pub struct Config {
     /// Folder for local state (the embedded metastore's log).
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Where objects go: `file://PATH` or `memory://`.
+    /// Where objects go: `s3://BUCKET[/PREFIX][?OPTIONS]`, `file://PATH` or
+    /// `memory://`; by default the folder `objects` in `data_dir`.
     #[arg(long)]
     pub object_store: String,
     /// The embedded metastore's redb file; defaults to `<data_dir>/metastore.redb`.
@@ -514,7 +515,18 @@ impl Config {
                 merged[key] = value.clone();
             }
         }
-        Ok(serde_json::from_value(merged)?)
+        let mut config: Config = serde_json::from_value(merged)?;
+        config.keep_objects_in_data_dir();
+        Ok(config)
+    }
+
+    /// The default object store is a folder in the data folder, wherever
+    /// that is (not in the working directory's `floe-data`).
+    fn keep_objects_in_data_dir(&mut self) {
+        let default = Config::default();
+        if self.object_store == default.object_store && self.data_dir != default.data_dir {
+            self.object_store = format!("file://{}", self.data_dir.join("objects").display());
+        }
     }
 
     /// The configuration reference (`docs/configuration.md`): each setting's
@@ -923,13 +935,13 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_example_is_a_valid_config() {
-        let readme = include_str!("../../README.md");
-        let example = readme
+    fn the_docs_example_is_a_valid_config() {
+        let page = include_str!("../../docs/configuring.md");
+        let example = page
             .split("```toml\n")
             .nth(1)
             .and_then(|rest| rest.split("```").next())
-            .expect("README has a toml example");
+            .expect("docs/configuring.md has a toml example");
         let c: Config = toml::from_str(example).unwrap();
         crate::agent::check(&c).unwrap();
         assert_eq!(c.zone.as_deref(), Some("eu-west-1a"));

@@ -24,6 +24,23 @@ pub struct ApiLabel {
     pub api: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicLabel {
+    pub topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabel {
+    version: String,
+    commit: String,
+}
+
+/// The most topics counted under their own names; the others' counts go to
+/// [`OTHER_TOPICS`], so that a cluster of many topics cannot grow an
+/// agent's metrics without bound.
+pub const MAX_TOPIC_LABELS: usize = 2_000;
+pub const OTHER_TOPICS: &str = "_other";
+
 /// A process's CPU time so far and the most memory it has had.
 #[derive(Debug, Clone, Copy)]
 pub struct ProcessUse {
@@ -41,7 +58,17 @@ pub struct Metrics {
     flush_bytes: Histogram,
     flush_batches: Histogram,
     /// Requests to a remote metastore, by operation (none when it is in-process).
-    pub metastore_requests: Family<OpLabel, Counter>,
+    metastore_requests: Family<OpLabel, Counter>,
+    /// Their round trips, when answered.
+    metastore_seconds: Family<OpLabel, Histogram>,
+    /// How long the object store took to answer, by operation.
+    object_seconds: Family<OpLabel, Histogram>,
+    /// Per topic: record-batch bytes and records produced, bytes fetched.
+    topic_produced_bytes: Family<TopicLabel, Counter>,
+    topic_produced_records: Family<TopicLabel, Counter>,
+    topic_fetched_bytes: Family<TopicLabel, Counter>,
+    /// The topics counted under their own names (at most [`MAX_TOPIC_LABELS`]).
+    topics_named: std::sync::Mutex<std::collections::HashSet<String>>,
     /// What background passes step over (failed partitions, bad batches).
     pub background: floe_compactor::Counters,
     /// Kafka connections open now.
@@ -155,6 +182,40 @@ impl Metrics {
             "Requests sent to a remote metastore by operation, retries included",
             metastore_requests.clone(),
         );
+        let metastore_seconds = Family::<OpLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.0002, 2.0, 16))) as fn() -> Histogram,
+        );
+        registry.register(
+            "metastore_request_duration_seconds",
+            "Round trips of answered requests to a remote metastore, by operation",
+            metastore_seconds.clone(),
+        );
+        let object_seconds = Family::<OpLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.001, 2.0, 15))) as fn() -> Histogram,
+        );
+        registry.register(
+            "object_store_request_duration_seconds",
+            "How long the object store took to answer, by operation (a GET: until its body begins)",
+            object_seconds.clone(),
+        );
+        let topic_produced_bytes = Family::<TopicLabel, Counter>::default();
+        registry.register(
+            "topic_produced_bytes",
+            "Record-batch bytes produced and committed, by topic (as producers sent them)",
+            topic_produced_bytes.clone(),
+        );
+        let topic_produced_records = Family::<TopicLabel, Counter>::default();
+        registry.register(
+            "topic_produced_records",
+            "Records produced and committed, by topic",
+            topic_produced_records.clone(),
+        );
+        let topic_fetched_bytes = Family::<TopicLabel, Counter>::default();
+        registry.register(
+            "topic_fetched_bytes",
+            "Record-batch bytes answered to Fetch requests, by topic",
+            topic_fetched_bytes.clone(),
+        );
         let connections = Gauge::default();
         registry.register(
             "connections",
@@ -244,6 +305,12 @@ impl Metrics {
             response_budget_free,
             request_budget_free,
             metastore_requests,
+            metastore_seconds,
+            object_seconds,
+            topic_produced_bytes,
+            topic_produced_records,
+            topic_fetched_bytes,
+            topics_named: Default::default(),
             background,
             connections,
             connections_refused,
@@ -260,6 +327,65 @@ impl Metrics {
             request_seconds,
             flush_bytes,
             flush_batches,
+        }
+    }
+
+    /// Reports the build serving (`floe_build_info{version, commit} 1`).
+    pub fn built(mut self, version: &str, commit: &str) -> Self {
+        let info = Family::<BuildLabel, Gauge>::default();
+        info.get_or_create(&BuildLabel {
+            version: version.to_string(),
+            commit: commit.to_string(),
+        })
+        .set(1);
+        self.registry.register(
+            "build_info",
+            "The floe build serving: its version and commit",
+            info,
+        );
+        self
+    }
+
+    /// A request sent to a remote metastore, and its round trip if answered.
+    pub fn metastore_request(&self, op: &'static str, answered: Option<Duration>) {
+        let label = OpLabel { op };
+        self.metastore_requests.get_or_create(&label).inc();
+        if let Some(took) = answered {
+            self.metastore_seconds
+                .get_or_create(&label)
+                .observe(took.as_secs_f64());
+        }
+    }
+
+    /// Bytes and records of `topic` committed for producers.
+    pub fn topic_produced(&self, topic: &str, bytes: u64, records: u64) {
+        let label = self.topic_label(topic);
+        self.topic_produced_bytes
+            .get_or_create(&label)
+            .inc_by(bytes);
+        self.topic_produced_records
+            .get_or_create(&label)
+            .inc_by(records);
+    }
+
+    /// Bytes of `topic` answered to a fetch.
+    pub fn topic_fetched(&self, topic: &str, bytes: u64) {
+        let label = self.topic_label(topic);
+        self.topic_fetched_bytes.get_or_create(&label).inc_by(bytes);
+    }
+
+    fn topic_label(&self, topic: &str) -> TopicLabel {
+        let mut named = self.topics_named.lock().expect("metrics lock poisoned");
+        let topic = if named.contains(topic) {
+            topic
+        } else if named.len() < MAX_TOPIC_LABELS {
+            named.insert(topic.to_string());
+            topic
+        } else {
+            OTHER_TOPICS
+        };
+        TopicLabel {
+            topic: topic.to_string(),
         }
     }
 
@@ -369,6 +495,13 @@ impl Hooks for ObjectStoreMetrics {
     fn after(&self, op: Op, bytes: u64, ok: bool) -> object_store::Result<()> {
         self.0.object(op.name(), bytes, ok);
         Ok(())
+    }
+
+    fn answered(&self, op: Op, took: Duration) {
+        self.0
+            .object_seconds
+            .get_or_create(&OpLabel { op: op.name() })
+            .observe(took.as_secs_f64());
     }
 }
 

@@ -7,7 +7,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use floe_agent::agent::Agent;
 use floe_agent::config::Config;
 use floe_agent::config::Role;
-use floe_agent::metrics::{Metrics, OpLabel, metered};
+use floe_agent::metrics::{Metrics, metered};
 use floe_metastore::{LocalMetastore, Metastore, RemoteMetastore};
 
 // The `floe metastore` subcommand: running a node and changing its group.
@@ -26,6 +26,29 @@ use metastore_cli::{MetastoreArgs, run_metastore};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written: `text` for people (coloured only on a
+    /// terminal), `json` for a log pipeline (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FLOE_LOG_FORMAT")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to standard output, filtered by `FLOE_LOG` (as `RUST_LOG`).
+fn start_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
+        // openraft narrates every election and membership step at info.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stdout().is_terminal()).init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
 }
 
 #[derive(Subcommand)]
@@ -241,14 +264,8 @@ fn limit_malloc_arenas() {
 
 fn main() -> std::process::ExitCode {
     limit_malloc_arenas();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
-                // openraft narrates every election and membership step at info.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
-        )
-        .init();
     let (cli, matches) = parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    start_logging(cli.log_format);
     let settings = subcommand_matches(&matches);
     let result = match cli.command {
         Command::Agent(args) => args.into_config(settings).and_then(run_agent),
@@ -327,7 +344,11 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let metrics = Arc::new(Metrics::new().reading_process(process_use));
+        let metrics = Arc::new(
+            Metrics::new()
+                .reading_process(process_use)
+                .built(env!("CARGO_PKG_VERSION"), env!("FLOE_COMMIT")),
+        );
         let faults: Option<floe_storage::faults::Faults> = config
             .inject_faults
             .as_deref()
@@ -368,12 +389,12 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         let meta_path = config.metastore_path();
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
             Some(address) => {
-                let requests = metrics.metastore_requests.clone();
                 let secret = metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
+                let counted = metrics.clone();
                 let client = RemoteMetastore::new(address)
                     .with_secret(secret)
-                    .with_request_hook(Arc::new(move |op| {
-                        requests.get_or_create(&OpLabel { op }).inc();
+                    .with_request_hook(Arc::new(move |op, answered| {
+                        counted.metastore_request(op, answered);
                     }));
                 let client: Arc<dyn Metastore> = Arc::new(client);
                 tokio::spawn(say_while_unreachable(client.clone(), address.clone()));
@@ -404,12 +425,12 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
 /// agent waits for its metastore and serves nothing meanwhile); once it
 /// answers, says so and stops.
 async fn say_while_unreachable(meta: Arc<dyn Metastore>, addresses: String) {
-    let mut said = false;
+    let mut said: Option<tokio::time::Instant> = None;
     loop {
         let answered = tokio::time::timeout(UNREACHABLE_WITHIN, meta.clock()).await;
         let why = match answered {
             Ok(Ok(_)) => {
-                if said {
+                if said.is_some() {
                     tracing::info!(metastore = %addresses, "the metastore answers");
                 }
                 return;
@@ -417,16 +438,19 @@ async fn say_while_unreachable(meta: Arc<dyn Metastore>, addresses: String) {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {UNREACHABLE_WITHIN:?}"),
         };
-        tracing::warn!(metastore = %addresses, error = %why,
-            "the metastore does not answer; the agent waits for it");
-        said = true;
-        tokio::time::sleep(UNREACHABLE_EVERY).await;
+        if said.is_none_or(|at| at.elapsed() >= UNREACHABLE_EVERY) {
+            tracing::warn!(metastore = %addresses, error = %why,
+                "the metastore does not answer; the agent waits for it");
+            said = Some(tokio::time::Instant::now());
+        }
+        tokio::time::sleep(UNREACHABLE_LOOK_EVERY).await;
     }
 }
 
-/// How long the first look at the metastore waits, and how often an agent
-/// says again that it does not answer.
+/// How long each look at the metastore waits, how often it is looked at,
+/// and how often an agent says again that it does not answer.
 const UNREACHABLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+const UNREACHABLE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 const UNREACHABLE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// This process's CPU time and peak memory, from /proc.
@@ -595,6 +619,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("jobs role"), "{err}");
+    }
+
+    #[test]
+    fn objects_default_to_the_data_folder() {
+        let store = |args: &[&str]| config_of(args).unwrap().object_store;
+        assert_eq!(store(&["floe", "agent"]), "file://./floe-data/objects");
+        assert_eq!(
+            store(&["floe", "agent", "--data-dir", "/var/lib/floe"]),
+            "file:///var/lib/floe/objects"
+        );
+        assert_eq!(
+            store(&[
+                "floe",
+                "agent",
+                "--data-dir",
+                "/d",
+                "--object-store",
+                "memory://"
+            ]),
+            "memory://"
+        );
     }
 
     #[test]

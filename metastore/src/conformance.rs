@@ -546,6 +546,33 @@ async fn a_lease_has_one_holder_at_a_time(m: &dyn Metastore) {
     assert!(lease("agent-b").await.unwrap());
 }
 
+async fn the_cluster_id_is_set_once(m: &dyn Metastore) {
+    let claim = |id: &str, store_marked| m.claim_cluster_id(id.into(), store_marked);
+    let identity = |id: &str, store_marked| crate::contract::ops::ClusterIdentity {
+        id: id.into(),
+        store_marked,
+    };
+    assert!(claim("not an id", false).await.is_err());
+    assert!(claim("", false).await.is_err());
+    assert_eq!(
+        claim("first-Id_1", false).await.unwrap(),
+        identity("first-Id_1", false)
+    );
+    assert_eq!(
+        claim("second", true).await.unwrap(),
+        identity("first-Id_1", false),
+        "a later claim learns the first, and marks no store for another id"
+    );
+    assert_eq!(
+        claim("first-Id_1", true).await.unwrap(),
+        identity("first-Id_1", true)
+    );
+    assert_eq!(
+        claim("third", false).await.unwrap(),
+        identity("first-Id_1", true)
+    );
+}
+
 async fn a_deleted_topics_objects_become_garbage(m: &dyn Metastore) {
     let t = topic(m, "events", 2).await;
     commit(m, "a", vec![batch(&t, 0, 0, 1)]).await;
@@ -766,6 +793,7 @@ macro_rules! conformance_suite {
             a_silent_member_is_expired_by_the_leader,
             objects_it_never_heard_of_are_found,
             a_lease_has_one_holder_at_a_time,
+            the_cluster_id_is_set_once,
             a_deleted_topics_objects_become_garbage,
             compaction_moves_the_oldest_files_out_in_one_swap,
         );)*
@@ -791,6 +819,7 @@ async fn durable_survives_reopen() {
     let path = dir.path().join("meta.redb");
     // A tiny snapshot interval so both the snapshot and the log replay are exercised.
     let m = LocalMetastore::open_with(&path, 3).await.unwrap();
+    m.claim_cluster_id("kept-id".into(), true).await.unwrap();
     let t = topic(&m, "kept", 1).await;
     for n in 0..7 {
         commit(&m, &format!("k{n}"), vec![batch(&t, 0, 0, 2)]).await;
@@ -819,6 +848,14 @@ async fn durable_survives_reopen() {
         }
     };
     assert_eq!(reopened.topics().await.unwrap(), vec![t.clone()]);
+    assert_eq!(
+        reopened
+            .claim_cluster_id("other".into(), false)
+            .await
+            .unwrap()
+            .id,
+        "kept-id"
+    );
     assert_eq!(
         reopened.read_plan(t.id, 0, 0, u64::MAX).await.unwrap(),
         before

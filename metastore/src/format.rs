@@ -50,7 +50,9 @@ use crate::state::State;
 ///    group settings (new commands; trailing group fields).
 /// 12: a transaction's identity, the version at which it began (a trailing
 ///    field of `Txn`).
-pub const FORMAT_VERSION: u8 = 12;
+/// 13: the cluster's id (a trailing field of the state) and the command that
+///    sets it.
+pub const FORMAT_VERSION: u8 = 13;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 4;

@@ -83,6 +83,7 @@ fn variant(command: &Command) -> &'static str {
         Command::RegisterAgentListeners(_) => "register_agent_listeners",
         Command::AllocateProducerIds(_) => "allocate_producer_ids",
         Command::InitTxnProducerChecked(_) => "init_txn_producer_checked",
+        Command::ClaimClusterId(_) => "claim_cluster_id",
     }
 }
 
@@ -571,6 +572,11 @@ fn txn_samples() -> Vec<Command> {
             }],
             not_before_ms: 1_700_000_030_000,
         }),
+        // The cluster's id (format 13).
+        Command::ClaimClusterId(ClaimClusterId {
+            proposed: "MkU3OEVBNTcwNTJENDM2Qk".into(),
+            store_marked: true,
+        }),
     ]
 }
 
@@ -691,11 +697,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 30 commands, one of them with 14 group commands: `variant` is exhaustive,
+    // 31 commands, one of them with 14 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        43,
+        44,
         "a command without a golden sample: {named:?}"
     );
 
@@ -1179,6 +1185,13 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
     requests.push(AllocateProducerIds { count: 1_000 }.into());
     requests.push(crate::quorum::DescribeQuorum.into());
     requests.push(ConfiguredGroups.into());
+    requests.push(
+        ClaimClusterId {
+            proposed: "MkU3OEVBNTcwNTJENDM2Qk".into(),
+            store_marked: false,
+        }
+        .into(),
+    );
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
             producer_id: 7,

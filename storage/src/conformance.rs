@@ -1,7 +1,7 @@
 //! Does an object store do what floe asks of it? Each call floe makes, tried
 //! against a store under a fresh prefix, with the answer floe relies on:
 //! `floe check-store URL` runs it against any S3-compatible server (the
-//! tests run it against moto; the README lists the servers it was run on).
+//! tests run it against moto; docs/run/object-storage.md lists the servers it was run on).
 
 use std::sync::Arc;
 

@@ -54,6 +54,9 @@ pub trait Hooks: Send + Sync + 'static {
     fn after(&self, _op: Op, _bytes: u64, _ok: bool) -> Result<()> {
         Ok(())
     }
+    /// How long the store took to answer a request (a GET: until its body
+    /// begins; listings and bulk deletes are not timed).
+    fn answered(&self, _op: Op, _took: std::time::Duration) {}
     /// After a successful put of `location`, before it is reported done; an
     /// error fails the put (e.g. the object could not be made durable).
     async fn after_put(&self, _location: &Path) -> Result<()> {
@@ -86,7 +89,9 @@ impl<H: Hooks> HookedStore<H> {
         request: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         self.hooks.before(op).await?;
+        let started = tokio::time::Instant::now();
         let result = request.await;
+        self.hooks.answered(op, started.elapsed());
         let moved = result.as_ref().map_or(0, bytes);
         self.hooks.after(op, moved, result.is_ok())?;
         result

@@ -74,7 +74,7 @@ pub async fn describe_cluster(
     };
     DescribeClusterResponse::default()
         .with_endpoint_type(BROKERS)
-        .with_cluster_id(str_bytes("floe"))
+        .with_cluster_id(str_bytes(&broker.cluster_id))
         .with_controller_id(BrokerId(controller))
         .with_brokers(brokers)
         .with_cluster_authorized_operations(operations)

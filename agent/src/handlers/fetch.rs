@@ -79,7 +79,7 @@ pub async fn handle(
         )
         .await;
         if bytes >= min_bytes.max(1) || Instant::now() >= deadline {
-            broker.metrics.fetched_bytes.inc_by(bytes as u64);
+            count_fetched(broker, &wanted, &responses, bytes);
             return (FetchResponse::default().with_responses(responses), held);
         }
         // Commits through any agent, this one's at once (its commits trigger
@@ -87,8 +87,31 @@ pub async fn handle(
         // brings the new extents into the cache the next pass plans from.
         // At the deadline with nothing new, the empty answer just read stands.
         if !broker.watermarks.wait_for_growth(&seen, deadline).await {
-            broker.metrics.fetched_bytes.inc_by(bytes as u64);
+            count_fetched(broker, &wanted, &responses, bytes);
             return (FetchResponse::default().with_responses(responses), held);
+        }
+    }
+}
+
+/// Counts the bytes answered, in all and by topic (responses come in the
+/// order of the topics wanted).
+fn count_fetched(
+    broker: &Broker,
+    wanted: &[Wanted],
+    responses: &[FetchableTopicResponse],
+    bytes: usize,
+) {
+    broker.metrics.fetched_bytes.inc_by(bytes as u64);
+    for (want, response) in wanted.iter().zip(responses) {
+        let Some(topic) = &want.topic else { continue };
+        let bytes: usize = response
+            .partitions
+            .iter()
+            .filter_map(|p| p.records.as_ref())
+            .map(|r| r.len())
+            .sum();
+        if bytes > 0 {
+            broker.metrics.topic_fetched(&topic.name, bytes as u64);
         }
     }
 }

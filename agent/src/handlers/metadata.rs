@@ -89,7 +89,7 @@ pub async fn handle(
     };
     MetadataResponse::default()
         .with_brokers(brokers)
-        .with_cluster_id(Some(str_bytes("floe")))
+        .with_cluster_id(Some(str_bytes(&broker.cluster_id)))
         .with_controller_id(node)
         .with_topics(topics)
         .with_cluster_authorized_operations(cluster_operations)

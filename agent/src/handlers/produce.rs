@@ -351,7 +351,7 @@ async fn admit_partition(
     let partition = format!("{}-{}", topic.name, data.index);
     let record_rules = rules.for_records(&batch, now_ms, record_errors);
     let batch = check_records(batch, record_rules, partition, due).await?;
-    let bytes = batch.len() as u64;
+    let (bytes, records) = (batch.len() as u64, batch.record_count().max(0) as u64);
     // With the produce buffer full (uploads slower than producers), wait
     // for room no longer than the client waits for its answer: the batch
     // is then not enqueued, and the producer retries it.
@@ -368,6 +368,7 @@ async fn admit_partition(
         })?
         .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))?;
     broker.metrics.produced_bytes.inc_by(bytes);
+    broker.metrics.topic_produced(&topic.name, bytes, records);
     Ok((committed, rules.log_append_time.then_some(now_ms)))
 }
 

@@ -142,8 +142,10 @@ pub async fn ingest_files(store: &Arc<dyn ObjectStore>) -> usize {
     listed.len()
 }
 
-/// A store whose PUTs wait while it is held: an agent over it uploads as
-/// slowly as a test wants.
+/// A store whose PUTs of records wait while it is held: an agent over it
+/// uploads as slowly as a test wants. (Other PUTs pass: the cluster id an
+/// agent writes as it starts.) A held PUT has reached the store; its
+/// writer is not told until the gate opens.
 pub struct Gate {
     held: std::sync::atomic::AtomicBool,
     waiting: std::sync::atomic::AtomicUsize,
@@ -201,8 +203,8 @@ struct GateHooks(Arc<Gate>);
 
 #[async_trait::async_trait]
 impl floe_storage::hooked::Hooks for GateHooks {
-    async fn before(&self, op: floe_storage::hooked::Op) -> object_store::Result<()> {
-        if op == floe_storage::hooked::Op::Put {
+    async fn after_put(&self, location: &floe_storage::ObjectPath) -> object_store::Result<()> {
+        if floe_storage::keys::holds_records(location.as_ref()) {
             self.0.pass().await;
         }
         Ok(())

@@ -377,6 +377,10 @@ macro_rules! metastore_ops {
             custom(retry) fn describe_quorum() -> DescribeQuorum: crate::contract::quorum::Quorum { DescribeQuorum }
             /// The groups that have configs set (ListConfigResources).
             read fn configured_groups() -> ConfiguredGroups: Vec<String> { ConfiguredGroups }
+            /// The cluster's id, set by the first claim (see [`ClaimClusterId`]).
+            write(retry) fn claim_cluster_id(proposed: String, store_marked: bool) -> ClaimClusterId: ClusterIdentity {
+                ClaimClusterId { proposed, store_marked }
+            }
         }
     };
 }

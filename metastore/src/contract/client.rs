@@ -45,11 +45,30 @@ pub struct RemoteMetastore {
     idle: Mutex<Vec<(String, Connection)>>,
     retry_for: Duration,
     attempt_timeout: Duration,
-    /// Called once per request sent, with its operation's name (for the
-    /// agent's metrics).
-    on_request: Option<Arc<dyn Fn(&'static str) + Send + Sync>>,
+    /// Called once per request sent, with its operation's name and its
+    /// round trip if it was answered (for the agent's metrics).
+    on_request: Option<RequestHook>,
     /// Proved to every node connected to.
     secret: Option<crate::contract::peer_auth::ClusterSecret>,
+}
+
+/// See [`RemoteMetastore::with_request_hook`].
+pub type RequestHook = Arc<dyn Fn(&'static str, Option<Duration>) + Send + Sync>;
+
+/// One request sent, told to the hook when dropped.
+struct RoundTrip<'a> {
+    hook: Option<&'a RequestHook>,
+    name: &'static str,
+    sent: tokio::time::Instant,
+    answered: Option<Duration>,
+}
+
+impl Drop for RoundTrip<'_> {
+    fn drop(&mut self) {
+        if let Some(hook) = self.hook {
+            hook(self.name, self.answered);
+        }
+    }
 }
 
 impl RemoteMetastore {
@@ -83,8 +102,9 @@ impl RemoteMetastore {
     }
 
     /// Calls `hook` once for every request sent to a node (retries
-    /// included), with the request's name (`"Node"` for a node request).
-    pub fn with_request_hook(mut self, hook: Arc<dyn Fn(&'static str) + Send + Sync>) -> Self {
+    /// included), with the request's name (`"Node"` for a node request) and
+    /// how long the node took to answer (none: it did not).
+    pub fn with_request_hook(mut self, hook: RequestHook) -> Self {
         self.on_request = Some(hook);
         self
     }
@@ -163,14 +183,22 @@ impl RemoteMetastore {
                 conn
             }
         };
-        if let Some(hook) = &self.on_request {
-            hook(name);
-        }
+        // Reported however the attempt ends, its deadline's cancellation included.
+        let mut round_trip = RoundTrip {
+            hook: self.on_request.as_ref(),
+            name,
+            sent: tokio::time::Instant::now(),
+            answered: None,
+        };
         if let Err(e) = conn.send(frame.clone()).await {
             // A pooled connection the server closed fails here; nothing was applied.
             return Err(Attempt::NotSent(e.to_string()));
         }
-        let reply = match conn.next().await {
+        let answer = conn.next().await;
+        if let Some(Ok(_)) = &answer {
+            round_trip.answered = Some(round_trip.sent.elapsed());
+        }
+        let reply = match answer {
             Some(Ok(bytes)) => postcard::from_bytes(&bytes)
                 .map_err(|e| Attempt::Unanswered(format!("an undecodable answer: {e}")))?,
             Some(Err(e)) => return Err(Attempt::Unanswered(e.to_string())),

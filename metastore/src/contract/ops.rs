@@ -301,6 +301,26 @@ pub struct AcquireLease {
     pub ttl_ms: i64,
 }
 
+/// The cluster's id: the one set, or `proposed` if none is (the first
+/// claim sets it for good). Agents check it against the id kept in the
+/// object store, so an agent never serves one cluster's metastore over
+/// another's objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimClusterId {
+    pub proposed: String,
+    /// The object store now holds the id `proposed` (an agent checked):
+    /// recorded when `proposed` is the cluster's id, so that from then on a
+    /// store without it is known to be another store.
+    pub store_marked: bool,
+}
+
+/// The cluster's id, and whether its object store is known to hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterIdentity {
+    pub id: String,
+    pub store_marked: bool,
+}
+
 /// Gives up `holder`'s lease on `job`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseLease {

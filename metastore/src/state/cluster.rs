@@ -5,12 +5,19 @@ use super::*;
 mod agents;
 pub use agents::Agents;
 
-/// The cluster part of the state: registered agents and job leases.
+/// The cluster part of the state: its id, registered agents and job leases.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Cluster {
     pub(super) agents: Agents,
     pub(super) leases: crate::leases::Leases,
+    /// Set once, by the first [`ClaimClusterId`]; never changed.
+    pub(super) id: Option<String>,
+    /// Whether an agent saw the object store hold [`Cluster::id`].
+    pub(super) store_marked: bool,
 }
+
+/// The longest cluster id claimed (Kafka's are 22 characters).
+pub const MAX_CLUSTER_ID_BYTES: usize = 64;
 
 impl State {
     /// Every agent with its age as of `now_ms`, which must be the
@@ -104,6 +111,40 @@ impl Apply for ReleaseLease {
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
         state.cluster.leases.release(&self.job, &self.holder);
         Ok(())
+    }
+}
+
+impl Apply for ClaimClusterId {
+    as_in_contract!();
+    fn apply(self, state: &mut State) -> Result<ClusterIdentity, Refusal> {
+        let cluster = &mut state.cluster;
+        let id = match &cluster.id {
+            Some(id) => id,
+            None => {
+                check_cluster_id(&self.proposed)?;
+                cluster.id.insert(self.proposed.clone())
+            }
+        };
+        if self.store_marked && *id == self.proposed {
+            cluster.store_marked = true;
+        }
+        Ok(ClusterIdentity {
+            id: id.clone(),
+            store_marked: cluster.store_marked,
+        })
+    }
+}
+
+fn check_cluster_id(id: &str) -> Result<(), Refusal> {
+    let fits = (1..=MAX_CLUSTER_ID_BYTES).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    match fits {
+        true => Ok(()),
+        false => Err(Refusal::InvalidConfig(format!(
+            "a cluster id is 1 to {MAX_CLUSTER_ID_BYTES} letters, digits, '-' or '_'"
+        ))),
     }
 }
 

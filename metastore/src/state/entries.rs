@@ -178,6 +178,7 @@ commands! {
     RegisterAgentListeners(RegisterAgentListeners),
     AllocateProducerIds(AllocateProducerIds),
     InitTxnProducerChecked(InitTxnProducerChecked),
+    ClaimClusterId(ClaimClusterId),
 }
 
 /// Commands proposed together in one entry (group commit, see

@@ -1,5 +1,5 @@
 //! How a snapshot lays a [`State`] out: the parts' contents flat, in the
-//! order of format 11 (`crate::format`), each field appended since format 4
+//! order of format 13 (`crate::format`), each field appended since format 4
 //! with a default so older snapshots read. The parts are the memory's
 //! grouping, not the format's: grouping them changed no byte (the golden
 //! snapshot tests hold it to that).
@@ -55,6 +55,12 @@ struct Layout<'a> {
     /// Format 11.
     #[serde(default)]
     producer_id_blocks: bool,
+    /// Format 13.
+    #[serde(default)]
+    cluster_id: Cow<'a, Option<String>>,
+    /// Format 13.
+    #[serde(default)]
+    cluster_store_marked: bool,
 }
 
 impl Serialize for State {
@@ -78,6 +84,8 @@ impl Serialize for State {
             txns: Cow::Borrowed(&self.txns),
             configs: Cow::Borrowed(&self.configs),
             producer_id_blocks: self.producers.blocks,
+            cluster_id: Cow::Borrowed(&self.cluster.id),
+            cluster_store_marked: self.cluster.store_marked,
         }
         .serialize(to)
     }
@@ -114,6 +122,8 @@ impl<'de> Deserialize<'de> for State {
             cluster: Cluster {
                 agents: read.agents.into_owned(),
                 leases: read.leases.into_owned(),
+                id: read.cluster_id.into_owned(),
+                store_marked: read.cluster_store_marked,
             },
             clock_ms: read.clock_ms,
             next_expiry_ms: read.next_expiry_ms,

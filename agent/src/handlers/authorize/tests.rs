@@ -130,6 +130,7 @@ async fn broker(acls: &[Acl]) -> Broker {
         &crate::tasks::Tasks::default(),
         crate::world::World::default(),
         config,
+        "test-cluster".into(),
         meta,
         store,
         metrics,

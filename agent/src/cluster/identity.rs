@@ -1,0 +1,201 @@
+//! The cluster's id, kept in two places that must agree: the metastore
+//! (set once, by the first agent that claims one) and the object store (a
+//! small object at its root, [`MARKER`]). An agent pointed at another
+//! cluster's bucket or prefix, or at a metastore started afresh over an old
+//! bucket, would otherwise serve without complaint: records written through
+//! it unreadable through the others, and garbage collection deciding about
+//! objects its metastore never heard of. So a mismatch refuses to start, in
+//! one line.
+
+use floe_metastore::MetaError;
+use floe_metastore::contract::ops::ClusterIdentity;
+use floe_storage::{ObjectPath, ObjectStore};
+use object_store::ObjectStoreExt;
+
+use crate::world::World;
+
+/// The object at the store's root (under its prefix) naming the cluster.
+/// Outside every prefix garbage collection lists, so it is never swept.
+pub const MARKER: &str = "cluster-id";
+
+/// Why an agent cannot serve this metastore over this object store.
+#[derive(Debug, thiserror::Error)]
+pub enum Mismatch {
+    #[error(
+        "the object store {store} belongs to cluster {stored}, but the metastore is cluster {claimed}: \
+         an agent serves only the object store its cluster was created with (check --object-store and --metastore)"
+    )]
+    OtherCluster {
+        store: String,
+        stored: String,
+        claimed: String,
+    },
+    #[error(
+        "the object store {store} holds no cluster id, but cluster {claimed}'s store does: \
+         this is another bucket or prefix (check --object-store)"
+    )]
+    OtherStore { store: String, claimed: String },
+    #[error("the object store {store} holds a {MARKER} that is not a cluster id: {why}")]
+    Unreadable { store: String, why: String },
+    #[error("reading or writing {MARKER} in the object store {store}: {why}")]
+    Store { store: String, why: String },
+    #[error("learning the cluster's id from the metastore: {0}")]
+    Metastore(#[from] MetaError),
+}
+
+/// A fresh cluster id as Kafka draws them: a UUID in URL-safe base64,
+/// 22 characters.
+pub fn fresh(world: &World) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(world.ids.next_id().as_bytes())
+}
+
+/// Checks the store's [`MARKER`] against the metastore's cluster id,
+/// claiming one with `claim` (called with the id to propose, and whether
+/// the store is now seen to hold it). A store without the marker gets it
+/// when the metastore has not yet recorded marking one (a new cluster, or
+/// one created before cluster ids); once recorded, a store without it is
+/// another store. `store_name` names the store in errors.
+pub async fn check<F, C>(
+    store: &dyn ObjectStore,
+    store_name: &str,
+    proposed: String,
+    mut claim: C,
+) -> Result<String, Mismatch>
+where
+    F: std::future::Future<Output = Result<ClusterIdentity, MetaError>>,
+    C: FnMut(String, bool) -> F,
+{
+    let cluster = claim(proposed, false).await?;
+    let marker = ObjectPath::from(MARKER);
+    let failed = |e: object_store::Error| Mismatch::Store {
+        store: store_name.to_string(),
+        why: e.to_string(),
+    };
+    let stored = match read(store, &marker).await {
+        Ok(stored) => stored,
+        Err(object_store::Error::NotFound { .. }) if cluster.store_marked => {
+            return Err(Mismatch::OtherStore {
+                store: store_name.to_string(),
+                claimed: cluster.id,
+            });
+        }
+        Err(object_store::Error::NotFound { .. }) => {
+            // Two new clusters racing over one empty bucket: the later PUT
+            // wins, and the read below refuses the earlier's agent.
+            store
+                .put(&marker, cluster.id.as_bytes().to_vec().into())
+                .await
+                .map_err(failed)?;
+            read(store, &marker).await.map_err(failed)?
+        }
+        Err(e) => return Err(failed(e)),
+    };
+    let stored = std::str::from_utf8(&stored)
+        .map_err(|e| Mismatch::Unreadable {
+            store: store_name.to_string(),
+            why: e.to_string(),
+        })?
+        .trim();
+    if stored != cluster.id {
+        return Err(Mismatch::OtherCluster {
+            store: store_name.to_string(),
+            stored: stored.to_string(),
+            claimed: cluster.id,
+        });
+    }
+    if !cluster.store_marked {
+        claim(cluster.id.clone(), true).await?;
+    }
+    Ok(cluster.id)
+}
+
+/// The marker's bytes: a few dozen, never more than [`MARKER_MOST_BYTES`]
+/// read.
+async fn read(
+    store: &dyn ObjectStore,
+    marker: &ObjectPath,
+) -> Result<bytes::Bytes, object_store::Error> {
+    let options = object_store::GetOptions {
+        range: Some(object_store::GetRange::Bounded(0..MARKER_MOST_BYTES)),
+        ..Default::default()
+    };
+    store.get_opts(marker, options).await?.bytes().await
+}
+
+/// More than any cluster id (see `floe_metastore`'s `MAX_CLUSTER_ID_BYTES`).
+const MARKER_MOST_BYTES: u64 = 128;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use floe_metastore::{LocalMetastore, Metastore};
+
+    use super::*;
+
+    fn store() -> Arc<dyn ObjectStore> {
+        Arc::new(object_store::memory::InMemory::new())
+    }
+
+    async fn check_with(
+        meta: &dyn Metastore,
+        store: &dyn ObjectStore,
+        proposed: &str,
+    ) -> Result<String, Mismatch> {
+        check(store, "mem://x", proposed.into(), |id, marked| {
+            meta.claim_cluster_id(id, marked)
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn the_first_agent_marks_the_store_and_the_next_agree() {
+        let (meta, store) = (LocalMetastore::in_memory().await.unwrap(), store());
+        assert_eq!(check_with(&meta, &*store, "a").await.unwrap(), "a");
+        assert_eq!(check_with(&meta, &*store, "b").await.unwrap(), "a");
+        let marker = store.get(&ObjectPath::from(MARKER)).await.unwrap();
+        assert_eq!(&marker.bytes().await.unwrap()[..], b"a");
+    }
+
+    #[tokio::test]
+    async fn another_clusters_store_is_refused_in_one_line() {
+        let (ours, theirs, store) = (
+            LocalMetastore::in_memory().await.unwrap(),
+            LocalMetastore::in_memory().await.unwrap(),
+            store(),
+        );
+        check_with(&ours, &*store, "ours").await.unwrap();
+        let refused = check_with(&theirs, &*store, "theirs")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("belongs to cluster ours")
+                && refused.contains("the metastore is cluster theirs")
+                && !refused.contains('\n'),
+            "{refused}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_empty_store_of_a_marked_cluster_is_another_store() {
+        let meta = LocalMetastore::in_memory().await.unwrap();
+        check_with(&meta, &*store(), "ours").await.unwrap();
+        let refused = check_with(&meta, &*store(), "ours")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("holds no cluster id"), "{refused}");
+    }
+
+    #[test]
+    fn fresh_ids_look_like_kafkas() {
+        let id = fresh(&World::default());
+        assert_eq!(id.len(), 22);
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
+    }
+}
