@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything the tests need, from the package registries only, then
-# runs the whole suite: formatting, lints, unit and property tests, and the
-# integration tests with real Kafka clients (kcat, kafka-python,
-# confluent-kafka, kafkajs) against real `floe agent` processes, on a local
-# folder and on a local S3-compatible server, alone and as a cluster behind
-# HAProxy.
+# runs the whole suite: formatting, lints, unit, property and simulation
+# tests, and the integration tests with real Kafka clients (kcat,
+# kafka-python, confluent-kafka, kafkajs) against real `floe agent`
+# processes, on a local folder and on a local S3-compatible server, alone
+# and as clusters behind HAProxy; the container image, the deployment files
+# (compose, Kubernetes, systemd) run as written, and the docs book.
 #
 #   ./scripts/test.sh
 set -euo pipefail
@@ -14,10 +15,15 @@ step() { printf '\n==> %s\n' "$*"; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-step "system packages (kcat, haproxy)"
-if ! command -v kcat >/dev/null || ! command -v haproxy >/dev/null; then
+step "system packages (kcat, haproxy, buildah and podman, systemd-analyze)"
+# buildah builds the container image in its test and podman exports it
+# (no container runs: the test runs the image's filesystem with chroot).
+if ! command -v kcat >/dev/null || ! command -v haproxy >/dev/null \
+    || ! command -v buildah >/dev/null || ! command -v podman >/dev/null \
+    || ! command -v systemd-analyze >/dev/null; then
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat haproxy
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    kcat haproxy buildah podman systemd
 fi
 
 step "python clients"
@@ -25,6 +31,11 @@ python3 -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 
 step "local S3-compatible server (moto)"
 ./localstack/install.sh
+
+step "docs tools (mdBook)"
+if ! command -v mdbook >/dev/null && [ ! -x "$HOME/.cargo/bin/mdbook" ]; then
+  cargo install --locked --quiet mdbook --version 0.5.4 --no-default-features --features search
+fi
 
 step "node clients"
 (cd tests/node && npm install --no-audit --no-fund --silent)
