@@ -1,9 +1,17 @@
-//! Stamps the build with the commit it was built from, for `floe --version`
-//! ("unknown commit" outside a git checkout).
+//! Stamps the build with the commit it was built from, for `floe --version`:
+//! `FLOE_COMMIT` if set, else git's ("unknown commit" outside a checkout).
 
 use std::process::Command;
 
 fn main() {
+    // Given (an image built without the .git folder passes it in).
+    println!("cargo:rerun-if-env-changed=FLOE_COMMIT");
+    if let Ok(commit) = std::env::var("FLOE_COMMIT")
+        && !commit.trim().is_empty()
+    {
+        println!("cargo:rustc-env=FLOE_COMMIT={}", commit.trim());
+        return;
+    }
     let commit = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()

@@ -18,15 +18,24 @@ use tower::ServiceExt;
 use crate::broker::Broker;
 use crate::world::{Listening, Stream};
 
-/// What the admin port answers with: why the agent is not serving yet,
-/// until [`AdminPort::serving`] hands it the agent's routes.
-#[derive(Default)]
+/// What the admin port answers with: why the agent is not serving yet
+/// (and its metrics so far), until [`AdminPort::serving`] hands it the
+/// agent's routes.
 pub struct AdminPort {
     routes: OnceLock<Router>,
     starting: Mutex<String>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl AdminPort {
+    pub fn new(metrics: Arc<crate::metrics::Metrics>) -> AdminPort {
+        AdminPort {
+            routes: OnceLock::new(),
+            starting: Mutex::new("starting".into()),
+            metrics,
+        }
+    }
+
     /// Says what the starting agent waits for (answered by `/readyz`).
     pub fn starting(&self, what: impl Into<String>) {
         *self.starting.lock().expect("admin port") = what.into();
@@ -66,6 +75,10 @@ async fn answer(State(port): State<Arc<AdminPort>>, request: Request) -> Respons
         // Alive: a liveness probe must not restart an agent that waits for
         // its metastore, which restarting would not bring.
         "/healthz" => (StatusCode::OK, format!("ok (starting: {starting})\n")).into_response(),
+        // What it counted so far (its metastore requests, above all).
+        "/metrics" => {
+            ([(header::CONTENT_TYPE, OPENMETRICS)], port.metrics.render()).into_response()
+        }
         _ => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("starting: {starting}\n"),
@@ -107,14 +120,16 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
     m.request_budget_free
         .set(broker.requests.available() as i64);
     m.read_cache(&broker.cache);
+    let heard = broker.batcher.metastore_contact().heard_ago;
+    m.metastore_heard_seconds
+        .set(heard.map_or(-1.0, |ago| ago.as_secs_f64()));
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, OPENMETRICS)],
         broker.metrics.render(),
     )
 }
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What clients pushed (KIP-714; see [`crate::telemetry`]).
 async fn client_metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {

@@ -113,7 +113,7 @@ impl Agent {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {admin_listen} (admin): {e}"))?;
         let admin_address = admin.local_addr()?;
-        let admin_port = Arc::new(crate::admin::AdminPort::default());
+        let admin_port = Arc::new(crate::admin::AdminPort::new(metrics.clone()));
         let (failed, failures) = mpsc::channel(4);
         let accepting = tasks.child();
         let serving = crate::admin::serve(admin, admin_port.clone());
@@ -335,18 +335,19 @@ async fn join_cluster(
     admin: &crate::admin::AdminPort,
 ) -> anyhow::Result<String> {
     admin.starting("checking the cluster's id in the metastore and the object store");
+    let claim = |id: String, marked| {
+        until_answered(admin, "claim_cluster_id", move || {
+            meta.claim_cluster_id(id.clone(), marked)
+        })
+    };
+    // A memory store starts empty each time: there is nothing to check it
+    // against (and a metastore on disk would refuse it from its second run).
+    if config.object_store.starts_with("memory://") {
+        return Ok(claim(identity::fresh(world), false).await?.id);
+    }
     // Without its query, which may hold an endpoint's options.
     let store_name = config.object_store.split('?').next().unwrap_or_default();
-    let id = identity::check(store, store_name, identity::fresh(world), |id, marked| {
-        until_answered(admin, move || meta.claim_cluster_id(id.clone(), marked))
-    })
-    .await
-    .map_err(|e| match e {
-        identity::Mismatch::Metastore(e) => anyhow::anyhow!(
-            "learning the cluster's id from the metastore: {e} (a metastore older than this agent does not know it: upgrade metastore nodes first)"
-        ),
-        mismatch => mismatch.into(),
-    })?;
+    let id = identity::check(store, store_name, identity::fresh(world), claim).await?;
     tracing::info!(cluster = %id, "the metastore and the object store agree on the cluster");
     Ok(id)
 }
@@ -360,31 +361,46 @@ async fn register(
     admin: &crate::admin::AdminPort,
 ) -> anyhow::Result<i32> {
     admin.starting("registering with the metastore");
-    until_answered(admin, || {
+    until_answered(admin, "register_agent_listeners", || {
         discovery::register(meta, world, endpoints.to_vec(), config.zone.clone())
     })
     .await
-    .map_err(|e| anyhow::anyhow!("registering with the metastore: {e} (a metastore older than this agent refuses its listeners: upgrade metastore nodes first)"))
+    .map_err(|e| anyhow::anyhow!("registering with the metastore: {e}"))
 }
 
 /// Calls the metastore until it answers: a starting agent waits for a
 /// metastore that does not answer (the command line says so meanwhile, and
 /// `/readyz` answers why), as a Kafka broker waits for its controllers.
+/// Says so every [`SAY_WAITING_EVERY`]: the command line's own look at the
+/// metastore stops once it answers its clock, and a metastore older than
+/// the agent answers that yet closes the connection on a request it does
+/// not know, which the client reports as unavailable too.
 async fn until_answered<T, F: Future<Output = Result<T, MetaError>>>(
     admin: &crate::admin::AdminPort,
+    what: &str,
     mut call: impl FnMut() -> F,
 ) -> Result<T, MetaError> {
+    let started = tokio::time::Instant::now();
+    let mut said = Duration::ZERO;
     loop {
         match call().await {
             Err(e @ MetaError::Unavailable { .. }) => {
                 admin.starting(format!("waiting for the metastore: {e}"));
-                tracing::debug!(error = %e, "the metastore did not answer; trying again");
+                let waited = started.elapsed();
+                if waited >= said + SAY_WAITING_EVERY {
+                    said = waited;
+                    tracing::warn!(call = what, waited = ?Duration::from_secs(waited.as_secs()), error = %e,
+                        "the metastore does not answer this agent's call; waiting (a metastore older than the agent closes the connection on calls it does not know: upgrade metastore nodes first)");
+                }
                 tokio::time::sleep(CALL_AGAIN_AFTER).await;
             }
             answered => return answered,
         }
     }
 }
+
+/// How often a starting agent says it still waits for its metastore.
+const SAY_WAITING_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a starting agent waits before calling again a metastore that
 /// did not answer.

@@ -503,6 +503,17 @@ impl Config {
             Some(path) => Config::load(path)?,
             None => Config::default(),
         };
+        let store_in_file = match file {
+            Some(path) => std::fs::read_to_string(path)?
+                .parse::<toml::Table>()
+                .is_ok_and(|t| t.contains_key("object_store")),
+            None => false,
+        };
+        let store_given = store_in_file
+            || matches!(
+                matches.value_source("object_store"),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            );
         let given = serde_json::to_value(given)?;
         let mut merged = serde_json::to_value(base)?;
         for id in matches.ids() {
@@ -516,17 +527,12 @@ impl Config {
             }
         }
         let mut config: Config = serde_json::from_value(merged)?;
-        config.keep_objects_in_data_dir();
-        Ok(config)
-    }
-
-    /// The default object store is a folder in the data folder, wherever
-    /// that is (not in the working directory's `floe-data`).
-    fn keep_objects_in_data_dir(&mut self) {
-        let default = Config::default();
-        if self.object_store == default.object_store && self.data_dir != default.data_dir {
-            self.object_store = format!("file://{}", self.data_dir.join("objects").display());
+        // Unless given, the object store is a folder in the data folder,
+        // wherever that is (not in the working directory's `floe-data`).
+        if !store_given {
+            config.object_store = format!("file://{}", config.data_dir.join("objects").display());
         }
+        Ok(config)
     }
 
     /// The configuration reference (`docs/configuration.md`): each setting's

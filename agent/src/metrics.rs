@@ -35,11 +35,21 @@ struct BuildLabel {
     commit: String,
 }
 
-/// The most topics counted under their own names; the others' counts go to
+/// The most topics counted under their own names (the first an agent
+/// sees; names are kept until it restarts); the others' counts go to
 /// [`OTHER_TOPICS`], so that a cluster of many topics cannot grow an
 /// agent's metrics without bound.
 pub const MAX_TOPIC_LABELS: usize = 2_000;
-pub const OTHER_TOPICS: &str = "_other";
+/// Not a legal topic name (Kafka allows letters, digits, `.`, `_`, `-`).
+pub const OTHER_TOPICS: &str = "<other>";
+
+/// One topic's counters, looked up once and then shared.
+#[derive(Clone)]
+struct TopicCounters {
+    produced_bytes: Counter,
+    produced_records: Counter,
+    fetched_bytes: Counter,
+}
 
 /// A process's CPU time so far and the most memory it has had.
 #[derive(Debug, Clone, Copy)]
@@ -67,8 +77,9 @@ pub struct Metrics {
     topic_produced_bytes: Family<TopicLabel, Counter>,
     topic_produced_records: Family<TopicLabel, Counter>,
     topic_fetched_bytes: Family<TopicLabel, Counter>,
-    /// The topics counted under their own names (at most [`MAX_TOPIC_LABELS`]).
-    topics_named: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The counters of each topic counted under its own name (at most
+    /// [`MAX_TOPIC_LABELS`]), read-mostly: a batch takes a read lock.
+    topics_named: std::sync::RwLock<std::collections::HashMap<String, TopicCounters>>,
     /// What background passes step over (failed partitions, bad batches).
     pub background: floe_compactor::Counters,
     /// Kafka connections open now.
@@ -100,6 +111,9 @@ pub struct Metrics {
     /// Faults injected in S3's HTTP exchanges (`--inject-faults`, tests only).
     pub injected_faults: Arc<floe_storage::http_faults::Injected>,
     injected_faults_seen: Family<OpLabel, Counter>,
+    /// Seconds since the metastore last answered, -1 if not since the agent
+    /// started (set when scraped; /readyz fails past 15 s).
+    pub metastore_heard_seconds: Gauge<f64, AtomicU64>,
     /// Bytes of the response and request budgets not taken (set when scraped).
     pub response_budget_free: Gauge,
     pub request_budget_free: Gauge,
@@ -246,6 +260,13 @@ impl Metrics {
             "SASL sessions renewed on their connection (KIP-368)",
             reauthentications.clone(),
         );
+        let metastore_heard_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "metastore_last_heard_seconds",
+            "Seconds since the metastore last answered this agent (-1: not since it started); \
+             the agent is not ready past 15",
+            metastore_heard_seconds.clone(),
+        );
         let response_budget_free = Gauge::default();
         registry.register(
             "response_budget_free_bytes",
@@ -302,6 +323,7 @@ impl Metrics {
             injected_faults_seen,
             cache_blocks,
             cache_ring_members,
+            metastore_heard_seconds,
             response_budget_free,
             request_budget_free,
             metastore_requests,
@@ -359,34 +381,40 @@ impl Metrics {
 
     /// Bytes and records of `topic` committed for producers.
     pub fn topic_produced(&self, topic: &str, bytes: u64, records: u64) {
-        let label = self.topic_label(topic);
-        self.topic_produced_bytes
-            .get_or_create(&label)
-            .inc_by(bytes);
-        self.topic_produced_records
-            .get_or_create(&label)
-            .inc_by(records);
+        let counters = self.topic_counters(topic);
+        counters.produced_bytes.inc_by(bytes);
+        counters.produced_records.inc_by(records);
     }
 
     /// Bytes of `topic` answered to a fetch.
     pub fn topic_fetched(&self, topic: &str, bytes: u64) {
-        let label = self.topic_label(topic);
-        self.topic_fetched_bytes.get_or_create(&label).inc_by(bytes);
+        self.topic_counters(topic).fetched_bytes.inc_by(bytes);
     }
 
-    fn topic_label(&self, topic: &str) -> TopicLabel {
-        let mut named = self.topics_named.lock().expect("metrics lock poisoned");
-        let topic = if named.contains(topic) {
-            topic
-        } else if named.len() < MAX_TOPIC_LABELS {
-            named.insert(topic.to_string());
-            topic
-        } else {
-            OTHER_TOPICS
-        };
-        TopicLabel {
-            topic: topic.to_string(),
+    fn topic_counters(&self, topic: &str) -> TopicCounters {
+        let named = &self.topics_named;
+        if let Some(counters) = named.read().expect("metrics lock poisoned").get(topic) {
+            return counters.clone();
         }
+        let mut named = named.write().expect("metrics lock poisoned");
+        if let Some(counters) = named.get(topic) {
+            return counters.clone();
+        }
+        let label = TopicLabel {
+            topic: match named.len() < MAX_TOPIC_LABELS {
+                true => topic.to_string(),
+                false => OTHER_TOPICS.to_string(),
+            },
+        };
+        let counters = TopicCounters {
+            produced_bytes: self.topic_produced_bytes.get_or_create(&label).clone(),
+            produced_records: self.topic_produced_records.get_or_create(&label).clone(),
+            fetched_bytes: self.topic_fetched_bytes.get_or_create(&label).clone(),
+        };
+        if label.topic != OTHER_TOPICS {
+            named.insert(topic.to_string(), counters.clone());
+        }
+        counters
     }
 
     pub fn request(&self, api: &str, took: Duration) {
@@ -510,4 +538,26 @@ pub type MeteredStore = HookedStore<ObjectStoreMetrics>;
 
 pub fn metered(inner: Arc<dyn ObjectStore>, metrics: Arc<Metrics>) -> MeteredStore {
     HookedStore::new(inner, ObjectStoreMetrics(metrics))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_past_the_limit_are_counted_together() {
+        let metrics = Metrics::new();
+        for n in 0..MAX_TOPIC_LABELS + 3 {
+            metrics.topic_produced(&format!("t{n}"), 10, 1);
+        }
+        metrics.topic_produced("t0", 5, 2);
+        let text = metrics.render();
+        assert!(
+            text.contains("floe_topic_produced_bytes_total{topic=\"t0\"} 15\n"),
+            "{text}"
+        );
+        assert!(text.contains("floe_topic_produced_records_total{topic=\"<other>\"} 3\n"));
+        let named = text.matches("floe_topic_produced_bytes_total{").count();
+        assert_eq!(named, MAX_TOPIC_LABELS + 1);
+    }
 }

@@ -551,6 +551,7 @@ async fn the_cluster_id_is_set_once(m: &dyn Metastore) {
     let identity = |id: &str, store_marked| crate::contract::ops::ClusterIdentity {
         id: id.into(),
         store_marked,
+        known_object: None,
     };
     assert!(claim("not an id", false).await.is_err());
     assert!(claim("", false).await.is_err());
@@ -570,7 +571,11 @@ async fn the_cluster_id_is_set_once(m: &dyn Metastore) {
     assert_eq!(
         claim("third", false).await.unwrap(),
         identity("first-Id_1", true)
-    );
+    ); // Once it knows objects, it names one, for agents to look for.
+    let t = topic(m, "events", 1).await;
+    commit(m, "ingest/a", vec![batch(&t, 0, 0, 1)]).await;
+    let known = claim("first-Id_1", false).await.unwrap().known_object;
+    assert_eq!(known.as_deref(), Some("ingest/a"));
 }
 
 async fn a_deleted_topics_objects_become_garbage(m: &dyn Metastore) {

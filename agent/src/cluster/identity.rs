@@ -31,10 +31,19 @@ pub enum Mismatch {
         claimed: String,
     },
     #[error(
-        "the object store {store} holds no cluster id, but cluster {claimed}'s store does: \
-         this is another bucket or prefix (check --object-store)"
+        "the object store {store} holds no cluster id, but cluster {claimed}'s store does: this is another \
+         bucket or prefix (check --object-store), or its {MARKER} object was deleted (then write {claimed} to it)"
     )]
     OtherStore { store: String, claimed: String },
+    #[error(
+        "the object store {store} holds none of cluster {claimed}'s objects ({known} is missing): \
+         this is another bucket, prefix or folder (check --object-store and --data-dir)"
+    )]
+    NotOurs {
+        store: String,
+        claimed: String,
+        known: String,
+    },
     #[error("the object store {store} holds a {MARKER} that is not a cluster id: {why}")]
     Unreadable { store: String, why: String },
     #[error("reading or writing {MARKER} in the object store {store}: {why}")]
@@ -53,9 +62,12 @@ pub fn fresh(world: &World) -> String {
 /// Checks the store's [`MARKER`] against the metastore's cluster id,
 /// claiming one with `claim` (called with the id to propose, and whether
 /// the store is now seen to hold it). A store without the marker gets it
-/// when the metastore has not yet recorded marking one (a new cluster, or
-/// one created before cluster ids); once recorded, a store without it is
-/// another store. `store_name` names the store in errors.
+/// only while the metastore has not recorded marking one (a new cluster,
+/// or one created before cluster ids), and only if it holds an object the
+/// metastore knows of (when it knows any); once recorded, a store without
+/// it is another store. The marker is created only if absent, so of two
+/// clusters racing over one empty store, one wins and the other is
+/// refused. `store_name` names the store in errors.
 pub async fn check<F, C>(
     store: &dyn ObjectStore,
     store_name: &str,
@@ -74,19 +86,27 @@ where
     };
     let stored = match read(store, &marker).await {
         Ok(stored) => stored,
-        Err(object_store::Error::NotFound { .. }) if cluster.store_marked => {
-            return Err(Mismatch::OtherStore {
-                store: store_name.to_string(),
-                claimed: cluster.id,
-            });
-        }
         Err(object_store::Error::NotFound { .. }) => {
-            // Two new clusters racing over one empty bucket: the later PUT
-            // wins, and the read below refuses the earlier's agent.
-            store
-                .put(&marker, cluster.id.as_bytes().to_vec().into())
-                .await
-                .map_err(failed)?;
+            if cluster.store_marked {
+                return Err(Mismatch::OtherStore {
+                    store: store_name.to_string(),
+                    claimed: cluster.id,
+                });
+            }
+            if let Some(known) = &cluster.known_object {
+                match store.head(&ObjectPath::from(known.as_str())).await {
+                    Ok(_) => {}
+                    Err(object_store::Error::NotFound { .. }) => {
+                        return Err(Mismatch::NotOurs {
+                            store: store_name.to_string(),
+                            claimed: cluster.id,
+                            known: known.clone(),
+                        });
+                    }
+                    Err(e) => return Err(failed(e)),
+                }
+            }
+            create(store, &marker, &cluster.id).await.map_err(failed)?;
             read(store, &marker).await.map_err(failed)?
         }
         Err(e) => return Err(failed(e)),
@@ -108,6 +128,29 @@ where
         claim(cluster.id.clone(), true).await?;
     }
     Ok(cluster.id)
+}
+
+/// Writes the marker if no marker exists (S3's `If-None-Match: *`); one
+/// written meanwhile by another agent is left as it is, and read next. A
+/// store without conditional writes gets a plain PUT: two clusters racing
+/// over one empty store are then told apart only by the read that follows.
+async fn create(
+    store: &dyn ObjectStore,
+    marker: &ObjectPath,
+    id: &str,
+) -> object_store::Result<()> {
+    let payload = id.as_bytes().to_vec();
+    let options = object_store::PutOptions::from(object_store::PutMode::Create);
+    match store
+        .put_opts(marker, payload.clone().into(), options)
+        .await
+    {
+        Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+        Err(object_store::Error::NotImplemented { .. }) => {
+            store.put(marker, payload.into()).await.map(|_| ())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The marker's bytes: a few dozen, never more than [`MARKER_MOST_BYTES`]
@@ -176,6 +219,63 @@ mod tests {
                 && !refused.contains('\n'),
             "{refused}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_store_without_the_metastores_objects_is_not_marked() {
+        let meta = LocalMetastore::in_memory().await.unwrap();
+        let topic = meta
+            .create_topic(floe_metastore::NewTopic {
+                name: "t".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let (ours, elsewhere) = (store(), store());
+        ours.put(&ObjectPath::from("ingest/00/a"), b"x".to_vec().into())
+            .await
+            .unwrap();
+        let batch = floe_metastore::CommitBatch {
+            topic_id: topic.id,
+            partition: 0,
+            position: 0,
+            length: 1,
+            record_count: 1,
+            max_timestamp: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        };
+        let committed = meta
+            .commit(floe_metastore::Commit {
+                object_key: "ingest/00/a".into(),
+                object_size: 1,
+                batches: vec![batch],
+                not_before_ms: meta.clock().await.unwrap(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(committed, vec![Ok(0)]);
+        // An upgrade pointed at another folder: refused, nothing marked.
+        let refused = check_with(&meta, &*elsewhere, "ours").await.unwrap_err();
+        assert!(
+            refused.to_string().contains("ingest/00/a is missing"),
+            "{refused}"
+        );
+        assert_eq!(check_with(&meta, &*ours, "ours").await.unwrap(), "ours");
+    }
+
+    #[tokio::test]
+    async fn two_clusters_racing_over_one_store_are_not_both_taken() {
+        let (a, b, store) = (
+            LocalMetastore::in_memory().await.unwrap(),
+            LocalMetastore::in_memory().await.unwrap(),
+            store(),
+        );
+        let (first, second) =
+            tokio::join!(check_with(&a, &*store, "a"), check_with(&b, &*store, "b"));
+        assert!(first.is_ok() != second.is_ok(), "{first:?} {second:?}");
     }
 
     #[tokio::test]

@@ -319,6 +319,9 @@ pub struct ClaimClusterId {
 pub struct ClusterIdentity {
     pub id: String,
     pub store_marked: bool,
+    /// An object the metastore knows its store holds (the newest live
+    /// one), if any: a store that lacks it is not this cluster's.
+    pub known_object: Option<String>,
 }
 
 /// Gives up `holder`'s lease on `job`.

@@ -128,9 +128,19 @@ impl Apply for ClaimClusterId {
         if self.store_marked && *id == self.proposed {
             cluster.store_marked = true;
         }
-        Ok(ClusterIdentity {
+        let identity = ClusterIdentity {
             id: id.clone(),
             store_marked: cluster.store_marked,
+            known_object: None,
+        };
+        Ok(ClusterIdentity {
+            known_object: state
+                .log
+                .objects
+                .values()
+                .next_back()
+                .map(|o| o.key.clone()),
+            ..identity
         })
     }
 }
