@@ -15,15 +15,18 @@ step() { printf '\n==> %s\n' "$*"; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-step "system packages (kcat, haproxy, buildah and podman, systemd-analyze)"
+step "system packages (kcat, haproxy, buildah and podman, systemd-analyze, promtool)"
 # buildah builds the container image in its test and podman exports it
-# (no container runs: the test runs the image's filesystem with chroot).
+# (no container runs: the test runs the image's filesystem with chroot);
+# promtool (Debian's prometheus) checks the alert rules.
 if ! command -v kcat >/dev/null || ! command -v haproxy >/dev/null \
     || ! command -v buildah >/dev/null || ! command -v podman >/dev/null \
-    || ! command -v systemd-analyze >/dev/null; then
+    || ! command -v systemd-analyze >/dev/null || ! command -v promtool >/dev/null; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     kcat haproxy buildah podman systemd
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    prometheus
 fi
 
 step "python clients"

@@ -10,6 +10,7 @@ import urllib.request
 
 from confluent_kafka import Consumer, Producer
 
+from clients import kcat
 from conftest import FLOE
 
 
@@ -187,6 +188,8 @@ def test_an_agent_says_when_its_metastore_does_not_answer(tmp_path):
         assert live == 200 and "starting" in why, why
         ready, why = probe("/readyz")
         assert ready == 503 and "metastore" in why, why
+        counted, metrics = probe("/metrics")
+        assert counted == 200 and "floe_build_info" in metrics, metrics
 
         node = MetaNode(tmp_path, 1, port).start()
         deadline = time.time() + 30
@@ -235,3 +238,28 @@ def test_logs_as_json_lines_and_without_colour_off_a_terminal(tmp_path):
         if check:
             ready = [check(line) for line in lines if "floe agent ready" in line][0]
             assert ready["level"] == "INFO" and ready["message"] == "floe agent ready", ready
+
+
+def test_status_shows_the_cluster_and_says_what_is_wrong(make_agent, metastore, tmp_path):
+    """`floe status`: the cluster's id and agents, the metastore group, each
+    agent's health and the store; non-zero, naming it, when something is
+    wrong."""
+    from conftest import free_port
+
+    objects = tmp_path / "objects"
+    agent = make_agent("--metastore", metastore.address, "--object-store", f"file://{objects}")
+    kcat("-P", "-b", agent.bootstrap, "-t", "seen", input="a\n")
+    admin = f"127.0.0.1:{agent.admin_port}"
+    args = ["status", "--metastore", metastore.address, "--object-store", f"file://{objects}"]
+    status = floe_json(agent, *args, "--admin", admin)
+    cluster = status["cluster"][0]
+    assert cluster["cluster_id"] == (objects / "cluster-id").read_text() and cluster["agents"] == 1, status
+    assert [n["role"] for n in status["metastore"]] == ["Leader"] and status["metastore"][0]["behind"] == 0
+    health = status["health"][0]
+    assert health["ready"] == "ready" and "commit=" in health["version"], health
+    assert status["object_store"][0]["result"].startswith("ok"), status
+
+    nobody = f"127.0.0.1:{free_port()}"
+    failing = floe(agent, *args, "--admin", f"{admin},{nobody}", expect_ok=False)
+    assert failing.returncode != 0, failing.stdout
+    assert f"agent {nobody} does not answer" in failing.stderr and "unreachable" in failing.stdout, failing.stderr

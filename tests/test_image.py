@@ -18,11 +18,16 @@ CONTAINER = ROOT / "deploy" / "container"
 
 
 def runtime_stage(path):
-    """The lines of a Containerfile's last stage, comments and COPY sources aside."""
+    """The lines of a Containerfile's last stage, comments and COPY sources
+    aside (a COPY keeps its options and destination)."""
     lines = pathlib.Path(path).read_text().splitlines()
     start = max(i for i, line in enumerate(lines) if line.startswith("FROM "))
     stage = [line for line in lines[start:] if line and not line.startswith("#")]
-    return [("COPY" if line.startswith("COPY ") else line) for line in stage]
+
+    def copy(line):
+        words = [w for w in line.split() if not w.startswith("--from=")]
+        return " ".join(words[:-2] + [words[-1].rstrip("/")])
+    return [copy(line) if line.startswith("COPY ") else line for line in stage]
 
 
 def test_the_prebuilt_image_is_the_multi_stage_one():

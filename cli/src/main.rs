@@ -75,6 +75,8 @@ enum Command {
     Quotas(ToolArgs<tools::quotas::QuotasCommand>),
     /// Add, list and remove ACLs (as kafka-acls.sh).
     Acls(ToolArgs<tools::acls::AclsCommand>),
+    /// The cluster at a glance: its id and agents, and (when told where) the metastore group, each agent's health and the object store.
+    Status(Box<StatusArgs>),
     /// Try every call floe makes of an object store (PUT, ranged GET, LIST, bulk DELETE, errors) against s3://BUCKET[/PREFIX][?OPTIONS] or file://PATH.
     CheckStore {
         /// The store, as --object-store takes it.
@@ -85,6 +87,15 @@ enum Command {
 /// What the administration tools share: where the broker is, how to print.
 #[derive(Args)]
 struct ToolArgs<C: clap::Subcommand> {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    #[command(subcommand)]
+    command: C,
+}
+
+/// Where the broker is, how to reach it, how to print.
+#[derive(Args)]
+struct BrokerArgs {
     /// A broker (or load balancer) to ask, HOST:PORT.
     #[arg(
         long,
@@ -108,11 +119,9 @@ struct ToolArgs<C: clap::Subcommand> {
         hide_env_values = true
     )]
     sasl_password: Option<String>,
-    #[command(subcommand)]
-    command: C,
 }
 
-impl<C: clap::Subcommand> ToolArgs<C> {
+impl BrokerArgs {
     /// How to reach the broker: TLS and SASL as the flags say.
     fn security(&self) -> anyhow::Result<floe_protocol::client::Security> {
         let sasl_plain = match (&self.sasl_user, &self.sasl_password) {
@@ -124,6 +133,49 @@ impl<C: clap::Subcommand> ToolArgs<C> {
             tls_ca: self.tls_ca.clone(),
             sasl_plain,
         })
+    }
+}
+
+/// `floe status`: what to look at besides the broker.
+#[derive(Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// Metastore nodes, HOST:PORT,...: each node's role and how far behind its leader it is.
+    #[arg(long, env = "FLOE_METASTORE")]
+    metastore: Option<String>,
+    /// A file holding the metastore's secret, if it has one.
+    #[arg(long, env = "FLOE_METASTORE_SECRET_FILE")]
+    metastore_secret_file: Option<PathBuf>,
+    /// Agents' admin ports, HOST:PORT,...: each agent's readiness, version and health.
+    #[arg(long, value_delimiter = ',')]
+    admin: Vec<String>,
+    /// The object store, as --object-store takes it: whether it takes floe's calls.
+    #[arg(long, env = "FLOE_OBJECT_STORE")]
+    object_store: Option<String>,
+}
+
+impl StatusArgs {
+    fn run(self) -> anyhow::Result<()> {
+        let security = self.broker.security()?;
+        let metastore = match self.metastore {
+            Some(addresses) => Some((
+                addresses,
+                metastore_cli::load_secret(self.metastore_secret_file.as_deref())?,
+            )),
+            None => None,
+        };
+        let targets = tools::status::Targets {
+            metastore,
+            admins: self.admin,
+            object_store: self.object_store,
+        };
+        run_tool(tools::status::run(
+            &self.broker.bootstrap_server,
+            &security,
+            self.broker.output,
+            targets,
+        ))
     }
 }
 
@@ -279,55 +331,56 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => tokio::runtime::Runtime::new()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(floe_bench::main(*args))),
-        Command::Topics(args) => args.security().and_then(|security| {
+        Command::Topics(args) => args.broker.security().and_then(|security| {
             run_tool(tools::topics::run(
-                &args.bootstrap_server,
+                &args.broker.bootstrap_server,
                 &security,
-                args.output,
+                args.broker.output,
                 args.command,
             ))
         }),
-        Command::Groups(args) => args.security().and_then(|security| {
+        Command::Groups(args) => args.broker.security().and_then(|security| {
             run_tool(tools::groups::run(
-                &args.bootstrap_server,
+                &args.broker.bootstrap_server,
                 &security,
-                args.output,
+                args.broker.output,
                 args.command,
             ))
         }),
-        Command::Configs(args) => args.security().and_then(|security| {
+        Command::Configs(args) => args.broker.security().and_then(|security| {
             run_tool(tools::configs::run(
-                &args.bootstrap_server,
+                &args.broker.bootstrap_server,
                 &security,
-                args.output,
+                args.broker.output,
                 args.command,
             ))
         }),
-        Command::Quotas(args) => args.security().and_then(|security| {
+        Command::Quotas(args) => args.broker.security().and_then(|security| {
             run_tool(tools::quotas::run(
-                &args.bootstrap_server,
+                &args.broker.bootstrap_server,
                 &security,
-                args.output,
+                args.broker.output,
                 args.command,
             ))
         }),
-        Command::Users(args) => args.security().and_then(|security| {
+        Command::Users(args) => args.broker.security().and_then(|security| {
             run_tool(tools::users::run(
-                &args.bootstrap_server,
+                &args.broker.bootstrap_server,
                 &security,
-                args.output,
+                args.broker.output,
                 args.command,
             ))
         }),
-        Command::Acls(args) => args.security().and_then(|security| {
+        Command::Acls(args) => args.broker.security().and_then(|security| {
             run_tool(tools::acls::run(
-                &args.bootstrap_server,
+                &args.broker.bootstrap_server,
                 &security,
-                args.output,
+                args.broker.output,
                 args.command,
             ))
         }),
         Command::CheckStore { url } => run_tool(tools::check_store::run(&url)),
+        Command::Status(args) => args.run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -639,6 +692,18 @@ mod tests {
                 "memory://"
             ]),
             "memory://"
+        );
+        // Given, even in the old default's own words, it stays.
+        assert_eq!(
+            store(&[
+                "floe",
+                "agent",
+                "--data-dir",
+                "/d",
+                "--object-store",
+                "file://./floe-data/objects"
+            ]),
+            "file://./floe-data/objects"
         );
     }
 
