@@ -1,0 +1,72 @@
+"""The docs: the mdBook in docs/ builds, every page the summary lists
+exists, every relative link of the README and the book reaches a file (and
+a heading, when it names one), and the README stays a front page."""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+from conftest import ROOT
+
+DOCS = ROOT / "docs"
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def mdbook():
+    found = shutil.which("mdbook") or str(pathlib.Path.home() / ".cargo" / "bin" / "mdbook")
+    assert os.path.exists(found), "mdbook is not installed (scripts/test.sh installs it)"
+    return found
+
+
+def book_pages():
+    summary = (DOCS / "SUMMARY.md").read_text()
+    return [DOCS / target for target in LINK.findall(summary)]
+
+
+def anchors(page):
+    """The heading ids mdBook and GitHub give `page`'s headings."""
+    ids = set()
+    in_code = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if not in_code and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            ids.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return ids
+
+
+def test_the_book_builds(tmp_path):
+    built = subprocess.run([mdbook(), "build", str(DOCS), "--dest-dir", str(tmp_path / "book")],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    assert "WARN" not in built.stderr and "ERROR" not in built.stderr, built.stderr
+    assert (tmp_path / "book" / "index.html").exists()
+    for page in book_pages():
+        html = tmp_path / "book" / page.relative_to(DOCS).with_suffix(".html")
+        assert html.exists(), html
+
+
+def test_every_relative_link_reaches_its_target():
+    pages = [ROOT / "README.md", *book_pages()]
+    broken = []
+    for page in pages:
+        assert page.exists(), page
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in LINK.findall(text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_the_readme_is_a_front_page():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert 100 <= len(lines) <= 200, len(lines)
