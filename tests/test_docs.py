@@ -1,6 +1,7 @@
 """The docs: the mdBook in docs/ builds, every page the summary lists
 exists, every relative link of the README and the book reaches a file (and
-a heading, when it names one), and the README stays a front page."""
+a heading, when it names one), every `floe` command they show exists with
+its flags, and the README stays a front page."""
 
 import os
 import pathlib
@@ -70,3 +71,56 @@ def test_every_relative_link_reaches_its_target():
 def test_the_readme_is_a_front_page():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert 100 <= len(lines) <= 200, len(lines)
+
+
+def floe_commands(text):
+    """Every `floe ...` command line of the page's shell blocks."""
+    import shlex
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        block = re.sub(r"\\\n\s*", " ", block)
+        for line in block.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line.startswith("#"):
+                continue
+            for part in re.split(r"&&|\|\||\||;|\$\(", line):
+                part = part.strip()
+                for prefix in ("cargo run --release -p floe --", "./target/release/floe", "floe"):
+                    if part.startswith(prefix + " "):
+                        try:
+                            yield shlex.split(part[len(prefix):].replace("$(", "").replace(")", ""))
+                        except ValueError:
+                            yield part[len(prefix):].split()
+                        break
+
+
+def test_every_floe_command_in_the_docs_exists_with_its_flags():
+    """Each `floe` command the README and the book show names subcommands
+    and flags the binary has (other commands, of other tools, are
+    illustrative; the deployment files' own commands run in their tests)."""
+    from conftest import FLOE
+    top = subprocess.run([FLOE, "--help"], capture_output=True, text=True, check=True).stdout
+    helps = {"": top + " --version"}
+    wrong, checked = [], 0
+    for page in [ROOT / "README.md", *book_pages()]:
+        for words in floe_commands(page.read_text()):
+            path = []
+            for word in words:
+                if word.startswith("-") or not re.fullmatch(r"[a-z][a-z-]*", word):
+                    break
+                candidate = " ".join(path + [word])
+                if candidate not in helps:
+                    done = subprocess.run([FLOE, *path, word, "--help"], capture_output=True, text=True)
+                    helps[candidate] = done.stdout if done.returncode == 0 else None
+                if helps[candidate] is None:
+                    break
+                path.append(word)
+            if not path and words and not words[0].startswith("-"):
+                wrong.append(f"{page.name}: floe {' '.join(words)}: no such command")
+                continue
+            checked += 1
+            help_text = helps[" ".join(path)]
+            for flag in (w.split("=", 1)[0] for w in words if w.startswith("--")):
+                if flag not in help_text:
+                    wrong.append(f"{page.name}: floe {' '.join(path)}: no flag {flag}")
+    assert not wrong, wrong
+    assert checked > 40, checked
