@@ -58,10 +58,18 @@ class Agent:
                 raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 socket.create_connection(("127.0.0.1", ready_port), timeout=0.2).close()
-                return self
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"agent did not listen within 30s:\n{self.log()}")
+                continue
+            # Listening; it serves once its admin port stops answering
+            # "starting" (it binds its ports before it has joined its cluster).
+            try:
+                if self.admin("/healthz") == (200, "ok\n"):
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"agent did not serve within 30s:\n{self.log()}")
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

@@ -69,3 +69,25 @@ def test_metastore_round_trips_are_timed(make_agent, metastore):
     timed = metric(text, "floe_metastore_request_duration_seconds_count", op="IngestCommit")
     assert sent >= 1 and timed == sent, (sent, timed)
     assert metric(text, "floe_metastore_request_duration_seconds_sum", op="IngestCommit") > 0
+
+
+def test_group_lag_is_a_metric(make_agent):
+    """`floe_group_lag`: the log end offset less the group's committed
+    offset, by partition, read every group_lag_interval."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    agent = make_agent("--group-lag-interval", "200ms")
+    kcat("-P", "-b", agent.bootstrap, "-t", "lagged", "-p", "0", input="".join(f"{i}\n" for i in range(5)))
+    consumer = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "lagging",
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("lagged", 0, 2)], asynchronous=False)
+    consumer.close()
+    lag = None
+    deadline = time.time() + 15
+    while time.time() < deadline and lag != 3:
+        _, text = agent.admin("/metrics")
+        lag = metric(text, "floe_group_lag", group="lagging", topic="lagged", partition="0")
+        time.sleep(0.2)
+    assert lag == 3, text

@@ -42,10 +42,23 @@ def queried_metrics():
 
 
 def test_every_metric_queried_is_served(make_agent, metastore):
-    agent = make_agent("--metastore", metastore.address)
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    agent = make_agent("--metastore", metastore.address, "--group-lag-interval", "200ms")
     kcat("-P", "-b", agent.bootstrap, "-t", "watched", input="a\nb\n")
     assert len(kcat_consume(agent.bootstrap, "watched")) == 2
-    _, text = agent.admin("/metrics")
+    # A group with a committed offset, for its lag (families without a
+    # sample are not shown).
+    consumer = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "watchers"})
+    consumer.commit(offsets=[TopicPartition("watched", 0, 1)], asynchronous=False)
+    consumer.close()
+    deadline = time.time() + 15
+    text = ""
+    while time.time() < deadline and "floe_group_lag{" not in text:
+        _, text = agent.admin("/metrics")
+        time.sleep(0.2)
     served = set()
     for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M):
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(kind, [""])

@@ -169,6 +169,11 @@ impl Agent {
         }
         if broker.config.roles.contains(&Role::Jobs) {
             tasks.spawn(crate::jobs::txn_timeouts::run(broker.clone()));
+            let every = broker.config.group_lag_interval;
+            if !every.is_zero() {
+                let (meta, metrics) = (broker.meta.clone(), broker.metrics.clone());
+                tasks.spawn(crate::jobs::group_lag::run(meta, metrics, every));
+            }
         }
         let mut kafka = Vec::new();
         // Connection limits hold per listener (as Kafka's

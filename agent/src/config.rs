@@ -335,6 +335,11 @@ pub struct Config {
     #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub compaction_interval: Duration,
+    /// How often an agent with the jobs role reads every consumer group's
+    /// lag into its metrics (`floe_group_lag`); `0s` turns it off.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
+    pub group_lag_interval: Duration,
     /// Ingest files waiting before a compaction job reads them.
     #[arg(long)]
     pub compaction_min_extents: usize,
@@ -455,6 +460,7 @@ impl Default for Config {
             auto_create_topics: true,
             default_partitions: 1,
             compaction_interval: Duration::from_secs(30),
+            group_lag_interval: Duration::from_secs(30),
             compaction_min_extents: 8,
             compaction_max_age: Duration::from_secs(300),
             compaction_job_bytes: ByteSize::mib(128),

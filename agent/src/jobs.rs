@@ -1,4 +1,6 @@
-//! Background jobs under leases: compaction, retention, GC, transaction timeouts.
+//! Background jobs: under leases, compaction, retention, GC and transaction
+//! timeouts; and, on every agent with the jobs role, groups' lag.
 
 pub mod compaction;
+pub mod group_lag;
 pub mod txn_timeouts;

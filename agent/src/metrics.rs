@@ -30,6 +30,13 @@ pub struct TopicLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LagLabel {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabel {
     version: String,
     commit: String,
@@ -77,6 +84,8 @@ pub struct Metrics {
     topic_produced_bytes: Family<TopicLabel, Counter>,
     topic_produced_records: Family<TopicLabel, Counter>,
     topic_fetched_bytes: Family<TopicLabel, Counter>,
+    /// Each group's lag by partition, as last read (see `jobs::group_lag`).
+    group_lag: Family<LagLabel, Gauge>,
     /// The counters of each topic counted under its own name (at most
     /// [`MAX_TOPIC_LABELS`]), read-mostly: a batch takes a read lock.
     topics_named: std::sync::RwLock<std::collections::HashMap<String, TopicCounters>>,
@@ -224,6 +233,13 @@ impl Metrics {
             "Records produced and committed, by topic",
             topic_produced_records.clone(),
         );
+        let group_lag = Family::<LagLabel, Gauge>::default();
+        registry.register(
+            "group_lag",
+            "Records a consumer group has yet to read, by partition: the log end offset less \
+             its committed offset (read by agents with the jobs role, every group_lag_interval)",
+            group_lag.clone(),
+        );
         let topic_fetched_bytes = Family::<TopicLabel, Counter>::default();
         registry.register(
             "topic_fetched_bytes",
@@ -333,6 +349,7 @@ impl Metrics {
             topic_produced_records,
             topic_fetched_bytes,
             topics_named: Default::default(),
+            group_lag,
             background,
             connections,
             connections_refused,
@@ -376,6 +393,14 @@ impl Metrics {
             self.metastore_seconds
                 .get_or_create(&label)
                 .observe(took.as_secs_f64());
+        }
+    }
+
+    /// Replaces every group's lag with `lags` (the groups gone drop out).
+    pub fn set_group_lags(&self, lags: impl IntoIterator<Item = (LagLabel, i64)>) {
+        self.group_lag.clear();
+        for (label, lag) in lags {
+            self.group_lag.get_or_create(&label).set(lag);
         }
     }
 
