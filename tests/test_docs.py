@@ -194,3 +194,30 @@ def test_the_quick_start_runs_as_written(tmp_path):
         finally:
             agent.kill()
             agent.wait()
+
+
+# Pages whose shell blocks a test runs as written.
+RUN_AS_WRITTEN = {"quickstart.md", "README.md"}
+
+
+def test_every_other_command_is_marked_illustrative():
+    """A shell block that runs anything but floe (whose commands are
+    checked above) is run as written by a test (RUN_AS_WRITTEN) or says it
+    is illustrative (`<!-- illustrative -->` before it): the reader knows
+    which commands were run."""
+    unmarked = []
+    for page in [ROOT / "README.md", *book_pages()]:
+        if page.name in RUN_AS_WRITTEN and page.name != "README.md":
+            continue
+        text = page.read_text()
+        for m in re.finditer(r"```sh\n(.*?)```", text, re.S):
+            lines = [line.strip() for line in re.sub(r"\\\n\s*", " ", m.group(1)).splitlines()]
+            others = [line for line in lines if line and not line.startswith("#") and not line.startswith(
+                ("floe ", "./target/release/floe", "cargo run --release -p floe --"))]
+            # The README's own steps run in the quick start's test, and the
+            # suite's command is CI's.
+            if page.name == "README.md" and all("kcat" in o or "scripts/test.sh" in o for o in others):
+                continue
+            if others and not text[:m.start()].rstrip().endswith("<!-- illustrative -->"):
+                unmarked.append(f"{page.name}: {others[0]}")
+    assert not unmarked, unmarked
