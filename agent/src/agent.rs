@@ -352,7 +352,7 @@ async fn join_cluster(
     }
     // Without its query, which may hold an endpoint's options.
     let store_name = config.object_store.split('?').next().unwrap_or_default();
-    let id = identity::check(store, store_name, identity::fresh(world), claim).await?;
+    let id = identity::check(store, meta, store_name, identity::fresh(world), claim).await?;
     tracing::info!(cluster = %id, "the metastore and the object store agree on the cluster");
     Ok(id)
 }

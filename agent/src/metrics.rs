@@ -84,8 +84,12 @@ pub struct Metrics {
     topic_produced_bytes: Family<TopicLabel, Counter>,
     topic_produced_records: Family<TopicLabel, Counter>,
     topic_fetched_bytes: Family<TopicLabel, Counter>,
-    /// Each group's lag by partition, as last read (see `jobs::group_lag`).
+    /// Each group's lag by partition, as last read (see `jobs::group_lag`),
+    /// and the labels it holds (to drop those gone without emptying it).
     group_lag: Family<LagLabel, Gauge>,
+    group_lag_labels: std::sync::Mutex<std::collections::HashSet<LagLabel>>,
+    /// The counters of the topics past [`MAX_TOPIC_LABELS`].
+    other_topics: std::sync::OnceLock<TopicCounters>,
     /// The counters of each topic counted under its own name (at most
     /// [`MAX_TOPIC_LABELS`]), read-mostly: a batch takes a read lock.
     topics_named: std::sync::RwLock<std::collections::HashMap<String, TopicCounters>>,
@@ -277,6 +281,7 @@ impl Metrics {
             reauthentications.clone(),
         );
         let metastore_heard_seconds = Gauge::<f64, AtomicU64>::default();
+        metastore_heard_seconds.set(-1.0);
         registry.register(
             "metastore_last_heard_seconds",
             "Seconds since the metastore last answered this agent (-1: not since it started); \
@@ -350,6 +355,8 @@ impl Metrics {
             topic_fetched_bytes,
             topics_named: Default::default(),
             group_lag,
+            group_lag_labels: Default::default(),
+            other_topics: Default::default(),
             background,
             connections,
             connections_refused,
@@ -396,12 +403,19 @@ impl Metrics {
         }
     }
 
-    /// Replaces every group's lag with `lags` (the groups gone drop out).
+    /// Replaces every group's lag with `lags`: new values first, then the
+    /// series gone removed, so a scrape never sees the family emptied.
     pub fn set_group_lags(&self, lags: impl IntoIterator<Item = (LagLabel, i64)>) {
-        self.group_lag.clear();
+        let mut held = self.group_lag_labels.lock().expect("metrics lock poisoned");
+        let mut now = std::collections::HashSet::new();
         for (label, lag) in lags {
             self.group_lag.get_or_create(&label).set(lag);
+            now.insert(label);
         }
+        for gone in held.difference(&now) {
+            self.group_lag.remove(gone);
+        }
+        *held = now;
     }
 
     /// Bytes and records of `topic` committed for producers.
@@ -418,28 +432,42 @@ impl Metrics {
 
     fn topic_counters(&self, topic: &str) -> TopicCounters {
         let named = &self.topics_named;
-        if let Some(counters) = named.read().expect("metrics lock poisoned").get(topic) {
-            return counters.clone();
+        {
+            let read = named.read().expect("metrics lock poisoned");
+            if let Some(counters) = read.get(topic) {
+                return counters.clone();
+            }
+            if read.len() >= MAX_TOPIC_LABELS {
+                return self.other_topic_counters();
+            }
         }
         let mut named = named.write().expect("metrics lock poisoned");
         if let Some(counters) = named.get(topic) {
             return counters.clone();
         }
+        if named.len() >= MAX_TOPIC_LABELS {
+            return self.other_topic_counters();
+        }
+        let counters = self.counters_of(topic);
+        named.insert(topic.to_string(), counters.clone());
+        counters
+    }
+
+    fn other_topic_counters(&self) -> TopicCounters {
+        self.other_topics
+            .get_or_init(|| self.counters_of(OTHER_TOPICS))
+            .clone()
+    }
+
+    fn counters_of(&self, topic: &str) -> TopicCounters {
         let label = TopicLabel {
-            topic: match named.len() < MAX_TOPIC_LABELS {
-                true => topic.to_string(),
-                false => OTHER_TOPICS.to_string(),
-            },
+            topic: topic.to_string(),
         };
-        let counters = TopicCounters {
+        TopicCounters {
             produced_bytes: self.topic_produced_bytes.get_or_create(&label).clone(),
             produced_records: self.topic_produced_records.get_or_create(&label).clone(),
             fetched_bytes: self.topic_fetched_bytes.get_or_create(&label).clone(),
-        };
-        if label.topic != OTHER_TOPICS {
-            named.insert(topic.to_string(), counters.clone());
         }
-        counters
     }
 
     pub fn request(&self, api: &str, took: Duration) {
@@ -584,5 +612,26 @@ mod tests {
         assert!(text.contains("floe_topic_produced_records_total{topic=\"<other>\"} 3\n"));
         let named = text.matches("floe_topic_produced_bytes_total{").count();
         assert_eq!(named, MAX_TOPIC_LABELS + 1);
+    }
+
+    #[test]
+    fn a_group_gone_drops_out_of_the_lags() {
+        let metrics = Metrics::new();
+        let lag = |group: &str, lag| {
+            let label = LagLabel {
+                group: group.into(),
+                topic: "t".into(),
+                partition: 0,
+            };
+            (label, lag)
+        };
+        metrics.set_group_lags([lag("a", 1), lag("b", 2)]);
+        metrics.set_group_lags([lag("b", 5)]);
+        let text = metrics.render();
+        assert!(!text.contains("group=\"a\""), "{text}");
+        assert!(
+            text.contains("floe_group_lag{group=\"b\",topic=\"t\",partition=\"0\"} 5"),
+            "{text}"
+        );
     }
 }

@@ -9,6 +9,7 @@
 
 use floe_metastore::MetaError;
 use floe_metastore::contract::ops::ClusterIdentity;
+use floe_storage::keys::{INGEST_PREFIX, MERGED_PREFIX, SEGMENT_PREFIX};
 use floe_storage::{ObjectPath, ObjectStore};
 use object_store::ObjectStoreExt;
 
@@ -44,6 +45,15 @@ pub enum Mismatch {
         claimed: String,
         known: String,
     },
+    #[error(
+        "the object store {store} holds records cluster {claimed}'s metastore never heard of ({stranger}, ...): \
+         another cluster's store (check --object-store and --metastore), or one whose {MARKER} was deleted"
+    )]
+    Strangers {
+        store: String,
+        claimed: String,
+        stranger: String,
+    },
     #[error("the object store {store} holds a {MARKER} that is not a cluster id: {why}")]
     Unreadable { store: String, why: String },
     #[error("reading or writing {MARKER} in the object store {store}: {why}")]
@@ -70,6 +80,7 @@ pub fn fresh(world: &World) -> String {
 /// refused. `store_name` names the store in errors.
 pub async fn check<F, C>(
     store: &dyn ObjectStore,
+    meta: &dyn floe_metastore::Metastore,
     store_name: &str,
     proposed: String,
     mut claim: C,
@@ -106,8 +117,15 @@ where
                     Err(e) => return Err(failed(e)),
                 }
             }
+            if let Some(stranger) = strangers(store, store_name, meta).await? {
+                return Err(Mismatch::Strangers {
+                    store: store_name.to_string(),
+                    claimed: cluster.id,
+                    stranger,
+                });
+            }
             create(store, &marker, &cluster.id).await.map_err(failed)?;
-            read(store, &marker).await.map_err(failed)?
+            read_created(store, &marker).await.map_err(failed)?
         }
         Err(e) => return Err(failed(e)),
     };
@@ -129,6 +147,58 @@ where
     }
     Ok(cluster.id)
 }
+
+/// The first objects holding records in the store, when the metastore
+/// knows none of them: a store (without a marker) that another cluster
+/// filled, which this one's orphan sweep would delete. An upload a
+/// crash left uncommitted is unknown too, so only a store where every
+/// object looked at is unknown counts.
+async fn strangers(
+    store: &dyn ObjectStore,
+    store_name: &str,
+    meta: &dyn floe_metastore::Metastore,
+) -> Result<Option<String>, Mismatch> {
+    use futures::StreamExt;
+    let mut keys = Vec::new();
+    for prefix in [INGEST_PREFIX, MERGED_PREFIX, SEGMENT_PREFIX] {
+        let prefix = ObjectPath::from(prefix.trim_end_matches('/'));
+        let mut listing = store.list(Some(&prefix)).take(LOOK_AT);
+        while let Some(entry) = listing.next().await {
+            let entry = entry.map_err(|e| Mismatch::Store {
+                store: store_name.to_string(),
+                why: e.to_string(),
+            })?;
+            keys.push(entry.location.to_string());
+        }
+    }
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let unknown = meta.unknown_objects(keys.clone()).await?;
+    Ok((unknown.len() == keys.len()).then(|| keys.swap_remove(0)))
+}
+
+/// How many objects of each kind [`strangers`] looks at.
+const LOOK_AT: usize = 100;
+
+/// The marker just created (or found created): read again for a moment if
+/// a conditional write in flight elsewhere kept it from being visible.
+async fn read_created(
+    store: &dyn ObjectStore,
+    marker: &ObjectPath,
+) -> Result<bytes::Bytes, object_store::Error> {
+    for _ in 0..READ_CREATED_TRIES {
+        match read(store, marker).await {
+            Err(object_store::Error::NotFound { .. }) => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            read => return read,
+        }
+    }
+    read(store, marker).await
+}
+
+const READ_CREATED_TRIES: usize = 10;
 
 /// Writes the marker if no marker exists (S3's `If-None-Match: *`); one
 /// written meanwhile by another agent is left as it is, and read next. A
@@ -186,7 +256,7 @@ mod tests {
         store: &dyn ObjectStore,
         proposed: &str,
     ) -> Result<String, Mismatch> {
-        check(store, "mem://x", proposed.into(), |id, marked| {
+        check(store, meta, "mem://x", proposed.into(), |id, marked| {
             meta.claim_cluster_id(id, marked)
         })
         .await
@@ -264,6 +334,26 @@ mod tests {
             "{refused}"
         );
         assert_eq!(check_with(&meta, &*ours, "ours").await.unwrap(), "ours");
+    }
+
+    #[tokio::test]
+    async fn a_new_metastore_never_takes_a_filled_store_without_a_marker() {
+        // Another cluster's records, in a store whose marker is gone (or
+        // that predates cluster ids): a fresh metastore knows none of them.
+        let (meta, filled) = (LocalMetastore::in_memory().await.unwrap(), store());
+        filled
+            .put(&ObjectPath::from("segment/00/x"), b"x".to_vec().into())
+            .await
+            .unwrap();
+        let refused = check_with(&meta, &*filled, "new").await.unwrap_err();
+        assert!(
+            refused.to_string().contains("never heard of (segment/00/x"),
+            "{refused}"
+        );
+        assert!(
+            filled.head(&ObjectPath::from(MARKER)).await.is_err(),
+            "marked all the same"
+        );
     }
 
     #[tokio::test]

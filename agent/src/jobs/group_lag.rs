@@ -27,7 +27,7 @@ pub async fn run(meta: Arc<dyn Metastore>, metrics: Arc<Metrics>, every: Duratio
         tick.tick().await;
         match lags(meta.as_ref()).await {
             Ok(lags) => metrics.set_group_lags(lags),
-            Err(e) => tracing::debug!(error = %e, "reading consumer groups' lag failed"),
+            Err(e) => tracing::warn!(error = %e, "reading consumer groups' lag failed"),
         }
     }
 }
@@ -45,7 +45,15 @@ pub async fn lags(meta: &dyn Metastore) -> Result<Vec<(LagLabel, i64)>, MetaErro
         .collect();
     let mut committed = Vec::new();
     for group in groups {
-        for ((topic, partition), offset) in meta.group_offsets(&group, None).await? {
+        // One group that cannot be read leaves the others' figures fresh.
+        let offsets = match meta.group_offsets(&group, None).await {
+            Ok(offsets) => offsets,
+            Err(e) => {
+                tracing::warn!(%group, error = %e, "reading a consumer group's offsets for its lag failed");
+                continue;
+            }
+        };
+        for ((topic, partition), offset) in offsets {
             let (Some(offset), Some(id)) = (offset, topics.get(&topic)) else {
                 continue;
             };

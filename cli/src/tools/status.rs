@@ -27,7 +27,7 @@ pub struct Targets {
     pub object_store: Option<String>,
 }
 
-/// How long one look at an agent's admin port or the store may take.
+/// How long one look at an agent's admin port may take.
 const LOOK_WITHIN: Duration = Duration::from_secs(5);
 
 pub async fn run(
@@ -37,8 +37,15 @@ pub async fn run(
     targets: Targets,
 ) -> anyhow::Result<()> {
     let mut problems = Vec::new();
-    let (cluster, agents) = cluster(bootstrap, security).await?;
-    let mut tables = vec![("cluster", cluster), ("agents", agents)];
+    // A broker that does not answer is one problem among others: the
+    // metastore, agents and store are still looked at.
+    let mut tables = match cluster(bootstrap, security).await {
+        Ok((cluster, agents)) => vec![("cluster", cluster), ("agents", agents)],
+        Err(e) => {
+            problems.push(format!("the broker at {bootstrap} does not answer: {e:#}"));
+            Vec::new()
+        }
+    };
     if let Some((addresses, secret)) = &targets.metastore {
         tables.push((
             "metastore",
@@ -78,6 +85,8 @@ async fn cluster(bootstrap: &str, security: &Security) -> anyhow::Result<(Table,
         described.brokers.len().into(),
         described.controller_id.0.into(),
     ]);
+    // Behind a load balancer every agent advertises its one address, so
+    // this lists the balancer; --admin lists the agents themselves.
     let mut agents = Table::new(&["ID", "ADDRESS", "ZONE"]);
     for b in &described.brokers {
         agents.push(vec![
@@ -164,7 +173,11 @@ async fn health(admins: &[String], problems: &mut Vec<String>) -> Table {
         "STORE-READ-PER-FETCHED",
         "CONNECTIONS",
     ]);
-    let http = reqwest::Client::builder().timeout(LOOK_WITHIN).build();
+    // Admin ports are reached directly, never through a proxy.
+    let http = reqwest::Client::builder()
+        .timeout(LOOK_WITHIN)
+        .no_proxy()
+        .build();
     for admin in admins {
         let looked = match &http {
             Ok(http) => look_at(http, admin).await,
@@ -264,7 +277,9 @@ async fn object_store(url: &str, problems: &mut Vec<String>) -> Table {
                 floe_storage::check::PROBE_PREFIX,
                 floe_metastore::random_id().simple()
             ));
-            floe_storage::check::check(store.as_ref(), url, &probe, LOOK_WITHIN)
+            // As long as an agent gives it at start.
+            let within = floe_storage::check::CHECK_WITHIN;
+            floe_storage::check::check(store.as_ref(), url, &probe, within)
                 .await
                 .map_err(|e| e.to_string())
         }
