@@ -52,7 +52,9 @@ class Agent:
         # An agent without the kafka role serves only its admin port.
         roles = [a for i, a in enumerate(self.extra_args) if i and self.extra_args[i - 1] == "--roles"]
         ready_port = self.admin_port if roles and "kafka" not in roles[-1] else self.port
-        deadline = time.time() + 30
+        # Long enough for a start on a store slowed on purpose (a few calls
+        # at --inject-faults latency).
+        deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()}")
@@ -69,7 +71,7 @@ class Agent:
             except OSError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"agent did not serve within 30s:\n{self.log()}")
+        raise RuntimeError(f"agent did not serve within 60s:\n{self.log()}")
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

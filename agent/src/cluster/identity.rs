@@ -124,8 +124,10 @@ where
                     stranger,
                 });
             }
-            create(store, &marker, &cluster.id).await.map_err(failed)?;
-            read_created(store, &marker).await.map_err(failed)?
+            match create(store, &marker, &cluster.id).await.map_err(failed)? {
+                Created::Ours => cluster.id.as_bytes().to_vec().into(),
+                Created::Maybe => read_created(store, &marker).await.map_err(failed)?,
+            }
         }
         Err(e) => return Err(failed(e)),
     };
@@ -158,18 +160,22 @@ async fn strangers(
     store_name: &str,
     meta: &dyn floe_metastore::Metastore,
 ) -> Result<Option<String>, Mismatch> {
-    use futures::StreamExt;
-    let mut keys = Vec::new();
-    for prefix in [INGEST_PREFIX, MERGED_PREFIX, SEGMENT_PREFIX] {
+    use futures::{StreamExt, TryStreamExt};
+    // The three listings at once: a start-up on a slow store waits for one.
+    let listings = [INGEST_PREFIX, MERGED_PREFIX, SEGMENT_PREFIX].map(|prefix| {
         let prefix = ObjectPath::from(prefix.trim_end_matches('/'));
-        let mut listing = store.list(Some(&prefix)).take(LOOK_AT);
-        while let Some(entry) = listing.next().await {
-            let entry = entry.map_err(|e| Mismatch::Store {
-                store: store_name.to_string(),
-                why: e.to_string(),
-            })?;
-            keys.push(entry.location.to_string());
-        }
+        store
+            .list(Some(&prefix))
+            .take(LOOK_AT)
+            .try_collect::<Vec<_>>()
+    });
+    let mut keys = Vec::new();
+    for listed in futures::future::join_all(listings).await {
+        let listed = listed.map_err(|e| Mismatch::Store {
+            store: store_name.to_string(),
+            why: e.to_string(),
+        })?;
+        keys.extend(listed.into_iter().map(|entry| entry.location.to_string()));
     }
     if keys.is_empty() {
         return Ok(None);
@@ -200,28 +206,51 @@ async fn read_created(
 
 const READ_CREATED_TRIES: usize = 10;
 
-/// Writes the marker if no marker exists (S3's `If-None-Match: *`); one
-/// written meanwhile by another agent is left as it is, and read next. A
-/// store without conditional writes gets a plain PUT: two clusters racing
-/// over one empty store are then told apart only by the read that follows.
+/// What [`create`] knows of the marker it wrote.
+enum Created {
+    /// Its conditional write succeeded: the marker is ours.
+    Ours,
+    /// Another was there, or a write whose answer was lost may have
+    /// landed: read it.
+    Maybe,
+}
+
+/// Writes the marker if no marker exists (S3's `If-None-Match: *`). A
+/// conditional write is not retried by the store's client once sent, so a
+/// failed one is tried again a few times (one that landed before failing
+/// is then refused as existing, and read). A store without conditional
+/// writes gets a plain PUT: two clusters racing over one empty store are
+/// then told apart only by the read that follows.
 async fn create(
     store: &dyn ObjectStore,
     marker: &ObjectPath,
     id: &str,
-) -> object_store::Result<()> {
+) -> object_store::Result<Created> {
     let payload = id.as_bytes().to_vec();
-    let options = object_store::PutOptions::from(object_store::PutMode::Create);
-    match store
-        .put_opts(marker, payload.clone().into(), options)
-        .await
-    {
-        Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
-        Err(object_store::Error::NotImplemented { .. }) => {
-            store.put(marker, payload.into()).await.map(|_| ())
+    let mut tries = 0;
+    loop {
+        let options = object_store::PutOptions::from(object_store::PutMode::Create);
+        match store
+            .put_opts(marker, payload.clone().into(), options)
+            .await
+        {
+            Ok(_) => return Ok(Created::Ours),
+            Err(object_store::Error::AlreadyExists { .. }) => return Ok(Created::Maybe),
+            Err(object_store::Error::NotImplemented { .. }) => {
+                store.put(marker, payload.into()).await?;
+                return Ok(Created::Maybe);
+            }
+            Err(_) if tries < CREATE_TRIES => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => Err(e),
     }
 }
+
+/// Failed conditional writes of the marker tried again.
+const CREATE_TRIES: usize = 5;
 
 /// The marker's bytes: a few dozen, never more than [`MARKER_MOST_BYTES`]
 /// read.
