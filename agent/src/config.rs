@@ -505,15 +505,16 @@ impl Config {
         matches: &clap::ArgMatches,
     ) -> anyhow::Result<Config> {
         use clap::parser::ValueSource;
-        let base = match file {
-            Some(path) => Config::load(path)?,
-            None => Config::default(),
-        };
-        let store_in_file = match file {
-            Some(path) => std::fs::read_to_string(path)?
-                .parse::<toml::Table>()
-                .is_ok_and(|t| t.contains_key("object_store")),
-            None => false,
+        let (base, store_in_file) = match file {
+            Some(path) => {
+                let text = Config::read(path)?;
+                let keys = text.parse::<toml::Table>().unwrap_or_default();
+                (
+                    Config::parse(path, &text)?,
+                    keys.contains_key("object_store"),
+                )
+            }
+            None => (Config::default(), false),
         };
         let store_given = store_in_file
             || matches!(
@@ -669,9 +670,16 @@ fn deserialize_address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketA
 
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))
+        Config::parse(path, &Config::read(path)?)
+    }
+
+    fn read(path: &Path) -> anyhow::Result<String> {
+        std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))
+    }
+
+    fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))
     }
 
     pub fn metastore_path(&self) -> PathBuf {

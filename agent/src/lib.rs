@@ -16,5 +16,7 @@ pub mod security;
 pub mod server;
 pub mod tasks;
 pub mod telemetry;
+#[cfg(test)]
+mod testing;
 pub mod world;
 pub mod write;

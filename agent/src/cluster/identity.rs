@@ -323,38 +323,12 @@ mod tests {
     #[tokio::test]
     async fn a_store_without_the_metastores_objects_is_not_marked() {
         let meta = LocalMetastore::in_memory().await.unwrap();
-        let topic = meta
-            .create_topic(floe_metastore::NewTopic {
-                name: "t".into(),
-                partitions: 1,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
         let (ours, elsewhere) = (store(), store());
         ours.put(&ObjectPath::from("ingest/00/a"), b"x".to_vec().into())
             .await
             .unwrap();
-        let batch = floe_metastore::CommitBatch {
-            topic_id: topic.id,
-            partition: 0,
-            position: 0,
-            length: 1,
-            record_count: 1,
-            max_timestamp: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
-        };
-        let committed = meta
-            .commit(floe_metastore::Commit {
-                object_key: "ingest/00/a".into(),
-                object_size: 1,
-                batches: vec![batch],
-                not_before_ms: meta.clock().await.unwrap(),
-            })
-            .await
-            .unwrap();
+        let (_, committed) =
+            crate::testing::topic_with_records(&meta, "t", "ingest/00/a", &[1]).await;
         assert_eq!(committed, vec![Ok(0)]);
         // An upgrade pointed at another folder: refused, nothing marked.
         let refused = check_with(&meta, &*elsewhere, "ours").await.unwrap_err();

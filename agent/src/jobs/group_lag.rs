@@ -91,33 +91,7 @@ mod tests {
     #[tokio::test]
     async fn a_groups_lag_is_the_log_end_less_its_commit() {
         let meta = LocalMetastore::in_memory().await.unwrap();
-        let topic = meta
-            .create_topic(floe_metastore::NewTopic {
-                name: "t".into(),
-                partitions: 2,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
-        let batch = |partition, records| floe_metastore::CommitBatch {
-            topic_id: topic.id,
-            partition,
-            position: 0,
-            length: 1,
-            record_count: records,
-            max_timestamp: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
-        };
-        meta.commit(floe_metastore::Commit {
-            object_key: "ingest/00/a".into(),
-            object_size: 2,
-            batches: vec![batch(0, 10), batch(1, 4)],
-            not_before_ms: meta.clock().await.unwrap(),
-        })
-        .await
-        .unwrap();
+        crate::testing::topic_with_records(&meta, "t", "ingest/00/a", &[10, 4]).await;
         // From outside the group protocol (generation -1), as admin tools commit.
         let commit = floe_metastore::CommitOffsets {
             group: "readers".into(),
