@@ -49,6 +49,10 @@ def test_slowdowns_and_resets_on_puts_lose_and_duplicate_nothing(make_agent, s3_
                        "put_slowdown_rate=0.4,reset_rate=0.4,latency_p50=2ms,latency_p99=40ms",
                        env=S3_KEYS)
     create_topic(agent.bootstrap, "slow-puts", PARTITIONS)
+    # The cluster-id marker is created at start with a conditional PUT, which
+    # object_store does not retry (it is not idempotent): floe retries it
+    # itself, and those attempts may show as errors. Count from here.
+    errors_at_start = metric(agent.admin("/metrics")[1], "floe_object_store_errors_total", op="put")
     produce(agent.bootstrap, "slow-puts")
     check_exactly_once(agent.bootstrap, "slow-puts")
     page = agent.admin("/metrics")[1]
@@ -61,7 +65,7 @@ def test_slowdowns_and_resets_on_puts_lose_and_duplicate_nothing(make_agent, s3_
     assert injected["slowdown"] >= 5 and injected["reset_before"] >= 1, page
     assert injected["reset_after_put"] >= 1, "a PUT stored and then retried"
     # object_store retried every one of them: none reached floe as an error.
-    assert metric(page, "floe_object_store_errors_total", op="put") == 0
+    assert metric(page, "floe_object_store_errors_total", op="put") == errors_at_start
 
 
 def test_slowdowns_and_resets_on_gets_do_not_reach_consumers(make_agent, s3_endpoint):
