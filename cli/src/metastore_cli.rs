@@ -1,6 +1,7 @@
 //! `floe metastore`: runs one metastore node (alone, bootstrapping a group
-//! with `--peers`, or waiting to be added with `--join`), and the membership
-//! commands `add-node`, `remove-node` and `status`.
+//! with `--peers`, or waiting to be added with `--join`), the membership
+//! commands `add-node`, `remove-node` and `status`, and `backup` and
+//! `restore`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -94,6 +95,39 @@ enum MetastoreAdmin {
     Status {
         #[arg(long)]
         cluster: String,
+    },
+    /// Writes a backup of the metastore's state to a file. The objects it
+    /// refers to are kept in the object store for `--hold` (GC leaves
+    /// everything freed from now on alone that long): restore within it.
+    Backup {
+        /// Any nodes of a running group (host:port, comma-separated).
+        #[arg(long, conflicts_with = "path", required_unless_present = "path")]
+        cluster: Option<String>,
+        /// A stopped agent's embedded metastore file (`<data_dir>/metastore.redb`).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// The backup file to write.
+        #[arg(long)]
+        to: PathBuf,
+        /// How long the objects the backup refers to are kept.
+        #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+        hold: std::time::Duration,
+    },
+    /// Restores a backup into a new node file, the only voter of a new
+    /// group: start `floe metastore` on it, then add nodes with `add-node`.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+        /// The node file to create (it must not exist).
+        #[arg(long)]
+        path: PathBuf,
+        /// The node's id in its new group.
+        #[arg(long, default_value_t = 1)]
+        id: u64,
+        /// Where the node will be reached (its --advertise or --listen).
+        #[arg(long, default_value = "127.0.0.1:9093")]
+        address: String,
     },
 }
 
@@ -214,6 +248,99 @@ async fn metastore_admin(
                 anyhow::bail!("no metastore node in `{cluster}` answered");
             }
         }
+        MetastoreAdmin::Backup {
+            cluster,
+            path,
+            to,
+            hold,
+        } => backup(cluster, path, &to, hold, secret).await?,
+        MetastoreAdmin::Restore {
+            from,
+            path,
+            id,
+            address,
+        } => restore(&from, &path, id, &address)?,
     }
     Ok(())
+}
+
+async fn backup(
+    cluster: Option<String>,
+    path: Option<PathBuf>,
+    to: &std::path::Path,
+    hold: std::time::Duration,
+    secret: Option<floe_metastore::peer_auth::ClusterSecret>,
+) -> anyhow::Result<()> {
+    let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
+    let backup = match (cluster, path) {
+        (Some(cluster), _) => RemoteMetastore::new(&cluster)
+            .with_secret(secret)
+            .backup(hold_ms)
+            .await
+            .map_err(|e| anyhow::anyhow!("backing up the metastore at {cluster}: {e}"))?,
+        (None, Some(path)) => {
+            if !path.exists() {
+                anyhow::bail!("{} does not exist", path.display());
+            }
+            let node = floe_metastore::LocalMetastore::open(&path)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("opening {} (is its agent stopped?): {e}", path.display())
+                })?;
+            let backup = node.backup(hold_ms).await;
+            node.shutdown().await;
+            backup.map_err(|e| anyhow::anyhow!("backing up {}: {e}", path.display()))?
+        }
+        (None, None) => anyhow::bail!("give --cluster or --path"),
+    };
+    let bytes = backup.to_bytes()?;
+    // Written whole, then renamed: a backup file is never half of one.
+    let partial = to.with_extension("partial");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&partial)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", partial.display()))?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&partial, to)?;
+    println!(
+        "backup of cluster {} written to {} ({} bytes); its objects are kept until {}",
+        backup.cluster_id.as_deref().unwrap_or("(no id yet)"),
+        to.display(),
+        bytes.len(),
+        humantime::format_rfc3339_seconds(millis_to_time(backup.held_until_ms)),
+    );
+    Ok(())
+}
+
+fn restore(
+    from: &std::path::Path,
+    path: &std::path::Path,
+    id: u64,
+    address: &str,
+) -> anyhow::Result<()> {
+    let bytes =
+        std::fs::read(from).map_err(|e| anyhow::anyhow!("reading {}: {e}", from.display()))?;
+    let backup = floe_metastore::raft::backup::Backup::from_bytes(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
+    floe_metastore::raft::backup::restore(&backup, path, id, address)
+        .map_err(|e| anyhow::anyhow!("restoring into {}: {e}", path.display()))?;
+    let taken = humantime::format_rfc3339_seconds(millis_to_time(backup.taken_ms));
+    let held = humantime::format_rfc3339_seconds(millis_to_time(backup.held_until_ms));
+    println!(
+        "restored cluster {} as of {taken} into {} (node {id} at {address}); its objects are kept until {held}",
+        backup.cluster_id.as_deref().unwrap_or("(no id yet)"),
+        path.display(),
+    );
+    if backup.held_until_ms < floe_metastore::now_ms() {
+        eprintln!(
+            "warning: the backup's hold on GC expired at {held}: objects it refers to may be gone"
+        );
+    }
+    Ok(())
+}
+
+fn millis_to_time(ms: i64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
 }

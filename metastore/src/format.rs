@@ -52,7 +52,9 @@ use crate::state::State;
 ///    field of `Txn`).
 /// 13: the cluster's id (a trailing field of the state) and the command that
 ///    sets it.
-pub const FORMAT_VERSION: u8 = 13;
+/// 14: backup holds on garbage collection (a trailing field of the state)
+///    and the command that takes one.
+pub const FORMAT_VERSION: u8 = 14;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).
 pub const OLDEST_READABLE_FORMAT: u8 = 4;

@@ -84,6 +84,7 @@ fn variant(command: &Command) -> &'static str {
         Command::AllocateProducerIds(_) => "allocate_producer_ids",
         Command::InitTxnProducerChecked(_) => "init_txn_producer_checked",
         Command::ClaimClusterId(_) => "claim_cluster_id",
+        Command::HoldGarbage(_) => "hold_garbage",
     }
 }
 
@@ -577,6 +578,10 @@ fn txn_samples() -> Vec<Command> {
             proposed: "MkU3OEVBNTcwNTJENDM2Qk".into(),
             store_marked: true,
         }),
+        // A backup's hold on GC (format 14).
+        Command::HoldGarbage(HoldGarbage {
+            hold_ms: 7 * 86_400_000,
+        }),
     ]
 }
 
@@ -697,11 +702,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 31 commands, one of them with 14 group commands: `variant` is exhaustive,
+    // 32 commands, one of them with 14 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        44,
+        45,
         "a command without a golden sample: {named:?}"
     );
 
@@ -1192,6 +1197,7 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         }
         .into(),
     );
+    requests.push(HoldGarbage { hold_ms: 3_600_000 }.into());
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
             producer_id: 7,

@@ -71,6 +71,7 @@ async fn answer(meta: &RaftMetastore, frame: &[u8]) -> Option<Result<Vec<u8>, po
                     postcard::to_stdvec(&meta.add_node(id, address).await)
                 }
                 NodeRequest::RemoveNode { id } => postcard::to_stdvec(&meta.remove_node(id).await),
+                NodeRequest::Backup { hold_ms } => postcard::to_stdvec(&meta.backup(hold_ms).await),
             }),
         },
         _ => None,

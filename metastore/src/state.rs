@@ -22,6 +22,7 @@ mod commits;
 mod configs;
 mod entries;
 mod extents;
+mod garbage_holds;
 mod groups;
 mod invariants;
 mod layout;

@@ -381,6 +381,8 @@ macro_rules! metastore_ops {
             write(retry) fn claim_cluster_id(proposed: String, store_marked: bool) -> ClaimClusterId: ClusterIdentity {
                 ClaimClusterId { proposed, store_marked }
             }
+            /// A second hold only holds longer.
+            write(retry) fn hold_garbage(hold_ms: i64) -> HoldGarbage: GarbageHeld { HoldGarbage { hold_ms } }
         }
     };
 }

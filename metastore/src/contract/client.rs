@@ -283,6 +283,13 @@ impl RemoteMetastore {
             .await
     }
 
+    /// A backup of the group's state, taken by its leader under a GC hold
+    /// of `hold_ms` (a retry takes another hold, which only holds longer).
+    pub async fn backup(&self, hold_ms: i64) -> Result<crate::raft::backup::Backup, MetaError> {
+        self.send(Envelope::Node(NodeRequest::Backup { hold_ms }), true)
+            .await
+    }
+
     /// What the node at `address` knows of its group.
     pub async fn status_of(&self, address: &str) -> Result<ClusterStatus, MetaError> {
         let frame = Envelope::Node(NodeRequest::Status).frame()?;

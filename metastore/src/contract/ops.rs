@@ -301,6 +301,20 @@ pub struct AcquireLease {
     pub ttl_ms: i64,
 }
 
+/// Keeps every object freed from now on out of GC for `hold_ms` on the
+/// metastore's clock: taken by a backup, so that the objects its state
+/// refers to are still there when it is restored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldGarbage {
+    pub hold_ms: i64,
+}
+
+/// When the hold taken expires (metastore clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GarbageHeld {
+    pub until_ms: i64,
+}
+
 /// The cluster's id: the one set, or `proposed` if none is (the first
 /// claim sets it for good). Agents check it against the id kept in the
 /// object store, so an agent never serves one cluster's metastore over

@@ -101,6 +101,11 @@ pub(crate) enum NodeRequest {
     RemoveNode {
         id: NodeId,
     },
+    /// A backup of the group's state, under a GC hold of `hold_ms` (the
+    /// leader answers; see `raft::backup`).
+    Backup {
+        hold_ms: i64,
+    },
 }
 
 impl Envelope {

@@ -18,6 +18,7 @@
 //! - [`stamps`]: the times a node stamps proposals with, bounded so that one
 //!   clock far ahead cannot drag the group's time forward.
 
+pub mod backup;
 pub mod group_commit;
 pub mod group_watch;
 pub mod lease;

@@ -124,7 +124,7 @@ fn storage<E: std::fmt::Display>(e: E) -> MetaError {
     MetaError::Storage(e.to_string())
 }
 
-fn open_database(path: Option<&PathBuf>) -> Result<Database, MetaError> {
+pub(super) fn open_database(path: Option<&PathBuf>) -> Result<Database, MetaError> {
     let db = match path {
         Some(path) => {
             if let Some(parent) = path.parent() {

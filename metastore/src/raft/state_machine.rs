@@ -49,7 +49,7 @@ fn load_snapshot(db: &Database) -> Result<Option<(SnapshotMeta, Vec<u8>)>, openr
     Ok(Some((meta, data.value().to_vec())))
 }
 
-fn save_snapshot(
+pub(super) fn save_snapshot(
     db: &Database,
     meta: &SnapshotMeta,
     data: &[u8],

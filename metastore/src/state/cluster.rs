@@ -20,6 +20,11 @@ pub(super) struct Cluster {
 pub const MAX_CLUSTER_ID_BYTES: usize = 64;
 
 impl State {
+    /// The cluster's id, once claimed.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster.id.as_deref()
+    }
+
     /// Every agent with its age as of `now_ms`, which must be the
     /// metastore's time (a leader's clock, at least [`State::clock_ms`]).
     pub fn agents(&self, now_ms: i64) -> Vec<AgentInfo> {

@@ -179,6 +179,7 @@ commands! {
     AllocateProducerIds(AllocateProducerIds),
     InitTxnProducerChecked(InitTxnProducerChecked),
     ClaimClusterId(ClaimClusterId),
+    HoldGarbage(HoldGarbage),
 }
 
 /// Commands proposed together in one entry (group commit, see

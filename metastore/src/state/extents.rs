@@ -279,11 +279,7 @@ impl Apply for ReplaceRuns {
 impl Apply for ForgetGarbage {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<(), Refusal> {
-        let keys: std::collections::HashSet<String> = self.keys.into_iter().collect();
-        state.log.garbage.retain(|k| !keys.contains(k));
-        for key in &keys {
-            state.log.ledger.collected(key, state.clock_ms);
-        }
+        state.forget_garbage(self.keys);
         Ok(())
     }
 }
@@ -322,8 +318,8 @@ impl Query for CompactionWork {
 }
 
 impl Query for ListGarbage {
-    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
-        Ok(state.garbage().to_vec())
+    fn query(self, state: &State, now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.collectable_garbage(now_ms).to_vec())
     }
 }
 

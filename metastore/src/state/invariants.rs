@@ -117,6 +117,10 @@ impl State {
                 return Err(format!("key {key} is on the GC list but not retired"));
             }
         }
+        self.log
+            .garbage_holds
+            .check(self.log.garbage.len())
+            .map_err(|e| format!("garbage holds: {e}"))?;
         Ok(())
     }
 

@@ -1,5 +1,5 @@
 //! How a snapshot lays a [`State`] out: the parts' contents flat, in the
-//! order of format 13 (`crate::format`), each field appended since format 4
+//! order of format 14 (`crate::format`), each field appended since format 4
 //! with a default so older snapshots read. The parts are the memory's
 //! grouping, not the format's: grouping them changed no byte (the golden
 //! snapshot tests hold it to that).
@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::cluster::{Agents, Cluster};
 use super::configs::DynamicConfigs;
 use super::extents::Object;
+use super::garbage_holds::GarbageHolds;
 use super::log::Log;
 use super::producers::{IssuedProducer, Producers};
 use super::security::{ScramCredentials, Security};
@@ -61,6 +62,9 @@ struct Layout<'a> {
     /// Format 13.
     #[serde(default)]
     cluster_store_marked: bool,
+    /// Format 14.
+    #[serde(default)]
+    garbage_holds: Cow<'a, GarbageHolds>,
 }
 
 impl Serialize for State {
@@ -86,6 +90,7 @@ impl Serialize for State {
             producer_id_blocks: self.producers.blocks,
             cluster_id: Cow::Borrowed(&self.cluster.id),
             cluster_store_marked: self.cluster.store_marked,
+            garbage_holds: Cow::Borrowed(&self.log.garbage_holds),
         }
         .serialize(to)
     }
@@ -103,6 +108,7 @@ impl<'de> Deserialize<'de> for State {
                 objects: read.objects.into_owned(),
                 next_object: read.next_object,
                 garbage: read.garbage.into_owned(),
+                garbage_holds: read.garbage_holds.into_owned(),
                 ledger: read.ledger.into_owned(),
                 extent_changes: Derived::default(),
                 settled: Default::default(),

@@ -21,6 +21,8 @@ pub(super) struct Log {
     pub(super) next_object: u64,
     /// Keys of objects nothing points to any more, oldest first, for GC.
     pub(super) garbage: Vec<String>,
+    /// Backup holds: keys freed after one was taken wait for it to expire.
+    pub(super) garbage_holds: super::garbage_holds::GarbageHolds,
     /// Every object key heard of: live, retired, recent answers. Commits
     /// are exact and GC fenced through it (see [`crate::ledger`]).
     pub(super) ledger: Ledger,

@@ -41,6 +41,7 @@ use floe_protocol::kafka_protocol::records::{
 use floe_storage::ObjectStore;
 use floe_storage::hooked::HookedStore;
 use floe_storage::ids::Ids;
+use object_store::ObjectStoreExt;
 use object_store::memory::InMemory;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -658,6 +659,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
     actors.push(tokio::spawn(admin(
         shared.clone(),
         meta.clone(),
+        inner.clone(),
         topics[0].clone(),
         retention_ms,
         stop,
@@ -1055,15 +1057,17 @@ fn scratch_topic(partitions: i32, retention_ms: i64) -> NewTopic {
 async fn admin(
     shared: Shared,
     meta: Arc<dyn Metastore>,
+    bucket: Arc<dyn ObjectStore>,
     events: TopicInfo,
     retention_ms: i64,
     stop: Instant,
 ) {
     while Instant::now() < stop {
-        let (pause, what) = shared.with(|w| (5_000 + w.rng_below(40_000), w.rng_below(4)));
+        let (pause, what) = shared.with(|w| (5_000 + w.rng_below(40_000), w.rng_below(5)));
         tokio::time::sleep(Duration::from_millis(pause)).await;
         match what {
             0 | 1 => delete_records(&shared, meta.as_ref(), &events).await,
+            4 => backup(&shared, &meta, &bucket, &events).await,
             2 => {
                 let deleted = meta.delete_topic(SCRATCH).await;
                 let partitions = shared.with(|w| 1 + w.rng_below(4) as i32);
@@ -1094,6 +1098,49 @@ async fn admin(
             shared.with(|w| w.scratch = scratch);
         }
     }
+}
+
+/// A backup's hold on GC, then what the backup would name: every object
+/// the topic's partitions refer to once the hold is in force. Each must stay
+/// in the bucket until the hold expires, whatever compaction, retention and
+/// DeleteRecords free meanwhile (checked near its end, by a task of its own).
+async fn backup(
+    shared: &Shared,
+    meta: &Arc<dyn Metastore>,
+    bucket: &Arc<dyn ObjectStore>,
+    topic: &TopicInfo,
+) {
+    let hold_ms = shared.with(|w| 20_000 + w.rng_below(100_000) as i64);
+    let held = meta.hold_garbage(hold_ms).await;
+    shared.with(|w| w.log(format!("admin: backup hold of {hold_ms} ms: {held:?}")));
+    if held.is_err() {
+        return;
+    }
+    let mut named = BTreeSet::new();
+    for p in 0..topic.partitions {
+        match meta.read_plan(topic.id, p, 0, u64::MAX).await {
+            Ok(plan) => named.extend(plan.extents.into_iter().map(|e| e.object_key)),
+            Err(_) => return, // the backup failed; it holds nothing to check
+        }
+    }
+    let (shared, bucket) = (shared.clone(), bucket.clone());
+    // The hold began before its answer, so it lasts at least until then.
+    let check_at = Duration::from_millis(hold_ms as u64 - 2_000);
+    tokio::spawn(async move {
+        tokio::time::sleep(check_at).await;
+        for key in named {
+            if let Err(object_store::Error::NotFound { .. }) = bucket
+                .head(&floe_storage::ObjectPath::from(key.as_str()))
+                .await
+            {
+                shared.with(|w| {
+                    w.anomaly(format!(
+                        "GC deleted {key}, named by a backup whose hold of {hold_ms} ms had not expired"
+                    ))
+                });
+            }
+        }
+    });
 }
 
 /// DeleteRecords up to an offset at or below the high watermark.

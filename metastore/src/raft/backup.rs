@@ -1,0 +1,152 @@
+//! Backups of the metastore, and restoring one into a new group.
+//!
+//! A backup is the state at one moment, taken after a hold on garbage
+//! collection (see `state::garbage_holds`): every object the state refers to
+//! is either still referenced in the running cluster or was freed after the
+//! hold, and so stays in the object store until the hold expires. Restoring
+//! within that time gives a metastore whose every extent can be read.
+//!
+//! Restoring writes a new node file: the backup's state as the node's
+//! snapshot, with a membership of that one node as its only voter and the
+//! log purged up to the snapshot, so the node elects itself at start
+//! without `--peers` (other nodes join it with `add-node`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use openraft::{CommittedLeaderId, Membership};
+use serde::{Deserialize, Serialize};
+
+use super::{LogId, NodeAddress, NodeId, RaftMetastore, SnapshotMeta, StoredMembership};
+use crate::api::Metastore;
+use crate::format::{FORMAT_VERSION, OLDEST_READABLE_FORMAT, decode_snapshot_of, encode_snapshot};
+use crate::state::State;
+use crate::types::MetaError;
+
+/// What a backup file begins with.
+const MAGIC: &[u8] = b"floe metastore backup\n";
+
+/// The metastore's state at one moment, and what it takes to restore it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backup {
+    /// The metastore format of `state`.
+    pub format: u8,
+    pub cluster_id: Option<String>,
+    /// When the backup was taken, on the metastore's clock.
+    pub taken_ms: i64,
+    /// Until when the objects it refers to are kept (metastore clock): a
+    /// restore after that may find some gone.
+    pub held_until_ms: i64,
+    /// The last log index the state includes: the restored log goes on from it.
+    pub last_index: u64,
+    /// The state, encoded as a snapshot.
+    pub state: Vec<u8>,
+}
+
+impl Backup {
+    /// The file's bytes: the magic line, the backup, and a CRC-32C of both.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, MetaError> {
+        let mut bytes = MAGIC.to_vec();
+        let body = postcard::to_stdvec(self).map_err(|e| MetaError::Storage(e.to_string()))?;
+        bytes.extend_from_slice(&body);
+        let crc = crc32c::crc32c(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        Ok(bytes)
+    }
+
+    /// Reads a backup file's bytes, refusing anything damaged or of a format
+    /// this floe cannot read.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Backup, String> {
+        let body = bytes
+            .strip_prefix(MAGIC)
+            .ok_or("not a floe metastore backup")?;
+        let (body, crc) = body
+            .split_last_chunk::<4>()
+            .ok_or("the backup is cut short")?;
+        if crc32c::crc32c(&bytes[..bytes.len() - 4]) != u32::from_le_bytes(*crc) {
+            return Err("the backup is damaged (its checksum does not match)".into());
+        }
+        let backup: Backup =
+            postcard::from_bytes(body).map_err(|e| format!("the backup is unreadable: {e}"))?;
+        if !(OLDEST_READABLE_FORMAT..=FORMAT_VERSION).contains(&backup.format) {
+            return Err(format!(
+                "the backup is of metastore format {}; this floe reads {OLDEST_READABLE_FORMAT} to {FORMAT_VERSION}",
+                backup.format
+            ));
+        }
+        Ok(backup)
+    }
+
+    /// The state it holds.
+    pub fn state(&self) -> Result<State, String> {
+        decode_snapshot_of(self.format, &self.state)
+    }
+}
+
+impl RaftMetastore {
+    /// Takes a hold on GC for `hold_ms`, then copies the state (which then
+    /// includes the hold). The leader's answer: a follower's state may lag.
+    pub async fn backup(&self, hold_ms: i64) -> Result<Backup, MetaError> {
+        let held = self.hold_garbage(hold_ms).await?;
+        // The hold is applied here (a leader applies before it answers), so
+        // the copy's state includes it.
+        let (state, last_index) = self.local_state(|s| (s.clone(), self.applied_index()));
+        let taken_ms = state.clock_ms();
+        let cluster_id = state.cluster_id().map(str::to_string);
+        let encoded = tokio::task::spawn_blocking(move || encode_snapshot(&state))
+            .await
+            .map_err(|e| MetaError::Storage(e.to_string()))?
+            .map_err(|e| MetaError::Storage(e.to_string()))?;
+        // The answer is one message: say so rather than fail to send it.
+        let room = crate::contract::wire::MAX_FRAME - (1 << 20);
+        if encoded.len() > room {
+            return Err(MetaError::Storage(format!(
+                "the state is {} bytes, more than a backup answer carries ({room})",
+                encoded.len()
+            )));
+        }
+        Ok(Backup {
+            format: FORMAT_VERSION,
+            cluster_id,
+            taken_ms,
+            held_until_ms: held.until_ms,
+            last_index,
+            state: encoded,
+        })
+    }
+}
+
+/// Writes a new node file at `path` holding `backup`'s state, with node
+/// `id` at `address` the only voter of its group. Refuses an existing file.
+pub fn restore(backup: &Backup, path: &Path, id: NodeId, address: &str) -> Result<(), MetaError> {
+    // Decoded once here so a backup that cannot be read is refused before
+    // anything is written; the snapshot is stored in the current encoding.
+    let state = backup.state().map_err(MetaError::Storage)?;
+    let data = encode_snapshot(&state).map_err(|e| MetaError::Storage(e.to_string()))?;
+    if path.exists() {
+        return Err(MetaError::Storage(format!(
+            "{} exists: restore into a new file",
+            path.display()
+        )));
+    }
+    let db = super::node::open_database(Some(&path.to_path_buf()))?;
+    // Term 0 is below any this node will vote in: its first election's
+    // term (1) and every later entry sort after the snapshot's.
+    let last = LogId::new(CommittedLeaderId::new(0, id), backup.last_index.max(1));
+    let voters = BTreeSet::from([id]);
+    let nodes = BTreeMap::from([(
+        id,
+        NodeAddress {
+            address: address.to_string(),
+        },
+    )]);
+    let membership = Membership::new(vec![voters], nodes);
+    let meta = SnapshotMeta {
+        last_log_id: Some(last),
+        last_membership: StoredMembership::new(Some(last), membership),
+        snapshot_id: format!("restored-{}", backup.taken_ms),
+    };
+    let storage = |e: openraft::AnyError| MetaError::Storage(e.to_string());
+    super::state_machine::save_snapshot(&db, &meta, &data).map_err(storage)?;
+    super::log_store::write_purged(&db, &last).map_err(storage)
+}
