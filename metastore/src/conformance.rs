@@ -609,6 +609,9 @@ async fn a_backup_restores_into_a_new_group() {
         assert_eq!(identity.id, "c-1", "{start}: the cluster keeps its id");
         if start == "restored" {
             assert!(node.applied_index() > backup.last_index);
+            // Ids handed out after the backup are never handed out again.
+            let id = node.init_producer(None).await.unwrap().producer_id;
+            assert!(id >= crate::state::RESTORE_PRODUCER_ID_GAP, "{id}");
             let r = commit(&node, "after-restore", vec![batch(&t, 0, 0, 1)]).await;
             assert_eq!(r, vec![Ok(5)], "sequencing goes on from the backup");
         }

@@ -48,6 +48,7 @@ pub(crate) use operations::as_in_contract;
 pub use operations::{Apply, Query};
 pub use producers::{
     EXPIRY_SWEEP_EVERY_MS, PRODUCER_BATCHES_REMEMBERED, PRODUCER_ID_EXPIRATION_MS,
+    RESTORE_PRODUCER_ID_GAP,
 };
 pub use topics::{MAX_PARTITIONS, validate_topic_name};
 

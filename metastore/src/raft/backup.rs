@@ -90,13 +90,27 @@ impl RaftMetastore {
         let held = self.hold_garbage(hold_ms).await?;
         // The hold is applied here (a leader applies before it answers), so
         // the copy's state includes it.
-        let (state, last_index) = self.local_state(|s| (s.clone(), self.applied_index()));
-        let taken_ms = state.clock_ms();
-        let cluster_id = state.cluster_id().map(str::to_string);
-        let encoded = tokio::task::spawn_blocking(move || encode_snapshot(&state))
+        // Copied and encoded off the async workers (a large state takes a
+        // while), as snapshots are. The index is read before the copy: the
+        // state holds at least that much of the log.
+        let last_index = self.applied_index();
+        let shared = self.shared_state();
+        let copied = tokio::task::spawn_blocking(move || {
+            let state = shared
+                .read()
+                .expect("metastore state lock poisoned")
+                .clone();
+            let encoded = encode_snapshot(&state);
+            (
+                state.clock_ms(),
+                state.cluster_id().map(str::to_string),
+                encoded,
+            )
+        });
+        let (taken_ms, cluster_id, encoded) = copied
             .await
-            .map_err(|e| MetaError::Storage(e.to_string()))?
             .map_err(|e| MetaError::Storage(e.to_string()))?;
+        let encoded = encoded.map_err(|e| MetaError::Storage(e.to_string()))?;
         // The answer is one message: say so rather than fail to send it.
         let room = crate::contract::wire::MAX_FRAME - (1 << 20);
         if encoded.len() > room {
@@ -121,15 +135,22 @@ impl RaftMetastore {
 pub fn restore(backup: &Backup, path: &Path, id: NodeId, address: &str) -> Result<(), MetaError> {
     // Decoded once here so a backup that cannot be read is refused before
     // anything is written; the snapshot is stored in the current encoding.
-    let state = backup.state().map_err(MetaError::Storage)?;
+    let mut state = backup.state().map_err(MetaError::Storage)?;
+    state.prepare_for_restore();
     let data = encode_snapshot(&state).map_err(|e| MetaError::Storage(e.to_string()))?;
+    let storage = |e: openraft::AnyError| MetaError::Storage(e.to_string());
+    let io = |e: std::io::Error| MetaError::Storage(format!("{}: {e}", path.display()));
     if path.exists() {
         return Err(MetaError::Storage(format!(
             "{} exists: restore into a new file",
             path.display()
         )));
     }
-    let db = super::node::open_database(Some(&path.to_path_buf()))?;
+    // Written whole beside it, then linked into place, which fails if the
+    // path was taken meanwhile: the file is all of a restore or nothing.
+    let partial = path.with_extension("restoring");
+    let _ = std::fs::remove_file(&partial);
+    let db = super::node::open_database(Some(&partial))?;
     // Term 0 is below any this node will vote in: its first election's
     // term (1) and every later entry sort after the snapshot's.
     let last = LogId::new(CommittedLeaderId::new(0, id), backup.last_index.max(1));
@@ -146,7 +167,14 @@ pub fn restore(backup: &Backup, path: &Path, id: NodeId, address: &str) -> Resul
         last_membership: StoredMembership::new(Some(last), membership),
         snapshot_id: format!("restored-{}", backup.taken_ms),
     };
-    let storage = |e: openraft::AnyError| MetaError::Storage(e.to_string());
-    super::state_machine::save_snapshot(&db, &meta, &data).map_err(storage)?;
-    super::log_store::write_purged(&db, &last).map_err(storage)
+    let txn = db
+        .begin_write()
+        .map_err(|e| MetaError::Storage(e.to_string()))?;
+    super::state_machine::save_snapshot_in(&txn, &meta, &data).map_err(storage)?;
+    super::log_store::write_purged_in(&txn, &last).map_err(storage)?;
+    txn.commit()
+        .map_err(|e| MetaError::Storage(e.to_string()))?;
+    drop(db);
+    std::fs::hard_link(&partial, path).map_err(io)?;
+    std::fs::remove_file(&partial).map_err(io)
 }

@@ -156,16 +156,16 @@ enum Answer {
 
 /// Marks the log of a new file purged up to `last` (and committed to it): a
 /// restored node's log starts after its snapshot.
-pub(super) fn write_purged(db: &Database, last: &LogId) -> Result<(), openraft::AnyError> {
+pub(super) fn write_purged_in(
+    txn: &redb::WriteTransaction,
+    last: &LogId,
+) -> Result<(), openraft::AnyError> {
     let bytes = encode(last)?;
     let committed = encode(&Some(*last))?;
-    let txn = db.begin_write().map_err(any)?;
-    {
-        let mut meta = txn.open_table(META).map_err(any)?;
-        meta.insert(PURGED, bytes.as_slice()).map_err(any)?;
-        meta.insert(COMMITTED, committed.as_slice()).map_err(any)?;
-    }
-    txn.commit().map_err(any)
+    let mut meta = txn.open_table(META).map_err(any)?;
+    meta.insert(PURGED, bytes.as_slice()).map_err(any)?;
+    meta.insert(COMMITTED, committed.as_slice()).map_err(any)?;
+    Ok(())
 }
 
 fn read_meta<T: DeserializeOwned>(

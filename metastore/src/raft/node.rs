@@ -419,6 +419,11 @@ impl RaftMetastore {
         f(&self.state.read().expect("metastore state lock poisoned"))
     }
 
+    /// The applied state itself, for copies made off the async workers.
+    pub(super) fn shared_state(&self) -> Arc<RwLock<State>> {
+        self.state.clone()
+    }
+
     /// The snapshot this node is receiving from a leader, piece by piece.
     pub(crate) fn incoming(&self) -> &super::network::Incoming {
         &self.incoming

@@ -49,19 +49,27 @@ fn load_snapshot(db: &Database) -> Result<Option<(SnapshotMeta, Vec<u8>)>, openr
     Ok(Some((meta, data.value().to_vec())))
 }
 
-pub(super) fn save_snapshot(
+fn save_snapshot(
     db: &Database,
     meta: &SnapshotMeta,
     data: &[u8],
 ) -> Result<(), openraft::AnyError> {
-    let meta = postcard::to_stdvec(meta).map_err(any)?;
     let txn = db.begin_write().map_err(any)?;
-    {
-        let mut table = txn.open_table(SNAPSHOT).map_err(any)?;
-        table.insert(SNAPSHOT_META, meta.as_slice()).map_err(any)?;
-        table.insert(SNAPSHOT_DATA, data).map_err(any)?;
-    }
+    save_snapshot_in(&txn, meta, data)?;
     txn.commit().map_err(any)
+}
+
+/// Stores a snapshot as part of `txn`.
+pub(super) fn save_snapshot_in(
+    txn: &redb::WriteTransaction,
+    meta: &SnapshotMeta,
+    data: &[u8],
+) -> Result<(), openraft::AnyError> {
+    let meta = postcard::to_stdvec(meta).map_err(any)?;
+    let mut table = txn.open_table(SNAPSHOT).map_err(any)?;
+    table.insert(SNAPSHOT_META, meta.as_slice()).map_err(any)?;
+    table.insert(SNAPSHOT_DATA, data).map_err(any)?;
+    Ok(())
 }
 
 impl StateMachine {

@@ -128,6 +128,23 @@ impl ProducerPartition {
 /// Issues producer ids from the state's counter (for [`Txns::init`]).
 pub(super) struct NextProducerId<'a>(pub(super) &'a mut i64);
 
+/// How far a restored state moves its next producer id on: past any the
+/// cluster may have handed out after the backup was taken (2^40, over a
+/// hundred thousand a second for the longest hold), so that no two
+/// producers share an id. A million restores fit in the ids.
+pub const RESTORE_PRODUCER_ID_GAP: i64 = 1 << 40;
+
+impl State {
+    /// Makes a backup's state the state of a restored cluster: producer ids
+    /// issued after the backup are never issued again.
+    pub fn prepare_for_restore(&mut self) {
+        self.producers.next_id = self
+            .producers
+            .next_id
+            .saturating_add(RESTORE_PRODUCER_ID_GAP);
+    }
+}
+
 impl IssueProducerId for NextProducerId<'_> {
     fn issue(&mut self) -> i64 {
         let id = *self.0;
