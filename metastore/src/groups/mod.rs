@@ -21,6 +21,7 @@ pub mod assign;
 pub mod classic;
 pub mod consumer;
 pub mod convert;
+pub mod share;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,0 +1,481 @@
+//! One share-partition (KIP-932's `SharePartition`): which records of a
+//! topic partition a share group has handed out, to whom, how often, and how
+//! each ended. It lives in the metastore's state, so every agent serves any
+//! share group, and an agent's death loses no lock: a lock ends on the
+//! metastore's clock, whoever asks next.
+//!
+//! Records between the start offset (Kafka's SPSO) and `end` (one past its
+//! SPEO) are in flight, as ranges of one state each:
+//!
+//! - `Available`: may be acquired (again);
+//! - `Acquired`: handed to one member until its lock ends;
+//! - `Acknowledged` / `Archived`: done (accepted; rejected, a gap, or
+//!   delivered `delivery_limit` times).
+//!
+//! Invariants (checked by [`SharePartition::check`]): the ranges tile
+//! `[start, end)` without gap or overlap; the first is not done (done ranges
+//! at the head are passed by `start`); an acquired range names its holder
+//! and lock, others neither; no delivery count exceeds the limit; at most
+//! `max_in_flight` offsets are in flight when new ones are taken.
+//!
+//! The rules are Kafka 4.2's: a delivery is counted when a record is
+//! acquired; a record at the limit that is released, or whose lock ends, is
+//! archived instead of made available again; an acknowledgement is checked
+//! whole (every offset acquired by the member, its lock not ended) before
+//! any of it applies.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What became of an in-flight record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RecordState {
+    Available,
+    Acquired,
+    Acknowledged,
+    Archived,
+}
+
+impl RecordState {
+    fn done(self) -> bool {
+        matches!(self, RecordState::Acknowledged | RecordState::Archived)
+    }
+}
+
+/// A run of offsets in one state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct InFlight {
+    last: i64,
+    state: RecordState,
+    deliveries: u16,
+    /// The member holding an acquired range, and until when (metastore clock).
+    holder: Option<(String, i64)>,
+}
+
+/// Records handed to a member by one acquisition: Kafka's `AcquiredRecords`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acquired {
+    pub first: i64,
+    pub last: i64,
+    pub deliveries: u16,
+}
+
+/// How a member ends its hold on records: Kafka's acknowledge types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ack {
+    /// Not a record (a transaction marker, a compacted-away offset): archived.
+    Gap,
+    Accept,
+    /// Back to available (archived at the delivery limit).
+    Release,
+    Reject,
+}
+
+impl Ack {
+    /// Kafka's wire value (0 gap, 1 accept, 2 release, 3 reject).
+    pub fn from_wire(value: i8) -> Option<Ack> {
+        match value {
+            0 => Some(Ack::Gap),
+            1 => Some(Ack::Accept),
+            2 => Some(Ack::Release),
+            3 => Some(Ack::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// Why an acknowledgement was refused, whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AckRefused {
+    /// Kafka's INVALID_RECORD_STATE: an offset not acquired by the member,
+    /// or whose lock has ended.
+    InvalidRecordState(String),
+    /// Kafka's INVALID_REQUEST: batches unsorted or overlapping, types that
+    /// do not fit their range, or past the records in flight.
+    InvalidRequest(String),
+}
+
+/// One acknowledged range: a type for all of it, or one per offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckBatch {
+    pub first: i64,
+    pub last: i64,
+    pub types: Vec<Ack>,
+}
+
+impl AckBatch {
+    fn ack_of(&self, offset: i64) -> Ack {
+        match self.types.as_slice() {
+            [one] => *one,
+            many => many[(offset - self.first) as usize],
+        }
+    }
+}
+
+/// The limits a share-partition works under (the group's and the agent's configs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `group.share.delivery.count.limit`.
+    pub delivery_limit: u16,
+    /// `group.share.partition.max.record.locks`.
+    pub max_in_flight: i64,
+    /// `share.record.lock.duration.ms`.
+    pub lock_ms: i64,
+}
+
+/// What an acquisition may take: the partition's offsets as the log has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogBounds {
+    /// The log start offset: records below are gone.
+    pub log_start: i64,
+    /// One past the last record a member may read (the high watermark, or
+    /// the last stable offset for read_committed groups).
+    pub readable_end: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharePartition {
+    start: i64,
+    end: i64,
+    in_flight: BTreeMap<i64, InFlight>,
+}
+
+impl SharePartition {
+    /// A share-partition whose first record to deliver is `start`.
+    pub fn starting_at(start: i64) -> SharePartition {
+        SharePartition {
+            start,
+            end: start,
+            in_flight: BTreeMap::new(),
+        }
+    }
+
+    /// Kafka's share-partition start offset (SPSO).
+    pub fn start_offset(&self) -> i64 {
+        self.start
+    }
+
+    /// Offsets acquired at least once run up to here (one past Kafka's SPEO).
+    pub fn end_offset(&self) -> i64 {
+        self.end
+    }
+
+    /// Records in flight and not done (for lag and metrics).
+    pub fn undone(&self) -> i64 {
+        self.in_flight
+            .iter()
+            .filter(|(_, r)| !r.state.done())
+            .map(|(first, r)| r.last - first + 1)
+            .sum()
+    }
+
+    /// Records above the start offset that are done (Kafka's
+    /// `deliveryCompleteCount`).
+    pub fn done_in_flight(&self) -> i64 {
+        self.in_flight
+            .iter()
+            .filter(|(_, r)| r.state.done())
+            .map(|(first, r)| r.last - first + 1)
+            .sum()
+    }
+
+    /// Acquired records held by `member` (its lock not ended at `now_ms`).
+    pub fn held_by(&self, member: &str, now_ms: i64) -> i64 {
+        self.in_flight
+            .iter()
+            .filter(
+                |(_, r)| matches!(&r.holder, Some((m, until)) if m == member && *until > now_ms),
+            )
+            .map(|(first, r)| r.last - first + 1)
+            .sum()
+    }
+
+    /// Hands `member` up to `max_records` records: first those available
+    /// again, in offset order, then new ones from the end, as far as the log
+    /// allows and while no more than `max_in_flight` are in flight. Locks
+    /// that ended by `now_ms` end first.
+    pub fn acquire(
+        &mut self,
+        member: &str,
+        max_records: i64,
+        log: LogBounds,
+        limits: Limits,
+        now_ms: i64,
+    ) -> Vec<Acquired> {
+        self.end_locks(now_ms, limits.delivery_limit);
+        self.follow_log_start(log.log_start);
+        let lock = (member.to_string(), now_ms.saturating_add(limits.lock_ms));
+        let mut left = max_records.max(0);
+        let mut taken = Vec::new();
+        let available: Vec<i64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, r)| r.state == RecordState::Available)
+            .map(|(first, _)| *first)
+            .collect();
+        for first in available {
+            if left == 0 {
+                break;
+            }
+            let last = self.in_flight[&first].last.min(first + left - 1);
+            self.split_at(last + 1);
+            let range = self.in_flight.get_mut(&first).expect("just split");
+            range.state = RecordState::Acquired;
+            range.deliveries += 1;
+            range.holder = Some(lock.clone());
+            taken.push(Acquired {
+                first,
+                last,
+                deliveries: range.deliveries,
+            });
+            left -= last - first + 1;
+        }
+        let room = (self.start + limits.max_in_flight - self.end).max(0);
+        let new_last = (self.end + left.min(room)).min(log.readable_end) - 1;
+        if new_last >= self.end {
+            let first = self.end;
+            self.in_flight.insert(
+                first,
+                InFlight {
+                    last: new_last,
+                    state: RecordState::Acquired,
+                    deliveries: 1,
+                    holder: Some(lock),
+                },
+            );
+            self.end = new_last + 1;
+            taken.push(Acquired {
+                first,
+                last: new_last,
+                deliveries: 1,
+            });
+        }
+        self.coalesce();
+        taken
+    }
+
+    /// Applies `member`'s acknowledgements, all or none: each offset must
+    /// be acquired by it with its lock not ended at `now_ms` (offsets below
+    /// the start offset are done already and skipped, as Kafka skips them).
+    pub fn acknowledge(
+        &mut self,
+        member: &str,
+        batches: &[AckBatch],
+        limits: Limits,
+        now_ms: i64,
+    ) -> Result<(), AckRefused> {
+        let mut previous_last = i64::MIN;
+        for b in batches {
+            let fits = b.types.len() == 1 || b.types.len() as i64 == b.last - b.first + 1;
+            if b.first > b.last || b.first <= previous_last || b.types.is_empty() || !fits {
+                return Err(AckRefused::InvalidRequest(format!(
+                    "acknowledgement batches must be sorted, apart, and typed as a whole or per offset ({}..={})",
+                    b.first, b.last
+                )));
+            }
+            if b.last >= self.end {
+                return Err(AckRefused::InvalidRequest(format!(
+                    "offset {} was never acquired (records in flight end at {})",
+                    b.last,
+                    self.end - 1
+                )));
+            }
+            previous_last = b.last;
+        }
+        for b in batches {
+            let from = b.first.max(self.start);
+            if from > b.last {
+                continue;
+            }
+            for (first, r) in self.in_flight.range(..=b.last).rev() {
+                if r.last < from {
+                    break;
+                }
+                let held = matches!(&r.holder, Some((m, until)) if m == member && *until > now_ms);
+                if r.state != RecordState::Acquired || !held {
+                    return Err(AckRefused::InvalidRecordState(format!(
+                        "offsets {}..={} are not acquired by this member",
+                        (*first).max(from),
+                        r.last.min(b.last)
+                    )));
+                }
+            }
+        }
+        for b in batches {
+            let from = b.first.max(self.start);
+            for offset_run in runs_of_one_ack(b, from) {
+                let (first, last, ack) = offset_run;
+                self.split_at(first);
+                self.split_at(last + 1);
+                let keys: Vec<i64> = self
+                    .in_flight
+                    .range(first..=last)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for key in keys {
+                    let r = self.in_flight.get_mut(&key).expect("listed");
+                    r.holder = None;
+                    r.state = match ack {
+                        Ack::Accept => RecordState::Acknowledged,
+                        Ack::Gap | Ack::Reject => RecordState::Archived,
+                        Ack::Release if r.deliveries >= limits.delivery_limit => {
+                            RecordState::Archived
+                        }
+                        Ack::Release => RecordState::Available,
+                    };
+                }
+            }
+        }
+        self.advance_start();
+        self.coalesce();
+        Ok(())
+    }
+
+    /// Makes every record `member` holds available again (archived at the
+    /// delivery limit): it left, or closed its share session.
+    pub fn release(&mut self, member: &str, limits: Limits) {
+        for r in self.in_flight.values_mut() {
+            if matches!(&r.holder, Some((m, _)) if m == member) {
+                release(r, limits.delivery_limit);
+            }
+        }
+        self.advance_start();
+        self.coalesce();
+    }
+
+    /// Ends the locks that ended by `now_ms`.
+    pub fn end_locks(&mut self, now_ms: i64, delivery_limit: u16) {
+        let mut ended = false;
+        for r in self.in_flight.values_mut() {
+            if matches!(&r.holder, Some((_, until)) if *until <= now_ms) {
+                release(r, delivery_limit);
+                ended = true;
+            }
+        }
+        if ended {
+            self.advance_start();
+            self.coalesce();
+        }
+    }
+
+    /// The log start moved past records in flight (retention,
+    /// DeleteRecords): they are gone, whatever their state.
+    fn follow_log_start(&mut self, log_start: i64) {
+        if log_start <= self.start {
+            return;
+        }
+        self.split_at(log_start);
+        self.in_flight = self.in_flight.split_off(&log_start);
+        self.start = log_start;
+        self.end = self.end.max(log_start);
+        self.advance_start();
+    }
+
+    /// Splits the range holding `offset` so that one begins there.
+    fn split_at(&mut self, offset: i64) {
+        let Some((&first, r)) = self.in_flight.range(..offset).next_back() else {
+            return;
+        };
+        if r.last < offset {
+            return;
+        }
+        let tail = r.clone();
+        self.in_flight.get_mut(&first).expect("found").last = offset - 1;
+        self.in_flight.insert(offset, tail);
+    }
+
+    /// Passes the done ranges at the head.
+    fn advance_start(&mut self) {
+        while let Some(entry) = self.in_flight.first_entry() {
+            if !entry.get().state.done() {
+                break;
+            }
+            self.start = entry.get().last + 1;
+            entry.remove();
+        }
+        if self.in_flight.is_empty() {
+            self.start = self.start.max(self.end);
+            self.end = self.start;
+        }
+    }
+
+    /// Joins neighbours alike in everything but their offsets.
+    fn coalesce(&mut self) {
+        let mut merged: BTreeMap<i64, InFlight> = BTreeMap::new();
+        for (first, r) in std::mem::take(&mut self.in_flight) {
+            if let Some((_, prev)) = merged.iter_mut().next_back()
+                && prev.last + 1 == first
+                && prev.state == r.state
+                && prev.deliveries == r.deliveries
+                && prev.holder == r.holder
+            {
+                prev.last = r.last;
+                continue;
+            }
+            merged.insert(first, r);
+        }
+        self.in_flight = merged;
+    }
+
+    /// The invariants above, as a description of the first one broken.
+    pub fn check(&self, delivery_limit: u16) -> Result<(), String> {
+        let mut next = self.start;
+        for (i, (first, r)) in self.in_flight.iter().enumerate() {
+            if *first != next || r.last < *first {
+                return Err(format!(
+                    "ranges do not tile from {}: {first}..={}",
+                    self.start, r.last
+                ));
+            }
+            if i == 0 && r.state.done() {
+                return Err(format!("a done range at the start, {first}..={}", r.last));
+            }
+            if (r.state == RecordState::Acquired) != r.holder.is_some() {
+                return Err(format!(
+                    "{first}..={}: {:?} with holder {:?}",
+                    r.last, r.state, r.holder
+                ));
+            }
+            if r.deliveries > delivery_limit {
+                return Err(format!(
+                    "{first}..={} delivered {} times",
+                    r.last, r.deliveries
+                ));
+            }
+            next = r.last + 1;
+        }
+        if next != self.end {
+            return Err(format!(
+                "ranges end at {next}, the partition at {}",
+                self.end
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn release(r: &mut InFlight, delivery_limit: u16) {
+    r.holder = None;
+    r.state = if r.deliveries >= delivery_limit {
+        RecordState::Archived
+    } else {
+        RecordState::Available
+    };
+}
+
+/// A batch's offsets from `from`, as runs of one acknowledge type.
+fn runs_of_one_ack(b: &AckBatch, from: i64) -> Vec<(i64, i64, Ack)> {
+    let mut runs: Vec<(i64, i64, Ack)> = Vec::new();
+    for offset in from..=b.last {
+        let ack = b.ack_of(offset);
+        match runs.last_mut() {
+            Some((_, last, a)) if *a == ack => *last = offset,
+            _ => runs.push((offset, offset, ack)),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests;
