@@ -1,0 +1,180 @@
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::*;
+
+const T: TopicId = Uuid::from_u128(1);
+
+struct Log {
+    bounds: BTreeMap<i32, LogBounds>,
+}
+
+impl PartitionLog for Log {
+    fn bounds(&self, topic: TopicId, partition: i32, _read_committed: bool) -> Option<LogBounds> {
+        (topic == T)
+            .then(|| self.bounds.get(&partition).copied())
+            .flatten()
+    }
+    fn offset_at(&self, _topic: TopicId, _partition: i32, _timestamp_ms: i64) -> Option<i64> {
+        Some(3)
+    }
+}
+
+struct Topics;
+
+impl TopicLookup for Topics {
+    fn find(&self, name: &str) -> Option<(TopicId, i32)> {
+        (name == "t").then_some((T, 2))
+    }
+    fn names(&self) -> Vec<String> {
+        vec!["t".into()]
+    }
+}
+
+fn log() -> Log {
+    let b = |log_start, readable_end| LogBounds {
+        log_start,
+        readable_end,
+    };
+    Log {
+        bounds: BTreeMap::from([(0, b(0, 10)), (1, b(5, 8))]),
+    }
+}
+
+fn rules(start_from: StartFrom) -> AcquireRules {
+    AcquireRules {
+        delivery_limit: 5,
+        max_in_flight: 2_000,
+        lock_ms: 30_000,
+        start_from,
+        read_committed: false,
+    }
+}
+
+fn join(g: &mut ShareGroup, member: &str, now_ms: i64) {
+    let hb = ShareHeartbeat {
+        group: "g".into(),
+        member_id: member.into(),
+        member_epoch: 0,
+        rack: None,
+        subscribed: Some(vec!["t".into()]),
+        client_id: "c".into(),
+        client_host: "h".into(),
+        session_timeout_ms: 45_000,
+        heartbeat_interval_ms: 5_000,
+        max_size: 200,
+        now_ms,
+    };
+    g.heartbeat(hb, &Topics, 5).unwrap();
+}
+
+fn taken(answers: &[((TopicId, i32), Option<Vec<Acquired>>)]) -> Vec<(i32, i64, i64)> {
+    answers
+        .iter()
+        .flat_map(|((_, p), got)| got.iter().flatten().map(move |a| (*p, a.first, a.last)))
+        .collect()
+}
+
+#[test]
+fn one_budget_for_all_partitions_from_where_the_group_starts() {
+    let mut g = ShareGroup::default();
+    join(&mut g, "a", 0);
+    let parts = [(T, 0), (T, 1), (T, 9)];
+    let got = g.acquire("a", &parts, 12, &log(), rules(StartFrom::Earliest), 0);
+    assert_eq!(taken(&got), [(0, 0, 9), (1, 5, 6)]);
+    assert_eq!(got[2], ((T, 9), None), "no such partition");
+    // A group starting at the latest records has nothing until more come.
+    let mut late = ShareGroup::default();
+    join(&mut late, "a", 0);
+    assert!(taken(&late.acquire("a", &parts, 12, &log(), rules(StartFrom::Latest), 0)).is_empty());
+    let mut ago = ShareGroup::default();
+    join(&mut ago, "a", 0);
+    let got = ago.acquire(
+        "a",
+        &parts[..1],
+        12,
+        &log(),
+        rules(StartFrom::Ago(60_000)),
+        0,
+    );
+    assert_eq!(taken(&got), [(0, 3, 9)]);
+    g.check(5).unwrap();
+}
+
+#[test]
+fn a_member_leaving_or_expiring_gives_its_records_to_the_others() {
+    let mut g = ShareGroup::default();
+    join(&mut g, "a", 0);
+    join(&mut g, "b", 0);
+    // Locks longer than the session, so only a's end with it.
+    let rules = AcquireRules {
+        lock_ms: 100_000,
+        ..rules(StartFrom::Earliest)
+    };
+    assert_eq!(
+        taken(&g.acquire("a", &[(T, 0)], 4, &log(), rules, 0)),
+        [(0, 0, 3)]
+    );
+    assert_eq!(
+        taken(&g.acquire("b", &[(T, 0)], 100, &log(), rules, 0)),
+        [(0, 4, 9)]
+    );
+    // a is silent: its session ends at 45 s and b's heartbeat notices.
+    let beat = |now_ms, epoch| ShareHeartbeat {
+        group: "g".into(),
+        member_id: "b".into(),
+        member_epoch: epoch,
+        rack: None,
+        subscribed: None,
+        client_id: "c".into(),
+        client_host: "h".into(),
+        session_timeout_ms: 45_000,
+        heartbeat_interval_ms: 5_000,
+        max_size: 200,
+        now_ms,
+    };
+    let epoch = g.members.get("b").unwrap().epoch;
+    let answer = g.heartbeat(beat(30_000, epoch), &Topics, 5).unwrap();
+    g.heartbeat(beat(45_000, answer.member_epoch), &Topics, 5)
+        .unwrap();
+    assert!(g.members.get("a").is_none());
+    let again = g.acquire("b", &[(T, 0)], 100, &log(), rules, 45_001);
+    assert_eq!(
+        again[0].1.as_ref().unwrap(),
+        &[Acquired {
+            first: 0,
+            last: 3,
+            deliveries: 2
+        }]
+    );
+    // b's acknowledgements apply; a's (gone) do not.
+    let acks = [(
+        (T, 0),
+        vec![AckBatch {
+            first: 0,
+            last: 9,
+            types: vec![Ack::Accept],
+        }],
+    )];
+    assert!(matches!(
+        g.acknowledge("a", &acks, 5, 45_002)[0],
+        Err(AckRefused::InvalidRecordState(_))
+    ));
+    assert_eq!(g.acknowledge("b", &acks, 5, 45_002), [Ok(())]);
+    assert_eq!(g.partitions().next().unwrap().1.start_offset(), 10);
+    g.check(5).unwrap();
+}
+
+#[test]
+fn offsets_are_altered_and_deleted_only_while_the_group_is_empty() {
+    let mut g = ShareGroup::default();
+    join(&mut g, "a", 0);
+    assert_eq!(g.set_start(T, 0, 7), Err(GroupError::NonEmptyGroup));
+    assert_eq!(g.forget_topic(T), Err(GroupError::NonEmptyGroup));
+    let mut empty = ShareGroup::default();
+    empty.set_start(T, 0, 7).unwrap();
+    assert_eq!(empty.partitions().next().unwrap().1.start_offset(), 7);
+    assert_eq!(empty.forget_topic(T), Ok(true));
+    assert_eq!(empty.forget_topic(T), Ok(false));
+}
