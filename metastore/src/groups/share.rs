@@ -41,6 +41,15 @@ pub trait PartitionLog {
     fn offset_at(&self, topic: TopicId, partition: i32, timestamp_ms: i64) -> Option<i64>;
 }
 
+/// What one partition of an acquisition handed out: `None` for a
+/// partition that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAcquired {
+    pub topic: TopicId,
+    pub partition: i32,
+    pub acquired: Option<Vec<Acquired>>,
+}
+
 /// What an acquisition asks of a share group's rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcquireRules {
@@ -97,12 +106,16 @@ impl ShareGroup {
         log: &dyn PartitionLog,
         rules: AcquireRules,
         now_ms: i64,
-    ) -> Vec<((TopicId, i32), Option<Vec<Acquired>>)> {
+    ) -> Vec<PartitionAcquired> {
         let mut left = max_records.max(0);
         let mut answers = Vec::with_capacity(partitions.len());
         for &(topic, partition) in partitions {
             let Some(bounds) = log.bounds(topic, partition, rules.read_committed) else {
-                answers.push(((topic, partition), None));
+                answers.push(PartitionAcquired {
+                    topic,
+                    partition,
+                    acquired: None,
+                });
                 continue;
             };
             let share = self
@@ -119,7 +132,11 @@ impl ShareGroup {
                 });
             let got = share.acquire(member, left, bounds, rules.limits(), now_ms);
             left -= got.iter().map(|a| a.last - a.first + 1).sum::<i64>();
-            answers.push(((topic, partition), Some(got)));
+            answers.push(PartitionAcquired {
+                topic,
+                partition,
+                acquired: Some(got),
+            });
         }
         answers
     }

@@ -69,10 +69,16 @@ fn join(g: &mut ShareGroup, member: &str, now_ms: i64) {
     g.heartbeat(hb, &Topics, 5).unwrap();
 }
 
-fn taken(answers: &[((TopicId, i32), Option<Vec<Acquired>>)]) -> Vec<(i32, i64, i64)> {
+fn taken(answers: &[PartitionAcquired]) -> Vec<(i32, i64, i64)> {
     answers
         .iter()
-        .flat_map(|((_, p), got)| got.iter().flatten().map(move |a| (*p, a.first, a.last)))
+        .flat_map(|a| {
+            let p = a.partition;
+            a.acquired
+                .iter()
+                .flatten()
+                .map(move |r| (p, r.first, r.last))
+        })
         .collect()
 }
 
@@ -83,7 +89,7 @@ fn one_budget_for_all_partitions_from_where_the_group_starts() {
     let parts = [(T, 0), (T, 1), (T, 9)];
     let got = g.acquire("a", &parts, 12, &log(), rules(StartFrom::Earliest), 0);
     assert_eq!(taken(&got), [(0, 0, 9), (1, 5, 6)]);
-    assert_eq!(got[2], ((T, 9), None), "no such partition");
+    assert_eq!(got[2].acquired, None, "no such partition");
     // A group starting at the latest records has nothing until more come.
     let mut late = ShareGroup::default();
     join(&mut late, "a", 0);
@@ -141,7 +147,7 @@ fn a_member_leaving_or_expiring_gives_its_records_to_the_others() {
     assert!(g.members.get("a").is_none());
     let again = g.acquire("b", &[(T, 0)], 100, &log(), rules, 45_001);
     assert_eq!(
-        again[0].1.as_ref().unwrap(),
+        again[0].acquired.as_ref().unwrap(),
         &[Acquired {
             first: 0,
             last: 3,
