@@ -285,7 +285,7 @@ impl RemoteMetastore {
 
     /// A backup of the group's state, taken by its leader under a GC hold
     /// of `hold_ms` (a retry takes another hold, which only holds longer).
-    pub async fn backup(&self, hold_ms: i64) -> Result<crate::raft::backup::Backup, MetaError> {
+    pub async fn backup(&self, hold_ms: i64) -> Result<crate::contract::backup::Backup, MetaError> {
         self.send(Envelope::Node(NodeRequest::Backup { hold_ms }), true)
             .await
     }

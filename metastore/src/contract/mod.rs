@@ -11,6 +11,7 @@
 pub mod acls;
 pub mod agents;
 pub mod api;
+pub mod backup;
 pub mod client;
 pub mod dynamic_config;
 pub mod groups;
@@ -21,6 +22,7 @@ pub mod peers;
 pub mod quorum;
 pub mod quotas;
 pub mod scram;
+pub mod shares;
 pub mod topic_config;
 pub mod txn;
 pub mod types;

@@ -12,18 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::groups::{GroupError, TopicLookup};
 use crate::types::TopicId;
 
-pub use members::{Members, ShareAnswer, ShareHeartbeat};
-pub use partition::{Ack, AckBatch, AckRefused, Acquired, Limits, LogBounds, SharePartition};
-
-/// Where a share group starts reading a partition it has not read before
-/// (`share.auto.offset.reset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum StartFrom {
-    Earliest,
-    Latest,
-    /// The first record at most this long ago (`by_duration:`).
-    Ago(i64),
-}
+pub use crate::contract::shares::*;
+pub use members::Members;
+pub use partition::{Limits, LogBounds, SharePartition};
 
 /// One share group: its members and the share-partitions it has read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,32 +32,11 @@ pub trait PartitionLog {
     fn offset_at(&self, topic: TopicId, partition: i32, timestamp_ms: i64) -> Option<i64>;
 }
 
-/// What one partition of an acquisition handed out: `None` for a
-/// partition that does not exist.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionAcquired {
-    pub topic: TopicId,
-    pub partition: i32,
-    pub acquired: Option<Vec<Acquired>>,
-}
-
-/// What an acquisition asks of a share group's rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AcquireRules {
-    pub delivery_limit: u16,
-    pub max_in_flight: i64,
-    pub lock_ms: i64,
-    pub start_from: StartFrom,
-    pub read_committed: bool,
-}
-
-impl AcquireRules {
-    fn limits(&self) -> Limits {
-        Limits {
-            delivery_limit: self.delivery_limit,
-            max_in_flight: self.max_in_flight,
-            lock_ms: self.lock_ms,
-        }
+fn limits(rules: &AcquireRules) -> Limits {
+    Limits {
+        delivery_limit: rules.delivery_limit,
+        max_in_flight: rules.max_in_flight,
+        lock_ms: rules.lock_ms,
     }
 }
 
@@ -130,7 +100,7 @@ impl ShareGroup {
                             .unwrap_or(bounds.readable_end),
                     })
                 });
-            let got = share.acquire(member, left, bounds, rules.limits(), now_ms);
+            let got = share.acquire(member, left, bounds, limits(&rules), now_ms);
             left -= got.iter().map(|a| a.last - a.first + 1).sum::<i64>();
             answers.push(PartitionAcquired {
                 topic,

@@ -15,33 +15,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use openraft::{CommittedLeaderId, Membership};
-use serde::{Deserialize, Serialize};
 
 use super::{LogId, NodeAddress, NodeId, RaftMetastore, SnapshotMeta, StoredMembership};
 use crate::api::Metastore;
+pub use crate::contract::backup::Backup;
 use crate::format::{FORMAT_VERSION, OLDEST_READABLE_FORMAT, decode_snapshot_of, encode_snapshot};
 use crate::state::State;
 use crate::types::MetaError;
 
 /// What a backup file begins with.
 const MAGIC: &[u8] = b"floe metastore backup\n";
-
-/// The metastore's state at one moment, and what it takes to restore it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Backup {
-    /// The metastore format of `state`.
-    pub format: u8,
-    pub cluster_id: Option<String>,
-    /// When the backup was taken, on the metastore's clock.
-    pub taken_ms: i64,
-    /// Until when the objects it refers to are kept (metastore clock): a
-    /// restore after that may find some gone.
-    pub held_until_ms: i64,
-    /// The last log index the state includes: the restored log goes on from it.
-    pub last_index: u64,
-    /// The state, encoded as a snapshot.
-    pub state: Vec<u8>,
-}
 
 impl Backup {
     /// The file's bytes: the magic line, the backup, and a CRC-32C of both.

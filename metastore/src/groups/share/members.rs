@@ -17,12 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::contract::shares::{JOIN_EPOCH, LEAVE_EPOCH, ShareAnswer, ShareHeartbeat};
 use crate::groups::{GroupError, TopicLookup};
 use crate::types::TopicId;
-
-/// Epoch of a member joining, and of one leaving.
-pub const JOIN_EPOCH: i32 = 0;
-pub const LEAVE_EPOCH: i32 = -1;
 
 /// A share group's members, keyed by member id.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,36 +45,6 @@ pub struct Member {
     pub target: BTreeMap<TopicId, BTreeSet<i32>>,
     pub last_seen_ms: i64,
     pub session_timeout_ms: i32,
-}
-
-/// One ShareGroupHeartbeat, with what its agent adds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShareHeartbeat {
-    pub group: String,
-    pub member_id: String,
-    pub member_epoch: i32,
-    pub rack: Option<String>,
-    /// `None`: unchanged.
-    pub subscribed: Option<Vec<String>>,
-    pub client_id: String,
-    pub client_host: String,
-    /// `share.session.timeout.ms` and `share.heartbeat.interval.ms` for the group.
-    pub session_timeout_ms: i32,
-    pub heartbeat_interval_ms: i32,
-    /// `group.share.max.size`.
-    pub max_size: usize,
-    pub now_ms: i64,
-}
-
-/// The answer to a [`ShareHeartbeat`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShareAnswer {
-    pub member_id: String,
-    pub member_epoch: i32,
-    pub heartbeat_interval_ms: i32,
-    /// The member's whole assignment, when it joined, sent its
-    /// subscription, or its assignment changed.
-    pub assignment: Option<Vec<(TopicId, Vec<i32>)>>,
 }
 
 impl Members {

@@ -28,6 +28,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::contract::shares::{Ack, AckBatch, AckRefused, Acquired};
+
 /// What became of an in-flight record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RecordState {
@@ -51,66 +53,6 @@ struct InFlight {
     deliveries: u16,
     /// The member holding an acquired range, and until when (metastore clock).
     holder: Option<(String, i64)>,
-}
-
-/// Records handed to a member by one acquisition: Kafka's `AcquiredRecords`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Acquired {
-    pub first: i64,
-    pub last: i64,
-    pub deliveries: u16,
-}
-
-/// How a member ends its hold on records: Kafka's acknowledge types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Ack {
-    /// Not a record (a transaction marker, a compacted-away offset): archived.
-    Gap,
-    Accept,
-    /// Back to available (archived at the delivery limit).
-    Release,
-    Reject,
-}
-
-impl Ack {
-    /// Kafka's wire value (0 gap, 1 accept, 2 release, 3 reject).
-    pub fn from_wire(value: i8) -> Option<Ack> {
-        match value {
-            0 => Some(Ack::Gap),
-            1 => Some(Ack::Accept),
-            2 => Some(Ack::Release),
-            3 => Some(Ack::Reject),
-            _ => None,
-        }
-    }
-}
-
-/// Why an acknowledgement was refused, whole.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum AckRefused {
-    /// Kafka's INVALID_RECORD_STATE: an offset not acquired by the member,
-    /// or whose lock has ended.
-    InvalidRecordState(String),
-    /// Kafka's INVALID_REQUEST: batches unsorted or overlapping, types that
-    /// do not fit their range, or past the records in flight.
-    InvalidRequest(String),
-}
-
-/// One acknowledged range: a type for all of it, or one per offset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AckBatch {
-    pub first: i64,
-    pub last: i64,
-    pub types: Vec<Ack>,
-}
-
-impl AckBatch {
-    fn ack_of(&self, offset: i64) -> Ack {
-        match self.types.as_slice() {
-            [one] => *one,
-            many => many[(offset - self.first) as usize],
-        }
-    }
 }
 
 /// The limits a share-partition works under (the group's and the agent's configs).

@@ -1,0 +1,131 @@
+//! Share groups' messages (KIP-932): a member's heartbeat and its answer,
+//! the records an acquisition hands out, and the acknowledgements that end
+//! a member's hold on them. The rules are the state machine's
+//! (`groups::share`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::types::TopicId;
+
+/// Epoch of a member joining, and of one leaving.
+pub const JOIN_EPOCH: i32 = 0;
+pub const LEAVE_EPOCH: i32 = -1;
+
+/// One ShareGroupHeartbeat, with what its agent adds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareHeartbeat {
+    pub group: String,
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub rack: Option<String>,
+    /// `None`: unchanged.
+    pub subscribed: Option<Vec<String>>,
+    pub client_id: String,
+    pub client_host: String,
+    /// `share.session.timeout.ms` and `share.heartbeat.interval.ms` for the group.
+    pub session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    /// `group.share.max.size`.
+    pub max_size: usize,
+    pub now_ms: i64,
+}
+
+/// The answer to a [`ShareHeartbeat`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareAnswer {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// The member's whole assignment, when it joined, sent its
+    /// subscription, or its assignment changed.
+    pub assignment: Option<Vec<(TopicId, Vec<i32>)>>,
+}
+
+/// Records handed to a member by one acquisition: Kafka's `AcquiredRecords`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acquired {
+    pub first: i64,
+    pub last: i64,
+    pub deliveries: u16,
+}
+
+/// How a member ends its hold on records: Kafka's acknowledge types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ack {
+    /// Not a record (a transaction marker, a compacted-away offset): archived.
+    Gap,
+    Accept,
+    /// Back to available (archived at the delivery limit).
+    Release,
+    Reject,
+}
+
+impl Ack {
+    /// Kafka's wire value (0 gap, 1 accept, 2 release, 3 reject).
+    pub fn from_wire(value: i8) -> Option<Ack> {
+        match value {
+            0 => Some(Ack::Gap),
+            1 => Some(Ack::Accept),
+            2 => Some(Ack::Release),
+            3 => Some(Ack::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// Why an acknowledgement was refused, whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AckRefused {
+    /// Kafka's INVALID_RECORD_STATE: an offset not acquired by the member,
+    /// or whose lock has ended.
+    InvalidRecordState(String),
+    /// Kafka's INVALID_REQUEST: batches unsorted or overlapping, types that
+    /// do not fit their range, or past the records in flight.
+    InvalidRequest(String),
+}
+
+/// One acknowledged range: a type for all of it, or one per offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckBatch {
+    pub first: i64,
+    pub last: i64,
+    pub types: Vec<Ack>,
+}
+
+impl AckBatch {
+    pub fn ack_of(&self, offset: i64) -> Ack {
+        match self.types.as_slice() {
+            [one] => *one,
+            many => many[(offset - self.first) as usize],
+        }
+    }
+}
+
+/// Where a share group starts reading a partition it has not read before
+/// (`share.auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartFrom {
+    Earliest,
+    Latest,
+    /// The first record at most this long ago (`by_duration:`).
+    Ago(i64),
+}
+
+/// What one partition of an acquisition handed out: `None` for a
+/// partition that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAcquired {
+    pub topic: TopicId,
+    pub partition: i32,
+    pub acquired: Option<Vec<Acquired>>,
+}
+
+/// What an acquisition asks of a share group's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireRules {
+    pub delivery_limit: u16,
+    pub max_in_flight: i64,
+    pub lock_ms: i64,
+    pub start_from: StartFrom,
+    pub read_committed: bool,
+}
