@@ -85,6 +85,12 @@ fn variant(command: &Command) -> &'static str {
         Command::InitTxnProducerChecked(_) => "init_txn_producer_checked",
         Command::ClaimClusterId(_) => "claim_cluster_id",
         Command::HoldGarbage(_) => "hold_garbage",
+        Command::ShareHeartbeat(_) => "share_heartbeat",
+        Command::AcquireShare(_) => "acquire_share",
+        Command::AcknowledgeShare(_) => "acknowledge_share",
+        Command::ReleaseShare(_) => "release_share",
+        Command::AlterShareOffsets(_) => "alter_share_offsets",
+        Command::DeleteShareOffsets(_) => "delete_share_offsets",
     }
 }
 
@@ -583,6 +589,74 @@ fn txn_samples() -> Vec<Command> {
             hold_ms: 7 * 86_400_000,
         }),
     ]
+    .into_iter()
+    .chain(share_samples())
+    .collect()
+}
+
+/// Share groups' commands (format 15), in an order that applies cleanly:
+/// "q" is altered before it has members, a member joins, takes records,
+/// acknowledges some and closes its share session.
+fn share_samples() -> Vec<Command> {
+    let group = || "q".to_string();
+    let member = || "share-member-1".to_string();
+    vec![
+        Command::AlterShareOffsets(AlterShareOffsets {
+            group: group(),
+            starts: vec![(TOPIC, 1, 0)],
+        }),
+        Command::ShareHeartbeat(ShareHeartbeat {
+            group: group(),
+            member_id: member(),
+            member_epoch: 0,
+            rack: Some("rack-a".into()),
+            subscribed: Some(vec!["t".into()]),
+            client_id: "share-client".into(),
+            client_host: "/10.0.0.9".into(),
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: 200,
+            now_ms: 1_700_000_050_000,
+        }),
+        Command::AcquireShare(AcquireShare {
+            group: group(),
+            member: member(),
+            partitions: vec![(TOPIC, 0), (TOPIC, 1)],
+            max_records: 500,
+            rules: AcquireRules {
+                delivery_limit: 5,
+                max_in_flight: 2_000,
+                lock_ms: 30_000,
+                start_from: StartFrom::Earliest,
+                read_committed: false,
+            },
+            now_ms: 1_700_000_050_100,
+        }),
+        Command::AcknowledgeShare(AcknowledgeShare {
+            group: group(),
+            member: member(),
+            acks: vec![PartitionAcks {
+                topic: TOPIC,
+                partition: 0,
+                batches: vec![AckBatch {
+                    first: 2,
+                    last: 4,
+                    types: vec![Ack::Accept, Ack::Release, Ack::Gap],
+                }],
+            }],
+            delivery_limit: 5,
+            now_ms: 1_700_000_050_200,
+        }),
+        Command::ReleaseShare(ReleaseShare {
+            group: group(),
+            member: member(),
+            delivery_limit: 5,
+        }),
+        Command::DeleteShareOffsets(DeleteShareOffsets {
+            group: "empty-share-group".into(),
+            topics: vec![TOPIC],
+        }),
+    ]
 }
 
 fn listeners_sample() -> Vec<crate::agents::ListenerEndpoint> {
@@ -702,11 +776,11 @@ fn encode_all() -> String {
 fn golden_log_entries_and_snapshot_are_unchanged() {
     // Every variant has a sample.
     let named: std::collections::BTreeSet<&str> = samples().iter().map(variant).collect();
-    // 32 commands, one of them with 14 group commands: `variant` is exhaustive,
+    // 38 commands, one of them with 14 group commands: `variant` is exhaustive,
     // so a new one must be named there, and counted here.
     assert_eq!(
         named.len(),
-        45,
+        51,
         "a command without a golden sample: {named:?}"
     );
 
@@ -1198,6 +1272,18 @@ fn wire_samples() -> (Vec<crate::api::Request>, Vec<MetaError>) {
         .into(),
     );
     requests.push(HoldGarbage { hold_ms: 3_600_000 }.into());
+    for command in share_samples() {
+        match command {
+            Command::ShareHeartbeat(c) => requests.push(c.into()),
+            Command::AcquireShare(c) => requests.push(c.into()),
+            Command::AcknowledgeShare(c) => requests.push(c.into()),
+            Command::ReleaseShare(c) => requests.push(c.into()),
+            Command::AlterShareOffsets(c) => requests.push(c.into()),
+            Command::DeleteShareOffsets(c) => requests.push(c.into()),
+            _ => unreachable!("share samples are share commands"),
+        }
+    }
+    requests.push(DescribeShareGroup { name: "q".into() }.into());
     let errors = vec![
         MetaError::Refused(Refusal::OutOfOrderSequence {
             producer_id: 7,

@@ -34,6 +34,7 @@ mod partitions;
 mod producers;
 mod reads;
 mod security;
+mod shares;
 mod topics;
 mod txns;
 

@@ -383,6 +383,20 @@ macro_rules! metastore_ops {
             }
             /// A second hold only holds longer.
             write(retry) fn hold_garbage(hold_ms: i64) -> HoldGarbage: GarbageHeld { HoldGarbage { hold_ms } }
+            /// A heartbeat of a share group (KIP-932). A retried join is the
+            /// same join; a retried leave is refused as unknown.
+            write(once) fn share_heartbeat(beat: ShareHeartbeat) -> ShareHeartbeat: Result<ShareAnswer, GroupError> { beat }
+            /// Acquired twice, records stay locked to the member until their
+            /// lock ends: not sent again.
+            write(once) fn acquire_share(acquire: AcquireShare) -> AcquireShare: Result<Vec<PartitionAcquired>, GroupError> { acquire }
+            /// Applied twice, the second finds the records done and is refused.
+            write(once) fn acknowledge_share(acks: AcknowledgeShare) -> AcknowledgeShare: Result<Vec<Result<(), AckRefused>>, GroupError> { acks }
+            write(retry) fn release_share(release: ReleaseShare) -> ReleaseShare: Result<(), GroupError> { release }
+            write(retry) fn alter_share_offsets(alter: AlterShareOffsets) -> AlterShareOffsets: Result<(), GroupError> { alter }
+            write(once) fn delete_share_offsets(delete: DeleteShareOffsets) -> DeleteShareOffsets: Result<Vec<bool>, GroupError> { delete }
+            read fn describe_share_group(name: &str) -> DescribeShareGroup: Option<ShareGroupView> {
+                DescribeShareGroup { name: name.to_string() }
+            }
         }
     };
 }

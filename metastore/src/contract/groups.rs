@@ -3,6 +3,8 @@
 //! protocol's heartbeat of KIP-848), what it is answered, and the limits
 //! both ends check. How a group decides is the node's (`crate::groups`).
 
+/// Share groups' messages, with the other groups'.
+pub use crate::contract::shares::*;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::types::TopicId;

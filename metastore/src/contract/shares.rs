@@ -129,3 +129,95 @@ pub struct AcquireRules {
     pub start_from: StartFrom,
     pub read_committed: bool,
 }
+
+/// ShareFetch's acquisition: up to `max_records` records of `partitions`
+/// for `member`, one budget for all, each under a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireShare {
+    pub group: String,
+    pub member: String,
+    pub partitions: Vec<(TopicId, i32)>,
+    pub max_records: i64,
+    pub rules: AcquireRules,
+    pub now_ms: i64,
+}
+
+/// One partition's acknowledgement batches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAcks {
+    pub topic: TopicId,
+    pub partition: i32,
+    pub batches: Vec<AckBatch>,
+}
+
+/// ShareFetch's and ShareAcknowledge's acknowledgements: each partition's
+/// all or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcknowledgeShare {
+    pub group: String,
+    pub member: String,
+    pub acks: Vec<PartitionAcks>,
+    pub delivery_limit: u16,
+    pub now_ms: i64,
+}
+
+/// A member's share session closed: every record it holds is released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseShare {
+    pub group: String,
+    pub member: String,
+    pub delivery_limit: u16,
+}
+
+/// AlterShareGroupOffsets: where the group reads each partition from (the
+/// group must have no members; it is created if it does not exist).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterShareOffsets {
+    pub group: String,
+    pub starts: Vec<(TopicId, i32, i64)>,
+}
+
+/// DeleteShareGroupOffsets: forgets what the group read of `topics` (the
+/// group must have no members); for each, whether it had read any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteShareOffsets {
+    pub group: String,
+    pub topics: Vec<TopicId>,
+}
+
+/// ShareGroupDescribe and DescribeShareGroupOffsets of one group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeShareGroup {
+    pub name: String,
+}
+
+/// A share group as ShareGroupDescribe and DescribeShareGroupOffsets show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareGroupView {
+    pub epoch: i32,
+    pub members: Vec<ShareMemberView>,
+    pub partitions: Vec<ShareOffsetView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareMemberView {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub rack: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: Vec<String>,
+    pub assignment: Vec<(TopicId, Vec<i32>)>,
+}
+
+/// One share-partition: its start offset, the end of what was acquired,
+/// and how many records in between are done (Kafka's
+/// `deliveryCompleteCount`, which lag subtracts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareOffsetView {
+    pub topic: TopicId,
+    pub partition: i32,
+    pub start_offset: i64,
+    pub end_offset: i64,
+    pub done: i64,
+}

@@ -41,6 +41,9 @@ pub use crate::state::GroupCommand;
 pub struct Groups {
     groups: BTreeMap<String, Group>,
     consumer: BTreeMap<String, ConsumerGroup>,
+    /// Share groups (format 15).
+    #[serde(default)]
+    share: BTreeMap<String, share::ShareGroup>,
 }
 
 impl Groups {
@@ -52,9 +55,34 @@ impl Groups {
         self.groups.iter()
     }
 
-    /// Groups of both kinds.
+    /// Groups of every kind.
     pub fn count(&self) -> usize {
-        self.groups.len() + self.consumer.len()
+        self.groups.len() + self.consumer.len() + self.share.len()
+    }
+
+    pub fn share_groups(&self) -> impl Iterator<Item = (&String, &share::ShareGroup)> {
+        self.share.iter()
+    }
+
+    pub fn share_group(&self, group: &str) -> Option<&share::ShareGroup> {
+        self.share.get(group)
+    }
+
+    /// The share group `group`, created if `create` and no group of
+    /// another kind has the name (Kafka: "Group ... is not a share group").
+    pub fn share_group_mut(
+        &mut self,
+        group: &str,
+        create: bool,
+    ) -> Result<&mut share::ShareGroup, GroupError> {
+        if self.groups.contains_key(group) || self.consumer.contains_key(group) {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        match self.share.contains_key(group) {
+            true => Ok(self.share.get_mut(group).expect("checked")),
+            false if create => Ok(self.share.entry(group.to_string()).or_default()),
+            false => Err(GroupError::GroupIdNotFound),
+        }
     }
 
     pub fn consumer_groups(&self) -> impl Iterator<Item = (&String, &ConsumerGroup)> {
@@ -78,7 +106,18 @@ impl Groups {
             protocol_type: "consumer".into(),
             group_type: "consumer".into(),
         });
-        let mut all: Vec<GroupListing> = classic.chain(consumer).collect();
+        let share = self.share.iter().map(|(name, g)| GroupListing {
+            name: name.clone(),
+            state: if g.members.is_empty() {
+                "Empty"
+            } else {
+                "Stable"
+            }
+            .to_string(),
+            protocol_type: "share".into(),
+            group_type: "share".into(),
+        });
+        let mut all: Vec<GroupListing> = classic.chain(consumer).chain(share).collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
     }

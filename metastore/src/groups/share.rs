@@ -32,37 +32,38 @@ pub trait PartitionLog {
     fn offset_at(&self, topic: TopicId, partition: i32, timestamp_ms: i64) -> Option<i64>;
 }
 
+/// The highest `group.share.delivery.count.limit` Kafka accepts: no record
+/// is ever delivered more often.
+pub const MAX_DELIVERY_COUNT_LIMIT: u16 = 10;
+
+/// The rules within Kafka's bounds for them (`group.share.delivery.count.limit`
+/// 2 to 10, `group.share.partition.max.record.locks` 100 to 10,000, a lock
+/// of 1 s to an hour), whatever an agent sent.
 fn limits(rules: &AcquireRules) -> Limits {
     Limits {
-        delivery_limit: rules.delivery_limit,
-        max_in_flight: rules.max_in_flight,
-        lock_ms: rules.lock_ms,
+        delivery_limit: bounded_delivery_limit(rules.delivery_limit),
+        max_in_flight: rules.max_in_flight.clamp(100, 10_000),
+        lock_ms: rules.lock_ms.clamp(1_000, 3_600_000),
     }
 }
 
+fn bounded_delivery_limit(asked: u16) -> u16 {
+    asked.clamp(2, MAX_DELIVERY_COUNT_LIMIT)
+}
+
 impl ShareGroup {
-    /// A heartbeat; members whose session ended, and one that leaves, give
-    /// up the records they hold.
+    /// A heartbeat, after the members whose session ended are gone. As in
+    /// Kafka, neither an ended session nor a leave releases records: a
+    /// member's locks run their course (its acknowledgements still count)
+    /// unless its share session closes ([`ShareGroup::release`]).
     pub fn heartbeat(
         &mut self,
         hb: ShareHeartbeat,
         topics: &dyn TopicLookup,
-        delivery_limit: u16,
     ) -> Result<ShareAnswer, GroupError> {
-        self.expire(hb.now_ms, topics, delivery_limit);
-        let member = hb.member_id.clone();
-        let (answer, left) = self.members.heartbeat(hb, topics)?;
-        if left {
-            self.release(&member, delivery_limit);
-        }
+        self.members.expire(hb.now_ms, topics);
+        let (answer, _left) = self.members.heartbeat(hb, topics)?;
         Ok(answer)
-    }
-
-    /// Ends the members whose session ended by `now_ms`.
-    pub fn expire(&mut self, now_ms: i64, topics: &dyn TopicLookup, delivery_limit: u16) {
-        for gone in self.members.expire(now_ms, topics) {
-            self.release(&gone, delivery_limit);
-        }
     }
 
     /// Hands `member` up to `max_records` records of `partitions`, in
@@ -80,6 +81,18 @@ impl ShareGroup {
         let mut left = max_records.max(0);
         let mut answers = Vec::with_capacity(partitions.len());
         for &(topic, partition) in partitions {
+            // Only the group's topics gain share state (a fetch naming any
+            // partition must not grow the replicated state), and only when
+            // something is to be taken (an acknowledging fetch asks none).
+            let known = self.partitions.contains_key(&(topic, partition));
+            if !known && (left == 0 || !self.members.subscribes_to(topic)) {
+                answers.push(PartitionAcquired {
+                    topic,
+                    partition,
+                    acquired: log.bounds(topic, partition, false).map(|_| Vec::new()),
+                });
+                continue;
+            }
             let Some(bounds) = log.bounds(topic, partition, rules.read_committed) else {
                 answers.push(PartitionAcquired {
                     topic,
@@ -116,18 +129,18 @@ impl ShareGroup {
     pub fn acknowledge(
         &mut self,
         member: &str,
-        acks: &[((TopicId, i32), Vec<AckBatch>)],
+        acks: &[PartitionAcks],
         delivery_limit: u16,
         now_ms: i64,
     ) -> Vec<Result<(), AckRefused>> {
         let limits = Limits {
-            delivery_limit,
+            delivery_limit: bounded_delivery_limit(delivery_limit),
             max_in_flight: i64::MAX,
             lock_ms: 0,
         };
         acks.iter()
-            .map(|(key, batches)| match self.partitions.get_mut(key) {
-                Some(p) => p.acknowledge(member, batches, limits, now_ms),
+            .map(|a| match self.partitions.get_mut(&(a.topic, a.partition)) {
+                Some(p) => p.acknowledge(member, &a.batches, limits, now_ms),
                 None => Err(AckRefused::InvalidRecordState(
                     "the share group has acquired nothing of this partition".into(),
                 )),
@@ -138,7 +151,7 @@ impl ShareGroup {
     /// Every record `member` holds becomes available again.
     pub fn release(&mut self, member: &str, delivery_limit: u16) {
         let limits = Limits {
-            delivery_limit,
+            delivery_limit: bounded_delivery_limit(delivery_limit),
             max_in_flight: i64::MAX,
             lock_ms: 0,
         };
@@ -153,13 +166,17 @@ impl ShareGroup {
     }
 
     /// Sets where the group reads `partition` from (AlterShareGroupOffsets:
-    /// the group must have no members).
+    /// the group must have no members once those whose session ended by
+    /// `now_ms` are gone).
     pub fn set_start(
         &mut self,
         topic: TopicId,
         partition: i32,
         start: i64,
+        now_ms: i64,
+        topics: &dyn TopicLookup,
     ) -> Result<(), GroupError> {
+        self.members.expire(now_ms, topics);
         if !self.members.is_empty() {
             return Err(GroupError::NonEmptyGroup);
         }
@@ -169,14 +186,58 @@ impl ShareGroup {
     }
 
     /// Forgets what the group read of `topic` (DeleteShareGroupOffsets: the
-    /// group must have no members). Whether it had read any of it.
-    pub fn forget_topic(&mut self, topic: TopicId) -> Result<bool, GroupError> {
+    /// group must have no members, as for [`ShareGroup::set_start`]).
+    /// Whether it had read any of it.
+    pub fn forget_topic(
+        &mut self,
+        topic: TopicId,
+        now_ms: i64,
+        topics: &dyn TopicLookup,
+    ) -> Result<bool, GroupError> {
+        self.members.expire(now_ms, topics);
         if !self.members.is_empty() {
             return Err(GroupError::NonEmptyGroup);
         }
         let before = self.partitions.len();
         self.partitions.retain(|(t, _), _| *t != topic);
         Ok(self.partitions.len() != before)
+    }
+
+    /// What ShareGroupDescribe and DescribeShareGroupOffsets show.
+    pub fn view(&self) -> ShareGroupView {
+        let members = self
+            .members
+            .iter()
+            .map(|(id, m)| ShareMemberView {
+                member_id: id.clone(),
+                member_epoch: m.epoch,
+                rack: m.rack.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                subscribed: m.subscribed.iter().cloned().collect(),
+                assignment: m
+                    .assignment
+                    .iter()
+                    .map(|(t, ps)| (*t, ps.iter().copied().collect()))
+                    .collect(),
+            })
+            .collect();
+        let partitions = self
+            .partitions
+            .iter()
+            .map(|((topic, partition), p)| ShareOffsetView {
+                topic: *topic,
+                partition: *partition,
+                start_offset: p.start_offset(),
+                end_offset: p.end_offset(),
+                done: p.done_in_flight(),
+            })
+            .collect();
+        ShareGroupView {
+            epoch: self.members.epoch,
+            members,
+            partitions,
+        }
     }
 
     /// The invariants of every share-partition.

@@ -180,6 +180,12 @@ commands! {
     InitTxnProducerChecked(InitTxnProducerChecked),
     ClaimClusterId(ClaimClusterId),
     HoldGarbage(HoldGarbage),
+    ShareHeartbeat(ShareHeartbeat),
+    AcquireShare(AcquireShare),
+    AcknowledgeShare(AcknowledgeShare),
+    ReleaseShare(ReleaseShare),
+    AlterShareOffsets(AlterShareOffsets),
+    DeleteShareOffsets(DeleteShareOffsets),
 }
 
 /// Commands proposed together in one entry (group commit, see

@@ -161,7 +161,10 @@ impl Apply for CommitOffsets {
 }
 
 /// The state's topics, as consumer groups look them up, and its ACLs.
-pub(super) struct TopicsByName<'a>(&'a BTreeMap<String, Topic>, &'a crate::acls::Acls);
+pub(super) struct TopicsByName<'a>(
+    pub(super) &'a BTreeMap<String, Topic>,
+    pub(super) &'a crate::acls::Acls,
+);
 
 impl TopicLookup for TopicsByName<'_> {
     fn find(&self, name: &str) -> Option<(TopicId, i32)> {

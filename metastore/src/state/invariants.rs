@@ -121,6 +121,11 @@ impl State {
             .garbage_holds
             .check(self.log.garbage.len())
             .map_err(|e| format!("garbage holds: {e}"))?;
+        for (name, group) in self.groups.share_groups() {
+            group
+                .check(crate::groups::share::MAX_DELIVERY_COUNT_LIMIT)
+                .map_err(|e| format!("share group {name}: {e}"))?;
+        }
         Ok(())
     }
 

@@ -60,6 +60,11 @@ impl Members {
         self.members.get(member_id)
     }
 
+    /// Whether a member subscribes to the topic `id`.
+    pub fn subscribes_to(&self, id: TopicId) -> bool {
+        self.topics.values().any(|(t, _)| *t == id)
+    }
+
     /// Members whose session ended by `now_ms`: removed, the assignment
     /// recomputed. Returns their ids (their records are to be released).
     pub fn expire(&mut self, now_ms: i64, topics: &dyn TopicLookup) -> Vec<String> {
@@ -191,6 +196,10 @@ impl Members {
         for m in self.members.values_mut() {
             m.target.clear();
         }
+        // Each topic's first partition goes to the member after the one
+        // that took the last of the topic before, so that the extra
+        // partitions of uneven topics fall on different members.
+        let mut next = 0;
         for (name, (topic_id, partitions)) in &self.topics {
             let ids: Vec<String> = self
                 .members
@@ -198,16 +207,17 @@ impl Members {
                 .filter(|(_, m)| m.subscribed.contains(name))
                 .map(|(id, _)| id.clone())
                 .collect();
-            let spread = spread(ids.len(), *partitions);
-            for (member, partition) in spread {
+            for (member, partition) in spread(ids.len(), *partitions) {
+                let id = &ids[(member + next) % ids.len()];
                 self.members
-                    .get_mut(&ids[member])
+                    .get_mut(id)
                     .expect("a subscriber")
                     .target
                     .entry(*topic_id)
                     .or_default()
                     .insert(partition);
             }
+            next += (*partitions).max(0) as usize;
         }
     }
 }

@@ -71,6 +71,9 @@ pub struct Limits {
 pub struct LogBounds {
     /// The log start offset: records below are gone.
     pub log_start: i64,
+    /// One past the log's last record (the high watermark): offsets at or
+    /// past it are not records (any more).
+    pub log_end: i64,
     /// One past the last record a member may read (the high watermark, or
     /// the last stable offset for read_committed groups).
     pub readable_end: i64,
@@ -147,6 +150,7 @@ impl SharePartition {
     ) -> Vec<Acquired> {
         self.end_locks(now_ms, limits.delivery_limit);
         self.follow_log_start(log.log_start);
+        self.follow_log_end(log.log_end);
         let lock = (member.to_string(), now_ms.saturating_add(limits.lock_ms));
         let mut left = max_records.max(0);
         let mut taken = Vec::new();
@@ -157,12 +161,19 @@ impl SharePartition {
             .map(|(first, _)| *first)
             .collect();
         for first in available {
-            if left == 0 {
+            if left == 0 || first >= log.readable_end {
                 break;
             }
-            let last = self.in_flight[&first].last.min(first + left - 1);
+            let range = &self.in_flight[&first];
+            let take = left.min(range.last.min(log.readable_end - 1) - first + 1);
+            let last = first + take - 1;
             self.split_at(last + 1);
             let range = self.in_flight.get_mut(&first).expect("just split");
+            // A limit lowered since (another agent's config): no more.
+            if range.deliveries >= limits.delivery_limit {
+                range.state = RecordState::Archived;
+                continue;
+            }
             range.state = RecordState::Acquired;
             range.deliveries += 1;
             range.holder = Some(lock.clone());
@@ -171,8 +182,9 @@ impl SharePartition {
                 last,
                 deliveries: range.deliveries,
             });
-            left -= last - first + 1;
+            left -= take;
         }
+        self.advance_start();
         let room = (self.start + limits.max_in_flight - self.end).max(0);
         let new_last = (self.end + left.min(room)).min(log.readable_end) - 1;
         if new_last >= self.end {
@@ -209,7 +221,8 @@ impl SharePartition {
     ) -> Result<(), AckRefused> {
         let mut previous_last = i64::MIN;
         for b in batches {
-            let fits = b.types.len() == 1 || b.types.len() as i64 == b.last - b.first + 1;
+            let span = i128::from(b.last) - i128::from(b.first) + 1;
+            let fits = b.types.len() == 1 || b.types.len() as i128 == span;
             if b.first > b.last || b.first <= previous_last || b.types.is_empty() || !fits {
                 return Err(AckRefused::InvalidRequest(format!(
                     "acknowledgement batches must be sorted, apart, and typed as a whole or per offset ({}..={})",
@@ -311,6 +324,19 @@ impl SharePartition {
         self.in_flight = self.in_flight.split_off(&log_start);
         self.start = log_start;
         self.end = self.end.max(log_start);
+        self.advance_start();
+    }
+
+    /// The log ends below records in flight (it was truncated): those
+    /// offsets are not records, and the log's next ones are new.
+    fn follow_log_end(&mut self, log_end: i64) {
+        if log_end >= self.end {
+            return;
+        }
+        let end = log_end.max(self.start);
+        self.split_at(end);
+        self.in_flight.split_off(&end);
+        self.end = end;
         self.advance_start();
     }
 

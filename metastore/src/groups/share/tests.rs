@@ -35,6 +35,7 @@ impl TopicLookup for Topics {
 fn log() -> Log {
     let b = |log_start, readable_end| LogBounds {
         log_start,
+        log_end: readable_end,
         readable_end,
     };
     Log {
@@ -66,7 +67,7 @@ fn join(g: &mut ShareGroup, member: &str, now_ms: i64) {
         max_size: 200,
         now_ms,
     };
-    g.heartbeat(hb, &Topics, 5).unwrap();
+    g.heartbeat(hb, &Topics).unwrap();
 }
 
 fn taken(answers: &[PartitionAcquired]) -> Vec<(i32, i64, i64)> {
@@ -109,11 +110,11 @@ fn one_budget_for_all_partitions_from_where_the_group_starts() {
 }
 
 #[test]
-fn a_member_leaving_or_expiring_gives_its_records_to_the_others() {
+fn records_outlive_their_members_session_until_their_lock_ends_or_its_share_session_closes() {
     let mut g = ShareGroup::default();
     join(&mut g, "a", 0);
     join(&mut g, "b", 0);
-    // Locks longer than the session, so only a's end with it.
+    // Locks longer than the session.
     let rules = AcquireRules {
         lock_ms: 100_000,
         ..rules(StartFrom::Earliest)
@@ -123,10 +124,10 @@ fn a_member_leaving_or_expiring_gives_its_records_to_the_others() {
         [(0, 0, 3)]
     );
     assert_eq!(
-        taken(&g.acquire("b", &[(T, 0)], 100, &log(), rules, 0)),
-        [(0, 4, 9)]
+        taken(&g.acquire("b", &[(T, 0)], 3, &log(), rules, 0)),
+        [(0, 4, 6)]
     );
-    // a is silent: its session ends at 45 s and b's heartbeat notices.
+    // a is silent: its session ends at 45 s, when b's heartbeat notices.
     let beat = |now_ms, epoch| ShareHeartbeat {
         group: "g".into(),
         member_id: "b".into(),
@@ -141,46 +142,88 @@ fn a_member_leaving_or_expiring_gives_its_records_to_the_others() {
         now_ms,
     };
     let epoch = g.members.get("b").unwrap().epoch;
-    let answer = g.heartbeat(beat(30_000, epoch), &Topics, 5).unwrap();
-    g.heartbeat(beat(45_000, answer.member_epoch), &Topics, 5)
+    let answer = g.heartbeat(beat(30_000, epoch), &Topics).unwrap();
+    g.heartbeat(beat(45_000, answer.member_epoch), &Topics)
         .unwrap();
     assert!(g.members.get("a").is_none());
-    let again = g.acquire("b", &[(T, 0)], 100, &log(), rules, 45_001);
+    // As in Kafka, a's records stay a's until their lock ends: b gets none
+    // of them, and a's acknowledgement (through any agent) still counts.
+    assert_eq!(
+        taken(&g.acquire("b", &[(T, 0)], 100, &log(), rules, 45_001)),
+        [(0, 7, 9)]
+    );
+    let ack = |first, last| {
+        [PartitionAcks {
+            topic: T,
+            partition: 0,
+            batches: vec![AckBatch {
+                first,
+                last,
+                types: vec![Ack::Accept],
+            }],
+        }]
+    };
+    assert_eq!(g.acknowledge("a", &ack(0, 1), 5, 45_002), [Ok(())]);
+    // b's share session closes: what it holds is released at once.
+    g.release("b", 5);
+    let again = g.acquire("c", &[(T, 0)], 100, &log(), rules, 45_003);
     assert_eq!(
         again[0].acquired.as_ref().unwrap(),
         &[Acquired {
-            first: 0,
+            first: 4,
+            last: 9,
+            deliveries: 2
+        }]
+    );
+    // a's last two run out at 100 s.
+    let later = g.acquire("c", &[(T, 0)], 100, &log(), rules, 100_000);
+    assert_eq!(
+        later[0].acquired.as_ref().unwrap(),
+        &[Acquired {
+            first: 2,
             last: 3,
             deliveries: 2
         }]
     );
-    // b's acknowledgements apply; a's (gone) do not.
-    let acks = [(
-        (T, 0),
-        vec![AckBatch {
-            first: 0,
-            last: 9,
-            types: vec![Ack::Accept],
-        }],
-    )];
     assert!(matches!(
-        g.acknowledge("a", &acks, 5, 45_002)[0],
+        g.acknowledge("a", &ack(2, 3), 5, 100_001)[0],
         Err(AckRefused::InvalidRecordState(_))
     ));
-    assert_eq!(g.acknowledge("b", &acks, 5, 45_002), [Ok(())]);
+    assert_eq!(g.acknowledge("c", &ack(2, 9), 5, 100_001), [Ok(())]);
     assert_eq!(g.partitions().next().unwrap().1.start_offset(), 10);
     g.check(5).unwrap();
+}
+
+#[test]
+fn a_fetch_grows_share_state_only_for_the_groups_topics_and_when_it_takes() {
+    let mut g = ShareGroup::default();
+    join(&mut g, "a", 0);
+    let other: TopicId = Uuid::from_u128(2);
+    let rules = rules(StartFrom::Earliest);
+    // An acknowledging fetch (no records asked) creates nothing.
+    g.acquire("a", &[(T, 0)], 0, &log(), rules, 0);
+    assert_eq!(g.partitions().count(), 0);
+    // A topic no member subscribes to is not read.
+    let got = g.acquire("a", &[(other, 0)], 10, &log(), rules, 0);
+    assert_eq!(got[0].acquired, None);
+    assert_eq!(g.partitions().count(), 0);
 }
 
 #[test]
 fn offsets_are_altered_and_deleted_only_while_the_group_is_empty() {
     let mut g = ShareGroup::default();
     join(&mut g, "a", 0);
-    assert_eq!(g.set_start(T, 0, 7), Err(GroupError::NonEmptyGroup));
-    assert_eq!(g.forget_topic(T), Err(GroupError::NonEmptyGroup));
-    let mut empty = ShareGroup::default();
-    empty.set_start(T, 0, 7).unwrap();
-    assert_eq!(empty.partitions().next().unwrap().1.start_offset(), 7);
-    assert_eq!(empty.forget_topic(T), Ok(true));
-    assert_eq!(empty.forget_topic(T), Ok(false));
+    assert_eq!(
+        g.set_start(T, 0, 7, 1, &Topics),
+        Err(GroupError::NonEmptyGroup)
+    );
+    assert_eq!(
+        g.forget_topic(T, 1, &Topics),
+        Err(GroupError::NonEmptyGroup)
+    );
+    // Once a's session has ended, the group is empty.
+    g.set_start(T, 0, 7, 45_000, &Topics).unwrap();
+    assert_eq!(g.partitions().next().unwrap().1.start_offset(), 7);
+    assert_eq!(g.forget_topic(T, 45_000, &Topics), Ok(true));
+    assert_eq!(g.forget_topic(T, 45_000, &Topics), Ok(false));
 }

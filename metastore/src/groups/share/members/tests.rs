@@ -166,3 +166,18 @@ fn new_partitions_are_assigned_at_the_next_heartbeat() {
         .unwrap();
     assert_eq!((a.member_epoch, partitions(&a)), (2, vec![0, 1, 2]));
 }
+
+#[test]
+fn uneven_topics_spread_their_extra_partitions_over_members() {
+    let t = topics(&[("a", 4), ("b", 4)]);
+    let mut g = Members::default();
+    for m in ["x", "y", "z"] {
+        g.heartbeat(beat(m, 0, Some(&["a", "b"]), 0), &t).unwrap();
+    }
+    let mut counts: Vec<usize> = g
+        .iter()
+        .map(|(_, m)| m.target.values().map(BTreeSet::len).sum())
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [2, 3, 3]);
+}

@@ -13,6 +13,7 @@ const LIMITS: Limits = Limits {
 fn log(readable_end: i64) -> LogBounds {
     LogBounds {
         log_start: 0,
+        log_end: readable_end,
         readable_end,
     }
 }
@@ -148,6 +149,7 @@ fn records_below_a_moved_log_start_are_gone() {
     p.acquire("a", 6, log(10), LIMITS, 0);
     let bounds = LogBounds {
         log_start: 4,
+        log_end: 10,
         readable_end: 10,
     };
     assert_eq!(p.acquire("b", 10, bounds, LIMITS, 0), [got(6, 9, 1)]);
@@ -158,6 +160,7 @@ fn records_below_a_moved_log_start_are_gone() {
     assert_eq!(p.start_offset(), 6);
     let bounds = LogBounds {
         log_start: 50,
+        log_end: 60,
         readable_end: 60,
     };
     assert_eq!(p.acquire("b", 3, bounds, LIMITS, 2), [got(50, 52, 1)]);

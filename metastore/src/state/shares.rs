@@ -1,0 +1,163 @@
+//! Share groups (KIP-932) as the state applies them: heartbeats,
+//! acquisitions and acknowledgements on the metastore's clock, against the
+//! partitions' logs as the state has them.
+
+use super::groups::TopicsByName;
+use super::log::Log;
+use super::*;
+use crate::groups::share::{LogBounds, PartitionLog};
+
+/// The partitions' logs, as acquisitions see them.
+struct Logs<'a>(&'a Log);
+
+impl Logs<'_> {
+    fn partition(&self, topic: TopicId, partition: i32) -> Option<&Partition> {
+        let name = self.0.names_by_id.get(&topic)?;
+        let index = usize::try_from(partition).ok()?;
+        self.0.topics.get(name)?.partitions.get(index)
+    }
+}
+
+impl PartitionLog for Logs<'_> {
+    fn bounds(&self, topic: TopicId, partition: i32, read_committed: bool) -> Option<LogBounds> {
+        let p = self.partition(topic, partition)?;
+        Some(LogBounds {
+            log_start: p.log_start_offset,
+            log_end: p.high_watermark,
+            readable_end: if read_committed {
+                p.last_stable()
+            } else {
+                p.high_watermark
+            },
+        })
+    }
+
+    /// The first extent holding a record at least that new: a group
+    /// starting `by_duration` may get a few older records of that extent.
+    fn offset_at(&self, topic: TopicId, partition: i32, timestamp_ms: i64) -> Option<i64> {
+        let p = self.partition(topic, partition)?;
+        p.extents
+            .iter()
+            .find(|(_, e)| e.max_timestamp >= timestamp_ms)
+            .map(|(base, _)| (*base).max(p.log_start_offset))
+    }
+}
+
+impl Apply for ShareHeartbeat {
+    as_in_contract!();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let State {
+            groups,
+            log,
+            security,
+            ..
+        } = state;
+        let topics = TopicsByName(&log.topics, &security.acls);
+        let joining = self.member_epoch == crate::groups::share::JOIN_EPOCH;
+        Ok(groups
+            .share_group_mut(&self.group, joining)
+            .and_then(|g| g.heartbeat(self, &topics)))
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for AcquireShare {
+    as_in_contract!();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let State { groups, log, .. } = state;
+        Ok(groups.share_group_mut(&self.group, false).map(|g| {
+            g.acquire(
+                &self.member,
+                &self.partitions,
+                self.max_records,
+                &Logs(log),
+                self.rules,
+                self.now_ms,
+            )
+        }))
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for AcknowledgeShare {
+    as_in_contract!();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state
+            .groups
+            .share_group_mut(&self.group, false)
+            .map(|g| g.acknowledge(&self.member, &self.acks, self.delivery_limit, self.now_ms)))
+    }
+    fn restamp(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+}
+
+impl Apply for ReleaseShare {
+    as_in_contract!();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        Ok(state
+            .groups
+            .share_group_mut(&self.group, false)
+            .map(|g| g.release(&self.member, self.delivery_limit)))
+    }
+}
+
+impl Apply for AlterShareOffsets {
+    as_in_contract!();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let now_ms = state.clock_ms;
+        let State {
+            groups,
+            log,
+            security,
+            ..
+        } = state;
+        let topics = TopicsByName(&log.topics, &security.acls);
+        let group = match groups.share_group_mut(&self.group, true) {
+            Ok(g) => g,
+            Err(e) => return Ok(Err(e)),
+        };
+        for (topic, partition, start) in self.starts {
+            if let Err(e) = group.set_start(topic, partition, start, now_ms, &topics) {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
+    }
+}
+
+impl Apply for DeleteShareOffsets {
+    as_in_contract!();
+    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let now_ms = state.clock_ms;
+        let State {
+            groups,
+            log,
+            security,
+            ..
+        } = state;
+        let topics = TopicsByName(&log.topics, &security.acls);
+        let group = match groups.share_group_mut(&self.group, false) {
+            Ok(g) => g,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut forgotten = Vec::with_capacity(self.topics.len());
+        for topic in self.topics {
+            match group.forget_topic(topic, now_ms, &topics) {
+                Ok(had) => forgotten.push(had),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(Ok(forgotten))
+    }
+}
+
+impl Query for DescribeShareGroup {
+    fn query(self, state: &State, _now_ms: i64) -> Result<Self::Output, Refusal> {
+        Ok(state.groups.share_group(&self.name).map(|g| g.view()))
+    }
+}
