@@ -1111,6 +1111,9 @@ async fn backup(
     topic: &TopicInfo,
 ) {
     let hold_ms = shared.with(|w| 20_000 + w.rng_below(100_000) as i64);
+    // The hold is taken at or after this instant, so it lasts at least
+    // until `hold_ms` after it (less a margin for the leader's clock).
+    let check_at = Instant::now() + Duration::from_millis(hold_ms as u64 - 2_000);
     let held = meta.hold_garbage(hold_ms).await;
     shared.with(|w| w.log(format!("admin: backup hold of {hold_ms} ms: {held:?}")));
     if held.is_err() {
@@ -1123,11 +1126,12 @@ async fn backup(
             Err(_) => return, // the backup failed; it holds nothing to check
         }
     }
+    if Instant::now() >= check_at {
+        return; // the metastore was slow to answer: too late to check
+    }
     let (shared, bucket) = (shared.clone(), bucket.clone());
-    // The hold began before its answer, so it lasts at least until then.
-    let check_at = Duration::from_millis(hold_ms as u64 - 2_000);
     tokio::spawn(async move {
-        tokio::time::sleep(check_at).await;
+        tokio::time::sleep_until(check_at).await;
         for key in named {
             if let Err(object_store::Error::NotFound { .. }) = bucket
                 .head(&floe_storage::ObjectPath::from(key.as_str()))
