@@ -5,7 +5,7 @@
 use super::groups::TopicsByName;
 use super::log::Log;
 use super::*;
-use crate::groups::share::{LogBounds, PartitionLog};
+use crate::groups::share::{LogBounds, PartitionLog, ShareGroup};
 
 /// The partitions' logs, as acquisitions see them.
 struct Logs<'a>(&'a Log);
@@ -106,53 +106,57 @@ impl Apply for ReleaseShare {
     }
 }
 
+/// Runs `change` on the share group `name` (created if `create`), with the
+/// state's topics and clock.
+fn change_share_group<T>(
+    state: &mut State,
+    name: &str,
+    create: bool,
+    change: impl FnOnce(&mut ShareGroup, i64, &TopicsByName) -> Result<T, GroupError>,
+) -> Result<T, GroupError> {
+    let now_ms = state.clock_ms;
+    let State {
+        groups,
+        log,
+        security,
+        ..
+    } = state;
+    let topics = TopicsByName(&log.topics, &security.acls);
+    change(groups.share_group_mut(name, create)?, now_ms, &topics)
+}
+
 impl Apply for AlterShareOffsets {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        let now_ms = state.clock_ms;
-        let State {
-            groups,
-            log,
-            security,
-            ..
-        } = state;
-        let topics = TopicsByName(&log.topics, &security.acls);
-        let group = match groups.share_group_mut(&self.group, true) {
-            Ok(g) => g,
-            Err(e) => return Ok(Err(e)),
-        };
-        for (topic, partition, start) in self.starts {
-            if let Err(e) = group.set_start(topic, partition, start, now_ms, &topics) {
-                return Ok(Err(e));
-            }
-        }
-        Ok(Ok(()))
+        Ok(change_share_group(
+            state,
+            &self.group,
+            true,
+            |group, now_ms, topics| {
+                self.starts
+                    .iter()
+                    .try_for_each(|&(topic, partition, start)| {
+                        group.set_start(topic, partition, start, now_ms, topics)
+                    })
+            },
+        ))
     }
 }
 
 impl Apply for DeleteShareOffsets {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        let now_ms = state.clock_ms;
-        let State {
-            groups,
-            log,
-            security,
-            ..
-        } = state;
-        let topics = TopicsByName(&log.topics, &security.acls);
-        let group = match groups.share_group_mut(&self.group, false) {
-            Ok(g) => g,
-            Err(e) => return Ok(Err(e)),
-        };
-        let mut forgotten = Vec::with_capacity(self.topics.len());
-        for topic in self.topics {
-            match group.forget_topic(topic, now_ms, &topics) {
-                Ok(had) => forgotten.push(had),
-                Err(e) => return Ok(Err(e)),
-            }
-        }
-        Ok(Ok(forgotten))
+        Ok(change_share_group(
+            state,
+            &self.group,
+            false,
+            |group, now_ms, topics| {
+                self.topics
+                    .iter()
+                    .map(|&topic| group.forget_topic(topic, now_ms, topics))
+                    .collect()
+            },
+        ))
     }
 }
 

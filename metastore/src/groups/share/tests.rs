@@ -53,21 +53,25 @@ fn rules(start_from: StartFrom) -> AcquireRules {
     }
 }
 
-fn join(g: &mut ShareGroup, member: &str, now_ms: i64) {
-    let hb = ShareHeartbeat {
+fn beat(member: &str, epoch: i32, subscribed: Option<&str>, now_ms: i64) -> ShareHeartbeat {
+    ShareHeartbeat {
         group: "g".into(),
         member_id: member.into(),
-        member_epoch: 0,
+        member_epoch: epoch,
         rack: None,
-        subscribed: Some(vec!["t".into()]),
+        subscribed: subscribed.map(|t| vec![t.to_string()]),
         client_id: "c".into(),
         client_host: "h".into(),
         session_timeout_ms: 45_000,
         heartbeat_interval_ms: 5_000,
         max_size: 200,
         now_ms,
-    };
-    g.heartbeat(hb, &Topics).unwrap();
+    }
+}
+
+fn join(g: &mut ShareGroup, member: &str, now_ms: i64) {
+    g.heartbeat(beat(member, 0, Some("t"), now_ms), &Topics)
+        .unwrap();
 }
 
 fn taken(answers: &[PartitionAcquired]) -> Vec<(i32, i64, i64)> {
@@ -128,22 +132,11 @@ fn records_outlive_their_members_session_until_their_lock_ends_or_its_share_sess
         [(0, 4, 6)]
     );
     // a is silent: its session ends at 45 s, when b's heartbeat notices.
-    let beat = |now_ms, epoch| ShareHeartbeat {
-        group: "g".into(),
-        member_id: "b".into(),
-        member_epoch: epoch,
-        rack: None,
-        subscribed: None,
-        client_id: "c".into(),
-        client_host: "h".into(),
-        session_timeout_ms: 45_000,
-        heartbeat_interval_ms: 5_000,
-        max_size: 200,
-        now_ms,
-    };
     let epoch = g.members.get("b").unwrap().epoch;
-    let answer = g.heartbeat(beat(30_000, epoch), &Topics).unwrap();
-    g.heartbeat(beat(45_000, answer.member_epoch), &Topics)
+    let answer = g
+        .heartbeat(beat("b", epoch, None, 30_000), &Topics)
+        .unwrap();
+    g.heartbeat(beat("b", answer.member_epoch, None, 45_000), &Topics)
         .unwrap();
     assert!(g.members.get("a").is_none());
     // As in Kafka, a's records stay a's until their lock ends: b gets none
