@@ -180,16 +180,22 @@ struct Offset {
 enum Step {
     Acquire(usize, i64),
     Ack(usize, u8),
+    /// An acknowledgement of an offset the member does not hold.
+    WrongAck(usize, i64),
     Release(usize),
     Wait(i64),
+    /// Retention or DeleteRecords moves the log start on.
+    Trim(i64),
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (0..3usize, 1..6i64).prop_map(|(m, n)| Step::Acquire(m, n)),
         (0..3usize, 0..4u8).prop_map(|(m, t)| Step::Ack(m, t)),
+        (0..3usize, 0..40i64).prop_map(|(m, o)| Step::WrongAck(m, o)),
         (0..3usize).prop_map(Step::Release),
         (1..700i64).prop_map(Step::Wait),
+        (1..4i64).prop_map(Step::Trim),
     ]
 }
 
@@ -204,11 +210,13 @@ proptest! {
         let mut p = SharePartition::starting_at(0);
         let mut model: BTreeMap<i64, Offset> = BTreeMap::new();
         let mut now = 0i64;
+        let mut log_start = 0i64;
+        let bounds = |log_start| LogBounds { log_start, log_end: 40, readable_end: 40 };
         let limit = LIMITS.delivery_limit;
         for s in steps {
             match s {
                 Step::Acquire(m, n) => {
-                    for got in p.acquire(members[m], n, log(40), LIMITS, now) {
+                    for got in p.acquire(members[m], n, bounds(log_start), LIMITS, now) {
                         for o in got.first..=got.last {
                             let e = model.entry(o).or_default();
                             prop_assert!(!e.done, "done offset {o} handed again");
@@ -238,6 +246,27 @@ proptest! {
                         e.done = ack_type != Ack::Release || e.deliveries >= limit;
                     }
                 }
+                Step::WrongAck(m, o) => {
+                    let held = matches!(model.get(&o), Some(Offset { holder: Some((h, until)), .. })
+                        if h == members[m] && *until > now);
+                    if !held && o >= p.start_offset() && o < p.end_offset() {
+                        let before = p.clone();
+                        let batch = [ack(o, o, &[Ack::Accept])];
+                        prop_assert!(p.acknowledge(members[m], &batch, LIMITS, now).is_err());
+                        prop_assert_eq!(&p, &before, "a refused acknowledgement changed the state");
+                    }
+                }
+                Step::Trim(k) => {
+                    log_start = (log_start + k).min(40);
+                    for (o, e) in model.iter_mut() {
+                        if *o < log_start {
+                            e.done = true;
+                            e.holder = None;
+                        }
+                    }
+                    // Any acquisition follows the log start; this one takes nothing.
+                    prop_assert!(p.acquire("a", 0, bounds(log_start), LIMITS, now).is_empty());
+                }
                 Step::Release(m) => {
                     p.release(members[m], LIMITS);
                     for e in model.values_mut() {
@@ -259,8 +288,8 @@ proptest! {
                 }
             }
             p.check(limit).map_err(TestCaseError::fail)?;
-            let first_undone = model.iter().find(|(_, e)| !e.done).map(|(o, _)| *o)
-                .unwrap_or(p.end_offset());
+            let first_undone = model.iter().find(|(o, e)| !e.done && **o >= log_start).map(|(o, _)| *o)
+                .unwrap_or(p.end_offset().max(log_start));
             prop_assert_eq!(p.start_offset(), first_undone);
         }
     }
