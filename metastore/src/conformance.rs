@@ -528,6 +528,57 @@ async fn objects_it_never_heard_of_are_found(m: &dyn Metastore) {
     assert!(m.garbage().await.unwrap().is_empty());
 }
 
+/// A share group's name is its own: a classic join or a consumer heartbeat
+/// under it is refused; ListGroups shows it; DeleteGroups deletes it, and
+/// its share state, once it has no members.
+async fn a_share_group_keeps_its_name_and_is_deleted_when_empty(m: &dyn Metastore) {
+    topic(m, "t", 2).await;
+    let beat = |epoch| crate::contract::shares::ShareHeartbeat {
+        group: "g".into(),
+        member_id: "share-1".into(),
+        member_epoch: epoch,
+        rack: None,
+        subscribed: (epoch == 0).then(|| vec!["t".to_string()]),
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        session_timeout_ms: 45_000,
+        heartbeat_interval_ms: 5_000,
+        max_size: 200,
+        now_ms: 0,
+    };
+    let joined = m.share_heartbeat(beat(0)).await.unwrap().unwrap();
+    assert_eq!(joined.member_epoch, 1);
+    let assigned: Vec<i32> = joined
+        .assignment
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, p)| p)
+        .collect();
+    assert_eq!(assigned, [0, 1]);
+    assert_eq!(
+        m.join_group(join_request("", 30_000)).await.unwrap(),
+        Err(GroupError::InconsistentGroupProtocol)
+    );
+    let listed = m.groups().await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|g| (g.name.as_str(), g.group_type.as_str(), g.state.as_str()))
+            .collect::<Vec<_>>(),
+        [("g", "share", "Stable")]
+    );
+    assert_eq!(
+        m.delete_groups(vec!["g".into()]).await.unwrap(),
+        [Err(GroupError::NonEmptyGroup)]
+    );
+    let view = m.describe_share_group("g").await.unwrap().unwrap();
+    assert_eq!(view.members.len(), 1);
+    let left = m.share_heartbeat(beat(-1)).await.unwrap().unwrap();
+    assert_eq!(left.member_epoch, -1);
+    assert_eq!(m.delete_groups(vec!["g".into()]).await.unwrap(), [Ok(())]);
+    assert_eq!(m.describe_share_group("g").await.unwrap(), None);
+}
+
 /// A backup's hold: objects freed after it are not handed to GC (nor
 /// forgotten) while it lasts; those freed before it are.
 async fn garbage_freed_under_a_backup_hold_is_kept(m: &dyn Metastore) {
@@ -890,6 +941,7 @@ macro_rules! conformance_suite {
             a_silent_member_is_expired_by_the_leader,
             objects_it_never_heard_of_are_found,
             garbage_freed_under_a_backup_hold_is_kept,
+            a_share_group_keeps_its_name_and_is_deleted_when_empty,
             a_lease_has_one_holder_at_a_time,
             the_cluster_id_is_set_once,
             a_deleted_topics_objects_become_garbage,

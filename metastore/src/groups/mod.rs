@@ -155,6 +155,10 @@ impl Groups {
         topics: &dyn TopicLookup,
         rules: Rules,
     ) -> Result<ConsumerAnswer, GroupError> {
+        // Kafka: "Group ... is not a consumer group".
+        if self.share.contains_key(&hb.group) {
+            return Err(GroupError::GroupIdNotFound);
+        }
         let classic_in_use = |g: &Group| match rules {
             Rules::Format8 => !g.members.is_empty() || !g.pending.is_empty(),
             // Ids handed out (KIP-394) hold nothing: the group is empty.
@@ -324,6 +328,11 @@ impl Groups {
         } = join.rules;
         if !(min..=max).contains(&join.session_timeout_ms) {
             return Err(GroupError::InvalidSessionTimeout);
+        }
+        // A share group's name is not a classic group's (Kafka answers
+        // INCONSISTENT_GROUP_PROTOCOL to a classic join of another kind).
+        if self.share.contains_key(&join.group) {
+            return Err(GroupError::InconsistentGroupProtocol);
         }
         // A consumer group with members serves a classic member (see
         // `convert`); an empty one's name is taken over (with its offsets)
@@ -566,6 +575,15 @@ impl Groups {
             .groups
             .into_iter()
             .map(|name| {
+                // A share group goes with its share state (Kafka deletes
+                // the state first, then the group).
+                if let Some(g) = self.share.get(&name) {
+                    if !g.members.is_empty() {
+                        return Err(GroupError::NonEmptyGroup);
+                    }
+                    self.share.remove(&name);
+                    return Ok(());
+                }
                 if let Some(g) = self.consumer.get(&name) {
                     if !g.members.is_empty() {
                         return Err(GroupError::NonEmptyGroup);
