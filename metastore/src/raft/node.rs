@@ -399,9 +399,13 @@ impl RaftMetastore {
         super::network::handle(&self.raft, &self.incoming, request).await
     }
 
-    /// Whether this node leads its group now, as far as it knows.
+    /// Whether this node leads its group now, as far as it knows. (A
+    /// leader removed from its group steps down to learner but may still
+    /// name itself as the leader it last knew: its role decides.)
     pub fn leads(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.id)
+        let watch = self.raft.metrics();
+        let metrics = watch.borrow();
+        metrics.state == openraft::ServerState::Leader && metrics.current_leader == Some(self.id)
     }
 
     /// The index of the last log entry this node applied.

@@ -302,21 +302,25 @@ impl RaftGroup {
     /// Every node a voter again (after the weather: a replacement may have
     /// stopped halfway).
     pub async fn all_voters(&self) -> Result<(), String> {
+        let mut last = "no leader".to_string();
         for _ in 0..60 {
             let Some(leader) = self.leader() else {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
-            let voters = leader.status().voters;
-            let missing = (1..=NODES).find(|id| !voters.contains_key(id));
+            let status = leader.status();
+            let missing = (1..=NODES).find(|id| !status.voters.contains_key(id));
             let Some(id) = missing else {
                 return Ok(());
             };
-            if self.add_back(id).await.is_err() {
+            if let Err(why) = self.add_back(id).await {
+                last = format!("adding node {id} back: {why} (the leader's view: {status})");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-        Err("the group never had all its nodes as voters again".into())
+        Err(format!(
+            "the group never had all its nodes as voters again; last: {last}"
+        ))
     }
 }
 
