@@ -143,6 +143,17 @@ pub trait TopicLookup {
     }
 }
 
+/// Tests' topics: each name with its id and partition count.
+#[cfg(test)]
+impl TopicLookup for BTreeMap<String, (TopicId, i32)> {
+    fn find(&self, name: &str) -> Option<(TopicId, i32)> {
+        self.get(name).copied()
+    }
+    fn names(&self) -> Vec<String> {
+        self.keys().cloned().collect()
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsumerGroup {
     pub epoch: i32,

@@ -46,17 +46,14 @@ impl PartitionLog for Logs<'_> {
 impl Apply for ShareHeartbeat {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
-        let State {
-            groups,
-            log,
-            security,
-            ..
-        } = state;
-        let topics = TopicsByName(&log.topics, &security.acls);
         let joining = self.member_epoch == crate::groups::share::JOIN_EPOCH;
-        Ok(groups
-            .share_group_mut(&self.group, joining)
-            .and_then(|g| g.heartbeat(self, &topics)))
+        let group = self.group.clone();
+        Ok(change_share_group(
+            state,
+            &group,
+            joining,
+            |g, _, topics| g.heartbeat(self, topics),
+        ))
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;

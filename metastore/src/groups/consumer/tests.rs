@@ -1,20 +1,11 @@
 use super::*;
 
-struct Topics(BTreeMap<String, (TopicId, i32)>);
-
-impl TopicLookup for Topics {
-    fn find(&self, name: &str) -> Option<(TopicId, i32)> {
-        self.0.get(name).copied()
-    }
-    fn names(&self) -> Vec<String> {
-        self.0.keys().cloned().collect()
-    }
-}
+type Topics = BTreeMap<String, (TopicId, i32)>;
 
 const T: TopicId = TopicId::from_u128(1);
 
 fn topics() -> Topics {
-    Topics(BTreeMap::from([("t".to_string(), (T, 6))]))
+    BTreeMap::from([("t".to_string(), (T, 6))])
 }
 
 fn beat(member: &str, epoch: i32, owned: Option<&[i32]>, now_ms: i64) -> ConsumerHeartbeat {
@@ -184,7 +175,7 @@ fn a_regex_is_resolved_again_and_new_topics_join() {
     join.subscribed_regex = Some("t|u".into());
     let a = g.heartbeat(join, &t).unwrap();
     assert_eq!(parts(&a).map(|p| p.len()), Some(6));
-    t.0.insert("u".into(), (TopicId::from_u128(2), 2));
+    t.insert("u".into(), (TopicId::from_u128(2), 2));
     // Before the refresh is due, nothing changes...
     assert!(matches!(
         g.unchanged(&beat("a", 1, None, REGEX_REFRESH_MS - 1), &t),
@@ -225,7 +216,7 @@ impl TopicLookup for Hiding {
 #[test]
 fn a_regex_matches_only_topics_its_member_may_describe() {
     let mut t = topics();
-    t.0.insert("u".into(), (TopicId::from_u128(2), 2));
+    t.insert("u".into(), (TopicId::from_u128(2), 2));
     let t = Hiding(t);
     let regex_join = |who: &str| {
         let mut join = beat("a", 0, Some(&[]), 0);

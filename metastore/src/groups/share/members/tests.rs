@@ -4,24 +4,13 @@ use uuid::Uuid;
 
 use super::*;
 
-struct Topics(BTreeMap<String, (TopicId, i32)>);
-
-impl TopicLookup for Topics {
-    fn find(&self, name: &str) -> Option<(TopicId, i32)> {
-        self.0.get(name).copied()
-    }
-    fn names(&self) -> Vec<String> {
-        self.0.keys().cloned().collect()
-    }
-}
+type Topics = BTreeMap<String, (TopicId, i32)>;
 
 fn topics(list: &[(&str, i32)]) -> Topics {
-    Topics(
-        list.iter()
-            .enumerate()
-            .map(|(i, (name, n))| (name.to_string(), (Uuid::from_u128(i as u128 + 1), *n)))
-            .collect(),
-    )
+    list.iter()
+        .enumerate()
+        .map(|(i, (name, n))| (name.to_string(), (Uuid::from_u128(i as u128 + 1), *n)))
+        .collect()
 }
 
 fn beat(member: &str, epoch: i32, subscribed: Option<&[&str]>, now_ms: i64) -> ShareHeartbeat {
