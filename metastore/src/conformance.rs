@@ -579,6 +579,110 @@ async fn a_share_group_keeps_its_name_and_is_deleted_when_empty(m: &dyn Metastor
     assert_eq!(m.describe_share_group("g").await.unwrap(), None);
 }
 
+/// A share group works under its own configs, else the cluster's, else
+/// Kafka's defaults, whatever its agent asked: where it starts reading,
+/// how long a lock lasts, how often a record is delivered; a record held
+/// back by an agent (never sent) does not count as delivered.
+async fn a_share_group_works_under_its_configs(m: &dyn Metastore) {
+    use crate::contract::dynamic_config::{ConfigEntity, ConfigOp, ConfigTarget};
+    use crate::contract::shares::*;
+    let t = topic(m, "t", 1).await;
+    commit(m, "o1", vec![batch(&t, 0, 0, 4)]).await;
+    let set = |entity, pairs: &[(&str, &str)]| {
+        let ops = pairs
+            .iter()
+            .map(|(k, v)| ConfigOp::Set(k.to_string(), v.to_string()))
+            .collect();
+        m.alter_configs(ConfigTarget::Dynamic(entity), ops, false)
+    };
+    let group = ConfigEntity::Group("g".into());
+    set(group.clone(), &[("share.auto.offset.reset", "earliest")])
+        .await
+        .unwrap();
+    set(group.clone(), &[("share.record.lock.duration.ms", "20000")])
+        .await
+        .unwrap();
+    let bad = set(group, &[("share.isolation.level", "dirty")]).await;
+    assert!(
+        matches!(bad, Err(MetaError::Refused(Refusal::InvalidConfig(_)))),
+        "{bad:?}"
+    );
+    set(
+        ConfigEntity::Cluster,
+        &[("group.share.delivery.count.limit", "2")],
+    )
+    .await
+    .unwrap();
+    m.share_heartbeat(ShareHeartbeat {
+        group: "g".into(),
+        member_id: "share-1".into(),
+        member_epoch: JOIN_EPOCH,
+        rack: None,
+        subscribed: Some(vec!["t".into()]),
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        session_timeout_ms: 45_000,
+        heartbeat_interval_ms: 5_000,
+        max_size: 200,
+        now_ms: 0,
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let acquire = || {
+        m.acquire_share(AcquireShare {
+            group: "g".into(),
+            member: "share-1".into(),
+            partitions: vec![(t.id, 0)],
+            max_records: 10,
+            // What an agent asks with: Kafka's defaults.
+            rules: AcquireRules {
+                delivery_limit: 5,
+                max_in_flight: 2_000,
+                lock_ms: 30_000,
+                start_from: StartFrom::Latest,
+                read_committed: false,
+            },
+            now_ms: 0,
+        })
+    };
+    let ack = |ack: Ack| {
+        m.acknowledge_share(AcknowledgeShare {
+            group: "g".into(),
+            member: "share-1".into(),
+            acks: vec![PartitionAcks {
+                topic: t.id,
+                partition: 0,
+                batches: vec![AckBatch {
+                    first: 0,
+                    last: 3,
+                    types: vec![ack],
+                }],
+            }],
+            delivery_limit: 5,
+            now_ms: 0,
+        })
+    };
+    let taken = |a: ShareAcquisition| a.partitions[0].acquired.clone().unwrap();
+    let first = acquire().await.unwrap().unwrap();
+    assert_eq!((first.lock_ms, first.read_committed), (20_000, false));
+    let whole = |deliveries| Acquired {
+        first: 0,
+        last: 3,
+        deliveries,
+    };
+    assert_eq!(taken(first), [whole(1)], "from the earliest record");
+    assert_eq!(ack(Ack::Undelivered).await.unwrap().unwrap(), [Ok(())]);
+    assert_eq!(taken(acquire().await.unwrap().unwrap()), [whole(1)]);
+    assert_eq!(ack(Ack::Release).await.unwrap().unwrap(), [Ok(())]);
+    assert_eq!(taken(acquire().await.unwrap().unwrap()), [whole(2)]);
+    // Released at the cluster's limit of two deliveries: archived.
+    assert_eq!(ack(Ack::Release).await.unwrap().unwrap(), [Ok(())]);
+    assert_eq!(taken(acquire().await.unwrap().unwrap()), []);
+    let view = m.describe_share_group("g").await.unwrap().unwrap();
+    assert_eq!(view.partitions[0].start_offset, 4);
+}
+
 /// A backup's hold: objects freed after it are not handed to GC (nor
 /// forgotten) while it lasts; those freed before it are.
 async fn garbage_freed_under_a_backup_hold_is_kept(m: &dyn Metastore) {
@@ -942,6 +1046,7 @@ macro_rules! conformance_suite {
             objects_it_never_heard_of_are_found,
             garbage_freed_under_a_backup_hold_is_kept,
             a_share_group_keeps_its_name_and_is_deleted_when_empty,
+            a_share_group_works_under_its_configs,
             a_lease_has_one_holder_at_a_time,
             the_cluster_id_is_set_once,
             a_deleted_topics_objects_become_garbage,

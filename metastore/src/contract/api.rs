@@ -388,7 +388,7 @@ macro_rules! metastore_ops {
             write(once) fn share_heartbeat(beat: ShareHeartbeat) -> ShareHeartbeat: Result<ShareAnswer, GroupError> { beat }
             /// Acquired twice, records stay locked to the member until their
             /// lock ends: not sent again.
-            write(once) fn acquire_share(acquire: AcquireShare) -> AcquireShare: Result<Vec<PartitionAcquired>, GroupError> { acquire }
+            write(once) fn acquire_share(acquire: AcquireShare) -> AcquireShare: Result<ShareAcquisition, GroupError> { acquire }
             /// Applied twice, the second finds the records done and is refused.
             write(once) fn acknowledge_share(acks: AcknowledgeShare) -> AcknowledgeShare: Result<Vec<Result<(), AckRefused>>, GroupError> { acks }
             write(retry) fn release_share(release: ReleaseShare) -> ReleaseShare: Result<(), GroupError> { release }

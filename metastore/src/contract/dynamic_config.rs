@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::groups::{MAX_SESSION_TIMEOUT_MS, MIN_SESSION_TIMEOUT_MS};
+use crate::contract::share_config;
 use crate::contract::topic_config::{self, TopicConfig};
 
 /// Kafka's `offsets.retention.minutes` (default 7 days): committed offsets
@@ -231,7 +232,7 @@ fn bounds(entity: &ConfigEntity, key: &str) -> Option<(i64, i64)> {
     match entity {
         ConfigEntity::Cluster => match key {
             OFFSETS_RETENTION_MINUTES => Some((1, i32::MAX as i64)),
-            _ => None,
+            _ => share_config::int_bounds(false, key),
         },
         ConfigEntity::Group(_) => match key {
             CONSUMER_SESSION_TIMEOUT_MS => {
@@ -241,7 +242,7 @@ fn bounds(entity: &ConfigEntity, key: &str) -> Option<(i64, i64)> {
                 MIN_HEARTBEAT_INTERVAL_MS as i64,
                 MAX_SESSION_TIMEOUT_MS as i64 - 1,
             )),
-            _ => None,
+            _ => share_config::int_bounds(true, key),
         },
         ConfigEntity::ClientMetrics(_) => match key {
             CLIENT_METRICS_INTERVAL_MS => {
@@ -321,6 +322,11 @@ pub fn check(entity: &ConfigEntity, key: &str, value: &str) -> Result<(), String
                 "Invalid value {value} for configuration {key}: must be one of bidirectional, upgrade, downgrade, disabled"
             )),
         };
+    }
+    if let ConfigEntity::Group(_) = entity
+        && let Some(checked) = share_config::check_group_string(key, value)
+    {
+        return checked;
     }
     if let ConfigEntity::ClientMetrics(_) = entity {
         match key {
@@ -420,6 +426,9 @@ pub fn checked(
         return Err(format!(
             "{CONSUMER_SESSION_TIMEOUT_MS} must be greater than {CONSUMER_HEARTBEAT_INTERVAL_MS} ({session} <= {interval})"
         ));
+    }
+    if let ConfigEntity::Group(_) = entity {
+        share_config::check_group(&stored)?;
     }
     Ok(stored)
 }

@@ -22,6 +22,7 @@ pub mod peers;
 pub mod quorum;
 pub mod quotas;
 pub mod scram;
+pub mod share_config;
 pub mod shares;
 pub mod topic_config;
 pub mod txn;

@@ -11,7 +11,10 @@ use crate::contract::types::TopicId;
 pub const JOIN_EPOCH: i32 = 0;
 pub const LEAVE_EPOCH: i32 = -1;
 
-/// One ShareGroupHeartbeat, with what its agent adds.
+/// One ShareGroupHeartbeat, with what its agent adds. The session
+/// timeout, heartbeat interval and size limit are the agent's defaults
+/// (Kafka's): the cluster's `group.share.*` and the group's `share.*`
+/// configs win, as the state resolves them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShareHeartbeat {
     pub group: String,
@@ -58,6 +61,10 @@ pub enum Ack {
     /// Back to available (archived at the delivery limit).
     Release,
     Reject,
+    /// Acquired but never sent to the member (its agent could not read or
+    /// fit the records): available again, this delivery not counted.
+    /// Agents only; no client sends it.
+    Undelivered,
 }
 
 impl Ack {
@@ -120,7 +127,9 @@ pub struct PartitionAcquired {
     pub acquired: Option<Vec<Acquired>>,
 }
 
-/// What an acquisition asks of a share group's rules.
+/// A share group's rules for an acquisition. An agent asks with Kafka's
+/// defaults; the cluster's `group.share.*` and the group's `share.*`
+/// configs win, as the state resolves them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcquireRules {
     pub delivery_limit: u16,
@@ -140,6 +149,17 @@ pub struct AcquireShare {
     pub max_records: i64,
     pub rules: AcquireRules,
     pub now_ms: i64,
+}
+
+/// What one acquisition handed out, partition by partition, under the
+/// rules it was taken with: how long the locks last
+/// (`AcquisitionLockTimeoutMs`) and whether the group reads committed
+/// records only (its agent then archives aborted ones it handed out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareAcquisition {
+    pub partitions: Vec<PartitionAcquired>,
+    pub lock_ms: i64,
+    pub read_committed: bool,
 }
 
 /// One partition's acknowledgement batches.

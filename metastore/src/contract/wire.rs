@@ -76,7 +76,9 @@ pub(crate) const CALL: u8 = 33;
 ///    InitProducerId the abort check interval (requests changed in place).
 /// 9: AddToTxn answers the transaction's identity (`began`), and a
 ///    transaction's view shows it.
-pub const WIRE_VERSION: u8 = 9;
+/// 10: a share acquisition answers the lock and isolation it was taken
+///    under (`ShareAcquisition`).
+pub const WIRE_VERSION: u8 = 10;
 
 /// What a client sends: an operation on the metastore's state, or a request
 /// about the serving node itself.

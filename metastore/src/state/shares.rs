@@ -45,7 +45,8 @@ impl PartitionLog for Logs<'_> {
 
 impl Apply for ShareHeartbeat {
     as_in_contract!();
-    fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+    fn apply(mut self, state: &mut State) -> Result<Self::Output, Refusal> {
+        state.configs.share_member_rules(&mut self);
         let joining = self.member_epoch == crate::groups::share::JOIN_EPOCH;
         let group = self.group.clone();
         Ok(change_share_group(
@@ -63,16 +64,22 @@ impl Apply for ShareHeartbeat {
 impl Apply for AcquireShare {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let rules = state.configs.share_rules(&self.group, self.rules);
         let State { groups, log, .. } = state;
         Ok(groups.share_group_mut(&self.group, false).map(|g| {
-            g.acquire(
+            let partitions = g.acquire(
                 &self.member,
                 &self.partitions,
                 self.max_records,
                 &Logs(log),
-                self.rules,
+                rules,
                 self.now_ms,
-            )
+            );
+            ShareAcquisition {
+                partitions,
+                lock_ms: rules.lock_ms,
+                read_committed: rules.read_committed,
+            }
         }))
     }
     fn restamp(&mut self, now_ms: i64) {
@@ -83,10 +90,11 @@ impl Apply for AcquireShare {
 impl Apply for AcknowledgeShare {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let limit = state.configs.share_delivery_limit(self.delivery_limit);
         Ok(state
             .groups
             .share_group_mut(&self.group, false)
-            .map(|g| g.acknowledge(&self.member, &self.acks, self.delivery_limit, self.now_ms)))
+            .map(|g| g.acknowledge(&self.member, &self.acks, limit, self.now_ms)))
     }
     fn restamp(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
@@ -96,10 +104,11 @@ impl Apply for AcknowledgeShare {
 impl Apply for ReleaseShare {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
+        let limit = state.configs.share_delivery_limit(self.delivery_limit);
         Ok(state
             .groups
             .share_group_mut(&self.group, false)
-            .map(|g| g.release(&self.member, self.delivery_limit)))
+            .map(|g| g.release(&self.member, limit)))
     }
 }
 

@@ -278,6 +278,10 @@ impl SharePartition {
                             RecordState::Archived
                         }
                         Ack::Release => RecordState::Available,
+                        Ack::Undelivered => {
+                            r.deliveries = r.deliveries.saturating_sub(1);
+                            RecordState::Available
+                        }
                     };
                 }
             }

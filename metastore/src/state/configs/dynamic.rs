@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::dynamic_config::*;
+use crate::contract::share_config::*;
+use crate::contract::shares::{AcquireRules, ShareHeartbeat};
 use crate::contract::topic_config;
 
 /// Every entity's configs as set, with a version that every change bumps.
@@ -152,6 +154,83 @@ impl DynamicConfigs {
         match interval < session {
             true => (session, interval),
             false => (session, (session / 3).max(1)),
+        }
+    }
+    fn cluster_int(&self, key: &str) -> Option<i64> {
+        self.int(&ConfigEntity::Cluster, key)
+    }
+
+    fn group_share(&self, group: &str, key: &str) -> Option<String> {
+        self.entities
+            .get(&ConfigEntity::Group(group.to_string()))?
+            .get(key)
+            .cloned()
+    }
+
+    /// A share group's rules for acquisitions: the group's `share.*`
+    /// configs, else the cluster's `group.share.*`, else what the agent
+    /// asked with (Kafka's defaults). The lock stays within the cluster's
+    /// `group.share.{min,max}.record.lock.duration.ms`.
+    pub fn share_rules(&self, group: &str, asked: AcquireRules) -> AcquireRules {
+        let cluster = |key: &str, asked: i64| self.cluster_int(key).unwrap_or(asked);
+        let group_int = |key: &str| {
+            self.group_share(group, key)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
+        let min_lock = cluster(GROUP_SHARE_MIN_RECORD_LOCK_DURATION_MS, 1_000);
+        let max_lock = cluster(GROUP_SHARE_MAX_RECORD_LOCK_DURATION_MS, 3_600_000).max(min_lock);
+        let lock_ms = group_int(SHARE_RECORD_LOCK_DURATION_MS)
+            .unwrap_or_else(|| cluster(GROUP_SHARE_RECORD_LOCK_DURATION_MS, asked.lock_ms))
+            .clamp(min_lock, max_lock);
+        AcquireRules {
+            delivery_limit: self.share_delivery_limit(asked.delivery_limit),
+            max_in_flight: cluster(GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS, asked.max_in_flight),
+            lock_ms,
+            start_from: self
+                .group_share(group, SHARE_AUTO_OFFSET_RESET)
+                .and_then(|v| parse_start_from(&v))
+                .unwrap_or(asked.start_from),
+            read_committed: match self.group_share(group, SHARE_ISOLATION_LEVEL) {
+                Some(level) => read_committed(Some(&level)),
+                None => asked.read_committed,
+            },
+        }
+    }
+
+    /// `group.share.delivery.count.limit`, else what the agent asked with.
+    pub fn share_delivery_limit(&self, asked: u16) -> u16 {
+        self.cluster_int(GROUP_SHARE_DELIVERY_COUNT_LIMIT)
+            .map_or(asked, |v| v.clamp(2, 10) as u16)
+    }
+
+    /// A share heartbeat's session timeout, heartbeat interval and group
+    /// size limit as the group's and the cluster's configs set them. An
+    /// interval left at least the session it would miss is cut to a third
+    /// of it, as for consumer groups.
+    pub fn share_member_rules(&self, hb: &mut ShareHeartbeat) {
+        let int = |group_key: &str, cluster_key: &str, asked: i32| {
+            self.group_share(&hb.group, group_key)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .or_else(|| self.cluster_int(cluster_key))
+                .map_or(asked, |v| v.clamp(1, i32::MAX as i64) as i32)
+        };
+        let session = int(
+            SHARE_SESSION_TIMEOUT_MS,
+            GROUP_SHARE_SESSION_TIMEOUT_MS,
+            hb.session_timeout_ms,
+        );
+        let interval = int(
+            SHARE_HEARTBEAT_INTERVAL_MS,
+            GROUP_SHARE_HEARTBEAT_INTERVAL_MS,
+            hb.heartbeat_interval_ms,
+        );
+        hb.session_timeout_ms = session;
+        hb.heartbeat_interval_ms = match interval < session {
+            true => interval,
+            false => (session / 3).max(1),
+        };
+        if let Some(max) = self.cluster_int(GROUP_SHARE_MAX_SIZE) {
+            hb.max_size = max.clamp(1, 1_000) as usize;
         }
     }
 }
