@@ -54,7 +54,8 @@ use crate::state::State;
 ///    sets it.
 /// 14: backup holds on garbage collection (a trailing field of the state)
 ///    and the command that takes one.
-/// 15: share groups (a trailing field of `Groups`) and their commands.
+/// 15: share groups (a trailing field of `Groups`) and their commands
+///     (`ReleaseShare` gained its partitions in place, before any release).
 pub const FORMAT_VERSION: u8 = 15;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).

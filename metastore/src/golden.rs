@@ -650,6 +650,7 @@ fn share_samples() -> Vec<Command> {
         Command::ReleaseShare(ReleaseShare {
             group: group(),
             member: member(),
+            partitions: vec![(TOPIC, 0)],
             delivery_limit: 5,
         }),
         Command::DeleteShareOffsets(DeleteShareOffsets {

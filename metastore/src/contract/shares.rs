@@ -125,6 +125,9 @@ pub struct PartitionAcquired {
     pub topic: TopicId,
     pub partition: i32,
     pub acquired: Option<Vec<Acquired>>,
+    /// The partition's high watermark as the acquisition saw it (-1: no
+    /// such partition): a fetch that got nothing waits for it to grow.
+    pub log_end: i64,
 }
 
 /// A share group's rules for an acquisition. An agent asks with Kafka's
@@ -181,11 +184,14 @@ pub struct AcknowledgeShare {
     pub now_ms: i64,
 }
 
-/// A member's share session closed: every record it holds is released.
+/// A member's share session closed: every record it holds of the
+/// session's partitions is released (its sessions with other agents keep
+/// theirs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseShare {
     pub group: String,
     pub member: String,
+    pub partitions: Vec<(TopicId, i32)>,
     pub delivery_limit: u16,
 }
 

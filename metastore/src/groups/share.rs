@@ -86,10 +86,12 @@ impl ShareGroup {
             // something is to be taken (an acknowledging fetch asks none).
             let known = self.partitions.contains_key(&(topic, partition));
             if !known && (left == 0 || !self.members.subscribes_to(topic)) {
+                let bounds = log.bounds(topic, partition, false);
                 answers.push(PartitionAcquired {
                     topic,
                     partition,
-                    acquired: log.bounds(topic, partition, false).map(|_| Vec::new()),
+                    acquired: bounds.map(|_| Vec::new()),
+                    log_end: bounds.map_or(-1, |b| b.log_end),
                 });
                 continue;
             }
@@ -98,6 +100,7 @@ impl ShareGroup {
                     topic,
                     partition,
                     acquired: None,
+                    log_end: -1,
                 });
                 continue;
             };
@@ -119,6 +122,7 @@ impl ShareGroup {
                 topic,
                 partition,
                 acquired: Some(got),
+                log_end: bounds.log_end,
             });
         }
         answers
@@ -148,15 +152,17 @@ impl ShareGroup {
             .collect()
     }
 
-    /// Every record `member` holds becomes available again.
-    pub fn release(&mut self, member: &str, delivery_limit: u16) {
+    /// Every record `member` holds of `partitions` becomes available again.
+    pub fn release(&mut self, member: &str, partitions: &[(TopicId, i32)], delivery_limit: u16) {
         let limits = Limits {
             delivery_limit: bounded_delivery_limit(delivery_limit),
             max_in_flight: i64::MAX,
             lock_ms: 0,
         };
-        for p in self.partitions.values_mut() {
-            p.release(member, limits);
+        for key in partitions {
+            if let Some(p) = self.partitions.get_mut(key) {
+                p.release(member, limits);
+            }
         }
     }
 

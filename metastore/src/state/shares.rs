@@ -108,7 +108,7 @@ impl Apply for ReleaseShare {
         Ok(state
             .groups
             .share_group_mut(&self.group, false)
-            .map(|g| g.release(&self.member, limit)))
+            .map(|g| g.release(&self.member, &self.partitions, limit)))
     }
 }
 

@@ -158,7 +158,10 @@ fn records_outlive_their_members_session_until_their_lock_ends_or_its_share_sess
     };
     assert_eq!(g.acknowledge("a", &ack(0, 1), 5, 45_002), [Ok(())]);
     // b's share session closes: what it holds is released at once.
-    g.release("b", 5);
+    g.release("b", &[(T, 1)], 5);
+    let untouched = g.acquire("c", &[(T, 0)], 100, &log(), rules, 45_003);
+    assert_eq!(untouched[0].acquired.as_ref().unwrap(), &[]);
+    g.release("b", &[(T, 0)], 5);
     let again = g.acquire("c", &[(T, 0)], 100, &log(), rules, 45_003);
     assert_eq!(
         again[0].acquired.as_ref().unwrap(),
