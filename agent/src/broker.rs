@@ -71,6 +71,10 @@ pub struct Broker {
     /// The transaction each transactional id had ongoing, as last seen here
     /// (what a transactions-v1 EndTxn may end).
     pub(crate) txn_sightings: crate::write::txn_sightings::TxnSightings,
+    /// Share-group members' sessions with this agent (KIP-932).
+    pub(crate) share_sessions: crate::handlers::shares::sessions::Sessions,
+    /// Where work outliving a request runs (released share sessions).
+    pub(crate) tasks: Tasks,
 }
 
 /// How long a starting agent waits for its first copy of client metrics
@@ -198,6 +202,8 @@ impl Broker {
             ssl_principals,
             producer_ids,
             txn_sightings: Default::default(),
+            share_sessions: Default::default(),
+            tasks: tasks.clone(),
         })
     }
 

@@ -101,6 +101,15 @@ pub struct Metrics {
     pub produced_bytes: Counter,
     /// Record-batch bytes sent to consumers in Fetch responses.
     pub fetched_bytes: Counter,
+    /// Records handed to share-group members, each delivery counted, and
+    /// those of them delivered before (KIP-932).
+    pub share_acquired: Counter,
+    pub share_redelivered: Counter,
+    /// Share acknowledgements applied, by type (accept, release, reject,
+    /// gap), in records.
+    pub share_acknowledged: Family<OpLabel, Counter>,
+    /// Share sessions open on this agent.
+    pub share_sessions: Gauge,
     /// Held while counters totalled elsewhere are brought up to date, so
     /// two scrapes at once do not both add the same difference.
     syncing: std::sync::Mutex<()>,
@@ -312,6 +321,30 @@ impl Metrics {
             "Record-batch bytes answered to Fetch requests",
             fetched_bytes.clone(),
         );
+        let share_acquired = Counter::default();
+        registry.register(
+            "share_records_acquired",
+            "Records handed to share-group members (KIP-932), each delivery counted",
+            share_acquired.clone(),
+        );
+        let share_redelivered = Counter::default();
+        registry.register(
+            "share_records_redelivered",
+            "Records handed to share-group members that had been delivered before",
+            share_redelivered.clone(),
+        );
+        let share_acknowledged = Family::<OpLabel, Counter>::default();
+        registry.register(
+            "share_records_acknowledged",
+            "Records share-group members acknowledged, by type: accept, release, reject, gap",
+            share_acknowledged.clone(),
+        );
+        let share_sessions = Gauge::default();
+        registry.register(
+            "share_sessions",
+            "Share sessions open on this agent",
+            share_sessions.clone(),
+        );
         let cache_blocks = Family::<OpLabel, Counter>::default();
         registry.register(
             "cache_blocks",
@@ -362,6 +395,10 @@ impl Metrics {
             connections_refused,
             produced_bytes,
             fetched_bytes,
+            share_acquired,
+            share_redelivered,
+            share_acknowledged,
+            share_sessions,
             process: None,
             process_cpu_seconds: Default::default(),
             process_peak_rss: Default::default(),

@@ -263,7 +263,10 @@ where
         last_active: Instant::now(),
         broker,
     };
-    conn.serve().await?;
+    let served = conn.serve().await;
+    // Its share sessions end with it: what they held is released.
+    crate::handlers::shares::connection_closed(&conn.broker, conn.lane.connection());
+    served?;
     // Kafka closes the connection after a request it cannot parse; earlier
     // requests still got their responses. What is left in flight gives its
     // budget back now, and a close that cannot be written (a TLS close to a

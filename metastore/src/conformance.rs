@@ -602,6 +602,12 @@ async fn a_share_group_works_under_its_configs(m: &dyn Metastore) {
     set(group.clone(), &[("share.record.lock.duration.ms", "20000")])
         .await
         .unwrap();
+    // Below the cluster's group.share.min.record.lock.duration.ms (15 s).
+    let short = set(group.clone(), &[("share.record.lock.duration.ms", "3000")]).await;
+    assert!(
+        matches!(short, Err(MetaError::Refused(Refusal::InvalidConfig(_)))),
+        "{short:?}"
+    );
     let bad = set(group, &[("share.isolation.level", "dirty")]).await;
     assert!(
         matches!(bad, Err(MetaError::Refused(Refusal::InvalidConfig(_)))),

@@ -23,7 +23,7 @@ pub mod txn;
 // The contract's modules, where callers have always found them.
 pub use contract::{
     acls, agents, api, dynamic_config, merge_policy, ops, peer_auth, peers, quorum, quotas, scram,
-    topic_config, types,
+    share_config, topic_config, types,
 };
 
 #[cfg(test)]

@@ -80,6 +80,16 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
+    // Share groups (KIP-932) as Kafka 4.2 has them; v2 of ShareFetch and
+    // ShareAcknowledge (acquire modes, lock renewal) and v1 of
+    // DescribeShareGroupOffsets (lag) are not in the protocol crate yet.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
 ];
 
 /// The APIs advertised only while client telemetry is asked for.

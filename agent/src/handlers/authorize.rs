@@ -24,6 +24,7 @@ use crate::security::authorizer::{Authorizer, Session};
 mod cluster;
 mod configs;
 mod groups;
+mod shares;
 mod topics;
 mod txns;
 
@@ -147,6 +148,14 @@ pub async fn gate(broker: &Broker, session: &Session, body: RequestKind, version
         K::ListGroups(req) => groups::list_groups(who, req),
         K::DeleteGroups(req) => groups::delete_groups(who, req),
         K::OffsetDelete(req) => groups::offset_delete(who, req),
+        // Share groups.
+        K::ShareGroupHeartbeat(req) => shares::share_group_heartbeat(who, req),
+        K::ShareGroupDescribe(req) => shares::share_group_describe(who, req),
+        K::ShareFetch(req) => shares::share_fetch(who, broker, req).await,
+        K::ShareAcknowledge(req) => shares::share_acknowledge(who, broker, req).await,
+        K::DescribeShareGroupOffsets(req) => shares::describe_share_group_offsets(who, req),
+        K::AlterShareGroupOffsets(req) => shares::alter_share_group_offsets(who, req),
+        K::DeleteShareGroupOffsets(req) => shares::delete_share_group_offsets(who, req),
         // Producers and transactions.
         K::InitProducerId(req) => txns::init_producer_id(who, req),
         K::AddPartitionsToTxn(req) => txns::add_partitions_to_txn(who, req),

@@ -22,6 +22,7 @@ pub mod quorum;
 pub mod reads;
 pub mod replicas;
 pub mod scram_credentials;
+pub mod shares;
 pub mod topics;
 pub mod txn;
 
@@ -143,6 +144,34 @@ pub async fn admit(
             }
             Some(Reply {
                 response: patched(ResponseKind::Fetch(response)),
+                held,
+            })
+        });
+    }
+    if let RequestKind::ShareFetch(req) = body {
+        let turn = turn.clone();
+        let mut ticket = lane.ticket();
+        let connection = lane.connection();
+        return Box::pin(async move {
+            if !ticket.wait().await {
+                return None;
+            }
+            let (mut response, held) = shares::fetch::handle(&broker, req, connection, &turn).await;
+            drop(ticket);
+            if let Some(q) = quota {
+                // Records are handed out already: the answer keeps them, and
+                // the consumer is muted for what it took.
+                let bytes: usize = response
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+                    .sum();
+                let throttle = q.record(quotas::Kind::Fetch, bytes as f64, false);
+                response.throttle_time_ms = response.throttle_time_ms.max(throttle as i32);
+            }
+            Some(Reply {
+                response: patched(ResponseKind::ShareFetch(response)),
                 held,
             })
         });
@@ -269,7 +298,14 @@ pub fn throttled(response: &mut ResponseKind, ms: i32) {
         ElectLeaders,
         AlterPartitionReassignments,
         ListPartitionReassignments,
-        AlterReplicaLogDirs
+        AlterReplicaLogDirs,
+        ShareGroupHeartbeat,
+        ShareGroupDescribe,
+        ShareFetch,
+        ShareAcknowledge,
+        DescribeShareGroupOffsets,
+        AlterShareGroupOffsets,
+        DeleteShareGroupOffsets
     );
 }
 
@@ -380,7 +416,7 @@ async fn topic_requests(
     })
 }
 
-/// Consumer groups, classic and KIP-848.
+/// Consumer groups, classic and KIP-848, and share groups (KIP-932).
 async fn group_requests(
     &Asked {
         broker,
@@ -424,6 +460,24 @@ async fn group_requests(
         ),
         RequestKind::ConsumerGroupDescribe(req) => {
             ResponseKind::ConsumerGroupDescribe(groups::consumer::describe(broker, req).await)
+        }
+        RequestKind::ShareGroupHeartbeat(req) => ResponseKind::ShareGroupHeartbeat(
+            shares::heartbeat::heartbeat(broker, req, client_id.to_string(), session).await,
+        ),
+        RequestKind::ShareGroupDescribe(req) => {
+            ResponseKind::ShareGroupDescribe(shares::heartbeat::describe(broker, req).await)
+        }
+        RequestKind::ShareAcknowledge(req) => {
+            ResponseKind::ShareAcknowledge(shares::acknowledge::handle(broker, req).await)
+        }
+        RequestKind::DescribeShareGroupOffsets(req) => {
+            ResponseKind::DescribeShareGroupOffsets(shares::offsets::describe(broker, req).await)
+        }
+        RequestKind::AlterShareGroupOffsets(req) => {
+            ResponseKind::AlterShareGroupOffsets(shares::offsets::alter(broker, req).await)
+        }
+        RequestKind::DeleteShareGroupOffsets(req) => {
+            ResponseKind::DeleteShareGroupOffsets(shares::offsets::delete(broker, req).await)
         }
         other => return ControlFlow::Continue(other),
     })

@@ -98,6 +98,37 @@ impl Moment {
 }
 
 impl View {
+    /// Its extents from the one holding `from`, about `max_bytes` (at least
+    /// one), with what a read of them needs to know.
+    fn plan(&self, from: i64, max_bytes: u64) -> TxnReadPlan {
+        let plan = |extents: Vec<ExtentRef>| {
+            let start = extents.first().map_or(from, |e| e.base_offset);
+            let end = extents.last().map_or(from, |e| e.last_offset + 1);
+            TxnReadPlan {
+                plan: ReadPlan {
+                    log_start_offset: self.log_start,
+                    high_watermark: self.high_watermark,
+                    extents,
+                },
+                last_stable_offset: self.last_stable,
+                aborted: overlapping(&self.aborted, start, end),
+            }
+        };
+        if from == self.high_watermark {
+            return plan(Vec::new());
+        }
+        let mut extents = Vec::new();
+        let mut bytes = 0;
+        for extent in self.extents.iter().filter(|e| e.last_offset >= from) {
+            if !extents.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            bytes += extent.length;
+            extents.push(extent.clone());
+        }
+        plan(extents)
+    }
+
     /// One past the last offset the extents hold.
     fn covered_to(&self) -> Option<i64> {
         self.extents.back().map(|e| e.last_offset + 1)
@@ -150,32 +181,27 @@ impl ExtentCache {
         if view.confirmed < since.seq || !view.holds(from, self.ttl) {
             return None;
         }
-        let plan = |extents: Vec<ExtentRef>| {
-            let start = extents.first().map_or(from, |e| e.base_offset);
-            let end = extents.last().map_or(from, |e| e.last_offset + 1);
-            TxnReadPlan {
-                plan: ReadPlan {
-                    log_start_offset: view.log_start,
-                    high_watermark: view.high_watermark,
-                    extents,
-                },
-                last_stable_offset: view.last_stable,
-                aborted: overlapping(&view.aborted, start, end),
-            }
-        };
-        if from == view.high_watermark {
-            return Some(plan(Vec::new()));
+        Some(view.plan(from, max_bytes))
+    }
+
+    /// The plan for reading `tp` from `from` through `to`, if the view
+    /// holds both, however long ago it was confirmed: records below the
+    /// high watermark do not change, and a view younger than its `ttl`
+    /// names extents that are still stored. (A share fetch reads what the
+    /// metastore just handed out; it reports no high watermark.)
+    pub fn plan_covering(
+        &self,
+        tp: TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: u64,
+    ) -> Option<TxnReadPlan> {
+        let views = self.views.lock().expect("extent cache lock poisoned");
+        let view = views.get(&tp)?;
+        if !view.holds(from, self.ttl) || view.covered_to().is_none_or(|end| to >= end) {
+            return None;
         }
-        let mut extents = Vec::new();
-        let mut bytes = 0;
-        for extent in view.extents.iter().filter(|e| e.last_offset >= from) {
-            if !extents.is_empty() && bytes >= max_bytes {
-                break;
-            }
-            bytes += extent.length;
-            extents.push(extent.clone());
-        }
-        Some(plan(extents))
+        Some(view.plan(from, max_bytes))
     }
 
     /// Where to ask from, for a fetch that began at `since`, to have `tp`'s

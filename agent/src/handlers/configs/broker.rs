@@ -324,7 +324,27 @@ fn dynamic_keys() -> impl Iterator<Item = (&'static str, Type, String, &'static 
         "bidirectional".to_string(),
         "Whether a group with members moves between the classic and the consumer protocol: bidirectional, upgrade (classic to consumer only), downgrade (consumer to classic only) or disabled. Kafka reads it at start-up; in floe the cluster sets it while running.",
     )))
+    .chain(share_keys())
     .chain(topic_defaults)
+}
+
+/// Share groups' cluster configs (KIP-932): Kafka's broker configs, which
+/// the cluster sets while running here.
+fn share_keys() -> impl Iterator<Item = (&'static str, Type, String, &'static str)> {
+    use floe_metastore::share_config::*;
+    CLUSTER_INTS.iter().map(|&(name, default, ..)| {
+        let doc = match name {
+            GROUP_SHARE_DELIVERY_COUNT_LIMIT => "How many times a share group delivers a record before archiving it (2 to 10).",
+            GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS => "Records of one share-partition in flight at most (100 to 10,000).",
+            GROUP_SHARE_RECORD_LOCK_DURATION_MS => "How long a share-group member holds the records it acquired; a group's share.record.lock.duration.ms overrides it.",
+            GROUP_SHARE_MIN_RECORD_LOCK_DURATION_MS => "The shortest lock a share group may set.",
+            GROUP_SHARE_MAX_RECORD_LOCK_DURATION_MS => "The longest lock a share group may set.",
+            GROUP_SHARE_MAX_SIZE => "Members of one share group at most (1 to 1,000).",
+            GROUP_SHARE_SESSION_TIMEOUT_MS => "A share-group member not heard from for this long is removed; a group's share.session.timeout.ms overrides it.",
+            _ => "How often share-group members heartbeat; a group's share.heartbeat.interval.ms overrides it.",
+        };
+        (name, Type::Int, default.to_string(), doc)
+    })
 }
 
 #[cfg(test)]
@@ -333,7 +353,7 @@ mod tests {
 
     #[test]
     fn every_cluster_default_of_a_topic_config_is_described() {
-        assert_eq!(dynamic_keys().count(), BROKER_SYNONYMS.len() + 2);
+        assert_eq!(dynamic_keys().count(), BROKER_SYNONYMS.len() + 2 + 8);
         assert!(dynamic_keys().all(|(name, ..)| !is_static(name)));
     }
 

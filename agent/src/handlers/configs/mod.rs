@@ -143,7 +143,10 @@ async fn entries(broker: &Broker, target: &Target) -> Result<Vec<entry::Entry>, 
             let set = dynamic_of(broker, entity).await?;
             Ok(match entity {
                 ConfigEntity::Cluster => broker::default_entity_entries(&set),
-                ConfigEntity::Group(_) => group::entries(&broker.config, &set),
+                ConfigEntity::Group(_) => {
+                    let cluster = dynamic_of(broker, &ConfigEntity::Cluster).await?;
+                    group::entries(&broker.config, &set, &cluster)
+                }
                 ConfigEntity::ClientMetrics(_) => client_metrics::entries(&set),
                 // Not a config resource: quotas are described by
                 // DescribeClientQuotas (`target` never names one).

@@ -21,7 +21,7 @@ pub use admin::{delete, describe, find_coordinator, list};
 pub use membership::{heartbeat, join, leave, sync};
 pub use offsets::{delete_offsets, fetch_offsets, txn_commit_offsets};
 
-fn group_error(e: GroupError) -> ResponseError {
+pub(crate) fn group_error(e: GroupError) -> ResponseError {
     match e {
         GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
         GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
@@ -57,6 +57,11 @@ pub fn is_coordinator_request(body: &RequestKind) -> bool {
             | RequestKind::DeleteGroups(_)
             | RequestKind::ConsumerGroupHeartbeat(_)
             | RequestKind::TxnOffsetCommit(_)
+            | RequestKind::ShareGroupHeartbeat(_)
+            | RequestKind::ShareFetch(_)
+            | RequestKind::ShareAcknowledge(_)
+            | RequestKind::AlterShareGroupOffsets(_)
+            | RequestKind::DeleteShareGroupOffsets(_)
     )
 }
 
@@ -69,6 +74,9 @@ pub fn is_coordinator_request(body: &RequestKind) -> bool {
 /// offset back, or the leave could overtake the last commit.
 #[derive(Default)]
 pub struct Lane {
+    /// The connection's number, unique in this process (share sessions
+    /// end with the connection that opened them).
+    id: ConnectionId,
     last: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
     /// The client is gone: group requests not yet started are dropped (a
     /// heartbeat saying what a member owned must not land after that
@@ -86,7 +94,22 @@ pub struct Ticket {
     _done: oneshot::Sender<()>,
 }
 
+/// A connection's number.
+pub struct ConnectionId(u64);
+
+impl Default for ConnectionId {
+    fn default() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        ConnectionId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 impl Lane {
+    /// The connection's number.
+    pub fn connection(&self) -> u64 {
+        self.id.0
+    }
+
     /// Taken at admission, which runs in request order.
     pub fn ticket(&self) -> Ticket {
         self.runs.seal();
@@ -136,7 +159,7 @@ impl Ticket {
 /// A metastore that cannot answer is, to a group's members, a coordinator
 /// that is not available: they find it again and retry (Kafka's answer while
 /// its coordinator loads or moves). A refusal keeps its own code.
-fn meta_error(e: MetaError) -> ResponseError {
+pub(crate) fn meta_error(e: MetaError) -> ResponseError {
     tracing::warn!(error = %e, "group operation failed in the metastore");
     match e {
         MetaError::Refused(refusal) => crate::broker::refusal_error(&refusal),

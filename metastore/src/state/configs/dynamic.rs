@@ -37,6 +37,9 @@ impl DynamicConfigs {
         replace: bool,
     ) -> Result<(), String> {
         let configs = checked(&entity, apply_ops(&self.of(&entity), ops, replace)?)?;
+        if let ConfigEntity::Group(_) = entity {
+            self.check_share_lock(&configs)?;
+        }
         if !configs.is_empty() && !self.entities.contains_key(&entity) {
             let same_kind =
                 |e: &&ConfigEntity| std::mem::discriminant(*e) == std::mem::discriminant(&entity);
@@ -195,6 +198,38 @@ impl DynamicConfigs {
                 None => asked.read_committed,
             },
         }
+    }
+
+    /// A group's `share.record.lock.duration.ms` within the cluster's
+    /// `group.share.{min,max}.record.lock.duration.ms`, with Kafka's
+    /// message.
+    fn check_share_lock(&self, configs: &BTreeMap<String, String>) -> Result<(), String> {
+        let Some(lock) = configs
+            .get(SHARE_RECORD_LOCK_DURATION_MS)
+            .and_then(|v| v.parse::<i64>().ok())
+        else {
+            return Ok(());
+        };
+        let bound = |key: &str| {
+            self.cluster_int(key)
+                .or_else(|| cluster_default(key))
+                .unwrap_or_default()
+        };
+        let (min_key, max_key) = (
+            GROUP_SHARE_MIN_RECORD_LOCK_DURATION_MS,
+            GROUP_SHARE_MAX_RECORD_LOCK_DURATION_MS,
+        );
+        if lock < bound(min_key) {
+            return Err(format!(
+                "{SHARE_RECORD_LOCK_DURATION_MS} must be greater than or equal to {min_key}"
+            ));
+        }
+        if lock > bound(max_key) {
+            return Err(format!(
+                "{SHARE_RECORD_LOCK_DURATION_MS} must be less than or equal to {max_key}"
+            ));
+        }
+        Ok(())
     }
 
     /// `group.share.delivery.count.limit`, else what the agent asked with.
