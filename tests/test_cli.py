@@ -91,7 +91,7 @@ def test_groups_are_described_with_lag_reset_and_deleted(agent):
     assert sum(r["lag"] for r in rows.values()) == 20 - 12, described
     assert {r["client_id"] for r in rows.values()} == {"reader-1"}
     assert described["members"][0]["state"] == "Stable"
-    assert {"group": "readers", "state": "Stable", "protocol_type": "consumer"} in \
+    assert {"group": "readers", "type": "classic", "state": "Stable", "protocol_type": "consumer"} in \
         floe_json(agent, "groups", "list")["groups"]
 
     # A group with members: its offsets cannot be reset, nor itself deleted.

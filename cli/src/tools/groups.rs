@@ -11,7 +11,7 @@ use floe_protocol::kafka_protocol::messages::offset_commit_request::{
 use floe_protocol::kafka_protocol::messages::*;
 
 use super::topics::list_offsets;
-use super::{Broker, Output, Table, check, print, str_bytes};
+use super::{Broker, Output, Table, check, print, share_groups, str_bytes};
 
 #[derive(clap::Subcommand)]
 pub enum GroupsCommand {
@@ -26,6 +26,16 @@ pub enum GroupsCommand {
     Delete {
         #[arg(required = true)]
         groups: Vec<String>,
+    },
+    /// Delete a group's offsets of some topics (it must have no members
+    /// reading them): a share group then reads them as its
+    /// share.auto.offset.reset says.
+    DeleteOffsets {
+        group: String,
+        /// A topic (repeatable); for a consumer group TOPIC:P,Q names
+        /// some of its partitions.
+        #[arg(long = "topic", required = true)]
+        topics: Vec<String>,
     },
 }
 
@@ -70,7 +80,7 @@ pub async fn run(
                 let listed = async {
                     let mut each = Broker::connect(&address, security).await?;
                     let response: ListGroupsResponse = each
-                        .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
+                        .call(ApiKey::ListGroups, 5, &ListGroupsRequest::default())
                         .await?;
                     check(
                         response.error_code,
@@ -89,10 +99,11 @@ pub async fn run(
                     Err(e) => failed.push(format!("{address}: {e:#}")),
                 }
             }
-            let mut table = Table::new(&["GROUP", "STATE", "PROTOCOL-TYPE"]);
+            let mut table = Table::new(&["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"]);
             for g in groups.into_values() {
                 table.push(vec![
                     g.group_id.0.to_string().into(),
+                    g.group_type.to_string().into(),
                     g.group_state.to_string().into(),
                     g.protocol_type.to_string().into(),
                 ]);
@@ -109,6 +120,9 @@ pub async fn run(
         }
         GroupsCommand::Describe { group } => describe(&mut broker, output, &group).await?,
         GroupsCommand::ResetOffsets(args) => reset(&mut broker, output, args).await?,
+        GroupsCommand::DeleteOffsets { group, topics } => {
+            delete_offsets(&mut broker, &group, &topics).await?
+        }
         GroupsCommand::Delete { groups } => {
             let request = DeleteGroupsRequest::default()
                 .with_groups_names(groups.iter().map(|g| GroupId(str_bytes(g))).collect());
@@ -220,7 +234,7 @@ async fn committed(
 }
 
 /// The log-end offsets of these partitions.
-async fn log_ends(
+pub(super) async fn log_ends(
     broker: &mut Broker,
     partitions: &BTreeSet<(String, i32)>,
     timestamp: i64,
@@ -241,7 +255,10 @@ async fn log_ends(
 async fn describe(broker: &mut Broker, output: Output, group: &str) -> anyhow::Result<()> {
     let described = describe_group(broker, group).await?;
     if described.state == "Dead" {
-        bail!("group {group} does not exist");
+        return match share_groups::described(broker, group).await? {
+            Some(share) => share_groups::describe(broker, output, group, share).await,
+            None => bail!("group {group} does not exist"),
+        };
     }
     let offsets = committed(broker, group).await?;
     let mut owners: BTreeMap<(String, i32), usize> = BTreeMap::new();
@@ -343,7 +360,14 @@ async fn partitions_of(broker: &mut Broker, spec: &str) -> anyhow::Result<Vec<(S
 
 async fn reset(broker: &mut Broker, output: Output, args: ResetArgs) -> anyhow::Result<()> {
     let group = &args.group;
-    let described = describe_group(broker, group).await?;
+    let mut described = describe_group(broker, group).await?;
+    let share = match described.state.as_str() {
+        "Dead" => share_groups::described(broker, group).await?,
+        _ => None,
+    };
+    if let Some(share) = &share {
+        described.state = share.group_state.to_string();
+    }
     if !matches!(described.state.as_str(), "Empty" | "Dead") {
         bail!(
             "group {group} is {}: offsets can be reset only while it has no members; stop its consumers first",
@@ -354,7 +378,10 @@ async fn reset(broker: &mut Broker, output: Output, args: ResetArgs) -> anyhow::
     for spec in &args.topics {
         wanted.extend(partitions_of(broker, spec).await?);
     }
-    let current = committed(broker, group).await?;
+    let current = match share {
+        Some(_) => share_groups::start_offsets(broker, group).await?,
+        None => committed(broker, group).await?,
+    };
     let earliest = log_ends(broker, &wanted, -2).await?;
     let latest = log_ends(broker, &wanted, -1).await?;
     let at_time = match &args.to_datetime {
@@ -408,6 +435,11 @@ async fn reset(broker: &mut Broker, output: Output, args: ResetArgs) -> anyhow::
         eprintln!("dry run: nothing committed (add --execute to commit these offsets)");
         return Ok(());
     }
+    if share.is_some() {
+        share_groups::alter(broker, group, moves).await?;
+        eprintln!("set the start offsets of share group {group}");
+        return Ok(());
+    }
     let mut by_topic: BTreeMap<String, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
     for ((topic, partition), offset) in moves {
         by_topic.entry(topic).or_default().push(
@@ -440,5 +472,59 @@ async fn reset(broker: &mut Broker, output: Output, args: ResetArgs) -> anyhow::
         }
     }
     eprintln!("committed the new offsets of group {group}");
+    Ok(())
+}
+
+/// Deletes a group's offsets of `topics`: DeleteShareGroupOffsets for a
+/// share group, OffsetDelete for a consumer group.
+async fn delete_offsets(broker: &mut Broker, group: &str, topics: &[String]) -> anyhow::Result<()> {
+    let described = describe_group(broker, group).await?;
+    if described.state == "Dead" {
+        if share_groups::described(broker, group).await?.is_none() {
+            bail!("group {group} does not exist");
+        }
+        return share_groups::delete_offsets(broker, group, topics).await;
+    }
+    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for spec in topics {
+        for (t, p) in partitions_of(broker, spec).await? {
+            by_topic.entry(t).or_default().push(p);
+        }
+    }
+    use offset_delete_request::*;
+    let request = OffsetDeleteRequest::default()
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetDeleteRequestTopic::default()
+                        .with_name(TopicName(str_bytes(&t)))
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|p| {
+                                    OffsetDeleteRequestPartition::default().with_partition_index(p)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    let response: OffsetDeleteResponse = broker.call(ApiKey::OffsetDelete, 0, &request).await?;
+    check(
+        response.error_code,
+        &format!("deleting offsets of {group}"),
+        None,
+    )?;
+    for t in response.topics {
+        for p in t.partitions {
+            check(
+                p.error_code,
+                &format!("deleting {}-{}", t.name.0, p.partition_index),
+                None,
+            )?;
+        }
+    }
+    eprintln!("deleted the offsets of group {group}");
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod check_store;
 pub mod configs;
 pub mod groups;
 pub mod quotas;
+pub mod share_groups;
 pub mod status;
 pub mod topics;
 pub mod users;
