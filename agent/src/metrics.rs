@@ -37,6 +37,11 @@ pub struct LagLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabel {
     version: String,
     commit: String,
@@ -88,6 +93,9 @@ pub struct Metrics {
     /// and the labels it holds (to drop those gone without emptying it).
     group_lag: Family<LagLabel, Gauge>,
     group_lag_labels: std::sync::Mutex<std::collections::HashSet<LagLabel>>,
+    share_group_members: Family<GroupLabel, Gauge>,
+    share_group_in_flight: Family<GroupLabel, Gauge>,
+    share_group_labels: std::sync::Mutex<std::collections::HashSet<GroupLabel>>,
     /// The counters of the topics past [`MAX_TOPIC_LABELS`].
     other_topics: std::sync::OnceLock<TopicCounters>,
     /// The counters of each topic counted under its own name (at most
@@ -339,6 +347,18 @@ impl Metrics {
             "Records share-group members acknowledged, by type: accept, release, reject, gap",
             share_acknowledged.clone(),
         );
+        let share_group_members = Family::<GroupLabel, Gauge>::default();
+        registry.register(
+            "share_group_members",
+            "Members of each share group (KIP-932)",
+            share_group_members.clone(),
+        );
+        let share_group_in_flight = Family::<GroupLabel, Gauge>::default();
+        registry.register(
+            "share_group_in_flight_records",
+            "Records of each share group acquired at least once and not yet acknowledged or archived",
+            share_group_in_flight.clone(),
+        );
         let share_sessions = Gauge::default();
         registry.register(
             "share_sessions",
@@ -389,6 +409,9 @@ impl Metrics {
             topics_named: Default::default(),
             group_lag,
             group_lag_labels: Default::default(),
+            share_group_members,
+            share_group_in_flight,
+            share_group_labels: Default::default(),
             other_topics: Default::default(),
             background,
             connections,
@@ -451,6 +474,24 @@ impl Metrics {
         }
         for gone in held.difference(&now) {
             self.group_lag.remove(gone);
+        }
+        *held = now;
+    }
+
+    /// Each share group's members and records in flight; groups gone are
+    /// no longer reported.
+    pub fn set_share_groups(&self, groups: Vec<crate::jobs::group_lag::ShareFigures>) {
+        let mut held = self.share_group_labels.lock().expect("metrics lock poisoned");
+        let mut now = std::collections::HashSet::new();
+        for g in groups {
+            let label = GroupLabel { group: g.group };
+            self.share_group_members.get_or_create(&label).set(g.members);
+            self.share_group_in_flight.get_or_create(&label).set(g.in_flight);
+            now.insert(label);
+        }
+        for gone in held.difference(&now) {
+            self.share_group_members.remove(gone);
+            self.share_group_in_flight.remove(gone);
         }
         *held = now;
     }

@@ -25,26 +25,69 @@ pub async fn run(meta: Arc<dyn Metastore>, metrics: Arc<Metrics>, every: Duratio
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match lags(meta.as_ref()).await {
-            Ok(lags) => metrics.set_group_lags(lags),
+        match figures(meta.as_ref()).await {
+            Ok((lags, shares)) => {
+                metrics.set_group_lags(lags);
+                metrics.set_share_groups(shares);
+            }
             Err(e) => tracing::warn!(error = %e, "reading consumer groups' lag failed"),
         }
     }
 }
 
-/// Each group's lag on each partition it committed an offset for.
-pub async fn lags(meta: &dyn Metastore) -> Result<Vec<(LagLabel, i64)>, MetaError> {
-    let mut groups: Vec<String> = meta.groups().await?.into_iter().map(|g| g.name).collect();
-    groups.sort();
-    groups.truncate(MOST_GROUPS);
+/// A share group's figures: its members and the records in flight (acquired
+/// at least once and not yet done).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareFigures {
+    pub group: String,
+    pub members: i64,
+    pub in_flight: i64,
+}
+
+/// Each group's lag on each partition it committed an offset for (a
+/// share group's: records past its start offset not yet done, Kafka's
+/// formula), and each share group's figures.
+pub async fn figures(
+    meta: &dyn Metastore,
+) -> Result<(Vec<(LagLabel, i64)>, Vec<ShareFigures>), MetaError> {
+    let mut listed = meta.groups().await?;
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
+    listed.truncate(MOST_GROUPS);
     let topics: HashMap<String, floe_metastore::TopicId> = meta
         .topics()
         .await?
         .into_iter()
         .map(|t| (t.name, t.id))
         .collect();
+    let names: HashMap<floe_metastore::TopicId, String> =
+        topics.iter().map(|(name, id)| (*id, name.clone())).collect();
     let mut committed = Vec::new();
-    for group in groups {
+    let mut shares = Vec::new();
+    for listing in listed {
+        let group = listing.name;
+        if listing.group_type == "share" {
+            let Ok(Some(view)) = meta.describe_share_group(&group).await else {
+                continue;
+            };
+            shares.push(ShareFigures {
+                group: group.clone(),
+                members: view.members.len() as i64,
+                in_flight: view
+                    .partitions
+                    .iter()
+                    .map(|p| p.end_offset - p.start_offset - p.done)
+                    .sum(),
+            });
+            for p in view.partitions {
+                let Some(topic) = names.get(&p.topic) else {
+                    continue;
+                };
+                // Lag counts from the start offset, less what is done past it.
+                let from = p.start_offset + p.done;
+                committed.push((group.clone(), topic.clone(), p.partition, from, p.topic));
+            }
+            continue;
+        }
         // One group that cannot be read leaves the others' figures fresh.
         let offsets = match meta.group_offsets(&group, None).await {
             Ok(offsets) => offsets,
@@ -68,7 +111,7 @@ pub async fn lags(meta: &dyn Metastore) -> Result<Vec<(LagLabel, i64)>, MetaErro
         .map(|(_, _, partition, _, id)| TopicPartition::new(*id, *partition))
         .collect();
     let ends = meta.high_watermarks(partitions).await?;
-    Ok(committed
+    let lags = committed
         .into_iter()
         .zip(ends)
         .filter_map(|((group, topic, partition, offset, _), end)| {
@@ -79,7 +122,8 @@ pub async fn lags(meta: &dyn Metastore) -> Result<Vec<(LagLabel, i64)>, MetaErro
             };
             end.map(|end| (label, (end - offset).max(0)))
         })
-        .collect())
+        .collect();
+    Ok((lags, shares))
 }
 
 #[cfg(test)]
@@ -108,7 +152,8 @@ mod tests {
             now_ms: 0,
         };
         meta.commit_offsets(commit).await.unwrap().unwrap();
-        let lags = lags(&meta).await.unwrap();
+        let (lags, shares) = figures(&meta).await.unwrap();
+        assert!(shares.is_empty());
         let label = LagLabel {
             group: "readers".into(),
             topic: "t".into(),

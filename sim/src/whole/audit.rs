@@ -135,7 +135,7 @@ const MAX_SKEW_MS: i64 = 61_000;
 /// `now_ms`: a minute of ordinary skew, and what a node whose clock is
 /// hours ahead can add while it leads (its stamps move the group's time
 /// 1/16 faster than real time at most: `floe_metastore::raft::stamps`).
-fn max_ahead_ms(now_ms: i64) -> i64 {
+pub(crate) fn max_ahead_ms(now_ms: i64) -> i64 {
     let elapsed = now_ms - super::meta::EPOCH_MS;
     MAX_SKEW_MS + elapsed / floe_metastore::raft::stamps::CATCH_UP_DIVISOR
 }

@@ -384,7 +384,17 @@ async fn deliver(
         };
         used += records.len();
         let covered = covered(&records);
-        let split = split(&r.acquired, covered, &aborted);
+        let mut acquired = r.acquired;
+        // A batch the acquisition cut is handed out whole, as Kafka does:
+        // the rest of it is acquired too (records of it already sent).
+        if let (Some((_, sent_last)), Some(batch_last)) = (covered, batch_end(&records, last))
+            && batch_last > last
+            && sent_last >= batch_last
+        {
+            acquired.extend(rest_of_batch(broker, (group, member), r.key, batch_last - last).await);
+            acquired.sort_by_key(|a| a.first);
+        }
+        let split = split(&acquired, covered, &aborted);
         if !split.handed_back.is_empty() {
             handed_back.push((r.key, split.handed_back));
         }
@@ -481,6 +491,52 @@ async fn read(
     let keep = whole_batches_within(&records, budget, at_least_one);
     records.truncate(keep);
     Ok(records)
+}
+
+/// The last offset of the batch of `records` holding `offset`.
+fn batch_end(records: &Bytes, offset: i64) -> Option<i64> {
+    let mut at = 0;
+    while at < records.len() {
+        let rest = records.slice(at..);
+        let len = whole_batches_within(&rest, 0, true);
+        if len == 0 {
+            return None;
+        }
+        let base = i64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+        let last = last_offset_of(&rest.slice(..len))?;
+        if (base..=last).contains(&offset) {
+            return Some(last);
+        }
+        at += len;
+    }
+    None
+}
+
+/// Up to `records` more records of one partition for `member`: the rest
+/// of a batch its acquisition cut (what is not of that batch is handed
+/// back with the rest).
+async fn rest_of_batch(
+    broker: &Broker,
+    (group, member): (&str, &str),
+    key: Key,
+    records: i64,
+) -> Vec<Acquired> {
+    let asked = AcquireShare {
+        group: group.to_string(),
+        member: member.to_string(),
+        partitions: vec![key],
+        max_records: records,
+        rules: KAFKA_RULES,
+        now_ms: broker.world.now_ms(),
+    };
+    match broker.meta.acquire_share(asked).await {
+        Ok(Ok(a)) => a
+            .partitions
+            .into_iter()
+            .flat_map(|p| p.acquired.unwrap_or_default())
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Bytes of the whole batches of `records` that begin at or before `last`.

@@ -36,6 +36,7 @@ mod network;
 mod pipeline;
 mod produce;
 mod read;
+mod shares;
 mod txns;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -78,6 +79,8 @@ pub struct KafkaSettings {
     /// runs only: the plain metastore has no group timers, so a member
     /// that goes silent is never expired).
     pub consumers: usize,
+    /// Members of one share group (KIP-932) reading the producers' topic.
+    pub share_members: usize,
     /// The metastore as a three-node Raft group, with its own weather
     /// (nodes killed, links cut, clocks skewed), instead of the plain one.
     pub raft: bool,
@@ -94,6 +97,7 @@ impl Default for KafkaSettings {
             pipelines: 2,
             exactly_once: true,
             consumers: 3,
+            share_members: 2,
             raft: false,
             partitions: 3,
         }
@@ -130,6 +134,8 @@ pub(super) struct Ledger {
     eos: eos::EosLedger,
     /// Per consumer group.
     groups: BTreeMap<&'static str, groups::GroupLedger>,
+    /// The share group's deliveries.
+    shares: shares::ShareLedger,
 }
 
 impl Ledger {
@@ -172,6 +178,7 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         create_topic(&meta, topic, settings.partitions).await;
     }
     create_topic(&meta, PIPE_TOPIC, settings.pipelines as i32).await;
+    shares::configure(&meta).await;
     let cluster = Arc::new(Cluster {
         shared: shared.clone(),
         meta: meta.clone(),
@@ -237,6 +244,19 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         producers.push(tokio::spawn(task));
         let client = Client::new(shared, &net, settings.agents);
         let task = kip848::consume_848(client, books.clone(), topic_id, end, None);
+        producers.push(tokio::spawn(task));
+    }
+    for _ in 0..settings.share_members {
+        let client = Client::new(shared, &net, settings.agents);
+        let task = shares::share_consume(
+            client,
+            net.clone(),
+            settings.agents,
+            books.clone(),
+            topic_id,
+            end,
+            None,
+        );
         producers.push(tokio::spawn(task));
     }
     for group in [groups::GROUP, kip848::GROUP]
@@ -309,6 +329,22 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         admin::reset_empty(&client(), &books, kip848::GROUP, settings.partitions).await;
         kip848::consume_848(client(), books.clone(), topic_id, end, Some(ends)).await;
         audit_group(&client(), &books, kip848::GROUP);
+    }
+    if settings.share_members > 0 {
+        // A last member drains the share group: every record ends.
+        let acked_end = books.lock().expect("books").acked_end.clone();
+        let client = Client::new(shared, &net, settings.agents);
+        let task = shares::share_consume(
+            client,
+            net.clone(),
+            settings.agents,
+            books.clone(),
+            topic_id,
+            end,
+            Some(acked_end),
+        );
+        task.await;
+        shares::audit_shares(&Client::new(shared, &net, settings.agents), &books);
     }
     check_memory(shared);
     if let Some(largest) = crate::memory::largest() {
