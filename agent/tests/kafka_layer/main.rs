@@ -10,6 +10,7 @@ mod ordering;
 mod produce_checks;
 mod producer_ids;
 mod readiness;
+mod shares;
 mod support;
 mod txn_end;
 mod txn_v2;
