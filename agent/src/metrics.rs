@@ -481,12 +481,19 @@ impl Metrics {
     /// Each share group's members and records in flight; groups gone are
     /// no longer reported.
     pub fn set_share_groups(&self, groups: Vec<crate::jobs::group_lag::ShareFigures>) {
-        let mut held = self.share_group_labels.lock().expect("metrics lock poisoned");
+        let mut held = self
+            .share_group_labels
+            .lock()
+            .expect("metrics lock poisoned");
         let mut now = std::collections::HashSet::new();
         for g in groups {
             let label = GroupLabel { group: g.group };
-            self.share_group_members.get_or_create(&label).set(g.members);
-            self.share_group_in_flight.get_or_create(&label).set(g.in_flight);
+            self.share_group_members
+                .get_or_create(&label)
+                .set(g.members);
+            self.share_group_in_flight
+                .get_or_create(&label)
+                .set(g.in_flight);
             now.insert(label);
         }
         for gone in held.difference(&now) {

@@ -639,6 +639,7 @@ async fn a_share_group_works_under_its_configs(m: &dyn Metastore) {
         m.acquire_share(AcquireShare {
             group: "g".into(),
             member: "share-1".into(),
+            session: 1,
             partitions: vec![(t.id, 0)],
             max_records: 10,
             // What an agent asks with: Kafka's defaults.

@@ -55,7 +55,8 @@ use crate::state::State;
 /// 14: backup holds on garbage collection (a trailing field of the state)
 ///    and the command that takes one.
 /// 15: share groups (a trailing field of `Groups`) and their commands
-///     (`ReleaseShare` gained its partitions in place, before any release).
+///     (changed in place before any release: `ReleaseShare` gained its
+///     partitions and session, `AcquireShare` its session, a lock its session).
 pub const FORMAT_VERSION: u8 = 15;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).

@@ -621,6 +621,7 @@ fn share_samples() -> Vec<Command> {
         Command::AcquireShare(AcquireShare {
             group: group(),
             member: member(),
+            session: 7,
             partitions: vec![(TOPIC, 0), (TOPIC, 1)],
             max_records: 500,
             rules: AcquireRules {
@@ -650,6 +651,7 @@ fn share_samples() -> Vec<Command> {
         Command::ReleaseShare(ReleaseShare {
             group: group(),
             member: member(),
+            session: 7,
             partitions: vec![(TOPIC, 0)],
             delivery_limit: 5,
         }),

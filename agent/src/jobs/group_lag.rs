@@ -59,8 +59,10 @@ pub async fn figures(
         .into_iter()
         .map(|t| (t.name, t.id))
         .collect();
-    let names: HashMap<floe_metastore::TopicId, String> =
-        topics.iter().map(|(name, id)| (*id, name.clone())).collect();
+    let names: HashMap<floe_metastore::TopicId, String> = topics
+        .iter()
+        .map(|(name, id)| (*id, name.clone()))
+        .collect();
     let mut committed = Vec::new();
     let mut shares = Vec::new();
     for listing in listed {

@@ -148,6 +148,9 @@ pub struct AcquireRules {
 pub struct AcquireShare {
     pub group: String,
     pub member: String,
+    /// The share session acquiring (an agent's number for it): its close
+    /// releases what it acquired, and only that.
+    pub session: u64,
     pub partitions: Vec<(TopicId, i32)>,
     pub max_records: i64,
     pub rules: AcquireRules,
@@ -191,6 +194,7 @@ pub struct AcknowledgeShare {
 pub struct ReleaseShare {
     pub group: String,
     pub member: String,
+    pub session: u64,
     pub partitions: Vec<(TopicId, i32)>,
     pub delivery_limit: u16,
 }

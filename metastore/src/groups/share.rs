@@ -14,7 +14,7 @@ use crate::types::TopicId;
 
 pub use crate::contract::shares::*;
 pub use members::Members;
-pub use partition::{Limits, LogBounds, SharePartition};
+pub use partition::{Limits, LogBounds, SharePartition, Who};
 
 /// One share group: its members and the share-partitions it has read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,15 +69,16 @@ impl ShareGroup {
     /// Hands `member` up to `max_records` records of `partitions`, in
     /// order, one budget for all (as Kafka's ShareFetch `MaxRecords`). A
     /// partition read for the first time starts where the rules say.
-    pub fn acquire(
+    pub fn acquire<'a>(
         &mut self,
-        member: &str,
+        who: impl Into<Who<'a>>,
         partitions: &[(TopicId, i32)],
         max_records: i64,
         log: &dyn PartitionLog,
         rules: AcquireRules,
         now_ms: i64,
     ) -> Vec<PartitionAcquired> {
+        let who = who.into();
         let mut left = max_records.max(0);
         let mut answers = Vec::with_capacity(partitions.len());
         for &(topic, partition) in partitions {
@@ -116,7 +117,7 @@ impl ShareGroup {
                             .unwrap_or(bounds.readable_end),
                     })
                 });
-            let got = share.acquire(member, left, bounds, limits(&rules), now_ms);
+            let got = share.acquire(who, left, bounds, limits(&rules), now_ms);
             left -= got.iter().map(|a| a.last - a.first + 1).sum::<i64>();
             answers.push(PartitionAcquired {
                 topic,
@@ -152,8 +153,15 @@ impl ShareGroup {
             .collect()
     }
 
-    /// Every record `member` holds of `partitions` becomes available again.
-    pub fn release(&mut self, member: &str, partitions: &[(TopicId, i32)], delivery_limit: u16) {
+    /// Every record `who`'s session holds of `partitions` becomes
+    /// available again.
+    pub fn release<'a>(
+        &mut self,
+        who: impl Into<Who<'a>>,
+        partitions: &[(TopicId, i32)],
+        delivery_limit: u16,
+    ) {
+        let who = who.into();
         let limits = Limits {
             delivery_limit: bounded_delivery_limit(delivery_limit),
             max_in_flight: i64::MAX,
@@ -161,7 +169,7 @@ impl ShareGroup {
         };
         for key in partitions {
             if let Some(p) = self.partitions.get_mut(key) {
-                p.release(member, limits);
+                p.release(who, limits);
             }
         }
     }

@@ -67,8 +67,12 @@ impl Apply for AcquireShare {
         let rules = state.configs.share_rules(&self.group, self.rules);
         let State { groups, log, .. } = state;
         Ok(groups.share_group_mut(&self.group, false).map(|g| {
+            let who = crate::groups::share::Who {
+                member: &self.member,
+                session: self.session,
+            };
             let partitions = g.acquire(
-                &self.member,
+                who,
                 &self.partitions,
                 self.max_records,
                 &Logs(log),
@@ -105,10 +109,13 @@ impl Apply for ReleaseShare {
     as_in_contract!();
     fn apply(self, state: &mut State) -> Result<Self::Output, Refusal> {
         let limit = state.configs.share_delivery_limit(self.delivery_limit);
-        Ok(state
-            .groups
-            .share_group_mut(&self.group, false)
-            .map(|g| g.release(&self.member, &self.partitions, limit)))
+        Ok(state.groups.share_group_mut(&self.group, false).map(|g| {
+            let who = crate::groups::share::Who {
+                member: &self.member,
+                session: self.session,
+            };
+            g.release(who, &self.partitions, limit)
+        }))
     }
 }
 

@@ -188,12 +188,12 @@ fn counts_by_type(batches: &[AckBatch]) -> [u64; 4] {
     counts
 }
 
-/// Releases what `member` holds of `partitions`: its session closed.
+/// Releases what `member`'s session acquired: it closed.
 pub async fn release(
     broker: &Broker,
     group: String,
     member: String,
-    partitions: Vec<(TopicId, i32)>,
+    (session, partitions): super::sessions::Found,
 ) {
     if partitions.is_empty() {
         return;
@@ -203,6 +203,7 @@ pub async fn release(
         .release_share(ReleaseShare {
             group,
             member,
+            session,
             partitions,
             delivery_limit: KAFKA_RULES.delivery_limit,
         })

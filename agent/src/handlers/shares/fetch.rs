@@ -154,14 +154,17 @@ pub async fn handle(
                 Some("a request that opens a share session carries no acknowledgements"),
             );
         }
-        0 => sessions.open(key.clone(), connection, requested),
+        0 => {
+            let id = broker.world.new_id().as_u64_pair().0;
+            sessions.open(key.clone(), connection, id, requested)
+        }
         FINAL_EPOCH if !sessions.exists(&key) => Err(ResponseError::ShareSessionNotFound),
-        FINAL_EPOCH => Ok(Vec::new()),
+        FINAL_EPOCH => Ok((0, Vec::new())),
         _ => sessions.advance(&key, epoch, requested, &forgotten),
     };
     broker.metrics.share_sessions.set(sessions.count() as i64);
-    let partitions = match session {
-        Ok(partitions) => partitions,
+    let (session, partitions) = match session {
+        Ok(found) => found,
         Err(e) => return failed(e, None),
     };
     let acked: Vec<_> = known.into_iter().filter(|(_, b)| !b.is_empty()).collect();
@@ -188,9 +191,9 @@ pub async fn handle(
         ));
     }
     if epoch == FINAL_EPOCH {
-        if let Some(partitions) = sessions.close(&key) {
+        if let Some(closed) = sessions.close(&key) {
             broker.metrics.share_sessions.set(sessions.count() as i64);
-            acknowledge::release(broker, group, member, partitions).await;
+            acknowledge::release(broker, group, member, closed).await;
         }
         return (respond(answers, 0), None);
     }
@@ -213,10 +216,14 @@ pub async fn handle(
     let asked = rotated(partitions, epoch);
     let mut lock_ms = 0;
     let mut held = None;
-    match acquire(broker, &group, &member, asked, max_records, deadline).await {
+    let who = Who {
+        group: &group,
+        member: &member,
+        session,
+    };
+    match acquire(broker, who, asked, max_records, deadline).await {
         Ok(Some(acquisition)) => {
             lock_ms = acquisition.lock_ms;
-            let who = (group.as_str(), member.as_str());
             held = deliver(
                 broker,
                 who,
@@ -249,21 +256,29 @@ fn rotated(mut partitions: Vec<Key>, epoch: i32) -> Vec<Key> {
     partitions
 }
 
-/// Acquires up to `max_records` records of `partitions` for `member`,
+/// A member through one share session.
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    group: &'a str,
+    member: &'a str,
+    session: u64,
+}
+
+/// Acquires up to `max_records` records of `partitions` for `who`,
 /// waiting until `deadline` for one of them to grow while there are none.
 /// `None`: the group does not exist (its members have not joined yet).
 async fn acquire(
     broker: &Broker,
-    group: &str,
-    member: &str,
+    who: Who<'_>,
     partitions: Vec<Key>,
     max_records: i32,
     deadline: Instant,
 ) -> Result<Option<ShareAcquisition>, ResponseError> {
     loop {
         let asked = AcquireShare {
-            group: group.to_string(),
-            member: member.to_string(),
+            group: who.group.to_string(),
+            member: who.member.to_string(),
+            session: who.session,
             partitions: partitions.clone(),
             max_records: i64::from(max_records),
             rules: KAFKA_RULES,
@@ -311,7 +326,7 @@ struct ToRead {
 #[allow(clippy::too_many_arguments)]
 async fn deliver(
     broker: &Broker,
-    (group, member): (&str, &str),
+    who: Who<'_>,
     acquisition: ShareAcquisition,
     max_bytes: usize,
     deadline: Instant,
@@ -391,7 +406,7 @@ async fn deliver(
             && batch_last > last
             && sent_last >= batch_last
         {
-            acquired.extend(rest_of_batch(broker, (group, member), r.key, batch_last - last).await);
+            acquired.extend(rest_of_batch(broker, who, r.key, batch_last - last).await);
             acquired.sort_by_key(|a| a.first);
         }
         let split = split(&acquired, covered, &aborted);
@@ -402,7 +417,7 @@ async fn deliver(
         answer.records = records;
         answer.acquired = split.delivered;
     }
-    hand_back(broker, group, member, handed_back).await;
+    hand_back(broker, who, handed_back).await;
     count(broker, answers);
     held
 }
@@ -515,15 +530,11 @@ fn batch_end(records: &Bytes, offset: i64) -> Option<i64> {
 /// Up to `records` more records of one partition for `member`: the rest
 /// of a batch its acquisition cut (what is not of that batch is handed
 /// back with the rest).
-async fn rest_of_batch(
-    broker: &Broker,
-    (group, member): (&str, &str),
-    key: Key,
-    records: i64,
-) -> Vec<Acquired> {
+async fn rest_of_batch(broker: &Broker, who: Who<'_>, key: Key, records: i64) -> Vec<Acquired> {
     let asked = AcquireShare {
-        group: group.to_string(),
-        member: member.to_string(),
+        group: who.group.to_string(),
+        member: who.member.to_string(),
+        session: who.session,
         partitions: vec![key],
         max_records: records,
         rules: KAFKA_RULES,
@@ -644,7 +655,7 @@ fn split(acquired: &[Acquired], covered: Option<(i64, i64)>, aborted: &[(i64, i6
 
 /// Hands back what was acquired but not sent (available again, not
 /// counted as delivered) and archives the aborted records sent around.
-async fn hand_back(broker: &Broker, group: &str, member: &str, back: Vec<(Key, Vec<AckBatch>)>) {
+async fn hand_back(broker: &Broker, who: Who<'_>, back: Vec<(Key, Vec<AckBatch>)>) {
     if back.is_empty() {
         return;
     }
@@ -659,8 +670,8 @@ async fn hand_back(broker: &Broker, group: &str, member: &str, back: Vec<(Key, V
     let answer = broker
         .meta
         .acknowledge_share(AcknowledgeShare {
-            group: group.to_string(),
-            member: member.to_string(),
+            group: who.group.to_string(),
+            member: who.member.to_string(),
             acks,
             delivery_limit: KAFKA_RULES.delivery_limit,
             now_ms: broker.world.now_ms(),

@@ -75,8 +75,8 @@ pub fn connection_closed(broker: &std::sync::Arc<Broker>, connection: u64) {
     let tasks = broker.tasks.clone();
     let broker = broker.clone();
     tasks.spawn(async move {
-        for ((group, member), partitions) in closed {
-            acknowledge::release(&broker, group, member, partitions).await;
+        for ((group, member), session) in closed {
+            acknowledge::release(&broker, group, member, session).await;
         }
     });
 }

@@ -29,7 +29,14 @@ pub const MAX_PARTITIONS: usize = 2_000;
 /// A member of a group.
 pub type Key = (String, String);
 
+/// A session as a request finds it: its number and the partitions it
+/// fetches.
+pub type Found = (u64, Vec<(TopicId, i32)>);
+
 struct Session {
+    /// Its number: the metastore's locks name it, so its close releases
+    /// only what it acquired.
+    id: u64,
     /// The epoch the next request must carry.
     next_epoch: i32,
     /// The partitions fetched, in the order they were added.
@@ -57,21 +64,23 @@ impl Sessions {
         &self,
         key: Key,
         connection: u64,
+        id: u64,
         partitions: Vec<(TopicId, i32)>,
-    ) -> Result<Vec<(TopicId, i32)>, ResponseError> {
+    ) -> Result<Found, ResponseError> {
         let mut sessions = self.sessions.lock().expect("share sessions lock");
         if !sessions.contains_key(&key) && sessions.len() >= MAX_SESSIONS {
             return Err(ResponseError::ShareSessionLimitReached);
         }
         let mut session = Session {
+            id,
             next_epoch: next(0),
             partitions: Vec::new(),
             connection,
         };
         add(&mut session.partitions, partitions)?;
-        let fetched = session.partitions.clone();
+        let found = (id, session.partitions.clone());
         sessions.insert(key, session);
-        Ok(fetched)
+        Ok(found)
     }
 
     /// A request of an open session carrying `epoch`: adds `added`, drops
@@ -82,7 +91,7 @@ impl Sessions {
         epoch: i32,
         added: Vec<(TopicId, i32)>,
         forgotten: &[(TopicId, i32)],
-    ) -> Result<Vec<(TopicId, i32)>, ResponseError> {
+    ) -> Result<Found, ResponseError> {
         let mut sessions = self.sessions.lock().expect("share sessions lock");
         let session = sessions
             .get_mut(key)
@@ -95,7 +104,7 @@ impl Sessions {
         add(&mut partitions, added)?;
         session.partitions = partitions;
         session.next_epoch = next(epoch);
-        Ok(session.partitions.clone())
+        Ok((session.id, session.partitions.clone()))
     }
 
     /// Checks a ShareAcknowledge's `epoch` against `key`'s session, moving
@@ -127,15 +136,16 @@ impl Sessions {
             .contains_key(key)
     }
 
-    /// Ends `key`'s session: the partitions whose records it held.
-    pub fn close(&self, key: &Key) -> Option<Vec<(TopicId, i32)>> {
+    /// Ends `key`'s session: the session, with the partitions whose
+    /// records it held.
+    pub fn close(&self, key: &Key) -> Option<Found> {
         let mut sessions = self.sessions.lock().expect("share sessions lock");
-        sessions.remove(key).map(|s| s.partitions)
+        sessions.remove(key).map(|s| (s.id, s.partitions))
     }
 
     /// Ends the sessions `connection` opened: each member, and the
     /// partitions whose records it held.
-    pub fn close_connection(&self, connection: u64) -> Vec<(Key, Vec<(TopicId, i32)>)> {
+    pub fn close_connection(&self, connection: u64) -> Vec<(Key, Found)> {
         let mut sessions = self.sessions.lock().expect("share sessions lock");
         let keys: Vec<Key> = sessions
             .iter()
@@ -143,7 +153,7 @@ impl Sessions {
             .map(|(k, _)| k.clone())
             .collect();
         keys.into_iter()
-            .filter_map(|k| sessions.remove(&k).map(|s| (k, s.partitions)))
+            .filter_map(|k| sessions.remove(&k).map(|s| (k, (s.id, s.partitions))))
             .collect()
     }
 
@@ -185,14 +195,17 @@ mod tests {
             sessions.advance(&key(), 1, vec![], &[]),
             Err(ResponseError::ShareSessionNotFound)
         );
-        assert_eq!(sessions.open(key(), 9, vec![(t, 0)]), Ok(vec![(t, 0)]));
+        assert_eq!(
+            sessions.open(key(), 9, 5, vec![(t, 0)]),
+            Ok((5, vec![(t, 0)]))
+        );
         assert_eq!(
             sessions.advance(&key(), 2, vec![], &[]),
             Err(ResponseError::InvalidShareSessionEpoch)
         );
         assert_eq!(
             sessions.advance(&key(), 1, vec![(t, 1), (t, 0)], &[]),
-            Ok(vec![(t, 0), (t, 1)])
+            Ok((5, vec![(t, 0), (t, 1)]))
         );
         assert_eq!(sessions.acknowledging(&key(), 2), Ok(()));
         assert_eq!(
@@ -201,10 +214,13 @@ mod tests {
         );
         assert_eq!(
             sessions.advance(&key(), 3, vec![], &[(t, 0)]),
-            Ok(vec![(t, 1)])
+            Ok((5, vec![(t, 1)]))
         );
         assert_eq!(sessions.close_connection(8), vec![]);
-        assert_eq!(sessions.close_connection(9), vec![(key(), vec![(t, 1)])]);
+        assert_eq!(
+            sessions.close_connection(9),
+            vec![(key(), (5, vec![(t, 1)]))]
+        );
         assert_eq!(sessions.count(), 0);
     }
 
@@ -214,18 +230,22 @@ mod tests {
         let t = TopicId::from_u128(7);
         for n in 0..MAX_SESSIONS {
             sessions
-                .open(("g".into(), n.to_string()), 1, vec![])
+                .open(("g".into(), n.to_string()), 1, n as u64, vec![])
                 .unwrap();
         }
         assert_eq!(
-            sessions.open(key(), 1, vec![]),
+            sessions.open(key(), 1, 0, vec![]),
             Err(ResponseError::ShareSessionLimitReached)
         );
         // An open session may be opened again.
-        assert!(sessions.open(("g".into(), "0".into()), 1, vec![]).is_ok());
+        assert!(
+            sessions
+                .open(("g".into(), "0".into()), 1, 0, vec![])
+                .is_ok()
+        );
         let many: Vec<_> = (0..=MAX_PARTITIONS as i32).map(|p| (t, p)).collect();
         assert_eq!(
-            sessions.open(("g".into(), "1".into()), 1, many),
+            sessions.open(("g".into(), "1".into()), 1, 1, many),
             Err(ResponseError::InvalidRequest)
         );
         assert_eq!(next(i32::MAX), 1);

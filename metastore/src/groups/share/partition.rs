@@ -51,8 +51,41 @@ struct InFlight {
     last: i64,
     state: RecordState,
     deliveries: u16,
-    /// The member holding an acquired range, and until when (metastore clock).
-    holder: Option<(String, i64)>,
+    /// Who holds an acquired range, and until when.
+    holder: Option<Lock>,
+}
+
+/// A lock on acquired records: the member, the share session that took
+/// them (its close releases only its own: a member may hold sessions with
+/// several agents), and when it ends (metastore clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Lock {
+    member: String,
+    session: u64,
+    until: i64,
+}
+
+impl Lock {
+    /// Whether `member` holds it at `now_ms` (through any of its sessions:
+    /// a member acknowledges through whichever it has, as in Kafka, where a
+    /// session opened again keeps the records the old one acquired).
+    fn held_by(&self, member: &str, now_ms: i64) -> bool {
+        self.member == member && self.until > now_ms
+    }
+}
+
+/// Who acquires or releases: a member through one share session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Who<'a> {
+    pub member: &'a str,
+    pub session: u64,
+}
+
+/// A member through its session 0 (tests, and callers with one session).
+impl<'a> From<&'a str> for Who<'a> {
+    fn from(member: &'a str) -> Self {
+        Who { member, session: 0 }
+    }
 }
 
 /// The limits a share-partition works under (the group's and the agent's configs).
@@ -129,9 +162,7 @@ impl SharePartition {
     pub fn held_by(&self, member: &str, now_ms: i64) -> i64 {
         self.in_flight
             .iter()
-            .filter(
-                |(_, r)| matches!(&r.holder, Some((m, until)) if m == member && *until > now_ms),
-            )
+            .filter(|(_, r)| r.holder.as_ref().is_some_and(|l| l.held_by(member, now_ms)))
             .map(|(first, r)| r.last - first + 1)
             .sum()
     }
@@ -140,18 +171,23 @@ impl SharePartition {
     /// again, in offset order, then new ones from the end, as far as the log
     /// allows and while no more than `max_in_flight` are in flight. Locks
     /// that ended by `now_ms` end first.
-    pub fn acquire(
+    pub fn acquire<'a>(
         &mut self,
-        member: &str,
+        who: impl Into<Who<'a>>,
         max_records: i64,
         log: LogBounds,
         limits: Limits,
         now_ms: i64,
     ) -> Vec<Acquired> {
+        let who = who.into();
         self.end_locks(now_ms, limits.delivery_limit);
         self.follow_log_start(log.log_start);
         self.follow_log_end(log.log_end);
-        let lock = (member.to_string(), now_ms.saturating_add(limits.lock_ms));
+        let lock = Lock {
+            member: who.member.to_string(),
+            session: who.session,
+            until: now_ms.saturating_add(limits.lock_ms),
+        };
         let mut left = max_records.max(0);
         let mut taken = Vec::new();
         let available: Vec<i64> = self
@@ -247,7 +283,7 @@ impl SharePartition {
                 if r.last < from {
                     break;
                 }
-                let held = matches!(&r.holder, Some((m, until)) if m == member && *until > now_ms);
+                let held = r.holder.as_ref().is_some_and(|l| l.held_by(member, now_ms));
                 if r.state != RecordState::Acquired || !held {
                     return Err(AckRefused::InvalidRecordState(format!(
                         "offsets {}..={} are not acquired by this member",
@@ -291,11 +327,13 @@ impl SharePartition {
         Ok(())
     }
 
-    /// Makes every record `member` holds available again (archived at the
-    /// delivery limit): it left, or closed its share session.
-    pub fn release(&mut self, member: &str, limits: Limits) {
+    /// Makes every record `who`'s session holds available again (archived
+    /// at the delivery limit): the session closed.
+    pub fn release<'a>(&mut self, who: impl Into<Who<'a>>, limits: Limits) {
+        let who = who.into();
         for r in self.in_flight.values_mut() {
-            if matches!(&r.holder, Some((m, _)) if m == member) {
+            let taken_by = |l: &Lock| l.member == who.member && l.session == who.session;
+            if r.holder.as_ref().is_some_and(taken_by) {
                 release(r, limits.delivery_limit);
             }
         }
@@ -307,7 +345,7 @@ impl SharePartition {
     pub fn end_locks(&mut self, now_ms: i64, delivery_limit: u16) {
         let mut ended = false;
         for r in self.in_flight.values_mut() {
-            if matches!(&r.holder, Some((_, until)) if *until <= now_ms) {
+            if r.holder.as_ref().is_some_and(|l| l.until <= now_ms) {
                 release(r, delivery_limit);
                 ended = true;
             }

@@ -148,7 +148,9 @@ pub(super) async fn share_consume(
     drain: Option<BTreeMap<i32, i64>>,
 ) {
     let mut m = Member {
-        id: client.shared.with(|w| format!("share-{}", w.rng_below(1 << 40))),
+        id: client
+            .shared
+            .with(|w| format!("share-{}", w.rng_below(1 << 40))),
         epoch: 0,
         assigned: BTreeSet::new(),
         session: None,
@@ -178,7 +180,16 @@ pub(super) async fn share_consume(
         if drain.is_none() && misbehave(&client, &books, &mut m, topic_id).await {
             continue;
         }
-        fetch(&client, &net, agents, &books, &mut m, topic_id, drain.is_some()).await;
+        fetch(
+            &client,
+            &net,
+            agents,
+            &books,
+            &mut m,
+            topic_id,
+            drain.is_some(),
+        )
+        .await;
     }
     close_session(&books, &mut m, topic_id).await;
     leave(&client, &m.id).await;
@@ -259,7 +270,10 @@ fn decide(client: &Client, drain: bool) -> Option<i8> {
 }
 
 /// The acknowledgement batches of `pending` records of one partition.
-fn batches_of(pending: &[(i32, i64, i8)], partition: i32) -> Vec<share_fetch_request::AcknowledgementBatch> {
+fn batches_of(
+    pending: &[(i32, i64, i8)],
+    partition: i32,
+) -> Vec<share_fetch_request::AcknowledgementBatch> {
     pending
         .iter()
         .filter(|(p, ..)| *p == partition)
@@ -372,7 +386,11 @@ async fn fetch(
             }
             let got = delivered(client, books, m, p, sent);
             for (offset, control) in got {
-                let kind = if control { Some(0) } else { decide(client, drain) };
+                let kind = if control {
+                    Some(0)
+                } else {
+                    decide(client, drain)
+                };
                 if let Some(kind) = kind {
                     m.pending.push((p.partition_index, offset, kind));
                 }
@@ -430,7 +448,15 @@ fn delivered(
                 .as_ref()
                 .map(|v| String::from_utf8_lossy(v).into_owned())
                 .unwrap_or_default();
-            note(client, &mut books.shares, m, (p.partition_index, offset), value, a.delivery_count, sent);
+            note(
+                client,
+                &mut books.shares,
+                m,
+                (p.partition_index, offset),
+                value,
+                a.delivery_count,
+                sent,
+            );
             held.push((offset, record.control));
         }
     }
@@ -454,7 +480,9 @@ fn note(
         .or_insert_with(|| (value.clone(), Vec::new()));
     let mut anomalies = Vec::new();
     if *stored != value {
-        anomalies.push(format!("{key:?} delivered as {value:?}, before as {stored:?}"));
+        anomalies.push(format!(
+            "{key:?} delivered as {value:?}, before as {stored:?}"
+        ));
     }
     if count > DELIVERY_LIMIT {
         anomalies.push(format!("{key:?} delivered {count} times, past the limit"));
@@ -469,7 +497,11 @@ fn note(
         }
         // The last holder's lock lasted from after its fetch was sent for
         // LOCK on the metastore's clock, which may run ahead.
-        let ahead = Duration::from_millis(client.shared.with(|w| crate::whole::audit::max_ahead_ms(w.now_ms())) as u64);
+        let ahead = Duration::from_millis(
+            client
+                .shared
+                .with(|w| crate::whole::audit::max_ahead_ms(w.now_ms())) as u64,
+        );
         let surely_live_until = last.sent + LOCK.saturating_sub(ahead);
         let received = Instant::now();
         if last.given_back.is_none_or(|at| at > received) && received < surely_live_until {
@@ -536,7 +568,8 @@ async fn close_session(books: &Books, m: &mut Member, topic_id: Uuid) {
             .with_share_session_epoch(-1)
             .with_topics(topics);
         if let Ok(id) = conn.send(ApiKey::ShareAcknowledge, 1, &request).await {
-            let answered = conn.receive::<ShareAcknowledgeResponse>(ApiKey::ShareAcknowledge, 1, id);
+            let answered =
+                conn.receive::<ShareAcknowledgeResponse>(ApiKey::ShareAcknowledge, 1, id);
             let _ = tokio::time::timeout(REQUEST_TIMEOUT, answered).await;
         }
     }

@@ -131,6 +131,29 @@ fn released_and_expired_records_are_delivered_again_until_the_limit() {
     p.check(LIMITS.delivery_limit).unwrap();
 }
 
+/// A member with sessions on two agents: the one that closes releases
+/// what it acquired, not what the other did; either acknowledges both.
+#[test]
+fn a_closing_session_releases_only_its_own_records() {
+    let mut p = SharePartition::starting_at(0);
+    let on = |session| Who {
+        member: "a",
+        session,
+    };
+    assert_eq!(p.acquire(on(1), 3, log(20), LIMITS, 0), [got(0, 2, 1)]);
+    assert_eq!(p.acquire(on(2), 3, log(20), LIMITS, 0), [got(3, 5, 1)]);
+    p.release(on(1), LIMITS);
+    assert_eq!(p.held_by("a", 0), 3);
+    assert_eq!(p.acquire("b", 10, log(6), LIMITS, 0), [got(0, 2, 2)]);
+    let accept = AckBatch {
+        first: 3,
+        last: 5,
+        types: vec![Ack::Accept],
+    };
+    assert_eq!(p.acknowledge("a", &[accept], LIMITS, 0), Ok(()));
+    p.check(LIMITS.delivery_limit).unwrap();
+}
+
 #[test]
 fn a_member_that_leaves_releases_what_it_holds() {
     let mut p = SharePartition::starting_at(5);
