@@ -202,7 +202,8 @@ fn kafka(args: &Args) -> std::process::ExitCode {
          transactions {} committed / {} aborted / {} unknown ({} records audited), \
          {} pipelining connections, {} group assignments, {} metastore node replacements, \
          {} consume-transform-produce transactions ({} records exactly once), \
-         {} produces refused for want of an ACL, {:.1} simulated hours",
+         {} produces refused for want of an ACL, {} share deliveries ({} again), \
+         {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
         total.failed_produces,
@@ -220,6 +221,8 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.eos_transactions,
         total.eos_records,
         total.refused_for_rights,
+        total.share_deliveries,
+        total.share_redeliveries,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

@@ -39,6 +39,9 @@ fn a_fixed_set_of_seeds_finds_no_anomaly() {
     assert!(total.txn_records_audited > 1_000, "{total:?}");
     assert!(total.pipelined_connections > 10, "{total:?}");
     assert!(total.eos_records > 100, "{total:?}");
+    // Share-group members took records, some of them again.
+    assert!(total.share_deliveries > 1_000, "{total:?}");
+    assert!(total.share_redeliveries > 10, "{total:?}");
 }
 
 /// The metastore as a Raft group, and a consumer group on it (not

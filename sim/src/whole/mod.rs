@@ -124,6 +124,10 @@ pub struct Summary {
     pub eos_records: u64,
     /// Produces refused for want of an ACL (stage 3's alice).
     pub refused_for_rights: u64,
+    /// Records handed to share-group members, and of them those handed
+    /// out before (stage 3).
+    pub share_deliveries: u64,
+    pub share_redeliveries: u64,
     pub simulated_ms: u64,
 }
 
@@ -154,6 +158,8 @@ impl std::ops::AddAssign for Summary {
         self.eos_transactions += run.eos_transactions;
         self.eos_records += run.eos_records;
         self.refused_for_rights += run.refused_for_rights;
+        self.share_deliveries += run.share_deliveries;
+        self.share_redeliveries += run.share_redeliveries;
         self.simulated_ms += run.simulated_ms;
     }
 }

@@ -641,6 +641,8 @@ pub(super) fn audit_shares(client: &Client, books: &Books) {
     );
     client.shared.with(|w| {
         w.log(line);
+        w.summary.share_deliveries += books.shares.handed;
+        w.summary.share_redeliveries += books.shares.redelivered;
         if !missing.is_empty() {
             w.anomaly(format!(
                 "{GROUP}: {} acknowledged records never delivered, first {:?}",
