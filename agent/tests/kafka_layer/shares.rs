@@ -232,3 +232,56 @@ async fn sessions_keep_kafka_s_epochs_and_end_with_their_connection() {
     }
     assert_eq!(taken, [(0, 2, 2)], "released by the close, delivered again");
 }
+
+/// ListGroups filters by type as Kafka 4 does; ShareGroupDescribe shows
+/// the member and its assignment; DescribeGroups (the classic API) knows
+/// no share group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_is_listed_and_described_as_kafka_shows_it() {
+    let meta = metastore().await;
+    let store = memory_store();
+    create_topic(&meta, "listed", 2).await;
+    let agent = agent(&meta, &store).await;
+    let mut conn = agent.connect().await;
+    join(&mut conn, "lister", "listed").await;
+    let list = |types: &[&str]| {
+        ListGroupsRequest::default().with_types_filter(types.iter().map(|t| str_bytes(t)).collect())
+    };
+    for (types, expected) in [(&["share"][..], vec!["queue"]), (&["consumer"][..], vec![])] {
+        let listed: ListGroupsResponse = conn
+            .call(ApiKey::ListGroups, 5, &list(types))
+            .await
+            .unwrap();
+        let names: Vec<String> = listed
+            .groups
+            .iter()
+            .map(|g| g.group_id.to_string())
+            .collect();
+        assert_eq!(names, expected, "{types:?}");
+    }
+    let described: ShareGroupDescribeResponse = conn
+        .call(
+            ApiKey::ShareGroupDescribe,
+            1,
+            &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(str_bytes(GROUP))]),
+        )
+        .await
+        .unwrap();
+    let g = &described.groups[0];
+    assert_eq!((g.error_code, g.group_state.as_str()), (0, "Stable"));
+    assert_eq!(g.members[0].member_id.as_str(), "lister");
+    let assigned = &g.members[0].assignment.topic_partitions[0];
+    assert_eq!(
+        (assigned.topic_name.as_str(), assigned.partitions.as_slice()),
+        ("listed", &[0, 1][..])
+    );
+    let classic: DescribeGroupsResponse = conn
+        .call(
+            ApiKey::DescribeGroups,
+            5,
+            &DescribeGroupsRequest::default().with_groups(vec![GroupId(str_bytes(GROUP))]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(classic.groups[0].group_state.as_str(), "Dead");
+}

@@ -482,6 +482,74 @@ fn consumer_describe_answer() -> ResponseKind {
     ]))
 }
 
+fn share_heartbeat() -> RequestKind {
+    RequestKind::ShareGroupHeartbeat(
+        ShareGroupHeartbeatRequest::default()
+            .with_group_id(group_id())
+            .with_subscribed_topic_names(Some(vec![topic_name()])),
+    )
+}
+
+fn share_describe_answer() -> ResponseKind {
+    ResponseKind::ShareGroupDescribe(ShareGroupDescribeResponse::default().with_groups(vec![
+        share_group_describe_response::DescribedGroup::default().with_group_id(group_id()),
+    ]))
+}
+
+/// A ShareFetch of the group, naming a topic id no topic has (the gate
+/// leaves unknown ids to the handler).
+fn share_fetch() -> RequestKind {
+    use share_fetch_request::*;
+    RequestKind::ShareFetch(
+        ShareFetchRequest::default()
+            .with_group_id(Some(group_id()))
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![FetchPartition::default()]),
+            ]),
+    )
+}
+
+fn share_acknowledge() -> RequestKind {
+    RequestKind::ShareAcknowledge(
+        ShareAcknowledgeRequest::default().with_group_id(Some(group_id())),
+    )
+}
+
+fn share_offsets_answer() -> ResponseKind {
+    use describe_share_group_offsets_response::*;
+    ResponseKind::DescribeShareGroupOffsets(
+        DescribeShareGroupOffsetsResponse::default().with_groups(vec![
+            DescribeShareGroupOffsetsResponseGroup::default().with_group_id(group_id()),
+        ]),
+    )
+}
+
+fn alter_share_offsets() -> RequestKind {
+    use alter_share_group_offsets_request::*;
+    RequestKind::AlterShareGroupOffsets(
+        AlterShareGroupOffsetsRequest::default()
+            .with_group_id(group_id())
+            .with_topics(vec![
+                AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(topic_name())
+                    .with_partitions(vec![AlterShareGroupOffsetsRequestPartition::default()]),
+            ]),
+    )
+}
+
+fn delete_share_offsets() -> RequestKind {
+    use delete_share_group_offsets_request::*;
+    RequestKind::DeleteShareGroupOffsets(
+        DeleteShareGroupOffsetsRequest::default()
+            .with_group_id(group_id())
+            .with_topics(vec![
+                DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(topic_name()),
+            ]),
+    )
+}
+
 fn list_groups_answer() -> ResponseKind {
     ResponseKind::ListGroups(ListGroupsResponse::default().with_groups(vec![
         list_groups_response::ListedGroup::default().with_group_id(group_id()),
@@ -737,6 +805,36 @@ table! {
     offset_delete_needs_read_on_each_topic =>
         case(offset_delete(), r(ResponseKind::OffsetDelete), vec![(G, GROUP, op::DELETE), (T, TOPIC, op::READ)], Code(TOPIC_DENIED))
             .partial(vec![(G, GROUP, op::DELETE)]).removes(TOPIC);
+
+    // Share groups (KIP-932).
+    share_heartbeat_needs_read_on_the_group =>
+        case(share_heartbeat(), r(ResponseKind::ShareGroupHeartbeat), vec![(G, GROUP, op::READ), (T, TOPIC, op::DESCRIBE)], Code(GROUP_DENIED))
+            .version(1).partial(vec![(G, GROUP, op::DESCRIBE), (T, TOPIC, op::DESCRIBE)]);
+    share_heartbeat_needs_describe_on_subscribed_topics =>
+        case(share_heartbeat(), r(ResponseKind::ShareGroupHeartbeat), vec![(G, GROUP, op::READ), (T, TOPIC, op::DESCRIBE)], Code(TOPIC_DENIED))
+            .version(1).partial(vec![(G, GROUP, op::READ)]);
+    share_group_describe_needs_describe =>
+        case(a(RequestKind::ShareGroupDescribe), share_describe_answer(), vec![(G, GROUP, op::DESCRIBE)], Code(GROUP_DENIED)).version(1);
+    share_fetch_needs_read_on_the_group =>
+        case(share_fetch(), r(ResponseKind::ShareFetch), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED))
+            .version(1).partial(vec![(G, GROUP, op::DESCRIBE)]);
+    share_acknowledge_needs_read_on_the_group =>
+        case(share_acknowledge(), r(ResponseKind::ShareAcknowledge), vec![(G, GROUP, op::READ)], Code(GROUP_DENIED))
+            .version(1).partial(vec![(G, GROUP, op::DESCRIBE)]);
+    describe_share_offsets_needs_describe =>
+        case(a(RequestKind::DescribeShareGroupOffsets), share_offsets_answer(), vec![(G, GROUP, op::DESCRIBE)], Code(GROUP_DENIED)).version(0);
+    alter_share_offsets_needs_read_on_the_group =>
+        case(alter_share_offsets(), r(ResponseKind::AlterShareGroupOffsets), vec![(G, GROUP, op::READ), (T, TOPIC, op::READ)], Code(GROUP_DENIED))
+            .version(0).partial(vec![(G, GROUP, op::DESCRIBE), (T, TOPIC, op::READ)]);
+    alter_share_offsets_needs_read_on_each_topic =>
+        case(alter_share_offsets(), r(ResponseKind::AlterShareGroupOffsets), vec![(G, GROUP, op::READ), (T, TOPIC, op::READ)], Code(TOPIC_DENIED))
+            .version(0).partial(vec![(G, GROUP, op::READ), (T, TOPIC, op::DESCRIBE)]).removes(TOPIC);
+    delete_share_offsets_needs_delete_on_the_group =>
+        case(delete_share_offsets(), r(ResponseKind::DeleteShareGroupOffsets), vec![(G, GROUP, op::DELETE), (T, TOPIC, op::READ)], Code(GROUP_DENIED))
+            .version(0).partial(vec![(G, GROUP, op::READ), (T, TOPIC, op::READ)]);
+    delete_share_offsets_needs_read_on_each_topic =>
+        case(delete_share_offsets(), r(ResponseKind::DeleteShareGroupOffsets), vec![(G, GROUP, op::DELETE), (T, TOPIC, op::READ)], Code(TOPIC_DENIED))
+            .version(0).partial(vec![(G, GROUP, op::DELETE)]).removes(TOPIC);
 
     // Producers and transactions.
     init_producer_id_needs_write_on_its_transactional_id =>
