@@ -152,11 +152,13 @@ pub async fn admit(
         let turn = turn.clone();
         let mut ticket = lane.ticket();
         let connection = lane.connection();
+        let auth = session.clone();
         return Box::pin(async move {
             if !ticket.wait().await {
                 return None;
             }
-            let (mut response, held) = shares::fetch::handle(&broker, req, connection, &turn).await;
+            let (mut response, held) =
+                shares::fetch::handle(&broker, req, connection, &auth, &turn).await;
             drop(ticket);
             if let Some(q) = quota {
                 // Records are handed out already: the answer keeps them, and

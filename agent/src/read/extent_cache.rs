@@ -188,17 +188,22 @@ impl ExtentCache {
     /// holds both, however long ago it was confirmed: records below the
     /// high watermark do not change, and a view younger than its `ttl`
     /// names extents that are still stored. (A share fetch reads what the
-    /// metastore just handed out; it reports no high watermark.)
+    /// metastore just handed out; it reports no high watermark.) With
+    /// `aborted`, only below the view's last stable offset: its list of
+    /// aborted transactions is complete there only.
     pub fn plan_covering(
         &self,
         tp: TopicPartition,
-        from: i64,
-        to: i64,
+        (from, to): (i64, i64),
         max_bytes: u64,
+        aborted: bool,
     ) -> Option<TxnReadPlan> {
         let views = self.views.lock().expect("extent cache lock poisoned");
         let view = views.get(&tp)?;
         if !view.holds(from, self.ttl) || view.covered_to().is_none_or(|end| to >= end) {
+            return None;
+        }
+        if aborted && to >= view.last_stable {
             return None;
         }
         Some(view.plan(from, max_bytes))

@@ -187,9 +187,9 @@ pub struct AcknowledgeShare {
     pub now_ms: i64,
 }
 
-/// A member's share session closed: every record it holds of the
-/// session's partitions is released (its sessions with other agents keep
-/// theirs).
+/// A member's share session closed: every record the session acquired
+/// of `partitions` (none named: of every partition) is released; its
+/// sessions with other agents keep theirs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseShare {
     pub group: String,

@@ -153,8 +153,8 @@ impl ShareGroup {
             .collect()
     }
 
-    /// Every record `who`'s session holds of `partitions` becomes
-    /// available again.
+    /// Every record `who`'s session holds of `partitions` (none named: of
+    /// every partition) becomes available again.
     pub fn release<'a>(
         &mut self,
         who: impl Into<Who<'a>>,
@@ -167,6 +167,11 @@ impl ShareGroup {
             max_in_flight: i64::MAX,
             lock_ms: 0,
         };
+        if partitions.is_empty() {
+            self.partitions
+                .values_mut()
+                .for_each(|p| p.release(who, limits));
+        }
         for key in partitions {
             if let Some(p) = self.partitions.get_mut(key) {
                 p.release(who, limits);

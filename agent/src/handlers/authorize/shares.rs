@@ -8,6 +8,10 @@ use super::*;
 use floe_protocol::str_bytes;
 
 const GROUP_OPERATIONS: [i8; 3] = [op::READ, op::DESCRIBE, op::DELETE];
+/// Topics one ShareFetch or ShareAcknowledge may name (a session's
+/// partitions at most), each looked up here.
+const MAX_TOPICS: usize = crate::handlers::shares::sessions::MAX_PARTITIONS;
+const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
 
 /// READ on the group, DESCRIBE on every topic subscribed.
 pub(super) fn share_group_heartbeat(who: &Who, req: ShareGroupHeartbeatRequest) -> Gate {
@@ -108,6 +112,12 @@ pub(super) async fn share_fetch(who: &Who, broker: &Broker, mut req: ShareFetchR
             ShareFetchResponse::default().with_error_code(GROUP_DENIED),
         ));
     }
+    if req.topics.len() > MAX_TOPICS {
+        // Refused before a topic is looked up (the handler would refuse it).
+        return Gate::Answer(ResponseKind::ShareFetch(
+            ShareFetchResponse::default().with_error_code(INVALID_REQUEST),
+        ));
+    }
     let denied_ids = unreadable(who, broker, req.topics.iter().map(|t| t.topic_id)).await;
     let denied = take_denied(&mut req.topics, |t| !denied_ids.contains(&t.topic_id));
     let patch = patch!(ShareFetch, |r| {
@@ -143,6 +153,11 @@ pub(super) async fn share_acknowledge(
     if !who.group(op::READ, &group) {
         return Gate::Answer(ResponseKind::ShareAcknowledge(
             ShareAcknowledgeResponse::default().with_error_code(GROUP_DENIED),
+        ));
+    }
+    if req.topics.len() > MAX_TOPICS {
+        return Gate::Answer(ResponseKind::ShareAcknowledge(
+            ShareAcknowledgeResponse::default().with_error_code(INVALID_REQUEST),
         ));
     }
     let denied_ids = unreadable(who, broker, req.topics.iter().map(|t| t.topic_id)).await;

@@ -19,10 +19,11 @@ use floe_protocol::str_bytes;
 use super::{FINAL_EPOCH, KAFKA_RULES, member_id_is_valid};
 use crate::broker::Broker;
 
-/// Acknowledgement batches one partition may carry: each is at least one
-/// offset, so a request holds no more than its bytes allow, but the
-/// metastore is asked to apply a bounded number.
+/// Acknowledgement batches one partition may carry, and one request: each
+/// is at least one offset, so a request holds no more than its bytes
+/// allow, but the metastore is asked to apply a bounded number.
 const MAX_BATCHES: usize = 10_000;
+pub const MAX_REQUEST_BATCHES: usize = 20_000;
 
 /// How an acknowledgement of one partition ended: Kafka's error code and
 /// message (`None`: applied).
@@ -180,7 +181,8 @@ fn counts_by_type(batches: &[AckBatch]) -> [u64; 4] {
             // the client's).
             [one] => {
                 let span = i128::from(b.last) - i128::from(b.first) + 1;
-                counts[slot(*one)] += u64::try_from(span).unwrap_or(u64::MAX);
+                let n = u64::try_from(span).unwrap_or(u64::MAX);
+                counts[slot(*one)] = counts[slot(*one)].saturating_add(n);
             }
             per_offset => per_offset.iter().for_each(|t| counts[slot(*t)] += 1),
         }
@@ -188,7 +190,8 @@ fn counts_by_type(batches: &[AckBatch]) -> [u64; 4] {
     counts
 }
 
-/// Releases what `member`'s session acquired: it closed.
+/// Releases what `member`'s session acquired, of every partition (of
+/// those it forgot too): it closed.
 pub async fn release(
     broker: &Broker,
     group: String,
@@ -196,6 +199,7 @@ pub async fn release(
     (session, partitions): super::sessions::Found,
 ) {
     if partitions.is_empty() {
+        // It fetched nothing: it holds nothing.
         return;
     }
     let released = broker
@@ -204,7 +208,7 @@ pub async fn release(
             group,
             member,
             session,
-            partitions,
+            partitions: Vec::new(),
             delivery_limit: KAFKA_RULES.delivery_limit,
         })
         .await;
@@ -235,6 +239,19 @@ pub async fn handle(broker: &Broker, req: ShareAcknowledgeRequest) -> ShareAckno
         return failed(
             ResponseError::InvalidRequest,
             Some("invalid group or member id"),
+        );
+    }
+    let named: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
+    let batches: usize = req
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.acknowledgement_batches.len())
+        .sum();
+    if named > super::sessions::MAX_PARTITIONS || batches > MAX_REQUEST_BATCHES {
+        return failed(
+            ResponseError::InvalidRequest,
+            Some("more than one request may carry"),
         );
     }
     let key = (group.clone(), member.clone());
@@ -308,11 +325,13 @@ pub fn error_fields(outcome: Outcome) -> (i16, Option<StrBytes>) {
 /// appear.
 pub fn by_topic<T>(items: Vec<((TopicId, i32), T)>) -> Vec<(TopicId, Vec<(i32, T)>)> {
     let mut topics: Vec<(TopicId, Vec<(i32, T)>)> = Vec::new();
+    let mut at: std::collections::HashMap<TopicId, usize> = Default::default();
     for ((topic, partition), item) in items {
-        match topics.iter_mut().find(|(t, _)| *t == topic) {
-            Some((_, partitions)) => partitions.push((partition, item)),
-            None => topics.push((topic, vec![(partition, item)])),
-        }
+        let i = *at.entry(topic).or_insert_with(|| {
+            topics.push((topic, Vec::new()));
+            topics.len() - 1
+        });
+        topics[i].1.push((partition, item));
     }
     topics
 }

@@ -18,6 +18,7 @@
 //! released or whose locks ended meanwhile are found by the member's next
 //! fetch.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,16 +60,23 @@ pub async fn known_topics<'a>(
 ) -> (Vec<(Key, WireBatches<'a>)>, Vec<(Key, ResponseError)>) {
     let mut known = Vec::with_capacity(entries.len());
     let mut unknown = Vec::new();
-    let mut topics: Vec<(TopicId, Option<i32>)> = Vec::new();
+    // The highest partition asked of each topic: a topic the cache knows
+    // with fewer (grown since) is looked up again.
+    let mut highest: HashMap<TopicId, i32> = HashMap::new();
+    for ((topic, partition), _) in &entries {
+        let at = highest.entry(*topic).or_insert(0);
+        *at = (*at).max(*partition);
+    }
+    let mut topics: HashMap<TopicId, Option<i32>> = HashMap::new();
     for ((topic, partition), batches) in entries {
-        let partitions = match topics.iter().find(|(t, _)| *t == topic) {
-            Some((_, count)) => *count,
+        let partitions = match topics.get(&topic) {
+            Some(count) => *count,
             None => {
                 let count = broker
-                    .fetch_topic("", Some(topic), 0)
+                    .fetch_topic("", Some(topic), highest[&topic])
                     .await
                     .map(|info| info.partitions);
-                topics.push((topic, count));
+                topics.insert(topic, count);
                 count
             }
         };
@@ -81,6 +89,29 @@ pub async fn known_topics<'a>(
         }
     }
     (known, unknown)
+}
+
+/// Why a request names more than an agent takes, if it does: at most a
+/// session's partitions in its topics and in those it forgets, and
+/// [`acknowledge::MAX_REQUEST_BATCHES`] acknowledgement batches in all.
+fn oversized(req: &ShareFetchRequest) -> Option<&'static str> {
+    let named: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
+    let forgotten: usize = req
+        .forgotten_topics_data
+        .iter()
+        .map(|t| t.partitions.len())
+        .sum();
+    let batches: usize = req
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.acknowledgement_batches.len())
+        .sum();
+    if named > super::sessions::MAX_PARTITIONS || forgotten > super::sessions::MAX_PARTITIONS {
+        return Some("more partitions than a share session fetches");
+    }
+    (batches > acknowledge::MAX_REQUEST_BATCHES)
+        .then_some("more acknowledgement batches than one request may carry")
 }
 
 /// One partition of the answer.
@@ -96,6 +127,7 @@ pub async fn handle(
     broker: &Broker,
     req: ShareFetchRequest,
     connection: u64,
+    auth: &crate::security::authorizer::Session,
     turn: &Turn,
 ) -> (ShareFetchResponse, Option<Held>) {
     let failed = |e: ResponseError, why: Option<&str>| {
@@ -119,6 +151,9 @@ pub async fn handle(
             ResponseError::InvalidRequest,
             Some("invalid group or member id"),
         );
+    }
+    if let Some(why) = oversized(&req) {
+        return failed(ResponseError::InvalidRequest, Some(why));
     }
     let key = (group.clone(), member.clone());
     let epoch = req.share_session_epoch;
@@ -165,8 +200,19 @@ pub async fn handle(
     broker.metrics.share_sessions.set(sessions.count() as i64);
     let (session, partitions) = match session {
         Ok(found) => found,
-        Err(e) => return failed(e, None),
+        Err(e) => {
+            if e == ResponseError::ShareSessionLimitReached {
+                // As Kafka: answered after MaxWaitMs, so a client retrying
+                // at once does not spin.
+                tokio::time::sleep(max_wait(&req)).await;
+            }
+            return failed(e, None);
+        }
     };
+    // Topics the principal may no longer read (ACLs changed since they
+    // joined the session, or another principal names this member): not
+    // fetched, as Kafka filters a session's partitions.
+    let (partitions, unreadable) = readable(broker, auth, partitions).await;
     let acked: Vec<_> = known.into_iter().filter(|(_, b)| !b.is_empty()).collect();
     let mut answers: Vec<(Key, Answer)> = acknowledge::apply(broker, &group, &member, acked)
         .await
@@ -181,7 +227,7 @@ pub async fn handle(
             )
         })
         .collect();
-    for (key, error) in unknown {
+    for (key, error) in unknown.into_iter().chain(unreadable) {
         answers.push((
             key,
             Answer {
@@ -211,8 +257,8 @@ pub async fn handle(
             }
         }
     }
-    let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
-    let deadline = Instant::now() + wait;
+    let deadline = Instant::now() + max_wait(&req);
+    let partitions_asked = partitions.clone();
     let asked = rotated(partitions, epoch);
     let mut lock_ms = 0;
     let mut held = None;
@@ -222,27 +268,64 @@ pub async fn handle(
         session,
     };
     match acquire(broker, who, asked, max_records, deadline).await {
-        Ok(Some(acquisition)) => {
+        Ok(Some((acquisition, sent))) => {
             lock_ms = acquisition.lock_ms;
-            held = deliver(
-                broker,
-                who,
-                acquisition,
-                max_bytes,
-                deadline,
-                turn,
-                &mut answers,
-            )
-            .await;
+            // Sent by when the locks surely last (a quarter of them left
+            // for the member to get the answer): past it, nothing is.
+            let lock = Duration::from_millis(lock_ms.max(0) as u64);
+            let locked = sent + lock - lock / 4;
+            let limits = (max_bytes, deadline, locked);
+            held = deliver(broker, who, acquisition, limits, turn, &mut answers).await;
         }
         Ok(None) => {}
         Err(error) => {
-            for (_, answer) in answers.iter_mut().filter(|(_, a)| a.error.is_none()) {
-                answer.error = Some(error);
+            // Nothing was handed out: every partition of the session says why.
+            for p in &partitions_asked {
+                answer_of(&mut answers, *p).error.get_or_insert(error);
             }
         }
     }
     (respond(answers, lock_ms), held)
+}
+
+/// How long the request may wait (`MaxWaitMs`, within [`MAX_WAIT_CAP`]).
+fn max_wait(req: &ShareFetchRequest) -> Duration {
+    Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP)
+}
+
+/// The partitions of `partitions` whose topics `auth` may READ, and the
+/// others with TOPIC_AUTHORIZATION_FAILED.
+async fn readable(
+    broker: &Broker,
+    auth: &crate::security::authorizer::Session,
+    partitions: Vec<Key>,
+) -> (Vec<Key>, Vec<(Key, ResponseError)>) {
+    use floe_metastore::acls::{operation, resource};
+    if !broker.authorizer.enabled() {
+        return (partitions, Vec::new());
+    }
+    let mut allowed: HashMap<TopicId, bool> = HashMap::new();
+    let (mut kept, mut denied) = (Vec::with_capacity(partitions.len()), Vec::new());
+    for key in partitions {
+        let ok = match allowed.get(&key.0) {
+            Some(ok) => *ok,
+            None => {
+                let name = broker.fetch_topic("", Some(key.0), 0).await.map(|t| t.name);
+                let ok = name.is_some_and(|name| {
+                    broker
+                        .authorizer
+                        .allows(auth, operation::READ, resource::TOPIC, &name)
+                });
+                allowed.insert(key.0, ok);
+                ok
+            }
+        };
+        match ok {
+            true => kept.push(key),
+            false => denied.push((key, ResponseError::TopicAuthorizationFailed)),
+        }
+    }
+    (kept, denied)
 }
 
 /// The session's partitions, starting one further each request (Kafka
@@ -273,8 +356,9 @@ async fn acquire(
     partitions: Vec<Key>,
     max_records: i32,
     deadline: Instant,
-) -> Result<Option<ShareAcquisition>, ResponseError> {
+) -> Result<Option<(ShareAcquisition, Instant)>, ResponseError> {
     loop {
+        let sent = Instant::now();
         let asked = AcquireShare {
             group: who.group.to_string(),
             member: who.member.to_string(),
@@ -286,7 +370,12 @@ async fn acquire(
         };
         let acquisition = match broker.meta.acquire_share(asked).await {
             Ok(Ok(acquisition)) => acquisition,
-            Ok(Err(GroupError::GroupIdNotFound)) => return Ok(None),
+            // No such group yet (its members have not joined): nothing, at
+            // the deadline, as a fetch that found nothing.
+            Ok(Err(GroupError::GroupIdNotFound)) => {
+                tokio::time::sleep_until(deadline).await;
+                return Ok(None);
+            }
             Ok(Err(e)) => return Err(super::share_error(e)),
             Err(e) => {
                 tracing::warn!(error = %e, "share fetch: acquiring failed");
@@ -298,7 +387,7 @@ async fn acquire(
             .iter()
             .any(|p| p.acquired.as_ref().is_some_and(|a| !a.is_empty()));
         if got || Instant::now() >= deadline {
-            return Ok(Some(acquisition));
+            return Ok(Some((acquisition, sent)));
         }
         let seen: Vec<(TopicId, i32, i64)> = acquisition
             .partitions
@@ -307,7 +396,7 @@ async fn acquire(
             .map(|p| (p.topic, p.partition, p.log_end))
             .collect();
         if seen.is_empty() || !broker.watermarks.wait_for_growth(&seen, deadline).await {
-            return Ok(Some(acquisition));
+            return Ok(Some((acquisition, sent)));
         }
     }
 }
@@ -323,13 +412,14 @@ struct ToRead {
 /// Reads the records `acquisition` handed out into `answers`, hands back
 /// what cannot be sent, and archives aborted records for a read_committed
 /// group. The response budget it holds until the answer is written.
-#[allow(clippy::too_many_arguments)]
+/// `limits`: the answer's bytes, the request's deadline, and when the
+/// locks may end (nothing read by then is sent: another member may have
+/// it).
 async fn deliver(
     broker: &Broker,
     who: Who<'_>,
     acquisition: ShareAcquisition,
-    max_bytes: usize,
-    deadline: Instant,
+    (max_bytes, deadline, locked): (usize, Instant, Instant),
     turn: &Turn,
     answers: &mut Vec<(Key, Answer)>,
 ) -> Option<Held> {
@@ -346,13 +436,15 @@ async fn deliver(
     if to_read.is_empty() {
         return None;
     }
-    let mut reads = plan(broker, to_read, max_bytes).await;
+    let mut reads = plan(broker, to_read, max_bytes, read_committed).await;
     let planned: usize = reads
         .iter()
         .filter_map(|r| r.plan.as_ref().ok().map(|p| (r, p)))
         .map(|(r, p)| charge(&p.plan.extents, r.acquired[0].first, max_bytes))
         .sum();
-    let wait_until = deadline.max(Instant::now() + Duration::from_millis(100));
+    let wait_until = deadline
+        .max(Instant::now() + Duration::from_millis(100))
+        .min(locked);
     let held = broker.responses.take(planned, turn, wait_until).await;
     if held.is_none() {
         tracing::debug!(
@@ -417,17 +509,40 @@ async fn deliver(
         answer.records = records;
         answer.acquired = split.delivered;
     }
+    if Instant::now() >= locked {
+        // Too late: the locks may have ended. Nothing is sent.
+        tracing::warn!("share fetch: records read after their locks may have ended; not sent");
+        for (key, answer) in answers.iter_mut() {
+            if !answer.acquired.is_empty() {
+                let batches = answer
+                    .acquired
+                    .drain(..)
+                    .map(|a| AckBatch {
+                        first: a.first,
+                        last: a.last,
+                        types: vec![Ack::Undelivered],
+                    })
+                    .collect();
+                handed_back.push((*key, batches));
+                answer.records = Bytes::new();
+            }
+        }
+        handed_back.sort_by_key(|(key, _)| *key);
+        handed_back.dedup_by_key(|(key, _)| *key);
+    }
     hand_back(broker, who, handed_back).await;
     count(broker, answers);
     held
 }
 
 /// Where each partition's acquired records are stored: from the extent
-/// cache where it knows them, the rest in one request to the metastore.
+/// cache where it knows them (with every aborted transaction among them,
+/// when `aborted`), the rest in one request to the metastore.
 async fn plan(
     broker: &Broker,
     to_read: Vec<(Key, Vec<Acquired>)>,
     max_bytes: usize,
+    aborted: bool,
 ) -> Vec<ToRead> {
     let mut reads: Vec<ToRead> = Vec::with_capacity(to_read.len());
     let mut misses = Vec::new();
@@ -436,7 +551,7 @@ async fn plan(
         let (first, last) = (acquired[0].first, acquired[acquired.len() - 1].last);
         let cached = broker
             .extents
-            .plan_covering(tp, first, last, max_bytes as u64);
+            .plan_covering(tp, (first, last), max_bytes as u64, aborted);
         if cached.is_none() {
             misses.push((reads.len(), tp, first));
         }

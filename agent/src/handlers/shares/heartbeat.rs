@@ -23,8 +23,10 @@ use super::{
 };
 use crate::broker::Broker;
 
-/// Topics one member may subscribe to by name.
+/// Topics one member may subscribe to by name, and the longest name
+/// (Kafka's topic names are at most 249 characters).
 const MAX_SUBSCRIBED_TOPICS: usize = 10_000;
+const MAX_TOPIC_NAME_BYTES: usize = 249;
 /// How long a heartbeat may take to be answered (as for consumer groups:
 /// past it the member retries rather than have this one land late).
 const HEARTBEAT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -47,6 +49,9 @@ fn invalid(req: &ShareGroupHeartbeatRequest) -> Option<&'static str> {
     let topics = req.subscribed_topic_names.as_ref();
     if topics.is_some_and(|t| t.len() > MAX_SUBSCRIBED_TOPICS) {
         return Some("SubscribedTopicNames names more topics than this broker takes.");
+    }
+    if topics.is_some_and(|t| t.iter().any(|n| n.0.len() > MAX_TOPIC_NAME_BYTES)) {
+        return Some("SubscribedTopicNames has a name longer than a topic's.");
     }
     if req.member_epoch == JOIN_EPOCH {
         if topics.is_none_or(|t| t.is_empty()) {

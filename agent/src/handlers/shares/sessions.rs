@@ -11,7 +11,7 @@
 //! connection that opened it closes; either way the records it holds are
 //! released at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use floe_metastore::TopicId;
@@ -99,6 +99,7 @@ impl Sessions {
         if session.next_epoch != epoch {
             return Err(ResponseError::InvalidShareSessionEpoch);
         }
+        let forgotten: HashSet<&(TopicId, i32)> = forgotten.iter().collect();
         let mut partitions = session.partitions.clone();
         partitions.retain(|p| !forgotten.contains(p));
         add(&mut partitions, added)?;
@@ -168,8 +169,9 @@ fn add(
     partitions: &mut Vec<(TopicId, i32)>,
     added: Vec<(TopicId, i32)>,
 ) -> Result<(), ResponseError> {
+    let mut present: HashSet<(TopicId, i32)> = partitions.iter().copied().collect();
     for p in added {
-        if !partitions.contains(&p) {
+        if present.insert(p) {
             if partitions.len() >= MAX_PARTITIONS {
                 return Err(ResponseError::InvalidRequest);
             }

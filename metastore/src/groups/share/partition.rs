@@ -221,8 +221,13 @@ impl SharePartition {
             left -= take;
         }
         self.advance_start();
-        let room = (self.start + limits.max_in_flight - self.end).max(0);
-        let new_last = (self.end + left.min(room)).min(log.readable_end) - 1;
+        // Offsets are the wire's (AlterShareGroupOffsets): no overflow.
+        let room = (self.start.saturating_add(limits.max_in_flight) - self.end).max(0);
+        let new_last = self
+            .end
+            .saturating_add(left.min(room))
+            .min(log.readable_end)
+            - 1;
         if new_last >= self.end {
             let first = self.end;
             self.in_flight.insert(

@@ -39,8 +39,10 @@ pub(super) const GROUP: &str = "sim-share";
 /// The group's lock: long enough that a metastore clock a minute ahead
 /// (Raft runs) still leaves a lock to check.
 const LOCK: Duration = Duration::from_secs(150);
-/// Kafka's `group.share.delivery.count.limit` default.
-const DELIVERY_LIMIT: i16 = 5;
+/// `group.share.delivery.count.limit`, at its highest: a record whose
+/// deliveries all went unanswered (crashes, timeouts) is archived unseen
+/// only after this many.
+const DELIVERY_LIMIT: i16 = 10;
 
 /// One delivery of a record to a member.
 struct Delivery {
@@ -51,6 +53,8 @@ struct Delivery {
     /// When its member gave it back, or said how it ended (an
     /// acknowledgement sent, its session or connection closed).
     given_back: Option<Instant>,
+    /// Its member's acceptance, rejection or gap was applied: it is done.
+    done: bool,
 }
 
 /// What share-group members were handed and did.
@@ -102,7 +106,13 @@ pub(super) async fn configure(meta: &std::sync::Arc<dyn Metastore>) {
     loop {
         let cluster = set(
             ConfigEntity::Cluster,
-            &[("group.share.max.record.lock.duration.ms", "3600000".into())],
+            &[
+                ("group.share.max.record.lock.duration.ms", "3600000".into()),
+                (
+                    "group.share.delivery.count.limit",
+                    DELIVERY_LIMIT.to_string(),
+                ),
+            ],
         )
         .await;
         let group = set(
@@ -351,6 +361,7 @@ async fn fetch(
             ],
         });
     let sent = Instant::now();
+    let pending = m.pending.clone();
     let acked: Vec<(i32, i64)> = m.pending.iter().map(|(p, o, _)| (*p, *o)).collect();
     // Sent: what it acknowledged has ended, whatever the answer.
     books
@@ -381,6 +392,19 @@ async fn fetch(
     fetched = wanted;
     for t in r.responses.iter().filter(|t| t.topic_id == topic_id) {
         for p in &t.partitions {
+            let ours = pending
+                .iter()
+                .filter(|(part, ..)| *part == p.partition_index);
+            let acks: Vec<(i64, i8)> = ours.map(|&(_, o, kind)| (o, kind)).collect();
+            acknowledged(
+                client,
+                books,
+                m,
+                p.partition_index,
+                &acks,
+                p.acknowledge_error_code,
+                sent,
+            );
             if p.error_code != 0 {
                 continue;
             }
@@ -412,6 +436,52 @@ fn forget_session(books: &Books, m: &mut Member) {
         .give_back_all(&m.id, Instant::now());
 }
 
+/// The answer to acknowledgements of `partition` sent at `sent`: applied
+/// ones that end a record mark it done; a refusal of records whose lock
+/// surely lasted, and that nothing gave back before, is an anomaly (the
+/// metastore let another take them, or forgot them).
+fn acknowledged(
+    client: &Client,
+    books: &Books,
+    m: &Member,
+    partition: i32,
+    acks: &[(i64, i8)],
+    code: i16,
+    sent: Instant,
+) {
+    let ahead = lock_slack(client);
+    let mut books = books.lock().expect("books");
+    for &(offset, kind) in acks {
+        let key = (partition, offset);
+        let Some((_, ds)) = books.shares.deliveries.get_mut(&key) else {
+            continue;
+        };
+        let Some(last) = ds.last_mut() else { continue };
+        if last.member != m.id || last.given_back != Some(sent) {
+            continue;
+        }
+        if code == 0 {
+            // Accepted, rejected or a gap: archived or acknowledged.
+            last.done |= kind != 2;
+        } else if sent < last.sent + LOCK.saturating_sub(ahead) {
+            let what = format!(
+                "{GROUP}: {}'s acknowledgement of {key:?} refused ({code}) while its lock lasted",
+                m.id
+            );
+            client.shared.with(|w| w.anomaly(what));
+        }
+    }
+}
+
+/// How far the metastore's clock may run ahead of the simulation's now:
+/// a lock may end that much early in the simulation's time.
+fn lock_slack(client: &Client) -> Duration {
+    let ahead = client
+        .shared
+        .with(|w| crate::whole::audit::max_ahead_ms(w.now_ms()));
+    Duration::from_millis(ahead.max(0) as u64)
+}
+
 /// The offsets of one partition's answer the member now holds (each with
 /// whether it is a control record), checked against what came before.
 fn delivered(
@@ -422,7 +492,13 @@ fn delivered(
     sent: Instant,
 ) -> Vec<(i64, bool)> {
     let bytes = p.records.clone().unwrap_or_default();
-    let records = floe_protocol::batch::RecordBatch::parse_all_stored(&bytes)
+    let batches = floe_protocol::batch::RecordBatch::parse_all_stored(&bytes);
+    let spans: Vec<(i64, i64)> = batches
+        .iter()
+        .flatten()
+        .map(|b| (b.base_offset(), b.last_offset()))
+        .collect();
+    let records = batches
         .map_err(|e| e.to_string())
         .and_then(|b| floe_protocol::records::decode_all(&b).map_err(|e| e.to_string()));
     let records = match records {
@@ -439,7 +515,20 @@ fn delivered(
     for a in &p.acquired_records {
         for offset in a.first_offset..=a.last_offset {
             let Some(record) = records.iter().find(|r| r.offset == offset) else {
-                // Not a record (compacted away): acknowledged as a gap.
+                // Not a record (compacted away, inside a batch sent):
+                // acknowledged as a gap. One no batch sent holds is a
+                // record the member was told it holds and never got.
+                if !spans
+                    .iter()
+                    .any(|(first, last)| (*first..=*last).contains(&offset))
+                {
+                    client.shared.with(|w| {
+                        w.anomaly(format!(
+                            "{GROUP}: ({}, {offset}) acquired by {} without its batch",
+                            p.partition_index, m.id
+                        ))
+                    });
+                }
                 held.push((offset, true));
                 continue;
             };
@@ -518,6 +607,7 @@ fn note(
         count,
         sent,
         given_back: None,
+        done: false,
     });
     for a in anomalies {
         client.shared.with(|w| w.anomaly(format!("{GROUP}: {a}")));
