@@ -81,8 +81,8 @@ def main():
                 break
             except OSError:
                 time.sleep(0.1)
-        AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-            [NewTopic("share-bench", args.partitions, 1)])["share-bench"].result(30)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("share-bench", args.partitions, 1)])["share-bench"].result(30)
         run(args, bootstrap, admin_port, agent.pid)
     finally:
         agent.terminate()
@@ -157,7 +157,7 @@ def run(args, bootstrap, admin_port, agent_pid):
     per_k = {op: n * 1000 / max(got, 1) for op, n in ops.items() if n}
     print("metastore requests per 1,000 records: " + ", ".join(
         f"{op} {v:.1f}" for op, v in sorted(per_k.items(), key=lambda kv: -kv[1])))
-    print(f"  of which share operations: {sum(v for op, v in per_k.items() if 'share' in op):.1f}")
+    print(f"  of which share operations: {sum(v for op, v in per_k.items() if 'share' in op.lower()):.1f}")
 
 
 if __name__ == "__main__":

@@ -42,8 +42,32 @@ done
     --config group.share.record.lock.duration.ms=1000 \
     --config group.share.min.record.lock.duration.ms=1000
 
+# Their quota tests shell out to kafka-configs.sh for a client's quota:
+# one that does it with `floe quotas`.
+mkdir -p "$WORK/kafka/bin"
+cat > "$WORK/kafka/bin/kafka-configs.sh" <<'SHIM'
+#!/usr/bin/env bash
+# kafka-configs.sh --bootstrap-server B --alter (--add-config K=V | --delete-config K)
+#   --entity-type clients --entity-name C, as `floe quotas alter`.
+set -euo pipefail
+args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bootstrap-server) args+=(--bootstrap-server "$2"); shift 2 ;;
+        --add-config) IFS=, read -ra kvs <<< "$2"; for kv in "${kvs[@]}"; do args+=(--quota "$kv"); done; shift 2 ;;
+        --delete-config) IFS=, read -ra ks <<< "$2"; for k in "${ks[@]}"; do args+=(--delete-quota "$k"); done; shift 2 ;;
+        --entity-name) args+=(--client-id "$2"); shift 2 ;;
+        --entity-type) shift 2 ;;
+        --alter) shift ;;
+        *) echo "kafka-configs.sh (floe's stand-in): $1 is not known" >&2; exit 2 ;;
+    esac
+done
+exec "$FLOE_BIN" quotas alter "${args[@]}"
+SHIM
+chmod +x "$WORK/kafka/bin/kafka-configs.sh"
+
 cd "$CHECKOUT"
-BROKERS="127.0.0.1:$PORT" python3 -m pytest -p no:cacheprovider -q --timeout 120 -rfEs \
+FLOE_BIN="$FLOE" KAFKA_HOME="$WORK/kafka" BROKERS="127.0.0.1:$PORT" python3 -m pytest -p no:cacheprovider -q --timeout 120 -rfEs \
     tests/integration/share_consumer \
     --ignore tests/integration/share_consumer/test_share_consumer_deserialization.py \
     "${@:2}"

@@ -286,6 +286,15 @@ pub async fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClien
                 .with_error_message(Some(str_bytes(&why))),
         });
     }
+    // This agent enforces what it was just told at once (others within
+    // their next refresh), as Kafka's broker does once the change is
+    // committed: a client whose quota was set a moment ago is held to it.
+    if entries.iter().any(|e| e.error_code == 0) && !req.validate_only {
+        use crate::refresher::Refreshed;
+        if let Err(e) = broker.quotas.refresh(broker.meta.as_ref()).await {
+            tracing::debug!(error = %e, "refreshing client quotas after a change");
+        }
+    }
     AlterClientQuotasResponse::default().with_entries(entries)
 }
 

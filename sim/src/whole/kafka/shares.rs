@@ -437,9 +437,9 @@ fn forget_session(books: &Books, m: &mut Member) {
 }
 
 /// The answer to acknowledgements of `partition` sent at `sent`: applied
-/// ones that end a record mark it done; a refusal of records whose lock
-/// surely lasted, and that nothing gave back before, is an anomaly (the
-/// metastore let another take them, or forgot them).
+/// ones that end a record mark it done; INVALID_RECORD_STATE for records
+/// whose lock surely lasted, and that nothing gave back before, is an
+/// anomaly (the metastore let another take them, or forgot them).
 fn acknowledged(
     client: &Client,
     books: &Books,
@@ -463,7 +463,11 @@ fn acknowledged(
         if code == 0 {
             // Accepted, rejected or a gap: archived or acknowledged.
             last.done |= kind != 2;
-        } else if sent < last.sent + LOCK.saturating_sub(ahead) {
+        } else if code == ResponseError::InvalidRecordState.code()
+            && sent < last.sent + LOCK.saturating_sub(ahead)
+        {
+            // (Other errors, a metastore that did not answer, leave it
+            // unknown whether the acknowledgement was applied.)
             let what = format!(
                 "{GROUP}: {}'s acknowledgement of {key:?} refused ({code}) while its lock lasted",
                 m.id
