@@ -9,30 +9,16 @@ members at once; one group works across agents behind a load balancer; and
 `floe groups` shows, resets and deletes a share group's offsets."""
 
 import json
-import queue
 import shutil
 import subprocess
 import threading
 import time
 
-import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
-                                   NewTopic)
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from conftest import FLOE, Agent, free_port
-
-
-def make_topic(bootstrap, name, partitions):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-
-
-def produce(bootstrap, topic, values, partitions):
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i, v in enumerate(values):
-        p.produce(topic, value=v.encode(), partition=i % partitions)
-    assert p.flush(30) == 0
+from test_group_protocol import make_topic, produce, wait_for
 
 
 def set_configs(bootstrap, resource_type, name, **configs):
@@ -63,15 +49,6 @@ def short_locks(bootstrap, lock_ms):
                 group_share_record_lock_duration_ms=lock_ms)
 
 
-def wait_for(condition, seconds=60, why="condition"):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {why}")
-
-
 class Member:
     """A ShareConsumer polling on its own thread (it is not thread-safe),
     recording each delivery as (value, partition, offset, delivery count,
@@ -85,7 +62,6 @@ class Member:
                      "fetch.wait.max.ms": 200, **{k.replace("_", "."): v for k, v in extra.items()}}
         self.topics, self.decide = topics, decide
         self.deliveries, self.errors = [], []
-        self.commands = queue.Queue()
         self.stopped = threading.Event()
         self.holding = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)

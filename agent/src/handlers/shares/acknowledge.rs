@@ -16,7 +16,7 @@ use floe_protocol::kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAckn
 use floe_protocol::kafka_protocol::protocol::StrBytes;
 use floe_protocol::str_bytes;
 
-use super::{FINAL_EPOCH, KAFKA_RULES, member_id_is_valid};
+use super::{FINAL_EPOCH, KAFKA_RULES};
 use crate::broker::Broker;
 
 /// Acknowledgement batches one partition may carry, and one request: each
@@ -225,30 +225,12 @@ pub async fn handle(broker: &Broker, req: ShareAcknowledgeRequest) -> ShareAckno
             .with_error_code(e.code())
             .with_error_message(why.map(str_bytes))
     };
-    let group = req
-        .group_id
-        .as_ref()
-        .map(|g| g.0.to_string())
-        .unwrap_or_default();
-    let member = req
-        .member_id
-        .as_ref()
-        .map(|m| m.to_string())
-        .unwrap_or_default();
-    if group.is_empty() || !member_id_is_valid(&member) {
-        return failed(
-            ResponseError::InvalidRequest,
-            Some("invalid group or member id"),
-        );
-    }
-    let named: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
-    let batches: usize = req
-        .topics
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .map(|p| p.acknowledgement_batches.len())
-        .sum();
-    if named > super::sessions::MAX_PARTITIONS || batches > MAX_REQUEST_BATCHES {
+    let (group, member) = match super::member_of(req.group_id.as_ref(), req.member_id.as_ref()) {
+        Ok(named) => named,
+        Err(why) => return failed(ResponseError::InvalidRequest, Some(why)),
+    };
+    let batches = req.topics.iter().flat_map(|t| &t.partitions);
+    if !super::within_request_limits(batches.map(|p| p.acknowledgement_batches.len())) {
         return failed(
             ResponseError::InvalidRequest,
             Some("more than one request may carry"),

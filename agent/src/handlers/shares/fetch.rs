@@ -36,7 +36,7 @@ use floe_protocol::str_bytes;
 use tokio::time::Instant;
 
 use super::acknowledge::{self, Outcome, WireBatches, by_topic, error_fields};
-use super::{FINAL_EPOCH, KAFKA_RULES, member_id_is_valid};
+use super::{FINAL_EPOCH, KAFKA_RULES};
 use crate::broker::{Broker, kafka_error};
 use crate::handlers::reads::{charge, read_extents};
 use crate::limits::budget::{Held, Turn};
@@ -95,23 +95,17 @@ pub async fn known_topics<'a>(
 /// session's partitions in its topics and in those it forgets, and
 /// [`acknowledge::MAX_REQUEST_BATCHES`] acknowledgement batches in all.
 fn oversized(req: &ShareFetchRequest) -> Option<&'static str> {
-    let named: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
     let forgotten: usize = req
         .forgotten_topics_data
         .iter()
         .map(|t| t.partitions.len())
         .sum();
-    let batches: usize = req
-        .topics
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .map(|p| p.acknowledgement_batches.len())
-        .sum();
-    if named > super::sessions::MAX_PARTITIONS || forgotten > super::sessions::MAX_PARTITIONS {
+    if forgotten > super::sessions::MAX_PARTITIONS {
         return Some("more partitions than a share session fetches");
     }
-    (batches > acknowledge::MAX_REQUEST_BATCHES)
-        .then_some("more acknowledgement batches than one request may carry")
+    let batches = req.topics.iter().flat_map(|t| &t.partitions);
+    (!super::within_request_limits(batches.map(|p| p.acknowledgement_batches.len())))
+        .then_some("more partitions or acknowledgement batches than one request may carry")
 }
 
 /// One partition of the answer.
@@ -136,22 +130,10 @@ pub async fn handle(
             .with_error_message(why.map(str_bytes));
         (response, None)
     };
-    let group = req
-        .group_id
-        .as_ref()
-        .map(|g| g.0.to_string())
-        .unwrap_or_default();
-    let member = req
-        .member_id
-        .as_ref()
-        .map(|m| m.to_string())
-        .unwrap_or_default();
-    if group.is_empty() || !member_id_is_valid(&member) {
-        return failed(
-            ResponseError::InvalidRequest,
-            Some("invalid group or member id"),
-        );
-    }
+    let (group, member) = match super::member_of(req.group_id.as_ref(), req.member_id.as_ref()) {
+        Ok(named) => named,
+        Err(why) => return failed(ResponseError::InvalidRequest, Some(why)),
+    };
     if let Some(why) = oversized(&req) {
         return failed(ResponseError::InvalidRequest, Some(why));
     }

@@ -49,6 +49,31 @@ pub fn member_id_is_valid(member_id: &str) -> bool {
     !member_id.is_empty() && member_id.chars().count() <= 36
 }
 
+/// The (group, member) a ShareFetch or ShareAcknowledge names, or Kafka's
+/// INVALID_REQUEST message when it names none.
+pub fn member_of(
+    group: Option<&floe_protocol::kafka_protocol::messages::GroupId>,
+    member: Option<&floe_protocol::kafka_protocol::protocol::StrBytes>,
+) -> Result<sessions::Key, &'static str> {
+    let group = group.map(|g| g.0.to_string()).unwrap_or_default();
+    let member = member.map(|m| m.to_string()).unwrap_or_default();
+    match !group.is_empty() && member_id_is_valid(&member) {
+        true => Ok((group, member)),
+        false => Err("invalid group or member id"),
+    }
+}
+
+/// Whether a request's partitions and acknowledgement batches (each
+/// partition's count) stay within what one request may carry.
+pub fn within_request_limits(partition_batches: impl Iterator<Item = usize>) -> bool {
+    let (mut partitions, mut batches) = (0usize, 0usize);
+    for n in partition_batches {
+        partitions += 1;
+        batches = batches.saturating_add(n);
+    }
+    partitions <= sessions::MAX_PARTITIONS && batches <= acknowledge::MAX_REQUEST_BATCHES
+}
+
 /// A share operation's failure as its client is told it.
 fn share_error(e: GroupError) -> ResponseError {
     super::groups::group_error(e)
