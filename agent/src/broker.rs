@@ -72,7 +72,7 @@ pub struct Broker {
     /// (what a transactions-v1 EndTxn may end).
     pub(crate) txn_sightings: crate::write::txn_sightings::TxnSightings,
     /// Share-group members' sessions with this agent (KIP-932).
-    pub(crate) share_sessions: crate::handlers::shares::sessions::Sessions,
+    pub(crate) share_sessions: crate::read::share_sessions::Sessions,
     /// Where work outliving a request runs (released share sessions).
     pub(crate) tasks: Tasks,
 }

@@ -36,6 +36,15 @@ pub struct LagLabel {
     pub partition: i32,
 }
 
+/// A share group's figures: its members and the records in flight (acquired
+/// at least once and not yet done).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareFigures {
+    pub group: String,
+    pub members: i64,
+    pub in_flight: i64,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabel {
     pub group: String,
@@ -480,7 +489,7 @@ impl Metrics {
 
     /// Each share group's members and records in flight; groups gone are
     /// no longer reported.
-    pub fn set_share_groups(&self, groups: Vec<crate::jobs::group_lag::ShareFigures>) {
+    pub fn set_share_groups(&self, groups: Vec<ShareFigures>) {
         let mut held = self
             .share_group_labels
             .lock()

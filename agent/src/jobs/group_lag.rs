@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use floe_metastore::{MetaError, Metastore, TopicPartition};
 
-use crate::metrics::{LagLabel, Metrics};
+use crate::metrics::{LagLabel, Metrics, ShareFigures};
 
 /// The most groups read in a pass, and the most series reported: a
 /// cluster with more shows the first ones (by name).
@@ -33,15 +33,6 @@ pub async fn run(meta: Arc<dyn Metastore>, metrics: Arc<Metrics>, every: Duratio
             Err(e) => tracing::warn!(error = %e, "reading consumer groups' lag failed"),
         }
     }
-}
-
-/// A share group's figures: its members and the records in flight (acquired
-/// at least once and not yet done).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShareFigures {
-    pub group: String,
-    pub members: i64,
-    pub in_flight: i64,
 }
 
 /// Each group's lag on each partition it committed an offset for (a

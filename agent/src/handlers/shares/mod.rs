@@ -11,12 +11,16 @@
 //!   both carry.
 //! - [`offsets`]: DescribeShareGroupOffsets, AlterShareGroupOffsets and
 //!   DeleteShareGroupOffsets.
+//!
+//! Members' share sessions are the read path's
+//! ([`crate::read::share_sessions`]): the agent holds them.
 
 pub mod acknowledge;
 pub mod fetch;
 pub mod heartbeat;
 pub mod offsets;
-pub mod sessions;
+
+pub use crate::read::share_sessions as sessions;
 
 use floe_metastore::groups::share::{AcquireRules, StartFrom};
 use floe_metastore::{GroupError, MetaError};
@@ -24,8 +28,7 @@ use floe_protocol::ResponseError;
 
 use crate::broker::Broker;
 
-/// The epoch that closes a share session.
-pub const FINAL_EPOCH: i32 = -1;
+pub use sessions::FINAL_EPOCH;
 
 /// What an agent asks the metastore with: Kafka's defaults. The cluster's
 /// `group.share.*` and the group's `share.*` configs win, as the state

@@ -17,6 +17,9 @@ use std::sync::Mutex;
 use floe_metastore::TopicId;
 use floe_protocol::ResponseError;
 
+/// The epoch that closes a share session.
+pub const FINAL_EPOCH: i32 = -1;
+
 /// Kafka's `group.share.max.share.sessions` default: sessions one agent
 /// keeps at most; a member opening one more is refused
 /// (SHARE_SESSION_LIMIT_REACHED) until one closes.
@@ -119,7 +122,7 @@ impl Sessions {
         let session = sessions
             .get_mut(key)
             .ok_or(ResponseError::ShareSessionNotFound)?;
-        if epoch == super::FINAL_EPOCH {
+        if epoch == FINAL_EPOCH {
             return Ok(());
         }
         if session.next_epoch != epoch {
