@@ -43,6 +43,8 @@ pub struct ShareFigures {
     pub group: String,
     pub members: i64,
     pub in_flight: i64,
+    /// Records archived so far (rejected, gaps, at the delivery limit).
+    pub archived: i64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -104,6 +106,7 @@ pub struct Metrics {
     group_lag_labels: std::sync::Mutex<std::collections::HashSet<LagLabel>>,
     share_group_members: Family<GroupLabel, Gauge>,
     share_group_in_flight: Family<GroupLabel, Gauge>,
+    share_group_archived: Family<GroupLabel, Gauge>,
     share_group_labels: std::sync::Mutex<std::collections::HashSet<GroupLabel>>,
     /// The counters of the topics past [`MAX_TOPIC_LABELS`].
     other_topics: std::sync::OnceLock<TopicCounters>,
@@ -368,6 +371,12 @@ impl Metrics {
             "Records of each share group acquired at least once and not yet acknowledged or archived",
             share_group_in_flight.clone(),
         );
+        let share_group_archived = Family::<GroupLabel, Gauge>::default();
+        registry.register(
+            "share_group_archived_records",
+            "Records each share group archived so far: rejected, acknowledged as gaps, or delivered as often as group.share.delivery.count.limit allows",
+            share_group_archived.clone(),
+        );
         let share_sessions = Gauge::default();
         registry.register(
             "share_sessions",
@@ -420,6 +429,7 @@ impl Metrics {
             group_lag_labels: Default::default(),
             share_group_members,
             share_group_in_flight,
+            share_group_archived,
             share_group_labels: Default::default(),
             other_topics: Default::default(),
             background,
@@ -508,6 +518,7 @@ impl Metrics {
         for gone in held.difference(&now) {
             self.share_group_members.remove(gone);
             self.share_group_in_flight.remove(gone);
+            self.share_group_archived.remove(gone);
         }
         *held = now;
     }

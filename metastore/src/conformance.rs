@@ -688,6 +688,7 @@ async fn a_share_group_works_under_its_configs(m: &dyn Metastore) {
     assert_eq!(taken(acquire().await.unwrap().unwrap()), []);
     let view = m.describe_share_group("g").await.unwrap().unwrap();
     assert_eq!(view.partitions[0].start_offset, 4);
+    assert_eq!(view.partitions[0].archived, 4, "the four, at the limit");
 }
 
 /// A backup's hold: objects freed after it are not handed to GC (nor

@@ -56,7 +56,8 @@ use crate::state::State;
 ///    and the command that takes one.
 /// 15: share groups (a trailing field of `Groups`) and their commands
 ///     (changed in place before any release: `ReleaseShare` gained its
-///     partitions and session, `AcquireShare` its session, a lock its session).
+///     partitions and session, `AcquireShare` its session, a lock its session,
+///     a share-partition its count of archived records).
 pub const FORMAT_VERSION: u8 = 15;
 
 /// The oldest format this floe opens (upgrading it to [`FORMAT_VERSION`]).

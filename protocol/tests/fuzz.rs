@@ -381,6 +381,81 @@ fn default_request(api: ApiKey) -> RequestKind {
                     .with_partitions(vec![Default::default()]),
             ]))
         }
+        ApiKey::ShareGroupHeartbeat => RequestKind::ShareGroupHeartbeat(
+            ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("fuzz-group")))
+                .with_member_id(StrBytes::from_static_str("fuzz-member"))
+                .with_subscribed_topic_names(Some(vec![topic()])),
+        ),
+        ApiKey::ShareGroupDescribe => RequestKind::ShareGroupDescribe(
+            ShareGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(StrBytes::from_static_str("fuzz-group"))]),
+        ),
+        ApiKey::ShareFetch => RequestKind::ShareFetch(
+            ShareFetchRequest::default()
+                .with_group_id(Some(GroupId(StrBytes::from_static_str("fuzz-group"))))
+                .with_member_id(Some(StrBytes::from_static_str("fuzz-member")))
+                .with_share_session_epoch(1)
+                .with_max_records(500)
+                .with_topics(vec![
+                    share_fetch_request::FetchTopic::default()
+                        .with_topic_id(Default::default())
+                        .with_partitions(vec![
+                            share_fetch_request::FetchPartition::default()
+                                .with_acknowledgement_batches(vec![
+                                    share_fetch_request::AcknowledgementBatch::default()
+                                        .with_last_offset(3)
+                                        .with_acknowledge_types(vec![1]),
+                                ]),
+                        ]),
+                ]),
+        ),
+        ApiKey::ShareAcknowledge => RequestKind::ShareAcknowledge(
+            ShareAcknowledgeRequest::default()
+                .with_group_id(Some(GroupId(StrBytes::from_static_str("fuzz-group"))))
+                .with_member_id(Some(StrBytes::from_static_str("fuzz-member")))
+                .with_share_session_epoch(2)
+                .with_topics(vec![
+                    share_acknowledge_request::AcknowledgeTopic::default()
+                        .with_topic_id(Default::default())
+                        .with_partitions(vec![
+                            share_acknowledge_request::AcknowledgePartition::default()
+                                .with_acknowledgement_batches(vec![
+                                    share_acknowledge_request::AcknowledgementBatch::default()
+                                        .with_last_offset(3)
+                                        .with_acknowledge_types(vec![1, 2, 3, 0]),
+                                ]),
+                        ]),
+                ]),
+        ),
+        ApiKey::DescribeShareGroupOffsets => RequestKind::DescribeShareGroupOffsets(
+            DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+                    .with_group_id(GroupId(StrBytes::from_static_str("fuzz-group")))
+                    .with_topics(Some(vec![
+                        describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestTopic::default()
+                            .with_topic_name(topic())
+                            .with_partitions(vec![0]),
+                    ])),
+            ]),
+        ),
+        ApiKey::AlterShareGroupOffsets => RequestKind::AlterShareGroupOffsets(
+            AlterShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("fuzz-group")))
+                .with_topics(vec![
+                    alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default()
+                        .with_topic_name(topic())
+                        .with_partitions(vec![Default::default()]),
+                ]),
+        ),
+        ApiKey::DeleteShareGroupOffsets => RequestKind::DeleteShareGroupOffsets(
+            DeleteShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("fuzz-group")))
+                .with_topics(vec![
+                    delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic::default()
+                        .with_topic_name(topic()),
+                ]),
+        ),
         other => panic!("no seed for {other:?}"),
     }
 }

@@ -70,6 +70,11 @@ pub async fn figures(
                     .iter()
                     .map(|p| p.end_offset - p.start_offset - p.done)
                     .sum(),
+                archived: view
+                    .partitions
+                    .iter()
+                    .map(|p| p.archived.min(i64::MAX as u64) as i64)
+                    .sum(),
             });
             for p in view.partitions {
                 let Some(topic) = names.get(&p.topic) else {

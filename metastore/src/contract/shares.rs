@@ -250,4 +250,6 @@ pub struct ShareOffsetView {
     pub start_offset: i64,
     pub end_offset: i64,
     pub done: i64,
+    /// Records archived so far (rejected, gaps, at the delivery limit).
+    pub archived: u64,
 }

@@ -250,6 +250,7 @@ impl ShareGroup {
                 start_offset: p.start_offset(),
                 end_offset: p.end_offset(),
                 done: p.done_in_flight(),
+                archived: p.archived(),
             })
             .collect();
         ShareGroupView {

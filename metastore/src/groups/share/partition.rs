@@ -117,6 +117,8 @@ pub struct SharePartition {
     start: i64,
     end: i64,
     in_flight: BTreeMap<i64, InFlight>,
+    /// Records archived so far (rejected, gaps, at the delivery limit).
+    archived: u64,
 }
 
 impl SharePartition {
@@ -126,7 +128,14 @@ impl SharePartition {
             start,
             end: start,
             in_flight: BTreeMap::new(),
+            archived: 0,
         }
+    }
+
+    /// Records archived so far: rejected, acknowledged as gaps, or
+    /// delivered as often as the limit allows.
+    pub fn archived(&self) -> u64 {
+        self.archived
     }
 
     /// Kafka's share-partition start offset (SPSO).
@@ -208,6 +217,7 @@ impl SharePartition {
             // A limit lowered since (another agent's config): no more.
             if range.deliveries >= limits.delivery_limit {
                 range.state = RecordState::Archived;
+                self.archived += (last - first + 1) as u64;
                 continue;
             }
             range.state = RecordState::Acquired;
@@ -324,6 +334,9 @@ impl SharePartition {
                             RecordState::Available
                         }
                     };
+                    if r.state == RecordState::Archived {
+                        self.archived += (r.last - key + 1) as u64;
+                    }
                 }
             }
         }
@@ -336,10 +349,10 @@ impl SharePartition {
     /// at the delivery limit): the session closed.
     pub fn release<'a>(&mut self, who: impl Into<Who<'a>>, limits: Limits) {
         let who = who.into();
-        for r in self.in_flight.values_mut() {
+        for (first, r) in self.in_flight.iter_mut() {
             let taken_by = |l: &Lock| l.member == who.member && l.session == who.session;
             if r.holder.as_ref().is_some_and(taken_by) {
-                release(r, limits.delivery_limit);
+                self.archived += release(r, *first, limits.delivery_limit);
             }
         }
         self.advance_start();
@@ -349,9 +362,9 @@ impl SharePartition {
     /// Ends the locks that ended by `now_ms`.
     pub fn end_locks(&mut self, now_ms: i64, delivery_limit: u16) {
         let mut ended = false;
-        for r in self.in_flight.values_mut() {
+        for (first, r) in self.in_flight.iter_mut() {
             if r.holder.as_ref().is_some_and(|l| l.until <= now_ms) {
-                release(r, delivery_limit);
+                self.archived += release(r, *first, delivery_limit);
                 ended = true;
             }
         }
@@ -470,13 +483,17 @@ impl SharePartition {
     }
 }
 
-fn release(r: &mut InFlight, delivery_limit: u16) {
+/// Ends the hold on the range beginning at `first`: available again, or
+/// archived at the delivery limit. How many records it archived.
+fn release(r: &mut InFlight, first: i64, delivery_limit: u16) -> u64 {
     r.holder = None;
-    r.state = if r.deliveries >= delivery_limit {
-        RecordState::Archived
+    if r.deliveries >= delivery_limit {
+        r.state = RecordState::Archived;
+        (r.last - first + 1) as u64
     } else {
-        RecordState::Available
-    };
+        r.state = RecordState::Available;
+        0
+    }
 }
 
 /// A batch's offsets from `from`, as runs of one acknowledge type.

@@ -317,3 +317,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn archived_records_are_counted() {
+    let limits = Limits {
+        delivery_limit: 2,
+        ..LIMITS
+    };
+    let mut p = SharePartition::starting_at(0);
+    p.acquire("a", 4, log(4), limits, 0);
+    let reject = AckBatch {
+        first: 0,
+        last: 1,
+        types: vec![Ack::Reject],
+    };
+    p.acknowledge("a", &[reject], limits, 0).unwrap();
+    assert_eq!(p.archived(), 2);
+    // Released at its second delivery, the limit: archived too.
+    let release = AckBatch {
+        first: 2,
+        last: 3,
+        types: vec![Ack::Release],
+    };
+    p.acknowledge("a", std::slice::from_ref(&release), limits, 0)
+        .unwrap();
+    assert_eq!(p.acquire("a", 4, log(4), limits, 0), [got(2, 3, 2)]);
+    p.acknowledge("a", &[release], limits, 0).unwrap();
+    assert_eq!(p.archived(), 4);
+    p.check(limits.delivery_limit).unwrap();
+}
