@@ -11,7 +11,7 @@
 //! connection that opened it closes; either way the records it holds are
 //! released at once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
 use floe_metastore::TopicId;
@@ -51,7 +51,7 @@ struct Session {
 /// The share sessions of this agent's members.
 #[derive(Default)]
 pub struct Sessions {
-    sessions: Mutex<HashMap<Key, Session>>,
+    sessions: Mutex<BTreeMap<Key, Session>>,
 }
 
 /// Kafka's `ShareRequestMetadata.nextEpoch`: after `i32::MAX` comes 1.

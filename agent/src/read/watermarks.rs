@@ -17,7 +17,7 @@
 //! meanwhile shares that round's request, so the metastore sees at most
 //! one request per round trip, however many fetches the agent serves.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -41,7 +41,7 @@ struct Watched {
     /// The fetches waiting on this partition, by their number: woken when
     /// it grows, and only then (a commit to one partition wakes none of the
     /// fetches waiting on others).
-    waiters: HashMap<u64, Arc<Notify>>,
+    waiters: BTreeMap<u64, Arc<Notify>>,
 }
 
 impl Watched {
@@ -53,7 +53,7 @@ impl Watched {
 
 /// Confirmations asked for, and the number of the round that will ask.
 struct Confirmations {
-    asks: HashMap<Key, i64>,
+    asks: BTreeMap<Key, i64>,
     round: u64,
 }
 
@@ -62,7 +62,7 @@ struct Confirmations {
 const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
 
 pub struct Watermarks {
-    watched: Mutex<HashMap<Key, Watched>>,
+    watched: Mutex<BTreeMap<Key, Watched>>,
     confirmations: Mutex<Confirmations>,
     /// Wakes the poll loop to start a round for the confirmations asked.
     confirm_wanted: Arc<Notify>,
@@ -86,9 +86,9 @@ impl Watermarks {
         commits: watch::Receiver<u64>,
     ) -> Arc<Watermarks> {
         let watermarks = Arc::new(Watermarks {
-            watched: Mutex::new(HashMap::new()),
+            watched: Mutex::new(BTreeMap::new()),
             confirmations: Mutex::new(Confirmations {
-                asks: HashMap::new(),
+                asks: BTreeMap::new(),
                 round: 1,
             }),
             confirm_wanted: Arc::new(Notify::new()),
@@ -153,7 +153,7 @@ impl Watermarks {
 
     /// The confirmations asked for, taken by the round that starts now,
     /// and that round's number.
-    fn start_round(&self) -> (HashMap<Key, i64>, u64) {
+    fn start_round(&self) -> (BTreeMap<Key, i64>, u64) {
         let mut confirmations = self.confirmations.lock().expect("watermarks lock poisoned");
         let round = confirmations.round;
         confirmations.round += 1;
@@ -217,7 +217,7 @@ impl<'a> Watching<'a> {
                 .entry(TopicPartition::new(topic, partition))
                 .or_insert(Watched {
                     high_watermark: seen,
-                    waiters: HashMap::new(),
+                    waiters: BTreeMap::new(),
                 });
             // A newcomer that saw more than the others: they wake to read
             // it (the poll would not, finding nothing above what it knows).
@@ -282,7 +282,7 @@ async fn poll_loop(
             return;
         };
         let (confirm, round) = w.start_round();
-        let mut asks: HashMap<Key, i64> = w.to_poll().into_iter().collect();
+        let mut asks: BTreeMap<Key, i64> = w.to_poll().into_iter().collect();
         for (key, from) in confirm {
             let at = asks.entry(key).or_insert(from);
             *at = (*at).min(from);
