@@ -13,10 +13,14 @@
 //! reads committed records only, are archived by the agent, as Kafka's
 //! `SharePartition` archives them, and never handed out.
 //!
+//! A batch the acquisition cut is acquired whole, as Kafka's
+//! batch-optimized acquisition does. Records are sent only while their
+//! locks surely last; what is read later is handed back unsent.
+//!
 //! An acquisition that finds nothing waits, as Fetch does, for one of the
-//! partitions to grow until `MaxWaitMs`, and then asks once more; records
-//! released or whose locks ended meanwhile are found by the member's next
-//! fetch.
+//! partitions to grow, and asks again when one does; at `MaxWaitMs` it
+//! answers empty. Records released, or whose locks ended, meanwhile are
+//! found by the member's next fetch.
 
 use std::collections::HashMap;
 use std::time::Duration;
