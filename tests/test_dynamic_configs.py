@@ -181,7 +181,9 @@ def test_a_group_config_sets_its_consumers_session_timeout(make_agent):
     changed = kadmin.alter_configs([group])
     assert str(changed["group"]["short-sessions"]) == "OK", changed
     # The group need not exist yet; bad values and unknown keys are refused.
-    for key, value in (("consumer.session.timeout.ms", "10"), ("share.record.lock.duration.ms", "5000")):
+    # (A share group's lock of 5 s is below the cluster's minimum, 15 s.)
+    for key, value in (("consumer.session.timeout.ms", "10"), ("share.record.lock.duration.ms", "5000"),
+                       ("no.such.group.config", "1")):
         bad = kadmin.alter_configs([KConfigResource(ConfigResourceType.GROUP, "short-sessions",
                                                     configs={key: value})], raise_on_unknown=False)
         assert "InvalidConfigurationError" in str(bad["group"]["short-sessions"]), bad
@@ -189,7 +191,13 @@ def test_a_group_config_sets_its_consumers_session_timeout(make_agent):
                                         config_filter="all")
     assert {k: (v["value"], v["config_source"]) for k, v in described["group"]["short-sessions"].items()} == {
         "consumer.session.timeout.ms": ("6000", "DYNAMIC_GROUP_CONFIG"),  # source 8
-        "consumer.heartbeat.interval.ms": ("500", "DEFAULT_CONFIG")}
+        "consumer.heartbeat.interval.ms": ("500", "DEFAULT_CONFIG"),
+        # Every group config is described, as Kafka does, share groups' too.
+        "share.auto.offset.reset": ("latest", "DEFAULT_CONFIG"),
+        "share.heartbeat.interval.ms": ("5000", "DEFAULT_CONFIG"),
+        "share.isolation.level": ("read_uncommitted", "DEFAULT_CONFIG"),
+        "share.record.lock.duration.ms": ("30000", "DEFAULT_CONFIG"),
+        "share.session.timeout.ms": ("45000", "DEFAULT_CONFIG")}
     kadmin.close()
 
     make_topic(agent.bootstrap, "sessions", 4)
