@@ -17,6 +17,7 @@ pub mod local;
 pub mod raft;
 pub mod rpc;
 pub mod sequencer;
+pub mod shared_log;
 pub mod state;
 pub mod txn;
 
@@ -47,6 +48,7 @@ pub use local::LocalMetastore;
 pub use peers::{CachePeer, CachePeers};
 pub use raft::{ClusterStatus, NodeOptions, RaftMetastore};
 pub use sequencer::Sequencer;
+pub use shared_log::{LogNode, LogNodeOptions};
 pub use topic_config::{TimestampType, TopicCompression, TopicConfig};
 pub use types::*;
 

@@ -1,4 +1,5 @@
-//! The node's server: `floe metastore` serves a [`RaftMetastore`] node to
+//! The node's server: `floe metastore` serves a node (a [`RaftMetastore`],
+//! or a [`LogNode`](crate::LogNode) on a shared log) to
 //! clients (the contract's `RemoteMetastore`) and to its peers with
 //! [`serve`], on one port. Frames are the contract's (`crate::contract::wire`);
 //! Raft messages between nodes ([`PeerRequest`]) come under their own tag,
@@ -11,6 +12,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio_util::codec::Framed;
 
+use crate::api::Transport;
 use crate::contract::wire::{CALL, Envelope, NodeRequest, PEER, WIRE_VERSION};
 use crate::format::FORMAT_VERSION;
 use crate::raft::RaftMetastore;
@@ -50,13 +52,81 @@ pub(crate) fn read_peer_reply(bytes: &[u8]) -> Result<PeerResponse, String> {
     }
 }
 
+/// A node [`serve`] can serve: it answers the contract's operations as
+/// any [`Transport`] does, and the requests about the node itself as its
+/// kind of node can.
+pub trait Served: Transport {
+    /// What connections to this node must prove, if anything.
+    fn secret(&self) -> Option<&crate::peer_auth::ClusterSecret>;
+    /// The answer to a request about the node (status, membership, backup).
+    fn node_request(
+        &self,
+        request: NodeRequest,
+    ) -> impl Future<Output = Result<Vec<u8>, postcard::Error>> + Send;
+    /// A Raft message from a peer; `None` for a node that has no peers.
+    fn peer_request(
+        &self,
+        request: PeerRequest,
+    ) -> impl Future<Output = Option<PeerResponse>> + Send;
+}
+
+impl Served for RaftMetastore {
+    fn secret(&self) -> Option<&crate::peer_auth::ClusterSecret> {
+        RaftMetastore::secret(self)
+    }
+
+    async fn node_request(&self, request: NodeRequest) -> Result<Vec<u8>, postcard::Error> {
+        match request {
+            NodeRequest::Status => postcard::to_stdvec(&Ok::<_, MetaError>(self.status())),
+            NodeRequest::AddNode { id, address } => {
+                postcard::to_stdvec(&self.add_node(id, address).await)
+            }
+            NodeRequest::RemoveNode { id } => postcard::to_stdvec(&self.remove_node(id).await),
+            NodeRequest::Backup { hold_ms } => postcard::to_stdvec(&self.backup(hold_ms).await),
+        }
+    }
+
+    async fn peer_request(&self, request: PeerRequest) -> Option<PeerResponse> {
+        Some(network::handle(self.raft(), self.incoming(), request).await)
+    }
+}
+
+impl Served for crate::LogNode {
+    fn secret(&self) -> Option<&crate::peer_auth::ClusterSecret> {
+        crate::LogNode::secret(self)
+    }
+
+    async fn node_request(&self, request: NodeRequest) -> Result<Vec<u8>, postcard::Error> {
+        let no_membership = || {
+            MetaError::from(Refusal::InvalidMembership(format!(
+                "a metastore on {} has no membership: a node joins by starting \
+                 and leaves by stopping",
+                self.backend()
+            )))
+        };
+        match request {
+            NodeRequest::Status => postcard::to_stdvec(&Ok::<_, MetaError>(self.status().await)),
+            NodeRequest::AddNode { .. } | NodeRequest::RemoveNode { .. } => {
+                postcard::to_stdvec(&Err::<(), _>(no_membership()))
+            }
+            NodeRequest::Backup { hold_ms } => postcard::to_stdvec(&self.backup(hold_ms).await),
+        }
+    }
+
+    async fn peer_request(&self, _: PeerRequest) -> Option<PeerResponse> {
+        None
+    }
+}
+
 /// The answer to one frame, or `None` to close the connection.
-async fn answer(meta: &RaftMetastore, frame: &[u8]) -> Option<Result<Vec<u8>, postcard::Error>> {
+async fn answer<N: Served>(meta: &N, frame: &[u8]) -> Option<Result<Vec<u8>, postcard::Error>> {
     match frame {
         [PEER, rest @ ..] => {
             let (format, request) = postcard::from_bytes::<(u8, PeerRequest)>(rest).ok()?;
             Some(peer_reply(if format == FORMAT_VERSION {
-                Ok(network::handle(meta.raft(), meta.incoming(), request).await)
+                meta.peer_request(request)
+                    .await
+                    .ok_or_else(|| "this metastore node has no Raft peers".to_string())
             } else {
                 Err(format!(
                     "a peer of metastore format {format}; this node is of format {FORMAT_VERSION}"
@@ -65,14 +135,7 @@ async fn answer(meta: &RaftMetastore, frame: &[u8]) -> Option<Result<Vec<u8>, po
         }
         [CALL, WIRE_VERSION, rest @ ..] => match postcard::from_bytes::<Envelope>(rest).ok()? {
             Envelope::Op(request) => Some(request.answer_on(meta).await),
-            Envelope::Node(request) => Some(match request {
-                NodeRequest::Status => postcard::to_stdvec(&Ok::<_, MetaError>(meta.status())),
-                NodeRequest::AddNode { id, address } => {
-                    postcard::to_stdvec(&meta.add_node(id, address).await)
-                }
-                NodeRequest::RemoveNode { id } => postcard::to_stdvec(&meta.remove_node(id).await),
-                NodeRequest::Backup { hold_ms } => postcard::to_stdvec(&meta.backup(hold_ms).await),
-            }),
+            Envelope::Node(request) => Some(meta.node_request(request).await),
         },
         _ => None,
     }
@@ -80,7 +143,7 @@ async fn answer(meta: &RaftMetastore, frame: &[u8]) -> Option<Result<Vec<u8>, po
 
 /// Serves the node `meta` to agents and its peers on `listener` until the
 /// listener fails. Dropping the future closes every connection it accepted.
-pub async fn serve(listener: TcpListener, meta: Arc<RaftMetastore>) -> std::io::Result<()> {
+pub async fn serve<N: Served>(listener: TcpListener, meta: Arc<N>) -> std::io::Result<()> {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (stream, peer) = listener.accept().await?;
@@ -103,7 +166,7 @@ pub async fn serve(listener: TcpListener, meta: Arc<RaftMetastore>) -> std::io::
                         break;
                     }
                 };
-                let bytes = match answer(&meta, &frame).await {
+                let bytes = match answer(&*meta, &frame).await {
                     Some(Ok(bytes)) => bytes,
                     Some(Err(e)) => {
                         tracing::error!(%peer, error = %e, "could not encode a metastore reply");

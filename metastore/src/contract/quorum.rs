@@ -46,7 +46,8 @@ pub struct QuorumReplica {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterStatus {
     pub id: NodeId,
-    /// Leader, Follower, Candidate or Learner.
+    /// Leader, Follower, Candidate or Learner (Raft); Leader or Standby
+    /// (a shared log).
     pub role: String,
     pub term: u64,
     pub leader: Option<NodeId>,
@@ -58,6 +59,9 @@ pub struct ClusterStatus {
     pub log_entries: u64,
     pub voters: BTreeMap<NodeId, String>,
     pub learners: BTreeMap<NodeId, String>,
+    /// Where the log is kept: `raft` (the nodes' own files), or the shared
+    /// store a node of a [`LogNode`](crate::LogNode) uses (`postgres://...`).
+    pub backend: String,
 }
 
 /// One line of `key=value` words, easy to read and to parse.
@@ -72,7 +76,7 @@ impl std::fmt::Display for ClusterStatus {
         };
         write!(
             f,
-            "id={} role={} term={} leader={} last_log={} applied={} snapshot={} log_entries={} voters={} learners={}",
+            "id={} role={} term={} leader={} last_log={} applied={} snapshot={} log_entries={} voters={} learners={} backend={}",
             self.id,
             self.role,
             self.term,
@@ -83,6 +87,7 @@ impl std::fmt::Display for ClusterStatus {
             self.log_entries,
             list(&self.voters),
             list(&self.learners),
+            self.backend,
         )
     }
 }

@@ -77,7 +77,8 @@ pub(crate) const CALL: u8 = 33;
 /// 9: AddToTxn answers the transaction's identity (`began`), and a
 ///    transaction's view shows it.
 /// 10: a share acquisition answers the lock and isolation it was taken
-///    under (`ShareAcquisition`).
+///    under (`ShareAcquisition`); a node's status names its backend (a
+///    trailing field of `ClusterStatus`). Both before any release.
 pub const WIRE_VERSION: u8 = 10;
 
 /// What a client sends: an operation on the metastore's state, or a request
@@ -92,7 +93,7 @@ pub(crate) enum Envelope {
 
 /// Requests about the serving node and its group's membership.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum NodeRequest {
+pub enum NodeRequest {
     /// What the receiving node knows of its group (answered by any node).
     Status,
     /// Adds node `id` at `address` as a learner, then as a voter.

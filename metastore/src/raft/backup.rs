@@ -72,45 +72,52 @@ impl RaftMetastore {
     pub async fn backup(&self, hold_ms: i64) -> Result<Backup, MetaError> {
         let held = self.hold_garbage(hold_ms).await?;
         // The hold is applied here (a leader applies before it answers), so
-        // the copy's state includes it.
-        // Copied and encoded off the async workers (a large state takes a
-        // while), as snapshots are. The index is read before the copy: the
-        // state holds at least that much of the log.
-        let last_index = self.applied_index();
-        let shared = self.shared_state();
-        let copied = tokio::task::spawn_blocking(move || {
-            let state = shared
-                .read()
-                .expect("metastore state lock poisoned")
-                .clone();
-            let encoded = encode_snapshot(&state);
-            (
-                state.clock_ms(),
-                state.cluster_id().map(str::to_string),
-                encoded,
-            )
-        });
-        let (taken_ms, cluster_id, encoded) = copied
-            .await
-            .map_err(|e| MetaError::Storage(e.to_string()))?;
-        let encoded = encoded.map_err(|e| MetaError::Storage(e.to_string()))?;
-        // The answer is one message: say so rather than fail to send it.
-        let room = crate::contract::wire::MAX_FRAME - (1 << 20);
-        if encoded.len() > room {
-            return Err(MetaError::Storage(format!(
-                "the state is {} bytes, more than a backup answer carries ({room})",
-                encoded.len()
-            )));
-        }
-        Ok(Backup {
-            format: FORMAT_VERSION,
-            cluster_id,
-            taken_ms,
-            held_until_ms: held.until_ms,
-            last_index,
-            state: encoded,
-        })
+        // the copy's state includes it. The index is read before the copy:
+        // the state holds at least that much of the log.
+        copy_state(self.shared_state(), self.applied_index(), held.until_ms).await
     }
+}
+
+/// A backup of `shared`, which holds the log up to `last_index` at least
+/// and a hold on GC until `held_until_ms`: copied and encoded off the async
+/// workers (a large state takes a while), as snapshots are.
+pub(crate) async fn copy_state(
+    shared: std::sync::Arc<std::sync::RwLock<State>>,
+    last_index: u64,
+    held_until_ms: i64,
+) -> Result<Backup, MetaError> {
+    let copied = tokio::task::spawn_blocking(move || {
+        let state = shared
+            .read()
+            .expect("metastore state lock poisoned")
+            .clone();
+        let encoded = encode_snapshot(&state);
+        (
+            state.clock_ms(),
+            state.cluster_id().map(str::to_string),
+            encoded,
+        )
+    });
+    let (taken_ms, cluster_id, encoded) = copied
+        .await
+        .map_err(|e| MetaError::Storage(e.to_string()))?;
+    let encoded = encoded.map_err(|e| MetaError::Storage(e.to_string()))?;
+    // The answer is one message: say so rather than fail to send it.
+    let room = crate::contract::wire::MAX_FRAME - (1 << 20);
+    if encoded.len() > room {
+        return Err(MetaError::Storage(format!(
+            "the state is {} bytes, more than a backup answer carries ({room})",
+            encoded.len()
+        )));
+    }
+    Ok(Backup {
+        format: FORMAT_VERSION,
+        cluster_id,
+        taken_ms,
+        held_until_ms,
+        last_index,
+        state: encoded,
+    })
 }
 
 /// Writes a new node file at `path` holding `backup`'s state, with node

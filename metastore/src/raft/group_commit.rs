@@ -56,13 +56,13 @@ const LINGER: Duration = Duration::from_millis(1);
 /// wait in this many entries.
 const SKIP_AFTER_MISS: usize = 16;
 /// Commands waiting for an entry at most; a proposer past it waits for room.
-const QUEUE: usize = 8_192;
+pub(crate) const QUEUE: usize = 8_192;
 
-type Answer = Result<Reply, MetaError>;
+pub(crate) type Answer = Result<Reply, MetaError>;
 
-struct Waiting {
-    command: Command,
-    answer: oneshot::Sender<Answer>,
+pub(crate) struct Waiting {
+    pub command: Command,
+    pub answer: oneshot::Sender<Answer>,
 }
 
 /// The queue in front of a node's log.
@@ -165,15 +165,7 @@ async fn propose_batches(
                 }
             }
         }
-        let batch = forming.batch;
-        let (commands, answers): (Vec<Command>, Vec<oneshot::Sender<Answer>>) =
-            batch.into_iter().map(|w| (w.command, w.answer)).unzip();
-        let alone = commands.len() == 1;
-        let command = if alone {
-            commands.into_iter().next().expect("one command")
-        } else {
-            Command::Batch(Batch(commands))
-        };
+        let (command, answers, alone) = forming.into_entry();
         let proposal = Proposal {
             at_ms: stamps.now_ms(),
             command,
@@ -252,21 +244,39 @@ impl Returning {
 }
 
 /// An entry's commands, as they are gathered.
-struct Forming {
+pub(crate) struct Forming {
     batch: Vec<Waiting>,
     weight: usize,
 }
 
 impl Forming {
-    fn new(first: Waiting) -> Forming {
+    pub fn new(first: Waiting) -> Forming {
         Forming {
             weight: first.command.weight(),
             batch: vec![first],
         }
     }
 
+    /// The entry's command (the one command, or a batch of them), the
+    /// callers to answer, and whether it is alone (answered with its own
+    /// reply rather than a batch's).
+    pub fn into_entry(self) -> (Command, Vec<oneshot::Sender<Answer>>, bool) {
+        let (commands, answers): (Vec<Command>, Vec<oneshot::Sender<Answer>>) = self
+            .batch
+            .into_iter()
+            .map(|w| (w.command, w.answer))
+            .unzip();
+        let alone = commands.len() == 1;
+        let command = if alone {
+            commands.into_iter().next().expect("one command")
+        } else {
+            Command::Batch(Batch(commands))
+        };
+        (command, answers, alone)
+    }
+
     /// Adds `more`, or gives it back when the entry is full (it starts the next).
-    fn take(&mut self, more: Waiting) -> Option<Waiting> {
+    pub fn take(&mut self, more: Waiting) -> Option<Waiting> {
         let weight = self.weight + more.command.weight();
         if self.batch.len() >= MAX_COMMANDS || weight > MAX_WEIGHT {
             return Some(more);
@@ -278,7 +288,7 @@ impl Forming {
 }
 
 /// Gives each command of an entry its answer.
-fn distribute(answer: Answer, answers: Vec<oneshot::Sender<Answer>>, alone: bool) {
+pub(crate) fn distribute(answer: Answer, answers: Vec<oneshot::Sender<Answer>>, alone: bool) {
     let replies = match answer {
         Ok(reply) if alone => vec![Ok(reply)],
         Ok(reply) => match reply.batch() {

@@ -8,8 +8,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::Sequencer;
+use crate::groups::{AwaitGroup, MAX_GROUP_WAIT_MS, MemberView};
+use crate::types::MetaError;
 
 #[derive(Default)]
 pub struct GroupWatch {
@@ -67,6 +72,45 @@ impl GroupWatch {
     #[cfg(test)]
     pub fn watched(&self) -> usize {
         self.waiting.lock().expect("group watch lock").len()
+    }
+}
+
+/// Answers an [`AwaitGroup`] on a node whose applied entries `watch` hears
+/// of: the member's view once the group moved from the version the waiter
+/// saw, or as it is when the wait (at most [`MAX_GROUP_WAIT_MS`]) is over.
+pub async fn await_change<S: Sequencer>(
+    on: &S,
+    watch: &GroupWatch,
+    wait: AwaitGroup,
+) -> Result<Option<MemberView>, MetaError> {
+    let wait_for = Duration::from_millis(wait.wait_ms.min(MAX_GROUP_WAIT_MS) as u64);
+    let deadline = tokio::time::Instant::now() + wait_for;
+    let watcher = watch.watch(&wait.group);
+    loop {
+        // Armed before the state is read, so a change applied in
+        // between still wakes this waiter.
+        let changed = watcher.notify().notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let (group, member, instance) = (
+            wait.group.clone(),
+            wait.member_id.clone(),
+            wait.instance_id.clone(),
+        );
+        let view = on
+            .read(move |state| state.groups().view(&group, &member, instance.as_deref()))
+            .await?;
+        let moved = match (&view, wait.seen) {
+            (Some(v), Some(seen)) => v.version != seen,
+            _ => true,
+        };
+        if moved || tokio::time::Instant::now() >= deadline {
+            return Ok(view);
+        }
+        tokio::select! {
+            _ = &mut changed => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
     }
 }
 

@@ -20,11 +20,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use super::Raft;
-use super::group_commit::GroupCommit;
+use futures::future::BoxFuture;
+
 use super::stamps::Stamps;
 use crate::groups::{ExpireMembers, TickGroup};
-use crate::state::{Command, State};
+use crate::state::{Command, Reply, State};
+use crate::types::MetaError;
 
 /// How often the leader looks for sessions and deadlines that ran out: the
 /// lateness of an expiry or of a rebalance that waits for its deadline.
@@ -168,32 +169,33 @@ impl Drop for GroupTimers {
     }
 }
 
+/// Whether this node may decide now: the term it leads in, once it has
+/// applied everything committed before it led and while its lease holds.
+pub type Leading = Box<dyn Fn() -> Option<u64> + Send + Sync>;
+
+/// How the timers propose a command (through the node's log).
+pub type Propose =
+    Box<dyn Fn(Command) -> BoxFuture<'static, Result<Reply, MetaError>> + Send + Sync>;
+
 impl GroupTimers {
     pub fn start(
-        id: super::NodeId,
-        raft: Raft,
+        leading: Leading,
         state: Arc<RwLock<State>>,
         stamps: Arc<Stamps>,
-        proposer: Arc<GroupCommit>,
+        propose: Propose,
         liveness: Arc<Liveness>,
-        lease: super::lease::Lease,
     ) -> GroupTimers {
         let task = tokio::spawn(async move {
             let mut every = tokio::time::interval(TIMER_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
-                let (leader, term) = {
-                    let metrics = raft.metrics();
-                    let m = metrics.borrow();
-                    (m.current_leader, m.current_term)
-                };
                 // Only a leader that has applied everything committed before
                 // it led (and still holds its lease) decides: one that is
                 // behind would count members as heard from too early.
-                if leader != Some(id) || !lease.is_valid() {
+                let Some(term) = leading() else {
                     continue;
-                }
+                };
                 let now_ms = stamps.now_ms();
                 let due = liveness.due(
                     &state.read().expect("metastore state lock poisoned"),
@@ -202,7 +204,7 @@ impl GroupTimers {
                 );
                 // Proposed together (they share entries); a refusal (this
                 // node no longer leads) is the next leader's to redo.
-                let proposed = due.into_iter().map(|command| proposer.propose(command));
+                let proposed = due.into_iter().map(&propose);
                 for outcome in futures::future::join_all(proposed).await {
                     if let Err(e) = outcome {
                         tracing::debug!(error = %e, "group timers: a proposal failed");

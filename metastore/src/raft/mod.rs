@@ -26,7 +26,7 @@ pub mod liveness;
 pub mod log_store;
 pub mod network;
 pub mod node;
-mod peer_book;
+pub(crate) mod peer_book;
 pub mod runtime;
 pub mod stamps;
 pub mod state_machine;
@@ -79,7 +79,7 @@ pub type Vote = openraft::Vote<NodeId>;
 /// single-threaded runtime (tests, the simulation), where there is no other
 /// worker to keep busy and a thread outside the runtime would finish at a
 /// time the runtime's clock does not decide, so that a seed would not replay.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, openraft::AnyError> + Send + 'static,
 ) -> Result<T, openraft::AnyError> {
     use tokio::runtime::{Handle, RuntimeFlavor};

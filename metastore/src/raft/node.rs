@@ -28,7 +28,7 @@ use super::state_machine::{SNAPSHOT, SNAPSHOT_DATA, StateMachine};
 use super::{NodeAddress, NodeId, Raft};
 use crate::contract::quorum::ClusterStatus;
 use crate::format::{FORMAT_VERSION, OLDEST_READABLE_FORMAT, decode_snapshot_of, encode_snapshot};
-use crate::groups::{AwaitGroup, Heard, MAX_GROUP_WAIT_MS, MemberView};
+use crate::groups::{AwaitGroup, Heard, MemberView};
 use crate::state::{Command, Reply, State};
 use crate::types::*;
 use crate::{Clock, Sequencer, SystemClock};
@@ -353,14 +353,27 @@ impl RaftMetastore {
             WRITE_TIMEOUT,
         ));
         let liveness = Arc::new(Liveness::default());
+        let leading = {
+            let (raft, lease, id) = (raft.clone(), lease.clone(), options.id);
+            Box::new(move || {
+                let metrics = raft.metrics();
+                let m = metrics.borrow();
+                (m.current_leader == Some(id) && lease.is_valid()).then_some(m.current_term)
+            })
+        };
+        let propose = {
+            let group_commit = group_commit.clone();
+            Box::new(move |command| {
+                let group_commit = group_commit.clone();
+                Box::pin(async move { group_commit.propose(command).await }) as _
+            })
+        };
         let group_timers = GroupTimers::start(
-            options.id,
-            raft.clone(),
+            leading,
             state.clone(),
             stamps.clone(),
-            group_commit.clone(),
+            propose,
             liveness.clone(),
-            lease.clone(),
         );
         Ok(RaftMetastore {
             id: options.id,
@@ -562,6 +575,7 @@ impl RaftMetastore {
             log_entries: super::log_store::log_entries(&self.db).unwrap_or(0),
             voters,
             learners,
+            backend: "raft".into(),
         }
     }
 }
@@ -694,35 +708,7 @@ impl Sequencer for RaftMetastore {
     }
 
     async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {
-        let wait_for = Duration::from_millis(wait.wait_ms.min(MAX_GROUP_WAIT_MS) as u64);
-        let deadline = tokio::time::Instant::now() + wait_for;
-        let watcher = self.group_watch.watch(&wait.group);
-        loop {
-            // Armed before the state is read, so a change applied in
-            // between still wakes this waiter.
-            let changed = watcher.notify().notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let (group, member, instance) = (
-                wait.group.clone(),
-                wait.member_id.clone(),
-                wait.instance_id.clone(),
-            );
-            let view = self
-                .read(move |state| state.groups().view(&group, &member, instance.as_deref()))
-                .await?;
-            let moved = match (&view, wait.seen) {
-                (Some(v), Some(seen)) => v.version != seen,
-                _ => true,
-            };
-            if moved || tokio::time::Instant::now() >= deadline {
-                return Ok(view);
-            }
-            tokio::select! {
-                _ = &mut changed => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
+        super::group_watch::await_change(self, &self.group_watch, wait).await
     }
 }
 
