@@ -4,7 +4,8 @@
 # tests, and the integration tests with real Kafka clients (kcat,
 # kafka-python, confluent-kafka, kafkajs) against real `floe agent`
 # processes, on a local folder and on a local S3-compatible server, alone
-# and as clusters behind HAProxy; the container image, the deployment files
+# and as clusters behind HAProxy, with the metastore in Raft and in
+# PostgreSQL; the container image, the deployment files
 # (compose, Kubernetes, systemd) run as written, and the docs book.
 #
 #   ./scripts/test.sh
@@ -46,6 +47,14 @@ step "node clients"
 # A one-off build gains nothing from incremental caches; they double the size
 # of target/ on a clean clone.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+
+step "PostgreSQL (the metastore's PostgreSQL backend is tested against it)"
+# A throwaway server for the Rust tests; the integration tests start their own.
+pg_dir=$(mktemp -d /tmp/floe-pg-XXXXXX)
+trap './scripts/postgres.sh stop "$pg_dir" || true' EXIT
+FLOE_TEST_POSTGRES=$(./scripts/postgres.sh start "$pg_dir" "${FLOE_TEST_POSTGRES_PORT:-55439}")
+# Tests that need the server fail rather than skip when it is missing.
+export FLOE_TEST_POSTGRES FLOE_REQUIRE_POSTGRES=1
 
 step "format and lints"
 cargo fmt --all -- --check

@@ -110,7 +110,8 @@ class Agent:
 
 
 class MetaNode:
-    """One `floe metastore` process (a Raft node) with its own redb file."""
+    """One `floe metastore` process (a Raft node with its own redb file, or a
+    node on PostgreSQL when `args` has `--store`)."""
 
     def __init__(self, workdir, node_id, port, *args):
         self.id, self.port = node_id, port
@@ -217,3 +218,54 @@ def make_agent(tmp_path):
     yield make
     for a in started:
         a.stop()
+
+
+class Postgres:
+    """A throwaway PostgreSQL server (scripts/postgres.sh), which a test may
+    stop and start again."""
+
+    def __init__(self):
+        import tempfile
+        # Directly in /tmp: the server runs as `postgres`, which must reach it.
+        self.dir = tempfile.mkdtemp(prefix="floe-pg-")
+        self.port = free_port()
+        self.url = None
+
+    def start(self):
+        done = subprocess.run([str(ROOT / "scripts" / "postgres.sh"), "start", self.dir, str(self.port)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        self.url = done.stdout.strip()
+        return self
+
+    def stop(self):
+        subprocess.run([str(ROOT / "scripts" / "postgres.sh"), "stop", self.dir],
+                       capture_output=True, text=True, timeout=120)
+
+    def database(self, name):
+        """The URL of a new, empty database `name`."""
+        subprocess.run(["psql", self.url, "-q", "-c", f"CREATE DATABASE {name}"],
+                       check=True, capture_output=True, timeout=60)
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def sql(self, database_url, statement):
+        """The rows `statement` answers in `database_url`, as lists of strings."""
+        done = subprocess.run(["psql", database_url, "-At", "-F", "\t", "-c", statement],
+                              check=True, capture_output=True, text=True, timeout=60)
+        return [line.split("\t") for line in done.stdout.splitlines()]
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the session's tests; each takes a database."""
+    server = Postgres().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres(postgres_server, request):
+    """The URL of a database of this test's own in the session's server."""
+    import re
+    name = "t_" + re.sub(r"[^a-z0-9]", "_", request.node.name.lower())[:50]
+    return postgres_server.database(name)

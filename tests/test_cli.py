@@ -154,16 +154,23 @@ def test_an_agent_says_when_its_metastore_does_not_answer(tmp_path):
     """An agent whose metastore does not answer says so at once, in one line
     naming the address, instead of serving nothing in silence; its health
     endpoints answer at once meanwhile (live, not ready, and why), and it
-    serves once the metastore comes. An address that is not host:port (a
-    PostgreSQL URL) is refused before anything."""
+    serves once the metastore comes. An address that is neither host:port nor
+    a PostgreSQL URL is refused before anything; a PostgreSQL server that
+    does not answer is said in one line naming it."""
     from conftest import MetaNode, free_port
 
     admin = f"127.0.0.1:{free_port()}"
     common = ["--listen", f"127.0.0.1:{free_port()}", "--admin-listen", admin,
               "--data-dir", str(tmp_path), "--object-store", f"file://{tmp_path / 'objects'}"]
-    refused = subprocess.run([FLOE, "agent", "--metastore", "postgres://db/floe", *common],
+    refused = subprocess.run([FLOE, "agent", "--metastore", "mysql://db/floe", *common],
                              capture_output=True, text=True, timeout=30)
-    assert refused.returncode != 0 and "is not host:port" in refused.stderr, refused.stderr
+    assert refused.returncode != 0 and "is neither host:port" in refused.stderr, refused.stderr
+    closed = f"127.0.0.1:{free_port()}"
+    refused = subprocess.run([FLOE, "agent", "--metastore", f"postgres://floe:pw@{closed}/floe", *common],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and f"PostgreSQL at postgres://{closed}/floe" in refused.stderr, \
+        refused.stderr
+    assert "pw" not in refused.stderr, refused.stderr
 
     port = free_port()
     nobody = f"127.0.0.1:{port}"

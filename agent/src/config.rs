@@ -176,10 +176,20 @@ pub struct Config {
     /// The embedded metastore's redb file; defaults to `<data_dir>/metastore.redb`.
     #[arg(long)]
     pub metastore_path: Option<PathBuf>,
-    /// `host:port` of a `floe metastore` shared with other agents; unset, the
-    /// agent runs its own metastore in-process.
+    /// `host:port` of `floe metastore` nodes shared with other agents, or a
+    /// `postgres://` URL (each agent given it runs a node of the metastore
+    /// kept in that database); unset, the agent runs its own in-process.
     #[arg(long)]
     pub metastore: Option<String>,
+    /// With a PostgreSQL `metastore`: where this agent serves its metastore
+    /// node, which the other agents' calls reach while it leads. The
+    /// default, a free loopback port, serves agents on this host only.
+    #[arg(long)]
+    pub metastore_listen: Option<String>,
+    /// With a PostgreSQL `metastore`: where the other agents reach this
+    /// agent's metastore node (default: `metastore_listen` as bound).
+    #[arg(long)]
+    pub metastore_advertise: Option<String>,
     /// Longest a produced batch waits before its ingest file is uploaded.
     #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
@@ -427,6 +437,8 @@ impl Default for Config {
             object_store: "file://./floe-data/objects".to_string(),
             metastore_path: None,
             metastore: None,
+            metastore_listen: None,
+            metastore_advertise: None,
             flush_interval: Duration::from_millis(250),
             flush_bytes: ByteSize::mib(8),
             max_buffered_bytes: ByteSize::mib(256),
@@ -718,8 +730,19 @@ impl Config {
         Ok((host.to_string(), port as i32))
     }
 
-    /// The `metastore` setting's addresses (`None`: the embedded one).
+    /// The `metastore` setting when it names a PostgreSQL database.
+    pub fn metastore_postgres(&self) -> Option<&str> {
+        self.metastore
+            .as_deref()
+            .filter(|m| m.starts_with("postgres://") || m.starts_with("postgresql://"))
+    }
+
+    /// The `metastore` setting's addresses (`None`: the embedded one, or
+    /// one in PostgreSQL).
     fn metastore_addresses(&self) -> Option<Vec<&str>> {
+        if self.metastore_postgres().is_some() {
+            return None;
+        }
         let metastore = self.metastore.as_ref()?;
         let listed = metastore.split(',').map(str::trim);
         Some(listed.filter(|a| !a.is_empty()).collect())
@@ -739,8 +762,8 @@ impl Config {
             let port = address.rsplit_once(':').map(|(_, port)| port);
             anyhow::ensure!(
                 !address.contains("://") && port.is_some_and(|p| p.parse::<u16>().is_ok()),
-                "metastore `{address}` is not host:port: floe's metastore is reached at the \
-                 host:port of its `floe metastore` nodes (a PostgreSQL metastore is not built yet)"
+                "metastore `{address}` is neither host:port of `floe metastore` nodes nor a \
+                 postgres:// URL"
             );
         }
         Ok(())
@@ -944,13 +967,19 @@ mod tests {
     }
 
     #[test]
-    fn a_metastore_is_host_and_port() {
+    fn a_metastore_is_host_and_port_or_postgres() {
         let nodes: Config = toml::from_str("metastore = \"m1:7070, m2:7070\"").unwrap();
         nodes.validate().unwrap();
-        for wrong in ["postgres://db.example/floe", "m1", "m1:http"] {
+        let postgres: Config =
+            toml::from_str("metastore = \"postgres://floe@db.example/floe\"").unwrap();
+        postgres.validate().unwrap();
+        for wrong in ["mysql://db.example/floe", "m1", "m1:http"] {
             let c: Config = toml::from_str(&format!("metastore = \"{wrong}\"")).unwrap();
             let refused = c.validate().unwrap_err().to_string();
-            assert!(refused.contains("is not host:port"), "{wrong}: {refused}");
+            assert!(
+                refused.contains("is neither host:port"),
+                "{wrong}: {refused}"
+            );
         }
     }
 

@@ -440,7 +440,14 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
             store = Arc::new(floe_storage::faults::faulty(store, faults));
         }
         let meta_path = config.metastore_path();
+        let mut member = None;
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
+            Some(url) if config.metastore_postgres().is_some() => {
+                let joined = Arc::new(join_postgres_metastore(&config, url).await?);
+                let name = joined.node().backend();
+                member = Some(joined.clone());
+                (joined, name)
+            }
             Some(address) => {
                 let secret = metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
                 let counted = metrics.clone();
@@ -469,8 +476,49 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
             failed = agent.failed() => return Err(failed),
             _ = shutdown_signal() => agent.stop().await,
         }
+        // The next agent leads the metastore at once, not a lease later.
+        if let Some(member) = member {
+            member.shutdown().await;
+        }
         anyhow::Ok(())
     })
+}
+
+/// Starts this agent's node of the metastore in PostgreSQL at `url`, served
+/// where the other agents reach it while it leads.
+async fn join_postgres_metastore(
+    config: &floe_agent::config::Config,
+    url: &str,
+) -> anyhow::Result<floe_metastore::shared_log::member::Member> {
+    let secret = metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
+    let listen = config.metastore_listen.as_deref().unwrap_or("127.0.0.1:0");
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("metastore_listen {listen}: {e}"))?;
+    let bound = listener.local_addr()?;
+    if !bound.ip().is_loopback() && secret.is_none() && !config.metastore_trusted_network {
+        anyhow::bail!(
+            "refusing to serve the metastore on {bound} without a secret: anyone who reaches it could send any command. Give --metastore-secret-file, or --metastore-trusted-network if the network is trusted"
+        );
+    }
+    let address = match &config.metastore_advertise {
+        Some(address) => address.clone(),
+        None if bound.ip().is_unspecified() => anyhow::bail!(
+            "metastore_listen {bound} is every interface: set metastore_advertise to the host:port other agents reach"
+        ),
+        None => bound.to_string(),
+    };
+    let log = floe_metastore::shared_log::postgres::PostgresLog::connect(url)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    // Only shown in `floe metastore status`: agents behind a load
+    // balancer may share one broker id, so the node takes its own.
+    let id = u64::from(floe_metastore::random_id().as_fields().0);
+    let mut options = floe_metastore::LogNodeOptions::new(id, address);
+    options.secret = secret;
+    floe_metastore::shared_log::member::Member::start(Arc::new(log), listener, options)
+        .await
+        .map_err(anyhow::Error::msg)
 }
 
 /// Says at once, in one line naming its addresses, that the metastore does

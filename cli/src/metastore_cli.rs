@@ -1,5 +1,6 @@
 //! `floe metastore`: runs one metastore node (alone, bootstrapping a group
-//! with `--peers`, or waiting to be added with `--join`), the membership
+//! with `--peers`, waiting to be added with `--join`, or on PostgreSQL
+//! with `--store`), the membership
 //! commands `add-node`, `remove-node` and `status`, and `backup` and
 //! `restore`.
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use floe_metastore::raft::node::Bootstrap;
-use floe_metastore::{NodeOptions, RaftMetastore, RemoteMetastore};
+use floe_metastore::{LogNode, LogNodeOptions, NodeOptions, RaftMetastore, RemoteMetastore};
 
 use crate::shutdown_signal;
 
@@ -69,6 +70,15 @@ struct MetastoreNodeArgs {
     /// Log entries between snapshots (the log before a snapshot is purged).
     #[arg(long, default_value_t = floe_metastore::local::DEFAULT_SNAPSHOT_EVERY)]
     snapshot_every: u64,
+    /// Keep the log in PostgreSQL instead of Raft: `postgres://USER:PASSWORD@HOST:PORT/DB`.
+    /// Every node given the same URL serves the same metastore; one leads
+    /// (holding a lease in the database), the others stand by.
+    #[arg(long, env = "FLOE_METASTORE_STORE", conflicts_with_all = ["peers", "join"])]
+    store: Option<String>,
+    /// With --store: how long a leader's lease lasts; a dead leader is
+    /// replaced within about this long.
+    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    lease: std::time::Duration,
 }
 
 #[derive(Subcommand)]
@@ -193,12 +203,44 @@ async fn run_metastore_node(
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    if let Some(url) = &args.store {
+        let mut log_options = LogNodeOptions::new(args.id, address.clone());
+        log_options.snapshot_every = args.snapshot_every;
+        log_options.lease = args.lease;
+        log_options.secret = options.secret.clone();
+        return run_log_node(listener, url, log_options).await;
+    }
     let node = Arc::new(
         RaftMetastore::start(options)
             .await
             .map_err(|e| anyhow::anyhow!("opening metastore {}: {e}", args.path.display()))?,
     );
     tracing::info!(id = args.id, listen = %args.listen, %address, path = %args.path.display(), "floe metastore ready");
+    tokio::select! {
+        served = floe_metastore::rpc::serve(listener, node.clone()) => served?,
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    node.shutdown().await;
+    anyhow::Ok(())
+}
+
+/// Serves a node on the shared log at `url` until it is told to stop,
+/// then gives its lease back.
+async fn run_log_node(
+    listener: tokio::net::TcpListener,
+    url: &str,
+    options: LogNodeOptions,
+) -> anyhow::Result<()> {
+    let log = floe_metastore::shared_log::postgres::PostgresLog::connect(url)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let (id, address) = (options.id, options.address.clone());
+    let node = Arc::new(
+        LogNode::start(Arc::new(log), options)
+            .await
+            .map_err(anyhow::Error::msg)?,
+    );
+    tracing::info!(id, %address, store = %node.backend(), "floe metastore ready");
     tokio::select! {
         served = floe_metastore::rpc::serve(listener, node.clone()) => served?,
         _ = shutdown_signal() => tracing::info!("shutting down"),

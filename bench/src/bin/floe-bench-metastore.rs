@@ -6,6 +6,7 @@
 //!     cargo run --release -p floe-bench --bin floe-bench-metastore -- --nodes 1 --served
 //!     cargo run --release -p floe-bench --bin floe-bench-metastore -- --nodes 3
 //!     cargo run --release -p floe-bench --bin floe-bench-metastore -- --remote 127.0.0.1:9093
+//!     cargo run --release -p floe-bench --bin floe-bench-metastore -- --postgres postgres://floe@127.0.0.1:5432/bench
 //!
 //! Each commit is what an agent sends after one ingest-file upload: one object
 //! key and N batches spread over the topic's partitions.
@@ -26,6 +27,10 @@ struct Args {
     /// host:port, comma-separated) instead of starting one here.
     #[arg(long)]
     remote: Option<String>,
+    /// A node in this process whose log is kept in the PostgreSQL database
+    /// at this URL (`postgres://USER@HOST:PORT/DB`).
+    #[arg(long, conflicts_with = "remote")]
+    postgres: Option<String>,
     /// Voters of the group started here, each with its own log in a
     /// temporary folder. More than one are served on loopback TCP.
     #[arg(long, default_value_t = 1)]
@@ -67,6 +72,23 @@ async fn main() -> anyhow::Result<()> {
             Arc::new(RemoteMetastore::new(address)),
             format!("remote {address}"),
         ),
+        None if args.postgres.is_some() => {
+            let url = args.postgres.as_deref().unwrap_or_default();
+            let log = floe_metastore::shared_log::postgres::PostgresLog::connect(url)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let node = floe_metastore::LogNode::start(
+                Arc::new(log),
+                floe_metastore::LogNodeOptions::new(1, "in-process"),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            node.wait_until_leader(Duration::from_secs(30))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let kind = format!("1 node, in-process, log in {}", node.backend());
+            (Arc::new(node), kind)
+        }
         None if args.nodes <= 1 && !args.served => (
             Arc::new(
                 LocalMetastore::open(&dir.join("metastore.redb"))
