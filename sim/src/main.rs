@@ -10,7 +10,8 @@
 //!
 //! Longer runs than CI's, as reported in the issues' notes:
 //! `--whole --seeds 300`, `--whole --raft --seeds 60`, `--seeds 2000`,
-//! `--kafka --seeds 200 --minutes 5`, `--kafka --raft --seeds 100 --minutes 5`.
+//! `--kafka --seeds 200 --minutes 5`, `--kafka --raft --seeds 100 --minutes 5`,
+//! `--whole --shared-log --seeds 40`, `--kafka --shared-log --seeds 40 --minutes 5`.
 
 use clap::Parser;
 
@@ -39,6 +40,10 @@ struct Args {
     /// With `--whole`: the metastore as a three-node Raft group over a faulty network.
     #[arg(long)]
     raft: bool,
+    /// With `--whole` or `--kafka`: the metastore as three nodes on a shared
+    /// log in a simulated database (the PostgreSQL design) with its faults.
+    #[arg(long)]
+    shared_log: bool,
     /// With `--whole`: print every seed's trace, passing or not.
     #[arg(long)]
     trace: bool,
@@ -100,7 +105,8 @@ fn whole(args: &Args) -> std::process::ExitCode {
     use floe_sim::whole;
     let settings = whole::Settings {
         duration: std::time::Duration::from_secs(args.minutes * 60),
-        raft: args.raft,
+        raft: args.raft || args.shared_log,
+        shared_log: args.shared_log,
         ..whole::Settings::default()
     };
     let mut total = whole::Summary::default();
@@ -173,7 +179,8 @@ fn kafka(args: &Args) -> std::process::ExitCode {
     use floe_sim::whole::{Summary, kafka};
     let settings = kafka::KafkaSettings {
         duration: std::time::Duration::from_secs(args.minutes * 60),
-        raft: args.raft,
+        raft: args.raft || args.shared_log,
+        shared_log: args.shared_log,
         ..kafka::KafkaSettings::default()
     };
     let mut total = Summary::default();

@@ -61,6 +61,20 @@ fn a_consumer_group_on_a_raft_metastore_finds_no_anomaly() {
     assert!(total.acked_batches > 500, "{total:?}");
 }
 
+/// The metastore on a shared log (the PostgreSQL design) under its
+/// weather, with every kind of client on it.
+#[test]
+fn clients_on_a_shared_log_metastore_find_no_anomaly() {
+    let settings = KafkaSettings {
+        duration: Duration::from_secs(180),
+        raft: true,
+        shared_log: true,
+        ..KafkaSettings::default()
+    };
+    let total = check(5, settings).0;
+    assert!(total.acked_batches > 500, "{total:?}");
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     let short = KafkaSettings {

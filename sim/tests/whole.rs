@@ -80,3 +80,21 @@ fn raft_seeds_find_no_anomaly() {
     }
     assert!(partitions > 0, "the network was partitioned");
 }
+
+/// The metastore on a shared log (the PostgreSQL design): nodes killed
+/// mid-append, cut off from the database, the database failing, slow and
+/// losing answers after it committed.
+#[test]
+fn shared_log_seeds_find_no_anomaly() {
+    let on_a_shared_log = Settings {
+        raft: true,
+        shared_log: true,
+        ..Settings::default()
+    };
+    let mut kills = 0;
+    for seed in 2_000..2_006 {
+        let (summary, _) = check(seed, on_a_shared_log);
+        kills += summary.node_kills;
+    }
+    assert!(kills > 0, "no metastore node was killed");
+}

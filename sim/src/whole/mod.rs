@@ -63,8 +63,20 @@ pub struct Settings {
     /// The metastore as a three-node Raft group over a faulty network
     /// ([`raft`]) rather than one state behind injected faults ([`meta`]).
     pub raft: bool,
+    /// With `raft`: the group's nodes keep their log in one simulated
+    /// database (the PostgreSQL design) instead of Raft.
+    pub shared_log: bool,
     /// Transactional producers ([`txns`]), each with its transactional id.
     pub txn_producers: usize,
+}
+
+impl Settings {
+    fn group_kind(&self) -> raft::Kind {
+        match self.shared_log {
+            true => raft::Kind::SharedLog,
+            false => raft::Kind::Raft,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -75,6 +87,7 @@ impl Default for Settings {
             producers: 4,
             partitions: 3,
             raft: false,
+            shared_log: false,
             txn_producers: 2,
         }
     }
@@ -202,6 +215,8 @@ pub struct World {
     pub store_faults: StoreFaults,
     pub meta_faults: MetaFaults,
     pub net: raft::NetFaults,
+    /// The database of a group on a shared log.
+    pub database: raft::DatabaseFaults,
     pub acks: Vec<Ack>,
     /// Every transaction, as its producer saw it end.
     pub txns: Vec<txns::TxnRecord>,
@@ -322,6 +337,7 @@ impl Shared {
             store_faults: StoreFaults::default(),
             meta_faults: MetaFaults::default(),
             net: raft::NetFaults::default(),
+            database: raft::DatabaseFaults::default(),
             acks: Vec::new(),
             txns: Vec::new(),
             stable_seen: Vec::new(),
@@ -530,7 +546,10 @@ impl Cluster {
 
 async fn simulate(shared: &Shared, settings: Settings) {
     let (single, group) = if settings.raft {
-        (None, Some(Arc::new(raft::start(shared).await)))
+        (
+            None,
+            Some(Arc::new(raft::start(shared, settings.group_kind()).await)),
+        )
     } else {
         (Some(Arc::new(SimMetastore::new(shared.clone()))), None)
     };
@@ -696,6 +715,7 @@ async fn simulate(shared: &Shared, settings: Settings) {
         w.store_faults = StoreFaults::default();
         w.meta_faults = MetaFaults::default();
         w.net = raft::NetFaults::default();
+        w.database = raft::DatabaseFaults::default();
         w.log("calm: faults off, every agent up".into());
     });
     {

@@ -10,6 +10,13 @@
 //! Runs with Raft are seeded but do not replay exactly: openraft draws its
 //! election timeouts from its own thread-local generator and its core loop
 //! selects at random between ready events (both outside the seed).
+//!
+//! The same group can be three nodes of the metastore on a shared log (the
+//! PostgreSQL design, `floe_metastore::shared_log`) instead: `LogNode`s on
+//! one `MemoryLog` whose calls fail, lose their answers after taking
+//! effect and run slow as the weather says (an isolated node is cut off
+//! from the database), each node's clock skewed its own way,
+//! nodes killed mid-append and restarted from the log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,9 +26,11 @@ use floe_metastore::groups::Heard;
 use floe_metastore::raft::NodeId;
 use floe_metastore::raft::network::{PeerRequest, PeerResponse, PeerTransport};
 use floe_metastore::raft::node::{Bootstrap, database_on};
+use floe_metastore::shared_log::memory::{Call, Fault, MemoryLog};
 use floe_metastore::state::{Command, Reply, State};
 use floe_metastore::{
-    AwaitGroup, Clock, MemberView, MetaError, NodeOptions, RaftMetastore, Refusal, Sequencer,
+    AwaitGroup, Clock, LogNode, LogNodeOptions, MemberView, MetaError, NodeOptions, RaftMetastore,
+    Refusal, Sequencer,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -34,6 +43,19 @@ use super::meta::EPOCH_MS;
 
 /// The metastore group's size.
 pub const NODES: u64 = 3;
+
+/// How the simulated database of a group on a shared log misbehaves now:
+/// shares of its calls that fail, that take effect and lose their answer,
+/// and that are slow (up to `max_latency`).
+#[derive(Debug, Clone, Default)]
+pub struct DatabaseFaults {
+    pub fail: f64,
+    pub lose_answer: f64,
+    pub slow: f64,
+    pub max_latency: Duration,
+    /// Nodes cut off from the database: every call of theirs fails.
+    pub cut: BTreeSet<NodeId>,
+}
 
 /// How the simulated network between metastore nodes misbehaves now.
 #[derive(Debug, Clone, Default)]
@@ -65,7 +87,7 @@ impl Clock for SkewedClock {
 /// wire, subject to [`NetFaults`].
 #[derive(Debug)]
 pub struct SimNet {
-    nodes: Mutex<BTreeMap<NodeId, Weak<RaftMetastore>>>,
+    nodes: Mutex<BTreeMap<NodeId, Weak<SimNode>>>,
     shared: Shared,
 }
 
@@ -109,9 +131,14 @@ impl PeerTransport for SimNet {
             .ok_or_else(|| format!("node {target} is down"))?;
         // Handled whether or not the sender still waits: a message that
         // arrives after its sender gave up is still acted on.
+        let SimNode::Raft(_) = node.as_ref() else {
+            return Err(format!("node {target} has no Raft peers"));
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let _ = tx.send(node.handle_peer(request).await);
+            if let SimNode::Raft(node) = node.as_ref() {
+                let _ = tx.send(node.handle_peer(request).await);
+            }
         });
         let response = rx.await.map_err(|_| "the receiver stopped".to_string())?;
         let (lost, latency) = self.hop(target, from);
@@ -123,14 +150,117 @@ impl PeerTransport for SimNet {
     }
 }
 
+/// What kind of metastore group a run simulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Three Raft voters, each with its log on its own disk.
+    Raft,
+    /// Three nodes of the metastore on a shared log (PostgreSQL's design),
+    /// the log in one simulated database.
+    SharedLog,
+}
+
+/// A metastore node of either kind.
+pub enum SimNode {
+    Raft(RaftMetastore),
+    Log(LogNode),
+}
+
+impl SimNode {
+    pub fn id(&self) -> NodeId {
+        match self {
+            SimNode::Raft(n) => n.id(),
+            SimNode::Log(n) => n.id(),
+        }
+    }
+
+    pub fn leads(&self) -> bool {
+        match self {
+            SimNode::Raft(n) => n.leads(),
+            SimNode::Log(n) => n.leads(),
+        }
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        match self {
+            SimNode::Raft(n) => n.applied_index(),
+            SimNode::Log(n) => n.applied_index(),
+        }
+    }
+
+    pub fn local_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        match self {
+            SimNode::Raft(n) => n.local_state(f),
+            SimNode::Log(n) => n.local_state(f),
+        }
+    }
+}
+
+impl Sequencer for SimNode {
+    async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
+        match self {
+            SimNode::Raft(n) => n.propose(command).await,
+            SimNode::Log(n) => n.propose(command).await,
+        }
+    }
+
+    async fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
+        &self,
+        f: F,
+    ) -> Result<T, MetaError> {
+        match self {
+            SimNode::Raft(n) => n.read(f).await,
+            SimNode::Log(n) => n.read(f).await,
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        match self {
+            SimNode::Raft(n) => n.now_ms(),
+            SimNode::Log(n) => n.now_ms(),
+        }
+    }
+
+    fn new_id(&self) -> Uuid {
+        match self {
+            SimNode::Raft(n) => n.new_id(),
+            SimNode::Log(n) => n.new_id(),
+        }
+    }
+
+    async fn read_heard<T: Send, F: FnOnce(&State) -> (T, Option<Heard>) + Clone + Send>(
+        &self,
+        f: F,
+    ) -> Result<T, MetaError> {
+        match self {
+            SimNode::Raft(n) => n.read_heard(f).await,
+            SimNode::Log(n) => n.read_heard(f).await,
+        }
+    }
+
+    async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {
+        match self {
+            SimNode::Raft(n) => n.await_group(wait).await,
+            SimNode::Log(n) => n.await_group(wait).await,
+        }
+    }
+}
+
+/// How each node is (re)started.
+enum Starts {
+    /// Each node's options, to restart it with (a replaced node's say
+    /// `Bootstrap::Join`), and its disk, which loses its unsynced writes
+    /// when the node is killed.
+    Raft(Vec<NodeOptions>, Vec<Disk>),
+    /// Each node's options and the database they share.
+    Log(Vec<LogNodeOptions>, MemoryLog),
+}
+
 /// The three nodes (`None` while one is down), and the client agents use.
 pub struct RaftGroup {
     nodes: Nodes,
-    /// Each node's options, to restart it with (a replaced node's say
-    /// `Bootstrap::Join`).
-    options: Mutex<Vec<NodeOptions>>,
-    /// Each node's disk, which loses its unsynced writes when the node is killed.
-    disks: Vec<Disk>,
+    kind: Kind,
+    starts: Mutex<Starts>,
     net: Arc<SimNet>,
     pub client: Arc<RaftClient>,
     /// Kills, restarts and replacements one at a time: a restart that ran
@@ -139,10 +269,10 @@ pub struct RaftGroup {
     lifecycle: tokio::sync::Mutex<()>,
 }
 
-type Nodes = Arc<Mutex<Vec<Option<Arc<RaftMetastore>>>>>;
+type Nodes = Arc<Mutex<Vec<Option<Arc<SimNode>>>>>;
 
 /// Starts the group and waits for its first leader.
-pub async fn start(shared: &Shared) -> RaftGroup {
+pub async fn start(shared: &Shared, kind: Kind) -> RaftGroup {
     // openraft's election timeouts from the run's seed (the runtime is this
     // thread; `run` clears it afterwards).
     let draws = shared.with(|w| w.rng_below(u64::MAX));
@@ -151,52 +281,108 @@ pub async fn start(shared: &Shared) -> RaftGroup {
         nodes: Mutex::new(BTreeMap::new()),
         shared: shared.clone(),
     });
-    let peers: BTreeMap<NodeId, String> = (1..=NODES).map(|id| (id, address(id))).collect();
-    let mut options = Vec::new();
-    let mut disks = Vec::new();
-    let mut nodes = Vec::new();
-    for id in 1..=NODES {
-        let mut o = NodeOptions::new(id, address(id));
-        o.bootstrap = Bootstrap::Cluster(peers.clone());
-        o.heartbeat_ms = 50;
-        // Small, so that followers catch up from snapshots too.
-        o.snapshot_every = 300;
-        o.clock = Arc::new(SkewedClock {
+    let clock = |id| -> Arc<dyn Clock> {
+        Arc::new(SkewedClock {
             node: id,
             shared: shared.clone(),
-        });
-        let transport: Arc<dyn PeerTransport> = net.clone();
-        o.transport = Some(transport);
-        let disk = Disk::default();
-        let node = Arc::new(
-            RaftMetastore::start(on_disk(&o, &disk))
-                .await
-                .expect("a metastore node starts"),
-        );
-        disks.push(disk);
-        net.nodes
-            .lock()
-            .expect("sim net lock")
-            .insert(id, Arc::downgrade(&node));
-        options.push(o);
-        nodes.push(Some(node));
-    }
-    while !nodes.iter().flatten().any(|n| n.leads()) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let nodes: Nodes = Arc::new(Mutex::new(nodes));
-    RaftGroup {
+        })
+    };
+    let starts = match kind {
+        Kind::Raft => {
+            let peers: BTreeMap<NodeId, String> = (1..=NODES).map(|id| (id, address(id))).collect();
+            let transport: Arc<dyn PeerTransport> = net.clone();
+            let options = (1..=NODES)
+                .map(|id| {
+                    let mut o = NodeOptions::new(id, address(id));
+                    o.bootstrap = Bootstrap::Cluster(peers.clone());
+                    o.heartbeat_ms = 50;
+                    // Small, so that followers catch up from snapshots too.
+                    o.snapshot_every = 300;
+                    o.clock = clock(id);
+                    o.transport = Some(transport.clone());
+                    o
+                })
+                .collect();
+            Starts::Raft(options, (1..=NODES).map(|_| Disk::default()).collect())
+        }
+        Kind::SharedLog => {
+            let options = (1..=NODES)
+                .map(|id| {
+                    let mut o = LogNodeOptions::new(id, address(id));
+                    o.lease = Duration::from_secs(2);
+                    // Small, so that standbys load snapshots too.
+                    o.snapshot_every = 300;
+                    o.clock = clock(id);
+                    o
+                })
+                .collect();
+            let database = Arc::new(DatabaseClock(shared.clone()));
+            Starts::Log(options, MemoryLog::new(database))
+        }
+    };
+    let kind_of = match &starts {
+        Starts::Raft(..) => Kind::Raft,
+        Starts::Log(..) => Kind::SharedLog,
+    };
+    let nodes: Nodes = Arc::new(Mutex::new(vec![None; NODES as usize]));
+    let group = RaftGroup {
         client: Arc::new(RaftClient {
             nodes: nodes.clone(),
             leader: AtomicUsize::new(0),
             shared: shared.clone(),
         }),
         nodes,
-        options: Mutex::new(options),
-        disks,
+        kind: kind_of,
+        starts: Mutex::new(starts),
         net,
         lifecycle: tokio::sync::Mutex::new(()),
+    };
+    for i in 0..NODES as usize {
+        group.restart_now(i, shared).await;
     }
+    while group.leader().is_none() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    group
+}
+
+/// The simulated database's clock: the simulation's own, unskewed (one
+/// server's clock, which every node reads its lease by).
+#[derive(Debug)]
+struct DatabaseClock(Shared);
+
+impl Clock for DatabaseClock {
+    fn now_ms(&self) -> i64 {
+        self.0.with(|w| w.now_ms())
+    }
+}
+
+/// What the weather does to node `node`'s calls to the database: fails
+/// them all while the node is cut off from the others, and otherwise fails
+/// some, loses the answers of some after they took effect and slows some.
+fn database_weather(shared: Shared, node: NodeId) -> floe_metastore::shared_log::memory::Weather {
+    Arc::new(move |_: Call| {
+        shared.with(|w| {
+            if w.database.cut.contains(&node) {
+                return Fault::Fail;
+            }
+            let faults = w.database.clone();
+            if w.chance(faults.fail) {
+                Fault::Fail
+            } else if w.chance(faults.lose_answer) {
+                Fault::LoseAnswer
+            } else if w.chance(faults.slow) {
+                let late = w.latency_up_to(faults.max_latency);
+                // Late to take effect, or late to say it did.
+                match w.chance(0.5) {
+                    true => Fault::Slow(late),
+                    false => Fault::SlowAnswer(late),
+                }
+            } else {
+                Fault::None
+            }
+        })
+    })
 }
 
 /// `options` with a database on `disk` (as a restarted process opens its file).
@@ -209,12 +395,13 @@ fn on_disk(options: &NodeOptions, disk: &Disk) -> NodeOptions {
 }
 
 impl RaftGroup {
-    fn node(&self, i: usize) -> Option<Arc<RaftMetastore>> {
+    fn node(&self, i: usize) -> Option<Arc<SimNode>> {
         self.nodes.lock().expect("sim nodes lock")[i].clone()
     }
 
     /// Stops node `i` where it is, as a crash does: its disk keeps what it
-    /// synced.
+    /// synced (a node on a shared log leaves its lease to lapse, and an
+    /// append it had sent may still land).
     pub async fn kill(&self, i: usize) {
         let _one_at_a_time = self.lifecycle.lock().await;
         self.kill_now(i).await;
@@ -222,33 +409,69 @@ impl RaftGroup {
 
     async fn kill_now(&self, i: usize) {
         let node = self.nodes.lock().expect("sim nodes lock")[i].take();
-        if let Some(node) = node {
-            self.net
-                .nodes
-                .lock()
-                .expect("sim net lock")
-                .remove(&(i as NodeId + 1));
-            node.shutdown().await;
-            self.disks[i].crash();
+        let Some(node) = node else { return };
+        self.net
+            .nodes
+            .lock()
+            .expect("sim net lock")
+            .remove(&(i as NodeId + 1));
+        match node.as_ref() {
+            SimNode::Raft(raft) => {
+                raft.shutdown().await;
+                if let Starts::Raft(_, disks) = &*self.starts.lock().expect("sim starts lock") {
+                    disks[i].crash();
+                }
+            }
+            SimNode::Log(log_node) => log_node.halt(),
         }
     }
 
     /// Starts node `i` again from its log, if it is down.
     pub async fn restart(&self, i: usize) {
         let _one_at_a_time = self.lifecycle.lock().await;
-        self.restart_now(i).await;
+        let shared = self.client.shared.clone();
+        self.restart_now(i, &shared).await;
     }
 
-    async fn restart_now(&self, i: usize) {
+    async fn restart_now(&self, i: usize, shared: &Shared) {
         if self.node(i).is_some() {
             return;
         }
-        let options = self.options.lock().expect("sim options lock")[i].clone();
-        let node = Arc::new(
-            RaftMetastore::start(on_disk(&options, &self.disks[i]))
-                .await
-                .expect("a metastore node restarts from its log"),
-        );
+        enum Start {
+            Raft(NodeOptions),
+            Log(LogNodeOptions, MemoryLog),
+        }
+        let start = match &*self.starts.lock().expect("sim starts lock") {
+            Starts::Raft(options, disks) => Start::Raft(on_disk(&options[i], &disks[i])),
+            Starts::Log(options, log) => Start::Log(options[i].clone(), log.clone()),
+        };
+        let node = match start {
+            Start::Raft(options) => SimNode::Raft(
+                RaftMetastore::start(options)
+                    .await
+                    .expect("a metastore node restarts from its log"),
+            ),
+            Start::Log(options, log) => {
+                let log = log.with_weather(database_weather(shared.clone(), options.id));
+                // A database that fails calls fails a start too: a
+                // supervisor starts the node again, for a minute; then it
+                // stays down until the next restart (the calm's, at the
+                // latest, with the faults off).
+                let mut started = None;
+                for _ in 0..120 {
+                    match LogNode::start(Arc::new(log.clone()), options.clone()).await {
+                        Ok(node) => {
+                            started = Some(node);
+                            break;
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                    }
+                }
+                let Some(started) = started else { return };
+                SimNode::Log(started)
+            }
+        };
+        let node = Arc::new(node);
         self.net
             .nodes
             .lock()
@@ -261,20 +484,36 @@ impl RaftGroup {
         self.node(i).is_none()
     }
 
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// The node that leads now, if one is up and knows it.
-    fn leader(&self) -> Option<Arc<RaftMetastore>> {
+    fn leader(&self) -> Option<Arc<SimNode>> {
         let nodes = self.nodes.lock().expect("sim nodes lock");
         nodes.iter().flatten().find(|n| n.leads()).cloned()
+    }
+
+    fn raft_leader(&self) -> Result<Arc<SimNode>, String> {
+        self.leader().ok_or_else(|| "no leader".to_string())
     }
 
     /// Replaces node `i` under load, as an operator replaces a failed
     /// machine: removed from the group (asked of the leader), its disk
     /// wiped, started empty (`Bootstrap::Join`) and added back, a learner
     /// that catches up from a snapshot and then a voter. A step refused or
-    /// timed out leaves the rest to [`RaftGroup::all_voters`].
+    /// timed out leaves the rest to [`RaftGroup::all_voters`]. (A node on a
+    /// shared log has no membership and no disk: it is started afresh.)
     pub async fn replace(&self, i: usize) -> Result<(), String> {
         let id = i as NodeId + 1;
-        let leader = self.leader().ok_or("no leader")?;
+        let leader = self.raft_leader()?;
+        let SimNode::Raft(leader) = leader.as_ref() else {
+            let _one_at_a_time = self.lifecycle.lock().await;
+            self.kill_now(i).await;
+            let shared = self.client.shared.clone();
+            self.restart_now(i, &shared).await;
+            return Ok(());
+        };
         let removed = tokio::time::timeout(Duration::from_secs(30), leader.remove_node(id)).await;
         removed
             .map_err(|_| "removal timed out".to_string())?
@@ -282,16 +521,23 @@ impl RaftGroup {
         {
             let _one_at_a_time = self.lifecycle.lock().await;
             self.kill_now(i).await;
-            self.disks[i].wipe();
-            self.options.lock().expect("sim options lock")[i].bootstrap = Bootstrap::Join;
-            self.restart_now(i).await;
+            if let Starts::Raft(options, disks) = &mut *self.starts.lock().expect("sim starts lock")
+            {
+                disks[i].wipe();
+                options[i].bootstrap = Bootstrap::Join;
+            }
+            let shared = self.client.shared.clone();
+            self.restart_now(i, &shared).await;
         }
         self.add_back(id).await
     }
 
     /// Asks the leader to add node `id` (a learner, then a voter).
     async fn add_back(&self, id: NodeId) -> Result<(), String> {
-        let leader = self.leader().ok_or("no leader")?;
+        let leader = self.raft_leader()?;
+        let SimNode::Raft(leader) = leader.as_ref() else {
+            return Ok(());
+        };
         let added =
             tokio::time::timeout(Duration::from_secs(120), leader.add_node(id, address(id))).await;
         added
@@ -300,7 +546,8 @@ impl RaftGroup {
     }
 
     /// Every node a voter again (after the weather: a replacement may have
-    /// stopped halfway).
+    /// stopped halfway). A group on a shared log has no voters: it needs a
+    /// leader only.
     pub async fn all_voters(&self) -> Result<(), String> {
         let mut last = "no leader".to_string();
         for _ in 0..60 {
@@ -308,7 +555,10 @@ impl RaftGroup {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
-            let status = leader.status();
+            let SimNode::Raft(raft) = leader.as_ref() else {
+                return Ok(());
+            };
+            let status = raft.status();
             let missing = (1..=NODES).find(|id| !status.voters.contains_key(id));
             let Some(id) = missing else {
                 return Ok(());
@@ -368,7 +618,7 @@ impl RaftClient {
     /// nothing of that attempt.
     async fn call<T, Fut>(
         &self,
-        attempt: impl Fn(Arc<RaftMetastore>) -> Fut,
+        attempt: impl Fn(Arc<SimNode>) -> Fut,
         refusal: impl Fn(&T) -> Option<Refusal>,
     ) -> Result<T, MetaError>
     where
@@ -423,7 +673,7 @@ impl RaftClient {
 impl RaftClient {
     /// A request that changes nothing, asked of the node believed to lead
     /// (and of the next, as [`RaftClient::call`] moves on).
-    async fn ask<T, Fut>(&self, ask: impl Fn(Arc<RaftMetastore>) -> Fut) -> Result<T, MetaError>
+    async fn ask<T, Fut>(&self, ask: impl Fn(Arc<SimNode>) -> Fut) -> Result<T, MetaError>
     where
         Fut: std::future::Future<Output = Result<T, MetaError>>,
     {
@@ -507,7 +757,7 @@ impl Sequencer for RaftClient {
 /// it is still there at every one of several looks. A real divergence never
 /// heals.
 pub async fn replicas_agree(group: &RaftGroup) -> Result<(), String> {
-    let nodes: Vec<Arc<RaftMetastore>> = (0..NODES as usize)
+    let nodes: Vec<Arc<SimNode>> = (0..NODES as usize)
         .map(|i| group.node(i).expect("every node is up after the calm"))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -87,12 +87,17 @@ pub(super) async fn raft_weather(
         });
         return;
     }
+    let shared_log = group.kind() == raft::Kind::SharedLog;
     shared.with(|w| {
         let node = 1 + w.rng_below(raft::NODES);
         match w.rng_below(4) {
             0 => {
                 // Isolated: its leadership (if any) passes on; writes it
-                // takes meanwhile never commit.
+                // takes meanwhile never commit. (On a shared log: cut off
+                // from the database.)
+                if shared_log {
+                    w.database.cut.insert(node);
+                }
                 for other in (1..=raft::NODES).filter(|&o| o != node) {
                     w.net.cut.insert((node, other));
                     w.net.cut.insert((other, node));
@@ -105,6 +110,19 @@ pub(super) async fn raft_weather(
                 w.net.cut.insert((node, other));
                 w.summary.partitions += 1;
                 w.log(format!("link {node} -> {other} cut"));
+            }
+            2 if shared_log => {
+                // The database: calls that fail, that land and lose their
+                // answer, and that run slow (longer than a lease, now and then).
+                w.net.cut.clear();
+                w.database = raft::DatabaseFaults {
+                    fail: 0.05 * w.rng.random::<f64>(),
+                    lose_answer: 0.05 * w.rng.random::<f64>(),
+                    slow: 0.1 * w.rng.random::<f64>(),
+                    max_latency: Duration::from_millis(w.rng_below(4_000)),
+                    cut: Default::default(),
+                };
+                w.log(format!("network healed; database faults {:?}", w.database));
             }
             2 => {
                 w.net.cut.clear();

@@ -84,6 +84,9 @@ pub struct KafkaSettings {
     /// The metastore as a three-node Raft group, with its own weather
     /// (nodes killed, links cut, clocks skewed), instead of the plain one.
     pub raft: bool,
+    /// With `raft`: the group's nodes keep their log in one simulated
+    /// database (the PostgreSQL design) instead of Raft.
+    pub shared_log: bool,
     pub partitions: i32,
 }
 
@@ -99,6 +102,7 @@ impl Default for KafkaSettings {
             consumers: 3,
             share_members: 2,
             raft: false,
+            shared_log: false,
             partitions: 3,
         }
     }
@@ -165,7 +169,13 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         };
     });
     let group = match settings.raft {
-        true => Some(Arc::new(raft::start(shared).await)),
+        true => {
+            let kind = match settings.shared_log {
+                true => raft::Kind::SharedLog,
+                false => raft::Kind::Raft,
+            };
+            Some(Arc::new(raft::start(shared, kind).await))
+        }
         false => None,
     };
     let meta: Arc<dyn Metastore> = match &group {
@@ -294,6 +304,7 @@ async fn simulate(shared: &Shared, settings: KafkaSettings) {
         w.meta_faults = MetaFaults::default();
         w.store_faults = StoreFaults::default();
         w.net = raft::NetFaults::default();
+        w.database = raft::DatabaseFaults::default();
         w.log("calm: auditing".into());
     });
     if let Some(group) = &group {
@@ -395,7 +406,10 @@ async fn raft_weather_until(shared: Shared, group: Arc<raft::RaftGroup>, end: In
         tokio::time::sleep(pause).await;
         super::weather::raft_weather(&shared, &group, &[]).await;
     }
-    shared.with(|w| w.net = raft::NetFaults::default());
+    shared.with(|w| {
+        w.net = raft::NetFaults::default();
+        w.database = raft::DatabaseFaults::default();
+    });
     for i in 0..raft::NODES as usize {
         group.restart(i).await;
     }
