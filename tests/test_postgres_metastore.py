@@ -102,6 +102,12 @@ def test_agents_share_a_metastore_in_postgres_with_one_flag(tmp_path, postgres, 
         assert seen[leader]["backend"].startswith("postgres://127.0.0.1:"), seen
         [[entries]] = postgres_server.sql(postgres, "SELECT count(*) FROM floe_log")
         assert int(entries) > 0
+        # The leading agent's node counts its appends and their round trips.
+        status, metrics = a.admin("/metrics")
+        assert status == 200
+        appends = [line for line in metrics.splitlines()
+                   if line.startswith('floe_metastore_database_call_duration_seconds_count{op="append"}')]
+        assert appends and float(appends[0].split()[-1]) > 0, appends
     finally:
         a.stop()
         b.stop()

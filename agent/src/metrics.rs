@@ -94,6 +94,10 @@ pub struct Metrics {
     metastore_requests: Family<OpLabel, Counter>,
     /// Their round trips, when answered.
     metastore_seconds: Family<OpLabel, Histogram>,
+    /// Calls to the metastore's PostgreSQL database, by call, and the
+    /// round trips of those answered.
+    database_calls: Family<OpLabel, Counter>,
+    database_seconds: Family<OpLabel, Histogram>,
     /// How long the object store took to answer, by operation.
     object_seconds: Family<OpLabel, Histogram>,
     /// Per topic: record-batch bytes and records produced, bytes fetched.
@@ -245,6 +249,20 @@ impl Metrics {
             "metastore_request_duration_seconds",
             "Round trips of answered requests to a remote metastore, by operation",
             metastore_seconds.clone(),
+        );
+        let database_calls = Family::<OpLabel, Counter>::default();
+        registry.register(
+            "metastore_database_calls",
+            "Calls this agent's metastore node made to its PostgreSQL database, by call",
+            database_calls.clone(),
+        );
+        let database_seconds = Family::<OpLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.0002, 2.0, 16))) as fn() -> Histogram,
+        );
+        registry.register(
+            "metastore_database_call_duration_seconds",
+            "Round trips of answered calls to the metastore's PostgreSQL database, by call",
+            database_seconds.clone(),
         );
         let object_seconds = Family::<OpLabel, Histogram>::new_with_constructor(
             (|| Histogram::new(exponential_buckets(0.001, 2.0, 15))) as fn() -> Histogram,
@@ -420,6 +438,8 @@ impl Metrics {
             request_budget_free,
             metastore_requests,
             metastore_seconds,
+            database_calls,
+            database_seconds,
             object_seconds,
             topic_produced_bytes,
             topic_produced_records,
@@ -472,6 +492,18 @@ impl Metrics {
     }
 
     /// A request sent to a remote metastore, and its round trip if answered.
+    /// A call of the metastore node to its PostgreSQL database: `answered`
+    /// within that long, or not (failed, or no answer in time).
+    pub fn database_call(&self, call: &'static str, answered: Option<Duration>) {
+        let label = OpLabel { op: call };
+        self.database_calls.get_or_create(&label).inc();
+        if let Some(took) = answered {
+            self.database_seconds
+                .get_or_create(&label)
+                .observe(took.as_secs_f64());
+        }
+    }
+
     pub fn metastore_request(&self, op: &'static str, answered: Option<Duration>) {
         let label = OpLabel { op };
         self.metastore_requests.get_or_create(&label).inc();

@@ -443,7 +443,7 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
         let mut member = None;
         let (meta, meta_name): (Arc<dyn Metastore>, String) = match &config.metastore {
             Some(url) if config.metastore_postgres().is_some() => {
-                let joined = Arc::new(join_postgres_metastore(&config, url).await?);
+                let joined = Arc::new(join_postgres_metastore(&config, url, &metrics).await?);
                 let name = joined.node().backend();
                 member = Some(joined.clone());
                 (joined, name)
@@ -489,6 +489,7 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
 async fn join_postgres_metastore(
     config: &floe_agent::config::Config,
     url: &str,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<floe_metastore::shared_log::member::Member> {
     let secret = metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
     let listen = config.metastore_listen.as_deref().unwrap_or("127.0.0.1:0");
@@ -508,9 +509,13 @@ async fn join_postgres_metastore(
         ),
         None => bound.to_string(),
     };
+    let counted = metrics.clone();
     let log = floe_metastore::shared_log::postgres::PostgresLog::connect(url)
         .await
-        .map_err(anyhow::Error::msg)?;
+        .map_err(anyhow::Error::msg)?
+        .with_call_hook(Arc::new(move |call, answered| {
+            counted.database_call(call, answered)
+        }));
     // Only shown in `floe metastore status`: agents behind a load
     // balancer may share one broker id, so the node takes its own.
     let id = u64::from(floe_metastore::random_id().as_fields().0);

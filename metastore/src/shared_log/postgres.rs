@@ -20,6 +20,7 @@
 //! [`CALL_TIMEOUT`] or fails, a `statement_timeout` on the server, and the
 //! same deadline around each call here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,10 +38,15 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections per node: the writer, the lease keeper, a snapshot, a status.
 const CONNECTIONS: u32 = 4;
 
+/// Told of every call to the database: its name and, if it was answered,
+/// how long it took (an agent counts them in its metrics).
+pub type CallHook = Arc<dyn Fn(&'static str, Option<Duration>) + Send + Sync>;
+
 /// A shared log in PostgreSQL.
 pub struct PostgresLog {
     pool: PgPool,
     described: String,
+    hook: Option<CallHook>,
 }
 
 /// Milliseconds since the epoch of a `timestamptz` expression, in SQL.
@@ -135,13 +141,24 @@ impl PostgresLog {
             .await
             .map_err(|_| fail("the schema's migrations did not finish within a minute".into()))?
             .map_err(|e| fail(format!("migrating the schema: {e}")))?;
-        Ok(PostgresLog { pool, described })
+        Ok(PostgresLog {
+            pool,
+            described,
+            hook: None,
+        })
+    }
+
+    /// Calls `hook` for every call made to the database from now on.
+    pub fn with_call_hook(mut self, hook: CallHook) -> Self {
+        self.hook = Some(hook);
+        self
     }
 
     /// The tables this floe's migrations made (tests: a schema up to date).
     pub async fn applied_migrations(&self) -> Result<Vec<i64>, LogError> {
         let rows = self
             .call(
+                "migrations",
                 sqlx::query("SELECT version FROM _sqlx_migrations ORDER BY version")
                     .fetch_all(&self.pool),
             )
@@ -151,11 +168,15 @@ impl PostgresLog {
 
     async fn call<T>(
         &self,
+        name: &'static str,
         query: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, LogError> {
-        bounded(query)
-            .await
-            .map_err(|e| LogError(format!("PostgreSQL at {}: {e}", self.described)))
+        let sent = tokio::time::Instant::now();
+        let answer = bounded(query).await;
+        if let Some(hook) = &self.hook {
+            hook(name, answer.is_ok().then(|| sent.elapsed()));
+        }
+        answer.map_err(|e| LogError(format!("PostgreSQL at {}: {e}", self.described)))
     }
 
     fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>>(
@@ -212,6 +233,7 @@ impl SharedLog for PostgresLog {
     async fn claim(&self, me: &Candidate, lease_ms: i64) -> Result<Tenure, LogError> {
         let row = self
             .call(
+                "claim",
                 sqlx::query(CLAIM)
                     .bind(me.holder)
                     .bind(me.node as i64)
@@ -237,14 +259,18 @@ impl SharedLog for PostgresLog {
     }
 
     async fn release(&self, me: &Candidate) -> Result<(), LogError> {
-        self.call(sqlx::query(RELEASE).bind(me.holder).execute(&self.pool))
-            .await
-            .map(|_| ())
+        self.call(
+            "release",
+            sqlx::query(RELEASE).bind(me.holder).execute(&self.pool),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn append(&self, term: u64, entry: StoredEntry) -> Result<Appended, LogError> {
         let row = self
             .call(
+                "append",
                 sqlx::query(APPEND)
                     .bind(term as i64)
                     .bind(entry.index as i64)
@@ -264,6 +290,7 @@ impl SharedLog for PostgresLog {
     async fn read(&self, after: u64, max: usize) -> Result<Vec<StoredEntry>, LogError> {
         let rows = self
             .call(
+                "read",
                 sqlx::query(READ)
                     .bind(after as i64)
                     .bind(max as i64)
@@ -275,7 +302,7 @@ impl SharedLog for PostgresLog {
 
     async fn snapshot(&self) -> Result<Option<StoredSnapshot>, LogError> {
         let row = self
-            .call(sqlx::query(SNAPSHOT).fetch_optional(&self.pool))
+            .call("snapshot", sqlx::query(SNAPSHOT).fetch_optional(&self.pool))
             .await?;
         row.map(|row| {
             Ok(StoredSnapshot {
@@ -314,11 +341,13 @@ impl SharedLog for PostgresLog {
             .await?;
             txn.commit().await
         };
-        self.call(saved).await
+        self.call("save_snapshot", saved).await
     }
 
     async fn sizes(&self) -> Result<LogSizes, LogError> {
-        let row = self.call(sqlx::query(SIZES).fetch_one(&self.pool)).await?;
+        let row = self
+            .call("sizes", sqlx::query(SIZES).fetch_one(&self.pool))
+            .await?;
         let index = |c| {
             self.get::<Option<i64>>(&row, c)
                 .map(|v| v.map(|v| v as u64))
