@@ -164,10 +164,12 @@ def test_a_frozen_leader_resumed_never_writes_again(tmp_path, postgres, postgres
     until the other has taken the lease and writes, then resumed. Its term
     is fenced: no entry of its term follows the new leader's first, it
     stands by, and the records produced throughout are all there once."""
-    nodes = [MetaNode(tmp_path, n, free_port(), "--store", postgres, "--lease", "2s").start()
+    nodes = [MetaNode(tmp_path, n, free_port(), "--store", postgres, "--lease", "2s")
              for n in (1, 2)]
-    first, _ = leader_among([nodes[0].address])
+    # Node 1 first, so that it leads.
+    first, _ = leader_among([nodes[0].start().address])
     assert first == nodes[0].address
+    nodes[1].start()
     cluster = ",".join(n.address for n in nodes)
     agent = agent_on(tmp_path, "a", cluster)
     try:

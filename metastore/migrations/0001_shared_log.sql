@@ -12,7 +12,7 @@ CREATE TABLE floe_lease (
     address text,
     expires_at timestamptz NOT NULL
 );
-INSERT INTO floe_lease (id, term, expires_at) VALUES (1, 0, '-infinity');
+INSERT INTO floe_lease (id, term, expires_at) VALUES (1, 0, 'epoch');
 
 CREATE TABLE floe_log (
     log_index bigint PRIMARY KEY,

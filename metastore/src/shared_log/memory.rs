@@ -18,6 +18,7 @@ use crate::{Clock, SystemClock};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
     Claim,
+    Release,
     Append,
     Read,
     Snapshot,
@@ -35,8 +36,9 @@ pub enum Fault {
     /// Takes effect, then the answer is lost (a connection that broke
     /// after the commit).
     LoseAnswer,
-    /// Waits this long first (a slow statement; the store's state is read
-    /// after the wait).
+    /// Takes effect after this long, whether or not the caller still
+    /// waits for it (a slow statement, which commits though its client
+    /// gave up).
     Slow(Duration),
     /// Takes effect at once, and answers this much later (a reply held up
     /// on its way back).
@@ -104,28 +106,39 @@ impl MemoryLog {
         store.log.values().cloned().collect()
     }
 
-    /// The fault for this call, after its wait if it is a slow one.
-    async fn weather(&self, call: Call) -> Fault {
-        let fault = self.weather.as_ref().map_or(Fault::None, |w| w(call));
-        if let Fault::Slow(wait) = fault {
-            tokio::time::sleep(wait).await;
-        }
-        fault
-    }
-
-    /// Runs `f` on the store unless the weather fails the call first, and
-    /// loses its answer if the weather says so.
-    async fn call<T>(
+    /// Runs `f` on the store unless the weather fails the call first; a
+    /// slow call takes effect after its wait whether or not its caller
+    /// still waits (a statement commits though its client gave up), and an
+    /// answer may be lost or late after the effect.
+    async fn call<T: Send + 'static>(
         &self,
         call: Call,
-        f: impl FnOnce(&mut Store, i64) -> T,
+        f: impl FnOnce(&mut Store, i64) -> T + Send + 'static,
     ) -> Result<T, LogError> {
-        let fault = self.weather(call).await;
+        let fault = self.weather.as_ref().map_or(Fault::None, |w| w(call));
         if fault == Fault::Fail {
             return Err(LogError(format!("{call:?} failed (injected)")));
         }
-        let now_ms = self.clock.now_ms();
-        let answer = f(&mut self.store.lock().expect("memory log poisoned"), now_ms);
+        let (store, clock) = (self.store.clone(), self.clock.clone());
+        let effect = move || {
+            f(
+                &mut store.lock().expect("memory log poisoned"),
+                clock.now_ms(),
+            )
+        };
+        let answer = match fault {
+            Fault::Slow(wait) => {
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = answer.send(effect());
+                });
+                answered
+                    .await
+                    .map_err(|_| LogError(format!("{call:?}: the store stopped")))?
+            }
+            _ => effect(),
+        };
         match fault {
             Fault::LoseAnswer => Err(LogError(format!(
                 "{call:?}: the answer was lost (injected)"
@@ -156,7 +169,8 @@ impl Store {
 #[async_trait]
 impl SharedLog for MemoryLog {
     async fn claim(&self, me: &Candidate, lease_ms: i64) -> Result<Tenure, LogError> {
-        self.call(Call::Claim, |store, now_ms| {
+        let me = me.clone();
+        self.call(Call::Claim, move |store, now_ms| {
             let mine = store
                 .holder
                 .as_ref()
@@ -174,12 +188,9 @@ impl SharedLog for MemoryLog {
     }
 
     async fn release(&self, me: &Candidate) -> Result<(), LogError> {
-        self.call(Call::Claim, |store, now_ms| {
-            if store
-                .holder
-                .as_ref()
-                .is_some_and(|(h, _, _)| *h == me.holder)
-            {
+        let holder = me.holder;
+        self.call(Call::Release, move |store, now_ms| {
+            if store.holder.as_ref().is_some_and(|(h, _, _)| *h == holder) {
                 store.expires_ms = store.expires_ms.min(now_ms);
             }
         })
@@ -187,7 +198,7 @@ impl SharedLog for MemoryLog {
     }
 
     async fn append(&self, term: u64, entry: StoredEntry) -> Result<Appended, LogError> {
-        self.call(Call::Append, |store, _| {
+        self.call(Call::Append, move |store, _| {
             if store.term != term {
                 Appended::Fenced
             } else if store.log.contains_key(&entry.index)
@@ -206,7 +217,7 @@ impl SharedLog for MemoryLog {
     }
 
     async fn read(&self, after: u64, max: usize) -> Result<Vec<StoredEntry>, LogError> {
-        self.call(Call::Read, |store, _| {
+        self.call(Call::Read, move |store, _| {
             store
                 .log
                 .range(after.saturating_add(1)..)
@@ -223,7 +234,7 @@ impl SharedLog for MemoryLog {
     }
 
     async fn save_snapshot(&self, snapshot: StoredSnapshot, keep: u64) -> Result<(), LogError> {
-        self.call(Call::SaveSnapshot, |store, _| {
+        self.call(Call::SaveSnapshot, move |store, _| {
             if store
                 .snapshot
                 .as_ref()

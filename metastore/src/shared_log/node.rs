@@ -318,8 +318,10 @@ impl LogNode {
     /// Stops where it stands, as a process that dies: no more claims, no
     /// more appends sent, the lease left to lapse (an append already sent
     /// may still land, as a statement on the wire would).
-    pub fn halt(&self) {
+    pub async fn halt(&self) {
         self.tasks.iter().for_each(|t| t.abort());
+        // After a turn of the lease keeper that may be under way elsewhere.
+        let _pen = self.node.pen.lock().await;
         self.node.step_down("halted");
     }
 
@@ -615,11 +617,14 @@ impl Node {
         self.store_clock
             .observe(sent_ms, self.wall.now_ms(), tenure.store_now_ms);
         self.term_seen.store(tenure.term, Ordering::Relaxed);
-        if tenure.holder != self.me.holder {
-            self.step_down("another node holds the lease");
-            let held = tenure.expires_ms > tenure.store_now_ms;
+        // A lease of this node's that already ran out is no lease: another
+        // node may hold the row by now (or soon), whatever this answer says.
+        let held = tenure.expires_ms > tenure.store_now_ms;
+        if tenure.holder != self.me.holder || !held {
+            self.step_down("this node does not hold the lease");
+            let other = tenure.holder != self.me.holder;
             *self.leader.lock().expect("leader lock") =
-                held.then(|| (tenure.node, tenure.address.clone()));
+                (held && other).then(|| (tenure.node, tenure.address.clone()));
             // Standing by: keep up with the log, to lead soon if it passes here.
             let pen = self.pen.lock().await;
             return self.catch_up(&pen).await;

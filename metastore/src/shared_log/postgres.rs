@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use futures::future::BoxFuture;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Row};
 
 use super::*;
@@ -35,8 +36,13 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// The longest any one call may take, connecting included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections per node: the writer, the lease keeper, a snapshot, a status.
+/// Connections per node: the writer, a catch-up, a snapshot, a status (the
+/// lease keeper has its own two).
 const CONNECTIONS: u32 = 4;
+/// The server's bound on one statement: below [`CALL_TIMEOUT`].
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(8);
+/// The server's bound on a claim or a release.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Told of every call to the database: its name and, if it was answered,
 /// how long it took (an agent counts them in its metrics).
@@ -45,6 +51,9 @@ pub type CallHook = Arc<dyn Fn(&'static str, Option<Duration>) + Send + Sync>;
 /// A shared log in PostgreSQL.
 pub struct PostgresLog {
     pool: PgPool,
+    /// The lease keeper's own connections, so that appends, snapshots and
+    /// status calls never keep a renewal waiting for a connection.
+    lease_pool: PgPool,
     described: String,
     hook: Option<CallHook>,
 }
@@ -56,25 +65,30 @@ macro_rules! ms {
     };
 }
 
+/// Takes or renews the lease; no row when another holds it. (A fallback
+/// in the same statement would read the row as the statement's snapshot
+/// saw it, before a concurrent claim that won: see [`TENURE`].)
 const CLAIM: &str = concat!(
-    "WITH claimed AS (
-        UPDATE floe_lease
-           SET term = CASE WHEN holder = $1 THEN term ELSE term + 1 END,
-               holder = $1, node = $2, address = $3,
-               expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000)
-         WHERE id = 1 AND (holder = $1 OR holder IS NULL OR expires_at <= clock_timestamp())
-        RETURNING term, holder, node, address, expires_at)
-     SELECT term, holder, node, address, ",
+    "UPDATE floe_lease
+        SET term = CASE WHEN holder = $1 THEN term ELSE term + 1 END,
+            holder = $1, node = $2, address = $3,
+            expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000)
+      WHERE id = 1 AND (holder = $1 OR holder IS NULL OR expires_at <= clock_timestamp())
+     RETURNING term, holder, node, address, ",
     ms!("expires_at"),
     " AS expires_ms, ",
     ms!("clock_timestamp()"),
-    " AS now_ms FROM claimed
-     UNION ALL
-     SELECT term, holder, node, address, ",
+    " AS now_ms"
+);
+
+/// Who holds the lease, read in a statement of its own after a claim
+/// that did not take it (so it sees the claim that won).
+const TENURE: &str = concat!(
+    "SELECT term, holder, node, address, ",
     ms!("expires_at"),
-    ", ",
+    " AS expires_ms, ",
     ms!("clock_timestamp()"),
-    " FROM floe_lease WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+    " AS now_ms FROM floe_lease WHERE id = 1"
 );
 
 const RELEASE: &str = "UPDATE floe_lease SET expires_at = least(expires_at, clock_timestamp())
@@ -121,15 +135,22 @@ impl PostgresLog {
             options.get_database().unwrap_or(options.get_username())
         );
         let fail = |e: String| LogError(format!("PostgreSQL at {described}: {e}"));
-        // The server ends a statement that runs past the deadline too.
-        let options = options.options([(
-            "statement_timeout",
-            format!("{}", CALL_TIMEOUT.as_millis()).as_str(),
-        )]);
+        // The server ends a statement before the caller's deadline passes,
+        // so that none commits long after its caller gave up; a claim's
+        // sooner (the lease keeper waits half a lease at most).
+        let timeout = |ms: u128| {
+            options
+                .clone()
+                .options([("statement_timeout", ms.to_string())])
+        };
         let pool = PgPoolOptions::new()
             .max_connections(CONNECTIONS)
             .acquire_timeout(CALL_TIMEOUT)
-            .connect_lazy_with(options.clone());
+            .connect_lazy_with(timeout(STATEMENT_TIMEOUT.as_millis()));
+        let lease_pool = PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(CALL_TIMEOUT)
+            .connect_lazy_with(timeout(CLAIM_TIMEOUT.as_millis()));
         // One connection first, to say plainly why it fails (the pool
         // would only say that it timed out).
         let mut first = bounded(sqlx::PgConnection::connect_with(&options))
@@ -143,6 +164,7 @@ impl PostgresLog {
             .map_err(|e| fail(format!("migrating the schema: {e}")))?;
         Ok(PostgresLog {
             pool,
+            lease_pool,
             described,
             hook: None,
         })
@@ -157,22 +179,40 @@ impl PostgresLog {
     /// The tables this floe's migrations made (tests: a schema up to date).
     pub async fn applied_migrations(&self) -> Result<Vec<i64>, LogError> {
         let rows = self
-            .call(
-                "migrations",
-                sqlx::query("SELECT version FROM _sqlx_migrations ORDER BY version")
-                    .fetch_all(&self.pool),
-            )
+            .call("migrations", &self.pool, |c| {
+                Box::pin(
+                    sqlx::query("SELECT version FROM _sqlx_migrations ORDER BY version")
+                        .fetch_all(c),
+                )
+            })
             .await?;
         rows.iter().map(|r| self.get(r, "version")).collect()
     }
 
-    async fn call<T>(
-        &self,
-        name: &'static str,
-        query: impl Future<Output = Result<T, sqlx::Error>>,
-    ) -> Result<T, LogError> {
+    /// Runs `query` on a connection of `pool` within [`CALL_TIMEOUT`],
+    /// connecting included. A connection whose statement did not answer in
+    /// time is closed, never handed back to the pool: one cut off without
+    /// a word (a failed-over server's) would hang whoever took it next.
+    async fn call<T, Q>(&self, name: &'static str, pool: &PgPool, query: Q) -> Result<T, LogError>
+    where
+        Q: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+    {
         let sent = tokio::time::Instant::now();
-        let answer = bounded(query).await;
+        let deadline = sent + CALL_TIMEOUT;
+        let answer = async {
+            let mut connection = tokio::time::timeout_at(deadline, pool.acquire())
+                .await
+                .map_err(|_| format!("no connection within {CALL_TIMEOUT:?}"))?
+                .map_err(|e| e.to_string())?;
+            match tokio::time::timeout_at(deadline, query(&mut connection)).await {
+                Ok(answer) => answer.map_err(|e| e.to_string()),
+                Err(_) => {
+                    drop(connection.detach());
+                    Err(format!("no answer within {CALL_TIMEOUT:?}"))
+                }
+            }
+        }
+        .await;
         if let Some(hook) = &self.hook {
             hook(name, answer.is_ok().then(|| sent.elapsed()));
         }
@@ -231,17 +271,28 @@ fn redacted(url: &str) -> String {
 #[async_trait]
 impl SharedLog for PostgresLog {
     async fn claim(&self, me: &Candidate, lease_ms: i64) -> Result<Tenure, LogError> {
-        let row = self
-            .call(
-                "claim",
-                sqlx::query(CLAIM)
-                    .bind(me.holder)
-                    .bind(me.node as i64)
-                    .bind(&me.address)
-                    .bind(lease_ms)
-                    .fetch_one(&self.pool),
-            )
+        let (holder, node, address) = (me.holder, me.node as i64, me.address.clone());
+        let claimed = self
+            .call("claim", &self.lease_pool, move |c| {
+                Box::pin(
+                    sqlx::query(CLAIM)
+                        .bind(holder)
+                        .bind(node)
+                        .bind(address)
+                        .bind(lease_ms)
+                        .fetch_optional(c),
+                )
+            })
             .await?;
+        let row = match claimed {
+            Some(row) => row,
+            None => {
+                self.call("tenure", &self.lease_pool, |c| {
+                    Box::pin(sqlx::query(TENURE).fetch_one(c))
+                })
+                .await?
+            }
+        };
         Ok(Tenure {
             term: self.get::<i64>(&row, "term")? as u64,
             holder: self
@@ -251,33 +302,32 @@ impl SharedLog for PostgresLog {
             address: self
                 .get::<Option<String>>(&row, "address")?
                 .unwrap_or_default(),
-            expires_ms: self
-                .get::<Option<i64>>(&row, "expires_ms")?
-                .unwrap_or(i64::MIN),
+            expires_ms: self.get(&row, "expires_ms")?,
             store_now_ms: self.get(&row, "now_ms")?,
         })
     }
 
     async fn release(&self, me: &Candidate) -> Result<(), LogError> {
-        self.call(
-            "release",
-            sqlx::query(RELEASE).bind(me.holder).execute(&self.pool),
-        )
+        let holder = me.holder;
+        self.call("release", &self.lease_pool, move |c| {
+            Box::pin(sqlx::query(RELEASE).bind(holder).execute(c))
+        })
         .await
         .map(|_| ())
     }
 
     async fn append(&self, term: u64, entry: StoredEntry) -> Result<Appended, LogError> {
         let row = self
-            .call(
-                "append",
-                sqlx::query(APPEND)
-                    .bind(term as i64)
-                    .bind(entry.index as i64)
-                    .bind(entry.format as i16)
-                    .bind(entry.entry)
-                    .fetch_one(&self.pool),
-            )
+            .call("append", &self.pool, move |c| {
+                Box::pin(
+                    sqlx::query(APPEND)
+                        .bind(term as i64)
+                        .bind(entry.index as i64)
+                        .bind(entry.format as i16)
+                        .bind(entry.entry)
+                        .fetch_one(c),
+                )
+            })
             .await?;
         let (held, added): (i64, i64) = (self.get(&row, "held")?, self.get(&row, "added")?);
         Ok(match (held, added) {
@@ -289,20 +339,23 @@ impl SharedLog for PostgresLog {
 
     async fn read(&self, after: u64, max: usize) -> Result<Vec<StoredEntry>, LogError> {
         let rows = self
-            .call(
-                "read",
-                sqlx::query(READ)
-                    .bind(after as i64)
-                    .bind(max as i64)
-                    .fetch_all(&self.pool),
-            )
+            .call("read", &self.pool, move |c| {
+                Box::pin(
+                    sqlx::query(READ)
+                        .bind(after as i64)
+                        .bind(max as i64)
+                        .fetch_all(c),
+                )
+            })
             .await?;
         rows.iter().map(|row| self.entry(row)).collect()
     }
 
     async fn snapshot(&self) -> Result<Option<StoredSnapshot>, LogError> {
         let row = self
-            .call("snapshot", sqlx::query(SNAPSHOT).fetch_optional(&self.pool))
+            .call("snapshot", &self.pool, |c| {
+                Box::pin(sqlx::query(SNAPSHOT).fetch_optional(c))
+            })
             .await?;
         row.map(|row| {
             Ok(StoredSnapshot {
@@ -315,38 +368,42 @@ impl SharedLog for PostgresLog {
     }
 
     async fn save_snapshot(&self, snapshot: StoredSnapshot, keep: u64) -> Result<(), LogError> {
-        let saved = async {
-            let mut txn = self.pool.begin().await?;
-            sqlx::query(
-                "INSERT INTO floe_snapshots (log_index, format, state) VALUES ($1, $2, $3)
-                 ON CONFLICT (log_index) DO NOTHING",
-            )
-            .bind(snapshot.index as i64)
-            .bind(snapshot.format as i16)
-            .bind(&snapshot.state)
-            .execute(&mut *txn)
-            .await?;
-            sqlx::query(
-                "DELETE FROM floe_snapshots
-                  WHERE log_index < (SELECT max(log_index) FROM floe_snapshots)",
-            )
-            .execute(&mut *txn)
-            .await?;
-            sqlx::query(
-                "DELETE FROM floe_log
-                  WHERE log_index <= (SELECT max(log_index) FROM floe_snapshots) - $1",
-            )
-            .bind(keep as i64)
-            .execute(&mut *txn)
-            .await?;
-            txn.commit().await
-        };
-        self.call("save_snapshot", saved).await
+        self.call("save_snapshot", &self.pool, move |c| {
+            Box::pin(async move {
+                let mut txn = c.begin().await?;
+                sqlx::query(
+                    "INSERT INTO floe_snapshots (log_index, format, state) VALUES ($1, $2, $3)
+                     ON CONFLICT (log_index) DO NOTHING",
+                )
+                .bind(snapshot.index as i64)
+                .bind(snapshot.format as i16)
+                .bind(snapshot.state)
+                .execute(&mut *txn)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM floe_snapshots
+                      WHERE log_index < (SELECT max(log_index) FROM floe_snapshots)",
+                )
+                .execute(&mut *txn)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM floe_log
+                      WHERE log_index <= (SELECT max(log_index) FROM floe_snapshots) - $1",
+                )
+                .bind(keep as i64)
+                .execute(&mut *txn)
+                .await?;
+                txn.commit().await
+            })
+        })
+        .await
     }
 
     async fn sizes(&self) -> Result<LogSizes, LogError> {
         let row = self
-            .call("sizes", sqlx::query(SIZES).fetch_one(&self.pool))
+            .call("sizes", &self.pool, |c| {
+                Box::pin(sqlx::query(SIZES).fetch_one(c))
+            })
             .await?;
         let index = |c| {
             self.get::<Option<i64>>(&row, c)
@@ -399,6 +456,51 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each way a connection fails is one line naming the server and the
+    /// server's reason.
+    #[tokio::test]
+    async fn a_failed_connection_says_why_in_one_line() {
+        let refused = |url: &'static str| async move {
+            match PostgresLog::connect(url).await {
+                Ok(_) => panic!("{url} connected"),
+                Err(e) => e.to_string(),
+            }
+        };
+        let not_url = refused("postgres://floe@[nonsense/db").await;
+        assert!(not_url.contains("not a PostgreSQL URL"), "{not_url}");
+        // A port nothing listens on.
+        let closed = refused("postgres://floe:pw@127.0.0.1:1/floe").await;
+        assert!(
+            closed.starts_with("PostgreSQL at postgres://127.0.0.1:1/floe: "),
+            "{closed}"
+        );
+        assert!(!closed.contains("pw") && !closed.contains('\n'), "{closed}");
+        let Ok(url) = std::env::var("FLOE_TEST_POSTGRES") else {
+            return;
+        };
+        let server = url.rsplit_once('/').unwrap().0.to_string();
+        let missing = PostgresLog::connect(&format!("{server}/no_such_database"))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            missing.contains("database \"no_such_database\" does not exist"),
+            "{missing}"
+        );
+        let (scheme, host) = server.split_once('@').unwrap();
+        let scheme = scheme.split("//").next().unwrap();
+        let nobody = PostgresLog::connect(&format!("{scheme}//nobody@{host}/postgres"))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            nobody.contains("role \"nobody\" does not exist"),
+            "{nobody}"
+        );
+    }
 
     #[test]
     fn messages_never_show_a_password() {

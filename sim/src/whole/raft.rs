@@ -422,7 +422,7 @@ impl RaftGroup {
                     disks[i].crash();
                 }
             }
-            SimNode::Log(log_node) => log_node.halt(),
+            SimNode::Log(log_node) => log_node.halt().await,
         }
     }
 
@@ -482,6 +482,12 @@ impl RaftGroup {
 
     pub fn is_down(&self, i: usize) -> bool {
         self.node(i).is_none()
+    }
+
+    /// Node `i` itself, as a client that talks to it alone sees it.
+    pub fn node_as_metastore(&self, i: usize) -> Option<Arc<dyn floe_metastore::Metastore>> {
+        self.node(i)
+            .map(|n| n as Arc<dyn floe_metastore::Metastore>)
     }
 
     pub fn kind(&self) -> Kind {

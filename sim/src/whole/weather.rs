@@ -88,8 +88,9 @@ pub(super) async fn raft_weather(
         return;
     }
     let shared_log = group.kind() == raft::Kind::SharedLog;
-    shared.with(|w| {
+    let isolated = shared.with(|w| {
         let node = 1 + w.rng_below(raft::NODES);
+        let mut isolated = None;
         match w.rng_below(4) {
             0 => {
                 // Isolated: its leadership (if any) passes on; writes it
@@ -104,6 +105,7 @@ pub(super) async fn raft_weather(
                 }
                 w.summary.partitions += 1;
                 w.log(format!("node {node} isolated"));
+                isolated = Some(node);
             }
             1 => {
                 let other = 1 + (node % raft::NODES);
@@ -147,6 +149,35 @@ pub(super) async fn raft_weather(
                 w.net.skew_ms.insert(node, skew);
                 w.log(format!("node {node}'s clock is off by {skew} ms"));
             }
+        }
+        isolated
+    });
+    if let Some(node) = isolated
+        && !topics.is_empty()
+    {
+        deposed_leader_reads(shared, group, node, topics);
+    }
+}
+
+/// A client still talking to an isolated node, long after any lease it
+/// held has run out (another node leads by then, and takes writes): every
+/// read it gets answered must hold everything acknowledged before it began,
+/// or be refused. A deposed leader that answers from its own state fails.
+fn deposed_leader_reads(
+    shared: &Shared,
+    group: &Arc<raft::RaftGroup>,
+    node: u64,
+    topics: &[TopicInfo],
+) {
+    let (group, shared, topics) = (group.clone(), shared.clone(), topics.to_vec());
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        for _ in 0..10 {
+            let Some(meta) = group.node_as_metastore(node as usize - 1) else {
+                return;
+            };
+            audit::reads_are_current(&shared, &meta, &topics).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
 }
