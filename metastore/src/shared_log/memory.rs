@@ -40,6 +40,9 @@ pub enum Fault {
     /// waits for it (a slow statement, which commits though its client
     /// gave up).
     Slow(Duration),
+    /// Never reaches the store: fails after this long, having done nothing
+    /// (a request lost on a link that drops everything).
+    Unanswered(Duration),
     /// Takes effect at once, and answers this much later (a reply held up
     /// on its way back).
     SlowAnswer(Duration),
@@ -118,6 +121,10 @@ impl MemoryLog {
         let fault = self.weather.as_ref().map_or(Fault::None, |w| w(call));
         if fault == Fault::Fail {
             return Err(LogError(format!("{call:?} failed (injected)")));
+        }
+        if let Fault::Unanswered(wait) = fault {
+            tokio::time::sleep(wait).await;
+            return Err(LogError(format!("{call:?}: no answer (injected)")));
         }
         let (store, clock) = (self.store.clone(), self.clock.clone());
         let effect = move || {

@@ -43,6 +43,9 @@ use crate::{Clock, Sequencer, SystemClock};
 const READ_PAGE: usize = 1_000;
 /// How long an append may take before its fate is called unknown.
 pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a starting node reads the log before it answers (it reads the
+/// rest as it stands by).
+const START_CATCH_UP: Duration = Duration::from_secs(30);
 /// How often a failing store is reported (it is retried far more often).
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -190,8 +193,10 @@ impl LogNode {
         // What the store holds now, before anything is served: a store that
         // cannot be read is said at start, in one line.
         {
+            // Bounded: the rest is read as the node stands by.
             let pen = node.pen.lock().await;
-            node.catch_up(&pen).await.map_err(|e| {
+            let until = Instant::now() + START_CATCH_UP;
+            node.catch_up_until(&pen, Some(until)).await.map_err(|e| {
                 MetaError::Storage(format!(
                     "reading the metastore log in {}: {e}",
                     node.log.describe()
@@ -380,8 +385,23 @@ impl Node {
 
     /// Reads the log from `applied` to its end (from the latest snapshot,
     /// when the entries after `applied` are gone) and applies it.
-    async fn catch_up(&self, _pen: &MutexGuard<'_, ()>) -> Result<(), LogError> {
+    async fn catch_up(&self, pen: &MutexGuard<'_, ()>) -> Result<(), LogError> {
+        self.catch_up_until(pen, None).await
+    }
+
+    /// As [`Node::catch_up`], but a standby stops at `until` if it has
+    /// not reached the end by then: over a slow link to the database, a
+    /// log that grows as fast as it is read would otherwise keep the pen
+    /// (and the claims behind it) forever. The next turn goes on.
+    async fn catch_up_until(
+        &self,
+        _pen: &MutexGuard<'_, ()>,
+        until: Option<Instant>,
+    ) -> Result<(), LogError> {
         loop {
+            if until.is_some_and(|until| Instant::now() >= until) {
+                return Ok(());
+            }
             let applied = self.applied();
             let entries = self.log.read(applied, READ_PAGE).await?;
             if entries.first().is_some_and(|e| e.index != applied + 1) {
@@ -417,8 +437,13 @@ impl Node {
         .await
         .map_err(|e| LogError(format!("snapshot at {index}: {e}")))?;
         self.stamps.observe(state.clock_ms());
-        *self.state.write().expect("metastore state lock poisoned") = state;
+        // The index moves under the state's write lock, as everywhere: a
+        // snapshot copied between the two would pair this state with the
+        // index before it, and a node loading it would apply entries twice.
+        let mut current = self.state.write().expect("metastore state lock poisoned");
+        *current = state;
         self.applied.store(index, Ordering::Release);
+        drop(current);
         self.snapshot_at.store(index, Ordering::Relaxed);
         tracing::info!(node = self.id, index, "metastore snapshot loaded");
         Ok(())
@@ -625,9 +650,12 @@ impl Node {
             let other = tenure.holder != self.me.holder;
             *self.leader.lock().expect("leader lock") =
                 (held && other).then(|| (tenure.node, tenure.address.clone()));
-            // Standing by: keep up with the log, to lead soon if it passes here.
+            // Standing by: keep up with the log, to lead soon if it passes
+            // here, for a quarter of a lease a turn at most.
             let pen = self.pen.lock().await;
-            return self.catch_up(&pen).await;
+            return self
+                .catch_up_until(&pen, Some(Instant::now() + self.lease / 4))
+                .await;
         }
         *self.leader.lock().expect("leader lock") = None;
         // Another node may take the lease only once it lapsed on the store's

@@ -55,6 +55,10 @@ pub struct DatabaseFaults {
     pub max_latency: Duration,
     /// Nodes cut off from the database: every call of theirs fails.
     pub cut: BTreeSet<NodeId>,
+    /// Nodes whose calls all go unanswered, each for longer than a lease,
+    /// and never arrive (a link that drops everything): a leader among
+    /// them must stop reading once its lease is gone.
+    pub stalled: BTreeSet<NodeId>,
 }
 
 /// How the simulated network between metastore nodes misbehaves now.
@@ -365,6 +369,9 @@ fn database_weather(shared: Shared, node: NodeId) -> floe_metastore::shared_log:
         shared.with(|w| {
             if w.database.cut.contains(&node) {
                 return Fault::Fail;
+            }
+            if w.database.stalled.contains(&node) {
+                return Fault::Unanswered(Duration::from_secs(6));
             }
             let faults = w.database.clone();
             if w.chance(faults.fail) {

@@ -97,7 +97,12 @@ pub(super) async fn raft_weather(
                 // takes meanwhile never commit. (On a shared log: cut off
                 // from the database.)
                 if shared_log {
-                    w.database.cut.insert(node);
+                    // Cut off, or every call hanging (a paused leader).
+                    if w.chance(0.5) {
+                        w.database.cut.insert(node);
+                    } else {
+                        w.database.stalled.insert(node);
+                    }
                 }
                 for other in (1..=raft::NODES).filter(|&o| o != node) {
                     w.net.cut.insert((node, other));
@@ -122,7 +127,7 @@ pub(super) async fn raft_weather(
                     lose_answer: 0.05 * w.rng.random::<f64>(),
                     slow: 0.1 * w.rng.random::<f64>(),
                     max_latency: Duration::from_millis(w.rng_below(4_000)),
-                    cut: Default::default(),
+                    ..Default::default()
                 };
                 w.log(format!("network healed; database faults {:?}", w.database));
             }
