@@ -43,9 +43,6 @@ use crate::{Clock, Sequencer, SystemClock};
 const READ_PAGE: usize = 1_000;
 /// How long an append may take before its fate is called unknown.
 pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a starting node reads the log before it answers (it reads the
-/// rest as it stands by).
-const START_CATCH_UP: Duration = Duration::from_secs(30);
 /// How often a failing store is reported (it is retried far more often).
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -193,10 +190,8 @@ impl LogNode {
         // What the store holds now, before anything is served: a store that
         // cannot be read is said at start, in one line.
         {
-            // Bounded: the rest is read as the node stands by.
             let pen = node.pen.lock().await;
-            let until = Instant::now() + START_CATCH_UP;
-            node.catch_up_until(&pen, Some(until)).await.map_err(|e| {
+            node.catch_up(&pen).await.map_err(|e| {
                 MetaError::Storage(format!(
                     "reading the metastore log in {}: {e}",
                     node.log.describe()
