@@ -100,6 +100,12 @@ def test_agents_share_a_metastore_in_postgres_with_one_flag(tmp_path, postgres, 
         assert leader == a.metastore_address
         assert seen[b.metastore_address]["role"] == "Standby", seen
         assert seen[leader]["backend"].startswith("postgres://127.0.0.1:"), seen
+        # The standby follows the log: no entry it has not applied, shortly.
+        deadline = time.time() + 10
+        while seen[b.metastore_address]["lag"] != "0" and time.time() < deadline:
+            time.sleep(0.2)
+            _, seen = leader_among([a.metastore_address, b.metastore_address])
+        assert seen[b.metastore_address]["lag"] == "0", seen
         [[entries]] = postgres_server.sql(postgres, "SELECT count(*) FROM floe_log")
         assert int(entries) > 0
         # The leading agent's node counts its appends and their round trips.

@@ -65,6 +65,14 @@ pub struct ClusterStatus {
 }
 
 /// One line of `key=value` words, easy to read and to parse.
+impl ClusterStatus {
+    /// Entries in the log this node has not applied yet.
+    pub fn lag(&self) -> Option<u64> {
+        let (last, applied) = (self.last_log_index?, self.last_applied_index?);
+        Some(last.saturating_sub(applied))
+    }
+}
+
 impl std::fmt::Display for ClusterStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let show = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
@@ -76,13 +84,14 @@ impl std::fmt::Display for ClusterStatus {
         };
         write!(
             f,
-            "id={} role={} term={} leader={} last_log={} applied={} snapshot={} log_entries={} voters={} learners={} backend={}",
+            "id={} role={} term={} leader={} last_log={} applied={} lag={} snapshot={} log_entries={} voters={} learners={} backend={}",
             self.id,
             self.role,
             self.term,
             show(self.leader),
             show(self.last_log_index),
             show(self.last_applied_index),
+            show(self.lag()),
             show(self.snapshot_index),
             self.log_entries,
             list(&self.voters),
