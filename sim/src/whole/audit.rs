@@ -159,16 +159,24 @@ fn acked_ends(shared: &Shared, topics: &[TopicInfo]) -> BTreeMap<(usize, i32), i
 /// acknowledged before the read began: a stale read (a leader answering from
 /// a state that has not applied everything committed). Run after a power
 /// cut, when a leader may resume its term with a commit index behind.
-pub async fn reads_are_current(shared: &Shared, meta: &Arc<dyn Metastore>, topics: &[TopicInfo]) {
+/// How many reads were answered (the rest were refused).
+pub async fn reads_are_current(
+    shared: &Shared,
+    meta: &Arc<dyn Metastore>,
+    topics: &[TopicInfo],
+) -> usize {
     let acked = acked_ends(shared, topics);
+    let mut answered = 0;
     for (t, topic) in topics.iter().enumerate() {
         for p in 0..topic.partitions {
             let Ok(offsets) = meta.offsets(topic.id, p).await else {
                 continue;
             };
+            answered += 1;
             check_current(shared, &acked, (t, p), &topic.name, offsets.high_watermark);
         }
     }
+    answered
 }
 
 fn check_current(

@@ -342,7 +342,8 @@ pub async fn start(shared: &Shared, kind: Kind) -> RaftGroup {
         lifecycle: tokio::sync::Mutex::new(()),
     };
     for i in 0..NODES as usize {
-        group.restart_now(i, shared).await;
+        let started = group.restart_now(i, shared).await;
+        assert!(started, "metastore node {} starts", i + 1);
     }
     while group.leader().is_none() {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -402,7 +403,8 @@ fn on_disk(options: &NodeOptions, disk: &Disk) -> NodeOptions {
 }
 
 impl RaftGroup {
-    fn node(&self, i: usize) -> Option<Arc<SimNode>> {
+    /// Node `i` (0-based), if it is up.
+    pub fn node(&self, i: usize) -> Option<Arc<SimNode>> {
         self.nodes.lock().expect("sim nodes lock")[i].clone()
     }
 
@@ -433,16 +435,27 @@ impl RaftGroup {
         }
     }
 
-    /// Starts node `i` again from its log, if it is down.
+    /// Starts node `i` again from its log, if it is down. A start that
+    /// fails (a node on a shared log reads the log first, and the database
+    /// may fail that) is tried again every half second until it succeeds,
+    /// as a supervisor does.
     pub async fn restart(&self, i: usize) {
-        let _one_at_a_time = self.lifecycle.lock().await;
         let shared = self.client.shared.clone();
-        self.restart_now(i, &shared).await;
+        loop {
+            {
+                let _one_at_a_time = self.lifecycle.lock().await;
+                if self.restart_now(i, &shared).await {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
-    async fn restart_now(&self, i: usize, shared: &Shared) {
+    /// One start of node `i`, if it is down; whether it is up after it.
+    async fn restart_now(&self, i: usize, shared: &Shared) -> bool {
         if self.node(i).is_some() {
-            return;
+            return true;
         }
         enum Start {
             Raft(NodeOptions),
@@ -460,22 +473,10 @@ impl RaftGroup {
             ),
             Start::Log(options, log) => {
                 let log = log.with_weather(database_weather(shared.clone(), options.id));
-                // A database that fails calls fails a start too: a
-                // supervisor starts the node again, for a minute; then it
-                // stays down until the next restart (the calm's, at the
-                // latest, with the faults off).
-                let mut started = None;
-                for _ in 0..120 {
-                    match LogNode::start(Arc::new(log.clone()), options.clone()).await {
-                        Ok(node) => {
-                            started = Some(node);
-                            break;
-                        }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-                    }
+                match LogNode::start(Arc::new(log), options).await {
+                    Ok(node) => SimNode::Log(node),
+                    Err(_) => return false,
                 }
-                let Some(started) = started else { return };
-                SimNode::Log(started)
             }
         };
         let node = Arc::new(node);
@@ -485,6 +486,7 @@ impl RaftGroup {
             .expect("sim net lock")
             .insert(i as NodeId + 1, Arc::downgrade(&node));
         self.nodes.lock().expect("sim nodes lock")[i] = Some(node);
+        true
     }
 
     pub fn is_down(&self, i: usize) -> bool {
@@ -502,7 +504,7 @@ impl RaftGroup {
     }
 
     /// The node that leads now, if one is up and knows it.
-    fn leader(&self) -> Option<Arc<SimNode>> {
+    pub fn leader(&self) -> Option<Arc<SimNode>> {
         let nodes = self.nodes.lock().expect("sim nodes lock");
         nodes.iter().flatten().find(|n| n.leads()).cloned()
     }
@@ -521,10 +523,11 @@ impl RaftGroup {
         let id = i as NodeId + 1;
         let leader = self.raft_leader()?;
         let SimNode::Raft(leader) = leader.as_ref() else {
-            let _one_at_a_time = self.lifecycle.lock().await;
-            self.kill_now(i).await;
-            let shared = self.client.shared.clone();
-            self.restart_now(i, &shared).await;
+            {
+                let _one_at_a_time = self.lifecycle.lock().await;
+                self.kill_now(i).await;
+            }
+            self.restart(i).await;
             return Ok(());
         };
         let removed = tokio::time::timeout(Duration::from_secs(30), leader.remove_node(id)).await;
@@ -540,7 +543,8 @@ impl RaftGroup {
                 options[i].bootstrap = Bootstrap::Join;
             }
             let shared = self.client.shared.clone();
-            self.restart_now(i, &shared).await;
+            let started = self.restart_now(i, &shared).await;
+            assert!(started, "a Raft node starts from its disk");
         }
         self.add_back(id).await
     }

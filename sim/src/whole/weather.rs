@@ -88,25 +88,38 @@ pub(super) async fn raft_weather(
         return;
     }
     let shared_log = group.kind() == raft::Kind::SharedLog;
+    let leader = group.leader().map(|n| n.id());
     let isolated = shared.with(|w| {
-        let node = 1 + w.rng_below(raft::NODES);
+        // The leader half the time: a deposed leader is what the checkers
+        // of reads and writes after an isolation look for.
+        let node = match leader {
+            Some(leader) if w.chance(0.5) => leader,
+            _ => 1 + w.rng_below(raft::NODES),
+        };
         let mut isolated = None;
         match w.rng_below(4) {
             0 => {
                 // Isolated: its leadership (if any) passes on; writes it
                 // takes meanwhile never commit. (On a shared log: cut off
                 // from the database.)
+                let mut how = "";
                 if shared_log {
-                    // Cut off. (Stalled links, `database.stalled`, are
-                    // not drawn yet: see docs/architecture.md.)
-                    w.database.cut.insert(node);
+                    // Cut off, or every call hanging (a paused leader).
+                    if w.chance(0.5) {
+                        w.database.cut.insert(node);
+                        how = " (database calls fail)";
+                    } else {
+                        w.database.stalled.insert(node);
+                        how = " (database calls unanswered)";
+                    }
                 }
                 for other in (1..=raft::NODES).filter(|&o| o != node) {
                     w.net.cut.insert((node, other));
                     w.net.cut.insert((other, node));
                 }
                 w.summary.partitions += 1;
-                w.log(format!("node {node} isolated"));
+                let led = if leader == Some(node) { ", the leader" } else { "" };
+                w.log(format!("node {node}{led} isolated{how}"));
                 isolated = Some(node);
             }
             1 => {
@@ -165,6 +178,8 @@ pub(super) async fn raft_weather(
 /// held has run out (another node leads by then, and takes writes): every
 /// read it gets answered must hold everything acknowledged before it began,
 /// or be refused. A deposed leader that answers from its own state fails.
+/// Each round first has the new leader (if another node leads) acknowledge
+/// a write of its own, so that there is always something to miss.
 fn deposed_leader_reads(
     shared: &Shared,
     group: &Arc<raft::RaftGroup>,
@@ -173,14 +188,41 @@ fn deposed_leader_reads(
 ) {
     let (group, shared, topics) = (group.clone(), shared.clone(), topics.to_vec());
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        // A lease on a shared log lets reads go on for half of it (1 s in
+        // the simulation); another node leads about a lease later (2 s).
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let mut answered = 0;
         for _ in 0..10 {
-            let Some(meta) = group.node_as_metastore(node as usize - 1) else {
-                return;
+            let Some(deposed) = group.node(node as usize - 1) else {
+                break;
             };
-            audit::reads_are_current(&shared, &meta, &topics).await;
+            let acknowledged = match group.leader() {
+                Some(leader) if leader.id() != node => {
+                    let held = leader.hold_garbage(1).await;
+                    held.ok().map(|_| leader.applied_index())
+                }
+                _ => None,
+            };
+            let meta: Arc<dyn Metastore> = deposed.clone();
+            answered += audit::reads_are_current(&shared, &meta, &topics).await;
+            if let Some(index) = acknowledged
+                && floe_metastore::Sequencer::read(deposed.as_ref(), |_| ()).await.is_ok()
+            {
+                answered += 1;
+                // Read after the answer: what the answer came from is no newer.
+                let seen = deposed.applied_index();
+                if seen < index {
+                    shared.with(|w| {
+                        w.anomaly(format!(
+                            "stale read: isolated node {node} answered from its state at \
+                             index {seen}, behind index {index}, acknowledged before the read"
+                        ))
+                    });
+                }
+            }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        shared.with(|w| w.log(format!("isolated node {node} answered {answered} reads")));
     });
 }
 
