@@ -80,8 +80,10 @@ impl Member {
 const RETRY_FOR: Duration = Duration::from_secs(15);
 
 impl Transport for Member {
-    /// Asks this agent's node, or the leader it names; while no node leads
-    /// (nothing applied), asks again until one does or [`RETRY_FOR`] passed.
+    /// Asks this agent's node, or the leader it names; while no node leads,
+    /// or the leader cannot answer yet (its lease not renewed since the
+    /// database came back), asks again until it can or [`RETRY_FOR`]
+    /// passed. Only what certainly applied nothing is asked again.
     async fn call<O: Op>(&self, op: O) -> Result<O::Output, MetaError> {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
         loop {
@@ -92,7 +94,13 @@ impl Transport for Member {
                 answer => answer,
             };
             match answer {
-                Err(MetaError::NotLeader(_)) if tokio::time::Instant::now() < deadline => {
+                Err(
+                    MetaError::NotLeader(_)
+                    | MetaError::Unavailable {
+                        maybe_applied: false,
+                        ..
+                    },
+                ) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 answer => return answer,
