@@ -64,7 +64,6 @@ pub struct ClusterStatus {
     pub backend: String,
 }
 
-/// One line of `key=value` words, easy to read and to parse.
 impl ClusterStatus {
     /// Entries in the log this node has not applied yet.
     pub fn lag(&self) -> Option<u64> {
@@ -73,6 +72,7 @@ impl ClusterStatus {
     }
 }
 
+/// One line of `key=value` words, easy to read and to parse.
 impl std::fmt::Display for ClusterStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let show = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());

@@ -44,8 +44,10 @@ const READ_PAGE: usize = 1_000;
 /// How long an append may take before its fate is called unknown.
 pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long any other call to the store may take: a link that drops
-/// everything must not hold the pen (or a shutdown) for good.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// everything must not hold the pen (or a shutdown) for good. Above the
+/// store's own deadline (PostgreSQL's is 10 s), so that the store can
+/// close a connection whose statement did not answer before this drops it.
+const CALL_TIMEOUT: Duration = Duration::from_secs(12);
 /// How often a failing store is reported (it is retried far more often).
 const WARN_EVERY: Duration = Duration::from_secs(10);
 

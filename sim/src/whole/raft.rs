@@ -343,7 +343,7 @@ pub async fn start(shared: &Shared, kind: Kind) -> RaftGroup {
     };
     for i in 0..NODES as usize {
         let started = group.restart_now(i, shared).await;
-        assert!(started, "metastore node {} starts", i + 1);
+        started.unwrap_or_else(|e| panic!("metastore node {} does not start: {e}", i + 1));
     }
     while group.leader().is_none() {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -441,21 +441,27 @@ impl RaftGroup {
     /// as a supervisor does.
     pub async fn restart(&self, i: usize) {
         let shared = self.client.shared.clone();
-        loop {
-            {
+        for attempt in 0.. {
+            let failed = {
                 let _one_at_a_time = self.lifecycle.lock().await;
-                if self.restart_now(i, &shared).await {
-                    return;
+                match self.restart_now(i, &shared).await {
+                    Ok(()) => return,
+                    Err(e) => e,
                 }
+            };
+            // The first failure and every hundredth, so that one that
+            // never goes away shows in the trace.
+            if attempt % 100 == 0 {
+                shared.with(|w| w.log(format!("metastore node {} did not start: {failed}", i + 1)));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
-    /// One start of node `i`, if it is down; whether it is up after it.
-    async fn restart_now(&self, i: usize, shared: &Shared) -> bool {
+    /// One start of node `i`, if it is down; why it is not up after it.
+    async fn restart_now(&self, i: usize, shared: &Shared) -> Result<(), String> {
         if self.node(i).is_some() {
-            return true;
+            return Ok(());
         }
         enum Start {
             Raft(NodeOptions),
@@ -475,7 +481,7 @@ impl RaftGroup {
                 let log = log.with_weather(database_weather(shared.clone(), options.id));
                 match LogNode::start(Arc::new(log), options).await {
                     Ok(node) => SimNode::Log(node),
-                    Err(_) => return false,
+                    Err(e) => return Err(e.to_string()),
                 }
             }
         };
@@ -486,7 +492,7 @@ impl RaftGroup {
             .expect("sim net lock")
             .insert(i as NodeId + 1, Arc::downgrade(&node));
         self.nodes.lock().expect("sim nodes lock")[i] = Some(node);
-        true
+        Ok(())
     }
 
     pub fn is_down(&self, i: usize) -> bool {
@@ -501,6 +507,17 @@ impl RaftGroup {
 
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// A node other than `id` that leads now, if one is up and knows it
+    /// (an isolated Raft leader goes on thinking it leads).
+    pub fn leader_other_than(&self, id: NodeId) -> Option<Arc<SimNode>> {
+        let nodes = self.nodes.lock().expect("sim nodes lock");
+        nodes
+            .iter()
+            .flatten()
+            .find(|n| n.id() != id && n.leads())
+            .cloned()
     }
 
     /// The node that leads now, if one is up and knows it.
@@ -544,7 +561,7 @@ impl RaftGroup {
             }
             let shared = self.client.shared.clone();
             let started = self.restart_now(i, &shared).await;
-            assert!(started, "a Raft node starts from its disk");
+            started.unwrap_or_else(|e| panic!("a Raft node does not start from its disk: {e}"));
         }
         self.add_back(id).await
     }

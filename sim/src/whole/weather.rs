@@ -29,9 +29,10 @@ pub(super) async fn raft_weather(
         let (group, shared, topics) = (group.clone(), shared.clone(), topics.to_vec());
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(back_ms)).await;
-            for i in 0..raft::NODES as usize {
-                group.restart(i).await;
-            }
+            // Together: one that cannot start yet (cut off from a database)
+            // must not keep the others down.
+            let restarts = (0..raft::NODES as usize).map(|i| group.restart(i));
+            futures::future::join_all(restarts).await;
             // Read at once, while a leader that resumed its term may not
             // have applied all it had answered before the cut.
             let meta: Arc<dyn Metastore> = group.client.clone();
@@ -118,7 +119,11 @@ pub(super) async fn raft_weather(
                     w.net.cut.insert((other, node));
                 }
                 w.summary.partitions += 1;
-                let led = if leader == Some(node) { ", the leader" } else { "" };
+                let led = if leader == Some(node) {
+                    ", the leader"
+                } else {
+                    ""
+                };
                 w.log(format!("node {node}{led} isolated{how}"));
                 isolated = Some(node);
             }
@@ -196,8 +201,8 @@ fn deposed_leader_reads(
             let Some(deposed) = group.node(node as usize - 1) else {
                 break;
             };
-            let acknowledged = match group.leader() {
-                Some(leader) if leader.id() != node => {
+            let acknowledged = match group.leader_other_than(node) {
+                Some(leader) => {
                     let held = leader.hold_garbage(1).await;
                     held.ok().map(|_| leader.applied_index())
                 }
@@ -206,7 +211,9 @@ fn deposed_leader_reads(
             let meta: Arc<dyn Metastore> = deposed.clone();
             answered += audit::reads_are_current(&shared, &meta, &topics).await;
             if let Some(index) = acknowledged
-                && floe_metastore::Sequencer::read(deposed.as_ref(), |_| ()).await.is_ok()
+                && floe_metastore::Sequencer::read(deposed.as_ref(), |_| ())
+                    .await
+                    .is_ok()
             {
                 answered += 1;
                 // Read after the answer: what the answer came from is no newer.
