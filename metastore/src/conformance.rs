@@ -1370,6 +1370,36 @@ async fn membership_changes_add_and_remove_a_node() {
         .unwrap();
 }
 
+/// A leader that removed itself leads on until its removal is applied. Asked
+/// for another change meanwhile, it answers `NotLeader` (openraft's leader
+/// must not append a membership it is not in: a debug assertion killed its
+/// core in simulation seed 1005, where a caller had given up between the
+/// removal's two steps); the next leader takes the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_removed_itself_passes_further_changes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, _servers, addresses) = three_nodes(dir.path()).await;
+    let client = RemoteMetastore::new(&addresses);
+    topic(&client, "t", 1).await;
+    let leader = nodes
+        .iter()
+        .find(|n| n.status().leader == Some(n.id()))
+        .unwrap();
+    leader.remove_node(leader.id()).await.unwrap();
+    let again = leader.add_node(leader.id(), "127.0.0.1:1".into()).await;
+    assert!(matches!(again, Err(MetaError::NotLeader(_))), "{again:?}");
+    let remaining: Vec<_> = nodes.iter().filter(|n| n.id() != leader.id()).collect();
+    eventually(|| {
+        remaining
+            .iter()
+            .any(|n| n.status().leader == Some(n.id()) && n.status().voters.len() == 2)
+    })
+    .await;
+    // The group goes on, and the removed leader's core lives to step down.
+    topic(&client, "after", 1).await;
+    eventually(|| leader.status().role != "Leader").await;
+}
+
 /// The snapshot used to travel as one message, capped at the frame limit:
 /// once the state outgrew a frame, no node could ever be added or catch up.
 /// It now goes in pieces (the frame limit is 4 MiB in tests).

@@ -118,6 +118,9 @@ pub struct RaftMetastore {
     secret: Option<crate::peer_auth::ClusterSecret>,
     /// Expire sessions and end rebalances while this node leads.
     _group_timers: GroupTimers,
+    /// One membership change at a time from this node (see
+    /// [`RaftMetastore::membership_change`]).
+    changing_membership: tokio::sync::Mutex<()>,
 }
 
 fn storage<E: std::fmt::Display>(e: E) -> MetaError {
@@ -389,6 +392,7 @@ impl RaftMetastore {
             peers: Default::default(),
             secret: options.secret.clone(),
             _group_timers: group_timers,
+            changing_membership: Default::default(),
         })
     }
 
@@ -468,9 +472,45 @@ impl RaftMetastore {
         }
     }
 
+    /// Leave to change the group's membership, one change at a time from
+    /// this node. A leader that is removing itself (the new half of a joint
+    /// config, or the whole config, leaves it out) may not start another
+    /// change: openraft's leader would then append a membership it is not a
+    /// member of. It finishes its own removal instead (a caller may have given
+    /// up between the two steps) and answers `NotLeader`: it steps down once
+    /// the removal is applied, and the next leader takes the change.
+    async fn membership_change(
+        &self,
+        removing_self: bool,
+    ) -> Result<tokio::sync::MutexGuard<'_, ()>, MetaError> {
+        let turn = self.changing_membership.lock().await;
+        let (leading, staying, member) = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            let staying = membership
+                .get_joint_config()
+                .last()
+                .is_some_and(|config| config.contains(&self.id));
+            let member = membership.nodes().any(|(id, _)| *id == self.id);
+            (metrics.current_leader == Some(self.id), staying, member)
+        };
+        if !leading || staying || (removing_self && member) {
+            return Ok(turn);
+        }
+        if member {
+            let finish = ChangeMembers::RemoveVoters(BTreeSet::from([self.id]));
+            if let Err(e) = self.raft.change_membership(finish, false).await {
+                tracing::warn!(error = %e, "finishing this node's removal from the group");
+            }
+        }
+        Err(MetaError::NotLeader(None))
+    }
+
     /// Adds a node to the group: first as a learner that copies the log, then
     /// as a voter. Must be asked of the leader.
     pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
+        let _turn = self.membership_change(false).await?;
         let learning = self.raft.add_learner(
             id,
             NodeAddress {
@@ -504,6 +544,7 @@ impl RaftMetastore {
     /// Removes a node from the group (it stops receiving the log). Must be
     /// asked of the leader.
     pub async fn remove_node(&self, id: NodeId) -> Result<(), MetaError> {
+        let _turn = self.membership_change(id == self.id).await?;
         let (leading, voters, members) = {
             let metrics = self.raft.metrics();
             let metrics = metrics.borrow();

@@ -325,6 +325,10 @@ pub(crate) fn seeded_runtime(seed: u64) -> tokio::runtime::Runtime {
     // tokio's random draw: seeded where tokio lets it be (`tokio_unstable`).
     #[cfg(tokio_unstable)]
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    // A task that panics (openraft's core on a debug assertion, say) ends
+    // the run at once: the seed fails instead of running on without it.
+    #[cfg(tokio_unstable)]
+    builder.unhandled_panic(tokio::runtime::UnhandledPanic::ShutdownRuntime);
     builder.build().expect("a tokio runtime")
 }
 
