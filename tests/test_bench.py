@@ -139,6 +139,19 @@ def test_cost_reads_a_running_agent_metrics(agent):
     assert "since the agent started" in notes and "PUTs" in notes, notes
 
 
+def test_cost_shows_what_a_shorter_flush_interval_costs():
+    out = run("cost", "--brief", "--set", "workload.write_mib_s=10",
+              "--flush-intervals", "50ms,250ms").stdout
+    rows = [line.split() for line in out.splitlines() if line.strip().endswith(tuple("0123456789"))
+            and " ms " in line]
+    by_interval = {row[0]: row for row in rows}
+    assert set(by_interval) == {"50", "250"}, out
+    dollars = lambda cell: float(cell.strip("$").replace(",", ""))
+    # Cells: interval, "ms", wait, "ms", PUTs a month, sealed early, floe a month.
+    assert dollars(by_interval["50"][4]) > dollars(by_interval["250"][4]), out
+    assert dollars(by_interval["250"][5]) > dollars(by_interval["250"][4]), out
+
+
 def test_two_reports_compare_side_by_side(tmp_path):
     def report(label, mib_s, p99):
         return {

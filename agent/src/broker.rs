@@ -127,6 +127,7 @@ impl Broker {
             tasks,
             BatcherConfig {
                 flush_interval: config.flush_interval,
+                min_flush_interval: config.min_flush_interval(),
                 flush_bytes: config.flush_bytes.as_u64(),
                 max_buffered_bytes: config.max_buffered_bytes.as_u64(),
                 max_inflight_uploads: config.max_inflight_uploads,

@@ -194,6 +194,14 @@ pub struct Config {
     #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub flush_interval: Duration,
+    /// Shortest time between two ingest files when every producer with
+    /// batches in the open one waits on it with its pipeline full (its
+    /// requests in flight at their most): the file is uploaded then instead
+    /// of at `flush_interval` (default: half of `flush_interval`; equal to it
+    /// turns early uploads off).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
+    pub min_flush_interval: Option<Duration>,
     /// An ingest file is uploaded as soon as it holds this much.
     #[arg(long)]
     #[serde(with = "exact_size")]
@@ -440,6 +448,7 @@ impl Default for Config {
             metastore_listen: None,
             metastore_advertise: None,
             flush_interval: Duration::from_millis(250),
+            min_flush_interval: None,
             flush_bytes: ByteSize::mib(8),
             max_buffered_bytes: ByteSize::mib(256),
             max_inflight_uploads: 4,
@@ -681,6 +690,14 @@ fn deserialize_address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketA
 }
 
 impl Config {
+    /// `min_flush_interval` as it applies: half of `flush_interval` unless
+    /// set, and never more than it.
+    pub fn min_flush_interval(&self) -> Duration {
+        self.min_flush_interval
+            .unwrap_or(self.flush_interval / 2)
+            .min(self.flush_interval)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         Config::parse(path, &Config::read(path)?)
     }

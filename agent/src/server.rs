@@ -256,6 +256,7 @@ where
         sasl,
         turn: Turn::default(),
         lane: handlers::groups::Lane::default(),
+        produces: Default::default(),
         mute: Arc::new(crate::limits::quotas::Mute::default()),
         in_flight: InFlight::default(),
         reading: true,
@@ -420,6 +421,7 @@ struct Conn<R, W> {
     last_reauth: Option<Instant>,
     turn: Turn,
     lane: handlers::groups::Lane,
+    produces: Arc<crate::write::pipelines::Pipeline>,
     /// Set while the client is throttled (client quotas, `crate::limits::quotas`).
     mute: Arc<crate::limits::quotas::Mute>,
     in_flight: InFlight,
@@ -581,8 +583,7 @@ where
         let pending = admit(
             self.broker.clone(),
             decoded,
-            &self.turn,
-            &self.lane,
+            (&self.turn, &self.lane, &self.produces),
             &self.session,
             &self.mute,
         )
@@ -1033,8 +1034,11 @@ type Encoded = Result<Option<(Bytes, Option<Held>)>, ()>;
 async fn admit(
     broker: Arc<Broker>,
     decoded: Decoded,
-    turn: &Turn,
-    lane: &handlers::groups::Lane,
+    connection: (
+        &Turn,
+        &handlers::groups::Lane,
+        &Arc<crate::write::pipelines::Pipeline>,
+    ),
     session: &crate::security::authorizer::Session,
     mute: &Arc<crate::limits::quotas::Mute>,
 ) -> Responding {
@@ -1067,7 +1071,7 @@ async fn admit(
                 .as_ref()
                 .filter(|q| q.enabled(crate::limits::quotas::Kind::Request))
                 .cloned();
-            let admitting = handlers::admit(broker, &header, *body, turn, lane, session, client);
+            let admitting = handlers::admit(broker, &header, *body, connection, session, client);
             let (pending, admitted_in) = match quota {
                 Some(_) => crate::limits::quotas::Timed::new(std::pin::pin!(admitting)).await,
                 None => (admitting.await, std::time::Duration::ZERO),

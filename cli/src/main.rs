@@ -212,6 +212,15 @@ struct CostArgs {
     /// Also draw the bills as a stacked bar chart (SVG) here.
     #[arg(long, value_name = "FILE.svg")]
     chart: Option<PathBuf>,
+    /// The flush intervals whose PUTs and waits are shown side by side
+    /// (none: no such table).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = humantime::parse_duration,
+        default_value = "50ms,100ms,250ms,500ms,1s"
+    )]
+    flush_intervals: Vec<std::time::Duration>,
 }
 
 fn run_cost(args: CostArgs) -> anyhow::Result<()> {
@@ -244,6 +253,15 @@ fn run_cost(args: CostArgs) -> anyhow::Result<()> {
         println!("{}", floe_cost::json(&inputs, &bills));
     } else {
         print!("{}", floe_cost::table(&bills, !args.brief));
+        if !args.flush_intervals.is_empty() {
+            let intervals: Vec<f64> = args
+                .flush_intervals
+                .iter()
+                .map(|d| d.as_secs_f64() * 1000.0)
+                .collect();
+            let rows = floe_cost::flush::tradeoff(&inputs, &intervals);
+            print!("\n{}", floe_cost::flush::table(&rows));
+        }
     }
     if let Some(path) = &args.chart {
         let w = &inputs.workload;

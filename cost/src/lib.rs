@@ -4,6 +4,7 @@
 //! formulas and where every default comes from.
 
 pub mod chart;
+pub mod flush;
 pub mod inputs;
 pub mod measured;
 pub mod model;

@@ -39,6 +39,7 @@ use crate::broker::Broker;
 use crate::limits::budget::{Held, Turn};
 use crate::limits::quotas;
 use crate::security::authorizer::Session;
+use crate::write::pipelines::Pipeline;
 
 /// A response, with the response budget it holds until written (fetches).
 pub struct Reply {
@@ -63,14 +64,14 @@ pub type Pending = BoxFuture<'static, Option<Reply>>;
 /// returned future. It resolves to `None` when the client expects no response.
 /// `turn` is the connection's, for the response budget (see [`crate::limits::budget`]).
 /// `peer` is the client's address (which agent Metadata names depends on it).
-/// `lane` is the connection's, for group requests (see [`groups::Lane`]).
+/// `lane` is the connection's, for group requests (see [`groups::Lane`]), and
+/// `produces` its produce requests in flight (see [`crate::write::pipelines`]).
 /// `quota` is the request's client while quotas are set (see [`quotas`]).
 pub async fn admit(
     broker: Arc<Broker>,
     header: &RequestHeader,
     body: RequestKind,
-    turn: &Turn,
-    lane: &groups::Lane,
+    (turn, lane, produces): (&Turn, &groups::Lane, &Arc<Pipeline>),
     session: &Session,
     quota: Option<quotas::Client>,
 ) -> Pending {
@@ -104,9 +105,11 @@ pub async fn admit(
             .flat_map(|t| &t.partition_data)
             .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
             .sum();
-        let admitted = produce::admit(&broker, req, version, session).await;
+        let (in_flight, sender) = produces.begin();
+        let admitted = produce::admit(&broker, req, version, session, sender).await;
         return Box::pin(async move {
             let response = admitted.respond().await;
+            drop(in_flight);
             let throttle =
                 quota.map_or(0, |q| q.record(quotas::Kind::Produce, bytes as f64, false));
             response.map(|mut r| {

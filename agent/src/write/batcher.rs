@@ -5,6 +5,10 @@
 //! Uploads of successive files may overlap (`max_inflight_uploads`), but their
 //! commits are applied strictly in file order, so a partition's batches get
 //! offsets in the order this agent accepted them.
+//!
+//! A file is sealed `flush_interval` after its first batch, once it holds
+//! `flush_bytes`, or early once every producer with batches in it waits on
+//! it with its pipeline full ([`super::pipelines`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +29,7 @@ use object_store::ObjectStoreExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::pipelines::{Sender, Senders};
 use crate::metrics::Metrics;
 use crate::tasks::Tasks;
 
@@ -52,6 +57,8 @@ struct Append {
     /// file was sealed is dropped: its producer saw no answer and will retry,
     /// maybe through another agent, and storing both would land as X Y X.
     keep_if_abandoned: bool,
+    /// The producer that sent it, if one waits on it.
+    sender: Option<Sender>,
     /// Memory budget held until the batch is answered.
     _budget: OwnedSemaphorePermit,
 }
@@ -77,6 +84,9 @@ pub struct Batcher {
 
 pub struct BatcherConfig {
     pub flush_interval: Duration,
+    /// The shortest time between two files when every producer with
+    /// batches in the open one waits on it (see [`super::pipelines`]).
+    pub min_flush_interval: Duration,
     pub flush_bytes: u64,
     pub max_buffered_bytes: u64,
     pub max_inflight_uploads: usize,
@@ -105,7 +115,7 @@ impl Batcher {
         tasks.spawn(collect(
             appends_rx,
             files,
-            config.flush_interval,
+            (config.flush_interval, config.min_flush_interval),
             config.flush_bytes,
             ids,
         ));
@@ -154,12 +164,13 @@ impl Batcher {
         topic_id: TopicId,
         partition: i32,
         batch: RecordBatch,
-        keep_if_abandoned: bool,
+        (keep_if_abandoned, sender): (bool, Option<Sender>),
         kind: BatchKind,
     ) -> Result<Committed, AppendError> {
-        let (append, committed) = self
+        let (mut append, committed) = self
             .append(topic_id, partition, batch, keep_if_abandoned, kind)
             .await?;
+        append.sender = sender;
         self.appends
             .send(Enqueued::One(append))
             .await
@@ -217,6 +228,7 @@ impl Batcher {
             kind,
             reply,
             keep_if_abandoned,
+            sender: None,
             _budget: budget,
         };
         Ok((append, Committed(answer)))
@@ -268,6 +280,7 @@ struct PendingFile {
     bytes: u64,
     /// Transactions this file ends (their markers are among the appends).
     ends: Vec<TxnEnd>,
+    senders: Senders,
 }
 
 impl PendingFile {
@@ -278,6 +291,7 @@ impl PendingFile {
             index: HashMap::new(),
             bytes: 0,
             ends: Vec::new(),
+            senders: Senders::default(),
         }
     }
 
@@ -297,6 +311,9 @@ impl PendingFile {
 
     fn push(&mut self, append: Append) {
         self.bytes += append.batch.len() as u64;
+        if let Some(sender) = append.sender {
+            self.senders.saw(sender);
+        }
         let key = (append.topic_id, append.partition);
         let slot = *self.index.entry(key).or_insert_with(|| {
             self.partitions.push((key, Vec::new()));
@@ -361,31 +378,38 @@ impl PendingFile {
     }
 }
 
-/// Gathers appends until `flush_bytes` or `flush_interval` after the first one.
+/// Gathers appends until `flush_bytes` or `flush_interval` after the first
+/// one, or, once every producer with batches in the file waits on it with its
+/// pipeline full, `min_flush_interval` after the file before was sealed.
 async fn collect(
     mut appends: mpsc::Receiver<Enqueued>,
     files: mpsc::Sender<PendingFile>,
-    flush_interval: Duration,
+    (flush_interval, min_flush_interval): (Duration, Duration),
     flush_bytes: u64,
     ids: Arc<dyn Ids>,
 ) {
+    let mut last_sealed = Instant::now();
     while let Some(first) = appends.recv().await {
         let deadline = Instant::now() + flush_interval;
+        let early = last_sealed + min_flush_interval;
         let mut file = PendingFile::new(keys::new_ingest_key(ids.next_id()));
         file.add(first);
         while file.bytes < flush_bytes {
+            let waited_on = file.senders.all_blocked();
             // Biased, deadline first: a steady stream of appends cannot hold
             // a file open past its interval, and the choice does not depend
             // on a random draw (the simulation replays it).
             tokio::select! {
                 biased;
                 _ = tokio::time::sleep_until(deadline) => break,
+                _ = tokio::time::sleep_until(early), if waited_on => break,
                 next = appends.recv() => match next {
                     Some(append) => file.add(append),
                     None => break,
                 },
             }
         }
+        last_sealed = Instant::now();
         if files.send(file).await.is_err() {
             return;
         }
@@ -638,6 +662,7 @@ mod tests {
             kind: BatchKind::Plain,
             reply,
             keep_if_abandoned,
+            sender: None,
             _budget: budget.clone().try_acquire_owned().unwrap(),
         };
         (append, answer)
@@ -681,10 +706,39 @@ mod tests {
         cached: Arc<dyn ObjectStore>,
         meta: Arc<dyn floe_metastore::Metastore>,
     ) -> (Batcher, Committed) {
-        let batcher = Batcher::start(
+        let interval = Duration::from_millis(10);
+        let batcher = batcher(store, cached, meta, (interval, interval)).await;
+        let committed = batcher
+            .enqueue(
+                TopicId::from_u128(1),
+                0,
+                one_record(),
+                (false, None),
+                BatchKind::Plain,
+            )
+            .await
+            .unwrap();
+        (batcher, committed)
+    }
+
+    fn one_record() -> RecordBatch {
+        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
+        RecordBatch::parse_all(&bytes).unwrap().remove(0)
+    }
+
+    /// A batcher sealing files at `flush_interval` or, when its producers
+    /// wait on them, `min_flush_interval`.
+    async fn batcher(
+        store: Arc<dyn ObjectStore>,
+        cached: Arc<dyn ObjectStore>,
+        meta: Arc<dyn floe_metastore::Metastore>,
+        (flush_interval, min_flush_interval): (Duration, Duration),
+    ) -> Batcher {
+        Batcher::start(
             &Tasks::default(),
             BatcherConfig {
-                flush_interval: Duration::from_millis(10),
+                flush_interval,
+                min_flush_interval,
                 flush_bytes: 1 << 20,
                 max_buffered_bytes: 1 << 20,
                 max_inflight_uploads: 2,
@@ -699,14 +753,56 @@ mod tests {
             watch::channel(0).0,
             Arc::new(Metrics::new()),
             Arc::new(RandomIds),
+        )
+    }
+
+    /// A producer that sends its next batch only once the last is answered
+    /// (one request in flight: its pipeline is always full) gains nothing
+    /// from a file held open: it gets a file every `min_flush_interval`
+    /// instead of every `flush_interval`, and never more.
+    #[tokio::test(start_paused = true)]
+    async fn a_producer_waiting_on_each_file_gets_files_at_the_shorter_interval() {
+        async fn files_in_ten_seconds(says_blocked: bool) -> usize {
+            let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+            let intervals = (Duration::from_millis(250), Duration::from_millis(125));
+            let batcher = batcher(
+                store.clone(),
+                store.clone(),
+                Arc::new(Prompt::default()),
+                intervals,
+            )
+            .await;
+            let pipeline = Arc::new(super::super::pipelines::Pipeline::default());
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                let (in_flight, mut sender) = pipeline.begin();
+                assert!(sender.blocked, "one request in flight fills the pipeline");
+                sender.blocked = says_blocked;
+                let committed = batcher
+                    .enqueue(
+                        TopicId::from_u128(1),
+                        0,
+                        one_record(),
+                        (false, Some(sender)),
+                        BatchKind::Plain,
+                    )
+                    .await
+                    .unwrap();
+                // Answered (refused: the topic does not exist), so it sends again.
+                let _ = committed.placed().await;
+                drop(in_flight);
+            }
+            store.list(None).count().await
+        }
+        let held_open = files_in_ten_seconds(false).await;
+        let sealed_early = files_in_ten_seconds(true).await;
+        assert!((39..=41).contains(&held_open), "{held_open} files");
+        // Twice as many, and no more than one per `min_flush_interval`.
+        assert!(
+            sealed_early >= 2 * held_open - 2,
+            "{sealed_early} files against {held_open}"
         );
-        let bytes = floe_protocol::testing::encode(&[b"x".to_vec()], Compression::None);
-        let batch = RecordBatch::parse_all(&bytes).unwrap().remove(0);
-        let committed = batcher
-            .enqueue(TopicId::from_u128(1), 0, batch, false, BatchKind::Plain)
-            .await
-            .unwrap();
-        (batcher, committed)
+        assert!(sealed_early <= 81, "{sealed_early} files");
     }
 
     /// A metastore that never answers (a frozen leader, a partition).

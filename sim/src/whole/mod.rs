@@ -487,6 +487,10 @@ impl Cluster {
             &floe_agent::tasks::Tasks::default(),
             BatcherConfig {
                 flush_interval: Duration::from_millis(flush_ms),
+                // The simulated producers' batches say nothing of their
+                // pipelines, so files are never sealed early here (the
+                // Kafka stage's clients go through the handlers that do).
+                min_flush_interval: Duration::from_millis(flush_ms),
                 flush_bytes: 16 << 10,
                 max_buffered_bytes: 8 << 20,
                 max_inflight_uploads: inflight as usize,
@@ -981,7 +985,7 @@ async fn deliver(
     // (two minutes), whatever became of it.
     let delivery = async {
         match batcher
-            .enqueue(topic_id, partition, batch, false, kind)
+            .enqueue(topic_id, partition, batch, (false, None), kind)
             .await
         {
             Ok(committed) => committed.offset().await,

@@ -1,0 +1,142 @@
+//! Which producers wait on the open ingest file with their pipelines full.
+//!
+//! A producer keeps at most so many produce requests in flight on a
+//! connection (five in the Java client, and in librdkafka with
+//! idempotence). Answered once per ingest file, a producer whose requests
+//! in flight reach that limit sends nothing more until a file is answered:
+//! records it gathers meanwhile go into the file after, and wait up to two
+//! flush intervals. When every producer with batches in the open file is in
+//! that state, holding the file open gains nothing, so the batcher seals it
+//! early, but not sooner than `min_flush_interval` after the file before it,
+//! which bounds the PUTs a second.
+//!
+//! The limit is not on the wire: a connection's is taken to be the most
+//! produce requests it has had in flight at once. A request that reaches it
+//! says its producer is blocked; the producer's next request, sent once an
+//! earlier file is answered, says whether it still is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// A connection's produce requests in flight.
+pub struct Pipeline {
+    connection: u64,
+    in_flight: AtomicU32,
+    deepest: AtomicU32,
+}
+
+impl Default for Pipeline {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Pipeline {
+            connection: NEXT.fetch_add(1, Ordering::Relaxed),
+            in_flight: AtomicU32::new(0),
+            deepest: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Pipeline {
+    /// A produce request of this connection begins: it is in flight until
+    /// the returned guard is dropped (when it is answered). The [`Sender`]
+    /// goes with its batches.
+    pub fn begin(self: &Arc<Self>) -> (InFlight, Sender) {
+        let in_flight = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        let deepest = self.deepest.fetch_max(in_flight, Ordering::Relaxed);
+        let sender = Sender {
+            connection: self.connection,
+            blocked: in_flight >= deepest,
+        };
+        (InFlight(self.clone()), sender)
+    }
+}
+
+/// One produce request in flight (see [`Pipeline::begin`]).
+pub struct InFlight(Arc<Pipeline>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What a batch says of the producer that sent it.
+#[derive(Debug, Clone, Copy)]
+pub struct Sender {
+    pub connection: u64,
+    /// Its request filled the producer's pipeline: it sends nothing more
+    /// until an ingest file is answered.
+    pub blocked: bool,
+}
+
+/// The producers with batches in one ingest file, by their latest request.
+#[derive(Default)]
+pub(super) struct Senders {
+    blocked: HashMap<u64, bool>,
+    not_blocked: usize,
+}
+
+impl Senders {
+    pub(super) fn saw(&mut self, sender: Sender) {
+        let before = self.blocked.insert(sender.connection, sender.blocked);
+        match (before, sender.blocked) {
+            (None | Some(true), false) => self.not_blocked += 1,
+            (Some(false), true) => self.not_blocked -= 1,
+            (Some(false), false) | (None | Some(true), true) => {}
+        }
+    }
+
+    /// Every producer with batches in the file waits on it.
+    pub(super) fn all_blocked(&self) -> bool {
+        !self.blocked.is_empty() && self.not_blocked == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_that_reaches_the_deepest_pipeline_yet_is_blocked() {
+        let pipeline = Arc::new(Pipeline::default());
+        let mut answered_later = Vec::new();
+        // A producer with five in flight: each request deepens the pipeline.
+        for _ in 0..5 {
+            let (in_flight, sender) = pipeline.begin();
+            assert!(sender.blocked);
+            answered_later.push(in_flight);
+        }
+        // Three answered: it sends again, not blocked until the fifth.
+        answered_later.truncate(2);
+        let flags: Vec<bool> = (0..3)
+            .map(|_| {
+                let (in_flight, sender) = pipeline.begin();
+                answered_later.push(in_flight);
+                sender.blocked
+            })
+            .collect();
+        assert_eq!(flags, [false, false, true]);
+    }
+
+    #[test]
+    fn a_file_waits_on_its_producers_when_each_latest_request_is_blocked() {
+        let sender = |connection, blocked| Sender {
+            connection,
+            blocked,
+        };
+        let mut senders = Senders::default();
+        assert!(!senders.all_blocked(), "a file without producers");
+        senders.saw(sender(1, false));
+        senders.saw(sender(2, true));
+        assert!(!senders.all_blocked());
+        senders.saw(sender(1, true));
+        assert!(senders.all_blocked());
+        // Producer 2 was answered by an earlier file and sent again.
+        senders.saw(sender(2, false));
+        assert!(!senders.all_blocked());
+        senders.saw(sender(2, false));
+        senders.saw(sender(2, true));
+        assert!(senders.all_blocked());
+    }
+}
