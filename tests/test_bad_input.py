@@ -268,7 +268,8 @@ def test_idempotent_sequences_like_kafka(agent):
 
 
 def test_sigterm_finishes_accepted_produce_requests(make_agent):
-    agent = make_agent("--flush-interval", "2s")
+    # No early upload either: the produce must still wait when SIGTERM comes.
+    agent = make_agent("--flush-interval", "2s", "--min-flush-interval", "2s")
     create_topic(agent.bootstrap, "drain", 1)
     s = connect(agent)
     s.sendall(produce_v3("drain", 0, batch([b"last-words"]), correlation_id=77))

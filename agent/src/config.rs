@@ -197,8 +197,8 @@ pub struct Config {
     /// Shortest time between two ingest files when every producer with
     /// batches in the open one waits on it with its pipeline full (its
     /// requests in flight at their most): the file is uploaded then instead
-    /// of at `flush_interval` (default: half of `flush_interval`; equal to it
-    /// turns early uploads off).
+    /// of at `flush_interval` (default: half of `flush_interval`; at least
+    /// 1ms; equal to it turns early uploads off).
     #[arg(long, value_parser = humantime::parse_duration)]
     #[serde(with = "humantime_serde")]
     pub min_flush_interval: Option<Duration>,
@@ -822,6 +822,11 @@ impl Config {
         anyhow::ensure!(
             self.flush_bytes.as_u64() > 0,
             "flush_bytes must be positive"
+        );
+        anyhow::ensure!(
+            self.min_flush_interval
+                .is_none_or(|m| m >= Duration::from_millis(1)),
+            "min_flush_interval must be at least 1ms"
         );
         anyhow::ensure!(
             self.max_buffered_bytes >= self.flush_bytes,

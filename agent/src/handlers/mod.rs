@@ -105,11 +105,11 @@ pub async fn admit(
             .flat_map(|t| &t.partition_data)
             .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
             .sum();
-        let (in_flight, sender) = produces.begin();
-        let admitted = produce::admit(&broker, req, version, session, sender).await;
+        let (outstanding, producer) = produces.begin();
+        let admitted = produce::admit(&broker, req, version, session, producer).await;
         return Box::pin(async move {
             let response = admitted.respond().await;
-            drop(in_flight);
+            drop(outstanding);
             let throttle =
                 quota.map_or(0, |q| q.record(quotas::Kind::Produce, bytes as f64, false));
             response.map(|mut r| {

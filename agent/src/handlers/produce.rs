@@ -27,7 +27,7 @@ use crate::broker::{Broker, kafka_error, refusal_error};
 use crate::read::topic_cache::TopicCache;
 use crate::security::authorizer::Session;
 use crate::write::batcher::{AppendError, Committed};
-use crate::write::pipelines::Sender;
+use crate::write::pipelines::Producer;
 use floe_protocol::str_bytes;
 
 /// What [`admit`] leaves to wait for: per topic, per partition, a commit or an error.
@@ -85,7 +85,7 @@ pub async fn admit(
     req: ProduceRequest,
     version: i16,
     session: &Session,
-    sender: Sender,
+    producer: Producer,
 ) -> Admitted {
     let timeout = answer_within(req.timeout_ms);
     let due = Instant::now() + timeout;
@@ -146,7 +146,7 @@ pub async fn admit(
                         rules,
                         data,
                         (req.acks, transactional, record_errors_left),
-                        (version, due, sender),
+                        (version, due, producer),
                     )
                     .await;
                     match admitted {
@@ -302,7 +302,7 @@ async fn admit_partition(
     rules: &ProduceRules,
     data: PartitionProduceData,
     (acks, transactional, record_errors): (i16, bool, usize),
-    (version, due, sender): (i16, Instant, Sender),
+    (version, due, producer): (i16, Instant, Producer),
 ) -> Result<(Committed, Option<i64>), Refused> {
     if data.index < 0 || data.index >= topic.partitions {
         return Err((
@@ -357,10 +357,16 @@ async fn admit_partition(
     // With the produce buffer full (uploads slower than producers), wait
     // for room no longer than the client waits for its answer: the batch
     // is then not enqueued, and the producer retries it.
-    let enqueue =
-        broker
-            .batcher
-            .enqueue(topic.id, data.index, batch, (acks == 0, Some(sender)), kind);
+    let enqueue = broker
+        .batcher
+        // An acks=0 producer waits on nothing: it never holds a file open.
+        .enqueue(
+            topic.id,
+            data.index,
+            batch,
+            (acks == 0, (acks != 0).then_some(producer)),
+            kind,
+        );
     let committed = tokio::time::timeout_at(due, enqueue)
         .await
         .map_err(|_| {

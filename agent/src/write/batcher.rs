@@ -29,7 +29,7 @@ use object_store::ObjectStoreExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::pipelines::{Sender, Senders};
+use super::pipelines::{Producer, Producers};
 use crate::metrics::Metrics;
 use crate::tasks::Tasks;
 
@@ -58,7 +58,7 @@ struct Append {
     /// maybe through another agent, and storing both would land as X Y X.
     keep_if_abandoned: bool,
     /// The producer that sent it, if one waits on it.
-    sender: Option<Sender>,
+    producer: Option<Producer>,
     /// Memory budget held until the batch is answered.
     _budget: OwnedSemaphorePermit,
 }
@@ -164,13 +164,13 @@ impl Batcher {
         topic_id: TopicId,
         partition: i32,
         batch: RecordBatch,
-        (keep_if_abandoned, sender): (bool, Option<Sender>),
+        (keep_if_abandoned, producer): (bool, Option<Producer>),
         kind: BatchKind,
     ) -> Result<Committed, AppendError> {
         let (mut append, committed) = self
             .append(topic_id, partition, batch, keep_if_abandoned, kind)
             .await?;
-        append.sender = sender;
+        append.producer = producer;
         self.appends
             .send(Enqueued::One(append))
             .await
@@ -228,7 +228,7 @@ impl Batcher {
             kind,
             reply,
             keep_if_abandoned,
-            sender: None,
+            producer: None,
             _budget: budget,
         };
         Ok((append, Committed(answer)))
@@ -280,7 +280,7 @@ struct PendingFile {
     bytes: u64,
     /// Transactions this file ends (their markers are among the appends).
     ends: Vec<TxnEnd>,
-    senders: Senders,
+    producers: Producers,
 }
 
 impl PendingFile {
@@ -291,7 +291,7 @@ impl PendingFile {
             index: HashMap::new(),
             bytes: 0,
             ends: Vec::new(),
-            senders: Senders::default(),
+            producers: Producers::default(),
         }
     }
 
@@ -311,8 +311,8 @@ impl PendingFile {
 
     fn push(&mut self, append: Append) {
         self.bytes += append.batch.len() as u64;
-        if let Some(sender) = append.sender {
-            self.senders.saw(sender);
+        if let Some(producer) = append.producer {
+            self.producers.saw(producer);
         }
         let key = (append.topic_id, append.partition);
         let slot = *self.index.entry(key).or_insert_with(|| {
@@ -380,7 +380,8 @@ impl PendingFile {
 
 /// Gathers appends until `flush_bytes` or `flush_interval` after the first
 /// one, or, once every producer with batches in the file waits on it with its
-/// pipeline full, `min_flush_interval` after the file before was sealed.
+/// pipeline full, `min_flush_interval` after the file before was handed on
+/// (when `min_flush_interval` is shorter than `flush_interval`).
 async fn collect(
     mut appends: mpsc::Receiver<Enqueued>,
     files: mpsc::Sender<PendingFile>,
@@ -388,6 +389,7 @@ async fn collect(
     flush_bytes: u64,
     ids: Arc<dyn Ids>,
 ) {
+    let seals_early = min_flush_interval < flush_interval;
     let mut last_sealed = Instant::now();
     while let Some(first) = appends.recv().await {
         let deadline = Instant::now() + flush_interval;
@@ -395,24 +397,28 @@ async fn collect(
         let mut file = PendingFile::new(keys::new_ingest_key(ids.next_id()));
         file.add(first);
         while file.bytes < flush_bytes {
-            let waited_on = file.senders.all_blocked();
+            // Early only while an upload could start at once: with the
+            // uploads all busy, the file would only wait in line, and
+            // filling it meanwhile costs nothing.
+            let waited_on = seals_early && file.producers.all_blocked() && files.capacity() > 0;
             // Biased, deadline first: a steady stream of appends cannot hold
             // a file open past its interval, and the choice does not depend
-            // on a random draw (the simulation replays it).
+            // on a random draw (the simulation replays it). Appends already
+            // waiting go in before an early seal.
             tokio::select! {
                 biased;
                 _ = tokio::time::sleep_until(deadline) => break,
-                _ = tokio::time::sleep_until(early), if waited_on => break,
                 next = appends.recv() => match next {
                     Some(append) => file.add(append),
                     None => break,
                 },
+                _ = tokio::time::sleep_until(early), if waited_on => break,
             }
         }
-        last_sealed = Instant::now();
         if files.send(file).await.is_err() {
             return;
         }
+        last_sealed = Instant::now();
     }
 }
 
@@ -662,7 +668,7 @@ mod tests {
             kind: BatchKind::Plain,
             reply,
             keep_if_abandoned,
-            sender: None,
+            producer: None,
             _budget: budget.clone().try_acquire_owned().unwrap(),
         };
         (append, answer)
@@ -775,22 +781,22 @@ mod tests {
             let pipeline = Arc::new(super::super::pipelines::Pipeline::default());
             let until = Instant::now() + Duration::from_secs(10);
             while Instant::now() < until {
-                let (in_flight, mut sender) = pipeline.begin();
-                assert!(sender.blocked, "one request in flight fills the pipeline");
-                sender.blocked = says_blocked;
+                let (outstanding, mut producer) = pipeline.begin();
+                assert!(producer.blocked, "one request in flight fills the pipeline");
+                producer.blocked = says_blocked;
                 let committed = batcher
                     .enqueue(
                         TopicId::from_u128(1),
                         0,
                         one_record(),
-                        (false, Some(sender)),
+                        (false, Some(producer)),
                         BatchKind::Plain,
                     )
                     .await
                     .unwrap();
                 // Answered (refused: the topic does not exist), so it sends again.
                 let _ = committed.placed().await;
-                drop(in_flight);
+                drop(outstanding);
             }
             store.list(None).count().await
         }

@@ -39,23 +39,23 @@ impl Default for Pipeline {
 
 impl Pipeline {
     /// A produce request of this connection begins: it is in flight until
-    /// the returned guard is dropped (when it is answered). The [`Sender`]
+    /// the returned guard is dropped (when it is answered). The [`Producer`]
     /// goes with its batches.
-    pub fn begin(self: &Arc<Self>) -> (InFlight, Sender) {
+    pub fn begin(self: &Arc<Self>) -> (Outstanding, Producer) {
         let in_flight = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         let deepest = self.deepest.fetch_max(in_flight, Ordering::Relaxed);
-        let sender = Sender {
+        let producer = Producer {
             connection: self.connection,
             blocked: in_flight >= deepest,
         };
-        (InFlight(self.clone()), sender)
+        (Outstanding(self.clone()), producer)
     }
 }
 
 /// One produce request in flight (see [`Pipeline::begin`]).
-pub struct InFlight(Arc<Pipeline>);
+pub struct Outstanding(Arc<Pipeline>);
 
-impl Drop for InFlight {
+impl Drop for Outstanding {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
@@ -63,24 +63,25 @@ impl Drop for InFlight {
 
 /// What a batch says of the producer that sent it.
 #[derive(Debug, Clone, Copy)]
-pub struct Sender {
+pub struct Producer {
     pub connection: u64,
     /// Its request filled the producer's pipeline: it sends nothing more
     /// until an ingest file is answered.
     pub blocked: bool,
 }
 
-/// The producers with batches in one ingest file, by their latest request.
+/// The producers with batches in one ingest file, by their latest request
+/// (at most one entry per connection with a batch in the file).
 #[derive(Default)]
-pub(super) struct Senders {
+pub(super) struct Producers {
     blocked: HashMap<u64, bool>,
     not_blocked: usize,
 }
 
-impl Senders {
-    pub(super) fn saw(&mut self, sender: Sender) {
-        let before = self.blocked.insert(sender.connection, sender.blocked);
-        match (before, sender.blocked) {
+impl Producers {
+    pub(super) fn saw(&mut self, producer: Producer) {
+        let before = self.blocked.insert(producer.connection, producer.blocked);
+        match (before, producer.blocked) {
             (None | Some(true), false) => self.not_blocked += 1,
             (Some(false), true) => self.not_blocked -= 1,
             (Some(false), false) | (None | Some(true), true) => {}
@@ -103,17 +104,17 @@ mod tests {
         let mut answered_later = Vec::new();
         // A producer with five in flight: each request deepens the pipeline.
         for _ in 0..5 {
-            let (in_flight, sender) = pipeline.begin();
-            assert!(sender.blocked);
-            answered_later.push(in_flight);
+            let (outstanding, producer) = pipeline.begin();
+            assert!(producer.blocked);
+            answered_later.push(outstanding);
         }
         // Three answered: it sends again, not blocked until the fifth.
         answered_later.truncate(2);
         let flags: Vec<bool> = (0..3)
             .map(|_| {
-                let (in_flight, sender) = pipeline.begin();
-                answered_later.push(in_flight);
-                sender.blocked
+                let (outstanding, producer) = pipeline.begin();
+                answered_later.push(outstanding);
+                producer.blocked
             })
             .collect();
         assert_eq!(flags, [false, false, true]);
@@ -121,22 +122,22 @@ mod tests {
 
     #[test]
     fn a_file_waits_on_its_producers_when_each_latest_request_is_blocked() {
-        let sender = |connection, blocked| Sender {
+        let producer = |connection, blocked| Producer {
             connection,
             blocked,
         };
-        let mut senders = Senders::default();
-        assert!(!senders.all_blocked(), "a file without producers");
-        senders.saw(sender(1, false));
-        senders.saw(sender(2, true));
-        assert!(!senders.all_blocked());
-        senders.saw(sender(1, true));
-        assert!(senders.all_blocked());
+        let mut producers = Producers::default();
+        assert!(!producers.all_blocked(), "a file without producers");
+        producers.saw(producer(1, false));
+        producers.saw(producer(2, true));
+        assert!(!producers.all_blocked());
+        producers.saw(producer(1, true));
+        assert!(producers.all_blocked());
         // Producer 2 was answered by an earlier file and sent again.
-        senders.saw(sender(2, false));
-        assert!(!senders.all_blocked());
-        senders.saw(sender(2, false));
-        senders.saw(sender(2, true));
-        assert!(senders.all_blocked());
+        producers.saw(producer(2, false));
+        assert!(!producers.all_blocked());
+        producers.saw(producer(2, false));
+        producers.saw(producer(2, true));
+        assert!(producers.all_blocked());
     }
 }

@@ -484,27 +484,42 @@ impl RaftMetastore {
         removing_self: bool,
     ) -> Result<tokio::sync::MutexGuard<'_, ()>, MetaError> {
         let turn = self.changing_membership.lock().await;
-        let (leading, staying, member) = {
-            let metrics = self.raft.metrics();
-            let metrics = metrics.borrow();
-            let membership = metrics.membership_config.membership();
-            let staying = membership
-                .get_joint_config()
-                .last()
-                .is_some_and(|config| config.contains(&self.id));
-            let member = membership.nodes().any(|(id, _)| *id == self.id);
-            (metrics.current_leader == Some(self.id), staying, member)
-        };
-        if !leading || staying || (removing_self && member) {
+        // Read in the Raft core, in order with the changes sent to it
+        // (its published metrics may lag a change it has just appended).
+        let id = self.id;
+        let (leading, staying, member, leader) = self
+            .raft
+            .with_raft_state(move |st| {
+                let membership = st.membership_state.effective().membership();
+                let staying = membership
+                    .get_joint_config()
+                    .last()
+                    .is_some_and(|config| config.contains(&id));
+                let member = membership.nodes().any(|(node, _)| *node == id);
+                let leader = st
+                    .vote_ref()
+                    .leader_id()
+                    .voted_for()
+                    .and_then(|l| membership.get_node(&l).map(|n| n.address.clone()));
+                (
+                    st.server_state == openraft::ServerState::Leader,
+                    staying,
+                    member,
+                    leader,
+                )
+            })
+            .await
+            .map_err(|e| MetaError::unavailable(format!("metastore node {id}: {e}")))?;
+        if staying || (removing_self && member) {
             return Ok(turn);
         }
-        if member {
+        if leading && member {
             let finish = ChangeMembers::RemoveVoters(BTreeSet::from([self.id]));
             if let Err(e) = self.raft.change_membership(finish, false).await {
                 tracing::warn!(error = %e, "finishing this node's removal from the group");
             }
         }
-        Err(MetaError::NotLeader(None))
+        Err(MetaError::NotLeader(leader.filter(|_| !leading)))
     }
 
     /// Adds a node to the group: first as a learner that copies the log, then

@@ -325,10 +325,6 @@ pub(crate) fn seeded_runtime(seed: u64) -> tokio::runtime::Runtime {
     // tokio's random draw: seeded where tokio lets it be (`tokio_unstable`).
     #[cfg(tokio_unstable)]
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
-    // A task that panics (openraft's core on a debug assertion, say) ends
-    // the run at once: the seed fails instead of running on without it.
-    #[cfg(tokio_unstable)]
-    builder.unhandled_panic(tokio::runtime::UnhandledPanic::ShutdownRuntime);
     builder.build().expect("a tokio runtime")
 }
 
@@ -390,6 +386,7 @@ impl Shared {
         tokio::select! {
             biased;
             () = failed.notified() => {}
+            panic = a_task_panicked() => self.with(|w| w.anomaly(format!("a task panicked: {panic}"))),
             () = simulation => {}
             () = tokio::time::sleep(limit) => self.with(|w| {
                 w.anomaly(format!("the run did not settle within {limit:?} of simulated time"))
@@ -431,6 +428,7 @@ where
     F: FnOnce(Shared) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    watch_for_panics();
     let runtime = seeded_runtime(seed);
     let shared = runtime.block_on(async {
         let shared = Shared::new(seed);
@@ -441,6 +439,38 @@ where
     drop(runtime);
     floe_metastore::raft::runtime::seed_this_thread(None);
     shared.outcome(seed)
+}
+
+thread_local! {
+    /// The first panic on this thread since the run began (the simulation
+    /// runs on one thread; tokio catches a task's panic, and the run would
+    /// go on without the task).
+    static PANICKED: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
+}
+
+/// Notes every panic on the simulation's thread (then does what the hook
+/// before did), and forgets any from an earlier run.
+fn watch_for_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let seen = PANICKED.take().unwrap_or_else(|| info.to_string());
+            PANICKED.set(Some(seen));
+            previous(info);
+        }));
+    });
+    PANICKED.take();
+}
+
+/// Resolves to the first panic's message once a task has panicked.
+async fn a_task_panicked() -> String {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(panic) = PANICKED.take() {
+            return panic;
+        }
+    }
 }
 
 /// One agent: its batcher, background loop and transaction timeout job,
