@@ -7,6 +7,7 @@
 #
 #   bench/latency-profiles.sh
 #   RATE=20000 DURATION=120s bench/latency-profiles.sh
+#   FLOE=/path/to/another/floe bench/latency-profiles.sh   # a build to compare
 #
 # The profiles (PROFILES, name:delays:agent flags, space separated):
 #
@@ -27,8 +28,10 @@ OUT=${OUT:-${TMPDIR:-/tmp}/floe-latency-profiles}
 PROFILES=${PROFILES:-"standard:latency_p50=100ms,latency_p99=200ms: express:latency_p50=5ms,latency_p99=10ms:--flush-interval=50ms"}
 FLOE_PORT=19092 FLOE_ADMIN=19644 S3_PORT=19000
 
-cargo build --release --quiet -p floe
-FLOE=$PWD/target/release/floe
+if [ -z "${FLOE:-}" ]; then
+  cargo build --release --quiet -p floe
+  FLOE=$PWD/target/release/floe
+fi
 rm -rf "$OUT" && mkdir -p "$OUT"
 
 pid=""

@@ -79,7 +79,8 @@ pub fn table(rows: &[FlushOption]) -> String {
     }
     let _ = writeln!(
         out,
-        "  A record waits at most the interval for its file, then the file's PUT and its commit.\n  \
+        "  A record the agent has received waits at most the interval for its file, then the\n  \
+         file's PUT and its commit.\n  \
          \"sealed early\": every file sealed at half the interval (producers always waiting on it\n  \
          with their pipelines full), the most min_flush_interval allows by default."
     );
