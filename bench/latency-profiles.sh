@@ -34,21 +34,8 @@ if [ -z "${FLOE:-}" ]; then
 fi
 rm -rf "$OUT" && mkdir -p "$OUT"
 
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  [ -f "$OUT/s3/started" ] && localstack/stop.sh "$OUT/s3" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  return 1
-}
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 s3=$(localstack/start.sh "$S3_PORT" floe "$OUT/s3")
 for profile in $PROFILES; do
@@ -62,6 +49,7 @@ for profile in $PROFILES; do
     --object-store "s3://floe/$name?endpoint=$s3&region=us-east-1&path_style=true" \
     --inject-faults "$delays" $flags >"$dir/agent.log" 2>&1 &
   pid=$!
+  pids+=("$pid")
   wait_port "$FLOE_PORT"
   echo "== $name: $delays $flags"
   "$FLOE" bench --bootstrap "127.0.0.1:$FLOE_PORT" --label "floe-s3-$name" --broker-pid "$pid" \
@@ -71,6 +59,5 @@ for profile in $PROFILES; do
     || echo "(the run failed; see $dir/agent.log)"
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
-  pid=""
 done
 echo "reports and plots: $OUT"

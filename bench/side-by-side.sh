@@ -38,22 +38,8 @@ cargo build --release --quiet -p floe
 FLOE=$PWD/target/release/floe
 rm -rf "$OUT" && mkdir -p "$OUT"
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  jobs -p | xargs -r kill 2>/dev/null || true
-  [ -f "$OUT/s3/started" ] && localstack/stop.sh "$OUT/s3" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  return 1
-}
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 # Stops process $1 if its resident memory passes MAX_RSS_GIB.
 guard_memory() {

@@ -181,7 +181,7 @@ pub(super) async fn share_consume(
             _ => {}
         }
         if now >= next_beat {
-            next_beat = now + heartbeat(&client, &mut m, topic_id).await;
+            next_beat = now + heartbeat(&client, &books, &mut m, topic_id).await;
         }
         if m.assigned.is_empty() {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -226,7 +226,7 @@ async fn misbehave(client: &Client, books: &Books, m: &mut Member, topic_id: Uui
 }
 
 /// One heartbeat; when the next is due.
-async fn heartbeat(client: &Client, m: &mut Member, topic_id: Uuid) -> Duration {
+async fn heartbeat(client: &Client, books: &Books, m: &mut Member, topic_id: Uuid) -> Duration {
     let mut request = ShareGroupHeartbeatRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str(GROUP)))
         .with_member_id(str_bytes(&m.id))
@@ -242,7 +242,22 @@ async fn heartbeat(client: &Client, m: &mut Member, topic_id: Uuid) -> Duration 
     };
     match ResponseError::try_from_code(r.error_code) {
         None => {}
-        Some(ResponseError::FencedMemberEpoch | ResponseError::UnknownMemberId) => {
+        Some(e @ (ResponseError::FencedMemberEpoch | ResponseError::UnknownMemberId)) => {
+            // Expired or fenced (its heartbeats went unanswered for a
+            // session): the group released every record it held, as
+            // Kafka's does, so acknowledging them means nothing now. It
+            // joins again.
+            let line = format!(
+                "{GROUP}: {} is no member any more ({e:?}); joins again",
+                m.id
+            );
+            client.shared.with(|w| w.log(line));
+            books
+                .lock()
+                .expect("books")
+                .shares
+                .give_back_all(&m.id, Instant::now());
+            m.pending.clear();
             m.epoch = 0;
             return Duration::ZERO;
         }
