@@ -243,6 +243,8 @@ where
     };
     let session =
         crate::security::authorizer::Session::new(principal.as_ref(), peer, software, listener);
+    let lane = handlers::groups::Lane::default();
+    let produces = Arc::new(crate::write::pipelines::Pipeline::new(lane.connection()));
     let mut conn = Conn {
         session_expires: (!lifetime.is_zero()).then(|| Instant::now() + lifetime),
         principal,
@@ -255,8 +257,8 @@ where
         stall,
         sasl,
         turn: Turn::default(),
-        lane: handlers::groups::Lane::default(),
-        produces: Default::default(),
+        lane,
+        produces,
         mute: Arc::new(crate::limits::quotas::Mute::default()),
         in_flight: InFlight::default(),
         reading: true,

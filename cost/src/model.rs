@@ -21,6 +21,9 @@ pub struct Line {
     pub monthly_usd: f64,
 }
 
+/// The name of floe's bill line for object PUTs.
+pub const PUTS_LINE: &str = "object PUTs";
+
 /// One system's monthly bill.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bill {
@@ -316,7 +319,7 @@ pub fn floe(i: &Inputs) -> Bill {
     };
     let puts_s = files_s + jobs_s + segments_s;
     lines.push(requests(
-        "object PUTs",
+        PUTS_LINE,
         (f.puts_per_mib, "", write),
         puts_s,
         format!(

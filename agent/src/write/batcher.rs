@@ -778,7 +778,7 @@ mod tests {
                 intervals,
             )
             .await;
-            let pipeline = Arc::new(super::super::pipelines::Pipeline::default());
+            let pipeline = Arc::new(super::super::pipelines::Pipeline::new(1));
             let until = Instant::now() + Duration::from_secs(10);
             while Instant::now() < until {
                 let (outstanding, mut producer) = pipeline.begin();

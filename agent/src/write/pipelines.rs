@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A connection's produce requests in flight.
 pub struct Pipeline {
@@ -26,18 +26,17 @@ pub struct Pipeline {
     deepest: AtomicU32,
 }
 
-impl Default for Pipeline {
-    fn default() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
+impl Pipeline {
+    /// The pipeline of the connection numbered `connection` (unique in this
+    /// process: the number its group lane has).
+    pub fn new(connection: u64) -> Pipeline {
         Pipeline {
-            connection: NEXT.fetch_add(1, Ordering::Relaxed),
+            connection,
             in_flight: AtomicU32::new(0),
             deepest: AtomicU32::new(0),
         }
     }
-}
 
-impl Pipeline {
     /// A produce request of this connection begins: it is in flight until
     /// the returned guard is dropped (when it is answered). The [`Producer`]
     /// goes with its batches.
@@ -100,7 +99,7 @@ mod tests {
 
     #[test]
     fn a_request_that_reaches_the_deepest_pipeline_yet_is_blocked() {
-        let pipeline = Arc::new(Pipeline::default());
+        let pipeline = Arc::new(Pipeline::new(1));
         let mut answered_later = Vec::new();
         // A producer with five in flight: each request deepens the pipeline.
         for _ in 0..5 {
