@@ -165,6 +165,8 @@ impl Agent {
         start_refreshers(&broker, &tasks);
         let serves_blocks = serves_kafka && start_cache_ring(&broker, admin_address.port(), &tasks);
         if let Some(compaction) = compaction {
+            // Reading the ingest files this agent uploaded from its cache.
+            let store = crate::jobs::cache_first::cache_first(store, broker.cache.clone());
             tasks.spawn(compaction.run(store, meta));
         }
         if broker.config.roles.contains(&Role::Jobs) {

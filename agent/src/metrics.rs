@@ -407,7 +407,9 @@ impl Metrics {
             "Cached blocks by event: store_get (read from the object store), peer_hit (sent by \
              the zone's owner), peer_fallback (the owner failed, was slow or refused: read from the \
              store), peer_skip (the owner failed lately: not asked), served and refused (to peers), \
-             catch_up (read for a catch-up read), reloaded (found wrong, read from the store)",
+             catch_up (read for a catch-up read), reloaded (found wrong, read from the store), \
+             compaction_hit (read by compaction from this agent's cache), compaction_miss (in a \
+             range compaction read from the store)",
             cache_blocks.clone(),
         );
         let cache_ring_members = Gauge::default();
@@ -677,6 +679,8 @@ impl Metrics {
             ("served", &cache.served),
             ("refused", &cache.refused),
             ("catch_up", &cache.catch_up_blocks),
+            ("compaction_hit", &cache.background_hits),
+            ("compaction_miss", &cache.background_misses),
         ] {
             raise_to(
                 &self.cache_blocks.get_or_create(&OpLabel { op }),

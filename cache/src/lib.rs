@@ -133,6 +133,10 @@ pub struct CacheCounters {
     pub catch_up_blocks: AtomicU64,
     /// Cached blocks found to hold the wrong bytes, read again from the store.
     pub reloaded: AtomicU64,
+    /// Blocks of ranges background readers (compaction) found whole in the
+    /// main pool, and of ranges they read from the object store instead.
+    pub background_hits: AtomicU64,
+    pub background_misses: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
@@ -458,17 +462,9 @@ impl BlockCache {
         }
         bump(&self.loader.counters.catch_up_blocks, 1);
         // From the main pool's memory or disk, without bringing a disk hit
-        // into memory (where it would evict the tail); a disk error is a miss.
-        if let Some(entry) = self.main.memory().get(key) {
-            return Ok(entry.value().clone());
-        }
-        if self.main.is_hybrid() {
-            match self.main.storage().load(key).await {
-                Ok(Load::Entry { value, .. }) => return Ok(value),
-                Ok(Load::Piece { piece, .. }) => return Ok(piece.value().clone()),
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "cache: disk tier read failed; loading"),
-            }
+        // into memory (where it would evict the tail).
+        if let Some(bytes) = self.held_block(key).await {
+            return Ok(bytes);
         }
         let entry = self.catch_up.get_or_fetch(key, || load).await;
         entry
@@ -478,6 +474,72 @@ impl BlockCache {
                 block: key.block,
                 reason: e.to_string(),
             })
+    }
+
+    /// Bytes `range` of object `key` (of `object_size` bytes) if the main
+    /// pool holds every block of it, in memory or on disk; `None` otherwise.
+    /// For background readers (compaction): nothing is loaded, asked of a
+    /// peer or brought into memory, so they neither fill nor churn the
+    /// pools the consumers read from. The ingest files an agent uploaded are
+    /// all there while fresh ([`BlockCache::insert_object`]).
+    pub async fn cached_range(
+        &self,
+        key: &str,
+        object_size: u64,
+        range: Range<u64>,
+    ) -> Option<Bytes> {
+        let block_bytes = self.loader.block_bytes;
+        let blocks = range
+            .end
+            .div_ceil(block_bytes)
+            .saturating_sub(range.start / block_bytes);
+        let found = self.held_range(key, object_size, range).await;
+        match found {
+            Some(_) => bump(&self.loader.counters.background_hits, blocks),
+            None => bump(&self.loader.counters.background_misses, blocks),
+        }
+        found
+    }
+
+    async fn held_range(&self, key: &str, object_size: u64, range: Range<u64>) -> Option<Bytes> {
+        if range.is_empty() || range.end > object_size {
+            return None;
+        }
+        let object: Arc<str> = Arc::from(key);
+        let block_bytes = self.loader.block_bytes;
+        let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
+        for block in range.start / block_bytes..=(range.end - 1) / block_bytes {
+            let key = self.key(&object, object_size, block);
+            let bytes = self.held_block(&key).await?;
+            if bytes.len() != key.length() {
+                return None;
+            }
+            let block_range = key.range();
+            let from = range.start.max(block_range.start) - block_range.start;
+            let to = range.end.min(block_range.end) - block_range.start;
+            out.extend_from_slice(&bytes[from as usize..to as usize]);
+        }
+        Some(out.freeze())
+    }
+
+    /// Block `key` if the main pool holds it, in memory or on disk (a disk
+    /// hit stays on disk; a disk error is a miss).
+    async fn held_block(&self, key: &BlockKey) -> Option<Bytes> {
+        if let Some(entry) = self.main.memory().get(key) {
+            return Some(entry.value().clone());
+        }
+        if !self.main.is_hybrid() {
+            return None;
+        }
+        match self.main.storage().load(key).await {
+            Ok(Load::Entry { value, .. }) => Some(value),
+            Ok(Load::Piece { piece, .. }) => Some(piece.value().clone()),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "cache: disk tier read failed");
+                None
+            }
+        }
     }
 
     /// Drops block `key` from every pool.
@@ -670,6 +732,35 @@ mod tests {
         let out = read(&cache, "never-uploaded", 100, 0..100, Reading::CatchUp).await;
         assert_eq!(&out[..], &data[..]);
         assert_eq!(gets(&cache), 0);
+    }
+
+    /// Background readers get only ranges held whole, and bring nothing in.
+    #[tokio::test]
+    async fn background_reads_take_only_what_is_held() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let store = store_with("stored", &data).await;
+        let cache = cache(store, 1 << 20, 16).await;
+        let uploaded = Bytes::from(data.clone());
+        cache.insert_object("uploaded", &uploaded);
+        let held = cache.cached_range("uploaded", 100, 10..90).await;
+        assert_eq!(held.as_deref(), Some(&data[10..90]));
+        assert_eq!(cache.cached_range("uploaded", 100, 90..101).await, None);
+        // Another size is another object.
+        assert_eq!(cache.cached_range("uploaded", 99, 0..10).await, None);
+        // Not loaded from the store, then or after.
+        for _ in 0..2 {
+            assert_eq!(cache.cached_range("stored", 100, 0..10).await, None);
+        }
+        assert_eq!(gets(&cache), 0);
+        // Held once a reader brought it in; a range missing one block is not.
+        read(&cache, "stored", 100, 0..40, Reading::Tail).await;
+        let held = cache.cached_range("stored", 100, 5..40).await;
+        assert_eq!(held.as_deref(), Some(&data[5..40]));
+        assert_eq!(cache.cached_range("stored", 100, 5..50).await, None);
+        let counters = cache.counters();
+        let blocks = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(blocks(&counters.background_hits), 6 + 3);
+        assert_eq!(blocks(&counters.background_misses), 2 + 1 + 2 + 4);
     }
 
     #[tokio::test]

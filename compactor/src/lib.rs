@@ -275,11 +275,46 @@ async fn compact_run(
     .await
 }
 
-/// The batches of `run`, read from the store with their real offsets set and
-/// each checked.
+/// The batches of `run`, read with their real offsets set and each checked:
+/// through a cache in front of the store if there is one, and again from
+/// the store itself if what the cache held does not check.
 pub(crate) async fn read_run(
     store: &Arc<dyn ObjectStore>,
     run: &[ExtentRef],
+) -> Result<Vec<RecordBatch>, CompactError> {
+    match read_run_from(store, run, Reads::CacheFirst).await {
+        Err(CompactError::Corrupt { .. }) => read_run_from(store, run, Reads::Store).await,
+        read => read,
+    }
+}
+
+/// Where compaction reads an object's bytes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// Through a cache in front of the store, when it holds them (the
+    /// request names the object's size: [`floe_storage::sized`]).
+    CacheFirst,
+    /// From the store.
+    Store,
+}
+
+/// Bytes `range` of `key`, an object of `size` bytes, read as `reads` says.
+pub(crate) async fn read_range(
+    store: &Arc<dyn ObjectStore>,
+    (key, size): (&str, u64),
+    range: std::ops::Range<u64>,
+    reads: Reads,
+) -> Result<bytes::Bytes, object_store::Error> {
+    match reads {
+        Reads::CacheFirst => floe_storage::sized::get_range(store.as_ref(), key, size, range).await,
+        Reads::Store => store.get_range(&ObjectPath::from(key), range).await,
+    }
+}
+
+pub(crate) async fn read_run_from(
+    store: &Arc<dyn ObjectStore>,
+    run: &[ExtentRef],
+    reads: Reads,
 ) -> Result<Vec<RecordBatch>, CompactError> {
     let mut data = BytesMut::with_capacity(run.iter().map(|e| e.length as usize).sum());
     // Extents lying end to end in one object are read with one GET.
@@ -288,10 +323,9 @@ pub(crate) async fn read_run(
     };
     for extents in run.chunk_by(adjacent) {
         let (first, last) = (&extents[0], &extents[extents.len() - 1]);
-        let path = ObjectPath::from(first.object_key.as_str());
-        let bytes = store
-            .get_range(&path, first.position..last.position + last.length)
-            .await?;
+        let object = (first.object_key.as_str(), first.object_size);
+        let span = first.position..last.position + last.length;
+        let bytes = read_range(store, object, span, reads).await?;
         for extent in extents {
             append_extent(&mut data, &bytes, first.position, extent)?;
         }

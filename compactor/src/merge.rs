@@ -31,11 +31,14 @@ use floe_metastore::{Backlog, BacklogFile, ExtentRef, ExtentRun, Metastore, Repl
 use floe_protocol::batch::RecordBatch;
 use floe_storage::ids::Ids;
 use floe_storage::ingest::IngestWriter;
-use floe_storage::{ObjectPath, ObjectStore, keys};
+use floe_storage::{ObjectStore, keys};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 
-use crate::{CompactError, CompactionPolicy, Counters, append_extent, millis, parse_run, pieces};
+use crate::{
+    CompactError, CompactionPolicy, Counters, Reads, append_extent, millis, parse_run, pieces,
+    read_range, read_run_from,
+};
 
 /// Ingest files read at once.
 const CONCURRENT_GETS: usize = 8;
@@ -167,8 +170,14 @@ pub async fn merge_files(
             .filter(|extents| !extents.is_empty())
             .map(move |extents| (run.partition, extents))
     });
+    let readable: Vec<_> = readable.collect();
     for (partition, extents) in readable {
+        // What a cache held may not check: the store's bytes may.
         let batches = match run_batches(&files, extents) {
+            Err(CompactError::Corrupt { .. }) => read_run_from(store, extents, Reads::Store).await,
+            read => read,
+        };
+        let batches = match batches {
             Ok(batches) => batches,
             Err(e) => {
                 counters.compaction_failures.inc();
@@ -230,22 +239,23 @@ async fn read_files(
     // Ordered: the reads start in one order every run, so a simulation
     // that injects faults by the order of requests replays (a HashMap's
     // order differs between maps, even in one process).
-    let mut spans: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    let mut spans: std::collections::BTreeMap<&str, (u64, u64, u64)> = Default::default();
     for e in runs.iter().flat_map(|r| &r.extents) {
-        let span = spans
-            .entry(e.object_key.as_str())
-            .or_insert((e.position, e.position + e.length));
-        span.0 = span.0.min(e.position);
-        span.1 = span.1.max(e.position + e.length);
+        let span = spans.entry(e.object_key.as_str()).or_insert((
+            e.object_size,
+            e.position,
+            e.position + e.length,
+        ));
+        span.1 = span.1.min(e.position);
+        span.2 = span.2.max(e.position + e.length);
     }
     let reads: Vec<_> = spans
         .into_iter()
-        .map(|(key, (start, end))| {
+        .map(|(key, (size, start, end))| {
             let (store, key) = (store.clone(), key.to_string());
             async move {
-                let read = store
-                    .get_range(&ObjectPath::from(key.as_str()), start..end)
-                    .await;
+                let object = (key.as_str(), size);
+                let read = read_range(&store, object, start..end, Reads::CacheFirst).await;
                 (key, start, read)
             }
         })

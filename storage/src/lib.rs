@@ -9,6 +9,7 @@
 //! - [`faults`]: hooks injecting errors and latency, for tests.
 //! - [`http_faults`]: S3's bad days (SlowDown, resets, slow requests) injected beneath its client.
 //! - [`synced`]: a hook making local-folder puts durable (fsync) before they return.
+//! - [`sized`]: ranged reads that name their object's size, so a cache can answer them.
 //! - [`segment_index`]: the offset index of version-2 segments.
 //! - [`ingest`]: the ingest-file format shared by ingest and segment objects
 //!   (see `docs/ingest-format.md`).
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod ingest;
 pub mod keys;
 pub mod segment_index;
+pub mod sized;
 pub mod store;
 pub mod synced;
 

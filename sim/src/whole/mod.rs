@@ -527,7 +527,7 @@ impl Cluster {
             },
             store.clone(),
             self.meta.clone(),
-            cache,
+            cache.clone(),
             tokio::sync::watch::channel(0).0,
             Arc::new(Metrics::new()),
             ids.clone(),
@@ -541,6 +541,8 @@ impl Cluster {
             counters: Counters::default(),
             ids,
         };
+        // As an agent's: reading the ingest files it uploaded from its cache.
+        let store = floe_agent::jobs::cache_first::cache_first(store, cache);
         let background = tokio::spawn(background.run(store, self.meta.clone()));
         let txn_timeouts = tokio::spawn({
             let (meta, batcher) = (self.meta.clone(), batcher.clone());
