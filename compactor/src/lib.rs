@@ -52,7 +52,7 @@ pub struct CompactionPolicy {
     /// key-compacted partition before it is cleaned.
     pub min_extents: usize,
     /// A segment stops growing past this size; a partition's chunks of merged
-    /// files smaller than an eighth of it are merged into one.
+    /// files wait to make half of it before they are merged into one.
     pub max_segment_bytes: u64,
     /// A partition's chunk of a merged file is described to the metastore as
     /// extents of about this size, so a fetch from its middle reads little

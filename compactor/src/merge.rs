@@ -13,7 +13,7 @@
 //!
 //! A partition's small chunks in successive merged files are merged further,
 //! per partition, into segments ([`crate::compact_partition`]) once they add
-//! up to an eighth of a segment, are many, or are old, so its extent count
+//! up to half a segment, are many, or are old, so its extent count
 //! does not grow with each job and segment writes stay proportional to bytes.
 //!
 //! Invariant (safety rule 1): the merged file holds exactly the batches of

@@ -610,14 +610,15 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
     ];
     let policy = CompactionPolicy {
         min_extents: 2,
-        max_segment_bytes: 96,
+        max_segment_bytes: 60,
         extent_bytes: u64::MAX,
         max_chunks: 1_000,
         max_age: Duration::from_secs(3600),
         ..CompactionPolicy::default()
     };
-    // Small is under 12 bytes: two small chunks in a row make a small
-    // chunk's worth. (The segments are each alone: not worth merging.)
+    // Chunks wait for half a segment, 30 bytes: the three in a row make it,
+    // the lone one at 1 does not. (The segments are each alone: not worth
+    // merging.)
     let run = plan(&extents, &policy, 2_000, i64::MAX).unwrap();
     assert_eq!(
         run.iter().map(|e| e.base_offset).collect::<Vec<_>>(),
@@ -1095,9 +1096,9 @@ async fn a_lost_swap_in_a_later_group_loses_nothing() {
 /// written (and per 1 MiB of each), for ever.
 #[tokio::test]
 async fn a_partitions_extents_stay_bounded_under_steady_produce() {
-    // A quiet partition (a merged chunk under an eighth of a segment each
-    // pass), then a busy one (one of several eighths each pass, so merged
-    // chunks become segments every pass beside the segments' own merges).
+    // A quiet partition (a merged chunk of about a twentieth of a segment
+    // each pass), then a busy one (about a fifth each pass, so merged chunks
+    // become segments every few passes beside the segments' own merges).
     steady_produce(3, 250).await;
     steady_produce(6, 600).await;
 }

@@ -299,9 +299,9 @@ pub fn floe(i: &Inputs) -> Bill {
     // Each agent uploads a file every flush interval, or sooner when it
     // fills. Compaction jobs read each ingest file once (one GET) and write
     // one merged file (one PUT) per job_mib, at least one per pass; a
-    // partition's chunk of a merged file smaller than an eighth of a segment
-    // is read again (one GET) when its chunks are merged into a segment, once
-    // per eighth of a segment of its data or once per max age.
+    // partition's chunks of merged files are read again (one GET each) when
+    // they are merged into a segment: once they make half a segment, or once
+    // per max age; a chunk of half a segment or more alone.
     let per_agent = write / agents;
     let files_per_agent_s = (1000.0 / f.flush_interval_ms).max(per_agent / f.flush_mib);
     let files_s = agents * files_per_agent_s;
@@ -309,13 +309,13 @@ pub fn floe(i: &Inputs) -> Bill {
     let extents_per_file = f.partitions_per_ingest_file.min(w.partitions);
     let partitions_per_job = (extents_per_file * files_s / jobs_s).min(w.partitions);
     let chunk_mib = write / jobs_s / partitions_per_job;
-    let small = chunk_mib < f.segment_mib / 8.0;
+    let small = chunk_mib < f.segment_mib / 2.0;
     let segments_s = if small {
-        (write / (f.segment_mib / 8.0))
+        (write / (f.segment_mib / 2.0))
             .max(w.partitions / f.compaction_max_age_s)
             .min(w.partitions * jobs_s / 2.0)
     } else {
-        0.0
+        partitions_per_job * jobs_s
     };
     let puts_s = files_s + jobs_s + segments_s;
     lines.push(requests(
@@ -329,9 +329,9 @@ pub fn floe(i: &Inputs) -> Bill {
             f.compaction_job_mib,
             f.compaction_interval_s,
             if small {
-                format!(" are small: one segment per {} MiB / 8 of data, or per partition every {} s", f.segment_mib, f.compaction_max_age_s)
+                format!(" wait: one segment per {} MiB / 2 of data, or per partition every {} s", f.segment_mib, f.compaction_max_age_s)
             } else {
-                " are large enough: no segments".into()
+                " are half a segment or more: one segment each".into()
             },
         ),
         put_price,
@@ -339,11 +339,8 @@ pub fn floe(i: &Inputs) -> Bill {
 
     // Consumers in each zone read every byte from the store once into their
     // agents' caches.
-    let merge_gets_s = if small {
-        jobs_s * partitions_per_job
-    } else {
-        0.0
-    };
+    // Every chunk of a merged file is read once, into its segment.
+    let merge_gets_s = jobs_s * partitions_per_job;
     let fetch_gets_s = get_mib_s / f.cache_block_mib;
     let gets_s = files_s + merge_gets_s + fetch_gets_s;
     lines.push(requests(
@@ -351,7 +348,7 @@ pub fn floe(i: &Inputs) -> Bill {
         (f.gets_per_mib, " written", write),
         gets_s,
         format!(
-            "compaction {files_s:.2} ingest files/s + {jobs_s:.2} merged files/s x {partitions_per_job:.0} small chunks = {merge_gets_s:.1}/s + fetch write {write} MiB/s x {zones} zones / {} MiB blocks = {fetch_gets_s:.1}/s; {gets_s:.1}/s",
+            "compaction {files_s:.2} ingest files/s + {jobs_s:.2} merged files/s x {partitions_per_job:.0} chunks = {merge_gets_s:.1}/s + fetch write {write} MiB/s x {zones} zones / {} MiB blocks = {fetch_gets_s:.1}/s; {gets_s:.1}/s",
             f.cache_block_mib,
         ),
         get_price,

@@ -75,10 +75,14 @@ pub fn segment_first_appended_ms(key: &str) -> Option<i64> {
 }
 
 impl CompactionWork {
-    /// A chunk of a merged file holding less than this of a partition is
-    /// small: an eighth of a segment.
+    /// Merged chunks in a row holding less than this of a partition wait
+    /// for more (within `merge_max_chunks` and `merge_max_age_ms`): half a
+    /// segment, the size at which a segment is final (rule 2 of
+    /// [`CompactionWork::merge_run`] merges only smaller ones). So a byte
+    /// of a busy partition is written three times (ingest file, merged
+    /// file, segment), not rewritten again by a size tier.
     pub fn small_below_bytes(&self) -> u64 {
-        self.segment_bytes / 8
+        self.segment_bytes / 2
     }
 
     /// The kind of the object `key` names.
@@ -96,11 +100,12 @@ impl CompactionWork {
     /// merging into one segment, up to `segment_bytes` (its first chunk
     /// whatever its size):
     ///
-    /// 1. Chunks of merged files in a row, when they make at least a small
-    ///    chunk's worth (an eighth of a segment), are `merge_max_chunks`
-    ///    many, or the oldest is `merge_max_age_ms` old (even alone, so no
-    ///    merged file stays pinned). So each segment is written once per
-    ///    `segment_bytes / 8` of a partition's data, or once per age, never
+    /// 1. Chunks of merged files in a row, when they make at least half a
+    ///    segment ([`CompactionWork::small_below_bytes`]), are
+    ///    `merge_max_chunks` many, or the oldest is `merge_max_age_ms` old
+    ///    (even alone, so no merged file stays pinned). So each segment is
+    ///    written once per `segment_bytes / 2` of a partition's data, or
+    ///    once per age, never
     ///    per merged file: the writes (PUTs) stay proportional to bytes, not
     ///    to partitions times files.
     /// 2. Else, small segments (under half a segment) of one extent by size
