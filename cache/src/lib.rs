@@ -479,9 +479,12 @@ impl BlockCache {
     /// Bytes `range` of object `key` (of `object_size` bytes) if the main
     /// pool holds every block of it, in memory or on disk; `None` otherwise.
     /// For background readers (compaction): nothing is loaded, asked of a
-    /// peer or brought into memory, so they neither fill nor churn the
-    /// pools the consumers read from. The ingest files an agent uploaded are
-    /// all there while fresh ([`BlockCache::insert_object`]).
+    /// peer or brought into memory from disk, so they do not fill the pools
+    /// the consumers read from. (A memory hit counts as a use in the pool's
+    /// LRU, as a consumer's read would: the blocks compaction reads were
+    /// uploaded seconds before, so they move little.) The ingest files an
+    /// agent uploaded are all there while fresh
+    /// ([`BlockCache::insert_object`]).
     pub async fn cached_range(
         &self,
         key: &str,

@@ -320,7 +320,7 @@ async fn a_job_reads_ingest_files_from_a_cache_in_front_of_the_store() {
         let counted = floe_storage::hooked::HookedStore::new(s.store.clone(), gets.clone());
         s.store = Arc::new(floe_storage::hooked::HookedStore::new(
             Arc::new(counted),
-            held,
+            held.clone(),
         ));
 
         let done = pass(&s, &policy(4)).await;
@@ -329,6 +329,25 @@ async fn a_job_reads_ingest_files_from_a_cache_in_front_of_the_store() {
         // The spoiled byte lies in b's chunk, the last of each file: b's
         // run alone is read again from the store, a GET per file.
         let expected_gets = if spoiled { 10 } else { 0 };
+        assert_eq!(
+            gets.0.load(std::sync::atomic::Ordering::Relaxed),
+            expected_gets,
+            "spoiled: {spoiled}"
+        );
+        let after = (read_values(&s, &s.a).await, read_values(&s, &s.b).await);
+        assert_eq!(after, before, "spoiled: {spoiled}");
+
+        // Then each partition's merged chunk into a segment (it is old), read
+        // from the cache too: again a GET only for bytes the cache holds wrong.
+        held.keep_every_object(&s.store).await;
+        gets.0.store(0, std::sync::atomic::Ordering::Relaxed);
+        let aged = CompactionPolicy {
+            max_age: Duration::ZERO,
+            ..policy(4)
+        };
+        let done = pass(&s, &aged).await;
+        assert_eq!(done.compacted.len(), 2, "spoiled: {spoiled}");
+        let expected_gets = if spoiled { 2 } else { 0 };
         assert_eq!(
             gets.0.load(std::sync::atomic::Ordering::Relaxed),
             expected_gets,
@@ -616,37 +635,56 @@ fn plan_takes_runs_of_small_merged_chunks_within_the_size_limit() {
         max_age: Duration::from_secs(3600),
         ..CompactionPolicy::default()
     };
-    // Chunks wait for half a segment, 30 bytes: the three in a row make it,
-    // the lone one at 1 does not. (The segments are each alone: not worth
+    let offsets =
+        |run: Option<Vec<ExtentRef>>| run.map(|r| r.iter().map(|e| e.base_offset).collect());
+    // The lone chunk at 1 cannot grow (a segment follows it): merged at
+    // once, small as it is. (The segments are each alone: not worth
     // merging.)
-    let run = plan(&extents, &policy, 2_000, i64::MAX).unwrap();
+    assert_eq!(
+        offsets(plan(&extents, &policy, 2_000, i64::MAX)),
+        Some(vec![1])
+    );
+    // Chunks wait for half a segment, 30 bytes: the three in a row make it.
+    let run = plan(&extents[2..], &policy, 2_000, i64::MAX).unwrap();
     assert_eq!(
         run.iter().map(|e| e.base_offset).collect::<Vec<_>>(),
         vec![3, 4, 5]
     );
-    // Larger segments: three chunks of 10 bytes are not worth one...
+    // Larger segments: three chunks of 10 bytes at the end, which newer
+    // chunks may still join, are not worth one...
     let larger = CompactionPolicy {
         max_segment_bytes: 800,
         ..policy
     };
-    assert_eq!(plan(&extents, &larger, 2_000, i64::MAX), None);
+    let open_end = &extents[2..6];
+    assert_eq!(plan(open_end, &larger, 2_000, i64::MAX), None);
     // ...unless they are many, or old.
     let few = CompactionPolicy {
         max_chunks: 3,
         ..larger
     };
     assert_eq!(
-        plan(&extents, &few, 2_000, i64::MAX).map(|r| r.len()),
+        plan(open_end, &few, 2_000, i64::MAX).map(|r| r.len()),
         Some(3)
     );
     let old_ms = 1_000 + 3 + 3_600_000;
-    let old_run = |extents: &[ExtentRef]| {
-        plan(extents, &larger, old_ms, i64::MAX)
-            .map(|r| r.iter().map(|e| e.base_offset).collect::<Vec<_>>())
+    let old_run = |extents: &[ExtentRef]| offsets(plan(extents, &larger, old_ms, i64::MAX));
+    assert_eq!(old_run(open_end), Some(vec![3, 4, 5]));
+    // A run the size limit or the span limit ends cannot grow: merged at
+    // once. (A chunk of 85 bytes after one of 10 does not fit in 88; chunks
+    // appended more than the span apart do not share a segment.)
+    let of_88 = CompactionPolicy {
+        max_segment_bytes: 88,
+        ..larger
     };
-    // The lone old chunk at 1 first, then the run.
-    assert_eq!(old_run(&extents), Some(vec![1]));
-    assert_eq!(old_run(&extents[2..]), Some(vec![3, 4, 5]));
+    let sized = vec![extent(0, "merged/0", 10), extent(1, "merged/1", 85)];
+    assert_eq!(
+        offsets(plan(&sized, &of_88, 2_000, i64::MAX)),
+        Some(vec![0])
+    );
+    let spanned = vec![extent(0, "merged/0", 10), extent(100, "merged/1", 10)];
+    assert_eq!(offsets(plan(&spanned, &larger, 2_000, 50)), Some(vec![0]));
+    assert_eq!(plan(&spanned, &larger, 2_000, 500), None);
     // Pieces of one chunk count as one: a lone chunk is left as it is,
     // until it is old (it may be all that keeps its merged file).
     let one_file = vec![extent(0, "merged/1", 1), extent(1, "merged/1", 1)];

@@ -2,6 +2,7 @@
 //! this process.
 
 mod abandoned;
+mod compaction;
 mod fetch_watermarks;
 mod lifecycle;
 mod long_poll;

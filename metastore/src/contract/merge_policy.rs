@@ -102,8 +102,10 @@ impl CompactionWork {
     ///
     /// 1. Chunks of merged files in a row, when they make at least half a
     ///    segment ([`CompactionWork::small_below_bytes`]), are
-    ///    `merge_max_chunks` many, or the oldest is `merge_max_age_ms` old
-    ///    (even alone, so no merged file stays pinned). So each segment is
+    ///    `merge_max_chunks` many, the oldest is `merge_max_age_ms` old
+    ///    (even alone, so no merged file stays pinned), or the run cannot
+    ///    grow any more (the size or span limit, or a segment, ends it:
+    ///    waiting would gain nothing). So each segment is
     ///    written once per `segment_bytes / 2` of a partition's data, or
     ///    once per age, never
     ///    per merged file: the writes (PUTs) stay proportional to bytes, not
@@ -141,7 +143,7 @@ impl CompactionWork {
             |c| c.kind == ChunkKind::Merged,
             |run| {
                 let aged = now_ms.saturating_sub(run.oldest_appended_ms) >= self.merge_max_age_ms;
-                aged || run.bytes >= small || run.chunks.len() >= many
+                aged || run.bytes >= small || run.chunks.len() >= many || run.closed
             },
         );
         if merged.is_some() {
@@ -188,6 +190,7 @@ impl CompactionWork {
             }
             let (mut end, mut bytes, mut largest) = (start, 0u64, 0u64);
             let (mut oldest, mut newest) = (i64::MAX, i64::MIN);
+            let mut capped = false;
             while end < chunks.len() && fits(&chunks[end]) {
                 let c = &chunks[end];
                 let span = newest
@@ -196,6 +199,7 @@ impl CompactionWork {
                 if end > start
                     && (bytes.saturating_add(c.bytes) > self.segment_bytes || span > max_span_ms)
                 {
+                    capped = true;
                     break;
                 }
                 bytes = bytes.saturating_add(c.bytes);
@@ -204,11 +208,18 @@ impl CompactionWork {
                 newest = newest.max(c.newest_appended_ms);
                 end += 1;
             }
+            // Chunks of newer ingest files may still join the run; a size
+            // or span limit, or a segment after it, ends it for good.
+            let closed = capped
+                || chunks
+                    .get(end)
+                    .is_some_and(|c| c.kind == ChunkKind::Segment);
             let run = Run {
                 chunks: &chunks[start..end],
                 bytes,
                 largest,
                 oldest_appended_ms: oldest,
+                closed,
             };
             if worth(&run) {
                 return Some(start..end);
@@ -226,4 +237,6 @@ struct Run<'a> {
     /// The largest chunk's bytes.
     largest: u64,
     oldest_appended_ms: i64,
+    /// It cannot grow: a size or span limit, or a segment, ends it.
+    closed: bool,
 }
