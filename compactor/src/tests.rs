@@ -159,6 +159,13 @@ async fn read_values(s: &Setup, t: &TopicInfo) -> Vec<(i64, String)> {
 #[derive(Default, Clone)]
 struct CountGets(Arc<std::sync::atomic::AtomicU64>);
 
+impl CountGets {
+    /// GETs since the last call.
+    fn since(&self) -> u64 {
+        self.0.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 impl floe_storage::hooked::Hooks for CountGets {
     fn after(
         &self,
@@ -310,7 +317,7 @@ impl floe_storage::hooked::Hooks for Held {
 async fn a_job_reads_ingest_files_from_a_cache_in_front_of_the_store() {
     for spoiled in [false, true] {
         let mut s = setup(10).await;
-        let before = (read_values(&s, &s.a).await, read_values(&s, &s.b).await);
+        let before = values_of(&s).await;
         let held = Held {
             spoiled,
             ..Held::default()
@@ -328,34 +335,35 @@ async fn a_job_reads_ingest_files_from_a_cache_in_front_of_the_store() {
         assert_eq!((job.files, job.runs, job.swapped), (10, 2, 2));
         // The spoiled byte lies in b's chunk, the last of each file: b's
         // run alone is read again from the store, a GET per file.
-        let expected_gets = if spoiled { 10 } else { 0 };
         assert_eq!(
-            gets.0.load(std::sync::atomic::Ordering::Relaxed),
-            expected_gets,
+            gets.since(),
+            if spoiled { 10 } else { 0 },
             "spoiled: {spoiled}"
         );
-        let after = (read_values(&s, &s.a).await, read_values(&s, &s.b).await);
-        assert_eq!(after, before, "spoiled: {spoiled}");
+        assert_eq!(values_of(&s).await, before, "spoiled: {spoiled}");
 
         // Then each partition's merged chunk into a segment (it is old), read
         // from the cache too: again a GET only for bytes the cache holds wrong.
         held.keep_every_object(&s.store).await;
-        gets.0.store(0, std::sync::atomic::Ordering::Relaxed);
+        gets.since();
         let aged = CompactionPolicy {
             max_age: Duration::ZERO,
             ..policy(4)
         };
         let done = pass(&s, &aged).await;
         assert_eq!(done.compacted.len(), 2, "spoiled: {spoiled}");
-        let expected_gets = if spoiled { 2 } else { 0 };
         assert_eq!(
-            gets.0.load(std::sync::atomic::Ordering::Relaxed),
-            expected_gets,
+            gets.since(),
+            if spoiled { 2 } else { 0 },
             "spoiled: {spoiled}"
         );
-        let after = (read_values(&s, &s.a).await, read_values(&s, &s.b).await);
-        assert_eq!(after, before, "spoiled: {spoiled}");
+        assert_eq!(values_of(&s).await, before, "spoiled: {spoiled}");
     }
+}
+
+/// Every record of `a` and of `b`, with its offset.
+async fn values_of(s: &Setup) -> (Vec<(i64, String)>, Vec<(i64, String)>) {
+    (read_values(s, &s.a).await, read_values(s, &s.b).await)
 }
 
 #[tokio::test]
