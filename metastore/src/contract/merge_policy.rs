@@ -105,9 +105,8 @@ impl CompactionWork {
     ///    `merge_max_chunks` many, the oldest is `merge_max_age_ms` old
     ///    (even alone, so no merged file stays pinned), or the run cannot
     ///    grow any more (the size or span limit, or a segment, ends it:
-    ///    waiting would gain nothing). So each segment is
-    ///    written once per `segment_bytes / 2` of a partition's data, or
-    ///    once per age, never
+    ///    waiting would gain nothing). So each segment is written once per
+    ///    `segment_bytes / 2` of a partition's data, or once per age, never
     ///    per merged file: the writes (PUTs) stay proportional to bytes, not
     ///    to partitions times files.
     /// 2. Else, small segments (under half a segment) of one extent by size
