@@ -82,7 +82,10 @@ async fn change(
         1 => delete_offset(client, group, partition).await,
         _ => reset_to_earliest(client, group, partition).await,
     };
-    if which == 0 && code.is_none_or(|c| c == 0) {
+    // Unanswered, done, or a retriable error (which may follow a write
+    // that went in: the agent could not learn its outcome): the group may
+    // be gone, and a group of its name starts again at generation 1.
+    if which == 0 && code.is_none_or(|c| c == 0 || retriable(c)) {
         books
             .lock()
             .expect("books")
