@@ -35,6 +35,15 @@ impl BlockKey {
         start..start.saturating_add(self.block_bytes).min(self.object_size)
     }
 
+    /// Where the bytes of the object's `range` that this block holds lie in
+    /// the block (an empty range if none do).
+    pub fn part_of(&self, range: &std::ops::Range<u64>) -> std::ops::Range<usize> {
+        let block = self.range();
+        let from = range.start.clamp(block.start, block.end) - block.start;
+        let to = range.end.clamp(block.start, block.end) - block.start;
+        from as usize..to.max(from) as usize
+    }
+
     /// How many bytes the block holds.
     pub fn length(&self) -> usize {
         let range = self.range();

@@ -389,6 +389,20 @@ impl BlockCache {
         }
     }
 
+    /// The blocks holding bytes `range` (not empty, within the object) of
+    /// object `key`, of `object_size` bytes.
+    fn blocks_of(
+        &self,
+        key: &str,
+        object_size: u64,
+        range: &Range<u64>,
+    ) -> impl Iterator<Item = BlockKey> + use<'_> {
+        let object: Arc<str> = Arc::from(key);
+        let block_bytes = self.loader.block_bytes;
+        let blocks = range.start / block_bytes..=(range.end - 1) / block_bytes;
+        blocks.map(move |block| self.key(&object, object_size, block))
+    }
+
     /// Puts a whole object, just written, into the main pool as its blocks.
     ///
     /// Each block is copied out of the object: a slice would keep the whole
@@ -508,19 +522,13 @@ impl BlockCache {
         if range.is_empty() || range.end > object_size {
             return None;
         }
-        let object: Arc<str> = Arc::from(key);
-        let block_bytes = self.loader.block_bytes;
         let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
-        for block in range.start / block_bytes..=(range.end - 1) / block_bytes {
-            let key = self.key(&object, object_size, block);
+        for key in self.blocks_of(key, object_size, &range) {
             let bytes = self.held_block(&key).await?;
             if bytes.len() != key.length() {
                 return None;
             }
-            let block_range = key.range();
-            let from = range.start.max(block_range.start) - block_range.start;
-            let to = range.end.min(block_range.end) - block_range.start;
-            out.extend_from_slice(&bytes[from as usize..to as usize]);
+            out.extend_from_slice(&bytes[key.part_of(&range)]);
         }
         Some(out.freeze())
     }
@@ -599,19 +607,13 @@ impl BlockCache {
         if range.is_empty() {
             return Ok(());
         }
-        let object: Arc<str> = Arc::from(key);
-        let block_bytes = self.loader.block_bytes;
         out.reserve((range.end - range.start) as usize);
-        for block in range.start / block_bytes..=(range.end - 1) / block_bytes {
-            let key = self.key(&object, object_size, block);
+        for key in self.blocks_of(key, object_size, &range) {
             let bytes = match source {
                 Source::Cache => self.block(&key, reading, true).await?,
                 Source::Store => self.reload(&key, reading).await?,
             };
-            let block_range = key.range();
-            let from = range.start.max(block_range.start) - block_range.start;
-            let to = range.end.min(block_range.end) - block_range.start;
-            out.extend_from_slice(&bytes[from as usize..to as usize]);
+            out.extend_from_slice(&bytes[key.part_of(&range)]);
         }
         Ok(())
     }

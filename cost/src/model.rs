@@ -337,10 +337,10 @@ pub fn floe(i: &Inputs) -> Bill {
         put_price,
     ));
 
-    // Consumers in each zone read every byte from the store once into their
-    // agents' caches.
     // Every chunk of a merged file is read once, into its segment.
     let merge_gets_s = jobs_s * partitions_per_job;
+    // Consumers in each zone read every byte from the store once into their
+    // agents' caches.
     let fetch_gets_s = get_mib_s / f.cache_block_mib;
     let gets_s = files_s + merge_gets_s + fetch_gets_s;
     lines.push(requests(
