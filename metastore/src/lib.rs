@@ -15,6 +15,7 @@ pub mod leases;
 pub mod ledger;
 pub mod local;
 pub mod raft;
+pub mod read_leases;
 pub mod rpc;
 pub mod sequencer;
 pub mod shared_log;

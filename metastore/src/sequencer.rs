@@ -74,6 +74,14 @@ pub trait Sequencer: Send + Sync + 'static {
         async { Err(MetaError::unavailable("this metastore has no Raft group")) }
     }
 
+    /// A subscription to pushed changes under a read lease (see
+    /// [`crate::contract::push`]). By default there is none.
+    fn subscribe(
+        &self,
+    ) -> impl Future<Output = Result<crate::contract::push::Subscription, MetaError>> + Send {
+        async { Err(MetaError::unavailable("this metastore pushes no changes")) }
+    }
+
     /// Applies `command` through the log; its answer, of its type.
     fn write<C: Apply>(
         &self,
@@ -139,6 +147,10 @@ impl<S: Sequencer> Transport for S {
         Ok(*answer
             .downcast::<O::Output>()
             .expect("a request is answered with its operation's type"))
+    }
+
+    async fn subscribe(&self) -> Result<crate::contract::push::Subscription, MetaError> {
+        Sequencer::subscribe(self).await
     }
 }
 

@@ -181,6 +181,7 @@ impl State {
     /// again.
     fn changing_partition(&mut self, tp: TopicPartition) -> Option<&mut Partition> {
         self.log.extent_changes.0 += 1;
+        self.log.changed.0.insert(tp);
         let version = self.log.extent_changes;
         let name = self.log.names_by_id.get(&tp.topic_id)?;
         let topic = self.log.topics.get_mut(name)?;
@@ -189,6 +190,12 @@ impl State {
             .get_mut(usize::try_from(tp.partition).ok()?)?;
         p.extents_version = version;
         Some(p)
+    }
+
+    /// The partitions whose log (extents, high watermark, last stable
+    /// offset, log start) changed or that were deleted since the last call.
+    pub fn take_changed_partitions(&mut self) -> BTreeSet<TopicPartition> {
+        std::mem::take(&mut self.log.changed.0)
     }
 
     /// Rebuilds what the state derives and never stores (each object's

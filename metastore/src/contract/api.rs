@@ -57,6 +57,15 @@ pub trait Op:
 /// transport implements.
 pub trait Transport: Send + Sync + 'static {
     fn call<O: Op>(&self, op: O) -> impl Future<Output = Result<O::Output, MetaError>> + Send;
+
+    /// Opens a subscription to pushed changes under a read lease (see
+    /// [`crate::contract::push`]). By default there is none: the caller
+    /// asks for what it needs, as it always may.
+    fn subscribe(
+        &self,
+    ) -> impl Future<Output = Result<crate::contract::push::Subscription, MetaError>> + Send {
+        async { Err(MetaError::unavailable("this metastore pushes no changes")) }
+    }
 }
 
 /// Whether a line of the table may be sent again: a read always may; a
@@ -91,6 +100,9 @@ macro_rules! metastore_api {
         #[async_trait]
         pub trait Metastore: Send + Sync + 'static {
             $( $(#[$doc])* async fn $method(&self, $($arg: $ty),*) -> Result<<$op as Op>::Output, MetaError>; )*
+
+            /// As [`Transport::subscribe`].
+            async fn subscribe(&self) -> Result<crate::contract::push::Subscription, MetaError>;
         }
 
         // Each line's builder is a block, which lints as braces around an argument.
@@ -100,6 +112,10 @@ macro_rules! metastore_api {
             $( async fn $method(&self, $($arg: $ty),*) -> Result<<$op as Op>::Output, MetaError> {
                 self.call($build).await
             } )*
+
+            async fn subscribe(&self) -> Result<crate::contract::push::Subscription, MetaError> {
+                Transport::subscribe(self).await
+            }
         }
 
         /// One operation, as a client sends it.

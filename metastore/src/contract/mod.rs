@@ -19,6 +19,7 @@ pub mod merge_policy;
 pub mod ops;
 pub mod peer_auth;
 pub mod peers;
+pub mod push;
 pub mod quorum;
 pub mod quotas;
 pub mod scram;

@@ -607,6 +607,7 @@ mod tests {
                 db.clone(),
                 Arc::new(crate::SystemClock),
                 Arc::new(GroupWatch::default()),
+                None,
             )
             .await?;
             Ok(((), LogStore::new(db), state_machine))

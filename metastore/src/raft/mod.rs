@@ -14,6 +14,8 @@
 //!   and the timers that expire sessions and end rebalances.
 //! - [`group_watch`]: wakes requests waiting for a group to change.
 //! - [`lease`]: lets the leader answer reads without a quorum round each.
+//! - `subscriptions`: agents' subscriptions to pushed changes, served by
+//!   [`crate::read_leases`].
 //! - [`runtime`]: tokio for openraft, with randomness a simulation can seed.
 //! - [`stamps`]: the times a node stamps proposals with, bounded so that one
 //!   clock far ahead cannot drag the group's time forward.
@@ -30,6 +32,7 @@ pub(crate) mod peer_book;
 pub mod runtime;
 pub mod stamps;
 pub mod state_machine;
+pub(crate) mod subscriptions;
 
 use std::fmt;
 

@@ -29,6 +29,7 @@ use super::{NodeAddress, NodeId, Raft};
 use crate::contract::quorum::ClusterStatus;
 use crate::format::{FORMAT_VERSION, OLDEST_READABLE_FORMAT, decode_snapshot_of, encode_snapshot};
 use crate::groups::{AwaitGroup, Heard, MemberView};
+use crate::read_leases::ReadLeases;
 use crate::state::{Command, Reply, State};
 use crate::types::*;
 use crate::{Clock, Sequencer, SystemClock};
@@ -76,6 +77,10 @@ pub struct NodeOptions {
     /// this process used, so that it restarts from its log as after a crash
     /// (the simulation kills and restarts nodes so).
     pub database: Option<Arc<Database>>,
+    /// How long a read lease lasts, if this node grants them to
+    /// subscribers (see [`crate::contract::push`]); `None`: it does not,
+    /// and answers writes without waiting on anyone.
+    pub read_lease: Option<Duration>,
 }
 
 impl NodeOptions {
@@ -91,6 +96,7 @@ impl NodeOptions {
             transport: None,
             secret: None,
             database: None,
+            read_lease: None,
         }
     }
 }
@@ -104,7 +110,11 @@ pub struct RaftMetastore {
     /// only for in-memory work.
     state: Arc<RwLock<State>>,
     db: Arc<Database>,
-    lease: Lease,
+    /// Confirms leadership for reads.
+    reader: Reader,
+    /// Subscriptions to pushed changes and their read leases, when this
+    /// node grants them (see [`crate::read_leases`]).
+    read_leases: Option<Arc<ReadLeases>>,
     incoming: super::network::Incoming,
     /// Where proposals wait to share an entry.
     group_commit: Arc<GroupCommit>,
@@ -274,10 +284,15 @@ impl RaftMetastore {
         };
         let log_store = LogStore::new(db.clone());
         let group_watch = Arc::new(GroupWatch::default());
-        let (state_machine, state, stamps) =
-            StateMachine::open(db.clone(), options.clock.clone(), group_watch.clone())
-                .await
-                .map_err(storage)?;
+        let read_leases = options.read_lease.map(|l| Arc::new(ReadLeases::new(l)));
+        let (state_machine, state, stamps) = StateMachine::open(
+            db.clone(),
+            options.clock.clone(),
+            group_watch.clone(),
+            read_leases.clone(),
+        )
+        .await
+        .map_err(storage)?;
         let heartbeat = options.heartbeat_ms.max(10);
         let config = Config {
             cluster_name: "floe-metastore".into(),
@@ -313,6 +328,9 @@ impl RaftMetastore {
         .await
         .map_err(storage)?;
         let lease = Lease::follow(&raft, follower_lease);
+        if let Some(read_leases) = &read_leases {
+            super::subscriptions::follow_leadership(&raft, read_leases.clone());
+        }
 
         if !raft.is_initialized().await.map_err(storage)? {
             let voters = match &options.bootstrap {
@@ -381,10 +399,15 @@ impl RaftMetastore {
         Ok(RaftMetastore {
             id: options.id,
             stamps,
+            reader: Reader {
+                raft: raft.clone(),
+                lease,
+                state: state.clone(),
+            },
             raft,
             state,
             db,
-            lease,
+            read_leases,
             incoming: Default::default(),
             group_commit,
             liveness,
@@ -636,17 +659,19 @@ impl RaftMetastore {
     }
 }
 
-impl Sequencer for RaftMetastore {
-    /// Proposes `command`, stamped with this node's clock (bounded, see
-    /// [`Stamps`]): only a leader's proposal is accepted, so stamps are
-    /// always a leader's time.
-    async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
-        self.group_commit.propose(command).await
-    }
+/// What a linearizable read needs: the node's Raft handle, lease and
+/// state (cloned into tasks that read, such as a subscription's).
+#[derive(Clone)]
+pub(super) struct Reader {
+    raft: Raft,
+    lease: Lease,
+    state: Arc<RwLock<State>>,
+}
 
+impl Reader {
     /// Runs `f` on the state once this node has confirmed it leads and has
     /// applied everything committed before the read began.
-    async fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
+    pub(super) async fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
         &self,
         f: F,
     ) -> Result<T, MetaError> {
@@ -697,6 +722,36 @@ impl Sequencer for RaftMetastore {
             .state
             .read()
             .expect("metastore state lock poisoned")))
+    }
+}
+
+impl Sequencer for RaftMetastore {
+    /// Proposes `command`, stamped with this node's clock (bounded, see
+    /// [`Stamps`]): only a leader's proposal is accepted, so stamps are
+    /// always a leader's time.
+    /// While this node grants read leases, a write that changed a
+    /// partition is answered only once every lease holder watching it has
+    /// its notice (see [`ReadLeases::settled`]).
+    async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
+        let Some(read_leases) = &self.read_leases else {
+            return self.group_commit.propose(command).await;
+        };
+        let changes = read_leases.changes();
+        let reply = self.group_commit.propose(command).await?;
+        if read_leases.changes() != changes {
+            read_leases.observe_leadership(super::subscriptions::leading_term(&self.raft));
+            read_leases.settled().await;
+        }
+        Ok(reply)
+    }
+
+    /// Runs `f` on the state once this node has confirmed it leads and has
+    /// applied everything committed before the read began.
+    async fn read<T: Send, F: FnOnce(&State) -> T + Clone + Send>(
+        &self,
+        f: F,
+    ) -> Result<T, MetaError> {
+        self.reader.read(f).await
     }
 
     /// Reads are served by the leader: ages are on its clock, the one that
@@ -765,6 +820,15 @@ impl Sequencer for RaftMetastore {
 
     async fn await_group(&self, wait: AwaitGroup) -> Result<Option<MemberView>, MetaError> {
         super::group_watch::await_change(self, &self.group_watch, wait).await
+    }
+
+    async fn subscribe(&self) -> Result<crate::contract::push::Subscription, MetaError> {
+        let Some(read_leases) = &self.read_leases else {
+            return Err(MetaError::unavailable(
+                "this metastore node grants no read leases",
+            ));
+        };
+        super::subscriptions::open(&self.raft, &self.reader, read_leases).await
     }
 }
 

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::Clock;
 use crate::format::{decode_snapshot, encode_snapshot};
+use crate::read_leases::ReadLeases;
 use crate::state::{Reply, State};
 
 pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
@@ -34,6 +35,8 @@ pub struct StateMachine {
     snapshots_built: u64,
     /// Told of every group an applied entry changed.
     group_watch: Arc<GroupWatch>,
+    /// Told of every partition an applied entry changed, while leading.
+    read_leases: Option<Arc<ReadLeases>>,
 }
 
 fn load_snapshot(db: &Database) -> Result<Option<(SnapshotMeta, Vec<u8>)>, openraft::AnyError> {
@@ -79,6 +82,7 @@ impl StateMachine {
         db: Arc<Database>,
         wall: Arc<dyn Clock>,
         group_watch: Arc<GroupWatch>,
+        read_leases: Option<Arc<ReadLeases>>,
     ) -> Result<(StateMachine, Arc<RwLock<State>>, Arc<Stamps>), StorageError> {
         let loaded = {
             let db = db.clone();
@@ -105,6 +109,7 @@ impl StateMachine {
             db,
             snapshots_built: 0,
             group_watch,
+            read_leases,
         };
         Ok((machine, state, stamps))
     }
@@ -178,6 +183,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             });
         }
         self.stamps.observe(state.clock_ms());
+        // Taken always, so the set stays small; noticed under the state's
+        // lock, so notices leave in log order.
+        let changed = state.take_changed_partitions();
+        if let Some(read_leases) = &self.read_leases {
+            read_leases.applied(&state, &changed);
+        }
         drop(state);
         for group in &groups_changed {
             self.group_watch.changed(group);

@@ -112,6 +112,7 @@ impl<'de> Deserialize<'de> for State {
                 ledger: read.ledger.into_owned(),
                 extent_changes: Derived::default(),
                 settled: Default::default(),
+                changed: Derived::default(),
             },
             producers: Producers {
                 issued: read.producers.into_owned(),

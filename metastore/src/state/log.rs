@@ -4,14 +4,14 @@
 //! (`commits.rs`), the swaps and trims (`extents.rs`), topics
 //! (`topics.rs`), reads and compaction's queries change or read it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Derived;
 use super::backlog::Settled;
 use super::extents::Object;
 use super::topics::Topic;
 use crate::ledger::Ledger;
-use crate::types::TopicId;
+use crate::types::{TopicId, TopicPartition};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Log {
@@ -32,4 +32,8 @@ pub(super) struct Log {
     /// Derived, never stored: the partitions compaction found not worth
     /// merging (see [`super::backlog`]).
     pub(super) settled: Settled,
+    /// Derived, never stored: the partitions whose log changed since the
+    /// node last took them, to notice subscribers (see
+    /// [`crate::read_leases`]); at most every partition.
+    pub(super) changed: Derived<BTreeSet<TopicPartition>>,
 }

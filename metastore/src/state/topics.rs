@@ -75,6 +75,7 @@ impl State {
         self.txns.forget_topic(topic.info.id, name, self.clock_ms);
         for (n, partition) in topic.partitions.into_iter().enumerate() {
             let tp = TopicPartition::new(topic.info.id, n as i32);
+            self.log.changed.0.insert(tp);
             for extent in partition.extents.into_values() {
                 self.release(extent.object, tp);
             }

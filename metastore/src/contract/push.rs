@@ -1,0 +1,83 @@
+//! Changes pushed to an agent, under a read lease (see
+//! `docs/plans/metastore-push.md`).
+//!
+//! An agent that serves fetches must report each partition's current high
+//! watermark: without a lease, a fetch asks the metastore after it began
+//! (the agent's confirmation rounds). A subscription replaces those asks
+//! while its lease holds:
+//!
+//! - the agent names the partitions it watches, and gets each one's read
+//!   plan at once, then a notice with a fresh plan whenever an applied
+//!   entry changes one of them (commit, transaction marker, trim, swap,
+//!   deletion), in log order;
+//! - it acknowledges notices once it has taken them in;
+//! - the leader answers a write that changed a watched partition only once
+//!   every lease holder watching it has acknowledged the notice, or its
+//!   lease has expired by the leader's clock;
+//! - the agent trusts its views without asking only while its lease holds
+//!   by its own clock, counted from when it sent the renewal.
+//!
+//! So a fetch that begins after a producer's acknowledgement finds the
+//! record in its agent's views, as it would after a round. Without a lease
+//! (not granted yet, the stream cut, the leader changed) the agent asks
+//! as before: the lease is an optimisation, never needed for safety.
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::contract::types::{Refusal, TopicPartition, TxnReadPlan};
+
+/// Notices queued for one agent at most; an agent that falls this far
+/// behind loses its subscription (and waits its lease out).
+pub const MAX_QUEUED_NOTICES: usize = 1024;
+/// Partitions one subscription may watch at most.
+pub const MAX_WATCHED: usize = 100_000;
+/// Bytes of extents a notice's plan holds per partition at most (as a
+/// confirmation round's); a fetch asks for more when it needs them.
+pub const NOTICE_PLAN_BYTES: u64 = 1024 * 1024;
+
+/// What an agent says on its subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToLeader {
+    /// Grant or renew the lease. `ask` numbers the request, so that the
+    /// agent counts the lease from when it sent this one.
+    Renew { ask: u64 },
+    /// Watch these partitions from these offsets (where the agent's view
+    /// reaches), and no longer those. Answered by a notice naming `ask`
+    /// that holds a plan of each added partition.
+    Watch {
+        ask: u64,
+        add: Vec<(TopicPartition, i64)>,
+        remove: Vec<TopicPartition>,
+    },
+    /// Every notice up to `seq` is taken in.
+    Ack { seq: u64 },
+    /// The agent trusts its lease no more: the leader forgets it at once.
+    Goodbye,
+}
+
+/// What the leader says to a subscribed agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromLeader {
+    /// The lease holds for `lease_ms` from when the agent sent renewal
+    /// `ask`.
+    Renewed { ask: u64, lease_ms: u64 },
+    /// Plans of watched partitions that changed (or were just added, for
+    /// the `Watch` numbered `answers`), as of one point of the log;
+    /// acknowledged by `Ack { seq }`.
+    Notice {
+        seq: u64,
+        answers: Option<u64>,
+        plans: Vec<(TopicPartition, Result<TxnReadPlan, Refusal>)>,
+    },
+    /// Nothing more comes (the node stopped leading, the agent fell
+    /// behind or watched too much): the lease is not renewed again.
+    Ended { why: String },
+}
+
+/// An open subscription: what the agent sends, and what it is sent. A
+/// closed receiver means the subscription ended.
+pub struct Subscription {
+    pub to_leader: mpsc::Sender<ToLeader>,
+    pub from_leader: mpsc::Receiver<FromLeader>,
+}

@@ -1,0 +1,331 @@
+//! A Raft node's subscriptions to pushed changes: each one a task that
+//! takes what its agent says and answers through [`ReadLeases`], and the
+//! task that tells the leases whether this node leads.
+
+use std::sync::Arc;
+
+use openraft::ServerState;
+use tokio::sync::mpsc;
+
+use super::Raft;
+use super::node::Reader;
+use crate::contract::push::{Subscription, ToLeader};
+use crate::read_leases::ReadLeases;
+use crate::types::MetaError;
+
+/// What the agent may have sent and not yet been taken, at most.
+const TO_LEADER_QUEUE: usize = 64;
+
+/// The term this node leads in, if it leads.
+pub(super) fn leading_term(raft: &Raft) -> Option<u64> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    (m.state == ServerState::Leader).then_some(m.current_term)
+}
+
+/// Tells `leases` of every change of leadership, for as long as `raft` runs.
+pub(super) fn follow_leadership(raft: &Raft, leases: Arc<ReadLeases>) {
+    let mut metrics = raft.metrics();
+    tokio::spawn(async move {
+        loop {
+            let term = {
+                let m = metrics.borrow_and_update();
+                (m.state == ServerState::Leader).then_some(m.current_term)
+            };
+            leases.observe_leadership(term);
+            if metrics.changed().await.is_err() {
+                leases.observe_leadership(None);
+                break;
+            }
+        }
+    });
+}
+
+/// Opens a subscription on this node, which must lead.
+pub(super) async fn open(
+    raft: &Raft,
+    reader: &Reader,
+    leases: &Arc<ReadLeases>,
+) -> Result<Subscription, MetaError> {
+    reader.read(|_| ()).await?;
+    leases.observe_leadership(leading_term(raft));
+    let (id, from_leader) = leases.open()?;
+    let (to_leader, asks) = mpsc::channel(TO_LEADER_QUEUE);
+    tokio::spawn(serve(
+        id,
+        raft.clone(),
+        reader.clone(),
+        leases.clone(),
+        asks,
+    ));
+    Ok(Subscription {
+        to_leader,
+        from_leader,
+    })
+}
+
+/// Takes what subscription `id`'s agent says until it says goodbye or its
+/// side is dropped.
+async fn serve(
+    id: u64,
+    raft: Raft,
+    reader: Reader,
+    leases: Arc<ReadLeases>,
+    mut asks: mpsc::Receiver<ToLeader>,
+) {
+    let goodbye = loop {
+        let Some(ask) = asks.recv().await else {
+            break false;
+        };
+        match ask {
+            ToLeader::Ack { seq } => leases.ack(id, seq),
+            ToLeader::Goodbye => break true,
+            // Confirmed after the renewal arrived: see `crate::read_leases`.
+            ToLeader::Renew { ask } => match reader.read(|_| ()).await {
+                Ok(()) => {
+                    leases.observe_leadership(leading_term(&raft));
+                    leases.renew(id, ask);
+                }
+                Err(e) => tracing::debug!(error = %e, "a read lease was not renewed"),
+            },
+            ToLeader::Watch { ask, add, remove } => {
+                let leases = leases.clone();
+                let watched = reader.read(move |state| leases.watch(id, ask, state, add, remove));
+                if let Err(e) = watched.await {
+                    tracing::debug!(error = %e, "a subscription's watch was not taken");
+                    break false;
+                }
+            }
+        }
+    };
+    leases.close(id, goodbye);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::contract::push::FromLeader;
+    use crate::raft::node::Bootstrap;
+    use crate::raft::{NodeOptions, RaftMetastore};
+    use crate::types::*;
+    use crate::{Metastore, Sequencer};
+
+    /// A node granting leases of `lease`, with a topic of two partitions,
+    /// past its first lease (so it answers changes at once); how to commit
+    /// one batch to a partition.
+    async fn leased_node(lease: Duration) -> (Arc<RaftMetastore>, TopicInfo) {
+        let mut options = NodeOptions::new(1, "in-process");
+        options.bootstrap = Bootstrap::Single;
+        options.heartbeat_ms = 20;
+        options.read_lease = Some(lease);
+        let node = RaftMetastore::start(options).await.unwrap();
+        node.wait_until_leader(Duration::from_secs(10))
+            .await
+            .unwrap();
+        let topic = node
+            .create_topic(NewTopic {
+                name: "t".into(),
+                partitions: 2,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        tokio::time::sleep(lease).await;
+        (Arc::new(node), topic)
+    }
+
+    fn commit(topic: &TopicInfo, partition: i32, key: &str) -> Commit {
+        let not_before_ms = crate::now_ms();
+        Commit {
+            object_key: key.into(),
+            object_size: 10,
+            batches: vec![CommitBatch {
+                topic_id: topic.id,
+                partition,
+                position: 0,
+                length: 10,
+                record_count: 1,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms,
+        }
+    }
+
+    async fn next(sub: &mut Subscription) -> FromLeader {
+        tokio::time::timeout(Duration::from_secs(5), sub.from_leader.recv())
+            .await
+            .expect("the leader says something")
+            .expect("the subscription is open")
+    }
+
+    /// A subscription with its lease, watching partition 0 of `topic`.
+    async fn watching(node: &RaftMetastore, topic: &TopicInfo) -> Subscription {
+        let mut sub = Sequencer::subscribe(node).await.unwrap();
+        sub.to_leader
+            .send(ToLeader::Renew { ask: 1 })
+            .await
+            .unwrap();
+        assert!(matches!(
+            next(&mut sub).await,
+            FromLeader::Renewed { ask: 1, .. }
+        ));
+        let tp = TopicPartition::new(topic.id, 0);
+        let add = vec![(tp, 0)];
+        let watch = ToLeader::Watch {
+            ask: 2,
+            add,
+            remove: vec![],
+        };
+        sub.to_leader.send(watch).await.unwrap();
+        match next(&mut sub).await {
+            FromLeader::Notice {
+                answers: Some(2),
+                plans,
+                ..
+            } => {
+                assert_eq!(plans.len(), 1);
+                assert_eq!(plans[0].1.as_ref().unwrap().plan.high_watermark, 0);
+            }
+            other => panic!("not the watch's answer: {other:?}"),
+        }
+        sub
+    }
+
+    /// The notice of a commit, and its number.
+    async fn notice_of_commit(sub: &mut Subscription, high_watermark: i64) -> u64 {
+        match next(sub).await {
+            FromLeader::Notice {
+                seq,
+                answers: None,
+                plans,
+            } => {
+                let plan = plans[0].1.as_ref().unwrap();
+                assert_eq!(plan.plan.high_watermark, high_watermark);
+                assert_eq!(plan.plan.extents.len(), 1, "the new extent comes with it");
+                seq
+            }
+            other => panic!("not a commit's notice: {other:?}"),
+        }
+    }
+
+    /// A commit to a watched partition is answered only once the lease
+    /// holder has its notice; one to a partition nobody watches at once.
+    #[tokio::test]
+    async fn a_commit_waits_for_the_watchers_ack() {
+        let (node, topic) = leased_node(Duration::from_secs(3)).await;
+        let mut sub = watching(&node, &topic).await;
+        let committing = tokio::spawn({
+            let (node, c) = (node.clone(), commit(&topic, 0, "a"));
+            async move { node.commit(c).await }
+        });
+        let seq = notice_of_commit(&mut sub, 1).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !committing.is_finished(),
+            "answered before the notice was taken in"
+        );
+        sub.to_leader.send(ToLeader::Ack { seq }).await.unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(5), committing).await;
+        assert!(done.unwrap().unwrap().is_ok());
+        // Nobody watches partition 1, and nothing is unacknowledged.
+        let other =
+            tokio::time::timeout(Duration::from_secs(5), node.commit(commit(&topic, 1, "b")));
+        assert!(other.await.unwrap().is_ok());
+    }
+
+    /// A holder that never acknowledges holds a commit back until its lease
+    /// expires, and not past it (a cut stream the same).
+    #[tokio::test]
+    async fn an_unacknowledged_notice_holds_a_commit_until_the_lease_ends() {
+        let lease = Duration::from_millis(600);
+        let (node, topic) = leased_node(lease).await;
+        let mut sub = watching(&node, &topic).await;
+        let renewed = Instant::now();
+        let answered = tokio::spawn({
+            let (node, c) = (node.clone(), commit(&topic, 0, "a"));
+            async move {
+                node.commit(c).await.unwrap();
+                Instant::now()
+            }
+        });
+        notice_of_commit(&mut sub, 1).await;
+        drop(sub);
+        let answered = tokio::time::timeout(Duration::from_secs(10), answered).await;
+        let answered = answered.unwrap().unwrap();
+        assert!(answered >= renewed + lease, "answered while the lease held");
+    }
+
+    /// An agent that says goodbye trusts its lease no more: what it held
+    /// back is answered at once.
+    #[tokio::test]
+    async fn a_goodbye_lets_held_commits_go() {
+        let (node, topic) = leased_node(Duration::from_secs(3)).await;
+        let mut sub = watching(&node, &topic).await;
+        let committing = tokio::spawn({
+            let (node, c) = (node.clone(), commit(&topic, 0, "a"));
+            async move { node.commit(c).await }
+        });
+        notice_of_commit(&mut sub, 1).await;
+        sub.to_leader.send(ToLeader::Goodbye).await.unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(5), committing).await;
+        assert!(done.unwrap().unwrap().is_ok());
+    }
+
+    /// A node that has just begun to lead answers a change only once a
+    /// whole lease has passed: a lease the leader before it granted has
+    /// then expired.
+    #[tokio::test]
+    async fn a_new_leader_answers_changes_after_a_lease() {
+        let lease = Duration::from_millis(800);
+        let began = Instant::now();
+        let mut options = NodeOptions::new(1, "in-process");
+        options.heartbeat_ms = 20;
+        options.read_lease = Some(lease);
+        let node = RaftMetastore::start(options).await.unwrap();
+        node.wait_until_leader(Duration::from_secs(10))
+            .await
+            .unwrap();
+        let topic = node
+            .create_topic(NewTopic {
+                name: "t".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        node.commit(commit(&topic, 0, "a")).await.unwrap();
+        assert!(
+            Instant::now() >= began + lease,
+            "a change answered within the first lease"
+        );
+    }
+
+    /// A holder that leaves a notice unacknowledged for half a lease is not
+    /// renewed: it is told it ended.
+    #[tokio::test]
+    async fn a_holder_that_does_not_ack_is_not_renewed() {
+        let lease = Duration::from_millis(400);
+        let (node, topic) = leased_node(lease).await;
+        let mut sub = watching(&node, &topic).await;
+        let committing = tokio::spawn({
+            let (node, c) = (node.clone(), commit(&topic, 0, "a"));
+            async move { node.commit(c).await }
+        });
+        notice_of_commit(&mut sub, 1).await;
+        tokio::time::sleep(lease / 2 + Duration::from_millis(50)).await;
+        sub.to_leader
+            .send(ToLeader::Renew { ask: 3 })
+            .await
+            .unwrap();
+        assert!(matches!(next(&mut sub).await, FromLeader::Ended { .. }));
+        let done = tokio::time::timeout(Duration::from_secs(10), committing).await;
+        assert!(done.unwrap().unwrap().is_ok());
+    }
+}
