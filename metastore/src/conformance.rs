@@ -1186,13 +1186,15 @@ async fn three_nodes(
     Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
     String,
 ) {
-    three_nodes_with(dir, None).await
+    three_nodes_with(dir, None, None).await
 }
 
-/// Three nodes that prove `secret` to each other and ask it of clients.
+/// Three nodes that prove `secret` to each other and ask it of clients,
+/// granting read leases of `read_lease`.
 async fn three_nodes_with(
     dir: &std::path::Path,
     secret: Option<crate::peer_auth::ClusterSecret>,
+    read_lease: Option<std::time::Duration>,
 ) -> (
     Vec<std::sync::Arc<RaftMetastore>>,
     Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
@@ -1214,12 +1216,112 @@ async fn three_nodes_with(
         options.heartbeat_ms = 50;
         options.snapshot_every = 50;
         options.secret = secret.clone();
+        options.read_lease = read_lease;
         let node = std::sync::Arc::new(RaftMetastore::start(options).await.unwrap());
         servers.push(tokio::spawn(crate::rpc::serve(listener, node.clone())));
         nodes.push(node);
     }
     let addresses = peers.values().cloned().collect::<Vec<_>>().join(",");
     (nodes, servers, addresses)
+}
+
+async fn next(sub: &mut crate::contract::push::Subscription) -> crate::contract::push::FromLeader {
+    let recv = sub.from_leader.recv();
+    tokio::time::timeout(std::time::Duration::from_secs(5), recv)
+        .await
+        .expect("the leader says something")
+        .expect("the subscription is open")
+}
+
+/// A subscription over the wire: opened on the leader whichever node the
+/// client asks first, noticed of another client's commit (which waits for
+/// its ack), and, when the leader fails, no commit is answered by the new
+/// leader while the lease the old one granted still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_is_served_over_the_wire_and_outlives_no_leader() {
+    use crate::contract::push::{FromLeader, ToLeader};
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    let lease = Duration::from_secs(2);
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, servers, addresses) = three_nodes_with(dir.path(), None, Some(lease)).await;
+    let producer = RemoteMetastore::new(&addresses);
+    let t = topic(&producer, "pushed", 1).await;
+    // Past the first leader's own wait of a lease.
+    commit(&producer, "first", vec![batch(&t, 0, 0, 1)]).await;
+
+    let agent = RemoteMetastore::new(&addresses);
+    let mut sub = Metastore::subscribe(&agent).await.unwrap();
+    let renewed = Instant::now();
+    sub.to_leader
+        .send(ToLeader::Renew { ask: 1 })
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut sub).await,
+        FromLeader::Renewed { ask: 1, .. }
+    ));
+    let tp = TopicPartition::new(t.id, 0);
+    let watch = ToLeader::Watch {
+        ask: 2,
+        add: vec![(tp, 0)],
+        remove: vec![],
+    };
+    sub.to_leader.send(watch).await.unwrap();
+    let FromLeader::Notice {
+        seq,
+        answers: Some(2),
+        plans,
+    } = next(&mut sub).await
+    else {
+        panic!("not the watch's answer");
+    };
+    assert_eq!(plans[0].1.as_ref().unwrap().plan.high_watermark, 1);
+    sub.to_leader.send(ToLeader::Ack { seq }).await.unwrap();
+
+    let committing = tokio::spawn({
+        let producer = RemoteMetastore::new(&addresses);
+        let t = t.clone();
+        async move { commit(&producer, "second", vec![batch(&t, 0, 10, 1)]).await }
+    });
+    let FromLeader::Notice {
+        seq,
+        answers: None,
+        plans,
+    } = next(&mut sub).await
+    else {
+        panic!("not the commit's notice");
+    };
+    assert_eq!(plans[0].1.as_ref().unwrap().plan.high_watermark, 2);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !committing.is_finished(),
+        "answered before the holder had the notice"
+    );
+    sub.to_leader.send(ToLeader::Ack { seq }).await.unwrap();
+    assert_eq!(committing.await.unwrap(), vec![Ok(1)]);
+
+    // The leader fails; the holder renewed just before.
+    sub.to_leader
+        .send(ToLeader::Renew { ask: 3 })
+        .await
+        .unwrap();
+    let renewed_last = Instant::now();
+    assert!(matches!(
+        next(&mut sub).await,
+        FromLeader::Renewed { ask: 3, .. }
+    ));
+    assert!(renewed_last >= renewed);
+    let leader = nodes.iter().position(|n| n.leads()).unwrap();
+    nodes[leader].shutdown().await;
+    servers[leader].abort();
+    let r = commit(&producer, "after-failover", vec![batch(&t, 0, 20, 1)]).await;
+    assert_eq!(r, vec![Ok(2)]);
+    assert!(
+        Instant::now() >= renewed_last + lease,
+        "a new leader answered a change while the old leader's lease held"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1642,7 +1744,8 @@ async fn a_cluster_secret_keeps_out_who_does_not_hold_it() {
     use crate::peer_auth::ClusterSecret;
     let dir = tempfile::tempdir().unwrap();
     let secret = ClusterSecret::new(b"a secret of the cluster").unwrap();
-    let (nodes, _servers, addresses) = three_nodes_with(dir.path(), Some(secret.clone())).await;
+    let (nodes, _servers, addresses) =
+        three_nodes_with(dir.path(), Some(secret.clone()), None).await;
     let client = RemoteMetastore::new(&addresses).with_secret(Some(secret));
     let t = topic(&client, "guarded", 1).await;
     commit(&client, "g0", vec![batch(&t, 0, 0, 1)]).await;

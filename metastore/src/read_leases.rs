@@ -49,10 +49,12 @@ struct Inner {
     next_session: u64,
     /// The number the next notice gets.
     next_seq: u64,
-    /// Entries applied that changed a partition, counted.
-    changes: u64,
-    /// The term this node leads in, and since when; `None`: it does not.
-    leading: Option<(u64, Instant)>,
+    /// The term this node leads in; `None`: it does not.
+    leading: Option<u64>,
+    /// No write is answered before this: a lease after this node last
+    /// began to lead. Never moves back (losing the leadership again does
+    /// not end the wait).
+    not_before: Option<Instant>,
 }
 
 struct Session {
@@ -64,7 +66,8 @@ struct Session {
     watched: BTreeMap<TopicPartition, i64>,
     /// Notices sent and not acknowledged: number, and when sent.
     unacked: VecDeque<(u64, Instant)>,
-    out: mpsc::Sender<FromLeader>,
+    /// Dropped when it ends, so its stream closes once drained.
+    out: Option<mpsc::Sender<FromLeader>>,
     /// Sent nothing more and not renewed (still holding writes back until
     /// its lease expires).
     ended: bool,
@@ -74,8 +77,22 @@ impl Session {
     fn end(&mut self, why: &str) {
         if !self.ended {
             self.ended = true;
-            let _ = self.out.try_send(FromLeader::Ended { why: why.into() });
+            if let Some(out) = self.out.take() {
+                let _ = out.try_send(FromLeader::Ended { why: why.into() });
+            }
         }
+    }
+
+    /// Sends `message`; false if it could not be (and the session ended).
+    fn send(&mut self, message: FromLeader) -> bool {
+        let sent = self
+            .out
+            .as_ref()
+            .is_some_and(|out| out.try_send(message).is_ok());
+        if !sent {
+            self.end("the subscriber fell behind");
+        }
+        sent
     }
 
     /// Until when it holds back a write answered once notices below `mark`
@@ -105,11 +122,14 @@ impl ReadLeases {
     /// new term) ends every subscription opened under another.
     pub fn observe_leadership(&self, term: Option<u64>) {
         let mut inner = self.inner();
-        let current = inner.leading.map(|(t, _)| t);
-        if term == current {
+        if term == inner.leading {
             return;
         }
-        inner.leading = term.map(|t| (t, Instant::now()));
+        inner.leading = term;
+        if term.is_some() {
+            let until = Instant::now() + self.length;
+            inner.not_before = inner.not_before.max(Some(until));
+        }
         for session in inner.sessions.values_mut() {
             if Some(session.term) != term {
                 session.end("the metastore node stopped leading");
@@ -122,7 +142,7 @@ impl ReadLeases {
     /// Opens a subscription on this leader: its number and what it is sent.
     pub fn open(&self) -> Result<(u64, mpsc::Receiver<FromLeader>), MetaError> {
         let mut inner = self.inner();
-        let Some((term, _)) = inner.leading else {
+        let Some(term) = inner.leading else {
             return Err(MetaError::NotLeader(None));
         };
         let now = Instant::now();
@@ -144,7 +164,7 @@ impl ReadLeases {
                 expires: None,
                 watched: BTreeMap::new(),
                 unacked: VecDeque::new(),
-                out,
+                out: Some(out),
                 ended: false,
             },
         );
@@ -155,7 +175,7 @@ impl ReadLeases {
     /// The caller has confirmed this node leads since the request arrived.
     pub fn renew(&self, id: u64, ask: u64) {
         let mut inner = self.inner();
-        let leading = inner.leading.map(|(t, _)| t);
+        let leading = inner.leading;
         let length = self.length;
         let Some(session) = inner.sessions.get_mut(&id) else {
             return;
@@ -181,9 +201,7 @@ impl ReadLeases {
             ask,
             lease_ms: length.as_millis() as u64,
         };
-        if session.out.try_send(renewed).is_err() {
-            session.end("the subscriber fell behind");
-        }
+        session.send(renewed);
     }
 
     /// Changes what subscription `id` watches, as asked by `ask`, and sends
@@ -258,15 +276,19 @@ impl ReadLeases {
             return;
         }
         let mut inner = self.inner();
-        inner.changes += 1;
         let Inner {
             sessions, next_seq, ..
         } = &mut *inner;
+        // Subscribers that saw the same high watermark get the same plan.
+        let mut planned = std::collections::HashMap::new();
         for session in sessions.values_mut().filter(|s| !s.ended) {
             let mut plans = Vec::new();
             for tp in changed {
                 if let Some(from) = session.watched.get_mut(tp) {
-                    let plan = plan_of(state, *tp, *from);
+                    let plan = planned
+                        .entry((*tp, *from))
+                        .or_insert_with(|| plan_of(state, *tp, *from))
+                        .clone();
                     *from = next_from(&plan, *from);
                     plans.push((*tp, plan));
                 }
@@ -277,16 +299,11 @@ impl ReadLeases {
         }
     }
 
-    /// The number of entries applied so far that changed a partition: a
-    /// write during which it did not move changed none, and waits for no
-    /// one.
-    pub fn changes(&self) -> u64 {
-        self.inner().changes
-    }
-
     /// Waits until a write applied now may be answered: every notice sent
     /// so far is acknowledged by its subscriber or that one's lease has
-    /// expired, and this node has led for a whole lease. At most a lease.
+    /// expired, and a lease has passed since this node last began to lead.
+    /// At most about a lease and a half (a notice left unacknowledged for
+    /// almost half a lease, then a renewal).
     pub async fn settled(&self) {
         let mark = self.inner().next_seq;
         loop {
@@ -311,10 +328,7 @@ impl ReadLeases {
         inner
             .sessions
             .retain(|_, s| !s.ended || s.expires.is_some_and(|e| e > now));
-        let led_enough = inner
-            .leading
-            .map(|(_, since)| since + self.length)
-            .filter(|&until| until > now);
+        let led_enough = inner.not_before.filter(|&until| until > now);
         inner
             .sessions
             .values()
@@ -350,8 +364,7 @@ fn send(
         answers,
         plans,
     };
-    if session.out.try_send(notice).is_err() {
-        session.end("the subscriber fell behind");
+    if !session.send(notice) {
         return false;
     }
     session.unacked.push_back((seq, Instant::now()));

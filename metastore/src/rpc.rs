@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio_util::codec::Framed;
 
 use crate::api::Transport;
-use crate::contract::wire::{CALL, Envelope, NodeRequest, PEER, WIRE_VERSION};
+use crate::contract::wire::{CALL, Envelope, NodeRequest, PEER, SUBSCRIBE, WIRE_VERSION};
 use crate::format::FORMAT_VERSION;
 use crate::raft::RaftMetastore;
 use crate::raft::network::{self, PeerRequest, PeerResponse};
@@ -141,6 +141,26 @@ async fn answer<N: Served>(meta: &N, frame: &[u8]) -> Option<Result<Vec<u8>, pos
     }
 }
 
+/// Makes a connection a subscription on `meta` (see [`crate::contract::push`]),
+/// or says why not, and carries its messages until either side ends it.
+async fn serve_subscription<N: Served>(
+    meta: &N,
+    mut framed: Framed<tokio::net::TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+) {
+    let opened = Transport::subscribe(meta).await;
+    let answer = opened.as_ref().map(|_| ()).map_err(Clone::clone);
+    let Ok(bytes) = postcard::to_stdvec(&answer) else {
+        return;
+    };
+    if framed.send(Bytes::from(bytes)).await.is_err() {
+        return;
+    }
+    if let Ok(subscription) = opened {
+        crate::contract::push::bridge(framed, subscription.from_leader, subscription.to_leader)
+            .await;
+    }
+}
+
 /// Serves the node `meta` to agents and its peers on `listener` until the
 /// listener fails. Dropping the future closes every connection it accepted.
 pub async fn serve<N: Served>(listener: TcpListener, meta: Arc<N>) -> std::io::Result<()> {
@@ -166,6 +186,10 @@ pub async fn serve<N: Served>(listener: TcpListener, meta: Arc<N>) -> std::io::R
                         break;
                     }
                 };
+                if frame.as_ref() == [SUBSCRIBE, WIRE_VERSION] {
+                    serve_subscription(&*meta, framed).await;
+                    return;
+                }
                 let bytes = match answer(&*meta, &frame).await {
                     Some(Ok(bytes)) => bytes,
                     Some(Err(e)) => {

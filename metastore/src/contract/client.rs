@@ -25,7 +25,8 @@ use crate::contract::api::{Answer, Op, Transport};
 use crate::contract::quorum::{ClusterStatus, NodeId};
 use crate::contract::types::*;
 use crate::contract::wire::{
-    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_RETRY_FOR, Envelope, NodeRequest, codec, connect,
+    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_RETRY_FOR, Envelope, NodeRequest, SUBSCRIBE, WIRE_VERSION,
+    codec, connect,
 };
 
 type Connection = Framed<TcpStream, LengthDelimitedCodec>;
@@ -270,6 +271,60 @@ impl RemoteMetastore {
         }
     }
 
+    /// Opens a subscription on the leader (following its hints), within
+    /// the attempt timeout each.
+    async fn open_subscription(&self) -> Result<crate::contract::push::Subscription, MetaError> {
+        let mut redirects = 0;
+        loop {
+            let address = self.leader();
+            let opened = tokio::time::timeout(self.attempt_timeout, self.subscribe_at(&address));
+            let why = match opened.await {
+                Ok(Ok(Ok(connection))) => {
+                    return Ok(crate::contract::push::Subscription::over(connection));
+                }
+                Ok(Ok(Err(MetaError::NotLeader(Some(hint)))))
+                    if redirects <= self.addresses.len() =>
+                {
+                    self.move_on(&address, Some(hint));
+                    redirects += 1;
+                    continue;
+                }
+                Ok(Ok(Err(e))) => return Err(e),
+                Ok(Err(why)) => why,
+                Err(_) => format!("{address} did not answer within {:?}", self.attempt_timeout),
+            };
+            self.move_on(&address, None);
+            return Err(MetaError::unavailable(why));
+        }
+    }
+
+    /// Asks `address` to make a new connection a subscription: the
+    /// connection once it said yes, or its refusal.
+    async fn subscribe_at(&self, address: &str) -> Result<Result<Connection, MetaError>, String> {
+        let mut conn = Framed::new(connect(address).await?, codec());
+        if let Some(secret) = &self.secret {
+            crate::contract::peer_auth::client(&mut conn, secret)
+                .await
+                .map_err(|why| format!("{address}: {why}"))?;
+        }
+        let mut round_trip = RoundTrip {
+            hook: self.on_request.as_ref(),
+            name: "Subscribe",
+            sent: tokio::time::Instant::now(),
+            answered: None,
+        };
+        let frame = Bytes::from_static(&[SUBSCRIBE, WIRE_VERSION]);
+        conn.send(frame).await.map_err(|e| e.to_string())?;
+        let answer = match conn.next().await {
+            Some(Ok(bytes)) => postcard::from_bytes::<Result<(), MetaError>>(&bytes)
+                .map_err(|e| format!("an undecodable answer: {e}"))?,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err("connection closed".into()),
+        };
+        round_trip.answered = Some(round_trip.sent.elapsed());
+        Ok(answer.map(|()| conn))
+    }
+
     /// Adds node `id` at `address` to the group (as a learner until it has
     /// caught up, then as a voter).
     pub async fn add_node(&self, id: NodeId, address: String) -> Result<(), MetaError> {
@@ -312,5 +367,9 @@ impl Transport for RemoteMetastore {
         let retry_is_safe = op.retry_is_safe();
         self.send(Envelope::Op(Box::new(op.into())), retry_is_safe)
             .await
+    }
+
+    async fn subscribe(&self) -> Result<crate::contract::push::Subscription, MetaError> {
+        self.open_subscription().await
     }
 }

@@ -22,10 +22,16 @@
 //! (not granted yet, the stream cut, the leader changed) the agent asks
 //! as before: the lease is an optimisation, never needed for safety.
 
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::contract::types::{Refusal, TopicPartition, TxnReadPlan};
+use crate::contract::wire::STREAM_SEND_TIMEOUT;
 
 /// Notices queued for one agent at most; an agent that falls this far
 /// behind loses its subscription (and waits its lease out).
@@ -36,6 +42,19 @@ pub const MAX_WATCHED: usize = 100_000;
 /// confirmation round's); a fetch asks for more when it needs them.
 pub const NOTICE_PLAN_BYTES: u64 = 1024 * 1024;
 
+/// What an agent must keep to, to trust its lease:
+///
+/// - take in every notice received before a `Renewed` before trusting the
+///   lease it grants (a write noticed before the grant is not held for it);
+/// - count the lease from when it sent the renewal, less a margin for
+///   clock rates;
+/// - trust it no more once the stream closes or says `Ended`, nor after
+///   its goodbye (ignoring a `Renewed` still on the way);
+/// - ask a round for an offset past its view's high watermark (a read may
+///   have shown the client a write whose notice is still on its way);
+/// - acknowledge only the latest notice taken in (an ack covers all
+///   before it).
+///
 /// What an agent says on its subscription.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToLeader {
@@ -80,4 +99,48 @@ pub enum FromLeader {
 pub struct Subscription {
     pub to_leader: mpsc::Sender<ToLeader>,
     pub from_leader: mpsc::Receiver<FromLeader>,
+}
+
+impl Subscription {
+    /// A subscription whose messages travel on `connection` (the client's
+    /// side, once the node said yes).
+    pub(crate) fn over(connection: Framed<TcpStream, LengthDelimitedCodec>) -> Subscription {
+        let (to_leader, outgoing) = mpsc::channel(MAX_QUEUED_NOTICES);
+        let (incoming, from_leader) = mpsc::channel(MAX_QUEUED_NOTICES);
+        tokio::spawn(bridge(connection, outgoing, incoming));
+        Subscription {
+            to_leader,
+            from_leader,
+        }
+    }
+}
+
+/// Carries messages between a subscription's channels and its connection
+/// (either side's), one a frame, until either ends. Sending has a
+/// deadline; a reader that lets its channel fill ends the stream rather
+/// than stop the other direction.
+pub(crate) async fn bridge<Out: Serialize, In: DeserializeOwned>(
+    mut connection: Framed<TcpStream, LengthDelimitedCodec>,
+    mut outgoing: mpsc::Receiver<Out>,
+    incoming: mpsc::Sender<In>,
+) {
+    loop {
+        tokio::select! {
+            out = outgoing.recv() => {
+                let Some(out) = out else { break };
+                let Ok(bytes) = postcard::to_stdvec(&out) else { break };
+                let sent = tokio::time::timeout(STREAM_SEND_TIMEOUT, connection.send(Bytes::from(bytes)));
+                if !matches!(sent.await, Ok(Ok(()))) {
+                    break;
+                }
+            }
+            frame = connection.next() => {
+                let Some(Ok(frame)) = frame else { break };
+                let Ok(message) = postcard::from_bytes::<In>(&frame) else { break };
+                if incoming.try_send(message).is_err() {
+                    break;
+                }
+            }
+        }
+    }
 }

@@ -63,6 +63,14 @@ pub(crate) async fn connect(address: &str) -> Result<TcpStream, String> {
 pub(crate) const PEER: u8 = 32;
 /// A client's frame: `CALL`, [`WIRE_VERSION`], then an [`Envelope`].
 pub(crate) const CALL: u8 = 33;
+/// `SUBSCRIBE`, [`WIRE_VERSION`]: the connection becomes a subscription
+/// (see [`crate::contract::push`]). The node answers
+/// `Result<(), MetaError>`; after `Ok`, each side sends its messages
+/// (`ToLeader`, `FromLeader`) one a frame until either closes.
+pub(crate) const SUBSCRIBE: u8 = 34;
+/// Longest a subscription's frame may take to send before the stream is
+/// taken for cut.
+pub(crate) const STREAM_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 /// The encoding of [`Envelope`], every operation, its answer and
 /// [`MetaError`] (see the wire golden test). Bump it when any changes: a node
 /// closes the connection of a client of another version. Appending an

@@ -111,7 +111,7 @@ pub struct RaftMetastore {
     state: Arc<RwLock<State>>,
     db: Arc<Database>,
     /// Confirms leadership for reads.
-    reader: Reader,
+    reader: Arc<Reader>,
     /// Subscriptions to pushed changes and their read leases, when this
     /// node grants them (see [`crate::read_leases`]).
     read_leases: Option<Arc<ReadLeases>>,
@@ -399,11 +399,11 @@ impl RaftMetastore {
         Ok(RaftMetastore {
             id: options.id,
             stamps,
-            reader: Reader {
+            reader: Arc::new(Reader {
                 raft: raft.clone(),
                 lease,
                 state: state.clone(),
-            },
+            }),
             raft,
             state,
             db,
@@ -729,16 +729,14 @@ impl Sequencer for RaftMetastore {
     /// Proposes `command`, stamped with this node's clock (bounded, see
     /// [`Stamps`]): only a leader's proposal is accepted, so stamps are
     /// always a leader's time.
-    /// While this node grants read leases, a write that changed a
-    /// partition is answered only once every lease holder watching it has
-    /// its notice (see [`ReadLeases::settled`]).
+    /// While this node grants read leases, every write is answered only
+    /// once every lease holder has the notices sent so far (see
+    /// [`ReadLeases::settled`]): whatever it changed, and whatever an
+    /// earlier write it answers again from the ledger (a retried commit)
+    /// changed.
     async fn propose(&self, command: Command) -> Result<Reply, MetaError> {
-        let Some(read_leases) = &self.read_leases else {
-            return self.group_commit.propose(command).await;
-        };
-        let changes = read_leases.changes();
         let reply = self.group_commit.propose(command).await?;
-        if read_leases.changes() != changes {
+        if let Some(read_leases) = &self.read_leases {
             read_leases.observe_leadership(super::subscriptions::leading_term(&self.raft));
             read_leases.settled().await;
         }

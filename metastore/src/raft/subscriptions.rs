@@ -14,7 +14,7 @@ use crate::read_leases::ReadLeases;
 use crate::types::MetaError;
 
 /// What the agent may have sent and not yet been taken, at most.
-const TO_LEADER_QUEUE: usize = 64;
+const TO_LEADER_QUEUE: usize = crate::contract::push::MAX_QUEUED_NOTICES;
 
 /// The term this node leads in, if it leads.
 pub(super) fn leading_term(raft: &Raft) -> Option<u64> {
@@ -44,7 +44,7 @@ pub(super) fn follow_leadership(raft: &Raft, leases: Arc<ReadLeases>) {
 /// Opens a subscription on this node, which must lead.
 pub(super) async fn open(
     raft: &Raft,
-    reader: &Reader,
+    reader: &Arc<Reader>,
     leases: &Arc<ReadLeases>,
 ) -> Result<Subscription, MetaError> {
     reader.read(|_| ()).await?;
@@ -69,7 +69,7 @@ pub(super) async fn open(
 async fn serve(
     id: u64,
     raft: Raft,
-    reader: Reader,
+    reader: Arc<Reader>,
     leases: Arc<ReadLeases>,
     mut asks: mpsc::Receiver<ToLeader>,
 ) {
@@ -80,14 +80,21 @@ async fn serve(
         match ask {
             ToLeader::Ack { seq } => leases.ack(id, seq),
             ToLeader::Goodbye => break true,
-            // Confirmed after the renewal arrived: see `crate::read_leases`.
-            ToLeader::Renew { ask } => match reader.read(|_| ()).await {
-                Ok(()) => {
-                    leases.observe_leadership(leading_term(&raft));
-                    leases.renew(id, ask);
-                }
-                Err(e) => tracing::debug!(error = %e, "a read lease was not renewed"),
-            },
+            // Confirmed after the renewal arrived (see `crate::read_leases`),
+            // apart: acks go on meanwhile, or a slow confirmation would make
+            // the holder look behind.
+            ToLeader::Renew { ask } => {
+                let (raft, reader, leases) = (raft.clone(), reader.clone(), leases.clone());
+                tokio::spawn(async move {
+                    match reader.read(|_| ()).await {
+                        Ok(()) => {
+                            leases.observe_leadership(leading_term(&raft));
+                            leases.renew(id, ask);
+                        }
+                        Err(e) => tracing::debug!(error = %e, "a read lease was not renewed"),
+                    }
+                });
+            }
             ToLeader::Watch { ask, add, remove } => {
                 let leases = leases.clone();
                 let watched = reader.read(move |state| leases.watch(id, ask, state, add, remove));

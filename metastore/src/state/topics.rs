@@ -92,10 +92,14 @@ impl State {
         if count <= topic.info.partitions || count > MAX_PARTITIONS {
             return Err(Refusal::InvalidPartitions(count));
         }
+        let (id, before) = (topic.info.id, topic.info.partitions);
         topic.info.partitions = count;
         topic
             .partitions
             .resize(count as usize, Partition::default());
+        // A watcher of a partition that did not exist learns it does now.
+        let added = (before..count).map(|n| TopicPartition::new(id, n));
+        self.log.changed.0.extend(added);
         Ok(())
     }
 
