@@ -2,6 +2,7 @@
 
 pub mod extent_cache;
 pub mod extent_reader;
+pub mod pushed;
 pub mod share_sessions;
 pub mod topic_cache;
 pub mod watermarks;

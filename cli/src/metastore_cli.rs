@@ -79,6 +79,14 @@ struct MetastoreNodeArgs {
     /// replaced within about this long.
     #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
     lease: std::time::Duration,
+    /// How long a read lease lasts: agents subscribe and are sent the
+    /// changes of the partitions their fetches read, asking nothing while
+    /// their lease holds; a write is answered once every lease holder has
+    /// its change, and a new leader answers writes only a lease after it
+    /// began to lead. 0s: no leases (agents ask with rounds). Raft nodes
+    /// only.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    read_lease: std::time::Duration,
 }
 
 #[derive(Subcommand)]
@@ -187,6 +195,7 @@ async fn run_metastore_node(
     let mut options = NodeOptions::new(args.id, address.clone());
     options.path = Some(args.path.clone());
     options.snapshot_every = args.snapshot_every;
+    options.read_lease = Some(args.read_lease).filter(|l| !l.is_zero());
     if secret.is_none() {
         tracing::warn!(
             "no --secret-file: anyone who reaches this node's port may send it commands"

@@ -24,8 +24,8 @@ pub mod txn;
 
 // The contract's modules, where callers have always found them.
 pub use contract::{
-    acls, agents, api, dynamic_config, merge_policy, ops, peer_auth, peers, quorum, quotas, scram,
-    share_config, topic_config, types,
+    acls, agents, api, dynamic_config, merge_policy, ops, peer_auth, peers, push, quorum, quotas,
+    scram, share_config, topic_config, types,
 };
 
 #[cfg(test)]

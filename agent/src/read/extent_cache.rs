@@ -302,6 +302,16 @@ impl ExtentCache {
         );
     }
 
+    /// Marks `tp`'s view, if any, confirmed at `at`: it is known current
+    /// then without asking (a read lease covers it, see
+    /// [`crate::read::pushed`]).
+    pub fn reconfirm(&self, tp: TopicPartition, at: Moment) {
+        let mut views = self.views.lock().expect("extent cache lock poisoned");
+        if let Some(view) = views.get_mut(&tp) {
+            view.confirmed = view.confirmed.max(at.seq);
+        }
+    }
+
     /// Forgets `tp`'s view: this agent committed to it or trimmed it.
     pub fn forget(&self, tps: impl IntoIterator<Item = TopicPartition>) {
         let mut views = self.views.lock().expect("extent cache lock poisoned");

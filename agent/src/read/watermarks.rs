@@ -16,6 +16,11 @@
 //! and waits for the next round to start and answer. Every fetch that asks
 //! meanwhile shares that round's request, so the metastore sees at most
 //! one request per round trip, however many fetches the agent serves.
+//!
+//! Under a read lease ([`crate::read::pushed`]) the metastore pushes the
+//! changes of the partitions this agent watches: their fetches confirm and
+//! wait without rounds, and polls leave them out. The others (and all of
+//! them without a lease) go by rounds, and are watched from their first.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +32,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::read::extent_cache::{ExtentCache, Moment};
+use crate::read::pushed::{Noticed, Pushed};
 use crate::tasks::Tasks;
 
 /// Bytes of new extents a poll asks for per partition; a fetch asks for more
@@ -63,6 +69,9 @@ const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
 
 pub struct Watermarks {
     watched: Mutex<BTreeMap<Key, Watched>>,
+    /// Partitions a read lease keeps current without asking.
+    pushed: Arc<Pushed>,
+    extents: Arc<ExtentCache>,
     confirmations: Mutex<Confirmations>,
     /// Wakes the poll loop to start a round for the confirmations asked.
     confirm_wanted: Arc<Notify>,
@@ -87,6 +96,8 @@ impl Watermarks {
     ) -> Arc<Watermarks> {
         let watermarks = Arc::new(Watermarks {
             watched: Mutex::new(BTreeMap::new()),
+            pushed: Arc::new(Pushed::default()),
+            extents: extents.clone(),
             confirmations: Mutex::new(Confirmations {
                 asks: BTreeMap::new(),
                 round: 1,
@@ -96,6 +107,13 @@ impl Watermarks {
             next_waiter: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
         });
+        let noticed: Arc<dyn Noticed> = watermarks.clone();
+        tasks.spawn(crate::read::pushed::run(
+            Arc::downgrade(&watermarks.pushed),
+            meta.clone(),
+            Arc::downgrade(&noticed),
+            extents.clone(),
+        ));
         tasks.spawn(poll_loop(
             Arc::downgrade(&watermarks),
             meta,
@@ -135,6 +153,21 @@ impl Watermarks {
     /// under way when this is called may have sent its request before:
     /// its answer is not waited for.
     pub async fn confirm(&self, asks: Vec<(Key, i64)>) {
+        // Views a read lease covers are current now: confirmed without a
+        // round (at a moment after the fetch began, taken before the lease
+        // was checked). The others ask a round, and are watched from now.
+        let now = Moment::now();
+        let asks: Vec<(Key, i64)> = asks
+            .into_iter()
+            .filter(|&(key, from)| {
+                if self.pushed.covers(key) {
+                    self.extents.reconfirm(key, now);
+                    return false;
+                }
+                self.pushed.want(key, from);
+                true
+            })
+            .collect();
         if asks.is_empty() {
             return;
         }
@@ -178,10 +211,12 @@ impl Watermarks {
     /// Each watched partition, and the offset to ask for what is new from:
     /// the highest high watermark its waiters saw (not where a view ends,
     /// which a lagging reader's view may hold far behind).
+    /// Those a read lease covers are not: their changes are pushed.
     fn to_poll(&self) -> Vec<(Key, i64)> {
         let watched = self.watched.lock().expect("watermarks lock poisoned");
         watched
             .iter()
+            .filter(|(key, _)| !self.pushed.covers(**key))
             .map(|(key, w)| (*key, w.high_watermark))
             .collect()
     }
@@ -228,6 +263,12 @@ impl<'a> Watching<'a> {
             w.waiters.insert(number, woken.clone());
         }
         drop(watched);
+        for &(topic, partition, seen) in partitions {
+            let key = TopicPartition::new(topic, partition);
+            if !watermarks.pushed.covers(key) {
+                watermarks.pushed.want(key, seen);
+            }
+        }
         Watching {
             watermarks,
             number,
@@ -305,6 +346,18 @@ async fn poll_loop(
         }
         // Answered or not: what it did not confirm, its fetches ask alone.
         w.rounds.send_replace(round);
+    }
+}
+
+impl Noticed for Watermarks {
+    /// A notice is a round the leader ran for this agent: taken in alike.
+    fn noticed(&self, plans: &[(Key, Result<TxnReadPlan, Refusal>)], at: Moment) {
+        let keys: Vec<Key> = plans.iter().map(|(key, _)| *key).collect();
+        let high_watermarks: Vec<Option<i64>> = plans
+            .iter()
+            .map(|(key, plan)| learn(&self.extents, *key, plan, at))
+            .collect();
+        self.update(&keys, &high_watermarks);
     }
 }
 
@@ -388,6 +441,134 @@ mod tests {
                 self.inner.call(op).await
             }
         }
+
+        /// Its notices arrive 100 ms late: an agent that trusted its lease
+        /// before taking in a notice would show an old high watermark.
+        async fn subscribe(
+            &self,
+        ) -> Result<floe_metastore::push::Subscription, floe_metastore::MetaError> {
+            let mut inner = floe_metastore::Transport::subscribe(&self.inner).await?;
+            let (late, from_leader) = tokio::sync::mpsc::channel(1024);
+            tokio::spawn(async move {
+                while let Some(message) = inner.from_leader.recv().await {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if late.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(floe_metastore::push::Subscription {
+                to_leader: inner.to_leader,
+                from_leader,
+            })
+        }
+    }
+
+    /// Waits up to 10 s for `done`.
+    async fn eventually(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn one_batch(topic: TopicId, key: String, not_before_ms: i64) -> Commit {
+        Commit {
+            object_key: key,
+            object_size: 10,
+            batches: vec![CommitBatch {
+                topic_id: topic,
+                partition: 0,
+                position: 0,
+                length: 10,
+                record_count: 1,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms,
+        }
+    }
+
+    /// Under a read lease, fetches confirm without asking the metastore and
+    /// still see every commit answered before they began (the leader
+    /// answers a commit only once this agent took its notice in); a
+    /// fetch waiting on the partition is woken by the notice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_a_lease_fetches_ask_nothing_and_see_every_commit() {
+        let mut options = floe_metastore::NodeOptions::new(1, "in-process");
+        options.heartbeat_ms = 20;
+        options.read_lease = Some(Duration::from_secs(2));
+        let node = floe_metastore::RaftMetastore::start(options).await.unwrap();
+        node.wait_until_leader(Duration::from_secs(10))
+            .await
+            .unwrap();
+        let counting = Arc::new(Counting {
+            inner: node,
+            plans: AtomicU64::new(0),
+        });
+        let meta: Arc<dyn Metastore> = counting.clone();
+        let topic = meta
+            .create_topic(NewTopic {
+                name: "leased".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let clock = meta.clock().await.unwrap();
+        meta.commit(one_batch(topic.id, "c0".into(), clock))
+            .await
+            .unwrap();
+        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
+        let (_commits, committed) = watch::channel(0);
+        // Polls seldom: only confirmations would start rounds.
+        let watermarks = Watermarks::start(
+            &Tasks::default(),
+            meta.clone(),
+            extents.clone(),
+            Duration::from_secs(3600),
+            committed,
+        );
+        let tp = TopicPartition::new(topic.id, 0);
+        eventually("a lease", || watermarks.pushed.lease_holds()).await;
+        // The first fetch asks a round; its partition is watched from then.
+        watermarks.confirm(vec![(tp, 0)]).await;
+        eventually("the watch", || watermarks.pushed.covers(tp)).await;
+        let before = counting.plans.load(Ordering::Relaxed);
+        for n in 1..=5 {
+            let waiting = tokio::spawn({
+                let watermarks = watermarks.clone();
+                async move {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    watermarks
+                        .wait_for_growth(&[(tp.topic_id, 0, n)], deadline)
+                        .await
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            meta.commit(one_batch(topic.id, format!("c{n}"), clock))
+                .await
+                .unwrap();
+            let began = Moment::now();
+            watermarks.confirm(vec![(tp, 0)]).await;
+            let plan = extents
+                .plan(tp, 0, 1 << 20, began)
+                .expect("confirmed since it began");
+            assert_eq!(
+                plan.plan.high_watermark,
+                n + 1,
+                "a commit answered before it"
+            );
+            assert!(waiting.await.unwrap(), "the waiting fetch was not woken");
+        }
+        assert_eq!(
+            counting.plans.load(Ordering::Relaxed),
+            before,
+            "asked under a lease"
+        );
     }
 
     /// Fetches that ask for confirmations at once share the metastore

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use floe_metastore::groups::Heard;
+use floe_metastore::push::{MAX_QUEUED_NOTICES, Subscription};
 use floe_metastore::raft::NodeId;
 use floe_metastore::raft::network::{PeerRequest, PeerResponse, PeerTransport};
 use floe_metastore::raft::node::{Bootstrap, database_on};
@@ -34,6 +35,7 @@ use floe_metastore::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -225,6 +227,13 @@ impl Sequencer for SimNode {
         }
     }
 
+    async fn subscribe(&self) -> Result<Subscription, MetaError> {
+        match self {
+            SimNode::Raft(n) => Sequencer::subscribe(n).await,
+            SimNode::Log(n) => Sequencer::subscribe(n).await,
+        }
+    }
+
     fn new_id(&self) -> Uuid {
         match self {
             SimNode::Raft(n) => n.new_id(),
@@ -304,6 +313,8 @@ pub async fn start(shared: &Shared, kind: Kind) -> RaftGroup {
                     o.snapshot_every = 300;
                     o.clock = clock(id);
                     o.transport = Some(transport.clone());
+                    // Agents subscribe under read leases (a node's default).
+                    o.read_lease = Some(Duration::from_secs(2));
                     o
                 })
                 .collect();
@@ -781,6 +792,48 @@ impl Sequencer for RaftClient {
             async move { Sequencer::await_group(node.as_ref(), wait).await }
         })
         .await
+    }
+
+    /// A subscription on the leader, its stream through the weather: each
+    /// message late by up to the network's latency (in order), and the
+    /// stream cut as often as the network drops a message.
+    async fn subscribe(&self) -> Result<Subscription, MetaError> {
+        let opened = self
+            .ask(|node| async move { Sequencer::subscribe(node.as_ref()).await })
+            .await?;
+        let (to_leader, agent_side) = mpsc::channel(MAX_QUEUED_NOTICES);
+        let (leader_side, from_leader) = mpsc::channel(MAX_QUEUED_NOTICES);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let to = weathered(shared.clone(), agent_side, opened.to_leader);
+            let from = weathered(shared, opened.from_leader, leader_side);
+            // Either direction cut ends both.
+            tokio::select! {
+                _ = to => {}
+                _ = from => {}
+            }
+        });
+        Ok(Subscription {
+            to_leader,
+            from_leader,
+        })
+    }
+}
+
+/// Carries a stream's messages through the network's weather until either
+/// end closes or a message is lost (which cuts the stream: a connection
+/// does not skip messages).
+async fn weathered<T>(shared: Shared, mut from: mpsc::Receiver<T>, to: mpsc::Sender<T>) {
+    while let Some(message) = from.recv().await {
+        let (lost, latency) = shared.with(|w| {
+            let latency = w.latency_up_to(w.net.max_latency);
+            let drop = w.net.drop;
+            (w.chance(drop), latency)
+        });
+        tokio::time::sleep(latency).await;
+        if lost || to.send(message).await.is_err() {
+            return;
+        }
     }
 }
 
