@@ -94,6 +94,9 @@ pub struct Metrics {
     metastore_requests: Family<OpLabel, Counter>,
     /// Their round trips, when answered.
     metastore_seconds: Family<OpLabel, Histogram>,
+    /// Messages of the subscription to the metastore's pushed changes,
+    /// either way, by kind (not requests: one stream carries them).
+    metastore_stream_messages: Family<OpLabel, Counter>,
     /// Calls to the metastore's PostgreSQL database, by call, and the
     /// round trips of those answered.
     database_calls: Family<OpLabel, Counter>,
@@ -249,6 +252,13 @@ impl Metrics {
             "metastore_request_duration_seconds",
             "Round trips of answered requests to a remote metastore, by operation",
             metastore_seconds.clone(),
+        );
+        let metastore_stream_messages = Family::<OpLabel, Counter>::default();
+        registry.register(
+            "metastore_stream_messages",
+            "Messages of this agent's subscription to the metastore's pushed changes, \
+             either way, by kind",
+            metastore_stream_messages.clone(),
         );
         let database_calls = Family::<OpLabel, Counter>::default();
         registry.register(
@@ -440,6 +450,7 @@ impl Metrics {
             request_budget_free,
             metastore_requests,
             metastore_seconds,
+            metastore_stream_messages,
             database_calls,
             database_seconds,
             object_seconds,
@@ -504,6 +515,11 @@ impl Metrics {
                 .get_or_create(&label)
                 .observe(took.as_secs_f64());
         }
+    }
+
+    pub fn metastore_stream_message(&self, kind: &'static str) {
+        let label = OpLabel { op: kind };
+        self.metastore_stream_messages.get_or_create(&label).inc();
     }
 
     pub fn metastore_request(&self, op: &'static str, answered: Option<Duration>) {

@@ -468,11 +468,14 @@ fn run_agent(config: Config) -> anyhow::Result<()> {
             }
             Some(address) => {
                 let secret = metastore_cli::load_secret(config.metastore_secret_file.as_deref())?;
-                let counted = metrics.clone();
+                let (counted, streamed) = (metrics.clone(), metrics.clone());
                 let client = RemoteMetastore::new(address)
                     .with_secret(secret)
                     .with_request_hook(Arc::new(move |op, answered| {
                         counted.metastore_request(op, answered);
+                    }))
+                    .with_stream_hook(Arc::new(move |kind| {
+                        streamed.metastore_stream_message(kind);
                     }));
                 let client: Arc<dyn Metastore> = Arc::new(client);
                 tokio::spawn(say_while_unreachable(client.clone(), address.clone()));

@@ -156,8 +156,8 @@ async fn serve_subscription<N: Served>(
         return;
     }
     if let Ok(subscription) = opened {
-        crate::contract::push::bridge(framed, subscription.from_leader, subscription.to_leader)
-            .await;
+        let (from_leader, to_leader) = (subscription.from_leader, subscription.to_leader);
+        crate::contract::push::bridge(framed, from_leader, to_leader, None).await;
     }
 }
 

@@ -210,6 +210,7 @@ fn kafka(args: &Args) -> std::process::ExitCode {
          {} pipelining connections, {} group assignments, {} metastore node replacements, \
          {} consume-transform-produce transactions ({} records exactly once), \
          {} produces refused for want of an ACL, {} share deliveries ({} again), \
+         {} read-lease subscriptions ({} notices, {} streams cut), \
          {:.1} simulated hours",
         args.seeds,
         total.acked_batches,
@@ -230,6 +231,9 @@ fn kafka(args: &Args) -> std::process::ExitCode {
         total.refused_for_rights,
         total.share_deliveries,
         total.share_redeliveries,
+        total.subscriptions,
+        total.notices,
+        total.cut_streams,
         total.simulated_ms as f64 / 3_600_000.0
     );
     std::process::ExitCode::SUCCESS

@@ -23,9 +23,13 @@ use crate::write::batcher::Batcher;
 use crate::write::txn_coordinator::write_end;
 
 const LEASE: &str = "txn-timeouts";
-/// How often a pass runs.
+/// How often the lease's holder runs a pass.
 const EVERY: Duration = Duration::from_secs(1);
 const LEASE_TTL: Duration = Duration::from_secs(10);
+/// How often an agent that does not hold the lease asks for it: within
+/// half the lease after its holder stops renewing it (two metastore
+/// requests a look, so not every second from every agent).
+const OTHERS_EVERY: Duration = Duration::from_secs(5);
 /// Transactions aborted per pass at most.
 const PER_PASS: u32 = 100;
 
@@ -38,28 +42,34 @@ pub async fn run(broker: Arc<Broker>) {
     run_on(broker.meta.as_ref(), &broker.batcher, &holder).await
 }
 
-/// A pass every [`EVERY`], as `holder`, writing through `batcher`.
+/// A pass every [`EVERY`] while `holder` holds the lease, else every
+/// [`OTHERS_EVERY`], writing through `batcher`.
 pub async fn run_on(meta: &dyn Metastore, batcher: &Batcher, holder: &str) {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = Duration::ZERO;
     loop {
-        tick.tick().await;
-        if let Err(e) = pass(meta, batcher, holder).await {
-            tracing::debug!(error = %e, "transaction timeouts: pass skipped");
-        }
+        tokio::time::sleep(wait).await;
+        wait = match pass(meta, batcher, holder).await {
+            Ok(true) => EVERY,
+            Ok(false) => OTHERS_EVERY,
+            Err(e) => {
+                tracing::debug!(error = %e, "transaction timeouts: pass skipped");
+                EVERY
+            }
+        };
     }
 }
 
 /// One pass: with the lease, abort every expired transaction found, its
 /// markers written through `batcher` and stamped with the metastore's time.
-async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Result<(), MetaError> {
+/// Whether it held the lease.
+async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Result<bool, MetaError> {
     let now_ms = meta.clock().await?;
     let ttl_ms = LEASE_TTL.as_millis() as i64;
     if !meta
         .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
         .await?
     {
-        return Ok(());
+        return Ok(false);
     }
     for txn in meta.expired_txns(PER_PASS).await? {
         // Each end takes a flush, a PUT and a commit: the lease is renewed
@@ -69,7 +79,7 @@ async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Result<(
             .acquire_lease(LEASE.into(), holder.to_string(), now_ms, ttl_ms)
             .await?
         {
-            return Ok(());
+            return Ok(false);
         }
         let end = TxnEnd {
             transactional_id: txn.transactional_id.clone(),
@@ -86,5 +96,5 @@ async fn pass(meta: &dyn Metastore, batcher: &Batcher, holder: &str) -> Result<(
                 "aborting a transaction past its timeout did not complete; the next pass retries"),
         }
     }
-    Ok(())
+    Ok(true)
 }

@@ -29,8 +29,11 @@ use crate::read::extent_cache::{ExtentCache, Moment};
 
 /// How often the lease is renewed: a quarter of a 2 s lease.
 const RENEW_EVERY: Duration = Duration::from_millis(500);
-/// How long after a refused or ended subscription another is asked for.
+/// How long after an ended subscription another is asked for; after each
+/// refusal in a row twice as long, up to [`RESUBSCRIBE_AT_MOST`] (a
+/// metastore that grants no leases is asked once a minute).
 const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(5);
+const RESUBSCRIBE_AT_MOST: Duration = Duration::from_secs(60);
 /// A watched partition no fetch used for this long is dropped.
 const UNUSED_FOR: Duration = Duration::from_secs(60);
 /// Watched partitions at most (the leader's bound is far above).
@@ -127,10 +130,15 @@ pub async fn run(
     noticed: Weak<dyn Noticed>,
     extents: Arc<ExtentCache>,
 ) {
+    let mut wait = RESUBSCRIBE_AFTER;
     loop {
         let subscription = meta.subscribe().await;
         let Some(p) = pushed.upgrade() else {
             return;
+        };
+        wait = match subscription {
+            Ok(_) => RESUBSCRIBE_AFTER,
+            Err(_) => (wait * 2).min(RESUBSCRIBE_AT_MOST),
         };
         match subscription {
             Ok(mut subscription) => {
@@ -144,7 +152,7 @@ pub async fn run(
             Err(e) => tracing::debug!(error = %e, "no metastore subscription"),
         }
         drop(p);
-        tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+        tokio::time::sleep(wait).await;
     }
 }
 

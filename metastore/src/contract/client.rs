@@ -51,6 +51,8 @@ pub struct RemoteMetastore {
     on_request: Option<RequestHook>,
     /// Proved to every node connected to.
     secret: Option<crate::contract::peer_auth::ClusterSecret>,
+    /// Told of every message of a subscription's stream.
+    on_stream: Option<crate::contract::push::StreamHook>,
 }
 
 /// See [`RemoteMetastore::with_request_hook`].
@@ -90,6 +92,7 @@ impl RemoteMetastore {
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
             on_request: None,
             secret: None,
+            on_stream: None,
         }
     }
 
@@ -107,6 +110,14 @@ impl RemoteMetastore {
     /// how long the node took to answer (none: it did not).
     pub fn with_request_hook(mut self, hook: RequestHook) -> Self {
         self.on_request = Some(hook);
+        self
+    }
+
+    /// Calls `hook` with the name of every message a subscription's stream
+    /// carries, either way (they are not requests: see
+    /// [`crate::contract::push`]).
+    pub fn with_stream_hook(mut self, hook: crate::contract::push::StreamHook) -> Self {
+        self.on_stream = Some(hook);
         self
     }
 
@@ -280,7 +291,8 @@ impl RemoteMetastore {
             let opened = tokio::time::timeout(self.attempt_timeout, self.subscribe_at(&address));
             let why = match opened.await {
                 Ok(Ok(Ok(connection))) => {
-                    return Ok(crate::contract::push::Subscription::over(connection));
+                    let hook = self.on_stream.clone();
+                    return Ok(crate::contract::push::Subscription::over(connection, hook));
                 }
                 Ok(Ok(Err(MetaError::NotLeader(Some(hint)))))
                     if redirects <= self.addresses.len() =>

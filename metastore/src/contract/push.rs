@@ -101,13 +101,46 @@ pub struct Subscription {
     pub from_leader: mpsc::Receiver<FromLeader>,
 }
 
+/// Told the name of every message a subscription's stream carries (for
+/// the agent's metrics: they are not requests).
+pub type StreamHook = std::sync::Arc<dyn Fn(&'static str) + Send + Sync>;
+
+/// A message's name, for [`StreamHook`].
+pub trait Named {
+    fn name(&self) -> &'static str;
+}
+
+impl Named for ToLeader {
+    fn name(&self) -> &'static str {
+        match self {
+            ToLeader::Renew { .. } => "Renew",
+            ToLeader::Watch { .. } => "Watch",
+            ToLeader::Ack { .. } => "Ack",
+            ToLeader::Goodbye => "Goodbye",
+        }
+    }
+}
+
+impl Named for FromLeader {
+    fn name(&self) -> &'static str {
+        match self {
+            FromLeader::Renewed { .. } => "Renewed",
+            FromLeader::Notice { .. } => "Notice",
+            FromLeader::Ended { .. } => "Ended",
+        }
+    }
+}
+
 impl Subscription {
     /// A subscription whose messages travel on `connection` (the client's
-    /// side, once the node said yes).
-    pub(crate) fn over(connection: Framed<TcpStream, LengthDelimitedCodec>) -> Subscription {
+    /// side, once the node said yes), each told to `hook`.
+    pub(crate) fn over(
+        connection: Framed<TcpStream, LengthDelimitedCodec>,
+        hook: Option<StreamHook>,
+    ) -> Subscription {
         let (to_leader, outgoing) = mpsc::channel(MAX_QUEUED_NOTICES);
         let (incoming, from_leader) = mpsc::channel(MAX_QUEUED_NOTICES);
-        tokio::spawn(bridge(connection, outgoing, incoming));
+        tokio::spawn(bridge(connection, outgoing, incoming, hook));
         Subscription {
             to_leader,
             from_leader,
@@ -116,18 +149,25 @@ impl Subscription {
 }
 
 /// Carries messages between a subscription's channels and its connection
-/// (either side's), one a frame, until either ends. Sending has a
-/// deadline; a reader that lets its channel fill ends the stream rather
-/// than stop the other direction.
-pub(crate) async fn bridge<Out: Serialize, In: DeserializeOwned>(
+/// (either side's), one a frame, until either ends, telling `hook` of
+/// each. Sending has a deadline; a reader that lets its channel fill ends
+/// the stream rather than stop the other direction.
+pub(crate) async fn bridge<Out: Serialize + Named, In: DeserializeOwned + Named>(
     mut connection: Framed<TcpStream, LengthDelimitedCodec>,
     mut outgoing: mpsc::Receiver<Out>,
     incoming: mpsc::Sender<In>,
+    hook: Option<StreamHook>,
 ) {
+    let tell = |name| {
+        if let Some(hook) = &hook {
+            hook(name);
+        }
+    };
     loop {
         tokio::select! {
             out = outgoing.recv() => {
                 let Some(out) = out else { break };
+                tell(out.name());
                 let Ok(bytes) = postcard::to_stdvec(&out) else { break };
                 let sent = tokio::time::timeout(STREAM_SEND_TIMEOUT, connection.send(Bytes::from(bytes)));
                 if !matches!(sent.await, Ok(Ok(()))) {
@@ -137,6 +177,7 @@ pub(crate) async fn bridge<Out: Serialize, In: DeserializeOwned>(
             frame = connection.next() => {
                 let Some(Ok(frame)) = frame else { break };
                 let Ok(message) = postcard::from_bytes::<In>(&frame) else { break };
+                tell(message.name());
                 if incoming.try_send(message).is_err() {
                     break;
                 }

@@ -141,6 +141,11 @@ pub struct Summary {
     /// out before (stage 3).
     pub share_deliveries: u64,
     pub share_redeliveries: u64,
+    /// Agents' subscriptions to pushed changes opened, notices they were
+    /// carried, and streams the weather cut (Raft runs).
+    pub subscriptions: u64,
+    pub notices: u64,
+    pub cut_streams: u64,
     pub simulated_ms: u64,
 }
 
@@ -156,6 +161,9 @@ impl std::ops::AddAssign for Summary {
         self.polled_records += run.polled_records;
         self.segments_indexed += run.segments_indexed;
         self.redirects += run.redirects;
+        self.subscriptions += run.subscriptions;
+        self.notices += run.notices;
+        self.cut_streams += run.cut_streams;
         self.partitions += run.partitions;
         self.node_kills += run.node_kills;
         self.store_faults += run.store_faults;

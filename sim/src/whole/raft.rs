@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use floe_metastore::groups::Heard;
-use floe_metastore::push::{MAX_QUEUED_NOTICES, Subscription};
+use floe_metastore::push::{MAX_QUEUED_NOTICES, Named, Subscription};
 use floe_metastore::raft::NodeId;
 use floe_metastore::raft::network::{PeerRequest, PeerResponse, PeerTransport};
 use floe_metastore::raft::node::{Bootstrap, database_on};
@@ -801,6 +801,7 @@ impl Sequencer for RaftClient {
         let opened = self
             .ask(|node| async move { Sequencer::subscribe(node.as_ref()).await })
             .await?;
+        self.shared.with(|w| w.summary.subscriptions += 1);
         let (to_leader, agent_side) = mpsc::channel(MAX_QUEUED_NOTICES);
         let (leader_side, from_leader) = mpsc::channel(MAX_QUEUED_NOTICES);
         let shared = self.shared.clone();
@@ -823,12 +824,16 @@ impl Sequencer for RaftClient {
 /// Carries a stream's messages through the network's weather until either
 /// end closes or a message is lost (which cuts the stream: a connection
 /// does not skip messages).
-async fn weathered<T>(shared: Shared, mut from: mpsc::Receiver<T>, to: mpsc::Sender<T>) {
+async fn weathered<T: Named>(shared: Shared, mut from: mpsc::Receiver<T>, to: mpsc::Sender<T>) {
     while let Some(message) = from.recv().await {
+        let notice = message.name() == "Notice";
         let (lost, latency) = shared.with(|w| {
             let latency = w.latency_up_to(w.net.max_latency);
             let drop = w.net.drop;
-            (w.chance(drop), latency)
+            let lost = w.chance(drop);
+            w.summary.notices += u64::from(notice && !lost);
+            w.summary.cut_streams += u64::from(lost);
+            (lost, latency)
         });
         tokio::time::sleep(latency).await;
         if lost || to.send(message).await.is_err() {
