@@ -150,6 +150,24 @@ impl View {
     }
 }
 
+/// The least a view must hold to be as new as what a read lease brought:
+/// the highest high watermark, log start and last stable offset taken in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Floor {
+    pub high_watermark: i64,
+    pub log_start: i64,
+    pub last_stable: i64,
+}
+
+impl Floor {
+    /// Raised to what `plan` says.
+    pub fn raise(&mut self, plan: &TxnReadPlan) {
+        self.high_watermark = self.high_watermark.max(plan.plan.high_watermark);
+        self.log_start = self.log_start.max(plan.plan.log_start_offset);
+        self.last_stable = self.last_stable.max(plan.last_stable_offset);
+    }
+}
+
 pub struct ExtentCache {
     ttl: Duration,
     views: Mutex<HashMap<TopicPartition, View>>,
@@ -225,11 +243,24 @@ impl ExtentCache {
     /// a request sent at `asked` (the view's age counts from then: the
     /// extents were live when the metastore answered, which was after).
     pub fn learn(&self, tp: TopicPartition, txn_answer: &TxnReadPlan, asked: Moment) {
+        self.learn_at(tp, txn_answer, asked.at, asked.seq);
+    }
+
+    /// What a notice pushed under a read lease brought for `tp`, taken in
+    /// at `at`. It confirms nothing by itself: a notice may have been on
+    /// its way after the lease lapsed or the watch ended, so only
+    /// [`ExtentCache::reconfirm`] under a lease that holds marks the view
+    /// current.
+    pub fn learn_pushed(&self, tp: TopicPartition, txn_answer: &TxnReadPlan, at: Instant) {
+        self.learn_at(tp, txn_answer, at, 0);
+    }
+
+    /// `learn`, the view confirmed at moment number `confirmed` at most.
+    fn learn_at(&self, tp: TopicPartition, txn_answer: &TxnReadPlan, now: Instant, confirmed: u64) {
         let answer = &txn_answer.plan;
         if self.ttl.is_zero() {
             return;
         }
-        let now = asked.at;
         let mut views = self.views.lock().expect("extent cache lock poisoned");
         if views.len() >= MAX_VIEWS && !views.contains_key(&tp) {
             views.retain(|_, v| v.learnt.elapsed() < self.ttl);
@@ -244,7 +275,7 @@ impl ExtentCache {
             aborted: Vec::new(),
             extents: VecDeque::new(),
             learnt: now,
-            confirmed: asked.seq,
+            confirmed,
         };
         let view = views.entry(tp).or_insert_with(fresh);
         if answer.high_watermark < view.high_watermark {
@@ -277,7 +308,7 @@ impl ExtentCache {
         view.aborted.sort_by_key(|a| a.last_offset);
         view.high_watermark = answer.high_watermark;
         view.last_stable = view.last_stable.max(txn_answer.last_stable_offset);
-        view.confirmed = view.confirmed.max(asked.seq);
+        view.confirmed = view.confirmed.max(confirmed);
         view.log_start = view.log_start.max(answer.log_start_offset);
         let log_start = view.log_start;
         while view
@@ -302,14 +333,24 @@ impl ExtentCache {
         );
     }
 
-    /// Marks `tp`'s view, if any, confirmed at `at`: it is known current
-    /// then without asking (a read lease covers it, see
-    /// [`crate::read::pushed`]).
-    pub fn reconfirm(&self, tp: TopicPartition, at: Moment) {
+    /// Marks `tp`'s view confirmed at `at` if it has taken in at least
+    /// `floor` (the latest a read lease brought, see
+    /// [`crate::read::pushed`]): it is then known current without asking.
+    /// A view that lacks it (rebuilt from an older answer after it was
+    /// forgotten, evicted or expired) is not: the fetch asks. Whether it
+    /// was marked.
+    pub fn reconfirm(&self, tp: TopicPartition, at: Moment, floor: Floor) -> bool {
         let mut views = self.views.lock().expect("extent cache lock poisoned");
-        if let Some(view) = views.get_mut(&tp) {
+        let Some(view) = views.get_mut(&tp) else {
+            return false;
+        };
+        let current = view.high_watermark >= floor.high_watermark
+            && view.log_start >= floor.log_start
+            && view.last_stable >= floor.last_stable;
+        if current {
             view.confirmed = view.confirmed.max(at.seq);
         }
+        current
     }
 
     /// Forgets `tp`'s view: this agent committed to it or trimmed it.

@@ -25,7 +25,7 @@ use floe_metastore::{Metastore, Refusal, TopicPartition, TxnReadPlan};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::read::extent_cache::{ExtentCache, Moment};
+use crate::read::extent_cache::{ExtentCache, Floor};
 
 /// How often the lease is renewed: a quarter of a 2 s lease.
 const RENEW_EVERY: Duration = Duration::from_millis(500);
@@ -36,6 +36,9 @@ const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(5);
 const RESUBSCRIBE_AT_MOST: Duration = Duration::from_secs(60);
 /// A watched partition no fetch used for this long is dropped.
 const UNUSED_FOR: Duration = Duration::from_secs(60);
+/// A subscription whose renewals go unanswered this long is given up (its
+/// node may lead no more without knowing it yet).
+const NO_RENEWAL_FOR: Duration = Duration::from_secs(3);
 /// Watched partitions at most (the leader's bound is far above).
 const MAX_WATCHING: usize = 10_000;
 const _: () = assert!(MAX_WATCHING <= MAX_WATCHED);
@@ -47,13 +50,22 @@ pub struct Pushed {
     wanted: Notify,
 }
 
+struct Watched {
+    /// When a fetch last used it.
+    used: Instant,
+    /// The latest the subscription brought of it: a view that holds less
+    /// is older than a notice already taken in, and is not current.
+    floor: Floor,
+}
+
 #[derive(Default)]
 struct Inner {
     /// Until when the lease holds by this agent's clock.
     lease_until: Option<Instant>,
-    /// Partitions whose watch the leader answered in this subscription,
-    /// and when a fetch last used each.
-    watched: HashMap<TopicPartition, Instant>,
+    /// Partitions whose watch the leader answered in this subscription.
+    watched: HashMap<TopicPartition, Watched>,
+    /// No longer watched here, to tell the leader.
+    to_remove: Vec<TopicPartition>,
     /// Asked to be watched and not sent yet: from which offset.
     to_add: BTreeMap<TopicPartition, i64>,
     /// Sent and not answered, by the watch request's number.
@@ -70,6 +82,7 @@ impl Inner {
         self.watched.clear();
         self.adding.clear();
         self.to_add.clear();
+        self.to_remove.clear();
     }
 }
 
@@ -78,20 +91,17 @@ impl Pushed {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether `tp`'s view is current now without asking: the lease holds
-    /// and the leader answered its watch. Marks it used.
-    pub fn covers(&self, tp: TopicPartition) -> bool {
+    /// Whether `tp`'s view is current now without asking, if it holds at
+    /// least the floor answered: the lease holds and the leader answered
+    /// its watch. Marks it used.
+    pub fn covers(&self, tp: TopicPartition) -> Option<Floor> {
         let mut inner = self.inner();
         if !inner.lease_holds() {
-            return false;
+            return None;
         }
-        match inner.watched.get_mut(&tp) {
-            Some(used) => {
-                *used = Instant::now();
-                true
-            }
-            None => false,
-        }
+        let watched = inner.watched.get_mut(&tp)?;
+        watched.used = Instant::now();
+        Some(watched.floor)
     }
 
     /// Asks for `tp` to be watched from `from`, if it is not (and the
@@ -117,10 +127,11 @@ impl Pushed {
     }
 }
 
-/// What the task does with the plans a notice brings: learns them and
-/// wakes the fetches waiting on them (`Watermarks`' job).
+/// What the task does with the plans a notice brings: learns them (as
+/// confirming nothing: see [`ExtentCache::learn_pushed`]) and wakes the
+/// fetches waiting on them (`Watermarks`' job).
 pub trait Noticed: Send + Sync + 'static {
-    fn noticed(&self, plans: &[(TopicPartition, Result<TxnReadPlan, Refusal>)], at: Moment);
+    fn noticed(&self, plans: &[(TopicPartition, Result<TxnReadPlan, Refusal>)], at: Instant);
 }
 
 /// Holds a subscription for as long as `pushed` lives, one after another.
@@ -164,15 +175,19 @@ async fn hold(
     extents: &ExtentCache,
 ) -> &'static str {
     let mut renewals: BTreeMap<u64, Instant> = BTreeMap::new();
+    let mut renewed = Instant::now();
     let mut next_ask = 0u64;
     let mut ticks = tokio::time::interval(RENEW_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = ticks.tick() => {
+                if renewed.elapsed() > NO_RENEWAL_FOR {
+                    return "no renewal was answered";
+                }
                 next_ask += 1;
                 renewals.insert(next_ask, Instant::now());
-                // Answers come in order: older unanswered ones never will.
+                // Renewals the leader did not grant are never answered.
                 while renewals.len() > 8 {
                     renewals.pop_first();
                 }
@@ -209,34 +224,27 @@ async fn hold(
                 Some(FromLeader::Ended { .. }) => return "the leader ended it",
                 Some(FromLeader::Renewed { ask, lease_ms }) => {
                     if let Some(sent) = renewals.remove(&ask) {
+                        renewed = Instant::now();
                         let lease = Duration::from_millis(lease_ms);
+                        let until = sent + lease - lease / 8;
+                        // Renewals are confirmed apart and may be answered
+                        // out of order: a later one never shortens it.
                         let mut inner = pushed.inner();
-                        inner.lease_until = Some(sent + lease - lease / 8);
+                        inner.lease_until = inner.lease_until.max(Some(until));
                     }
                 }
                 Some(FromLeader::Notice { seq, answers, plans }) => {
                     let Some(noticed) = noticed.upgrade() else {
                         return "the agent is stopping";
                     };
-                    noticed.noticed(&plans, Moment::now());
+                    let now = Instant::now();
+                    noticed.noticed(&plans, now);
+                    take_in(pushed, answers, &plans, now);
                     let gone = plans.iter().filter(|(_, p)| !matches!(
                         p,
                         Ok(_) | Err(Refusal::OffsetOutOfRange { .. })
                     ));
-                    let gone: Vec<TopicPartition> = gone.map(|(tp, _)| *tp).collect();
-                    {
-                        let mut inner = pushed.inner();
-                        if let Some(added) = answers.and_then(|a| inner.adding.remove(&a)) {
-                            let now = Instant::now();
-                            inner.watched.extend(added.into_iter().map(|tp| (tp, now)));
-                        }
-                        // A partition that went away is no longer covered:
-                        // its fetches ask, and learn its error.
-                        for tp in &gone {
-                            inner.watched.remove(tp);
-                        }
-                    }
-                    extents.forget(gone);
+                    extents.forget(gone.map(|(tp, _)| *tp));
                     if sub.to_leader.try_send(ToLeader::Ack { seq }).is_err() {
                         return "the stream to the leader is full";
                     }
@@ -246,18 +254,63 @@ async fn hold(
     }
 }
 
-/// Watched partitions no fetch used lately, no longer watched.
+/// Takes a notice's plans into the watched partitions' floors (and, for
+/// the watch it answers, watches its partitions from now). A partition
+/// that went away is watched no more: its fetches ask, and learn its
+/// error.
+fn take_in(
+    pushed: &Pushed,
+    answers: Option<u64>,
+    plans: &[(TopicPartition, Result<TxnReadPlan, Refusal>)],
+    now: Instant,
+) {
+    let mut inner = pushed.inner();
+    if let Some(added) = answers.and_then(|a| inner.adding.remove(&a)) {
+        for tp in added {
+            let watched = Watched {
+                used: now,
+                floor: Floor::default(),
+            };
+            inner.watched.entry(tp).or_insert(watched);
+        }
+    }
+    for (tp, plan) in plans {
+        let Some(watched) = inner.watched.get_mut(tp) else {
+            continue;
+        };
+        match plan {
+            Ok(plan) => watched.floor.raise(plan),
+            Err(Refusal::OffsetOutOfRange {
+                high_watermark,
+                log_start_offset,
+                ..
+            }) => {
+                let floor = &mut watched.floor;
+                floor.high_watermark = floor.high_watermark.max(*high_watermark);
+                floor.log_start = floor.log_start.max(*log_start_offset);
+            }
+            Err(_) => {
+                inner.watched.remove(tp);
+                inner.to_remove.push(*tp);
+            }
+        }
+    }
+}
+
+/// Watched partitions no fetch used lately, and those that went away: no
+/// longer watched.
 fn unused(pushed: &Pushed) -> Vec<TopicPartition> {
     let mut inner = pushed.inner();
     let now = Instant::now();
-    let unused: Vec<TopicPartition> = inner
+    let mut unused: Vec<TopicPartition> = inner
         .watched
         .iter()
-        .filter(|(_, used)| now.duration_since(**used) > UNUSED_FOR)
+        .filter(|(_, w)| now.duration_since(w.used) > UNUSED_FOR)
         .map(|(tp, _)| *tp)
         .collect();
     for tp in &unused {
         inner.watched.remove(tp);
     }
+    unused.append(&mut inner.to_remove);
     unused
 }

@@ -153,19 +153,19 @@ impl Watermarks {
     /// under way when this is called may have sent its request before:
     /// its answer is not waited for.
     pub async fn confirm(&self, asks: Vec<(Key, i64)>) {
-        // Views a read lease covers are current now: confirmed without a
-        // round (at a moment after the fetch began, taken before the lease
-        // was checked). The others ask a round, and are watched from now.
+        // Views a read lease covers are current now if they hold what the
+        // lease brought: confirmed without a round (at a moment after the
+        // fetch began, taken before the lease was checked). The others ask
+        // a round, and are watched from now.
         let now = Moment::now();
         let asks: Vec<(Key, i64)> = asks
             .into_iter()
-            .filter(|&(key, from)| {
-                if self.pushed.covers(key) {
-                    self.extents.reconfirm(key, now);
-                    return false;
+            .filter(|&(key, from)| match self.pushed.covers(key) {
+                Some(floor) => !self.extents.reconfirm(key, now, floor),
+                None => {
+                    self.pushed.want(key, from);
+                    true
                 }
-                self.pushed.want(key, from);
-                true
             })
             .collect();
         if asks.is_empty() {
@@ -216,7 +216,7 @@ impl Watermarks {
         let watched = self.watched.lock().expect("watermarks lock poisoned");
         watched
             .iter()
-            .filter(|(key, _)| !self.pushed.covers(**key))
+            .filter(|(key, _)| self.pushed.covers(**key).is_none())
             .map(|(key, w)| (*key, w.high_watermark))
             .collect()
     }
@@ -265,7 +265,7 @@ impl<'a> Watching<'a> {
         drop(watched);
         for &(topic, partition, seen) in partitions {
             let key = TopicPartition::new(topic, partition);
-            if !watermarks.pushed.covers(key) {
+            if watermarks.pushed.covers(key).is_none() {
                 watermarks.pushed.want(key, seen);
             }
         }
@@ -350,12 +350,20 @@ async fn poll_loop(
 }
 
 impl Noticed for Watermarks {
-    /// A notice is a round the leader ran for this agent: taken in alike.
-    fn noticed(&self, plans: &[(Key, Result<TxnReadPlan, Refusal>)], at: Moment) {
+    /// A notice is a round the leader ran for this agent, taken in alike
+    /// except that it confirms no view by itself (see
+    /// `Watermarks::confirm`).
+    fn noticed(&self, plans: &[(Key, Result<TxnReadPlan, Refusal>)], at: Instant) {
         let keys: Vec<Key> = plans.iter().map(|(key, _)| *key).collect();
         let high_watermarks: Vec<Option<i64>> = plans
             .iter()
-            .map(|(key, plan)| learn(&self.extents, *key, plan, at))
+            .map(|(key, plan)| match plan {
+                Ok(plan) => {
+                    self.extents.learn_pushed(*key, plan, at);
+                    Some(plan.plan.high_watermark)
+                }
+                other => learn(&self.extents, *key, other, Moment::now()),
+            })
             .collect();
         self.update(&keys, &high_watermarks);
     }
@@ -536,7 +544,7 @@ mod tests {
         eventually("a lease", || watermarks.pushed.lease_holds()).await;
         // The first fetch asks a round; its partition is watched from then.
         watermarks.confirm(vec![(tp, 0)]).await;
-        eventually("the watch", || watermarks.pushed.covers(tp)).await;
+        eventually("the watch", || watermarks.pushed.covers(tp).is_some()).await;
         let before = counting.plans.load(Ordering::Relaxed);
         for n in 1..=5 {
             let waiting = tokio::spawn({
@@ -762,5 +770,227 @@ mod tests {
         // Each of partition 0's waiters woke once; partition 1's never did
         // (with one signal for every growth, all ten woke).
         assert_eq!(watermarks.wakeups.load(Ordering::Relaxed), 5);
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use std::sync::atomic::AtomicBool;
+
+    use floe_metastore::push::{FromLeader, Subscription, ToLeader};
+    use floe_metastore::{Commit, CommitBatch, LocalMetastore, NewTopic};
+
+    use super::*;
+
+    /// A metastore whose subscription this test plays the leader of:
+    /// renewals granted (2 s) while `granting`, watches answered with the
+    /// partitions' plans, and notices injected through `notices`.
+    struct Played {
+        inner: Arc<LocalMetastore>,
+        plans: AtomicU64,
+        granting: Arc<AtomicBool>,
+        notices: Mutex<Option<tokio::sync::mpsc::Sender<FromLeader>>>,
+    }
+
+    impl floe_metastore::api::Transport for Played {
+        async fn call<O: floe_metastore::api::Op>(
+            &self,
+            op: O,
+        ) -> Result<O::Output, floe_metastore::MetaError> {
+            if std::any::type_name::<O>().ends_with("TxnReadPlans") {
+                self.plans.fetch_add(1, Ordering::Relaxed);
+            }
+            self.inner.call(op).await
+        }
+
+        async fn subscribe(&self) -> Result<Subscription, floe_metastore::MetaError> {
+            let (to_leader, mut asks) = tokio::sync::mpsc::channel(1024);
+            let (out, from_leader) = tokio::sync::mpsc::channel(1024);
+            *self.notices.lock().unwrap() = Some(out.clone());
+            let (inner, granting) = (self.inner.clone(), self.granting.clone());
+            tokio::spawn(async move {
+                let mut seq = 0;
+                while let Some(ask) = asks.recv().await {
+                    let said = match ask {
+                        ToLeader::Renew { ask } if granting.load(Ordering::Relaxed) => {
+                            FromLeader::Renewed {
+                                ask,
+                                lease_ms: 2000,
+                            }
+                        }
+                        ToLeader::Watch { ask, add, .. } => {
+                            let plans = inner.txn_read_plans(add.clone(), 1 << 20).await.unwrap();
+                            seq += 1;
+                            let plans = add.iter().map(|(tp, _)| *tp).zip(plans).collect();
+                            FromLeader::Notice {
+                                seq,
+                                answers: Some(ask),
+                                plans,
+                            }
+                        }
+                        _ => continue,
+                    };
+                    if out.send(said).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(Subscription {
+                to_leader,
+                from_leader,
+            })
+        }
+    }
+
+    async fn commit(meta: &dyn Metastore, topic: TopicId, key: &str) {
+        let commit = Commit {
+            object_key: key.into(),
+            object_size: 10,
+            batches: vec![CommitBatch {
+                topic_id: topic,
+                partition: 0,
+                position: 0,
+                length: 10,
+                record_count: 1,
+                max_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            }],
+            not_before_ms: meta.clock().await.unwrap(),
+        };
+        meta.commit(commit).await.unwrap();
+    }
+
+    async fn eventually(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A topic with one record, watermarks on a played leader holding a
+    /// lease, the partition watched.
+    async fn leased() -> (
+        Arc<Played>,
+        Arc<Watermarks>,
+        Arc<ExtentCache>,
+        TopicPartition,
+    ) {
+        let played = Arc::new(Played {
+            inner: Arc::new(LocalMetastore::in_memory().await.unwrap()),
+            plans: AtomicU64::new(0),
+            granting: Arc::new(AtomicBool::new(true)),
+            notices: Mutex::new(None),
+        });
+        let meta: Arc<dyn Metastore> = played.clone();
+        let topic = meta
+            .create_topic(NewTopic {
+                name: "played".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        commit(meta.as_ref(), topic.id, "a").await;
+        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
+        let (_commits, committed) = watch::channel(0);
+        let watermarks = Watermarks::start(
+            &Tasks::default(),
+            meta.clone(),
+            extents.clone(),
+            Duration::from_secs(3600),
+            committed,
+        );
+        let tp = TopicPartition::new(topic.id, 0);
+        eventually("a lease", || watermarks.pushed.lease_holds()).await;
+        watermarks.confirm(vec![(tp, 0)]).await;
+        eventually("the watch", || watermarks.pushed.covers(tp).is_some()).await;
+        (played, watermarks, extents, tp)
+    }
+
+    /// A notice that arrives after the lease lapsed (on its way, or sent
+    /// past the leader's expiry) confirms no view: a fetch that began
+    /// before it arrived is not answered from it without asking.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_late_notice_confirms_nothing() {
+        let (played, watermarks, extents, tp) = leased().await;
+        played.granting.store(false, Ordering::Relaxed);
+        eventually("the lease lapses", || !watermarks.pushed.lease_holds()).await;
+        commit(played.as_ref(), tp.topic_id, "b").await;
+        let plan = played
+            .inner
+            .txn_read_plans(vec![(tp, 1)], 1 << 20)
+            .await
+            .unwrap();
+        let began = Moment::now();
+        let notices = played.notices.lock().unwrap().clone().unwrap();
+        let late = FromLeader::Notice {
+            seq: 1000,
+            answers: None,
+            plans: vec![(tp, plan[0].clone())],
+        };
+        notices.send(late).await.unwrap();
+        eventually("the notice is taken in", || {
+            extents
+                .plan_covering(tp, (0, 1), 1, false)
+                .is_some_and(|p| p.plan.high_watermark == 2)
+        })
+        .await;
+        assert!(
+            extents.plan(tp, 0, 1 << 20, began).is_none(),
+            "a late notice confirmed the view"
+        );
+    }
+
+    /// A view rebuilt from an answer older than what the lease brought (it
+    /// was forgotten, then a late round taught it again) is not current:
+    /// the fetch asks, and sees the newer high watermark.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_view_older_than_the_leases_news_is_asked_again() {
+        let (played, watermarks, extents, tp) = leased().await;
+        let old = played
+            .inner
+            .txn_read_plans(vec![(tp, 0)], 1 << 20)
+            .await
+            .unwrap();
+        commit(played.as_ref(), tp.topic_id, "b").await;
+        let new = played
+            .inner
+            .txn_read_plans(vec![(tp, 1)], 1 << 20)
+            .await
+            .unwrap();
+        let notices = played.notices.lock().unwrap().clone().unwrap();
+        let notice = FromLeader::Notice {
+            seq: 1000,
+            answers: None,
+            plans: vec![(tp, new[0].clone())],
+        };
+        notices.send(notice).await.unwrap();
+        eventually("the notice is taken in", || {
+            watermarks
+                .pushed
+                .covers(tp)
+                .is_some_and(|f| f.high_watermark == 2)
+        })
+        .await;
+        extents.forget([tp]);
+        extents.learn(tp, old[0].as_ref().unwrap(), Moment::now());
+        let asked = played.plans.load(Ordering::Relaxed);
+        let began = Moment::now();
+        watermarks.confirm(vec![(tp, 0)]).await;
+        let plan = extents
+            .plan(tp, 0, 1 << 20, began)
+            .expect("confirmed since it began");
+        assert_eq!(
+            plan.plan.high_watermark, 2,
+            "an older view passed for current"
+        );
+        assert_eq!(
+            played.plans.load(Ordering::Relaxed),
+            asked + 1,
+            "it asked a round"
+        );
     }
 }

@@ -73,6 +73,9 @@ async fn serve(
     leases: Arc<ReadLeases>,
     mut asks: mpsc::Receiver<ToLeader>,
 ) {
+    // One renewal confirmed at a time: one that arrives meanwhile is
+    // dropped (the agent renews again at its next tick).
+    let renewing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let goodbye = loop {
         let Some(ask) = asks.recv().await else {
             break false;
@@ -84,7 +87,11 @@ async fn serve(
             // apart: acks go on meanwhile, or a slow confirmation would make
             // the holder look behind.
             ToLeader::Renew { ask } => {
+                if renewing.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                    continue;
+                }
                 let (raft, reader, leases) = (raft.clone(), reader.clone(), leases.clone());
+                let renewing = renewing.clone();
                 tokio::spawn(async move {
                     match reader.read(|_| ()).await {
                         Ok(()) => {
@@ -93,6 +100,7 @@ async fn serve(
                         }
                         Err(e) => tracing::debug!(error = %e, "a read lease was not renewed"),
                     }
+                    renewing.store(false, std::sync::atomic::Ordering::Release);
                 });
             }
             ToLeader::Watch { ask, add, remove } => {
