@@ -473,7 +473,7 @@ mod tests {
     }
 
     /// Waits up to 10 s for `done`.
-    async fn eventually(what: &str, done: impl Fn() -> bool) {
+    pub(super) async fn eventually(what: &str, done: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !done() {
             assert!(Instant::now() < deadline, "never: {what}");
@@ -481,7 +481,7 @@ mod tests {
         }
     }
 
-    fn one_batch(topic: TopicId, key: String, not_before_ms: i64) -> Commit {
+    pub(super) fn one_batch(topic: TopicId, key: String, not_before_ms: i64) -> Commit {
         Commit {
             object_key: key,
             object_size: 10,
@@ -778,8 +778,9 @@ mod lease_tests {
     use std::sync::atomic::AtomicBool;
 
     use floe_metastore::push::{FromLeader, Subscription, ToLeader};
-    use floe_metastore::{Commit, CommitBatch, LocalMetastore, NewTopic};
+    use floe_metastore::{LocalMetastore, NewTopic};
 
+    use super::tests::{eventually, one_batch};
     use super::*;
 
     /// A metastore whose subscription this test plays the leader of:
@@ -843,31 +844,10 @@ mod lease_tests {
     }
 
     async fn commit(meta: &dyn Metastore, topic: TopicId, key: &str) {
-        let commit = Commit {
-            object_key: key.into(),
-            object_size: 10,
-            batches: vec![CommitBatch {
-                topic_id: topic,
-                partition: 0,
-                position: 0,
-                length: 10,
-                record_count: 1,
-                max_timestamp: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            }],
-            not_before_ms: meta.clock().await.unwrap(),
-        };
-        meta.commit(commit).await.unwrap();
-    }
-
-    async fn eventually(what: &str, done: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(Instant::now() < deadline, "never: {what}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let clock = meta.clock().await.unwrap();
+        meta.commit(one_batch(topic, key.into(), clock))
+            .await
+            .unwrap();
     }
 
     /// A topic with one record, watermarks on a played leader holding a

@@ -129,10 +129,9 @@ mod tests {
     use crate::types::*;
     use crate::{Metastore, Sequencer};
 
-    /// A node granting leases of `lease`, with a topic of two partitions,
-    /// past its first lease (so it answers changes at once); how to commit
-    /// one batch to a partition.
-    async fn leased_node(lease: Duration) -> (Arc<RaftMetastore>, TopicInfo) {
+    /// A node granting leases of `lease`, leading, with a topic of two
+    /// partitions.
+    async fn new_leased_node(lease: Duration) -> (Arc<RaftMetastore>, TopicInfo) {
         let mut options = NodeOptions::new(1, "in-process");
         options.bootstrap = Bootstrap::Single;
         options.heartbeat_ms = 20;
@@ -149,8 +148,14 @@ mod tests {
             })
             .await
             .unwrap();
-        tokio::time::sleep(lease).await;
         (Arc::new(node), topic)
+    }
+
+    /// The same, past its first lease (so it answers changes at once).
+    async fn leased_node(lease: Duration) -> (Arc<RaftMetastore>, TopicInfo) {
+        let (node, topic) = new_leased_node(lease).await;
+        tokio::time::sleep(lease).await;
+        (node, topic)
     }
 
     fn commit(topic: &TopicInfo, partition: i32, key: &str) -> Commit {
@@ -300,21 +305,7 @@ mod tests {
     async fn a_new_leader_answers_changes_after_a_lease() {
         let lease = Duration::from_millis(800);
         let began = Instant::now();
-        let mut options = NodeOptions::new(1, "in-process");
-        options.heartbeat_ms = 20;
-        options.read_lease = Some(lease);
-        let node = RaftMetastore::start(options).await.unwrap();
-        node.wait_until_leader(Duration::from_secs(10))
-            .await
-            .unwrap();
-        let topic = node
-            .create_topic(NewTopic {
-                name: "t".into(),
-                partitions: 1,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
+        let (node, topic) = new_leased_node(lease).await;
         node.commit(commit(&topic, 0, "a")).await.unwrap();
         assert!(
             Instant::now() >= began + lease,
