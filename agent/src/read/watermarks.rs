@@ -473,6 +473,40 @@ mod tests {
     }
 
     /// Waits up to 10 s for `done`.
+    /// A topic of one partition holding one record, and watermarks on
+    /// `meta` (polling seldom: only confirmations start rounds) once they
+    /// hold a lease and watch the partition (its first fetch asked a
+    /// round).
+    pub(super) async fn watching_under_a_lease(
+        meta: Arc<dyn Metastore>,
+    ) -> (Arc<Watermarks>, Arc<ExtentCache>, TopicPartition) {
+        let topic = meta
+            .create_topic(NewTopic {
+                name: "leased".into(),
+                partitions: 1,
+                configs: Default::default(),
+            })
+            .await
+            .unwrap();
+        let clock = meta.clock().await.unwrap();
+        let first = one_batch(topic.id, "c0".into(), clock);
+        meta.commit(first).await.unwrap();
+        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
+        let (_commits, committed) = watch::channel(0);
+        let watermarks = Watermarks::start(
+            &Tasks::default(),
+            meta,
+            extents.clone(),
+            Duration::from_secs(3600),
+            committed,
+        );
+        let tp = TopicPartition::new(topic.id, 0);
+        eventually("a lease", || watermarks.pushed.lease_holds()).await;
+        watermarks.confirm(vec![(tp, 0)]).await;
+        eventually("the watch", || watermarks.pushed.covers(tp).is_some()).await;
+        (watermarks, extents, tp)
+    }
+
     pub(super) async fn eventually(what: &str, done: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !done() {
@@ -518,33 +552,8 @@ mod tests {
             plans: AtomicU64::new(0),
         });
         let meta: Arc<dyn Metastore> = counting.clone();
-        let topic = meta
-            .create_topic(NewTopic {
-                name: "leased".into(),
-                partitions: 1,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
+        let (watermarks, extents, tp) = watching_under_a_lease(meta.clone()).await;
         let clock = meta.clock().await.unwrap();
-        meta.commit(one_batch(topic.id, "c0".into(), clock))
-            .await
-            .unwrap();
-        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
-        let (_commits, committed) = watch::channel(0);
-        // Polls seldom: only confirmations would start rounds.
-        let watermarks = Watermarks::start(
-            &Tasks::default(),
-            meta.clone(),
-            extents.clone(),
-            Duration::from_secs(3600),
-            committed,
-        );
-        let tp = TopicPartition::new(topic.id, 0);
-        eventually("a lease", || watermarks.pushed.lease_holds()).await;
-        // The first fetch asks a round; its partition is watched from then.
-        watermarks.confirm(vec![(tp, 0)]).await;
-        eventually("the watch", || watermarks.pushed.covers(tp).is_some()).await;
         let before = counting.plans.load(Ordering::Relaxed);
         for n in 1..=5 {
             let waiting = tokio::spawn({
@@ -557,7 +566,7 @@ mod tests {
                 }
             });
             tokio::time::sleep(Duration::from_millis(20)).await;
-            meta.commit(one_batch(topic.id, format!("c{n}"), clock))
+            meta.commit(one_batch(tp.topic_id, format!("c{n}"), clock))
                 .await
                 .unwrap();
             let began = Moment::now();
@@ -777,10 +786,10 @@ mod tests {
 mod lease_tests {
     use std::sync::atomic::AtomicBool;
 
+    use floe_metastore::LocalMetastore;
     use floe_metastore::push::{FromLeader, Subscription, ToLeader};
-    use floe_metastore::{LocalMetastore, NewTopic};
 
-    use super::tests::{eventually, one_batch};
+    use super::tests::{eventually, one_batch, watching_under_a_lease};
     use super::*;
 
     /// A metastore whose subscription this test plays the leader of:
@@ -864,29 +873,7 @@ mod lease_tests {
             granting: Arc::new(AtomicBool::new(true)),
             notices: Mutex::new(None),
         });
-        let meta: Arc<dyn Metastore> = played.clone();
-        let topic = meta
-            .create_topic(NewTopic {
-                name: "played".into(),
-                partitions: 1,
-                configs: Default::default(),
-            })
-            .await
-            .unwrap();
-        commit(meta.as_ref(), topic.id, "a").await;
-        let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
-        let (_commits, committed) = watch::channel(0);
-        let watermarks = Watermarks::start(
-            &Tasks::default(),
-            meta.clone(),
-            extents.clone(),
-            Duration::from_secs(3600),
-            committed,
-        );
-        let tp = TopicPartition::new(topic.id, 0);
-        eventually("a lease", || watermarks.pushed.lease_holds()).await;
-        watermarks.confirm(vec![(tp, 0)]).await;
-        eventually("the watch", || watermarks.pushed.covers(tp).is_some()).await;
+        let (watermarks, extents, tp) = watching_under_a_lease(played.clone()).await;
         (played, watermarks, extents, tp)
     }
 
