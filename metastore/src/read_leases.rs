@@ -3,11 +3,13 @@
 //! until when each one's read lease holds by this node's clock.
 //!
 //! The rule that makes a lease safe, checked by [`ReadLeases::settled`]
-//! before a write that changed a partition is answered:
+//! before any write is answered (one that changed nothing may report an
+//! earlier change: a retried commit answered from the ledger):
 //!
-//! - every subscriber that watched a changed partition when the entry was
-//!   applied has acknowledged the notice, or its lease has expired here;
-//! - a node that has just begun to lead answers no such write until a whole
+//! - every subscriber has acknowledged the notices sent so far (those of
+//!   the partitions it watched when each entry was applied), or its lease
+//!   has expired here;
+//! - a node that has just begun to lead answers no write until a whole
 //!   lease has passed since: a lease granted by the leader before it has
 //!   then expired. (A lease is only granted or renewed once the node has
 //!   confirmed it leads, after the request arrived; no other leader is
