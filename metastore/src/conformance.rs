@@ -17,7 +17,7 @@ async fn topic(m: &dyn Metastore, name: &str, partitions: i32) -> TopicInfo {
     .unwrap()
 }
 
-fn batch(t: &TopicInfo, partition: i32, position: u64, records: i32) -> CommitBatch {
+pub(crate) fn batch(t: &TopicInfo, partition: i32, position: u64, records: i32) -> CommitBatch {
     CommitBatch {
         topic_id: t.id,
         partition,
@@ -1225,7 +1225,10 @@ async fn three_nodes_with(
     (nodes, servers, addresses)
 }
 
-async fn next(sub: &mut crate::contract::push::Subscription) -> crate::contract::push::FromLeader {
+/// What the leader says next on `sub`, within 5 s.
+pub(crate) async fn next(
+    sub: &mut crate::contract::push::Subscription,
+) -> crate::contract::push::FromLeader {
     let recv = sub.from_leader.recv();
     tokio::time::timeout(std::time::Duration::from_secs(5), recv)
         .await

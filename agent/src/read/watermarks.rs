@@ -488,9 +488,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let clock = meta.clock().await.unwrap();
-        let first = one_batch(topic.id, "c0".into(), clock);
-        meta.commit(first).await.unwrap();
+        commit_batch(meta.as_ref(), topic.id, 0, 1, "c0").await;
         let extents = Arc::new(ExtentCache::new(Duration::from_secs(10)));
         let (_commits, committed) = watch::channel(0);
         let watermarks = Watermarks::start(
@@ -515,25 +513,6 @@ mod tests {
         }
     }
 
-    pub(super) fn one_batch(topic: TopicId, key: String, not_before_ms: i64) -> Commit {
-        Commit {
-            object_key: key,
-            object_size: 10,
-            batches: vec![CommitBatch {
-                topic_id: topic,
-                partition: 0,
-                position: 0,
-                length: 10,
-                record_count: 1,
-                max_timestamp: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            }],
-            not_before_ms,
-        }
-    }
-
     /// Under a read lease, fetches confirm without asking the metastore and
     /// still see every commit answered before they began (the leader
     /// answers a commit only once this agent took its notice in); a
@@ -553,7 +532,6 @@ mod tests {
         });
         let meta: Arc<dyn Metastore> = counting.clone();
         let (watermarks, extents, tp) = watching_under_a_lease(meta.clone()).await;
-        let clock = meta.clock().await.unwrap();
         let before = counting.plans.load(Ordering::Relaxed);
         for n in 1..=5 {
             let waiting = tokio::spawn({
@@ -566,9 +544,7 @@ mod tests {
                 }
             });
             tokio::time::sleep(Duration::from_millis(20)).await;
-            meta.commit(one_batch(tp.topic_id, format!("c{n}"), clock))
-                .await
-                .unwrap();
+            commit_batch(meta.as_ref(), tp.topic_id, 0, 1, &format!("c{n}")).await;
             let began = Moment::now();
             watermarks.confirm(vec![(tp, 0)]).await;
             let plan = extents
@@ -647,8 +623,20 @@ mod tests {
         partition: i32,
         records: i32,
     ) {
+        let key = format!("elsewhere-{partition}");
+        commit_batch(meta.as_ref(), topic, partition, records, &key).await;
+    }
+
+    /// Commits one batch of `records` to `partition` in object `key`.
+    pub(super) async fn commit_batch(
+        meta: &dyn Metastore,
+        topic: TopicId,
+        partition: i32,
+        records: i32,
+        key: &str,
+    ) {
         let commit = Commit {
-            object_key: format!("elsewhere-{partition}"),
+            object_key: key.into(),
             object_size: 10,
             batches: vec![CommitBatch {
                 topic_id: topic,
@@ -789,7 +777,7 @@ mod lease_tests {
     use floe_metastore::LocalMetastore;
     use floe_metastore::push::{FromLeader, Subscription, ToLeader};
 
-    use super::tests::{eventually, one_batch, watching_under_a_lease};
+    use super::tests::{commit_batch, eventually, watching_under_a_lease};
     use super::*;
 
     /// A metastore whose subscription this test plays the leader of:
@@ -852,11 +840,19 @@ mod lease_tests {
         }
     }
 
-    async fn commit(meta: &dyn Metastore, topic: TopicId, key: &str) {
-        let clock = meta.clock().await.unwrap();
-        meta.commit(one_batch(topic, key.into(), clock))
-            .await
-            .unwrap();
+    impl Played {
+        /// Pushes a notice of `tp`'s plan from `from`, as the metastore
+        /// holds it now.
+        async fn notice(&self, tp: TopicPartition, from: i64) {
+            let plans = self.inner.txn_read_plans(vec![(tp, from)], 1 << 20).await;
+            let notices = self.notices.lock().unwrap().clone().unwrap();
+            let notice = FromLeader::Notice {
+                seq: 1000,
+                answers: None,
+                plans: vec![(tp, plans.unwrap().remove(0))],
+            };
+            notices.send(notice).await.unwrap();
+        }
     }
 
     /// A topic with one record, watermarks on a played leader holding a
@@ -885,20 +881,9 @@ mod lease_tests {
         let (played, watermarks, extents, tp) = leased().await;
         played.granting.store(false, Ordering::Relaxed);
         eventually("the lease lapses", || !watermarks.pushed.lease_holds()).await;
-        commit(played.as_ref(), tp.topic_id, "b").await;
-        let plan = played
-            .inner
-            .txn_read_plans(vec![(tp, 1)], 1 << 20)
-            .await
-            .unwrap();
+        commit_batch(played.as_ref(), tp.topic_id, 0, 1, "b").await;
         let began = Moment::now();
-        let notices = played.notices.lock().unwrap().clone().unwrap();
-        let late = FromLeader::Notice {
-            seq: 1000,
-            answers: None,
-            plans: vec![(tp, plan[0].clone())],
-        };
-        notices.send(late).await.unwrap();
+        played.notice(tp, 1).await;
         eventually("the notice is taken in", || {
             extents
                 .plan_covering(tp, (0, 1), 1, false)
@@ -922,19 +907,8 @@ mod lease_tests {
             .txn_read_plans(vec![(tp, 0)], 1 << 20)
             .await
             .unwrap();
-        commit(played.as_ref(), tp.topic_id, "b").await;
-        let new = played
-            .inner
-            .txn_read_plans(vec![(tp, 1)], 1 << 20)
-            .await
-            .unwrap();
-        let notices = played.notices.lock().unwrap().clone().unwrap();
-        let notice = FromLeader::Notice {
-            seq: 1000,
-            answers: None,
-            plans: vec![(tp, new[0].clone())],
-        };
-        notices.send(notice).await.unwrap();
+        commit_batch(played.as_ref(), tp.topic_id, 0, 1, "b").await;
+        played.notice(tp, 1).await;
         eventually("the notice is taken in", || {
             watermarks
                 .pushed

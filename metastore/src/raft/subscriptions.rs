@@ -123,6 +123,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::conformance::next;
     use crate::contract::push::FromLeader;
     use crate::raft::node::Bootstrap;
     use crate::raft::{NodeOptions, RaftMetastore};
@@ -159,30 +160,12 @@ mod tests {
     }
 
     fn commit(topic: &TopicInfo, partition: i32, key: &str) -> Commit {
-        let not_before_ms = crate::now_ms();
         Commit {
             object_key: key.into(),
             object_size: 10,
-            batches: vec![CommitBatch {
-                topic_id: topic.id,
-                partition,
-                position: 0,
-                length: 10,
-                record_count: 1,
-                max_timestamp: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            }],
-            not_before_ms,
+            batches: vec![crate::conformance::batch(topic, partition, 0, 1)],
+            not_before_ms: crate::now_ms(),
         }
-    }
-
-    async fn next(sub: &mut Subscription) -> FromLeader {
-        tokio::time::timeout(Duration::from_secs(5), sub.from_leader.recv())
-            .await
-            .expect("the leader says something")
-            .expect("the subscription is open")
     }
 
     /// A subscription with its lease, watching partition 0 of `topic`.
