@@ -62,6 +62,8 @@ struct Inner {
 struct Session {
     /// The term of the leadership it was opened under.
     term: u64,
+    /// When it was opened.
+    opened: Instant,
     /// Until when its lease holds here; `None`: never granted.
     expires: Option<Instant>,
     /// Watched partitions, and the offset the next notice's plan starts at.
@@ -73,6 +75,21 @@ struct Session {
     /// Sent nothing more and not renewed (still holding writes back until
     /// its lease expires).
     ended: bool,
+}
+
+impl Inner {
+    /// Forgets the sessions that hold nothing back and never will again:
+    /// ended ones whose lease expired (or that had none), and silent ones
+    /// a lease past their lease's end (or their opening, if never granted).
+    /// Dropping a session closes its stream: a connection whose agent
+    /// vanished without a word does not stay open.
+    fn prune(&mut self, now: Instant, length: Duration) {
+        self.sessions.retain(|_, s| match (s.ended, s.expires) {
+            (true, None) => false,
+            (true, Some(expires)) => expires > now,
+            (false, expires) => expires.unwrap_or(s.opened) + length > now,
+        });
+    }
 }
 
 impl Session {
@@ -148,9 +165,7 @@ impl ReadLeases {
             return Err(MetaError::NotLeader(None));
         };
         let now = Instant::now();
-        inner
-            .sessions
-            .retain(|_, s| !s.ended || s.expires.is_some_and(|e| e > now));
+        inner.prune(now, self.length);
         if inner.sessions.len() >= MAX_SUBSCRIPTIONS {
             return Err(MetaError::unavailable(
                 "too many subscriptions to this node",
@@ -163,6 +178,7 @@ impl ReadLeases {
             id,
             Session {
                 term,
+                opened: now,
                 expires: None,
                 watched: BTreeMap::new(),
                 unacked: VecDeque::new(),
@@ -327,9 +343,7 @@ impl ReadLeases {
     fn held_until(&self, mark: u64) -> Option<Instant> {
         let now = Instant::now();
         let mut inner = self.inner();
-        inner
-            .sessions
-            .retain(|_, s| !s.ended || s.expires.is_some_and(|e| e > now));
+        inner.prune(now, self.length);
         let led_enough = inner.not_before.filter(|&until| until > now);
         inner
             .sessions

@@ -317,4 +317,24 @@ mod tests {
         let done = tokio::time::timeout(Duration::from_secs(10), committing).await;
         assert!(done.unwrap().unwrap().is_ok());
     }
+
+    /// A holder that goes silent (its stream open, nothing said) is
+    /// forgotten a lease after its lease ended, and its stream closed: a
+    /// vanished agent leaves no session or connection behind.
+    #[tokio::test]
+    async fn a_silent_holder_is_forgotten_and_its_stream_closed() {
+        let lease = Duration::from_millis(300);
+        let (node, topic) = leased_node(lease).await;
+        let mut sub = watching(&node, &topic).await;
+        tokio::time::sleep(lease * 2 + Duration::from_millis(100)).await;
+        // Any write prunes.
+        node.commit(commit(&topic, 1, "a")).await.unwrap();
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            while sub.from_leader.recv().await.is_some() {}
+        });
+        assert!(
+            closed.await.is_ok(),
+            "the silent holder's stream stayed open"
+        );
+    }
 }
