@@ -294,10 +294,10 @@ fn resolve(config: &Config) -> anyhow::Result<Vec<Arc<Listener>>> {
 /// client quotas and metrics subscriptions), and what SASL reads from
 /// files and endpoints.
 fn start_refreshers(broker: &Arc<Broker>, tasks: &Tasks) {
-    let meta = &broker.meta;
-    refresher::spawn(tasks, &broker.authorizer, meta.clone());
-    refresher::spawn(tasks, &broker.telemetry, meta.clone());
-    refresher::spawn(tasks, &broker.quotas, meta.clone());
+    let (meta, pushed) = (&broker.meta, broker.watermarks.pushed());
+    refresher::spawn(tasks, &broker.authorizer, meta.clone(), pushed.clone());
+    refresher::spawn(tasks, &broker.telemetry, meta.clone(), pushed.clone());
+    refresher::spawn(tasks, &broker.quotas, meta.clone(), pushed.clone());
     if let Some(sasl) = &broker.sasl {
         sasl.spawn_watchers(tasks);
     }

@@ -30,7 +30,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
-use crate::contract::push::{FromLeader, MAX_QUEUED_NOTICES, MAX_WATCHED, NOTICE_PLAN_BYTES};
+use crate::contract::push::{
+    FromLeader, MAX_QUEUED_NOTICES, MAX_WATCHED, NOTICE_PLAN_BYTES, Versions,
+};
 use crate::state::State;
 use crate::types::{MetaError, Refusal, TopicPartition, TxnReadPlan};
 
@@ -190,8 +192,9 @@ impl ReadLeases {
     }
 
     /// Grants or renews subscription `id`'s lease, asked by renewal `ask`.
-    /// The caller has confirmed this node leads since the request arrived.
-    pub fn renew(&self, id: u64, ask: u64) {
+    /// The caller has confirmed this node leads since the request arrived,
+    /// and read `versions` then.
+    pub fn renew(&self, id: u64, ask: u64, versions: Versions) {
         let mut inner = self.inner();
         let leading = inner.leading;
         let length = self.length;
@@ -218,6 +221,7 @@ impl ReadLeases {
         let renewed = FromLeader::Renewed {
             ask,
             lease_ms: length.as_millis() as u64,
+            versions,
         };
         session.send(renewed);
     }

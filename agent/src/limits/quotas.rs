@@ -25,7 +25,7 @@
 //! agents (a user's, or the default's) is granted on each of them.
 //!
 //! The quotas come from the metastore (AlterClientQuotas), copied every
-//! [`REFRESH_EVERY`]; the rates are this agent's, kept for at most
+//! [`REFRESH_EVERY`] at the latest (see [`crate::refresher`]); the rates are this agent's, kept for at most
 //! [`MAX_SENSORS`] (user, client id) pairs.
 
 use std::collections::hash_map::RandomState;
@@ -500,6 +500,14 @@ impl Quotas {
 impl Refreshed for Quotas {
     const WHAT: &str = "client quotas";
     const EVERY: Duration = REFRESH_EVERY;
+
+    fn held_version(&self) -> Option<u64> {
+        self.table().version
+    }
+
+    fn pushed_version(versions: &floe_metastore::push::Versions) -> u64 {
+        versions.configs
+    }
 
     async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {
         let known = self.table().version;

@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use floe_metastore::push::{FromLeader, MAX_WATCHED, Subscription, ToLeader};
+use floe_metastore::push::{FromLeader, MAX_WATCHED, Subscription, ToLeader, Versions};
 use floe_metastore::{Metastore, Refusal, TopicPartition, TxnReadPlan};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::read::extent_cache::{ExtentCache, Floor};
@@ -43,11 +43,23 @@ const NO_RENEWAL_FOR: Duration = Duration::from_secs(3);
 const MAX_WATCHING: usize = 10_000;
 const _: () = assert!(MAX_WATCHING <= MAX_WATCHED);
 
-#[derive(Default)]
 pub struct Pushed {
     inner: Mutex<Inner>,
     /// Wakes the task to send what was asked to be watched.
     wanted: Notify,
+    /// The versions the latest renewal brought, and when it was sent;
+    /// told to the refreshers when they move.
+    versions: watch::Sender<Option<(Instant, Versions)>>,
+}
+
+impl Default for Pushed {
+    fn default() -> Pushed {
+        Pushed {
+            inner: Mutex::default(),
+            wanted: Notify::new(),
+            versions: watch::Sender::new(None),
+        }
+    }
 }
 
 struct Watched {
@@ -119,6 +131,32 @@ impl Pushed {
         *at = (*at).min(from);
         drop(inner);
         self.wanted.notify_one();
+    }
+
+    /// The versions a renewal sent less than `within` ago brought: as
+    /// current as an answer to an ask made then (the leader read them after
+    /// the renewal arrived). Lease or not.
+    pub fn versions_within(&self, within: Duration) -> Option<Versions> {
+        let (sent, versions) = (*self.versions.borrow())?;
+        (sent.elapsed() < within).then_some(versions)
+    }
+
+    /// Changes whenever a renewal brings versions that moved.
+    pub fn version_changes(&self) -> watch::Receiver<Option<(Instant, Versions)>> {
+        self.versions.subscribe()
+    }
+
+    /// Takes the versions renewal `sent` brought, if no later renewal's
+    /// came first.
+    pub fn learn_versions(&self, sent: Instant, versions: Versions) {
+        self.versions.send_if_modified(|latest| {
+            if latest.is_some_and(|(at, _)| at >= sent) {
+                return false;
+            }
+            let moved = latest.is_none_or(|(_, held)| held != versions);
+            *latest = Some((sent, versions));
+            moved
+        });
     }
 
     #[cfg(test)]
@@ -222,9 +260,10 @@ async fn hold(
             message = sub.from_leader.recv() => match message {
                 None => return "the stream closed",
                 Some(FromLeader::Ended { .. }) => return "the leader ended it",
-                Some(FromLeader::Renewed { ask, lease_ms }) => {
+                Some(FromLeader::Renewed { ask, lease_ms, versions }) => {
                     if let Some(sent) = renewals.remove(&ask) {
                         renewed = Instant::now();
+                        pushed.learn_versions(sent, versions);
                         let lease = Duration::from_millis(lease_ms);
                         let until = sent + lease - lease / 8;
                         // Renewals are confirmed apart and may be answered

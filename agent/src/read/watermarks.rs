@@ -84,6 +84,11 @@ pub struct Watermarks {
 }
 
 impl Watermarks {
+    /// The agent's subscription to pushed changes.
+    pub fn pushed(&self) -> &Arc<Pushed> {
+        &self.pushed
+    }
+
     /// Starts polling `meta`, on `tasks`, every `poll` while anything is
     /// watched, and as soon as `commits` (this agent's) changes; what it
     /// learns goes into `extents` too.
@@ -814,6 +819,7 @@ mod lease_tests {
                             FromLeader::Renewed {
                                 ask,
                                 lease_ms: 2000,
+                                versions: Default::default(),
                             }
                         }
                         ToLeader::Watch { ask, add, .. } => {

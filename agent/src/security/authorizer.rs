@@ -2,9 +2,10 @@
 //! decision for each operation, taken from a copy of the metastore's ACLs
 //! kept in memory (so no request waits on the metastore to be authorized).
 //!
-//! The copy is refreshed every [`REFRESH_EVERY`] and right after this agent
-//! creates or deletes ACLs; a change made through another agent reaches this
-//! one within that interval (Kafka's brokers, too, apply ACLs as the
+//! The copy is refreshed every [`REFRESH_EVERY`] (under a read lease, only
+//! when a renewal says the ACLs' version moved: see [`crate::refresher`])
+//! and right after this agent creates or deletes ACLs; a change made
+//! through another agent reaches this one within that interval (Kafka's brokers, too, apply ACLs as the
 //! metadata log reaches them). Until the first copy arrives every request
 //! but a super user's is denied: the authorizer fails closed.
 
@@ -218,6 +219,14 @@ impl Refreshed for Authorizer {
 
     fn wanted(&self) -> bool {
         self.enabled
+    }
+
+    fn held_version(&self) -> Option<u64> {
+        self.copy.read().expect("ACL copy lock poisoned").version
+    }
+
+    fn pushed_version(versions: &floe_metastore::push::Versions) -> u64 {
+        versions.acls
     }
 
     /// Reads the metastore's ACLs if they changed since the copy.

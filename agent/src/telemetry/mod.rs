@@ -3,7 +3,8 @@
 //! `MetricsData` protobuf). Operators say what they want with
 //! CLIENT_METRICS config resources (`kafka-client-metrics.sh`, or
 //! `floe configs alter --client-metrics NAME`), kept in the metastore; each
-//! agent keeps a copy, refreshed every [`REFRESH_EVERY`]. Pushed values are
+//! agent keeps a copy, refreshed every [`REFRESH_EVERY`] at the latest (see
+//! [`crate::refresher`]). Pushed values are
 //! shown on the agent's admin port at `/client-metrics` as Prometheus text,
 //! where Kafka hands them to a receiver plugin.
 //!
@@ -122,6 +123,14 @@ impl Telemetry {
 impl Refreshed for Telemetry {
     const WHAT: &str = "client metrics subscriptions";
     const EVERY: Duration = REFRESH_EVERY;
+
+    fn held_version(&self) -> Option<u64> {
+        self.current().version
+    }
+
+    fn pushed_version(versions: &floe_metastore::push::Versions) -> u64 {
+        versions.configs
+    }
 
     /// Reads the subscriptions if the metastore's configs changed.
     async fn refresh(&self, meta: &dyn Metastore) -> Result<(), floe_metastore::MetaError> {

@@ -79,8 +79,12 @@ pub enum ToLeader {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromLeader {
     /// The lease holds for `lease_ms` from when the agent sent renewal
-    /// `ask`.
-    Renewed { ask: u64, lease_ms: u64 },
+    /// `ask`; `versions` were read after it arrived.
+    Renewed {
+        ask: u64,
+        lease_ms: u64,
+        versions: Versions,
+    },
     /// Plans of watched partitions that changed (or were just added, for
     /// the `Watch` numbered `answers`), as of one point of the log;
     /// acknowledged by `Ack { seq }`.
@@ -92,6 +96,18 @@ pub enum FromLeader {
     /// Nothing more comes (the node stopped leading, the agent fell
     /// behind or watched too much): the lease is not renewed again.
     Ended { why: String },
+}
+
+/// The versions of the state agents keep copies of, as of a renewal: an
+/// agent asks for a copy only once its version moved past the one it
+/// holds, instead of asking every few seconds whether it did. Both only
+/// ever grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Versions {
+    /// Dynamic configs: client quotas and client metrics subscriptions.
+    pub configs: u64,
+    /// ACL bindings.
+    pub acls: u64,
 }
 
 /// An open subscription: what the agent sends, and what it is sent. A

@@ -93,10 +93,10 @@ async fn serve(
                 let (raft, reader, leases) = (raft.clone(), reader.clone(), leases.clone());
                 let renewing = renewing.clone();
                 tokio::spawn(async move {
-                    match reader.read(|_| ()).await {
-                        Ok(()) => {
+                    match reader.read(|state| state.versions()).await {
+                        Ok(versions) => {
                             leases.observe_leadership(leading_term(&raft));
-                            leases.renew(id, ask);
+                            leases.renew(id, ask, versions);
                         }
                         Err(e) => tracing::debug!(error = %e, "a read lease was not renewed"),
                     }
@@ -336,5 +336,50 @@ mod tests {
             closed.await.is_ok(),
             "the silent holder's stream stayed open"
         );
+    }
+
+    /// Each renewal brings the versions of the configs and ACLs as the
+    /// leader read them after it arrived: a change answered before the
+    /// renewal was sent has moved them.
+    #[tokio::test]
+    async fn a_renewal_brings_the_versions_of_what_agents_copy() {
+        use crate::contract::acls::AclBinding;
+        use crate::contract::dynamic_config::{ConfigEntity, ConfigOp, ConfigTarget};
+        let (node, _) = leased_node(Duration::from_millis(500)).await;
+        let mut sub = Sequencer::subscribe(&*node).await.unwrap();
+        let mut renew = async |ask| {
+            sub.to_leader.send(ToLeader::Renew { ask }).await.unwrap();
+            match next(&mut sub).await {
+                FromLeader::Renewed {
+                    ask: a, versions, ..
+                } if a == ask => versions,
+                other => panic!("not renewal {ask}'s answer: {other:?}"),
+            }
+        };
+        let before = renew(1).await;
+        assert_eq!(renew(2).await, before, "nothing changed");
+
+        let metrics = ConfigEntity::ClientMetrics("app".into());
+        let ops = vec![ConfigOp::Set("interval.ms".into(), "10000".into())];
+        node.alter_configs(ConfigTarget::Dynamic(metrics), ops, false)
+            .await
+            .unwrap();
+        let configs_moved = renew(3).await;
+        assert!(configs_moved.configs > before.configs);
+        assert_eq!(configs_moved.acls, before.acls);
+
+        let binding = AclBinding {
+            resource_type: 2,
+            resource_name: "t".into(),
+            pattern_type: 3,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: 3,
+            permission: 3,
+        };
+        node.create_acls(vec![binding]).await.unwrap();
+        let acls_moved = renew(4).await;
+        assert!(acls_moved.acls > before.acls);
+        assert_eq!(acls_moved.configs, configs_moved.configs);
     }
 }

@@ -62,3 +62,14 @@ impl Query for ClientQuotasIfChanged {
         })
     }
 }
+
+impl State {
+    /// The versions of what agents keep copies of (see
+    /// [`crate::push::Versions`]).
+    pub fn versions(&self) -> crate::push::Versions {
+        crate::push::Versions {
+            configs: self.configs.version(),
+            acls: self.security.acls.version(),
+        }
+    }
+}
