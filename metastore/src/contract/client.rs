@@ -74,6 +74,41 @@ impl Drop for RoundTrip<'_> {
     }
 }
 
+/// Nodes one call remembers having asked (hints may name any address).
+const MAX_TRIED: usize = 64;
+
+/// Where a call goes after `failed` did not serve it: the node `hint`
+/// names, unless the call already asked it; else the first of `addresses`
+/// after `failed` the call has not asked; else (it asked them all) the
+/// next one. Hints are followed but never round in circles: two nodes may
+/// point at each other during an election, and a node removed from the
+/// group goes on naming the leader it last knew, so a client that always
+/// followed them could shuttle between two nodes that do not lead and
+/// never ask the one that does.
+pub fn next_node(
+    addresses: &[String],
+    tried: &[String],
+    failed: &str,
+    hint: Option<String>,
+) -> String {
+    if let Some(hint) = hint
+        && !tried.contains(&hint)
+    {
+        return hint;
+    }
+    let count = addresses.len();
+    if count == 0 {
+        return failed.to_string();
+    }
+    let after = addresses
+        .iter()
+        .position(|a| a == failed)
+        .map_or(0, |at| at + 1);
+    let mut ring = (0..count).map(|k| &addresses[(after + k) % count]);
+    let untried = ring.clone().find(|a| !tried.contains(a));
+    untried.or(ring.next()).expect("a node").clone()
+}
+
 impl RemoteMetastore {
     /// `addresses`: `host:port` of one node, or of several separated by commas.
     pub fn new(addresses: impl AsRef<str>) -> Self {
@@ -138,12 +173,10 @@ impl RemoteMetastore {
         self.leader.lock().expect("leader lock").clone()
     }
 
-    /// Sends later requests to `hint`, or else to the address after `failed`.
-    fn move_on(&self, failed: &str, hint: Option<String>) {
-        let next = hint.unwrap_or_else(|| {
-            let at = self.addresses.iter().position(|a| a == failed).unwrap_or(0);
-            self.addresses[(at + 1) % self.addresses.len().max(1)].clone()
-        });
+    /// Sends later requests where [`next_node`] says, after `failed`
+    /// answered with `hint`, this call having tried `tried`.
+    fn move_on(&self, failed: &str, hint: Option<String>, tried: &[String]) {
+        let next = next_node(&self.addresses, tried, failed, hint);
         let mut leader = self.leader.lock().expect("leader lock");
         if *leader == failed && next != failed {
             tracing::debug!(from = failed, to = %next, "metastore client moves to another node");
@@ -237,13 +270,19 @@ impl RemoteMetastore {
         let mut redirects = 0;
         // Whether an attempt so far may have been applied.
         let mut maybe_applied = false;
+        // The nodes this call asked, to tell a hint that leads round in
+        // circles from one that leads somewhere new.
+        let mut tried: Vec<String> = Vec::new();
         loop {
             let address = self.leader();
+            if !tried.contains(&address) && tried.len() < MAX_TRIED {
+                tried.push(address.clone());
+            }
             let why = match self.once::<T>(&address, &frame, name).await {
                 // Not applied: the node does not lead. Go where it points.
                 Ok(Err(MetaError::NotLeader(hint))) => {
                     let known = hint.is_some();
-                    self.move_on(&address, hint);
+                    self.move_on(&address, hint, &tried);
                     redirects += 1;
                     // Follow a hint at once, but not round in circles: during
                     // an election two nodes may point at each other.
@@ -268,11 +307,11 @@ impl RemoteMetastore {
                     why
                 }
                 Err(Attempt::Unanswered(why)) => {
-                    self.move_on(&address, None);
+                    self.move_on(&address, None, &tried);
                     return Err(MetaError::maybe_applied(format!("{address}: {why}")));
                 }
             };
-            self.move_on(&address, None);
+            self.move_on(&address, None, &tried);
             if tokio::time::Instant::now() >= deadline {
                 return Err(MetaError::Unavailable { why, maybe_applied });
             }
@@ -286,8 +325,12 @@ impl RemoteMetastore {
     /// the attempt timeout each.
     async fn open_subscription(&self) -> Result<crate::contract::push::Subscription, MetaError> {
         let mut redirects = 0;
+        let mut tried: Vec<String> = Vec::new();
         loop {
             let address = self.leader();
+            if !tried.contains(&address) && tried.len() < MAX_TRIED {
+                tried.push(address.clone());
+            }
             let opened = tokio::time::timeout(self.attempt_timeout, self.subscribe_at(&address));
             let why = match opened.await {
                 Ok(Ok(Ok(connection))) => {
@@ -297,7 +340,7 @@ impl RemoteMetastore {
                 Ok(Ok(Err(MetaError::NotLeader(Some(hint)))))
                     if redirects <= self.addresses.len() =>
                 {
-                    self.move_on(&address, Some(hint));
+                    self.move_on(&address, Some(hint), &tried);
                     redirects += 1;
                     continue;
                 }
@@ -305,7 +348,7 @@ impl RemoteMetastore {
                 Ok(Err(why)) => why,
                 Err(_) => format!("{address} did not answer within {:?}", self.attempt_timeout),
             };
-            self.move_on(&address, None);
+            self.move_on(&address, None, &tried);
             return Err(MetaError::unavailable(why));
         }
     }
@@ -383,5 +426,71 @@ impl Transport for RemoteMetastore {
 
     async fn subscribe(&self) -> Result<crate::contract::push::Subscription, MetaError> {
         self.open_subscription().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes() -> Vec<String> {
+        ["n1", "n2", "n3"].map(String::from).to_vec()
+    }
+
+    /// Where a call that starts at `first` goes, each node answering as
+    /// `answers` says (`Err(hint)`: not the leader), until one serves it.
+    fn walk(
+        first: &str,
+        answers: impl Fn(&str) -> Result<(), Option<&'static str>>,
+    ) -> Vec<String> {
+        let (addresses, mut at) = (nodes(), first.to_string());
+        let mut tried = Vec::new();
+        let mut path = vec![at.clone()];
+        for _ in 0..10 {
+            if !tried.contains(&at) {
+                tried.push(at.clone());
+            }
+            let Err(hint) = answers(&at) else {
+                return path;
+            };
+            at = next_node(&addresses, &tried, &at, hint.map(String::from));
+            path.push(at.clone());
+        }
+        panic!("never reached the leader: {path:?}");
+    }
+
+    /// A node removed from the group names the leader it last knew (n3, a
+    /// node just wiped that knows none); the leader is the third node.
+    #[test]
+    fn a_stale_hint_does_not_keep_a_call_from_the_leader() {
+        let answers = |node: &str| match node {
+            "n1" => Err(Some("n3")),
+            "n3" => Err(None),
+            _ => Ok(()),
+        };
+        assert_eq!(walk("n1", answers), ["n1", "n3", "n2"]);
+        assert_eq!(walk("n3", answers), ["n3", "n1", "n2"]);
+    }
+
+    #[test]
+    fn hints_are_followed_once_and_nodes_taken_in_turn() {
+        // Two nodes pointing at each other during an election.
+        let answers = |node: &str| match node {
+            "n1" => Err(Some("n2")),
+            "n2" => Err(Some("n1")),
+            _ => Ok(()),
+        };
+        assert_eq!(walk("n1", answers), ["n1", "n2", "n3"]);
+        // A hint to an address not configured is followed.
+        let answers = |node: &str| match node {
+            "n1" => Err(Some("elsewhere")),
+            "elsewhere" => Ok(()),
+            _ => Err(None),
+        };
+        assert_eq!(walk("n1", answers), ["n1", "elsewhere"]);
+        // Nobody leads yet: round and round.
+        let tried = nodes();
+        assert_eq!(next_node(&nodes(), &tried, "n3", None), "n1");
+        assert_eq!(next_node(&nodes(), &tried, "n1", Some("n2".into())), "n2");
     }
 }

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use floe_metastore::contract::client::next_node;
 use floe_metastore::groups::Heard;
 use floe_metastore::push::{MAX_QUEUED_NOTICES, Named, Subscription};
 use floe_metastore::raft::NodeId;
@@ -639,18 +640,21 @@ const RETRY_FOR: Duration = Duration::from_secs(15);
 enum Attempt<T> {
     Done(Result<T, MetaError>),
     /// Not applied there, or unknown and safe to send again: try elsewhere.
-    /// (Why, and whether it may have been applied.)
-    Again(String, bool),
+    /// (Why, whether it may have been applied, and the leader it named.)
+    Again(String, bool, Option<String>),
 }
 
 impl RaftClient {
-    /// Moves on after a failure at node index `at`: to the hinted leader, or
-    /// the next node.
-    fn move_on(&self, at: usize, hint: Option<&str>) {
+    /// Moves on after a failure at node index `at`, as `RemoteMetastore`
+    /// does ([`next_node`]), this call having tried `tried`.
+    fn move_on(&self, at: usize, hint: Option<String>, tried: &[String]) {
         let count = self.nodes.lock().expect("sim nodes lock").len();
-        let next = hint
-            .and_then(|a| a.strip_prefix("node-"))
+        let addresses: Vec<String> = (1..=count as NodeId).map(address).collect();
+        let next = next_node(&addresses, tried, &addresses[at], hint);
+        let next = next
+            .strip_prefix("node-")
             .and_then(|id| id.parse::<usize>().ok())
+            .filter(|id| (1..=count).contains(id))
             .map_or((at + 1) % count, |id| id - 1);
         self.leader.store(next, Ordering::Relaxed);
         self.shared.with(|w| w.summary.redirects += 1);
@@ -671,12 +675,16 @@ impl RaftClient {
     {
         let deadline = Instant::now() + RETRY_FOR;
         let mut maybe_applied = false;
+        let mut tried: Vec<String> = Vec::new();
         loop {
             let at = self.leader.load(Ordering::Relaxed);
+            if !tried.contains(&address(at as NodeId + 1)) {
+                tried.push(address(at as NodeId + 1));
+            }
             let node = self.nodes.lock().expect("sim nodes lock")[at].clone();
             let why = match node {
                 None => {
-                    self.move_on(at, None);
+                    self.move_on(at, None, &tried);
                     format!("node {} is down", at + 1)
                 }
                 Some(node) => match attempt(node).await {
@@ -687,8 +695,9 @@ impl RaftClient {
                         };
                     }
                     Attempt::Done(result) => return result,
-                    Attempt::Again(why, maybe) => {
+                    Attempt::Again(why, maybe, hint) => {
                         maybe_applied |= maybe;
+                        self.move_on(at, hint, &tried);
                         why
                     }
                 },
@@ -700,15 +709,11 @@ impl RaftClient {
         }
     }
 
-    fn classify<T>(&self, at: usize, result: Result<T, MetaError>, safe: bool) -> Attempt<T> {
+    fn classify<T>(&self, result: Result<T, MetaError>, safe: bool) -> Attempt<T> {
         match result {
-            Err(MetaError::NotLeader(hint)) => {
-                self.move_on(at, hint.as_deref());
-                Attempt::Again("not the leader".into(), false)
-            }
+            Err(MetaError::NotLeader(hint)) => Attempt::Again("not the leader".into(), false, hint),
             Err(e) if e.worth_retrying(safe) => {
-                self.move_on(at, None);
-                Attempt::Again(e.to_string(), !e.certainly_not_applied())
+                Attempt::Again(e.to_string(), !e.certainly_not_applied(), None)
             }
             other => Attempt::Done(other),
         }
@@ -724,9 +729,8 @@ impl RaftClient {
     {
         self.call(
             move |node| {
-                let at = node.id() as usize - 1;
                 let asked = ask(node);
-                async move { self.classify(at, asked.await, true) }
+                async move { self.classify(asked.await, true) }
             },
             |_| None,
         )
@@ -740,10 +744,7 @@ impl Sequencer for RaftClient {
         self.call(
             move |node| {
                 let command = command.clone();
-                async move {
-                    let at = node.id() as usize - 1;
-                    self.classify(at, Sequencer::propose(node.as_ref(), command).await, safe)
-                }
+                async move { self.classify(Sequencer::propose(node.as_ref(), command).await, safe) }
             },
             |reply: &Reply| reply.refusal(),
         )
