@@ -417,7 +417,8 @@ impl Metrics {
             "Cached blocks by event: store_get (read from the object store), peer_hit (sent by \
              the zone's owner), peer_fallback (the owner failed, was slow or refused: read from the \
              store), peer_skip (the owner failed lately: not asked), served and refused (to peers), \
-             catch_up (read for a catch-up read), reloaded (found wrong, read from the store), \
+             catch_up (read for a catch-up read), catch_up_part (a part of a block read from \
+             the store for a catch-up read of a shared object), reloaded (found wrong, read from the store), \
              compaction_hit (read by compaction from this agent's cache), compaction_miss (in a \
              range compaction read from the store)",
             cache_blocks.clone(),
@@ -695,6 +696,7 @@ impl Metrics {
             ("served", &cache.served),
             ("refused", &cache.refused),
             ("catch_up", &cache.catch_up_blocks),
+            ("catch_up_part", &cache.part_gets),
             ("compaction_hit", &cache.background_hits),
             ("compaction_miss", &cache.background_misses),
         ] {

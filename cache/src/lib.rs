@@ -82,6 +82,20 @@ pub enum Reading {
     /// Far behind the end: served from the main pool if there, else kept
     /// only in the small catch-up pool.
     CatchUp,
+    /// Far behind the end, in an object many partitions share (an ingest
+    /// or merged file): a block either pool holds serves it, but a missing
+    /// one is not loaded whole: only the bytes asked are read, and kept
+    /// nowhere. The rest of such a block belongs to other partitions, which
+    /// their own fetches reach in their own time, long after a small pool
+    /// has let it go: a consumer that lags across many partitions would
+    /// read each block once per partition in it.
+    CatchUpShared,
+}
+
+impl Reading {
+    fn catches_up(self) -> bool {
+        self != Reading::Tail
+    }
 }
 
 /// How big each part of the cache is, and how its peers prove themselves.
@@ -131,6 +145,11 @@ pub struct CacheCounters {
     pub refused: AtomicU64,
     /// Blocks read for catch-up reads (from either pool or loaded).
     pub catch_up_blocks: AtomicU64,
+    /// GETs of a part of a block only, for catch-up reads of shared objects
+    /// (see [`Reading::CatchUpShared`]); counted in `store_gets` too.
+    pub part_gets: AtomicU64,
+    /// Bytes this cache read from the object store.
+    pub store_bytes: AtomicU64,
     /// Cached blocks found to hold the wrong bytes, read again from the store.
     pub reloaded: AtomicU64,
     /// Blocks of ranges background readers (compaction) found whole in the
@@ -210,11 +229,50 @@ impl Loader {
             )));
         }
         let bytes = got.bytes().await.map_err(|e| failed(e.to_string()))?;
+        bump(&self.counters.store_bytes, bytes.len() as u64);
         if bytes.len() != key.length() {
             return Err(failed(format!(
                 "store returned {} bytes, expected {}",
                 bytes.len(),
                 key.length()
+            )));
+        }
+        Ok(bytes)
+    }
+}
+
+impl Loader {
+    /// Bytes `part` (relative to the block) of block `key`, from the object
+    /// store: what a catch-up read of a shared object misses.
+    async fn load_part(&self, key: &BlockKey, part: Range<usize>) -> Result<Bytes, CacheError> {
+        let failed = |reason: String| CacheError::Load {
+            key: key.object.to_string(),
+            block: key.block,
+            reason,
+        };
+        bump(&self.counters.store_gets, 1);
+        bump(&self.counters.part_gets, 1);
+        let start = key.range().start;
+        let range = start + part.start as u64..start + part.end as u64;
+        let options = GetOptions::default().with_range(Some(range));
+        let got = self
+            .store
+            .get_opts(&Path::from(&*key.object), options)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if got.meta.size != key.object_size {
+            return Err(failed(format!(
+                "the object has {} bytes, not the {} asked for",
+                got.meta.size, key.object_size
+            )));
+        }
+        let bytes = got.bytes().await.map_err(|e| failed(e.to_string()))?;
+        bump(&self.counters.store_bytes, bytes.len() as u64);
+        if bytes.len() != part.len() {
+            return Err(failed(format!(
+                "store returned {} bytes, expected {}",
+                bytes.len(),
+                part.len()
             )));
         }
         Ok(bytes)
@@ -450,7 +508,7 @@ impl BlockCache {
             Reading::Tail => {
                 self.main.insert(key.clone(), bytes.clone());
             }
-            Reading::CatchUp => {
+            Reading::CatchUp | Reading::CatchUpShared => {
                 self.catch_up.insert(key.clone(), bytes.clone());
             }
         }
@@ -468,7 +526,7 @@ impl BlockCache {
             block: key.block,
             reason: e.to_string(),
         };
-        let catch_up = reading == Reading::CatchUp;
+        let catch_up = reading.catches_up();
         let load = self.loader.clone().load(key.clone(), catch_up, ask_owner);
         if !catch_up {
             let entry = self.main.get_or_fetch(key, || load).await.map_err(failed)?;
@@ -609,13 +667,35 @@ impl BlockCache {
         }
         out.reserve((range.end - range.start) as usize);
         for key in self.blocks_of(key, object_size, &range) {
+            let part = key.part_of(&range);
+            let partial = reading == Reading::CatchUpShared && part.len() < key.length();
+            if partial && let Source::Cache = source {
+                out.extend_from_slice(&self.shared_part(&key, part).await?);
+                continue;
+            }
             let bytes = match source {
                 Source::Cache => self.block(&key, reading, true).await?,
                 Source::Store => self.reload(&key, reading).await?,
             };
-            out.extend_from_slice(&bytes[key.part_of(&range)]);
+            out.extend_from_slice(&bytes[part]);
         }
         Ok(())
+    }
+
+    /// Bytes `part` of block `key` for a catch-up read of a shared object:
+    /// from a pool that holds the block, else only those bytes from the
+    /// object store (not asked of a peer, whose miss would load the whole
+    /// block; not kept).
+    async fn shared_part(&self, key: &BlockKey, part: Range<usize>) -> Result<Bytes, CacheError> {
+        bump(&self.loader.counters.catch_up_blocks, 1);
+        let held = match self.held_block(key).await {
+            Some(bytes) => Some(bytes),
+            None => self.catch_up.get(key).map(|e| e.value().clone()),
+        };
+        match held {
+            Some(bytes) if bytes.len() == key.length() => Ok(bytes.slice(part)),
+            _ => self.loader.load_part(key, part).await,
+        }
     }
 
     /// A block a peer asked for (it names this agent its owner): from this
@@ -806,6 +886,82 @@ mod tests {
         read(&cache, "old", 200 * B, 0..200 * B, Reading::Tail).await;
         read(&cache, "new", 4 * B, 0..4 * B, Reading::Tail).await;
         assert!(gets(&cache) > 404, "the test can fail");
+    }
+
+    fn store_bytes(cache: &BlockCache) -> u64 {
+        cache.counters().store_bytes.load(Ordering::Relaxed)
+    }
+
+    /// A consumer far behind reads eight partitions' chunks of a shared
+    /// object (two a block) in the order its fetches take them, with a
+    /// catch-up pool of one block: read whole, each block is read twice;
+    /// read as shared, each byte once, and a block a pool holds is read
+    /// from it.
+    #[tokio::test]
+    async fn a_catch_up_read_of_a_shared_object_reads_its_own_bytes_once() {
+        const B: u64 = 1024;
+        let object: Vec<u8> = (0..4 * B).map(|i| i as u8).collect();
+        let order = [0u64, 2, 4, 6, 1, 3, 5, 7];
+        let chunk = |p: u64| p * B / 2..(p + 1) * B / 2;
+        for (reading, gets_expected, bytes_expected) in [
+            (Reading::CatchUp, 8, 8 * B),
+            (Reading::CatchUpShared, 8, 4 * B),
+        ] {
+            let store = store_with("ingest/obj", &object).await;
+            let mut options = CacheOptions::memory((64 * B) as usize, B);
+            options.catch_up_bytes = B as usize + 64;
+            let cache = BlockCache::new(store, options).await.unwrap();
+            for p in order {
+                let out = read(&cache, "ingest/obj", 4 * B, chunk(p), reading).await;
+                assert_eq!(
+                    &out[..],
+                    &object[chunk(p).start as usize..chunk(p).end as usize]
+                );
+            }
+            assert_eq!(
+                (gets(&cache), store_bytes(&cache)),
+                (gets_expected, bytes_expected),
+                "{reading:?}"
+            );
+        }
+
+        // Blocks the main pool holds (an upload's) are read from it.
+        let store = store_with("ingest/obj", &object).await;
+        let uploaded = cache(store, (64 * B) as usize, B).await;
+        uploaded.insert_object("ingest/obj", &Bytes::from(object.clone()));
+        for p in order {
+            read(
+                &uploaded,
+                "ingest/obj",
+                4 * B,
+                chunk(p),
+                Reading::CatchUpShared,
+            )
+            .await;
+        }
+        assert_eq!(gets(&uploaded), 0);
+        // A range over a whole block loads it whole, into the catch-up pool.
+        let store = store_with("ingest/obj", &object).await;
+        let cache = cache(store, (64 * B) as usize, B).await;
+        read(
+            &cache,
+            "ingest/obj",
+            4 * B,
+            B / 2..2 * B + 1,
+            Reading::CatchUpShared,
+        )
+        .await;
+        assert_eq!(store_bytes(&cache), B / 2 + B + 1);
+        assert_eq!(cache.counters().part_gets.load(Ordering::Relaxed), 2);
+        read(
+            &cache,
+            "ingest/obj",
+            4 * B,
+            B..2 * B,
+            Reading::CatchUpShared,
+        )
+        .await;
+        assert_eq!(gets(&cache), 3, "the whole block was kept");
     }
 
     #[tokio::test]

@@ -15,27 +15,48 @@ use crate::read::extent_reader::{
     ByteRanges, ExtentReader, LAND_ABOVE, LANDING_SLACK, MIN_WINDOW, Source,
 };
 
-/// Whether reading `extent` of a partition that ends at `high_watermark`
-/// catches up: the records after it, at its own bytes per record, make
-/// more than `lag_bytes`. Such reads use the cache's catch-up pool.
-pub fn reading_for(extent: &ExtentRef, high_watermark: i64, lag_bytes: u64) -> Reading {
+/// About how many bytes of a partition follow offset `from`, up to
+/// `high_watermark`, at `extent`'s bytes per record.
+pub fn bytes_behind(extent: &ExtentRef, from: i64, high_watermark: i64) -> u64 {
     let records = (extent.last_offset.saturating_sub(extent.base_offset))
         .saturating_add(1)
-        .max(1) as u64;
-    let behind = high_watermark
-        .saturating_sub(extent.last_offset.saturating_add(1))
-        .max(0) as u64;
-    let bytes_behind = behind as u128 * extent.length as u128 / records as u128;
-    if bytes_behind > lag_bytes as u128 {
+        .max(1) as u128;
+    let behind = high_watermark.saturating_sub(from).max(0) as u128;
+    (behind * extent.length as u128 / records).min(u64::MAX as u128) as u64
+}
+
+/// Whether reading `extent` of a partition that ends at `high_watermark`
+/// catches up: the bytes after it, with `elsewhere` (what the same fetch
+/// lags in its other partitions), make more than `lag_bytes`. A consumer
+/// behind in many partitions at once reads further back than the cache's
+/// main pool holds, though each partition alone lags little.
+///
+/// Such reads use the cache's catch-up pool, and read only their own bytes
+/// of a shared object's blocks that no pool holds (see
+/// [`Reading::CatchUpShared`]); a segment is one partition's.
+pub fn reading_for(
+    extent: &ExtentRef,
+    high_watermark: i64,
+    lag_bytes: u64,
+    elsewhere: u64,
+) -> Reading {
+    let after = bytes_behind(extent, extent.last_offset.saturating_add(1), high_watermark);
+    let segment = extent
+        .object_key
+        .starts_with(floe_storage::keys::SEGMENT_PREFIX);
+    if after.saturating_add(elsewhere) <= lag_bytes {
+        Reading::Tail
+    } else if segment {
         Reading::CatchUp
     } else {
-        Reading::Tail
+        Reading::CatchUpShared
     }
 }
 
 /// The batches of `extents` from the one holding `from` on, with offsets
 /// set, until about `max_bytes` of batches at or past `from` are read (whole
-/// batches; the first one whole however long). `high_watermark` places
+/// batches; the first one whole however long). `high_watermark`, with
+/// `elsewhere` (the bytes the same fetch lags in other partitions), places
 /// each extent in the tail or not (see [`reading_for`]); `i64::MAX` reads
 /// them all as catch-up reads.
 ///
@@ -50,6 +71,7 @@ pub async fn read_extents(
     from: i64,
     high_watermark: i64,
     max_bytes: usize,
+    elsewhere: u64,
 ) -> Result<Bytes, floe_cache::CacheError> {
     let lag = broker.config.cache_catch_up_lag.as_u64();
     let mut out = BytesMut::new();
@@ -59,7 +81,7 @@ pub async fn read_extents(
         }
         let ranges = CacheRanges {
             broker,
-            reading: reading_for(extent, high_watermark, lag),
+            reading: reading_for(extent, high_watermark, lag, elsewhere),
         };
         let mut reader = ExtentReader::new(&ranges, extent);
         reader.land_at_offset(from).await?;
@@ -174,15 +196,26 @@ mod tests {
             length: 1000,
             appended_ms: 0,
         };
-        assert_eq!(reading_for(&extent, 100, 0), Reading::Tail);
-        assert_eq!(reading_for(&extent, 200, 1000), Reading::Tail);
-        assert_eq!(reading_for(&extent, 201, 1000), Reading::CatchUp);
+        assert_eq!(reading_for(&extent, 100, 0, 0), Reading::Tail);
+        assert_eq!(reading_for(&extent, 200, 1000, 0), Reading::Tail);
+        assert_eq!(reading_for(&extent, 201, 1000, 0), Reading::CatchUpShared);
         assert_eq!(
-            reading_for(&extent, i64::MAX, u64::MAX - 1),
-            Reading::CatchUp
+            reading_for(&extent, i64::MAX, u64::MAX - 1, 0),
+            Reading::CatchUpShared
         );
         // A high watermark behind the extent (a stale view) is the tail.
-        assert_eq!(reading_for(&extent, 50, 0), Reading::Tail);
+        assert_eq!(reading_for(&extent, 50, 0, 0), Reading::Tail);
+        // A segment is one partition's: its blocks are read whole.
+        let segment = ExtentRef {
+            object_key: format!("{}t/0/0", floe_storage::keys::SEGMENT_PREFIX),
+            ..extent.clone()
+        };
+        assert_eq!(reading_for(&segment, 201, 1000, 0), Reading::CatchUp);
+        assert_eq!(reading_for(&segment, 200, 1000, 0), Reading::Tail);
+        // Lagging little here but much in the fetch's other partitions.
+        assert_eq!(reading_for(&extent, 100, 1000, 1000), Reading::Tail);
+        assert_eq!(reading_for(&extent, 150, 1000, 501), Reading::CatchUpShared);
+        assert_eq!(bytes_behind(&extent, 40, 100), 600);
     }
 
     #[test]
