@@ -324,8 +324,8 @@ pub struct Config {
     #[arg(long)]
     #[serde(with = "exact_size")]
     pub cache_catch_up_bytes: ByteSize,
-    /// A read starting more than this far (estimated) behind its
-    /// partition's end is a catch-up read.
+    /// A read is a catch-up read when its fetch lags more than this
+    /// (estimated, over all its partitions) behind their ends.
     #[arg(long)]
     #[serde(with = "exact_size")]
     pub cache_catch_up_lag: ByteSize,
