@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use floe_metastore::push::Versions;
 use floe_metastore::{MetaError, Metastore};
+use tokio::time::Instant;
 
 use crate::read::pushed::Pushed;
 use crate::tasks::Tasks;
@@ -56,7 +57,9 @@ pub fn spawn<T: Refreshed>(
         let mut failing = false;
         let mut moved = pushed.version_changes();
         while let Some(held) = holder.upgrade() {
-            if !current(&*held, &pushed) {
+            // Until when the copy is as current as an ask would make it.
+            let mut current_until = current(&*held, &pushed);
+            if current_until.is_none() {
                 match held.refresh(&*meta).await {
                     Ok(()) => failing = false,
                     Err(e) if !failing => {
@@ -65,26 +68,28 @@ pub fn spawn<T: Refreshed>(
                     }
                     Err(_) => {}
                 }
+                current_until = Some(Instant::now() + T::EVERY);
             }
             // The holder is given back before the wait: a dropped holder
             // ends the task at its next turn.
             drop(held);
             // `pushed` is held here, so `moved` never closes.
+            let until = current_until.unwrap_or_else(|| Instant::now() + T::EVERY);
             tokio::select! {
-                _ = tokio::time::sleep(T::EVERY) => {}
+                _ = tokio::time::sleep_until(until) => {}
                 _ = moved.changed() => {}
             }
         }
     });
 }
 
-/// Whether a renewal sent within the last [`Refreshed::EVERY`] says the
-/// copy `held` is current.
-fn current<T: Refreshed>(held: &T, pushed: &Pushed) -> bool {
-    let pushed = pushed.versions_within(T::EVERY);
-    pushed
-        .zip(held.held_version())
-        .is_some_and(|(versions, known)| T::pushed_version(&versions) <= known)
+/// Until when the copy `held` is current by a renewal sent within the
+/// last [`Refreshed::EVERY`] (`EVERY` after that renewal was sent, as after
+/// an ask); `None`: it is not.
+fn current<T: Refreshed>(held: &T, pushed: &Pushed) -> Option<Instant> {
+    let (sent, versions) = pushed.versions_within(T::EVERY)?;
+    let known = held.held_version()?;
+    (T::pushed_version(&versions) <= known).then_some(sent + T::EVERY)
 }
 
 #[cfg(test)]
@@ -92,7 +97,6 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use floe_metastore::LocalMetastore;
-    use tokio::time::Instant;
 
     use super::*;
 
@@ -163,8 +167,11 @@ mod tests {
         renewals(&pushed, 1, 10).await;
         assert_eq!(asks(), 4);
 
-        // Renewals stop (the subscription ended): asked again by `EVERY`.
-        tokio::time::sleep(Duration::from_millis(4_100)).await;
+        // Renewals stop (the subscription ended): asked again `EVERY` after
+        // the last renewal was sent, as after an ask, then every `EVERY`.
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+        assert_eq!(asks(), 5);
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
         assert_eq!(asks(), 6);
         tasks.cancel();
     }

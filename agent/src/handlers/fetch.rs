@@ -17,7 +17,7 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::broker::{Broker, kafka_error};
-use crate::handlers::reads::{bytes_behind, charge, read_extents};
+use crate::handlers::reads::{charge, read_extents};
 use crate::limits::budget::{Held, Turn};
 use crate::read::extent_cache::Moment;
 use floe_protocol::batch::{last_offset_of, skip_batches_before, whole_batches_within};
@@ -294,32 +294,22 @@ async fn hold_budget(
     held
 }
 
-/// About how many bytes the fetch lags behind the end of partition `p`.
-fn lag_of(p: &PartitionPlan) -> u64 {
-    match &p.plan {
-        Ok(plan) => plan.plan.extents.first().map_or(0, |first| {
-            bytes_behind(first, p.offset, plan.plan.high_watermark)
-        }),
-        Err(_) => 0,
-    }
-}
-
 /// Reads every planned partition at once, stopping read_committed ones at
 /// the last stable offset (a batch boundary: a transaction's first batch).
-/// Each partition's reads are placed in the cache by how far the whole
-/// fetch lags (see [`crate::handlers::reads::reading_for`]).
+/// Each partition's reads are placed in the cache by how far it lags, and
+/// how many partitions the fetch reads (see
+/// [`crate::handlers::reads::reading_for`]).
 async fn read_planned<'a>(
     broker: &Broker,
     plans: Vec<TopicPlan<'a>>,
     committed: bool,
 ) -> Vec<TopicRead<'a>> {
-    let lag: u64 = plans
+    let reading: usize = plans
         .iter()
-        .flat_map(|(_, partitions)| partitions.iter().map(lag_of))
-        .fold(0, u64::saturating_add);
+        .map(|(_, partitions)| partitions.iter().filter(|p| p.plan.is_ok()).count())
+        .sum();
     join_all(plans.into_iter().map(|(w, partitions)| async move {
         let partitions = join_all(partitions.into_iter().map(|p| async move {
-            let elsewhere = lag.saturating_sub(lag_of(&p));
             let data = match p.plan {
                 Ok(plan) => read_extents(
                     broker,
@@ -327,7 +317,7 @@ async fn read_planned<'a>(
                     p.offset,
                     plan.plan.high_watermark,
                     p.reads,
-                    elsewhere,
+                    reading,
                 )
                 .await
                 .map(|mut records| {

@@ -25,40 +25,52 @@ pub fn bytes_behind(extent: &ExtentRef, from: i64, high_watermark: i64) -> u64 {
     (behind * extent.length as u128 / records).min(u64::MAX as u128) as u64
 }
 
+/// What places a fetch's reads in the cache (see [`reading_for`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Placing {
+    /// `cache_catch_up_lag`.
+    pub lag_bytes: u64,
+    /// `cache_block_bytes`.
+    pub block_bytes: u64,
+    /// Partitions the fetch reads at once.
+    pub partitions: usize,
+}
+
 /// Whether reading `extent` of a partition that ends at `high_watermark`
-/// catches up: the bytes after it, with `elsewhere` (what the same fetch
-/// lags in its other partitions), make more than `lag_bytes`. A consumer
-/// behind in many partitions at once reads further back than the cache's
-/// main pool holds, though each partition alone lags little.
+/// catches up: the bytes after it, times the partitions the fetch reads,
+/// make more than the lag. Partitions written together share ingest files,
+/// so a consumer behind by that much in each of them reads that far back in
+/// the files, further than the cache's main pool holds, though each
+/// partition alone lags little; one partition reset to its start does not
+/// make the fetch's others catch up.
 ///
-/// Such reads use the cache's catch-up pool, and read only their own bytes
-/// of a shared object's blocks that no pool holds (see
-/// [`Reading::CatchUpShared`]); a segment is one partition's.
-pub fn reading_for(
-    extent: &ExtentRef,
-    high_watermark: i64,
-    lag_bytes: u64,
-    elsewhere: u64,
-) -> Reading {
+/// Such reads use the cache's catch-up pool. An extent smaller than a
+/// block of a shared object (an ingest or merged file) reads only its own
+/// bytes of a block no pool holds ([`Reading::CatchUpShared`]); a segment
+/// (one partition's) or a larger extent fills its blocks itself, and reads
+/// them whole.
+pub fn reading_for(extent: &ExtentRef, high_watermark: i64, placing: Placing) -> Reading {
     let after = bytes_behind(extent, extent.last_offset.saturating_add(1), high_watermark);
-    let segment = extent
+    let fetch_wide = after.saturating_mul(placing.partitions.max(1) as u64);
+    let shared = !extent
         .object_key
-        .starts_with(floe_storage::keys::SEGMENT_PREFIX);
-    if after.saturating_add(elsewhere) <= lag_bytes {
+        .starts_with(floe_storage::keys::SEGMENT_PREFIX)
+        && extent.length < placing.block_bytes;
+    if fetch_wide <= placing.lag_bytes {
         Reading::Tail
-    } else if segment {
-        Reading::CatchUp
-    } else {
+    } else if shared {
         Reading::CatchUpShared
+    } else {
+        Reading::CatchUp
     }
 }
 
 /// The batches of `extents` from the one holding `from` on, with offsets
 /// set, until about `max_bytes` of batches at or past `from` are read (whole
-/// batches; the first one whole however long). `high_watermark`, with
-/// `elsewhere` (the bytes the same fetch lags in other partitions), places
-/// each extent in the tail or not (see [`reading_for`]); `i64::MAX` reads
-/// them all as catch-up reads.
+/// batches; the first one whole however long). `high_watermark`, with the
+/// number of `partitions` the fetch reads, places each extent in the tail
+/// or not (see [`reading_for`]); `i64::MAX` reads them all as catch-up
+/// reads.
 ///
 /// A large extent (a segment) is not read whole: a read starting inside it
 /// lands through the segment's offset index, and reads go window by window
@@ -71,9 +83,13 @@ pub async fn read_extents(
     from: i64,
     high_watermark: i64,
     max_bytes: usize,
-    elsewhere: u64,
+    partitions: usize,
 ) -> Result<Bytes, floe_cache::CacheError> {
-    let lag = broker.config.cache_catch_up_lag.as_u64();
+    let placing = Placing {
+        lag_bytes: broker.config.cache_catch_up_lag.as_u64(),
+        block_bytes: broker.config.cache_block_bytes.as_u64(),
+        partitions,
+    };
     let mut out = BytesMut::new();
     for extent in extents {
         if out.len() >= max_bytes {
@@ -81,7 +97,7 @@ pub async fn read_extents(
         }
         let ranges = CacheRanges {
             broker,
-            reading: reading_for(extent, high_watermark, lag, elsewhere),
+            reading: reading_for(extent, high_watermark, placing),
         };
         let mut reader = ExtentReader::new(&ranges, extent);
         reader.land_at_offset(from).await?;
@@ -185,36 +201,59 @@ mod tests {
 
     #[test]
     fn reads_far_behind_the_end_catch_up() {
-        // 100 records of 10 bytes each.
+        // 100 records of 10 bytes each, in an ingest file.
         let extent = ExtentRef {
             base_offset: 0,
             last_offset: 99,
             max_timestamp: 0,
-            object_key: "o".into(),
-            object_size: 1000,
+            object_key: "ingest/o".into(),
+            object_size: 4000,
             position: 0,
             length: 1000,
             appended_ms: 0,
         };
-        assert_eq!(reading_for(&extent, 100, 0, 0), Reading::Tail);
-        assert_eq!(reading_for(&extent, 200, 1000, 0), Reading::Tail);
-        assert_eq!(reading_for(&extent, 201, 1000, 0), Reading::CatchUpShared);
+        let placing = |lag_bytes, partitions| Placing {
+            lag_bytes,
+            block_bytes: 4096,
+            partitions,
+        };
+        let alone = |lag| placing(lag, 1);
+        assert_eq!(reading_for(&extent, 100, alone(0)), Reading::Tail);
+        assert_eq!(reading_for(&extent, 200, alone(1000)), Reading::Tail);
         assert_eq!(
-            reading_for(&extent, i64::MAX, u64::MAX - 1, 0),
+            reading_for(&extent, 201, alone(1000)),
+            Reading::CatchUpShared
+        );
+        assert_eq!(
+            reading_for(&extent, i64::MAX, placing(u64::MAX - 1, usize::MAX)),
             Reading::CatchUpShared
         );
         // A high watermark behind the extent (a stale view) is the tail.
-        assert_eq!(reading_for(&extent, 50, 0, 0), Reading::Tail);
-        // A segment is one partition's: its blocks are read whole.
+        assert_eq!(reading_for(&extent, 50, alone(0)), Reading::Tail);
+        // A segment is one partition's: its blocks are read whole; so are
+        // those of an extent as large as a block.
         let segment = ExtentRef {
             object_key: format!("{}t/0/0", floe_storage::keys::SEGMENT_PREFIX),
             ..extent.clone()
         };
-        assert_eq!(reading_for(&segment, 201, 1000, 0), Reading::CatchUp);
-        assert_eq!(reading_for(&segment, 200, 1000, 0), Reading::Tail);
-        // Lagging little here but much in the fetch's other partitions.
-        assert_eq!(reading_for(&extent, 100, 1000, 1000), Reading::Tail);
-        assert_eq!(reading_for(&extent, 150, 1000, 501), Reading::CatchUpShared);
+        assert_eq!(reading_for(&segment, 201, alone(1000)), Reading::CatchUp);
+        assert_eq!(reading_for(&segment, 200, alone(1000)), Reading::Tail);
+        let large = ExtentRef {
+            length: 4096,
+            ..extent.clone()
+        };
+        assert_eq!(reading_for(&large, 130, alone(1000)), Reading::CatchUp);
+        // Behind by 500 bytes in each of a fetch's 3 partitions: 1,500.
+        assert_eq!(reading_for(&extent, 150, placing(1000, 2)), Reading::Tail);
+        assert_eq!(
+            reading_for(&extent, 150, placing(1000, 3)),
+            Reading::CatchUpShared
+        );
+        // A partition at its end stays the tail, whatever the others lag.
+        assert_eq!(
+            reading_for(&extent, 100, placing(1000, 1000)),
+            Reading::Tail
+        );
         assert_eq!(bytes_behind(&extent, 40, 100), 600);
     }
 

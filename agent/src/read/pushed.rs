@@ -133,12 +133,12 @@ impl Pushed {
         self.wanted.notify_one();
     }
 
-    /// The versions a renewal sent less than `within` ago brought: as
-    /// current as an answer to an ask made then (the leader read them after
+    /// The versions a renewal sent less than `within` ago brought, and when
+    /// it was sent: as current as an answer to an ask made then (the leader read them after
     /// the renewal arrived). Lease or not.
-    pub fn versions_within(&self, within: Duration) -> Option<Versions> {
+    pub fn versions_within(&self, within: Duration) -> Option<(Instant, Versions)> {
         let (sent, versions) = (*self.versions.borrow())?;
-        (sent.elapsed() < within).then_some(versions)
+        (sent.elapsed() < within).then_some((sent, versions))
     }
 
     /// Changes whenever a renewal brings versions that moved.

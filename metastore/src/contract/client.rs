@@ -74,39 +74,52 @@ impl Drop for RoundTrip<'_> {
     }
 }
 
-/// Nodes one call remembers having asked (hints may name any address).
-const MAX_TRIED: usize = 64;
+/// Nodes one round remembers having asked (hints may name any address).
+const MAX_ASKED: usize = 64;
 
-/// Where a call goes after `failed` did not serve it: the node `hint`
-/// names, unless the call already asked it; else the first of `addresses`
-/// after `failed` the call has not asked; else (it asked them all) the
-/// next one. Hints are followed but never round in circles: two nodes may
-/// point at each other during an election, and a node removed from the
-/// group goes on naming the leader it last knew, so a client that always
-/// followed them could shuttle between two nodes that do not lead and
-/// never ask the one that does.
-pub fn next_node(
-    addresses: &[String],
-    tried: &[String],
-    failed: &str,
-    hint: Option<String>,
-) -> String {
-    if let Some(hint) = hint
-        && !tried.contains(&hint)
-    {
-        return hint;
+/// The nodes a call asked in its current round. A hint to one of them is
+/// not followed: two nodes may point at each other during an election,
+/// and a node removed from the group goes on naming the leader it last
+/// knew, so a call that always followed hints could shuttle between two
+/// nodes that do not lead and never ask the one that does. Once every
+/// configured node was asked, a new round begins.
+#[derive(Debug, Default)]
+pub struct Round {
+    asked: Vec<String>,
+}
+
+impl Round {
+    /// Notes that the call asks `address` now.
+    pub fn ask(&mut self, address: &str) {
+        if !self.asked.iter().any(|a| a == address) && self.asked.len() < MAX_ASKED {
+            self.asked.push(address.to_string());
+        }
     }
-    let count = addresses.len();
-    if count == 0 {
-        return failed.to_string();
+
+    /// Where the call goes after `failed` did not serve it: the node `hint`
+    /// names unless this round asked it; else the first of `addresses`
+    /// after `failed` this round has not asked; else (the round is over,
+    /// and a new one begins) the hinted node, or the next after `failed`.
+    pub fn next(&mut self, addresses: &[String], failed: &str, hint: Option<String>) -> String {
+        let asked = |a: &String| self.asked.contains(a);
+        if let Some(hint) = &hint
+            && !asked(hint)
+        {
+            return hint.clone();
+        }
+        let count = addresses.len();
+        let after = addresses
+            .iter()
+            .position(|a| a == failed)
+            .map_or(0, |at| at + 1);
+        let mut ring = (0..count).map(|k| &addresses[(after + k) % count]);
+        if let Some(untried) = ring.clone().find(|a| !asked(a)) {
+            return untried.clone();
+        }
+        self.asked.clear();
+        hint.or_else(|| ring.next().cloned())
+            .unwrap_or_else(|| failed.to_string())
     }
-    let after = addresses
-        .iter()
-        .position(|a| a == failed)
-        .map_or(0, |at| at + 1);
-    let mut ring = (0..count).map(|k| &addresses[(after + k) % count]);
-    let untried = ring.clone().find(|a| !tried.contains(a));
-    untried.or(ring.next()).expect("a node").clone()
 }
 
 impl RemoteMetastore {
@@ -173,12 +186,15 @@ impl RemoteMetastore {
         self.leader.lock().expect("leader lock").clone()
     }
 
-    /// Sends later requests where [`next_node`] says, after `failed`
-    /// answered with `hint`, this call having tried `tried`.
-    fn move_on(&self, failed: &str, hint: Option<String>, tried: &[String]) {
-        let next = next_node(&self.addresses, tried, failed, hint);
+    /// Sends later requests where `round` says, after `failed` answered
+    /// with `hint` (unless another call moved them already).
+    fn move_on(&self, failed: &str, hint: Option<String>, round: &mut Round) {
         let mut leader = self.leader.lock().expect("leader lock");
-        if *leader == failed && next != failed {
+        if *leader != failed {
+            return;
+        }
+        let next = round.next(&self.addresses, failed, hint);
+        if next != failed {
             tracing::debug!(from = failed, to = %next, "metastore client moves to another node");
             *leader = next;
         }
@@ -270,25 +286,23 @@ impl RemoteMetastore {
         let mut redirects = 0;
         // Whether an attempt so far may have been applied.
         let mut maybe_applied = false;
-        // The nodes this call asked, to tell a hint that leads round in
-        // circles from one that leads somewhere new.
-        let mut tried: Vec<String> = Vec::new();
+        let mut round = Round::default();
         loop {
             let address = self.leader();
-            if !tried.contains(&address) && tried.len() < MAX_TRIED {
-                tried.push(address.clone());
-            }
+            round.ask(&address);
+            let mut hint = None;
             let why = match self.once::<T>(&address, &frame, name).await {
                 // Not applied: the node does not lead. Go where it points.
-                Ok(Err(MetaError::NotLeader(hint))) => {
-                    let known = hint.is_some();
-                    self.move_on(&address, hint, &tried);
+                Ok(Err(MetaError::NotLeader(named))) => {
+                    let known = named.is_some();
                     redirects += 1;
                     // Follow a hint at once, but not round in circles: during
                     // an election two nodes may point at each other.
                     if known && redirects <= self.addresses.len() + 1 {
+                        self.move_on(&address, named, &mut round);
                         continue;
                     }
+                    hint = named;
                     format!("{address} knows no leader yet")
                 }
                 // The node could not confirm it leads or could not reach a
@@ -307,11 +321,11 @@ impl RemoteMetastore {
                     why
                 }
                 Err(Attempt::Unanswered(why)) => {
-                    self.move_on(&address, None, &tried);
+                    self.move_on(&address, None, &mut round);
                     return Err(MetaError::maybe_applied(format!("{address}: {why}")));
                 }
             };
-            self.move_on(&address, None, &tried);
+            self.move_on(&address, hint, &mut round);
             if tokio::time::Instant::now() >= deadline {
                 return Err(MetaError::Unavailable { why, maybe_applied });
             }
@@ -325,12 +339,10 @@ impl RemoteMetastore {
     /// the attempt timeout each.
     async fn open_subscription(&self) -> Result<crate::contract::push::Subscription, MetaError> {
         let mut redirects = 0;
-        let mut tried: Vec<String> = Vec::new();
+        let mut round = Round::default();
         loop {
             let address = self.leader();
-            if !tried.contains(&address) && tried.len() < MAX_TRIED {
-                tried.push(address.clone());
-            }
+            round.ask(&address);
             let opened = tokio::time::timeout(self.attempt_timeout, self.subscribe_at(&address));
             let why = match opened.await {
                 Ok(Ok(Ok(connection))) => {
@@ -340,7 +352,7 @@ impl RemoteMetastore {
                 Ok(Ok(Err(MetaError::NotLeader(Some(hint)))))
                     if redirects <= self.addresses.len() =>
                 {
-                    self.move_on(&address, Some(hint), &tried);
+                    self.move_on(&address, Some(hint), &mut round);
                     redirects += 1;
                     continue;
                 }
@@ -348,7 +360,7 @@ impl RemoteMetastore {
                 Ok(Err(why)) => why,
                 Err(_) => format!("{address} did not answer within {:?}", self.attempt_timeout),
             };
-            self.move_on(&address, None, &tried);
+            self.move_on(&address, None, &mut round);
             return Err(MetaError::unavailable(why));
         }
     }
@@ -437,26 +449,33 @@ mod tests {
         ["n1", "n2", "n3"].map(String::from).to_vec()
     }
 
-    /// Where a call that starts at `first` goes, each node answering as
-    /// `answers` says (`Err(hint)`: not the leader), until one serves it.
+    /// Where a call that starts at `first` goes over `addresses`, each node
+    /// answering as `answers` says (`Err(hint)`: not served), until one
+    /// serves it.
+    fn walk_over(
+        addresses: &[String],
+        first: &str,
+        answers: impl Fn(&str) -> Result<(), Option<&'static str>>,
+    ) -> Vec<String> {
+        let mut round = Round::default();
+        let mut at = first.to_string();
+        let mut path = vec![at.clone()];
+        for _ in 0..12 {
+            round.ask(&at);
+            let Err(hint) = answers(&at) else {
+                return path;
+            };
+            at = round.next(addresses, &at, hint.map(String::from));
+            path.push(at.clone());
+        }
+        panic!("never served: {path:?}");
+    }
+
     fn walk(
         first: &str,
         answers: impl Fn(&str) -> Result<(), Option<&'static str>>,
     ) -> Vec<String> {
-        let (addresses, mut at) = (nodes(), first.to_string());
-        let mut tried = Vec::new();
-        let mut path = vec![at.clone()];
-        for _ in 0..10 {
-            if !tried.contains(&at) {
-                tried.push(at.clone());
-            }
-            let Err(hint) = answers(&at) else {
-                return path;
-            };
-            at = next_node(&addresses, &tried, &at, hint.map(String::from));
-            path.push(at.clone());
-        }
-        panic!("never reached the leader: {path:?}");
+        walk_over(&nodes(), first, answers)
     }
 
     /// A node removed from the group names the leader it last knew (n3, a
@@ -473,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn hints_are_followed_once_and_nodes_taken_in_turn() {
+    fn hints_are_followed_once_a_round_and_every_node_asked_each_round() {
         // Two nodes pointing at each other during an election.
         let answers = |node: &str| match node {
             "n1" => Err(Some("n2")),
@@ -488,9 +507,29 @@ mod tests {
             _ => Err(None),
         };
         assert_eq!(walk("n1", answers), ["n1", "elsewhere"]);
-        // Nobody leads yet: round and round.
-        let tried = nodes();
-        assert_eq!(next_node(&nodes(), &tried, "n3", None), "n1");
-        assert_eq!(next_node(&nodes(), &tried, "n1", Some("n2".into())), "n2");
+        // Once every node was asked, a hint is followed again.
+        let mut round = Round::default();
+        for node in nodes() {
+            round.ask(&node);
+        }
+        assert_eq!(round.next(&nodes(), "n3", Some("n2".into())), "n2");
+        assert_eq!(round.next(&nodes(), "n2", None), "n3");
+    }
+
+    /// One seed address, and a leader it names that failed once: the call
+    /// goes back to the leader, not round the seed alone.
+    #[test]
+    fn a_leader_known_only_by_its_hint_is_asked_again() {
+        let seed = vec!["seed".to_string()];
+        let failed_once = std::sync::atomic::AtomicBool::new(false);
+        let answers = |node: &str| match node {
+            "seed" => Err(Some("leader")),
+            _ if !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) => Err(None),
+            _ => Ok(()),
+        };
+        assert_eq!(
+            walk_over(&seed, "seed", answers),
+            ["seed", "leader", "seed", "leader"]
+        );
     }
 }

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use floe_metastore::contract::client::next_node;
+use floe_metastore::contract::client::Round;
 use floe_metastore::groups::Heard;
 use floe_metastore::push::{MAX_QUEUED_NOTICES, Named, Subscription};
 use floe_metastore::raft::NodeId;
@@ -646,11 +646,11 @@ enum Attempt<T> {
 
 impl RaftClient {
     /// Moves on after a failure at node index `at`, as `RemoteMetastore`
-    /// does ([`next_node`]), this call having tried `tried`.
-    fn move_on(&self, at: usize, hint: Option<String>, tried: &[String]) {
+    /// does (see [`Round`]).
+    fn move_on(&self, at: usize, hint: Option<String>, round: &mut Round) {
         let count = self.nodes.lock().expect("sim nodes lock").len();
         let addresses: Vec<String> = (1..=count as NodeId).map(address).collect();
-        let next = next_node(&addresses, tried, &addresses[at], hint);
+        let next = round.next(&addresses, &addresses[at], hint);
         let next = next
             .strip_prefix("node-")
             .and_then(|id| id.parse::<usize>().ok())
@@ -675,16 +675,14 @@ impl RaftClient {
     {
         let deadline = Instant::now() + RETRY_FOR;
         let mut maybe_applied = false;
-        let mut tried: Vec<String> = Vec::new();
+        let mut round = Round::default();
         loop {
             let at = self.leader.load(Ordering::Relaxed);
-            if !tried.contains(&address(at as NodeId + 1)) {
-                tried.push(address(at as NodeId + 1));
-            }
+            round.ask(&address(at as NodeId + 1));
             let node = self.nodes.lock().expect("sim nodes lock")[at].clone();
             let why = match node {
                 None => {
-                    self.move_on(at, None, &tried);
+                    self.move_on(at, None, &mut round);
                     format!("node {} is down", at + 1)
                 }
                 Some(node) => match attempt(node).await {
@@ -697,7 +695,7 @@ impl RaftClient {
                     Attempt::Done(result) => return result,
                     Attempt::Again(why, maybe, hint) => {
                         maybe_applied |= maybe;
-                        self.move_on(at, hint, &tried);
+                        self.move_on(at, hint, &mut round);
                         why
                     }
                 },

@@ -595,7 +595,7 @@ async fn read(
         first,
         plan.plan.high_watermark,
         budget.max(1),
-        0,
+        1,
     )
     .await
     .map_err(|e| {

@@ -85,6 +85,9 @@ impl Cluster {
             cache_bytes: bytesize::ByteSize::mib(4),
             cache_block_bytes: bytesize::ByteSize::kib(64),
             cache_catch_up_bytes: bytesize::ByteSize::kib(256),
+            // Half the agents take reads a few records behind for catch-up
+            // reads (pieces of shared files, whole blocks of segments).
+            cache_catch_up_lag: bytesize::ByteSize::kib(if i.is_multiple_of(2) { 2 } else { 64 }),
             compaction_interval: Duration::from_secs(20),
             compaction_min_extents: 2,
             compaction_max_age: Duration::from_secs(30),
