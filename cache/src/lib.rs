@@ -42,13 +42,6 @@ pub use ring::{Member, Ring};
 /// Default block size: large enough that a GET costs little per byte.
 pub const DEFAULT_BLOCK_BYTES: u64 = 4 * 1024 * 1024;
 
-/// A catch-up read of a shared object reads a part of a block rather than
-/// the whole block only when the part is at least this share of it: a GET
-/// costs more than the bytes it brings, so a block is split into this many
-/// GETs at most (a fetch over thousands of small partitions reads whole
-/// blocks, and may read them more than once).
-const MAX_PARTS_PER_BLOCK: u64 = 16;
-
 /// Blocks served to peers at once; more are refused (the asker reads the
 /// object store instead), so peers cannot queue unbounded work here.
 const MAX_SERVING: usize = 64;
@@ -92,8 +85,8 @@ pub enum Reading {
     /// Far behind the end, in an object many partitions share (an ingest
     /// or merged file): a block either pool holds serves it, but a missing
     /// one is not loaded whole: only the bytes asked are read, and kept
-    /// nowhere (unless they are too small a part of it: see
-    /// [`MAX_PARTS_PER_BLOCK`]). The rest of such a block belongs to other partitions, which
+    /// nowhere. (A GET costs more than the bytes it brings: the caller
+    /// reads small extents as [`Reading::CatchUp`], by whole blocks.) The rest of such a block belongs to other partitions, which
     /// their own fetches reach in their own time, long after a small pool
     /// has let it go: a consumer that lags across many partitions would
     /// read each block once per partition in it.
@@ -676,9 +669,7 @@ impl BlockCache {
         out.reserve((range.end - range.start) as usize);
         for key in self.blocks_of(key, object_size, &range) {
             let part = key.part_of(&range);
-            let partial = reading == Reading::CatchUpShared
-                && part.len() < key.length()
-                && part.len() as u64 * MAX_PARTS_PER_BLOCK >= key.length() as u64;
+            let partial = reading == Reading::CatchUpShared && part.len() < key.length();
             if partial && let Source::Cache = source {
                 out.extend_from_slice(&self.shared_part(&key, part).await?);
                 continue;
@@ -978,26 +969,6 @@ mod tests {
         )
         .await;
         assert_eq!(gets(&cache), 3, "the whole block was kept");
-        // Parts smaller than a 16th of a block: the block is read whole
-        // (once), not in more than 16 GETs.
-        let store = store_with("ingest/obj", &object).await;
-        let small = BlockCache::new(store, CacheOptions::memory((64 * B) as usize, B))
-            .await
-            .unwrap();
-        for p in 0..32 {
-            let range = p * 32..(p + 1) * 32;
-            read(&small, "ingest/obj", 4 * B, range, Reading::CatchUpShared).await;
-        }
-        assert_eq!((gets(&small), store_bytes(&small)), (1, B));
-        read(
-            &small,
-            "ingest/obj",
-            4 * B,
-            0..B / 16,
-            Reading::CatchUpShared,
-        )
-        .await;
-        assert_eq!(gets(&small), 1);
     }
 
     #[tokio::test]

@@ -25,6 +25,11 @@ pub fn bytes_behind(extent: &ExtentRef, from: i64, high_watermark: i64) -> u64 {
     (behind * extent.length as u128 / records).min(u64::MAX as u128) as u64
 }
 
+/// An extent of a shared object smaller than this share of a block is read
+/// by whole blocks when it catches up (at most this many extents' GETs a
+/// block, two for one across a boundary).
+pub const SMALL_EXTENT_SHARE: u64 = 16;
+
 /// What places a fetch's reads in the cache (see [`reading_for`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Placing {
@@ -44,18 +49,21 @@ pub struct Placing {
 /// partition alone lags little; one partition reset to its start does not
 /// make the fetch's others catch up.
 ///
-/// Such reads use the cache's catch-up pool. An extent smaller than a
-/// block of a shared object (an ingest or merged file) reads only its own
-/// bytes of a block no pool holds ([`Reading::CatchUpShared`]); a segment
-/// (one partition's) or a larger extent fills its blocks itself, and reads
-/// them whole.
+/// Such reads use the cache's catch-up pool. An extent of a shared object
+/// (an ingest or merged file) smaller than a block reads only its own bytes
+/// of a block no pool holds ([`Reading::CatchUpShared`]); a segment (one
+/// partition's) or a larger extent fills its blocks itself, and reads them
+/// whole. So does an extent smaller than [`SMALL_EXTENT_SHARE`] of a block:
+/// a GET costs more than the bytes it brings, and thousands of small
+/// partitions would make a block thousands of GETs.
 pub fn reading_for(extent: &ExtentRef, high_watermark: i64, placing: Placing) -> Reading {
     let after = bytes_behind(extent, extent.last_offset.saturating_add(1), high_watermark);
     let fetch_wide = after.saturating_mul(placing.partitions.max(1) as u64);
     let shared = !extent
         .object_key
         .starts_with(floe_storage::keys::SEGMENT_PREFIX)
-        && extent.length < placing.block_bytes;
+        && extent.length < placing.block_bytes
+        && extent.length.saturating_mul(SMALL_EXTENT_SHARE) >= placing.block_bytes;
     if fetch_wide <= placing.lag_bytes {
         Reading::Tail
     } else if shared {
@@ -243,6 +251,11 @@ mod tests {
             ..extent.clone()
         };
         assert_eq!(reading_for(&large, 130, alone(1000)), Reading::CatchUp);
+        let small = ExtentRef {
+            length: 4096 / SMALL_EXTENT_SHARE - 1,
+            ..extent.clone()
+        };
+        assert_eq!(reading_for(&small, i64::MAX, alone(1000)), Reading::CatchUp);
         // Behind by 500 bytes in each of a fetch's 3 partitions: 1,500.
         assert_eq!(reading_for(&extent, 150, placing(1000, 2)), Reading::Tail);
         assert_eq!(
