@@ -75,7 +75,9 @@ pub fn spawn<T: Refreshed>(
             drop(held);
             // `pushed` is held here, so `moved` never closes.
             let until = current_until.unwrap_or_else(|| Instant::now() + T::EVERY);
+            // Biased: no random draw per wake-up (see `Tasks::spawn`).
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep_until(until) => {}
                 _ = moved.changed() => {}
             }
