@@ -211,48 +211,25 @@ impl Loader {
     /// Block `key` from the object store: exactly its bytes, from an object
     /// of exactly the size the key names.
     async fn load_from_store(&self, key: &BlockKey) -> Result<Bytes, CacheError> {
-        let failed = |reason: String| CacheError::Load {
-            key: key.object.to_string(),
-            block: key.block,
-            reason,
-        };
-        bump(&self.counters.store_gets, 1);
-        let options = GetOptions::default().with_range(Some(key.range()));
-        let got = self
-            .store
-            .get_opts(&Path::from(&*key.object), options)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        if got.meta.size != key.object_size {
-            return Err(failed(format!(
-                "the object has {} bytes, not the {} asked for",
-                got.meta.size, key.object_size
-            )));
-        }
-        let bytes = got.bytes().await.map_err(|e| failed(e.to_string()))?;
-        bump(&self.counters.store_bytes, bytes.len() as u64);
-        if bytes.len() != key.length() {
-            return Err(failed(format!(
-                "store returned {} bytes, expected {}",
-                bytes.len(),
-                key.length()
-            )));
-        }
-        Ok(bytes)
+        self.get_part(key, 0..key.length()).await
     }
-}
 
-impl Loader {
     /// Bytes `part` (relative to the block) of block `key`, from the object
     /// store: what a catch-up read of a shared object misses.
     async fn load_part(&self, key: &BlockKey, part: Range<usize>) -> Result<Bytes, CacheError> {
+        bump(&self.counters.part_gets, 1);
+        self.get_part(key, part).await
+    }
+
+    /// One GET of bytes `part` of block `key`, checked to come from an
+    /// object of the size the key names and to be as long as asked.
+    async fn get_part(&self, key: &BlockKey, part: Range<usize>) -> Result<Bytes, CacheError> {
         let failed = |reason: String| CacheError::Load {
             key: key.object.to_string(),
             block: key.block,
             reason,
         };
         bump(&self.counters.store_gets, 1);
-        bump(&self.counters.part_gets, 1);
         let start = key.range().start;
         let range = start + part.start as u64..start + part.end as u64;
         let options = GetOptions::default().with_range(Some(range));
