@@ -297,16 +297,22 @@ async fn hold_budget(
 /// Reads every planned partition at once, stopping read_committed ones at
 /// the last stable offset (a batch boundary: a transaction's first batch).
 /// Each partition's reads are placed in the cache by how far it lags, and
-/// how many partitions the fetch reads (see
+/// how many partitions the fetch reads something of (see
 /// [`crate::handlers::reads::reading_for`]).
 async fn read_planned<'a>(
     broker: &Broker,
     plans: Vec<TopicPlan<'a>>,
     committed: bool,
 ) -> Vec<TopicRead<'a>> {
+    // Partitions with something to read: idle ones at their end say
+    // nothing of how far back in the ingest files the fetch reads.
     let reading: usize = plans
         .iter()
-        .map(|(_, partitions)| partitions.iter().filter(|p| p.plan.is_ok()).count())
+        .map(|(_, partitions)| {
+            let reads =
+                |p: &&PartitionPlan| p.plan.as_ref().is_ok_and(|t| !t.plan.extents.is_empty());
+            partitions.iter().filter(reads).count()
+        })
         .sum();
     join_all(plans.into_iter().map(|(w, partitions)| async move {
         let partitions = join_all(partitions.into_iter().map(|p| async move {
