@@ -58,24 +58,18 @@ pub fn spawn<T: Refreshed>(
         let mut moved = pushed.version_changes();
         while let Some(held) = holder.upgrade() {
             // Until when the copy is as current as an ask would make it.
-            let mut current_until = current(&*held, &pushed);
-            if current_until.is_none() {
-                match held.refresh(&*meta).await {
-                    Ok(()) => failing = false,
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!(error = %e, "{} not refreshed; keeping the last copy", T::WHAT);
-                    }
-                    Err(_) => {}
+            let until = match current(&*held, &pushed) {
+                Some(until) => until,
+                None => {
+                    failing = refresh(&*held, &*meta, failing).await;
+                    Instant::now() + T::EVERY
                 }
-                current_until = Some(Instant::now() + T::EVERY);
-            }
+            };
             // The holder is given back before the wait: a dropped holder
             // ends the task at its next turn.
             drop(held);
-            // `pushed` is held here, so `moved` never closes.
-            let until = current_until.unwrap_or_else(|| Instant::now() + T::EVERY);
-            // Biased: no random draw per wake-up (see `Tasks::spawn`).
+            // `pushed` is held here, so `moved` never closes. Biased: no
+            // random draw per wake-up (see `Tasks::spawn`).
             tokio::select! {
                 biased;
                 _ = tokio::time::sleep_until(until) => {}
@@ -83,6 +77,20 @@ pub fn spawn<T: Refreshed>(
             }
         }
     });
+}
+
+/// Refreshes `held`; whether it is failing now. A failure is logged only
+/// when the one before did not fail.
+async fn refresh<T: Refreshed>(held: &T, meta: &dyn Metastore, failing: bool) -> bool {
+    match held.refresh(meta).await {
+        Ok(()) => false,
+        Err(e) => {
+            if !failing {
+                tracing::warn!(error = %e, "{} not refreshed; keeping the last copy", T::WHAT);
+            }
+            true
+        }
+    }
 }
 
 /// Until when the copy `held` is current by a renewal sent within the

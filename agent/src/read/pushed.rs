@@ -134,8 +134,8 @@ impl Pushed {
     }
 
     /// The versions a renewal sent less than `within` ago brought, and when
-    /// it was sent: as current as an answer to an ask made then (the leader read them after
-    /// the renewal arrived). Lease or not.
+    /// it was sent: as current as an answer to an ask made then (the leader
+    /// read them after the renewal arrived). Lease or not.
     pub fn versions_within(&self, within: Duration) -> Option<(Instant, Versions)> {
         let (sent, versions) = (*self.versions.borrow())?;
         (sent.elapsed() < within).then_some((sent, versions))

@@ -477,7 +477,6 @@ mod tests {
         }
     }
 
-    /// Waits up to 10 s for `done`.
     /// A topic of one partition holding one record, and watermarks on
     /// `meta` (polling seldom: only confirmations start rounds) once they
     /// hold a lease and watch the partition (its first fetch asked a
@@ -510,6 +509,7 @@ mod tests {
         (watermarks, extents, tp)
     }
 
+    /// Waits up to 10 s for `done`.
     pub(super) async fn eventually(what: &str, done: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !done() {
