@@ -130,3 +130,41 @@ def test_the_disk_tier_serves_what_memory_cannot_hold(make_agent, tmp_path):
     # 8 MB read twice through 1 MiB of memory: without the disk both reads
     # would GET nearly everything.
     assert read < 0.5 * produced, read
+
+
+def test_a_consumer_far_behind_reads_each_stored_byte_about_once(make_agent):
+    # Sixteen partitions in every ingest file, each a chunk smaller than a
+    # 256 KiB block; a main pool of 1 MiB keeps little of 8 MB. A consumer
+    # reading from the start is far behind: each fetch GETs only its
+    # partitions' own bytes of a block, not the whole block again for every
+    # partition in it.
+    partitions = 16
+    agent = make_agent("--cache-bytes", "1MiB", "--cache-block-bytes", "256KiB",
+                       "--cache-catch-up-bytes", "512KiB", "--cache-catch-up-lag", "64KiB",
+                       "--compaction-interval", "0s", "--flush-interval", "100ms")
+    create_topic(agent.bootstrap, "behind", partitions)
+    p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 20, "compression.type": "none"})
+    for i in range(RECORDS):
+        p.produce("behind", value=(f"{i:08d}" * (VALUE // 8)).encode(), partition=i % partitions)
+        if i % 500 == 499:
+            # Eight ingest files of 1 MB: 62.5 KB of each partition in each.
+            assert p.flush(30) == 0
+            time.sleep(0.3)
+    assert p.flush(30) == 0
+    produced = RECORDS * VALUE
+    c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "behind",
+                  "enable.auto.commit": False, "fetch.max.bytes": 1 << 20})
+    c.assign([TopicPartition("behind", n, OFFSET_BEGINNING) for n in range(partitions)])
+    values, deadline = set(), time.time() + 60
+    while len(values) < RECORDS and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            values.add(m.value()[:8])
+    c.close()
+    assert len(values) == RECORDS
+    page = agent.admin("/metrics")[1]
+    read = metric(page, "floe_object_store_bytes_total", op="get")
+    parts = metric(page, "floe_cache_blocks_total", op="catch_up_part")
+    print(f"far behind: {read / produced:.2f} GET bytes per byte produced, {parts:.0f} part GETs")
+    assert parts > 0
+    assert read < 1.3 * produced, read
